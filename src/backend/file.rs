@@ -1,0 +1,234 @@
+//! `file` backend: an exclusive `flock` on a lock file, for development and single hosts.
+//!
+//! The kernel holds the lock for as long as the process lives, so there is nothing
+//! to renew and a crash frees the lock at once. The lock file also carries the
+//! fencing counter and the holder's identity as one JSON line; only the lock holder
+//! writes it, and it bumps the counter on every acquisition, so tokens strictly grow.
+//!
+//! Followers block on the lock in one background thread (the waiter); when the
+//! holder goes away the waiter gets the lock and the next campaign finds it there.
+//! Only one open file description per process ever competes for the lock: a second
+//! one in the same process would conflict with the first and could be granted the
+//! lock unnoticed after the first is dropped.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::Read;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::{Backend, BackendError, Campaign, Renewal};
+use crate::status::{FencingToken, Holder};
+
+#[derive(Serialize, Deserialize, Default, Debug)]
+struct LockRecord {
+    token: FencingToken,
+    holder: String,
+    #[serde(default)]
+    pid: u32,
+    #[serde(default)]
+    acquired_unix_ms: u64,
+}
+
+pub struct FileBackend {
+    path: PathBuf,
+    identity: String,
+    ttl: Duration,
+    held: Option<File>,
+    waiter: Option<oneshot::Receiver<std::io::Result<File>>>,
+    /// What the waiter delivered while `wait_for_change` was listening.
+    arrived: Option<std::io::Result<File>>,
+}
+
+fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> BackendError {
+    move |source| BackendError::Io { op, source }
+}
+
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+fn read_record(file: &File) -> LockRecord {
+    let mut text = String::new();
+    let mut reader = file;
+    // A torn or empty record reads as "nobody known"; the lock itself is the truth.
+    if reader.read_to_string(&mut text).is_err() {
+        return LockRecord::default();
+    }
+    text.lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default()
+}
+
+fn read_record_at(path: &Path) -> LockRecord {
+    match File::open(path) {
+        Ok(f) => read_record(&f),
+        Err(_) => LockRecord::default(),
+    }
+}
+
+fn write_record(file: &File, record: &LockRecord) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    // One positioned write, then cut what a longer old record left behind: a reader
+    // sees a whole first line either way.
+    file.write_all_at(&line, 0)?;
+    file.set_len(line.len() as u64)
+}
+
+/// True when `path` still names the inode `file` has open (nobody deleted or
+/// replaced the lock file under us, which would let another process lock a new one).
+fn still_the_lock_file(file: &File, path: &Path) -> std::io::Result<bool> {
+    let ours = file.metadata()?;
+    match std::fs::metadata(path) {
+        Ok(now) => Ok(now.ino() == ours.ino() && now.dev() == ours.dev()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+impl FileBackend {
+    pub fn new(path: PathBuf, identity: String, ttl: Duration) -> Self {
+        FileBackend {
+            path,
+            identity,
+            ttl,
+            held: None,
+            waiter: None,
+            arrived: None,
+        }
+    }
+
+    /// Bookkeeping once the lock is ours: bump the counter and name ourselves.
+    fn take(&mut self, file: File) -> Result<Campaign, BackendError> {
+        if !still_the_lock_file(&file, &self.path).map_err(io("campaign"))? {
+            // We locked a file that was unlinked meanwhile: worthless, try again.
+            return Ok(Campaign::Held(None));
+        }
+        let previous = read_record(&file);
+        let token = previous.token + 1;
+        let record = LockRecord {
+            token,
+            holder: self.identity.clone(),
+            pid: std::process::id(),
+            acquired_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        write_record(&file, &record).map_err(io("campaign"))?;
+        self.held = Some(file);
+        Ok(Campaign::Acquired { token })
+    }
+
+    fn holder(&self) -> Option<Holder> {
+        let record = read_record_at(&self.path);
+        (!record.holder.is_empty()).then_some(Holder {
+            identity: record.holder,
+            token: Some(record.token),
+        })
+    }
+
+    fn start_waiter(&mut self) {
+        let (tx, rx) = oneshot::channel();
+        let path = self.path.clone();
+        std::thread::spawn(move || {
+            let result = open_lock_file(&path).and_then(|f| f.lock().map(|()| f));
+            let _ = tx.send(result);
+        });
+        self.waiter = Some(rx);
+    }
+}
+
+impl Backend for FileBackend {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        if let Some(file) = self.held.take() {
+            return self.take(file);
+        }
+        match self.arrived.take() {
+            Some(Ok(file)) => return self.take(file),
+            Some(Err(e)) => return Err(io("campaign")(e)),
+            None => {}
+        }
+        if let Some(waiter) = self.waiter.as_mut() {
+            return match waiter.try_recv() {
+                Ok(Ok(file)) => {
+                    self.waiter = None;
+                    self.take(file)
+                }
+                Ok(Err(e)) => {
+                    self.waiter = None;
+                    Err(io("campaign")(e))
+                }
+                Err(oneshot::error::TryRecvError::Empty) => Ok(Campaign::Held(self.holder())),
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.waiter = None;
+                    Ok(Campaign::Held(self.holder()))
+                }
+            };
+        }
+        let file = open_lock_file(&self.path).map_err(io("campaign"))?;
+        match file.try_lock() {
+            Ok(()) => self.take(file),
+            Err(TryLockError::WouldBlock) => {
+                self.start_waiter();
+                Ok(Campaign::Held(self.holder()))
+            }
+            Err(TryLockError::Error(e)) => Err(io("campaign")(e)),
+        }
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        match &self.held {
+            Some(file) if still_the_lock_file(file, &self.path).map_err(io("renew"))? => {
+                Ok(Renewal::Renewed)
+            }
+            _ => Ok(Renewal::Lost),
+        }
+    }
+
+    async fn release(&mut self) -> Result<(), BackendError> {
+        if let Some(file) = self.held.take() {
+            let mut record = read_record(&file);
+            record.holder.clear();
+            let written = write_record(&file, &record);
+            // Dropping the file closes our only descriptor and with it the lock.
+            drop(file);
+            written.map_err(io("release"))?;
+        }
+        Ok(())
+    }
+
+    async fn wait_for_change(&mut self, max: Duration) {
+        match self.waiter.as_mut() {
+            Some(waiter) => {
+                // The waiter resolving (with the lock or an error) is the change.
+                if let Ok(answer) = tokio::time::timeout(max, waiter).await {
+                    self.waiter = None;
+                    self.arrived =
+                        Some(answer.unwrap_or_else(|_| {
+                            Err(std::io::Error::other("lock waiter vanished"))
+                        }));
+                }
+            }
+            None => tokio::time::sleep(max).await,
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The `Backend` trait: how one store is turned into the elector's small vocabulary.
+//!
+//! A backend answers four questions — may I take the lease now (`campaign`), do I
+//! still hold it (`renew`), give it back (`release`), and tell me when the holder may
+//! have changed (`wait_for_change`). It never computes deadlines and never publishes
+//! anything: the elector owns time, `Status` and every safety decision.
+//!
+//! Contract for implementations:
+//! - `campaign` and `renew` succeed only if the store guarantees the lease for at least
+//!   the ttl from the moment the request was *sent* (the elector measures from there).
+//! - `renew` and `release` act only on this candidate's own tenure (compare-and-act).
+//! - Every future may be dropped at any await point (the elector puts timeouts on all
+//!   of them); a dropped campaign that did succeed at the server must be recognised as
+//!   ours by the next `campaign` or cleaned up by `release`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::status::{FencingToken, Holder};
+
+pub mod file;
+pub mod redis;
+
+/// A failed backend operation (unreachable, timed out, protocol error).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{op}: {message}")]
+    Store { op: &'static str, message: String },
+}
+
+/// What one campaign round found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Campaign {
+    /// This candidate now holds the lease with this token.
+    Acquired { token: FencingToken },
+    /// Someone else holds it (or nobody we could identify yet).
+    Held(Option<Holder>),
+}
+
+/// What one renew round found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease is ours for another ttl from the send time of the request.
+    Renewed,
+    /// The store says the lease is no longer ours: step down at once.
+    Lost,
+}
+
+pub trait Backend: Send + 'static {
+    /// The name published in `Status` and metrics.
+    fn name(&self) -> &'static str;
+
+    /// The lease ttl this backend grants (it may differ from the requested one).
+    fn lease_ttl(&self) -> Duration;
+
+    /// One attempt to take the lease, or learn who holds it.
+    fn campaign(&mut self) -> impl Future<Output = Result<Campaign, BackendError>> + Send;
+
+    /// Extend our own lease.
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, BackendError>> + Send;
+
+    /// Give our own lease back (a no-op when we do not hold it).
+    fn release(&mut self) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Resolves when the holder may have changed, or after `max` at the latest.
+    fn wait_for_change(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
+}

@@ -1,0 +1,368 @@
+//! `redis` backend: one Redis server, every step an atomic Lua script.
+//!
+//! Keys (hash-tagged so that a cluster keeps them in one slot):
+//! - `leasekeeper:{<election>}:lock`  = `<nonce>|<token>|<identity>`, with a PX ttl;
+//! - `leasekeeper:{<election>}:fence` = the fencing counter;
+//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`.
+//!
+//! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
+//! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
+//! sidecar reuses its identity. A campaign whose answer was lost leaves our nonce in
+//! the key; the next campaign recognises it and adopts it (refreshing its expiry
+//! from the new send time), and a shutdown releases it.
+//!
+//! Tokens: `INCR` of the fence key in the same script as the `SET NX`, never lower
+//! than the highest token this candidate has seen (`floor`). If the fence key is gone
+//! although tokens were handed out before, the server lost its data (restart without
+//! persistence) while a leader may still hold a claim: the script then fences the
+//! lock with a placeholder for one ttl, so that claim runs out before anyone else's
+//! starts.
+//!
+//! Followers wake on the events channel and on `__keyevent@<db>__:expired` (when the
+//! server has keyspace notifications on), at the observed holder's expiry when it is
+//! close, and otherwise at the jittered retry interval.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rand::Rng;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::{Backend, BackendError, Campaign, Renewal};
+use crate::config::RedisSettings;
+use crate::status::{FencingToken, Holder};
+
+const ACQUIRE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {1, cur, -1}
+  end
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
+local floor = tonumber(ARGV[4])
+if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], floor)
+  local fenced = 'quarantine|' .. floor .. '|'
+  redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
+  return {0, fenced, tonumber(ARGV[3])}
+end
+local token = redis.call('INCR', KEYS[2])
+if token <= floor then
+  token = floor + 1
+  redis.call('SET', KEYS[2], token)
+end
+local value = ARGV[1] .. token .. '|' .. ARGV[2]
+redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
+return {1, value, -1}
+"#;
+
+const RENEW: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+const RELEASE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+  return 1
+end
+return 0
+"#;
+
+/// The Redis names one election uses.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub lock: String,
+    pub fence: String,
+    pub events: String,
+}
+
+impl Keys {
+    pub fn for_election(election: &str) -> Self {
+        Keys {
+            lock: format!("leasekeeper:{{{election}}}:lock"),
+            fence: format!("leasekeeper:{{{election}}}:fence"),
+            events: format!("leasekeeper:{{{election}}}:events"),
+        }
+    }
+}
+
+/// A lock value split into its parts.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LockValue<'a> {
+    pub nonce: &'a str,
+    pub token: Option<FencingToken>,
+    pub identity: &'a str,
+}
+
+pub fn parse_value(value: &str) -> LockValue<'_> {
+    let mut parts = value.splitn(3, '|');
+    let nonce = parts.next().unwrap_or("");
+    let token = parts.next().and_then(|t| t.parse().ok());
+    let identity = parts.next().unwrap_or("");
+    LockValue {
+        nonce,
+        token,
+        identity,
+    }
+}
+
+fn new_nonce() -> String {
+    let n: u128 = rand::rng().random();
+    format!("{n:032x}")
+}
+
+pub struct RedisBackend {
+    conn: ConnectionManager,
+    keys: Keys,
+    identity: String,
+    ttl: Duration,
+    /// This tenure's nonce; rotated on every release.
+    nonce: String,
+    /// The full value while we lead.
+    value: Option<String>,
+    /// The highest token seen; new tokens never go below it.
+    floor: FencingToken,
+    wake: Arc<Notify>,
+    /// When the observed holder's key expires, if soon.
+    expiry_hint: Option<Instant>,
+    listener: JoinHandle<()>,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
+    move |e| BackendError::Store {
+        op,
+        message: e.to_string(),
+    }
+}
+
+impl RedisBackend {
+    /// Connects lazily: an unreachable server is not an error here, the elector retries.
+    pub fn new(
+        settings: &RedisSettings,
+        election: &str,
+        identity: &str,
+        ttl: Duration,
+        op_timeout: Duration,
+    ) -> Result<Self, BackendError> {
+        let client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(op_timeout);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(store("connect"))?;
+        let keys = Keys::for_election(election);
+        let wake = Arc::new(Notify::new());
+        let db = settings.info.redis_settings().db();
+        let listener = tokio::spawn(listen(client, keys.clone(), db, wake.clone(), op_timeout));
+        Ok(RedisBackend {
+            conn,
+            keys,
+            identity: identity.to_owned(),
+            ttl,
+            nonce: new_nonce(),
+            value: None,
+            floor: 0,
+            wake,
+            expiry_hint: None,
+            listener,
+            acquire: Script::new(ACQUIRE),
+            renew: Script::new(RENEW),
+            release: Script::new(RELEASE),
+        })
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn nonce_prefix(&self) -> String {
+        format!("{}|", self.nonce)
+    }
+}
+
+/// Keeps one pub/sub connection subscribed to the election's events and to key
+/// expiry events, and wakes the follower on each. Reconnects with backoff; after
+/// every (re)subscribe it wakes once, since messages may have been missed.
+async fn listen(
+    client: redis::Client,
+    keys: Keys,
+    db: i64,
+    wake: Arc<Notify>,
+    op_timeout: Duration,
+) {
+    let expired = format!("__keyevent@{db}__:expired");
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let subscribed = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&keys.events).await?;
+            pubsub.subscribe(&expired).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(op_timeout, subscribed).await {
+            Ok(Ok(mut pubsub)) => {
+                backoff = Duration::from_millis(50);
+                wake.notify_one();
+                let mut messages = pubsub.on_message();
+                while let Some(msg) = messages.next().await {
+                    let relevant = msg.get_channel_name() != expired
+                        || msg.get_payload_bytes() == keys.lock.as_bytes();
+                    if relevant {
+                        wake.notify_one();
+                    }
+                }
+                tracing::debug!("redis pub/sub connection closed; reconnecting");
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "redis pub/sub subscribe failed"),
+            Err(_) => tracing::debug!("redis pub/sub subscribe timed out"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+impl Backend for RedisBackend {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        let prefix = self.nonce_prefix();
+        let (won, value, pttl): (i64, String, i64) = self
+            .acquire
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(&prefix)
+            .arg(&self.identity)
+            .arg(self.ttl_ms())
+            .arg(self.floor)
+            .arg(&self.keys.events)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(store("campaign"))?;
+        let parsed = parse_value(&value);
+        if let Some(token) = parsed.token {
+            self.floor = self.floor.max(token);
+        }
+        if won == 1 {
+            let token = parsed.token.ok_or_else(|| BackendError::Store {
+                op: "campaign",
+                message: format!("lock value without a token: {value:?}"),
+            })?;
+            self.value = Some(value);
+            self.expiry_hint = None;
+            return Ok(Campaign::Acquired { token });
+        }
+        self.expiry_hint =
+            (pttl > 0).then(|| Instant::now() + Duration::from_millis(pttl as u64 + 2));
+        let holder = (!parsed.identity.is_empty()).then(|| Holder {
+            identity: parsed.identity.to_owned(),
+            token: parsed.token,
+        });
+        Ok(Campaign::Held(holder))
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(Renewal::Lost);
+        };
+        let kept: i64 = self
+            .renew
+            .key(&self.keys.lock)
+            .arg(&value)
+            .arg(self.ttl_ms())
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(store("renew"))?;
+        Ok(if kept == 1 {
+            Renewal::Renewed
+        } else {
+            Renewal::Lost
+        })
+    }
+
+    async fn release(&mut self) -> Result<(), BackendError> {
+        // Whatever the answer, this tenure is over: the next one gets a fresh nonce so
+        // a leftover value of this one is never adopted as a new tenure.
+        let prefix = self.nonce_prefix();
+        self.nonce = new_nonce();
+        self.value = None;
+        let _: i64 = self
+            .release
+            .key(&self.keys.lock)
+            .arg(&prefix)
+            .arg(&self.keys.events)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(store("release"))?;
+        Ok(())
+    }
+
+    async fn wait_for_change(&mut self, max: Duration) {
+        let mut until = Instant::now() + max;
+        if let Some(hint) = self.expiry_hint.take() {
+            until = until.min(hint);
+        }
+        tokio::select! {
+            _ = self.wake.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_values_split_even_when_the_identity_has_bars_or_colons() {
+        let v = parse_value("0123|42|pod:a|b");
+        assert_eq!(
+            v,
+            LockValue {
+                nonce: "0123",
+                token: Some(42),
+                identity: "pod:a|b"
+            }
+        );
+        let q = parse_value("quarantine|7|");
+        assert_eq!(q.identity, "");
+        assert_eq!(q.token, Some(7));
+    }
+
+    #[test]
+    fn keys_share_one_cluster_slot() {
+        let k = Keys::for_election("my-app");
+        assert_eq!(k.lock, "leasekeeper:{my-app}:lock");
+        assert!(k.fence.contains("{my-app}") && k.events.contains("{my-app}"));
+    }
+}

@@ -1,0 +1,696 @@
+//! Flags, `LEASEKEEPER_*` environment and the `--config` YAML file, turned into
+//! validated, typed [`Settings`] before anything starts.
+//!
+//! Precedence: flags over environment over file. Every value is parsed here; a bad
+//! one becomes a [`ConfigError`] whose message is one line that names the setting.
+//! Nothing past this module ever sees a raw string.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// What went wrong with the configuration; each message names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+/// Command line. Every value is optional here so that the file can fill gaps and
+/// so that the messages for bad values are ours, one line each.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "leasekeeper",
+    version,
+    about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
+)]
+pub struct Cli {
+    /// Backend: file, redis (etcd, zookeeper, kubernetes and redlock come in later releases).
+    #[arg(long, env = "LEASEKEEPER_BACKEND")]
+    pub backend: Option<String>,
+    /// Name of the lease (lowercase letters, digits, '-' and '.').
+    #[arg(long, env = "LEASEKEEPER_ELECTION")]
+    pub election: Option<String>,
+    /// This candidate's unique name [default: $POD_NAME, else <hostname>-<pid>].
+    #[arg(long, env = "LEASEKEEPER_IDENTITY")]
+    pub identity: Option<String>,
+    /// Status and metrics listener [default: 0.0.0.0:4040].
+    #[arg(long, env = "LEASEKEEPER_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+    /// Lease time to live, like 15s or 1500ms [default: 15s].
+    #[arg(long, env = "LEASEKEEPER_TTL")]
+    pub ttl: Option<String>,
+    /// How often the leader renews [default: ttl/3].
+    #[arg(long, env = "LEASEKEEPER_RENEW_INTERVAL")]
+    pub renew_interval: Option<String>,
+    /// Fallback re-check period for followers [default: ttl/3].
+    #[arg(long, env = "LEASEKEEPER_RETRY_INTERVAL")]
+    pub retry_interval: Option<String>,
+    /// Timeout of every single backend call [default: ttl/5, at most 5s].
+    #[arg(long, env = "LEASEKEEPER_BACKEND_TIMEOUT")]
+    pub backend_timeout: Option<String>,
+    /// Clock drift allowed for, as a fraction of the ttl [default: 0.01].
+    #[arg(long, env = "LEASEKEEPER_CLOCK_DRIFT")]
+    pub clock_drift: Option<String>,
+    /// Safety margin taken off every local deadline [default: ttl/100, at least 10ms].
+    #[arg(long, env = "LEASEKEEPER_SAFETY_MARGIN")]
+    pub safety_margin: Option<String>,
+    /// redis://[user:pass@]host:port[/db] or rediss:// (TLS).
+    #[arg(long, env = "LEASEKEEPER_REDIS_URL", value_delimiter = ',')]
+    pub redis_url: Vec<String>,
+    /// File holding the Redis password (the user may be given in the URL).
+    #[arg(long, env = "LEASEKEEPER_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
+    #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
+    pub file_path: Option<PathBuf>,
+    /// Exit non-zero on losing leadership instead of campaigning again.
+    #[arg(long, env = "LEASEKEEPER_EXIT_ON_LOSS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub exit_on_loss: Option<String>,
+    /// Allow POST /release from loopback.
+    #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_release_endpoint: Option<String>,
+    /// Log format: text or json [default: text].
+    #[arg(long, env = "LEASEKEEPER_LOG_FORMAT")]
+    pub log_format: Option<String>,
+    /// Append every claim start, deadline and end as a JSON line (CLOCK_MONOTONIC ns) to this file.
+    #[arg(long, env = "LEASEKEEPER_TRANSITION_LOG")]
+    pub transition_log: Option<PathBuf>,
+    /// YAML file with the same keys as the flags (flags and environment win).
+    #[arg(long, env = "LEASEKEEPER_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// A YAML value that may be written as one string or a list of them.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A scalar in the YAML file; numbers and booleans are accepted where strings are.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl Scalar {
+    fn into_string(self) -> String {
+        match self {
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Str(s) => s,
+        }
+    }
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileConfig {
+    backend: Option<Scalar>,
+    election: Option<Scalar>,
+    identity: Option<Scalar>,
+    http_addr: Option<Scalar>,
+    ttl: Option<Scalar>,
+    renew_interval: Option<Scalar>,
+    retry_interval: Option<Scalar>,
+    backend_timeout: Option<Scalar>,
+    clock_drift: Option<Scalar>,
+    safety_margin: Option<Scalar>,
+    redis_url: Option<OneOrMany>,
+    redis_password_file: Option<PathBuf>,
+    file_path: Option<PathBuf>,
+    exit_on_loss: Option<Scalar>,
+    enable_release_endpoint: Option<Scalar>,
+    log_format: Option<Scalar>,
+    transition_log: Option<PathBuf>,
+}
+
+impl Cli {
+    /// Fills every value the command line and environment left empty from the file.
+    fn merge_file(mut self, file: FileConfig) -> Self {
+        fn fill(slot: &mut Option<String>, v: Option<Scalar>) {
+            if slot.is_none() {
+                *slot = v.map(Scalar::into_string);
+            }
+        }
+        fill(&mut self.backend, file.backend);
+        fill(&mut self.election, file.election);
+        fill(&mut self.identity, file.identity);
+        fill(&mut self.http_addr, file.http_addr);
+        fill(&mut self.ttl, file.ttl);
+        fill(&mut self.renew_interval, file.renew_interval);
+        fill(&mut self.retry_interval, file.retry_interval);
+        fill(&mut self.backend_timeout, file.backend_timeout);
+        fill(&mut self.clock_drift, file.clock_drift);
+        fill(&mut self.safety_margin, file.safety_margin);
+        fill(&mut self.exit_on_loss, file.exit_on_loss);
+        fill(
+            &mut self.enable_release_endpoint,
+            file.enable_release_endpoint,
+        );
+        fill(&mut self.log_format, file.log_format);
+        if self.redis_url.is_empty() {
+            self.redis_url = match file.redis_url {
+                Some(OneOrMany::One(s)) => s.split(',').map(str::to_owned).collect(),
+                Some(OneOrMany::Many(v)) => v,
+                None => Vec::new(),
+            };
+        }
+        self.redis_password_file = self.redis_password_file.or(file.redis_password_file);
+        self.file_path = self.file_path.or(file.file_path);
+        self.transition_log = self.transition_log.or(file.transition_log);
+        self
+    }
+}
+
+/// Which store holds the lease, with what it needs to reach it.
+#[derive(Clone, Debug)]
+pub enum BackendSettings {
+    File { path: PathBuf },
+    Redis(RedisSettings),
+}
+
+impl BackendSettings {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendSettings::File { .. } => "file",
+            BackendSettings::Redis(_) => "redis",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RedisSettings {
+    pub url: String,
+    pub info: redis::ConnectionInfo,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    // The connection info may carry a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact(&self.url))
+            .finish()
+    }
+}
+
+/// Drops the password from a URL for logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme_end + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Lease timing; every duration the elector uses comes from here.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub ttl: Duration,
+    pub renew_interval: Duration,
+    pub retry_interval: Duration,
+    pub backend_timeout: Duration,
+    pub clock_drift: f64,
+    pub safety_margin: Duration,
+}
+
+impl Timing {
+    /// The defaults of DESIGN §6 for a given ttl.
+    pub fn for_ttl(ttl: Duration) -> Self {
+        Timing {
+            ttl,
+            renew_interval: ttl / 3,
+            retry_interval: ttl / 3,
+            backend_timeout: (ttl / 5).min(Duration::from_secs(5)),
+            clock_drift: 0.01,
+            safety_margin: (ttl / 100).max(Duration::from_millis(10)),
+        }
+    }
+
+    /// How long a claim may be asserted after the request that established it was sent.
+    pub fn claim_length(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(1.0 - self.clock_drift)
+            .saturating_sub(self.safety_margin)
+    }
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub election: String,
+    pub identity: String,
+    pub http_addr: SocketAddr,
+    pub timing: Timing,
+    pub backend: BackendSettings,
+    pub exit_on_loss: bool,
+    pub enable_release_endpoint: bool,
+    pub log_format: LogFormat,
+    pub transition_log: Option<PathBuf>,
+}
+
+/// Parses durations like `15s`, `500ms`, `2m`.
+pub fn parse_duration(setting: &str, raw: &str) -> Result<Duration, ConfigError> {
+    let d = humantime::parse_duration(raw.trim()).map_err(|_| {
+        bad(format!(
+            "{setting} {raw:?} is not a duration; write it like 15s, 500ms or 2m"
+        ))
+    })?;
+    if d.is_zero() {
+        return Err(bad(format!("{setting} {raw} must be longer than zero")));
+    }
+    Ok(d)
+}
+
+fn parse_bool(setting: &str, raw: Option<&str>) -> Result<bool, ConfigError> {
+    match raw.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("false" | "0" | "no" | "off") => Ok(false),
+        Some("true" | "1" | "yes" | "on" | "") => Ok(true),
+        Some(other) => Err(bad(format!("{setting} {other:?} is not true or false"))),
+    }
+}
+
+fn fmt_d(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn validate_election(name: &str) -> Result<(), ConfigError> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    let ok_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if name.is_empty() || name.len() > 253 || !ok_chars || !ok_ends {
+        return Err(bad(format!(
+            "--election {name:?} is not a valid name; use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (at most 253)"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_identity(identity: &str) -> Result<(), ConfigError> {
+    if identity.is_empty()
+        || identity.len() > 253
+        || identity.chars().any(|c| c.is_control() || c == '|')
+    {
+        return Err(bad(format!(
+            "--identity {identity:?} is not usable; give 1 to 253 characters without control characters or '|'"
+        )));
+    }
+    Ok(())
+}
+
+fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME") {
+        if !pod.is_empty() {
+            return pod;
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+fn parse_http_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
+    let candidate = if raw.starts_with(':') {
+        format!("0.0.0.0{raw}")
+    } else {
+        raw.to_owned()
+    };
+    candidate.parse().map_err(|_| {
+        bad(format!(
+            "--http-addr {raw:?} is not an address; write it like 0.0.0.0:4040 or 127.0.0.1:8080"
+        ))
+    })
+}
+
+fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        return Err(bad(format!(
+            "{setting} {}: the file is empty",
+            path.display()
+        )));
+    }
+    Ok(secret)
+}
+
+fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
+    let urls: Vec<&str> = cli
+        .redis_url
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let url = match urls.as_slice() {
+        [] => return Err(bad("--redis-url is required with --backend redis; write it like redis://127.0.0.1:6379")),
+        [one] => *one,
+        many => {
+            return Err(bad(format!(
+                "--redis-url: the redis backend takes one server, got {}; a quorum of several is the redlock backend",
+                many.len()
+            )))
+        }
+    };
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(bad(format!(
+            "--redis-url {:?} must start with redis:// or rediss://",
+            redact(url)
+        )));
+    }
+    let mut info: redis::ConnectionInfo = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| {
+            bad(format!(
+                "--redis-url {:?} is not a Redis URL: {e}",
+                redact(url)
+            ))
+        })?;
+    if let Some(path) = &cli.redis_password_file {
+        let password = read_secret_file("--redis-password-file", path)?;
+        let redis_info = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(redis_info);
+    }
+    Ok(RedisSettings {
+        url: redact(url),
+        info,
+    })
+}
+
+fn in_a_pod() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
+impl Settings {
+    /// Parses the process's own command line, environment and config file.
+    pub fn from_args<I, T>(args: I) -> Result<Settings, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Cli::try_parse_from(args).map_err(|e| bad(first_line(&e.to_string())))?;
+        Settings::from_cli(cli)
+    }
+
+    /// Merges the file named by `--config` and validates everything.
+    pub fn from_cli(cli: Cli) -> Result<Settings, ConfigError> {
+        let cli = match cli.config.clone() {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    bad(format!("--config {}: cannot read it: {e}", path.display()))
+                })?;
+                let file: FileConfig = if text.trim().is_empty() {
+                    FileConfig::default()
+                } else {
+                    serde_yaml_ng::from_str(&text).map_err(|e| {
+                        bad(format!(
+                            "--config {}: {}",
+                            path.display(),
+                            first_line(&e.to_string())
+                        ))
+                    })?
+                };
+                cli.merge_file(file)
+            }
+            None => cli,
+        };
+        Settings::validate(cli)
+    }
+
+    fn validate(cli: Cli) -> Result<Settings, ConfigError> {
+        let election = cli
+            .election
+            .clone()
+            .unwrap_or_else(|| "leasekeeper".to_owned());
+        validate_election(&election)?;
+        let identity = cli.identity.clone().unwrap_or_else(default_identity);
+        validate_identity(&identity)?;
+        let http_addr = parse_http_addr(cli.http_addr.as_deref().unwrap_or("0.0.0.0:4040"))?;
+        let timing = timing(&cli)?;
+
+        let backend_name = cli
+            .backend
+            .clone()
+            .unwrap_or_else(|| if in_a_pod() { "kubernetes" } else { "file" }.to_owned());
+        let backend = match backend_name.trim() {
+            "file" => BackendSettings::File {
+                path: cli.file_path.clone().unwrap_or_else(|| default_lock_path(&election)),
+            },
+            "redis" => BackendSettings::Redis(redis_settings(&cli)?),
+            name @ ("etcd" | "zookeeper" | "kubernetes" | "redlock") => {
+                return Err(bad(format!(
+                    "--backend {name} is not available in this release yet; use file or redis"
+                )))
+            }
+            other => {
+                return Err(bad(format!(
+                    "--backend {other:?} is unknown; choose one of file, redis, redlock, etcd, zookeeper, kubernetes"
+                )))
+            }
+        };
+
+        let log_format = match cli.log_format.as_deref().map(str::trim) {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(bad(format!(
+                    "--log-format {other:?} is unknown; choose text or json"
+                )))
+            }
+        };
+
+        Ok(Settings {
+            election,
+            identity,
+            http_addr,
+            timing,
+            backend,
+            exit_on_loss: parse_bool("--exit-on-loss", cli.exit_on_loss.as_deref())?,
+            enable_release_endpoint: parse_bool(
+                "--enable-release-endpoint",
+                cli.enable_release_endpoint.as_deref(),
+            )?,
+            log_format,
+            transition_log: cli.transition_log,
+        })
+    }
+}
+
+fn default_lock_path(election: &str) -> PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    dir.join(format!("leasekeeper-{election}.lock"))
+}
+
+fn timing(cli: &Cli) -> Result<Timing, ConfigError> {
+    let ttl = match &cli.ttl {
+        Some(raw) => parse_duration("--ttl", raw)?,
+        None => Duration::from_secs(15),
+    };
+    let mut t = Timing::for_ttl(ttl);
+    if let Some(raw) = &cli.renew_interval {
+        t.renew_interval = parse_duration("--renew-interval", raw)?;
+    }
+    if let Some(raw) = &cli.retry_interval {
+        t.retry_interval = parse_duration("--retry-interval", raw)?;
+    }
+    if let Some(raw) = &cli.backend_timeout {
+        t.backend_timeout = parse_duration("--backend-timeout", raw)?;
+    }
+    if let Some(raw) = &cli.safety_margin {
+        t.safety_margin = humantime::parse_duration(raw.trim()).map_err(|_| {
+            bad(format!(
+                "--safety-margin {raw:?} is not a duration; write it like 50ms"
+            ))
+        })?;
+    }
+    if let Some(raw) = &cli.clock_drift {
+        t.clock_drift = raw
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|d| (0.0..0.5).contains(d))
+            .ok_or_else(|| {
+                bad(format!(
+                    "--clock-drift {raw:?} must be a fraction from 0 up to 0.5, like 0.01"
+                ))
+            })?;
+    }
+    if ttl < Duration::from_millis(100) {
+        return Err(bad(format!(
+            "--ttl {} is too short; use at least 100ms",
+            fmt_d(ttl)
+        )));
+    }
+    if t.renew_interval >= ttl {
+        return Err(bad(format!(
+            "--ttl {} is not longer than --renew-interval {}; the leader could never renew in time",
+            fmt_d(ttl),
+            fmt_d(t.renew_interval)
+        )));
+    }
+    if t.backend_timeout >= ttl {
+        return Err(bad(format!(
+            "--backend-timeout {} is not shorter than --ttl {}; a hung call would outlive the lease",
+            fmt_d(t.backend_timeout),
+            fmt_d(ttl)
+        )));
+    }
+    let claim = t.claim_length(ttl);
+    if t.renew_interval + t.backend_timeout >= claim {
+        return Err(bad(format!(
+            "--ttl {} leaves a claim of {} after drift and margin, not more than --renew-interval {} plus --backend-timeout {}; the leader could lose every lease it renews",
+            fmt_d(ttl),
+            fmt_d(claim),
+            fmt_d(t.renew_interval),
+            fmt_d(t.backend_timeout)
+        )));
+    }
+    Ok(t)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, ConfigError> {
+        Settings::from_args(std::iter::once("leasekeeper").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_use_the_file_backend_and_a_ttl_of_fifteen_seconds() {
+        let s = parse(&["--election", "demo"]).expect("valid");
+        assert_eq!(s.timing.ttl, Duration::from_secs(15));
+        assert_eq!(s.timing.renew_interval, Duration::from_secs(5));
+        assert_eq!(s.http_addr.port(), 4040);
+        match s.backend {
+            BackendSettings::File { path } => assert!(path.ends_with("leasekeeper-demo.lock")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_bad_input_names_its_setting_on_one_line() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--ttl", "soon"], "--ttl"),
+            (
+                &["--ttl", "1s", "--renew-interval", "5s"],
+                "--renew-interval 5s",
+            ),
+            (
+                &["--ttl", "1s", "--renew-interval", "900ms"],
+                "--ttl 1s leaves a claim",
+            ),
+            (&["--backend", "consul"], "--backend \"consul\" is unknown"),
+            (&["--backend", "redis"], "--redis-url is required"),
+            (
+                &["--backend", "redis", "--redis-url", "http://x"],
+                "must start with redis://",
+            ),
+            (
+                &[
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    "redis://a:1,redis://b:2",
+                ],
+                "redlock",
+            ),
+            (&["--http-addr", "nowhere"], "--http-addr"),
+            (&["--election", "Bad Name"], "--election"),
+            (&["--log-format", "xml"], "--log-format"),
+            (&["--exit-on-loss=maybe"], "--exit-on-loss"),
+            (&["--clock-drift", "2"], "--clock-drift"),
+            (
+                &["--config", "/nonexistent/lk.yaml"],
+                "--config /nonexistent/lk.yaml",
+            ),
+            (
+                &[
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    "redis://h:1",
+                    "--redis-password-file",
+                    "/nonexistent/pw",
+                ],
+                "--redis-password-file",
+            ),
+            (&["--no-such-flag"], "--no-such-flag"),
+        ];
+        for (args, want) in cases {
+            let err = parse(args)
+                .expect_err(&format!("{args:?} must fail"))
+                .to_string();
+            assert!(
+                err.contains(want),
+                "{args:?}: {err:?} does not mention {want:?}"
+            );
+            assert!(!err.contains('\n'), "{args:?}: not one line: {err:?}");
+        }
+    }
+
+    #[test]
+    fn the_file_fills_what_flags_leave_and_flags_win() {
+        let dir = std::env::temp_dir().join(format!("lk-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("lk.yaml");
+        std::fs::write(
+            &path,
+            "ttl: 3s\nelection: from-file\nretry-interval: 250ms\nexit-on-loss: true\n",
+        )
+        .expect("write");
+        let p = path.to_str().expect("utf8");
+        let s = parse(&["--config", p, "--election", "from-flag"]).expect("valid");
+        assert_eq!(s.election, "from-flag");
+        assert_eq!(s.timing.ttl, Duration::from_secs(3));
+        assert_eq!(s.timing.retry_interval, Duration::from_millis(250));
+        assert!(s.exit_on_loss);
+        std::fs::write(&path, "ttl: 3s\nbogus: 1\n").expect("write");
+        let err = parse(&["--config", p])
+            .expect_err("unknown key")
+            .to_string();
+        assert!(err.contains("bogus"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn redis_passwords_never_reach_logs() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+}

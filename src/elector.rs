@@ -1,0 +1,535 @@
+//! The elector: the state machine that turns backend answers into one `Status`.
+//!
+//! It is the only writer of `Status` and the only owner of time. The safety
+//! invariants of DESIGN §2 are kept here:
+//!
+//! 1. *At most one claim at a time* follows from 2 and from each backend's compare-
+//!    and-act renew: a claim never outlives the lease the store granted.
+//! 2. *The local deadline is conservative*: [`Elector::lead`] derives every deadline
+//!    from the monotonic instant the acquire/renew request was **sent**, plus the ttl
+//!    shrunk by the drift factor and the safety margin ([`Timing::claim_length`]). A
+//!    reply that arrives at or after the current deadline never extends it: the
+//!    candidate steps down instead.
+//! 3. *Answers are checked at answer time*: `Status` carries the deadline, and
+//!    publishers call [`Status::is_leader_at`]; the role flag alone is never trusted.
+//!    On stepping down the elector publishes "not leader" **before** it logs the end of
+//!    the claim and before it releases, so no observer can see a leader after release.
+//! 4. *Fencing tokens* come from the backend with every acquisition and are published
+//!    with the claim.
+//! 5. *Release only what you hold* is the backend's compare-and-act.
+//! 6. *Losing never kills the sidecar*: after a loss the loop campaigns again, unless
+//!    `--exit-on-loss` asked for [`Exit::LostLeadership`].
+//! 7. *Graceful shutdown releases*: shutdown publishes "not leader", then releases.
+//!
+//! Every backend call runs under a timeout (the backend timeout, and never past the
+//! current deadline while leading), so a frozen store cannot stall a step-down.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use crate::backend::{Backend, BackendError, Campaign, Renewal};
+use crate::clock::to_monotonic_ns;
+use crate::config::Timing;
+use crate::status::{Claim, FencingToken, Holder, Role, Status};
+
+/// Why the elector loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Shutdown was asked for; any lease held was released.
+    Shutdown,
+    /// Leadership was lost and `--exit-on-loss` is set.
+    LostLeadership,
+}
+
+/// Things the elector reports that are not part of `Status` (counters, histograms).
+pub trait Observer: Send + Sync + 'static {
+    fn acquired(&self, _campaign_took: Duration) {}
+    fn lost(&self) {}
+    fn released(&self) {}
+    fn renewed(&self, _ok: bool, _took: Duration) {}
+    fn backend_error(&self, _op: &'static str) {}
+}
+
+/// An observer that records nothing.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// A request to step down now (from `POST /release`); answered with whether we led.
+pub type ReleaseRequest = oneshot::Sender<bool>;
+
+/// The last time the elector loop made progress, for `/healthz`.
+#[derive(Debug)]
+pub struct Heartbeat {
+    last: Mutex<Instant>,
+    stuck_after: Duration,
+}
+
+impl Heartbeat {
+    pub fn new(timing: &Timing) -> Arc<Self> {
+        let longest_wait =
+            timing.retry_interval.max(timing.renew_interval) + timing.backend_timeout;
+        Arc::new(Heartbeat {
+            last: Mutex::new(Instant::now()),
+            stuck_after: longest_wait * 2 + Duration::from_secs(1),
+        })
+    }
+
+    fn beat(&self) {
+        if let Ok(mut last) = self.last.lock() {
+            *last = Instant::now();
+        }
+    }
+
+    /// True while the loop has made progress recently enough.
+    pub fn is_alive_at(&self, now: Instant) -> bool {
+        self.last
+            .lock()
+            .map(|last| now.saturating_duration_since(*last) <= self.stuck_after)
+            .unwrap_or(false)
+    }
+}
+
+/// One line of the transition log (JSON). Times are `CLOCK_MONOTONIC` nanoseconds.
+#[derive(Serialize)]
+struct TransitionRecord<'a> {
+    event: &'a str,
+    identity: &'a str,
+    pid: u32,
+    token: FencingToken,
+    at_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+}
+
+/// Append-only JSON-lines log of claims, for the election checker and post-mortems.
+/// Each line is written with one `write` on an `O_APPEND` file before the matching
+/// `Status` is published, so a process killed at any point never published a claim
+/// that the log does not show.
+pub struct TransitionLog {
+    file: Option<std::fs::File>,
+    identity: String,
+}
+
+impl TransitionLog {
+    pub fn open(path: Option<&Path>, identity: &str) -> std::io::Result<Self> {
+        let file = match path {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+            None => None,
+        };
+        Ok(TransitionLog {
+            file,
+            identity: identity.to_owned(),
+        })
+    }
+
+    pub fn disabled() -> Self {
+        TransitionLog {
+            file: None,
+            identity: String::new(),
+        }
+    }
+
+    fn record(
+        &mut self,
+        event: &str,
+        token: FencingToken,
+        at: Instant,
+        deadline: Option<Instant>,
+        reason: Option<&str>,
+    ) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        let rec = TransitionRecord {
+            event,
+            identity: &self.identity,
+            pid: std::process::id(),
+            token,
+            at_ns: to_monotonic_ns(at),
+            deadline_ns: deadline.map(to_monotonic_ns),
+            reason,
+        };
+        let Ok(mut line) = serde_json::to_vec(&rec) else {
+            return;
+        };
+        line.push(b'\n');
+        if let Err(e) = file.write_all(&line) {
+            tracing::warn!(error = %e, "could not write the transition log");
+        }
+    }
+}
+
+/// How a tenure ended.
+enum TenureEnd {
+    Shutdown,
+    Lost,
+    Released,
+}
+
+pub struct Elector<B: Backend> {
+    backend: B,
+    timing: Timing,
+    status: watch::Sender<Status>,
+    observer: Arc<dyn Observer>,
+    log: TransitionLog,
+    releases: mpsc::Receiver<ReleaseRequest>,
+    shutdown: watch::Receiver<bool>,
+    heartbeat: Arc<Heartbeat>,
+    exit_on_loss: bool,
+}
+
+/// The parts an elector is built from, besides the backend.
+pub struct ElectorParts {
+    pub timing: Timing,
+    pub status: watch::Sender<Status>,
+    pub observer: Arc<dyn Observer>,
+    pub log: TransitionLog,
+    pub releases: mpsc::Receiver<ReleaseRequest>,
+    pub shutdown: watch::Receiver<bool>,
+    pub heartbeat: Arc<Heartbeat>,
+    pub exit_on_loss: bool,
+}
+
+impl<B: Backend> Elector<B> {
+    pub fn new(backend: B, parts: ElectorParts) -> Self {
+        Elector {
+            backend,
+            timing: parts.timing,
+            status: parts.status,
+            observer: parts.observer,
+            log: parts.log,
+            releases: parts.releases,
+            shutdown: parts.shutdown,
+            heartbeat: parts.heartbeat,
+            exit_on_loss: parts.exit_on_loss,
+        }
+    }
+
+    fn shutting_down(&self) -> bool {
+        // A dropped sender means the process is going away: treat it as shutdown.
+        *self.shutdown.borrow() || self.shutdown.has_changed().is_err()
+    }
+
+    /// Runs until shutdown (or a loss with `--exit-on-loss`).
+    pub async fn run(mut self) -> Exit {
+        let mut backoff = Backoff::new(self.timing.retry_interval);
+        let mut campaign_started = Instant::now();
+        loop {
+            self.heartbeat.beat();
+            if self.shutting_down() {
+                return self.finish().await;
+            }
+            let sent = Instant::now();
+            match timed(
+                &*self.observer,
+                "campaign",
+                self.timing.backend_timeout,
+                self.backend.campaign(),
+            )
+            .await
+            {
+                Ok(Campaign::Acquired { token }) => {
+                    backoff.reset();
+                    let deadline = sent + self.claim_length();
+                    if Instant::now() >= deadline {
+                        // The answer came too late to claim anything (invariant 2).
+                        tracing::warn!(
+                            token,
+                            "acquired, but the answer arrived after the deadline; not claiming"
+                        );
+                        self.release_quietly().await;
+                        continue;
+                    }
+                    self.observer.acquired(campaign_started.elapsed());
+                    match self.lead(token, sent, deadline).await {
+                        TenureEnd::Shutdown => return Exit::Shutdown,
+                        TenureEnd::Lost if self.exit_on_loss => return Exit::LostLeadership,
+                        TenureEnd::Lost => {}
+                        TenureEnd::Released => self.sit_out().await,
+                    }
+                    campaign_started = Instant::now();
+                }
+                Ok(Campaign::Held(holder)) => {
+                    backoff.reset();
+                    self.observe(holder);
+                    let max = jittered(self.timing.retry_interval);
+                    let mut shutdown = self.shutdown.clone();
+                    tokio::select! {
+                        _ = self.backend.wait_for_change(max) => {}
+                        _ = shutdown.changed() => {}
+                        Some(req) = self.releases.recv() => { let _ = req.send(false); }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, backend = self.backend.name(), "campaign failed; retrying");
+                    self.status.send_modify(|s| {
+                        if s.role != Role::Leader {
+                            s.role = Role::Candidate;
+                        }
+                    });
+                    self.pause(backoff.next()).await;
+                }
+            }
+        }
+    }
+
+    fn claim_length(&self) -> Duration {
+        self.timing.claim_length(self.backend.lease_ttl())
+    }
+
+    /// Leads from an acquisition sent at `sent` until the tenure ends.
+    async fn lead(
+        &mut self,
+        token: FencingToken,
+        sent: Instant,
+        mut deadline: Instant,
+    ) -> TenureEnd {
+        let now = Instant::now();
+        self.log
+            .record("claim_start", token, now, Some(deadline), None);
+        let identity = self.status.borrow().identity.clone();
+        let holder = Holder {
+            identity: identity.clone(),
+            token: Some(token),
+        };
+        self.status.send_modify(|s| {
+            s.role = Role::Leader;
+            s.claim = Some(Claim {
+                deadline,
+                token,
+                since: SystemTime::now(),
+            });
+            note_holder(s, Some(holder.clone()));
+            s.heard_at = Some((now, SystemTime::now()));
+            s.ready = true;
+        });
+        tracing::info!(token, identity = %identity, "acquired leadership");
+
+        let renew_interval = self.timing.renew_interval;
+        let mut next_renew = sent + renew_interval;
+        loop {
+            self.heartbeat.beat();
+            let mut shutdown = self.shutdown.clone();
+            let wake = next_renew.min(deadline);
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    self.step_down(token, "shutdown");
+                    self.observer.released();
+                    self.release_quietly().await;
+                    return TenureEnd::Shutdown;
+                }
+                Some(req) = self.releases.recv() => {
+                    self.step_down(token, "release requested");
+                    self.observer.released();
+                    self.release_quietly().await;
+                    let _ = req.send(true);
+                    return TenureEnd::Released;
+                }
+                _ = sleep_until(wake) => {}
+            }
+            if self.shutting_down() {
+                continue;
+            }
+            let sent = Instant::now();
+            if sent >= deadline {
+                return self
+                    .lose(token, "the deadline passed without a successful renew")
+                    .await;
+            }
+            let budget = self.timing.backend_timeout.min(deadline - sent);
+            let result = timed(&*self.observer, "renew", budget, self.backend.renew()).await;
+            let now = Instant::now();
+            match result {
+                Ok(Renewal::Renewed) => {
+                    self.observer.renewed(true, now - sent);
+                    if now >= deadline {
+                        // Never extend a claim from a reply that arrives after the deadline.
+                        return self
+                            .lose(token, "the renew answer arrived after the deadline")
+                            .await;
+                    }
+                    let extended = sent + self.claim_length();
+                    if extended > deadline {
+                        deadline = extended;
+                        self.log
+                            .record("deadline", token, now, Some(deadline), None);
+                    }
+                    self.status.send_modify(|s| {
+                        if let Some(c) = s.claim.as_mut() {
+                            c.deadline = deadline;
+                        }
+                        s.heard_at = Some((now, SystemTime::now()));
+                    });
+                    next_renew = sent + renew_interval;
+                }
+                Ok(Renewal::Lost) => {
+                    self.observer.renewed(false, now - sent);
+                    return self
+                        .lose(token, "the store no longer holds our lease")
+                        .await;
+                }
+                Err(e) => {
+                    self.observer.renewed(false, now - sent);
+                    tracing::warn!(error = %e, token, "renew failed; retrying until the deadline");
+                    // Retry soon, but not in a tight loop against a failing store.
+                    next_renew = now + (renew_interval / 4).max(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+
+    async fn lose(&mut self, token: FencingToken, reason: &'static str) -> TenureEnd {
+        self.step_down(token, reason);
+        self.observer.lost();
+        tracing::warn!(token, reason, "lost leadership");
+        // Our value may still be in the store (a late renew); free it for the others.
+        self.release_quietly().await;
+        TenureEnd::Lost
+    }
+
+    /// Publishes "not leader" first, then records the end of the claim.
+    fn step_down(&mut self, token: FencingToken, reason: &str) {
+        self.status.send_modify(|s| {
+            s.role = Role::Candidate;
+            s.claim = None;
+            note_holder(s, None);
+        });
+        self.log
+            .record("claim_end", token, Instant::now(), None, Some(reason));
+        tracing::info!(token, reason, "stepped down");
+    }
+
+    async fn release_quietly(&mut self) {
+        if let Err(e) = timed(
+            &*self.observer,
+            "release",
+            self.timing.backend_timeout,
+            self.backend.release(),
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "release failed; the lease will expire by itself");
+        }
+    }
+
+    /// Shutdown while not leading: a campaign whose answer was lost may still have
+    /// taken the lease, so release (a no-op when it is not ours).
+    async fn finish(&mut self) -> Exit {
+        self.status.send_modify(|s| {
+            s.role = Role::Candidate;
+            s.claim = None;
+        });
+        self.release_quietly().await;
+        Exit::Shutdown
+    }
+
+    /// After a requested release, stay out long enough for another candidate to win.
+    async fn sit_out(&mut self) {
+        self.pause(self.timing.renew_interval).await;
+    }
+
+    async fn pause(&mut self, d: Duration) {
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = sleep(d) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+
+    fn observe(&mut self, holder: Option<Holder>) {
+        let now = Instant::now();
+        self.status.send_modify(|s| {
+            s.role = if holder.is_some() {
+                Role::Follower
+            } else {
+                Role::Candidate
+            };
+            s.claim = None;
+            note_holder(s, holder);
+            s.heard_at = Some((now, SystemTime::now()));
+            s.ready = true;
+        });
+    }
+}
+
+/// Runs one backend operation under a timeout and counts its failures.
+async fn timed<T>(
+    observer: &dyn Observer,
+    op: &'static str,
+    limit: Duration,
+    operation: impl std::future::Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    let result = match timeout(limit, operation).await {
+        Ok(r) => r,
+        Err(_) => Err(BackendError::Store {
+            op,
+            message: format!("no answer within {}", humantime::format_duration(limit)),
+        }),
+    };
+    if result.is_err() {
+        observer.backend_error(op);
+    }
+    result
+}
+
+/// Updates the observed holder, counting a transition when it changed.
+fn note_holder(s: &mut Status, holder: Option<Holder>) {
+    if holder.is_some() && holder != s.holder {
+        s.transitions += 1;
+        s.holder_since = Some(SystemTime::now());
+    }
+    if holder.is_none() {
+        s.holder_since = None;
+    }
+    s.holder = holder;
+}
+
+/// ±20% so that followers do not wake in lockstep.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(rand::rng().random_range(0.8..1.2))
+}
+
+/// Exponential backoff with jitter between 50 ms and the retry interval.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const MIN: Duration = Duration::from_millis(50);
+
+    fn new(max: Duration) -> Self {
+        Backoff {
+            next: Self::MIN.min(max),
+            max,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::MIN.min(self.max);
+    }
+
+    fn next(&mut self) -> Duration {
+        let d = jittered(self.next);
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,359 @@
+//! The state machine against a scripted backend on tokio's paused clock.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::status::Status;
+
+/// One scripted answer: how long the store takes, then what it says.
+#[derive(Clone)]
+enum Step<T> {
+    Answer(Duration, Result<T, &'static str>),
+    /// The process is paused (SIGSTOP) after the store answered: time jumps without
+    /// any timer firing first.
+    Frozen(Duration, T),
+}
+
+#[derive(Default)]
+struct Script {
+    campaigns: VecDeque<Step<Campaign>>,
+    renews: VecDeque<Step<Renewal>>,
+}
+
+#[derive(Default)]
+struct Calls {
+    release: AtomicUsize,
+    /// Whether the published status still said "leader" when release was called.
+    released_while_published_leader: AtomicUsize,
+}
+
+struct Scripted {
+    script: Script,
+    calls: Arc<Calls>,
+    status: watch::Receiver<Status>,
+}
+
+const TTL: Duration = Duration::from_secs(3);
+
+async fn play<T: Clone>(step: Option<Step<T>>, idle: T) -> Result<T, BackendError> {
+    match step {
+        None => {
+            // Script exhausted: behave like a healthy store.
+            Ok(idle)
+        }
+        Some(Step::Answer(delay, answer)) => {
+            sleep(delay).await;
+            answer.map_err(|m| BackendError::Store {
+                op: "scripted",
+                message: m.into(),
+            })
+        }
+        Some(Step::Frozen(jump, answer)) => {
+            tokio::time::advance(jump).await;
+            Ok(answer)
+        }
+    }
+}
+
+impl Backend for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn lease_ttl(&self) -> Duration {
+        TTL
+    }
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        let step = self.script.campaigns.pop_front();
+        play(
+            step,
+            Campaign::Held(Some(Holder {
+                identity: "other".into(),
+                token: Some(1),
+            })),
+        )
+        .await
+    }
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        let step = self.script.renews.pop_front();
+        play(step, Renewal::Renewed).await
+    }
+    async fn release(&mut self) -> Result<(), BackendError> {
+        self.calls.release.fetch_add(1, Ordering::SeqCst);
+        if self.status.borrow().is_leader_at(Instant::now()) {
+            self.calls
+                .released_while_published_leader
+                .fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    async fn wait_for_change(&mut self, max: Duration) {
+        sleep(max).await;
+    }
+}
+
+fn timing() -> Timing {
+    Timing {
+        ttl: TTL,
+        renew_interval: Duration::from_secs(1),
+        retry_interval: Duration::from_secs(1),
+        backend_timeout: Duration::from_millis(500),
+        clock_drift: 0.01,
+        safety_margin: Duration::from_millis(30),
+    }
+}
+
+struct Harness {
+    status: watch::Receiver<Status>,
+    shutdown: watch::Sender<bool>,
+    releases: mpsc::Sender<ReleaseRequest>,
+    calls: Arc<Calls>,
+    task: tokio::task::JoinHandle<Exit>,
+}
+
+fn start(script: Script, exit_on_loss: bool) -> Harness {
+    let (status_tx, status_rx) = watch::channel(Status::new("e", "me", "scripted", TTL));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (release_tx, release_rx) = mpsc::channel(1);
+    let calls = Arc::new(Calls::default());
+    let backend = Scripted {
+        script,
+        calls: calls.clone(),
+        status: status_rx.clone(),
+    };
+    let elector = Elector::new(
+        backend,
+        ElectorParts {
+            timing: timing(),
+            status: status_tx,
+            observer: Arc::new(NoObserver),
+            log: TransitionLog::disabled(),
+            releases: release_rx,
+            shutdown: shutdown_rx,
+            heartbeat: Heartbeat::new(&timing()),
+            exit_on_loss,
+        },
+    );
+    Harness {
+        status: status_rx,
+        shutdown: shutdown_tx,
+        releases: release_tx,
+        calls,
+        task: tokio::spawn(elector.run()),
+    }
+}
+
+fn claim_length() -> Duration {
+    timing().claim_length(TTL)
+}
+
+fn acquired(delay_ms: u64, token: u64) -> Step<Campaign> {
+    Step::Answer(
+        Duration::from_millis(delay_ms),
+        Ok(Campaign::Acquired { token }),
+    )
+}
+
+/// Sleeps in small steps until the published status satisfies `f`, or panics.
+async fn until(h: &Harness, what: &str, f: impl Fn(&Status, Instant) -> bool) -> Instant {
+    for _ in 0..100_000 {
+        let now = Instant::now();
+        if f(&h.status.borrow(), now) {
+            return now;
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    panic!("never saw: {what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_counts_from_when_the_acquire_was_sent() {
+    let t0 = Instant::now();
+    let h = start(
+        Script {
+            campaigns: [acquired(200, 5)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let s = h.status.borrow().clone();
+    let claim = s.claim.expect("claim");
+    assert_eq!(claim.token, 5);
+    // Sent at t0, answered 200 ms later: the deadline ignores the 200 ms of answer time.
+    assert_eq!(claim.deadline, t0 + claim_length());
+    assert_eq!(s.holder.as_ref().map(|h| h.identity.as_str()), Some("me"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_extend_from_their_send_time() {
+    let t0 = Instant::now();
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1)].into(),
+            renews: [Step::Answer(
+                Duration::from_millis(300),
+                Ok(Renewal::Renewed),
+            )]
+            .into(),
+        },
+        false,
+    );
+    // First renew is sent at t0 + renew_interval and answered 300 ms later.
+    let expected = t0 + timing().renew_interval + claim_length();
+    until(&h, "extended deadline", |s, _| {
+        s.claim.is_some_and(|c| c.deadline == expected)
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_step_down_exactly_at_the_deadline_then_campaign_again() {
+    let t0 = Instant::now();
+    let failures = (0..20).map(|_| Step::Answer(Duration::from_millis(100), Err("down")));
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1)].into(),
+            renews: failures.collect(),
+        },
+        false,
+    );
+    let deadline = t0 + claim_length();
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    // The answer at any instant before the deadline is "leader", at the deadline "no",
+    // whether or not the elector task has run.
+    assert!(h
+        .status
+        .borrow()
+        .is_leader_at(deadline - Duration::from_millis(1)));
+    assert!(!h.status.borrow().is_leader_at(deadline));
+    let stepped = until(&h, "stepped down", |s, _| s.role != Role::Leader).await;
+    assert!(
+        stepped >= deadline && stepped <= deadline + Duration::from_millis(5),
+        "{:?}",
+        stepped - deadline
+    );
+    // It campaigns again and becomes a follower of the script's idle holder.
+    until(&h, "follower", |s, _| s.role == Role::Follower).await;
+    assert_eq!(
+        h.calls
+            .released_while_published_leader
+            .load(Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_answer_that_arrives_after_the_deadline_never_extends_the_claim() {
+    let t0 = Instant::now();
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 9)].into(),
+            // The store answers "renewed", but the process was frozen past its deadline.
+            renews: [Step::Frozen(TTL * 2, Renewal::Renewed)].into(),
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let first_deadline = t0 + claim_length();
+    let stepped = until(&h, "stepped down", |s, _| s.role != Role::Leader).await;
+    assert!(stepped > first_deadline);
+    // The late reply did not publish any later deadline.
+    assert!(h.status.borrow().claim.is_none());
+    assert!(
+        h.calls.release.load(Ordering::SeqCst) >= 1,
+        "it frees the store after a late answer"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_answer_that_arrives_after_the_deadline_is_not_claimed() {
+    let h = start(
+        Script {
+            campaigns: [Step::Frozen(TTL * 2, Campaign::Acquired { token: 4 })].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "follower", |s, _| s.role == Role::Follower).await;
+    assert_eq!(
+        h.status.borrow().transitions,
+        1,
+        "only the other holder was ever seen"
+    );
+    assert!(h.calls.release.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_steps_down_at_once_and_exit_on_loss_ends_the_loop() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1)].into(),
+            renews: [Step::Answer(Duration::from_millis(5), Ok(Renewal::Lost))].into(),
+        },
+        true,
+    );
+    let exit = h.task.await.expect("elector task");
+    assert_eq!(exit, Exit::LostLeadership);
+    assert!(!h.status.borrow().is_leader_at(Instant::now()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_publishes_not_leader_before_it_releases() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    h.shutdown.send(true).expect("send");
+    let exit = h.task.await.expect("elector task");
+    assert_eq!(exit, Exit::Shutdown);
+    assert_eq!(h.calls.release.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        h.calls
+            .released_while_published_leader
+            .load(Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_request_steps_down_and_sits_out_before_campaigning() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let (tx, rx) = oneshot::channel();
+    h.releases.send(tx).await.expect("send");
+    assert!(rx.await.expect("answer"));
+    let released_at = Instant::now();
+    assert!(!h.status.borrow().is_leader_at(released_at));
+    let again = until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
+    assert!(again - released_at >= timing().renew_interval);
+    assert_eq!(h.status.borrow().claim.map(|c| c.token), Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_store_is_retried_with_backoff_and_is_not_ready() {
+    let errors = (0..5).map(|_| Step::Answer(Duration::from_millis(10), Err("refused")));
+    let h = start(
+        Script {
+            campaigns: errors.collect(),
+            ..Default::default()
+        },
+        false,
+    );
+    sleep(Duration::from_millis(100)).await;
+    assert!(!h.status.borrow().ready);
+    until(&h, "follower after the store came back", |s, _| {
+        s.role == Role::Follower && s.ready
+    })
+    .await;
+}

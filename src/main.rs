@@ -1,0 +1,224 @@
+//! Wiring only: parse and validate, bind the listener, start the elector and the
+//! publishers, wait for a signal.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::error::ErrorKind;
+use clap::Parser;
+use tokio::sync::{mpsc, watch};
+
+use leasekeeper::backend::file::FileBackend;
+use leasekeeper::backend::redis::RedisBackend;
+use leasekeeper::backend::Backend;
+use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
+use leasekeeper::elector::{Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
+use leasekeeper::publish::http::{router, ApiState};
+use leasekeeper::publish::metrics::Metrics;
+use leasekeeper::status::Status;
+
+fn main() -> ExitCode {
+    // rustls may see more than one crypto provider compiled in; pick ring explicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or("bad command line");
+            eprintln!(
+                "{}",
+                if line.starts_with("error:") {
+                    line.to_owned()
+                } else {
+                    format!("error: {line}")
+                }
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match Settings::from_cli(cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(settings.log_format);
+
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(settings)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    // Everything that can be bad input is checked before the backend is touched.
+    let listener = tokio::net::TcpListener::bind(settings.http_addr)
+        .await
+        .with_context(|| format!("--http-addr {}: cannot listen", settings.http_addr))?;
+    let log = TransitionLog::open(settings.transition_log.as_deref(), &settings.identity)
+        .with_context(|| {
+            format!(
+                "--transition-log {}: cannot open it",
+                settings
+                    .transition_log
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            )
+        })?;
+    let ttl = settings.timing.ttl;
+    match &settings.backend {
+        BackendSettings::File { path } => {
+            let backend = FileBackend::new(path.clone(), settings.identity.clone(), ttl);
+            serve(backend, &settings, listener, log).await
+        }
+        BackendSettings::Redis(redis) => {
+            let backend = RedisBackend::new(
+                redis,
+                &settings.election,
+                &settings.identity,
+                ttl,
+                settings.timing.backend_timeout,
+            )
+            .context("--redis-url")?;
+            serve(backend, &settings, listener, log).await
+        }
+    }
+}
+
+async fn serve<B: Backend>(
+    backend: B,
+    settings: &Settings,
+    listener: tokio::net::TcpListener,
+    log: TransitionLog,
+) -> anyhow::Result<ExitCode> {
+    let backend_name = backend.name();
+    let (status_tx, status_rx) = watch::channel(Status::new(
+        &settings.election,
+        &settings.identity,
+        backend_name,
+        settings.timing.ttl,
+    ));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (release_tx, release_rx) = mpsc::channel(1);
+    let heartbeat = Heartbeat::new(&settings.timing);
+    let metrics = Arc::new(Metrics::new(backend_name));
+
+    let elector = Elector::new(
+        backend,
+        ElectorParts {
+            timing: settings.timing,
+            status: status_tx,
+            observer: metrics.clone(),
+            log,
+            releases: release_rx,
+            shutdown: shutdown_rx,
+            heartbeat: heartbeat.clone(),
+            exit_on_loss: settings.exit_on_loss,
+        },
+    );
+
+    let api = router(ApiState {
+        status: status_rx,
+        heartbeat,
+        metrics,
+        releases: settings.enable_release_endpoint.then_some(release_tx),
+    });
+    let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            api.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async {
+            let _ = http_stop_rx.await;
+        })
+        .await
+    });
+
+    tracing::info!(
+        election = %settings.election,
+        identity = %settings.identity,
+        backend = backend_name,
+        http = %settings.http_addr,
+        ttl = %humantime::format_duration(settings.timing.ttl),
+        "leasekeeper started"
+    );
+
+    let mut elector_task = tokio::spawn(elector.run());
+    let exit = tokio::select! {
+        exit = &mut elector_task => exit,
+        () = shutdown_signal() => {
+            tracing::info!("shutting down: stepping down and releasing");
+            let _ = shutdown_tx.send(true);
+            elector_task.await
+        }
+    };
+    let _ = http_stop_tx.send(());
+    // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(200), http).await;
+
+    match exit {
+        Ok(Exit::Shutdown) => {
+            tracing::info!("stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Exit::LostLeadership) => {
+            tracing::warn!("exiting because leadership was lost (--exit-on-loss)");
+            Ok(ExitCode::from(3))
+        }
+        Err(e) => Err(anyhow::anyhow!("the elector task failed: {e}")),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers we can still stop on Ctrl-C.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

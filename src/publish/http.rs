@@ -1,0 +1,178 @@
+//! The HTTP API of DESIGN §3.
+//!
+//! Every handler reads `Status` and decides "leader" with
+//! [`Status::is_leader_at`] at the moment it answers (invariant 3).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::{Stream, StreamExt};
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::WatchStream;
+
+use super::metrics::Metrics;
+use crate::elector::{Heartbeat, ReleaseRequest};
+use crate::status::Status;
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct ApiState {
+    pub status: watch::Receiver<Status>,
+    pub heartbeat: Arc<Heartbeat>,
+    pub metrics: Arc<Metrics>,
+    /// `Some` only with `--enable-release-endpoint`.
+    pub releases: Option<mpsc::Sender<ReleaseRequest>>,
+}
+
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/leader", get(leader))
+        .route("/", get(compat_name))
+        .route("/is-leader", get(is_leader))
+        .route("/watch", get(watch_sse))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/release", post(release))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+fn error(code: StatusCode, message: &str) -> Response {
+    (code, Json(json!({ "error": message }))).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such path; see /leader, /is-leader, /watch, /healthz, /readyz, /metrics",
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this path",
+    )
+}
+
+async fn leader(State(s): State<ApiState>) -> Response {
+    let view = s.status.borrow().view_at(Instant::now());
+    Json(view).into_response()
+}
+
+/// Drop-in for the classic `leader-elector` sidecar: `{"name": "<leader>"}`.
+async fn compat_name(State(s): State<ApiState>) -> Response {
+    let view = s.status.borrow().view_at(Instant::now());
+    Json(json!({ "name": view.leader.unwrap_or_default() })).into_response()
+}
+
+async fn is_leader(State(s): State<ApiState>) -> Response {
+    let leads = s.status.borrow().is_leader_at(Instant::now());
+    let code = if leads {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        if leads { "true" } else { "false" },
+    )
+        .into_response()
+}
+
+async fn watch_sse(
+    State(s): State<ApiState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let stream = WatchStream::new(s.status.clone()).map(|status| {
+        let view = status.view_at(Instant::now());
+        Ok(Event::default()
+            .event("status")
+            .json_data(view)
+            .unwrap_or_else(|_| Event::default().event("status")))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+async fn healthz(State(s): State<ApiState>) -> Response {
+    if s.heartbeat.is_alive_at(Instant::now()) {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the elector loop has not made progress",
+        )
+    }
+}
+
+async fn readyz(State(s): State<ApiState>) -> Response {
+    if s.status.borrow().ready {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no round against the backend has completed yet",
+        )
+    }
+}
+
+async fn metrics(State(s): State<ApiState>) -> Response {
+    let text = s.metrics.render(&s.status.borrow(), Instant::now());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn release(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    let Some(releases) = s.releases else {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the release endpoint is off; start with --enable-release-endpoint",
+        );
+    };
+    if !peer.ip().is_loopback() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "POST /release is answered only from loopback",
+        );
+    }
+    let (tx, rx) = oneshot::channel();
+    if releases.send(tx).await.is_err() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the elector is shutting down",
+        );
+    }
+    match rx.await {
+        Ok(true) => (StatusCode::OK, Json(json!({ "released": true }))).into_response(),
+        Ok(false) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "released": false, "error": "not leader" })),
+        )
+            .into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the elector is shutting down",
+        ),
+    }
+}

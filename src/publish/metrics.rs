@@ -1,0 +1,233 @@
+//! Prometheus metrics of DESIGN §5.
+//!
+//! Counters and histograms are fed by the elector through [`Observer`]; the gauges
+//! that say who leads (`is_leader`, `lease_remaining_seconds`, `fencing_token`) are
+//! computed from `Status` at scrape time, with the same deadline check as every other
+//! answer (invariant 3), so a scrape of a paused-and-woken process never says 1.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+
+use crate::elector::Observer;
+use crate::status::Status;
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+pub struct Metrics {
+    registry: Registry,
+    is_leader: Gauge,
+    transitions: Family<Labels, Counter>,
+    acquire_duration: Histogram,
+    renew_total: Family<Labels, Counter>,
+    renew_duration: Histogram,
+    lease_remaining: Gauge<f64, AtomicU64>,
+    backend_errors: Family<Labels, Counter>,
+    fencing_token: Gauge,
+    pod_label_patch: Family<Labels, Counter>,
+}
+
+impl Metrics {
+    pub fn new(backend: &'static str) -> Self {
+        let mut registry = Registry::with_prefix("leasekeeper");
+        let is_leader = Gauge::default();
+        registry.register(
+            "is_leader",
+            "1 while this candidate leads (checked against its deadline at scrape time)",
+            is_leader.clone(),
+        );
+        let transitions = Family::<Labels, Counter>::default();
+        registry.register(
+            "leader_transitions",
+            "Tenure changes of this candidate, by direction",
+            transitions.clone(),
+        );
+        let acquire_duration = Histogram::new(exponential_buckets(0.001, 4.0, 12));
+        registry.register(
+            "acquire_duration_seconds",
+            "From starting to campaign to becoming leader",
+            acquire_duration.clone(),
+        );
+        let renew_total = Family::<Labels, Counter>::default();
+        registry.register("renew", "Renew attempts, by result", renew_total.clone());
+        let renew_duration = Histogram::new(exponential_buckets(0.0001, 4.0, 10));
+        registry.register(
+            "renew_duration_seconds",
+            "Renew round trip",
+            renew_duration.clone(),
+        );
+        let lease_remaining = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "lease_remaining_seconds",
+            "Own remaining claim while leader, 0 otherwise",
+            lease_remaining.clone(),
+        );
+        let backend_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "backend_errors",
+            "Failed backend operations, by operation",
+            backend_errors.clone(),
+        );
+        let fencing_token = Gauge::default();
+        registry.register(
+            "fencing_token",
+            "Fencing token of the current holder's tenure (0 when unknown)",
+            fencing_token.clone(),
+        );
+        let pod_label_patch = Family::<Labels, Counter>::default();
+        registry.register(
+            "pod_label_patch",
+            "Pod label updates, by result",
+            pod_label_patch.clone(),
+        );
+        let build_info = Family::<Labels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the labels say what runs",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&vec![
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("backend", backend),
+            ])
+            .set(1);
+        // Pre-create the label values so every series is there from the first scrape.
+        for direction in ["acquired", "lost", "released"] {
+            let _ = transitions.get_or_create(&vec![("direction", direction)]);
+        }
+        for result in ["ok", "error"] {
+            let _ = renew_total.get_or_create(&vec![("result", result)]);
+            let _ = pod_label_patch.get_or_create(&vec![("result", result)]);
+        }
+        for op in ["campaign", "renew", "release"] {
+            let _ = backend_errors.get_or_create(&vec![("op", op)]);
+        }
+        Metrics {
+            registry,
+            is_leader,
+            transitions,
+            acquire_duration,
+            renew_total,
+            renew_duration,
+            lease_remaining,
+            backend_errors,
+            fencing_token,
+            pod_label_patch,
+        }
+    }
+
+    /// The text exposition, with the leader gauges computed from `status` at `now`.
+    pub fn render(&self, status: &Status, now: Instant) -> String {
+        self.is_leader.set(i64::from(status.is_leader_at(now)));
+        self.lease_remaining
+            .set(status.remaining_at(now).map_or(0.0, |d| d.as_secs_f64()));
+        let token = status.holder_at(now).and_then(|h| h.token).unwrap_or(0);
+        self.fencing_token
+            .set(i64::try_from(token).unwrap_or(i64::MAX));
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts one Pod label update (used by the Pod labeler).
+    pub fn pod_label_patched(&self, result: &'static str) {
+        self.pod_label_patch
+            .get_or_create(&vec![("result", result)])
+            .inc();
+    }
+}
+
+impl Observer for Metrics {
+    fn acquired(&self, campaign_took: Duration) {
+        self.transitions
+            .get_or_create(&vec![("direction", "acquired")])
+            .inc();
+        self.acquire_duration.observe(campaign_took.as_secs_f64());
+    }
+
+    fn lost(&self) {
+        self.transitions
+            .get_or_create(&vec![("direction", "lost")])
+            .inc();
+    }
+
+    fn released(&self) {
+        self.transitions
+            .get_or_create(&vec![("direction", "released")])
+            .inc();
+    }
+
+    fn renewed(&self, ok: bool, took: Duration) {
+        let result = if ok { "ok" } else { "error" };
+        self.renew_total
+            .get_or_create(&vec![("result", result)])
+            .inc();
+        if ok {
+            self.renew_duration.observe(took.as_secs_f64());
+        }
+    }
+
+    fn backend_error(&self, op: &'static str) {
+        self.backend_errors.get_or_create(&vec![("op", op)]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{Claim, Holder, Role};
+    use std::time::SystemTime;
+
+    #[tokio::test(start_paused = true)]
+    async fn every_design_metric_is_exposed_and_leader_gauges_follow_the_deadline() {
+        let m = Metrics::new("file");
+        m.acquired(Duration::from_millis(3));
+        m.renewed(true, Duration::from_millis(1));
+        m.backend_error("renew");
+        let now = Instant::now();
+        let mut s = Status::new("e", "me", "file", Duration::from_secs(15));
+        s.role = Role::Leader;
+        s.claim = Some(Claim {
+            deadline: now + Duration::from_secs(2),
+            token: 11,
+            since: SystemTime::now(),
+        });
+        s.holder = Some(Holder {
+            identity: "me".into(),
+            token: Some(11),
+        });
+        s.heard_at = Some((now, SystemTime::now()));
+        let text = m.render(&s, now);
+        for name in [
+            "leasekeeper_is_leader 1",
+            "leasekeeper_leader_transitions_total{direction=\"acquired\"} 1",
+            "leasekeeper_leader_transitions_total{direction=\"lost\"} 0",
+            "leasekeeper_acquire_duration_seconds_count 1",
+            "leasekeeper_renew_total{result=\"ok\"} 1",
+            "leasekeeper_renew_duration_seconds_count 1",
+            "leasekeeper_lease_remaining_seconds 2",
+            "leasekeeper_backend_errors_total{op=\"renew\"} 1",
+            "leasekeeper_fencing_token 11",
+            "leasekeeper_pod_label_patch_total{result=\"ok\"} 0",
+            "leasekeeper_build_info{version=",
+        ] {
+            assert!(text.contains(name), "missing {name:?} in\n{text}");
+        }
+        let later = m.render(&s, now + Duration::from_secs(2));
+        assert!(later.contains("leasekeeper_is_leader 0"), "{later}");
+        assert!(
+            later.contains("leasekeeper_lease_remaining_seconds 0"),
+            "{later}"
+        );
+    }
+}

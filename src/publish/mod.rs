@@ -1,0 +1,4 @@
+//! Publishers: each reads `Status` (and never talks to a backend).
+
+pub mod http;
+pub mod metrics;

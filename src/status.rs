@@ -1,0 +1,240 @@
+//! The one value every publisher reads.
+//!
+//! The elector is the only writer of [`Status`] (through a `tokio::sync::watch`
+//! channel). Publishers never trust the stored role alone: [`Status::is_leader_at`]
+//! checks the local deadline at the instant of the answer (DESIGN §2, invariant 3),
+//! so a process that wakes from SIGSTOP past its deadline answers "not leader" even
+//! before the elector task has run again.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// A fencing token: strictly greater for every later acquisition of the same election.
+pub type FencingToken = u64;
+
+/// Who holds the lease, as last observed from the backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub identity: String,
+    pub token: Option<FencingToken>,
+}
+
+/// The role of this candidate as the elector last decided it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Unknown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Unknown => "unknown",
+        }
+    }
+}
+
+/// This candidate's own claim while it leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Local monotonic instant after which the claim must no longer be asserted.
+    pub deadline: Instant,
+    pub token: FencingToken,
+    pub since: SystemTime,
+}
+
+/// Everything the elector knows, published as one value.
+#[derive(Clone, Debug)]
+pub struct Status {
+    pub election: String,
+    pub identity: String,
+    pub backend: &'static str,
+    pub role: Role,
+    pub claim: Option<Claim>,
+    /// The holder as last observed (our own identity while we lead).
+    pub holder: Option<Holder>,
+    /// When the holder changed to the current one, as far as this candidate saw.
+    pub holder_since: Option<SystemTime>,
+    /// Monotonic and wall time of the last answer from the backend.
+    pub heard_at: Option<(Instant, SystemTime)>,
+    /// Number of leader changes this candidate has observed (its own included).
+    pub transitions: u64,
+    /// The first round against the backend completed (for `/readyz`).
+    pub ready: bool,
+    /// A holder observation older than this is not reported as current.
+    pub stale_after: Duration,
+}
+
+/// The JSON shape of DESIGN §3; field names are part of the contract.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StatusView {
+    pub election: String,
+    pub identity: String,
+    pub backend: &'static str,
+    pub state: Role,
+    pub is_leader: bool,
+    pub leader: Option<String>,
+    pub fencing_token: Option<FencingToken>,
+    pub leader_since: Option<String>,
+    pub lease_expires_in_ms: Option<u64>,
+    pub observed_at: Option<String>,
+    pub transitions: u64,
+}
+
+impl Status {
+    pub fn new(
+        election: &str,
+        identity: &str,
+        backend: &'static str,
+        stale_after: Duration,
+    ) -> Self {
+        Status {
+            election: election.to_owned(),
+            identity: identity.to_owned(),
+            backend,
+            role: Role::Unknown,
+            claim: None,
+            holder: None,
+            holder_since: None,
+            heard_at: None,
+            transitions: 0,
+            ready: false,
+            stale_after,
+        }
+    }
+
+    /// Invariant 3: leading means the elector decided so *and* the deadline has not passed now.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        self.role == Role::Leader && self.claim.is_some_and(|c| now < c.deadline)
+    }
+
+    /// The remaining own claim, if this candidate leads at `now`.
+    pub fn remaining_at(&self, now: Instant) -> Option<Duration> {
+        if !self.is_leader_at(now) {
+            return None;
+        }
+        self.claim
+            .map(|c| c.deadline.saturating_duration_since(now))
+    }
+
+    /// Whether what we last heard from the backend is recent enough to report.
+    fn is_fresh_at(&self, now: Instant) -> bool {
+        self.heard_at
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= self.stale_after)
+    }
+
+    /// The role as it may be reported at `now`: a leader past its deadline, or a
+    /// follower that has not heard from the backend for a TTL, knows nothing for sure.
+    pub fn role_at(&self, now: Instant) -> Role {
+        match self.role {
+            Role::Leader if self.is_leader_at(now) => Role::Leader,
+            Role::Leader => Role::Unknown,
+            role if self.is_fresh_at(now) => role,
+            _ => Role::Unknown,
+        }
+    }
+
+    /// The holder as it may be reported at `now` (none when stale or unknown).
+    pub fn holder_at(&self, now: Instant) -> Option<&Holder> {
+        match self.role_at(now) {
+            Role::Unknown => None,
+            _ => self.holder.as_ref(),
+        }
+    }
+
+    pub fn view_at(&self, now: Instant) -> StatusView {
+        let state = self.role_at(now);
+        let holder = self.holder_at(now);
+        StatusView {
+            election: self.election.clone(),
+            identity: self.identity.clone(),
+            backend: self.backend,
+            state,
+            is_leader: self.is_leader_at(now),
+            leader: holder.map(|h| h.identity.clone()),
+            fencing_token: holder.and_then(|h| h.token),
+            leader_since: holder.and(self.holder_since).map(rfc3339),
+            lease_expires_in_ms: self
+                .remaining_at(now)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            observed_at: self.heard_at.map(|(_, wall)| rfc3339(wall)),
+            transitions: self.transitions,
+        }
+    }
+}
+
+/// Formats a wall-clock time as RFC 3339 in UTC with millisecond precision.
+pub fn rfc3339(t: SystemTime) -> String {
+    let odt = time::OffsetDateTime::from(t);
+    let odt = odt
+        .replace_nanosecond(odt.millisecond() as u32 * 1_000_000)
+        .unwrap_or(odt);
+    odt.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leading(deadline: Instant) -> Status {
+        let mut s = Status::new("e", "me", "file", Duration::from_secs(15));
+        s.role = Role::Leader;
+        s.claim = Some(Claim {
+            deadline,
+            token: 7,
+            since: SystemTime::now(),
+        });
+        s.holder = Some(Holder {
+            identity: "me".into(),
+            token: Some(7),
+        });
+        s.heard_at = Some((Instant::now(), SystemTime::now()));
+        s
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_past_its_deadline_answers_no_even_if_nobody_cleared_the_role() {
+        let now = Instant::now();
+        let s = leading(now + Duration::from_secs(1));
+        assert!(s.is_leader_at(now));
+        let later = now + Duration::from_secs(1);
+        assert!(!s.is_leader_at(later));
+        let v = s.view_at(later);
+        assert_eq!(v.state, Role::Unknown);
+        assert!(!v.is_leader);
+        assert_eq!(v.leader, None);
+        assert_eq!(v.lease_expires_in_ms, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_that_has_not_heard_for_a_ttl_reports_unknown() {
+        let now = Instant::now();
+        let mut s = Status::new("e", "me", "redis", Duration::from_secs(2));
+        s.role = Role::Follower;
+        s.holder = Some(Holder {
+            identity: "other".into(),
+            token: Some(3),
+        });
+        s.heard_at = Some((now, SystemTime::now()));
+        assert_eq!(s.view_at(now).leader.as_deref(), Some("other"));
+        let v = s.view_at(now + Duration::from_secs(3));
+        assert_eq!(v.state, Role::Unknown);
+        assert_eq!(v.leader, None);
+        assert_eq!(v.fencing_token, None);
+    }
+
+    #[test]
+    fn rfc3339_is_utc_with_millis() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
+    }
+}
