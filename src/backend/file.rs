@@ -12,7 +12,6 @@
 //! lock unnoticed after the first is dropped.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -56,13 +55,22 @@ fn open_lock_file(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Reads the record from offset 0, whatever the descriptor's cursor says.
 fn read_record(file: &File) -> LockRecord {
-    let mut text = String::new();
-    let mut reader = file;
-    // A torn or empty record reads as "nobody known"; the lock itself is the truth.
-    if reader.read_to_string(&mut text).is_err() {
-        return LockRecord::default();
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match file.read_at(&mut chunk, bytes.len() as u64) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            // A torn or unreadable record reads as "nobody known"; the lock is the truth.
+            Err(_) => return LockRecord::default(),
+        }
+        if bytes.len() > 64 * 1024 {
+            break;
+        }
     }
+    let text = String::from_utf8_lossy(&bytes);
     text.lines()
         .next()
         .and_then(|l| serde_json::from_str(l).ok())

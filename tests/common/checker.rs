@@ -1,0 +1,630 @@
+//! The election checker: several real sidecars compete on one backend while
+//! faults are injected; invariant 1 is verified from the processes' own transition
+//! logs and from outside, fencing tokens must strictly grow, and a new leader must
+//! appear within a bound after each fault.
+//!
+//! Every later backend runs the same checker with its own server controls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{eventually, http, Sidecar};
+
+/// Faults of the store itself (absent for the file backend).
+pub trait ServerControl {
+    fn pause(&mut self);
+    fn resume(&mut self);
+    fn restart(&mut self);
+}
+
+impl ServerControl for super::redis_server::RedisServer {
+    fn pause(&mut self) {
+        super::redis_server::RedisServer::pause(self)
+    }
+    fn resume(&mut self) {
+        super::redis_server::RedisServer::resume(self)
+    }
+    fn restart(&mut self) {
+        super::redis_server::RedisServer::restart(self)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGTERM to the leader.
+    Graceful,
+    /// SIGKILL to the leader.
+    Kill9,
+    /// POST /release to the leader.
+    Release,
+    /// SIGSTOP the leader past its ttl, then SIGCONT.
+    PauseLeader,
+    /// SIGSTOP the store past the ttl, then SIGCONT.
+    PauseServer,
+    /// kill -9 the store and start it again (same port and data directory).
+    RestartServer,
+}
+
+pub struct ElectionSpec<'a> {
+    /// Backend flags (`--backend …`, endpoints, `--ttl …`), without identity or listener.
+    pub args: Vec<String>,
+    pub ttl: Duration,
+    pub candidates: usize,
+    pub rounds: Vec<Fault>,
+    pub server: Option<&'a mut dyn ServerControl>,
+    /// Whether another candidate can lead while the leader is paused (not under flock).
+    pub takeover_while_leader_paused: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub claims: usize,
+    pub observations: usize,
+    pub graceful_ms: Vec<f64>,
+    pub crash_ms: Vec<f64>,
+}
+
+/// One answer seen from outside.
+#[derive(Clone, Debug)]
+struct Observation {
+    port: u16,
+    sent: Instant,
+    recv: Instant,
+    leader: bool,
+    /// Only `/leader` answers carry the token; `/is-leader` answers do not.
+    token: Option<u64>,
+}
+
+/// Polls every live sidecar's `/leader` and `/is-leader`, one thread per slot.
+struct Poller {
+    ports: Arc<Mutex<Vec<Option<u16>>>>,
+    seen: Arc<Mutex<Vec<Observation>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Poller {
+    fn start(slots: usize) -> Poller {
+        let ports = Arc::new(Mutex::new(vec![None; slots]));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..slots)
+            .map(|slot| {
+                let (ports, seen, stop) = (ports.clone(), seen.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut round = 0u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        round += 1;
+                        let port = ports.lock().expect("ports")[slot];
+                        if let Some(port) = port {
+                            let path = if round % 2 == 0 {
+                                "/leader"
+                            } else {
+                                "/is-leader"
+                            };
+                            let sent = Instant::now();
+                            if let Some((code, body)) = http::get(port, path) {
+                                let recv = Instant::now();
+                                let obs = if path == "/leader" {
+                                    let v: serde_json::Value =
+                                        serde_json::from_str(&body).unwrap_or_default();
+                                    Observation {
+                                        port,
+                                        sent,
+                                        recv,
+                                        leader: v["is_leader"].as_bool().unwrap_or(false),
+                                        token: v["fencing_token"].as_u64(),
+                                    }
+                                } else {
+                                    assert!(
+                                        (code == 200 && body == "true")
+                                            || (code == 503 && body == "false"),
+                                        "/is-leader answered {code} {body:?}"
+                                    );
+                                    Observation {
+                                        port,
+                                        sent,
+                                        recv,
+                                        leader: code == 200,
+                                        token: None,
+                                    }
+                                };
+                                seen.lock().expect("seen").push(obs);
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                })
+            })
+            .collect();
+        Poller {
+            ports,
+            seen,
+            stop,
+            threads,
+        }
+    }
+
+    fn set(&self, slot: usize, port: Option<u16>) {
+        self.ports.lock().expect("ports")[slot] = port;
+    }
+
+    fn finish(self) -> Vec<Observation> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        let seen = self.seen.lock().expect("seen");
+        seen.clone()
+    }
+}
+
+struct Election<'a> {
+    spec: ElectionSpec<'a>,
+    /// pid → CLOCK_MONOTONIC ns just before it was sent SIGKILL: a dead process
+    /// asserts nothing, so its claim ends there at the latest.
+    killed: HashMap<u64, u64>,
+    dir: tempfile::TempDir,
+    slots: Vec<Sidecar>,
+    poller: Option<Poller>,
+    generation: usize,
+}
+
+impl Election<'_> {
+    fn log_path(&self, slot: usize) -> PathBuf {
+        self.dir.path().join(format!("slot-{slot}.jsonl"))
+    }
+
+    fn spawn(&mut self, slot: usize) -> Sidecar {
+        self.generation += 1;
+        let mut args = self.spec.args.clone();
+        args.extend([
+            "--transition-log".to_owned(),
+            self.log_path(slot).display().to_string(),
+            "--enable-release-endpoint".to_owned(),
+        ]);
+        let name = format!("cand-{slot}-g{}", self.generation);
+        let sidecar = Sidecar::spawn(&name, self.dir.path(), &args);
+        assert!(
+            sidecar.wait_listening(Duration::from_secs(10)),
+            "{name} never listened:\n{}",
+            sidecar.stderr()
+        );
+        if let Some(p) = &self.poller {
+            p.set(slot, Some(sidecar.port));
+        }
+        sidecar
+    }
+
+    fn respawn(&mut self, slot: usize) {
+        if let Some(p) = &self.poller {
+            p.set(slot, None);
+        }
+        self.slots[slot].kill();
+        let fresh = self.spawn(slot);
+        self.slots[slot] = fresh;
+    }
+
+    /// The first live sidecar (other than `except`) that says it leads, within `limit`.
+    fn find_leader(&self, except: Option<u16>, limit: Duration) -> Option<(usize, u64)> {
+        eventually(limit, || {
+            self.slots.iter().enumerate().find_map(|(i, s)| {
+                if !s.is_running() || Some(s.port) == except {
+                    return None;
+                }
+                let v = s.leader()?;
+                (v["is_leader"] == true).then(|| (i, v["fencing_token"].as_u64().unwrap_or(0)))
+            })
+        })
+    }
+
+    fn nobody_leads(&self) -> Result<(), String> {
+        for s in self.slots.iter().filter(|s| s.is_running()) {
+            if let Some((200, _)) = http::get(s.port, "/is-leader") {
+                return Err(format!("{} says it leads", s.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn round(&mut self, fault: Fault, report: &mut Report) {
+        let ttl = self.spec.ttl;
+        let crash_bound = ttl + Duration::from_secs(1);
+        let (li, token) = self
+            .find_leader(None, ttl * 3 + Duration::from_secs(2))
+            .unwrap_or_else(|| panic!("no leader before {fault:?}"));
+        let old_port = self.slots[li].port;
+        match fault {
+            Fault::Graceful => {
+                let t0 = Instant::now();
+                self.slots[li].signal(libc::SIGTERM);
+                let new = self.find_leader(Some(old_port), Duration::from_secs(1));
+                assert!(new.is_some(), "no new leader within 1 s of a graceful stop");
+                report.graceful_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                let status = self.slots[li].wait_exit(Duration::from_secs(5));
+                assert!(
+                    status.is_some_and(|s| s.success()),
+                    "graceful stop exited with {status:?}"
+                );
+                self.respawn(li);
+            }
+            Fault::Kill9 => {
+                let t0 = Instant::now();
+                self.killed.insert(
+                    u64::from(self.slots[li].pid),
+                    leasekeeper::clock::monotonic_now_ns(),
+                );
+                self.slots[li].kill();
+                if let Some(p) = &self.poller {
+                    p.set(li, None);
+                }
+                let new = self.find_leader(Some(old_port), crash_bound);
+                assert!(new.is_some(), "no new leader within ttl + 1 s of kill -9");
+                report.crash_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                self.respawn(li);
+            }
+            Fault::Release => {
+                let answer = http::post(old_port, "/release");
+                assert!(
+                    matches!(answer, Some((200, _))),
+                    "POST /release answered {answer:?}"
+                );
+                let new = self.find_leader(Some(old_port), Duration::from_secs(1));
+                assert!(new.is_some(), "no new leader within 1 s of a release");
+            }
+            Fault::PauseLeader => {
+                self.slots[li].signal(libc::SIGSTOP);
+                let t0 = Instant::now();
+                if self.spec.takeover_while_leader_paused {
+                    let new = self.find_leader(Some(old_port), crash_bound);
+                    assert!(
+                        new.is_some(),
+                        "no new leader within ttl + 1 s of pausing the leader"
+                    );
+                }
+                let rest = (ttl + Duration::from_millis(300)).saturating_sub(t0.elapsed());
+                std::thread::sleep(rest);
+                self.slots[li].signal(libc::SIGCONT);
+                // Its first answer after waking must not claim the old tenure.
+                let first = eventually(Duration::from_secs(3), || self.slots[li].leader());
+                let first = first.expect("the woken leader never answered");
+                let stale =
+                    first["is_leader"] == true && first["fencing_token"].as_u64() == Some(token);
+                assert!(
+                    !stale,
+                    "a leader paused past its ttl answered as leader of its old tenure: {first}"
+                );
+                if self.spec.takeover_while_leader_paused {
+                    assert_eq!(
+                        first["is_leader"], false,
+                        "the woken leader answered as leader: {first}"
+                    );
+                }
+            }
+            Fault::PauseServer => {
+                let server = self.spec.server.as_mut().expect("a server to pause");
+                server.pause();
+                std::thread::sleep(ttl + Duration::from_millis(300));
+                let quiet = self.nobody_leads();
+                let server = self.spec.server.as_mut().expect("a server to resume");
+                server.resume();
+                quiet.unwrap_or_else(|e| panic!("with the store paused past the ttl, {e}"));
+                let back = self.find_leader(None, crash_bound + ttl);
+                assert!(
+                    back.is_some(),
+                    "no leader within 2 ttl + 1 s after the store resumed"
+                );
+            }
+            Fault::RestartServer => {
+                let server = self.spec.server.as_mut().expect("a server to restart");
+                server.restart();
+                let back = self.find_leader(None, crash_bound + ttl);
+                assert!(
+                    back.is_some(),
+                    "no leader within 2 ttl + 1 s after the store restarted"
+                );
+            }
+        }
+    }
+}
+
+/// Runs the rounds, then checks invariant 1 from inside and outside and token order.
+pub fn run(spec: ElectionSpec<'_>) -> Report {
+    let candidates = spec.candidates;
+    let rounds = spec.rounds.clone();
+    let dir = tempfile::tempdir().expect("temp dir");
+    if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
+        eprintln!("test dir: {}", dir.path().display());
+    }
+    let mut e = Election {
+        spec,
+        dir,
+        slots: Vec::new(),
+        poller: None,
+        generation: 0,
+        killed: HashMap::new(),
+    };
+    e.poller = Some(Poller::start(candidates));
+    for slot in 0..candidates {
+        let s = e.spawn(slot);
+        e.slots.push(s);
+    }
+    let mut report = Report::default();
+    for (i, fault) in rounds.iter().enumerate() {
+        let started = Instant::now();
+        e.round(*fault, &mut report);
+        eprintln!("round {i} {fault:?}: {:?}", started.elapsed());
+    }
+    let observations = e.poller.take().map(Poller::finish).unwrap_or_default();
+    for s in e.slots.iter_mut() {
+        let status = s.terminate(Duration::from_secs(5));
+        assert!(
+            status.is_some_and(|st| st.success()),
+            "{} did not stop cleanly: {status:?}",
+            s.name
+        );
+    }
+
+    if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
+        let kept = std::mem::replace(&mut e.dir, tempfile::tempdir().expect("temp dir")).keep();
+        eprintln!("kept {}", kept.display());
+        let claims = read_claims(&kept, candidates, &e.killed);
+        for c in &claims {
+            eprintln!("{c:?}");
+        }
+    }
+    let claims = read_claims(e.dir.path(), candidates, &e.killed);
+    check_claims_never_overlap(&claims);
+    check_tokens_strictly_grow(&claims);
+    check_outside_view(&observations);
+    check_no_panics(e.dir.path());
+    report.claims = claims.len();
+    report.observations = observations.len();
+    report
+}
+
+/// One tenure as its own process logged it, in CLOCK_MONOTONIC nanoseconds.
+#[derive(Clone, Debug)]
+pub struct LoggedClaim {
+    pub pid: u64,
+    pub identity: String,
+    pub token: u64,
+    pub start: u64,
+    pub deadline: u64,
+    pub end: Option<u64>,
+}
+
+impl LoggedClaim {
+    /// The claim ends at its logged end or its last deadline, whichever is first.
+    pub fn until(&self) -> u64 {
+        self.end.map_or(self.deadline, |e| e.min(self.deadline))
+    }
+}
+
+pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
+    for line in text.lines() {
+        // A process killed mid-write leaves a torn last line; it never published it.
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(pid), Some(token), Some(at)) =
+            (v["pid"].as_u64(), v["token"].as_u64(), v["at_ns"].as_u64())
+        else {
+            continue;
+        };
+        let key = (pid, token);
+        match v["event"].as_str() {
+            Some("claim_start") => {
+                let deadline = v["deadline_ns"]
+                    .as_u64()
+                    .expect("claim_start has a deadline");
+                out.insert(
+                    key,
+                    LoggedClaim {
+                        pid,
+                        identity: v["identity"].as_str().unwrap_or("").to_owned(),
+                        token,
+                        start: at,
+                        deadline,
+                        end: None,
+                    },
+                );
+            }
+            Some("deadline") => {
+                let c = out.get_mut(&key).expect("deadline after claim_start");
+                let d = v["deadline_ns"].as_u64().expect("deadline value");
+                assert!(d > c.deadline, "a deadline moved backwards: {line}");
+                c.deadline = d;
+            }
+            Some("claim_end") => {
+                out.get_mut(&key).expect("claim_end after claim_start").end = Some(at);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn read_claims(dir: &Path, slots: usize, killed: &HashMap<u64, u64>) -> Vec<LoggedClaim> {
+    let mut all = BTreeMap::new();
+    for slot in 0..slots {
+        let text =
+            std::fs::read_to_string(dir.join(format!("slot-{slot}.jsonl"))).unwrap_or_default();
+        parse_claims(&text, &mut all);
+    }
+    for c in all.values_mut() {
+        if let Some(&at) = killed.get(&c.pid) {
+            if c.start < at {
+                c.end = Some(c.end.map_or(at, |e| e.min(at)));
+            }
+        }
+    }
+    let mut claims: Vec<LoggedClaim> = all.into_values().collect();
+    claims.sort_by_key(|c| c.start);
+    claims
+}
+
+/// (a) No two claims overlap on the host's monotonic clock.
+pub fn check_claims_never_overlap(claims: &[LoggedClaim]) {
+    let mut latest: Option<&LoggedClaim> = None;
+    for c in claims {
+        assert!(
+            c.start < c.deadline,
+            "a claim started at or after its own deadline: {c:?}"
+        );
+        if let Some(prev) = latest {
+            assert!(
+                c.start >= prev.until(),
+                "two leaders at once: {prev:?} held until {} but {c:?} started at {} ({} µs overlap)",
+                prev.until(),
+                c.start,
+                (prev.until() - c.start) / 1000
+            );
+        }
+        if latest.is_none_or(|p| c.until() > p.until()) {
+            latest = Some(c);
+        }
+    }
+}
+
+/// (c) Later tenures carry greater tokens.
+pub fn check_tokens_strictly_grow(claims: &[LoggedClaim]) {
+    for pair in claims.windows(2) {
+        assert!(
+            pair[1].token > pair[0].token,
+            "fencing token did not grow: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// (b) No process answered "leader" while another held an unbroken tenure: for each
+/// process, two "leader" answers with the same token and no other answer between
+/// them prove it led from the first reply to the second request; nobody else may
+/// have answered "leader" entirely inside that span.
+fn check_outside_view(observations: &[Observation]) {
+    let mut by_port: HashMap<u16, Vec<&Observation>> = HashMap::new();
+    for o in observations {
+        by_port.entry(o.port).or_default().push(o);
+    }
+    let mut certain: Vec<(u16, Instant, Instant, u64)> = Vec::new();
+    for (port, obs) in by_port.iter_mut() {
+        obs.sort_by_key(|o| o.sent);
+        let mut run: Vec<&Observation> = Vec::new();
+        let flush = |run: &mut Vec<&Observation>,
+                     certain: &mut Vec<(u16, Instant, Instant, u64)>| {
+            let mut spans: HashMap<u64, (Instant, Instant)> = HashMap::new();
+            for o in run.iter() {
+                if let Some(t) = o.token {
+                    let span = spans.entry(t).or_insert((o.recv, o.sent));
+                    span.0 = span.0.min(o.recv);
+                    span.1 = span.1.max(o.sent);
+                }
+            }
+            for (t, (from, to)) in spans {
+                if from < to {
+                    certain.push((*port, from, to, t));
+                }
+            }
+            run.clear();
+        };
+        for o in obs.iter() {
+            if o.leader {
+                run.push(o);
+            } else {
+                flush(&mut run, &mut certain);
+            }
+        }
+        flush(&mut run, &mut certain);
+    }
+    for o in observations.iter().filter(|o| o.leader) {
+        for (port, from, to, token) in &certain {
+            if *port != o.port && *from <= o.sent && o.recv <= *to {
+                panic!("seen from outside: port {} answered leader while port {port} held token {token} without a break", o.port);
+            }
+        }
+    }
+}
+
+fn check_no_panics(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "stderr") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                !text.contains("panicked"),
+                "{} panicked:\n{text}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod self_test {
+    use super::*;
+
+    fn claim(pid: u64, token: u64, start: u64, deadline: u64, end: Option<u64>) -> LoggedClaim {
+        LoggedClaim {
+            pid,
+            identity: String::new(),
+            token,
+            start,
+            deadline,
+            end,
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "two leaders at once")]
+    fn the_checker_catches_overlapping_claims() {
+        check_claims_never_overlap(&[claim(1, 1, 0, 100, None), claim(2, 2, 99, 200, None)]);
+    }
+
+    #[test]
+    fn a_claim_ends_at_its_end_or_its_deadline() {
+        check_claims_never_overlap(&[claim(1, 1, 0, 100, Some(50)), claim(2, 2, 60, 200, None)]);
+        check_claims_never_overlap(&[claim(1, 1, 0, 100, Some(150)), claim(2, 2, 101, 200, None)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "fencing token did not grow")]
+    fn the_checker_catches_tokens_that_do_not_grow() {
+        check_tokens_strictly_grow(&[claim(1, 5, 0, 10, None), claim(2, 5, 20, 30, None)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "seen from outside")]
+    fn the_checker_catches_two_leaders_seen_from_outside() {
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        let obs = vec![
+            Observation {
+                port: 1,
+                sent: ms(0),
+                recv: ms(1),
+                leader: true,
+                token: Some(3),
+            },
+            Observation {
+                port: 1,
+                sent: ms(10),
+                recv: ms(11),
+                leader: true,
+                token: Some(3),
+            },
+            Observation {
+                port: 2,
+                sent: ms(4),
+                recv: ms(5),
+                leader: true,
+                token: None,
+            },
+        ];
+        check_outside_view(&obs);
+    }
+}

@@ -1,0 +1,50 @@
+//! A minimal HTTP/1.1 client for probing sidecars: one request per connection,
+//! short timeouts (a SIGSTOPped process accepts connections and never answers).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(TIMEOUT)).ok()?;
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    request(port, "GET", path)
+}
+
+pub fn post(port: u16, path: &str) -> Option<(u16, String)> {
+    request(port, "POST", path)
+}
+
+/// Opens `GET /watch` and returns a reader of its `data:` lines.
+pub fn watch(port: u16) -> Option<impl Iterator<Item = String>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(b"GET /watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let reader = BufReader::new(stream);
+    Some(
+        reader
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim().to_owned())),
+    )
+}

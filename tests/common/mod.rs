@@ -1,0 +1,188 @@
+//! Test harness: real servers and real sidecar processes on loopback.
+//!
+//! Everything started here is killed on drop (SIGKILL, then reaped), so a failing
+//! test leaves no process or directory behind.
+
+#![allow(dead_code)]
+
+pub mod checker;
+pub mod http;
+pub mod redis_server;
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A loopback port that was free a moment ago, below the ephemeral range (which
+/// starts at 32768 here) so that outgoing connections never take it meanwhile.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Spread test processes over the range by pid; then walk.
+    let _ = NEXT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 400) as u16 * 30,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let mut port = NEXT.fetch_add(1, Ordering::SeqCst);
+        if port >= 32_000 {
+            NEXT.store(20_000, Ordering::SeqCst);
+            port = 20_000;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+pub fn send_signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) on a pid we started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// Reads a child's state from /proc (PID 1 may reap late, so `kill -0` lies).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rfind(')')?;
+    stat[after + 1..].trim_start().chars().next()
+}
+
+/// Polls `f` every few milliseconds until it returns `Some` or `limit` passes.
+pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A real `leasekeeper` process.
+pub struct Sidecar {
+    pub name: String,
+    pub port: u16,
+    pub stderr_path: PathBuf,
+    child: Option<Child>,
+    pub pid: u32,
+}
+
+impl Sidecar {
+    /// Starts `leasekeeper` with `args` plus its identity, listener and JSON logs.
+    pub fn spawn(name: &str, dir: &Path, args: &[String]) -> Sidecar {
+        let port = free_port();
+        let stderr_path = dir.join(format!("{name}-{port}.stderr"));
+        let stderr = File::create(&stderr_path).expect("stderr file");
+        let child = Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
+            .args(args)
+            .args([
+                "--identity",
+                name,
+                "--http-addr",
+                &format!("127.0.0.1:{port}"),
+                "--log-format",
+                "json",
+            ])
+            .env("RUST_LOG", "info")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn leasekeeper");
+        let pid = child.id();
+        Sidecar {
+            name: name.to_owned(),
+            port,
+            stderr_path,
+            child: Some(child),
+            pid,
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        if self.child.is_some() {
+            send_signal(self.pid, sig);
+        }
+    }
+
+    /// Waits until the HTTP listener answers.
+    pub fn wait_listening(&self, limit: Duration) -> bool {
+        eventually(limit, || http::get(self.port, "/healthz").map(|_| ())).is_some()
+    }
+
+    /// SIGTERM, then wait for the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> Option<ExitStatus> {
+        self.signal(libc::SIGTERM);
+        self.wait_exit(limit)
+    }
+
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let end = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// GET /leader as JSON.
+    pub fn leader(&self) -> Option<serde_json::Value> {
+        let (code, body) = http::get(self.port, "/leader")?;
+        (code == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `leasekeeper` to completion (for bad-input checks).
+pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run leasekeeper");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

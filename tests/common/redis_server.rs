@@ -1,0 +1,126 @@
+//! A real `redis-server` on a loopback port, in its own temp dir, killed on drop.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, free_port, send_signal};
+
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// Append-only file with fsync on every write: data survives a kill -9.
+    persistent: bool,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        Self::start_with(false)
+    }
+
+    pub fn start_persistent() -> RedisServer {
+        Self::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> RedisServer {
+        let dir = tempfile::tempdir().expect("redis temp dir");
+        let mut server = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+            persistent,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let dir = self.dir.path().to_str().expect("utf8 dir").to_owned();
+        let port = self.port.to_string();
+        let mut args = vec![
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &dir,
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+        ];
+        if self.persistent {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            args.extend(["--appendonly", "no"]);
+        }
+        let child = Command::new("redis-server")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (make test installs it)");
+        self.child = Some(child);
+        let ready = eventually(Duration::from_secs(10), || self.ping().then_some(()));
+        assert!(
+            ready.is_some(),
+            "redis-server on {} did not answer PING",
+            self.port
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn ping(&self) -> bool {
+        self.command("PING").is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one inline command and returns the raw reply.
+    pub fn command(&self, cmd: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(300))).ok()?;
+        s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    pub fn pause(&self) {
+        send_signal(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        send_signal(self.pid(), libc::SIGCONT);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            send_signal(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// kill -9 and start again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
