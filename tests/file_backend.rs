@@ -37,6 +37,7 @@ fn file_election_survives_the_checker() {
         rounds,
         server: None,
         takeover_while_leader_paused: false,
+        restart_loses_data: false,
     });
     eprintln!("file: {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);

@@ -58,6 +58,9 @@ pub struct ElectionSpec<'a> {
     pub server: Option<&'a mut dyn ServerControl>,
     /// Whether another candidate can lead while the leader is paused (not under flock).
     pub takeover_while_leader_paused: bool,
+    /// Whether a server restart loses the lease (no persistence): then a new tenure
+    /// must follow the restart, after the old claim has run out.
+    pub restart_loses_data: bool,
 }
 
 #[derive(Debug, Default)]
@@ -277,8 +280,18 @@ impl Election<'_> {
                 assert!(new.is_some(), "no new leader within 1 s of a release");
             }
             Fault::PauseLeader => {
+                // A connection the leader has already accepted: the question asked on it
+                // while the process is stopped is the first thing it answers on waking,
+                // before any of its timers (the elector's included) have run.
+                let mut early = http::KeepAlive::open(old_port).expect("connect to the leader");
+                early.send("/leader").expect("send");
+                let warm = early
+                    .receive()
+                    .expect("the leader answers before the pause");
+                assert_eq!(warm.0, 200);
                 self.slots[li].signal(libc::SIGSTOP);
                 let t0 = Instant::now();
+                early.send("/leader").expect("send while paused");
                 if self.spec.takeover_while_leader_paused {
                     let new = self.find_leader(Some(old_port), crash_bound);
                     assert!(
@@ -290,8 +303,9 @@ impl Election<'_> {
                 std::thread::sleep(rest);
                 self.slots[li].signal(libc::SIGCONT);
                 // Its first answer after waking must not claim the old tenure.
-                let first = eventually(Duration::from_secs(3), || self.slots[li].leader());
-                let first = first.expect("the woken leader never answered");
+                let (code, body) = early.receive().expect("the woken leader answers");
+                assert_eq!(code, 200);
+                let first: serde_json::Value = serde_json::from_str(&body).expect("json");
                 let stale =
                     first["is_leader"] == true && first["fencing_token"].as_u64() == Some(token);
                 assert!(
@@ -322,7 +336,15 @@ impl Election<'_> {
             Fault::RestartServer => {
                 let server = self.spec.server.as_mut().expect("a server to restart");
                 server.restart();
-                let back = self.find_leader(None, crash_bound + ttl);
+                let bound = crash_bound + ttl;
+                let back = if self.spec.restart_loses_data {
+                    eventually(bound, || {
+                        self.find_leader(None, Duration::ZERO)
+                            .filter(|(_, t)| *t > token)
+                    })
+                } else {
+                    self.find_leader(None, bound)
+                };
                 assert!(
                     back.is_some(),
                     "no leader within 2 ttl + 1 s after the store restarted"

@@ -48,3 +48,49 @@ pub fn watch(port: u16) -> Option<impl Iterator<Item = String>> {
             .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim().to_owned())),
     )
 }
+
+/// One kept-alive connection, for asking a question that is already waiting in the
+/// socket when a paused process wakes up (so it is answered before any timer runs).
+pub struct KeepAlive {
+    reader: BufReader<TcpStream>,
+}
+
+impl KeepAlive {
+    pub fn open(port: u16) -> Option<KeepAlive> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        Some(KeepAlive {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// Writes a request without waiting for the answer.
+    pub fn send(&mut self, path: &str) -> Option<()> {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        self.reader.get_mut().write_all(req.as_bytes()).ok()
+    }
+
+    /// Reads one answer: status code and body.
+    pub fn receive(&mut self) -> Option<(u16, String)> {
+        let mut status = String::new();
+        self.reader.read_line(&mut status).ok()?;
+        let code = status.split_whitespace().nth(1)?.parse().ok()?;
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).ok()?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().ok()?;
+                }
+            }
+        }
+        let mut body = vec![0u8; length];
+        self.reader.read_exact(&mut body).ok()?;
+        Some((code, String::from_utf8_lossy(&body).into_owned()))
+    }
+}

@@ -24,10 +24,19 @@ impl RedisServer {
         Self::start_with(true)
     }
 
+    /// Starts on a given port (a sidecar may already be waiting for it).
+    pub fn start_on(port: u16) -> RedisServer {
+        Self::start_at(port, false)
+    }
+
     fn start_with(persistent: bool) -> RedisServer {
+        Self::start_at(free_port(), persistent)
+    }
+
+    fn start_at(port: u16, persistent: bool) -> RedisServer {
         let dir = tempfile::tempdir().expect("redis temp dir");
         let mut server = RedisServer {
-            port: free_port(),
+            port,
             dir,
             child: None,
             persistent,

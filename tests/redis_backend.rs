@@ -1,0 +1,254 @@
+//! The redis backend against a real redis-server: the election checker with
+//! leader and server faults, data loss on restart, auth, and the HTTP surface.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::checker::{self, ElectionSpec, Fault};
+use common::redis_server::RedisServer;
+use common::{eventually, http, Sidecar};
+
+fn redis_args(url: &str, ttl: &str) -> Vec<String> {
+    [
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        "checker",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn redis_election_survives_the_checker() {
+    let mut server = RedisServer::start_persistent();
+    let url = server.url();
+    let mut rounds = Vec::new();
+    for i in 0..56 {
+        rounds.push(match i % 14 {
+            1 | 8 => Fault::Kill9,
+            3 => Fault::PauseLeader,
+            5 => Fault::PauseServer,
+            7 => Fault::Release,
+            10 => Fault::RestartServer,
+            _ => Fault::Graceful,
+        });
+    }
+    let report = checker::run(ElectionSpec {
+        args: redis_args(&url, "1s"),
+        ttl: Duration::from_secs(1),
+        candidates: 3,
+        rounds,
+        server: Some(&mut server),
+        takeover_while_leader_paused: true,
+        restart_loses_data: false,
+    });
+    eprintln!("redis: {report:?}");
+    assert!(report.claims >= 50, "only {} tenures", report.claims);
+}
+
+/// A restart that loses all data (no persistence) while a leader still holds its
+/// claim: without the quarantine, another candidate could lead at once.
+#[test]
+fn a_server_that_loses_its_data_never_yields_two_leaders() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let rounds = [
+        Fault::RestartServer,
+        Fault::Graceful,
+        Fault::RestartServer,
+        Fault::Kill9,
+        Fault::RestartServer,
+        Fault::RestartServer,
+    ]
+    .to_vec();
+    let report = checker::run(ElectionSpec {
+        args: redis_args(&url, "1s"),
+        ttl: Duration::from_secs(1),
+        candidates: 3,
+        rounds,
+        server: Some(&mut server),
+        takeover_while_leader_paused: true,
+        restart_loses_data: true,
+    });
+    eprintln!("redis data loss: {report:?}");
+}
+
+#[test]
+fn an_unreachable_server_at_start_is_not_bad_input() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = common::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let sidecar = Sidecar::spawn("early", dir.path(), &redis_args(&url, "2s"));
+    assert!(
+        sidecar.wait_listening(Duration::from_secs(10)),
+        "{}",
+        sidecar.stderr()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        http::get(sidecar.port, "/readyz").map(|(c, _)| c),
+        Some(503)
+    );
+    let v = sidecar.leader().expect("/leader answers");
+    assert_eq!(v["state"], "unknown");
+    assert_eq!(v["is_leader"], false);
+    assert_eq!(v["leader"], serde_json::Value::Null);
+
+    // The server appears on that port: the sidecar finds it and leads.
+    let _server = RedisServer::start_on(port);
+    let led = eventually(Duration::from_secs(10), || {
+        sidecar.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(
+        led.is_some(),
+        "never led once the server came up:\n{}",
+        sidecar.stderr()
+    );
+    assert_eq!(
+        http::get(sidecar.port, "/readyz").map(|(c, _)| c),
+        Some(200)
+    );
+}
+
+#[test]
+fn password_from_a_file_and_acl_user_in_the_url() {
+    let server = RedisServer::start();
+    assert!(server
+        .command("ACL SETUSER elector on >s3cret ~* &* +@all")
+        .is_some_and(|r| r.starts_with("+OK")));
+    assert!(server.command("ACL SETUSER default off").is_some());
+    let dir = tempfile::tempdir().expect("dir");
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, "s3cret\n").expect("write");
+    let mut args = redis_args(&format!("redis://elector@127.0.0.1:{}", server.port), "2s");
+    args.extend(["--redis-password-file".into(), pw.display().to_string()]);
+    let sidecar = Sidecar::spawn("authed", dir.path(), &args);
+    let led = eventually(Duration::from_secs(10), || {
+        sidecar.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(
+        led.is_some(),
+        "never led with ACL auth:\n{}",
+        sidecar.stderr()
+    );
+    assert!(
+        !sidecar.stderr().contains("s3cret"),
+        "the password reached the log"
+    );
+}
+
+#[test]
+fn metrics_and_watch_follow_a_handover() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&server.url(), "3s");
+    let mut a = Sidecar::spawn("alpha", dir.path(), &args);
+    assert!(eventually(Duration::from_secs(10), || a
+        .leader()
+        .filter(|v| v["is_leader"] == true))
+    .is_some());
+    let b = Sidecar::spawn("beta", dir.path(), &args);
+    let follows = eventually(Duration::from_secs(10), || {
+        b.leader().filter(|v| v["state"] == "follower")
+    });
+    assert_eq!(follows.expect("beta follows")["leader"], "alpha");
+
+    let (code, text) = http::get(a.port, "/metrics").expect("metrics");
+    assert_eq!(code, 200);
+    for line in [
+        "leasekeeper_is_leader 1",
+        "leasekeeper_leader_transitions_total{direction=\"acquired\"} 1",
+        "leasekeeper_build_info{version=\"0.1.0\",backend=\"redis\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let (_, text) = http::get(b.port, "/metrics").expect("metrics");
+    assert!(text.contains("leasekeeper_is_leader 0"), "{text}");
+    assert!(
+        text.contains("leasekeeper_lease_remaining_seconds 0"),
+        "{text}"
+    );
+
+    // The push stream: the current status at connect, then the change.
+    let mut events = http::watch(b.port).expect("watch");
+    let first: serde_json::Value =
+        serde_json::from_str(&events.next().expect("first event")).expect("json");
+    assert_eq!(first["leader"], "alpha");
+    let t0 = Instant::now();
+    a.signal(libc::SIGTERM);
+    let took_over = events
+        .map(|d| serde_json::from_str::<serde_json::Value>(&d).expect("json"))
+        .find(|v| v["is_leader"] == true);
+    assert!(took_over.is_some(), "no event for the takeover");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        a.wait_exit(Duration::from_secs(5)).map(|s| s.success()),
+        Some(true)
+    );
+    let (_, text) = http::get(b.port, "/metrics").expect("metrics");
+    assert!(text.contains("leasekeeper_is_leader 1"), "{text}");
+}
+
+#[test]
+fn release_endpoint_hands_over_only_when_enabled() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&server.url(), "3s");
+    let plain = Sidecar::spawn("plain", dir.path(), &args);
+    assert!(eventually(Duration::from_secs(10), || plain
+        .leader()
+        .filter(|v| v["is_leader"] == true))
+    .is_some());
+    let (code, body) = http::post(plain.port, "/release").expect("answer");
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("--enable-release-endpoint"), "{body}");
+
+    let mut with_release = args.clone();
+    with_release.push("--enable-release-endpoint".into());
+    let other = Sidecar::spawn("other", dir.path(), &with_release);
+    assert!(eventually(Duration::from_secs(10), || other
+        .leader()
+        .filter(|v| v["state"] == "follower"))
+    .is_some());
+    assert_eq!(
+        http::post(other.port, "/release").map(|(c, _)| c),
+        Some(409),
+        "a follower has nothing to release"
+    );
+    drop(plain);
+    // Once `other` leads (after plain's lease expires), it can hand over on request.
+    assert!(eventually(Duration::from_secs(10), || other
+        .leader()
+        .filter(|v| v["is_leader"] == true))
+    .is_some());
+    assert_eq!(
+        http::post(other.port, "/release").map(|(c, _)| c),
+        Some(200)
+    );
+    assert_eq!(
+        http::get(other.port, "/is-leader").map(|(c, _)| c),
+        Some(503)
+    );
+}
+
+#[test]
+fn unknown_paths_and_methods_get_json_errors() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let s = Sidecar::spawn("paths", dir.path(), &redis_args(&server.url(), "3s"));
+    assert!(s.wait_listening(Duration::from_secs(10)));
+    let (code, body) = http::get(s.port, "/nope").expect("answer");
+    assert_eq!(code, 404);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).expect("json")["error"].is_string());
+    let (code, body) = http::post(s.port, "/leader").expect("answer");
+    assert_eq!(code, 405);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).expect("json")["error"].is_string());
+    assert_eq!(http::get(s.port, "/healthz").map(|(c, _)| c), Some(200));
+}
