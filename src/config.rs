@@ -43,22 +43,22 @@ pub struct Cli {
     #[arg(long, env = "LEASEKEEPER_HTTP_ADDR")]
     pub http_addr: Option<String>,
     /// Lease time to live, like 15s or 1500ms [default: 15s].
-    #[arg(long, env = "LEASEKEEPER_TTL")]
+    #[arg(long, env = "LEASEKEEPER_TTL", allow_hyphen_values = true)]
     pub ttl: Option<String>,
     /// How often the leader renews [default: ttl/3].
-    #[arg(long, env = "LEASEKEEPER_RENEW_INTERVAL")]
+    #[arg(long, env = "LEASEKEEPER_RENEW_INTERVAL", allow_hyphen_values = true)]
     pub renew_interval: Option<String>,
     /// Fallback re-check period for followers [default: ttl/3].
-    #[arg(long, env = "LEASEKEEPER_RETRY_INTERVAL")]
+    #[arg(long, env = "LEASEKEEPER_RETRY_INTERVAL", allow_hyphen_values = true)]
     pub retry_interval: Option<String>,
     /// Timeout of every single backend call [default: ttl/5, at most 5s].
-    #[arg(long, env = "LEASEKEEPER_BACKEND_TIMEOUT")]
+    #[arg(long, env = "LEASEKEEPER_BACKEND_TIMEOUT", allow_hyphen_values = true)]
     pub backend_timeout: Option<String>,
     /// Clock drift allowed for, as a fraction of the ttl [default: 0.01].
-    #[arg(long, env = "LEASEKEEPER_CLOCK_DRIFT")]
+    #[arg(long, env = "LEASEKEEPER_CLOCK_DRIFT", allow_hyphen_values = true)]
     pub clock_drift: Option<String>,
     /// Safety margin taken off every local deadline [default: ttl/100, at least 10ms].
-    #[arg(long, env = "LEASEKEEPER_SAFETY_MARGIN")]
+    #[arg(long, env = "LEASEKEEPER_SAFETY_MARGIN", allow_hyphen_values = true)]
     pub safety_margin: Option<String>,
     /// redis://[user:pass@]host:port[/db] or rediss:// (TLS).
     #[arg(long, env = "LEASEKEEPER_REDIS_URL", value_delimiter = ',')]

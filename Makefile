@@ -1,0 +1,21 @@
+# The two commands of the README: `make run` and `make test`.
+.PHONY: run test deps bench lint
+
+# Runs the sidecar on its default backend (a local lock file): no server needed.
+run:
+	cargo run --release
+
+# Installs the test servers when missing, then runs the whole test suite.
+test: deps
+	cargo test
+
+deps:
+	bash scripts/install-test-deps
+
+# Handover/failover latency, follower load, idle footprint (see README).
+bench: deps
+	cargo bench --bench handover
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings

@@ -1,0 +1,72 @@
+//! Bad input ends in one clear line naming the setting and a non-zero exit,
+//! before anything is touched — never a panic.
+
+mod common;
+
+use common::run_to_exit;
+
+fn assert_one_line_error(args: &[&str], env: &[(&str, &str)], mention: &str) {
+    let (code, _out, err) = run_to_exit(args, env);
+    assert_eq!(code, Some(2), "{args:?}: exit {code:?}, stderr {err:?}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line: {err:?}");
+    assert!(lines[0].starts_with("error: "), "{args:?}: {err:?}");
+    assert!(lines[0].contains(mention), "{args:?}: {err:?} does not mention {mention:?}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+#[test]
+fn bad_flags_each_give_one_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().expect("utf8");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backend", "zookeepr"], "--backend"),
+        (&["--ttl", "fast"], "--ttl"),
+        (&["--ttl", "2s", "--renew-interval", "3s"], "--renew-interval"),
+        (&["--retry-interval", "-1s"], "--retry-interval"),
+        (&["--backend", "redis"], "--redis-url"),
+        (&["--backend", "redis", "--redis-url", "redis://[::1"], "--redis-url"),
+        (&["--backend", "redis", "--redis-url", "redis://127.0.0.1:1", "--redis-password-file", missing], "--redis-password-file"),
+        (&["--http-addr", "localhost"], "--http-addr"),
+        (&["--election", "UPPER"], "--election"),
+        (&["--identity", ""], "--identity"),
+        (&["--log-format", "yaml"], "--log-format"),
+        (&["--config", missing], "--config"),
+        (&["--frobnicate"], "--frobnicate"),
+    ];
+    for (args, mention) in cases {
+        assert_one_line_error(args, &[], mention);
+    }
+}
+
+#[test]
+fn environment_variables_are_read_and_checked() {
+    assert_one_line_error(&[], &[("LEASEKEEPER_TTL", "soon")], "--ttl");
+    assert_one_line_error(&[], &[("LEASEKEEPER_BACKEND", "consul")], "--backend");
+}
+
+#[test]
+fn a_taken_port_is_reported_before_the_backend_is_touched() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("lock");
+    let (code, _, err) = run_to_exit(&["--http-addr", &addr, "--file-path", lock.to_str().expect("utf8")], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--http-addr"), "{err}");
+    assert!(!err.contains("panicked"));
+    assert!(!lock.exists(), "the lock file was touched before the listener failed");
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    let (code, out, _) = run_to_exit(&["--help"], &[]);
+    assert_eq!(code, Some(0));
+    for flag in ["--backend", "--election", "--ttl", "--redis-url", "--exit-on-loss", "--enable-release-endpoint", "--config"] {
+        assert!(out.contains(flag), "--help lacks {flag}");
+    }
+    let (code, out, _) = run_to_exit(&["--version"], &[]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains(env!("CARGO_PKG_VERSION")));
+}
