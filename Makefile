@@ -13,7 +13,8 @@ deps:
 	bash scripts/install-test-deps
 
 # Handover/failover latency, follower load, idle footprint (see README).
-bench: deps
+bench:
+	bash scripts/install-test-deps --bench
 	cargo bench --bench handover
 
 lint:

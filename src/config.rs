@@ -179,7 +179,7 @@ impl Cli {
 #[derive(Clone, Debug)]
 pub enum BackendSettings {
     File { path: PathBuf },
-    Redis(RedisSettings),
+    Redis(Box<RedisSettings>),
 }
 
 impl BackendSettings {
@@ -390,6 +390,12 @@ fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
                 redact(url)
             ))
         })?;
+    if info.redis_settings().password().is_some() {
+        return Err(bad(format!(
+            "--redis-url {:?} carries a password; put it in --redis-password-file instead (a URL shows in the process list)",
+            redact(url)
+        )));
+    }
     if let Some(path) = &cli.redis_password_file {
         let password = read_secret_file("--redis-password-file", path)?;
         let redis_info = info.redis_settings().clone().set_password(password);
@@ -460,7 +466,7 @@ impl Settings {
             "file" => BackendSettings::File {
                 path: cli.file_path.clone().unwrap_or_else(|| default_lock_path(&election)),
             },
-            "redis" => BackendSettings::Redis(redis_settings(&cli)?),
+            "redis" => BackendSettings::Redis(Box::new(redis_settings(&cli)?)),
             name @ ("etcd" | "zookeeper" | "kubernetes" | "redlock") => {
                 return Err(bad(format!(
                     "--backend {name} is not available in this release yet; use file or redis"
@@ -555,6 +561,13 @@ fn timing(cli: &Cli) -> Result<Timing, ConfigError> {
             fmt_d(t.renew_interval)
         )));
     }
+    if t.retry_interval >= ttl {
+        return Err(bad(format!(
+            "--retry-interval {} is not shorter than --ttl {}; followers would report a stale leader between checks",
+            fmt_d(t.retry_interval),
+            fmt_d(ttl)
+        )));
+    }
     if t.backend_timeout >= ttl {
         return Err(bad(format!(
             "--backend-timeout {} is not shorter than --ttl {}; a hung call would outlive the lease",
@@ -614,6 +627,10 @@ mod tests {
             (
                 &["--ttl", "1s", "--renew-interval", "900ms"],
                 "--ttl 1s leaves a claim",
+            ),
+            (
+                &["--ttl", "2s", "--retry-interval", "3s"],
+                "--retry-interval 3s",
             ),
             (&["--backend", "consul"], "--backend \"consul\" is unknown"),
             (&["--backend", "redis"], "--redis-url is required"),
@@ -686,6 +703,14 @@ mod tests {
             .to_string();
         assert!(err.contains("bogus"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn passwords_stay_off_the_command_line() {
+        let err = parse(&["--backend", "redis", "--redis-url", "redis://u:secret@h:1"])
+            .expect_err("password in URL")
+            .to_string();
+        assert!(err.contains("--redis-password-file") && !err.contains("secret"), "{err}");
     }
 
     #[test]

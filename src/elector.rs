@@ -111,9 +111,11 @@ struct TransitionRecord<'a> {
 }
 
 /// Append-only JSON-lines log of claims, for the election checker and post-mortems.
-/// Each line is written with one `write` on an `O_APPEND` file before the matching
-/// `Status` is published, so a process killed at any point never published a claim
-/// that the log does not show.
+/// Each line is one `write` on an `O_APPEND` file. `claim_start` and `deadline` lines
+/// are written *before* the matching `Status` is published, `claim_end` *after* "not
+/// leader" is published: either way the logged claim covers every moment the process
+/// could have answered "leader", so a process killed at any point never asserted more
+/// than its log shows.
 pub struct TransitionLog {
     file: Option<std::fs::File>,
     identity: String,
@@ -488,13 +490,15 @@ async fn timed<T>(
 }
 
 /// Updates the observed holder, counting a transition when it changed.
+/// A holder that is seen again after a spell of "nobody known" (a step-down, a
+/// fenced lock) is no new transition.
 fn note_holder(s: &mut Status, holder: Option<Holder>) {
-    if holder.is_some() && holder != s.holder {
-        s.transitions += 1;
-        s.holder_since = Some(SystemTime::now());
-    }
-    if holder.is_none() {
-        s.holder_since = None;
+    if let Some(h) = &holder {
+        if s.last_seen_holder.as_ref() != Some(h) {
+            s.transitions += 1;
+            s.holder_since = Some(SystemTime::now());
+            s.last_seen_holder = Some(h.clone());
+        }
     }
     s.holder = holder;
 }

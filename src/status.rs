@@ -63,6 +63,8 @@ pub struct Status {
     pub holder: Option<Holder>,
     /// When the holder changed to the current one, as far as this candidate saw.
     pub holder_since: Option<SystemTime>,
+    /// The last holder ever seen, to count transitions (`holder` may be cleared).
+    pub last_seen_holder: Option<Holder>,
     /// Monotonic and wall time of the last answer from the backend.
     pub heard_at: Option<(Instant, SystemTime)>,
     /// Number of leader changes this candidate has observed (its own included).
@@ -104,6 +106,7 @@ impl Status {
             claim: None,
             holder: None,
             holder_since: None,
+            last_seen_holder: None,
             heard_at: None,
             transitions: 0,
             ready: false,

@@ -11,7 +11,10 @@ fn assert_one_line_error(args: &[&str], env: &[(&str, &str)], mention: &str) {
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{args:?}: not one line: {err:?}");
     assert!(lines[0].starts_with("error: "), "{args:?}: {err:?}");
-    assert!(lines[0].contains(mention), "{args:?}: {err:?} does not mention {mention:?}");
+    assert!(
+        lines[0].contains(mention),
+        "{args:?}: {err:?} does not mention {mention:?}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
 }
 
@@ -23,11 +26,27 @@ fn bad_flags_each_give_one_line() {
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "zookeepr"], "--backend"),
         (&["--ttl", "fast"], "--ttl"),
-        (&["--ttl", "2s", "--renew-interval", "3s"], "--renew-interval"),
+        (
+            &["--ttl", "2s", "--renew-interval", "3s"],
+            "--renew-interval",
+        ),
         (&["--retry-interval", "-1s"], "--retry-interval"),
         (&["--backend", "redis"], "--redis-url"),
-        (&["--backend", "redis", "--redis-url", "redis://[::1"], "--redis-url"),
-        (&["--backend", "redis", "--redis-url", "redis://127.0.0.1:1", "--redis-password-file", missing], "--redis-password-file"),
+        (
+            &["--backend", "redis", "--redis-url", "redis://[::1"],
+            "--redis-url",
+        ),
+        (
+            &[
+                "--backend",
+                "redis",
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--redis-password-file",
+                missing,
+            ],
+            "--redis-password-file",
+        ),
         (&["--http-addr", "localhost"], "--http-addr"),
         (&["--election", "UPPER"], "--election"),
         (&["--identity", ""], "--identity"),
@@ -52,18 +71,37 @@ fn a_taken_port_is_reported_before_the_backend_is_touched() {
     let addr = listener.local_addr().expect("addr").to_string();
     let dir = tempfile::tempdir().expect("dir");
     let lock = dir.path().join("lock");
-    let (code, _, err) = run_to_exit(&["--http-addr", &addr, "--file-path", lock.to_str().expect("utf8")], &[]);
+    let (code, _, err) = run_to_exit(
+        &[
+            "--http-addr",
+            &addr,
+            "--file-path",
+            lock.to_str().expect("utf8"),
+        ],
+        &[],
+    );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--http-addr"), "{err}");
     assert!(!err.contains("panicked"));
-    assert!(!lock.exists(), "the lock file was touched before the listener failed");
+    assert!(
+        !lock.exists(),
+        "the lock file was touched before the listener failed"
+    );
 }
 
 #[test]
 fn help_and_version_exit_zero() {
     let (code, out, _) = run_to_exit(&["--help"], &[]);
     assert_eq!(code, Some(0));
-    for flag in ["--backend", "--election", "--ttl", "--redis-url", "--exit-on-loss", "--enable-release-endpoint", "--config"] {
+    for flag in [
+        "--backend",
+        "--election",
+        "--ttl",
+        "--redis-url",
+        "--exit-on-loss",
+        "--enable-release-endpoint",
+        "--config",
+    ] {
         assert!(out.contains(flag), "--help lacks {flag}");
     }
     let (code, out, _) = run_to_exit(&["--version"], &[]);

@@ -22,7 +22,7 @@ use tokio_stream::wrappers::WatchStream;
 
 use super::metrics::Metrics;
 use crate::elector::{Heartbeat, ReleaseRequest};
-use crate::status::Status;
+use crate::status::{Role, Status};
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -96,12 +96,26 @@ async fn is_leader(State(s): State<ApiState>) -> Response {
 async fn watch_sse(
     State(s): State<ApiState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stream = WatchStream::new(s.status.clone()).map(|status| {
+    // Renewals change the deadline every few seconds; subscribers want to hear about
+    // who leads, not about each renewal, so only changes of these fields are sent.
+    let mut last: Option<(Role, bool, Option<String>, Option<u64>)> = None;
+    let stream = WatchStream::new(s.status.clone()).filter_map(move |status| {
         let view = status.view_at(Instant::now());
-        Ok(Event::default()
-            .event("status")
-            .json_data(view)
-            .unwrap_or_else(|_| Event::default().event("status")))
+        let key = (
+            view.state,
+            view.is_leader,
+            view.leader.clone(),
+            view.fencing_token,
+        );
+        let changed = last.as_ref() != Some(&key);
+        last = Some(key);
+        let event = changed.then(|| {
+            Ok(Event::default()
+                .event("status")
+                .json_data(view)
+                .unwrap_or_else(|_| Event::default().event("status")))
+        });
+        std::future::ready(event)
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

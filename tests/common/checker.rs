@@ -104,7 +104,7 @@ impl Poller {
                         round += 1;
                         let port = ports.lock().expect("ports")[slot];
                         if let Some(port) = port {
-                            let path = if round % 2 == 0 {
+                            let path = if round.is_multiple_of(2) {
                                 "/leader"
                             } else {
                                 "/is-leader"

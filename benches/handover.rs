@@ -1,0 +1,460 @@
+//! Benchmarks of DESIGN §8/§9: graceful handover and crash failover latency,
+//! backend requests per candidate at steady state, idle footprint, `/leader`
+//! throughput and binary size. Run with `make bench` (`cargo bench --bench handover`).
+//!
+//! Latencies are read from the sidecars' own transition logs (CLOCK_MONOTONIC ns):
+//! from the instant the signal is sent to the new leader's `claim_start`, so the
+//! figures carry no polling error.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use common::{eventually, http, Sidecar};
+use leasekeeper::clock::monotonic_now_ns;
+
+const CANDIDATES: usize = 3;
+
+fn handovers() -> usize {
+    std::env::var("LK_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40)
+}
+
+struct Stats {
+    min: f64,
+    median: f64,
+    p99: f64,
+    n: usize,
+}
+
+fn stats(mut v: Vec<f64>) -> Stats {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    Stats {
+        min: v[0],
+        median: at(0.5),
+        p99: at(0.99),
+        n: v.len(),
+    }
+}
+
+fn fmt_ms(s: &Stats) -> String {
+    format!(
+        "{:.2} / {:.2} / {:.2} ms (n={})",
+        s.min, s.median, s.p99, s.n
+    )
+}
+
+/// A set of sidecars with one transition log per slot.
+struct Group {
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    slots: Vec<Sidecar>,
+    generation: usize,
+}
+
+impl Group {
+    fn new(args: Vec<String>, n: usize) -> Group {
+        let mut g = Group {
+            dir: tempfile::tempdir().expect("dir"),
+            args,
+            slots: Vec::new(),
+            generation: 0,
+        };
+        for slot in 0..n {
+            let s = g.spawn(slot);
+            g.slots.push(s);
+        }
+        g
+    }
+
+    fn log(&self, slot: usize) -> PathBuf {
+        self.dir.path().join(format!("slot-{slot}.jsonl"))
+    }
+
+    fn spawn(&mut self, slot: usize) -> Sidecar {
+        self.generation += 1;
+        let mut args = self.args.clone();
+        args.extend([
+            "--transition-log".to_owned(),
+            self.log(slot).display().to_string(),
+        ]);
+        let s = Sidecar::spawn(
+            &format!("bench-{slot}-g{}", self.generation),
+            self.dir.path(),
+            &args,
+        );
+        assert!(s.wait_listening(Duration::from_secs(10)), "{}", s.stderr());
+        s
+    }
+
+    fn respawn(&mut self, slot: usize) {
+        self.slots[slot].kill();
+        let s = self.spawn(slot);
+        self.slots[slot] = s;
+    }
+
+    fn leader(&self, limit: Duration) -> Option<usize> {
+        eventually(limit, || {
+            self.slots
+                .iter()
+                .position(|s| s.is_running() && s.leader().is_some_and(|v| v["is_leader"] == true))
+        })
+    }
+
+    /// Waits until all followers report a leader (steady state before a handover).
+    fn settled(&self, leader: usize) -> bool {
+        eventually(Duration::from_secs(20), || {
+            self.slots
+                .iter()
+                .enumerate()
+                .all(|(i, s)| i == leader || s.leader().is_some_and(|v| v["state"] == "follower"))
+                .then_some(())
+        })
+        .is_some()
+    }
+
+    /// The first claim_start after `after_ns` in any slot's log.
+    fn next_claim_after(&self, after_ns: u64, limit: Duration) -> Option<u64> {
+        eventually(limit, || {
+            let mut first: Option<u64> = None;
+            for slot in 0..self.slots.len() {
+                let text = std::fs::read_to_string(self.log(slot)).unwrap_or_default();
+                let mut claims = BTreeMap::new();
+                common::checker::parse_claims(&text, &mut claims);
+                for c in claims.values().filter(|c| c.start > after_ns) {
+                    first = Some(first.map_or(c.start, |f: u64| f.min(c.start)));
+                }
+            }
+            first
+        })
+    }
+}
+
+enum Stop {
+    Graceful,
+    Crash,
+}
+
+/// Stops the leader `rounds` times; returns signal→new claim latencies (ms) and,
+/// for crashes, the delay past the store's own expiry of the lease when known.
+fn handover(
+    group: &mut Group,
+    stop: Stop,
+    rounds: usize,
+    expiry_probe: Option<&dyn Fn() -> Option<u64>>,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut latencies = Vec::new();
+    let mut past_expiry = Vec::new();
+    for _ in 0..rounds {
+        let leader = group.leader(Duration::from_secs(30)).expect("a leader");
+        assert!(group.settled(leader), "followers never settled");
+        // Let the leader renew at least once so the crash case measures a normal lease.
+        std::thread::sleep(Duration::from_millis(20));
+        let pttl_ms = expiry_probe.and_then(|p| p());
+        let t0 = monotonic_now_ns();
+        match stop {
+            Stop::Graceful => group.slots[leader].signal(libc::SIGTERM),
+            Stop::Crash => group.slots[leader].signal(libc::SIGKILL),
+        }
+        let start = group
+            .next_claim_after(t0, Duration::from_secs(60))
+            .expect("a new leader");
+        latencies.push((start - t0) as f64 / 1e6);
+        if let Some(pttl) = pttl_ms {
+            past_expiry.push((start - t0) as f64 / 1e6 - pttl as f64);
+        }
+        let _ = group.slots[leader].wait_exit(Duration::from_secs(5));
+        group.respawn(leader);
+    }
+    (latencies, past_expiry)
+}
+
+fn redis_args(url: &str, ttl: &str) -> Vec<String> {
+    [
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        "bench",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
+    vec![
+        "--backend".into(),
+        "file".into(),
+        "--file-path".into(),
+        dir.join("bench.lock").display().to_string(),
+        "--ttl".into(),
+        ttl.into(),
+    ]
+}
+
+/// Client requests the store has served for our sidecars: script invocations
+/// (commands run inside a script are counted by Redis too, but cost no round trip).
+fn redis_requests(server: &RedisServer) -> u64 {
+    let info = server.command("INFO commandstats").unwrap_or_default();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Requests per second the store sees from the sidecars over `window`.
+fn redis_rate(server: &RedisServer, window: Duration) -> f64 {
+    let before = redis_requests(server);
+    std::thread::sleep(window);
+    let after = redis_requests(server);
+    after.saturating_sub(before) as f64 / window.as_secs_f64()
+}
+
+/// Graceful handover among `CANDIDATES` redis-py `Lock` holders on the same server.
+fn redis_py_handover(url: &str, rounds: usize) -> Option<Vec<f64>> {
+    use std::process::{Child, Command, Stdio};
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/peers/redis_py_lock.py"
+    );
+    let ok = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("redis-py is not installed (pip install redis); skipping the peer");
+        return None;
+    }
+    let dir = tempfile::tempdir().ok()?;
+    let spawn = |i: usize, gen: usize| -> (Child, PathBuf) {
+        let out = dir.path().join(format!("peer-{i}-{gen}.out"));
+        let child = Command::new("python3")
+            .args([script, url, "bench-peer", "15"])
+            .stdout(std::fs::File::create(&out).expect("out"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3");
+        (child, out)
+    };
+    let acquired = |out: &Path| -> Option<u64> {
+        let text = std::fs::read_to_string(out).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("acquired ")?.trim().parse().ok())
+    };
+    let mut peers: Vec<(Child, PathBuf)> = (0..CANDIDATES).map(|i| spawn(i, 0)).collect();
+    let mut lat = Vec::new();
+    for round in 1..=rounds {
+        let holder = eventually(Duration::from_secs(30), || {
+            peers.iter().position(|(_, out)| acquired(out).is_some())
+        })?;
+        // Let the others settle into their polling loop.
+        std::thread::sleep(Duration::from_millis(150));
+        let t0 = monotonic_now_ns();
+        common::send_signal(peers[holder].0.id(), libc::SIGTERM);
+        let next = eventually(Duration::from_secs(30), || {
+            peers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != holder)
+                .find_map(|(_, (_, out))| acquired(out))
+        })?;
+        lat.push(next.saturating_sub(t0) as f64 / 1e6);
+        let _ = peers[holder].0.wait();
+        peers[holder] = spawn(holder, round);
+    }
+    for (mut c, _) in peers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    Some(lat)
+}
+
+fn proc_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// (RSS MiB, CPU ms per s) of a sidecar left alone for `window`.
+fn idle_footprint(s: &Sidecar, window: Duration) -> (f64, f64) {
+    let before = proc_cpu_ns(s.pid);
+    std::thread::sleep(window);
+    let after = proc_cpu_ns(s.pid);
+    let cpu_ms_per_s = after.saturating_sub(before) as f64 / 1e6 / window.as_secs_f64();
+    (rss_kib(s.pid) as f64 / 1024.0, cpu_ms_per_s)
+}
+
+/// GET /leader over kept-alive connections from `clients` threads for `window`.
+fn leader_throughput(port: u16, clients: usize, window: Duration) -> f64 {
+    let end = Instant::now() + window;
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conn = http::KeepAlive::open(port).expect("connect");
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    conn.send("/leader").expect("send");
+                    let (code, _) = conn.receive().expect("answer");
+                    assert_eq!(code, 200);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().expect("client")).sum();
+    total as f64 / window.as_secs_f64()
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else to parse.
+    let rounds = handovers();
+    let mut out = String::new();
+    let mut row = |name: &str, value: String| {
+        println!("| {name} | {value} |");
+        out.push_str(&format!("| {name} | {value} |\n"));
+    };
+    println!("| measurement | min / median / p99, or value |\n|---|---|");
+
+    // file backend
+    let dir = tempfile::tempdir().expect("dir");
+    let mut g = Group::new(file_args(dir.path(), "15s"), CANDIDATES);
+    let (lat, _) = handover(&mut g, Stop::Graceful, rounds, None);
+    row(
+        "file: graceful handover (SIGTERM → new claim)",
+        fmt_ms(&stats(lat)),
+    );
+    let (lat, _) = handover(&mut g, Stop::Crash, rounds, None);
+    row(
+        "file: crash failover (kill -9 → new claim)",
+        fmt_ms(&stats(lat)),
+    );
+    drop(g);
+
+    // redis backend
+    let server = RedisServer::start();
+    let mut g = Group::new(redis_args(&server.url(), "15s"), CANDIDATES);
+    let (lat, _) = handover(&mut g, Stop::Graceful, rounds, None);
+    row(
+        "redis: graceful handover (SIGTERM → new claim)",
+        fmt_ms(&stats(lat)),
+    );
+    drop(g);
+    if let Some(lat) = redis_py_handover(&server.url(), rounds) {
+        row(
+            "peer, same server: redis-py Lock graceful handover",
+            fmt_ms(&stats(lat)),
+        );
+    }
+
+    let mut g = Group::new(redis_args(&server.url(), "1s"), CANDIDATES);
+    let probe_server = &server;
+    let probe = move || {
+        let reply = probe_server.command("PTTL leasekeeper:{bench}:lock")?;
+        reply
+            .trim()
+            .trim_start_matches(':')
+            .parse::<i64>()
+            .ok()
+            .filter(|v| *v > 0)
+            .map(|v| v as u64)
+    };
+    let (lat, past) = handover(&mut g, Stop::Crash, rounds.min(30), Some(&probe));
+    row(
+        "redis: crash failover, ttl 1s (kill -9 → new claim)",
+        fmt_ms(&stats(lat)),
+    );
+    row(
+        "redis: crash failover past the key's own expiry",
+        fmt_ms(&stats(past)),
+    );
+    drop(g);
+
+    // Steady state with the default ttl (15s): one leader alone, then with followers.
+    let server2 = RedisServer::start();
+    let window = Duration::from_secs(
+        std::env::var("LK_BENCH_WINDOW_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20),
+    );
+    let mut g = Group::new(redis_args(&server2.url(), "15s"), 1);
+    g.leader(Duration::from_secs(10)).expect("leader");
+    let leader_rate = redis_rate(&server2, window);
+    for slot in 1..CANDIDATES {
+        let s = g.spawn(slot);
+        g.slots.push(s);
+    }
+    assert!(g.settled(0));
+    let all_rate = redis_rate(&server2, window);
+    row(
+        "redis, ttl 15s: leader requests/s at steady state (script calls)",
+        format!("{leader_rate:.2}"),
+    );
+    row(
+        "redis, ttl 15s: follower requests/s at steady state, each (script calls)",
+        format!(
+            "{:.2}",
+            (all_rate - leader_rate).max(0.0) / (CANDIDATES - 1) as f64
+        ),
+    );
+
+    let (rss, cpu) = idle_footprint(&g.slots[0], Duration::from_secs(10));
+    row(
+        "redis leader idle: RSS / CPU",
+        format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+    );
+    let (rss, cpu) = idle_footprint(&g.slots[1], Duration::from_secs(10));
+    row(
+        "redis follower idle: RSS / CPU",
+        format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+    );
+    let rps = leader_throughput(g.slots[0].port, 4, Duration::from_secs(3));
+    row(
+        "GET /leader, 4 kept-alive clients on the same 2 cores",
+        format!("{rps:.0} req/s"),
+    );
+    drop(g);
+
+    let size = std::fs::metadata(env!("CARGO_BIN_EXE_leasekeeper"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    row(
+        "release binary size (stripped)",
+        format!("{:.1} MiB", size as f64 / 1048576.0),
+    );
+
+    let _ = std::fs::write("target/bench-results.md", out);
+}
