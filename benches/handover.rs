@@ -120,16 +120,18 @@ impl Group {
         .is_some()
     }
 
-    /// The first claim_start after `after_ns` in any slot's log.
-    fn next_claim_after(&self, after_ns: u64, limit: Duration) -> Option<u64> {
+    /// The first claim started after `after_ns` in any slot's log: (start, sent).
+    fn next_claim_after(&self, after_ns: u64, limit: Duration) -> Option<(u64, Option<u64>)> {
         eventually(limit, || {
-            let mut first: Option<u64> = None;
+            let mut first: Option<(u64, Option<u64>)> = None;
             for slot in 0..self.slots.len() {
                 let text = std::fs::read_to_string(self.log(slot)).unwrap_or_default();
                 let mut claims = BTreeMap::new();
                 common::checker::parse_claims(&text, &mut claims);
                 for c in claims.values().filter(|c| c.start > after_ns) {
-                    first = Some(first.map_or(c.start, |f: u64| f.min(c.start)));
+                    if first.is_none_or(|(f, _)| c.start < f) {
+                        first = Some((c.start, c.sent));
+                    }
                 }
             }
             first
@@ -142,16 +144,26 @@ enum Stop {
     Crash,
 }
 
-/// Stops the leader `rounds` times; returns signal→new claim latencies (ms) and,
-/// for crashes, the delay past the store's own expiry of the lease when known.
+/// What a series of handovers measured, in milliseconds.
+#[derive(Default)]
+struct Handovers {
+    /// Signal sent → new leader's claim.
+    latency: Vec<f64>,
+    /// The new leader's acquiring request: sent → answered (its acquire round trip).
+    acquire: Vec<f64>,
+    /// For crashes: new claim − the store's own expiry of the dead leader's lease.
+    past_expiry: Vec<f64>,
+}
+
+/// Stops the leader `rounds` times. `expiry_probe` tells the remaining ttl (ms) of the
+/// leader's lease in the store just before a crash.
 fn handover(
     group: &mut Group,
     stop: Stop,
     rounds: usize,
     expiry_probe: Option<&dyn Fn() -> Option<u64>>,
-) -> (Vec<f64>, Vec<f64>) {
-    let mut latencies = Vec::new();
-    let mut past_expiry = Vec::new();
+) -> Handovers {
+    let mut h = Handovers::default();
     for _ in 0..rounds {
         let leader = group.leader(Duration::from_secs(30)).expect("a leader");
         assert!(group.settled(leader), "followers never settled");
@@ -163,17 +175,84 @@ fn handover(
             Stop::Graceful => group.slots[leader].signal(libc::SIGTERM),
             Stop::Crash => group.slots[leader].signal(libc::SIGKILL),
         }
-        let start = group
+        let (start, sent) = group
             .next_claim_after(t0, Duration::from_secs(60))
             .expect("a new leader");
-        latencies.push((start - t0) as f64 / 1e6);
+        h.latency.push((start - t0) as f64 / 1e6);
+        if let Some(sent) = sent {
+            h.acquire.push(start.saturating_sub(sent) as f64 / 1e6);
+        }
         if let Some(pttl) = pttl_ms {
-            past_expiry.push((start - t0) as f64 / 1e6 - pttl as f64);
+            h.past_expiry.push((start - t0) as f64 / 1e6 - pttl as f64);
         }
         let _ = group.slots[leader].wait_exit(Duration::from_secs(5));
         group.respawn(leader);
     }
-    (latencies, past_expiry)
+    h
+}
+
+/// Remaining ttl (ms) of the election's lock: the most any node reports (the lease
+/// lives until the last majority member lets it go; for one node, that node).
+fn lock_pttl(servers: &[&RedisServer], election: &str) -> Option<u64> {
+    let mut ttls: Vec<u64> = servers
+        .iter()
+        .filter_map(|s| s.command(&format!("PTTL leasekeeper:{{{election}}}:lock")))
+        .filter_map(|r| r.trim().trim_start_matches(':').parse::<i64>().ok())
+        .filter(|v| *v > 0)
+        .map(|v| v as u64)
+        .collect();
+    ttls.sort_unstable();
+    // With a majority rule the lease is gone once fewer than a majority hold it:
+    // the (n - quorum + 1)-th smallest expiry, i.e. the quorum-th largest.
+    let quorum = servers.len() / 2 + 1;
+    let idx = ttls.len().checked_sub(quorum)?;
+    ttls.get(idx).copied()
+}
+
+/// Graceful and crash handovers among 3 sidecars on one backend.
+fn compare_backend(
+    label: &str,
+    args: impl Fn(&str) -> Vec<String>,
+    servers: &[&RedisServer],
+    rounds: usize,
+    row: &mut dyn FnMut(&str, String),
+) {
+    let mut g = Group::new(args("15s"), CANDIDATES);
+    let graceful = handover(&mut g, Stop::Graceful, rounds, None);
+    drop(g);
+    row(
+        &format!("{label}: graceful handover (SIGTERM → new claim)"),
+        fmt_ms(&stats(graceful.latency)),
+    );
+    row(
+        &format!("{label}: acquire round trip (request sent → claim)"),
+        fmt_ms(&stats(graceful.acquire)),
+    );
+    let mut g = Group::new(args("1s"), CANDIDATES);
+    let probe = || lock_pttl(servers, "bench");
+    let crash = handover(&mut g, Stop::Crash, rounds.min(30), Some(&probe));
+    drop(g);
+    row(
+        &format!("{label}: crash failover, ttl 1s (kill -9 → new claim)"),
+        fmt_ms(&stats(crash.latency)),
+    );
+    row(
+        &format!("{label}: crash failover past the lease's expiry in the store"),
+        fmt_ms(&stats(crash.past_expiry)),
+    );
+}
+
+fn redlock_args(urls: &str, ttl: &str) -> Vec<String> {
+    redis_args(urls, ttl)
+        .into_iter()
+        .map(|a| {
+            if a == "redis" {
+                "redlock".to_owned()
+            } else {
+                a
+            }
+        })
+        .collect()
 }
 
 fn redis_args(url: &str, ttl: &str) -> Vec<String> {
@@ -351,56 +430,50 @@ fn main() {
     // file backend
     let dir = tempfile::tempdir().expect("dir");
     let mut g = Group::new(file_args(dir.path(), "15s"), CANDIDATES);
-    let (lat, _) = handover(&mut g, Stop::Graceful, rounds, None);
+    let h = handover(&mut g, Stop::Graceful, rounds, None);
     row(
         "file: graceful handover (SIGTERM → new claim)",
-        fmt_ms(&stats(lat)),
+        fmt_ms(&stats(h.latency)),
     );
-    let (lat, _) = handover(&mut g, Stop::Crash, rounds, None);
+    let h = handover(&mut g, Stop::Crash, rounds, None);
     row(
         "file: crash failover (kill -9 → new claim)",
-        fmt_ms(&stats(lat)),
+        fmt_ms(&stats(h.latency)),
     );
     drop(g);
 
-    // redis backend
-    let server = RedisServer::start();
-    let mut g = Group::new(redis_args(&server.url(), "15s"), CANDIDATES);
-    let (lat, _) = handover(&mut g, Stop::Graceful, rounds, None);
-    row(
-        "redis: graceful handover (SIGTERM → new claim)",
-        fmt_ms(&stats(lat)),
+    // redis, then the peer on the same server, then redlock over 3 and 5 servers.
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let url = servers[0].url();
+    compare_backend(
+        "redis",
+        |ttl| redis_args(&url, ttl),
+        &[&servers[0]],
+        rounds,
+        &mut row,
     );
-    drop(g);
-    if let Some(lat) = redis_py_handover(&server.url(), rounds) {
+    if let Some(lat) = redis_py_handover(&url, rounds) {
         row(
             "peer, same server: redis-py Lock graceful handover",
             fmt_ms(&stats(lat)),
         );
     }
-
-    let mut g = Group::new(redis_args(&server.url(), "1s"), CANDIDATES);
-    let probe_server = &server;
-    let probe = move || {
-        let reply = probe_server.command("PTTL leasekeeper:{bench}:lock")?;
-        reply
-            .trim()
-            .trim_start_matches(':')
-            .parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .map(|v| v as u64)
-    };
-    let (lat, past) = handover(&mut g, Stop::Crash, rounds.min(30), Some(&probe));
-    row(
-        "redis: crash failover, ttl 1s (kill -9 → new claim)",
-        fmt_ms(&stats(lat)),
-    );
-    row(
-        "redis: crash failover past the key's own expiry",
-        fmt_ms(&stats(past)),
-    );
-    drop(g);
+    for n in [3, 5] {
+        let urls = servers[..n]
+            .iter()
+            .map(|s| s.url())
+            .collect::<Vec<_>>()
+            .join(",");
+        let refs: Vec<&RedisServer> = servers[..n].iter().collect();
+        compare_backend(
+            &format!("redlock({n})"),
+            |ttl| redlock_args(&urls, ttl),
+            &refs,
+            rounds,
+            &mut row,
+        );
+    }
+    drop(servers);
 
     // Steady state with the default ttl (15s): one leader alone, then with followers.
     let server2 = RedisServer::start();

@@ -30,7 +30,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
 )]
 pub struct Cli {
-    /// Backend: file, redis (etcd, zookeeper, kubernetes and redlock come in later releases).
+    /// Backend: file, redis or redlock (etcd, zookeeper and kubernetes come in later releases).
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
     /// Name of the lease (lowercase letters, digits, '-' and '.').
@@ -60,7 +60,7 @@ pub struct Cli {
     /// Safety margin taken off every local deadline [default: ttl/100, at least 10ms].
     #[arg(long, env = "LEASEKEEPER_SAFETY_MARGIN", allow_hyphen_values = true)]
     pub safety_margin: Option<String>,
-    /// redis://[user:pass@]host:port[/db] or rediss:// (TLS).
+    /// redis://[user@]host:port[/db] or rediss:// (TLS); repeat or comma-separate for redlock.
     #[arg(long, env = "LEASEKEEPER_REDIS_URL", value_delimiter = ',')]
     pub redis_url: Vec<String>,
     /// File holding the Redis password (the user may be given in the URL).
@@ -180,6 +180,7 @@ impl Cli {
 pub enum BackendSettings {
     File { path: PathBuf },
     Redis(Box<RedisSettings>),
+    Redlock(Vec<RedisSettings>),
 }
 
 impl BackendSettings {
@@ -187,6 +188,7 @@ impl BackendSettings {
         match self {
             BackendSettings::File { .. } => "file",
             BackendSettings::Redis(_) => "redis",
+            BackendSettings::Redlock(_) => "redlock",
         }
     }
 }
@@ -267,6 +269,8 @@ pub struct Settings {
     pub enable_release_endpoint: bool,
     pub log_format: LogFormat,
     pub transition_log: Option<PathBuf>,
+    /// Accepted but questionable choices, logged once logging is up.
+    pub warnings: Vec<String>,
 }
 
 /// Parses durations like `15s`, `500ms`, `2m`.
@@ -360,23 +364,61 @@ fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigError> {
     Ok(secret)
 }
 
-fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
-    let urls: Vec<&str> = cli
-        .redis_url
+fn redis_urls(cli: &Cli) -> Vec<&str> {
+    cli.redis_url
         .iter()
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
-        .collect();
-    let url = match urls.as_slice() {
-        [] => return Err(bad("--redis-url is required with --backend redis; write it like redis://127.0.0.1:6379")),
-        [one] => *one,
-        many => {
+        .collect()
+}
+
+fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
+    match redis_urls(cli).as_slice() {
+        [] => Err(bad("--redis-url is required with --backend redis; write it like redis://127.0.0.1:6379")),
+        [one] => redis_node(one, cli.redis_password_file.as_deref()),
+        many => Err(bad(format!(
+            "--redis-url: the redis backend takes one server, got {}; a quorum of several is the redlock backend",
+            many.len()
+        ))),
+    }
+}
+
+/// Redlock: at least three distinct, independent masters.
+fn redlock_settings(cli: &Cli) -> Result<(Vec<RedisSettings>, Vec<String>), ConfigError> {
+    let urls = redis_urls(cli);
+    if urls.len() < 3 {
+        return Err(bad(format!(
+            "--redis-url: redlock needs at least 3 independent Redis masters, got {}; repeat --redis-url or separate URLs with commas",
+            urls.len()
+        )));
+    }
+    let mut nodes: Vec<RedisSettings> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let node = redis_node(url, cli.redis_password_file.as_deref())?;
+        let same = |other: &RedisSettings| {
+            other.info.addr().to_string() == node.info.addr().to_string()
+                && other.info.redis_settings().db() == node.info.redis_settings().db()
+        };
+        if nodes.iter().any(same) {
             return Err(bad(format!(
-                "--redis-url: the redis backend takes one server, got {}; a quorum of several is the redlock backend",
-                many.len()
-            )))
+                "--redis-url {:?} is given twice; redlock needs distinct servers",
+                redact(url)
+            )));
         }
-    };
+        nodes.push(node);
+    }
+    let mut warnings = Vec::new();
+    if nodes.len().is_multiple_of(2) {
+        warnings.push(format!(
+            "redlock over {} nodes: an even count tolerates no more failures than {} nodes",
+            nodes.len(),
+            nodes.len() - 1
+        ));
+    }
+    Ok((nodes, warnings))
+}
+
+fn redis_node(url: &str, password_file: Option<&Path>) -> Result<RedisSettings, ConfigError> {
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(bad(format!(
             "--redis-url {:?} must start with redis:// or rediss://",
@@ -396,7 +438,7 @@ fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
             redact(url)
         )));
     }
-    if let Some(path) = &cli.redis_password_file {
+    if let Some(path) = password_file {
         let password = read_secret_file("--redis-password-file", path)?;
         let redis_info = info.redis_settings().clone().set_password(password);
         info = info.set_redis_settings(redis_info);
@@ -462,14 +504,20 @@ impl Settings {
             .backend
             .clone()
             .unwrap_or_else(|| if in_a_pod() { "kubernetes" } else { "file" }.to_owned());
+        let mut warnings = Vec::new();
         let backend = match backend_name.trim() {
             "file" => BackendSettings::File {
                 path: cli.file_path.clone().unwrap_or_else(|| default_lock_path(&election)),
             },
             "redis" => BackendSettings::Redis(Box::new(redis_settings(&cli)?)),
-            name @ ("etcd" | "zookeeper" | "kubernetes" | "redlock") => {
+            "redlock" => {
+                let (nodes, node_warnings) = redlock_settings(&cli)?;
+                warnings.extend(node_warnings);
+                BackendSettings::Redlock(nodes)
+            }
+            name @ ("etcd" | "zookeeper" | "kubernetes") => {
                 return Err(bad(format!(
-                    "--backend {name} is not available in this release yet; use file or redis"
+                    "--backend {name} is not available in this release yet; use file, redis or redlock"
                 )))
             }
             other => {
@@ -502,6 +550,7 @@ impl Settings {
             )?,
             log_format,
             transition_log: cli.transition_log,
+            warnings,
         })
     }
 }
@@ -668,6 +717,24 @@ mod tests {
                 "--redis-password-file",
             ),
             (&["--no-such-flag"], "--no-such-flag"),
+            (
+                &[
+                    "--backend",
+                    "redlock",
+                    "--redis-url",
+                    "redis://a:1,redis://b:1",
+                ],
+                "at least 3",
+            ),
+            (
+                &[
+                    "--backend",
+                    "redlock",
+                    "--redis-url",
+                    "redis://a:1,redis://b:1,redis://a:1",
+                ],
+                "given twice",
+            ),
         ];
         for (args, want) in cases {
             let err = parse(args)
@@ -710,7 +777,10 @@ mod tests {
         let err = parse(&["--backend", "redis", "--redis-url", "redis://u:secret@h:1"])
             .expect_err("password in URL")
             .to_string();
-        assert!(err.contains("--redis-password-file") && !err.contains("secret"), "{err}");
+        assert!(
+            err.contains("--redis-password-file") && !err.contains("secret"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -104,6 +104,9 @@ struct TransitionRecord<'a> {
     pid: u32,
     token: FencingToken,
     at_ns: u64,
+    /// For `claim_start`: when the acquiring request was sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sent_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     deadline_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,6 +153,7 @@ impl TransitionLog {
         event: &str,
         token: FencingToken,
         at: Instant,
+        sent: Option<Instant>,
         deadline: Option<Instant>,
         reason: Option<&str>,
     ) {
@@ -162,6 +166,7 @@ impl TransitionLog {
             pid: std::process::id(),
             token,
             at_ns: to_monotonic_ns(at),
+            sent_ns: sent.map(to_monotonic_ns),
             deadline_ns: deadline.map(to_monotonic_ns),
             reason,
         };
@@ -302,7 +307,7 @@ impl<B: Backend> Elector<B> {
     ) -> TenureEnd {
         let now = Instant::now();
         self.log
-            .record("claim_start", token, now, Some(deadline), None);
+            .record("claim_start", token, now, Some(sent), Some(deadline), None);
         let identity = self.status.borrow().identity.clone();
         let holder = Holder {
             identity: identity.clone(),
@@ -369,7 +374,7 @@ impl<B: Backend> Elector<B> {
                     if extended > deadline {
                         deadline = extended;
                         self.log
-                            .record("deadline", token, now, Some(deadline), None);
+                            .record("deadline", token, now, None, Some(deadline), None);
                     }
                     self.status.send_modify(|s| {
                         if let Some(c) = s.claim.as_mut() {
@@ -412,7 +417,7 @@ impl<B: Backend> Elector<B> {
             note_holder(s, None);
         });
         self.log
-            .record("claim_end", token, Instant::now(), None, Some(reason));
+            .record("claim_end", token, Instant::now(), None, None, Some(reason));
         tracing::info!(token, reason, "stepped down");
     }
 

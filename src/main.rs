@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use leasekeeper::backend::file::FileBackend;
 use leasekeeper::backend::redis::RedisBackend;
+use leasekeeper::backend::redlock::RedlockBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
 use leasekeeper::elector::{Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
@@ -51,6 +52,9 @@ fn main() -> ExitCode {
         }
     };
     init_logging(settings.log_format);
+    for warning in &settings.warnings {
+        tracing::warn!("{warning}");
+    }
 
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,6 +113,17 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         BackendSettings::Redis(redis) => {
             let backend = RedisBackend::new(
                 redis,
+                &settings.election,
+                &settings.identity,
+                ttl,
+                settings.timing.backend_timeout,
+            )
+            .context("--redis-url")?;
+            serve(backend, &settings, listener, log).await
+        }
+        BackendSettings::Redlock(nodes) => {
+            let backend = RedlockBackend::new(
+                nodes,
                 &settings.election,
                 &settings.identity,
                 ttl,

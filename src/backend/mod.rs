@@ -20,6 +20,7 @@ use crate::status::{FencingToken, Holder};
 
 pub mod file;
 pub mod redis;
+pub mod redlock;
 
 /// A failed backend operation (unreachable, timed out, protocol error).
 #[derive(Debug, thiserror::Error)]

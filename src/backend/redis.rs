@@ -64,7 +64,7 @@ redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1}
 "#;
 
-const RENEW: &str = r#"
+pub(crate) const RENEW: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -72,7 +72,7 @@ end
 return 0
 "#;
 
-const RELEASE: &str = r#"
+pub(crate) const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -120,13 +120,48 @@ pub fn parse_value(value: &str) -> LockValue<'_> {
     }
 }
 
-fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     let n: u128 = rand::rng().random();
     format!("{n:032x}")
 }
 
+/// One Redis server: a self-reconnecting connection whose every request times out,
+/// and a pub/sub listener that wakes `wake` on the election's events.
+pub(crate) struct Node {
+    pub(crate) conn: ConnectionManager,
+    listener: JoinHandle<()>,
+}
+
+impl Node {
+    /// Connects lazily: an unreachable server is not an error here, the elector retries.
+    pub(crate) fn connect(
+        settings: &RedisSettings,
+        keys: &Keys,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<Node, BackendError> {
+        let client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(op_timeout);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(store("connect"))?;
+        let db = settings.info.redis_settings().db();
+        let listener = tokio::spawn(listen(client, keys.clone(), db, wake, op_timeout));
+        Ok(Node { conn, listener })
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
 pub struct RedisBackend {
-    conn: ConnectionManager,
+    node: Node,
     keys: Keys,
     identity: String,
     ttl: Duration,
@@ -139,19 +174,12 @@ pub struct RedisBackend {
     wake: Arc<Notify>,
     /// When the observed holder's key expires, if soon.
     expiry_hint: Option<Instant>,
-    listener: JoinHandle<()>,
     acquire: Script,
     renew: Script,
     release: Script,
 }
 
-impl Drop for RedisBackend {
-    fn drop(&mut self) {
-        self.listener.abort();
-    }
-}
-
-fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
+pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
     move |e| BackendError::Store {
         op,
         message: e.to_string(),
@@ -167,20 +195,11 @@ impl RedisBackend {
         ttl: Duration,
         op_timeout: Duration,
     ) -> Result<Self, BackendError> {
-        let client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(op_timeout))
-            .set_response_timeout(Some(op_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(op_timeout);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(store("connect"))?;
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
-        let db = settings.info.redis_settings().db();
-        let listener = tokio::spawn(listen(client, keys.clone(), db, wake.clone(), op_timeout));
+        let node = Node::connect(settings, &keys, wake.clone(), op_timeout)?;
         Ok(RedisBackend {
-            conn,
+            node,
             keys,
             identity: identity.to_owned(),
             ttl,
@@ -189,7 +208,6 @@ impl RedisBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            listener,
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
@@ -208,7 +226,7 @@ impl RedisBackend {
 /// Keeps one pub/sub connection subscribed to the election's events and to key
 /// expiry events, and wakes the follower on each. Reconnects with backoff; after
 /// every (re)subscribe it wakes once, since messages may have been missed.
-async fn listen(
+pub(crate) async fn listen(
     client: redis::Client,
     keys: Keys,
     db: i64,
@@ -266,7 +284,7 @@ impl Backend for RedisBackend {
             .arg(self.ttl_ms())
             .arg(self.floor)
             .arg(&self.keys.events)
-            .invoke_async(&mut self.conn)
+            .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
         let parsed = parse_value(&value);
@@ -300,7 +318,7 @@ impl Backend for RedisBackend {
             .key(&self.keys.lock)
             .arg(&value)
             .arg(self.ttl_ms())
-            .invoke_async(&mut self.conn)
+            .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("renew"))?;
         Ok(if kept == 1 {
@@ -321,7 +339,7 @@ impl Backend for RedisBackend {
             .key(&self.keys.lock)
             .arg(&prefix)
             .arg(&self.keys.events)
-            .invoke_async(&mut self.conn)
+            .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("release"))?;
         Ok(())

@@ -14,11 +14,76 @@ use std::time::{Duration, Instant};
 
 use super::{eventually, http, Sidecar};
 
-/// Faults of the store itself (absent for the file backend).
+/// Faults of the store itself (absent for the file backend). For a store of several
+/// nodes, `pause`/`resume` act on enough nodes that no majority is left, and the
+/// `*_node` calls act on one node.
 pub trait ServerControl {
     fn pause(&mut self);
     fn resume(&mut self);
     fn restart(&mut self);
+    fn nodes(&self) -> usize {
+        1
+    }
+    fn pause_node(&mut self, _node: usize) {}
+    fn resume_node(&mut self, _node: usize) {}
+    fn restart_node(&mut self, _node: usize) {}
+}
+
+/// Several independent Redis servers (Redlock).
+pub struct RedisCluster {
+    pub nodes: Vec<super::redis_server::RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> Self {
+        RedisCluster {
+            nodes: (0..n)
+                .map(|_| super::redis_server::RedisServer::start())
+                .collect(),
+        }
+    }
+
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+}
+
+impl ServerControl for RedisCluster {
+    fn pause(&mut self) {
+        for n in self.nodes.iter().take(self.majority()) {
+            n.pause();
+        }
+    }
+    fn resume(&mut self) {
+        for n in &self.nodes {
+            n.resume();
+        }
+    }
+    fn restart(&mut self) {
+        for n in self.nodes.iter_mut() {
+            n.restart();
+        }
+    }
+    fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+    fn pause_node(&mut self, node: usize) {
+        self.nodes[node].pause();
+    }
+    fn resume_node(&mut self, node: usize) {
+        self.nodes[node].resume();
+    }
+    fn restart_node(&mut self, node: usize) {
+        self.nodes[node].restart();
+    }
 }
 
 impl ServerControl for super::redis_server::RedisServer {
@@ -47,6 +112,12 @@ pub enum Fault {
     PauseServer,
     /// kill -9 the store and start it again (same port and data directory).
     RestartServer,
+    /// SIGSTOP a minority of the store's nodes past the ttl: a leader must remain or
+    /// appear within the crash bound; then SIGCONT.
+    PauseMinority,
+    /// kill -9 one node of the store and start it again (it loses its data unless the
+    /// node persists): a leader must remain or appear within the crash bound.
+    RestartOneNode,
 }
 
 pub struct ElectionSpec<'a> {
@@ -69,6 +140,7 @@ pub struct Report {
     pub observations: usize,
     pub graceful_ms: Vec<f64>,
     pub crash_ms: Vec<f64>,
+    pub node_faults: usize,
 }
 
 /// One answer seen from outside.
@@ -350,6 +422,38 @@ impl Election<'_> {
                     "no leader within 2 ttl + 1 s after the store restarted"
                 );
             }
+            Fault::PauseMinority => {
+                let server = self.spec.server.as_mut().expect("a store of several nodes");
+                let n = server.nodes();
+                let minority = (n - 1) / 2;
+                let first = report.node_faults % n;
+                let paused: Vec<usize> = (0..minority).map(|k| (first + k) % n).collect();
+                for &i in &paused {
+                    server.pause_node(i);
+                }
+                report.node_faults += 1;
+                std::thread::sleep(ttl + Duration::from_millis(300));
+                let during = self.find_leader(None, crash_bound);
+                let server = self.spec.server.as_mut().expect("a store of several nodes");
+                for &i in &paused {
+                    server.resume_node(i);
+                }
+                assert!(
+                    during.is_some(),
+                    "no leader while only a minority of nodes was paused"
+                );
+            }
+            Fault::RestartOneNode => {
+                let server = self.spec.server.as_mut().expect("a store of several nodes");
+                let node = report.node_faults % server.nodes();
+                server.restart_node(node);
+                report.node_faults += 1;
+                let after = self.find_leader(None, crash_bound);
+                assert!(
+                    after.is_some(),
+                    "no leader within ttl + 1 s after one node restarted"
+                );
+            }
         }
     }
 }
@@ -416,6 +520,8 @@ pub struct LoggedClaim {
     pub identity: String,
     pub token: u64,
     pub start: u64,
+    /// When the acquiring request was sent.
+    pub sent: Option<u64>,
     pub deadline: u64,
     pub end: Option<u64>,
 }
@@ -451,6 +557,7 @@ pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
                         identity: v["identity"].as_str().unwrap_or("").to_owned(),
                         token,
                         start: at,
+                        sent: v["sent_ns"].as_u64(),
                         deadline,
                         end: None,
                     },
@@ -596,6 +703,7 @@ mod self_test {
             identity: String::new(),
             token,
             start,
+            sent: None,
             deadline,
             end,
         }
