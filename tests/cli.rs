@@ -53,6 +53,37 @@ fn bad_flags_each_give_one_line() {
         (&["--log-format", "yaml"], "--log-format"),
         (&["--config", missing], "--config"),
         (&["--frobnicate"], "--frobnicate"),
+        (
+            &[
+                "--backend",
+                "redlock",
+                "--redis-url",
+                "redis://127.0.0.1:1,redis://127.0.0.1:2",
+            ],
+            "at least 3",
+        ),
+        (
+            &[
+                "--backend",
+                "redlock",
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--redis-url",
+                "redis://127.0.0.1:2",
+                "--redis-url",
+                "redis://127.0.0.1:1",
+            ],
+            "given twice",
+        ),
+        (
+            &[
+                "--backend",
+                "redis",
+                "--redis-url",
+                "redis://:pw@127.0.0.1:1",
+            ],
+            "--redis-password-file",
+        ),
     ];
     for (args, mention) in cases {
         assert_one_line_error(args, &[], mention);

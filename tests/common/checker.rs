@@ -432,16 +432,26 @@ impl Election<'_> {
                     server.pause_node(i);
                 }
                 report.node_faults += 1;
+                // An acquisition while those nodes hang: the majority must decide alone.
+                self.slots[li].signal(libc::SIGTERM);
+                let new = self.find_leader(Some(old_port), Duration::from_secs(1));
+                let stopped = self.slots[li].wait_exit(Duration::from_secs(5));
                 std::thread::sleep(ttl + Duration::from_millis(300));
                 let during = self.find_leader(None, crash_bound);
                 let server = self.spec.server.as_mut().expect("a store of several nodes");
                 for &i in &paused {
                     server.resume_node(i);
                 }
+                assert!(new.is_some(), "no new leader within 1 s of a graceful stop with {minority} of {n} nodes hanging");
+                assert!(
+                    stopped.is_some_and(|s| s.success()),
+                    "graceful stop exited with {stopped:?}"
+                );
                 assert!(
                     during.is_some(),
                     "no leader while only a minority of nodes was paused"
                 );
+                self.respawn(li);
             }
             Fault::RestartOneNode => {
                 let server = self.spec.server.as_mut().expect("a store of several nodes");
