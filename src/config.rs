@@ -66,6 +66,15 @@ pub struct Cli {
     /// File holding the Redis password (the user may be given in the URL).
     #[arg(long, env = "LEASEKEEPER_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
+    /// PEM CA bundle that signs the Redis servers' certificates (rediss://) [default: system roots].
+    #[arg(long, env = "LEASEKEEPER_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with --redis-key-file).
+    #[arg(long, env = "LEASEKEEPER_REDIS_CERT_FILE")]
+    pub redis_cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    #[arg(long, env = "LEASEKEEPER_REDIS_KEY_FILE")]
+    pub redis_key_file: Option<PathBuf>,
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
@@ -130,6 +139,9 @@ struct FileConfig {
     safety_margin: Option<Scalar>,
     redis_url: Option<OneOrMany>,
     redis_password_file: Option<PathBuf>,
+    redis_ca_file: Option<PathBuf>,
+    redis_cert_file: Option<PathBuf>,
+    redis_key_file: Option<PathBuf>,
     file_path: Option<PathBuf>,
     exit_on_loss: Option<Scalar>,
     enable_release_endpoint: Option<Scalar>,
@@ -169,6 +181,9 @@ impl Cli {
             };
         }
         self.redis_password_file = self.redis_password_file.or(file.redis_password_file);
+        self.redis_ca_file = self.redis_ca_file.or(file.redis_ca_file);
+        self.redis_cert_file = self.redis_cert_file.or(file.redis_cert_file);
+        self.redis_key_file = self.redis_key_file.or(file.redis_key_file);
         self.file_path = self.file_path.or(file.file_path);
         self.transition_log = self.transition_log.or(file.transition_log);
         self
@@ -375,7 +390,7 @@ fn redis_urls(cli: &Cli) -> Vec<&str> {
 fn redis_settings(cli: &Cli) -> Result<RedisSettings, ConfigError> {
     match redis_urls(cli).as_slice() {
         [] => Err(bad("--redis-url is required with --backend redis; write it like redis://127.0.0.1:6379")),
-        [one] => redis_node(one, cli.redis_password_file.as_deref()),
+        [one] => redis_node(one, cli),
         many => Err(bad(format!(
             "--redis-url: the redis backend takes one server, got {}; a quorum of several is the redlock backend",
             many.len()
@@ -394,7 +409,7 @@ fn redlock_settings(cli: &Cli) -> Result<(Vec<RedisSettings>, Vec<String>), Conf
     }
     let mut nodes: Vec<RedisSettings> = Vec::with_capacity(urls.len());
     for url in urls {
-        let node = redis_node(url, cli.redis_password_file.as_deref())?;
+        let node = redis_node(url, cli)?;
         let same = |other: &RedisSettings| {
             other.info.addr().to_string() == node.info.addr().to_string()
                 && other.info.redis_settings().db() == node.info.redis_settings().db()
@@ -418,7 +433,48 @@ fn redlock_settings(cli: &Cli) -> Result<(Vec<RedisSettings>, Vec<String>), Conf
     Ok((nodes, warnings))
 }
 
-fn redis_node(url: &str, password_file: Option<&Path>) -> Result<RedisSettings, ConfigError> {
+fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
+    if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
+        return Err(bad(format!("{setting} {}: not a PEM file", path.display())));
+    }
+    Ok(bytes)
+}
+
+/// The TLS material of `--redis-*-file`, if any was given.
+fn redis_tls(url: &str, cli: &Cli) -> Result<Option<redis::TlsCertificates>, ConfigError> {
+    if cli.redis_ca_file.is_none() && cli.redis_cert_file.is_none() && cli.redis_key_file.is_none()
+    {
+        return Ok(None);
+    }
+    if !url.starts_with("rediss://") {
+        return Err(bad(format!(
+            "--redis-url {:?}: TLS files were given, but the URL is not rediss://",
+            redact(url)
+        )));
+    }
+    let root_cert = match &cli.redis_ca_file {
+        Some(p) => Some(read_pem("--redis-ca-file", p)?),
+        None => None,
+    };
+    let client_tls = match (&cli.redis_cert_file, &cli.redis_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read_pem("--redis-cert-file", cert)?,
+            client_key: read_pem("--redis-key-file", key)?,
+        }),
+        (None, None) => None,
+        (Some(_), None) => return Err(bad("--redis-cert-file needs --redis-key-file too")),
+        (None, Some(_)) => return Err(bad("--redis-key-file needs --redis-cert-file too")),
+    };
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+fn redis_node(url: &str, cli: &Cli) -> Result<RedisSettings, ConfigError> {
+    let password_file = cli.redis_password_file.as_deref();
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(bad(format!(
             "--redis-url {:?} must start with redis:// or rediss://",
@@ -442,6 +498,14 @@ fn redis_node(url: &str, password_file: Option<&Path>) -> Result<RedisSettings, 
         let password = read_secret_file("--redis-password-file", path)?;
         let redis_info = info.redis_settings().clone().set_password(password);
         info = info.set_redis_settings(redis_info);
+    }
+    if let Some(certs) = redis_tls(url, cli)? {
+        let client = redis::Client::build_with_tls(info, certs).map_err(|e| {
+            bad(format!(
+                "--redis-ca-file/--redis-cert-file/--redis-key-file: {e}"
+            ))
+        })?;
+        info = client.get_connection_info().clone();
     }
     Ok(RedisSettings {
         url: redact(url),
@@ -717,6 +781,39 @@ mod tests {
                 "--redis-password-file",
             ),
             (&["--no-such-flag"], "--no-such-flag"),
+            (
+                &[
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    "redis://h:1",
+                    "--redis-ca-file",
+                    "/nonexistent/ca.pem",
+                ],
+                "TLS files were given",
+            ),
+            (
+                &[
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    "rediss://h:1",
+                    "--redis-ca-file",
+                    "/nonexistent/ca.pem",
+                ],
+                "--redis-ca-file /nonexistent/ca.pem",
+            ),
+            (
+                &[
+                    "--backend",
+                    "redis",
+                    "--redis-url",
+                    "rediss://h:1",
+                    "--redis-cert-file",
+                    "/nonexistent/c.pem",
+                ],
+                "--redis-cert-file needs --redis-key-file",
+            ),
             (
                 &[
                     "--backend",

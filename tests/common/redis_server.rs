@@ -13,6 +13,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Append-only file with fsync on every write: data survives a kill -9.
     persistent: bool,
+    /// More `redis-server` arguments (TLS, for example).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -40,6 +42,7 @@ impl RedisServer {
             dir,
             child: None,
             persistent,
+            extra: Vec::new(),
         };
         server.spawn();
         server
@@ -69,6 +72,7 @@ impl RedisServer {
         }
         let child = Command::new("redis-server")
             .args(&args)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -81,6 +85,33 @@ impl RedisServer {
             "redis-server on {} did not answer PING",
             self.port
         );
+    }
+
+    /// A server that also listens with TLS on `tls_port`, with a certificate for
+    /// 127.0.0.1 signed by `ca.pem` in `certs`, requiring client certificates.
+    pub fn start_tls(certs: &std::path::Path, tls_port: u16) -> RedisServer {
+        let dir = tempfile::tempdir().expect("redis temp dir");
+        let cert = |name: &str| certs.join(name).display().to_string();
+        let mut server = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+            persistent: false,
+            extra: vec![
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                cert("server.pem"),
+                "--tls-key-file".into(),
+                cert("server.key"),
+                "--tls-ca-cert-file".into(),
+                cert("ca.pem"),
+                "--tls-auth-clients".into(),
+                "yes".into(),
+            ],
+        };
+        server.spawn();
+        server
     }
 
     pub fn url(&self) -> String {
