@@ -2,7 +2,9 @@
 .PHONY: run test deps bench lint
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
+# (Building needs protoc for the etcd client; it is installed when missing.)
 run:
+	bash scripts/install-build-deps
 	cargo run --release
 
 # Installs the test servers when missing, then runs the whole test suite.
@@ -18,5 +20,6 @@ bench:
 	cargo bench --bench handover
 
 lint:
+	bash scripts/install-build-deps
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings

@@ -242,6 +242,86 @@ fn compare_backend(
     );
 }
 
+fn etcd_args(endpoints: &str, ttl: &str) -> Vec<String> {
+    [
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        endpoints,
+        "--ttl",
+        ttl,
+        "--election",
+        "bench",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Graceful handover among `CANDIDATES` `etcdctl elect` processes on the same etcd:
+/// SIGINT to the leader (etcdctl resigns and exits) → the next one prints its key.
+fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Child, Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Option<u64>>>;
+    let spawn = |i: usize| -> (Child, Seen) {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                endpoints,
+                "elect",
+                "bench-peer",
+                &format!("p{i}"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl");
+        let out = child.stdout.take().expect("stdout");
+        let seen: Seen = Arc::new(Mutex::new(None));
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            // The first line etcdctl prints is the key it was elected with.
+            if BufReader::new(out).lines().next().is_some() {
+                *sink.lock().expect("seen") = Some(monotonic_now_ns());
+            }
+        });
+        (child, seen)
+    };
+    let mut peers: Vec<(Child, Seen)> = (0..CANDIDATES).map(spawn).collect();
+    let mut lat = Vec::new();
+    for _ in 0..rounds {
+        let Some(holder) = eventually(Duration::from_secs(30), || {
+            peers
+                .iter()
+                .position(|(_, s)| s.lock().expect("seen").is_some())
+        }) else {
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = monotonic_now_ns();
+        common::send_signal(peers[holder].0.id(), libc::SIGINT);
+        let next = eventually(Duration::from_secs(30), || {
+            peers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != holder)
+                .find_map(|(_, (_, s))| *s.lock().expect("seen"))
+        });
+        let Some(next) = next else { break };
+        lat.push(next.saturating_sub(t0) as f64 / 1e6);
+        let _ = peers[holder].0.wait();
+        peers[holder] = spawn(holder);
+    }
+    for (mut c, _) in peers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    lat
+}
+
 fn redlock_args(urls: &str, ttl: &str) -> Vec<String> {
     redis_args(urls, ttl)
         .into_iter()
@@ -474,6 +554,60 @@ fn main() {
         );
     }
     drop(servers);
+
+    // etcd: leasekeeper and etcdctl elect on the same member.
+    let etcd = common::etcd_server::EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    let mut g = Group::new(etcd_args(&endpoints, "15s"), CANDIDATES);
+    let h = handover(&mut g, Stop::Graceful, rounds, None);
+    row(
+        "etcd: graceful handover (SIGTERM → new claim)",
+        fmt_ms(&stats(h.latency)),
+    );
+    row(
+        "etcd: acquire round trip (request sent → claim)",
+        fmt_ms(&stats(h.acquire)),
+    );
+    // Steady state: reads and writes vs keep-alives per second, 3 candidates, ttl 15s.
+    let unary = |e: &common::etcd_server::EtcdCluster| {
+        e.metric(0, "grpc_server_handled_total", "grpc_method=\"Range\"")
+            + e.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\"")
+    };
+    let keepalives = |e: &common::etcd_server::EtcdCluster| {
+        e.metric(
+            0,
+            "grpc_server_msg_received_total",
+            "grpc_method=\"LeaseKeepAlive\"",
+        )
+    };
+    let window = Duration::from_secs(10);
+    let (u0, k0) = (unary(&etcd), keepalives(&etcd));
+    std::thread::sleep(window);
+    let (u1, k1) = (unary(&etcd), keepalives(&etcd));
+    row(
+        "etcd, ttl 15s, 3 candidates: reads+writes/s at steady state (all)",
+        format!("{:.2}", (u1 - u0) / window.as_secs_f64()),
+    );
+    row(
+        "etcd, ttl 15s, 3 candidates: lease keep-alives/s (all)",
+        format!("{:.2}", (k1 - k0) / window.as_secs_f64()),
+    );
+    drop(g);
+    let peer = etcdctl_handover(&endpoints, rounds);
+    if !peer.is_empty() {
+        row(
+            "peer, same etcd: etcdctl elect graceful handover (SIGINT → next elected)",
+            fmt_ms(&stats(peer)),
+        );
+    }
+    let mut g = Group::new(etcd_args(&endpoints, "1s"), CANDIDATES);
+    let h = handover(&mut g, Stop::Crash, rounds.min(30), None);
+    row(
+        "etcd: crash failover, ttl 1s (kill -9 → new claim)",
+        fmt_ms(&stats(h.latency)),
+    );
+    drop(g);
+    drop(etcd);
 
     // Steady state with the default ttl (15s): one leader alone, then with followers.
     let server2 = RedisServer::start();

@@ -30,7 +30,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
 )]
 pub struct Cli {
-    /// Backend: file, redis or redlock (etcd, zookeeper and kubernetes come in later releases).
+    /// Backend: file, redis, redlock or etcd (zookeeper and kubernetes come in later releases).
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
     /// Name of the lease (lowercase letters, digits, '-' and '.').
@@ -75,6 +75,24 @@ pub struct Cli {
     /// PEM private key of the client certificate.
     #[arg(long, env = "LEASEKEEPER_REDIS_KEY_FILE")]
     pub redis_key_file: Option<PathBuf>,
+    /// etcd endpoints, comma-separated: http(s)://host:port.
+    #[arg(long, env = "LEASEKEEPER_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// PEM CA bundle for https:// etcd endpoints.
+    #[arg(long, env = "LEASEKEEPER_ETCD_CA_FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// PEM client certificate for etcd (with --etcd-key-file).
+    #[arg(long, env = "LEASEKEEPER_ETCD_CERT_FILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// PEM private key of the etcd client certificate.
+    #[arg(long, env = "LEASEKEEPER_ETCD_KEY_FILE")]
+    pub etcd_key_file: Option<PathBuf>,
+    /// etcd user (password from --etcd-password-file).
+    #[arg(long, env = "LEASEKEEPER_ETCD_USER")]
+    pub etcd_user: Option<String>,
+    /// File holding the etcd user's password.
+    #[arg(long, env = "LEASEKEEPER_ETCD_PASSWORD_FILE")]
+    pub etcd_password_file: Option<PathBuf>,
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
@@ -143,6 +161,12 @@ struct FileConfig {
     redis_cert_file: Option<PathBuf>,
     redis_key_file: Option<PathBuf>,
     file_path: Option<PathBuf>,
+    etcd_endpoints: Option<OneOrMany>,
+    etcd_ca_file: Option<PathBuf>,
+    etcd_cert_file: Option<PathBuf>,
+    etcd_key_file: Option<PathBuf>,
+    etcd_user: Option<Scalar>,
+    etcd_password_file: Option<PathBuf>,
     exit_on_loss: Option<Scalar>,
     enable_release_endpoint: Option<Scalar>,
     log_format: Option<Scalar>,
@@ -185,6 +209,18 @@ impl Cli {
         self.redis_cert_file = self.redis_cert_file.or(file.redis_cert_file);
         self.redis_key_file = self.redis_key_file.or(file.redis_key_file);
         self.file_path = self.file_path.or(file.file_path);
+        if self.etcd_endpoints.is_empty() {
+            self.etcd_endpoints = match file.etcd_endpoints {
+                Some(OneOrMany::One(s)) => s.split(',').map(str::to_owned).collect(),
+                Some(OneOrMany::Many(v)) => v,
+                None => Vec::new(),
+            };
+        }
+        self.etcd_ca_file = self.etcd_ca_file.or(file.etcd_ca_file);
+        self.etcd_cert_file = self.etcd_cert_file.or(file.etcd_cert_file);
+        self.etcd_key_file = self.etcd_key_file.or(file.etcd_key_file);
+        fill(&mut self.etcd_user, file.etcd_user);
+        self.etcd_password_file = self.etcd_password_file.or(file.etcd_password_file);
         self.transition_log = self.transition_log.or(file.transition_log);
         self
     }
@@ -196,6 +232,27 @@ pub enum BackendSettings {
     File { path: PathBuf },
     Redis(Box<RedisSettings>),
     Redlock(Vec<RedisSettings>),
+    Etcd(Box<EtcdSettings>),
+}
+
+/// How to reach etcd: endpoints, TLS material and credentials, all read already.
+#[derive(Clone)]
+pub struct EtcdSettings {
+    pub endpoints: Vec<String>,
+    pub ca_pem: Option<Vec<u8>>,
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+    pub user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for EtcdSettings {
+    // Never print the password or the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSettings")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.ca_pem.is_some())
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .finish()
+    }
 }
 
 impl BackendSettings {
@@ -204,6 +261,7 @@ impl BackendSettings {
             BackendSettings::File { .. } => "file",
             BackendSettings::Redis(_) => "redis",
             BackendSettings::Redlock(_) => "redlock",
+            BackendSettings::Etcd(_) => "etcd",
         }
     }
 }
@@ -513,6 +571,89 @@ fn redis_node(url: &str, cli: &Cli) -> Result<RedisSettings, ConfigError> {
     })
 }
 
+/// Checks one etcd endpoint: `http(s)://host:port`.
+fn etcd_endpoint(raw: &str) -> Result<String, ConfigError> {
+    let e = raw.trim();
+    let rest = e
+        .strip_prefix("http://")
+        .or_else(|| e.strip_prefix("https://"))
+        .ok_or_else(|| {
+            bad(format!(
+                "--etcd-endpoints {e:?} must start with http:// or https://, like http://127.0.0.1:2379"
+            ))
+        })?;
+    let rest = rest.trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':').ok_or_else(|| {
+        bad(format!(
+            "--etcd-endpoints {e:?} needs a port, like http://127.0.0.1:2379"
+        ))
+    })?;
+    if host.is_empty() || host.contains('/') || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad(format!(
+            "--etcd-endpoints {e:?} is not host:port, like http://127.0.0.1:2379"
+        )));
+    }
+    Ok(e.trim_end_matches('/').to_owned())
+}
+
+fn etcd_settings(cli: &Cli) -> Result<EtcdSettings, ConfigError> {
+    let endpoints = cli
+        .etcd_endpoints
+        .iter()
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| etcd_endpoint(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    if endpoints.is_empty() {
+        return Err(bad(
+            "--etcd-endpoints is required with --backend etcd; write it like http://127.0.0.1:2379",
+        ));
+    }
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
+    if https != 0 && https != endpoints.len() {
+        return Err(bad(
+            "--etcd-endpoints mixes http:// and https://; use one scheme",
+        ));
+    }
+    let ca_pem = match &cli.etcd_ca_file {
+        Some(p) => Some(read_pem("--etcd-ca-file", p)?),
+        None => None,
+    };
+    let client_pem = match (&cli.etcd_cert_file, &cli.etcd_key_file) {
+        (Some(c), Some(k)) => Some((
+            read_pem("--etcd-cert-file", c)?,
+            read_pem("--etcd-key-file", k)?,
+        )),
+        (None, None) => None,
+        (Some(_), None) => return Err(bad("--etcd-cert-file needs --etcd-key-file too")),
+        (None, Some(_)) => return Err(bad("--etcd-key-file needs --etcd-cert-file too")),
+    };
+    if https > 0 && ca_pem.is_none() {
+        return Err(bad(
+            "--etcd-endpoints are https://, so --etcd-ca-file must name the CA that signs them",
+        ));
+    }
+    if https == 0 && (ca_pem.is_some() || client_pem.is_some()) {
+        return Err(bad(
+            "--etcd-ca-file/--etcd-cert-file were given, but the endpoints are http://",
+        ));
+    }
+    let user = match (&cli.etcd_user, &cli.etcd_password_file) {
+        (Some(u), Some(p)) => Some((u.clone(), read_secret_file("--etcd-password-file", p)?)),
+        (None, None) => None,
+        (Some(_), None) => return Err(bad("--etcd-user needs --etcd-password-file")),
+        (None, Some(_)) => return Err(bad("--etcd-password-file needs --etcd-user")),
+    };
+    Ok(EtcdSettings {
+        endpoints,
+        ca_pem,
+        client_pem,
+        user,
+    })
+}
+
 fn in_a_pod() -> bool {
     std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
@@ -579,9 +720,10 @@ impl Settings {
                 warnings.extend(node_warnings);
                 BackendSettings::Redlock(nodes)
             }
-            name @ ("etcd" | "zookeeper" | "kubernetes") => {
+            "etcd" => BackendSettings::Etcd(Box::new(etcd_settings(&cli)?)),
+            name @ ("zookeeper" | "kubernetes") => {
                 return Err(bad(format!(
-                    "--backend {name} is not available in this release yet; use file, redis or redlock"
+                    "--backend {name} is not available in this release yet; use file, redis, redlock or etcd"
                 )))
             }
             other => {
@@ -781,6 +923,45 @@ mod tests {
                 "--redis-password-file",
             ),
             (&["--no-such-flag"], "--no-such-flag"),
+            (&["--backend", "etcd"], "--etcd-endpoints is required"),
+            (
+                &["--backend", "etcd", "--etcd-endpoints", "127.0.0.1:2379"],
+                "must start with http://",
+            ),
+            (
+                &["--backend", "etcd", "--etcd-endpoints", "http://127.0.0.1"],
+                "needs a port",
+            ),
+            (
+                &["--backend", "etcd", "--etcd-endpoints", "http://h:99999"],
+                "is not host:port",
+            ),
+            (
+                &["--backend", "etcd", "--etcd-endpoints", "https://h:1"],
+                "--etcd-ca-file must name",
+            ),
+            (
+                &[
+                    "--backend",
+                    "etcd",
+                    "--etcd-endpoints",
+                    "https://h:1",
+                    "--etcd-ca-file",
+                    "/nonexistent/ca",
+                ],
+                "--etcd-ca-file /nonexistent/ca",
+            ),
+            (
+                &[
+                    "--backend",
+                    "etcd",
+                    "--etcd-endpoints",
+                    "http://h:1",
+                    "--etcd-user",
+                    "root",
+                ],
+                "--etcd-password-file",
+            ),
             (
                 &[
                     "--backend",

@@ -34,7 +34,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-use crate::backend::{Backend, BackendError, Campaign, Renewal};
+use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::clock::to_monotonic_ns;
 use crate::config::Timing;
 use crate::status::{Claim, FencingToken, Holder, Role, Status};
@@ -273,13 +273,7 @@ impl<B: Backend> Elector<B> {
                 Ok(Campaign::Held(holder)) => {
                     backoff.reset();
                     self.observe(holder);
-                    let max = jittered(self.timing.retry_interval);
-                    let mut shutdown = self.shutdown.clone();
-                    tokio::select! {
-                        _ = self.backend.wait_for_change(max) => {}
-                        _ = shutdown.changed() => {}
-                        Some(req) = self.releases.recv() => { let _ = req.send(false); }
-                    }
+                    self.follow().await;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, backend = self.backend.name(), "campaign failed; retrying");
@@ -289,6 +283,33 @@ impl<B: Backend> Elector<B> {
                         }
                     });
                     self.pause(backoff.next()).await;
+                }
+            }
+        }
+    }
+
+    /// Waits as a follower until the backend reports a possible change. A quiet wake
+    /// (the store answered, nothing changed) refreshes the observation without a new
+    /// campaign, so backends that are told of changes need not poll.
+    async fn follow(&mut self) {
+        loop {
+            self.heartbeat.beat();
+            let max = jittered(self.timing.retry_interval);
+            let mut shutdown = self.shutdown.clone();
+            let wake = tokio::select! {
+                wake = self.backend.wait_for_change(max) => wake,
+                _ = shutdown.changed() => return,
+                Some(req) = self.releases.recv() => {
+                    let _ = req.send(false);
+                    continue;
+                }
+            };
+            match wake {
+                Wake::Changed => return,
+                Wake::Quiet => {
+                    let now = Instant::now();
+                    self.status
+                        .send_modify(|s| s.heard_at = Some((now, SystemTime::now())));
                 }
             }
         }

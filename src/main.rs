@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 use clap::Parser;
 use tokio::sync::{mpsc, watch};
 
+use leasekeeper::backend::etcd::EtcdBackend;
 use leasekeeper::backend::file::FileBackend;
 use leasekeeper::backend::redis::RedisBackend;
 use leasekeeper::backend::redlock::RedlockBackend;
@@ -119,6 +120,17 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
+            serve(backend, &settings, listener, log).await
+        }
+        BackendSettings::Etcd(etcd) => {
+            let backend = EtcdBackend::new(
+                etcd,
+                &settings.election,
+                &settings.identity,
+                ttl,
+                settings.timing.renew_interval,
+                settings.timing.backend_timeout,
+            );
             serve(backend, &settings, listener, log).await
         }
         BackendSettings::Redlock(nodes) => {

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::{Backend, BackendError, Campaign, Renewal};
+use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
 #[derive(Serialize, Deserialize, Default, Debug)]
@@ -224,7 +224,7 @@ impl Backend for FileBackend {
         Ok(())
     }
 
-    async fn wait_for_change(&mut self, max: Duration) {
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
         match self.waiter.as_mut() {
             Some(waiter) => {
                 // The waiter resolving (with the lock or an error) is the change.
@@ -238,5 +238,6 @@ impl Backend for FileBackend {
             }
             None => tokio::time::sleep(max).await,
         }
+        Wake::Changed
     }
 }

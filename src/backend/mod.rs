@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::status::{FencingToken, Holder};
 
+pub mod etcd;
 pub mod file;
 pub mod redis;
 pub mod redlock;
@@ -42,6 +43,16 @@ pub enum Campaign {
     Acquired { token: FencingToken },
     /// Someone else holds it (or nobody we could identify yet).
     Held(Option<Holder>),
+}
+
+/// Why `wait_for_change` returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The holder may have changed (or the backend cannot tell): campaign again.
+    Changed,
+    /// Nothing changed, and the store answered meanwhile (a keep-alive, say): the
+    /// observation is still current and no new campaign is needed.
+    Quiet,
 }
 
 /// What one renew round found.
@@ -70,5 +81,5 @@ pub trait Backend: Send + 'static {
     fn release(&mut self) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Resolves when the holder may have changed, or after `max` at the latest.
-    fn wait_for_change(&mut self, max: Duration) -> impl Future<Output = ()> + Send;
+    fn wait_for_change(&mut self, max: Duration) -> impl Future<Output = Wake> + Send;
 }

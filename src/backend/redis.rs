@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Renewal};
+use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
 
@@ -345,7 +345,7 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
-    async fn wait_for_change(&mut self, max: Duration) {
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let mut until = Instant::now() + max;
         if let Some(hint) = self.expiry_hint.take() {
             until = until.min(hint);
@@ -354,6 +354,7 @@ impl Backend for RedisBackend {
             _ = self.wake.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
+        Wake::Changed
     }
 }
 

@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
 
 use super::redis::{new_nonce, parse_value, Keys, Node, RELEASE, RENEW};
-use super::{Backend, BackendError, Campaign, Renewal};
+use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
 
@@ -335,7 +335,7 @@ impl Backend for RedlockBackend {
         Ok(())
     }
 
-    async fn wait_for_change(&mut self, max: Duration) {
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let mut until = Instant::now() + max;
         if let Some(hint) = self.expiry_hint.take() {
             until = until.min(hint);
@@ -344,5 +344,6 @@ impl Backend for RedlockBackend {
             _ = self.wake.notified() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
+        Wake::Changed
     }
 }

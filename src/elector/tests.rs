@@ -87,8 +87,9 @@ impl Backend for Scripted {
         }
         Ok(())
     }
-    async fn wait_for_change(&mut self, max: Duration) {
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
         sleep(max).await;
+        Wake::Changed
     }
 }
 

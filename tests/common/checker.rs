@@ -27,6 +27,10 @@ pub trait ServerControl {
     fn pause_node(&mut self, _node: usize) {}
     fn resume_node(&mut self, _node: usize) {}
     fn restart_node(&mut self, _node: usize) {}
+    /// The node that currently leads the store's own consensus, if it has one.
+    fn leader_node(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Several independent Redis servers (Redlock).
@@ -427,14 +431,25 @@ impl Election<'_> {
                 let n = server.nodes();
                 let minority = (n - 1) / 2;
                 let first = report.node_faults % n;
-                let paused: Vec<usize> = (0..minority).map(|k| (first + k) % n).collect();
+                // Not the store's own consensus leader: etcd 3.4 before 3.4.28 revokes
+                // live leases when a paused raft leader resumes (etcd-io/etcd#12528),
+                // which this checker reports as two leaders at once. Killing that
+                // leader is tested (RestartOneNode); pausing it is the server's bug.
+                let avoid = server.leader_node();
+                let paused: Vec<usize> = (0..n)
+                    .map(|k| (first + k) % n)
+                    .filter(|i| Some(*i) != avoid)
+                    .take(minority)
+                    .collect();
                 for &i in &paused {
                     server.pause_node(i);
                 }
                 report.node_faults += 1;
                 // An acquisition while those nodes hang: the majority must decide alone.
                 self.slots[li].signal(libc::SIGTERM);
-                let new = self.find_leader(Some(old_port), Duration::from_secs(1));
+                // A client may have been talking to a hanging node and has to notice it:
+                // bounded like a crash, not like a clean handover.
+                let new = self.find_leader(Some(old_port), crash_bound);
                 let stopped = self.slots[li].wait_exit(Duration::from_secs(5));
                 std::thread::sleep(ttl + Duration::from_millis(300));
                 let during = self.find_leader(None, crash_bound);
@@ -442,7 +457,7 @@ impl Election<'_> {
                 for &i in &paused {
                     server.resume_node(i);
                 }
-                assert!(new.is_some(), "no new leader within 1 s of a graceful stop with {minority} of {n} nodes hanging");
+                assert!(new.is_some(), "no new leader within ttl + 1 s of a graceful stop with {minority} of {n} nodes hanging");
                 assert!(
                     stopped.is_some_and(|s| s.success()),
                     "graceful stop exited with {stopped:?}"
@@ -455,7 +470,10 @@ impl Election<'_> {
             }
             Fault::RestartOneNode => {
                 let server = self.spec.server.as_mut().expect("a store of several nodes");
-                let node = report.node_faults % server.nodes();
+                // The store's own leader when it has one: the harshest member to lose.
+                let node = server
+                    .leader_node()
+                    .unwrap_or(report.node_faults % server.nodes());
                 server.restart_node(node);
                 report.node_faults += 1;
                 let after = self.find_leader(None, crash_bound);
@@ -472,8 +490,10 @@ impl Election<'_> {
 pub fn run(spec: ElectionSpec<'_>) -> Report {
     let candidates = spec.candidates;
     let rounds = spec.rounds.clone();
-    let dir = tempfile::tempdir().expect("temp dir");
+    let mut dir = tempfile::tempdir().expect("temp dir");
     if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
+        // Kept even when a round panics, for the post-mortem.
+        dir.disable_cleanup(true);
         eprintln!("test dir: {}", dir.path().display());
     }
     let mut e = Election {
@@ -506,9 +526,7 @@ pub fn run(spec: ElectionSpec<'_>) -> Report {
     }
 
     if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
-        let kept = std::mem::replace(&mut e.dir, tempfile::tempdir().expect("temp dir")).keep();
-        eprintln!("kept {}", kept.display());
-        let claims = read_claims(&kept, candidates, &e.killed);
+        let claims = read_claims(e.dir.path(), candidates, &e.killed);
         for c in &claims {
             eprintln!("{c:?}");
         }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod checker;
+pub mod etcd_server;
 pub mod http;
 pub mod redis_server;
 

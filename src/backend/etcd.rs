@@ -1,0 +1,524 @@
+//! `etcd` backend: the key layout and queue of etcd's own `concurrency.Election`.
+//!
+//! Every candidate holds a lease of `--ttl` (whole seconds, rounded up) and a key
+//! `<election>/<lease id in hex>` = identity, attached to that lease and created only
+//! if absent. The key with the lowest create revision under `<election>/` leads, so a
+//! Go service using `concurrency.Election`, `etcdctl elect <election>` and leasekeeper
+//! take part in one election, and `etcdctl elect -l <election>` shows who leads.
+//!
+//! - **Fencing token**: the create revision of the leader's key (etcd revisions only
+//!   grow, so every later tenure has a greater one).
+//! - **Followers** watch only the key just ahead of theirs for a delete, from the
+//!   revision of the read that found it (no missed events, no herd), and the leader's
+//!   key (to keep `/leader` current). A follower's only periodic request is the lease
+//!   keep-alive, which every candidate needs to keep its place in the queue.
+//! - **Acquire**: when our key is the first, one keep-alive round trip is made before
+//!   claiming. The lease is then guaranteed for a ttl from a moment after the
+//!   campaign was sent, which is what the elector's deadline assumes; without it a
+//!   follower that moved to the front could claim on a lease last refreshed long ago.
+//! - **Renew** is a keep-alive; an answer with TTL 0 means the lease (and our key) is
+//!   gone: step down at once, and the next campaign grants a new lease.
+//! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions, WatchStream,
+};
+use tokio::time::{sleep_until, Instant};
+
+use super::{Backend, BackendError, Campaign, Renewal, Wake};
+use crate::config::EtcdSettings;
+use crate::status::Holder;
+
+fn etcd(op: &'static str) -> impl FnOnce(etcd_client::Error) -> BackendError {
+    move |e| BackendError::Store {
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn failed(op: &'static str, message: impl Into<String>) -> BackendError {
+    BackendError::Store {
+        op,
+        message: message.into(),
+    }
+}
+
+/// Our place in the queue: a lease, its keep-alive stream and (once put) our key.
+struct Session {
+    lease: i64,
+    /// The keep-alive stream; reopened after it broke with its connection.
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    key: String,
+    /// Create revision of our key; 0 until it is put.
+    revision: i64,
+    /// When the next follower keep-alive is due.
+    next_keepalive: Instant,
+}
+
+/// What a follower watches between campaigns.
+struct Watching {
+    predecessor: WatchStream,
+    leader: Option<WatchStream>,
+}
+
+pub struct EtcdBackend {
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    client: Option<Client>,
+    /// The endpoint in use: one at a time, so that a member that accepts connections
+    /// but never answers (SIGSTOPped, partitioned) is left for the next one.
+    current: usize,
+    /// Set while an operation runs; still set at the next one when the elector
+    /// cancelled it on its timeout, which counts as a failure of this endpoint.
+    in_flight: bool,
+    op_timeout: Duration,
+    prefix: String,
+    identity: String,
+    ttl: Duration,
+    ttl_secs: i64,
+    keepalive_every: Duration,
+    session: Option<Session>,
+    watching: Option<Watching>,
+}
+
+impl EtcdBackend {
+    pub fn new(
+        settings: &EtcdSettings,
+        election: &str,
+        identity: &str,
+        ttl: Duration,
+        renew_interval: Duration,
+        op_timeout: Duration,
+    ) -> Self {
+        let mut options = ConnectOptions::new()
+            .with_timeout(op_timeout)
+            .with_connect_timeout(op_timeout)
+            .with_keep_alive(renew_interval, op_timeout);
+        if let Some((user, password)) = &settings.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        if let Some(ca) = &settings.ca_pem {
+            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some((cert, key)) = &settings.client_pem {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(tls);
+        }
+        // etcd leases are whole seconds; rounding up only lengthens the real lease,
+        // while the local deadline keeps using the configured ttl.
+        let ttl_secs = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .unwrap_or(i64::MAX)
+            .max(1);
+        EtcdBackend {
+            endpoints: settings.endpoints.clone(),
+            options,
+            client: None,
+            current: 0,
+            in_flight: false,
+            op_timeout,
+            prefix: format!("{election}/"),
+            identity: identity.to_owned(),
+            ttl,
+            ttl_secs,
+            keepalive_every: renew_interval,
+            session: None,
+            watching: None,
+        }
+    }
+
+    /// The client, connecting lazily (an unreachable cluster is retried by the elector).
+    async fn client(&mut self) -> Result<Client, BackendError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let endpoint = self.endpoints[self.current % self.endpoints.len()].clone();
+        let client = Client::connect([endpoint], Some(self.options.clone()))
+            .await
+            .map_err(etcd("connect"))?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Leaves the current endpoint: the next call connects to the next one. The lease
+    /// lives on in the cluster; only this connection's streams are gone.
+    fn next_endpoint(&mut self) {
+        self.client = None;
+        self.watching = None;
+        if let Some(s) = self.session.as_mut() {
+            s.stream = None;
+        }
+        self.current = (self.current + 1) % self.endpoints.len();
+    }
+
+    /// Starts an operation; a previous one that never finished was cancelled on a timeout.
+    fn begin(&mut self) {
+        if self.in_flight {
+            self.next_endpoint();
+        }
+        self.in_flight = true;
+    }
+
+    /// Ends an operation; a failed one moves us to the next endpoint.
+    fn end<T>(&mut self, result: Result<T, BackendError>) -> Result<T, BackendError> {
+        self.in_flight = false;
+        if result.is_err() {
+            self.next_endpoint();
+        }
+        result
+    }
+
+    /// A granted lease with its keep-alive stream, and our key name.
+    async fn session(&mut self) -> Result<&mut Session, BackendError> {
+        if self.session.is_none() {
+            let mut client = self.client().await?;
+            let granted = client
+                .lease_grant(self.ttl_secs, None)
+                .await
+                .map_err(etcd("campaign"))?;
+            if granted.ttl() != self.ttl_secs {
+                tracing::warn!(
+                    requested = self.ttl_secs,
+                    granted = granted.ttl(),
+                    "etcd granted another lease ttl"
+                );
+            }
+            let lease = granted.id();
+            let stream = client
+                .lease_keep_alive(lease)
+                .await
+                .map_err(etcd("campaign"))?;
+            self.session = Some(Session {
+                lease,
+                stream: Some(stream),
+                key: format!("{}{lease:x}", self.prefix),
+                revision: 0,
+                next_keepalive: Instant::now() + self.keepalive_every,
+            });
+        }
+        self.session
+            .as_mut()
+            .ok_or_else(|| failed("campaign", "no session"))
+    }
+
+    /// One keep-alive round trip; `false` when the lease is gone.
+    async fn keep_alive(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let every = self.keepalive_every;
+        if self.session.as_ref().is_some_and(|s| s.stream.is_none()) {
+            let mut client = self.client().await?;
+            let lease = self.session.as_ref().map_or(0, |s| s.lease);
+            match client.lease_keep_alive(lease).await {
+                Ok(stream) => {
+                    if let Some(s) = self.session.as_mut() {
+                        s.stream = Some(stream);
+                    }
+                }
+                Err(e) => return Err(self.after_error(op, e)),
+            }
+        }
+        let Some(s) = self.session.as_mut() else {
+            return Ok(false);
+        };
+        let Some((keeper, answers)) = s.stream.as_mut() else {
+            return Ok(false);
+        };
+        let limit = self.op_timeout;
+        let answer = match keeper.keep_alive().await {
+            Ok(()) => match tokio::time::timeout(limit, answers.message()).await {
+                Ok(a) => a,
+                Err(_) => {
+                    s.stream = None;
+                    return Err(failed(op, "no keep-alive answer in time"));
+                }
+            },
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                // The stream died with its connection: open a new one next time.
+                s.stream = None;
+                return Err(self.after_error(op, e));
+            }
+        };
+        let alive = answer.is_some_and(|a| a.ttl() > 0);
+        if alive {
+            s.next_keepalive = Instant::now() + every;
+        } else {
+            // The lease expired: our key went with it. Start over with a new one.
+            self.forget();
+        }
+        Ok(alive)
+    }
+
+    /// Turns an etcd error into ours; a lease the server no longer knows ends the session.
+    fn after_error(&mut self, op: &'static str, e: etcd_client::Error) -> BackendError {
+        if e.to_string().contains("lease not found") {
+            self.forget();
+        }
+        etcd(op)(e)
+    }
+
+    /// One campaign round (see the module doc).
+    async fn campaign_once(&mut self) -> Result<Campaign, BackendError> {
+        self.watching = None;
+        let mut client = self.client().await?;
+        let identity = self.identity.clone();
+        let prefix = self.prefix.clone();
+        let session = self.session().await?;
+        let (key, lease) = (session.key.clone(), session.lease);
+
+        if session.revision == 0 {
+            // Put our key only if absent (a put whose answer was lost is found again).
+            let put = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    identity,
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let answer = match client.txn(put).await {
+                Ok(a) => a,
+                Err(e) => return Err(self.after_error("campaign", e)),
+            };
+            let revision = if answer.succeeded() {
+                answer.header().map(|h| h.revision()).unwrap_or(0)
+            } else {
+                answer
+                    .op_responses()
+                    .first()
+                    .and_then(first_kv)
+                    .map(|kv| kv.create_revision())
+                    .unwrap_or(0)
+            };
+            if revision == 0 {
+                return Err(failed("campaign", "could not place our key in the queue"));
+            }
+            if let Some(s) = self.session.as_mut() {
+                s.revision = revision;
+            }
+        }
+        let revision = self.session.as_ref().map_or(0, |s| s.revision);
+
+        // One consistent read: the leader, and the key just ahead of ours.
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(revision - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1);
+        let read = Txn::new().and_then([
+            TxnOp::get(prefix.clone(), Some(first)),
+            TxnOp::get(prefix.clone(), Some(ahead)),
+            TxnOp::get(key.clone(), None),
+        ]);
+        let answer = client.txn(read).await.map_err(etcd("campaign"))?;
+        let at = answer.header().map(|h| h.revision()).unwrap_or(0);
+        let responses = answer.op_responses();
+        let leader = responses.first().and_then(first_kv).cloned();
+        let predecessor = responses.get(1).and_then(first_kv).cloned();
+        let ours = responses
+            .get(2)
+            .and_then(first_kv)
+            .is_some_and(|kv| kv.create_revision() == revision);
+        if !ours {
+            // Our lease expired (the store was unreachable for a ttl, say) and took our
+            // key with it: queueing behind others with a vanished key would wait forever.
+            self.forget();
+            return Ok(Campaign::Held(leader.as_ref().map(holder_of)));
+        }
+
+        match (&leader, &predecessor) {
+            (Some(l), _) if l.key() == key.as_bytes() => {
+                // We are first. Refresh the lease before claiming (see the module doc).
+                if !self.keep_alive("campaign").await? {
+                    return Ok(Campaign::Held(None));
+                }
+                Ok(Campaign::Acquired {
+                    token: u64::try_from(revision).unwrap_or(0),
+                })
+            }
+            (None, _) => {
+                // Our own key is gone (lease expired between calls): start over.
+                self.forget();
+                Ok(Campaign::Held(None))
+            }
+            (Some(l), None) => {
+                // Someone leads but nobody is ahead of us: the queue moved between our
+                // reads; look again soon by watching the leader only.
+                let leader_watch = client
+                    .watch(
+                        l.key().to_vec(),
+                        Some(WatchOptions::new().with_start_revision(at + 1)),
+                    )
+                    .await
+                    .map_err(etcd("campaign"))?;
+                self.watching = Some(Watching {
+                    predecessor: leader_watch,
+                    leader: None,
+                });
+                Ok(Campaign::Held(Some(holder_of(l))))
+            }
+            (Some(l), Some(p)) => {
+                let from = Some(WatchOptions::new().with_start_revision(at + 1));
+                let predecessor = client
+                    .watch(p.key().to_vec(), from.clone())
+                    .await
+                    .map_err(etcd("campaign"))?;
+                let leader = if l.key() != p.key() {
+                    Some(
+                        client
+                            .watch(l.key().to_vec(), from)
+                            .await
+                            .map_err(etcd("campaign"))?,
+                    )
+                } else {
+                    None
+                };
+                self.watching = Some(Watching {
+                    predecessor,
+                    leader,
+                });
+                Ok(Campaign::Held(Some(holder_of(l))))
+            }
+        }
+    }
+
+    fn forget(&mut self) {
+        self.session = None;
+        self.watching = None;
+    }
+}
+
+fn first_kv(resp: &TxnOpResponse) -> Option<&etcd_client::KeyValue> {
+    match resp {
+        TxnOpResponse::Get(g) => g.kvs().first(),
+        _ => None,
+    }
+}
+
+fn holder_of(kv: &etcd_client::KeyValue) -> Holder {
+    Holder {
+        identity: String::from_utf8_lossy(kv.value()).into_owned(),
+        token: u64::try_from(kv.create_revision()).ok(),
+    }
+}
+
+impl Backend for EtcdBackend {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        self.begin();
+        let result = self.campaign_once().await;
+        self.end(result)
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        if self.session.is_none() {
+            return Ok(Renewal::Lost);
+        }
+        self.begin();
+        let result = self.keep_alive("renew").await;
+        let alive = self.end(result)?;
+        Ok(if alive {
+            Renewal::Renewed
+        } else {
+            Renewal::Lost
+        })
+    }
+
+    async fn release(&mut self) -> Result<(), BackendError> {
+        self.watching = None;
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        self.begin();
+        let result = async {
+            let mut client = self.client().await?;
+            client
+                .lease_revoke(session.lease)
+                .await
+                .map_err(etcd("release"))?;
+            Ok(())
+        }
+        .await;
+        self.end(result)
+    }
+
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        if self.session.is_none() {
+            // We lost our place in the queue: take a new one at once.
+            return Wake::Changed;
+        }
+        let until = Instant::now() + max;
+        let mut heard = false;
+        loop {
+            let keepalive_due = self.session.as_ref().map_or(until, |s| s.next_keepalive);
+            let Some(w) = self.watching.as_mut() else {
+                // Nothing to watch (an error before): poll at the retry interval.
+                sleep_until(until.min(keepalive_due)).await;
+                if Instant::now() >= until {
+                    return Wake::Changed;
+                }
+                self.begin();
+                let result = self.keep_alive("keepalive").await;
+                match self.end(result) {
+                    Ok(true) => continue,
+                    _ => return Wake::Changed,
+                }
+            };
+            let event = tokio::select! {
+                m = w.predecessor.message() => Some(m),
+                m = async {
+                    match w.leader.as_mut() {
+                        Some(l) => l.message().await,
+                        None => std::future::pending().await,
+                    }
+                } => Some(m),
+                _ = sleep_until(until.min(keepalive_due)) => None,
+            };
+            match event {
+                Some(Ok(Some(resp))) => {
+                    if resp.canceled() || resp.compact_revision() > 0 {
+                        // Compacted or cancelled: read again and watch anew.
+                        return Wake::Changed;
+                    }
+                    if resp
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
+                        return Wake::Changed;
+                    }
+                    heard = true;
+                }
+                // The watch broke: read again.
+                Some(_) => return Wake::Changed,
+                None => {
+                    if Instant::now() >= until {
+                        return if heard { Wake::Quiet } else { Wake::Changed };
+                    }
+                    self.begin();
+                    let result = self.keep_alive("keepalive").await;
+                    match self.end(result) {
+                        Ok(true) => heard = true,
+                        _ => return Wake::Changed,
+                    }
+                }
+            }
+        }
+    }
+}

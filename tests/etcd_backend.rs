@@ -1,0 +1,282 @@
+//! The etcd backend against real etcd: one member and a 3-member cluster, member
+//! faults, compaction, and interop with `etcdctl elect`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::checker::{self, ElectionSpec, Fault};
+use common::etcd_server::EtcdCluster;
+use common::{eventually, http, Sidecar};
+
+fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
+    [
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        endpoints,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[test]
+fn etcd_single_member_survives_the_checker() {
+    let mut etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    let rounds = (0..64)
+        .map(|i| match i % 9 {
+            1 => Fault::Kill9,
+            3 => Fault::PauseLeader,
+            5 => Fault::PauseServer,
+            6 => Fault::Release,
+            7 => Fault::RestartServer,
+            _ => Fault::Graceful,
+        })
+        .collect();
+    let report = checker::run(ElectionSpec {
+        args: etcd_args(&endpoints, "1s", "checker"),
+        ttl: Duration::from_secs(1),
+        candidates: 3,
+        rounds,
+        server: Some(&mut etcd),
+        takeover_while_leader_paused: true,
+        restart_loses_data: false,
+    });
+    eprintln!("etcd(1): {report:?}");
+    assert!(report.claims >= 50, "only {} tenures", report.claims);
+}
+
+#[test]
+fn etcd_three_member_cluster_survives_the_checker() {
+    let mut etcd = EtcdCluster::start(3);
+    let endpoints = etcd.endpoints();
+    let rounds = (0..30)
+        .map(|i| match i % 6 {
+            1 => Fault::Kill9,
+            2 => Fault::PauseMinority,
+            3 => Fault::RestartOneNode,
+            4 => Fault::PauseLeader,
+            _ => Fault::Graceful,
+        })
+        .collect();
+    let report = checker::run(ElectionSpec {
+        args: etcd_args(&endpoints, "2s", "cluster"),
+        ttl: Duration::from_secs(2),
+        candidates: 3,
+        rounds,
+        server: Some(&mut etcd),
+        takeover_while_leader_paused: true,
+        restart_loses_data: false,
+    });
+    eprintln!("etcd(3): {report:?}");
+}
+
+/// Lines an `etcdctl elect` process printed, with the instant each arrived.
+struct Etcdctl {
+    child: std::process::Child,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Etcdctl {
+    fn elect(endpoints: &str, election: &str, proposal: &str) -> Etcdctl {
+        Self::run(endpoints, &["elect", election, proposal])
+    }
+
+    /// `etcdctl elect -l`: prints the leader's proposal now and on every change.
+    fn observe(endpoints: &str, election: &str) -> Etcdctl {
+        Self::run(endpoints, &["elect", "-l", election])
+    }
+
+    /// Whether etcdctl printed `line` within `limit`.
+    fn printed(&self, line: &str, limit: Duration) -> bool {
+        eventually(limit, || {
+            self.lines
+                .lock()
+                .expect("lines")
+                .iter()
+                .any(|(_, l)| l == line)
+                .then_some(())
+        })
+        .is_some()
+    }
+
+    fn run(endpoints: &str, args: &[&str]) -> Etcdctl {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoints])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl");
+        let out = child.stdout.take().expect("stdout");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().expect("lines").push((Instant::now(), line));
+            }
+        });
+        Etcdctl { child, lines }
+    }
+
+    /// When etcdctl announced that it leads (it prints the key, then the proposal).
+    fn led_at(&self) -> Option<Instant> {
+        self.lines.lock().expect("lines").first().map(|(t, _)| *t)
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn etcdctl_elect_and_leasekeeper_share_one_election() {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = etcd_args(&endpoints, "2s", "shared");
+    let leads = |s: &Sidecar| s.leader().is_some_and(|v| v["is_leader"] == true);
+
+    let mut a = Sidecar::spawn("lk-a", dir.path(), &args);
+    assert!(
+        eventually(Duration::from_secs(10), || leads(&a).then_some(())).is_some(),
+        "{}",
+        a.stderr()
+    );
+    // etcdctl sees our leader.
+    let observer = Etcdctl::observe(&endpoints, "shared");
+    assert!(
+        observer.printed("lk-a", Duration::from_secs(5)),
+        "etcdctl elect -l never printed lk-a"
+    );
+
+    // etcdctl queues behind us, then a second sidecar behind it.
+    let mut ctl = Etcdctl::elect(&endpoints, "shared", "from-etcdctl");
+    std::thread::sleep(Duration::from_millis(300));
+    let b = Sidecar::spawn("lk-b", dir.path(), &args);
+    assert!(eventually(Duration::from_secs(10), || b
+        .leader()
+        .filter(|v| v["state"] == "follower"))
+    .is_some());
+    assert!(
+        ctl.led_at().is_none(),
+        "etcdctl claims to lead while lk-a leads"
+    );
+
+    // lk-a goes: etcdctl is next in the queue and leads; nobody else does.
+    a.terminate(Duration::from_secs(5));
+    let led = eventually(Duration::from_secs(5), || ctl.led_at());
+    assert!(led.is_some(), "etcdctl never led after lk-a left");
+    let seen = eventually(Duration::from_secs(5), || {
+        b.leader().filter(|v| v["leader"] == "from-etcdctl")
+    });
+    let seen = seen.expect("lk-b sees etcdctl as leader");
+    assert_eq!(seen["is_leader"], false);
+    for _ in 0..20 {
+        assert_eq!(
+            http::get(b.port, "/is-leader").map(|(c, _)| c),
+            Some(503),
+            "lk-b leads while etcdctl does"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+
+    // etcdctl resigns on SIGINT: lk-b takes over.
+    common::send_signal(ctl.child.id(), libc::SIGINT);
+    let _ = ctl.child.wait();
+    assert!(
+        eventually(Duration::from_secs(5), || leads(&b).then_some(())).is_some(),
+        "lk-b never led after etcdctl left"
+    );
+    assert!(
+        observer.printed("from-etcdctl", Duration::from_secs(1)),
+        "etcdctl elect -l never showed etcdctl leading"
+    );
+    assert!(
+        observer.printed("lk-b", Duration::from_secs(5)),
+        "etcdctl elect -l never printed lk-b"
+    );
+}
+
+#[test]
+fn followers_send_no_periodic_requests_and_survive_compaction() {
+    let etcd = EtcdCluster::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = etcd_args(&etcd.endpoints(), "3s", "quiet");
+    let sidecars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("q{i}"), dir.path(), &args))
+        .collect();
+    let follower_count = || {
+        sidecars
+            .iter()
+            .filter(|s| s.leader().is_some_and(|v| v["state"] == "follower"))
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || (follower_count() == 2)
+            .then_some(()))
+        .is_some()
+    );
+
+    // Over three retry intervals, nobody sends a read or a write: only keep-alives.
+    let reads = || {
+        etcd.metric(0, "grpc_server_handled_total", "grpc_method=\"Range\"")
+            + etcd.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\"")
+    };
+    let before = reads();
+    std::thread::sleep(Duration::from_secs(3));
+    let after = reads();
+    assert_eq!(
+        after - before,
+        0.0,
+        "followers or leader sent Range/Txn requests while nothing changed"
+    );
+    assert_eq!(
+        follower_count(),
+        2,
+        "followers must still report a current leader"
+    );
+
+    // Compact everything the followers' watches started from, then hand over.
+    for i in 0..20 {
+        etcd.etcdctl(&["put", "filler", &i.to_string()]);
+    }
+    let status = etcd.etcdctl(&["endpoint", "status", "-w", "json"]);
+    let rev = serde_json::from_str::<serde_json::Value>(&status).expect("json")[0]["Status"]
+        ["header"]["revision"]
+        .as_u64()
+        .expect("revision");
+    etcd.etcdctl(&["compact", &rev.to_string()]);
+    let leader = sidecars
+        .iter()
+        .position(|s| s.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("a leader");
+    let t0 = Instant::now();
+    sidecars[leader].signal(libc::SIGTERM);
+    let next = eventually(Duration::from_secs(3), || {
+        sidecars
+            .iter()
+            .enumerate()
+            .find(|(i, s)| *i != leader && s.leader().is_some_and(|v| v["is_leader"] == true))
+            .map(|_| ())
+    });
+    assert!(next.is_some(), "no new leader after compaction");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "handover after compaction took {:?}",
+        t0.elapsed()
+    );
+}
