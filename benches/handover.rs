@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{eventually, http, Sidecar};
+use common::{etcd_args, eventually, file_args, http, redis_args, redlock_args, Sidecar};
 use leasekeeper::clock::monotonic_now_ns;
 
 const CANDIDATES: usize = 3;
@@ -242,22 +242,6 @@ fn compare_backend(
     );
 }
 
-fn etcd_args(endpoints: &str, ttl: &str) -> Vec<String> {
-    [
-        "--backend",
-        "etcd",
-        "--etcd-endpoints",
-        endpoints,
-        "--ttl",
-        ttl,
-        "--election",
-        "bench",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 /// Graceful handover among `CANDIDATES` `etcdctl elect` processes on the same etcd:
 /// SIGINT to the leader (etcdctl resigns and exits) → the next one prints its key.
 fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
@@ -283,9 +267,13 @@ fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
         let seen: Seen = Arc::new(Mutex::new(None));
         let sink = seen.clone();
         std::thread::spawn(move || {
-            // The first line etcdctl prints is the key it was elected with.
-            if BufReader::new(out).lines().next().is_some() {
-                *sink.lock().expect("seen") = Some(monotonic_now_ns());
+            // The first line etcdctl prints is the key it was elected with. Keep
+            // draining: a closed pipe would kill etcdctl before it can resign.
+            for _ in BufReader::new(out).lines().map_while(Result::ok) {
+                let mut seen = sink.lock().expect("seen");
+                if seen.is_none() {
+                    *seen = Some(monotonic_now_ns());
+                }
             }
         });
         (child, seen)
@@ -320,46 +308,6 @@ fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
         let _ = c.wait();
     }
     lat
-}
-
-fn redlock_args(urls: &str, ttl: &str) -> Vec<String> {
-    redis_args(urls, ttl)
-        .into_iter()
-        .map(|a| {
-            if a == "redis" {
-                "redlock".to_owned()
-            } else {
-                a
-            }
-        })
-        .collect()
-}
-
-fn redis_args(url: &str, ttl: &str) -> Vec<String> {
-    [
-        "--backend",
-        "redis",
-        "--redis-url",
-        url,
-        "--ttl",
-        ttl,
-        "--election",
-        "bench",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
-    vec![
-        "--backend".into(),
-        "file".into(),
-        "--file-path".into(),
-        dir.join("bench.lock").display().to_string(),
-        "--ttl".into(),
-        ttl.into(),
-    ]
 }
 
 /// Client requests the store has served for our sidecars: script invocations
@@ -507,154 +455,162 @@ fn main() {
     };
     println!("| measurement | min / median / p99, or value |\n|---|---|");
 
-    // file backend
-    let dir = tempfile::tempdir().expect("dir");
-    let mut g = Group::new(file_args(dir.path(), "15s"), CANDIDATES);
-    let h = handover(&mut g, Stop::Graceful, rounds, None);
-    row(
-        "file: graceful handover (SIGTERM → new claim)",
-        fmt_ms(&stats(h.latency)),
-    );
-    let h = handover(&mut g, Stop::Crash, rounds, None);
-    row(
-        "file: crash failover (kill -9 → new claim)",
-        fmt_ms(&stats(h.latency)),
-    );
-    drop(g);
+    // LK_BENCH_ONLY=etcd (or file, redis, steady) runs one section.
+    let only = std::env::var("LK_BENCH_ONLY").ok();
+    let wants = |section: &str| only.as_deref().is_none_or(|o| o == section);
 
-    // redis, then the peer on the same server, then redlock over 3 and 5 servers.
-    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let url = servers[0].url();
-    compare_backend(
-        "redis",
-        |ttl| redis_args(&url, ttl),
-        &[&servers[0]],
-        rounds,
-        &mut row,
-    );
-    if let Some(lat) = redis_py_handover(&url, rounds) {
+    if wants("file") {
+        // file backend
+        let dir = tempfile::tempdir().expect("dir");
+        let mut g = Group::new(file_args(dir.path(), "15s"), CANDIDATES);
+        let h = handover(&mut g, Stop::Graceful, rounds, None);
         row(
-            "peer, same server: redis-py Lock graceful handover",
-            fmt_ms(&stats(lat)),
+            "file: graceful handover (SIGTERM → new claim)",
+            fmt_ms(&stats(h.latency)),
         );
+        let h = handover(&mut g, Stop::Crash, rounds, None);
+        row(
+            "file: crash failover (kill -9 → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        drop(g);
     }
-    for n in [3, 5] {
-        let urls = servers[..n]
-            .iter()
-            .map(|s| s.url())
-            .collect::<Vec<_>>()
-            .join(",");
-        let refs: Vec<&RedisServer> = servers[..n].iter().collect();
+    if wants("redis") {
+        // redis, then the peer on the same server, then redlock over 3 and 5 servers.
+        let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+        let url = servers[0].url();
         compare_backend(
-            &format!("redlock({n})"),
-            |ttl| redlock_args(&urls, ttl),
-            &refs,
+            "redis",
+            |ttl| redis_args(&url, ttl, "bench"),
+            &[&servers[0]],
             rounds,
             &mut row,
         );
+        if let Some(lat) = redis_py_handover(&url, rounds) {
+            row(
+                "peer, same server: redis-py Lock graceful handover",
+                fmt_ms(&stats(lat)),
+            );
+        }
+        for n in [3, 5] {
+            let urls = servers[..n]
+                .iter()
+                .map(|s| s.url())
+                .collect::<Vec<_>>()
+                .join(",");
+            let refs: Vec<&RedisServer> = servers[..n].iter().collect();
+            compare_backend(
+                &format!("redlock({n})"),
+                |ttl| redlock_args(&urls, ttl, "bench"),
+                &refs,
+                rounds,
+                &mut row,
+            );
+        }
+        drop(servers);
     }
-    drop(servers);
-
-    // etcd: leasekeeper and etcdctl elect on the same member.
-    let etcd = common::etcd_server::EtcdCluster::start(1);
-    let endpoints = etcd.endpoints();
-    let mut g = Group::new(etcd_args(&endpoints, "15s"), CANDIDATES);
-    let h = handover(&mut g, Stop::Graceful, rounds, None);
-    row(
-        "etcd: graceful handover (SIGTERM → new claim)",
-        fmt_ms(&stats(h.latency)),
-    );
-    row(
-        "etcd: acquire round trip (request sent → claim)",
-        fmt_ms(&stats(h.acquire)),
-    );
-    // Steady state: reads and writes vs keep-alives per second, 3 candidates, ttl 15s.
-    let unary = |e: &common::etcd_server::EtcdCluster| {
-        e.metric(0, "grpc_server_handled_total", "grpc_method=\"Range\"")
-            + e.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\"")
-    };
-    let keepalives = |e: &common::etcd_server::EtcdCluster| {
-        e.metric(
-            0,
-            "grpc_server_msg_received_total",
-            "grpc_method=\"LeaseKeepAlive\"",
-        )
-    };
-    let window = Duration::from_secs(10);
-    let (u0, k0) = (unary(&etcd), keepalives(&etcd));
-    std::thread::sleep(window);
-    let (u1, k1) = (unary(&etcd), keepalives(&etcd));
-    row(
-        "etcd, ttl 15s, 3 candidates: reads+writes/s at steady state (all)",
-        format!("{:.2}", (u1 - u0) / window.as_secs_f64()),
-    );
-    row(
-        "etcd, ttl 15s, 3 candidates: lease keep-alives/s (all)",
-        format!("{:.2}", (k1 - k0) / window.as_secs_f64()),
-    );
-    drop(g);
-    let peer = etcdctl_handover(&endpoints, rounds);
-    if !peer.is_empty() {
+    if wants("etcd") {
+        // etcd: leasekeeper and etcdctl elect on the same member.
+        let etcd = common::etcd_server::EtcdCluster::start(1);
+        let endpoints = etcd.endpoints();
+        let mut g = Group::new(etcd_args(&endpoints, "15s", "bench"), CANDIDATES);
+        let h = handover(&mut g, Stop::Graceful, rounds, None);
         row(
-            "peer, same etcd: etcdctl elect graceful handover (SIGINT → next elected)",
-            fmt_ms(&stats(peer)),
+            "etcd: graceful handover (SIGTERM → new claim)",
+            fmt_ms(&stats(h.latency)),
         );
+        row(
+            "etcd: acquire round trip (request sent → claim)",
+            fmt_ms(&stats(h.acquire)),
+        );
+        // Steady state: reads and writes vs keep-alives per second, 3 candidates, ttl 15s.
+        let unary = |e: &common::etcd_server::EtcdCluster| {
+            e.metric(0, "grpc_server_handled_total", "grpc_method=\"Range\"")
+                + e.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\"")
+        };
+        let keepalives = |e: &common::etcd_server::EtcdCluster| {
+            e.metric(
+                0,
+                "grpc_server_msg_received_total",
+                "grpc_method=\"LeaseKeepAlive\"",
+            )
+        };
+        let window = Duration::from_secs(10);
+        let (u0, k0) = (unary(&etcd), keepalives(&etcd));
+        std::thread::sleep(window);
+        let (u1, k1) = (unary(&etcd), keepalives(&etcd));
+        row(
+            "etcd, ttl 15s, 3 candidates: reads+writes/s at steady state (all)",
+            format!("{:.2}", (u1 - u0) / window.as_secs_f64()),
+        );
+        row(
+            "etcd, ttl 15s, 3 candidates: lease keep-alives/s (all)",
+            format!("{:.2}", (k1 - k0) / window.as_secs_f64()),
+        );
+        drop(g);
+        let peer = etcdctl_handover(&endpoints, rounds);
+        if !peer.is_empty() {
+            row(
+                "peer, same etcd: etcdctl elect graceful handover (SIGINT → next elected)",
+                fmt_ms(&stats(peer)),
+            );
+        }
+        let mut g = Group::new(etcd_args(&endpoints, "1s", "bench"), CANDIDATES);
+        let h = handover(&mut g, Stop::Crash, rounds.min(30), None);
+        row(
+            "etcd: crash failover, ttl 1s (kill -9 → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        drop(g);
+        drop(etcd);
     }
-    let mut g = Group::new(etcd_args(&endpoints, "1s"), CANDIDATES);
-    let h = handover(&mut g, Stop::Crash, rounds.min(30), None);
-    row(
-        "etcd: crash failover, ttl 1s (kill -9 → new claim)",
-        fmt_ms(&stats(h.latency)),
-    );
-    drop(g);
-    drop(etcd);
+    if wants("steady") {
+        // Steady state with the default ttl (15s): one leader alone, then with followers.
+        let server2 = RedisServer::start();
+        let window = Duration::from_secs(
+            std::env::var("LK_BENCH_WINDOW_S")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(20),
+        );
+        let mut g = Group::new(redis_args(&server2.url(), "15s", "bench"), 1);
+        g.leader(Duration::from_secs(10)).expect("leader");
+        let leader_rate = redis_rate(&server2, window);
+        for slot in 1..CANDIDATES {
+            let s = g.spawn(slot);
+            g.slots.push(s);
+        }
+        assert!(g.settled(0));
+        let all_rate = redis_rate(&server2, window);
+        row(
+            "redis, ttl 15s: leader requests/s at steady state (script calls)",
+            format!("{leader_rate:.2}"),
+        );
+        row(
+            "redis, ttl 15s: follower requests/s at steady state, each (script calls)",
+            format!(
+                "{:.2}",
+                (all_rate - leader_rate).max(0.0) / (CANDIDATES - 1) as f64
+            ),
+        );
 
-    // Steady state with the default ttl (15s): one leader alone, then with followers.
-    let server2 = RedisServer::start();
-    let window = Duration::from_secs(
-        std::env::var("LK_BENCH_WINDOW_S")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20),
-    );
-    let mut g = Group::new(redis_args(&server2.url(), "15s"), 1);
-    g.leader(Duration::from_secs(10)).expect("leader");
-    let leader_rate = redis_rate(&server2, window);
-    for slot in 1..CANDIDATES {
-        let s = g.spawn(slot);
-        g.slots.push(s);
+        let (rss, cpu) = idle_footprint(&g.slots[0], Duration::from_secs(10));
+        row(
+            "redis leader idle: RSS / CPU",
+            format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+        );
+        let (rss, cpu) = idle_footprint(&g.slots[1], Duration::from_secs(10));
+        row(
+            "redis follower idle: RSS / CPU",
+            format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+        );
+        let rps = leader_throughput(g.slots[0].port, 4, Duration::from_secs(3));
+        row(
+            "GET /leader, 4 kept-alive clients on the same 2 cores",
+            format!("{rps:.0} req/s"),
+        );
+        drop(g);
     }
-    assert!(g.settled(0));
-    let all_rate = redis_rate(&server2, window);
-    row(
-        "redis, ttl 15s: leader requests/s at steady state (script calls)",
-        format!("{leader_rate:.2}"),
-    );
-    row(
-        "redis, ttl 15s: follower requests/s at steady state, each (script calls)",
-        format!(
-            "{:.2}",
-            (all_rate - leader_rate).max(0.0) / (CANDIDATES - 1) as f64
-        ),
-    );
-
-    let (rss, cpu) = idle_footprint(&g.slots[0], Duration::from_secs(10));
-    row(
-        "redis leader idle: RSS / CPU",
-        format!("{rss:.1} MiB / {cpu:.3} ms/s"),
-    );
-    let (rss, cpu) = idle_footprint(&g.slots[1], Duration::from_secs(10));
-    row(
-        "redis follower idle: RSS / CPU",
-        format!("{rss:.1} MiB / {cpu:.3} ms/s"),
-    );
-    let rps = leader_throughput(g.slots[0].port, 4, Duration::from_secs(3));
-    row(
-        "GET /leader, 4 kept-alive clients on the same 2 cores",
-        format!("{rps:.0} req/s"),
-    );
-    drop(g);
-
     let size = std::fs::metadata(env!("CARGO_BIN_EXE_leasekeeper"))
         .map(|m| m.len())
         .unwrap_or(0);

@@ -10,23 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::etcd_server::EtcdCluster;
-use common::{eventually, http, Sidecar};
-
-fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
-    [
-        "--backend",
-        "etcd",
-        "--etcd-endpoints",
-        endpoints,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+use common::{etcd_args, eventually, http, Sidecar};
 
 #[test]
 fn etcd_single_member_survives_the_checker() {

@@ -5,18 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault};
-use common::{http, Sidecar};
-
-fn file_args(dir: &std::path::Path, ttl: &str) -> Vec<String> {
-    vec![
-        "--backend".into(),
-        "file".into(),
-        "--file-path".into(),
-        dir.join("election.lock").display().to_string(),
-        "--ttl".into(),
-        ttl.into(),
-    ]
-}
+use common::{file_args, http, Sidecar};
 
 #[test]
 fn file_election_survives_the_checker() {

@@ -7,23 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::redis_server::RedisServer;
-use common::{eventually, http, Sidecar};
-
-fn redis_args(url: &str, ttl: &str) -> Vec<String> {
-    [
-        "--backend",
-        "redis",
-        "--redis-url",
-        url,
-        "--ttl",
-        ttl,
-        "--election",
-        "checker",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+use common::{eventually, http, redis_args, Sidecar};
 
 #[test]
 fn redis_election_survives_the_checker() {
@@ -41,7 +25,7 @@ fn redis_election_survives_the_checker() {
         });
     }
     let report = checker::run(ElectionSpec {
-        args: redis_args(&url, "1s"),
+        args: redis_args(&url, "1s", "checker"),
         ttl: Duration::from_secs(1),
         candidates: 3,
         rounds,
@@ -69,7 +53,7 @@ fn a_server_that_loses_its_data_never_yields_two_leaders() {
     ]
     .to_vec();
     let report = checker::run(ElectionSpec {
-        args: redis_args(&url, "1s"),
+        args: redis_args(&url, "1s", "checker"),
         ttl: Duration::from_secs(1),
         candidates: 3,
         rounds,
@@ -85,7 +69,7 @@ fn an_unreachable_server_at_start_is_not_bad_input() {
     let dir = tempfile::tempdir().expect("dir");
     let port = common::free_port();
     let url = format!("redis://127.0.0.1:{port}");
-    let sidecar = Sidecar::spawn("early", dir.path(), &redis_args(&url, "2s"));
+    let sidecar = Sidecar::spawn("early", dir.path(), &redis_args(&url, "2s", "checker"));
     assert!(
         sidecar.wait_listening(Duration::from_secs(10)),
         "{}",
@@ -127,7 +111,11 @@ fn password_from_a_file_and_acl_user_in_the_url() {
     let dir = tempfile::tempdir().expect("dir");
     let pw = dir.path().join("password");
     std::fs::write(&pw, "s3cret\n").expect("write");
-    let mut args = redis_args(&format!("redis://elector@127.0.0.1:{}", server.port), "2s");
+    let mut args = redis_args(
+        &format!("redis://elector@127.0.0.1:{}", server.port),
+        "2s",
+        "checker",
+    );
     args.extend(["--redis-password-file".into(), pw.display().to_string()]);
     let sidecar = Sidecar::spawn("authed", dir.path(), &args);
     let led = eventually(Duration::from_secs(10), || {
@@ -148,7 +136,7 @@ fn password_from_a_file_and_acl_user_in_the_url() {
 fn metrics_and_watch_follow_a_handover() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let args = redis_args(&server.url(), "3s");
+    let args = redis_args(&server.url(), "3s", "checker");
     let mut a = Sidecar::spawn("alpha", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || a
         .leader()
@@ -200,7 +188,7 @@ fn metrics_and_watch_follow_a_handover() {
 fn release_endpoint_hands_over_only_when_enabled() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let args = redis_args(&server.url(), "3s");
+    let args = redis_args(&server.url(), "3s", "checker");
     let plain = Sidecar::spawn("plain", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || plain
         .leader()
@@ -242,7 +230,11 @@ fn release_endpoint_hands_over_only_when_enabled() {
 fn unknown_paths_and_methods_get_json_errors() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let s = Sidecar::spawn("paths", dir.path(), &redis_args(&server.url(), "3s"));
+    let s = Sidecar::spawn(
+        "paths",
+        dir.path(),
+        &redis_args(&server.url(), "3s", "checker"),
+    );
     assert!(s.wait_listening(Duration::from_secs(10)));
     let (code, body) = http::get(s.port, "/nope").expect("answer");
     assert_eq!(code, 404);
@@ -339,7 +331,7 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     let tls_port = common::free_port();
     let _server = RedisServer::start_tls(certs.path(), tls_port);
     let file = |n: &str| certs.path().join(n).display().to_string();
-    let mut args = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s");
+    let mut args = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s", "checker");
     args.extend([
         "--redis-ca-file".into(),
         file("ca.pem"),
@@ -356,7 +348,7 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     assert!(led.is_some(), "never led over TLS:\n{}", secure.stderr());
 
     // Without the client certificate the server refuses: the sidecar runs, unready.
-    let mut no_client_cert = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s");
+    let mut no_client_cert = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s", "checker");
     no_client_cert.extend(["--redis-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_client_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));

@@ -5,23 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault, RedisCluster};
-use common::{eventually, http, Sidecar};
-
-fn redlock_args(urls: &str, ttl: &str) -> Vec<String> {
-    [
-        "--backend",
-        "redlock",
-        "--redis-url",
-        urls,
-        "--ttl",
-        ttl,
-        "--election",
-        "quorum",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+use common::{eventually, http, redlock_args, Sidecar};
 
 fn rounds(n: usize) -> Vec<Fault> {
     (0..n)
@@ -42,7 +26,7 @@ fn redlock_over_three_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(3);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: redlock_args(&urls, "1s"),
+        args: redlock_args(&urls, "1s", "quorum"),
         ttl: Duration::from_secs(1),
         candidates: 3,
         rounds: rounds(60),
@@ -59,7 +43,7 @@ fn redlock_over_five_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(5);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: redlock_args(&urls, "1s"),
+        args: redlock_args(&urls, "1s", "quorum"),
         ttl: Duration::from_secs(1),
         candidates: 3,
         rounds: rounds(24),
@@ -74,7 +58,7 @@ fn redlock_over_five_nodes_survives_the_checker() {
 fn losing_a_majority_leaves_nobody_leading_and_recovering_it_brings_a_leader_back() {
     let mut cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "1s");
+    let args = redlock_args(&cluster.urls(), "1s", "quorum");
     let sidecars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("q{i}"), dir.path(), &args))
         .collect();
@@ -124,3 +108,45 @@ fn losing_a_majority_leaves_nobody_leading_and_recovering_it_brings_a_leader_bac
 }
 
 use common::checker::ServerControl;
+
+/// A node restarts without its data while the leader holds a bare majority, and a
+/// freshly started candidate (which has seen no token yet) campaigns: it must not
+/// count the amnesiac node, or it would lead next to the old leader with a lower token.
+#[test]
+fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
+    let mut cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redlock_args(&cluster.urls(), "3s", "amnesia");
+    let old = Sidecar::spawn("old", dir.path(), &args);
+    let led = eventually(Duration::from_secs(10), || {
+        old.leader().filter(|v| v["is_leader"] == true)
+    });
+    let token = led.expect("old leads")["fencing_token"]
+        .as_u64()
+        .expect("token");
+
+    // The old leader keeps a bare majority {0, 1}: node 2 forgets the lock (as if it
+    // had expired there), and node 0 restarts empty.
+    assert!(cluster.nodes[2]
+        .command("DEL leasekeeper:{amnesia}:lock")
+        .is_some());
+    cluster.restart_node(0);
+    let fresh = Sidecar::spawn("fresh", dir.path(), &args);
+    assert!(fresh.wait_listening(Duration::from_secs(10)));
+    // For longer than a ttl: never both leaders, and never a lower token.
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        let o = old.leader().is_some_and(|v| v["is_leader"] == true);
+        let f = fresh.leader();
+        if let Some(f) = &f {
+            if f["is_leader"] == true {
+                assert!(!o, "two leaders after a node lost its data: {f}");
+                assert!(
+                    f["fencing_token"].as_u64() > Some(token),
+                    "a lower token after data loss: {f}"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

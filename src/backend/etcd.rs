@@ -508,12 +508,16 @@ impl Backend for EtcdBackend {
                 // The watch broke: read again.
                 Some(_) => return Wake::Changed,
                 None => {
-                    if Instant::now() >= until {
-                        return if heard { Wake::Quiet } else { Wake::Changed };
+                    if Instant::now() >= until && heard {
+                        return Wake::Quiet;
                     }
+                    // A keep-alive is due, or the wait is over without news: either way
+                    // a keep-alive (not a read) proves the store and our lease alive.
+                    let over = Instant::now() >= until;
                     self.begin();
                     let result = self.keep_alive("keepalive").await;
                     match self.end(result) {
+                        Ok(true) if over => return Wake::Quiet,
                         Ok(true) => heard = true,
                         _ => return Wake::Changed,
                     }

@@ -264,6 +264,24 @@ pub(crate) async fn listen(
     }
 }
 
+/// A Redis-family follower's wait: a pub/sub notice, the observed holder's expiry
+/// (`hint`, used once), or `max`, whichever comes first.
+pub(crate) async fn wait_for_notice(
+    wake: &Notify,
+    hint: &mut Option<Instant>,
+    max: Duration,
+) -> Wake {
+    let mut until = Instant::now() + max;
+    if let Some(h) = hint.take() {
+        until = until.min(h);
+    }
+    tokio::select! {
+        _ = wake.notified() => {}
+        _ = tokio::time::sleep_until(until) => {}
+    }
+    Wake::Changed
+}
+
 impl Backend for RedisBackend {
     fn name(&self) -> &'static str {
         "redis"
@@ -346,15 +364,7 @@ impl Backend for RedisBackend {
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let mut until = Instant::now() + max;
-        if let Some(hint) = self.expiry_hint.take() {
-            until = until.min(hint);
-        }
-        tokio::select! {
-            _ = self.wake.notified() => {}
-            _ = tokio::time::sleep_until(until) => {}
-        }
-        Wake::Changed
+        wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
     }
 }
 

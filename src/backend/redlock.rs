@@ -24,10 +24,12 @@
 //! after a short random delay, so competing candidates do not split votes in lockstep.
 //!
 //! A node that lost its data (restart without persistence) is not trusted for one ttl:
-//! the first candidate that sees it without a fence counter, although tokens were
-//! handed out before, fences its lock with a placeholder for one ttl (the same
-//! quarantine as the single-node backend). A leader whose lock vanished there still
-//! holds the majority elsewhere, or steps down.
+//! a candidate that takes it and finds no fence counter there, while any answering
+//! node (or its own memory) shows that tokens were handed out before, does not count
+//! it, and fences its lock with a placeholder for one ttl (the same quarantine as the
+//! single-node backend). A leader whose lock vanished there still holds the majority
+//! elsewhere, or steps down. The token of a new tenure is one above the highest
+//! counter any answering node reports, so it is also above what the amnesiac forgot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,29 +40,45 @@ use redis::Script;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
 
-use super::redis::{new_nonce, parse_value, Keys, Node, RELEASE, RENEW};
+use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node, RELEASE, RENEW};
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
 
-/// Phase 1 on one node: take the lock with a pending value, report the fence counter.
-/// Returns {taken, value seen or set, pttl of a held lock, fence counter}.
+/// Phase 1 on one node: take the lock with a pending value (or adopt our own value
+/// left by a campaign whose answer was lost), report the fence counter and whether
+/// it exists at all. Returns {taken, value, pttl of a held lock, fence, fence exists}.
 const TAKE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local raw = redis.call('GET', KEYS[2])
+local fence = tonumber(raw or '0')
+local exists = 0
+if raw then exists = 1 end
 if cur then
-  return {0, cur, redis.call('PTTL', KEYS[1]), fence}
-end
-local floor = tonumber(ARGV[4])
-if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], floor)
-  local fenced = 'quarantine|' .. floor .. '|'
-  redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, tonumber(ARGV[3]), floor}
+  if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {1, cur, -1, fence, exists}
+  end
+  return {0, cur, redis.call('PTTL', KEYS[1]), fence, exists}
 end
 local value = ARGV[1] .. 'pending|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-return {1, value, -1, fence}
+return {1, value, -1, fence, exists}
+"#;
+
+/// On a node that lost its data, while we hold its lock: fence the lock for one ttl
+/// and restore the counter, so no claim can count this node until every claim that
+/// counted it before has run out.
+const QUARANTINE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[2], ARGV[2])
+  end
+  redis.call('SET', KEYS[1], 'quarantine|' .. ARGV[2] .. '|', 'PX', ARGV[3])
+  return 1
+end
+return 0
 "#;
 
 /// Phase 2 on one node: if the lock is still ours, record the token and announce it.
@@ -90,6 +108,7 @@ pub struct RedlockBackend {
     wake: Arc<Notify>,
     expiry_hint: Option<Instant>,
     take: Script,
+    quarantine: Script,
     confirm: Script,
     renew: Script,
     release: Script,
@@ -110,7 +129,8 @@ impl RedlockBackend {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         // Like redsync's timeout factor: a slow node must not eat the validity.
-        let node_timeout = (ttl / 10).min(op_timeout).max(Duration::from_millis(5));
+        // Two phases must fit in the elector's budget for one call, with room to spare.
+        let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
         let nodes = settings
             .iter()
             .map(|s| Node::connect(s, &keys, wake.clone(), node_timeout))
@@ -127,6 +147,7 @@ impl RedlockBackend {
             wake,
             expiry_hint: None,
             take: Script::new(TAKE),
+            quarantine: Script::new(QUARANTINE),
             confirm: Script::new(CONFIRM),
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
@@ -225,37 +246,53 @@ impl Backend for RedlockBackend {
             .key(&self.keys.fence)
             .arg(&prefix)
             .arg(&self.identity)
-            .arg(self.ttl_ms())
-            .arg(self.floor);
+            .arg(self.ttl_ms());
         let all = self.all();
-        let answers: Round<(i64, String, i64, u64)> = self.on_nodes(&all, &take).await;
+        let answers: Round<(i64, String, i64, u64, i64)> = self.on_nodes(&all, &take).await;
 
         let answered = answers.iter().filter(|a| a.is_some()).count();
-        let mut taken = Vec::new();
-        let mut fence_max = self.floor;
-        let mut seen = Vec::new();
-        let mut soonest_expiry: Option<i64> = None;
-        for (i, answer) in answers.iter().enumerate() {
-            let Some((won, value, pttl, fence)) = answer else {
-                continue;
-            };
+        // The highest token any answering node (or we) ever saw: every counter counts,
+        // not only those of the nodes taken, so a node that lost its data is noticed
+        // even by a candidate that has just started.
+        for (_, value, _, fence, _) in answers.iter().flatten() {
+            self.floor = self.floor.max(*fence);
             if let Some(t) = parse_value(value).token {
                 self.floor = self.floor.max(t);
             }
-            if *won == 1 {
+        }
+        let mut taken = Vec::new();
+        let mut amnesiac = Vec::new();
+        let mut seen = Vec::new();
+        let mut soonest_expiry: Option<i64> = None;
+        for (i, answer) in answers.iter().enumerate() {
+            let Some((won, value, pttl, _, fence_exists)) = answer else {
+                continue;
+            };
+            if *won == 1 && *fence_exists == 0 && self.floor > 0 {
+                amnesiac.push(i);
+            } else if *won == 1 {
                 taken.push(i);
-                fence_max = fence_max.max(*fence);
             } else {
-                self.floor = self.floor.max(*fence);
                 seen.push(value.clone());
                 if *pttl > 0 {
                     soonest_expiry = Some(soonest_expiry.map_or(*pttl, |s| s.min(*pttl)));
                 }
             }
         }
+        if !amnesiac.is_empty() {
+            tracing::warn!(nodes = ?amnesiac, "redlock nodes lost their data; fencing them for one ttl");
+            let mut fence = self.quarantine.prepare_invoke();
+            fence
+                .key(&self.keys.lock)
+                .key(&self.keys.fence)
+                .arg(&prefix)
+                .arg(self.floor)
+                .arg(self.ttl_ms());
+            let _: Round<i64> = self.on_nodes(&amnesiac, &fence).await;
+        }
 
         if taken.len() >= self.quorum() {
-            let token = fence_max + 1;
+            let token = self.floor + 1;
             let value = format!("{prefix}{token}|{}", self.identity);
             let mut confirm = self.confirm.prepare_invoke();
             confirm
@@ -268,7 +305,7 @@ impl Backend for RedlockBackend {
             let confirmed: Round<i64> = self.on_nodes(&taken, &confirm).await;
             let yes = confirmed.iter().filter(|c| **c == Some(1)).count();
             if yes >= self.quorum() {
-                self.floor = token;
+                self.floor = self.floor.max(token);
                 self.value = Some(value);
                 self.expiry_hint = None;
                 return Ok(Campaign::Acquired { token });
@@ -336,14 +373,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let mut until = Instant::now() + max;
-        if let Some(hint) = self.expiry_hint.take() {
-            until = until.min(hint);
-        }
-        tokio::select! {
-            _ = self.wake.notified() => {}
-            _ = tokio::time::sleep_until(until) => {}
-        }
-        Wake::Changed
+        wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
     }
 }

@@ -16,6 +16,59 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Owned command-line arguments from string slices.
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// Flags for the `redis` backend.
+pub fn redis_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `redlock` backend (`urls` comma-separated).
+pub fn redlock_args(urls: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "redlock",
+        "--redis-url",
+        urls,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `etcd` backend.
+pub fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "etcd",
+        "--etcd-endpoints",
+        endpoints,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `file` backend with its lock file in `dir`.
+pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
+    let lock = dir.join("election.lock").display().to_string();
+    args(&["--backend", "file", "--file-path", &lock, "--ttl", ttl])
+}
+
 /// A loopback port that was free a moment ago, below the ephemeral range (which
 /// starts at 32768 here) so that outgoing connections never take it meanwhile.
 pub fn free_port() -> u16 {
