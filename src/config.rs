@@ -30,7 +30,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
 )]
 pub struct Cli {
-    /// Backend: file, redis, redlock or etcd (zookeeper and kubernetes come in later releases).
+    /// Backend: file, redis, redlock, etcd or zookeeper (kubernetes comes in a later release).
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
     /// Name of the lease (lowercase letters, digits, '-' and '.').
@@ -93,6 +93,15 @@ pub struct Cli {
     /// File holding the etcd user's password.
     #[arg(long, env = "LEASEKEEPER_ETCD_PASSWORD_FILE")]
     pub etcd_password_file: Option<PathBuf>,
+    /// ZooKeeper connect string: host:port,host:port[/chroot].
+    #[arg(long, env = "LEASEKEEPER_ZK_CONNECT")]
+    pub zk_connect: Option<String>,
+    /// ZooKeeper path under which elections live [default: /leasekeeper].
+    #[arg(long, env = "LEASEKEEPER_ZK_ROOT")]
+    pub zk_root: Option<String>,
+    /// File holding `user:password` for ZooKeeper digest auth.
+    #[arg(long, env = "LEASEKEEPER_ZK_AUTH_FILE")]
+    pub zk_auth_file: Option<PathBuf>,
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
@@ -161,6 +170,9 @@ struct FileConfig {
     redis_cert_file: Option<PathBuf>,
     redis_key_file: Option<PathBuf>,
     file_path: Option<PathBuf>,
+    zk_connect: Option<Scalar>,
+    zk_root: Option<Scalar>,
+    zk_auth_file: Option<PathBuf>,
     etcd_endpoints: Option<OneOrMany>,
     etcd_ca_file: Option<PathBuf>,
     etcd_cert_file: Option<PathBuf>,
@@ -209,6 +221,9 @@ impl Cli {
         self.redis_cert_file = self.redis_cert_file.or(file.redis_cert_file);
         self.redis_key_file = self.redis_key_file.or(file.redis_key_file);
         self.file_path = self.file_path.or(file.file_path);
+        fill(&mut self.zk_connect, file.zk_connect);
+        fill(&mut self.zk_root, file.zk_root);
+        self.zk_auth_file = self.zk_auth_file.or(file.zk_auth_file);
         if self.etcd_endpoints.is_empty() {
             self.etcd_endpoints = match file.etcd_endpoints {
                 Some(OneOrMany::One(s)) => s.split(',').map(str::to_owned).collect(),
@@ -233,6 +248,25 @@ pub enum BackendSettings {
     Redis(Box<RedisSettings>),
     Redlock(Vec<RedisSettings>),
     Etcd(Box<EtcdSettings>),
+    Zookeeper(Box<ZkSettings>),
+}
+
+/// How to reach ZooKeeper.
+#[derive(Clone)]
+pub struct ZkSettings {
+    pub connect: String,
+    pub root: String,
+    pub digest: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ZkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkSettings")
+            .field("connect", &self.connect)
+            .field("root", &self.root)
+            .field("user", &self.digest.as_ref().map(|(u, _)| u))
+            .finish()
+    }
 }
 
 /// How to reach etcd: endpoints, TLS material and credentials, all read already.
@@ -262,6 +296,7 @@ impl BackendSettings {
             BackendSettings::Redis(_) => "redis",
             BackendSettings::Redlock(_) => "redlock",
             BackendSettings::Etcd(_) => "etcd",
+            BackendSettings::Zookeeper(_) => "zookeeper",
         }
     }
 }
@@ -654,6 +689,61 @@ fn etcd_settings(cli: &Cli) -> Result<EtcdSettings, ConfigError> {
     })
 }
 
+fn zk_settings(cli: &Cli) -> Result<ZkSettings, ConfigError> {
+    let raw = cli.zk_connect.as_deref().map(str::trim).unwrap_or("");
+    if raw.is_empty() {
+        return Err(bad(
+            "--zk-connect is required with --backend zookeeper; write it like 127.0.0.1:2181",
+        ));
+    }
+    let (hosts, chroot) = match raw.find('/') {
+        Some(i) => (&raw[..i], &raw[i..]),
+        None => (raw, ""),
+    };
+    for host in hosts.split(',') {
+        let ok = host
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0));
+        if !ok {
+            return Err(bad(format!(
+                "--zk-connect {raw:?}: {host:?} is not host:port; write it like zk1:2181,zk2:2181/chroot"
+            )));
+        }
+    }
+    if chroot.len() > 1 && chroot.ends_with('/') {
+        return Err(bad(format!(
+            "--zk-connect {raw:?}: the chroot must not end with '/'"
+        )));
+    }
+    let root = cli
+        .zk_root
+        .clone()
+        .unwrap_or_else(|| "/leasekeeper".to_owned());
+    if !root.starts_with('/') || root.len() < 2 || root.ends_with('/') || root.contains("//") {
+        return Err(bad(format!(
+            "--zk-root {root:?} must be an absolute path like /leasekeeper"
+        )));
+    }
+    let digest = match &cli.zk_auth_file {
+        Some(p) => {
+            let secret = read_secret_file("--zk-auth-file", p)?;
+            let (user, password) = secret.split_once(':').ok_or_else(|| {
+                bad(format!(
+                    "--zk-auth-file {}: write user:password on one line",
+                    p.display()
+                ))
+            })?;
+            Some((user.to_owned(), password.to_owned()))
+        }
+        None => None,
+    };
+    Ok(ZkSettings {
+        connect: raw.to_owned(),
+        root,
+        digest,
+    })
+}
+
 fn in_a_pod() -> bool {
     std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
@@ -721,9 +811,10 @@ impl Settings {
                 BackendSettings::Redlock(nodes)
             }
             "etcd" => BackendSettings::Etcd(Box::new(etcd_settings(&cli)?)),
-            name @ ("zookeeper" | "kubernetes") => {
+            "zookeeper" => BackendSettings::Zookeeper(Box::new(zk_settings(&cli)?)),
+            name @ "kubernetes" => {
                 return Err(bad(format!(
-                    "--backend {name} is not available in this release yet; use file, redis, redlock or etcd"
+                    "--backend {name} is not available in this release yet; use file, redis, redlock, etcd or zookeeper"
                 )))
             }
             other => {
@@ -923,6 +1014,42 @@ mod tests {
                 "--redis-password-file",
             ),
             (&["--no-such-flag"], "--no-such-flag"),
+            (&["--backend", "zookeeper"], "--zk-connect is required"),
+            (
+                &["--backend", "zookeeper", "--zk-connect", "zk1"],
+                "is not host:port",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2181,zk2:x/app",
+                ],
+                "\"zk2:x\" is not host:port",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2181",
+                    "--zk-auth-file",
+                    "/nonexistent/auth",
+                ],
+                "--zk-auth-file",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2181",
+                    "--zk-root",
+                    "relative",
+                ],
+                "--zk-root",
+            ),
             (&["--backend", "etcd"], "--etcd-endpoints is required"),
             (
                 &["--backend", "etcd", "--etcd-endpoints", "127.0.0.1:2379"],

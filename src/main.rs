@@ -14,6 +14,7 @@ use leasekeeper::backend::etcd::EtcdBackend;
 use leasekeeper::backend::file::FileBackend;
 use leasekeeper::backend::redis::RedisBackend;
 use leasekeeper::backend::redlock::RedlockBackend;
+use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
 use leasekeeper::elector::{Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
@@ -131,6 +132,10 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.renew_interval,
                 settings.timing.backend_timeout,
             );
+            serve(backend, &settings, listener, log).await
+        }
+        BackendSettings::Zookeeper(zk) => {
+            let backend = ZkBackend::new(zk, &settings.election, &settings.identity, ttl);
             serve(backend, &settings, listener, log).await
         }
         BackendSettings::Redlock(nodes) => {

@@ -54,6 +54,21 @@ fn bad_flags_each_give_one_line() {
         (&["--config", missing], "--config"),
         (&["--frobnicate"], "--frobnicate"),
         (
+            &["--backend", "zookeeper", "--zk-connect", "zk1:2181,:2181"],
+            "--zk-connect",
+        ),
+        (
+            &[
+                "--backend",
+                "zookeeper",
+                "--zk-connect",
+                "127.0.0.1:2181",
+                "--zk-auth-file",
+                missing,
+            ],
+            "--zk-auth-file",
+        ),
+        (
             &[
                 "--backend",
                 "redlock",

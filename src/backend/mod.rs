@@ -22,6 +22,7 @@ pub mod etcd;
 pub mod file;
 pub mod redis;
 pub mod redlock;
+pub mod zookeeper;
 
 /// A failed backend operation (unreachable, timed out, protocol error).
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,7 @@ pub mod checker;
 pub mod etcd_server;
 pub mod http;
 pub mod redis_server;
+pub mod zk_server;
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -56,6 +57,20 @@ pub fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
         "etcd",
         "--etcd-endpoints",
         endpoints,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `zookeeper` backend.
+pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "zookeeper",
+        "--zk-connect",
+        connect,
         "--ttl",
         ttl,
         "--election",

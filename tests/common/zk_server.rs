@@ -1,0 +1,190 @@
+//! Real ZooKeeper servers (Debian's `zookeeper` package) on loopback, started without
+//! their init scripts, killed on drop. tickTime is 200 ms, so session timeouts can be
+//! short (the server caps them at 20 × tickTime = 4 s).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::checker::ServerControl;
+use super::{eventually, free_port, send_signal};
+
+struct Server {
+    client: u16,
+    cfg: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct ZkEnsemble {
+    _dir: tempfile::TempDir,
+    servers: Vec<Server>,
+}
+
+/// A four-letter-word command; the reply.
+fn four_letters(port: u16, cmd: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(cmd.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+impl ZkEnsemble {
+    pub fn start(n: usize) -> ZkEnsemble {
+        let dir = tempfile::tempdir().expect("zk dir");
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let servers = (0..n)
+            .map(|i| {
+                let data = dir.path().join(format!("zk{i}"));
+                std::fs::create_dir_all(&data).expect("data dir");
+                let mut cfg = format!(
+                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro\n",
+                    data.display(),
+                    ports[i].0
+                );
+                if n > 1 {
+                    std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+                    for (j, (_, quorum, election)) in ports.iter().enumerate() {
+                        cfg.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1));
+                    }
+                }
+                let path = dir.path().join(format!("zoo{i}.cfg"));
+                std::fs::write(&path, cfg).expect("cfg");
+                Server { client: ports[i].0, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
+            })
+            .collect();
+        let mut e = ZkEnsemble { _dir: dir, servers };
+        for i in 0..n {
+            e.spawn(i);
+        }
+        for i in 0..n {
+            e.wait_serving(i);
+        }
+        e
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let s = &mut self.servers[i];
+        let log = std::fs::File::create(&s.log).expect("log");
+        let child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar",
+            ])
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&s.cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("java and zookeeper must be installed (make test installs them)");
+        s.child = Some(child);
+    }
+
+    fn wait_serving(&self, i: usize) {
+        let port = self.servers[i].client;
+        let ok = eventually(Duration::from_secs(30), || {
+            four_letters(port, "isro")
+                .filter(|r| r.trim() == "rw")
+                .map(|_| ())
+        });
+        assert!(ok.is_some(), "zookeeper server {i} never served");
+    }
+
+    pub fn connect_string(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.servers[i].child.as_ref().map(|c| c.id())
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.servers[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The index of the ensemble's leader.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.servers.len()).find(|&i| {
+            self.servers[i].child.is_some()
+                && four_letters(self.servers[i].client, "srvr")
+                    .is_some_and(|r| r.contains("Mode: leader"))
+        })
+    }
+}
+
+impl ServerControl for ZkEnsemble {
+    fn pause(&mut self) {
+        let majority = self.servers.len() / 2 + 1;
+        for i in 0..majority {
+            if let Some(pid) = self.pid(i) {
+                send_signal(pid, libc::SIGSTOP);
+            }
+        }
+    }
+    fn resume(&mut self) {
+        for i in 0..self.servers.len() {
+            if let Some(pid) = self.pid(i) {
+                send_signal(pid, libc::SIGCONT);
+            }
+        }
+    }
+    fn restart(&mut self) {
+        for i in 0..self.servers.len() {
+            self.kill(i);
+        }
+        for i in 0..self.servers.len() {
+            self.spawn(i);
+        }
+        for i in 0..self.servers.len() {
+            self.wait_serving(i);
+        }
+    }
+    fn nodes(&self) -> usize {
+        self.servers.len()
+    }
+    fn pause_node(&mut self, node: usize) {
+        if let Some(pid) = self.pid(node) {
+            send_signal(pid, libc::SIGSTOP);
+        }
+    }
+    fn resume_node(&mut self, node: usize) {
+        if let Some(pid) = self.pid(node) {
+            send_signal(pid, libc::SIGCONT);
+        }
+    }
+    fn restart_node(&mut self, node: usize) {
+        self.kill(node);
+        self.spawn(node);
+        self.wait_serving(node);
+    }
+    fn leader_node(&self) -> Option<usize> {
+        self.leader()
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..self.servers.len() {
+            if let Some(pid) = self.pid(i) {
+                send_signal(pid, libc::SIGCONT);
+            }
+            self.kill(i);
+        }
+    }
+}
