@@ -58,3 +58,207 @@ fn zookeeper_ensemble_survives_the_checker() {
     });
     eprintln!("zookeeper(3): {report:?}");
 }
+
+/// Classpath of Debian's Curator (its jars name their dependencies in their manifests).
+const CURATOR_CP: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
+
+/// A Curator `LeaderLatch` participant in a JVM, driven over stdin.
+struct Curator {
+    child: std::process::Child,
+    out: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Curator {
+    fn start(classes: &std::path::Path, connect: &str, latch: &str, id: &str) -> Curator {
+        use std::io::BufRead;
+        let cp = format!("{}:{CURATOR_CP}", classes.display());
+        let mut child = std::process::Command::new("java")
+            .args(["-cp", &cp, "CuratorLatch", connect, latch, id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("java");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut out = std::io::BufReader::new(stdout).lines();
+        assert_eq!(
+            out.next().and_then(Result::ok).as_deref(),
+            Some("started"),
+            "Curator did not start"
+        );
+        Curator { child, out }
+    }
+
+    /// (leads, holder id) as Curator sees it.
+    fn state(&mut self) -> (bool, String) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "state").expect("write");
+        stdin.flush().expect("flush");
+        let line = self.out.next().and_then(Result::ok).expect("state line");
+        let (leader, holder) = line.split_once(' ').expect("two fields");
+        (
+            leader == "leader=true",
+            holder.trim_start_matches("holder=").to_owned(),
+        )
+    }
+
+    fn close(&mut self) {
+        use std::io::Write;
+        if let Some(stdin) = self.child.stdin.as_mut() {
+            let _ = writeln!(stdin, "close");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn curator_leader_latch_and_leasekeeper_share_one_election() {
+    let classes = tempfile::tempdir().expect("dir");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/CuratorLatch.java"
+    );
+    let javac = std::process::Command::new("javac")
+        .args(["-cp", CURATOR_CP, "-d"])
+        .arg(classes.path())
+        .arg(source)
+        .output()
+        .expect("javac");
+    assert!(
+        javac.status.success(),
+        "javac: {}",
+        String::from_utf8_lossy(&javac.stderr)
+    );
+
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = zk_args(&connect, "2s", "shared");
+    let leads = |s: &common::Sidecar| s.leader().is_some_and(|v| v["is_leader"] == true);
+
+    let mut a = common::Sidecar::spawn("lk-a", dir.path(), &args);
+    assert!(
+        common::eventually(Duration::from_secs(10), || leads(&a).then_some(())).is_some(),
+        "{}",
+        a.stderr()
+    );
+    // Curator queues behind lk-a and sees it as leader.
+    let mut curator = Curator::start(
+        classes.path(),
+        &connect,
+        "/leasekeeper/shared",
+        "from-curator",
+    );
+    let seen = common::eventually(Duration::from_secs(5), || {
+        Some(curator.state()).filter(|(_, h)| h == "lk-a")
+    });
+    assert_eq!(
+        seen,
+        Some((false, "lk-a".to_owned())),
+        "Curator does not see lk-a leading"
+    );
+    let b = common::Sidecar::spawn("lk-b", dir.path(), &args);
+    assert!(common::eventually(Duration::from_secs(10), || b
+        .leader()
+        .filter(|v| v["state"] == "follower"))
+    .is_some());
+
+    // lk-a goes: Curator is next and leads; lk-b sees it and does not lead.
+    a.terminate(Duration::from_secs(5));
+    let led = common::eventually(Duration::from_secs(10), || {
+        Some(curator.state()).filter(|(l, _)| *l)
+    });
+    assert!(led.is_some(), "Curator never led after lk-a left");
+    let shown = common::eventually(Duration::from_secs(10), || {
+        b.leader().filter(|v| v["leader"] == "from-curator")
+    });
+    assert_eq!(
+        shown.expect("lk-b shows Curator as leader")["is_leader"],
+        false
+    );
+    for _ in 0..20 {
+        assert_eq!(
+            common::http::get(b.port, "/is-leader").map(|(c, _)| c),
+            Some(503),
+            "lk-b leads while Curator does"
+        );
+        assert!(curator.state().0, "Curator lost leadership on its own");
+    }
+
+    // Curator closes its latch: lk-b takes over.
+    curator.close();
+    assert!(
+        common::eventually(Duration::from_secs(10), || leads(&b).then_some(())).is_some(),
+        "lk-b never led after Curator left"
+    );
+}
+
+/// Thirty candidates: each follower watches only its predecessor, so the leader's node
+/// has exactly one watcher and a release wakes only the next candidate (no herd).
+#[test]
+fn thirty_candidates_only_the_successor_watches_the_leader() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = zk_args(&connect, "4s", "herd");
+    let sidecars: Vec<common::Sidecar> = (0..30)
+        .map(|i| common::Sidecar::spawn(&format!("h{i:02}"), dir.path(), &args))
+        .collect();
+    let followers = || {
+        sidecars
+            .iter()
+            .filter(|s| s.leader().is_some_and(|v| v["state"] == "follower"))
+            .count()
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), || (followers() == 29)
+            .then_some(()))
+        .is_some(),
+        "29 followers never settled"
+    );
+
+    let check = |expected_total: usize| {
+        let watched = common::eventually(Duration::from_secs(5), || {
+            let w: std::collections::BTreeMap<String, usize> = zk
+                .watchers_by_path()
+                .into_iter()
+                .filter(|(p, _)| p.starts_with("/leasekeeper/herd/"))
+                .collect();
+            (w.values().sum::<usize>() == expected_total).then_some(w)
+        });
+        let watched = watched.unwrap_or_else(|| {
+            panic!(
+                "never saw {expected_total} watchers: {:?}",
+                zk.watchers_by_path()
+            )
+        });
+        assert!(
+            watched.values().all(|n| *n == 1),
+            "a node watched by several sessions: {watched:?}"
+        );
+        watched
+    };
+    check(29);
+    let leader = sidecars
+        .iter()
+        .position(|s| s.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("a leader");
+    sidecars[leader].signal(libc::SIGTERM);
+    let next = common::eventually(Duration::from_secs(2), || {
+        sidecars
+            .iter()
+            .enumerate()
+            .find(|(i, s)| *i != leader && s.leader().is_some_and(|v| v["is_leader"] == true))
+            .map(|(i, _)| i)
+    });
+    assert!(next.is_some(), "no new leader within 2 s of the release");
+    check(28);
+}

@@ -44,7 +44,7 @@ impl ZkEnsemble {
                 let data = dir.path().join(format!("zk{i}"));
                 std::fs::create_dir_all(&data).expect("data dir");
                 let mut cfg = format!(
-                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro\n",
+                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp\n",
                     data.display(),
                     ports[i].0
                 );
@@ -116,6 +116,24 @@ impl ZkEnsemble {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Watches by path (`wchp`) on the first server: path → number of watching sessions.
+    pub fn watchers_by_path(&self) -> std::collections::BTreeMap<String, usize> {
+        let text = four_letters(self.servers[0].client, "wchp").unwrap_or_default();
+        let mut out = std::collections::BTreeMap::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            if line.starts_with('/') {
+                current = Some(line.trim().to_owned());
+                out.entry(line.trim().to_owned()).or_insert(0);
+            } else if line.trim().starts_with("0x") {
+                if let Some(p) = &current {
+                    *out.entry(p.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        out
     }
 
     /// The index of the ensemble's leader.
