@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{etcd_args, eventually, file_args, http, redis_args, redlock_args, Sidecar};
+use common::{etcd_args, eventually, file_args, http, redis_args, redlock_args, zk_args, Sidecar};
 use leasekeeper::clock::monotonic_now_ns;
 
 const CANDIDATES: usize = 3;
@@ -312,6 +312,69 @@ fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
 
 /// Client requests the store has served for our sidecars: script invocations
 /// (commands run inside a script are counted by Redis too, but cost no round trip).
+/// Graceful handover among `CANDIDATES` peer processes that print
+/// `leader <CLOCK_MONOTONIC ns>` when elected: `stop` asks the leader to give up, and
+/// the latency is up to the next one's own timestamp.
+fn peer_handover(
+    spawn: &dyn Fn(usize) -> std::process::Child,
+    stop: &dyn Fn(&mut std::process::Child),
+    rounds: usize,
+) -> Vec<f64> {
+    use std::io::{BufRead, BufReader};
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Option<u64>>>;
+    let start = |i: usize| -> (std::process::Child, Seen) {
+        let mut child = spawn(i);
+        let out = child.stdout.take().expect("stdout");
+        let seen: Seen = Arc::new(Mutex::new(None));
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(ns) = line
+                    .strip_prefix("leader ")
+                    .and_then(|v| v.trim().parse().ok())
+                {
+                    let mut s = sink.lock().expect("seen");
+                    if s.is_none() {
+                        *s = Some(ns);
+                    }
+                }
+            }
+        });
+        (child, seen)
+    };
+    let mut peers: Vec<(std::process::Child, Seen)> = (0..CANDIDATES).map(start).collect();
+    let mut lat = Vec::new();
+    for _ in 0..rounds {
+        let Some(holder) = eventually(Duration::from_secs(30), || {
+            peers
+                .iter()
+                .position(|(_, s)| s.lock().expect("seen").is_some())
+        }) else {
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(150));
+        let t0 = monotonic_now_ns();
+        stop(&mut peers[holder].0);
+        let next = eventually(Duration::from_secs(30), || {
+            peers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != holder)
+                .find_map(|(_, (_, s))| *s.lock().expect("seen"))
+        });
+        let Some(next) = next else { break };
+        lat.push(next.saturating_sub(t0) as f64 / 1e6);
+        let _ = peers[holder].0.wait();
+        peers[holder] = start(holder);
+    }
+    for (mut c, _) in peers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    lat
+}
+
 fn redis_requests(server: &RedisServer) -> u64 {
     let info = server.command("INFO commandstats").unwrap_or_default();
     info.lines()
@@ -564,6 +627,113 @@ fn main() {
         drop(g);
         drop(etcd);
     }
+    if wants("zookeeper") {
+        use std::process::{Command, Stdio};
+        let zk = common::zk_server::ZkEnsemble::start(1);
+        let connect = zk.connect_string();
+        let mut g = Group::new(zk_args(&connect, "4s", "bench"), CANDIDATES);
+        let h = handover(&mut g, Stop::Graceful, rounds, None);
+        row(
+            "zookeeper: graceful handover (SIGTERM → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        row(
+            "zookeeper: acquire round trip (request sent → claim)",
+            fmt_ms(&stats(h.acquire)),
+        );
+        let packets = |z: &common::zk_server::ZkEnsemble| z.mntr("zk_packets_received");
+        let window = Duration::from_secs(10);
+        let p0 = packets(&zk);
+        std::thread::sleep(window);
+        let p1 = packets(&zk);
+        row(
+            "zookeeper, ttl 4s: requests/s per candidate at steady state (pings included)",
+            format!(
+                "{:.2}",
+                (p1 - p0) / window.as_secs_f64() / CANDIDATES as f64
+            ),
+        );
+        drop(g);
+        let kazoo = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/peers/kazoo_election.py"
+        );
+        let has_kazoo = Command::new("python3")
+            .args(["-c", "import kazoo"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if has_kazoo {
+            let spawn = |i: usize| {
+                Command::new("python3")
+                    .args([kazoo, &connect, "/bench-kazoo", &format!("k{i}")])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("python3")
+            };
+            let stop = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGTERM);
+            let lat = peer_handover(&spawn, &stop, rounds);
+            if !lat.is_empty() {
+                row(
+                    "peer, same server: kazoo Election graceful handover",
+                    fmt_ms(&stats(lat)),
+                );
+            }
+        }
+        let classes = tempfile::tempdir().expect("dir");
+        let cp = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
+        let source = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/CuratorLatch.java"
+        );
+        let built = Command::new("javac")
+            .args(["-cp", cp, "-d"])
+            .arg(classes.path())
+            .arg(source)
+            .status()
+            .is_ok_and(|s| s.success());
+        if built {
+            let full_cp = format!("{}:{cp}", classes.path().display());
+            let spawn = |i: usize| {
+                Command::new("java")
+                    .args([
+                        "-cp",
+                        &full_cp,
+                        "CuratorLatch",
+                        &connect,
+                        "/bench-curator",
+                        &format!("c{i}"),
+                    ])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("java")
+            };
+            let stop = |c: &mut std::process::Child| {
+                use std::io::Write;
+                if let Some(stdin) = c.stdin.as_mut() {
+                    let _ = writeln!(stdin, "close");
+                    let _ = stdin.flush();
+                }
+            };
+            let lat = peer_handover(&spawn, &stop, rounds);
+            if !lat.is_empty() {
+                row(
+                    "peer, same server: Curator LeaderLatch graceful handover (close)",
+                    fmt_ms(&stats(lat)),
+                );
+            }
+        }
+        let mut g = Group::new(zk_args(&connect, "2s", "bench-crash"), CANDIDATES);
+        let h = handover(&mut g, Stop::Crash, rounds.min(30), None);
+        row(
+            "zookeeper: crash failover, session timeout 2s (kill -9 → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        drop(g);
+    }
+
     if wants("steady") {
         // Steady state with the default ttl (15s): one leader alone, then with followers.
         let server2 = RedisServer::start();

@@ -95,7 +95,12 @@ impl Curator {
         let stdin = self.child.stdin.as_mut().expect("stdin");
         writeln!(stdin, "state").expect("write");
         stdin.flush().expect("flush");
-        let line = self.out.next().and_then(Result::ok).expect("state line");
+        let line = loop {
+            let line = self.out.next().and_then(Result::ok).expect("state line");
+            if !line.starts_with("leader ") {
+                break line;
+            }
+        };
         let (leader, holder) = line.split_once(' ').expect("two fields");
         (
             leader == "leader=true",

@@ -136,6 +136,14 @@ impl ZkEnsemble {
         out
     }
 
+    /// A number from the first server's `mntr` output.
+    pub fn mntr(&self, key: &str) -> f64 {
+        let text = four_letters(self.servers[0].client, "mntr").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    }
+
     /// The index of the ensemble's leader.
     pub fn leader(&self) -> Option<usize> {
         (0..self.servers.len()).find(|&i| {

@@ -1,12 +1,14 @@
 // A Curator LeaderLatch participant for the interop test. Usage:
 //   java CuratorLatch <connect> <latch path> <id>
 // Reads commands on stdin: "state" prints "leader=<true|false> holder=<id>", "close"
-// closes the latch (giving up leadership) and exits.
+// closes the latch (giving up leadership) and exits. Prints "leader <nanoTime>" (the
+// CLOCK_MONOTONIC nanoseconds on Linux) when it becomes leader.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorLatch {
@@ -20,6 +22,15 @@ public class CuratorLatch {
         client.start();
         client.blockUntilConnected();
         LeaderLatch latch = new LeaderLatch(client, args[1], args[2]);
+        // "leader <CLOCK_MONOTONIC ns>" when elected, for the benchmark.
+        latch.addListener(new LeaderLatchListener() {
+            public void isLeader() {
+                System.out.println("leader " + System.nanoTime());
+                System.out.flush();
+            }
+
+            public void notLeader() {}
+        });
         latch.start();
         System.out.println("started");
         System.out.flush();
