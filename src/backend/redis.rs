@@ -352,14 +352,26 @@ impl Backend for RedisBackend {
         let prefix = self.nonce_prefix();
         self.nonce = new_nonce();
         self.value = None;
-        let _: i64 = self
-            .release
+        let mut release = self.release.prepare_invoke();
+        release
             .key(&self.keys.lock)
             .arg(&prefix)
-            .arg(&self.keys.events)
-            .invoke_async(&mut self.node.conn)
-            .await
-            .map_err(store("release"))?;
+            .arg(&self.keys.events);
+        // A release is the one request a graceful stop depends on: if it met a connection
+        // that died since the last use (a restarted server), it is worth one more try on
+        // the fresh connection, or the followers wait a whole ttl.
+        let first: Result<i64, _> = release.invoke_async(&mut self.node.conn).await;
+        match first {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                let _: i64 = release
+                    .invoke_async(&mut self.node.conn)
+                    .await
+                    .map_err(store("release"))?;
+            }
+            other => {
+                other.map_err(store("release"))?;
+            }
+        }
         Ok(())
     }
 
