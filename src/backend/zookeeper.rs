@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, OneshotWatcher, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode, OneshotWatcher, SessionState, StateWatcher};
 
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::ZkSettings;
@@ -59,6 +59,8 @@ pub struct ZkBackend {
     /// Our node's name (not the path), once created.
     node: Option<String>,
     watching: Option<OneshotWatcher>,
+    /// The session's state changes: expiry, disconnect and reconnect all mean "look again".
+    session_events: Option<StateWatcher>,
 }
 
 impl ZkBackend {
@@ -73,6 +75,7 @@ impl ZkBackend {
             prefix: new_prefix(),
             node: None,
             watching: None,
+            session_events: None,
         }
     }
 
@@ -113,6 +116,7 @@ impl ZkBackend {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
             Err(e) => return Err(zk("connect")(e)),
         }
+        self.session_events = Some(client.state_watcher());
         self.client = Some(client.clone());
         Ok(client)
     }
@@ -121,6 +125,7 @@ impl ZkBackend {
         self.client = None;
         self.node = None;
         self.watching = None;
+        self.session_events = None;
         self.prefix = new_prefix();
     }
 
@@ -260,15 +265,31 @@ impl Backend for ZkBackend {
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let Some(watcher) = self.watching.take() else {
-            if self.node.is_none() {
-                return Wake::Changed;
-            }
-            tokio::time::sleep(max).await;
+        if self.node.is_none() {
             return Wake::Changed;
+        }
+        let watcher = self.watching.take();
+        let predecessor_gone = async {
+            match watcher {
+                Some(w) => {
+                    w.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        // An expired session (our node is gone), a disconnect, or a reconnect within the
+        // session: each means the queue must be looked at again.
+        let session_changed = async {
+            match self.session_events.as_mut() {
+                Some(events) => {
+                    events.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
         };
         tokio::select! {
-            _ = watcher.changed() => {}
+            _ = predecessor_gone => {}
+            _ = session_changed => {}
             _ = tokio::time::sleep(max) => {}
         }
         Wake::Changed
