@@ -33,6 +33,78 @@ pub trait ServerControl {
     }
 }
 
+/// A store made of member processes the harness started (etcd members, ZooKeeper
+/// servers): every fault of [`ServerControl`] follows from starting, stopping and
+/// signalling them, so those stores implement only this.
+pub trait Members {
+    fn count(&self) -> usize;
+    /// The member's pid while it runs.
+    fn pid(&self, i: usize) -> Option<u32>;
+    /// kill -9 and reap.
+    fn kill(&mut self, i: usize);
+    /// Start the member again from its own data directory.
+    fn spawn(&mut self, i: usize);
+    /// Wait until the member serves clients.
+    fn wait_ready(&self, i: usize);
+    /// The member that leads the store's own consensus, if any does.
+    fn consensus_leader(&self) -> Option<usize>;
+}
+
+fn signal_member(m: &impl Members, i: usize, sig: i32) {
+    if let Some(pid) = m.pid(i) {
+        super::send_signal(pid, sig);
+    }
+}
+
+/// Teardown for a `Drop`: wake stopped members, then kill them all.
+pub fn stop_members(m: &mut impl Members) {
+    for i in 0..m.count() {
+        signal_member(m, i, libc::SIGCONT);
+        m.kill(i);
+    }
+}
+
+impl<T: Members> ServerControl for T {
+    fn pause(&mut self) {
+        for i in 0..self.count() / 2 + 1 {
+            signal_member(self, i, libc::SIGSTOP);
+        }
+    }
+    fn resume(&mut self) {
+        for i in 0..self.count() {
+            signal_member(self, i, libc::SIGCONT);
+        }
+    }
+    fn restart(&mut self) {
+        for i in 0..self.count() {
+            self.kill(i);
+        }
+        for i in 0..self.count() {
+            self.spawn(i);
+        }
+        for i in 0..self.count() {
+            self.wait_ready(i);
+        }
+    }
+    fn nodes(&self) -> usize {
+        self.count()
+    }
+    fn pause_node(&mut self, node: usize) {
+        signal_member(self, node, libc::SIGSTOP);
+    }
+    fn resume_node(&mut self, node: usize) {
+        signal_member(self, node, libc::SIGCONT);
+    }
+    fn restart_node(&mut self, node: usize) {
+        self.kill(node);
+        self.spawn(node);
+        self.wait_ready(node);
+    }
+    fn leader_node(&self) -> Option<usize> {
+        self.consensus_leader()
+    }
+}
+
 /// Several independent Redis servers (Redlock).
 pub struct RedisCluster {
     pub nodes: Vec<super::redis_server::RedisServer>,

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::checker::ServerControl;
-use super::{eventually, free_port, send_signal};
+use super::checker::{stop_members, Members};
+use super::{eventually, free_port};
 
 struct Member {
     name: String,
@@ -71,7 +71,7 @@ impl EtcdCluster {
             initial,
         };
         for i in 0..n {
-            cluster.spawn(i);
+            cluster.start_member(i);
         }
         for i in 0..n {
             cluster.wait_healthy(i);
@@ -79,7 +79,7 @@ impl EtcdCluster {
         cluster
     }
 
-    fn spawn(&mut self, i: usize) {
+    fn start_member(&mut self, i: usize) {
         let initial = self.initial.clone();
         let log = std::fs::File::create(self.dir.path().join(format!("e{i}.log"))).expect("log");
         let m = &mut self.members[i];
@@ -150,26 +150,8 @@ impl EtcdCluster {
         format!("http://127.0.0.1:{}", self.members[i].client)
     }
 
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.members[i].child.as_ref().map(|c| c.id())
-    }
-
-    pub fn kill_member(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// kill -9 and start again from the same data directory.
-    pub fn restart_member(&mut self, i: usize) {
-        self.kill_member(i);
-        self.spawn(i);
-        self.wait_healthy(i);
-    }
-
     /// The index of the member that is the raft leader, as a live member reports it.
-    pub fn leader(&self) -> Option<usize> {
+    fn raft_leader(&self) -> Option<usize> {
         for (i, m) in self.members.iter().enumerate() {
             if m.child.is_none() {
                 continue;
@@ -222,61 +204,32 @@ impl EtcdCluster {
     }
 }
 
-impl ServerControl for EtcdCluster {
-    fn pause(&mut self) {
-        let majority = self.members.len() / 2 + 1;
-        for i in 0..majority {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGSTOP);
-            }
-        }
-    }
-    fn resume(&mut self) {
-        for i in 0..self.members.len() {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGCONT);
-            }
-        }
-    }
-    fn restart(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
-        for i in 0..self.members.len() {
-            self.spawn(i);
-        }
-        for i in 0..self.members.len() {
-            self.wait_healthy(i);
-        }
-    }
-    fn nodes(&self) -> usize {
+impl Members for EtcdCluster {
+    fn count(&self) -> usize {
         self.members.len()
     }
-    fn pause_node(&mut self, node: usize) {
-        if let Some(pid) = self.pid(node) {
-            send_signal(pid, libc::SIGSTOP);
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(|c| c.id())
+    }
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
-    fn resume_node(&mut self, node: usize) {
-        if let Some(pid) = self.pid(node) {
-            send_signal(pid, libc::SIGCONT);
-        }
+    fn spawn(&mut self, i: usize) {
+        self.start_member(i);
     }
-    fn restart_node(&mut self, node: usize) {
-        self.restart_member(node);
+    fn wait_ready(&self, i: usize) {
+        self.wait_healthy(i);
     }
-    fn leader_node(&self) -> Option<usize> {
-        self.leader()
+    fn consensus_leader(&self) -> Option<usize> {
+        self.raft_leader()
     }
 }
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGCONT);
-            }
-            self.kill_member(i);
-        }
+        stop_members(self);
     }
 }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::checker::ServerControl;
-use super::{eventually, free_port, send_signal};
+use super::checker::{stop_members, Members};
+use super::{eventually, free_port};
 
 struct Server {
     client: u16,
@@ -61,7 +61,7 @@ impl ZkEnsemble {
             .collect();
         let mut e = ZkEnsemble { _dir: dir, servers };
         for i in 0..n {
-            e.spawn(i);
+            e.start_member(i);
         }
         for i in 0..n {
             e.wait_serving(i);
@@ -69,7 +69,7 @@ impl ZkEnsemble {
         e
     }
 
-    fn spawn(&mut self, i: usize) {
+    fn start_member(&mut self, i: usize) {
         let s = &mut self.servers[i];
         let log = std::fs::File::create(&s.log).expect("log");
         let child = Command::new("java")
@@ -107,17 +107,6 @@ impl ZkEnsemble {
             .join(",")
     }
 
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.servers[i].child.as_ref().map(|c| c.id())
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.servers[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
     /// Watches by path (`wchp`) on the first server: path → number of watching sessions.
     pub fn watchers_by_path(&self) -> std::collections::BTreeMap<String, usize> {
         let text = four_letters(self.servers[0].client, "wchp").unwrap_or_default();
@@ -145,7 +134,7 @@ impl ZkEnsemble {
     }
 
     /// The index of the ensemble's leader.
-    pub fn leader(&self) -> Option<usize> {
+    fn ensemble_leader(&self) -> Option<usize> {
         (0..self.servers.len()).find(|&i| {
             self.servers[i].child.is_some()
                 && four_letters(self.servers[i].client, "srvr")
@@ -154,63 +143,32 @@ impl ZkEnsemble {
     }
 }
 
-impl ServerControl for ZkEnsemble {
-    fn pause(&mut self) {
-        let majority = self.servers.len() / 2 + 1;
-        for i in 0..majority {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGSTOP);
-            }
-        }
-    }
-    fn resume(&mut self) {
-        for i in 0..self.servers.len() {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGCONT);
-            }
-        }
-    }
-    fn restart(&mut self) {
-        for i in 0..self.servers.len() {
-            self.kill(i);
-        }
-        for i in 0..self.servers.len() {
-            self.spawn(i);
-        }
-        for i in 0..self.servers.len() {
-            self.wait_serving(i);
-        }
-    }
-    fn nodes(&self) -> usize {
+impl Members for ZkEnsemble {
+    fn count(&self) -> usize {
         self.servers.len()
     }
-    fn pause_node(&mut self, node: usize) {
-        if let Some(pid) = self.pid(node) {
-            send_signal(pid, libc::SIGSTOP);
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.servers[i].child.as_ref().map(|c| c.id())
+    }
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.servers[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
-    fn resume_node(&mut self, node: usize) {
-        if let Some(pid) = self.pid(node) {
-            send_signal(pid, libc::SIGCONT);
-        }
+    fn spawn(&mut self, i: usize) {
+        self.start_member(i);
     }
-    fn restart_node(&mut self, node: usize) {
-        self.kill(node);
-        self.spawn(node);
-        self.wait_serving(node);
+    fn wait_ready(&self, i: usize) {
+        self.wait_serving(i);
     }
-    fn leader_node(&self) -> Option<usize> {
-        self.leader()
+    fn consensus_leader(&self) -> Option<usize> {
+        self.ensemble_leader()
     }
 }
 
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
-        for i in 0..self.servers.len() {
-            if let Some(pid) = self.pid(i) {
-                send_signal(pid, libc::SIGCONT);
-            }
-            self.kill(i);
-        }
+        stop_members(self);
     }
 }
