@@ -245,12 +245,9 @@ fn compare_backend(
 /// Graceful handover among `CANDIDATES` `etcdctl elect` processes on the same etcd:
 /// SIGINT to the leader (etcdctl resigns and exits) → the next one prints its key.
 fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Child, Command, Stdio};
-    use std::sync::{Arc, Mutex};
-    type Seen = Arc<Mutex<Option<u64>>>;
-    let spawn = |i: usize| -> (Child, Seen) {
-        let mut child = Command::new("etcdctl")
+    use std::process::{Command, Stdio};
+    let spawn = |i: usize| {
+        Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .args([
                 "--endpoints",
@@ -262,62 +259,27 @@ fn etcdctl_handover(endpoints: &str, rounds: usize) -> Vec<f64> {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("etcdctl");
-        let out = child.stdout.take().expect("stdout");
-        let seen: Seen = Arc::new(Mutex::new(None));
-        let sink = seen.clone();
-        std::thread::spawn(move || {
-            // The first line etcdctl prints is the key it was elected with. Keep
-            // draining: a closed pipe would kill etcdctl before it can resign.
-            for _ in BufReader::new(out).lines().map_while(Result::ok) {
-                let mut seen = sink.lock().expect("seen");
-                if seen.is_none() {
-                    *seen = Some(monotonic_now_ns());
-                }
-            }
-        });
-        (child, seen)
+            .expect("etcdctl")
     };
-    let mut peers: Vec<(Child, Seen)> = (0..CANDIDATES).map(spawn).collect();
-    let mut lat = Vec::new();
-    for _ in 0..rounds {
-        let Some(holder) = eventually(Duration::from_secs(30), || {
-            peers
-                .iter()
-                .position(|(_, s)| s.lock().expect("seen").is_some())
-        }) else {
-            break;
-        };
-        std::thread::sleep(Duration::from_millis(100));
-        let t0 = monotonic_now_ns();
-        common::send_signal(peers[holder].0.id(), libc::SIGINT);
-        let next = eventually(Duration::from_secs(30), || {
-            peers
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != holder)
-                .find_map(|(_, (_, s))| *s.lock().expect("seen"))
-        });
-        let Some(next) = next else { break };
-        lat.push(next.saturating_sub(t0) as f64 / 1e6);
-        let _ = peers[holder].0.wait();
-        peers[holder] = spawn(holder);
-    }
-    for (mut c, _) in peers {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    lat
+    let stop = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGINT);
+    // etcdctl prints the key it was elected with, untimed: its arrival is the stamp.
+    peer_handover(&spawn, &stop, &|_| Some(monotonic_now_ns()), rounds)
+}
+
+/// The stamp of peers that print `leader <CLOCK_MONOTONIC ns>` when elected.
+fn leader_stamp(line: &str) -> Option<u64> {
+    line.strip_prefix("leader ")?.trim().parse().ok()
 }
 
 /// Client requests the store has served for our sidecars: script invocations
 /// (commands run inside a script are counted by Redis too, but cost no round trip).
-/// Graceful handover among `CANDIDATES` peer processes that print
-/// `leader <CLOCK_MONOTONIC ns>` when elected: `stop` asks the leader to give up, and
-/// the latency is up to the next one's own timestamp.
+/// Graceful handover among `CANDIDATES` peer processes: `stamp` reads the election
+/// time (CLOCK_MONOTONIC ns) off the line a peer prints when elected, `stop` asks the
+/// leader to give up, and the latency runs up to the next peer's stamp.
 fn peer_handover(
     spawn: &dyn Fn(usize) -> std::process::Child,
     stop: &dyn Fn(&mut std::process::Child),
+    stamp: &'static (dyn Fn(&str) -> Option<u64> + Sync),
     rounds: usize,
 ) -> Vec<f64> {
     use std::io::{BufRead, BufReader};
@@ -330,10 +292,9 @@ fn peer_handover(
         let sink = seen.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(ns) = line
-                    .strip_prefix("leader ")
-                    .and_then(|v| v.trim().parse().ok())
-                {
+                // Keep draining after the stamp: a closed pipe would kill the peer
+                // before it could give up the election.
+                if let Some(ns) = stamp(&line) {
                     let mut s = sink.lock().expect("seen");
                     if s.is_none() {
                         *s = Some(ns);
@@ -672,7 +633,7 @@ fn main() {
                     .expect("python3")
             };
             let stop = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGTERM);
-            let lat = peer_handover(&spawn, &stop, rounds);
+            let lat = peer_handover(&spawn, &stop, &leader_stamp, rounds);
             if !lat.is_empty() {
                 row(
                     "peer, same server: kazoo Election graceful handover",
@@ -717,7 +678,7 @@ fn main() {
                     let _ = stdin.flush();
                 }
             };
-            let lat = peer_handover(&spawn, &stop, rounds);
+            let lat = peer_handover(&spawn, &stop, &leader_stamp, rounds);
             if !lat.is_empty() {
                 row(
                     "peer, same server: Curator LeaderLatch graceful handover (close)",
