@@ -102,6 +102,15 @@ pub struct Cli {
     /// File holding `user:password` for ZooKeeper digest auth.
     #[arg(long, env = "LEASEKEEPER_ZK_AUTH_FILE")]
     pub zk_auth_file: Option<PathBuf>,
+    /// PEM CA bundle that signs the ZooKeeper servers' certificates; turns TLS on (secureClientPort).
+    #[arg(long, env = "LEASEKEEPER_ZK_CA_FILE")]
+    pub zk_ca_file: Option<PathBuf>,
+    /// PEM client certificate for ZooKeeper mutual TLS (with --zk-key-file).
+    #[arg(long, env = "LEASEKEEPER_ZK_CERT_FILE")]
+    pub zk_cert_file: Option<PathBuf>,
+    /// PEM private key of the ZooKeeper client certificate.
+    #[arg(long, env = "LEASEKEEPER_ZK_KEY_FILE")]
+    pub zk_key_file: Option<PathBuf>,
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
@@ -173,6 +182,9 @@ struct FileConfig {
     zk_connect: Option<Scalar>,
     zk_root: Option<Scalar>,
     zk_auth_file: Option<PathBuf>,
+    zk_ca_file: Option<PathBuf>,
+    zk_cert_file: Option<PathBuf>,
+    zk_key_file: Option<PathBuf>,
     etcd_endpoints: Option<OneOrMany>,
     etcd_ca_file: Option<PathBuf>,
     etcd_cert_file: Option<PathBuf>,
@@ -224,6 +236,9 @@ impl Cli {
         fill(&mut self.zk_connect, file.zk_connect);
         fill(&mut self.zk_root, file.zk_root);
         self.zk_auth_file = self.zk_auth_file.or(file.zk_auth_file);
+        self.zk_ca_file = self.zk_ca_file.or(file.zk_ca_file);
+        self.zk_cert_file = self.zk_cert_file.or(file.zk_cert_file);
+        self.zk_key_file = self.zk_key_file.or(file.zk_key_file);
         if self.etcd_endpoints.is_empty() {
             self.etcd_endpoints = match file.etcd_endpoints {
                 Some(OneOrMany::One(s)) => s.split(',').map(str::to_owned).collect(),
@@ -257,6 +272,15 @@ pub struct ZkSettings {
     pub connect: String,
     pub root: String,
     pub digest: Option<(String, String)>,
+    /// TLS to the servers' secureClientPort, when a CA was given.
+    pub tls: Option<ZkTls>,
+}
+
+/// PEM text of the CA and, for mutual TLS, the client certificate and key.
+#[derive(Clone)]
+pub struct ZkTls {
+    pub ca_pem: String,
+    pub identity: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for ZkSettings {
@@ -265,6 +289,7 @@ impl std::fmt::Debug for ZkSettings {
             .field("connect", &self.connect)
             .field("root", &self.root)
             .field("user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -741,7 +766,48 @@ fn zk_settings(cli: &Cli) -> Result<ZkSettings, ConfigError> {
         connect: raw.to_owned(),
         root,
         digest,
+        tls: zk_tls(cli)?,
     })
+}
+
+/// Reads and checks the ZooKeeper TLS material: TLS is on when a CA is given.
+fn zk_tls(cli: &Cli) -> Result<Option<ZkTls>, ConfigError> {
+    let identity = match (&cli.zk_cert_file, &cli.zk_key_file) {
+        (Some(c), Some(k)) => Some((
+            pem_text("--zk-cert-file", c)?,
+            pem_text("--zk-key-file", k)?,
+        )),
+        (None, None) => None,
+        (Some(_), None) => return Err(bad("--zk-cert-file needs --zk-key-file too")),
+        (None, Some(_)) => return Err(bad("--zk-key-file needs --zk-cert-file too")),
+    };
+    let Some(ca_path) = &cli.zk_ca_file else {
+        if identity.is_some() {
+            return Err(bad(
+                "--zk-cert-file was given without --zk-ca-file; TLS to ZooKeeper needs the CA that signs the servers",
+            ));
+        }
+        return Ok(None);
+    };
+    let ca_pem = pem_text("--zk-ca-file", ca_path)?;
+    // Let the client library judge the PEM now, so bad material is bad input, not a retry loop.
+    let mut options = zookeeper_client::TlsOptions::new()
+        .with_pem_ca(&ca_pem)
+        .map_err(|e| bad(format!("--zk-ca-file {}: {e}", ca_path.display())))?;
+    if let Some((cert, key)) = &identity {
+        options = options.with_pem_identity(cert, key).map_err(|e| {
+            bad(format!(
+                "--zk-cert-file/--zk-key-file do not make a client identity: {e}"
+            ))
+        })?;
+    }
+    drop(options);
+    Ok(Some(ZkTls { ca_pem, identity }))
+}
+
+fn pem_text(setting: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    String::from_utf8(read_pem(setting, path)?)
+        .map_err(|_| bad(format!("{setting} {}: not a PEM text file", path.display())))
 }
 
 fn in_a_pod() -> bool {
@@ -1049,6 +1115,39 @@ mod tests {
                     "relative",
                 ],
                 "--zk-root",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2281",
+                    "--zk-ca-file",
+                    "/nonexistent/ca.pem",
+                ],
+                "--zk-ca-file /nonexistent/ca.pem: cannot read it",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2281",
+                    "--zk-cert-file",
+                    "/nonexistent/c.pem",
+                ],
+                "--zk-cert-file needs --zk-key-file",
+            ),
+            (
+                &[
+                    "--backend",
+                    "zookeeper",
+                    "--zk-connect",
+                    "zk1:2281",
+                    "--zk-ca-file",
+                    "/proc/self/status",
+                ],
+                "not a PEM file",
             ),
             (&["--backend", "etcd"], "--etcd-endpoints is required"),
             (

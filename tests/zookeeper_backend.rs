@@ -267,3 +267,77 @@ fn thirty_candidates_only_the_successor_watches_the_leader() {
     assert!(next.is_some(), "no new leader within 2 s of the release");
     check(28);
 }
+
+/// Waits until `s` reports `state`; its last status.
+fn settles_in(s: &common::Sidecar, state: &str, limit: Duration) -> serde_json::Value {
+    common::eventually(limit, || s.leader().filter(|v| v["state"] == state))
+        .unwrap_or_else(|| panic!("never {state}: {:?}\n{}", s.leader(), s.stderr()))
+}
+
+#[test]
+fn zookeeper_over_tls_with_a_client_certificate() {
+    let certs = tempfile::tempdir().expect("dir");
+    common::make_certs(certs.path());
+    let zk = ZkEnsemble::start_tls(certs.path());
+    let file = |n: &str| certs.path().join(n).display().to_string();
+    let mut args = zk_args(&zk.secure_connect_string(), "2s", "tls");
+    args.extend(["--zk-ca-file".into(), file("ca.pem")]);
+    let dir = tempfile::tempdir().expect("dir");
+    // The server requires a client certificate: with the CA alone the handshake fails.
+    let anonymous = common::Sidecar::spawn("anonymous", dir.path(), &args);
+    args.extend([
+        "--zk-cert-file".into(),
+        file("client.pem"),
+        "--zk-key-file".into(),
+        file("client.key"),
+    ]);
+    let secure = common::Sidecar::spawn("secure", dir.path(), &args);
+    let status = settles_in(&secure, "leader", Duration::from_secs(15));
+    assert_eq!(status["is_leader"], true);
+    let second = common::Sidecar::spawn("second", dir.path(), &args);
+    let status = settles_in(&second, "follower", Duration::from_secs(15));
+    assert_eq!(status["leader"], "secure");
+    let status = anonymous.leader().expect("anonymous answers");
+    assert_eq!(status["state"], "unknown", "{status}");
+    assert_eq!(status["is_leader"], false);
+}
+
+#[test]
+fn digest_auth_keeps_other_identities_out_of_the_election() {
+    let zk = ZkEnsemble::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let auth = |name: &str, secret: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, secret).expect("auth file");
+        path.display().to_string()
+    };
+    let good = auth("good", "app:s3cret\n");
+    let wrong = auth("wrong", "app:guess\n");
+    let with_auth = |file: &str| {
+        let mut a = zk_args(&zk.connect_string(), "2s", "guarded");
+        a.extend(["--zk-auth-file".into(), file.to_owned()]);
+        a
+    };
+    let mut first = common::Sidecar::spawn("first", dir.path(), &with_auth(&good));
+    settles_in(&first, "leader", Duration::from_secs(15));
+    let second = common::Sidecar::spawn("second", dir.path(), &with_auth(&good));
+    settles_in(&second, "follower", Duration::from_secs(15));
+    // Same user, wrong password; and no credentials at all. The election's nodes carry
+    // a creator-only ACL, so neither can read the queue nor join it.
+    let intruder = common::Sidecar::spawn("intruder", dir.path(), &with_auth(&wrong));
+    let anonymous = common::Sidecar::spawn(
+        "anonymous",
+        dir.path(),
+        &zk_args(&zk.connect_string(), "2s", "guarded"),
+    );
+    assert!(intruder.wait_listening(Duration::from_secs(10)));
+    assert!(anonymous.wait_listening(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_secs(3));
+    first.terminate(Duration::from_secs(5));
+    settles_in(&second, "leader", Duration::from_secs(5));
+    for s in [&intruder, &anonymous] {
+        let status = s.leader().expect("answers");
+        assert_eq!(status["state"], "unknown", "{status}");
+        assert_eq!(status["is_leader"], false, "{status}");
+    }
+}

@@ -26,7 +26,9 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, OneshotWatcher, SessionState, StateWatcher};
+use zookeeper_client::{
+    Acls, Client, CreateMode, OneshotWatcher, SessionState, StateWatcher, TlsOptions,
+};
 
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::ZkSettings;
@@ -64,6 +66,16 @@ pub struct ZkBackend {
 }
 
 impl ZkBackend {
+    /// Nodes we create: open to anyone, or, with digest auth, only to that identity
+    /// (so a client without the credentials can neither join nor delete our nodes).
+    fn acls(&self) -> Acls<'static> {
+        if self.settings.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
     pub fn new(settings: &ZkSettings, election: &str, identity: &str, ttl: Duration) -> Self {
         ZkBackend {
             settings: settings.clone(),
@@ -98,10 +110,24 @@ impl ZkBackend {
         if let Some((user, password)) = &self.settings.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let client = connector
-            .connect(&self.settings.connect)
-            .await
-            .map_err(zk("connect"))?;
+        let client = match &self.settings.tls {
+            Some(tls) => {
+                let mut options = TlsOptions::new()
+                    .with_pem_ca(&tls.ca_pem)
+                    .map_err(zk("connect"))?;
+                if let Some((cert, key)) = &tls.identity {
+                    options = options
+                        .with_pem_identity(cert, key)
+                        .map_err(zk("connect"))?;
+                }
+                connector
+                    .with_tls(options)
+                    .secure_connect(&self.settings.connect)
+                    .await
+            }
+            None => connector.connect(&self.settings.connect).await,
+        }
+        .map_err(zk("connect"))?;
         let negotiated = client.session_timeout();
         if negotiated != self.requested {
             tracing::warn!(
@@ -111,7 +137,7 @@ impl ZkBackend {
             );
         }
         self.ttl = negotiated.min(self.requested);
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateMode::Persistent.with_acls(self.acls());
         match client.mkdir(&self.dir, &options).await {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
             Err(e) => return Err(zk("connect")(e)),
@@ -142,7 +168,7 @@ impl ZkBackend {
             self.node = Some(found.clone());
             return Ok(found.clone());
         }
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls());
         let path = format!("{}/{}", self.dir, self.prefix);
         let (_, sequence) = client
             .create(&path, self.identity.as_bytes(), &options)

@@ -13,6 +13,7 @@ use super::{eventually, free_port};
 
 struct Server {
     client: u16,
+    secure: Option<u16>,
     cfg: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -33,8 +34,48 @@ fn four_letters(port: u16, cmd: &str) -> Option<String> {
     Some(out)
 }
 
+/// ZooKeeper's jars; with TLS also Netty's (Debian's libnetty-java, a dependency of
+/// libzookeeper-java), which the TLS listener runs on.
+fn classpath(tls: bool) -> String {
+    let mut jars = vec!["zookeeper", "zookeeper-jute", "slf4j-simple"];
+    if tls {
+        jars.extend([
+            "netty-common",
+            "netty-buffer",
+            "netty-codec",
+            "netty-handler",
+            "netty-transport",
+            "netty-resolver",
+            "netty-transport-native-epoll",
+            "netty-transport-native-unix-common",
+        ]);
+    }
+    jars.iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 impl ZkEnsemble {
     pub fn start(n: usize) -> ZkEnsemble {
+        ZkEnsemble::start_with(n, None)
+    }
+
+    /// One server that also serves TLS on a secureClientPort, with the certificates of
+    /// `make_certs` in `certs` (PEM keystores; client certificates required).
+    pub fn start_tls(certs: &std::path::Path) -> ZkEnsemble {
+        ZkEnsemble::start_with(1, Some(certs))
+    }
+
+    /// The TLS client port of server 0.
+    pub fn secure_connect_string(&self) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.servers[0].secure.expect("a TLS server")
+        )
+    }
+
+    fn start_with(n: usize, certs: Option<&std::path::Path>) -> ZkEnsemble {
         let dir = tempfile::tempdir().expect("zk dir");
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
@@ -48,6 +89,19 @@ impl ZkEnsemble {
                     data.display(),
                     ports[i].0
                 );
+                let secure = certs.map(|certs| {
+                    let keystore = dir.path().join("server-keystore.pem");
+                    let key = std::fs::read_to_string(certs.join("server.key")).expect("key");
+                    let pem = std::fs::read_to_string(certs.join("server.pem")).expect("pem");
+                    std::fs::write(&keystore, format!("{key}{pem}")).expect("keystore");
+                    let port = free_port();
+                    cfg.push_str(&format!(
+                        "secureClientPort={port}\nserverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\nssl.keyStore.location={}\nssl.keyStore.type=PEM\nssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth=need\n",
+                        keystore.display(),
+                        certs.join("ca.pem").display()
+                    ));
+                    port
+                });
                 if n > 1 {
                     std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
                     for (j, (_, quorum, election)) in ports.iter().enumerate() {
@@ -56,7 +110,7 @@ impl ZkEnsemble {
                 }
                 let path = dir.path().join(format!("zoo{i}.cfg"));
                 std::fs::write(&path, cfg).expect("cfg");
-                Server { client: ports[i].0, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
+                Server { client: ports[i].0, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
             })
             .collect();
         let mut e = ZkEnsemble { _dir: dir, servers };
@@ -77,7 +131,7 @@ impl ZkEnsemble {
                 "-Xmx256m",
                 "-XX:+UseSerialGC",
                 "-cp",
-                "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar",
+                &classpath(s.secure.is_some()),
             ])
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&s.cfg)
