@@ -1,0 +1,23 @@
+# leasekeeper container image: a release build on Debian bookworm, run on distroless.
+#
+#   docker build -t ghcr.io/leasekeeper/leasekeeper:0.1.0 .
+#
+# The binary links glibc (and libgcc_s) dynamically, so the runtime image is distroless
+# "cc" (glibc, libgcc, CA certificates; no shell, no package manager), as non-root 65532.
+
+FROM rust:1-bookworm AS builder
+# protoc and the protobuf includes: etcd-client generates its gRPC code at build time.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin leasekeeper \
+ && install -D -m 0755 target/release/leasekeeper /usr/local/bin/leasekeeper
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=builder /usr/local/bin/leasekeeper /usr/local/bin/leasekeeper
+USER 65532:65532
+# Status, metrics and the leader API (LEASEKEEPER_HTTP_ADDR, default 0.0.0.0:4040).
+EXPOSE 4040
+ENTRYPOINT ["/usr/local/bin/leasekeeper"]
