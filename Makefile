@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test deps bench lint
+.PHONY: run test deps bench lint chart-test
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
 # (Building needs protoc for the etcd client; it is installed when missing.)
@@ -9,10 +9,16 @@ run:
 
 # Installs the test servers when missing, then runs the whole test suite.
 test: deps
+	python3 tests/chart/check_chart.py
 	cargo test
 
 deps:
 	bash scripts/install-test-deps
+
+# Helm chart and manifests/ checks (helm lint, helm template, kubernetes-validate).
+chart-test:
+	bash scripts/install-chart-deps
+	python3 tests/chart/check_chart.py
 
 # Handover/failover latency, follower load, idle footprint (see README).
 bench:

@@ -1,0 +1,663 @@
+#!/usr/bin/env python3
+"""Checks of the Helm chart (charts/leasekeeper) and of manifests/.
+
+    bash scripts/install-chart-deps && python3 tests/chart/check_chart.py   # = make chart-test
+
+Uses Helm's own Go code through two PyPI packages -- helm-sdkpy for `helm lint` and
+helm-python-sdk for `helm template` (offline render, values.schema.json enforced) -- and
+kubernetes-validate, which holds the Kubernetes API's JSON schemas, with strict checking
+(unknown fields are errors). No cluster, Docker or helm binary is needed.
+
+The checks assert on the rendered objects: RBAC verbs exactly, nothing cluster-wide,
+probes, security context, downward-API environment, the Service's leader selector, the
+app.kubernetes.io labels on every object, the backend switch (environment, Secret
+volumes and mounts), values the schema must reject, and that manifests/ equals a fresh
+default render. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
+Exit code 0 when all pass, 1 otherwise; the last line is "chart: N passed, N failed".
+"""
+
+import asyncio
+import copy
+import importlib.machinery
+import importlib.util
+import pathlib
+import re
+import sys
+import time
+import traceback
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "leasekeeper"
+MANIFESTS = ROOT / "manifests"
+# Kubernetes versions the objects are validated against: the oldest the chart allows
+# (Chart.yaml kubeVersion >=1.25) and the newest kubernetes-validate knows.
+KUBE_VERSIONS = ["1.25", "1.37"]
+# Kinds from CRDs, which kubernetes-validate has no schema for: they are skipped there
+# (and said so in the output); the tests below check their fields directly.
+CRD_KINDS = {"ServiceMonitor"}
+
+LEADER_KEY = "leasekeeper.io/leader"
+STANDARD_LABELS = [
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+]
+# The sidecar's configuration contract (environment variable = flag), see DESIGN.md §6.
+CONTRACT_ENV = {
+    "LEASEKEEPER_BACKEND", "LEASEKEEPER_ELECTION", "LEASEKEEPER_IDENTITY",
+    "LEASEKEEPER_HTTP_ADDR", "LEASEKEEPER_TTL", "LEASEKEEPER_RENEW_INTERVAL",
+    "LEASEKEEPER_RETRY_INTERVAL", "LEASEKEEPER_LOG_FORMAT", "LEASEKEEPER_NAMESPACE",
+    "LEASEKEEPER_POD_LABEL", "LEASEKEEPER_POD_LABEL_KEY",
+    "LEASEKEEPER_POD_LABEL_LEADER_VALUE", "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE",
+    "LEASEKEEPER_REDIS_URL", "LEASEKEEPER_REDIS_PASSWORD_FILE", "LEASEKEEPER_REDIS_CA_FILE",
+    "LEASEKEEPER_REDIS_CERT_FILE", "LEASEKEEPER_REDIS_KEY_FILE",
+    "LEASEKEEPER_ETCD_ENDPOINTS", "LEASEKEEPER_ETCD_CA_FILE", "LEASEKEEPER_ETCD_CERT_FILE",
+    "LEASEKEEPER_ETCD_KEY_FILE", "LEASEKEEPER_ETCD_USER", "LEASEKEEPER_ETCD_PASSWORD_FILE",
+    "LEASEKEEPER_ZK_CONNECT", "LEASEKEEPER_ZK_ROOT", "LEASEKEEPER_ZK_AUTH_FILE",
+    "LEASEKEEPER_ZK_CA_FILE", "LEASEKEEPER_ZK_CERT_FILE", "LEASEKEEPER_ZK_KEY_FILE",
+    "LEASEKEEPER_EXIT_ON_LOSS", "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT",
+}
+
+# ---------------------------------------------------------------------------------------
+# Values of the renders. "default" is the chart as shipped; the others switch backends,
+# turn on the optional objects and change the label key.
+
+ETCD = {
+    "backend": {
+        "type": "etcd",
+        "etcd": {
+            "endpoints": ["https://etcd-0.etcd:2379", "https://etcd-1.etcd:2379"],
+            "user": "elector",
+            "passwordSecret": {"name": "etcd-password", "key": "pw"},
+            "tls": {"secretName": "etcd-client-tls"},
+        },
+    },
+    "podDisruptionBudget": {"enabled": True},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+    "podLabel": {"key": "example.com/is-leader", "leaderValue": "yes", "followerValue": "no"},
+    "service": {"exposeStatusPort": True},
+    "election": {"name": "billing", "ttl": "10s", "renewInterval": "3s"},
+    "replicaCount": 3,
+}
+REDIS = {
+    "backend": {
+        "type": "redis",
+        "redis": {
+            "urls": ["rediss://elector@redis.db:6380/0"],
+            "passwordSecret": {"name": "redis-auth"},
+            "tls": {"secretName": "redis-ca", "certKey": "", "keyKey": ""},
+        },
+    },
+}
+REDLOCK = {
+    "backend": {
+        "type": "redlock",
+        "redis": {"urls": ["redis://r1:6379", "redis://r2:6379", "redis://r3:6379"]},
+    },
+}
+ZOOKEEPER = {
+    "backend": {
+        "type": "zookeeper",
+        "zookeeper": {
+            "connect": "zk-0.zk:2281,zk-1.zk:2281/apps",
+            "root": "/elections",
+            "authSecret": {"name": "zk-digest"},
+            "tls": {"secretName": "zk-tls", "caKey": "ca.pem", "certKey": "client.pem", "keyKey": "client-key.pem"},
+        },
+    },
+    "podLabel": {"enabled": False},
+    "service": {"leaderOnly": False},
+    "election": {"exitOnLoss": True, "enableReleaseEndpoint": True},
+}
+SCENARIOS = {
+    "default": ({}, "leasekeeper", "default"),
+    "etcd+tls+pdb+servicemonitor+label": (ETCD, "billing", "apps"),
+    "redis": (REDIS, "leasekeeper", "default"),
+    "redlock": (REDLOCK, "lk", "default"),
+    "zookeeper, no pod label": (ZOOKEEPER, "lk", "jobs"),
+}
+
+# Values the chart must refuse, and a piece of the message that says why.
+BAD_VALUES = [
+    ({"backend": {"type": "mysql"}}, "/backend/type"),
+    ({"backend": {"type": "file"}}, "/backend/type"),
+    ({"replicaCount": "3"}, "/replicaCount"),
+    ({"election": {"ttl": 15}}, "/election/ttl"),
+    ({"election": {"ttl": "15"}}, "/election/ttl"),
+    ({"election": {"name": "Billing_Worker"}}, "/election/name"),
+    ({"logFormat": "xml"}, "/logFormat"),
+    ({"podLabel": {"enabled": "yes"}}, "/podLabel/enabled"),
+    ({"podLabel": {"key": "not a label"}}, "/podLabel/key"),
+    ({"backend": {"type": "etcd"}}, "/backend/etcd/endpoints"),
+    ({"backend": {"type": "etcd", "etcd": {"endpoints": "http://e:2379"}}}, "/backend/etcd/endpoints"),
+    ({"backend": {"type": "redis"}}, "/backend/redis/urls"),
+    ({"backend": {"type": "redis", "redis": {"urls": ["redis://u:secret@r:6379"]}}}, "/backend/redis/urls/0"),
+    ({"backend": {"type": "redlock", "redis": {"urls": ["redis://a:1", "redis://b:1"]}}}, "/backend/redis/urls"),
+    ({"backend": {"type": "zookeeper"}}, "/backend/zookeeper/connect"),
+    ({"backend": {"etcd": {"tls": {"secret": "typo"}}}}, "secret"),
+    ({"sidecar": {"port": "4040"}}, "/sidecar/port"),
+    ({"replicas": 3}, "replicas"),
+]
+# Combinations the templates refuse (with `fail`), with a piece of the message.
+BAD_COMBINATIONS = [
+    ({"podLabel": {"enabled": False}}, "service.leaderOnly needs podLabel.enabled"),
+    ({"podLabel": {"leaderValue": "x", "followerValue": "x"}}, "must differ"),
+    ({"backend": {"type": "etcd", "etcd": {"endpoints": ["http://e:2379"], "user": "u"}}}, "go together"),
+    ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, "one of maxUnavailable or minAvailable"),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering (cached: one render per scenario)
+
+_cache = {}
+
+
+def helm():
+    import helm_python
+
+    return helm_python
+
+
+def chart():
+    if "chart" not in _cache:
+        _cache["chart"] = helm().Chart.load(CHART)
+    return _cache["chart"]
+
+
+def render_raw(values, release="leasekeeper", namespace="default"):
+    """{template path: text}, as `helm template` renders it (schema enforced)."""
+    return chart().render(copy.deepcopy(values), name=release, namespace=namespace, is_install=True)
+
+
+def render(scenario):
+    """The objects of a scenario's render, each with '__template' naming its template."""
+    if scenario not in _cache:
+        values, release, namespace = SCENARIOS[scenario]
+        objects = []
+        for path, text in sorted(render_raw(values, release, namespace).items()):
+            if path.endswith("NOTES.txt"):
+                continue
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    doc["__template"] = path
+                    objects.append(doc)
+        _cache[scenario] = objects
+    return _cache[scenario]
+
+
+def of_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects, kind, name=None):
+    found = [o for o in of_kind(objects, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def deployment(scenario):
+    return one(render(scenario), "Deployment")
+
+
+def container(dep, name):
+    found = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert len(found) == 1, f"expected one container {name!r}"
+    return found[0]
+
+
+def sidecar(scenario):
+    return container(deployment(scenario), "leasekeeper")
+
+
+def env_of(c):
+    """{name: value or valueFrom} of a container's environment; names must be unique."""
+    names = [e["name"] for e in c.get("env", [])]
+    assert len(names) == len(set(names)), f"duplicate env names in {c['name']}: {names}"
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def chart_meta():
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())
+
+
+def strip(obj):
+    return {k: v for k, v in obj.items() if k != "__template"}
+
+
+# ---------------------------------------------------------------------------------------
+# The checks
+
+
+def test_chart_metadata():
+    meta = chart_meta()
+    assert meta["apiVersion"] == "v2", meta["apiVersion"]
+    assert meta["name"] == "leasekeeper"
+    assert meta["version"] == "0.1.0" and meta["appVersion"] == "0.1.0", meta
+    assert (CHART / "values.schema.json").is_file()
+
+
+def test_helm_lint_helm_sdkpy():
+    """helm lint (helm-sdkpy) of the chart with its default values: no warning, no error."""
+    import helm_sdkpy
+
+    result = asyncio.run(helm_sdkpy.Lint(helm_sdkpy.Configuration()).run(str(CHART)))
+    assert result["TotalChartsLinted"] == 1, result
+    assert not result.get("Errors"), f"helm lint errors: {result['Errors']}"
+    # Helm severities: 1 info, 2 warning, 3 error. helm-sdkpy returns the severity but not
+    # the text of a message; helm-python-sdk's lint below gives the text.
+    worse = [m for m in result["Messages"] if m["Severity"] >= 2]
+    assert not worse, f"helm lint warnings/errors: {worse}"
+
+
+def test_helm_lint_strict_every_scenario():
+    """helm lint --strict (helm-python-sdk) with each scenario's values: no warning or error."""
+    for scenario, (values, _release, namespace) in SCENARIOS.items():
+        report = helm().lint(CHART, copy.deepcopy(values), strict=True, namespace=namespace)
+        worse = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not worse and not report["errors"], f"{scenario}: helm lint: {worse or report['errors']}"
+
+
+def test_helm_lint_reports_schema_violation():
+    report = helm().lint(CHART, {"backend": {"type": "mysql"}})
+    assert any("/backend/type" in e for e in report["errors"]), report
+
+
+def test_default_render_objects():
+    kinds = sorted(o["kind"] for o in render("default"))
+    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], f"default render: {kinds}"
+    dep = deployment("default")
+    assert dep["spec"]["replicas"] in (2, 3), dep["spec"]["replicas"]
+    assert dep["metadata"]["name"] == "leasekeeper"
+
+
+def test_nothing_cluster_wide():
+    """No ClusterRole/ClusterRoleBinding or other cluster-scoped kind; every object in the
+    release namespace."""
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition",
+                      "PersistentVolume", "StorageClass", "PriorityClass",
+                      "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    for scenario, (_values, _release, namespace) in SCENARIOS.items():
+        for o in render(scenario):
+            assert o["kind"] not in cluster_scoped, f"{scenario}: cluster-scoped {o['kind']}"
+            assert o["metadata"].get("namespace") == namespace, \
+                f"{scenario}: {o['kind']} {o['metadata']['name']} not in namespace {namespace}"
+        for rb in of_kind(render(scenario), "RoleBinding"):
+            assert rb["roleRef"]["kind"] == "Role", f"{scenario}: RoleBinding refers to {rb['roleRef']}"
+
+
+def test_rbac_exact_verbs():
+    objects = render("default")
+    role = one(objects, "Role")
+    rules = sorted(
+        ((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])),
+          tuple(r.get("resourceNames", [])), tuple(r.get("nonResourceURLs", [])))
+         for r in role["rules"]),
+    )
+    assert rules == [
+        (("",), ("pods",), ("get", "patch", "watch"), (), ()),
+        (("coordination.k8s.io",), ("leases",), ("create", "get", "update", "watch"), (), ()),
+    ], f"Role rules: {role['rules']}"
+    binding = one(objects, "RoleBinding")
+    sa = one(objects, "ServiceAccount")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}, binding["roleRef"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "default"}], binding["subjects"]
+    spec = deployment("default")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is True
+
+
+def test_rbac_follows_backend_and_label():
+    """Leases rules only with the kubernetes backend; pods rules only with the Pod label;
+    no Role (and no API token) when the Pods need neither."""
+    role = one(render("etcd+tls+pdb+servicemonitor+label"), "Role")
+    assert [(r["resources"], sorted(r["verbs"])) for r in role["rules"]] == [
+        (["pods"], ["get", "patch", "watch"])
+    ], f"Role rules without the kubernetes backend: {role['rules']}"
+    objects = render("zookeeper, no pod label")
+    assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding"), \
+        [o["kind"] for o in objects]
+    spec = deployment("zookeeper, no pod label")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_standard_labels_on_every_object():
+    version = chart_meta()["appVersion"]
+    for scenario, (_values, release, _namespace) in SCENARIOS.items():
+        for o in render(scenario):
+            labels = o["metadata"].get("labels", {})
+            where = f"{scenario}: {o['kind']} {o['metadata']['name']}"
+            missing = [k for k in STANDARD_LABELS if k not in labels]
+            assert not missing, f"{where} lacks {missing}"
+            assert labels["app.kubernetes.io/name"] == "leasekeeper", where
+            assert labels["app.kubernetes.io/instance"] == release, where
+            assert labels["app.kubernetes.io/version"] == version, where
+            assert labels["app.kubernetes.io/managed-by"] == "Helm", where
+            assert labels["app.kubernetes.io/part-of"] == "leasekeeper", where
+            if o["kind"] == "Deployment":
+                pod_labels = o["spec"]["template"]["metadata"]["labels"]
+                missing = [k for k in STANDARD_LABELS if k not in pod_labels]
+                assert not missing, f"{where}: Pod template lacks {missing}"
+                assert LEADER_KEY not in pod_labels, "the leader label is the sidecar's to set"
+
+
+def test_sidecar_image_port_and_probes():
+    c = sidecar("default")
+    assert c["image"] == f"ghcr.io/leasekeeper/leasekeeper:{chart_meta()['appVersion']}", c["image"]
+    assert c["ports"] == [{"name": "http", "containerPort": 4040, "protocol": "TCP"}], c["ports"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}, f"readinessProbe: {c['readinessProbe']}"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}, f"livenessProbe: {c['livenessProbe']}"
+
+
+def test_sidecar_security_and_resources():
+    for scenario in SCENARIOS:
+        c = sidecar(scenario)
+        sc = c["securityContext"]
+        where = f"{scenario}: sidecar securityContext {sc}"
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532, where
+        assert sc["readOnlyRootFilesystem"] is True, where
+        assert sc["allowPrivilegeEscalation"] is False, where
+        assert sc["capabilities"] == {"drop": ["ALL"]}, where
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert sc.get("privileged") in (None, False), where
+        res = c["resources"]
+        assert res["requests"] == {"cpu": "10m", "memory": "16Mi"}, res
+        assert res["limits"]["memory"] == "64Mi", res
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in deployment(scenario)["spec"]["template"]["spec"]["volumes"]}
+        assert "emptyDir" in volumes[mounts["/tmp"]], "/tmp must be a writable emptyDir"
+    spec = deployment("default")["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert isinstance(spec["terminationGracePeriodSeconds"], int) and spec["terminationGracePeriodSeconds"] >= 5
+    app = container(deployment("default"), "app")
+    assert app["securityContext"]["allowPrivilegeEscalation"] is False
+    assert app["ports"][0]["name"] == "app"
+
+
+def test_sidecar_downward_api_and_default_env():
+    env = env_of(sidecar("default"))
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}, f"POD_NAME: {env['POD_NAME']}"
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, \
+        f"POD_NAMESPACE: {env['POD_NAMESPACE']}"
+    expected = {
+        "LEASEKEEPER_BACKEND": "kubernetes",
+        "LEASEKEEPER_ELECTION": "leasekeeper",
+        "LEASEKEEPER_HTTP_ADDR": "0.0.0.0:4040",
+        "LEASEKEEPER_TTL": "15s",
+        "LEASEKEEPER_LOG_FORMAT": "json",
+        "LEASEKEEPER_POD_LABEL": "true",
+        "LEASEKEEPER_POD_LABEL_KEY": LEADER_KEY,
+        "LEASEKEEPER_POD_LABEL_LEADER_VALUE": "true",
+        "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE": "false",
+    }
+    got = {k: v for k, v in env.items() if k.startswith("LEASEKEEPER_")}
+    assert got == expected, f"default LEASEKEEPER_* env: {got}"
+
+
+def test_env_names_are_the_contract():
+    """Every LEASEKEEPER_* variable any scenario sets is one the sidecar reads, and every
+    value is a string (Kubernetes rejects numbers and booleans in env values)."""
+    for scenario in SCENARIOS:
+        c = sidecar(scenario)
+        for e in c["env"]:
+            if e["name"].startswith("LEASEKEEPER_"):
+                assert e["name"] in CONTRACT_ENV, f"{scenario}: unknown setting {e['name']}"
+            if "value" in e:
+                assert isinstance(e["value"], str), f"{scenario}: {e['name']}={e['value']!r} is no string"
+
+
+def test_service_routes_to_leader_only():
+    objects = render("default")
+    svc = one(objects, "Service", "leasekeeper")
+    dep = deployment("default")
+    selector = svc["spec"]["selector"]
+    assert selector.get(LEADER_KEY) == "true", f"Service selector {selector} lacks {LEADER_KEY}: \"true\""
+    env = env_of(sidecar("default"))
+    assert env["LEASEKEEPER_POD_LABEL_KEY"] == LEADER_KEY and env["LEASEKEEPER_POD_LABEL_LEADER_VALUE"] == "true"
+    rest = {k: v for k, v in selector.items() if k != LEADER_KEY}
+    assert rest == dep["spec"]["selector"]["matchLabels"], (rest, dep["spec"]["selector"])
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in rest.items()), (rest, pod_labels)
+    # The Service's ports reach the app container's named port.
+    app_ports = {p["name"]: p["containerPort"] for p in container(dep, "app")["ports"]}
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "app")], svc["spec"]["ports"]
+    assert app_ports["app"] == 8080
+
+
+def test_nondefault_etcd_tls_switches_env_and_mounts():
+    scenario = "etcd+tls+pdb+servicemonitor+label"
+    c = sidecar(scenario)
+    env = env_of(c)
+    assert env["LEASEKEEPER_BACKEND"] == "etcd"
+    assert env["LEASEKEEPER_ETCD_ENDPOINTS"] == "https://etcd-0.etcd:2379,https://etcd-1.etcd:2379"
+    assert env["LEASEKEEPER_ETCD_USER"] == "elector"
+    assert env["LEASEKEEPER_ELECTION"] == "billing"
+    assert env["LEASEKEEPER_TTL"] == "10s" and env["LEASEKEEPER_RENEW_INTERVAL"] == "3s"
+    files = {
+        "LEASEKEEPER_ETCD_CA_FILE": ("etcd-client-tls", "ca.crt"),
+        "LEASEKEEPER_ETCD_CERT_FILE": ("etcd-client-tls", "tls.crt"),
+        "LEASEKEEPER_ETCD_KEY_FILE": ("etcd-client-tls", "tls.key"),
+        "LEASEKEEPER_ETCD_PASSWORD_FILE": ("etcd-password", "pw"),
+    }
+    assert_secret_files(deployment(scenario), c, files)
+    assert not [k for k in env if k.startswith(("LEASEKEEPER_REDIS", "LEASEKEEPER_ZK"))], env
+    # The other label key reaches the sidecar and the Service alike.
+    assert env["LEASEKEEPER_POD_LABEL_KEY"] == "example.com/is-leader"
+    assert env["LEASEKEEPER_POD_LABEL_LEADER_VALUE"] == "yes"
+    assert env["LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE"] == "no"
+    objects = render(scenario)
+    svc = one(objects, "Service", "billing-leasekeeper")
+    assert svc["spec"]["selector"].get("example.com/is-leader") == "yes", \
+        f"Service selector {svc['spec']['selector']} lacks the configured leader label example.com/is-leader: yes"
+    assert LEADER_KEY not in svc["spec"]["selector"]
+    assert {"name": "leasekeeper", "port": 4040, "targetPort": "http", "protocol": "TCP"} in svc["spec"]["ports"]
+    assert deployment(scenario)["spec"]["replicas"] == 3
+
+
+def test_nondefault_servicemonitor_and_pdb():
+    objects = render("etcd+tls+pdb+servicemonitor+label")
+    sm = one(objects, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    assert [(e["port"], e["path"]) for e in sm["spec"]["endpoints"]] == [("http", "/metrics")], sm["spec"]
+    # It selects the headless metrics Service (every candidate), not the leader Service.
+    selected = [s for s in of_kind(objects, "Service")
+                if all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())]
+    assert [s["metadata"]["name"] for s in selected] == ["billing-leasekeeper-metrics"], \
+        f"the ServiceMonitor selects {[s['metadata']['name'] for s in selected]}, not the metrics Service"
+    metrics = selected[0]
+    assert metrics["spec"]["clusterIP"] == "None"
+    assert "example.com/is-leader" not in metrics["spec"]["selector"], "metrics come from followers too"
+    assert metrics["spec"]["ports"] == [{"name": "http", "port": 4040, "targetPort": "http", "protocol": "TCP"}]
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["spec"]["maxUnavailable"] == 1, pdb["spec"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment("etcd+tls+pdb+servicemonitor+label")["spec"]["selector"]["matchLabels"]
+    assert not of_kind(render("default"), "ServiceMonitor") and not of_kind(render("default"), "PodDisruptionBudget")
+
+
+def test_nondefault_redis_and_redlock():
+    c = sidecar("redis")
+    env = env_of(c)
+    assert env["LEASEKEEPER_BACKEND"] == "redis"
+    assert env["LEASEKEEPER_REDIS_URL"] == "rediss://elector@redis.db:6380/0"
+    assert_secret_files(deployment("redis"), c, {
+        "LEASEKEEPER_REDIS_CA_FILE": ("redis-ca", "ca.crt"),
+        "LEASEKEEPER_REDIS_PASSWORD_FILE": ("redis-auth", "password"),
+    })
+    assert "LEASEKEEPER_REDIS_CERT_FILE" not in env and "LEASEKEEPER_REDIS_KEY_FILE" not in env, \
+        "no client certificate was asked for"
+    role = one(render("redis"), "Role")
+    assert [r["resources"] for r in role["rules"]] == [["pods"]], role["rules"]
+    env = env_of(sidecar("redlock"))
+    assert env["LEASEKEEPER_BACKEND"] == "redlock"
+    assert env["LEASEKEEPER_REDIS_URL"] == "redis://r1:6379,redis://r2:6379,redis://r3:6379"
+    assert [m["mountPath"] for m in sidecar("redlock")["volumeMounts"]] == ["/tmp"]
+
+
+def test_nondefault_zookeeper():
+    scenario = "zookeeper, no pod label"
+    c = sidecar(scenario)
+    env = env_of(c)
+    assert env["LEASEKEEPER_BACKEND"] == "zookeeper"
+    assert env["LEASEKEEPER_ZK_CONNECT"] == "zk-0.zk:2281,zk-1.zk:2281/apps"
+    assert env["LEASEKEEPER_ZK_ROOT"] == "/elections"
+    assert env["LEASEKEEPER_POD_LABEL"] == "false" and "LEASEKEEPER_POD_LABEL_KEY" not in env
+    assert env["LEASEKEEPER_EXIT_ON_LOSS"] == "true" and env["LEASEKEEPER_ENABLE_RELEASE_ENDPOINT"] == "true"
+    assert_secret_files(deployment(scenario), c, {
+        "LEASEKEEPER_ZK_AUTH_FILE": ("zk-digest", "auth"),
+        "LEASEKEEPER_ZK_CA_FILE": ("zk-tls", "ca.pem"),
+        "LEASEKEEPER_ZK_CERT_FILE": ("zk-tls", "client.pem"),
+        "LEASEKEEPER_ZK_KEY_FILE": ("zk-tls", "client-key.pem"),
+    })
+    svc = one(render(scenario), "Service")
+    assert svc["spec"]["selector"] == deployment(scenario)["spec"]["selector"]["matchLabels"]
+
+
+def assert_secret_files(dep, c, files):
+    """Each env var names a file under a read-only mount of a Secret volume whose items
+    project the given Secret key to that file name."""
+    env = env_of(c)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    mounts = c["volumeMounts"]
+    for var, (secret, key) in files.items():
+        assert var in env, f"{var} not set"
+        path = pathlib.PurePosixPath(env[var])
+        mount = [m for m in mounts if pathlib.PurePosixPath(m["mountPath"]) == path.parent]
+        assert len(mount) == 1, f"{var}={path}: no mount at {path.parent}"
+        assert mount[0].get("readOnly") is True, f"{mount[0]} is not read-only"
+        vol = volumes[mount[0]["name"]]
+        assert vol["secret"]["secretName"] == secret, f"{var}: volume {vol}"
+        items = {i["path"]: i["key"] for i in vol["secret"]["items"]}
+        assert items.get(path.name) == key, f"{var}: {path.name} comes from {items}, not key {key}"
+        assert vol["secret"]["defaultMode"] == 0o440, vol
+    # No Secret volume is mounted that no setting uses.
+    used = {str(pathlib.PurePosixPath(env[v]).parent) for v in files}
+    secret_mounts = {m["mountPath"] for m in mounts if "secret" in volumes[m["name"]]}
+    assert secret_mounts == used, (secret_mounts, used)
+
+
+def test_schema_rejects_bad_values():
+    errors = helm().HelmValuesError
+    for values, where in BAD_VALUES:
+        try:
+            render_raw(values)
+        except errors as e:
+            assert where in str(e), f"{values}: rejected, but the message does not name {where!r}: {e}"
+            continue
+        raise AssertionError(f"values.schema.json accepted {values}")
+
+
+def test_templates_reject_bad_combinations():
+    errors = helm().HelmRenderError
+    for values, message in BAD_COMBINATIONS:
+        try:
+            render_raw(values)
+        except errors as e:
+            assert message in str(e), f"{values}: {e}"
+            continue
+        raise AssertionError(f"the chart rendered {values}")
+
+
+def test_kubernetes_validate_strict():
+    """Every rendered object of every scenario, and every object in manifests/, against the
+    Kubernetes API's schemas with unknown fields refused (kubernetes-validate --strict)."""
+    import kubernetes_validate.utils as kv
+
+    skipped = set()
+    checked = 0
+    sources = [(f"render {s}", strip(o)) for s in SCENARIOS for o in render(s)]
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        sources += [(str(path.relative_to(ROOT)), o) for o in yaml.safe_load_all(path.read_text()) if o]
+    for where, obj in sources:
+        if obj["kind"] in CRD_KINDS:
+            skipped.add(obj["kind"])
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kv.validate(obj, version, strict=True)
+            except kv.ValidationError as e:
+                raise AssertionError(
+                    f"{where}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): "
+                    f"{'.'.join(map(str, e.path))}: {e.message}"
+                ) from None
+            checked += 1
+    assert checked > 0
+    note(f"kubernetes-validate --strict: {checked} object/version checks passed "
+         f"(Kubernetes {', '.join(KUBE_VERSIONS)}); skipped CRD kinds without a schema: "
+         f"{', '.join(sorted(skipped)) or 'none'}")
+
+
+def test_manifests_match_default_render():
+    """manifests/ is the chart's default render (scripts/render-manifests --check)."""
+    loader = importlib.machinery.SourceFileLoader("render_manifests", str(ROOT / "scripts" / "render-manifests"))
+    spec = importlib.util.spec_from_loader("render_manifests", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    problems = module.check(module.expected_files())
+    assert not problems, f"manifests/ is stale (run python3 scripts/render-manifests):\n{problems}"
+    kinds = sorted(o["kind"] for p in MANIFESTS.glob("*.yaml") for o in yaml.safe_load_all(p.read_text()) if o)
+    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], kinds
+
+
+def test_notes_tell_how_to_reach_the_leader():
+    notes = render_raw({})["leasekeeper/templates/NOTES.txt"]
+    for needle in ["port-forward deploy/leasekeeper 4040:4040", "curl -s localhost:4040/leader",
+                   "exec deploy/leasekeeper -c app -- curl -s localhost:4040/leader",
+                   "Service leasekeeper routes only to the current leader", "leasekeeper.io/leader"]:
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+
+
+def test_env_names_known_to_the_sidecar():
+    """Informational: names the chart sets that src/config.rs does not read (yet)."""
+    config = ROOT / "src" / "config.rs"
+    if not config.exists():
+        return
+    read = set(re.findall(r'env = "(LEASEKEEPER_[A-Z_]+)"', config.read_text()))
+    used = {e["name"] for s in SCENARIOS for e in sidecar(s)["env"] if e["name"].startswith("LEASEKEEPER_")}
+    missing = sorted(used - read)
+    if missing:
+        note("the chart sets, but src/config.rs does not read yet: " + ", ".join(missing))
+
+
+# ---------------------------------------------------------------------------------------
+
+_notes = []
+
+
+def note(text):
+    _notes.append(text)
+
+
+def main():
+    tests = [(name, fn) for name, fn in globals().items() if name.startswith("test_") and callable(fn)]
+    passed = failed = 0
+    start = time.monotonic()
+    for name, fn in tests:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - report every failure, then go on
+            failed += 1
+            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc()
+            detail = "\n".join("     " + line for line in detail.rstrip().splitlines())
+            print(f"FAIL {name} ({time.monotonic() - t0:.2f}s)\n{detail}", flush=True)
+        else:
+            passed += 1
+            print(f"ok   {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+        for text in _notes:
+            print(f"     note: {text}")
+        _notes.clear()
+    print(f"chart checks took {time.monotonic() - start:.1f}s")
+    print(f"chart: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
