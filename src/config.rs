@@ -30,7 +30,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
 )]
 pub struct Cli {
-    /// Backend: file, redis, redlock, etcd or zookeeper (kubernetes comes in a later release).
+    /// Backend: kubernetes, etcd, redis, redlock, zookeeper or file [default: kubernetes in a Pod, else file].
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
     /// Name of the lease (lowercase letters, digits, '-' and '.').
@@ -114,6 +114,27 @@ pub struct Cli {
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
+    /// Namespace of the Lease and of the own Pod [default: $POD_NAMESPACE, else default].
+    #[arg(long, env = "LEASEKEEPER_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// kubeconfig file for the Kubernetes API out of a cluster [default: $KUBECONFIG, ~/.kube/config, else the Pod's service account].
+    #[arg(long, env = "LEASEKEEPER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Keep the leader label on the own Pod [default: on in a Pod, off outside].
+    #[arg(long, env = "LEASEKEEPER_POD_LABEL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub pod_label: Option<String>,
+    /// Key of the leader label [default: leasekeeper.io/leader].
+    #[arg(long, env = "LEASEKEEPER_POD_LABEL_KEY")]
+    pub pod_label_key: Option<String>,
+    /// Label value while this candidate leads [default: true].
+    #[arg(long, env = "LEASEKEEPER_POD_LABEL_LEADER_VALUE")]
+    pub pod_label_leader_value: Option<String>,
+    /// Label value while it does not [default: false].
+    #[arg(long, env = "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE")]
+    pub pod_label_follower_value: Option<String>,
+    /// Name of the own Pod, for the label [default: $POD_NAME].
+    #[arg(long, env = "LEASEKEEPER_POD_NAME")]
+    pub pod_name: Option<String>,
     /// Exit non-zero on losing leadership instead of campaigning again.
     #[arg(long, env = "LEASEKEEPER_EXIT_ON_LOSS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub exit_on_loss: Option<String>,
@@ -191,6 +212,13 @@ struct FileConfig {
     etcd_key_file: Option<PathBuf>,
     etcd_user: Option<Scalar>,
     etcd_password_file: Option<PathBuf>,
+    namespace: Option<Scalar>,
+    kubeconfig: Option<PathBuf>,
+    pod_label: Option<Scalar>,
+    pod_label_key: Option<Scalar>,
+    pod_label_leader_value: Option<Scalar>,
+    pod_label_follower_value: Option<Scalar>,
+    pod_name: Option<Scalar>,
     exit_on_loss: Option<Scalar>,
     enable_release_endpoint: Option<Scalar>,
     log_format: Option<Scalar>,
@@ -216,6 +244,19 @@ impl Cli {
         fill(&mut self.clock_drift, file.clock_drift);
         fill(&mut self.safety_margin, file.safety_margin);
         fill(&mut self.exit_on_loss, file.exit_on_loss);
+        fill(&mut self.namespace, file.namespace);
+        self.kubeconfig = self.kubeconfig.or(file.kubeconfig);
+        fill(&mut self.pod_label, file.pod_label);
+        fill(&mut self.pod_label_key, file.pod_label_key);
+        fill(
+            &mut self.pod_label_leader_value,
+            file.pod_label_leader_value,
+        );
+        fill(
+            &mut self.pod_label_follower_value,
+            file.pod_label_follower_value,
+        );
+        fill(&mut self.pod_name, file.pod_name);
         fill(
             &mut self.enable_release_endpoint,
             file.enable_release_endpoint,
@@ -259,11 +300,27 @@ impl Cli {
 /// Which store holds the lease, with what it needs to reach it.
 #[derive(Clone, Debug)]
 pub enum BackendSettings {
-    File { path: PathBuf },
+    File {
+        path: PathBuf,
+    },
     Redis(Box<RedisSettings>),
     Redlock(Vec<RedisSettings>),
     Etcd(Box<EtcdSettings>),
     Zookeeper(Box<ZkSettings>),
+    /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
+    Kubernetes {
+        namespace: String,
+    },
+}
+
+/// The leader label kept on the own Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodLabelSettings {
+    pub namespace: String,
+    pub pod: String,
+    pub key: String,
+    pub leader_value: String,
+    pub follower_value: String,
 }
 
 /// How to reach ZooKeeper.
@@ -322,6 +379,7 @@ impl BackendSettings {
             BackendSettings::Redlock(_) => "redlock",
             BackendSettings::Etcd(_) => "etcd",
             BackendSettings::Zookeeper(_) => "zookeeper",
+            BackendSettings::Kubernetes { .. } => "kubernetes",
         }
     }
 }
@@ -402,6 +460,10 @@ pub struct Settings {
     pub enable_release_endpoint: bool,
     pub log_format: LogFormat,
     pub transition_log: Option<PathBuf>,
+    /// The leader label on the own Pod, when on.
+    pub pod_label: Option<PodLabelSettings>,
+    /// An explicit kubeconfig (read already, so it is known to be there).
+    pub kubeconfig: Option<PathBuf>,
     /// Accepted but questionable choices, logged once logging is up.
     pub warnings: Vec<String>,
 }
@@ -810,6 +872,114 @@ fn pem_text(setting: &str, path: &std::path::Path) -> Result<String, ConfigError
         .map_err(|_| bad(format!("{setting} {}: not a PEM text file", path.display())))
 }
 
+/// `--namespace`, else the Pod's own (downward API), else `default`.
+fn namespace(cli: &Cli) -> Result<String, ConfigError> {
+    let ns = cli
+        .namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_owned());
+    let ok = ns.len() <= 63
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && ns.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && ns.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !ok {
+        return Err(bad(format!(
+            "--namespace {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+        )));
+    }
+    Ok(ns)
+}
+
+/// A label name or value segment: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends.
+fn label_segment_ok(s: &str, may_be_empty: bool) -> bool {
+    if s.is_empty() {
+        return may_be_empty;
+    }
+    s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn pod_label_settings(cli: &Cli) -> Result<Option<PodLabelSettings>, ConfigError> {
+    let on = match cli.pod_label.as_deref() {
+        None => in_a_pod(),
+        raw => parse_bool("--pod-label", raw)?,
+    };
+    if !on {
+        return Ok(None);
+    }
+    let key = cli
+        .pod_label_key
+        .clone()
+        .unwrap_or_else(|| "leasekeeper.io/leader".to_owned());
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key.as_str()),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
+    if !prefix_ok || !label_segment_ok(name, false) {
+        return Err(bad(format!(
+            "--pod-label-key {key:?} is not a label key; write it like leasekeeper.io/leader"
+        )));
+    }
+    let value = |setting: &str, raw: &Option<String>, default: &str| {
+        let v = raw.clone().unwrap_or_else(|| default.to_owned());
+        if label_segment_ok(&v, true) {
+            Ok(v)
+        } else {
+            Err(bad(format!(
+                "{setting} {v:?} is not a label value (at most 63 of letters, digits, '-', '_', '.')"
+            )))
+        }
+    };
+    let leader_value = value(
+        "--pod-label-leader-value",
+        &cli.pod_label_leader_value,
+        "true",
+    )?;
+    let follower_value = value(
+        "--pod-label-follower-value",
+        &cli.pod_label_follower_value,
+        "false",
+    )?;
+    if leader_value == follower_value {
+        return Err(bad(
+            "--pod-label-leader-value and --pod-label-follower-value must differ",
+        ));
+    }
+    let pod = cli
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .filter(|p| !p.trim().is_empty())
+        .ok_or_else(|| {
+            bad("--pod-label needs the Pod's name: set POD_NAME from the downward API (fieldRef metadata.name) or --pod-name")
+        })?;
+    Ok(Some(PodLabelSettings {
+        namespace: namespace(cli)?,
+        pod: pod.trim().to_owned(),
+        key,
+        leader_value,
+        follower_value,
+    }))
+}
+
 fn in_a_pod() -> bool {
     std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
@@ -878,10 +1048,16 @@ impl Settings {
             }
             "etcd" => BackendSettings::Etcd(Box::new(etcd_settings(&cli)?)),
             "zookeeper" => BackendSettings::Zookeeper(Box::new(zk_settings(&cli)?)),
-            name @ "kubernetes" => {
-                return Err(bad(format!(
-                    "--backend {name} is not available in this release yet; use file, redis, redlock, etcd or zookeeper"
-                )))
+            "kubernetes" => {
+                if timing.ttl.subsec_nanos() != 0 {
+                    return Err(bad(format!(
+                        "--ttl {} must be whole seconds with --backend kubernetes (the Lease counts leaseDurationSeconds)",
+                        fmt_d(timing.ttl)
+                    )));
+                }
+                BackendSettings::Kubernetes {
+                    namespace: namespace(&cli)?,
+                }
             }
             other => {
                 return Err(bad(format!(
@@ -912,6 +1088,16 @@ impl Settings {
                 cli.enable_release_endpoint.as_deref(),
             )?,
             log_format,
+            pod_label: pod_label_settings(&cli)?,
+            kubeconfig: match &cli.kubeconfig {
+                Some(p) => {
+                    std::fs::read(p).map_err(|e| {
+                        bad(format!("--kubeconfig {}: cannot read it: {e}", p.display()))
+                    })?;
+                    Some(p.clone())
+                }
+                None => None,
+            },
             transition_log: cli.transition_log,
             warnings,
         })

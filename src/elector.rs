@@ -197,6 +197,7 @@ pub struct Elector<B: Backend> {
     shutdown: watch::Receiver<bool>,
     heartbeat: Arc<Heartbeat>,
     exit_on_loss: bool,
+    before_release: Vec<watch::Receiver<bool>>,
 }
 
 /// The parts an elector is built from, besides the backend.
@@ -209,6 +210,9 @@ pub struct ElectorParts {
     pub shutdown: watch::Receiver<bool>,
     pub heartbeat: Arc<Heartbeat>,
     pub exit_on_loss: bool,
+    /// Publishers that must show "not leader" before a voluntary release (each says
+    /// `true` once it does), like the Pod label; waited for at most a backend timeout.
+    pub before_release: Vec<watch::Receiver<bool>>,
 }
 
 impl<B: Backend> Elector<B> {
@@ -223,6 +227,7 @@ impl<B: Backend> Elector<B> {
             shutdown: parts.shutdown,
             heartbeat: parts.heartbeat,
             exit_on_loss: parts.exit_on_loss,
+            before_release: parts.before_release,
         }
     }
 
@@ -358,12 +363,14 @@ impl<B: Backend> Elector<B> {
                 _ = shutdown.changed() => {
                     self.step_down(token, "shutdown");
                     self.observer.released();
+                    self.await_publishers().await;
                     self.release_quietly().await;
                     return TenureEnd::Shutdown;
                 }
                 Some(req) = self.releases.recv() => {
                     self.step_down(token, "release requested");
                     self.observer.released();
+                    self.await_publishers().await;
                     self.release_quietly().await;
                     let _ = req.send(true);
                     return TenureEnd::Released;
@@ -440,6 +447,20 @@ impl<B: Backend> Elector<B> {
         self.log
             .record("claim_end", token, Instant::now(), None, None, Some(reason));
         tracing::info!(token, reason, "stepped down");
+    }
+
+    /// Before a voluntary release: let every publisher show "not leader" first, so no
+    /// observer sees this candidate as leader once another may be.
+    async fn await_publishers(&mut self) {
+        let limit = Instant::now() + self.timing.backend_timeout;
+        for published in &mut self.before_release {
+            if tokio::time::timeout_at(limit, published.wait_for(|shown| *shown))
+                .await
+                .is_err()
+            {
+                tracing::warn!("a publisher did not show \"not leader\" in time; releasing anyway");
+            }
+        }
     }
 
     async fn release_quietly(&mut self) {

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use leasekeeper::backend::etcd::EtcdBackend;
 use leasekeeper::backend::file::FileBackend;
+use leasekeeper::backend::kubernetes::KubeBackend;
 use leasekeeper::backend::redis::RedisBackend;
 use leasekeeper::backend::redlock::RedlockBackend;
 use leasekeeper::backend::zookeeper::ZkBackend;
@@ -19,6 +20,7 @@ use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
 use leasekeeper::elector::{Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
 use leasekeeper::publish::http::{router, ApiState};
+use leasekeeper::publish::label::PodLabeler;
 use leasekeeper::publish::metrics::Metrics;
 use leasekeeper::status::Status;
 
@@ -107,10 +109,19 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             )
         })?;
     let ttl = settings.timing.ttl;
+    // The Kubernetes API client, when the backend or the Pod label needs one.
+    let needs_kube = settings.pod_label.is_some()
+        || matches!(settings.backend, BackendSettings::Kubernetes { .. });
+    let kube = if needs_kube {
+        Some(kube_client(settings.kubeconfig.as_deref()).await?)
+    } else {
+        None
+    };
+    let kube = Kube(kube);
     match &settings.backend {
         BackendSettings::File { path } => {
             let backend = FileBackend::new(path.clone(), settings.identity.clone(), ttl);
-            serve(backend, &settings, listener, log).await
+            serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Redis(redis) => {
             let backend = RedisBackend::new(
@@ -121,7 +132,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
-            serve(backend, &settings, listener, log).await
+            serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Etcd(etcd) => {
             let backend = EtcdBackend::new(
@@ -132,11 +143,22 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.renew_interval,
                 settings.timing.backend_timeout,
             );
-            serve(backend, &settings, listener, log).await
+            serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Zookeeper(zk) => {
             let backend = ZkBackend::new(zk, &settings.election, &settings.identity, ttl);
-            serve(backend, &settings, listener, log).await
+            serve(backend, &settings, listener, log, kube).await
+        }
+        BackendSettings::Kubernetes { namespace } => {
+            let client = kube.0.clone().context("kubernetes client")?;
+            let backend = KubeBackend::new(
+                client,
+                namespace,
+                &settings.election,
+                &settings.identity,
+                ttl,
+            );
+            serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Redlock(nodes) => {
             let backend = RedlockBackend::new(
@@ -147,9 +169,30 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
-            serve(backend, &settings, listener, log).await
+            serve(backend, &settings, listener, log, kube).await
         }
     }
+}
+
+/// The API client, built once at start (a missing configuration is bad input).
+struct Kube(Option<kube::Client>);
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!(
+                "kubernetes: no usable API configuration (neither a service account in a Pod nor KUBECONFIG): {e}"
+            )
+        })?,
+    };
+    kube::Client::try_from(config).context("kubernetes: cannot build the API client")
 }
 
 async fn serve<B: Backend>(
@@ -157,6 +200,7 @@ async fn serve<B: Backend>(
     settings: &Settings,
     listener: tokio::net::TcpListener,
     log: TransitionLog,
+    kube: Kube,
 ) -> anyhow::Result<ExitCode> {
     let backend_name = backend.name();
     let (status_tx, status_rx) = watch::channel(Status::new(
@@ -170,6 +214,18 @@ async fn serve<B: Backend>(
     let heartbeat = Heartbeat::new(&settings.timing);
     let metrics = Arc::new(Metrics::new(backend_name));
 
+    let labeler = match (&settings.pod_label, kube.0) {
+        (Some(label), Some(client)) => Some(PodLabeler::new(
+            client,
+            label.clone(),
+            status_rx.clone(),
+            metrics.clone(),
+            settings.timing.backend_timeout,
+        )),
+        _ => None,
+    };
+    let before_release = labeler.iter().map(PodLabeler::clear).collect();
+
     let elector = Elector::new(
         backend,
         ElectorParts {
@@ -181,6 +237,7 @@ async fn serve<B: Backend>(
             shutdown: shutdown_rx,
             heartbeat: heartbeat.clone(),
             exit_on_loss: settings.exit_on_loss,
+            before_release,
         },
     );
 
@@ -211,6 +268,7 @@ async fn serve<B: Backend>(
         "leasekeeper started"
     );
 
+    let labeler_task = labeler.map(|l| tokio::spawn(l.run()));
     let mut elector_task = tokio::spawn(elector.run());
     let exit = tokio::select! {
         exit = &mut elector_task => exit,
@@ -221,6 +279,9 @@ async fn serve<B: Backend>(
         }
     };
     let _ = http_stop_tx.send(());
+    if let Some(task) = labeler_task {
+        task.abort();
+    }
     // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.
     let _ = tokio::time::timeout(std::time::Duration::from_millis(200), http).await;
 

@@ -20,6 +20,7 @@ use crate::status::{FencingToken, Holder};
 
 pub mod etcd;
 pub mod file;
+pub mod kubernetes;
 pub mod redis;
 pub mod redlock;
 pub mod zookeeper;

@@ -133,6 +133,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
             shutdown: shutdown_rx,
             heartbeat: Heartbeat::new(&timing()),
             exit_on_loss,
+            before_release: Vec::new(),
         },
     );
     Harness {

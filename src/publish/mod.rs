@@ -1,4 +1,5 @@
 //! Publishers: each reads `Status` (and never talks to a backend).
 
 pub mod http;
+pub mod label;
 pub mod metrics;

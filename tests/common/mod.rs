@@ -7,6 +7,7 @@
 
 pub mod checker;
 pub mod etcd_server;
+pub mod fake_kube;
 pub mod http;
 pub mod redis_server;
 pub mod zk_server;
@@ -71,6 +72,22 @@ pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
         "zookeeper",
         "--zk-connect",
         connect,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `kubernetes` backend against the fake API server's kubeconfig.
+pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "kubernetes",
+        "--kubeconfig",
+        kubeconfig,
+        "--namespace",
+        "team",
         "--ttl",
         ttl,
         "--election",

@@ -1,0 +1,304 @@
+//! The kubernetes backend and the Pod labeler against the in-process fake API server
+//! (no real API server can run here; see tests/common/fake_kube.rs for what it enforces).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::checker::{self, ElectionSpec, Fault};
+use common::fake_kube::FakeKube;
+use common::{eventually, kube_args, Sidecar};
+use serde_json::json;
+
+fn settles_in(s: &Sidecar, state: &str, limit: Duration) -> serde_json::Value {
+    eventually(limit, || s.leader().filter(|v| v["state"] == state))
+        .unwrap_or_else(|| panic!("{} never {state}: {:?}\n{}", s.name, s.leader(), s.stderr()))
+}
+
+fn assert_within_rbac(api: &FakeKube) {
+    assert!(
+        api.forbidden().is_empty(),
+        "refused requests: {:?}",
+        api.forbidden()
+    );
+    assert_eq!(api.blind_writes(), 0, "updates without a resourceVersion");
+}
+
+#[test]
+fn kubernetes_lease_survives_the_checker() {
+    let mut api = FakeKube::start("team");
+    let kubeconfig = api.kubeconfig();
+    let rounds = (0..40)
+        .map(|i| match i % 10 {
+            1 => Fault::Kill9,
+            3 => Fault::PauseLeader,
+            5 => Fault::PauseServer,
+            6 => Fault::Release,
+            8 => Fault::RestartServer,
+            _ => Fault::Graceful,
+        })
+        .collect();
+    let report = checker::run(ElectionSpec {
+        args: kube_args(&kubeconfig, "2s", "checker"),
+        ttl: Duration::from_secs(2),
+        candidates: 3,
+        rounds,
+        server: Some(&mut api),
+        takeover_while_leader_paused: true,
+        restart_loses_data: false,
+    });
+    eprintln!("kubernetes: {report:?}; requests {:?}", api.requests());
+    assert!(report.claims >= 30, "only {} tenures", report.claims);
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn two_candidates_racing_on_one_lease_never_both_win() {
+    let api = FakeKube::start("team");
+    // Latency widens the window between a read and the write that follows it.
+    api.set_latency(Duration::from_millis(15));
+    let dir = tempfile::tempdir().expect("dir");
+    for round in 0..6 {
+        let election = format!("race-{round}");
+        let args = kube_args(&api.kubeconfig(), "3s", &election);
+        let a = Sidecar::spawn(&format!("a{round}"), dir.path(), &args);
+        let b = Sidecar::spawn(&format!("b{round}"), dir.path(), &args);
+        let both = eventually(Duration::from_secs(15), || {
+            let (x, y) = (a.leader()?, b.leader()?);
+            let settled =
+                |v: &serde_json::Value| v["state"] == "leader" || v["state"] == "follower";
+            (settled(&x) && settled(&y)).then_some((x, y))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "round {round} never settled:\n{}\n{}",
+                a.stderr(),
+                b.stderr()
+            )
+        });
+        let leaders = [&both.0, &both.1]
+            .iter()
+            .filter(|v| v["is_leader"] == true)
+            .count();
+        assert_eq!(leaders, 1, "round {round}: {both:?}");
+        let lease = api.lease(&election).expect("lease");
+        let holder = lease["spec"]["holderIdentity"].as_str().expect("holder");
+        assert_eq!(both.0["leader"], holder);
+        assert_eq!(both.1["leader"], holder);
+        // Watch both for a while: the loser never claims.
+        for _ in 0..20 {
+            let (x, y) = (a.leader().expect("a"), b.leader().expect("b"));
+            assert!(
+                !(x["is_leader"] == true && y["is_leader"] == true),
+                "two leaders: {x} {y}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
+    let api = FakeKube::start("team");
+    let micro = |t: std::time::SystemTime| {
+        let d = t.duration_since(std::time::UNIX_EPOCH).expect("epoch");
+        let secs = d.as_secs();
+        let (days, rem) = (secs / 86400, secs % 86400);
+        // Civil date from days since the epoch (Howard Hinnant's algorithm).
+        let z = days as i64 + 719468;
+        let era = z.div_euclid(146097);
+        let doe = z - era * 146097;
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            d.subsec_micros()
+        )
+    };
+    let client_go = |renew: std::time::SystemTime| {
+        json!({
+            "holderIdentity": "client-go-0",
+            "leaseDurationSeconds": 3,
+            "acquireTime": micro(renew),
+            "renewTime": micro(renew),
+            "leaseTransitions": 4,
+        })
+    };
+    api.put_lease_spec("shared", client_go(std::time::SystemTime::now()));
+    let dir = tempfile::tempdir().expect("dir");
+    let mut ours = Sidecar::spawn(
+        "ours",
+        dir.path(),
+        &kube_args(&api.kubeconfig(), "2s", "shared"),
+    );
+    // The client-go holder renews every second for 5 s: we must follow it.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        api.put_lease_spec("shared", client_go(std::time::SystemTime::now()));
+        if let Some(v) = ours.leader() {
+            assert_eq!(v["is_leader"], false, "took a live client-go lease: {v}");
+            if v["state"] == "follower" {
+                assert_eq!(v["leader"], "client-go-0");
+                assert_eq!(v["fencing_token"], 4);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let stopped = Instant::now();
+    // The holder stops renewing: we take over a lease duration (3 s) later, not before.
+    let v = settles_in(&ours, "leader", Duration::from_secs(10));
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(2500),
+        "took over after {:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(v["fencing_token"], 5);
+    let spec = api.lease("shared").expect("lease")["spec"].clone();
+    assert_eq!(spec["holderIdentity"], "ours");
+    assert_eq!(spec["leaseDurationSeconds"], 2);
+    assert_eq!(spec["leaseTransitions"], 5);
+    for field in ["acquireTime", "renewTime"] {
+        let t = spec[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("{field}: {spec}"));
+        assert!(t.ends_with('Z') && t.contains('T'), "{field} {t}");
+    }
+    // Graceful stop: client-go's ReleaseOnCancel form.
+    ours.terminate(Duration::from_secs(5)).expect("exits");
+    let spec = api.lease("shared").expect("lease")["spec"].clone();
+    assert_eq!(spec["holderIdentity"], "", "{spec}");
+    assert_eq!(spec["leaseDurationSeconds"], 1);
+    assert_eq!(spec["leaseTransitions"], 5);
+    assert_within_rbac(&api);
+}
+
+/// Two sidecars labelling their own Pods.
+fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
+    let spawn = |pod: &str| {
+        api.add_pod(pod, &[("app", "demo")]);
+        let mut args = kube_args(&api.kubeconfig(), "2s", election);
+        args.extend(
+            ["--pod-label", "--pod-name", pod]
+                .iter()
+                .map(|s| (*s).to_owned()),
+        );
+        Sidecar::spawn(pod, dir, &args)
+    };
+    (spawn("pod-a"), spawn("pod-b"))
+}
+
+const KEY: &str = "leasekeeper.io/leader";
+
+#[test]
+fn the_pod_label_follows_leadership_and_drift_is_corrected() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = labelled_pair(&api, dir.path(), "labels");
+    let leader = eventually(Duration::from_secs(15), || {
+        [&a, &b]
+            .into_iter()
+            .find(|s| s.leader().is_some_and(|v| v["is_leader"] == true))
+    })
+    .expect("a leader");
+    let follower = if leader.name == a.name { &b } else { &a };
+    let label_is = |pod: &str, value: &str| {
+        eventually(Duration::from_secs(5), || {
+            (api.pod_label(pod, KEY).as_deref() == Some(value)).then_some(())
+        })
+        .is_some()
+    };
+    assert!(
+        label_is(&leader.name, "true"),
+        "{:?}",
+        api.pod_label(&leader.name, KEY)
+    );
+    assert!(label_is(&follower.name, "false"));
+    // Someone edits the labels: both are put back.
+    api.set_pod_label(&leader.name, KEY, "false");
+    api.set_pod_label(&follower.name, KEY, "true");
+    assert!(
+        label_is(&leader.name, "true"),
+        "leader's label not corrected"
+    );
+    assert!(
+        label_is(&follower.name, "false"),
+        "follower's label not corrected"
+    );
+    // The API fails a few times: the label still gets there (retried with backoff).
+    api.fail_next(&[500, 503, 500]);
+    api.set_pod_label(&follower.name, KEY, "true");
+    assert!(
+        label_is(&follower.name, "false"),
+        "not retried after errors"
+    );
+    // The other app label is never touched.
+    assert_eq!(api.pod_label(&leader.name, "app").as_deref(), Some("demo"));
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn the_label_turns_false_before_the_lease_is_released() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "handover");
+    let leader_is_a = eventually(Duration::from_secs(15), || {
+        if a.leader()?["is_leader"] == true {
+            Some(true)
+        } else if b.leader()?["is_leader"] == true {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .expect("a leader");
+    let (leader, follower) = if leader_is_a {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let name = leader.name.clone();
+    assert!(eventually(Duration::from_secs(5), || (api
+        .pod_label(&name, KEY)
+        .as_deref()
+        == Some("true"))
+    .then_some(()))
+    .is_some());
+    leader.terminate(Duration::from_secs(5)).expect("exits");
+    settles_in(follower, "leader", Duration::from_secs(5));
+    let changes = api.changes();
+    let label_false = changes
+        .iter()
+        .rev()
+        .find(|(_, kind, n, obj)| {
+            *kind == "pods" && *n == name && obj["metadata"]["labels"][KEY] == "false"
+        })
+        .map(|(v, ..)| *v)
+        .expect("the label was set to false");
+    let released = changes
+        .iter()
+        .find(|(_, kind, n, obj)| {
+            *kind == "leases" && n == "handover" && obj["spec"]["holderIdentity"] == ""
+        })
+        .map(|(v, ..)| *v)
+        .expect("the lease was released");
+    assert!(
+        label_false < released,
+        "label false at version {label_false}, lease released at {released}"
+    );
+    let new_leader = follower.name.clone();
+    assert!(eventually(Duration::from_secs(5), || (api
+        .pod_label(&new_leader, KEY)
+        .as_deref()
+        == Some("true"))
+    .then_some(()))
+    .is_some());
+    assert_within_rbac(&api);
+}
