@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{etcd_args, eventually, file_args, http, redis_args, redlock_args, zk_args, Sidecar};
+use common::{
+    etcd_args, eventually, file_args, http, kube_args, redis_args, redlock_args, zk_args, Sidecar,
+};
 use leasekeeper::clock::monotonic_now_ns;
 
 const CANDIDATES: usize = 3;
@@ -587,6 +589,41 @@ fn main() {
         );
         drop(g);
         drop(etcd);
+    }
+    if wants("kubernetes") {
+        // kubernetes Lease on the in-process fake API server (the client side of the
+        // path: watch event → GET → PUT; a real API server adds its own etcd write).
+        let api = common::fake_kube::FakeKube::start("team");
+        let kubeconfig = api.kubeconfig();
+        let mut g = Group::new(kube_args(&kubeconfig, "15s", "bench"), CANDIDATES);
+        let h = handover(&mut g, Stop::Graceful, rounds, None);
+        row(
+            "kubernetes (fake API): graceful handover (SIGTERM → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        row(
+            "kubernetes (fake API): acquire round trip (request sent → claim)",
+            fmt_ms(&stats(h.acquire)),
+        );
+        // Steady state: API requests per second per candidate at ttl 15s.
+        let total = |api: &common::fake_kube::FakeKube| -> usize { api.requests().values().sum() };
+        let before = total(&api);
+        let window = Duration::from_secs(30);
+        std::thread::sleep(window);
+        let per_candidate =
+            (total(&api) - before) as f64 / window.as_secs_f64() / CANDIDATES as f64;
+        row(
+            "kubernetes (fake API): API requests/s per candidate, steady, ttl 15s",
+            format!("{per_candidate:.2}"),
+        );
+        drop(g);
+        let mut g = Group::new(kube_args(&kubeconfig, "2s", "bench-crash"), CANDIDATES);
+        let h = handover(&mut g, Stop::Crash, rounds.min(20), None);
+        row(
+            "kubernetes (fake API): crash failover, ttl 2s (kill -9 → new claim)",
+            fmt_ms(&stats(h.latency)),
+        );
+        drop(g);
     }
     if wants("zookeeper") {
         use std::process::{Command, Stdio};

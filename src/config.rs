@@ -1335,6 +1335,44 @@ mod tests {
                 ],
                 "not a PEM file",
             ),
+            (
+                &["--backend", "kubernetes", "--ttl", "1500ms"],
+                "must be whole seconds with --backend kubernetes",
+            ),
+            (
+                &["--backend", "kubernetes", "--namespace", "Team_A"],
+                "--namespace \"Team_A\" is not a namespace name",
+            ),
+            (
+                &["--kubeconfig", "/nonexistent/kubeconfig"],
+                "--kubeconfig /nonexistent/kubeconfig: cannot read it",
+            ),
+            (
+                &[
+                    "--pod-label",
+                    "--pod-name",
+                    "p",
+                    "--pod-label-key",
+                    "not a key",
+                ],
+                "--pod-label-key \"not a key\" is not a label key",
+            ),
+            (
+                &[
+                    "--pod-label",
+                    "--pod-name",
+                    "p",
+                    "--pod-label-leader-value",
+                    "yes",
+                    "--pod-label-follower-value",
+                    "yes",
+                ],
+                "must differ",
+            ),
+            (
+                &["--pod-label=maybe"],
+                "--pod-label \"maybe\" is not true or false",
+            ),
             (&["--backend", "etcd"], "--etcd-endpoints is required"),
             (
                 &["--backend", "etcd", "--etcd-endpoints", "127.0.0.1:2379"],

@@ -454,11 +454,12 @@ impl<B: Backend> Elector<B> {
     async fn await_publishers(&mut self) {
         let limit = Instant::now() + self.timing.backend_timeout;
         for published in &mut self.before_release {
-            if tokio::time::timeout_at(limit, published.wait_for(|shown| *shown))
-                .await
-                .is_err()
-            {
-                tracing::warn!("a publisher did not show \"not leader\" in time; releasing anyway");
+            match tokio::time::timeout_at(limit, published.wait_for(|shown| *shown)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => tracing::warn!("a publisher is gone; releasing without it"),
+                Err(_) => tracing::warn!(
+                    "a publisher did not show \"not leader\" in time; releasing anyway"
+                ),
             }
         }
     }

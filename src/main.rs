@@ -73,7 +73,14 @@ fn main() -> ExitCode {
     match runtime.block_on(run(settings)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line, whatever the error's own text looks like (a YAML parser's
+            // caret diagram, say).
+            let text = format!("{e:#}");
+            let line = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("failed");
+            eprintln!("error: {}", line.trim_end());
             ExitCode::from(2)
         }
     }
@@ -224,7 +231,8 @@ async fn serve<B: Backend>(
         )),
         _ => None,
     };
-    let before_release = labeler.iter().map(PodLabeler::clear).collect();
+    let label_clear: Vec<watch::Receiver<bool>> = labeler.iter().map(PodLabeler::clear).collect();
+    let before_release = label_clear.clone();
 
     let elector = Elector::new(
         backend,
@@ -280,6 +288,12 @@ async fn serve<B: Backend>(
     };
     let _ = http_stop_tx.send(());
     if let Some(task) = labeler_task {
+        // Leaving for any reason (a loss with --exit-on-loss too): let the label show
+        // "not leader" before the labeler goes, within the backend timeout.
+        let limit = tokio::time::Instant::now() + settings.timing.backend_timeout;
+        for mut clear in label_clear {
+            let _ = tokio::time::timeout_at(limit, clear.wait_for(|c| *c)).await;
+        }
         task.abort();
     }
     // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.

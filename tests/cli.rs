@@ -154,3 +154,26 @@ fn help_and_version_exit_zero() {
     assert_eq!(code, Some(0));
     assert!(out.contains(env!("CARGO_PKG_VERSION")));
 }
+
+#[test]
+fn kubernetes_settings_that_cannot_work_are_refused_at_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let home = dir.path().to_str().expect("utf8");
+    let garbage = dir.path().join("kubeconfig");
+    std::fs::write(&garbage, "clusters: [not a kubeconfig").expect("write");
+    let garbage = garbage.to_str().expect("utf8");
+    // The label needs the Pod's own name.
+    assert_one_line_error(&["--pod-label"], &[("POD_NAME", "")], "POD_NAME");
+    // A kubeconfig that is not one.
+    assert_one_line_error(
+        &["--backend", "kubernetes", "--kubeconfig", garbage],
+        &[],
+        "--kubeconfig",
+    );
+    // Out of a Pod, without any kubeconfig.
+    assert_one_line_error(
+        &["--backend", "kubernetes"],
+        &[("HOME", home), ("KUBECONFIG", "")],
+        "no usable API configuration",
+    );
+}

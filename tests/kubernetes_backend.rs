@@ -302,3 +302,129 @@ fn the_label_turns_false_before_the_lease_is_released() {
     .is_some());
     assert_within_rbac(&api);
 }
+
+#[test]
+fn a_deleted_lease_is_not_a_free_lease() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "3s", "deleted");
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    settles_in(&a, "leader", Duration::from_secs(10));
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    let before = settles_in(&b, "follower", Duration::from_secs(10));
+    let token = before["fencing_token"].as_u64().expect("token");
+    api.delete_lease("deleted");
+    // For a while after the deletion: never two leaders, and no token at or below the
+    // one before (a recreated Lease continues the count).
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let (x, y) = (a.leader().expect("a"), b.leader().expect("b"));
+        assert!(
+            !(x["is_leader"] == true && y["is_leader"] == true),
+            "two leaders after the deletion: {x} {y}"
+        );
+        for v in [&x, &y] {
+            let t = v["fencing_token"].as_u64();
+            // Either a's tenure from before the deletion, or a new one with a greater token.
+            let old_tenure = v["identity"] == "a" && t == Some(token);
+            if v["is_leader"] == true && !old_tenure {
+                assert!(t.expect("token") > token, "token did not grow: {v}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lease = api.lease("deleted").expect("recreated");
+    assert!(
+        lease["spec"]["leaseTransitions"]
+            .as_u64()
+            .expect("transitions")
+            > token
+    );
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_second_process_with_our_identity_is_a_rival() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "2s", "twins");
+    let mut first = Sidecar::spawn("same", dir.path(), &args);
+    settles_in(&first, "leader", Duration::from_secs(10));
+    // A second process with the same identity (a StatefulSet Pod recreated while the old
+    // one still runs on a partitioned node): the Lease names it, but it did not write it.
+    let second = Sidecar::spawn("same", dir.path(), &args);
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        if let Some(v) = second.leader() {
+            assert_eq!(v["is_leader"], false, "took the lease of a live twin: {v}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill();
+    let v = settles_in(&second, "leader", Duration::from_secs(10));
+    assert!(v["fencing_token"].as_u64().expect("token") >= 1);
+}
+
+#[test]
+fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "midflight");
+    // Let both settle as followers-or-leader, then slow the API so the next label write
+    // is in flight when the leader is stopped.
+    let leader_is_a = eventually(Duration::from_secs(15), || {
+        if a.leader()?["is_leader"] == true {
+            Some(true)
+        } else if b.leader()?["is_leader"] == true {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .expect("a leader");
+    let (leader, follower) = if leader_is_a {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(eventually(Duration::from_secs(5), || (api
+        .pod_label(&new, KEY)
+        .as_deref()
+        == Some("false"))
+    .then_some(()))
+    .is_some());
+    // The follower takes over while every request takes 150 ms: stop it right after it
+    // claims, while its "true" patch is on the way.
+    api.set_latency(Duration::from_millis(150));
+    leader.terminate(Duration::from_secs(10)).expect("exits");
+    settles_in(follower, "leader", Duration::from_secs(10));
+    follower.terminate(Duration::from_secs(10)).expect("exits");
+    api.set_latency(Duration::ZERO);
+    for pod in [&old, &new] {
+        assert_eq!(
+            api.pod_label(pod, KEY).as_deref(),
+            Some("false"),
+            "{pod} left as leader"
+        );
+    }
+    // And the last release came after the last "false" of the pod that held the lease.
+    let changes = api.changes();
+    let last_true_or_false = changes
+        .iter()
+        .rfind(|(_, kind, n, _)| *kind == "pods" && *n == new)
+        .map(|(v, _, _, obj)| (*v, obj["metadata"]["labels"][KEY].clone()))
+        .expect("label writes");
+    let last_release = changes
+        .iter()
+        .rev()
+        .find(|(_, kind, _, obj)| *kind == "leases" && obj["spec"]["holderIdentity"] == "")
+        .map(|(v, ..)| *v)
+        .expect("released");
+    assert_eq!(last_true_or_false.1, "false");
+    assert!(
+        last_true_or_false.0 < last_release,
+        "{last_true_or_false:?} vs release at {last_release}"
+    );
+    assert_within_rbac(&api);
+}

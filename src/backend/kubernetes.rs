@@ -19,11 +19,19 @@
 //!   when the observed record would expire, or after the retry interval.
 //! - **Release** = empty holder, `leaseDurationSeconds: 1`, as client-go's
 //!   `ReleaseOnCancel` does, so client-go candidates take over at once too.
+//! - **Our own name is not proof of ownership**: a record naming our identity counts as
+//!   ours only if it is one this process wrote (a second process with the same identity,
+//!   say a StatefulSet Pod force-deleted on a partitioned node, is treated as a rival).
+//! - **A deleted Lease is not a free Lease**: a candidate that saw a live holder before
+//!   the deletion still waits out that holder's duration, and the Lease it creates
+//!   continues the token count. (A candidate that never saw the Lease creates it at
+//!   once with token 0, as client-go does.)
 //!
 //! Safety of the claim: our deadline is measured from the send time of the request that
 //! wrote the record, and a rival measures a whole lease duration from the moment it
 //! *saw* that write, which is later; so a rival's takeover is never before our deadline.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -94,11 +102,21 @@ pub struct KubeBackend {
     observed: Option<Observed>,
     /// Our own tenure: the Lease as our last write left it.
     held: Option<Lease>,
+    /// The records of our last few writes (sent, whether or not the answer came back).
+    written: VecDeque<Record>,
+    /// The Lease was deleted after `observed` was seen (whose version is the deletion's).
+    deleted: bool,
 }
 
+/// Now, in whole microseconds, so a record reads back exactly as it was written.
 fn now() -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::now())
+    use k8s_openapi::jiff::Timestamp;
+    let t = Timestamp::now();
+    MicroTime(Timestamp::from_microsecond(t.as_microsecond()).unwrap_or(t))
 }
+
+/// How long to wait before looking again after a watch that ended at once.
+const SETTLE: Duration = Duration::from_millis(500);
 
 fn kube_err(op: &'static str) -> impl Fn(kube::Error) -> BackendError {
     move |e| BackendError::Store {
@@ -130,6 +148,8 @@ impl KubeBackend {
             ttl,
             observed: None,
             held: None,
+            written: VecDeque::new(),
+            deleted: false,
         }
     }
 
@@ -166,31 +186,82 @@ impl KubeBackend {
         }
     }
 
-    fn our_spec(&self, acquire: Option<MicroTime>, transitions: i32) -> LeaseSpec {
-        LeaseSpec {
+    /// Our record over `base`'s spec (other fields, like `strategy`, are kept), noted as
+    /// one of our writes before it is sent.
+    fn our_spec(
+        &mut self,
+        base: Option<&LeaseSpec>,
+        acquire: Option<MicroTime>,
+        transitions: i32,
+    ) -> LeaseSpec {
+        let spec = LeaseSpec {
             holder_identity: Some(self.identity.clone()),
             lease_duration_seconds: Some(self.ttl_secs()),
             acquire_time: acquire,
             renew_time: Some(now()),
             lease_transitions: Some(transitions),
-            ..LeaseSpec::default()
-        }
+            ..base.cloned().unwrap_or_default()
+        };
+        self.note_write(&spec);
+        spec
     }
 
+    fn note_write(&mut self, spec: &LeaseSpec) {
+        let lease = Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(spec.clone()),
+        };
+        if self.written.len() == 4 {
+            self.written.pop_front();
+        }
+        self.written.push_back(Record::of(&lease));
+    }
+
+    /// A record this process wrote (not merely one that carries our name).
+    fn is_ours(&self, record: &Record) -> bool {
+        record.holder == self.identity && self.written.contains(record)
+    }
+
+    /// The token after `transitions`.
+    fn next_token(transitions: i32) -> Result<i32, BackendError> {
+        transitions.checked_add(1).ok_or(BackendError::Store {
+            op: "campaign",
+            message: "leaseTransitions cannot grow any further".to_owned(),
+        })
+    }
+
+    /// The Lease is missing: create it, unless a holder seen before the deletion may
+    /// still be live.
     async fn create(&mut self) -> Result<Campaign, BackendError> {
+        let transitions = match &self.observed {
+            Some(o) => {
+                let live = !o.record.holder.is_empty()
+                    && !self.is_ours(&o.record)
+                    && Instant::now() < o.expires_at();
+                if live {
+                    return Ok(Campaign::Held(Self::holder_of(&o.record)));
+                }
+                Self::next_token(o.record.transitions)?
+            }
+            None => 0,
+        };
+        let spec = self.our_spec(None, Some(now()), transitions);
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
                 ..ObjectMeta::default()
             },
-            spec: Some(self.our_spec(Some(now()), 0)),
+            spec: Some(spec),
         };
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(created) => {
+                self.deleted = false;
                 self.observe(created.clone());
                 self.held = Some(created);
-                Ok(Campaign::Acquired { token: 0 })
+                Ok(Campaign::Acquired {
+                    token: u64::try_from(transitions).unwrap_or(0),
+                })
             }
             // Another candidate created it first.
             Err(e) if status_code(&e) == Some(409) => Ok(Campaign::Held(None)),
@@ -213,7 +284,7 @@ impl KubeBackend {
             .await
             .map_err(kube_err("get lease"))?;
         let Some(current) = current else {
-            self.observed = None;
+            self.deleted = true;
             return Ok(None);
         };
         self.observe(current.clone());
@@ -238,23 +309,25 @@ impl Backend for KubeBackend {
             .await
             .map_err(kube_err("get lease"))?;
         let Some(current) = current else {
-            self.observed = None;
+            self.deleted = true;
             return self.create().await;
         };
+        self.deleted = false;
         self.observe(current.clone());
         let Some(observed) = &self.observed else {
             return Ok(Campaign::Held(None));
         };
         let record = observed.record.clone();
         let free = record.holder.is_empty()
-            || record.holder == self.identity
+            || self.is_ours(&record)
             || Instant::now() >= observed.expires_at();
         if !free {
             return Ok(Campaign::Held(Self::holder_of(&record)));
         }
         // Every acquisition gets a greater token, also one from our own old tenure.
-        let transitions = record.transitions.saturating_add(1);
-        let lease = Self::with_spec(&current, self.our_spec(Some(now()), transitions));
+        let transitions = Self::next_token(record.transitions)?;
+        let spec = self.our_spec(current.spec.as_ref(), Some(now()), transitions);
+        let lease = Self::with_spec(&current, spec);
         match self.replace(&lease).await {
             Ok(written) => {
                 self.observe(written.clone());
@@ -280,10 +353,12 @@ impl Backend for KubeBackend {
         // One retry: a conflict may come from a write that did not change the holder
         // (a label, say, or our own earlier renew whose answer was lost).
         for _ in 0..2 {
-            let lease = Self::with_spec(
-                &base,
-                self.our_spec(record.acquire.clone(), record.transitions),
+            let spec = self.our_spec(
+                base.spec.as_ref(),
+                record.acquire.clone(),
+                record.transitions,
             );
+            let lease = Self::with_spec(&base, spec);
             match self.replace(&lease).await {
                 Ok(written) => {
                     self.observe(written.clone());
@@ -301,7 +376,7 @@ impl Backend for KubeBackend {
                 }
                 Err(e) if status_code(&e) == Some(404) => {
                     self.held = None;
-                    self.observed = None;
+                    self.deleted = true;
                     return Ok(Renewal::Lost);
                 }
                 Err(e) => return Err(kube_err("renew lease")(e)),
@@ -323,7 +398,7 @@ impl Backend for KubeBackend {
                 .await
                 .map_err(kube_err("get lease"))?
             {
-                Some(l) if Record::of(&l).holder == self.identity => l,
+                Some(l) if self.is_ours(&Record::of(&l)) => l,
                 _ => return Ok(()),
             },
         };
@@ -337,7 +412,7 @@ impl Backend for KubeBackend {
                 acquire_time: Some(now()),
                 renew_time: Some(now()),
                 lease_transitions: Some(record.transitions),
-                ..LeaseSpec::default()
+                ..base.spec.clone().unwrap_or_default()
             };
             match self.replace(&Self::with_spec(&base, spec)).await {
                 Ok(written) => {
@@ -363,14 +438,19 @@ impl Backend for KubeBackend {
         let Some(observed) = &self.observed else {
             return Wake::Changed;
         };
-        let mut until = start + max;
+        // No holder: nothing to wait for.
         if observed.record.holder.is_empty() {
             return Wake::Changed;
         }
-        if observed.record.holder != self.identity {
+        let mut until = start + max;
+        if !self.is_ours(&observed.record) {
+            // A rival's record may be taken over once it has stood still for its duration.
             until = until.min(observed.expires_at());
         }
-        let holder = observed.record.holder.clone();
+        if until <= start {
+            return Wake::Changed;
+        }
+        let before = observed.record.clone();
         let params = WatchParams::default()
             .fields(&format!("metadata.name={}", self.name))
             .timeout(u32::try_from(max.as_secs() + 1).unwrap_or(u32::MAX))
@@ -386,36 +466,52 @@ impl Backend for KubeBackend {
             }
             Err(_) => return Wake::Changed,
         };
+        // A watch that ends at once (a proxy, a failing server) must not become a tight
+        // loop of reads: wait a little before looking again.
+        let settle = until.min(start + SETTLE);
         let mut stream = std::pin::pin!(stream);
         loop {
             let event = match timeout_at(until, stream.next()).await {
                 Ok(Some(Ok(event))) => event,
                 Ok(Some(Err(e))) => {
                     tracing::debug!(error = %e, "the lease watch broke");
-                    sleep_until(until.min(Instant::now() + Duration::from_millis(200))).await;
+                    sleep_until(settle).await;
                     return Wake::Changed;
                 }
-                // The server ended the watch, or the time is up (the record may have
-                // expired): look again.
-                Ok(None) | Err(_) => return Wake::Changed,
+                Ok(None) => {
+                    sleep_until(settle).await;
+                    return Wake::Changed;
+                }
+                // The time is up (the record may have expired): look again.
+                Err(_) => return Wake::Changed,
             };
             match event {
                 WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
                     let record = Record::of(&lease);
+                    self.deleted = false;
                     self.observe(lease);
-                    if record.holder != holder || record.holder.is_empty() {
+                    if record.holder == before.holder && record.transitions == before.transitions {
+                        // The same tenure renewed: the observation is fresh, nothing to do.
+                        return Wake::Quiet;
+                    }
+                    return Wake::Changed;
+                }
+                WatchEvent::Deleted(lease) => {
+                    // Keep the record (its holder may still be live), at the deletion's
+                    // version, so the next watch starts after it.
+                    let known = self.deleted;
+                    self.deleted = true;
+                    if let Some(o) = self.observed.as_mut() {
+                        o.lease.metadata.resource_version = lease.metadata.resource_version;
+                    }
+                    if !known {
                         return Wake::Changed;
                     }
-                    // The same holder renewed: the observation is fresh, nothing to do.
-                    return Wake::Quiet;
-                }
-                WatchEvent::Deleted(_) => {
-                    self.observed = None;
-                    return Wake::Changed;
                 }
                 WatchEvent::Bookmark(_) => {}
                 WatchEvent::Error(status) => {
                     tracing::debug!(code = status.code, "the lease watch ended with an error");
+                    sleep_until(settle).await;
                     return Wake::Changed;
                 }
             }

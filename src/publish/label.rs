@@ -27,7 +27,20 @@ use crate::publish::metrics::Metrics;
 use crate::status::Status;
 
 /// What the Pod carries, as read from the API: its resourceVersion and the label value.
+/// (resourceVersions are opaque to clients by contract; every API server backed by etcd
+/// hands out increasing integers, and when one does not parse, every event counts.)
 type Seen = (Option<u64>, Option<String>);
+
+/// A label update that did not take.
+#[derive(Debug, thiserror::Error)]
+pub enum LabelError {
+    #[error("patching the pod: {0}")]
+    Api(#[from] kube::Error),
+    #[error("patching the pod timed out")]
+    Timeout,
+    #[error("the API accepted the patch, but the label reads {0:?}")]
+    NotApplied(Option<String>),
+}
 
 pub struct PodLabeler {
     api: Api<Pod>,
@@ -114,16 +127,38 @@ impl PodLabeler {
                 (leading, s.claim.filter(|_| leading).map(|c| c.deadline))
             };
             let desired = if leading {
-                &self.settings.leader_value
+                self.settings.leader_value.clone()
             } else {
-                &self.settings.follower_value
+                self.settings.follower_value.clone()
             };
-            let shows_follower = applied.as_deref() == Some(self.settings.follower_value.as_str());
-            self.clear.send_replace(shows_follower);
-            if applied.as_ref() != Some(desired) && retry_at.is_none_or(|t| now >= t) {
-                let desired = desired.clone();
-                match self.patch(&desired).await {
-                    Ok(pod) => {
+            let needs_patch = applied.as_ref() != Some(&desired);
+            // "Clear" only while the Pod is known to carry the follower value and no
+            // write is about to change that.
+            self.clear.send_replace(!leading && !needs_patch);
+            if needs_patch && retry_at.is_none_or(|t| now >= t) {
+                // A "true" that has not landed by the deadline must not land later
+                // unnoticed: give up on it then (and whenever the status moves on).
+                let far = now + Duration::from_secs(3600);
+                let mut moved_on = self.status.clone();
+                let outcome = tokio::select! {
+                    r = self.patch(&desired) => Some(r),
+                    () = sleep_until(deadline.unwrap_or(far)) => None,
+                    changed = moved_on.changed(), if leading => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        None
+                    }
+                };
+                match outcome {
+                    None => {
+                        // The write may or may not land: the value is unknown now, so
+                        // the follower value is written next (and the watch reports
+                        // whatever the Pod carries in the end).
+                        applied = None;
+                        applied_version = None;
+                    }
+                    Some(Ok(pod)) => {
                         self.metrics.pod_label_patched("ok");
                         tracing::info!(
                             pod = %self.settings.pod,
@@ -136,14 +171,14 @@ impl PodLabeler {
                         backoff.reset();
                         retry_at = None;
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         self.metrics.pod_label_patched("error");
                         let wait = backoff.next();
                         tracing::warn!(
                             error = %e,
                             pod = %self.settings.pod,
                             retry_in_ms = wait.as_millis() as u64,
-                            "patching the pod label failed"
+                            "the pod label update failed"
                         );
                         retry_at = Some(Instant::now() + wait);
                     }
@@ -182,17 +217,21 @@ impl PodLabeler {
         }
     }
 
-    async fn patch(&self, value: &str) -> Result<Pod, String> {
+    async fn patch(&self, value: &str) -> Result<Pod, LabelError> {
         let body = serde_json::json!({
             "metadata": { "labels": { self.settings.key.as_str(): value } }
         });
         let params = PatchParams::default();
         let patch = Patch::Merge(&body);
         let call = self.api.patch(&self.settings.pod, &params, &patch);
-        match timeout(self.call_timeout, call).await {
-            Ok(Ok(pod)) => Ok(pod),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("timed out".to_owned()),
+        let pod = timeout(self.call_timeout, call)
+            .await
+            .map_err(|_| LabelError::Timeout)??;
+        // A mutating webhook or policy may strip the label: that is a failure (with
+        // backoff), not a success to repeat at once.
+        match self.label_of(&pod) {
+            Some(v) if v == value => Ok(pod),
+            other => Err(LabelError::NotApplied(other)),
         }
     }
 }
@@ -239,11 +278,13 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
                 continue;
             }
         };
-        backoff.reset();
+        let opened = Instant::now();
+        let mut events = 0usize;
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                    events += 1;
                     version = pod.metadata.resource_version.clone().unwrap_or_default();
                     if seen.send((version_of(&pod), label(&pod))).await.is_err() {
                         return;
@@ -254,5 +295,12 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
             }
         }
         tracing::debug!(%version, "the pod watch ended; reading the pod again");
+        // A watch that served is a success; one that ended at once without a word
+        // (a proxy, a failing server) is retried with backoff, not in a loop.
+        if events > 0 || opened.elapsed() >= Duration::from_secs(10) {
+            backoff.reset();
+        } else {
+            sleep(backoff.next()).await;
+        }
     }
 }

@@ -100,6 +100,10 @@ impl FakeKube {
                 .expect("runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                // Like Go's net package (the real API server), no Nagle delays.
+                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 let app = axum::Router::new().fallback(move |m, u, h, b| {
                     let state = state.clone();
                     async move { handle(state, m, u, h, b).await }
@@ -215,6 +219,30 @@ impl FakeKube {
             ),
         };
         write(&self.shared, &mut store, "leases", &ns, name, obj, event);
+    }
+
+    /// Deletes a Lease as an administrator would (`kubectl delete lease`).
+    pub fn delete_lease(&self, name: &str) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let Some(mut obj) = store
+            .objects
+            .remove(&("leases", ns.clone(), name.to_owned()))
+        else {
+            return;
+        };
+        store.version += 1;
+        let version = store.version;
+        obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
+        let change = Change {
+            version,
+            kind: "leases",
+            key: (ns, name.to_owned()),
+            event: "DELETED",
+            object: obj,
+        };
+        store.history.push(change.clone());
+        let _ = self.shared.changes.send(change);
     }
 
     /// Every write so far, in order: (resourceVersion, kind, name, object).
