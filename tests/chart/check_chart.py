@@ -129,6 +129,10 @@ BAD_VALUES = [
     ({"replicaCount": "3"}, "/replicaCount"),
     ({"election": {"ttl": 15}}, "/election/ttl"),
     ({"election": {"ttl": "15"}}, "/election/ttl"),
+    # backend.type kubernetes (the default): the Lease counts whole seconds, and the
+    # sidecar refuses any other ttl at start.
+    ({"election": {"ttl": "1500ms"}}, "/election/ttl"),
+    ({"election": {"ttl": "1s 500ms"}}, "/election/ttl"),
     ({"election": {"name": "Billing_Worker"}}, "/election/name"),
     ({"logFormat": "xml"}, "/logFormat"),
     ({"podLabel": {"enabled": "yes"}}, "/podLabel/enabled"),
@@ -552,6 +556,14 @@ def test_schema_rejects_bad_values():
             assert where in str(e), f"{values}: rejected, but the message does not name {where!r}: {e}"
             continue
         raise AssertionError(f"values.schema.json accepted {values}")
+
+
+def test_whole_second_ttl_only_with_kubernetes():
+    """The whole-seconds rule of election.ttl holds for backend.type kubernetes only, and
+    lets through every way of writing whole seconds."""
+    for ttl in ["15s", "1m", "1m 30s", "2000ms", "1s 1000ms"]:
+        render_raw({"election": {"ttl": ttl}})
+    render_raw({**ETCD, "election": {"ttl": "1500ms"}})
 
 
 def test_templates_reject_bad_combinations():
