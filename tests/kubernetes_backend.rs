@@ -428,3 +428,149 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
     );
     assert_within_rbac(&api);
 }
+
+/// One raw request to the fake API: (status, JSON body).
+fn call(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    content_type: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    let code = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (
+        code,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The fake must keep the API's rules, or the tests above prove nothing.
+#[test]
+fn the_fake_api_enforces_what_it_claims() {
+    use common::fake_kube::TOKEN;
+    let api = FakeKube::start("team");
+    api.add_pod("p", &[("app", "demo"), (KEY, "true")]);
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
+    let json = "application/json";
+    let t = Some(TOKEN);
+    // 401 without the token; 403 outside the Role (list, delete, another namespace).
+    assert_eq!(
+        call(api.port, "GET", &format!("{leases}/x"), None, json, "").0,
+        401
+    );
+    assert_eq!(
+        call(api.port, "GET", "/api/v1/namespaces/team/pods", t, json, "").0,
+        403
+    );
+    assert_eq!(
+        call(api.port, "DELETE", &format!("{leases}/x"), t, json, "").0,
+        403
+    );
+    assert_eq!(
+        call(
+            api.port,
+            "GET",
+            "/api/v1/namespaces/other/pods/p",
+            t,
+            json,
+            ""
+        )
+        .0,
+        403
+    );
+    assert_eq!(api.forbidden().len(), 3);
+    // Create, then create again: 409 AlreadyExists.
+    let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"x"},"spec":{"holderIdentity":"a"}}"#;
+    let (code, created) = call(api.port, "POST", leases, t, json, lease);
+    assert_eq!(code, 201);
+    assert_eq!(call(api.port, "POST", leases, t, json, lease).0, 409);
+    // Update with a stale resourceVersion: 409; with the current one: a new version.
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_owned();
+    let update = |rv: &str, holder: &str| {
+        format!(
+            r#"{{"metadata":{{"name":"x","resourceVersion":"{rv}"}},"spec":{{"holderIdentity":"{holder}"}}}}"#
+        )
+    };
+    let (code, updated) = call(
+        api.port,
+        "PUT",
+        &format!("{leases}/x"),
+        t,
+        json,
+        &update(&rv, "b"),
+    );
+    assert_eq!(code, 200);
+    assert_ne!(
+        updated["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        call(
+            api.port,
+            "PUT",
+            &format!("{leases}/x"),
+            t,
+            json,
+            &update(&rv, "c")
+        )
+        .0,
+        409
+    );
+    assert_eq!(
+        api.lease("x").expect("lease")["spec"]["holderIdentity"],
+        "b"
+    );
+    // Only merge patches; `null` deletes a key and other labels stay.
+    let pod = "/api/v1/namespaces/team/pods/p";
+    let patch = format!(r#"{{"metadata":{{"labels":{{"{KEY}":null}}}}}}"#);
+    assert_eq!(
+        call(
+            api.port,
+            "PATCH",
+            pod,
+            t,
+            "application/json-patch+json",
+            "[]"
+        )
+        .0,
+        415
+    );
+    let (code, patched) = call(
+        api.port,
+        "PATCH",
+        pod,
+        t,
+        "application/merge-patch+json",
+        &patch,
+    );
+    assert_eq!(code, 200);
+    assert!(patched["metadata"]["labels"][KEY].is_null());
+    assert_eq!(patched["metadata"]["labels"]["app"], "demo");
+    // Injected failures come first, one per request.
+    api.fail_next(&[503]);
+    assert_eq!(call(api.port, "GET", pod, t, json, "").0, 503);
+    assert_eq!(call(api.port, "GET", pod, t, json, "").0, 200);
+}
