@@ -197,6 +197,33 @@ fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Side
 
 const KEY: &str = "leasekeeper.io/leader";
 
+/// The pair, the one that leads first.
+fn leader_first<'a>(a: &'a mut Sidecar, b: &'a mut Sidecar) -> (&'a mut Sidecar, &'a mut Sidecar) {
+    let a_leads = eventually(Duration::from_secs(15), || {
+        if a.leader()?["is_leader"] == true {
+            Some(true)
+        } else if b.leader()?["is_leader"] == true {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .expect("a leader");
+    if a_leads {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// Whether the Pod's label reaches `value` within 5 s.
+fn label_becomes(api: &FakeKube, pod: &str, value: &str) -> bool {
+    eventually(Duration::from_secs(5), || {
+        (api.pod_label(pod, KEY).as_deref() == Some(value)).then_some(())
+    })
+    .is_some()
+}
+
 #[test]
 fn the_pod_label_follows_leadership_and_drift_is_corrected() {
     let api = FakeKube::start("team");
@@ -209,12 +236,7 @@ fn the_pod_label_follows_leadership_and_drift_is_corrected() {
     })
     .expect("a leader");
     let follower = if leader.name == a.name { &b } else { &a };
-    let label_is = |pod: &str, value: &str| {
-        eventually(Duration::from_secs(5), || {
-            (api.pod_label(pod, KEY).as_deref() == Some(value)).then_some(())
-        })
-        .is_some()
-    };
+    let label_is = |pod: &str, value: &str| label_becomes(&api, pod, value);
     assert!(
         label_is(&leader.name, "true"),
         "{:?}",
@@ -249,28 +271,9 @@ fn the_label_turns_false_before_the_lease_is_released() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
     let (mut a, mut b) = labelled_pair(&api, dir.path(), "handover");
-    let leader_is_a = eventually(Duration::from_secs(15), || {
-        if a.leader()?["is_leader"] == true {
-            Some(true)
-        } else if b.leader()?["is_leader"] == true {
-            Some(false)
-        } else {
-            None
-        }
-    })
-    .expect("a leader");
-    let (leader, follower) = if leader_is_a {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
+    let (leader, follower) = leader_first(&mut a, &mut b);
     let name = leader.name.clone();
-    assert!(eventually(Duration::from_secs(5), || (api
-        .pod_label(&name, KEY)
-        .as_deref()
-        == Some("true"))
-    .then_some(()))
-    .is_some());
+    assert!(label_becomes(&api, &name, "true"));
     leader.terminate(Duration::from_secs(5)).expect("exits");
     settles_in(follower, "leader", Duration::from_secs(5));
     let changes = api.changes();
@@ -294,12 +297,7 @@ fn the_label_turns_false_before_the_lease_is_released() {
         "label false at version {label_false}, lease released at {released}"
     );
     let new_leader = follower.name.clone();
-    assert!(eventually(Duration::from_secs(5), || (api
-        .pod_label(&new_leader, KEY)
-        .as_deref()
-        == Some("true"))
-    .then_some(()))
-    .is_some());
+    assert!(label_becomes(&api, &new_leader, "true"));
     assert_within_rbac(&api);
 }
 
@@ -372,28 +370,9 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
     let (mut a, mut b) = labelled_pair(&api, dir.path(), "midflight");
     // Let both settle as followers-or-leader, then slow the API so the next label write
     // is in flight when the leader is stopped.
-    let leader_is_a = eventually(Duration::from_secs(15), || {
-        if a.leader()?["is_leader"] == true {
-            Some(true)
-        } else if b.leader()?["is_leader"] == true {
-            Some(false)
-        } else {
-            None
-        }
-    })
-    .expect("a leader");
-    let (leader, follower) = if leader_is_a {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
+    let (leader, follower) = leader_first(&mut a, &mut b);
     let (old, new) = (leader.name.clone(), follower.name.clone());
-    assert!(eventually(Duration::from_secs(5), || (api
-        .pod_label(&new, KEY)
-        .as_deref()
-        == Some("false"))
-    .then_some(()))
-    .is_some());
+    assert!(label_becomes(&api, &new, "false"));
     // The follower takes over while every request takes 150 ms: stop it right after it
     // claims, while its "true" patch is on the way.
     api.set_latency(Duration::from_millis(150));

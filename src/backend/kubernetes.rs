@@ -276,15 +276,20 @@ impl KubeBackend {
             .await
     }
 
-    /// Reads the Lease again after a conflict; `Some` when it is still our tenure.
-    async fn still_ours(&mut self, token: i32) -> Result<Option<Lease>, BackendError> {
+    /// Reads the Lease; notes whether it is gone.
+    async fn read(&mut self) -> Result<Option<Lease>, BackendError> {
         let current = self
             .api
             .get_opt(&self.name)
             .await
             .map_err(kube_err("get lease"))?;
-        let Some(current) = current else {
-            self.deleted = true;
+        self.deleted = current.is_none();
+        Ok(current)
+    }
+
+    /// Reads the Lease again after a conflict; `Some` when it is still our tenure.
+    async fn still_ours(&mut self, token: i32) -> Result<Option<Lease>, BackendError> {
+        let Some(current) = self.read().await? else {
             return Ok(None);
         };
         self.observe(current.clone());
@@ -303,16 +308,9 @@ impl Backend for KubeBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        let current = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(kube_err("get lease"))?;
-        let Some(current) = current else {
-            self.deleted = true;
+        let Some(current) = self.read().await? else {
             return self.create().await;
         };
-        self.deleted = false;
         self.observe(current.clone());
         let Some(observed) = &self.observed else {
             return Ok(Campaign::Held(None));
@@ -392,12 +390,7 @@ impl Backend for KubeBackend {
         let mine = match self.held.take() {
             Some(l) => l,
             // A campaign whose answer was lost may have taken the Lease: look.
-            None => match self
-                .api
-                .get_opt(&self.name)
-                .await
-                .map_err(kube_err("get lease"))?
-            {
+            None => match self.read().await? {
                 Some(l) if self.is_ours(&Record::of(&l)) => l,
                 _ => return Ok(()),
             },

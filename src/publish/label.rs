@@ -137,14 +137,15 @@ impl PodLabeler {
             self.clear.send_replace(!leading && !needs_patch);
             if needs_patch && retry_at.is_none_or(|t| now >= t) {
                 // A "true" that has not landed by the deadline must not land later
-                // unnoticed: give up on it then (and whenever the status moves on).
+                // unnoticed: give up on it then (or when the lead is lost before).
                 let far = now + Duration::from_secs(3600);
                 let mut moved_on = self.status.clone();
                 let outcome = tokio::select! {
                     r = self.patch(&desired) => Some(r),
                     () = sleep_until(deadline.unwrap_or(far)) => None,
-                    changed = moved_on.changed(), if leading => {
-                        if changed.is_err() {
+                    // (Renewals change the status too; only losing the lead counts.)
+                    gone = moved_on.wait_for(|s| !s.is_leader_at(Instant::now())), if leading => {
+                        if gone.is_err() {
                             return;
                         }
                         None
