@@ -547,15 +547,19 @@ def assert_secret_files(dep, c, files):
     assert secret_mounts == used, (secret_mounts, used)
 
 
-def test_schema_rejects_bad_values():
-    errors = helm().HelmValuesError
-    for values, where in BAD_VALUES:
+def assert_refused(cases, errors, who):
+    """Every (values, text) case fails to render with `errors`, naming `text`."""
+    for values, text in cases:
         try:
             render_raw(values)
         except errors as e:
-            assert where in str(e), f"{values}: rejected, but the message does not name {where!r}: {e}"
+            assert text in str(e), f"{values}: refused, but the message does not name {text!r}: {e}"
             continue
-        raise AssertionError(f"values.schema.json accepted {values}")
+        raise AssertionError(f"{who} accepted {values}")
+
+
+def test_schema_rejects_bad_values():
+    assert_refused(BAD_VALUES, helm().HelmValuesError, "values.schema.json")
 
 
 def test_whole_second_ttl_only_with_kubernetes():
@@ -567,14 +571,7 @@ def test_whole_second_ttl_only_with_kubernetes():
 
 
 def test_templates_reject_bad_combinations():
-    errors = helm().HelmRenderError
-    for values, message in BAD_COMBINATIONS:
-        try:
-            render_raw(values)
-        except errors as e:
-            assert message in str(e), f"{values}: {e}"
-            continue
-        raise AssertionError(f"the chart rendered {values}")
+    assert_refused(BAD_COMBINATIONS, helm().HelmRenderError, "the templates")
 
 
 def test_kubernetes_validate_strict():
