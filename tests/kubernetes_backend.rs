@@ -478,6 +478,20 @@ fn the_fake_api_enforces_what_it_claims() {
         403
     );
     assert_eq!(api.forbidden().len(), 3);
+    // The Role read from manifests/ grants the sidecar's verbs and nothing else here.
+    assert_eq!(
+        api.granted(),
+        [
+            ("pods", "get"),
+            ("pods", "patch"),
+            ("pods", "watch"),
+            ("leases", "get"),
+            ("leases", "create"),
+            ("leases", "update"),
+            ("leases", "watch"),
+        ]
+        .map(|(r, v)| (r.to_owned(), v.to_owned()))
+    );
     // Create, then create again: 409 AlreadyExists.
     let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"x"},"spec":{"holderIdentity":"a"}}"#;
     let (code, created) = call(api.port, "POST", leases, t, json, lease);

@@ -10,8 +10,9 @@
 //! - Watches send every change after the resourceVersion asked for (the ADDED state
 //!   first when none is given), one JSON event per line, and end at `timeoutSeconds`.
 //! - A bearer token is required (401), and only what the chart's Role allows is
-//!   allowed (403): pods get/patch/watch and leases get/create/update/watch, in one
-//!   namespace. Refused requests are counted, so tests can assert none were needed.
+//!   allowed (403), in one namespace: the rules are read from `manifests/02-role.yaml`
+//!   (the chart's default render), so the tests exercise the RBAC users install.
+//!   Refused requests are counted, so tests can assert none were needed.
 //! - Faults: latency on every request, the next N requests failing with a status,
 //!   pause (requests and watches hang until resumed) and restart (watches cut).
 
@@ -58,6 +59,8 @@ struct Store {
 
 struct Shared {
     store: Mutex<Store>,
+    /// (resource, verb) pairs the Role grants.
+    granted: Vec<(String, String)>,
     changes: broadcast::Sender<Change>,
     paused: watch::Sender<bool>,
     epoch: watch::Sender<u64>,
@@ -86,6 +89,7 @@ impl FakeKube {
             paused: watch::channel(false).0,
             epoch: watch::channel(0).0,
             namespace: namespace.to_owned(),
+            granted: role_rules(),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -259,6 +263,11 @@ impl FakeKube {
         self.store().requests.clone()
     }
 
+    /// The (resource, verb) pairs the Role grants.
+    pub fn granted(&self) -> Vec<(String, String)> {
+        self.shared.granted.clone()
+    }
+
     /// Requests refused with 403.
     pub fn forbidden(&self) -> Vec<String> {
         self.store().forbidden.clone()
@@ -307,6 +316,34 @@ impl Drop for FakeKube {
             let _ = t.join();
         }
     }
+}
+
+/// The (resource, verb) pairs of the chart's Role, as `kubectl apply -f manifests/` (and
+/// `helm install` with default values) creates it.
+fn role_rules() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/02-role.yaml");
+    let text = std::fs::read_to_string(path).expect("manifests/02-role.yaml");
+    let role: Value = serde_yaml_ng::from_str(&text).expect("the Role is YAML");
+    assert_eq!(role["kind"], "Role", "manifests/02-role.yaml is not a Role");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        let group = rule["apiGroups"][0].as_str().unwrap_or("");
+        for resource in rule["resources"].as_array().expect("resources") {
+            let resource = resource.as_str().expect("resource");
+            // This fake serves pods in the core group and leases in coordination.k8s.io.
+            let served = matches!(
+                (group, resource),
+                ("", "pods") | ("coordination.k8s.io", "leases")
+            );
+            if !served {
+                continue;
+            }
+            for verb in rule["verbs"].as_array().expect("verbs") {
+                granted.push((resource.to_owned(), verb.as_str().expect("verb").to_owned()));
+            }
+        }
+    }
+    granted
 }
 
 /// RFC 7386 JSON merge patch.
@@ -481,10 +518,10 @@ async fn handle(
     };
     // The chart's Role, and nothing else.
     let allowed = ns == shared.namespace
-        && matches!(
-            (kind, verb),
-            ("pods", "get" | "patch" | "watch") | ("leases", "get" | "create" | "update" | "watch")
-        );
+        && shared
+            .granted
+            .iter()
+            .any(|(resource, granted)| resource == kind && granted == verb);
     {
         let mut store = shared.store.lock().expect("store");
         *store.requests.entry(format!("{verb} {kind}")).or_default() += 1;
