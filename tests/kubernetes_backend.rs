@@ -263,6 +263,18 @@ fn the_pod_label_follows_leadership_and_drift_is_corrected() {
     );
     // The other app label is never touched.
     assert_eq!(api.pod_label(&leader.name, "app").as_deref(), Some("demo"));
+    // Every correction is counted: two first labels and at least three corrections.
+    let patched: f64 = [leader, follower]
+        .iter()
+        .map(|s| {
+            let (_, text) = common::http::get(s.port, "/metrics").expect("metrics");
+            text.lines()
+                .find_map(|l| l.strip_prefix("leasekeeper_pod_label_patch_total{result=\"ok\"} "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .expect("leasekeeper_pod_label_patch_total")
+        })
+        .sum();
+    assert!(patched >= 5.0, "{patched} label patches counted");
     assert_within_rbac(&api);
 }
 
