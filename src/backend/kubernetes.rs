@@ -93,6 +93,15 @@ impl Observed {
     }
 }
 
+/// What a write over our own tenure came to.
+enum OwnWrite {
+    Written(Box<Lease>),
+    /// The Lease is gone or is no longer our tenure.
+    Gone,
+    /// It kept changing under us (still ours, but two conflicts in a row).
+    Contended,
+}
+
 pub struct KubeBackend {
     api: Api<Lease>,
     name: String,
@@ -276,6 +285,39 @@ impl KubeBackend {
             .await
     }
 
+    /// Writes `spec_for(base)` over our own tenure (token `transitions`), re-reading once
+    /// after a conflict: it may come from a write that did not change the holder (a
+    /// label, say, or our own earlier write whose answer was lost).
+    async fn write_own(
+        &mut self,
+        mut base: Lease,
+        transitions: i32,
+        op: &'static str,
+        mut spec_for: impl FnMut(&mut Self, &Lease) -> LeaseSpec + Send,
+    ) -> Result<OwnWrite, BackendError> {
+        for _ in 0..2 {
+            let spec = spec_for(self, &base);
+            match self.replace(&Self::with_spec(&base, spec)).await {
+                Ok(written) => {
+                    self.observe(written.clone());
+                    return Ok(OwnWrite::Written(Box::new(written)));
+                }
+                Err(e) if status_code(&e) == Some(409) => {
+                    match self.still_ours(transitions).await? {
+                        Some(current) => base = current,
+                        None => return Ok(OwnWrite::Gone),
+                    }
+                }
+                Err(e) if status_code(&e) == Some(404) => {
+                    self.deleted = true;
+                    return Ok(OwnWrite::Gone);
+                }
+                Err(e) => return Err(kube_err(op)(e)),
+            }
+        }
+        Ok(OwnWrite::Contended)
+    }
+
     /// Reads the Lease; notes whether it is gone.
     async fn read(&mut self) -> Result<Option<Lease>, BackendError> {
         let current = self
@@ -347,43 +389,29 @@ impl Backend for KubeBackend {
             return Ok(Renewal::Lost);
         };
         let record = Record::of(&mine);
-        let mut base = mine;
-        // One retry: a conflict may come from a write that did not change the holder
-        // (a label, say, or our own earlier renew whose answer was lost).
-        for _ in 0..2 {
-            let spec = self.our_spec(
-                base.spec.as_ref(),
-                record.acquire.clone(),
-                record.transitions,
-            );
-            let lease = Self::with_spec(&base, spec);
-            match self.replace(&lease).await {
-                Ok(written) => {
-                    self.observe(written.clone());
-                    self.held = Some(written);
-                    return Ok(Renewal::Renewed);
-                }
-                Err(e) if status_code(&e) == Some(409) => {
-                    match self.still_ours(record.transitions).await? {
-                        Some(current) => base = current,
-                        None => {
-                            self.held = None;
-                            return Ok(Renewal::Lost);
-                        }
-                    }
-                }
-                Err(e) if status_code(&e) == Some(404) => {
-                    self.held = None;
-                    self.deleted = true;
-                    return Ok(Renewal::Lost);
-                }
-                Err(e) => return Err(kube_err("renew lease")(e)),
+        let written = self
+            .write_own(mine, record.transitions, "renew lease", |me, base| {
+                me.our_spec(
+                    base.spec.as_ref(),
+                    record.acquire.clone(),
+                    record.transitions,
+                )
+            })
+            .await?;
+        match written {
+            OwnWrite::Written(lease) => {
+                self.held = Some(*lease);
+                Ok(Renewal::Renewed)
             }
+            OwnWrite::Gone => {
+                self.held = None;
+                Ok(Renewal::Lost)
+            }
+            OwnWrite::Contended => Err(BackendError::Store {
+                op: "renew lease",
+                message: "the Lease keeps changing under us".to_owned(),
+            }),
         }
-        Err(BackendError::Store {
-            op: "renew lease",
-            message: "the Lease keeps changing under us".to_owned(),
-        })
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -395,33 +423,18 @@ impl Backend for KubeBackend {
                 _ => return Ok(()),
             },
         };
-        let record = Record::of(&mine);
-        let mut base = mine;
-        for _ in 0..2 {
-            // client-go's ReleaseOnCancel form: no holder, a one-second duration.
-            let spec = LeaseSpec {
-                holder_identity: Some(String::new()),
-                lease_duration_seconds: Some(1),
-                acquire_time: Some(now()),
-                renew_time: Some(now()),
-                lease_transitions: Some(record.transitions),
-                ..base.spec.clone().unwrap_or_default()
-            };
-            match self.replace(&Self::with_spec(&base, spec)).await {
-                Ok(written) => {
-                    self.observe(written);
-                    return Ok(());
-                }
-                Err(e) if status_code(&e) == Some(409) => {
-                    match self.still_ours(record.transitions).await? {
-                        Some(current) => base = current,
-                        None => return Ok(()),
-                    }
-                }
-                Err(e) if status_code(&e) == Some(404) => return Ok(()),
-                Err(e) => return Err(kube_err("release lease")(e)),
-            }
-        }
+        let transitions = Record::of(&mine).transitions;
+        // client-go's ReleaseOnCancel form: no holder, a one-second duration. Whatever
+        // the outcome, the tenure is no longer ours to release.
+        self.write_own(mine, transitions, "release lease", |_, base| LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now()),
+            renew_time: Some(now()),
+            lease_transitions: Some(transitions),
+            ..base.spec.clone().unwrap_or_default()
+        })
+        .await?;
         Ok(())
     }
 
