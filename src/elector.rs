@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
+use crate::backoff::Backoff;
 use crate::clock::to_monotonic_ns;
 use crate::config::Timing;
 use crate::status::{Claim, FencingToken, Holder, Role, Status};
@@ -238,7 +239,7 @@ impl<B: Backend> Elector<B> {
 
     /// Runs until shutdown (or a loss with `--exit-on-loss`).
     pub async fn run(mut self) -> Exit {
-        let mut backoff = Backoff::new(self.timing.retry_interval);
+        let mut backoff = Backoff::new(FIRST_RETRY, self.timing.retry_interval);
         let mut campaign_started = Instant::now();
         loop {
             self.heartbeat.beat();
@@ -287,7 +288,7 @@ impl<B: Backend> Elector<B> {
                             s.role = Role::Candidate;
                         }
                     });
-                    self.pause(backoff.next()).await;
+                    self.pause(jittered(backoff.next_wait())).await;
                 }
             }
         }
@@ -452,16 +453,7 @@ impl<B: Backend> Elector<B> {
     /// Before a voluntary release: let every publisher show "not leader" first, so no
     /// observer sees this candidate as leader once another may be.
     async fn await_publishers(&mut self) {
-        let limit = Instant::now() + self.timing.backend_timeout;
-        for published in &mut self.before_release {
-            match tokio::time::timeout_at(limit, published.wait_for(|shown| *shown)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(_)) => tracing::warn!("a publisher is gone; releasing without it"),
-                Err(_) => tracing::warn!(
-                    "a publisher did not show \"not leader\" in time; releasing anyway"
-                ),
-            }
-        }
+        await_shown(&mut self.before_release, self.timing.backend_timeout).await;
     }
 
     async fn release_quietly(&mut self) {
@@ -556,32 +548,22 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
-/// Exponential backoff with jitter between 50 ms and the retry interval.
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const MIN: Duration = Duration::from_millis(50);
-
-    fn new(max: Duration) -> Self {
-        Backoff {
-            next: Self::MIN.min(max),
-            max,
+/// Waits, at most `within` in all, until each publisher says (`true`) that it shows
+/// "not leader".
+pub async fn await_shown(published: &mut [watch::Receiver<bool>], within: Duration) {
+    let limit = Instant::now() + within;
+    for shown in published {
+        match tokio::time::timeout_at(limit, shown.wait_for(|shown| *shown)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => tracing::warn!("a publisher is gone; going on without it"),
+            Err(_) => tracing::warn!("a publisher did not show \"not leader\" in time"),
         }
     }
-
-    fn reset(&mut self) {
-        self.next = Self::MIN.min(self.max);
-    }
-
-    fn next(&mut self) -> Duration {
-        let d = jittered(self.next);
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
 }
+
+/// The first wait after a failed campaign; the waits double up to the retry interval
+/// (each jittered).
+const FIRST_RETRY: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests;

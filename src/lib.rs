@@ -5,6 +5,7 @@
 //! `tokio::sync::watch`; the publishers in [`publish`] only read it.
 
 pub mod backend;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod elector;

@@ -18,7 +18,7 @@ use leasekeeper::backend::redlock::RedlockBackend;
 use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
-use leasekeeper::elector::{Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
+use leasekeeper::elector::{await_shown, Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
 use leasekeeper::publish::http::{router, ApiState};
 use leasekeeper::publish::label::PodLabeler;
 use leasekeeper::publish::metrics::Metrics;
@@ -124,7 +124,6 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let kube = Kube(kube);
     match &settings.backend {
         BackendSettings::File { path } => {
             let backend = FileBackend::new(path.clone(), settings.identity.clone(), ttl);
@@ -157,7 +156,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Kubernetes { namespace } => {
-            let client = kube.0.clone().context("kubernetes client")?;
+            let client = kube.clone().context("kubernetes client")?;
             let backend = KubeBackend::new(
                 client,
                 namespace,
@@ -182,8 +181,6 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
 }
 
 /// The API client, built once at start (a missing configuration is bad input).
-struct Kube(Option<kube::Client>);
-
 async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
@@ -207,7 +204,7 @@ async fn serve<B: Backend>(
     settings: &Settings,
     listener: tokio::net::TcpListener,
     log: TransitionLog,
-    kube: Kube,
+    kube: Option<kube::Client>,
 ) -> anyhow::Result<ExitCode> {
     let backend_name = backend.name();
     let (status_tx, status_rx) = watch::channel(Status::new(
@@ -221,7 +218,7 @@ async fn serve<B: Backend>(
     let heartbeat = Heartbeat::new(&settings.timing);
     let metrics = Arc::new(Metrics::new(backend_name));
 
-    let labeler = match (&settings.pod_label, kube.0) {
+    let labeler = match (&settings.pod_label, kube) {
         (Some(label), Some(client)) => Some(PodLabeler::new(
             client,
             label.clone(),
@@ -231,7 +228,8 @@ async fn serve<B: Backend>(
         )),
         _ => None,
     };
-    let label_clear: Vec<watch::Receiver<bool>> = labeler.iter().map(PodLabeler::clear).collect();
+    let mut label_clear: Vec<watch::Receiver<bool>> =
+        labeler.iter().map(PodLabeler::clear).collect();
     let before_release = label_clear.clone();
 
     let elector = Elector::new(
@@ -290,10 +288,7 @@ async fn serve<B: Backend>(
     if let Some(task) = labeler_task {
         // Leaving for any reason (a loss with --exit-on-loss too): let the label show
         // "not leader" before the labeler goes, within the backend timeout.
-        let limit = tokio::time::Instant::now() + settings.timing.backend_timeout;
-        for mut clear in label_clear {
-            let _ = tokio::time::timeout_at(limit, clear.wait_for(|c| *c)).await;
-        }
+        await_shown(&mut label_clear, settings.timing.backend_timeout).await;
         task.abort();
     }
     // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.

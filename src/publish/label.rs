@@ -22,6 +22,7 @@ use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+use crate::backoff::Backoff;
 use crate::config::PodLabelSettings;
 use crate::publish::metrics::Metrics;
 use crate::status::Status;
@@ -51,32 +52,18 @@ pub struct PodLabeler {
     call_timeout: Duration,
 }
 
-/// Exponential backoff for failed patches and watches.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(5);
-
-    fn new() -> Self {
-        Backoff { next: Self::FIRST }
-    }
-
-    fn next(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        d
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
+/// Backoff for failed patches and watches: 100 ms, doubling up to 5 s.
+fn backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(5))
 }
 
 fn version_of(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// The value of label `key` on `pod`.
+fn label_value(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata.labels.as_ref()?.get(key).cloned()
 }
 
 impl PodLabeler {
@@ -103,10 +90,7 @@ impl PodLabeler {
     }
 
     fn label_of(&self, pod: &Pod) -> Option<String> {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(&self.settings.key).cloned())
+        label_value(pod, &self.settings.key)
     }
 
     /// Runs until the status sender is gone.
@@ -117,7 +101,7 @@ impl PodLabeler {
         // The value the Pod carries as far as we know, and the version that showed it.
         let mut applied: Option<String> = None;
         let mut applied_version: Option<u64> = None;
-        let mut backoff = Backoff::new();
+        let mut backoff = backoff();
         let mut retry_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
@@ -174,7 +158,7 @@ impl PodLabeler {
                     }
                     Some(Err(e)) => {
                         self.metrics.pod_label_patched("error");
-                        let wait = backoff.next();
+                        let wait = backoff.next_wait();
                         tracing::warn!(
                             error = %e,
                             pod = %self.settings.pod,
@@ -247,19 +231,14 @@ impl Drop for AbortOnDrop {
 
 /// Reads the own Pod and watches it, reporting every label value it carries.
 async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender<Seen>) {
-    let label = |pod: &Pod| {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(&settings.key).cloned())
-    };
-    let mut backoff = Backoff::new();
+    let label = |pod: &Pod| label_value(pod, &settings.key);
+    let mut backoff = backoff();
     loop {
         let pod = match api.get(&settings.pod).await {
             Ok(pod) => pod,
             Err(e) => {
                 tracing::warn!(error = %e, pod = %settings.pod, "reading the own pod failed");
-                sleep(backoff.next()).await;
+                sleep(backoff.next_wait()).await;
                 continue;
             }
         };
@@ -275,7 +254,7 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, pod = %settings.pod, "watching the own pod failed");
-                sleep(backoff.next()).await;
+                sleep(backoff.next_wait()).await;
                 continue;
             }
         };
@@ -301,7 +280,7 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
         if events > 0 || opened.elapsed() >= Duration::from_secs(10) {
             backoff.reset();
         } else {
-            sleep(backoff.next()).await;
+            sleep(backoff.next_wait()).await;
         }
     }
 }
