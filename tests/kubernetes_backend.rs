@@ -10,11 +10,6 @@ use common::fake_kube::FakeKube;
 use common::{eventually, kube_args, Sidecar};
 use serde_json::json;
 
-fn settles_in(s: &Sidecar, state: &str, limit: Duration) -> serde_json::Value {
-    eventually(limit, || s.leader().filter(|v| v["state"] == state))
-        .unwrap_or_else(|| panic!("{} never {state}: {:?}\n{}", s.name, s.leader(), s.stderr()))
-}
-
 fn assert_within_rbac(api: &FakeKube) {
     assert!(
         api.forbidden().is_empty(),
@@ -154,7 +149,7 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     }
     let stopped = Instant::now();
     // The holder stops renewing: we take over a lease duration (3 s) later, not before.
-    let v = settles_in(&ours, "leader", Duration::from_secs(10));
+    let v = ours.settles_in("leader", Duration::from_secs(10));
     assert!(
         stopped.elapsed() >= Duration::from_millis(2500),
         "took over after {:?}",
@@ -287,7 +282,7 @@ fn the_label_turns_false_before_the_lease_is_released() {
     let name = leader.name.clone();
     assert!(label_becomes(&api, &name, "true"));
     leader.terminate(Duration::from_secs(5)).expect("exits");
-    settles_in(follower, "leader", Duration::from_secs(5));
+    follower.settles_in("leader", Duration::from_secs(5));
     let changes = api.changes();
     let label_false = changes
         .iter()
@@ -319,9 +314,9 @@ fn a_deleted_lease_is_not_a_free_lease() {
     let dir = tempfile::tempdir().expect("dir");
     let args = kube_args(&api.kubeconfig(), "3s", "deleted");
     let a = Sidecar::spawn("a", dir.path(), &args);
-    settles_in(&a, "leader", Duration::from_secs(10));
+    a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("b", dir.path(), &args);
-    let before = settles_in(&b, "follower", Duration::from_secs(10));
+    let before = b.settles_in("follower", Duration::from_secs(10));
     let token = before["fencing_token"].as_u64().expect("token");
     api.delete_lease("deleted");
     // For a while after the deletion: never two leaders, and no token at or below the
@@ -359,7 +354,7 @@ fn a_second_process_with_our_identity_is_a_rival() {
     let dir = tempfile::tempdir().expect("dir");
     let args = kube_args(&api.kubeconfig(), "2s", "twins");
     let mut first = Sidecar::spawn("same", dir.path(), &args);
-    settles_in(&first, "leader", Duration::from_secs(10));
+    first.settles_in("leader", Duration::from_secs(10));
     // A second process with the same identity (a StatefulSet Pod recreated while the old
     // one still runs on a partitioned node): the Lease names it, but it did not write it.
     let second = Sidecar::spawn("same", dir.path(), &args);
@@ -371,7 +366,7 @@ fn a_second_process_with_our_identity_is_a_rival() {
         std::thread::sleep(Duration::from_millis(20));
     }
     first.kill();
-    let v = settles_in(&second, "leader", Duration::from_secs(10));
+    let v = second.settles_in("leader", Duration::from_secs(10));
     assert!(v["fencing_token"].as_u64().expect("token") >= 1);
 }
 
@@ -389,7 +384,7 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
     // claims, while its "true" patch is on the way.
     api.set_latency(Duration::from_millis(150));
     leader.terminate(Duration::from_secs(10)).expect("exits");
-    settles_in(follower, "leader", Duration::from_secs(10));
+    follower.settles_in("leader", Duration::from_secs(10));
     follower.terminate(Duration::from_secs(10)).expect("exits");
     api.set_latency(Duration::ZERO);
     for pod in [&old, &new] {

@@ -268,12 +268,6 @@ fn thirty_candidates_only_the_successor_watches_the_leader() {
     check(28);
 }
 
-/// Waits until `s` reports `state`; its last status.
-fn settles_in(s: &common::Sidecar, state: &str, limit: Duration) -> serde_json::Value {
-    common::eventually(limit, || s.leader().filter(|v| v["state"] == state))
-        .unwrap_or_else(|| panic!("never {state}: {:?}\n{}", s.leader(), s.stderr()))
-}
-
 #[test]
 fn zookeeper_over_tls_with_a_client_certificate() {
     let certs = tempfile::tempdir().expect("dir");
@@ -292,10 +286,10 @@ fn zookeeper_over_tls_with_a_client_certificate() {
         file("client.key"),
     ]);
     let secure = common::Sidecar::spawn("secure", dir.path(), &args);
-    let status = settles_in(&secure, "leader", Duration::from_secs(15));
+    let status = secure.settles_in("leader", Duration::from_secs(15));
     assert_eq!(status["is_leader"], true);
     let second = common::Sidecar::spawn("second", dir.path(), &args);
-    let status = settles_in(&second, "follower", Duration::from_secs(15));
+    let status = second.settles_in("follower", Duration::from_secs(15));
     assert_eq!(status["leader"], "secure");
     let status = anonymous.leader().expect("anonymous answers");
     assert_eq!(status["state"], "unknown", "{status}");
@@ -319,9 +313,9 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
         a
     };
     let mut first = common::Sidecar::spawn("first", dir.path(), &with_auth(&good));
-    settles_in(&first, "leader", Duration::from_secs(15));
+    first.settles_in("leader", Duration::from_secs(15));
     let second = common::Sidecar::spawn("second", dir.path(), &with_auth(&good));
-    settles_in(&second, "follower", Duration::from_secs(15));
+    second.settles_in("follower", Duration::from_secs(15));
     // Same user, wrong password; and no credentials at all. The election's nodes carry
     // a creator-only ACL, so neither can read the queue nor join it.
     let intruder = common::Sidecar::spawn("intruder", dir.path(), &with_auth(&wrong));
@@ -334,7 +328,7 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
     assert!(anonymous.wait_listening(Duration::from_secs(10)));
     std::thread::sleep(Duration::from_secs(3));
     first.terminate(Duration::from_secs(5));
-    settles_in(&second, "leader", Duration::from_secs(5));
+    second.settles_in("leader", Duration::from_secs(5));
     for s in [&intruder, &anonymous] {
         let status = s.leader().expect("answers");
         assert_eq!(status["state"], "unknown", "{status}");

@@ -242,6 +242,18 @@ impl Sidecar {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Waits until `/leader` reports `state`; that status (a panic with the log if never).
+    pub fn settles_in(&self, state: &str, limit: Duration) -> serde_json::Value {
+        eventually(limit, || self.leader().filter(|v| v["state"] == state)).unwrap_or_else(|| {
+            panic!(
+                "{} never {state}: {:?}\n{}",
+                self.name,
+                self.leader(),
+                self.stderr()
+            )
+        })
+    }
+
     /// GET /leader as JSON.
     pub fn leader(&self) -> Option<serde_json::Value> {
         let (code, body) = http::get(self.port, "/leader")?;
