@@ -20,6 +20,20 @@
 //! 6. *Losing never kills the sidecar*: after a loss the loop campaigns again, unless
 //!    `--exit-on-loss` asked for [`Exit::LostLeadership`].
 //! 7. *Graceful shutdown releases*: shutdown publishes "not leader", then releases.
+//! 9. *The leader hears about its own record*: between renewals [`Elector::lead`]
+//!    waits on [`Backend::record_lost`] too, and steps down the moment the store shows
+//!    the record deleted or taken.
+//! 11. *A slow candidate does not block the election*: a candidate whose proof came
+//!    too late (a campaign or renew without an answer in time, an acquisition answered
+//!    after its deadline, a deadline that passed) releases whatever it may hold and
+//!    sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
+//!    candidate with a healthy link wins meanwhile.
+//!
+//! Two more guards live here: the elector never claims a token that is not greater
+//! than every token it claimed before (a backend bug or a store that went back in
+//! time must not hand out one token twice), and when the store grants a shorter ttl
+//! than asked for, the renew interval shrinks to fit the granted claim (logged once)
+//! instead of letting every tenure run out before its first renew.
 //!
 //! Every backend call runs under a timeout (the backend timeout, and never past the
 //! current deadline while leading), so a frozen store cannot stall a step-down.
@@ -184,7 +198,11 @@ impl TransitionLog {
 /// How a tenure ended.
 enum TenureEnd {
     Shutdown,
+    /// The store says the lease is someone else's now.
     Lost,
+    /// The proof of holding came too late (the deadline passed): our link or the
+    /// store is too slow to hold a useful claim.
+    TooSlow,
     Released,
 }
 
@@ -199,6 +217,10 @@ pub struct Elector<B: Backend> {
     heartbeat: Arc<Heartbeat>,
     exit_on_loss: bool,
     before_release: Vec<watch::Receiver<bool>>,
+    /// The greatest token this process has claimed (invariant 4 across tenures).
+    last_token: Option<FencingToken>,
+    /// Whether the shortened renew interval was logged already.
+    adapted_logged: bool,
 }
 
 /// The parts an elector is built from, besides the backend.
@@ -229,6 +251,8 @@ impl<B: Backend> Elector<B> {
             heartbeat: parts.heartbeat,
             exit_on_loss: parts.exit_on_loss,
             before_release: parts.before_release,
+            last_token: None,
+            adapted_logged: false,
         }
     }
 
@@ -259,19 +283,36 @@ impl<B: Backend> Elector<B> {
                     backoff.reset();
                     let deadline = sent + self.claim_length();
                     if Instant::now() >= deadline {
-                        // The answer came too late to claim anything (invariant 2).
+                        // The answer came too late to claim anything (invariant 2), and a
+                        // link this slow would only keep the lease from the others.
                         tracing::warn!(
                             token,
                             "acquired, but the answer arrived after the deadline; not claiming"
                         );
                         self.release_quietly().await;
+                        self.sit_out_slow().await;
                         continue;
                     }
+                    if self.last_token.is_some_and(|last| token <= last) {
+                        // Two tenures must never share a token, nor may one go back.
+                        tracing::error!(
+                            token,
+                            last = self.last_token,
+                            "the backend handed out a token not greater than one this candidate already claimed; not claiming"
+                        );
+                        self.release_quietly().await;
+                        self.pause(jittered(backoff.next_wait())).await;
+                        continue;
+                    }
+                    self.last_token = Some(token);
                     self.observer.acquired(campaign_started.elapsed());
                     match self.lead(token, sent, deadline).await {
                         TenureEnd::Shutdown => return Exit::Shutdown,
-                        TenureEnd::Lost if self.exit_on_loss => return Exit::LostLeadership,
+                        TenureEnd::Lost | TenureEnd::TooSlow if self.exit_on_loss => {
+                            return Exit::LostLeadership
+                        }
                         TenureEnd::Lost => {}
+                        TenureEnd::TooSlow => self.sit_out_slow().await,
                         TenureEnd::Released => self.sit_out().await,
                     }
                     campaign_started = Instant::now();
@@ -288,7 +329,14 @@ impl<B: Backend> Elector<B> {
                             s.role = Role::Candidate;
                         }
                     });
-                    self.pause(jittered(backoff.next_wait())).await;
+                    if e.timed_out() {
+                        // The unanswered campaign may still take the lease at the store;
+                        // give it back, and stay out while a faster candidate wins.
+                        self.release_quietly().await;
+                        self.sit_out_slow().await;
+                    } else {
+                        self.pause(jittered(backoff.next_wait())).await;
+                    }
                 }
             }
         }
@@ -325,6 +373,28 @@ impl<B: Backend> Elector<B> {
         self.timing.claim_length(self.backend.lease_ttl())
     }
 
+    /// The configured renew interval, or a third of the claim when the store granted
+    /// a ttl so much shorter than asked that the configured interval no longer fits
+    /// twice into a claim (the leader would lose every tenure before renewing).
+    fn renew_interval(&mut self) -> Duration {
+        let claim = self.claim_length();
+        let configured = self.timing.renew_interval;
+        if configured * 2 <= claim {
+            return configured;
+        }
+        let adapted = claim / 3;
+        if !self.adapted_logged {
+            self.adapted_logged = true;
+            tracing::warn!(
+                granted_ttl = %humantime::format_duration(self.backend.lease_ttl()),
+                renew_interval = %humantime::format_duration(configured),
+                adapted = %humantime::format_duration(adapted),
+                "the store granted a shorter ttl than asked for; renewing more often to fit it"
+            );
+        }
+        adapted
+    }
+
     /// Leads from an acquisition sent at `sent` until the tenure ends.
     async fn lead(
         &mut self,
@@ -353,7 +423,7 @@ impl<B: Backend> Elector<B> {
         });
         tracing::info!(token, identity = %identity, "acquired leadership");
 
-        let renew_interval = self.timing.renew_interval;
+        let renew_interval = self.renew_interval();
         let mut next_renew = sent + renew_interval;
         loop {
             self.heartbeat.beat();
@@ -376,6 +446,11 @@ impl<B: Backend> Elector<B> {
                     let _ = req.send(true);
                     return TenureEnd::Released;
                 }
+                _ = self.backend.record_lost() => {
+                    return self
+                        .lose(token, "our record in the store was deleted or taken")
+                        .await;
+                }
                 _ = sleep_until(wake) => {}
             }
             if self.shutting_down() {
@@ -383,9 +458,9 @@ impl<B: Backend> Elector<B> {
             }
             let sent = Instant::now();
             if sent >= deadline {
-                return self
-                    .lose(token, "the deadline passed without a successful renew")
+                self.lose(token, "the deadline passed without a successful renew")
                     .await;
+                return TenureEnd::TooSlow;
             }
             let budget = self.timing.backend_timeout.min(deadline - sent);
             let result = timed(&*self.observer, "renew", budget, self.backend.renew()).await;
@@ -395,9 +470,9 @@ impl<B: Backend> Elector<B> {
                     self.observer.renewed(true, now - sent);
                     if now >= deadline {
                         // Never extend a claim from a reply that arrives after the deadline.
-                        return self
-                            .lose(token, "the renew answer arrived after the deadline")
+                        self.lose(token, "the renew answer arrived after the deadline")
                             .await;
+                        return TenureEnd::TooSlow;
                     }
                     let extended = sent + self.claim_length();
                     if extended > deadline {
@@ -485,6 +560,21 @@ impl<B: Backend> Elector<B> {
         self.pause(self.timing.renew_interval).await;
     }
 
+    /// After proof came too late (invariant 11): stay out one full ttl, so that the
+    /// lease this candidate may still hold at the store runs out or its release lands,
+    /// and a candidate with a healthy link wins it.
+    async fn sit_out_slow(&mut self) {
+        tracing::warn!(
+            ttl = %humantime::format_duration(self.backend.lease_ttl()),
+            "too slow to hold a claim; sitting out one ttl before campaigning again"
+        );
+        self.status.send_modify(|s| {
+            s.role = Role::Candidate;
+            s.claim = None;
+        });
+        self.pause(self.backend.lease_ttl()).await;
+    }
+
     async fn pause(&mut self, d: Duration) {
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
@@ -518,10 +608,7 @@ async fn timed<T>(
 ) -> Result<T, BackendError> {
     let result = match timeout(limit, operation).await {
         Ok(r) => r,
-        Err(_) => Err(BackendError::Store {
-            op,
-            message: format!("no answer within {}", humantime::format_duration(limit)),
-        }),
+        Err(_) => Err(BackendError::TimedOut { op, limit }),
     };
     if result.is_err() {
         observer.backend_error(op);

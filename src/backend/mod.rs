@@ -36,6 +36,16 @@ pub enum BackendError {
     },
     #[error("{op}: {message}")]
     Store { op: &'static str, message: String },
+    /// No answer in time: the request may still reach the store and take effect.
+    #[error("{op}: no answer within {limit:?}")]
+    TimedOut { op: &'static str, limit: Duration },
+}
+
+impl BackendError {
+    /// True when the request went unanswered in time, so it may still have acted.
+    pub fn timed_out(&self) -> bool {
+        matches!(self, BackendError::TimedOut { .. })
+    }
 }
 
 /// What one campaign round found.
@@ -84,4 +94,17 @@ pub trait Backend: Send + 'static {
 
     /// Resolves when the holder may have changed, or after `max` at the latest.
     fn wait_for_change(&mut self, max: Duration) -> impl Future<Output = Wake> + Send;
+
+    /// While leading, between renewals: resolves as soon as the store shows that our
+    /// own record is gone or no longer ours (deleted or overwritten by another client,
+    /// expired), so that the leader steps down as fast as the followers learn the
+    /// record is free (DESIGN invariant 9) instead of at its next renew.
+    ///
+    /// The elector drops this future whenever a renew is due and calls it again
+    /// afterwards, so it must be cancel-safe: events it has not returned yet stay
+    /// queued in the backend. A backend whose record cannot change behind its back
+    /// (the file lock) keeps the default, which never resolves.
+    fn record_lost(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
