@@ -304,11 +304,22 @@ impl Poller {
         self.ports.lock().expect("ports")[slot] = port;
     }
 
+    /// Stops the threads and returns what they saw. A poller thread that panicked
+    /// (an `/is-leader` answer that broke the contract, say) fails the test here:
+    /// its assertion must not just end that slot's polling.
     fn finish(self) -> Vec<Observation> {
         self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads {
-            let _ = t.join();
-        }
+        let failures: Vec<String> = self
+            .threads
+            .into_iter()
+            .filter_map(|t| t.join().err())
+            .map(|panic| panic_message(&*panic))
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "a poller thread failed: {}",
+            failures.join("; ")
+        );
         let seen = self.seen.lock().expect("seen");
         seen.clone()
     }
@@ -633,7 +644,21 @@ impl LoggedClaim {
     }
 }
 
+/// Text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Parses transition-log lines into claims keyed by (pid, start): every
+/// `claim_start` opens a tenure of its own, and `deadline`/`claim_end` lines belong to
+/// that process's latest tenure, so two tenures that carry one token stay two claims
+/// (and the token check sees them), instead of the second overwriting the first.
 pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
+    let mut open: HashMap<u64, (u64, u64)> = HashMap::new();
     for line in text.lines() {
         // A process killed mid-write leaves a torn last line; it never published it.
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -644,9 +669,10 @@ pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
         else {
             continue;
         };
-        let key = (pid, token);
         match v["event"].as_str() {
             Some("claim_start") => {
+                let key = (pid, at);
+                open.insert(pid, key);
                 let deadline = v["deadline_ns"]
                     .as_u64()
                     .expect("claim_start has a deadline");
@@ -664,13 +690,22 @@ pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
                 );
             }
             Some("deadline") => {
-                let c = out.get_mut(&key).expect("deadline after claim_start");
+                let c = open
+                    .get(&pid)
+                    .and_then(|k| out.get_mut(k))
+                    .expect("deadline after claim_start");
+                assert_eq!(c.token, token, "a deadline line of another tenure: {line}");
                 let d = v["deadline_ns"].as_u64().expect("deadline value");
                 assert!(d > c.deadline, "a deadline moved backwards: {line}");
                 c.deadline = d;
             }
             Some("claim_end") => {
-                out.get_mut(&key).expect("claim_end after claim_start").end = Some(at);
+                let c = open
+                    .get(&pid)
+                    .and_then(|k| out.get_mut(k))
+                    .expect("claim_end after claim_start");
+                assert_eq!(c.token, token, "a claim_end line of another tenure: {line}");
+                c.end = Some(at);
             }
             _ => {}
         }
@@ -825,6 +860,48 @@ mod self_test {
     #[should_panic(expected = "fencing token did not grow")]
     fn the_checker_catches_tokens_that_do_not_grow() {
         check_tokens_strictly_grow(&[claim(1, 5, 0, 10, None), claim(2, 5, 20, 30, None)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "fencing token did not grow")]
+    fn two_tenures_of_one_process_with_one_token_are_two_claims() {
+        // Before claims were keyed by (pid, start), the second tenure replaced the
+        // first and the repeated token went unseen.
+        let log = [
+            r#"{"event":"claim_start","pid":7,"token":4,"at_ns":100,"deadline_ns":200}"#,
+            r#"{"event":"claim_end","pid":7,"token":4,"at_ns":150}"#,
+            r#"{"event":"claim_start","pid":7,"token":4,"at_ns":300,"deadline_ns":400}"#,
+            r#"{"event":"claim_end","pid":7,"token":4,"at_ns":350}"#,
+        ]
+        .join("\n");
+        let mut claims = BTreeMap::new();
+        parse_claims(&log, &mut claims);
+        assert_eq!(claims.len(), 2, "both tenures are kept");
+        let claims: Vec<LoggedClaim> = claims.into_values().collect();
+        check_tokens_strictly_grow(&claims);
+    }
+
+    #[test]
+    #[should_panic(expected = "a poller thread failed")]
+    fn a_failed_assertion_in_a_poller_thread_fails_the_test() {
+        // A listener that answers /is-leader with a body the contract forbids.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for conn in listener.incoming().flatten().take(50) {
+                let mut conn = conn;
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nmaybe",
+                );
+            }
+        });
+        let poller = Poller::start(1);
+        poller.set(0, Some(port));
+        std::thread::sleep(Duration::from_millis(300));
+        poller.finish();
     }
 
     #[test]
