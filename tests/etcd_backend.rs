@@ -264,3 +264,49 @@ fn followers_send_no_periodic_requests_and_survive_compaction() {
         t0.elapsed()
     );
 }
+
+/// Invariant 9: the leader's key deleted (`etcdctl del --prefix`) or overwritten
+/// (`etcdctl put`) behind its back. Before the leader watched its own key, it went on
+/// claiming for as long as its lease lived (renew was only a keep-alive) while a
+/// follower claimed within milliseconds.
+#[test]
+fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
+    use common::tamper::{assert_recovered, tamper_with_leader};
+    let etcd = EtcdCluster::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = etcd_args(&etcd.endpoints(), "3s", "tamper");
+    let sidecars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
+        .collect();
+
+    let deleted = tamper_with_leader(&sidecars, Duration::from_millis(1500), |_| {
+        etcd.etcdctl(&["del", "--prefix", "tamper/"]);
+    });
+    eprintln!("deleted: {deleted:?}");
+    assert_recovered(&deleted, Duration::from_millis(100));
+
+    let overwritten = tamper_with_leader(&sidecars, Duration::from_millis(2500), |_| {
+        let first = etcd.etcdctl(&[
+            "get",
+            "--prefix",
+            "tamper/",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+            "--limit=1",
+            "--keys-only",
+        ]);
+        let key = first.trim();
+        assert!(key.starts_with("tamper/"), "no leader key: {first:?}");
+        etcd.etcdctl(&["put", key, "intruder"]);
+    });
+    eprintln!("overwritten: {overwritten:?}");
+    // An overwritten key keeps its place at the head of the queue (its create
+    // revision), now without a lease: the election is stuck behind it as it is for
+    // etcdctl and Go electors. What matters here is that the old tenure stopped.
+    assert!(
+        overwritten
+            .old_last_leader
+            .is_none_or(|d| d <= Duration::from_secs(1)),
+        "the leader went on claiming after its key was overwritten: {overwritten:?}"
+    );
+}

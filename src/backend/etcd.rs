@@ -16,8 +16,16 @@
 //!   claiming. The lease is then guaranteed for a ttl from a moment after the
 //!   campaign was sent, which is what the elector's deadline assumes; without it a
 //!   follower that moved to the front could claim on a lease last refreshed long ago.
-//! - **Renew** is a keep-alive; an answer with TTL 0 means the lease (and our key) is
+//! - **Renew** is a keep-alive (answered by the etcd leader, so it proves the lease
+//!   where it would expire); an answer with TTL 0 means the lease (and our key) is
 //!   gone: step down at once, and the next campaign grants a new lease.
+//! - **The leader watches its own key** from the revision of the read that made it
+//!   leader: a delete (`etcdctl del`, a revoked lease) or a put by anyone else
+//!   (the key detached from our lease, another value) ends the claim at once, as fast
+//!   as the followers' watches tell them the queue moved. When that watch is not open
+//!   (it broke with its connection, or was compacted), the next renew reads the key
+//!   in the same round and opens the watch again, so a renew never vouches for a key
+//!   it has not seen since the last event.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
 
 use std::time::Duration;
@@ -83,6 +91,8 @@ pub struct EtcdBackend {
     keepalive_every: Duration,
     session: Option<Session>,
     watching: Option<Watching>,
+    /// While leading: the watch on our own key (see the module doc).
+    own: Option<WatchStream>,
 }
 
 impl EtcdBackend {
@@ -127,6 +137,7 @@ impl EtcdBackend {
             keepalive_every: renew_interval,
             session: None,
             watching: None,
+            own: None,
         }
     }
 
@@ -148,6 +159,7 @@ impl EtcdBackend {
     fn next_endpoint(&mut self) {
         self.client = None;
         self.watching = None;
+        self.own = None;
         if let Some(s) = self.session.as_mut() {
             s.stream = None;
         }
@@ -341,6 +353,15 @@ impl EtcdBackend {
                 if !self.keep_alive("campaign").await? {
                     return Ok(Campaign::Held(None));
                 }
+                // Every event on our key since the read that found us first.
+                let own = client
+                    .watch(
+                        key.as_bytes().to_vec(),
+                        Some(WatchOptions::new().with_start_revision(at + 1)),
+                    )
+                    .await
+                    .map_err(etcd("campaign"))?;
+                self.own = Some(own);
                 Ok(Campaign::Acquired {
                     token: u64::try_from(revision).unwrap_or(0),
                 })
@@ -394,7 +415,49 @@ impl EtcdBackend {
     fn forget(&mut self) {
         self.session = None;
         self.watching = None;
+        self.own = None;
     }
+
+    /// Reads our key and, when it is still ours, watches it again from that read.
+    async fn watch_own_key(&mut self) -> Result<bool, BackendError> {
+        let mut client = self.client().await?;
+        let Some(s) = self.session.as_ref() else {
+            return Ok(false);
+        };
+        let (key, lease, revision) = (s.key.clone(), s.lease, s.revision);
+        let answer = client
+            .get(key.as_bytes().to_vec(), None)
+            .await
+            .map_err(etcd("renew"))?;
+        let at = answer.header().map(|h| h.revision()).unwrap_or(0);
+        let ours = answer.kvs().first().is_some_and(|kv| {
+            kv.create_revision() == revision
+                && kv.lease() == lease
+                && kv.value() == self.identity.as_bytes()
+        });
+        if !ours {
+            return Ok(false);
+        }
+        let own = client
+            .watch(
+                key.into_bytes(),
+                Some(WatchOptions::new().with_start_revision(at + 1)),
+            )
+            .await
+            .map_err(etcd("renew"))?;
+        self.own = Some(own);
+        Ok(true)
+    }
+}
+
+/// Whether a watch answer on our own key says it is no longer ours.
+fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) -> bool {
+    resp.events().iter().any(|e| match e.event_type() {
+        EventType::Delete => true,
+        EventType::Put => e
+            .kv()
+            .is_none_or(|kv| kv.lease() != lease || kv.value() != identity.as_bytes()),
+    })
 }
 
 fn first_kv(resp: &TxnOpResponse) -> Option<&etcd_client::KeyValue> {
@@ -431,7 +494,16 @@ impl Backend for EtcdBackend {
             return Ok(Renewal::Lost);
         }
         self.begin();
-        let result = self.keep_alive("renew").await;
+        let result = async {
+            if !self.keep_alive("renew").await? {
+                return Ok(false);
+            }
+            if self.own.is_none() {
+                return self.watch_own_key().await;
+            }
+            Ok(true)
+        }
+        .await;
         let alive = self.end(result)?;
         Ok(if alive {
             Renewal::Renewed
@@ -440,8 +512,32 @@ impl Backend for EtcdBackend {
         })
     }
 
+    async fn record_lost(&mut self) {
+        loop {
+            let lease = self.session.as_ref().map_or(0, |s| s.lease);
+            let Some(own) = self.own.as_mut() else {
+                // Not watching: the next renew reads the key and watches again.
+                return std::future::pending().await;
+            };
+            match own.message().await {
+                Ok(Some(resp)) if resp.canceled() || resp.compact_revision() > 0 => {
+                    self.own = None;
+                }
+                Ok(Some(resp)) => {
+                    if own_key_taken(&resp, lease, &self.identity) {
+                        self.own = None;
+                        return;
+                    }
+                }
+                // The watch broke with its connection: the next renew looks again.
+                Ok(None) | Err(_) => self.own = None,
+            }
+        }
+    }
+
     async fn release(&mut self) -> Result<(), BackendError> {
         self.watching = None;
+        self.own = None;
         let Some(session) = self.session.take() else {
             return Ok(());
         };

@@ -10,6 +10,7 @@ pub mod etcd_server;
 pub mod fake_kube;
 pub mod http;
 pub mod redis_server;
+pub mod tamper;
 pub mod zk_server;
 
 use std::fs::File;
