@@ -283,3 +283,42 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
         Some(serde_json::json!("unknown"))
     );
 }
+
+/// Invariant 9: the lock key deleted (`DEL`) or overwritten (`SET`) behind the
+/// leader's back. Before the leader tracked its own key, a follower claimed after
+/// its retry interval while the old leader claimed on until its next renew.
+#[test]
+fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
+    use common::tamper::{assert_recovered, tamper_with_leader};
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // A long renew interval: without tracking the old leader would claim for seconds.
+    let mut args = redis_args(&server.url(), "6s", "tamper");
+    args.extend(common::args(&[
+        "--renew-interval",
+        "3s",
+        "--retry-interval",
+        "500ms",
+    ]));
+    let sidecars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
+        .collect();
+    let lock = "leasekeeper:{tamper}:lock";
+
+    let deleted = tamper_with_leader(&sidecars, Duration::from_millis(2000), |_| {
+        server.command(&format!("DEL {lock}"));
+    });
+    eprintln!("deleted: {deleted:?}");
+    assert_recovered(&deleted, Duration::from_millis(100));
+
+    let overwritten = tamper_with_leader(&sidecars, Duration::from_millis(2000), |_| {
+        server.command(&format!("SET {lock} intruder PX 3000"));
+    });
+    eprintln!("overwritten: {overwritten:?}");
+    assert!(
+        overwritten
+            .old_last_leader
+            .is_none_or(|d| d <= Duration::from_millis(500)),
+        "the leader went on claiming after its key was overwritten: {overwritten:?}"
+    );
+}

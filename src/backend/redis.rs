@@ -21,6 +21,17 @@
 //! Followers wake on the events channel and on `__keyevent@<db>__:expired` (when the
 //! server has keyspace notifications on), at the observed holder's expiry when it is
 //! close, and otherwise at the jittered retry interval.
+//!
+//! **The leader hears about its own key** (invariant 9) through server-assisted
+//! client-side caching, which needs no server configuration: the command connection
+//! speaks RESP3, and once a campaign is won it turns on `CLIENT TRACKING ON BCAST
+//! PREFIX <lock key> NOLOOP` and reads the key again in the same round trip. From then
+//! on every change of the key by anyone else — `DEL`, `SET`, its expiry, `FLUSHALL` —
+//! is pushed to us as an invalidation and ends the claim at once; our own renewals are
+//! not reported (`NOLOOP`), and other candidates' scripts only read a held key. A lost
+//! connection loses the tracking: the next renew turns it on again before its
+//! compare-and-PEXPIRE, so the compare covers whatever happened meanwhile. Stepping
+//! down turns tracking off. This needs Redis 6 or later (RESP3 and `CLIENT TRACKING`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,8 +39,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use rand::Rng;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
-use tokio::sync::Notify;
+use redis::{ProtocolVersion, PushInfo, PushKind, Script};
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -154,6 +165,39 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Like [`Node::connect`], with the command connection on RESP3 and its server
+    /// pushes (tracking invalidations, and the library's own disconnect notices) sent
+    /// to the returned receiver.
+    pub(crate) fn connect_tracking(
+        settings: &RedisSettings,
+        keys: &Keys,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
+        let resp3 = settings
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(settings.info.clone().set_redis_settings(resp3))
+            .map_err(store("connect"))?;
+        let (pushed, pushes) = mpsc::unbounded_channel();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(op_timeout)
+            .set_push_sender(pushed);
+        let conn =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(store("connect"))?;
+        let db = settings.info.redis_settings().db();
+        let listener = tokio::spawn(listen(listen_client, keys.clone(), db, wake, op_timeout));
+        Ok((Node { conn, listener }, pushes))
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         self.listener.abort();
@@ -177,6 +221,10 @@ pub struct RedisBackend {
     acquire: Script,
     renew: Script,
     release: Script,
+    /// Server pushes on the command connection (see the module doc).
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    /// Whether `CLIENT TRACKING` is on for the current connection.
+    tracking: bool,
 }
 
 pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
@@ -197,7 +245,7 @@ impl RedisBackend {
     ) -> Result<Self, BackendError> {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
-        let node = Node::connect(settings, &keys, wake.clone(), op_timeout)?;
+        let (node, pushes) = Node::connect_tracking(settings, &keys, wake.clone(), op_timeout)?;
         Ok(RedisBackend {
             node,
             keys,
@@ -211,6 +259,8 @@ impl RedisBackend {
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
+            pushes,
+            tracking: false,
         })
     }
 
@@ -220,6 +270,74 @@ impl RedisBackend {
 
     fn nonce_prefix(&self) -> String {
         format!("{}|", self.nonce)
+    }
+
+    /// Takes the pushes that arrived so far; `true` if one says our key changed.
+    /// A disconnect notice means the tracking is gone with its connection.
+    fn drain_pushes(&mut self) -> bool {
+        let mut changed = false;
+        while let Ok(push) = self.pushes.try_recv() {
+            changed |= self.note_push(&push);
+        }
+        changed
+    }
+
+    /// Records what one push means; `true` for a change of our key.
+    fn note_push(&mut self, push: &PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                false
+            }
+            PushKind::Invalidate => self.tracking,
+            _ => false,
+        }
+    }
+
+    /// Turns tracking of our key on (when it is off) and reads the key in the same
+    /// round trip: `true` when the key still holds our tenure's value, so that every
+    /// later change of it by anyone else will be pushed to us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        // What arrived before tracking was on is from an earlier tenure.
+        self.drain_pushes();
+        // Off first: switching on again with the same prefix is refused by some
+        // servers when tracking was left on (a failed turn-off at a step-down).
+        let (current,): (Option<String>,) = redis::pipe()
+            .cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("OFF")
+            .ignore()
+            .cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("ON")
+            .arg("BCAST")
+            .arg("PREFIX")
+            .arg(&self.keys.lock)
+            .arg("NOLOOP")
+            .ignore()
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    /// Best effort: followers need no pushes (and ignore any that still come).
+    async fn stop_tracking(&mut self) {
+        if self.tracking {
+            self.tracking = false;
+            let _: Result<(), _> = redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("OFF")
+                .query_async(&mut self.node.conn)
+                .await;
+        }
+        self.drain_pushes();
     }
 }
 
@@ -316,6 +434,11 @@ impl Backend for RedisBackend {
             })?;
             self.value = Some(value);
             self.expiry_hint = None;
+            if !self.track_own_key("campaign").await? {
+                // Taken or deleted between our two requests: not ours to claim.
+                self.value = None;
+                return Ok(Campaign::Held(None));
+            }
             return Ok(Campaign::Acquired { token });
         }
         self.expiry_hint =
@@ -331,6 +454,12 @@ impl Backend for RedisBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
+        if self.drain_pushes() {
+            return Ok(Renewal::Lost);
+        }
+        if !self.tracking && !self.track_own_key("renew").await? {
+            return Ok(Renewal::Lost);
+        }
         let kept: i64 = self
             .renew
             .key(&self.keys.lock)
@@ -372,11 +501,23 @@ impl Backend for RedisBackend {
                 other.map_err(store("release"))?;
             }
         }
+        self.stop_tracking().await;
         Ok(())
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        // A follower has no use for pushes; drop what a past tenure left.
+        self.drain_pushes();
         wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
+    }
+
+    async fn record_lost(&mut self) {
+        while let Some(push) = self.pushes.recv().await {
+            if self.note_push(&push) {
+                return;
+            }
+        }
+        std::future::pending().await
     }
 }
 

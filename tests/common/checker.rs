@@ -493,6 +493,19 @@ impl Election<'_> {
                 );
             }
             Fault::RestartServer => {
+                if self.spec.restart_loses_data {
+                    // Data loss is detected by candidates that saw a token before it
+                    // (a sidecar started since has seen none: a documented limit), so
+                    // every sidecar must have seen the holder first.
+                    let all_saw = eventually(ttl * 3, || {
+                        self.slots
+                            .iter()
+                            .filter(|s| s.is_running())
+                            .all(|s| s.leader().is_some_and(|v| v["fencing_token"].is_u64()))
+                            .then_some(())
+                    });
+                    assert!(all_saw.is_some(), "not every sidecar saw the holder");
+                }
                 let server = self.spec.server.as_mut().expect("a server to restart");
                 server.restart();
                 let bound = crash_bound + ttl;
