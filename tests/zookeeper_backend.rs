@@ -335,3 +335,96 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
         assert_eq!(status["is_leader"], false, "{status}");
     }
 }
+
+/// Runs one ZooKeeper client call from the (synchronous) test.
+fn with_zk<T>(connect: &str, f: impl AsyncFnOnce(zookeeper_client::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = zookeeper_client::Client::connect(connect)
+            .await
+            .expect("connect to zookeeper");
+        f(client).await
+    })
+}
+
+/// The leader's node under `dir`: the lowest sequence.
+async fn leader_node(client: &zookeeper_client::Client, dir: &str) -> String {
+    let mut children = client.list_children(dir).await.expect("list");
+    children.sort_by_key(|c| c[c.len() - 10..].to_owned());
+    format!("{dir}/{}", children.first().expect("a candidate node"))
+}
+
+/// Invariants 8 and 9: the leader's node deleted or rewritten by another client.
+/// Before the leader watched its own node (renew was a read), it went on claiming
+/// until its next renew while the next candidate in the queue took over at once.
+#[test]
+fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
+    use common::tamper::{assert_recovered, tamper_with_leader};
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = zk_args(&connect, "4s", "tamper");
+    args.extend(common::args(&["--renew-interval", "1500ms"]));
+    let sidecars: Vec<common::Sidecar> = (0..3)
+        .map(|i| common::Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
+        .collect();
+
+    let deleted = tamper_with_leader(&sidecars, Duration::from_millis(2000), |_| {
+        with_zk(&connect, async |c| {
+            let node = leader_node(&c, "/leasekeeper/tamper").await;
+            c.delete(&node, None)
+                .await
+                .expect("delete the leader's node");
+        })
+    });
+    eprintln!("deleted: {deleted:?}");
+    assert_recovered(&deleted, Duration::from_millis(100));
+
+    let rewritten = tamper_with_leader(&sidecars, Duration::from_millis(2000), |_| {
+        with_zk(&connect, async |c| {
+            let node = leader_node(&c, "/leasekeeper/tamper").await;
+            c.set_data(&node, b"intruder", None)
+                .await
+                .expect("rewrite the leader's node");
+        })
+    });
+    eprintln!("rewritten: {rewritten:?}");
+    assert!(
+        rewritten
+            .old_last_leader
+            .is_none_or(|d| d <= Duration::from_millis(500)),
+        "the leader went on claiming after its node was rewritten: {rewritten:?}"
+    );
+}
+
+/// Item 5 of the safety issue: the server caps the session timeout (20 × tickTime =
+/// 4 s here), far below the 15 s asked for. The deadline follows the granted 4 s, so
+/// the default renew interval (5 s) no longer fits: before the interval adapted, the
+/// leader lost every tenure at its deadline and flapped.
+#[test]
+fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
+    let zk = ZkEnsemble::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = zk_args(&zk.connect_string(), "15s", "granted");
+    let sidecar = common::Sidecar::spawn("g0", dir.path(), &args);
+    let first = sidecar.settles_in("leader", Duration::from_secs(10));
+    let token = first["fencing_token"].as_u64().expect("a token");
+    let until = std::time::Instant::now() + Duration::from_secs(9);
+    while std::time::Instant::now() < until {
+        let now = sidecar.leader().expect("/leader answers");
+        assert_eq!(
+            (now["is_leader"].as_bool(), now["fencing_token"].as_u64()),
+            (Some(true), Some(token)),
+            "the leader lost its tenure under a granted session of 4 s: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = sidecar.stderr();
+    assert!(
+        log.contains("renewing more often"),
+        "the adapted renew interval is logged:\n{log}"
+    );
+}

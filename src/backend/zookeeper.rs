@@ -13,8 +13,18 @@
 //!   what the client asks for at 20 × tickTime by default; the difference is logged). The
 //!   campaign and every renew are requests of this session: their send time extends the
 //!   local deadline by one session timeout, which the server cannot expire earlier.
-//! - **Renew** is a light request, a `check_stat` of our own node: gone, or owned by
-//!   another session, means lost.
+//! - **Proof goes through the ZooKeeper leader** (invariant 8). A read is answered by
+//!   whichever server we are connected to, and a server cut off from the quorum goes
+//!   on serving reads for up to syncLimit × tickTime while the quorum expires our
+//!   session and lets another candidate lead. So both the acquisition and every renew
+//!   are a `multi` holding one `check` of our node at version 0 (we never write it):
+//!   a transaction, forwarded to the ensemble's leader, which verifies our session
+//!   is alive there and our node exists unchanged. Its send time extends the
+//!   deadline. It changes nothing, so no watch fires on it (a `setData` would wake
+//!   our successor at every renew). Gone, changed, or an expired session means lost.
+//! - **The leader watches its own node** (invariant 9): the acquisition sets a watch
+//!   on it, and a delete or data change by another client, or the session's expiry,
+//!   ends the claim at once.
 //! - **Followers** watch only their predecessor (no herd); a vanished predecessor means
 //!   list again and re-check, never "I lead" without checking.
 //! - **Session expiry** ends everything at once: the next campaign opens a new session
@@ -22,12 +32,19 @@
 //! - **Fencing token**: the creation zxid (`czxid`) of the leader's node. zxids grow
 //!   across the whole ensemble, so they keep growing even if the election's parent node
 //!   is deleted and recreated (a sequence number would start again at 0).
-//! - **Release** deletes our node, then closes the session.
+//! - **Release** forgets the node *before* it awaits the delete, then closes the
+//!   session: a release cut short (its answer never came, the elector gave up on it)
+//!   must not leave the node for the next campaign to find by its prefix and claim
+//!   again with the same czxid — two tenures never share a token. The next campaign
+//!   opens a new session with a new prefix.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use zookeeper_client::{
-    Acls, Client, CreateMode, OneshotWatcher, SessionState, StateWatcher, TlsOptions,
+    Acls, Client, CreateMode, EventType, OneshotWatcher, SessionState, StateWatcher, TlsOptions,
+    WatchedEvent,
 };
 
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
@@ -63,7 +80,15 @@ pub struct ZkBackend {
     watching: Option<OneshotWatcher>,
     /// The session's state changes: expiry, disconnect and reconnect all mean "look again".
     session_events: Option<StateWatcher>,
+    /// While leading: the watch on our own node, kept across the elector's polls.
+    own_watch: Option<OwnWatch>,
 }
+
+/// A pending watch on our own node (pinned, so polling it again loses nothing).
+type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+
+/// Our node is created once and never written: its version stays 0.
+const OWN_VERSION: i32 = 0;
 
 impl ZkBackend {
     /// Nodes we create: open to anyone, or, with digest auth, only to that identity
@@ -88,6 +113,7 @@ impl ZkBackend {
             node: None,
             watching: None,
             session_events: None,
+            own_watch: None,
         }
     }
 
@@ -152,7 +178,28 @@ impl ZkBackend {
         self.node = None;
         self.watching = None;
         self.session_events = None;
+        self.own_watch = None;
         self.prefix = new_prefix();
+    }
+
+    /// One transaction through the ensemble's leader that checks our node is there,
+    /// unchanged (see the module doc). `Ok(false)`: it is gone or not ours.
+    async fn prove_own_node(
+        client: &Client,
+        path: &str,
+        op: &'static str,
+    ) -> Result<bool, BackendError> {
+        let mut multi = client.new_multi_writer();
+        multi.add_check_version(path, OWN_VERSION).map_err(zk(op))?;
+        match multi.commit().await {
+            Ok(_) => Ok(true),
+            Err(e) => match zookeeper_client::Error::from(e) {
+                zookeeper_client::Error::NoNode
+                | zookeeper_client::Error::BadVersion
+                | zookeeper_client::Error::SessionExpired => Ok(false),
+                other => Err(zk(op)(other)),
+            },
+        }
     }
 
     /// Our node, created if needed; a lost create answer is found by its prefix.
@@ -223,15 +270,19 @@ impl Backend for ZkBackend {
         let (_, first) = queue[0].clone();
         let first_path = format!("{}/{first}", self.dir);
         if position == 0 {
-            // Ours, and owned by this very session (CURATOR-1211).
-            let stat = client
-                .check_stat(&first_path)
-                .await
-                .map_err(zk("campaign"))?;
+            // Ours, owned by this very session (CURATOR-1211), and proven where the
+            // session would expire; the two requests go out together.
+            let proof = Self::prove_own_node(&client, &first_path, "campaign");
+            let watched = client.check_and_watch_stat(&first_path);
+            let (proof, watched) = tokio::join!(proof, watched);
+            let (stat, watcher) = watched.map_err(zk("campaign"))?;
             return match stat {
-                Some(s) if s.ephemeral_owner == client.session_id().0 => Ok(Campaign::Acquired {
-                    token: u64::try_from(s.czxid).unwrap_or(0),
-                }),
+                Some(s) if proof? && s.ephemeral_owner == client.session_id().0 => {
+                    self.own_watch = Some(Box::pin(watcher.changed()));
+                    Ok(Campaign::Acquired {
+                        token: u64::try_from(s.czxid).unwrap_or(0),
+                    })
+                }
                 _ => {
                     self.forget();
                     Ok(Campaign::Held(None))
@@ -264,25 +315,37 @@ impl Backend for ZkBackend {
         if matches!(client.state(), SessionState::Expired | SessionState::Closed) {
             return Ok(Renewal::Lost);
         }
-        let stat = client
-            .check_stat(&format!("{}/{node}", self.dir))
-            .await
-            .map_err(zk("renew"))?;
-        Ok(match stat {
-            Some(s) if s.ephemeral_owner == client.session_id().0 => Renewal::Renewed,
-            _ => Renewal::Lost,
-        })
+        let path = format!("{}/{node}", self.dir);
+        if self.own_watch.is_some() {
+            return Ok(if Self::prove_own_node(&client, &path, "renew").await? {
+                Renewal::Renewed
+            } else {
+                Renewal::Lost
+            });
+        }
+        // The watch on our node ended without news (a disconnect): set it again in
+        // the same round trip as the proof.
+        let proof = Self::prove_own_node(&client, &path, "renew");
+        let watched = client.check_and_watch_stat(&path);
+        let (proof, watched) = tokio::join!(proof, watched);
+        let (stat, watcher) = watched.map_err(zk("renew"))?;
+        if !proof? || stat.is_none() {
+            return Ok(Renewal::Lost);
+        }
+        self.own_watch = Some(Box::pin(watcher.changed()));
+        Ok(Renewal::Renewed)
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        self.watching = None;
-        let (Some(client), Some(node)) = (self.client.clone(), self.node.take()) else {
-            self.forget();
+        // Forget first: if this future is dropped at the await below, the next
+        // campaign must not find this node again (see the module doc).
+        let (client, node) = (self.client.clone(), self.node.clone());
+        self.forget();
+        let (Some(client), Some(node)) = (client, node) else {
             return Ok(());
         };
         let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
         // Closing the session removes any node of ours the delete may have missed.
-        self.forget();
         drop(client);
         match deleted {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
@@ -319,6 +382,25 @@ impl Backend for ZkBackend {
             _ = tokio::time::sleep(max) => {}
         }
         Wake::Changed
+    }
+
+    async fn record_lost(&mut self) {
+        let Some(watch) = self.own_watch.as_mut() else {
+            return std::future::pending().await;
+        };
+        let event = watch.await;
+        self.own_watch = None;
+        let lost = match event.event_type {
+            // Deleted or rewritten by someone else.
+            EventType::NodeDeleted | EventType::NodeDataChanged => true,
+            // The session ended, and our node with it. A mere disconnect also ends a
+            // one-shot watch but proves nothing: the next renew watches again.
+            EventType::Session => event.session_state.is_terminated(),
+            EventType::NodeCreated | EventType::NodeChildrenChanged => false,
+        };
+        if !lost {
+            std::future::pending::<()>().await
+        }
     }
 }
 
