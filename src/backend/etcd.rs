@@ -198,6 +198,12 @@ impl EtcdBackend {
                     "etcd granted another lease ttl"
                 );
             }
+            // A shorter grant is what the store will hold us to: the deadline must use
+            // it (a longer one changes nothing, the claim keeps the configured ttl).
+            let granted_ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
+            if granted_ttl < self.ttl {
+                self.ttl = granted_ttl;
+            }
             let lease = granted.id();
             let stream = client
                 .lease_keep_alive(lease)
