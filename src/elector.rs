@@ -24,10 +24,12 @@
 //!    waits on [`Backend::record_lost`] too, and steps down the moment the store shows
 //!    the record deleted or taken.
 //! 11. *A slow candidate does not block the election*: a candidate whose proof came
-//!    too late (a campaign or renew without an answer in time, an acquisition answered
-//!    after its deadline, a deadline that passed) releases whatever it may hold and
+//!    too late (an acquisition answered after its deadline, a tenure whose deadline
+//!    passed without a renew answered in time) releases whatever it may hold and
 //!    sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
-//!    candidate with a healthy link wins meanwhile.
+//!    candidate with a healthy link wins meanwhile. A campaign without an answer in
+//!    time releases too, so that the next campaign never adopts what the unanswered
+//!    one may have taken at the store.
 //!
 //! Two more guards live here: the elector never claims a token that is not greater
 //! than every token it claimed before (a backend bug or a store that went back in
@@ -330,13 +332,13 @@ impl<B: Backend> Elector<B> {
                         }
                     });
                     if e.timed_out() {
-                        // The unanswered campaign may still take the lease at the store;
-                        // give it back, and stay out while a faster candidate wins.
+                        // The unanswered campaign may still take the lease at the store,
+                        // and the next one must not adopt it: give it back. (No full
+                        // sit-out here: a store that was merely down for everyone
+                        // would leave every candidate sitting out after it returned.)
                         self.release_quietly().await;
-                        self.sit_out_slow().await;
-                    } else {
-                        self.pause(jittered(backoff.next_wait())).await;
                     }
+                    self.pause(jittered(backoff.next_wait())).await;
                 }
             }
         }

@@ -310,3 +310,21 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
         "the leader went on claiming after its key was overwritten: {overwritten:?}"
     );
 }
+
+/// Invariant 11 on etcd (it recovered on the old main too; kept so it stays so).
+#[test]
+fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
+    let etcd = EtcdCluster::start(1);
+    let store = etcd
+        .endpoints()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("addr");
+    common::scenarios::slow_leader_is_replaced_and_recovers(
+        store,
+        Duration::from_secs(3),
+        Duration::from_millis(1200),
+        Duration::from_secs(7),
+        |endpoint| etcd_args(&format!("http://{endpoint}"), "3s", "slow"),
+    );
+}

@@ -428,3 +428,22 @@ fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
         "the adapted renew interval is logged:\n{log}"
     );
 }
+
+/// Invariant 11 (measured on the old main: the slow candidate stayed first in the
+/// queue and nobody led for the whole 7.5 s observed; its campaigns kept the session
+/// alive for good). Bound: about 3 ttl, not 2: after the slow leader gives up, the
+/// ZooKeeper client goes on re-sending its session's ConnectRequest for about one
+/// session timeout, and each one that arrives touches the session at the server, so
+/// its node lives until a session timeout after the last of them.
+#[test]
+fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
+    let zk = ZkEnsemble::start(1);
+    let store = zk.connect_string().parse().expect("addr");
+    common::scenarios::slow_leader_is_replaced_and_recovers(
+        store,
+        Duration::from_secs(3),
+        Duration::from_millis(1200),
+        Duration::from_secs(12),
+        |endpoint| zk_args(endpoint, "3s", "slow"),
+    );
+}

@@ -194,7 +194,77 @@ pub enum Fault {
     /// kill -9 one node of the store and start it again (it loses its data unless the
     /// node persists): a leader must remain or appear within the crash bound.
     RestartOneNode,
+    /// Cut the leader off from the store (bytes held both ways, connections kept open)
+    /// past its ttl: another candidate leads within the crash bound; then heal.
+    PartitionLeader,
+    /// Cut a follower off from the store for a ttl: the leader stays; then heal.
+    PartitionFollower,
+    /// Delay every byte between the leader and the store by more than half its claim:
+    /// another candidate leads within about 2 × ttl; then heal.
+    SlowLeader,
+    /// The leader's requests reach the store but its replies are held (a one-way
+    /// partition): it must step down by its deadline and another candidate lead.
+    LeaderRepliesHeld,
+    /// Delete the leader's record behind its back (`Extras::tamper`).
+    TamperDelete,
+    /// Overwrite the leader's record with another client's (`Extras::tamper`).
+    TamperOverwrite,
+    /// Cut one node of a replicated store off from the others (`Extras::isolate`).
+    IsolateStoreNode,
 }
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Graceful => "graceful",
+            Fault::Kill9 => "kill-9",
+            Fault::Release => "release",
+            Fault::PauseLeader => "sigstop-leader",
+            Fault::PauseServer => "pause-store",
+            Fault::RestartServer => "restart-store",
+            Fault::PauseMinority => "pause-minority",
+            Fault::RestartOneNode => "restart-node",
+            Fault::PartitionLeader => "partition-leader",
+            Fault::PartitionFollower => "partition-follower",
+            Fault::SlowLeader => "slow-leader",
+            Fault::LeaderRepliesHeld => "replies-held",
+            Fault::TamperDelete => "tamper-delete",
+            Fault::TamperOverwrite => "tamper-overwrite",
+            Fault::IsolateStoreNode => "isolate-node",
+        }
+    }
+}
+
+/// Per-candidate links to the store: every sidecar reaches every store node through
+/// its own [`FaultProxy`], so one candidate's link can be cut or slowed alone.
+pub struct Links {
+    /// The store's nodes (client ports).
+    pub nodes: Vec<std::net::SocketAddr>,
+    /// The backend flags for a sidecar whose node addresses (`127.0.0.1:port`, in the
+    /// order of `nodes`) are the given proxies.
+    pub args: Box<dyn Fn(&[String]) -> Vec<String>>,
+}
+
+/// Optional parts of a run beyond [`ElectionSpec`].
+#[derive(Default)]
+pub struct Extras {
+    /// Links through proxies (needed by the partition and slow-link faults).
+    pub links: Option<Links>,
+    /// The store's own record of holders, checked against the claims afterwards.
+    pub store: Option<super::recorder::Recorder>,
+    /// Changes the leader's record behind its back (`TamperDelete`/`TamperOverwrite`).
+    #[allow(clippy::type_complexity)]
+    pub tamper: Option<Box<dyn FnMut(Fault)>>,
+    /// Cuts store node `i` off from the others (`true`) or heals it (`false`).
+    #[allow(clippy::type_complexity)]
+    pub isolate: Option<Box<dyn FnMut(usize, bool)>>,
+    /// Nodes that `IsolateStoreNode` may pick, round robin (all when empty).
+    pub isolate_nodes: Vec<usize>,
+}
+
+/// How long a tampered record may go on being claimed after another tenure began
+/// (DESIGN invariant 9).
+pub const TAMPER_TOLERANCE: Duration = Duration::from_millis(100);
 
 pub struct ElectionSpec<'a> {
     /// Backend flags (`--backend …`, endpoints, `--ttl …`), without identity or listener.
@@ -217,6 +287,15 @@ pub struct Report {
     pub graceful_ms: Vec<f64>,
     pub crash_ms: Vec<f64>,
     pub node_faults: usize,
+    /// Fault name → how long until another leader answered, in ms.
+    pub takeover_ms: std::collections::BTreeMap<&'static str, Vec<f64>>,
+    /// Fault name → rounds run.
+    pub faults: std::collections::BTreeMap<&'static str, usize>,
+    /// Distinct tenures whose holder changed (claims with a new token).
+    pub transitions: usize,
+    /// The longest any claim ran past the store handing the lease on, in ms (negative:
+    /// the smallest margin left), when a store recorder ran.
+    pub longest_past_store_ms: Option<f64>,
 }
 
 /// One answer seen from outside.
@@ -327,6 +406,11 @@ impl Poller {
 
 struct Election<'a> {
     spec: ElectionSpec<'a>,
+    extras: Extras,
+    /// slot → its proxies, one per store node (with `Extras::links`).
+    proxies: Vec<Vec<super::faults::FaultProxy>>,
+    /// CLOCK_MONOTONIC ns of each tampering.
+    tampered: Vec<u64>,
     /// pid → CLOCK_MONOTONIC ns just before it was sent SIGKILL: a dead process
     /// asserts nothing, so its claim ends there at the latest.
     killed: HashMap<u64, u64>,
@@ -344,6 +428,19 @@ impl Election<'_> {
     fn spawn(&mut self, slot: usize) -> Sidecar {
         self.generation += 1;
         let mut args = self.spec.args.clone();
+        if let Some(links) = &self.extras.links {
+            while self.proxies.len() <= slot {
+                self.proxies.push(
+                    links
+                        .nodes
+                        .iter()
+                        .map(|n| super::faults::FaultProxy::start(*n))
+                        .collect(),
+                );
+            }
+            let addrs: Vec<String> = self.proxies[slot].iter().map(|p| p.addr()).collect();
+            args = (links.args)(&addrs);
+        }
         args.extend([
             "--transition-log".to_owned(),
             self.log_path(slot).display().to_string(),
@@ -393,7 +490,35 @@ impl Election<'_> {
         Ok(())
     }
 
+    /// Sets every link of one slot.
+    fn links(&self, slot: usize, link: impl Fn() -> super::faults::Link) {
+        for p in self.proxies.get(slot).into_iter().flatten() {
+            p.set(link());
+        }
+    }
+
+    /// Waits for a leader other than the one on `old_port`, and records how long it took.
+    fn takeover(
+        &self,
+        fault: Fault,
+        old_port: u16,
+        limit: Duration,
+        report: &mut Report,
+    ) -> Option<(usize, u64)> {
+        let t0 = Instant::now();
+        let new = self.find_leader(Some(old_port), limit);
+        if new.is_some() {
+            report
+                .takeover_ms
+                .entry(fault.name())
+                .or_default()
+                .push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        new
+    }
+
     fn round(&mut self, fault: Fault, report: &mut Report) {
+        *report.faults.entry(fault.name()).or_default() += 1;
         let ttl = self.spec.ttl;
         let crash_bound = ttl + Duration::from_secs(1);
         let (li, token) = self
@@ -578,12 +703,119 @@ impl Election<'_> {
                     "no leader within ttl + 1 s after one node restarted"
                 );
             }
+            Fault::PartitionLeader | Fault::LeaderRepliesHeld => {
+                use super::faults::Link;
+                assert!(!self.proxies.is_empty(), "{fault:?} needs Extras::links");
+                self.links(li, || {
+                    if fault == Fault::PartitionLeader {
+                        Link::Blackhole
+                    } else {
+                        Link::HoldReplies
+                    }
+                });
+                // Its held requests (renewals included) may still reach the store after
+                // the cut ends: a one-way cut can keep the lease alive at the store
+                // until the leader gives up and its release lands.
+                let new = self.takeover(fault, old_port, crash_bound + ttl, report);
+                self.links(li, || Link::Pass);
+                assert!(
+                    new.is_some(),
+                    "no new leader within 2 ttl + 1 s of {fault:?} of the leader"
+                );
+            }
+            Fault::SlowLeader => {
+                use super::faults::Link;
+                assert!(!self.proxies.is_empty(), "SlowLeader needs Extras::links");
+                // Each way more than a third of the ttl: a round trip longer than the
+                // backend timeout, and proof that always comes too late.
+                let delay = ttl.mul_f64(0.4);
+                self.links(li, || Link::Delay(delay));
+                // About 2 ttl; ZooKeeper's client keeps its session alive with late
+                // reconnects for one session timeout more (see the zookeeper suite).
+                let new = self.takeover(fault, old_port, ttl * 3 + Duration::from_secs(2), report);
+                std::thread::sleep(delay * 2);
+                self.links(li, || Link::Pass);
+                assert!(
+                    new.is_some(),
+                    "no new leader within 3 ttl + 2 s of slowing the leader's link"
+                );
+            }
+            Fault::PartitionFollower => {
+                use super::faults::Link;
+                assert!(
+                    !self.proxies.is_empty(),
+                    "PartitionFollower needs Extras::links"
+                );
+                let fi = (li + 1) % self.slots.len();
+                self.links(fi, || Link::Blackhole);
+                std::thread::sleep(ttl + Duration::from_millis(300));
+                let still = self.find_leader(None, crash_bound);
+                self.links(fi, || Link::Pass);
+                assert!(
+                    still.is_some(),
+                    "no leader while only a follower was cut off"
+                );
+            }
+            Fault::TamperDelete | Fault::TamperOverwrite => {
+                let tamper = self
+                    .extras
+                    .tamper
+                    .as_mut()
+                    .unwrap_or_else(|| panic!("{fault:?} needs Extras::tamper"));
+                self.tampered.push(leasekeeper::clock::monotonic_now_ns());
+                tamper(fault);
+                let bound = crash_bound + ttl;
+                let t0 = Instant::now();
+                let back = eventually(bound, || {
+                    self.find_leader(None, Duration::ZERO)
+                        .filter(|(_, t)| *t > token)
+                });
+                assert!(
+                    back.is_some(),
+                    "no leader with a token above {token} within 2 ttl + 1 s of {fault:?}"
+                );
+                report
+                    .takeover_ms
+                    .entry(fault.name())
+                    .or_default()
+                    .push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            Fault::IsolateStoreNode => {
+                let n = self.extras.isolate_nodes.len();
+                let node = if n == 0 {
+                    report.node_faults % self.spec.server.as_ref().map_or(1, |s| s.nodes())
+                } else {
+                    self.extras.isolate_nodes[report.node_faults % n]
+                };
+                report.node_faults += 1;
+                let isolate = self
+                    .extras
+                    .isolate
+                    .as_mut()
+                    .expect("IsolateStoreNode needs Extras::isolate");
+                isolate(node, true);
+                // The majority goes on: a leader remains or appears within the bound,
+                // wherever the sidecars were connected.
+                std::thread::sleep(ttl + Duration::from_millis(300));
+                let during = self.find_leader(None, crash_bound + ttl);
+                let isolate = self.extras.isolate.as_mut().expect("isolate");
+                isolate(node, false);
+                assert!(
+                    during.is_some(),
+                    "no leader while store node {node} was cut off from the others"
+                );
+            }
         }
     }
 }
 
 /// Runs the rounds, then checks invariant 1 from inside and outside and token order.
 pub fn run(spec: ElectionSpec<'_>) -> Report {
+    run_with(spec, Extras::default())
+}
+
+/// [`run`] with links, a store recorder and store faults.
+pub fn run_with(spec: ElectionSpec<'_>, extras: Extras) -> Report {
     let candidates = spec.candidates;
     let rounds = spec.rounds.clone();
     let mut dir = tempfile::tempdir().expect("temp dir");
@@ -594,6 +826,9 @@ pub fn run(spec: ElectionSpec<'_>) -> Report {
     }
     let mut e = Election {
         spec,
+        extras,
+        proxies: Vec::new(),
+        tampered: Vec::new(),
         dir,
         slots: Vec::new(),
         poller: None,
@@ -628,11 +863,20 @@ pub fn run(spec: ElectionSpec<'_>) -> Report {
         }
     }
     let claims = read_claims(e.dir.path(), candidates, &e.killed);
-    check_claims_never_overlap(&claims);
+    let tolerance = TAMPER_TOLERANCE.as_nanos() as u64;
+    check_claims_never_overlap_but(&claims, &e.tampered, tolerance);
     check_tokens_strictly_grow(&claims);
-    check_outside_view(&observations);
+    check_outside_view_but(&observations, &e.tampered, TAMPER_TOLERANCE);
     check_no_panics(e.dir.path());
+    if let Some(store) = e.extras.store.take() {
+        let changes = store.changes();
+        drop(store);
+        report.longest_past_store_ms =
+            super::recorder::check_claims_against_store(&claims, &changes, &e.tampered, tolerance)
+                .map(|ns| ns as f64 / 1e6);
+    }
     report.claims = claims.len();
+    report.transitions = claims.len();
     report.observations = observations.len();
     report
 }
@@ -746,6 +990,12 @@ fn read_claims(dir: &Path, slots: usize, killed: &HashMap<u64, u64>) -> Vec<Logg
 
 /// (a) No two claims overlap on the host's monotonic clock.
 pub fn check_claims_never_overlap(claims: &[LoggedClaim]) {
+    check_claims_never_overlap_but(claims, &[], 0);
+}
+
+/// (a), except that a claim whose record was tampered with (a time in `tampered`
+/// falls inside it) may overlap the next by up to `tolerance_ns`.
+pub fn check_claims_never_overlap_but(claims: &[LoggedClaim], tampered: &[u64], tolerance_ns: u64) {
     let mut latest: Option<&LoggedClaim> = None;
     for c in claims {
         assert!(
@@ -753,8 +1003,13 @@ pub fn check_claims_never_overlap(claims: &[LoggedClaim]) {
             "a claim started at or after its own deadline: {c:?}"
         );
         if let Some(prev) = latest {
+            let excused = tampered
+                .iter()
+                .any(|&t| prev.start <= t && t <= prev.until())
+                .then_some(tolerance_ns)
+                .unwrap_or(0);
             assert!(
-                c.start >= prev.until(),
+                c.start + excused >= prev.until(),
                 "two leaders at once: {prev:?} held until {} but {c:?} started at {} ({} µs overlap)",
                 prev.until(),
                 c.start,
@@ -784,6 +1039,23 @@ pub fn check_tokens_strictly_grow(claims: &[LoggedClaim]) {
 /// them prove it led from the first reply to the second request; nobody else may
 /// have answered "leader" entirely inside that span.
 fn check_outside_view(observations: &[Observation]) {
+    check_outside_view_but(observations, &[], Duration::ZERO);
+}
+
+/// The outside view, leaving out answers given within `tolerance` after a tampering
+/// (`tampered`, CLOCK_MONOTONIC ns), when two leaders may briefly answer.
+fn check_outside_view_but(observations: &[Observation], tampered: &[u64], tolerance: Duration) {
+    let excused = |o: &Observation| {
+        let at = leasekeeper::clock::to_monotonic_ns(tokio::time::Instant::from_std(o.sent));
+        let tol = tolerance.as_nanos() as u64;
+        tampered.iter().any(|&t| t <= at + tol && at <= t + tol * 2)
+    };
+    let kept: Vec<Observation> = observations
+        .iter()
+        .filter(|o| !excused(o))
+        .cloned()
+        .collect();
+    let observations = &kept[..];
     let mut by_port: HashMap<u16, Vec<&Observation>> = HashMap::new();
     for o in observations {
         by_port.entry(o.port).or_default().push(o);

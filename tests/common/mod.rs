@@ -8,8 +8,11 @@
 pub mod checker;
 pub mod etcd_server;
 pub mod fake_kube;
+pub mod faults;
 pub mod http;
+pub mod recorder;
 pub mod redis_server;
+pub mod scenarios;
 pub mod tamper;
 pub mod zk_server;
 

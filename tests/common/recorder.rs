@@ -1,0 +1,431 @@
+//! Ground truth from the store: a recorder follows the store's own change stream for
+//! one election (an etcd watch on the prefix, a ZooKeeper child watch, the Redis
+//! events channel and keyspace events) and timestamps every change of holder on
+//! CLOCK_MONOTONIC as it *arrives* here. The arrival is after the real change, so the
+//! checks below can only be too lenient, never wrong:
+//!
+//! - a claim must correspond to a change that made that tenure (identity, token) the
+//!   holder, and that change cannot have arrived before the claim's acquiring request
+//!   was sent;
+//! - a claim must end no later than the arrival of the next change that gave the
+//!   lease to another tenure.
+//!
+//! Each recorder runs on its own thread with its own tokio runtime, reconnects when
+//! its store restarts, and stops on drop.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use leasekeeper::clock::monotonic_now_ns;
+
+use super::checker::LoggedClaim;
+
+/// One tenure as the store names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenure {
+    pub identity: String,
+    pub token: u64,
+}
+
+/// A change of holder, stamped on arrival (CLOCK_MONOTONIC ns).
+#[derive(Clone, Debug)]
+pub struct HolderChange {
+    pub at_ns: u64,
+    pub holder: Option<Tenure>,
+}
+
+type Changes = Arc<Mutex<Vec<HolderChange>>>;
+
+pub struct Recorder {
+    changes: Changes,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Recorder {
+    fn spawn<F>(run: impl FnOnce(Changes, Arc<AtomicBool>) -> F + Send + 'static) -> Recorder
+    where
+        F: std::future::Future<Output = ()>,
+    {
+        let changes: Changes = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (changes.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("recorder runtime");
+            rt.block_on(run(c, s));
+        });
+        // Give it a moment to take its first look before the sidecars start.
+        std::thread::sleep(Duration::from_millis(300));
+        Recorder {
+            changes,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Everything recorded so far, in the store's order.
+    pub fn changes(&self) -> Vec<HolderChange> {
+        self.changes.lock().expect("changes").clone()
+    }
+
+    /// An etcd watch on `<election>/`: the key with the lowest create revision leads.
+    pub fn etcd(endpoints: Vec<String>, election: &str) -> Recorder {
+        let prefix = format!("{election}/");
+        Recorder::spawn(move |changes, stop| async move {
+            use etcd_client::{EventType, GetOptions, WatchOptions};
+            use std::collections::BTreeMap;
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(mut client) = etcd_client::Client::connect(&endpoints, None).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let Ok(read) = client
+                    .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+                    .await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let at = read.header().map_or(0, |h| h.revision());
+                // key → (create revision, value)
+                let mut queue: BTreeMap<Vec<u8>, (i64, String)> = read
+                    .kvs()
+                    .iter()
+                    .map(|kv| {
+                        let value = String::from_utf8_lossy(kv.value()).into_owned();
+                        (kv.key().to_vec(), (kv.create_revision(), value))
+                    })
+                    .collect();
+                note(&changes, head(&queue));
+                let Ok(mut stream) = client
+                    .watch(
+                        prefix.as_str(),
+                        Some(
+                            WatchOptions::new()
+                                .with_prefix()
+                                .with_start_revision(at + 1),
+                        ),
+                    )
+                    .await
+                else {
+                    continue;
+                };
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let msg =
+                        tokio::time::timeout(Duration::from_millis(200), stream.message()).await;
+                    let resp = match msg {
+                        Err(_) => continue,
+                        Ok(Ok(Some(resp))) => resp,
+                        Ok(_) => break,
+                    };
+                    if resp.canceled() {
+                        break;
+                    }
+                    for e in resp.events() {
+                        let Some(kv) = e.kv() else { continue };
+                        match e.event_type() {
+                            EventType::Put => {
+                                let value = String::from_utf8_lossy(kv.value()).into_owned();
+                                queue.insert(kv.key().to_vec(), (kv.create_revision(), value));
+                            }
+                            EventType::Delete => {
+                                queue.remove(kv.key());
+                            }
+                        }
+                    }
+                    note(&changes, head(&queue));
+                }
+            }
+        })
+    }
+
+    /// A ZooKeeper child watch on the election's directory: the lowest sequence leads.
+    pub fn zookeeper(connect: String, dir: String) -> Recorder {
+        Recorder::spawn(move |changes, stop| async move {
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(client) = zookeeper_client::Client::connector()
+                    .with_session_timeout(Duration::from_secs(4))
+                    .connect(&connect)
+                    .await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let (children, _, watcher) = match client.get_and_watch_children(&dir).await {
+                        Ok(found) => found,
+                        Err(zookeeper_client::Error::NoNode) => {
+                            note(&changes, None);
+                            match client.check_and_watch_stat(&dir).await {
+                                Ok((_, w)) => {
+                                    wait_or_stop(&stop, w.changed()).await;
+                                    continue;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        Err(_) => break,
+                    };
+                    let first = children
+                        .iter()
+                        .filter(|c| c.len() >= 10)
+                        .min_by_key(|c| c[c.len() - 10..].to_owned());
+                    let holder = match first {
+                        Some(name) => match client.get_data(&format!("{dir}/{name}")).await {
+                            Ok((data, stat)) => Some(Tenure {
+                                identity: String::from_utf8_lossy(&data).into_owned(),
+                                token: u64::try_from(stat.czxid).unwrap_or(0),
+                            }),
+                            // Gone between the two reads: the watch fires again.
+                            Err(_) => None,
+                        },
+                        None => None,
+                    };
+                    note(&changes, holder);
+                    wait_or_stop(&stop, watcher.changed()).await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    }
+
+    /// The Redis events channel (`acquired|…`, `released|…`, published by the scripts
+    /// in the same step as the change) plus keyspace events for a deleted or expired
+    /// lock (turned on here on the test's own server).
+    pub fn redis(port: u16, election: &str) -> Recorder {
+        let lock = format!("leasekeeper:{{{election}}}:lock");
+        let events = format!("leasekeeper:{{{election}}}:events");
+        Recorder::spawn(move |changes, stop| async move {
+            use futures_util::StreamExt;
+            let url = format!("redis://127.0.0.1:{port}");
+            while !stop.load(Ordering::SeqCst) {
+                let subscribed = async {
+                    let client = redis::Client::open(url.as_str())?;
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    let _: () = redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("notify-keyspace-events")
+                        .arg("Egx")
+                        .query_async(&mut conn)
+                        .await?;
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe(&events).await?;
+                    pubsub.subscribe("__keyevent@0__:del").await?;
+                    pubsub.subscribe("__keyevent@0__:expired").await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                };
+                let Ok(mut pubsub) = subscribed.await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut messages = pubsub.on_message();
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let msg = tokio::time::timeout(Duration::from_millis(200), messages.next());
+                    let msg = match msg.await {
+                        Err(_) => continue,
+                        Ok(Some(m)) => m,
+                        Ok(None) => break,
+                    };
+                    let payload: String = msg.get_payload().unwrap_or_default();
+                    if msg.get_channel_name() == events {
+                        let mut parts = payload.splitn(4, '|');
+                        let kind = parts.next().unwrap_or("");
+                        let _nonce = parts.next();
+                        let token = parts.next().and_then(|t| t.parse().ok());
+                        let identity = parts.next().unwrap_or("").to_owned();
+                        match (kind, token) {
+                            ("acquired", Some(token)) => {
+                                note(&changes, Some(Tenure { identity, token }))
+                            }
+                            ("released", _) => note(&changes, None),
+                            _ => {}
+                        }
+                    } else if payload == lock {
+                        note(&changes, None);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn wait_or_stop(stop: &AtomicBool, changed: impl std::future::Future) {
+    tokio::pin!(changed);
+    while !stop.load(Ordering::SeqCst) {
+        if tokio::time::timeout(Duration::from_millis(200), &mut changed)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+fn head(queue: &std::collections::BTreeMap<Vec<u8>, (i64, String)>) -> Option<Tenure> {
+    queue
+        .values()
+        .min_by_key(|(rev, _)| *rev)
+        .map(|(rev, value)| Tenure {
+            identity: value.clone(),
+            token: u64::try_from(*rev).unwrap_or(0),
+        })
+}
+
+/// Records a holder when it differs from the last one recorded.
+fn note(changes: &Changes, holder: Option<Tenure>) {
+    let at_ns = monotonic_now_ns();
+    let mut all = changes.lock().expect("changes");
+    if all.last().map(|c| &c.holder) != Some(&holder) {
+        all.push(HolderChange { at_ns, holder });
+    }
+}
+
+/// Judges the sidecars' claims against the store's own record (see the module doc).
+/// A claim whose span holds one of `tampered_at` (ns) may run on for `tolerance_ns`
+/// past the next holder's arrival: a record changed behind the leader's back is
+/// noticed as fast as the others learn of it, not before (DESIGN invariant 9).
+///
+/// Returns the longest a claim ran past the store moving the lease away from its
+/// tenure (negative: the smallest margin), in ns, or `None` without such moves.
+pub fn check_claims_against_store(
+    claims: &[LoggedClaim],
+    changes: &[HolderChange],
+    tampered_at: &[u64],
+    tolerance_ns: u64,
+) -> Option<i64> {
+    let mut longest: Option<i64> = None;
+    for c in claims {
+        let tenure = Tenure {
+            identity: c.identity.clone(),
+            token: c.token,
+        };
+        let Some(i) = changes
+            .iter()
+            .position(|h| h.holder.as_ref() == Some(&tenure))
+        else {
+            panic!("seen against the store: {c:?} claimed a tenure the store never recorded");
+        };
+        if let Some(sent) = c.sent {
+            // The change arrived here after it happened, which was after the request
+            // that caused it was sent.
+            assert!(
+                changes[i].at_ns >= sent,
+                "seen against the store: the store made {tenure:?} holder at {} before its request was sent at {sent}: {c:?}",
+                changes[i].at_ns
+            );
+        }
+        if let Some(away) = changes[i + 1..]
+            .iter()
+            .find(|h| h.holder.as_ref() != Some(&tenure))
+        {
+            let past = c.until() as i64 - away.at_ns as i64;
+            longest = Some(longest.map_or(past, |l| l.max(past)));
+        }
+        let next_other = changes[i + 1..]
+            .iter()
+            .find(|h| h.holder.as_ref().is_some_and(|t| *t != tenure));
+        if let Some(next) = next_other {
+            let tampered = tampered_at.iter().any(|&t| c.start <= t && t <= c.until());
+            let allowed = next.at_ns + if tampered { tolerance_ns } else { 0 };
+            assert!(
+                c.until() <= allowed,
+                "seen against the store: {c:?} claimed until {} but the store gave the lease to {:?} at {} ({} µs later than allowed)",
+                c.until(),
+                next.holder,
+                next.at_ns,
+                (c.until() - allowed) / 1000
+            );
+        }
+    }
+    longest
+}
+
+#[cfg(test)]
+mod self_test {
+    use super::*;
+
+    fn claim(identity: &str, token: u64, sent: u64, start: u64, until: u64) -> LoggedClaim {
+        LoggedClaim {
+            pid: 1,
+            identity: identity.to_owned(),
+            token,
+            start,
+            sent: Some(sent),
+            deadline: until,
+            end: None,
+        }
+    }
+
+    fn change(at_ns: u64, holder: Option<(&str, u64)>) -> HolderChange {
+        HolderChange {
+            at_ns,
+            holder: holder.map(|(i, t)| Tenure {
+                identity: i.to_owned(),
+                token: t,
+            }),
+        }
+    }
+
+    #[test]
+    fn claims_within_the_stores_tenures_pass() {
+        let changes = [
+            change(10, Some(("a", 1))),
+            change(50, None),
+            change(60, Some(("b", 2))),
+        ];
+        check_claims_against_store(
+            &[claim("a", 1, 5, 12, 49), claim("b", 2, 55, 62, 90)],
+            &changes,
+            &[],
+            0,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "seen against the store")]
+    fn a_claim_past_the_next_holders_arrival_fails() {
+        let changes = [change(10, Some(("a", 1))), change(60, Some(("b", 2)))];
+        check_claims_against_store(&[claim("a", 1, 5, 12, 70)], &changes, &[], 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "never recorded")]
+    fn a_claim_the_store_never_granted_fails() {
+        let changes = [change(10, Some(("a", 1)))];
+        check_claims_against_store(&[claim("b", 7, 5, 12, 20)], &changes, &[], 0);
+    }
+
+    #[test]
+    fn tampering_allows_the_tolerance_and_no_more() {
+        let changes = [change(10, Some(("a", 1))), change(60, Some(("b", 2)))];
+        check_claims_against_store(&[claim("a", 1, 5, 12, 80)], &changes, &[55], 30);
+        let late = std::panic::catch_unwind(|| {
+            check_claims_against_store(&[claim("a", 1, 5, 12, 95)], &changes, &[55], 30)
+        });
+        assert!(late.is_err(), "35 past the tolerance must fail");
+    }
+}

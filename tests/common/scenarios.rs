@@ -1,0 +1,89 @@
+//! Scenarios shared by the backend suites that need a fault proxy per sidecar.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::faults::{FaultProxy, Link};
+use super::tamper::leader_of;
+use super::{eventually, Sidecar};
+
+/// DESIGN invariant 11, as measured on the old main: every byte between the leader
+/// and the store is delayed by `delay` (1.2 s each way at a ttl of 3 s). The leader
+/// must stop claiming, another candidate must lead within about 2 × ttl, and once the
+/// link is healthy again the slow candidate must be able to lead again (here: when
+/// the others stop).
+///
+/// `args(endpoint)` gives the backend flags for a sidecar whose store is at
+/// `endpoint` (`127.0.0.1:port`, a proxy); another candidate must lead `within` that
+/// long of the slowing.
+pub fn slow_leader_is_replaced_and_recovers(
+    store: SocketAddr,
+    ttl: Duration,
+    delay: Duration,
+    within: Duration,
+    args: impl Fn(&str) -> Vec<String>,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let proxies: Vec<FaultProxy> = (0..3).map(|_| FaultProxy::start(store)).collect();
+    let mut sidecars: Vec<Sidecar> = proxies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Sidecar::spawn(&format!("s{i}"), dir.path(), &args(&p.addr())))
+        .collect();
+    let (slow, token) = leader_of(&sidecars, ttl * 3 + Duration::from_secs(5))
+        .expect("a leader before the link slows down");
+    proxies[slow].set(Link::Delay(delay));
+    let t0 = Instant::now();
+    let others: Vec<usize> = (0..3).filter(|&i| i != slow).collect();
+    let replaced = eventually(within, || {
+        others.iter().find_map(|&i| {
+            let v = sidecars[i].leader()?;
+            (v["is_leader"] == true).then(|| v["fencing_token"].as_u64().unwrap_or(0))
+        })
+    });
+    let took = t0.elapsed();
+    let slow_view = sidecars[slow].leader();
+    if replaced.is_none() {
+        for s in &sidecars {
+            eprintln!("==== {}\n{}", s.name, s.stderr());
+        }
+    }
+    assert!(
+        replaced.is_some(),
+        "with the leader's link delayed {delay:?} each way (ttl {ttl:?}), nobody else led within {within:?}; the slow one says {slow_view:?}\n{}",
+        sidecars[slow].stderr()
+    );
+    assert!(
+        replaced > Some(token),
+        "the new leader's token {replaced:?} is not above {token}"
+    );
+    eprintln!("slow leader replaced after {took:?}");
+    // The slow one must not claim while its link stays slow.
+    assert_ne!(
+        sidecars[slow].leader().map(|v| v["is_leader"] == true),
+        Some(true),
+        "the slow candidate still claims"
+    );
+
+    proxies[slow].set(Link::Pass);
+    std::thread::sleep(ttl);
+    for &i in &others {
+        let status = sidecars[i].terminate(Duration::from_secs(5));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "graceful stop: {status:?}"
+        );
+    }
+    let back = eventually(ttl * 2 + Duration::from_secs(2), || {
+        sidecars[slow]
+            .leader()
+            .filter(|v| v["is_leader"] == true)
+            .and_then(|v| v["fencing_token"].as_u64())
+    });
+    assert!(
+        back.is_some_and(|t| t > replaced.unwrap_or(0)),
+        "the once-slow candidate did not lead again with a higher token after its link healed: {back:?}\n{}",
+        sidecars[slow].stderr()
+    );
+    sidecars.clear();
+}
