@@ -8,6 +8,7 @@
 pub mod checker;
 pub mod etcd_server;
 pub mod fake_kube;
+pub mod faults;
 pub mod http;
 pub mod redis_server;
 pub mod zk_server;
