@@ -56,6 +56,12 @@ impl Link {
     }
 }
 
+/// Rewrites the first bytes a client sends on each connection (a protocol's hello),
+/// before any link applies. Called with the request bytes read so far: `None` = need
+/// more; `Some((consumed, replacement))` = forward `replacement` instead of the first
+/// `consumed` bytes, then everything else unchanged.
+pub type Rewrite = fn(&[u8]) -> Option<(usize, Vec<u8>)>;
+
 /// One open connection, as `reset` sees it.
 struct Conn {
     /// Dropping it tells the connection to close both sockets.
@@ -82,6 +88,12 @@ impl FaultProxy {
     /// Listens on a free loopback port (port 0: the kernel's pick, held for the proxy's
     /// life, so parallel tests never collide) and forwards to `target`, starting in `Pass`.
     pub fn start(target: SocketAddr) -> FaultProxy {
+        FaultProxy::start_with_rewrite(target, None)
+    }
+
+    /// `start`, and each connection's first request bytes go through `rewrite` (see
+    /// [`Rewrite`]; e.g. a peer's hello that names an address to call back).
+    pub fn start_with_rewrite(target: SocketAddr, rewrite: Option<Rewrite>) -> FaultProxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy listener");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("proxy addr").port();
@@ -100,7 +112,13 @@ impl FaultProxy {
                     .enable_all()
                     .build()
                     .expect("proxy runtime");
-                rt.block_on(accept_loop(listener, target, accept_shared, stopped));
+                rt.block_on(accept_loop(
+                    listener,
+                    target,
+                    rewrite,
+                    accept_shared,
+                    stopped,
+                ));
                 // Dropping the runtime drops every connection task and its sockets.
             })
             .expect("proxy thread");
@@ -167,6 +185,7 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: std::net::TcpListener,
     target: SocketAddr,
+    rewrite: Option<Rewrite>,
     shared: Arc<Shared>,
     mut stopped: oneshot::Receiver<()>,
 ) {
@@ -201,7 +220,7 @@ async fn accept_loop(
             // Dropped last: `reset` waits for it, after the sockets are gone.
             let _closed = closed_tx;
             let _entry = entry;
-            serve(client, target, link, killed).await;
+            serve(client, target, rewrite, link, killed).await;
         });
     }
 }
@@ -237,6 +256,7 @@ impl Chunk {
 async fn serve(
     client: TcpStream,
     target: SocketAddr,
+    rewrite: Option<Rewrite>,
     link: watch::Receiver<Link>,
     mut killed: oneshot::Receiver<()>,
 ) {
@@ -244,7 +264,7 @@ async fn serve(
     let (client_r, client_w) = client.into_split();
     let (req_tx, req_rx) = mpsc::unbounded_channel();
     let (rep_tx, rep_rx) = mpsc::unbounded_channel();
-    let requests_in = pump_in(client_r, req_tx);
+    let requests_in = pump_in(client_r, req_tx, rewrite);
     let mut open_link = link.clone();
     let upstream = async move {
         // The connect waits while requests are held: across a partition the server
@@ -255,7 +275,7 @@ async fn serve(
         let (server_r, server_w) = server.into_split();
         tokio::try_join!(
             pump_out(req_rx, server_w, link.clone(), Dir::Request),
-            pump_in(server_r, rep_tx),
+            pump_in(server_r, rep_tx, None),
             pump_out(rep_rx, client_w, link, Dir::Reply),
         )
         .map(|_| ())
@@ -266,17 +286,37 @@ async fn serve(
     }
 }
 
-/// Reads chunks as they come (never held back: the holding is on the way out).
-async fn pump_in(mut from: OwnedReadHalf, to: mpsc::UnboundedSender<Chunk>) -> io::Result<()> {
+/// Reads chunks as they come (never held back: the holding is on the way out), the
+/// first ones through `rewrite` if given.
+async fn pump_in(
+    mut from: OwnedReadHalf,
+    to: mpsc::UnboundedSender<Chunk>,
+    mut rewrite: Option<Rewrite>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut hello = Vec::new();
     loop {
         let n = from.read(&mut buf).await?;
         let at = Instant::now();
         if n == 0 {
+            if !hello.is_empty() {
+                let _ = to.send(Chunk::Data(at, std::mem::take(&mut hello)));
+            }
             let _ = to.send(Chunk::Eof(at));
             return Ok(());
         }
-        if to.send(Chunk::Data(at, buf[..n].to_vec())).is_err() {
+        let mut data = buf[..n].to_vec();
+        if let Some(f) = rewrite {
+            hello.extend_from_slice(&data);
+            let Some((consumed, mut replacement)) = f(&hello) else {
+                continue;
+            };
+            replacement.extend_from_slice(&hello[consumed.min(hello.len())..]);
+            data = replacement;
+            hello.clear();
+            rewrite = None;
+        }
+        if !data.is_empty() && to.send(Chunk::Data(at, data)).is_err() {
             return Ok(());
         }
     }
