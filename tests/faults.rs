@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use common::faults::{FaultProxy, Link};
+use common::faults::{FaultProxy, Link, ProxyOptions};
 
 /// Echoes every byte back; counts accepted connections and bytes received.
 struct EchoServer {
@@ -24,7 +24,11 @@ struct EchoServer {
 
 impl EchoServer {
     fn start() -> EchoServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        EchoServer::start_on(0)
+    }
+
+    fn start_on(port: u16) -> EchoServer {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -326,4 +330,62 @@ fn dropping_the_proxy_closes_everything() {
     let mut buf = [0u8; 1];
     assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn a_rewrite_replaces_the_first_request_bytes_even_when_split() {
+    fn hello(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
+        if buf.len() < 4 {
+            return None;
+        }
+        Some(if buf.starts_with(b"HELO") {
+            (4, b"hi".to_vec())
+        } else {
+            (0, Vec::new())
+        })
+    }
+    let server = EchoServer::start();
+    let proxy = FaultProxy::start_with(
+        server.addr,
+        ProxyOptions {
+            rewrite: Some(hello),
+            ..ProxyOptions::default()
+        },
+    );
+    let mut c = connect(&proxy);
+    c.write_all(b"HE").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    c.write_all(b"LOrest").unwrap();
+    assert_eq!(read_n(&mut c, 6, SOON).as_deref(), Some(&b"hirest"[..]));
+    // Only the first bytes: a later HELO passes.
+    assert_eq!(echo(&mut c, b"HELO", SOON).as_deref(), Some(&b"HELO"[..]));
+    // A connection that does not start with it is left alone.
+    let mut d = connect(&proxy);
+    assert_eq!(echo(&mut d, b"HEY!", SOON).as_deref(), Some(&b"HEY!"[..]));
+}
+
+#[test]
+fn a_refused_upstream_closes_the_client_unless_retried() {
+    let port = common::free_port();
+    let target = SocketAddr::from(([127, 0, 0, 1], port));
+    let plain = FaultProxy::start(target);
+    let mut c = connect(&plain);
+    c.set_read_timeout(Some(SOON)).unwrap();
+    let mut buf = [0u8; 1];
+    let t = Instant::now();
+    assert!(matches!(c.read(&mut buf), Ok(0) | Err(_)));
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+
+    let patient = FaultProxy::start_with(
+        target,
+        ProxyOptions {
+            connect_retry: Duration::from_secs(3),
+            ..ProxyOptions::default()
+        },
+    );
+    let mut c = connect(&patient);
+    c.write_all(b"early").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _server = EchoServer::start_on(port);
+    assert_eq!(read_n(&mut c, 5, SOON).as_deref(), Some(&b"early"[..]));
 }

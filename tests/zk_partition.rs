@@ -68,6 +68,8 @@ fn an_isolated_follower_stops_serving_while_the_others_keep_a_leader_then_rejoin
         (0..3).map(|a| (0..3).map(|b| zk.peer_connections(a, b)).collect::<Vec<_>>()).collect::<Vec<_>>()
     );
 
+    assert_eq!(zk.bypassing_connections(), Vec::<String>::new());
+
     let rt = runtime();
     // Two sessions on the follower alone: one only reads, one also writes (a session's
     // reads wait behind its own pending write, so its reads stop at the cut).
@@ -162,6 +164,7 @@ fn an_isolated_follower_stops_serving_while_the_others_keep_a_leader_then_rejoin
     );
     assert_eq!(mode, "follower");
     assert_eq!(leader_of(&zk, &all), Some(leader));
+    assert_eq!(zk.bypassing_connections(), Vec::<String>::new());
     let again = connect(&rt, &zk.connect_string_for(f));
     assert!(read(
         &rt,
@@ -175,4 +178,76 @@ fn an_isolated_follower_stops_serving_while_the_others_keep_a_leader_then_rejoin
             .is_none(),
         "the write sent to the isolated follower was applied after all"
     );
+}
+
+#[test]
+fn an_isolated_leader_steps_down_and_the_other_two_elect_a_new_one() {
+    let zk = ZkEnsemble::start_partitionable(3);
+    let all = [0, 1, 2];
+    let old = eventually(Duration::from_secs(10), || leader_of(&zk, &all)).expect("a leader");
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != old).collect();
+    let rt = runtime();
+    let client = connect(&rt, &zk.connect_string_for(old));
+    create(&rt, &client, "/before").expect("a write on the leader");
+
+    let cut = Instant::now();
+    zk.isolate(old);
+    let mut last_read = None;
+    let mut old_stopped = None;
+    let mut new_leader = None;
+    while cut.elapsed() < Duration::from_secs(15) {
+        let at = cut.elapsed();
+        if read(&rt, &client, "/before", Duration::from_millis(200)) {
+            last_read = Some(at);
+        } else if old_stopped.is_none() {
+            old_stopped = Some(at);
+        }
+        if new_leader.is_none() {
+            new_leader = leader_of(&zk, &rest).map(|i| (i, cut.elapsed()));
+        }
+        if new_leader.is_some() && old_stopped.is_some_and(|t| at > t + Duration::from_millis(500))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!(
+        "isolated leader {old}: last read served {last_read:?} after the cut, first failed read {old_stopped:?}; new leader {new_leader:?}"
+    );
+    let (new, elected) = new_leader.expect("the other two never elected a leader");
+    assert_ne!(new, old);
+    assert!(
+        elected < Duration::from_secs(10),
+        "election took {elected:?}"
+    );
+    assert!(old_stopped.is_some(), "the isolated leader kept serving");
+    assert_eq!(zk.server_mode(old), None, "{:?}", zk.isro(old));
+    let majority = rest
+        .iter()
+        .map(|&i| zk.connect_string_for(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let other = connect(&rt, &majority);
+    create(&rt, &other, "/after").expect("a write on the new leader's side");
+
+    zk.heal(old);
+    let mode = eventually(Duration::from_secs(20), || {
+        zk.server_mode(old)
+            .filter(|_| zk.isro(old).as_deref() == Some("rw"))
+    })
+    .expect("the old leader never served again");
+    assert_eq!(mode, "follower");
+    assert_eq!(leader_of(&zk, &all), Some(new));
+    let again = connect(&rt, &zk.connect_string_for(old));
+    assert!(read(&rt, &again, "/after", Duration::from_secs(2)));
+}
+
+#[test]
+fn without_the_proxies_servers_connect_directly() {
+    // The check used above sees direct links when there are some.
+    let zk = ZkEnsemble::start(3);
+    let direct = eventually(Duration::from_secs(10), || {
+        Some(zk.bypassing_connections()).filter(|d| d.len() >= 2)
+    });
+    assert!(direct.is_some(), "{:?}", zk.bypassing_connections());
 }

@@ -62,6 +62,20 @@ impl Link {
 /// `consumed` bytes, then everything else unchanged.
 pub type Rewrite = fn(&[u8]) -> Option<(usize, Vec<u8>)>;
 
+/// How a proxy treats its connections beyond the [`Link`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProxyOptions {
+    /// Each connection's first request bytes go through it (e.g. a peer's hello that
+    /// names an address to call back).
+    pub rewrite: Option<Rewrite>,
+    /// When the target refuses a connection, keep trying (every 20 ms) this long before
+    /// closing the client's. The client's connect has already succeeded at the proxy, so
+    /// a refusal can only show as an immediate EOF; a protocol that retries a refused
+    /// connect quickly but treats a lost connection as fatal (a ZooKeeper follower
+    /// calling a leader that is still opening its port) needs this. Zero by default.
+    pub connect_retry: Duration,
+}
+
 /// One open connection, as `reset` sees it.
 struct Conn {
     /// Dropping it tells the connection to close both sockets.
@@ -88,12 +102,11 @@ impl FaultProxy {
     /// Listens on a free loopback port (port 0: the kernel's pick, held for the proxy's
     /// life, so parallel tests never collide) and forwards to `target`, starting in `Pass`.
     pub fn start(target: SocketAddr) -> FaultProxy {
-        FaultProxy::start_with_rewrite(target, None)
+        FaultProxy::start_with(target, ProxyOptions::default())
     }
 
-    /// `start`, and each connection's first request bytes go through `rewrite` (see
-    /// [`Rewrite`]; e.g. a peer's hello that names an address to call back).
-    pub fn start_with_rewrite(target: SocketAddr, rewrite: Option<Rewrite>) -> FaultProxy {
+    /// `start` with [`ProxyOptions`].
+    pub fn start_with(target: SocketAddr, options: ProxyOptions) -> FaultProxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy listener");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("proxy addr").port();
@@ -115,7 +128,7 @@ impl FaultProxy {
                 rt.block_on(accept_loop(
                     listener,
                     target,
-                    rewrite,
+                    options,
                     accept_shared,
                     stopped,
                 ));
@@ -185,7 +198,7 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: std::net::TcpListener,
     target: SocketAddr,
-    rewrite: Option<Rewrite>,
+    options: ProxyOptions,
     shared: Arc<Shared>,
     mut stopped: oneshot::Receiver<()>,
 ) {
@@ -220,7 +233,7 @@ async fn accept_loop(
             // Dropped last: `reset` waits for it, after the sockets are gone.
             let _closed = closed_tx;
             let _entry = entry;
-            serve(client, target, rewrite, link, killed).await;
+            serve(client, target, options, link, killed).await;
         });
     }
 }
@@ -256,7 +269,7 @@ impl Chunk {
 async fn serve(
     client: TcpStream,
     target: SocketAddr,
-    rewrite: Option<Rewrite>,
+    options: ProxyOptions,
     link: watch::Receiver<Link>,
     mut killed: oneshot::Receiver<()>,
 ) {
@@ -264,13 +277,13 @@ async fn serve(
     let (client_r, client_w) = client.into_split();
     let (req_tx, req_rx) = mpsc::unbounded_channel();
     let (rep_tx, rep_rx) = mpsc::unbounded_channel();
-    let requests_in = pump_in(client_r, req_tx, rewrite);
+    let requests_in = pump_in(client_r, req_tx, options.rewrite);
     let mut open_link = link.clone();
     let upstream = async move {
         // The connect waits while requests are held: across a partition the server
         // sees nothing, not even the SYN, until it heals.
         wait_release(&mut open_link, Dir::Request, None).await;
-        let server = TcpStream::connect(target).await?;
+        let server = connect_upstream(target, options.connect_retry).await?;
         server.set_nodelay(true)?;
         let (server_r, server_w) = server.into_split();
         tokio::try_join!(
@@ -283,6 +296,19 @@ async fn serve(
     tokio::select! {
         _ = &mut killed => {}
         _ = async { tokio::try_join!(requests_in, upstream) } => {}
+    }
+}
+
+/// Connects to `target`, retrying refusals for `retry`.
+async fn connect_upstream(target: SocketAddr, retry: Duration) -> io::Result<TcpStream> {
+    let end = Instant::now() + retry;
+    loop {
+        match TcpStream::connect(target).await {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && Instant::now() < end => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            result => return result,
+        }
     }
 }
 

@@ -10,11 +10,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::checker::{stop_members, Members};
-use super::faults::{FaultProxy, Link};
+use super::faults::{FaultProxy, Link, ProxyOptions};
 use super::{eventually, free_port};
 
 struct Server {
     client: u16,
+    /// Its real quorum and election ports (only used in an ensemble).
+    quorum: u16,
+    election: u16,
     secure: Option<u16>,
     cfg: PathBuf,
     log: PathBuf,
@@ -108,7 +111,10 @@ impl ZkEnsemble {
     ///
     /// ZooKeeper 3.8 election hellos name the caller's own election address, and the
     /// callee may call back there; the election proxies rewrite that hello (see
-    /// [`election_hello`]) so call-backs go through the proxies too.
+    /// [`election_hello`]) so call-backs go through the proxies too. The proxies retry
+    /// a refused upstream connect for 2 s (see `ProxyOptions::connect_retry`), else a
+    /// follower that calls a new leader before its port listens gives up and forces
+    /// another election round (+2–3 s).
     ///
     /// tickTime=200, initLimit=10, syncLimit=5 as in [`ZkEnsemble::start`]. Measured
     /// here (tests/zk_partition.rs, 2 busy cores): an isolated *follower* keeps serving
@@ -120,6 +126,12 @@ impl ZkEnsemble {
     /// cut on: a session's reads wait behind its own writes; that write then fails
     /// with the connection and is never applied. The other two keep their leader and
     /// take writes. After `heal` the follower serves again within 0.05–0.4 s.
+    ///
+    /// An isolated *leader* serves its clients' reads for 1.0–1.2 s after the cut
+    /// (it steps down when no quorum acked within syncLimit × tickTime); the other two
+    /// have a new leader 1.4–1.5 s after the cut (their followers time out after 1 s,
+    /// then elect). In the runs here the old leader had stopped before the new one was
+    /// up (gap 0.25–0.45 s), but the margin is only a few hundred ms.
     pub fn start_partitionable(n: usize) -> ZkEnsemble {
         assert!(n >= 2, "a partition needs an ensemble");
         ZkEnsemble::start_with(n, None, true)
@@ -150,13 +162,24 @@ impl ZkEnsemble {
                 for (to, &(_, quorum, election)) in ports.iter().enumerate() {
                     if from != to {
                         let target = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+                        // A follower calls the new leader's quorum port as soon as the
+                        // election ends, maybe before that port listens: it retries a
+                        // refused connect but gives up on a closed one (see
+                        // ProxyOptions::connect_retry); 2 s = initLimit × tickTime.
+                        let retry = ProxyOptions {
+                            connect_retry: Duration::from_secs(2),
+                            ..ProxyOptions::default()
+                        };
                         links.push(PeerLink {
                             from,
                             to,
-                            quorum: FaultProxy::start(target(quorum)),
-                            election: FaultProxy::start_with_rewrite(
+                            quorum: FaultProxy::start_with(target(quorum), retry),
+                            election: FaultProxy::start_with(
                                 target(election),
-                                Some(election_hello),
+                                ProxyOptions {
+                                    rewrite: Some(election_hello),
+                                    ..retry
+                                },
                             ),
                         });
                     }
@@ -197,7 +220,7 @@ impl ZkEnsemble {
                 }
                 let path = dir.path().join(format!("zoo{i}.cfg"));
                 std::fs::write(&path, cfg).expect("cfg");
-                Server { client: ports[i].0, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
+                Server { client: ports[i].0, quorum: ports[i].1, election: ports[i].2, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
             })
             .collect();
         let mut e = ZkEnsemble {
@@ -351,6 +374,52 @@ impl ZkEnsemble {
             l.quorum.set(link);
             l.election.set(link);
         }
+    }
+
+    /// Server `i`'s log (stderr) so far.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.servers[i].log).unwrap_or_default()
+    }
+
+    /// Established connections to a server's real quorum or election port that this
+    /// process (its proxies) did not open: server-to-server traffic a partition would
+    /// not cut. Empty when every link goes through the proxies.
+    pub fn bypassing_connections(&self) -> Vec<String> {
+        let real: std::collections::HashSet<u16> = self
+            .servers
+            .iter()
+            .flat_map(|s| [s.quorum, s.election])
+            .collect();
+        let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        let mut out = Vec::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for row in text.lines().skip(1) {
+                let cols: Vec<&str> = row.split_whitespace().collect();
+                let (Some(local), Some(remote)) = (
+                    cols.get(1).and_then(|a| port(a)),
+                    cols.get(2).and_then(|a| port(a)),
+                ) else {
+                    continue;
+                };
+                let established = cols.get(3) == Some(&"01");
+                let inode = cols.get(9).copied().unwrap_or_default();
+                if established && real.contains(&remote) && !ours.contains(inode) {
+                    out.push(format!("127.0.0.1:{local} -> 127.0.0.1:{remote}"));
+                }
+            }
+        }
+        out
     }
 
     /// The index of the ensemble's leader.
