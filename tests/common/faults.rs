@@ -4,6 +4,16 @@
 //!
 //! The tests are synchronous; each proxy runs a current-thread tokio runtime on its own
 //! background thread, which `Drop` stops and joins (every socket is closed by then).
+//!
+//! Where it differs from a real network:
+//! - A client's connect always succeeds (the proxy accepts); a target that refuses
+//!   shows as an EOF right after (or after `ProxyOptions::connect_retry`).
+//! - While bytes are held the proxy still reads (and so ACKs) them: a sender's writes
+//!   never block on a full window, however much it sends into a partition.
+//! - Held bytes are delivered on healing however long the partition lasted (real TCP
+//!   gives up after ~15 min of retransmissions); a peer that closed meanwhile gets them
+//!   as a write to a closed socket (RST).
+//! - `reset` closes both sockets (FIN, or RST where unread bytes were pending).
 
 use std::collections::HashMap;
 use std::io;
