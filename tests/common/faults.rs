@@ -4,6 +4,16 @@
 //!
 //! The tests are synchronous; each proxy runs a current-thread tokio runtime on its own
 //! background thread, which `Drop` stops and joins (every socket is closed by then).
+//!
+//! Where it differs from a real network:
+//! - A client's connect always succeeds (the proxy accepts); a target that refuses
+//!   shows as an EOF right after (or after `ProxyOptions::connect_retry`).
+//! - While bytes are held the proxy still reads (and so ACKs) them: a sender's writes
+//!   never block on a full window, however much it sends into a partition.
+//! - Held bytes are delivered on healing however long the partition lasted (real TCP
+//!   gives up after ~15 min of retransmissions); a peer that closed meanwhile gets them
+//!   as a write to a closed socket (RST).
+//! - `reset` closes both sockets (FIN, or RST where unread bytes were pending).
 
 use std::collections::HashMap;
 use std::io;
@@ -56,6 +66,26 @@ impl Link {
     }
 }
 
+/// Rewrites the first bytes a client sends on each connection (a protocol's hello),
+/// before any link applies. Called with the request bytes read so far: `None` = need
+/// more; `Some((consumed, replacement))` = forward `replacement` instead of the first
+/// `consumed` bytes, then everything else unchanged.
+pub type Rewrite = fn(&[u8]) -> Option<(usize, Vec<u8>)>;
+
+/// How a proxy treats its connections beyond the [`Link`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProxyOptions {
+    /// Each connection's first request bytes go through it (e.g. a peer's hello that
+    /// names an address to call back).
+    pub rewrite: Option<Rewrite>,
+    /// When the target refuses a connection, keep trying (every 20 ms) this long before
+    /// closing the client's. The client's connect has already succeeded at the proxy, so
+    /// a refusal can only show as an immediate EOF; a protocol that retries a refused
+    /// connect quickly but treats a lost connection as fatal (a ZooKeeper follower
+    /// calling a leader that is still opening its port) needs this. Zero by default.
+    pub connect_retry: Duration,
+}
+
 /// One open connection, as `reset` sees it.
 struct Conn {
     /// Dropping it tells the connection to close both sockets.
@@ -82,6 +112,11 @@ impl FaultProxy {
     /// Listens on a free loopback port (port 0: the kernel's pick, held for the proxy's
     /// life, so parallel tests never collide) and forwards to `target`, starting in `Pass`.
     pub fn start(target: SocketAddr) -> FaultProxy {
+        FaultProxy::start_with(target, ProxyOptions::default())
+    }
+
+    /// `start` with [`ProxyOptions`].
+    pub fn start_with(target: SocketAddr, options: ProxyOptions) -> FaultProxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy listener");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("proxy addr").port();
@@ -100,7 +135,13 @@ impl FaultProxy {
                     .enable_all()
                     .build()
                     .expect("proxy runtime");
-                rt.block_on(accept_loop(listener, target, accept_shared, stopped));
+                rt.block_on(accept_loop(
+                    listener,
+                    target,
+                    options,
+                    accept_shared,
+                    stopped,
+                ));
                 // Dropping the runtime drops every connection task and its sockets.
             })
             .expect("proxy thread");
@@ -167,6 +208,7 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: std::net::TcpListener,
     target: SocketAddr,
+    options: ProxyOptions,
     shared: Arc<Shared>,
     mut stopped: oneshot::Receiver<()>,
 ) {
@@ -201,7 +243,7 @@ async fn accept_loop(
             // Dropped last: `reset` waits for it, after the sockets are gone.
             let _closed = closed_tx;
             let _entry = entry;
-            serve(client, target, link, killed).await;
+            serve(client, target, options, link, killed).await;
         });
     }
 }
@@ -237,6 +279,7 @@ impl Chunk {
 async fn serve(
     client: TcpStream,
     target: SocketAddr,
+    options: ProxyOptions,
     link: watch::Receiver<Link>,
     mut killed: oneshot::Receiver<()>,
 ) {
@@ -244,18 +287,18 @@ async fn serve(
     let (client_r, client_w) = client.into_split();
     let (req_tx, req_rx) = mpsc::unbounded_channel();
     let (rep_tx, rep_rx) = mpsc::unbounded_channel();
-    let requests_in = pump_in(client_r, req_tx);
+    let requests_in = pump_in(client_r, req_tx, options.rewrite);
     let mut open_link = link.clone();
     let upstream = async move {
         // The connect waits while requests are held: across a partition the server
         // sees nothing, not even the SYN, until it heals.
         wait_release(&mut open_link, Dir::Request, None).await;
-        let server = TcpStream::connect(target).await?;
+        let server = connect_upstream(target, options.connect_retry).await?;
         server.set_nodelay(true)?;
         let (server_r, server_w) = server.into_split();
         tokio::try_join!(
             pump_out(req_rx, server_w, link.clone(), Dir::Request),
-            pump_in(server_r, rep_tx),
+            pump_in(server_r, rep_tx, None),
             pump_out(rep_rx, client_w, link, Dir::Reply),
         )
         .map(|_| ())
@@ -266,17 +309,50 @@ async fn serve(
     }
 }
 
-/// Reads chunks as they come (never held back: the holding is on the way out).
-async fn pump_in(mut from: OwnedReadHalf, to: mpsc::UnboundedSender<Chunk>) -> io::Result<()> {
+/// Connects to `target`, retrying refusals for `retry`.
+async fn connect_upstream(target: SocketAddr, retry: Duration) -> io::Result<TcpStream> {
+    let end = Instant::now() + retry;
+    loop {
+        match TcpStream::connect(target).await {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && Instant::now() < end => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Reads chunks as they come (never held back: the holding is on the way out), the
+/// first ones through `rewrite` if given.
+async fn pump_in(
+    mut from: OwnedReadHalf,
+    to: mpsc::UnboundedSender<Chunk>,
+    mut rewrite: Option<Rewrite>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut hello = Vec::new();
     loop {
         let n = from.read(&mut buf).await?;
         let at = Instant::now();
         if n == 0 {
+            if !hello.is_empty() {
+                let _ = to.send(Chunk::Data(at, std::mem::take(&mut hello)));
+            }
             let _ = to.send(Chunk::Eof(at));
             return Ok(());
         }
-        if to.send(Chunk::Data(at, buf[..n].to_vec())).is_err() {
+        let mut data = buf[..n].to_vec();
+        if let Some(f) = rewrite {
+            hello.extend_from_slice(&data);
+            let Some((consumed, mut replacement)) = f(&hello) else {
+                continue;
+            };
+            replacement.extend_from_slice(&hello[consumed.min(hello.len())..]);
+            data = replacement;
+            hello.clear();
+            rewrite = None;
+        }
+        if !data.is_empty() && to.send(Chunk::Data(at, data)).is_err() {
             return Ok(());
         }
     }

@@ -3,25 +3,64 @@
 //! short (the server caps them at 20 × tickTime = 4 s).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::checker::{stop_members, Members};
+use super::faults::{FaultProxy, Link, ProxyOptions};
 use super::{eventually, free_port};
 
 struct Server {
     client: u16,
+    /// Its real quorum and election ports (only used in an ensemble).
+    quorum: u16,
+    election: u16,
     secure: Option<u16>,
     cfg: PathBuf,
     log: PathBuf,
     child: Option<Child>,
 }
 
+/// Rewrites a ZooKeeper election connection's hello to the old form without the
+/// caller's address. ZooKeeper 3.8's hello (QuorumCnxManager, protocol V1/V2) is
+/// `i64 version (< 0), i64 sid, i32 len, len bytes "host:port"`, the sender's *own*
+/// election address; a receiver with the larger id drops the connection and calls back
+/// at that address, which is the sender's real port, so the call-back would bypass the
+/// proxies. The old hello (just `i64 sid`, still accepted) makes it call back through
+/// its own `zoo.cfg`, i.e. through its proxy.
+fn election_hello(hello: &[u8]) -> Option<(usize, Vec<u8>)> {
+    let word = |at: usize| -> Option<[u8; 8]> { hello.get(at..at + 8)?.try_into().ok() };
+    let version = i64::from_be_bytes(word(0)?);
+    if version >= 0 {
+        return Some((0, Vec::new()));
+    }
+    let sid = word(8)?;
+    let len: [u8; 4] = hello.get(16..20)?.try_into().ok()?;
+    let len = i32::from_be_bytes(len);
+    if !(0..=4096).contains(&len) {
+        return Some((0, Vec::new()));
+    }
+    let end = 20 + len as usize;
+    (hello.len() >= end).then(|| (end, sid.to_vec()))
+}
+
+/// The proxies server `from` reaches server `to` through (partitionable ensembles).
+struct PeerLink {
+    from: usize,
+    to: usize,
+    quorum: FaultProxy,
+    election: FaultProxy,
+}
+
 pub struct ZkEnsemble {
     _dir: tempfile::TempDir,
     servers: Vec<Server>,
+    /// Empty unless started by `start_partitionable`; dropped after the servers.
+    links: Vec<PeerLink>,
+    isolated: Mutex<Vec<bool>>,
 }
 
 /// A four-letter-word command; the reply.
@@ -58,13 +97,50 @@ fn classpath(tls: bool) -> String {
 
 impl ZkEnsemble {
     pub fn start(n: usize) -> ZkEnsemble {
-        ZkEnsemble::start_with(n, None)
+        ZkEnsemble::start_with(n, None, false)
+    }
+
+    /// `n` servers whose quorum and election traffic between each other all goes
+    /// through [`FaultProxy`]s, so that a test can cut one server off from the others
+    /// ([`ZkEnsemble::isolate`]) while its client connections (direct, never proxied)
+    /// stay open. Server i's own `zoo.cfg` lists itself at its real quorum/election
+    /// ports and every other server j at the ports of the proxies "i → j" (one for
+    /// quorum, one for election), which forward to j's real ports. Every TCP
+    /// connection between two servers is opened by one of them through its own proxy to
+    /// the other, so blackholing the proxies i → * and * → i cuts i off completely.
+    ///
+    /// ZooKeeper 3.8 election hellos name the caller's own election address, and the
+    /// callee may call back there; the election proxies rewrite that hello (see
+    /// [`election_hello`]) so call-backs go through the proxies too. The proxies retry
+    /// a refused upstream connect for 2 s (see `ProxyOptions::connect_retry`), else a
+    /// follower that calls a new leader before its port listens gives up and forces
+    /// another election round (+2–3 s).
+    ///
+    /// tickTime=200, initLimit=10, syncLimit=5 as in [`ZkEnsemble::start`]. Measured
+    /// here (tests/zk_partition.rs, 2 busy cores): an isolated *follower* keeps serving
+    /// its clients' reads for syncLimit × tickTime = 1 s after the cut (last read
+    /// answered 0.98–1.00 s after it, first failed read 0.99–1.02 s: it waits that long
+    /// for a packet from its leader, then closes its client connections and goes
+    /// LOOKING; `isro` stops answering `rw` at 1.0–1.3 s). A session that has a write
+    /// pending (forwarded to the leader, never answered) gets no reads at all from the
+    /// cut on: a session's reads wait behind its own writes; that write then fails
+    /// with the connection and is never applied. The other two keep their leader and
+    /// take writes. After `heal` the follower serves again within 0.05–0.4 s.
+    ///
+    /// An isolated *leader* serves its clients' reads for 1.0–1.2 s after the cut
+    /// (it steps down when no quorum acked within syncLimit × tickTime); the other two
+    /// have a new leader 1.4–1.5 s after the cut (their followers time out after 1 s,
+    /// then elect). In the runs here the old leader had stopped before the new one was
+    /// up (gap 0.25–0.45 s), but the margin is only a few hundred ms.
+    pub fn start_partitionable(n: usize) -> ZkEnsemble {
+        assert!(n >= 2, "a partition needs an ensemble");
+        ZkEnsemble::start_with(n, None, true)
     }
 
     /// One server that also serves TLS on a secureClientPort, with the certificates of
     /// `make_certs` in `certs` (PEM keystores; client certificates required).
     pub fn start_tls(certs: &std::path::Path) -> ZkEnsemble {
-        ZkEnsemble::start_with(1, Some(certs))
+        ZkEnsemble::start_with(1, Some(certs), false)
     }
 
     /// The TLS client port of server 0.
@@ -75,11 +151,41 @@ impl ZkEnsemble {
         )
     }
 
-    fn start_with(n: usize, certs: Option<&std::path::Path>) -> ZkEnsemble {
+    fn start_with(n: usize, certs: Option<&std::path::Path>, partitionable: bool) -> ZkEnsemble {
         let dir = tempfile::tempdir().expect("zk dir");
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
+        let mut links = Vec::new();
+        if partitionable {
+            for from in 0..n {
+                for (to, &(_, quorum, election)) in ports.iter().enumerate() {
+                    if from != to {
+                        let target = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+                        // A follower calls the new leader's quorum port as soon as the
+                        // election ends, maybe before that port listens: it retries a
+                        // refused connect but gives up on a closed one (see
+                        // ProxyOptions::connect_retry); 2 s = initLimit × tickTime.
+                        let retry = ProxyOptions {
+                            connect_retry: Duration::from_secs(2),
+                            ..ProxyOptions::default()
+                        };
+                        links.push(PeerLink {
+                            from,
+                            to,
+                            quorum: FaultProxy::start_with(target(quorum), retry),
+                            election: FaultProxy::start_with(
+                                target(election),
+                                ProxyOptions {
+                                    rewrite: Some(election_hello),
+                                    ..retry
+                                },
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         let servers = (0..n)
             .map(|i| {
                 let data = dir.path().join(format!("zk{i}"));
@@ -104,16 +210,25 @@ impl ZkEnsemble {
                 });
                 if n > 1 {
                     std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
-                    for (j, (_, quorum, election)) in ports.iter().enumerate() {
+                    for (j, &(_, quorum, election)) in ports.iter().enumerate() {
+                        let (quorum, election) = match links.iter().find(|l| l.from == i && l.to == j) {
+                            Some(l) => (l.quorum.port(), l.election.port()),
+                            None => (quorum, election),
+                        };
                         cfg.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1));
                     }
                 }
                 let path = dir.path().join(format!("zoo{i}.cfg"));
                 std::fs::write(&path, cfg).expect("cfg");
-                Server { client: ports[i].0, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
+                Server { client: ports[i].0, quorum: ports[i].1, election: ports[i].2, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
             })
             .collect();
-        let mut e = ZkEnsemble { _dir: dir, servers };
+        let mut e = ZkEnsemble {
+            _dir: dir,
+            servers,
+            links,
+            isolated: Mutex::new(vec![false; n]),
+        };
         for i in 0..n {
             e.start_member(i);
         }
@@ -185,6 +300,126 @@ impl ZkEnsemble {
         text.lines()
             .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
             .unwrap_or(0.0)
+    }
+
+    /// The client port of server `i` alone (for a client that must stay on it).
+    pub fn connect_string_for(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.servers[i].client)
+    }
+
+    /// Server `i`'s `Mode:` from `srvr` ("leader", "follower", "standalone"); None
+    /// while it does not serve (LOOKING: "not currently serving requests") or is down.
+    pub fn server_mode(&self, i: usize) -> Option<String> {
+        self.servers[i].child.as_ref()?;
+        let reply = four_letters(self.servers[i].client, "srvr")?;
+        reply
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode:"))
+            .map(|m| m.trim().to_owned())
+    }
+
+    /// Server `i`'s answer to `isro`: "rw" while it serves, "null" while it does not
+    /// (LOOKING), None if it does not answer.
+    pub fn isro(&self, i: usize) -> Option<String> {
+        four_letters(self.servers[i].client, "isro").map(|r| r.trim().to_owned())
+    }
+
+    /// Cuts server `i` off from every other server (partitionable ensembles): every
+    /// byte between it and them, both ways, on quorum and election links, is held from
+    /// now on; the connections stay open and new ones are accepted but pass nothing.
+    /// Its clients stay connected to it.
+    pub fn isolate(&self, i: usize) {
+        self.isolated.lock().unwrap()[i] = true;
+        self.apply_links();
+    }
+
+    /// Undoes `isolate(i)`: held bytes are delivered and links pass again, except to
+    /// servers that are themselves still isolated.
+    pub fn heal(&self, i: usize) {
+        self.isolated.lock().unwrap()[i] = false;
+        self.apply_links();
+    }
+
+    /// Sets both proxies (quorum and election) of both directions between servers `a`
+    /// and `b` (e.g. a delay between two servers); `isolate`/`heal` overwrite it.
+    pub fn set_link(&self, a: usize, b: usize, link: Link) {
+        for l in self
+            .links
+            .iter()
+            .filter(|l| (l.from, l.to) == (a, b) || (l.from, l.to) == (b, a))
+        {
+            l.quorum.set(link);
+            l.election.set(link);
+        }
+    }
+
+    /// The open connections between servers `a` and `b` (both directions, both kinds).
+    pub fn peer_connections(&self, a: usize, b: usize) -> usize {
+        self.links
+            .iter()
+            .filter(|l| (l.from, l.to) == (a, b) || (l.from, l.to) == (b, a))
+            .map(|l| l.quorum.connections() + l.election.connections())
+            .sum()
+    }
+
+    fn apply_links(&self) {
+        assert!(!self.links.is_empty(), "not a partitionable ensemble");
+        let isolated = self.isolated.lock().unwrap();
+        for l in &self.links {
+            let link = if isolated[l.from] || isolated[l.to] {
+                Link::Blackhole
+            } else {
+                Link::Pass
+            };
+            l.quorum.set(link);
+            l.election.set(link);
+        }
+    }
+
+    /// Server `i`'s log (stderr) so far.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.servers[i].log).unwrap_or_default()
+    }
+
+    /// Established connections to a server's real quorum or election port that this
+    /// process (its proxies) did not open: server-to-server traffic a partition would
+    /// not cut. Empty when every link goes through the proxies.
+    pub fn bypassing_connections(&self) -> Vec<String> {
+        let real: std::collections::HashSet<u16> = self
+            .servers
+            .iter()
+            .flat_map(|s| [s.quorum, s.election])
+            .collect();
+        let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        let mut out = Vec::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for row in text.lines().skip(1) {
+                let cols: Vec<&str> = row.split_whitespace().collect();
+                let (Some(local), Some(remote)) = (
+                    cols.get(1).and_then(|a| port(a)),
+                    cols.get(2).and_then(|a| port(a)),
+                ) else {
+                    continue;
+                };
+                let established = cols.get(3) == Some(&"01");
+                let inode = cols.get(9).copied().unwrap_or_default();
+                if established && real.contains(&remote) && !ours.contains(inode) {
+                    out.push(format!("127.0.0.1:{local} -> 127.0.0.1:{remote}"));
+                }
+            }
+        }
+        out
     }
 
     /// The index of the ensemble's leader.
