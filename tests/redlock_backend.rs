@@ -151,6 +151,39 @@ fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
     }
 }
 
+/// A node restarted empty becomes a vote again without a new tenure: with a single
+/// candidate leading throughout, its renewals catch the node up once it has been up
+/// a ttl, so the leader still holds a majority when another node is lost afterwards.
+#[test]
+fn the_leader_catches_up_a_restarted_node() {
+    let mut cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redlock_args(&cluster.urls(), "1s", "catchup");
+    let only = Sidecar::spawn("only", dir.path(), &args);
+    let leading = || {
+        only.leader()
+            .filter(|v| v["is_leader"] == true)
+            .and_then(|v| v["fencing_token"].as_u64())
+    };
+    assert!(eventually(Duration::from_secs(10), leading).is_some());
+
+    cluster.restart_node(2);
+    let run_id = cluster.nodes[2].run_id().expect("node 2 run_id");
+    let marker = eventually(Duration::from_secs(6), || {
+        cluster.nodes[2]
+            .command("GET leasekeeper:{catchup}:incarnation")
+            .filter(|m| m.contains(&run_id))
+    });
+    cluster.nodes[0].kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    let still = eventually(Duration::from_secs(3), leading);
+    assert!(
+        marker.is_some() && still.is_some(),
+        "node 2 caught up: {marker:?}; leading on nodes 1 and 2: {still:?}\n{}",
+        only.stderr()
+    );
+}
+
 /// A node comes back from a backup taken two tenures ago (Redis restarted from an
 /// older RDB/AOF file): its fence counter is stale and it has forgotten the current
 /// lock. While the leader of tenure 3 hangs (its claim still running) and the one
@@ -159,13 +192,29 @@ fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
 /// Nor may it count the node once a ttl has passed, while its counter is still stale.
 #[test]
 fn a_node_restored_from_an_older_snapshot_is_not_a_vote() {
+    restored_node("stale", true);
+}
+
+/// The same restore while the other node that knows tenure 3 answers: its counter
+/// would give the fresh candidate a greater token, but the old leader's claim still
+/// runs, so the restored node must not count before one ttl since its start.
+#[test]
+fn a_node_restored_from_an_older_snapshot_waits_one_ttl() {
+    restored_node("restored", false);
+}
+
+/// Tenures 1–3 by graceful handovers (the third while node 2 hangs, so it is written
+/// on nodes 0 and 1 only); then the leader hangs, node 0 is restored from a backup
+/// made in tenure 1, node 2 wakes, node 1 hangs too if `node1_hangs`, and a fresh
+/// candidate campaigns. Checks the claims from every candidate's transition log.
+fn restored_node(election: &str, node1_hangs: bool) {
     use std::collections::BTreeMap;
     use std::time::Instant;
 
     let ttl = Duration::from_secs(3);
     let mut cluster = RedisCluster::start_persistent(3);
     let dir = tempfile::tempdir().expect("dir");
-    let base = redlock_args(&cluster.urls(), "3s", "stale");
+    let base = redlock_args(&cluster.urls(), "3s", election);
     let log = |name: &str| dir.path().join(format!("{name}.jsonl"));
     let spawn = |name: &str| {
         let mut args = base.clone();
@@ -215,33 +264,40 @@ fn a_node_restored_from_an_older_snapshot_is_not_a_vote() {
         "p3 lost its tenure on two good nodes"
     );
 
-    // Now p3 hangs with its claim running, node 1 (which knows tenure 3) hangs, node 0
-    // comes back from the backup (counter at tenure 1) and node 2 wakes up (counter at
-    // tenure 2, no lock). A fresh candidate campaigns.
+    // Now p3 hangs with its claim running, node 0 comes back from the backup (counter
+    // at tenure 1, no lock), node 2 wakes up (counter at tenure 2, no lock), and node 1
+    // (which knows tenure 3) may hang too. A fresh candidate campaigns.
     p3.signal(libc::SIGSTOP);
-    cluster.nodes[1].pause();
+    if node1_hangs {
+        cluster.nodes[1].pause();
+    }
     cluster.nodes[0].restore(backup.path());
     cluster.nodes[2].resume();
     let mut p4 = spawn("p4");
 
-    // Past one ttl since node 0's restart, node 1 still hanging: nobody may lead on
-    // nodes 0 and 2 (node 0's counter would repeat tenure 3's token).
     let mut led_early = None;
-    let until = Instant::now() + ttl + Duration::from_secs(2);
-    while Instant::now() < until {
-        if let Some(t) = leading(&p4) {
-            led_early.get_or_insert(t);
+    if node1_hangs {
+        // Past one ttl since node 0's restart: nobody may lead on nodes 0 and 2 (node
+        // 0's counter would repeat tenure 3's token).
+        let until = Instant::now() + ttl + Duration::from_secs(2);
+        while Instant::now() < until {
+            if let Some(t) = leading(&p4) {
+                led_early.get_or_insert(t);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        cluster.nodes[1].resume();
     }
 
-    // Node 1 comes back: p4 leads, above tenure 3, and node 0 is trusted again.
-    cluster.nodes[1].resume();
+    // p4 leads, above tenure 3, and node 0 is trusted again.
     let t4 = eventually(Duration::from_secs(10), || leading(&p4).filter(|t| *t > t3));
-    // Node 0's counter was caught up in its new incarnation (the campaign that saw
-    // all three nodes wrote the marker), so it votes again.
+    let until = Instant::now() + Duration::from_secs(10);
     let run_id = cluster.nodes[0].run_id().expect("node 0 run_id");
-    let marker = cluster.nodes[0].command("GET leasekeeper:{stale}:incarnation");
+    let marker = eventually(until - Instant::now(), || {
+        cluster.nodes[0]
+            .command(&format!("GET leasekeeper:{{{election}}}:incarnation"))
+            .filter(|m| m.contains(&run_id))
+    });
     p3.signal(libc::SIGCONT);
     let p3_exit = p3.terminate(Duration::from_secs(5));
     let p4_exit = p4.terminate(Duration::from_secs(5));
@@ -264,12 +320,12 @@ fn a_node_restored_from_an_older_snapshot_is_not_a_vote() {
     );
     assert!(
         t4.is_some(),
-        "no leader above token {t3} once node 1 returned:\n{}",
+        "no leader above token {t3} after node 0 was restored:\n{}",
         p4.stderr()
     );
     assert!(
-        marker.as_deref().is_some_and(|m| m.contains(&run_id)),
-        "node 0 not caught up: marker {marker:?}, run_id {run_id}"
+        marker.is_some(),
+        "node 0 never caught up in its new incarnation (run_id {run_id})"
     );
     assert!(p3_exit.is_some_and(|s| s.success()) && p4_exit.is_some_and(|s| s.success()));
 }

@@ -31,10 +31,12 @@
 //!
 //! 1. **one ttl has passed since it started** (Redlock's "delayed restart"): every claim
 //!    that counted its lost state was renewed before the restart, so it has run out;
-//! 2. **its fence counter has been caught up**: a campaign that saw, in one round and
-//!    after (1), either a majority of trusted nodes or every node answer, writes a token
-//!    above all their counters into the node's counter together with the node's current
-//!    `run_id` into a marker key `leasekeeper:{<election>}:incarnation`. Any earlier
+//! 2. **its fence counter has been caught up**: a round (a campaign's take, a leader's
+//!    renew) that saw, after (1), either a majority of trusted nodes or every node
+//!    answer, writes a counter at least as high as all their counters into the node's
+//!    counter together with the node's current `run_id` into a marker key
+//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm or give-back,
+//!    or one extra request after a renew). Any earlier
 //!    tenure was confirmed on a majority, which shares a node with what that round read,
 //!    so the caught-up counter is above that tenure's token. A time rule alone would
 //!    not do: after the ttl the restored counter can still be below the last token, and
@@ -54,10 +56,12 @@
 //! above to within one second, and a node counts as started at that bound (never
 //! early, at most a second late). The ttl is stretched by the 1% drift allowance.
 //!
-//! Costs: no extra round trip; every script call runs `INFO server` on the node (a few
+//! Costs: no extra round trip, except one request to a restarted node after the
+//! renew that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
-//! nodes, nobody leads for one ttl (plus up to a second). A restored node carrying the
-//! current leader's own lock is caught up only by a campaign once that lock is gone.
+//! nodes, nobody leads for one ttl (plus up to a second). While a restarted node is
+//! not caught up, it is one node fewer toward every majority: with 3 nodes, one
+//! restored and one hanging, nobody leads (tokens could not be made safely).
 //! If a majority of nodes lose data together, what they lost is lost: the token goes
 //! on from the highest counter still found (or the candidate's own memory).
 
@@ -71,16 +75,18 @@ use redis::Script;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
 
-use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node, RELEASE};
+use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node};
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
 
-/// Lua prelude of every script: this server's `run_id` and whether the election's
-/// counter on it is trusted (2: the marker holds this `run_id`), the server started at
-/// least `settle_ms` ago but is not caught up yet (1), or it started later than that
-/// (0, with the milliseconds left). `uptime_in_seconds` = ⌊now⌋ − ⌊start⌋ in whole
-/// seconds, so the start was before ⌊now⌋ − uptime + 1 s: judged from there, never early.
+/// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
+/// election's counter on it is trusted (2: the marker holds this `run_id`), the server
+/// started at least `settle_ms` ago but is not caught up yet (1), or it started later
+/// than that (0, with the milliseconds left). `uptime_in_seconds` = ⌊now⌋ − ⌊start⌋ in
+/// whole seconds, so the start was before ⌊now⌋ − uptime + 1 s: judged from there,
+/// never early. `catch_up`: on a settled node still in the incarnation a round saw,
+/// raise the counter to `counter` and mark the node trusted; returns the new state.
 const INCARNATION: &str = r#"
 local function incarnation(marker, settle_ms)
   local info = redis.call('INFO', 'server')
@@ -95,6 +101,18 @@ local function incarnation(marker, settle_ms)
     return run_id, 1, 0
   end
   return run_id, 0, settle_ms - since_ms
+end
+
+local function catch_up(fence, marker, expected_run_id, counter, settle_ms)
+  local run_id, state = incarnation(marker, settle_ms)
+  if state == 1 and run_id == expected_run_id then
+    if tonumber(redis.call('GET', fence) or '0') < tonumber(counter) then
+      redis.call('SET', fence, counter)
+    end
+    redis.call('SET', marker, run_id)
+    return 2
+  end
+  return state
 end
 "#;
 
@@ -134,10 +152,9 @@ if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
     redis.call('SET', KEYS[2], token)
   end
-  local run_id, state = incarnation(KEYS[3], tonumber(ARGV[5]))
-  if state == 1 and run_id == ARGV[6] then
-    redis.call('SET', KEYS[3], run_id)
-    state = 2
+  local _, state = incarnation(KEYS[3], tonumber(ARGV[5]))
+  if ARGV[6] ~= '' then
+    state = catch_up(KEYS[2], KEYS[3], ARGV[6], ARGV[2], tonumber(ARGV[5]))
   end
   redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
   redis.call('PUBLISH', ARGV[4], 'acquired|' .. ARGV[3])
@@ -146,14 +163,37 @@ end
 return {0, 0}
 "#;
 
-/// Compare-and-PEXPIRE, answering whether the node is trusted. Returns {ours, state}.
+/// Compare-and-PEXPIRE. Returns {ours, state, fence, run_id}: the state and counter
+/// of every node, so that the leader can catch up a restarted node too.
 const RENEW: &str = r#"
+local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local _, state = incarnation(KEYS[2], tonumber(ARGV[3]))
-  return {1, state}
+  return {1, state, fence, run_id}
 end
-return {0, 0}
+return {0, state, fence, run_id}
+"#;
+
+/// Compare-and-DEL of our nonce's lock; with `ARGV[3]` = a `run_id` a round saw, also
+/// catches the node up to counter `ARGV[4]`. Returns 1 when it released a lock.
+const GIVE_BACK: &str = r#"
+local released = 0
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+  released = 1
+end
+if ARGV[3] ~= '' then
+  catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+end
+return released
+"#;
+
+/// A renew round's catch-up of a restarted node: `catch_up` alone. Returns the state.
+const CATCH_UP: &str = r#"
+return catch_up(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 "#;
 
 /// One node's answer to phase 1.
@@ -210,7 +250,8 @@ pub struct RedlockBackend {
     take: Script,
     confirm: Script,
     renew: Script,
-    release: Script,
+    give_back: Script,
+    catch_up: Script,
 }
 
 /// One node's part of a round: its answer, or `None` for an error, a timeout or no
@@ -271,7 +312,8 @@ impl RedlockBackend {
             take: with_prelude(TAKE),
             confirm: with_prelude(CONFIRM),
             renew: with_prelude(RENEW),
-            release: Script::new(RELEASE),
+            give_back: with_prelude(GIVE_BACK),
+            catch_up: with_prelude(CATCH_UP),
         })
     }
 
@@ -309,22 +351,92 @@ impl RedlockBackend {
         self.on_each(invocations).await
     }
 
-    /// Releases our nonce on every node, whatever each said before.
-    async fn release_everywhere(&mut self) -> usize {
+    /// Releases our nonce on every node, whatever each said before (`release`), and
+    /// catches up the nodes `targets` names (with the `run_id` a round saw there) to
+    /// `counter`, in one request per node. Returns how many nodes answered.
+    async fn give_back(
+        &mut self,
+        release: bool,
+        targets: &[Option<String>],
+        counter: FencingToken,
+    ) -> usize {
         let prefix = self.nonce_prefix();
-        self.nonce = new_nonce();
-        self.value = None;
-        let answers: Round<i64> = self
-            .on_all(|| {
-                let mut invocation = self.release.prepare_invoke();
+        if release {
+            self.nonce = new_nonce();
+            self.value = None;
+        }
+        let invocations = targets
+            .iter()
+            .map(|target| {
+                if !release && target.is_none() {
+                    return None;
+                }
+                let mut invocation = self.give_back.prepare_invoke();
                 invocation
                     .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
                     .arg(&prefix)
-                    .arg(&self.keys.events);
-                invocation
+                    .arg(&self.keys.events)
+                    .arg(target.as_deref().unwrap_or(""))
+                    .arg(counter)
+                    .arg(self.settle_ms);
+                Some(invocation)
             })
-            .await;
+            .collect();
+        let answers: Round<i64> = self.on_each(invocations).await;
         answers.iter().filter(|a| a.is_some()).count()
+    }
+
+    /// The nodes one round may catch up, by the `run_id` it saw there: the settled
+    /// untrusted ones, when what the round read covers every confirmed tenure — a
+    /// majority of trusted nodes answered, or every node answered and all have been
+    /// up for a ttl. `answers` holds (state, run_id) per node.
+    fn catch_up_targets(&self, answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
+        let states = || answers.iter().flatten().map(|(state, _)| *state);
+        let trusted = states().filter(|s| *s == TRUSTED).count();
+        let all_settled = answers
+            .iter()
+            .all(|a| a.is_some_and(|(s, _)| s != SETTLING));
+        let covered = trusted >= self.quorum() || all_settled;
+        answers
+            .iter()
+            .map(|a| match a {
+                Some((STALE, run_id)) if covered => Some((*run_id).to_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A leader's part in catching up restarted nodes (no follower may campaign for
+    /// a long time): after a renew round that covers every confirmed tenure, one more
+    /// request to each node that needs it.
+    async fn catch_up_after_renew(&self, answers: &Round<(i64, i64, FencingToken, String)>) {
+        let states: Vec<Option<(i64, &str)>> = answers
+            .iter()
+            .map(|a| {
+                a.as_ref()
+                    .map(|(_, state, _, run_id)| (*state, run_id.as_str()))
+            })
+            .collect();
+        let targets = self.catch_up_targets(&states);
+        if targets.iter().all(Option::is_none) {
+            return;
+        }
+        let invocations = targets
+            .iter()
+            .map(|target| {
+                let mut catch_up = self.catch_up.prepare_invoke();
+                catch_up
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(target.as_deref()?)
+                    .arg(self.floor)
+                    .arg(self.settle_ms);
+                Some(catch_up)
+            })
+            .collect();
+        let _: Round<i64> = self.on_each(invocations).await;
     }
 
     /// The holder a majority of nodes agree on, if any.
@@ -379,22 +491,21 @@ impl Backend for RedlockBackend {
                 self.floor = self.floor.max(t);
             }
         }
-        // Settled nodes that are not trusted may be caught up in this round when what
-        // it read covers every confirmed tenure: a majority of trusted nodes answered,
-        // or every node answered and all have been up for a ttl.
-        let trusted = answers
+        let states: Vec<Option<(i64, &str)>> = answers
             .iter()
-            .flatten()
-            .filter(|a| a.state == TRUSTED)
-            .count();
+            .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
+            .collect();
+        let targets = self.catch_up_targets(&states);
         let settling: Vec<usize> = answers
             .iter()
             .enumerate()
             .filter_map(|(i, a)| a.as_ref().filter(|a| a.state == SETTLING).map(|_| i))
             .collect();
-        let catch_up =
-            trusted >= self.quorum() || (answered == self.nodes.len() && settling.is_empty());
-        let counts = |a: &Take| a.state == TRUSTED || (a.state == STALE && catch_up);
+        let counts = |i: usize| {
+            answers[i]
+                .as_ref()
+                .is_some_and(|a| a.state == TRUSTED || targets[i].is_some())
+        };
 
         let mut taken = Vec::new();
         let mut seen = Vec::new();
@@ -417,23 +528,16 @@ impl Backend for RedlockBackend {
         if !settling.is_empty() {
             tracing::info!(nodes = ?settling, "redlock nodes restarted less than a ttl ago; not counting them");
         }
-        let counted = taken
-            .iter()
-            .filter(|&&i| answers[i].as_ref().is_some_and(counts))
-            .count();
+        let counted = taken.iter().filter(|&&i| counts(i)).count();
 
         if counted >= self.quorum() {
             let token = self.floor + 1;
             let value = format!("{prefix}{token}|{}", self.identity);
             let invocations = answers
                 .iter()
-                .map(|answer| {
-                    let a = answer.as_ref().filter(|a| a.won)?;
-                    let catch_up_run_id = if a.state == STALE && catch_up {
-                        a.run_id.as_str()
-                    } else {
-                        ""
-                    };
+                .zip(&targets)
+                .map(|(answer, target)| {
+                    answer.as_ref().filter(|a| a.won)?;
                     let mut confirm = self.confirm.prepare_invoke();
                     confirm
                         .key(&self.keys.lock)
@@ -444,7 +548,7 @@ impl Backend for RedlockBackend {
                         .arg(&value)
                         .arg(&self.keys.events)
                         .arg(self.settle_ms)
-                        .arg(catch_up_run_id);
+                        .arg(target.as_deref().unwrap_or(""));
                     Some(confirm)
                 })
                 .collect();
@@ -462,9 +566,19 @@ impl Backend for RedlockBackend {
         }
 
         // No majority: give back whatever we took, everywhere, and retry soon but not
-        // in step with the other candidates.
-        if !taken.is_empty() {
-            self.release_everywhere().await;
+        // in step with the other candidates. Restarted nodes this round may catch up
+        // are caught up in the same requests, so that they vote again even while
+        // another candidate leads.
+        let usable = (0..answers.len()).filter(|&i| counts(i)).count();
+        let settled_in = answers
+            .iter()
+            .flatten()
+            .filter(|a| a.state == SETTLING)
+            .map(|a| a.settle_ms.max(0) as u64)
+            .min();
+        if !taken.is_empty() || targets.iter().any(Option::is_some) {
+            let floor = self.floor;
+            self.give_back(!taken.is_empty(), &targets, floor).await;
         }
         if answered < self.quorum() {
             return Err(BackendError::Store {
@@ -476,13 +590,6 @@ impl Backend for RedlockBackend {
                 ),
             });
         }
-        let usable = answers.iter().flatten().filter(|a| counts(a)).count();
-        let settled_in = answers
-            .iter()
-            .flatten()
-            .filter(|a| a.state == SETTLING)
-            .map(|a| a.settle_ms.max(0) as u64)
-            .min();
         let holder = self.majority_holder(&seen);
         let retry_in = match (&holder, soonest_expiry) {
             (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
@@ -503,11 +610,12 @@ impl Backend for RedlockBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
-        let answers: Round<(i64, i64)> = self
+        let answers: Round<(i64, i64, FencingToken, String)> = self
             .on_all(|| {
                 let mut renew = self.renew.prepare_invoke();
                 renew
                     .key(&self.keys.lock)
+                    .key(&self.keys.fence)
                     .key(&self.marker)
                     .arg(&value)
                     .arg(self.ttl_ms())
@@ -515,11 +623,20 @@ impl Backend for RedlockBackend {
                 renew
             })
             .await;
-        let kept = answers.iter().filter(|a| **a == Some((1, TRUSTED))).count();
+        let kept = answers
+            .iter()
+            .flatten()
+            .filter(|(ours, state, _, _)| *ours == 1 && *state == TRUSTED)
+            .count();
         let gone = answers
             .iter()
-            .filter(|a| a.is_some_and(|(ours, _)| ours == 0))
+            .flatten()
+            .filter(|(ours, _, _, _)| *ours == 0)
             .count();
+        for (_, _, fence, _) in answers.iter().flatten() {
+            self.floor = self.floor.max(*fence);
+        }
+        self.catch_up_after_renew(&answers).await;
         if kept >= self.quorum() {
             Ok(Renewal::Renewed)
         } else if self.nodes.len() - gone < self.quorum() {
@@ -534,7 +651,8 @@ impl Backend for RedlockBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let answered = self.release_everywhere().await;
+        let none = vec![None; self.nodes.len()];
+        let answered = self.give_back(true, &none, 0).await;
         if answered == 0 {
             return Err(BackendError::Store {
                 op: "release",
