@@ -268,6 +268,7 @@ fn restored_node(election: &str, node1_hangs: bool) {
     // at tenure 1, no lock), node 2 wakes up (counter at tenure 2, no lock), and node 1
     // (which knows tenure 3) may hang too. A fresh candidate campaigns.
     p3.signal(libc::SIGSTOP);
+    let p3_paused = Instant::now();
     if node1_hangs {
         cluster.nodes[1].pause();
     }
@@ -298,6 +299,9 @@ fn restored_node(election: &str, node1_hangs: bool) {
             .command(&format!("GET leasekeeper:{{{election}}}:incarnation"))
             .filter(|m| m.contains(&run_id))
     });
+    // p3 wakes only after its claim has run out: the claim ends at its deadline.
+    let p3_deadline_passed = p3_paused + ttl + Duration::from_millis(200);
+    std::thread::sleep(p3_deadline_passed.saturating_duration_since(Instant::now()));
     p3.signal(libc::SIGCONT);
     let p3_exit = p3.terminate(Duration::from_secs(5));
     let p4_exit = p4.terminate(Duration::from_secs(5));
