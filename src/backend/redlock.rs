@@ -273,6 +273,29 @@ async fn ask<T: redis::FromRedisValue>(
     }
 }
 
+/// The nodes one round may catch up, by the `run_id` it saw there: the settled
+/// untrusted ones, when what the round read covers every confirmed tenure — a
+/// majority (`quorum`) of trusted nodes answered, or every node answered and all
+/// have been up for a ttl. `answers` holds (state, run_id) per node.
+fn catch_up_targets(quorum: usize, answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
+    let trusted = answers
+        .iter()
+        .flatten()
+        .filter(|(state, _)| *state == TRUSTED)
+        .count();
+    let all_settled = answers
+        .iter()
+        .all(|a| a.is_some_and(|(state, _)| state != SETTLING));
+    let covered = trusted >= quorum || all_settled;
+    answers
+        .iter()
+        .map(|a| match a {
+            Some((STALE, run_id)) if covered => Some((*run_id).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Answers of one parallel round: one entry per node, `None` for no answer in time.
 type Round<T> = Vec<Option<T>>;
 
@@ -388,26 +411,6 @@ impl RedlockBackend {
         answers.iter().filter(|a| a.is_some()).count()
     }
 
-    /// The nodes one round may catch up, by the `run_id` it saw there: the settled
-    /// untrusted ones, when what the round read covers every confirmed tenure — a
-    /// majority of trusted nodes answered, or every node answered and all have been
-    /// up for a ttl. `answers` holds (state, run_id) per node.
-    fn catch_up_targets(&self, answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
-        let states = || answers.iter().flatten().map(|(state, _)| *state);
-        let trusted = states().filter(|s| *s == TRUSTED).count();
-        let all_settled = answers
-            .iter()
-            .all(|a| a.is_some_and(|(s, _)| s != SETTLING));
-        let covered = trusted >= self.quorum() || all_settled;
-        answers
-            .iter()
-            .map(|a| match a {
-                Some((STALE, run_id)) if covered => Some((*run_id).to_owned()),
-                _ => None,
-            })
-            .collect()
-    }
-
     /// A leader's part in catching up restarted nodes (no follower may campaign for
     /// a long time): after a renew round that covers every confirmed tenure, one more
     /// request to each node that needs it.
@@ -419,7 +422,7 @@ impl RedlockBackend {
                     .map(|(_, state, _, run_id)| (*state, run_id.as_str()))
             })
             .collect();
-        let targets = self.catch_up_targets(&states);
+        let targets = catch_up_targets(self.quorum(), &states);
         if targets.iter().all(Option::is_none) {
             return;
         }
@@ -495,7 +498,7 @@ impl Backend for RedlockBackend {
             .iter()
             .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
             .collect();
-        let targets = self.catch_up_targets(&states);
+        let targets = catch_up_targets(self.quorum(), &states);
         let settling: Vec<usize> = answers
             .iter()
             .enumerate()
@@ -664,5 +667,63 @@ impl Backend for RedlockBackend {
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn targets(answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
+        catch_up_targets(answers.len() / 2 + 1, answers)
+    }
+
+    #[test]
+    fn a_majority_of_trusted_nodes_vouches_for_a_settled_one() {
+        let t = targets(&[
+            Some((TRUSTED, "a")),
+            Some((TRUSTED, "b")),
+            Some((STALE, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, Some("c".to_owned())]);
+        // Even with a node silent or still settling.
+        for other in [None, Some((SETTLING, "d"))] {
+            let answers = [
+                Some((TRUSTED, "a")),
+                Some((STALE, "b")),
+                Some((TRUSTED, "c")),
+                other,
+                Some((TRUSTED, "e")),
+            ];
+            let t = targets(&answers);
+            assert_eq!(t, vec![None, Some("b".to_owned()), None, None, None]);
+        }
+    }
+
+    #[test]
+    fn without_a_trusted_majority_every_node_must_answer_settled() {
+        // A fresh set of nodes (or all of them restarted): all answered, all settled.
+        let t = targets(&[Some((STALE, "a")), Some((STALE, "b")), Some((TRUSTED, "c"))]);
+        assert_eq!(t, vec![Some("a".to_owned()), Some("b".to_owned()), None]);
+        // One silent: what the others hold may be older than what it holds.
+        let t = targets(&[Some((STALE, "a")), None, Some((TRUSTED, "c"))]);
+        assert_eq!(t, vec![None, None, None]);
+        // One restarted less than a ttl ago: nobody is caught up from a minority.
+        let t = targets(&[
+            Some((STALE, "a")),
+            Some((SETTLING, "b")),
+            Some((TRUSTED, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_settling_node_is_never_caught_up() {
+        let t = targets(&[
+            Some((TRUSTED, "a")),
+            Some((TRUSTED, "b")),
+            Some((SETTLING, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, None]);
     }
 }
