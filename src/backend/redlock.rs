@@ -33,14 +33,15 @@
 //!    that counted its lost state was renewed before the restart, so it has run out;
 //! 2. **its fence counter has been caught up**: a round (a campaign's take, a leader's
 //!    renew) that saw, after (1), either a majority of trusted nodes or every node
-//!    answer, writes a counter at least as high as all their counters into the node's
-//!    counter together with the node's current `run_id` into a marker key
-//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm or give-back,
-//!    or one extra request after a renew). Any earlier
-//!    tenure was confirmed on a majority, which shares a node with what that round read,
-//!    so the caught-up counter is above that tenure's token. A time rule alone would
-//!    not do: after the ttl the restored counter can still be below the last token, and
-//!    while the nodes that know better hang, a new tenure would repeat or lower it.
+//!    answer writes a counter at least as high as all their counters into the node's
+//!    counter, and the node's current `run_id` into a marker key
+//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm or give-back
+//!    requests, or in one extra request after a renew). Every earlier tenure was
+//!    confirmed on a majority, which shares a node with what that round read, and its
+//!    confirms had all landed a ttl before; so the caught-up counter is at least that
+//!    tenure's token. A time rule alone would not do: after the ttl the restored
+//!    counter can still be below the last token, and while the nodes that know better
+//!    hang, a new tenure would repeat or lower it.
 //!
 //! A node is *trusted* while its marker equals its own `run_id`: `INFO server` gives a
 //! new `run_id` on every start, and a restored file brings back the old marker, so no
@@ -63,7 +64,9 @@
 //! not caught up, it is one node fewer toward every majority: with 3 nodes, one
 //! restored and one hanging, nobody leads (tokens could not be made safely).
 //! If a majority of nodes lose data together, what they lost is lost: the token goes
-//! on from the highest counter still found (or the candidate's own memory).
+//! on from the highest counter still found (or the candidate's own memory). Uptime is
+//! the server's wall clock: a node whose clock is stepped forward right after a
+//! restart looks settled early (as with Redis' own key expiry).
 
 use std::sync::Arc;
 use std::time::Duration;
