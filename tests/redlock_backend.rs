@@ -150,3 +150,186 @@ fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A node restarted empty becomes a vote again without a new tenure: with a single
+/// candidate leading throughout, its renewals catch the node up once it has been up
+/// a ttl, so the leader still holds a majority when another node is lost afterwards.
+#[test]
+fn the_leader_catches_up_a_restarted_node() {
+    let mut cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redlock_args(&cluster.urls(), "1s", "catchup");
+    let only = Sidecar::spawn("only", dir.path(), &args);
+    let leading = || {
+        only.leader()
+            .filter(|v| v["is_leader"] == true)
+            .and_then(|v| v["fencing_token"].as_u64())
+    };
+    assert!(eventually(Duration::from_secs(10), leading).is_some());
+
+    cluster.restart_node(2);
+    let run_id = cluster.nodes[2].run_id().expect("node 2 run_id");
+    let marker = eventually(Duration::from_secs(6), || {
+        cluster.nodes[2]
+            .command("GET leasekeeper:{catchup}:incarnation")
+            .filter(|m| m.contains(&run_id))
+    });
+    cluster.nodes[0].kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    let still = eventually(Duration::from_secs(3), leading);
+    assert!(
+        marker.is_some() && still.is_some(),
+        "node 2 caught up: {marker:?}; leading on nodes 1 and 2: {still:?}\n{}",
+        only.stderr()
+    );
+}
+
+/// A node comes back from a backup taken two tenures ago (Redis restarted from an
+/// older RDB/AOF file): its fence counter is stale and it has forgotten the current
+/// lock. While the leader of tenure 3 hangs (its claim still running) and the one
+/// other node that knows tenure 3 hangs too, a fresh candidate must not count the
+/// restored node: it would lead next to the old leader, with tenure 3's token again.
+/// Nor may it count the node once a ttl has passed, while its counter is still stale.
+#[test]
+fn a_node_restored_from_an_older_snapshot_is_not_a_vote() {
+    restored_node("stale", true);
+}
+
+/// The same restore while the other node that knows tenure 3 answers: its counter
+/// would give the fresh candidate a greater token, but the old leader's claim still
+/// runs, so the restored node must not count before one ttl since its start.
+#[test]
+fn a_node_restored_from_an_older_snapshot_waits_one_ttl() {
+    restored_node("restored", false);
+}
+
+/// Tenures 1–3 by graceful handovers (the third while node 2 hangs, so it is written
+/// on nodes 0 and 1 only); then the leader hangs, node 0 is restored from a backup
+/// made in tenure 1, node 2 wakes, node 1 hangs too if `node1_hangs`, and a fresh
+/// candidate campaigns. Checks the claims from every candidate's transition log.
+fn restored_node(election: &str, node1_hangs: bool) {
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    let ttl = Duration::from_secs(3);
+    let mut cluster = RedisCluster::start_persistent(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let base = redlock_args(&cluster.urls(), "3s", election);
+    let log = |name: &str| dir.path().join(format!("{name}.jsonl"));
+    let spawn = |name: &str| {
+        let mut args = base.clone();
+        args.extend([
+            "--transition-log".to_owned(),
+            log(name).display().to_string(),
+        ]);
+        let s = Sidecar::spawn(name, dir.path(), &args);
+        assert!(
+            s.wait_listening(Duration::from_secs(10)),
+            "{name} never listened"
+        );
+        s
+    };
+    let leading = |s: &Sidecar| {
+        s.leader()
+            .filter(|v| v["is_leader"] == true)
+            .and_then(|v| v["fencing_token"].as_u64())
+    };
+
+    // Tenure 1, and a backup of node 0 made during it.
+    let mut p1 = spawn("p1");
+    let t1 = eventually(Duration::from_secs(15), || leading(&p1)).expect("p1 leads");
+    let backup = cluster.nodes[0].snapshot();
+
+    // Tenure 2 by a graceful handover, written on all three nodes.
+    let mut p2 = spawn("p2");
+    assert!(p1
+        .terminate(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
+    let t2 = eventually(Duration::from_secs(5), || leading(&p2)).expect("p2 leads");
+    assert!(t2 > t1);
+
+    // Node 2 hangs; tenure 3 by a graceful handover is written on nodes 0 and 1 only.
+    cluster.nodes[2].pause();
+    let node2_paused = Instant::now();
+    let mut p3 = spawn("p3");
+    assert!(p2
+        .terminate(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
+    let t3 = eventually(Duration::from_secs(5), || leading(&p3)).expect("p3 leads");
+    assert!(t3 > t2);
+    // Tenure 2's lock on node 2 runs out meanwhile (p3 keeps renewing on 0 and 1).
+    std::thread::sleep((node2_paused + ttl + Duration::from_millis(300)) - Instant::now());
+    assert!(
+        leading(&p3) == Some(t3),
+        "p3 lost its tenure on two good nodes"
+    );
+
+    // Now p3 hangs with its claim running, node 0 comes back from the backup (counter
+    // at tenure 1, no lock), node 2 wakes up (counter at tenure 2, no lock), and node 1
+    // (which knows tenure 3) may hang too. A fresh candidate campaigns.
+    p3.signal(libc::SIGSTOP);
+    let p3_paused = Instant::now();
+    if node1_hangs {
+        cluster.nodes[1].pause();
+    }
+    cluster.nodes[0].restore(backup.path());
+    cluster.nodes[2].resume();
+    let mut p4 = spawn("p4");
+
+    let mut led_early = None;
+    if node1_hangs {
+        // Past one ttl since node 0's restart: nobody may lead on nodes 0 and 2 (node
+        // 0's counter would repeat tenure 3's token).
+        let until = Instant::now() + ttl + Duration::from_secs(2);
+        while Instant::now() < until {
+            if let Some(t) = leading(&p4) {
+                led_early.get_or_insert(t);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        cluster.nodes[1].resume();
+    }
+
+    // p4 leads, above tenure 3, and node 0 is trusted again.
+    let t4 = eventually(Duration::from_secs(10), || leading(&p4).filter(|t| *t > t3));
+    let until = Instant::now() + Duration::from_secs(10);
+    let run_id = cluster.nodes[0].run_id().expect("node 0 run_id");
+    let marker = eventually(until - Instant::now(), || {
+        cluster.nodes[0]
+            .command(&format!("GET leasekeeper:{{{election}}}:incarnation"))
+            .filter(|m| m.contains(&run_id))
+    });
+    // p3 wakes only after its claim has run out: the claim ends at its deadline.
+    let p3_deadline_passed = p3_paused + ttl + Duration::from_millis(200);
+    std::thread::sleep(p3_deadline_passed.saturating_duration_since(Instant::now()));
+    p3.signal(libc::SIGCONT);
+    let p3_exit = p3.terminate(Duration::from_secs(5));
+    let p4_exit = p4.terminate(Duration::from_secs(5));
+
+    let mut all = BTreeMap::new();
+    for name in ["p1", "p2", "p3", "p4"] {
+        let text = std::fs::read_to_string(log(name)).unwrap_or_default();
+        checker::parse_claims(&text, &mut all);
+    }
+    let mut claims: Vec<checker::LoggedClaim> = all.into_values().collect();
+    claims.sort_by_key(|c| c.start);
+    for c in &claims {
+        eprintln!("{c:?}");
+    }
+    checker::check_claims_never_overlap(&claims);
+    checker::check_tokens_strictly_grow(&claims);
+    assert_eq!(
+        led_early, None,
+        "led with a restored node and one good node (tenure 3 had token {t3})"
+    );
+    assert!(
+        t4.is_some(),
+        "no leader above token {t3} after node 0 was restored:\n{}",
+        p4.stderr()
+    );
+    assert!(
+        marker.is_some(),
+        "node 0 never caught up in its new incarnation (run_id {run_id})"
+    );
+    assert!(p3_exit.is_some_and(|s| s.success()) && p4_exit.is_some_and(|s| s.success()));
+}

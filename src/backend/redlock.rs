@@ -5,8 +5,8 @@
 //! far below the ttl:
 //!
 //! 1. **Take**: on every node one script does `SET NX PX ttl` of a pending value
-//!    `<nonce>|pending|<identity>` and returns that node's fence counter. Success on a
-//!    majority is needed to go on.
+//!    `<nonce>|pending|<identity>` and returns that node's fence counter and whether the
+//!    node is trusted (below). Success on a majority of trusted nodes is needed to go on.
 //! 2. **Confirm**: `token = max(fence counters of the nodes taken, highest token seen) + 1`
 //!    is written, on every node taken, into the fence counter (never lowering it) and
 //!    into the lock value `<nonce>|<token>|<identity>` (compare-nonce, `KEEPTTL`). The
@@ -16,72 +16,138 @@
 //! the lock on each of them. A later tenure k+1 took a majority A; M and A share a node
 //! X. On X, k+1's `SET NX` only succeeded after k's lock on X was gone, which is after
 //! k's confirm on X (that confirm required k's lock). So k+1 read X's fence counter
-//! after k wrote its token there, and k+1's token is greater.
+//! after k wrote its token there, and k+1's token is greater. (Both count trusted
+//! nodes only; if X restarted in between, it is trusted again only once caught up.)
 //!
 //! The local deadline is the elector's: send time of phase 1 + ttl × (1 − drift) −
 //! margin, i.e. Redlock's validity `ttl − elapsed − drift` counted conservatively. A
 //! failed campaign releases on *every* node (not only those that said yes) and retries
 //! after a short random delay, so competing candidates do not split votes in lockstep.
 //!
-//! A node that lost its data (restart without persistence) is not trusted for one ttl:
-//! a candidate that takes it and finds no fence counter there, while any answering
-//! node (or its own memory) shows that tokens were handed out before, does not count
-//! it, and fences its lock with a placeholder for one ttl (the same quarantine as the
-//! single-node backend). A leader whose lock vanished there still holds the majority
-//! elsewhere, or steps down. The token of a new tenure is one above the highest
-//! counter any answering node reports, so it is also above what the amnesiac forgot.
+//! **Restarted nodes** (DESIGN invariant 10). A node that restarts — empty, or from an
+//! RDB/AOF file older than its last writes, or a replica promoted in its place — has
+//! forgotten locks and fence writes that claims and tokens relied on. It is not a vote
+//! (toward a majority, a renewal, or the token) until both:
+//!
+//! 1. **one ttl has passed since it started** (Redlock's "delayed restart"): every claim
+//!    that counted its lost state was renewed before the restart, so it has run out;
+//! 2. **its fence counter has been caught up**: a round (a campaign's take, a leader's
+//!    renew) that saw, after (1), either a majority of trusted nodes or every node
+//!    answer writes a counter at least as high as all their counters into the node's
+//!    counter, and the node's current `run_id` into a marker key
+//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm or give-back
+//!    requests, or in one extra request after a renew). Every earlier tenure was
+//!    confirmed on a majority, which shares a node with what that round read, and its
+//!    confirms had all landed a ttl before; so the caught-up counter is at least that
+//!    tenure's token. A time rule alone would not do: after the ttl the restored
+//!    counter can still be below the last token, and while the nodes that know better
+//!    hang, a new tenure would repeat or lower it.
+//!
+//! A node is *trusted* while its marker equals its own `run_id`: `INFO server` gives a
+//! new `run_id` on every start, and a restored file brings back the old marker, so no
+//! memory on the client side is needed and a freshly started candidate judges a node
+//! exactly like one that watched it restart. Checking once per connection instead
+//! would need a hook into the connection manager's transparent reconnects and would
+//! still tell a fresh candidate nothing about a node restored an hour ago (whose
+//! counter is stale all the same). Every script reads `INFO server` itself
+//! (scripts may call `INFO`; effects replication allows writes after it), so the check
+//! costs no extra request: the take, confirm and renew scripts return the node's state
+//! with their answer. `uptime_in_seconds` is whole seconds between two truncated clock
+//! readings; with `server_time_usec` from the same `INFO` the start is bounded from
+//! above to within one second, and a node counts as started at that bound (never
+//! early, at most a second late). The ttl is stretched by the 1% drift allowance.
+//!
+//! Costs: no extra round trip, except one request to a restarted node after the
+//! renew that catches it up; every script call runs `INFO server` on the node (a few
+//! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
+//! nodes, nobody leads for one ttl (plus up to a second). While a restarted node is
+//! not caught up, it is one node fewer toward every majority: with 3 nodes, one
+//! restored and one hanging, nobody leads (tokens could not be made safely).
+//! If a majority of nodes lose data together, what they lost is lost: the token goes
+//! on from the highest counter still found (or the candidate's own memory). Uptime is
+//! the server's wall clock: a node whose clock is stepped forward right after a
+//! restart looks settled early (as with Redis' own key expiry).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use rand::Rng;
+use redis::aio::ConnectionManager;
 use redis::Script;
 use tokio::sync::Notify;
 use tokio::time::{timeout, Instant};
 
-use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node, RELEASE, RENEW};
+use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node};
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
 
+/// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
+/// election's counter on it is trusted (2: the marker holds this `run_id`), the server
+/// started at least `settle_ms` ago but is not caught up yet (1), or it started later
+/// than that (0, with the milliseconds left). `uptime_in_seconds` = ⌊now⌋ − ⌊start⌋ in
+/// whole seconds, so the start was before ⌊now⌋ − uptime + 1 s: judged from there,
+/// never early. `catch_up`: on a settled node still in the incarnation a round saw,
+/// raise the counter to `counter` and mark the node trusted; returns the new state.
+const INCARNATION: &str = r#"
+local function incarnation(marker, settle_ms)
+  local info = redis.call('INFO', 'server')
+  local run_id = string.match(info, 'run_id:(%x+)') or ''
+  if run_id ~= '' and redis.call('GET', marker) == run_id then
+    return run_id, 2, 0
+  end
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
+  local now_us = tonumber(string.match(info, 'server_time_usec:(%d+)') or '0')
+  local since_ms = (up - 1) * 1000 + math.floor((now_us % 1000000) / 1000)
+  if since_ms >= settle_ms then
+    return run_id, 1, 0
+  end
+  return run_id, 0, settle_ms - since_ms
+end
+
+local function catch_up(fence, marker, expected_run_id, counter, settle_ms)
+  local run_id, state = incarnation(marker, settle_ms)
+  if state == 1 and run_id == expected_run_id then
+    if tonumber(redis.call('GET', fence) or '0') < tonumber(counter) then
+      redis.call('SET', fence, counter)
+    end
+    redis.call('SET', marker, run_id)
+    return 2
+  end
+  return state
+end
+"#;
+
+/// Node states returned by the scripts.
+const SETTLING: i64 = 0;
+const STALE: i64 = 1;
+const TRUSTED: i64 = 2;
+
 /// Phase 1 on one node: take the lock with a pending value (or adopt our own value
-/// left by a campaign whose answer was lost), report the fence counter and whether
-/// it exists at all. Returns {taken, value, pttl of a held lock, fence, fence exists}.
+/// left by a campaign whose answer was lost), report the fence counter and the node's
+/// incarnation. Returns {taken, value, pttl of a held lock, fence, state, ms until
+/// settled, run_id}.
 const TAKE: &str = r#"
+local run_id, state, wait = incarnation(KEYS[3], tonumber(ARGV[4]))
 local cur = redis.call('GET', KEYS[1])
-local raw = redis.call('GET', KEYS[2])
-local fence = tonumber(raw or '0')
-local exists = 0
-if raw then exists = 1 end
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur then
   if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, cur, -1, fence, exists}
+    return {1, cur, -1, fence, state, wait, run_id}
   end
-  return {0, cur, redis.call('PTTL', KEYS[1]), fence, exists}
+  return {0, cur, redis.call('PTTL', KEYS[1]), fence, state, wait, run_id}
 end
 local value = ARGV[1] .. 'pending|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-return {1, value, -1, fence, exists}
-"#;
-
-/// On a node that lost its data, while we hold its lock: fence the lock for one ttl
-/// and restore the counter, so no claim can count this node until every claim that
-/// counted it before has run out.
-const QUARANTINE: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[2], ARGV[2])
-  end
-  redis.call('SET', KEYS[1], 'quarantine|' .. ARGV[2] .. '|', 'PX', ARGV[3])
-  return 1
-end
-return 0
+return {1, value, -1, fence, state, wait, run_id}
 "#;
 
 /// Phase 2 on one node: if the lock is still ours, record the token and announce it.
+/// With `ARGV[6]` = the `run_id` seen in phase 1, a settled node that is not trusted
+/// yet is caught up: its counter now holds the token, and the marker its `run_id`.
+/// Returns {ours, state}.
 const CONFIRM: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
@@ -89,18 +155,95 @@ if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
     redis.call('SET', KEYS[2], token)
   end
+  local _, state = incarnation(KEYS[3], tonumber(ARGV[5]))
+  if ARGV[6] ~= '' then
+    state = catch_up(KEYS[2], KEYS[3], ARGV[6], ARGV[2], tonumber(ARGV[5]))
+  end
   redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
   redis.call('PUBLISH', ARGV[4], 'acquired|' .. ARGV[3])
-  return 1
+  return {1, state}
 end
-return 0
+return {0, 0}
 "#;
+
+/// Compare-and-PEXPIRE. Returns {ours, state, fence, run_id}: the state and counter
+/// of every node, so that the leader can catch up a restarted node too.
+const RENEW: &str = r#"
+local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, state, fence, run_id}
+end
+return {0, state, fence, run_id}
+"#;
+
+/// Compare-and-DEL of our nonce's lock; with `ARGV[3]` = a `run_id` a round saw, also
+/// catches the node up to counter `ARGV[4]`. Returns 1 when it released a lock.
+const GIVE_BACK: &str = r#"
+local released = 0
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+  released = 1
+end
+if ARGV[3] ~= '' then
+  catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+end
+return released
+"#;
+
+/// A renew round's catch-up of a restarted node: `catch_up` alone. Returns the state.
+const CATCH_UP: &str = r#"
+return catch_up(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
+"#;
+
+/// One node's answer to phase 1.
+struct Take {
+    won: bool,
+    value: String,
+    pttl: i64,
+    fence: FencingToken,
+    state: i64,
+    settle_ms: i64,
+    run_id: String,
+}
+
+impl redis::FromRedisValue for Take {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (won, value, pttl, fence, state, settle_ms, run_id): (
+            i64,
+            String,
+            i64,
+            FencingToken,
+            i64,
+            i64,
+            String,
+        ) = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(Take {
+            won: won == 1,
+            value,
+            pttl,
+            fence,
+            state,
+            settle_ms,
+            run_id,
+        })
+    }
+}
 
 pub struct RedlockBackend {
     nodes: Vec<Node>,
     keys: Keys,
+    /// `leasekeeper:{<election>}:incarnation`: the `run_id` under which a node's
+    /// counter was last caught up.
+    marker: String,
     identity: String,
     ttl: Duration,
+    /// How long a node must have been up before it may be caught up: the ttl plus the
+    /// drift allowance, in milliseconds.
+    settle_ms: u64,
     node_timeout: Duration,
     nonce: String,
     value: Option<String>,
@@ -108,10 +251,52 @@ pub struct RedlockBackend {
     wake: Arc<Notify>,
     expiry_hint: Option<Instant>,
     take: Script,
-    quarantine: Script,
     confirm: Script,
     renew: Script,
-    release: Script,
+    give_back: Script,
+    catch_up: Script,
+}
+
+/// One node's part of a round: its answer, or `None` for an error, a timeout or no
+/// request at all.
+async fn ask<T: redis::FromRedisValue>(
+    limit: Duration,
+    node: usize,
+    mut conn: ConnectionManager,
+    invocation: Option<redis::ScriptInvocation<'_>>,
+) -> Option<T> {
+    let invocation = invocation?;
+    match timeout(limit, invocation.invoke_async::<T>(&mut conn)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            tracing::debug!(node, error = %e, "redlock node failed");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// The nodes one round may catch up, by the `run_id` it saw there: the settled
+/// untrusted ones, when what the round read covers every confirmed tenure — a
+/// majority (`quorum`) of trusted nodes answered, or every node answered and all
+/// have been up for a ttl. `answers` holds (state, run_id) per node.
+fn catch_up_targets(quorum: usize, answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
+    let trusted = answers
+        .iter()
+        .flatten()
+        .filter(|(state, _)| *state == TRUSTED)
+        .count();
+    let all_settled = answers
+        .iter()
+        .all(|a| a.is_some_and(|(state, _)| state != SETTLING));
+    let covered = trusted >= quorum || all_settled;
+    answers
+        .iter()
+        .map(|a| match a {
+            Some((STALE, run_id)) if covered => Some((*run_id).to_owned()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Answers of one parallel round: one entry per node, `None` for no answer in time.
@@ -135,22 +320,26 @@ impl RedlockBackend {
             .iter()
             .map(|s| Node::connect(s, &keys, wake.clone(), node_timeout))
             .collect::<Result<Vec<_>, _>>()?;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let with_prelude = |body: &str| Script::new(&format!("{INCARNATION}{body}"));
         Ok(RedlockBackend {
             nodes,
+            marker: format!("leasekeeper:{{{election}}}:incarnation"),
             keys,
             identity: identity.to_owned(),
             ttl,
+            settle_ms: ttl_ms.saturating_add(ttl_ms.div_ceil(100)),
             node_timeout,
             nonce: new_nonce(),
             value: None,
             floor: 0,
             wake,
             expiry_hint: None,
-            take: Script::new(TAKE),
-            quarantine: Script::new(QUARANTINE),
-            confirm: Script::new(CONFIRM),
-            renew: Script::new(RENEW),
-            release: Script::new(RELEASE),
+            take: with_prelude(TAKE),
+            confirm: with_prelude(CONFIRM),
+            renew: with_prelude(RENEW),
+            give_back: with_prelude(GIVE_BACK),
+            catch_up: with_prelude(CATCH_UP),
         })
     }
 
@@ -166,50 +355,94 @@ impl RedlockBackend {
         format!("{}|", self.nonce)
     }
 
-    /// Runs one script invocation per selected node, in parallel, each under the
+    /// Runs one script invocation per node that has one, in parallel, each under the
     /// per-node timeout. Errors and timeouts both read as "no answer".
-    async fn on_nodes<T: redis::FromRedisValue>(
+    async fn on_each<T: redis::FromRedisValue>(
         &self,
-        selected: &[usize],
-        invocation: &redis::ScriptInvocation<'_>,
+        invocations: Vec<Option<redis::ScriptInvocation<'_>>>,
     ) -> Round<T> {
-        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
-            let mut conn = node.conn.clone();
-            let wanted = selected.contains(&i);
-            async move {
-                if !wanted {
+        let calls = self.nodes.iter().zip(invocations).enumerate();
+        join_all(calls.map(|(i, (node, invocation))| {
+            ask(self.node_timeout, i, node.conn.clone(), invocation)
+        }))
+        .await
+    }
+
+    /// The same invocation on every node.
+    async fn on_all<'s, T: redis::FromRedisValue>(
+        &'s self,
+        invocation: impl Fn() -> redis::ScriptInvocation<'s>,
+    ) -> Round<T> {
+        let invocations = self.nodes.iter().map(|_| Some(invocation())).collect();
+        self.on_each(invocations).await
+    }
+
+    /// Releases our nonce on every node, whatever each said before (`release`), and
+    /// catches up the nodes `targets` names (with the `run_id` a round saw there) to
+    /// `counter`, in one request per node. Returns how many nodes answered.
+    async fn give_back(
+        &mut self,
+        release: bool,
+        targets: &[Option<String>],
+        counter: FencingToken,
+    ) -> usize {
+        let prefix = self.nonce_prefix();
+        if release {
+            self.nonce = new_nonce();
+            self.value = None;
+        }
+        let invocations = targets
+            .iter()
+            .map(|target| {
+                if !release && target.is_none() {
                     return None;
                 }
-                match timeout(self.node_timeout, invocation.invoke_async::<T>(&mut conn)).await {
-                    Ok(Ok(v)) => Some(v),
-                    Ok(Err(e)) => {
-                        tracing::debug!(node = i, error = %e, "redlock node failed");
-                        None
-                    }
-                    Err(_) => None,
-                }
-            }
-        });
-        join_all(calls).await
-    }
-
-    fn all(&self) -> Vec<usize> {
-        (0..self.nodes.len()).collect()
-    }
-
-    /// Releases our nonce on every node, whatever each said before.
-    async fn release_everywhere(&mut self) -> usize {
-        let prefix = self.nonce_prefix();
-        self.nonce = new_nonce();
-        self.value = None;
-        let mut invocation = self.release.prepare_invoke();
-        invocation
-            .key(&self.keys.lock)
-            .arg(&prefix)
-            .arg(&self.keys.events);
-        let all = self.all();
-        let answers: Round<i64> = self.on_nodes(&all, &invocation).await;
+                let mut invocation = self.give_back.prepare_invoke();
+                invocation
+                    .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(&prefix)
+                    .arg(&self.keys.events)
+                    .arg(target.as_deref().unwrap_or(""))
+                    .arg(counter)
+                    .arg(self.settle_ms);
+                Some(invocation)
+            })
+            .collect();
+        let answers: Round<i64> = self.on_each(invocations).await;
         answers.iter().filter(|a| a.is_some()).count()
+    }
+
+    /// A leader's part in catching up restarted nodes (no follower may campaign for
+    /// a long time): after a renew round that covers every confirmed tenure, one more
+    /// request to each node that needs it.
+    async fn catch_up_after_renew(&self, answers: &Round<(i64, i64, FencingToken, String)>) {
+        let states: Vec<Option<(i64, &str)>> = answers
+            .iter()
+            .map(|a| {
+                a.as_ref()
+                    .map(|(_, state, _, run_id)| (*state, run_id.as_str()))
+            })
+            .collect();
+        let targets = catch_up_targets(self.quorum(), &states);
+        if targets.iter().all(Option::is_none) {
+            return;
+        }
+        let invocations = targets
+            .iter()
+            .map(|target| {
+                let mut catch_up = self.catch_up.prepare_invoke();
+                catch_up
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(target.as_deref()?)
+                    .arg(self.floor)
+                    .arg(self.settle_ms);
+                Some(catch_up)
+            })
+            .collect();
+        let _: Round<i64> = self.on_each(invocations).await;
     }
 
     /// The holder a majority of nodes agree on, if any.
@@ -241,69 +474,95 @@ impl Backend for RedlockBackend {
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let prefix = self.nonce_prefix();
-        let mut take = self.take.prepare_invoke();
-        take.key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .arg(&prefix)
-            .arg(&self.identity)
-            .arg(self.ttl_ms());
-        let all = self.all();
-        let answers: Round<(i64, String, i64, u64, i64)> = self.on_nodes(&all, &take).await;
+        let answers: Round<Take> = self
+            .on_all(|| {
+                let mut take = self.take.prepare_invoke();
+                take.key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(&prefix)
+                    .arg(&self.identity)
+                    .arg(self.ttl_ms())
+                    .arg(self.settle_ms);
+                take
+            })
+            .await;
 
         let answered = answers.iter().filter(|a| a.is_some()).count();
         // The highest token any answering node (or we) ever saw: every counter counts,
-        // not only those of the nodes taken, so a node that lost its data is noticed
-        // even by a candidate that has just started.
-        for (_, value, _, fence, _) in answers.iter().flatten() {
-            self.floor = self.floor.max(*fence);
-            if let Some(t) = parse_value(value).token {
+        // trusted or not, since a higher token is never wrong.
+        for a in answers.iter().flatten() {
+            self.floor = self.floor.max(a.fence);
+            if let Some(t) = parse_value(&a.value).token {
                 self.floor = self.floor.max(t);
             }
         }
+        let states: Vec<Option<(i64, &str)>> = answers
+            .iter()
+            .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
+            .collect();
+        let targets = catch_up_targets(self.quorum(), &states);
+        let settling: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.as_ref().filter(|a| a.state == SETTLING).map(|_| i))
+            .collect();
+        let counts = |i: usize| {
+            answers[i]
+                .as_ref()
+                .is_some_and(|a| a.state == TRUSTED || targets[i].is_some())
+        };
+
         let mut taken = Vec::new();
-        let mut amnesiac = Vec::new();
         let mut seen = Vec::new();
         let mut soonest_expiry: Option<i64> = None;
         for (i, answer) in answers.iter().enumerate() {
-            let Some((won, value, pttl, _, fence_exists)) = answer else {
+            let Some(a) = answer else {
                 continue;
             };
-            if *won == 1 && *fence_exists == 0 && self.floor > 0 {
-                amnesiac.push(i);
-            } else if *won == 1 {
+            if a.won {
                 taken.push(i);
             } else {
-                seen.push(value.clone());
-                if *pttl > 0 {
-                    soonest_expiry = Some(soonest_expiry.map_or(*pttl, |s| s.min(*pttl)));
+                if a.state == TRUSTED {
+                    seen.push(a.value.clone());
+                }
+                if a.pttl > 0 {
+                    soonest_expiry = Some(soonest_expiry.map_or(a.pttl, |s| s.min(a.pttl)));
                 }
             }
         }
-        if !amnesiac.is_empty() {
-            tracing::warn!(nodes = ?amnesiac, "redlock nodes lost their data; fencing them for one ttl");
-            let mut fence = self.quarantine.prepare_invoke();
-            fence
-                .key(&self.keys.lock)
-                .key(&self.keys.fence)
-                .arg(&prefix)
-                .arg(self.floor)
-                .arg(self.ttl_ms());
-            let _: Round<i64> = self.on_nodes(&amnesiac, &fence).await;
+        if !settling.is_empty() {
+            tracing::info!(nodes = ?settling, "redlock nodes restarted less than a ttl ago; not counting them");
         }
+        let counted = taken.iter().filter(|&&i| counts(i)).count();
 
-        if taken.len() >= self.quorum() {
+        if counted >= self.quorum() {
             let token = self.floor + 1;
             let value = format!("{prefix}{token}|{}", self.identity);
-            let mut confirm = self.confirm.prepare_invoke();
-            confirm
-                .key(&self.keys.lock)
-                .key(&self.keys.fence)
-                .arg(&prefix)
-                .arg(token)
-                .arg(&value)
-                .arg(&self.keys.events);
-            let confirmed: Round<i64> = self.on_nodes(&taken, &confirm).await;
-            let yes = confirmed.iter().filter(|c| **c == Some(1)).count();
+            let invocations = answers
+                .iter()
+                .zip(&targets)
+                .map(|(answer, target)| {
+                    answer.as_ref().filter(|a| a.won)?;
+                    let mut confirm = self.confirm.prepare_invoke();
+                    confirm
+                        .key(&self.keys.lock)
+                        .key(&self.keys.fence)
+                        .key(&self.marker)
+                        .arg(&prefix)
+                        .arg(token)
+                        .arg(&value)
+                        .arg(&self.keys.events)
+                        .arg(self.settle_ms)
+                        .arg(target.as_deref().unwrap_or(""));
+                    Some(confirm)
+                })
+                .collect();
+            let confirmed: Round<(i64, i64)> = self.on_each(invocations).await;
+            let yes = confirmed
+                .iter()
+                .filter(|c| **c == Some((1, TRUSTED)))
+                .count();
             if yes >= self.quorum() {
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
@@ -313,9 +572,19 @@ impl Backend for RedlockBackend {
         }
 
         // No majority: give back whatever we took, everywhere, and retry soon but not
-        // in step with the other candidates.
-        if !taken.is_empty() {
-            self.release_everywhere().await;
+        // in step with the other candidates. Restarted nodes this round may catch up
+        // are caught up in the same requests, so that they vote again even while
+        // another candidate leads.
+        let usable = (0..answers.len()).filter(|&i| counts(i)).count();
+        let settled_in = answers
+            .iter()
+            .flatten()
+            .filter(|a| a.state == SETTLING)
+            .map(|a| a.settle_ms.max(0) as u64)
+            .min();
+        if !taken.is_empty() || targets.iter().any(Option::is_some) {
+            let floor = self.floor;
+            self.give_back(!taken.is_empty(), &targets, floor).await;
         }
         if answered < self.quorum() {
             return Err(BackendError::Store {
@@ -329,12 +598,17 @@ impl Backend for RedlockBackend {
         }
         let holder = self.majority_holder(&seen);
         let retry_in = match (&holder, soonest_expiry) {
-            (Some(_), Some(pttl)) => Duration::from_millis(pttl as u64 + 2),
-            (Some(_), None) => self.ttl,
-            // A split vote or a fenced node: try again after a short random delay.
-            (None, _) => Duration::from_millis(rand::rng().random_range(2..25)),
+            (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
+            (Some(_), None) => Some(self.ttl),
+            // A split vote: try again after a short random delay.
+            (None, _) if usable >= self.quorum() => {
+                Some(Duration::from_millis(rand::rng().random_range(2..25)))
+            }
+            // Too few nodes to count: once the first restarted one has settled, or at
+            // the retry interval (a hanging node may come back).
+            (None, _) => settled_in.map(|ms| Duration::from_millis(ms + 2)),
         };
-        self.expiry_hint = Some(Instant::now() + retry_in);
+        self.expiry_hint = retry_in.map(|d| Instant::now() + d);
         Ok(Campaign::Held(holder))
     }
 
@@ -342,12 +616,33 @@ impl Backend for RedlockBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
-        let mut renew = self.renew.prepare_invoke();
-        renew.key(&self.keys.lock).arg(&value).arg(self.ttl_ms());
-        let all = self.all();
-        let answers: Round<i64> = self.on_nodes(&all, &renew).await;
-        let kept = answers.iter().filter(|a| **a == Some(1)).count();
-        let gone = answers.iter().filter(|a| **a == Some(0)).count();
+        let answers: Round<(i64, i64, FencingToken, String)> = self
+            .on_all(|| {
+                let mut renew = self.renew.prepare_invoke();
+                renew
+                    .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(&value)
+                    .arg(self.ttl_ms())
+                    .arg(self.settle_ms);
+                renew
+            })
+            .await;
+        let kept = answers
+            .iter()
+            .flatten()
+            .filter(|(ours, state, _, _)| *ours == 1 && *state == TRUSTED)
+            .count();
+        let gone = answers
+            .iter()
+            .flatten()
+            .filter(|(ours, _, _, _)| *ours == 0)
+            .count();
+        for (_, _, fence, _) in answers.iter().flatten() {
+            self.floor = self.floor.max(*fence);
+        }
+        self.catch_up_after_renew(&answers).await;
         if kept >= self.quorum() {
             Ok(Renewal::Renewed)
         } else if self.nodes.len() - gone < self.quorum() {
@@ -356,13 +651,14 @@ impl Backend for RedlockBackend {
         } else {
             Err(BackendError::Store {
                 op: "renew",
-                message: format!("renewed on {kept} of {} nodes", self.nodes.len()),
+                message: format!("renewed on {kept} trusted nodes of {}", self.nodes.len()),
             })
         }
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let answered = self.release_everywhere().await;
+        let none = vec![None; self.nodes.len()];
+        let answered = self.give_back(true, &none, 0).await;
         if answered == 0 {
             return Err(BackendError::Store {
                 op: "release",
@@ -374,5 +670,63 @@ impl Backend for RedlockBackend {
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn targets(answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
+        catch_up_targets(answers.len() / 2 + 1, answers)
+    }
+
+    #[test]
+    fn a_majority_of_trusted_nodes_vouches_for_a_settled_one() {
+        let t = targets(&[
+            Some((TRUSTED, "a")),
+            Some((TRUSTED, "b")),
+            Some((STALE, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, Some("c".to_owned())]);
+        // Even with a node silent or still settling.
+        for other in [None, Some((SETTLING, "d"))] {
+            let answers = [
+                Some((TRUSTED, "a")),
+                Some((STALE, "b")),
+                Some((TRUSTED, "c")),
+                other,
+                Some((TRUSTED, "e")),
+            ];
+            let t = targets(&answers);
+            assert_eq!(t, vec![None, Some("b".to_owned()), None, None, None]);
+        }
+    }
+
+    #[test]
+    fn without_a_trusted_majority_every_node_must_answer_settled() {
+        // A fresh set of nodes (or all of them restarted): all answered, all settled.
+        let t = targets(&[Some((STALE, "a")), Some((STALE, "b")), Some((TRUSTED, "c"))]);
+        assert_eq!(t, vec![Some("a".to_owned()), Some("b".to_owned()), None]);
+        // One silent: what the others hold may be older than what it holds.
+        let t = targets(&[Some((STALE, "a")), None, Some((TRUSTED, "c"))]);
+        assert_eq!(t, vec![None, None, None]);
+        // One restarted less than a ttl ago: nobody is caught up from a minority.
+        let t = targets(&[
+            Some((STALE, "a")),
+            Some((SETTLING, "b")),
+            Some((TRUSTED, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_settling_node_is_never_caught_up() {
+        let t = targets(&[
+            Some((TRUSTED, "a")),
+            Some((TRUSTED, "b")),
+            Some((SETTLING, "c")),
+        ]);
+        assert_eq!(t, vec![None, None, None]);
     }
 }

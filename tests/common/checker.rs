@@ -119,6 +119,15 @@ impl RedisCluster {
         }
     }
 
+    /// Nodes that keep their data across a kill -9 (append-only file, fsync always).
+    pub fn start_persistent(n: usize) -> Self {
+        RedisCluster {
+            nodes: (0..n)
+                .map(|_| super::redis_server::RedisServer::start_persistent())
+                .collect(),
+        }
+    }
+
     pub fn urls(&self) -> String {
         self.nodes
             .iter()

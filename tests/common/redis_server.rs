@@ -157,6 +157,51 @@ impl RedisServer {
         self.kill();
         self.spawn();
     }
+
+    /// A backup of the data files as they are now. On a persistent server (append-only
+    /// file, fsync on every write) it holds every write acknowledged so far.
+    pub fn snapshot(&self) -> tempfile::TempDir {
+        let backup = tempfile::tempdir().expect("snapshot dir");
+        copy_tree(self.dir.path(), backup.path());
+        backup
+    }
+
+    /// kill -9, put the data files of an earlier `snapshot` back in place of the
+    /// current ones, and start again: a node restored from an older backup.
+    pub fn restore(&mut self, snapshot: &std::path::Path) {
+        self.kill();
+        for entry in std::fs::read_dir(self.dir.path()).expect("read redis dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove data dir");
+            } else {
+                std::fs::remove_file(&path).expect("remove data file");
+            }
+        }
+        copy_tree(snapshot, self.dir.path());
+        self.spawn();
+    }
+
+    /// `INFO server`'s `run_id`: a new one every time the process starts.
+    pub fn run_id(&self) -> Option<String> {
+        let info = self.command("INFO server")?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())
+    }
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&target).expect("create dir");
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy data file");
+        }
+    }
 }
 
 impl Drop for RedisServer {
