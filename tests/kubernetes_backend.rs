@@ -459,13 +459,21 @@ fn the_fake_api_enforces_what_it_claims() {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
     let t = Some(TOKEN);
-    // 401 without the token; 403 outside the Role (list, delete, another namespace).
+    // 401 without the token; 403 outside the Role (create pods, delete, another namespace).
     assert_eq!(
         call(api.port, "GET", &format!("{leases}/x"), None, json, "").0,
         401
     );
     assert_eq!(
-        call(api.port, "GET", "/api/v1/namespaces/team/pods", t, json, "").0,
+        call(
+            api.port,
+            "POST",
+            "/api/v1/namespaces/team/pods",
+            t,
+            json,
+            "{}"
+        )
+        .0,
         403
     );
     assert_eq!(
@@ -490,9 +498,11 @@ fn the_fake_api_enforces_what_it_claims() {
         api.granted(),
         [
             ("pods", "get"),
+            ("pods", "list"),
             ("pods", "patch"),
             ("pods", "watch"),
             ("leases", "get"),
+            ("leases", "list"),
             ("leases", "create"),
             ("leases", "update"),
             ("leases", "watch"),
@@ -569,6 +579,62 @@ fn the_fake_api_enforces_what_it_claims() {
     assert_eq!(code, 200);
     assert!(patched["metadata"]["labels"][KEY].is_null());
     assert_eq!(patched["metadata"]["labels"]["app"], "demo");
+    // A list is a consistent read: the List carries the current global resourceVersion
+    // (here the last write, the pod patch), filtered by label and field selectors.
+    api.add_pod("q", &[("app", "demo"), (KEY, "true")]);
+    let (code, pods) = call(
+        api.port,
+        "GET",
+        &format!("/api/v1/namespaces/team/pods?labelSelector={KEY}%3Dtrue"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(pods["kind"], "PodList");
+    let names: Vec<_> = pods["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|p| p["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, ["q"]);
+    let current = api.changes().last().expect("a write").0;
+    assert_eq!(pods["metadata"]["resourceVersion"], current.to_string());
+    let (code, list) = call(
+        api.port,
+        "GET",
+        &format!("{leases}?fieldSelector=metadata.name%3Dnone&limit=1"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(list["items"], json!([]));
+    assert_eq!(list["metadata"]["resourceVersion"], current.to_string());
+    let (code, _) = call(
+        api.port,
+        "GET",
+        &format!("{leases}?fieldSelector=spec.holderIdentity%3Da"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 400, "unsupported field selector");
+    // A conditional merge patch with a stale resourceVersion: 409.
+    let stale = format!(r#"{{"metadata":{{"resourceVersion":"1","labels":{{"{KEY}":"false"}}}}}}"#);
+    assert_eq!(
+        call(
+            api.port,
+            "PATCH",
+            "/api/v1/namespaces/team/pods/q",
+            t,
+            "application/merge-patch+json",
+            &stale
+        )
+        .0,
+        409
+    );
     // Injected failures come first, one per request.
     api.fail_next(&[503]);
     assert_eq!(call(api.port, "GET", pod, t, json, "").0, 503);

@@ -304,8 +304,8 @@ def test_rbac_exact_verbs():
          for r in role["rules"]),
     )
     assert rules == [
-        (("",), ("pods",), ("get", "patch", "watch"), (), ()),
-        (("coordination.k8s.io",), ("leases",), ("create", "get", "update", "watch"), (), ()),
+        (("",), ("pods",), ("get", "list", "patch", "watch"), (), ()),
+        (("coordination.k8s.io",), ("leases",), ("create", "get", "list", "update", "watch"), (), ()),
     ], f"Role rules: {role['rules']}"
     binding = one(objects, "RoleBinding")
     sa = one(objects, "ServiceAccount")
@@ -323,7 +323,7 @@ def test_rbac_follows_backend_and_label():
     no Role (and no API token) when the Pods need neither."""
     role = one(render("etcd+tls+pdb+servicemonitor+label"), "Role")
     assert [(r["resources"], sorted(r["verbs"])) for r in role["rules"]] == [
-        (["pods"], ["get", "patch", "watch"])
+        (["pods"], ["get", "list", "patch", "watch"])
     ], f"Role rules without the kubernetes backend: {role['rules']}"
     objects = render("zookeeper, no pod label")
     assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding"), \
