@@ -155,11 +155,30 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
         "took over after {:?}",
         stopped.elapsed()
     );
-    assert_eq!(v["fencing_token"], 5);
-    let spec = api.lease("shared").expect("lease")["spec"].clone();
+    // Our token: above client-go's 4, and above the version of the Lease we took over
+    // (token = max(leaseTransitions + 1, resourceVersion + 1) of what we read).
+    let token = v["fencing_token"].as_u64().expect("token");
+    let lease = api.lease("shared").expect("lease");
+    let written: u64 = lease["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("resourceVersion");
+    let taken_over = api
+        .changes()
+        .iter()
+        .filter(|(v, kind, n, _)| *kind == "leases" && n == "shared" && *v < written)
+        .map(|(v, ..)| *v)
+        .max()
+        .expect("client-go's last write");
+    assert!(token > 4, "token {token}");
+    assert!(
+        token > taken_over,
+        "token {token}, read at version {taken_over}"
+    );
+    let spec = lease["spec"].clone();
     assert_eq!(spec["holderIdentity"], "ours");
     assert_eq!(spec["leaseDurationSeconds"], 2);
-    assert_eq!(spec["leaseTransitions"], 5);
+    assert_eq!(spec["leaseTransitions"], token);
     for field in ["acquireTime", "renewTime"] {
         let t = spec[field]
             .as_str()
@@ -171,7 +190,7 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let spec = api.lease("shared").expect("lease")["spec"].clone();
     assert_eq!(spec["holderIdentity"], "", "{spec}");
     assert_eq!(spec["leaseDurationSeconds"], 1);
-    assert_eq!(spec["leaseTransitions"], 5);
+    assert_eq!(spec["leaseTransitions"], token);
     assert_within_rbac(&api);
 }
 
@@ -345,6 +364,188 @@ fn a_deleted_lease_is_not_a_free_lease() {
             .expect("transitions")
             > token
     );
+    assert_within_rbac(&api);
+}
+
+/// One answer of `GET /leader` while it claims: (when, sidecar, token).
+type Claimed = (Instant, String, u64);
+
+/// Polls every sidecar's `/leader` every few ms for `how_long`; the claiming answers.
+fn poll_claims(sidecars: &[&Sidecar], how_long: Duration) -> Vec<Claimed> {
+    let mut claims = Vec::new();
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        for s in sidecars {
+            if let Some(v) = s.leader() {
+                if v["is_leader"] == true {
+                    let token = v["fencing_token"].as_u64().expect("a leader's token");
+                    claims.push((Instant::now(), s.name.clone(), token));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    claims
+}
+
+/// The tenures seen: (sidecar, token) → (first, last) claiming answer.
+fn tenures(claims: &[Claimed]) -> Vec<((String, u64), (Instant, Instant))> {
+    let mut out: Vec<((String, u64), (Instant, Instant))> = Vec::new();
+    for (at, name, token) in claims {
+        let key = (name.clone(), *token);
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, (_, last))) => *last = *at,
+            None => out.push((key, (*at, *at))),
+        }
+    }
+    out
+}
+
+/// The longest time two different sidecars both answered that they lead.
+fn longest_overlap(claims: &[Claimed]) -> Duration {
+    let t = tenures(claims);
+    let mut worst = Duration::ZERO;
+    for (i, ((a, _), (a0, a1))) in t.iter().enumerate() {
+        for ((b, _), (b0, b1)) in &t[i + 1..] {
+            if a != b && a0.max(b0) <= a1.min(b1) {
+                worst = worst.max(a1.min(b1).duration_since(*a0.max(b0)));
+            }
+        }
+    }
+    worst
+}
+
+/// Waits until the Lease's renewTime changes (a renew just happened), so the next renew
+/// is a whole renew interval away.
+fn just_after_a_renew(api: &FakeKube, election: &str) {
+    let renewed = |api: &FakeKube| api.lease(election).expect("lease")["spec"]["renewTime"].clone();
+    let before = renewed(api);
+    eventually(Duration::from_secs(10), || {
+        (renewed(api) != before).then_some(())
+    })
+    .expect("the leader renews");
+}
+
+#[test]
+fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
+    let args = kube_args(&api.kubeconfig(), "6s", "gone");
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
+        .as_u64()
+        .expect("token");
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    let c = Sidecar::spawn("c", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+    c.settles_in("follower", Duration::from_secs(10));
+    just_after_a_renew(&api, "gone");
+    // `kubectl delete lease gone`, and a fresh candidate that never saw the Lease: it
+    // creates it at once.
+    api.delete_lease("gone");
+    let deleted = Instant::now();
+    let d = Sidecar::spawn("d", dir.path(), &args);
+    let claims = poll_claims(&[&a, &b, &c, &d], Duration::from_secs(4));
+    let overlap = longest_overlap(&claims);
+    let seen = tenures(&claims);
+    assert!(
+        overlap <= Duration::from_millis(100),
+        "two leaders for {overlap:?} after the deletion: {seen:?}\n{}",
+        a.stderr()
+    );
+    // The old tenure ends at once, not at its next renew.
+    let old_end = claims
+        .iter()
+        .filter(|(_, n, t)| n == "a" && *t == old)
+        .map(|(at, ..)| *at)
+        .max();
+    if let Some(end) = old_end {
+        assert!(
+            end.saturating_duration_since(deleted) <= Duration::from_millis(150),
+            "the old leader claimed {:?} after the deletion",
+            end.saturating_duration_since(deleted)
+        );
+    }
+    // Somebody leads again, and every tenure after the deletion has a greater token.
+    let after: Vec<_> = seen
+        .iter()
+        .filter(|((n, t), _)| !(n == "a" && *t == old))
+        .collect();
+    assert!(!after.is_empty(), "nobody led after the deletion");
+    for ((name, token), _) in &after {
+        assert!(
+            *token > old,
+            "{name} led with token {token}, not above {old}"
+        );
+    }
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_lease_created_after_a_deletion_continues_the_token_count() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "5s", "recreated");
+    let mut a = Sidecar::spawn("a", dir.path(), &args);
+    let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
+        .as_u64()
+        .expect("token");
+    a.terminate(Duration::from_secs(5)).expect("exits");
+    api.delete_lease("recreated");
+    // A fresh candidate (it never saw the Lease) creates it at once, above every earlier
+    // token.
+    let started = Instant::now();
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    let v = b.settles_in("leader", Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a fresh install waited {:?}",
+        started.elapsed()
+    );
+    let token = v["fencing_token"].as_u64().expect("token");
+    assert!(
+        token > old,
+        "token {token} after a deletion, not above {old}"
+    );
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn an_overwritten_lease_ends_the_claim_at_once() {
+    use common::fake_kube::TOKEN;
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "6s", "taken");
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    just_after_a_renew(&api, "taken");
+    // Another client replaces the holder, with the right resourceVersion.
+    let mut lease = api.lease("taken").expect("lease");
+    lease["spec"]["holderIdentity"] = json!("intruder");
+    let path = "/apis/coordination.k8s.io/v1/namespaces/team/leases/taken";
+    let (code, _) = call(
+        api.port,
+        "PUT",
+        path,
+        Some(TOKEN),
+        "application/json",
+        &lease.to_string(),
+    );
+    assert_eq!(code, 200);
+    let overwritten = Instant::now();
+    let stopped = eventually(Duration::from_secs(5), || {
+        (a.leader()?["is_leader"] == false).then(Instant::now)
+    })
+    .expect("a stops claiming");
+    let late = stopped.duration_since(overwritten);
+    assert!(
+        late <= Duration::from_millis(100),
+        "claimed {late:?} after the Lease changed hands"
+    );
+    // And it follows the intruder rather than fighting it.
+    let v = a.settles_in("follower", Duration::from_secs(5));
+    assert_eq!(v["leader"], "intruder");
     assert_within_rbac(&api);
 }
 
