@@ -24,10 +24,10 @@
 //!    waits on [`Backend::record_lost`] too, and steps down the moment the store shows
 //!    the record deleted or taken.
 //! 11. *A slow candidate does not block the election*: a candidate whose proof came
-//!    too late (a campaign or renew without an answer in time, an acquisition answered
-//!    after its deadline, a deadline that passed) releases whatever it may hold and
-//!    sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
-//!    candidate with a healthy link wins meanwhile.
+//!     too late (a campaign or renew without an answer in time, an acquisition answered
+//!     after its deadline, a deadline that passed) releases whatever it may hold and
+//!     sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
+//!     candidate with a healthy link wins meanwhile.
 //!
 //! Two more guards live here: the elector never claims a token that is not greater
 //! than every token it claimed before (a backend bug or a store that went back in
