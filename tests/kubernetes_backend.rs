@@ -194,10 +194,10 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     assert_within_rbac(&api);
 }
 
-/// Two sidecars labelling their own Pods.
+/// Two sidecars labelling their own Pods (which carry their election, as the chart's do).
 fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
     let spawn = |pod: &str| {
-        api.add_pod(pod, &[("app", "demo")]);
+        api.add_pod(pod, &[("app", "demo"), (ELECTION, election)]);
         let mut args = kube_args(&api.kubeconfig(), "2s", election);
         args.extend(
             ["--pod-label", "--pod-name", pod]
@@ -210,6 +210,7 @@ fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Side
 }
 
 const KEY: &str = "leasekeeper.io/leader";
+const ELECTION: &str = "leasekeeper.io/election";
 
 /// The pair, the one that leads first.
 fn leader_first<'a>(a: &'a mut Sidecar, b: &'a mut Sidecar) -> (&'a mut Sidecar, &'a mut Sidecar) {
@@ -614,6 +615,113 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
         "{last_true_or_false:?} vs release at {last_release}"
     );
     assert_within_rbac(&api);
+}
+
+/// The resourceVersions at which `pod`'s label took `value`, in order.
+fn label_writes(api: &FakeKube, pod: &str, value: &str) -> Vec<u64> {
+    api.changes()
+        .iter()
+        .filter(|(_, kind, n, obj)| {
+            *kind == "pods" && n == pod && obj["metadata"]["labels"][KEY] == value
+        })
+        .map(|(v, ..)| *v)
+        .collect()
+}
+
+#[test]
+fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "frozen");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader freezes: it cannot clear its own label.
+    leader.signal(libc::SIGSTOP);
+    follower.settles_in("leader", Duration::from_secs(10));
+    let claimed = Instant::now();
+    let one_true = eventually(Duration::from_secs(2), || {
+        let (o, n) = (api.pod_label(&old, KEY), api.pod_label(&new, KEY));
+        (o.as_deref() == Some("false") && n.as_deref() == Some("true")).then_some(())
+    });
+    leader.signal(libc::SIGCONT);
+    assert!(
+        one_true.is_some(),
+        "2 s after the new leader claimed: {old}={:?} {new}={:?} ({:?} after the claim)\n{}",
+        api.pod_label(&old, KEY),
+        api.pod_label(&new, KEY),
+        claimed.elapsed(),
+        follower.stderr()
+    );
+    // The stale label was cleared before the new leader's own "true" was written.
+    let cleared = *label_writes(&api, &old, "false").last().expect("cleared");
+    let own_true = *label_writes(&api, &new, "true").last().expect("own true");
+    assert!(
+        cleared < own_true,
+        "{old} cleared at version {cleared}, {new} true at {own_true}"
+    );
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_delayed_true_from_an_old_leader_cannot_land_after_the_clear() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "delayed");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader's next label write is slow on the wire (5 s): someone edits its
+    // label, it writes "true" back, and that write is on its way...
+    api.hold_next("PATCH", &format!("/pods/{old}"), Duration::from_secs(5));
+    api.set_pod_label(&old, KEY, "false");
+    eventually(Duration::from_secs(5), || {
+        (!api.held().is_empty()).then_some(())
+    })
+    .expect("the old leader writes its label back");
+    // ...while the Pod shows the leader value again (another client put it back), and
+    // the old leader freezes. The next leader clears the label it finds.
+    api.set_pod_label(&old, KEY, "true");
+    leader.signal(libc::SIGSTOP);
+    follower.settles_in("leader", Duration::from_secs(10));
+    assert!(label_becomes(&api, &old, "false"), "not cleared");
+    let cleared = *label_writes(&api, &old, "false").last().expect("cleared");
+    // The delayed "true" arrives after the clear: refused, as it was conditional.
+    let held = eventually(Duration::from_secs(8), || api.held()[0]);
+    leader.signal(libc::SIGCONT);
+    assert_eq!(held, Some(409), "the delayed write was not refused");
+    let late_true: Vec<_> = label_writes(&api, &old, "true")
+        .into_iter()
+        .filter(|v| *v > cleared)
+        .collect();
+    assert!(
+        late_true.is_empty(),
+        "{old} showed true again at {late_true:?} after the clear at {cleared}"
+    );
+    assert!(label_becomes(&api, &new, "true"));
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_pod_without_its_election_label_is_warned_about_once() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    api.add_pod("bare", &[("app", "demo")]);
+    let mut args = kube_args(&api.kubeconfig(), "2s", "unlabelled");
+    args.extend(["--pod-label", "--pod-name", "bare"].map(str::to_owned));
+    let s = Sidecar::spawn("bare", dir.path(), &args);
+    s.settles_in("leader", Duration::from_secs(10));
+    // It still runs and labels itself; the missing label is said once.
+    assert!(label_becomes(&api, "bare", "true"));
+    api.set_pod_label("bare", KEY, "false");
+    assert!(label_becomes(&api, "bare", "true"));
+    let warnings = s
+        .stderr()
+        .matches("does not carry its election's label")
+        .count();
+    assert_eq!(warnings, 1, "{}", s.stderr());
 }
 
 /// One raw request to the fake API: (status, JSON body).
