@@ -705,6 +705,51 @@ fn a_delayed_true_from_an_old_leader_cannot_land_after_the_clear() {
 }
 
 #[test]
+fn a_true_that_lands_after_the_clear_is_cleared_at_once() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "landed");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader's "true" is on its way (5 s) while its Pod shows "false", and the
+    // old leader freezes: the next leader finds nothing to clear, and nobody writes that
+    // Pod, so the late write is not refused when it arrives.
+    api.hold_next("PATCH", &format!("/pods/{old}"), Duration::from_secs(5));
+    api.set_pod_label(&old, KEY, "false");
+    eventually(Duration::from_secs(5), || {
+        (!api.held().is_empty()).then_some(())
+    })
+    .expect("the old leader writes its label back");
+    leader.signal(libc::SIGSTOP);
+    follower.settles_in("leader", Duration::from_secs(10));
+    assert!(label_becomes(&api, &new, "true"));
+    let landed = eventually(Duration::from_secs(8), || api.held()[0]);
+    let at = Instant::now();
+    assert_eq!(landed, Some(200), "the late write should land here");
+    // The new leader sees it land and clears it at once.
+    let cleared = eventually(Duration::from_secs(2), || {
+        (api.pod_label(&old, KEY).as_deref() == Some("false")).then(Instant::now)
+    });
+    leader.signal(libc::SIGCONT);
+    let cleared = cleared.unwrap_or_else(|| {
+        panic!(
+            "{old} still shows {:?} 2 s after the late true landed\n{}",
+            api.pod_label(&old, KEY),
+            follower.stderr()
+        )
+    });
+    assert!(
+        cleared.duration_since(at) <= Duration::from_millis(500),
+        "cleared {:?} after it landed",
+        cleared.duration_since(at)
+    );
+    assert_eq!(api.pod_label(&new, KEY).as_deref(), Some("true"));
+    assert_within_rbac(&api);
+}
+
+#[test]
 fn a_pod_without_its_election_label_is_warned_about_once() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
@@ -757,6 +802,26 @@ fn call(
         code,
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// The events of a watch that ends by itself (timeoutSeconds), one JSON value each.
+fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        common::fake_kube::TOKEN
+    );
+    s.write_all(req.as_bytes()).expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    // (Chunked: the size lines are not JSON.)
+    raw.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .filter(|v| v.is_object())
+        .collect()
 }
 
 /// The fake must keep the API's rules, or the tests above prove nothing.
@@ -943,6 +1008,26 @@ fn the_fake_api_enforces_what_it_claims() {
         )
         .0,
         409
+    );
+    // A watch with a label selector: a Pod that stops matching is DELETED, one that
+    // comes to match is ADDED, changes of others are not sent.
+    let from = api.changes().last().expect("a write").0;
+    api.set_pod_label("q", KEY, "false");
+    api.set_pod_label("q", "app", "other");
+    api.set_pod_label("p", KEY, "true");
+    let events = watch_lines(
+        api.port,
+        &format!(
+            "/api/v1/namespaces/team/pods?watch=true&labelSelector={KEY}%3Dtrue&resourceVersion={from}&timeoutSeconds=1"
+        ),
+    );
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| (e["type"].clone(), e["object"]["metadata"]["name"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [(json!("DELETED"), json!("q")), (json!("ADDED"), json!("p"))]
     );
     // Injected failures come first, one per request.
     api.fail_next(&[503]);

@@ -19,7 +19,11 @@
 //!   the follower value on every other one, with a merge patch that carries the
 //!   resourceVersion it listed (so it clears only what it saw): a frozen or cut-off old
 //!   leader cannot clear its own. Failures are retried with the same backoff; the
-//!   elector never waits for any of it.
+//!   elector never waits for any of it. For the rest of the tenure a watch on those Pods
+//!   (from the list's version) clears any other Pod that comes to show the leader value:
+//!   a "true" of an old leader that was still on its way while its Pod showed the
+//!   follower value is not refused (nobody wrote that Pod since the old leader read
+//!   it), so it lands, and is cleared within a round trip.
 //! - **Leader-value writes are conditional**: the patch carries the resourceVersion of
 //!   the Pod as last seen, so a delayed "true" from an old leader cannot land after a
 //!   new leader's clear of that Pod. A 409 means the Pod changed: read it again and
@@ -159,6 +163,9 @@ impl PodLabeler {
         let mut applied_rv: Option<String> = None;
         // The tenure (token) for which the other Pods' leader labels were cleared.
         let mut cleared_for: Option<FencingToken> = None;
+        // While leading (after the first clearing): the watch that clears any other Pod
+        // of the election that comes to show the leader value later.
+        let mut guard: Option<(FencingToken, AbortOnDrop)> = None;
         let mut election_checked = false;
         let mut backoff = backoff();
         let mut retry_at: Option<Instant> = None;
@@ -178,6 +185,9 @@ impl PodLabeler {
             let needs_patch = applied.as_ref() != Some(&desired);
             // A new tenure clears the others' stale leader labels before its own.
             let needs_clear = token.is_some() && cleared_for != token;
+            if guard.as_ref().is_some_and(|(t, _)| Some(*t) != token) {
+                guard = None;
+            }
             // "Clear" only while the Pod is known to carry the follower value and no
             // write is about to change that.
             self.clear.send_replace(!leading && !needs_patch);
@@ -206,9 +216,13 @@ impl PodLabeler {
                         applied = None;
                         applied_rv = None;
                     }
-                    Some(Ok(written)) => {
+                    Some(Ok((written, listed))) => {
                         if needs_clear {
                             cleared_for = token;
+                        }
+                        if let (Some(t), Some(from)) = (token, listed) {
+                            let task = tokio::spawn(self.clearer().guard(from));
+                            guard = Some((t, AbortOnDrop(task)));
                         }
                         if let Some(pod) = written {
                             self.metrics.pod_label_patched("ok");
@@ -314,22 +328,24 @@ impl PodLabeler {
 
     /// One label update: for a new tenure, the other Pods' leader labels cleared first;
     /// then our own value, if `patch` (the leader value only over version `rv`). The
-    /// Pod as written, when it was.
+    /// Pod as written, when it was, and the version of the list the clearing read.
     async fn write(
         &self,
         value: &str,
         clear_others: bool,
         patch: bool,
         rv: Option<String>,
-    ) -> Result<Option<Pod>, LabelError> {
-        if clear_others {
-            self.clear_others().await?;
-        }
+    ) -> Result<(Option<Pod>, Option<String>), LabelError> {
+        let listed = if clear_others {
+            Some(self.clearer().clear_listed().await?)
+        } else {
+            None
+        };
         if !patch {
-            return Ok(None);
+            return Ok((None, listed));
         }
         if value != self.settings.leader_value {
-            return self.patch(value, None).await.map(Some);
+            return Ok((Some(self.patch(value, None).await?), listed));
         }
         let rv = match rv {
             Some(rv) => rv,
@@ -340,62 +356,17 @@ impl PodLabeler {
                 .resource_version
                 .ok_or(LabelError::Conflict)?,
         };
-        self.patch(value, Some(&rv)).await.map(Some)
+        Ok((Some(self.patch(value, Some(&rv)).await?), listed))
     }
 
-    /// Sets the follower value on every other Pod of the election that shows the
-    /// leader value, each only at the version it was listed with.
-    async fn clear_others(&self) -> Result<(), LabelError> {
-        let s = &self.settings;
-        let selector = format!(
-            "{ELECTION_LABEL}={},{}={}",
-            s.election, s.key, s.leader_value
-        );
-        let params = ListParams::default().labels(&selector);
-        let pods = timeout(self.call_timeout, self.api.list(&params))
-            .await
-            .map_err(|_| LabelError::Timeout)?
-            .map_err(LabelError::List)?;
-        for pod in pods.items {
-            let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) else {
-                continue;
-            };
-            if name == s.pod {
-                continue;
-            }
-            let body = serde_json::json!({
-                "metadata": {
-                    "resourceVersion": rv,
-                    "labels": { s.key.as_str(): s.follower_value.as_str() },
-                }
-            });
-            let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
-            let call = self.api.patch(&name, &params, &patch);
-            match timeout(self.call_timeout, call)
-                .await
-                .map_err(|_| LabelError::Timeout)?
-            {
-                Ok(_) => {
-                    self.metrics.pod_label_patched("ok");
-                    tracing::info!(
-                        pod = %name,
-                        key = %s.key,
-                        value = %s.follower_value,
-                        "cleared the stale leader label of another pod of the election"
-                    );
-                }
-                // Gone: nothing to clear.
-                Err(e) if is_not_found(&e) => {}
-                // Changed since listed (409) or failed: list again, with backoff.
-                Err(e) => {
-                    return Err(LabelError::Clear {
-                        pod: name,
-                        source: e,
-                    })
-                }
-            }
+    fn clearer(&self) -> Clearer {
+        Clearer {
+            api: self.api.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            status: self.status.clone(),
+            call_timeout: self.call_timeout,
         }
-        Ok(())
     }
 
     async fn read(&self) -> Result<Pod, LabelError> {
@@ -428,6 +399,146 @@ impl PodLabeler {
             other => Err(LabelError::NotApplied(other)),
         }
     }
+}
+
+/// What clears stale leader labels of the other Pods of the election (invariant 12).
+struct Clearer {
+    api: Api<Pod>,
+    settings: PodLabelSettings,
+    metrics: Arc<Metrics>,
+    status: watch::Receiver<Status>,
+    call_timeout: Duration,
+}
+
+impl Clearer {
+    /// The Pods of the election that show the leader value.
+    fn selector(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "{ELECTION_LABEL}={},{}={}",
+            s.election, s.key, s.leader_value
+        )
+    }
+
+    /// Lists the Pods of the election that show the leader value and sets the follower
+    /// value on every other one, each only at the version it was listed with. The
+    /// list's version (to watch from).
+    async fn clear_listed(&self) -> Result<String, LabelError> {
+        let params = ListParams::default().labels(&self.selector());
+        let pods = timeout(self.call_timeout, self.api.list(&params))
+            .await
+            .map_err(|_| LabelError::Timeout)?
+            .map_err(LabelError::List)?;
+        for pod in pods.items {
+            self.clear(pod).await?;
+        }
+        Ok(pods.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Sets the follower value on `pod` (not our own), only over the version seen.
+    async fn clear(&self, pod: Pod) -> Result<(), LabelError> {
+        let s = &self.settings;
+        let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) else {
+            return Ok(());
+        };
+        if name == s.pod || label_value_of(&pod.metadata.labels, &s.key) != Some(&s.leader_value) {
+            return Ok(());
+        }
+        let body = serde_json::json!({
+            "metadata": {
+                "resourceVersion": rv,
+                "labels": { s.key.as_str(): s.follower_value.as_str() },
+            }
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
+        let call = self.api.patch(&name, &params, &patch);
+        match timeout(self.call_timeout, call)
+            .await
+            .map_err(|_| LabelError::Timeout)?
+        {
+            Ok(_) => {
+                self.metrics.pod_label_patched("ok");
+                tracing::info!(
+                    pod = %name,
+                    key = %s.key,
+                    value = %s.follower_value,
+                    "cleared the stale leader label of another pod of the election"
+                );
+                Ok(())
+            }
+            // Gone: nothing to clear.
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Changed since seen (409) or failed: look again.
+            Err(e) => Err(LabelError::Clear {
+                pod: name,
+                source: e,
+            }),
+        }
+    }
+
+    /// While we lead: watches the Pods of the election that show the leader value from
+    /// version `from` and clears every other one that comes to show it (a "true" of an
+    /// old leader that landed after our clearing). Runs until aborted.
+    async fn guard(self, mut from: String) {
+        let mut backoff = backoff();
+        loop {
+            let params = WatchParams::default().labels(&self.selector()).timeout(290);
+            let opened = Instant::now();
+            let mut events = 0usize;
+            match self.api.watch(&params, &from).await {
+                Ok(stream) => {
+                    let mut stream = std::pin::pin!(stream);
+                    while let Some(event) = stream.next().await {
+                        events += 1;
+                        match event {
+                            Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                                from = pod.metadata.resource_version.clone().unwrap_or(from);
+                                // Only while the claim lasts: a Pod that shows the leader
+                                // value after it is the next leader's.
+                                if !self.status.borrow().is_leader_at(Instant::now()) {
+                                    continue;
+                                }
+                                if let Err(e) = self.clear(pod).await {
+                                    tracing::warn!(error = %e, "clearing a stale leader label failed; listing again");
+                                    break;
+                                }
+                            }
+                            Ok(WatchEvent::Deleted(pod)) => {
+                                from = pod.metadata.resource_version.clone().unwrap_or(from);
+                            }
+                            Ok(WatchEvent::Bookmark(b)) => from = b.metadata.resource_version,
+                            Ok(WatchEvent::Error(_)) | Err(_) => break,
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "watching the pods of the election failed"),
+            }
+            // Ended: quiet ones are reopened at once; otherwise list (and clear) again,
+            // which also covers a version too old to watch from (410).
+            if events == 0 && opened.elapsed() < Duration::from_secs(10) {
+                sleep(backoff.next_wait()).await;
+            } else if events > 0 {
+                backoff.reset();
+            }
+            if !self.status.borrow().is_leader_at(Instant::now()) {
+                return;
+            }
+            match self.clear_listed().await {
+                Ok(version) => from = version,
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing the pods of the election failed");
+                    sleep(backoff.next_wait()).await;
+                }
+            }
+        }
+    }
+}
+
+fn label_value_of<'a>(
+    labels: &'a Option<std::collections::BTreeMap<String, String>>,
+    key: &str,
+) -> Option<&'a String> {
+    labels.as_ref()?.get(key)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -13,7 +13,9 @@
 //!   `metadata.namespace`; other fields are 400, as for these kinds in the real API),
 //!   at most `limit` items (then with a `continue` token, which this fake does not take).
 //! - Watches send every change after the resourceVersion asked for (the ADDED state
-//!   first when none is given), one JSON event per line, and end at `timeoutSeconds`.
+//!   first when none is given), one JSON event per line, and end at `timeoutSeconds`;
+//!   with a `labelSelector`, an object that comes to match is ADDED, one that stops
+//!   matching is DELETED, and changes of objects that do not match are not sent.
 //! - A bearer token is required (401), and only what the chart's Role allows is
 //!   allowed (403), in one namespace: the rules are read from `manifests/02-role.yaml`
 //!   (the chart's default render), so the tests exercise the RBAC users install.
@@ -863,11 +865,49 @@ fn watch_response(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(300));
+    let labels = match label_selector(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return status(400, "BadRequest", &e),
+    };
     let ns = ns.to_owned();
     let matches = move |c: &Change| {
         c.kind == kind && c.key.0 == ns && only_name.as_ref().is_none_or(|n| *n == c.key.1)
     };
     let mut live = shared.changes.subscribe();
+    // With a label selector, as the real API: ADDED when an object comes to match,
+    // DELETED when it stops matching, nothing while it does not match. `matched` holds
+    // which objects matched as of the watch's start.
+    let mut matched: BTreeMap<String, bool> = {
+        let store = shared.store.lock().expect("store");
+        let upto = from.unwrap_or(store.version);
+        let mut m = BTreeMap::new();
+        for c in store
+            .history
+            .iter()
+            .filter(|c| c.version <= upto && matches(c))
+        {
+            m.insert(
+                c.key.1.clone(),
+                c.event != "DELETED" && labels_match(&c.object, &labels),
+            );
+        }
+        m
+    };
+    let filtered = !labels.is_empty();
+    let mut relabel = move |mut c: Change| -> Option<Change> {
+        if !filtered {
+            return Some(c);
+        }
+        let now = c.event != "DELETED" && labels_match(&c.object, &labels);
+        let was = matched.insert(c.key.1.clone(), now).unwrap_or(false);
+        c.event = match (was, now) {
+            (false, true) => "ADDED",
+            (true, true) => c.event,
+            (true, false) => "DELETED",
+            (false, false) => return None,
+        };
+        Some(c)
+    };
     let (backlog, mut last) = {
         let store = shared.store.lock().expect("store");
         match from {
@@ -930,6 +970,7 @@ fn watch_response(
         };
         for c in backlog {
             last = last.max(c.version);
+            let Some(c) = relabel(c) else { continue };
             if !send(c).await {
                 return;
             }
@@ -941,6 +982,7 @@ fn watch_response(
                 got = live.recv() => match got {
                     Ok(c) if c.version > last && matches(&c) => {
                         last = c.version;
+                        let Some(c) = relabel(c) else { continue };
                         if !send(c).await {
                             return;
                         }
