@@ -261,6 +261,8 @@ impl KubeBackend {
     }
 
     /// The API server's current resourceVersion: a consistent LIST of our one Lease.
+    /// (No resourceVersion is sent, so the API server answers at least as fresh as
+    /// etcd's current revision; `resourceVersion=0` would allow a stale cache.)
     async fn list_version(&self) -> Result<Option<String>, BackendError> {
         let params = ListParams::default()
             .fields(&format!("metadata.name={}", self.name))
