@@ -639,6 +639,7 @@ fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
     assert!(label_becomes(&api, &new, "false"));
     // The old leader freezes: it cannot clear its own label.
     leader.signal(libc::SIGSTOP);
+    let frozen = api.changes().last().expect("writes").0;
     follower.settles_in("leader", Duration::from_secs(10));
     let claimed = Instant::now();
     let one_true = eventually(Duration::from_secs(2), || {
@@ -654,9 +655,16 @@ fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
         claimed.elapsed(),
         follower.stderr()
     );
-    // The stale label was cleared before the new leader's own "true" was written.
-    let cleared = *label_writes(&api, &old, "false").last().expect("cleared");
-    let own_true = *label_writes(&api, &new, "true").last().expect("own true");
+    // The stale label was cleared before the new leader's own "true" was written. (The
+    // old leader, woken, writes "false" again itself: the first writes after the freeze.)
+    let first_after = |pod: &str, value: &str| {
+        label_writes(&api, pod, value)
+            .into_iter()
+            .find(|v| *v > frozen)
+            .unwrap_or_else(|| panic!("no {value:?} on {pod} after the freeze"))
+    };
+    let cleared = first_after(&old, "false");
+    let own_true = first_after(&new, "true");
     assert!(
         cleared < own_true,
         "{old} cleared at version {cleared}, {new} true at {own_true}"
