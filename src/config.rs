@@ -318,6 +318,8 @@ pub enum BackendSettings {
 pub struct PodLabelSettings {
     pub namespace: String,
     pub pod: String,
+    /// The election's name: every candidate Pod carries it as `leasekeeper.io/election`.
+    pub election: String,
     pub key: String,
     pub leader_value: String,
     pub follower_value: String,
@@ -907,7 +909,7 @@ fn label_segment_ok(s: &str, may_be_empty: bool) -> bool {
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-fn pod_label_settings(cli: &Cli) -> Result<Option<PodLabelSettings>, ConfigError> {
+fn pod_label_settings(cli: &Cli, election: &str) -> Result<Option<PodLabelSettings>, ConfigError> {
     let on = match cli.pod_label.as_deref() {
         None => in_a_pod(),
         raw => parse_bool("--pod-label", raw)?,
@@ -974,6 +976,7 @@ fn pod_label_settings(cli: &Cli) -> Result<Option<PodLabelSettings>, ConfigError
     Ok(Some(PodLabelSettings {
         namespace: namespace(cli)?,
         pod: pod.trim().to_owned(),
+        election: election.to_owned(),
         key,
         leader_value,
         follower_value,
@@ -1076,6 +1079,7 @@ impl Settings {
             }
         };
 
+        let pod_label = pod_label_settings(&cli, &election)?;
         Ok(Settings {
             election,
             identity,
@@ -1088,7 +1092,7 @@ impl Settings {
                 cli.enable_release_endpoint.as_deref(),
             )?,
             log_format,
-            pod_label: pod_label_settings(&cli)?,
+            pod_label,
             kubeconfig: match &cli.kubeconfig {
                 Some(p) => {
                     std::fs::read(p).map_err(|e| {

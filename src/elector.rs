@@ -24,12 +24,12 @@
 //!    waits on [`Backend::record_lost`] too, and steps down the moment the store shows
 //!    the record deleted or taken.
 //! 11. *A slow candidate does not block the election*: a candidate whose proof came
-//!    too late (an acquisition answered after its deadline, a tenure whose deadline
-//!    passed without a renew answered in time) releases whatever it may hold and
-//!    sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
-//!    candidate with a healthy link wins meanwhile. A campaign without an answer in
-//!    time releases too, so that the next campaign never adopts what the unanswered
-//!    one may have taken at the store.
+//!     too late (an acquisition answered after its deadline, a tenure whose deadline
+//!     passed without a renew answered in time) releases whatever it may hold and
+//!     sits out one ttl ([`Elector::sit_out_slow`]) before it campaigns again, so a
+//!     candidate with a healthy link wins meanwhile. A campaign without an answer in
+//!     time releases too, so that the next campaign never adopts what the unanswered
+//!     one may have taken at the store.
 //!
 //! Two more guards live here: the elector never claims a token that is not greater
 //! than every token it claimed before (a backend bug or a store that went back in

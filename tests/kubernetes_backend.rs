@@ -155,11 +155,30 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
         "took over after {:?}",
         stopped.elapsed()
     );
-    assert_eq!(v["fencing_token"], 5);
-    let spec = api.lease("shared").expect("lease")["spec"].clone();
+    // Our token: above client-go's 4, and above the version of the Lease we took over
+    // (token = max(leaseTransitions + 1, resourceVersion + 1) of what we read).
+    let token = v["fencing_token"].as_u64().expect("token");
+    let lease = api.lease("shared").expect("lease");
+    let written: u64 = lease["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("resourceVersion");
+    let taken_over = api
+        .changes()
+        .iter()
+        .filter(|(v, kind, n, _)| *kind == "leases" && n == "shared" && *v < written)
+        .map(|(v, ..)| *v)
+        .max()
+        .expect("client-go's last write");
+    assert!(token > 4, "token {token}");
+    assert!(
+        token > taken_over,
+        "token {token}, read at version {taken_over}"
+    );
+    let spec = lease["spec"].clone();
     assert_eq!(spec["holderIdentity"], "ours");
     assert_eq!(spec["leaseDurationSeconds"], 2);
-    assert_eq!(spec["leaseTransitions"], 5);
+    assert_eq!(spec["leaseTransitions"], token);
     for field in ["acquireTime", "renewTime"] {
         let t = spec[field]
             .as_str()
@@ -171,14 +190,14 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let spec = api.lease("shared").expect("lease")["spec"].clone();
     assert_eq!(spec["holderIdentity"], "", "{spec}");
     assert_eq!(spec["leaseDurationSeconds"], 1);
-    assert_eq!(spec["leaseTransitions"], 5);
+    assert_eq!(spec["leaseTransitions"], token);
     assert_within_rbac(&api);
 }
 
-/// Two sidecars labelling their own Pods.
+/// Two sidecars labelling their own Pods (which carry their election, as the chart's do).
 fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
     let spawn = |pod: &str| {
-        api.add_pod(pod, &[("app", "demo")]);
+        api.add_pod(pod, &[("app", "demo"), (ELECTION, election)]);
         let mut args = kube_args(&api.kubeconfig(), "2s", election);
         args.extend(
             ["--pod-label", "--pod-name", pod]
@@ -191,6 +210,7 @@ fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Side
 }
 
 const KEY: &str = "leasekeeper.io/leader";
+const ELECTION: &str = "leasekeeper.io/election";
 
 /// The pair, the one that leads first.
 fn leader_first<'a>(a: &'a mut Sidecar, b: &'a mut Sidecar) -> (&'a mut Sidecar, &'a mut Sidecar) {
@@ -348,6 +368,188 @@ fn a_deleted_lease_is_not_a_free_lease() {
     assert_within_rbac(&api);
 }
 
+/// One answer of `GET /leader` while it claims: (when, sidecar, token).
+type Claimed = (Instant, String, u64);
+
+/// Polls every sidecar's `/leader` every few ms for `how_long`; the claiming answers.
+fn poll_claims(sidecars: &[&Sidecar], how_long: Duration) -> Vec<Claimed> {
+    let mut claims = Vec::new();
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        for s in sidecars {
+            if let Some(v) = s.leader() {
+                if v["is_leader"] == true {
+                    let token = v["fencing_token"].as_u64().expect("a leader's token");
+                    claims.push((Instant::now(), s.name.clone(), token));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    claims
+}
+
+/// The tenures seen: (sidecar, token) → (first, last) claiming answer.
+fn tenures(claims: &[Claimed]) -> Vec<((String, u64), (Instant, Instant))> {
+    let mut out: Vec<((String, u64), (Instant, Instant))> = Vec::new();
+    for (at, name, token) in claims {
+        let key = (name.clone(), *token);
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, (_, last))) => *last = *at,
+            None => out.push((key, (*at, *at))),
+        }
+    }
+    out
+}
+
+/// The longest time two different sidecars both answered that they lead.
+fn longest_overlap(claims: &[Claimed]) -> Duration {
+    let t = tenures(claims);
+    let mut worst = Duration::ZERO;
+    for (i, ((a, _), (a0, a1))) in t.iter().enumerate() {
+        for ((b, _), (b0, b1)) in &t[i + 1..] {
+            if a != b && a0.max(b0) <= a1.min(b1) {
+                worst = worst.max(a1.min(b1).duration_since(*a0.max(b0)));
+            }
+        }
+    }
+    worst
+}
+
+/// Waits until the Lease's renewTime changes (a renew just happened), so the next renew
+/// is a whole renew interval away.
+fn just_after_a_renew(api: &FakeKube, election: &str) {
+    let renewed = |api: &FakeKube| api.lease(election).expect("lease")["spec"]["renewTime"].clone();
+    let before = renewed(api);
+    eventually(Duration::from_secs(10), || {
+        (renewed(api) != before).then_some(())
+    })
+    .expect("the leader renews");
+}
+
+#[test]
+fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
+    let args = kube_args(&api.kubeconfig(), "6s", "gone");
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
+        .as_u64()
+        .expect("token");
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    let c = Sidecar::spawn("c", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+    c.settles_in("follower", Duration::from_secs(10));
+    just_after_a_renew(&api, "gone");
+    // `kubectl delete lease gone`, and a fresh candidate that never saw the Lease: it
+    // creates it at once.
+    api.delete_lease("gone");
+    let deleted = Instant::now();
+    let d = Sidecar::spawn("d", dir.path(), &args);
+    let claims = poll_claims(&[&a, &b, &c, &d], Duration::from_secs(4));
+    let overlap = longest_overlap(&claims);
+    let seen = tenures(&claims);
+    assert!(
+        overlap <= Duration::from_millis(100),
+        "two leaders for {overlap:?} after the deletion: {seen:?}\n{}",
+        a.stderr()
+    );
+    // The old tenure ends at once, not at its next renew.
+    let old_end = claims
+        .iter()
+        .filter(|(_, n, t)| n == "a" && *t == old)
+        .map(|(at, ..)| *at)
+        .max();
+    if let Some(end) = old_end {
+        assert!(
+            end.saturating_duration_since(deleted) <= Duration::from_millis(150),
+            "the old leader claimed {:?} after the deletion",
+            end.saturating_duration_since(deleted)
+        );
+    }
+    // Somebody leads again, and every tenure after the deletion has a greater token.
+    let after: Vec<_> = seen
+        .iter()
+        .filter(|((n, t), _)| !(n == "a" && *t == old))
+        .collect();
+    assert!(!after.is_empty(), "nobody led after the deletion");
+    for ((name, token), _) in &after {
+        assert!(
+            *token > old,
+            "{name} led with token {token}, not above {old}"
+        );
+    }
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_lease_created_after_a_deletion_continues_the_token_count() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "5s", "recreated");
+    let mut a = Sidecar::spawn("a", dir.path(), &args);
+    let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
+        .as_u64()
+        .expect("token");
+    a.terminate(Duration::from_secs(5)).expect("exits");
+    api.delete_lease("recreated");
+    // A fresh candidate (it never saw the Lease) creates it at once, above every earlier
+    // token.
+    let started = Instant::now();
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    let v = b.settles_in("leader", Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a fresh install waited {:?}",
+        started.elapsed()
+    );
+    let token = v["fencing_token"].as_u64().expect("token");
+    assert!(
+        token > old,
+        "token {token} after a deletion, not above {old}"
+    );
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn an_overwritten_lease_ends_the_claim_at_once() {
+    use common::fake_kube::TOKEN;
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "6s", "taken");
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    just_after_a_renew(&api, "taken");
+    // Another client replaces the holder, with the right resourceVersion.
+    let mut lease = api.lease("taken").expect("lease");
+    lease["spec"]["holderIdentity"] = json!("intruder");
+    let path = "/apis/coordination.k8s.io/v1/namespaces/team/leases/taken";
+    let (code, _) = call(
+        api.port,
+        "PUT",
+        path,
+        Some(TOKEN),
+        "application/json",
+        &lease.to_string(),
+    );
+    assert_eq!(code, 200);
+    let overwritten = Instant::now();
+    let stopped = eventually(Duration::from_secs(5), || {
+        (a.leader()?["is_leader"] == false).then(Instant::now)
+    })
+    .expect("a stops claiming");
+    let late = stopped.duration_since(overwritten);
+    assert!(
+        late <= Duration::from_millis(100),
+        "claimed {late:?} after the Lease changed hands"
+    );
+    // And it follows the intruder rather than fighting it.
+    let v = a.settles_in("follower", Duration::from_secs(5));
+    assert_eq!(v["leader"], "intruder");
+    assert_within_rbac(&api);
+}
+
 #[test]
 fn a_second_process_with_our_identity_is_a_rival() {
     let api = FakeKube::start("team");
@@ -415,6 +617,166 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
     assert_within_rbac(&api);
 }
 
+/// The resourceVersions at which `pod`'s label took `value`, in order.
+fn label_writes(api: &FakeKube, pod: &str, value: &str) -> Vec<u64> {
+    api.changes()
+        .iter()
+        .filter(|(_, kind, n, obj)| {
+            *kind == "pods" && n == pod && obj["metadata"]["labels"][KEY] == value
+        })
+        .map(|(v, ..)| *v)
+        .collect()
+}
+
+#[test]
+fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "frozen");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader freezes: it cannot clear its own label.
+    leader.signal(libc::SIGSTOP);
+    let frozen = api.changes().last().expect("writes").0;
+    follower.settles_in("leader", Duration::from_secs(10));
+    let claimed = Instant::now();
+    let one_true = eventually(Duration::from_secs(2), || {
+        let (o, n) = (api.pod_label(&old, KEY), api.pod_label(&new, KEY));
+        (o.as_deref() == Some("false") && n.as_deref() == Some("true")).then_some(())
+    });
+    leader.signal(libc::SIGCONT);
+    assert!(
+        one_true.is_some(),
+        "2 s after the new leader claimed: {old}={:?} {new}={:?} ({:?} after the claim)\n{}",
+        api.pod_label(&old, KEY),
+        api.pod_label(&new, KEY),
+        claimed.elapsed(),
+        follower.stderr()
+    );
+    // The stale label was cleared before the new leader's own "true" was written. (The
+    // old leader, woken, writes "false" again itself: the first writes after the freeze.)
+    let first_after = |pod: &str, value: &str| {
+        label_writes(&api, pod, value)
+            .into_iter()
+            .find(|v| *v > frozen)
+            .unwrap_or_else(|| panic!("no {value:?} on {pod} after the freeze"))
+    };
+    let cleared = first_after(&old, "false");
+    let own_true = first_after(&new, "true");
+    assert!(
+        cleared < own_true,
+        "{old} cleared at version {cleared}, {new} true at {own_true}"
+    );
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_delayed_true_from_an_old_leader_cannot_land_after_the_clear() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "delayed");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader's next label write is slow on the wire (5 s): someone edits its
+    // label, it writes "true" back, and that write is on its way...
+    api.hold_next("PATCH", &format!("/pods/{old}"), Duration::from_secs(5));
+    api.set_pod_label(&old, KEY, "false");
+    eventually(Duration::from_secs(5), || {
+        (!api.held().is_empty()).then_some(())
+    })
+    .expect("the old leader writes its label back");
+    // ...while the Pod shows the leader value again (another client put it back), and
+    // the old leader freezes. The next leader clears the label it finds.
+    api.set_pod_label(&old, KEY, "true");
+    leader.signal(libc::SIGSTOP);
+    follower.settles_in("leader", Duration::from_secs(10));
+    assert!(label_becomes(&api, &old, "false"), "not cleared");
+    let cleared = *label_writes(&api, &old, "false").last().expect("cleared");
+    // The delayed "true" arrives after the clear: refused, as it was conditional.
+    let held = eventually(Duration::from_secs(8), || api.held()[0]);
+    leader.signal(libc::SIGCONT);
+    assert_eq!(held, Some(409), "the delayed write was not refused");
+    let late_true: Vec<_> = label_writes(&api, &old, "true")
+        .into_iter()
+        .filter(|v| *v > cleared)
+        .collect();
+    assert!(
+        late_true.is_empty(),
+        "{old} showed true again at {late_true:?} after the clear at {cleared}"
+    );
+    assert!(label_becomes(&api, &new, "true"));
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_true_that_lands_after_the_clear_is_cleared_at_once() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut a, mut b) = labelled_pair(&api, dir.path(), "landed");
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (old, new) = (leader.name.clone(), follower.name.clone());
+    assert!(label_becomes(&api, &old, "true"));
+    assert!(label_becomes(&api, &new, "false"));
+    // The old leader's "true" is on its way (5 s) while its Pod shows "false", and the
+    // old leader freezes: the next leader finds nothing to clear, and nobody writes that
+    // Pod, so the late write is not refused when it arrives.
+    api.hold_next("PATCH", &format!("/pods/{old}"), Duration::from_secs(5));
+    api.set_pod_label(&old, KEY, "false");
+    eventually(Duration::from_secs(5), || {
+        (!api.held().is_empty()).then_some(())
+    })
+    .expect("the old leader writes its label back");
+    leader.signal(libc::SIGSTOP);
+    follower.settles_in("leader", Duration::from_secs(10));
+    assert!(label_becomes(&api, &new, "true"));
+    let landed = eventually(Duration::from_secs(8), || api.held()[0]);
+    let at = Instant::now();
+    assert_eq!(landed, Some(200), "the late write should land here");
+    // The new leader sees it land and clears it at once.
+    let cleared = eventually(Duration::from_secs(2), || {
+        (api.pod_label(&old, KEY).as_deref() == Some("false")).then(Instant::now)
+    });
+    leader.signal(libc::SIGCONT);
+    let cleared = cleared.unwrap_or_else(|| {
+        panic!(
+            "{old} still shows {:?} 2 s after the late true landed\n{}",
+            api.pod_label(&old, KEY),
+            follower.stderr()
+        )
+    });
+    assert!(
+        cleared.duration_since(at) <= Duration::from_millis(500),
+        "cleared {:?} after it landed",
+        cleared.duration_since(at)
+    );
+    assert_eq!(api.pod_label(&new, KEY).as_deref(), Some("true"));
+    assert_within_rbac(&api);
+}
+
+#[test]
+fn a_pod_without_its_election_label_is_warned_about_once() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    api.add_pod("bare", &[("app", "demo")]);
+    let mut args = kube_args(&api.kubeconfig(), "2s", "unlabelled");
+    args.extend(["--pod-label", "--pod-name", "bare"].map(str::to_owned));
+    let s = Sidecar::spawn("bare", dir.path(), &args);
+    s.settles_in("leader", Duration::from_secs(10));
+    // It still runs and labels itself; the missing label is said once.
+    assert!(label_becomes(&api, "bare", "true"));
+    api.set_pod_label("bare", KEY, "false");
+    assert!(label_becomes(&api, "bare", "true"));
+    let warnings = s
+        .stderr()
+        .matches("does not carry its election's label")
+        .count();
+    assert_eq!(warnings, 1, "{}", s.stderr());
+}
+
 /// One raw request to the fake API: (status, JSON body).
 fn call(
     port: u16,
@@ -450,6 +812,26 @@ fn call(
     )
 }
 
+/// The events of a watch that ends by itself (timeoutSeconds), one JSON value each.
+fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        common::fake_kube::TOKEN
+    );
+    s.write_all(req.as_bytes()).expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    // (Chunked: the size lines are not JSON.)
+    raw.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
 /// The fake must keep the API's rules, or the tests above prove nothing.
 #[test]
 fn the_fake_api_enforces_what_it_claims() {
@@ -459,13 +841,21 @@ fn the_fake_api_enforces_what_it_claims() {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
     let t = Some(TOKEN);
-    // 401 without the token; 403 outside the Role (list, delete, another namespace).
+    // 401 without the token; 403 outside the Role (create pods, delete, another namespace).
     assert_eq!(
         call(api.port, "GET", &format!("{leases}/x"), None, json, "").0,
         401
     );
     assert_eq!(
-        call(api.port, "GET", "/api/v1/namespaces/team/pods", t, json, "").0,
+        call(
+            api.port,
+            "POST",
+            "/api/v1/namespaces/team/pods",
+            t,
+            json,
+            "{}"
+        )
+        .0,
         403
     );
     assert_eq!(
@@ -490,9 +880,11 @@ fn the_fake_api_enforces_what_it_claims() {
         api.granted(),
         [
             ("pods", "get"),
+            ("pods", "list"),
             ("pods", "patch"),
             ("pods", "watch"),
             ("leases", "get"),
+            ("leases", "list"),
             ("leases", "create"),
             ("leases", "update"),
             ("leases", "watch"),
@@ -569,6 +961,82 @@ fn the_fake_api_enforces_what_it_claims() {
     assert_eq!(code, 200);
     assert!(patched["metadata"]["labels"][KEY].is_null());
     assert_eq!(patched["metadata"]["labels"]["app"], "demo");
+    // A list is a consistent read: the List carries the current global resourceVersion
+    // (here the last write, the pod patch), filtered by label and field selectors.
+    api.add_pod("q", &[("app", "demo"), (KEY, "true")]);
+    let (code, pods) = call(
+        api.port,
+        "GET",
+        &format!("/api/v1/namespaces/team/pods?labelSelector={KEY}%3Dtrue"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(pods["kind"], "PodList");
+    let names: Vec<_> = pods["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|p| p["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, ["q"]);
+    let current = api.changes().last().expect("a write").0;
+    assert_eq!(pods["metadata"]["resourceVersion"], current.to_string());
+    let (code, list) = call(
+        api.port,
+        "GET",
+        &format!("{leases}?fieldSelector=metadata.name%3Dnone&limit=1"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(list["items"], json!([]));
+    assert_eq!(list["metadata"]["resourceVersion"], current.to_string());
+    let (code, _) = call(
+        api.port,
+        "GET",
+        &format!("{leases}?fieldSelector=spec.holderIdentity%3Da"),
+        t,
+        json,
+        "",
+    );
+    assert_eq!(code, 400, "unsupported field selector");
+    // A conditional merge patch with a stale resourceVersion: 409.
+    let stale = format!(r#"{{"metadata":{{"resourceVersion":"1","labels":{{"{KEY}":"false"}}}}}}"#);
+    assert_eq!(
+        call(
+            api.port,
+            "PATCH",
+            "/api/v1/namespaces/team/pods/q",
+            t,
+            "application/merge-patch+json",
+            &stale
+        )
+        .0,
+        409
+    );
+    // A watch with a label selector: a Pod that stops matching is DELETED, one that
+    // comes to match is ADDED, changes of others are not sent.
+    let from = api.changes().last().expect("a write").0;
+    api.set_pod_label("q", KEY, "false");
+    api.set_pod_label("q", "app", "other");
+    api.set_pod_label("p", KEY, "true");
+    let events = watch_lines(
+        api.port,
+        &format!(
+            "/api/v1/namespaces/team/pods?watch=true&labelSelector={KEY}%3Dtrue&resourceVersion={from}&timeoutSeconds=1"
+        ),
+    );
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| (e["type"].clone(), e["object"]["metadata"]["name"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [(json!("DELETED"), json!("q")), (json!("ADDED"), json!("p"))]
+    );
     // Injected failures come first, one per request.
     api.fail_next(&[503]);
     assert_eq!(call(api.port, "GET", pod, t, json, "").0, 503);

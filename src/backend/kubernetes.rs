@@ -8,10 +8,19 @@
 //!   record, never from `renewTime` (skew-safe, like client-go's `observedTime`).
 //! - **Every write carries the resourceVersion it read.** A 409 means somebody else wrote
 //!   first: re-read, never overwrite blindly.
-//! - **Fencing token** = `leaseTransitions`, bumped on every acquisition. client-go bumps
-//!   it only when the holder changes; we also bump it when we take the Lease back from
-//!   our own earlier tenure, so every tenure's token is strictly greater (invariant 4).
-//!   A created Lease starts at 0.
+//! - **Fencing token** = `leaseTransitions`, written at every acquisition as
+//!   `max(leaseTransitions + 1, resourceVersion + 1)` over the Lease we read, and as
+//!   `listResourceVersion + 1` when we create it, where the list version comes from a
+//!   LIST of the one Lease (`fieldSelector=metadata.name=<election>`, `limit=1`): the
+//!   API server's current resourceVersion. On an API server backed by etcd,
+//!   resourceVersions are etcd revisions, which grow with every write in the cluster;
+//!   every earlier token T was (a version we read) + 1 <= the version of the write that
+//!   stored it <= any version read later, so the token of every tenure is strictly
+//!   greater than every earlier one, also across a deletion of the Lease, and a fresh
+//!   install still takes the Lease at once. client-go keeps working (it adds one to what
+//!   it finds). A resourceVersion that does not parse as an integer, or whose successor
+//!   does not fit the field's int32, falls back to `leaseTransitions + 1` (logged once):
+//!   then a token is greater than every earlier one of the same Lease object only.
 //! - **Renew** = a replace of `renewTime` with the resourceVersion of our last write.
 //! - **Followers watch the Lease** from the resourceVersion they read: a release or a
 //!   change of holder wakes them at once; a renew by the same holder is a quiet wake
@@ -23,9 +32,16 @@
 //!   ours only if it is one this process wrote (a second process with the same identity,
 //!   say a StatefulSet Pod force-deleted on a partitioned node, is treated as a rival).
 //! - **A deleted Lease is not a free Lease**: a candidate that saw a live holder before
-//!   the deletion still waits out that holder's duration, and the Lease it creates
-//!   continues the token count. (A candidate that never saw the Lease creates it at
-//!   once with token 0, as client-go does.)
+//!   the deletion still waits out that holder's duration. (A candidate that never saw
+//!   the Lease creates it at once, as client-go does; the list version gives it a token
+//!   above every earlier tenure's.)
+//! - **The leader watches its own Lease** ([`Backend::record_lost`]) from the version of
+//!   its last write: a DELETED event, or a MODIFIED one whose record is not our tenure's
+//!   (another holder, or a write we did not make), ends the claim at once (invariant 9).
+//!   Our own renewals show up as MODIFIED events of our tenure and are not a loss. A
+//!   watch that ends is reopened from the last version seen; 410 Gone means we cannot
+//!   tell, so we do not step down: the next renew decides, and the watch starts again
+//!   from its version.
 //!
 //! Safety of the claim: our deadline is measured from the send time of the request that
 //! wrote the record, and a rival measures a whole lease duration from the moment it
@@ -34,10 +50,11 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
@@ -93,6 +110,32 @@ impl Observed {
     }
 }
 
+/// The events of a watch on the Lease.
+type LeaseEvents = BoxStream<'static, Result<WatchEvent<Lease>, kube::Error>>;
+
+/// The leader's watch on its own Lease (see [`Backend::record_lost`]). It lives in the
+/// backend, not in the future that polls it, so dropping that future loses no event.
+#[derive(Default)]
+struct OwnWatch {
+    /// (In a mutex only to make the backend `Sync`; it is reached through `&mut` alone.)
+    events: std::sync::Mutex<Option<LeaseEvents>>,
+    /// The version to (re)open the watch from: our last write or the last event seen.
+    /// `None` after 410 Gone: we cannot tell until the next renew writes a new version.
+    from: Option<String>,
+    /// Do not reopen before this (a watch that failed or ended at once).
+    not_before: Option<Instant>,
+    opened: Option<Instant>,
+    events_seen: usize,
+}
+
+impl OwnWatch {
+    fn events(&mut self) -> &mut Option<LeaseEvents> {
+        self.events
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// What a write over our own tenure came to.
 enum OwnWrite {
     Written(Box<Lease>),
@@ -115,6 +158,10 @@ pub struct KubeBackend {
     written: VecDeque<Record>,
     /// The Lease was deleted after `observed` was seen (whose version is the deletion's).
     deleted: bool,
+    /// While leading: the watch on our own record.
+    own_watch: OwnWatch,
+    /// A resourceVersion that is no integer (or too large) was logged already.
+    version_warned: bool,
 }
 
 /// Now, in whole microseconds, so a record reads back exactly as it was written.
@@ -159,7 +206,73 @@ impl KubeBackend {
             held: None,
             written: VecDeque::new(),
             deleted: false,
+            own_watch: OwnWatch::default(),
+            version_warned: false,
         }
+    }
+
+    /// Starts (or ends, with `None`) watching our own record from the version of `held`.
+    fn hold(&mut self, held: Option<Lease>) {
+        self.own_watch = OwnWatch {
+            from: held
+                .as_ref()
+                .and_then(|l| l.metadata.resource_version.clone()),
+            ..OwnWatch::default()
+        };
+        self.held = held;
+    }
+
+    /// A renew wrote `lease`, over a version it judged our tenure (it named that version),
+    /// so after a 410 the watch may start again from here.
+    fn renewed(&mut self, lease: Lease) {
+        if self.own_watch.from.is_none() && self.own_watch.events().is_none() {
+            self.own_watch.from = lease.metadata.resource_version.clone();
+        }
+        self.held = Some(lease);
+    }
+
+    /// A resourceVersion as the etcd revision it is on every API server backed by etcd;
+    /// `None` (and a warning, once) when it is not an integer that fits a token.
+    fn revision(&mut self, version: Option<&str>) -> Option<i32> {
+        let parsed = version
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(|v| i32::try_from(v).ok());
+        if parsed.is_none() && !self.version_warned {
+            self.version_warned = true;
+            tracing::warn!(
+                resource_version = version.unwrap_or(""),
+                "the API server's resourceVersion is no integer that fits leaseTransitions; \
+                 fencing tokens then grow only while the Lease object exists (a deleted and \
+                 recreated Lease may start lower)"
+            );
+        }
+        parsed
+    }
+
+    /// The token of a new tenure over a Lease whose record carries `transitions` and
+    /// whose version (or the list's, for a create) is `version`:
+    /// `max(transitions + 1, version + 1)`.
+    fn token_over(&mut self, transitions: i32, version: Option<&str>) -> Result<i32, BackendError> {
+        let after = Self::next_token(transitions)?;
+        Ok(match self.revision(version) {
+            Some(rv) => after.max(rv.saturating_add(1)),
+            None => after,
+        })
+    }
+
+    /// The API server's current resourceVersion: a consistent LIST of our one Lease.
+    /// (No resourceVersion is sent, so the API server answers at least as fresh as
+    /// etcd's current revision; `resourceVersion=0` would allow a stale cache.)
+    async fn list_version(&self) -> Result<Option<String>, BackendError> {
+        let params = ListParams::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .limit(1);
+        let list = self
+            .api
+            .list(&params)
+            .await
+            .map_err(kube_err("list leases"))?;
+        Ok(list.metadata.resource_version)
     }
 
     fn ttl_secs(&self) -> i32 {
@@ -220,7 +333,7 @@ impl KubeBackend {
             metadata: ObjectMeta::default(),
             spec: Some(spec.clone()),
         };
-        if self.written.len() == 4 {
+        if self.written.len() == 8 {
             self.written.pop_front();
         }
         self.written.push_back(Record::of(&lease));
@@ -229,6 +342,119 @@ impl KubeBackend {
     /// A record this process wrote (not merely one that carries our name).
     fn is_ours(&self, record: &Record) -> bool {
         record.holder == self.identity && self.written.contains(record)
+    }
+
+    /// Whether `lease`, seen by the leader's watch, is still our tenure: our holder and
+    /// token, and a record we wrote, or a version our last successful write came after
+    /// (that write named the version it replaced, so it has seen everything before).
+    fn own_tenure(&self, lease: &Lease) -> bool {
+        let Some(held) = &self.held else {
+            return false;
+        };
+        let record = Record::of(lease);
+        let mine = Record::of(held);
+        if record.holder != self.identity || record.transitions != mine.transitions {
+            return false;
+        }
+        let version = |l: &Lease| l.metadata.resource_version.as_deref()?.parse::<u64>().ok();
+        let superseded = matches!((version(lease), version(held)), (Some(v), Some(h)) if v <= h);
+        self.is_ours(&record) || superseded
+    }
+
+    /// One step of the leader's watch: `true` when the record is lost.
+    async fn next_own_event(&mut self) -> bool {
+        if let Some(t) = self.own_watch.not_before {
+            sleep_until(t).await;
+            self.own_watch.not_before = None;
+        }
+        if self.own_watch.events().is_none() {
+            let Some(from) = self.own_watch.from.clone() else {
+                // 410 Gone: we cannot tell; the next renew decides and sets a version.
+                std::future::pending::<()>().await;
+                return false;
+            };
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={}", self.name))
+                .timeout(290);
+            match self.api.watch(&params, &from).await {
+                Ok(events) => {
+                    *self.own_watch.events() = Some(events.boxed());
+                    self.own_watch.opened = Some(Instant::now());
+                    self.own_watch.events_seen = 0;
+                }
+                Err(e) if status_code(&e) == Some(410) => {
+                    tracing::debug!(version = %from, "our lease's version is gone from the watch cache; the next renew checks");
+                    self.own_watch.from = None;
+                    return false;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching our own lease failed; retrying");
+                    self.own_watch.not_before = Some(Instant::now() + SETTLE);
+                    return false;
+                }
+            }
+        }
+        let Some(events) = self.own_watch.events().as_mut() else {
+            return false;
+        };
+        let event = events.next().await;
+        let ended = |w: &mut OwnWatch| {
+            // A watch that ended at once without a word is not reopened in a tight loop.
+            let quick = w.events_seen == 0 && w.opened.is_none_or(|t| t.elapsed() < SETTLE);
+            *w.events() = None;
+            if quick {
+                w.not_before = Some(Instant::now() + SETTLE);
+            }
+        };
+        match event {
+            Some(Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease))) => {
+                self.own_watch.events_seen += 1;
+                if self.own_tenure(&lease) {
+                    self.own_watch.from = lease.metadata.resource_version.clone();
+                    return false;
+                }
+                tracing::info!(
+                    holder = %Record::of(&lease).holder,
+                    "our lease was written by someone else"
+                );
+                self.observe(lease);
+                *self.own_watch.events() = None;
+                true
+            }
+            Some(Ok(WatchEvent::Deleted(lease))) => {
+                tracing::info!("our lease was deleted");
+                self.deleted = true;
+                if let Some(o) = self.observed.as_mut() {
+                    o.lease.metadata.resource_version = lease.metadata.resource_version;
+                }
+                *self.own_watch.events() = None;
+                true
+            }
+            Some(Ok(WatchEvent::Bookmark(b))) => {
+                self.own_watch.from = Some(b.metadata.resource_version);
+                false
+            }
+            Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
+                tracing::debug!("our lease's watch is too old (410); the next renew checks");
+                *self.own_watch.events() = None;
+                self.own_watch.from = None;
+                false
+            }
+            Some(Ok(WatchEvent::Error(status))) => {
+                tracing::debug!(code = status.code, "our lease's watch ended with an error");
+                ended(&mut self.own_watch);
+                false
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "our lease's watch broke");
+                ended(&mut self.own_watch);
+                false
+            }
+            None => {
+                ended(&mut self.own_watch);
+                false
+            }
+        }
     }
 
     /// The token after `transitions`.
@@ -242,7 +468,7 @@ impl KubeBackend {
     /// The Lease is missing: create it, unless a holder seen before the deletion may
     /// still be live.
     async fn create(&mut self) -> Result<Campaign, BackendError> {
-        let transitions = match &self.observed {
+        let seen = match &self.observed {
             Some(o) => {
                 let live = !o.record.holder.is_empty()
                     && !self.is_ours(&o.record)
@@ -250,10 +476,14 @@ impl KubeBackend {
                 if live {
                     return Ok(Campaign::Held(Self::holder_of(&o.record)));
                 }
-                Self::next_token(o.record.transitions)?
+                Some(o.record.transitions)
             }
-            None => 0,
+            None => None,
         };
+        // Above every token of the Lease before it was deleted: the list's version is
+        // at least that of every write so far. (-1: a token of 0 when nothing is known.)
+        let version = self.list_version().await?;
+        let transitions = self.token_over(seen.unwrap_or(-1), version.as_deref())?;
         let spec = self.our_spec(None, Some(now()), transitions);
         let lease = Lease {
             metadata: ObjectMeta {
@@ -267,7 +497,7 @@ impl KubeBackend {
             Ok(created) => {
                 self.deleted = false;
                 self.observe(created.clone());
-                self.held = Some(created);
+                self.hold(Some(created));
                 Ok(Campaign::Acquired {
                     token: u64::try_from(transitions).unwrap_or(0),
                 })
@@ -364,14 +594,16 @@ impl Backend for KubeBackend {
         if !free {
             return Ok(Campaign::Held(Self::holder_of(&record)));
         }
-        // Every acquisition gets a greater token, also one from our own old tenure.
-        let transitions = Self::next_token(record.transitions)?;
+        // Every acquisition gets a greater token, also one from our own old tenure, and
+        // one above every token of an earlier incarnation of the Lease.
+        let version = current.metadata.resource_version.clone();
+        let transitions = self.token_over(record.transitions, version.as_deref())?;
         let spec = self.our_spec(current.spec.as_ref(), Some(now()), transitions);
         let lease = Self::with_spec(&current, spec);
         match self.replace(&lease).await {
             Ok(written) => {
                 self.observe(written.clone());
-                self.held = Some(written);
+                self.hold(Some(written));
                 Ok(Campaign::Acquired {
                     token: u64::try_from(transitions).unwrap_or(0),
                 })
@@ -400,11 +632,11 @@ impl Backend for KubeBackend {
             .await?;
         match written {
             OwnWrite::Written(lease) => {
-                self.held = Some(*lease);
+                self.renewed(*lease);
                 Ok(Renewal::Renewed)
             }
             OwnWrite::Gone => {
-                self.held = None;
+                self.hold(None);
                 Ok(Renewal::Lost)
             }
             OwnWrite::Contended => Err(BackendError::Store {
@@ -415,7 +647,9 @@ impl Backend for KubeBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let mine = match self.held.take() {
+        let held = self.held.take();
+        self.hold(None);
+        let mine = match held {
             Some(l) => l,
             // A campaign whose answer was lost may have taken the Lease: look.
             None => match self.read().await? {
@@ -436,6 +670,15 @@ impl Backend for KubeBackend {
         })
         .await?;
         Ok(())
+    }
+
+    async fn record_lost(&mut self) {
+        while self.held.is_some() {
+            if self.next_own_event().await {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {

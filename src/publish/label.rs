@@ -12,25 +12,67 @@
 //!   and a stale value from an earlier container is corrected at start.
 //! - It tells the elector, through [`PodLabeler::clear`], when the Pod is known to show
 //!   the follower value, so a graceful shutdown sets "false" *before* releasing.
+//! - **One Pod carries the leader value** (invariant 12). Every candidate Pod carries
+//!   `leasekeeper.io/election: <election>` (the chart sets it; we warn once if our own
+//!   Pod lacks it). At the start of each tenure, before its own leader value is written,
+//!   the new leader lists the Pods of its election that show the leader value and sets
+//!   the follower value on every other one, with a merge patch that carries the
+//!   resourceVersion it listed (so it clears only what it saw): a frozen or cut-off old
+//!   leader cannot clear its own. Failures are retried with the same backoff; the
+//!   elector never waits for any of it. For the rest of the tenure a watch on those Pods
+//!   (from the list's version) clears any other Pod that comes to show the leader value:
+//!   a "true" of an old leader that was still on its way while its Pod showed the
+//!   follower value is not refused (nobody wrote that Pod since the old leader read
+//!   it), so it lands, and is cleared within a round trip.
+//! - **Leader-value writes are conditional**: the patch carries the resourceVersion of
+//!   the Pod as last seen, so a delayed "true" from an old leader cannot land after a
+//!   new leader's clear of that Pod. A 409 means the Pod changed: read it again and
+//!   decide again from the current status.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::backoff::Backoff;
 use crate::config::PodLabelSettings;
 use crate::publish::metrics::Metrics;
-use crate::status::Status;
+use crate::status::{FencingToken, Status};
 
-/// What the Pod carries, as read from the API: its resourceVersion and the label value.
-/// (resourceVersions are opaque to clients by contract; every API server backed by etcd
-/// hands out increasing integers, and when one does not parse, every event counts.)
-type Seen = (Option<u64>, Option<String>);
+/// The label every candidate Pod carries, with its election's name as the value.
+pub const ELECTION_LABEL: &str = "leasekeeper.io/election";
+
+/// What the own Pod carries, as read from the API.
+#[derive(Clone, Debug)]
+struct Seen {
+    /// The resourceVersion as sent (for conditional writes).
+    rv: Option<String>,
+    /// The label value.
+    value: Option<String>,
+    /// The value of [`ELECTION_LABEL`].
+    election: Option<String>,
+}
+
+impl Seen {
+    fn of(pod: &Pod, key: &str) -> Seen {
+        Seen {
+            rv: pod.metadata.resource_version.clone(),
+            value: label_value(pod, key),
+            election: label_value(pod, ELECTION_LABEL),
+        }
+    }
+
+    /// The resourceVersion as a number, to order what we saw. (resourceVersions are
+    /// opaque to clients by contract; every API server backed by etcd hands out
+    /// increasing integers, and when one does not parse, every event counts.)
+    fn version(&self) -> Option<u64> {
+        self.rv.as_deref()?.parse().ok()
+    }
+}
 
 /// A label update that did not take.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +83,27 @@ pub enum LabelError {
     Timeout,
     #[error("the API accepted the patch, but the label reads {0:?}")]
     NotApplied(Option<String>),
+    /// A conditional write found the Pod changed since it was read (409).
+    #[error("the pod changed since it was read")]
+    Conflict,
+    #[error("reading the pod: {0}")]
+    Read(#[source] kube::Error),
+    #[error("listing the pods of the election: {0}")]
+    List(#[source] kube::Error),
+    #[error("clearing the leader label of pod {pod}: {source}")]
+    Clear {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409)
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 404)
 }
 
 pub struct PodLabeler {
@@ -55,10 +118,6 @@ pub struct PodLabeler {
 /// Backoff for failed patches and watches: 100 ms, doubling up to 5 s.
 fn backoff() -> Backoff {
     Backoff::new(Duration::from_millis(100), Duration::from_secs(5))
-}
-
-fn version_of(pod: &Pod) -> Option<u64> {
-    pod.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// The value of label `key` on `pod`.
@@ -98,17 +157,25 @@ impl PodLabeler {
         let (seen_tx, mut seen_rx) = mpsc::channel::<Seen>(16);
         let watcher = tokio::spawn(watch_pod(self.api.clone(), self.settings.clone(), seen_tx));
         let _abort = AbortOnDrop(watcher);
-        // The value the Pod carries as far as we know, and the version that showed it.
+        // The value the Pod carries as far as we know, and the version that showed it
+        // (the one a leader-value write is conditional on).
         let mut applied: Option<String> = None;
-        let mut applied_version: Option<u64> = None;
+        let mut applied_rv: Option<String> = None;
+        // The tenure (token) for which the other Pods' leader labels were cleared.
+        let mut cleared_for: Option<FencingToken> = None;
+        // While leading (after the first clearing): the watch that clears any other Pod
+        // of the election that comes to show the leader value later.
+        let mut guard: Option<(FencingToken, AbortOnDrop)> = None;
+        let mut election_checked = false;
         let mut backoff = backoff();
         let mut retry_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let (leading, deadline) = {
+            let (leading, deadline, token) = {
                 let s = self.status.borrow_and_update();
                 let leading = s.is_leader_at(now);
-                (leading, s.claim.filter(|_| leading).map(|c| c.deadline))
+                let claim = s.claim.filter(|_| leading);
+                (leading, claim.map(|c| c.deadline), claim.map(|c| c.token))
             };
             let desired = if leading {
                 self.settings.leader_value.clone()
@@ -116,16 +183,22 @@ impl PodLabeler {
                 self.settings.follower_value.clone()
             };
             let needs_patch = applied.as_ref() != Some(&desired);
+            // A new tenure clears the others' stale leader labels before its own.
+            let needs_clear = token.is_some() && cleared_for != token;
+            if guard.as_ref().is_some_and(|(t, _)| Some(*t) != token) {
+                guard = None;
+            }
             // "Clear" only while the Pod is known to carry the follower value and no
             // write is about to change that.
             self.clear.send_replace(!leading && !needs_patch);
-            if needs_patch && retry_at.is_none_or(|t| now >= t) {
+            if (needs_patch || needs_clear) && retry_at.is_none_or(|t| now >= t) {
                 // A "true" that has not landed by the deadline must not land later
                 // unnoticed: give up on it then (or when the lead is lost before).
                 let far = now + Duration::from_secs(3600);
                 let mut moved_on = self.status.clone();
+                let write = self.write(&desired, needs_clear, needs_patch, applied_rv.clone());
                 let outcome = tokio::select! {
-                    r = self.patch(&desired) => Some(r),
+                    r = write => Some(r),
                     () = sleep_until(deadline.unwrap_or(far)) => None,
                     // (Renewals change the status too; only losing the lead counts.)
                     gone = moved_on.wait_for(|s| !s.is_leader_at(Instant::now())), if leading => {
@@ -141,20 +214,51 @@ impl PodLabeler {
                         // the follower value is written next (and the watch reports
                         // whatever the Pod carries in the end).
                         applied = None;
-                        applied_version = None;
+                        applied_rv = None;
                     }
-                    Some(Ok(pod)) => {
-                        self.metrics.pod_label_patched("ok");
-                        tracing::info!(
-                            pod = %self.settings.pod,
-                            key = %self.settings.key,
-                            value = %desired,
-                            "labelled the pod"
-                        );
-                        applied_version = version_of(&pod);
-                        applied = self.label_of(&pod);
+                    Some(Ok((written, listed))) => {
+                        if needs_clear {
+                            cleared_for = token;
+                        }
+                        if let (Some(t), Some(from)) = (token, listed) {
+                            let task = tokio::spawn(self.clearer().guard(from));
+                            guard = Some((t, AbortOnDrop(task)));
+                        }
+                        if let Some(pod) = written {
+                            self.metrics.pod_label_patched("ok");
+                            tracing::info!(
+                                pod = %self.settings.pod,
+                                key = %self.settings.key,
+                                value = %desired,
+                                "labelled the pod"
+                            );
+                            let seen = Seen::of(&pod, &self.settings.key);
+                            applied = seen.value;
+                            applied_rv = seen.rv;
+                        }
                         backoff.reset();
                         retry_at = None;
+                    }
+                    Some(Err(LabelError::Conflict)) => {
+                        // The Pod changed since we read it (a new leader may have
+                        // cleared it): read it again and decide again from the status.
+                        self.metrics.pod_label_patched("conflict");
+                        tracing::info!(
+                            pod = %self.settings.pod,
+                            "the pod changed since it was read; reading it again"
+                        );
+                        match self.read().await {
+                            Ok(pod) => {
+                                let seen = Seen::of(&pod, &self.settings.key);
+                                applied = seen.value;
+                                applied_rv = seen.rv;
+                            }
+                            Err(e) => {
+                                let wait = backoff.next_wait();
+                                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "reading the own pod failed");
+                                retry_at = Some(Instant::now() + wait);
+                            }
+                        }
                     }
                     Some(Err(e)) => {
                         self.metrics.pod_label_patched("error");
@@ -181,37 +285,113 @@ impl PodLabeler {
                 () = sleep_until(retry_at.unwrap_or(far)) => {
                     retry_at = None;
                 }
-                Some((version, value)) = seen_rx.recv() => {
+                Some(seen) = seen_rx.recv() => {
+                    if !election_checked {
+                        election_checked = true;
+                        self.check_election(&seen);
+                    }
                     // An event older than our own last write tells nothing new.
-                    let newer = match (version, applied_version) {
+                    let mine = applied_rv.as_deref().and_then(|v| v.parse::<u64>().ok());
+                    let newer = match (seen.version(), mine) {
                         (Some(v), Some(mine)) => v > mine,
                         _ => true,
                     };
                     if newer {
-                        if value != applied {
+                        if seen.value != applied {
                             tracing::info!(
-                                found = value.as_deref().unwrap_or("<none>"),
+                                found = seen.value.as_deref().unwrap_or("<none>"),
                                 "the pod label was changed by someone else; correcting it"
                             );
                         }
-                        applied = value;
-                        applied_version = version;
+                        applied = seen.value;
+                        applied_rv = seen.rv;
                     }
                 }
             }
         }
     }
 
-    async fn patch(&self, value: &str) -> Result<Pod, LabelError> {
-        let body = serde_json::json!({
+    /// Warns (once) when the own Pod does not carry its election's name: a later leader
+    /// could then not find a stale leader label this Pod leaves behind.
+    fn check_election(&self, seen: &Seen) {
+        let want = &self.settings.election;
+        if seen.election.as_deref() != Some(want.as_str()) {
+            tracing::warn!(
+                pod = %self.settings.pod,
+                label = ELECTION_LABEL,
+                expected = %want,
+                found = seen.election.as_deref().unwrap_or("<none>"),
+                "the pod does not carry its election's label; a new leader cannot clear a leader label this pod leaves behind (the chart sets it)"
+            );
+        }
+    }
+
+    /// One label update: for a new tenure, the other Pods' leader labels cleared first;
+    /// then our own value, if `patch` (the leader value only over version `rv`). The
+    /// Pod as written, when it was, and the version of the list the clearing read.
+    async fn write(
+        &self,
+        value: &str,
+        clear_others: bool,
+        patch: bool,
+        rv: Option<String>,
+    ) -> Result<(Option<Pod>, Option<String>), LabelError> {
+        let listed = if clear_others {
+            Some(self.clearer().clear_listed().await?)
+        } else {
+            None
+        };
+        if !patch {
+            return Ok((None, listed));
+        }
+        if value != self.settings.leader_value {
+            return Ok((Some(self.patch(value, None).await?), listed));
+        }
+        let rv = match rv {
+            Some(rv) => rv,
+            None => self
+                .read()
+                .await?
+                .metadata
+                .resource_version
+                .ok_or(LabelError::Conflict)?,
+        };
+        Ok((Some(self.patch(value, Some(&rv)).await?), listed))
+    }
+
+    fn clearer(&self) -> Clearer {
+        Clearer {
+            api: self.api.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            status: self.status.clone(),
+            call_timeout: self.call_timeout,
+        }
+    }
+
+    async fn read(&self) -> Result<Pod, LabelError> {
+        timeout(self.call_timeout, self.api.get(&self.settings.pod))
+            .await
+            .map_err(|_| LabelError::Timeout)?
+            .map_err(LabelError::Read)
+    }
+
+    /// A merge patch of our label; with `rv`, only over that version of the Pod.
+    async fn patch(&self, value: &str, rv: Option<&str>) -> Result<Pod, LabelError> {
+        let mut body = serde_json::json!({
             "metadata": { "labels": { self.settings.key.as_str(): value } }
         });
+        if let Some(rv) = rv {
+            body["metadata"]["resourceVersion"] = serde_json::Value::String(rv.to_owned());
+        }
         let params = PatchParams::default();
         let patch = Patch::Merge(&body);
         let call = self.api.patch(&self.settings.pod, &params, &patch);
-        let pod = timeout(self.call_timeout, call)
-            .await
-            .map_err(|_| LabelError::Timeout)??;
+        let pod = match timeout(self.call_timeout, call).await {
+            Err(_) => return Err(LabelError::Timeout),
+            Ok(Err(e)) if is_conflict(&e) => return Err(LabelError::Conflict),
+            Ok(r) => r?,
+        };
         // A mutating webhook or policy may strip the label: that is a failure (with
         // backoff), not a success to repeat at once.
         match self.label_of(&pod) {
@@ -219,6 +399,146 @@ impl PodLabeler {
             other => Err(LabelError::NotApplied(other)),
         }
     }
+}
+
+/// What clears stale leader labels of the other Pods of the election (invariant 12).
+struct Clearer {
+    api: Api<Pod>,
+    settings: PodLabelSettings,
+    metrics: Arc<Metrics>,
+    status: watch::Receiver<Status>,
+    call_timeout: Duration,
+}
+
+impl Clearer {
+    /// The Pods of the election that show the leader value.
+    fn selector(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "{ELECTION_LABEL}={},{}={}",
+            s.election, s.key, s.leader_value
+        )
+    }
+
+    /// Lists the Pods of the election that show the leader value and sets the follower
+    /// value on every other one, each only at the version it was listed with. The
+    /// list's version (to watch from).
+    async fn clear_listed(&self) -> Result<String, LabelError> {
+        let params = ListParams::default().labels(&self.selector());
+        let pods = timeout(self.call_timeout, self.api.list(&params))
+            .await
+            .map_err(|_| LabelError::Timeout)?
+            .map_err(LabelError::List)?;
+        for pod in pods.items {
+            self.clear(pod).await?;
+        }
+        Ok(pods.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Sets the follower value on `pod` (not our own), only over the version seen.
+    async fn clear(&self, pod: Pod) -> Result<(), LabelError> {
+        let s = &self.settings;
+        let (Some(name), Some(rv)) = (pod.metadata.name, pod.metadata.resource_version) else {
+            return Ok(());
+        };
+        if name == s.pod || label_value_of(&pod.metadata.labels, &s.key) != Some(&s.leader_value) {
+            return Ok(());
+        }
+        let body = serde_json::json!({
+            "metadata": {
+                "resourceVersion": rv,
+                "labels": { s.key.as_str(): s.follower_value.as_str() },
+            }
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
+        let call = self.api.patch(&name, &params, &patch);
+        match timeout(self.call_timeout, call)
+            .await
+            .map_err(|_| LabelError::Timeout)?
+        {
+            Ok(_) => {
+                self.metrics.pod_label_patched("ok");
+                tracing::info!(
+                    pod = %name,
+                    key = %s.key,
+                    value = %s.follower_value,
+                    "cleared the stale leader label of another pod of the election"
+                );
+                Ok(())
+            }
+            // Gone: nothing to clear.
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Changed since seen (409) or failed: look again.
+            Err(e) => Err(LabelError::Clear {
+                pod: name,
+                source: e,
+            }),
+        }
+    }
+
+    /// While we lead: watches the Pods of the election that show the leader value from
+    /// version `from` and clears every other one that comes to show it (a "true" of an
+    /// old leader that landed after our clearing). Runs until aborted.
+    async fn guard(self, mut from: String) {
+        let mut backoff = backoff();
+        loop {
+            let params = WatchParams::default().labels(&self.selector()).timeout(290);
+            let opened = Instant::now();
+            let mut events = 0usize;
+            match self.api.watch(&params, &from).await {
+                Ok(stream) => {
+                    let mut stream = std::pin::pin!(stream);
+                    while let Some(event) = stream.next().await {
+                        events += 1;
+                        match event {
+                            Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                                from = pod.metadata.resource_version.clone().unwrap_or(from);
+                                // Only while the claim lasts: a Pod that shows the leader
+                                // value after it is the next leader's.
+                                if !self.status.borrow().is_leader_at(Instant::now()) {
+                                    continue;
+                                }
+                                if let Err(e) = self.clear(pod).await {
+                                    tracing::warn!(error = %e, "clearing a stale leader label failed; listing again");
+                                    break;
+                                }
+                            }
+                            Ok(WatchEvent::Deleted(pod)) => {
+                                from = pod.metadata.resource_version.clone().unwrap_or(from);
+                            }
+                            Ok(WatchEvent::Bookmark(b)) => from = b.metadata.resource_version,
+                            Ok(WatchEvent::Error(_)) | Err(_) => break,
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "watching the pods of the election failed"),
+            }
+            // Ended: quiet ones are reopened at once; otherwise list (and clear) again,
+            // which also covers a version too old to watch from (410).
+            if events == 0 && opened.elapsed() < Duration::from_secs(10) {
+                sleep(backoff.next_wait()).await;
+            } else if events > 0 {
+                backoff.reset();
+            }
+            if !self.status.borrow().is_leader_at(Instant::now()) {
+                return;
+            }
+            match self.clear_listed().await {
+                Ok(version) => from = version,
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing the pods of the election failed");
+                    sleep(backoff.next_wait()).await;
+                }
+            }
+        }
+    }
+}
+
+fn label_value_of<'a>(
+    labels: &'a Option<std::collections::BTreeMap<String, String>>,
+    key: &str,
+) -> Option<&'a String> {
+    labels.as_ref()?.get(key)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -231,7 +551,7 @@ impl Drop for AbortOnDrop {
 
 /// Reads the own Pod and watches it, reporting every label value it carries.
 async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender<Seen>) {
-    let label = |pod: &Pod| label_value(pod, &settings.key);
+    let seen_of = |pod: &Pod| Seen::of(pod, &settings.key);
     let mut backoff = backoff();
     loop {
         let pod = match api.get(&settings.pod).await {
@@ -242,7 +562,7 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
                 continue;
             }
         };
-        if seen.send((version_of(&pod), label(&pod))).await.is_err() {
+        if seen.send(seen_of(&pod)).await.is_err() {
             return;
         }
         let mut version = pod.metadata.resource_version.clone().unwrap_or_default();
@@ -266,7 +586,7 @@ async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender
                 Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
                     events += 1;
                     version = pod.metadata.resource_version.clone().unwrap_or_default();
-                    if seen.send((version_of(&pod), label(&pod))).await.is_err() {
+                    if seen.send(seen_of(&pod)).await.is_err() {
                         return;
                     }
                 }

@@ -39,6 +39,7 @@ KUBE_VERSIONS = ["1.25", "1.37"]
 CRD_KINDS = {"ServiceMonitor"}
 
 LEADER_KEY = "leasekeeper.io/leader"
+ELECTION_KEY = "leasekeeper.io/election"
 STANDARD_LABELS = [
     "app.kubernetes.io/name",
     "app.kubernetes.io/instance",
@@ -153,6 +154,7 @@ BAD_COMBINATIONS = [
     ({"podLabel": {"leaderValue": "x", "followerValue": "x"}}, "must differ"),
     ({"backend": {"type": "etcd", "etcd": {"endpoints": ["http://e:2379"], "user": "u"}}}, "go together"),
     ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, "one of maxUnavailable or minAvailable"),
+    ({"election": {"name": "e" * 64}}, "election.name must be at most 63 characters"),
 ]
 
 
@@ -304,8 +306,8 @@ def test_rbac_exact_verbs():
          for r in role["rules"]),
     )
     assert rules == [
-        (("",), ("pods",), ("get", "patch", "watch"), (), ()),
-        (("coordination.k8s.io",), ("leases",), ("create", "get", "update", "watch"), (), ()),
+        (("",), ("pods",), ("get", "list", "patch", "watch"), (), ()),
+        (("coordination.k8s.io",), ("leases",), ("create", "get", "list", "update", "watch"), (), ()),
     ], f"Role rules: {role['rules']}"
     binding = one(objects, "RoleBinding")
     sa = one(objects, "ServiceAccount")
@@ -323,7 +325,7 @@ def test_rbac_follows_backend_and_label():
     no Role (and no API token) when the Pods need neither."""
     role = one(render("etcd+tls+pdb+servicemonitor+label"), "Role")
     assert [(r["resources"], sorted(r["verbs"])) for r in role["rules"]] == [
-        (["pods"], ["get", "patch", "watch"])
+        (["pods"], ["get", "list", "patch", "watch"])
     ], f"Role rules without the kubernetes backend: {role['rules']}"
     objects = render("zookeeper, no pod label")
     assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding"), \
@@ -350,6 +352,24 @@ def test_standard_labels_on_every_object():
                 missing = [k for k in STANDARD_LABELS if k not in pod_labels]
                 assert not missing, f"{where}: Pod template lacks {missing}"
                 assert LEADER_KEY not in pod_labels, "the leader label is the sidecar's to set"
+
+
+def test_pods_carry_their_election():
+    """With the Pod label, every candidate Pod carries leasekeeper.io/election = the
+    sidecar's LEASEKEEPER_ELECTION, so a new leader can find (and clear) stale leader labels
+    of its own election (DESIGN invariant 12); without the Pod label it is not needed."""
+    for scenario, (values, _release, _namespace) in SCENARIOS.items():
+        pod_labels = deployment(scenario)["spec"]["template"]["metadata"]["labels"]
+        env = env_of(sidecar(scenario))
+        if values.get("podLabel", {}).get("enabled", True):
+            assert pod_labels.get(ELECTION_KEY) == env["LEASEKEEPER_ELECTION"], \
+                f"{scenario}: Pod labels {pod_labels}, election {env['LEASEKEEPER_ELECTION']}"
+        else:
+            assert ELECTION_KEY not in pod_labels, f"{scenario}: {pod_labels}"
+    assert deployment("etcd+tls+pdb+servicemonitor+label")["spec"]["template"]["metadata"][
+        "labels"][ELECTION_KEY] == "billing"
+    # The Deployment's selector does not include it (a rename would orphan the Pods).
+    assert ELECTION_KEY not in deployment("default")["spec"]["selector"]["matchLabels"]
 
 
 def test_sidecar_image_port_and_probes():

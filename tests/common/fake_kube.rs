@@ -1,20 +1,29 @@
 //! An in-process fake Kubernetes API server (axum), for the parts leasekeeper uses:
-//! Pods (get, JSON merge patch, watch) and `coordination.k8s.io/v1` Leases (get, create,
-//! update, merge patch, watch).
+//! Pods (get, list, JSON merge patch, watch) and `coordination.k8s.io/v1` Leases (get,
+//! list, create, update, merge patch, watch).
 //!
 //! It enforces what matters, the way the real API server does:
 //! - `resourceVersion` is one counter over all objects; an update or patch that names a
 //!   resourceVersion other than the current one is refused with 409 Conflict; create
 //!   of an existing object is 409 AlreadyExists.
 //! - Merge patches follow RFC 7386 (`null` deletes a key); other patch types get 415.
+//! - A list answers a `…List` whose `metadata.resourceVersion` is the current value of
+//!   the global counter (a consistent read), filtered by `labelSelector` (`k=v`, `k==v`,
+//!   `k!=v`, `k`, `!k`, comma = and) and `fieldSelector` (`metadata.name`,
+//!   `metadata.namespace`; other fields are 400, as for these kinds in the real API),
+//!   at most `limit` items (then with a `continue` token, which this fake does not take).
 //! - Watches send every change after the resourceVersion asked for (the ADDED state
-//!   first when none is given), one JSON event per line, and end at `timeoutSeconds`.
+//!   first when none is given), one JSON event per line, and end at `timeoutSeconds`;
+//!   with a `labelSelector`, an object that comes to match is ADDED, one that stops
+//!   matching is DELETED, and changes of objects that do not match are not sent.
 //! - A bearer token is required (401), and only what the chart's Role allows is
 //!   allowed (403), in one namespace: the rules are read from `manifests/02-role.yaml`
 //!   (the chart's default render), so the tests exercise the RBAC users install.
 //!   Refused requests are counted, so tests can assert none were needed.
 //! - Faults: latency on every request, the next N requests failing with a status,
-//!   pause (requests and watches hang until resumed) and restart (watches cut).
+//!   one request held back (the next one matching a method and path, as a slow network
+//!   would deliver it late; it still acts when it arrives), pause (requests and watches
+//!   hang until resumed) and restart (watches cut).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -55,6 +64,10 @@ struct Store {
     /// Label values each pod carried, in order: (pod, value).
     label_history: Vec<(String, Option<String>)>,
     label_key: String,
+    /// The next request with this method whose path ends with this suffix waits this long.
+    hold_next: Option<(Method, String, Duration)>,
+    /// Held requests: (arrived, handled with this status).
+    held: Vec<Option<u16>>,
 }
 
 struct Shared {
@@ -286,6 +299,18 @@ impl FakeKube {
     /// The next requests fail with these status codes, one each.
     pub fn fail_next(&self, codes: &[u16]) {
         self.store().fail_next.extend_from_slice(codes);
+    }
+
+    /// The next request with `method` whose path ends with `path_suffix` is held back for
+    /// `delay` after it arrived (a slow network), then acted on as any other request.
+    pub fn hold_next(&self, method: &str, path_suffix: &str, delay: Duration) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        self.store().hold_next = Some((method, path_suffix.to_owned(), delay));
+    }
+
+    /// Requests held back so far: `None` while one is still waiting, else its status.
+    pub fn held(&self) -> Vec<Option<u16>> {
+        self.store().held.clone()
     }
 }
 
@@ -542,10 +567,66 @@ async fn handle(
     if verb == "watch" {
         return watch_response(shared, kind, ns, &q);
     }
+    let hold = {
+        let mut store = shared.store.lock().expect("store");
+        let hit = store
+            .hold_next
+            .as_ref()
+            .is_some_and(|(m, suffix, _)| *m == method && uri.path().ends_with(suffix.as_str()));
+        match store.hold_next.take() {
+            Some((_, _, delay)) if hit => {
+                store.held.push(None);
+                Some((store.held.len() - 1, delay))
+            }
+            other => {
+                store.hold_next = other;
+                None
+            }
+        }
+    };
+    if let Some((index, delay)) = hold {
+        // Acted on even if the client gives up meanwhile: the request is on the wire.
+        let shared = shared.clone();
+        let (ns, name) = (ns.to_owned(), name.map(str::to_owned));
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let response = serve(
+                &shared,
+                kind,
+                &ns,
+                name.as_deref(),
+                verb,
+                &q,
+                &headers,
+                &body,
+            );
+            let code = response.status().as_u16();
+            shared.store.lock().expect("store").held[index] = Some(code);
+            response
+        });
+        return task
+            .await
+            .unwrap_or_else(|_| status(500, "InternalError", "held request"));
+    }
+    serve(&shared, kind, ns, name, verb, &q, &headers, &body)
+}
+
+/// Acts on one request that passed the checks.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    shared: &Shared,
+    kind: &'static str,
+    ns: &str,
+    name: Option<&str>,
+    verb: &'static str,
+    q: &BTreeMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
     let parsed: Option<Value> = if body.is_empty() {
         None
     } else {
-        match serde_json::from_slice(&body) {
+        match serde_json::from_slice(body) {
             Ok(v) => Some(v),
             Err(e) => return status(400, "BadRequest", &format!("bad JSON: {e}")),
         }
@@ -558,6 +639,7 @@ async fn handle(
     let mut store = shared.store.lock().expect("store");
     let name_of = |v: &Value| v["metadata"]["name"].as_str().map(str::to_owned);
     match verb {
+        "list" => list(&store, kind, ns, q),
         "get" => {
             let name = name.unwrap_or_default();
             match store.objects.get(&(kind, ns.to_owned(), name.to_owned())) {
@@ -582,7 +664,7 @@ async fn handle(
                     &format!("{kind} {name:?} already exists"),
                 );
             }
-            let stored = write(&shared, &mut store, kind, ns, &name, obj, "ADDED");
+            let stored = write(shared, &mut store, kind, ns, &name, obj, "ADDED");
             ok(&stored, StatusCode::CREATED)
         }
         "update" => {
@@ -613,7 +695,7 @@ async fn handle(
             let mut obj = obj;
             obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
             obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
-            let stored = write(&shared, &mut store, kind, ns, &name, obj, "MODIFIED");
+            let stored = write(shared, &mut store, kind, ns, &name, obj, "MODIFIED");
             ok(&stored, StatusCode::OK)
         }
         "patch" => {
@@ -641,11 +723,126 @@ async fn handle(
                 }
             }
             merge(&mut current, &patch);
-            let stored = write(&shared, &mut store, kind, ns, &name, current, "MODIFIED");
+            let stored = write(shared, &mut store, kind, ns, &name, current, "MODIFIED");
             ok(&stored, StatusCode::OK)
         }
         _ => status(405, "MethodNotAllowed", "not supported"),
     }
+}
+
+/// One requirement of a label selector.
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    Absent(String),
+}
+
+/// Parses `k=v,k==v,k!=v,k,!k` (what the sidecar and kubectl send; set-based forms are
+/// refused with 400 rather than misread).
+fn label_selector(raw: &str) -> Result<Vec<Requirement>, String> {
+    let mut out = Vec::new();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let valid = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        };
+        let req = if let Some((k, v)) = part.split_once("!=") {
+            Requirement::NotEquals(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+            Requirement::Equals(k.trim().to_owned(), v.trim().to_owned())
+        } else if let Some(k) = part.strip_prefix('!') {
+            Requirement::Absent(k.trim().to_owned())
+        } else {
+            Requirement::Exists(part.to_owned())
+        };
+        let ok = match &req {
+            Requirement::Equals(k, v) | Requirement::NotEquals(k, v) => {
+                valid(k) && (v.is_empty() || valid(v))
+            }
+            Requirement::Exists(k) | Requirement::Absent(k) => valid(k),
+        };
+        if !ok {
+            return Err(format!("unable to parse requirement: {part:?}"));
+        }
+        out.push(req);
+    }
+    Ok(out)
+}
+
+fn labels_match(obj: &Value, reqs: &[Requirement]) -> bool {
+    let label = |k: &str| obj["metadata"]["labels"][k].as_str();
+    reqs.iter().all(|r| match r {
+        Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
+        Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
+        Requirement::Exists(k) => label(k).is_some(),
+        Requirement::Absent(k) => label(k).is_none(),
+    })
+}
+
+/// A list: the matching objects, at the current global resourceVersion.
+fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String>) -> Response {
+    let labels = match label_selector(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return status(400, "BadRequest", &e),
+    };
+    let mut fields = Vec::new();
+    for part in q
+        .get("fieldSelector")
+        .map_or("", String::as_str)
+        .split(',')
+        .filter(|p| !p.is_empty())
+    {
+        match part.split_once('=') {
+            Some((f @ ("metadata.name" | "metadata.namespace"), v)) => {
+                fields.push((f.to_owned(), v.to_owned()));
+            }
+            _ => {
+                return status(
+                    400,
+                    "BadRequest",
+                    &format!("field label not supported: {part}"),
+                )
+            }
+        }
+    }
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => usize::MAX,
+        Some(Ok(0)) => usize::MAX,
+        Some(Ok(l)) => l,
+        Some(Err(_)) => return status(400, "BadRequest", "limit is not a number"),
+    };
+    if q.get("continue").is_some_and(|c| !c.is_empty()) {
+        return status(400, "BadRequest", "this fake does not continue lists");
+    }
+    let matching: Vec<Value> = store
+        .objects
+        .iter()
+        .filter(|((k, n, _), _)| *k == kind && n == ns)
+        .map(|(_, obj)| obj)
+        .filter(|obj| labels_match(obj, &labels))
+        .filter(|obj| {
+            fields
+                .iter()
+                .all(|(f, v)| obj["metadata"][&f["metadata.".len()..]].as_str() == Some(v.as_str()))
+        })
+        .cloned()
+        .collect();
+    let more = matching.len() > limit;
+    let items: Vec<Value> = matching.into_iter().take(limit).collect();
+    let (api_version, list_kind) = match kind {
+        "pods" => ("v1", "PodList"),
+        _ => ("coordination.k8s.io/v1", "LeaseList"),
+    };
+    let mut metadata = json!({"resourceVersion": store.version.to_string()});
+    if more {
+        metadata["continue"] = Value::String(format!("fake-continue-{}", store.version));
+    }
+    ok(
+        &json!({"apiVersion": api_version, "kind": list_kind, "metadata": metadata, "items": items}),
+        StatusCode::OK,
+    )
 }
 
 /// A watch: events after `resourceVersion` (or the current state first), then live ones.
@@ -668,11 +865,49 @@ fn watch_response(
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(300));
+    let labels = match label_selector(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return status(400, "BadRequest", &e),
+    };
     let ns = ns.to_owned();
     let matches = move |c: &Change| {
         c.kind == kind && c.key.0 == ns && only_name.as_ref().is_none_or(|n| *n == c.key.1)
     };
     let mut live = shared.changes.subscribe();
+    // With a label selector, as the real API: ADDED when an object comes to match,
+    // DELETED when it stops matching, nothing while it does not match. `matched` holds
+    // which objects matched as of the watch's start.
+    let mut matched: BTreeMap<String, bool> = {
+        let store = shared.store.lock().expect("store");
+        let upto = from.unwrap_or(store.version);
+        let mut m = BTreeMap::new();
+        for c in store
+            .history
+            .iter()
+            .filter(|c| c.version <= upto && matches(c))
+        {
+            m.insert(
+                c.key.1.clone(),
+                c.event != "DELETED" && labels_match(&c.object, &labels),
+            );
+        }
+        m
+    };
+    let filtered = !labels.is_empty();
+    let mut relabel = move |mut c: Change| -> Option<Change> {
+        if !filtered {
+            return Some(c);
+        }
+        let now = c.event != "DELETED" && labels_match(&c.object, &labels);
+        let was = matched.insert(c.key.1.clone(), now).unwrap_or(false);
+        c.event = match (was, now) {
+            (false, true) => "ADDED",
+            (true, true) => c.event,
+            (true, false) => "DELETED",
+            (false, false) => return None,
+        };
+        Some(c)
+    };
     let (backlog, mut last) = {
         let store = shared.store.lock().expect("store");
         match from {
@@ -735,6 +970,7 @@ fn watch_response(
         };
         for c in backlog {
             last = last.max(c.version);
+            let Some(c) = relabel(c) else { continue };
             if !send(c).await {
                 return;
             }
@@ -746,6 +982,7 @@ fn watch_response(
                 got = live.recv() => match got {
                     Ok(c) if c.version > last && matches(&c) => {
                         last = c.version;
+                        let Some(c) = relabel(c) else { continue };
                         if !send(c).await {
                             return;
                         }

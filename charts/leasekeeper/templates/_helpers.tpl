@@ -60,6 +60,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+The election's name (the Lease's, with the kubernetes backend).
+*/}}
+{{- define "leasekeeper.election" -}}
+{{- .Values.election.name | default (include "leasekeeper.fullname" .) }}
+{{- end }}
+
+{{/*
 Whether the Pods talk to the Kubernetes API (Pod label or Lease backend): then they need
 the ServiceAccount token and the Role.
 */}}
@@ -78,6 +85,9 @@ message naming the value.
 {{- end }}
 {{- if and .Values.podLabel.enabled (eq (toString .Values.podLabel.leaderValue) (toString .Values.podLabel.followerValue)) }}
 {{- fail "podLabel.leaderValue and podLabel.followerValue must differ" }}
+{{- end }}
+{{- if and .Values.podLabel.enabled (gt (len (include "leasekeeper.election" .)) 63) }}
+{{- fail "election.name must be at most 63 characters with podLabel.enabled: each Pod carries it as the label leasekeeper.io/election" }}
 {{- end }}
 {{- if and (eq $b.type "etcd") (not $b.etcd.endpoints) }}
 {{- fail "backend.etcd.endpoints is required with backend.type=etcd" }}
@@ -164,7 +174,7 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
 - name: LEASEKEEPER_BACKEND
   value: {{ $b.type | quote }}
 - name: LEASEKEEPER_ELECTION
-  value: {{ .Values.election.name | default (include "leasekeeper.fullname" .) | quote }}
+  value: {{ include "leasekeeper.election" . | quote }}
 - name: LEASEKEEPER_HTTP_ADDR
   value: {{ printf "0.0.0.0:%d" (int .Values.sidecar.port) | quote }}
 - name: LEASEKEEPER_TTL
