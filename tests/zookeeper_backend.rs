@@ -447,3 +447,57 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         |endpoint| zk_args(endpoint, "3s", "slow"),
     );
 }
+
+/// Invariant 8: the server the leader talks to is cut off from the other two while
+/// it keeps its client connections. It goes on answering reads for syncLimit ×
+/// tickTime (~1 s here) while the quorum expires the leader's session and hands the
+/// lead on. With renew as a read (`check_stat`), renewals answered by that server in
+/// that second extended the old leader's deadline past the takeover; a renew proven
+/// by the ensemble's leader (a `multi` check) cannot be answered there.
+#[test]
+fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads() {
+    let zk = ZkEnsemble::start_partitionable(3);
+    let leader_server = (0..3)
+        .find(|&i| zk.server_mode(i).as_deref() == Some("leader"))
+        .expect("the ensemble has a leader");
+    let follower = (0..3).find(|&i| i != leader_server).expect("a follower");
+    let other = (0..3)
+        .find(|&i| i != leader_server && i != follower)
+        .expect("another server");
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |name: &str, server: usize| {
+        let mut args = zk_args(&zk.connect_string_for(server), "4s", "cutoff");
+        args.extend(common::args(&[
+            "--renew-interval",
+            "300ms",
+            "--transition-log",
+            &dir.path().join(format!("{name}.jsonl")).display().to_string(),
+        ]));
+        common::Sidecar::spawn(name, dir.path(), &args)
+    };
+    let a = spawn("a", follower);
+    a.settles_in("leader", Duration::from_secs(15));
+    let b = spawn("b", other);
+    b.settles_in("follower", Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(500));
+
+    zk.isolate(follower);
+    let took_over = common::eventually(Duration::from_secs(15), || {
+        b.leader().filter(|v| v["is_leader"] == true).map(|_| ())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    zk.heal(follower);
+    assert!(took_over.is_some(), "nobody took over from the cut-off leader");
+
+    let mut claims = std::collections::BTreeMap::new();
+    for name in ["a", "b"] {
+        let text = std::fs::read_to_string(dir.path().join(format!("{name}.jsonl")))
+            .unwrap_or_default();
+        checker::parse_claims(&text, &mut claims);
+    }
+    let mut claims: Vec<checker::LoggedClaim> = claims.into_values().collect();
+    claims.sort_by_key(|c| c.start);
+    eprintln!("claims: {claims:#?}");
+    checker::check_claims_never_overlap(&claims);
+    checker::check_tokens_strictly_grow(&claims);
+}
