@@ -610,7 +610,10 @@ async fn timed<T>(
 ) -> Result<T, BackendError> {
     let result = match timeout(limit, operation).await {
         Ok(r) => r,
-        Err(_) => Err(BackendError::TimedOut { op, limit }),
+        Err(_) => Err(BackendError::TimedOut {
+            op,
+            detail: format!("no answer within {}", humantime::format_duration(limit)),
+        }),
     };
     if result.is_err() {
         observer.backend_error(op);

@@ -337,3 +337,46 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         |endpoint| redis_args(&format!("redis://{endpoint}"), "3s", "slow"),
     );
 }
+
+/// Invariant 11, the way a slow candidate used to keep the lock from everyone: its
+/// campaign takes the lock at the store but the answer comes after the backend
+/// timeout; the next campaign (same nonce) adopts that lock and extends it, again
+/// too late to claim, and so on for as long as the link stays slow. Now a campaign
+/// without an answer in time gives back what it may have taken.
+#[test]
+fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
+    use common::faults::{FaultProxy, Link};
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let direct = redis_args(&server.url(), "3s", "hoard");
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+    let slow_args = redis_args(&format!("redis://{}", proxy.addr()), "3s", "hoard");
+
+    let mut first = Sidecar::spawn("first", dir.path(), &direct);
+    first.settles_in("leader", Duration::from_secs(10));
+    let slow = Sidecar::spawn("slow", dir.path(), &slow_args);
+    slow.settles_in("follower", Duration::from_secs(10));
+    proxy.set(Link::Delay(Duration::from_millis(1200)));
+    let status = first.terminate(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "graceful stop: {status:?}"
+    );
+    // Let the slow candidate's campaign take the free lock at the store.
+    std::thread::sleep(Duration::from_secs(4));
+    let late = Sidecar::spawn("late", dir.path(), &direct);
+    let led = eventually(Duration::from_secs(8), || {
+        late.leader().filter(|v| v["is_leader"] == true).map(|_| ())
+    });
+    assert!(
+        led.is_some(),
+        "a healthy candidate never led while the slow one held the lock: {:?}\n{}",
+        server.command("GET leasekeeper:{hoard}:lock"),
+        slow.stderr()
+    );
+    assert_ne!(
+        slow.leader().map(|v| v["is_leader"] == true),
+        Some(true),
+        "the slow candidate claims"
+    );
+}

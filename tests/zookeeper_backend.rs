@@ -471,7 +471,10 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
             "--renew-interval",
             "300ms",
             "--transition-log",
-            &dir.path().join(format!("{name}.jsonl")).display().to_string(),
+            &dir.path()
+                .join(format!("{name}.jsonl"))
+                .display()
+                .to_string(),
         ]));
         common::Sidecar::spawn(name, dir.path(), &args)
     };
@@ -487,12 +490,15 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
     });
     std::thread::sleep(Duration::from_secs(1));
     zk.heal(follower);
-    assert!(took_over.is_some(), "nobody took over from the cut-off leader");
+    assert!(
+        took_over.is_some(),
+        "nobody took over from the cut-off leader"
+    );
 
     let mut claims = std::collections::BTreeMap::new();
     for name in ["a", "b"] {
-        let text = std::fs::read_to_string(dir.path().join(format!("{name}.jsonl")))
-            .unwrap_or_default();
+        let text =
+            std::fs::read_to_string(dir.path().join(format!("{name}.jsonl"))).unwrap_or_default();
         checker::parse_claims(&text, &mut claims);
     }
     let mut claims: Vec<checker::LoggedClaim> = claims.into_values().collect();

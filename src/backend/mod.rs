@@ -36,9 +36,10 @@ pub enum BackendError {
     },
     #[error("{op}: {message}")]
     Store { op: &'static str, message: String },
-    /// No answer in time: the request may still reach the store and take effect.
-    #[error("{op}: no answer within {limit:?}")]
-    TimedOut { op: &'static str, limit: Duration },
+    /// No answer in time (the elector's limit or the client library's own): the
+    /// request may still reach the store and take effect.
+    #[error("{op}: {detail}")]
+    TimedOut { op: &'static str, detail: String },
 }
 
 impl BackendError {

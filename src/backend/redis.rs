@@ -228,9 +228,19 @@ pub struct RedisBackend {
 }
 
 pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
-    move |e| BackendError::Store {
-        op,
-        message: e.to_string(),
+    move |e| {
+        if e.is_timeout() {
+            // The connection's own response timeout: the request may still act.
+            BackendError::TimedOut {
+                op,
+                detail: e.to_string(),
+            }
+        } else {
+            BackendError::Store {
+                op,
+                message: e.to_string(),
+            }
+        }
     }
 }
 
