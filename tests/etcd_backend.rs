@@ -328,3 +328,56 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         |endpoint| etcd_args(&format!("http://{endpoint}"), "3s", "slow"),
     );
 }
+
+/// The checker's link and store faults on etcd (short; `make soak` runs them long),
+/// judged also against the store's own record. (An overwritten key keeps the head of
+/// the queue without a lease and blocks the election, as for etcdctl: the overwrite
+/// is tested on its own above.)
+#[test]
+fn etcd_survives_partitions_slow_links_and_tampering() {
+    use common::checker::{Extras, Links};
+    use common::recorder::Recorder;
+    let etcd = EtcdCluster::start(1);
+    let endpoint = etcd.endpoints();
+    let store = Recorder::etcd(vec![endpoint.clone()], "faults");
+    let rounds = vec![
+        Fault::PartitionLeader,
+        Fault::Graceful,
+        Fault::SlowLeader,
+        Fault::LeaderRepliesHeld,
+        Fault::PartitionFollower,
+        Fault::TamperDelete,
+        Fault::Kill9,
+        Fault::Graceful,
+    ];
+    let report = checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: Duration::from_secs(2),
+            candidates: 3,
+            rounds,
+            server: None,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        Extras {
+            links: Some(Links {
+                nodes: vec![endpoint
+                    .trim_start_matches("http://")
+                    .parse()
+                    .expect("addr")],
+                args: Box::new(|addrs| etcd_args(&format!("http://{}", addrs[0]), "2s", "faults")),
+            }),
+            store: Some(store),
+            tamper: Some(Box::new(move |_| {
+                let out = Command::new("etcdctl")
+                    .env("ETCDCTL_API", "3")
+                    .args(["--endpoints", &endpoint, "del", "--prefix", "faults/"])
+                    .output();
+                assert!(out.is_ok_and(|o| o.status.success()), "etcdctl del");
+            })),
+            ..Extras::default()
+        },
+    );
+    eprintln!("etcd faults: {report:?}");
+}

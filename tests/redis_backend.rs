@@ -380,3 +380,55 @@ fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
         "the slow candidate claims"
     );
 }
+
+/// The checker's link and store faults on Redis (a short, deterministic round of each;
+/// `make soak` runs them long), judged also against the store's own record.
+#[test]
+fn redis_survives_partitions_slow_links_and_tampering() {
+    use common::checker::{Extras, Links};
+    use common::recorder::Recorder;
+    let server = RedisServer::start();
+    let port = server.port;
+    let store = Recorder::redis(port, "faults");
+    let rounds = vec![
+        Fault::PartitionLeader,
+        Fault::Graceful,
+        Fault::SlowLeader,
+        Fault::LeaderRepliesHeld,
+        Fault::PartitionFollower,
+        Fault::TamperDelete,
+        Fault::Kill9,
+        Fault::TamperOverwrite,
+        Fault::Graceful,
+    ];
+    let report = checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: Duration::from_secs(1),
+            candidates: 3,
+            rounds,
+            server: None,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        Extras {
+            links: Some(Links {
+                nodes: vec![format!("127.0.0.1:{port}").parse().expect("addr")],
+                args: Box::new(|addrs| {
+                    redis_args(&format!("redis://{}", addrs[0]), "1s", "faults")
+                }),
+            }),
+            store: Some(store),
+            tamper: Some(Box::new(move |fault| {
+                let lock = "leasekeeper:{faults}:lock";
+                let command = match fault {
+                    Fault::TamperDelete => format!("DEL {lock}"),
+                    _ => format!("SET {lock} x|0|intruder PX 1000"),
+                };
+                common::redis_server::command_at(port, &command);
+            })),
+            ..Extras::default()
+        },
+    );
+    eprintln!("redis faults: {report:?}");
+}

@@ -507,3 +507,55 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
     checker::check_claims_never_overlap(&claims);
     checker::check_tokens_strictly_grow(&claims);
 }
+
+/// The checker's link and store faults on ZooKeeper (short; `make soak` runs them
+/// long), judged also against the store's own record.
+#[test]
+fn zookeeper_survives_partitions_slow_links_and_tampering() {
+    use common::checker::{Extras, Links};
+    use common::recorder::Recorder;
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let store = Recorder::zookeeper(connect.clone(), "/leasekeeper/faults".to_owned());
+    let rounds = vec![
+        Fault::PartitionLeader,
+        Fault::Graceful,
+        Fault::SlowLeader,
+        Fault::LeaderRepliesHeld,
+        Fault::PartitionFollower,
+        Fault::TamperDelete,
+        Fault::Kill9,
+        Fault::TamperOverwrite,
+        Fault::Graceful,
+    ];
+    let report = checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: Duration::from_secs(2),
+            candidates: 3,
+            rounds,
+            server: None,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        Extras {
+            links: Some(Links {
+                nodes: vec![connect.parse().expect("addr")],
+                args: Box::new(|addrs| zk_args(&addrs[0], "2s", "faults")),
+            }),
+            store: Some(store),
+            tamper: Some(Box::new(move |fault| {
+                with_zk(&connect, async |c| {
+                    let node = leader_node(&c, "/leasekeeper/faults").await;
+                    if fault == Fault::TamperDelete {
+                        c.delete(&node, None).await.expect("delete");
+                    } else {
+                        c.set_data(&node, b"intruder", None).await.expect("set");
+                    }
+                })
+            })),
+            ..Extras::default()
+        },
+    );
+    eprintln!("zookeeper faults: {report:?}");
+}

@@ -128,12 +128,7 @@ impl RedisServer {
 
     /// Sends one inline command and returns the raw reply.
     pub fn command(&self, cmd: &str) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_millis(300))).ok()?;
-        s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+        command_at(self.port, cmd)
     }
 
     pub fn pause(&self) {
@@ -202,6 +197,16 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(entry.path(), &target).expect("copy data file");
         }
     }
+}
+
+/// Sends one inline command to the server on `port` and returns the raw reply.
+pub fn command_at(port: u16, cmd: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(300))).ok()?;
+    s.write_all(format!("{cmd}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 impl Drop for RedisServer {
