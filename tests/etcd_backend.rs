@@ -303,12 +303,7 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     // An overwritten key keeps its place at the head of the queue (its create
     // revision), now without a lease: the election is stuck behind it as it is for
     // etcdctl and Go electors. What matters here is that the old tenure stopped.
-    assert!(
-        overwritten
-            .old_last_leader
-            .is_none_or(|d| d <= Duration::from_secs(1)),
-        "the leader went on claiming after its key was overwritten: {overwritten:?}"
-    );
+    common::tamper::assert_stopped_within(&overwritten, Duration::from_secs(1));
 }
 
 /// Invariant 11 on etcd (it recovered on the old main too; kept so it stays so).
@@ -329,13 +324,12 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
     );
 }
 
-/// The checker's link and store faults on etcd (short; `make soak` runs them long),
+/// The checker's link and store faults on etcd, a short deterministic round of each,
 /// judged also against the store's own record. (An overwritten key keeps the head of
 /// the queue without a lease and blocks the election, as for etcdctl: the overwrite
 /// is tested on its own above.)
 #[test]
 fn etcd_survives_partitions_slow_links_and_tampering() {
-    use common::checker::{Extras, Links};
     use common::recorder::Recorder;
     let etcd = EtcdCluster::start(1);
     let endpoint = etcd.endpoints();
@@ -350,33 +344,22 @@ fn etcd_survives_partitions_slow_links_and_tampering() {
         Fault::Kill9,
         Fault::Graceful,
     ];
-    let report = checker::run_with(
-        ElectionSpec {
-            args: Vec::new(),
-            ttl: Duration::from_secs(2),
-            candidates: 3,
-            rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
-        Extras {
-            links: Some(Links {
-                nodes: vec![endpoint
-                    .trim_start_matches("http://")
-                    .parse()
-                    .expect("addr")],
-                args: Box::new(|addrs| etcd_args(&format!("http://{}", addrs[0]), "2s", "faults")),
-            }),
-            store: Some(store),
-            tamper: Some(Box::new(move |_| {
-                let out = Command::new("etcdctl")
-                    .env("ETCDCTL_API", "3")
-                    .args(["--endpoints", &endpoint, "del", "--prefix", "faults/"])
-                    .output();
-                assert!(out.is_ok_and(|o| o.status.success()), "etcdctl del");
-            })),
-            ..Extras::default()
+    let node = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("addr");
+    let report = checker::run_link_faults(
+        Duration::from_secs(2),
+        rounds,
+        node,
+        |addr| etcd_args(&format!("http://{addr}"), "2s", "faults"),
+        store,
+        move |_| {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoint, "del", "--prefix", "faults/"])
+                .output();
+            assert!(out.is_ok_and(|o| o.status.success()), "etcdctl del");
         },
     );
     eprintln!("etcd faults: {report:?}");

@@ -140,8 +140,7 @@ pub fn outcome(seen: &[Seen], old_port: u16, old_token: u64, t0: Instant) -> Out
     let last_time = seen.iter().map(|s| s.sent).max();
     let leader_after = last_time.and_then(|end| {
         seen.iter()
-            .filter(|s| s.leader && s.sent + Duration::from_millis(200) >= end)
-            .last()
+            .rfind(|s| s.leader && s.sent + Duration::from_millis(200) >= end)
             .map(|s| (s.port, s.token.unwrap_or(0)))
     });
     Outcome {
@@ -171,5 +170,14 @@ pub fn assert_recovered(o: &Outcome, max_overlap: Duration) {
         token > o.old_token,
         "the tenure leading after the tampering (port {port}) has token {token}, not above the old {}: {o:?}",
         o.old_token
+    );
+}
+
+/// After an overwrite that hands the lease to no candidate: the old tenure stopped
+/// answering "leader" within `bound` of the tampering.
+pub fn assert_stopped_within(o: &Outcome, bound: Duration) {
+    assert!(
+        o.old_last_leader.is_none_or(|d| d <= bound),
+        "the leader went on claiming after its record was overwritten: {o:?}"
     );
 }
