@@ -152,7 +152,13 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Zookeeper(zk) => {
-            let backend = ZkBackend::new(zk, &settings.election, &settings.identity, ttl);
+            let backend = ZkBackend::new(
+                zk,
+                &settings.election,
+                &settings.identity,
+                ttl,
+                settings.timing.renew_interval,
+            );
             serve(backend, &settings, listener, log, kube).await
         }
         BackendSettings::Kubernetes { namespace } => {

@@ -10,7 +10,9 @@
 //! - **Before claiming**, the lowest node must be ours *and* owned by the current session
 //!   (Curator's double-leader bug CURATOR-1211 came from a node of an older session).
 //! - **Deadline**: the session timeout the server negotiated is the ttl (the server caps
-//!   what the client asks for at 20 × tickTime by default; the difference is logged). The
+//!   what the client asks for at 20 × tickTime by default; the difference is logged),
+//!   less one renew interval (see `lease_ttl`: in an ensemble, touches reach the
+//!   ZooKeeper leader only with the follower server's pings). The
 //!   campaign and every renew are requests of this session: their send time extends the
 //!   local deadline by one session timeout, which the server cannot expire earlier.
 //! - **Proof goes through the ZooKeeper leader** (invariant 8). A read is answered by
@@ -71,7 +73,9 @@ pub struct ZkBackend {
     dir: String,
     identity: String,
     requested: Duration,
+    /// The negotiated session timeout.
     ttl: Duration,
+    renew_interval: Duration,
     client: Option<Client>,
     /// `_c_<uuid>-latch-`: our protection prefix for this session.
     prefix: String,
@@ -101,8 +105,15 @@ impl ZkBackend {
         }
     }
 
-    pub fn new(settings: &ZkSettings, election: &str, identity: &str, ttl: Duration) -> Self {
+    pub fn new(
+        settings: &ZkSettings,
+        election: &str,
+        identity: &str,
+        ttl: Duration,
+        renew_interval: Duration,
+    ) -> Self {
         ZkBackend {
+            renew_interval,
             settings: settings.clone(),
             dir: format!("{}/{election}", settings.root.trim_end_matches('/')),
             identity: identity.to_owned(),
@@ -246,8 +257,14 @@ impl Backend for ZkBackend {
         "zookeeper"
     }
 
+    /// The session timeout less one renew interval (at most a third of it). A request
+    /// the ensemble's leader runs does not itself touch our session there: touches
+    /// reach the leader with the follower server's pings, so what the quorum is sure
+    /// of may be our previous request, up to one renew interval before this one was
+    /// sent. Measuring the claim from the send time needs that much off.
     fn lease_ttl(&self) -> Duration {
         self.ttl
+            .saturating_sub(self.renew_interval.min(self.ttl / 3))
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
