@@ -151,21 +151,9 @@ impl Node {
         wake: Arc<Notify>,
         op_timeout: Duration,
     ) -> Result<Node, BackendError> {
-        let client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(op_timeout))
-            .set_response_timeout(Some(op_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(op_timeout);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(store("connect"))?;
-        let db = settings.info.redis_settings().db();
-        let listener = tokio::spawn(listen(client, keys.clone(), db, wake, op_timeout));
-        Ok(Node { conn, listener })
+        Self::open(settings, keys, wake, op_timeout, None)
     }
-}
 
-impl Node {
     /// Like [`Node::connect`], with the command connection on RESP3 and its server
     /// pushes (tracking invalidations, and the library's own disconnect notices) sent
     /// to the returned receiver.
@@ -175,26 +163,44 @@ impl Node {
         wake: Arc<Notify>,
         op_timeout: Duration,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
-        let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
-        let resp3 = settings
-            .info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(settings.info.clone().set_redis_settings(resp3))
-            .map_err(store("connect"))?;
         let (pushed, pushes) = mpsc::unbounded_channel();
-        let config = ConnectionManagerConfig::new()
+        let node = Self::open(settings, keys, wake, op_timeout, Some(pushed))?;
+        Ok((node, pushes))
+    }
+
+    /// The command connection (on RESP3 when it forwards pushes) and the listener,
+    /// which stays on the protocol of the URL.
+    fn open(
+        settings: &RedisSettings,
+        keys: &Keys,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+        pushes: Option<mpsc::UnboundedSender<PushInfo>>,
+    ) -> Result<Node, BackendError> {
+        let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
+        let mut config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op_timeout))
             .set_response_timeout(Some(op_timeout))
             .set_number_of_retries(1)
-            .set_max_delay(op_timeout)
-            .set_push_sender(pushed);
+            .set_max_delay(op_timeout);
+        let client = match pushes {
+            Some(pushed) => {
+                config = config.set_push_sender(pushed);
+                let resp3 = settings
+                    .info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                redis::Client::open(settings.info.clone().set_redis_settings(resp3))
+                    .map_err(store("connect"))?
+            }
+            None => listen_client.clone(),
+        };
         let conn =
             ConnectionManager::new_lazy_with_config(client, config).map_err(store("connect"))?;
         let db = settings.info.redis_settings().db();
         let listener = tokio::spawn(listen(listen_client, keys.clone(), db, wake, op_timeout));
-        Ok((Node { conn, listener }, pushes))
+        Ok(Node { conn, listener })
     }
 }
 

@@ -193,6 +193,23 @@ impl ZkBackend {
         self.prefix = new_prefix();
     }
 
+    /// The proof below and a watch on our node, sent together (one round trip): the
+    /// node's stat and the watch when the proof holds and the node is there.
+    async fn prove_and_watch(
+        client: &Client,
+        path: &str,
+        op: &'static str,
+    ) -> Result<Option<(zookeeper_client::Stat, OwnWatch)>, BackendError> {
+        let proof = Self::prove_own_node(client, path, op);
+        let watched = client.check_and_watch_stat(path);
+        let (proof, watched) = tokio::join!(proof, watched);
+        let (stat, watcher) = watched.map_err(zk(op))?;
+        Ok(match stat {
+            Some(s) if proof? => Some((s, Box::pin(watcher.changed()) as OwnWatch)),
+            _ => None,
+        })
+    }
+
     /// One transaction through the ensemble's leader that checks our node is there,
     /// unchanged (see the module doc). `Ok(false)`: it is gone or not ours.
     async fn prove_own_node(
@@ -289,13 +306,9 @@ impl Backend for ZkBackend {
         if position == 0 {
             // Ours, owned by this very session (CURATOR-1211), and proven where the
             // session would expire; the two requests go out together.
-            let proof = Self::prove_own_node(&client, &first_path, "campaign");
-            let watched = client.check_and_watch_stat(&first_path);
-            let (proof, watched) = tokio::join!(proof, watched);
-            let (stat, watcher) = watched.map_err(zk("campaign"))?;
-            return match stat {
-                Some(s) if proof? && s.ephemeral_owner == client.session_id().0 => {
-                    self.own_watch = Some(Box::pin(watcher.changed()));
+            return match Self::prove_and_watch(&client, &first_path, "campaign").await? {
+                Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
+                    self.own_watch = Some(watch);
                     Ok(Campaign::Acquired {
                         token: u64::try_from(s.czxid).unwrap_or(0),
                     })
@@ -342,14 +355,10 @@ impl Backend for ZkBackend {
         }
         // The watch on our node ended without news (a disconnect): set it again in
         // the same round trip as the proof.
-        let proof = Self::prove_own_node(&client, &path, "renew");
-        let watched = client.check_and_watch_stat(&path);
-        let (proof, watched) = tokio::join!(proof, watched);
-        let (stat, watcher) = watched.map_err(zk("renew"))?;
-        if !proof? || stat.is_none() {
+        let Some((_, watch)) = Self::prove_and_watch(&client, &path, "renew").await? else {
             return Ok(Renewal::Lost);
-        }
-        self.own_watch = Some(Box::pin(watcher.changed()));
+        };
+        self.own_watch = Some(watch);
         Ok(Renewal::Renewed)
     }
 
