@@ -364,3 +364,66 @@ fn etcd_survives_partitions_slow_links_and_tampering() {
     );
     eprintln!("etcd faults: {report:?}");
 }
+
+/// A member cut off from the other two (network namespaces, blackhole routes: the
+/// sidecars still reach it), alternately while it is the raft leader and the member
+/// every sidecar talks to first, and while it is a follower; the claims are checked
+/// against an etcd watch of the election.
+#[test]
+fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
+    use common::recorder::Recorder;
+    let etcd = EtcdCluster::start_partitionable(3);
+    let endpoints = etcd.endpoints();
+    let store = Recorder::etcd(
+        endpoints.split(',').map(str::to_owned).collect(),
+        "partition",
+    );
+    let mut cuts = 0;
+    let isolate = move |node: usize, cut: bool| {
+        if cut {
+            // Every other cut takes the raft leader (moved to that member first).
+            if cuts % 2 == 0 {
+                assert!(etcd.move_leader(node), "raft leadership to member {node}");
+            }
+            let leader = etcd.raft_leader();
+            eprintln!("cutting member {node} off (raft leader: {leader:?})");
+            etcd.isolate(node);
+            cuts += 1;
+        } else {
+            etcd.heal(node);
+            // Healed when it has caught up: its own health check needs a quorum.
+            let back = eventually(Duration::from_secs(10), || etcd.raft_leader().map(|_| ()));
+            assert!(back.is_some(), "no raft leader after healing member {node}");
+        }
+    };
+    let rounds = vec![
+        Fault::IsolateStoreNode,
+        Fault::Graceful,
+        Fault::IsolateStoreNode,
+        Fault::Kill9,
+        Fault::IsolateStoreNode,
+        Fault::IsolateStoreNode,
+        Fault::Graceful,
+    ];
+    let report = checker::run_with(
+        ElectionSpec {
+            args: etcd_args(&endpoints, "2s", "partition"),
+            ttl: Duration::from_secs(2),
+            candidates: 3,
+            rounds,
+            server: None,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        checker::Extras {
+            store: Some(store),
+            isolate: Some(Box::new(isolate)),
+            // Member 0 (first in every sidecar's list: the one the leader talks to),
+            // then the others.
+            isolate_nodes: vec![0, 0, 1, 2],
+            ..checker::Extras::default()
+        },
+    );
+    eprintln!("etcd partitions: {report:?}");
+    assert_eq!(report.faults.get("isolate-node"), Some(&4));
+}

@@ -333,3 +333,64 @@ fn restored_node(election: &str, node1_hangs: bool) {
     );
     assert!(p3_exit.is_some_and(|s| s.success()) && p4_exit.is_some_and(|s| s.success()));
 }
+
+/// Every sidecar reaches every node through its own proxy: a minority of nodes cut off
+/// from the leader only, another minority from one follower only, whole-link cuts and a
+/// slow leader.
+fn cut_links_run(nodes: usize, rounds: Vec<Fault>) -> checker::Report {
+    let cluster = RedisCluster::start(nodes);
+    let addrs = cluster
+        .nodes
+        .iter()
+        .map(|n| std::net::SocketAddr::from(([127, 0, 0, 1], n.port)))
+        .collect();
+    let report = checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: Duration::from_secs(1),
+            candidates: 3,
+            rounds,
+            server: None,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        checker::Extras {
+            links: Some(checker::Links {
+                nodes: addrs,
+                args: Box::new(|proxies| {
+                    let urls = proxies
+                        .iter()
+                        .map(|a| format!("redis://{a}"))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    redlock_args(&urls, "1s", "links")
+                }),
+            }),
+            ..checker::Extras::default()
+        },
+    );
+    drop(cluster);
+    report
+}
+
+#[test]
+fn redlock_survives_minorities_cut_from_one_candidate_and_partitions() {
+    let rounds = vec![
+        Fault::MinorityCut,
+        Fault::Graceful,
+        Fault::MinorityCut,
+        Fault::PartitionLeader,
+        Fault::MinorityCut,
+        Fault::PartitionFollower,
+        Fault::SlowLeader,
+        Fault::Graceful,
+    ];
+    let report = cut_links_run(3, rounds);
+    eprintln!("redlock(3) links: {report:?}");
+    assert_eq!(report.faults.get("minority-cut"), Some(&3));
+    let report = cut_links_run(
+        5,
+        vec![Fault::MinorityCut, Fault::Graceful, Fault::MinorityCut],
+    );
+    eprintln!("redlock(5) links: {report:?}");
+}

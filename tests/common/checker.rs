@@ -220,6 +220,11 @@ pub enum Fault {
     TamperOverwrite,
     /// Cut one node of a replicated store off from the others (`Extras::isolate`).
     IsolateStoreNode,
+    /// Cut the leader off from a minority of the store's nodes, and one follower from
+    /// another minority (their links to the rest stay up): a leader remains or appears;
+    /// then the leader stops gracefully and another takes over within the crash bound,
+    /// while those minorities are still cut (Redlock: quorums of the two overlap).
+    MinorityCut,
 }
 
 impl Fault {
@@ -240,6 +245,7 @@ impl Fault {
             Fault::TamperDelete => "tamper-delete",
             Fault::TamperOverwrite => "tamper-overwrite",
             Fault::IsolateStoreNode => "isolate-node",
+            Fault::MinorityCut => "minority-cut",
         }
     }
 }
@@ -778,6 +784,51 @@ impl Election<'_> {
                     new.is_some(),
                     "no new leader within 3 ttl + 2 s of slowing the leader's link"
                 );
+            }
+            Fault::MinorityCut => {
+                use super::faults::Link;
+                let n = self.proxies.get(li).map_or(0, Vec::len);
+                let minority = n.saturating_sub(1) / 2;
+                assert!(
+                    minority > 0,
+                    "MinorityCut needs Extras::links to 3 or more nodes"
+                );
+                let first = report.node_faults % n;
+                report.node_faults += 1;
+                let for_leader: Vec<usize> = (0..minority).map(|k| (first + k) % n).collect();
+                let for_follower: Vec<usize> =
+                    (0..minority).map(|k| (first + minority + k) % n).collect();
+                let fi = (li + 1) % self.slots.len();
+                let set = |e: &Self, slot: usize, nodes: &[usize], link: fn() -> Link| {
+                    for &node in nodes {
+                        if let Some(p) = e.proxies.get(slot).and_then(|ps| ps.get(node)) {
+                            p.set(link());
+                        }
+                    }
+                };
+                set(self, li, &for_leader, || Link::Blackhole);
+                set(self, fi, &for_follower, || Link::Blackhole);
+                std::thread::sleep(ttl + Duration::from_millis(300));
+                let during = self.find_leader(None, crash_bound);
+                // The leader leaves; its release reaches only the nodes it still sees.
+                self.slots[li].signal(libc::SIGTERM);
+                let new = self.takeover(fault, old_port, crash_bound, report);
+                let stopped = self.slots[li].wait_exit(Duration::from_secs(5));
+                set(self, li, &for_leader, || Link::Pass);
+                set(self, fi, &for_follower, || Link::Pass);
+                assert!(
+                    during.is_some(),
+                    "no leader while only minorities were cut from two candidates"
+                );
+                assert!(
+                    new.is_some(),
+                    "no new leader within ttl + 1 s of a graceful stop with {minority} of {n} nodes cut off from the leader"
+                );
+                assert!(
+                    stopped.is_some_and(|s| s.success()),
+                    "graceful stop exited with {stopped:?}"
+                );
+                self.respawn(li);
             }
             Fault::PartitionFollower => {
                 use super::faults::Link;

@@ -8,10 +8,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::checker::{stop_members, Members};
+use super::netns::NetLab;
 use super::{eventually, free_port};
 
 struct Member {
     name: String,
+    /// The address it listens on (loopback, or its host in a [`NetLab`]).
+    host: String,
     client: u16,
     peer: u16,
     data: PathBuf,
@@ -22,6 +25,9 @@ pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     initial: String,
+    /// Set by [`EtcdCluster::start_partitionable`]: one network namespace per member.
+    /// (Dropped after the members are killed.)
+    lab: Option<NetLab>,
 }
 
 fn temp_dir() -> tempfile::TempDir {
@@ -34,10 +40,11 @@ fn temp_dir() -> tempfile::TempDir {
 }
 
 /// GET on a member's client port; the body.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+fn http_get(host: &str, port: u16, path: &str) -> Option<String> {
+    let addr = std::net::SocketAddr::new(host.parse().ok()?, port);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
@@ -46,6 +53,17 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 
 impl EtcdCluster {
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_in(n, None)
+    }
+
+    /// `n` members, each in its own network namespace ([`NetLab`]), so that one can be
+    /// cut off from the others while its clients still reach it
+    /// ([`EtcdCluster::isolate`]).
+    pub fn start_partitionable(n: usize) -> EtcdCluster {
+        EtcdCluster::start_in(n, Some(NetLab::new(n)))
+    }
+
+    fn start_in(n: usize, lab: Option<NetLab>) -> EtcdCluster {
         let mut dir = temp_dir();
         if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
             dir.disable_cleanup(true);
@@ -54,21 +72,26 @@ impl EtcdCluster {
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("e{i}"),
-                client: free_port(),
-                peer: free_port(),
+                host: lab
+                    .as_ref()
+                    .map_or_else(|| "127.0.0.1".to_owned(), |l| l.addr(i).to_string()),
+                // A namespace of its own has every port free.
+                client: if lab.is_some() { 2379 } else { free_port() },
+                peer: if lab.is_some() { 2380 } else { free_port() },
                 data: dir.path().join(format!("e{i}")),
                 child: None,
             })
             .collect();
         let initial = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .map(|m| format!("{}=http://{}:{}", m.name, m.host, m.peer))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = EtcdCluster {
             dir,
             members,
             initial,
+            lab,
         };
         for i in 0..n {
             cluster.start_member(i);
@@ -83,9 +106,12 @@ impl EtcdCluster {
         let initial = self.initial.clone();
         let log = std::fs::File::create(self.dir.path().join(format!("e{i}.log"))).expect("log");
         let m = &mut self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client);
-        let peer = format!("http://127.0.0.1:{}", m.peer);
-        let mut cmd = Command::new("etcd");
+        let client = format!("http://{}:{}", m.host, m.client);
+        let peer = format!("http://{}:{}", m.host, m.peer);
+        let mut cmd = match &self.lab {
+            Some(lab) => lab.command(i, "etcd"),
+            None => Command::new("etcd"),
+        };
         for (k, _) in std::env::vars() {
             if k.starts_with("ETCD_") {
                 cmd.env_remove(k);
@@ -129,9 +155,9 @@ impl EtcdCluster {
     }
 
     fn wait_healthy(&self, i: usize) {
-        let port = self.members[i].client;
+        let m = &self.members[i];
         let ok = eventually(Duration::from_secs(20), || {
-            http_get(port, "/health")
+            http_get(&m.host, m.client, "/health")
                 .filter(|b| b.contains("true"))
                 .map(|_| ())
         });
@@ -141,37 +167,89 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("http://{}:{}", m.host, m.client))
             .collect::<Vec<_>>()
             .join(",")
     }
 
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client)
+        let m = &self.members[i];
+        format!("http://{}:{}", m.host, m.client)
+    }
+
+    /// Cuts member `i` off from the other members; its clients still reach it.
+    pub fn isolate(&self, i: usize) {
+        self.lab
+            .as_ref()
+            .expect("a cluster from start_partitionable")
+            .isolate(i);
+    }
+
+    /// Undoes [`EtcdCluster::isolate`].
+    pub fn heal(&self, i: usize) {
+        self.lab
+            .as_ref()
+            .expect("a cluster from start_partitionable")
+            .heal(i);
+    }
+
+    /// Makes member `to` the raft leader (`etcdctl move-leader`); whether it took.
+    pub fn move_leader(&self, to: usize) -> bool {
+        if self.raft_leader() == Some(to) {
+            return true;
+        }
+        let Some(from) = self.raft_leader() else {
+            return false;
+        };
+        let id = self.member_id(to);
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint(from), "move-leader", &id])
+            .output();
+        out.is_ok_and(|o| o.status.success())
+            && eventually(Duration::from_secs(5), || {
+                (self.raft_leader() == Some(to)).then_some(())
+            })
+            .is_some()
+    }
+
+    /// Member `i`'s id, in hex as etcdctl takes it.
+    fn member_id(&self, i: usize) -> String {
+        self.status(i)
+            .and_then(|s| s["header"]["member_id"].as_u64())
+            .map(|id| format!("{id:x}"))
+            .unwrap_or_default()
+    }
+
+    /// `etcdctl endpoint status` of member `i`.
+    fn status(&self, i: usize) -> Option<serde_json::Value> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &self.endpoint(i),
+                "--command-timeout",
+                "1s",
+                "endpoint",
+                "status",
+                "-w",
+                "json",
+            ])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some(v[0]["Status"].clone())
     }
 
     /// The index of the member that is the raft leader, as a live member reports it.
-    fn raft_leader(&self) -> Option<usize> {
+    pub fn raft_leader(&self) -> Option<usize> {
         for (i, m) in self.members.iter().enumerate() {
             if m.child.is_none() {
                 continue;
             }
-            let out = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .args([
-                    "--endpoints",
-                    &self.endpoint(i),
-                    "--command-timeout",
-                    "1s",
-                    "endpoint",
-                    "status",
-                    "-w",
-                    "json",
-                ])
-                .output()
-                .ok()?;
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-            let status = &v[0]["Status"];
+            let Some(status) = self.status(i) else {
+                continue;
+            };
             let (me, leader) = (
                 status["header"]["member_id"].as_u64(),
                 status["leader"].as_u64(),
@@ -196,7 +274,8 @@ impl EtcdCluster {
 
     /// A counter from a member's Prometheus metrics, summed over matching lines.
     pub fn metric(&self, i: usize, name: &str, label: &str) -> f64 {
-        let body = http_get(self.members[i].client, "/metrics").unwrap_or_default();
+        let m = &self.members[i];
+        let body = http_get(&m.host, m.client, "/metrics").unwrap_or_default();
         body.lines()
             .filter(|l| l.starts_with(name) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

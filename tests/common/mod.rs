@@ -10,6 +10,7 @@ pub mod etcd_server;
 pub mod fake_kube;
 pub mod faults;
 pub mod http;
+pub mod netns;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
