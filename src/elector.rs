@@ -324,6 +324,14 @@ impl<B: Backend> Elector<B> {
                     self.observe(holder);
                     self.follow().await;
                 }
+                Err(_) if crate::sabotage::claims_on_error() => {
+                    let token = self.last_token.map_or(1, |t| t + 1);
+                    self.last_token = Some(token);
+                    let deadline = sent + self.claim_length();
+                    if let TenureEnd::Shutdown = self.lead(token, sent, deadline).await {
+                        return Exit::Shutdown;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, backend = self.backend.name(), "campaign failed; retrying");
                     self.status.send_modify(|s| {
@@ -372,7 +380,19 @@ impl<B: Backend> Elector<B> {
     }
 
     fn claim_length(&self) -> Duration {
-        self.timing.claim_length(self.backend.lease_ttl())
+        self.timing.claim_length(self.backend.lease_ttl()) + crate::sabotage::overclaim()
+    }
+
+    /// Misbehaves on purpose when a checker self-test asks (see [`crate::sabotage`]):
+    /// gives the lease back, then goes on claiming. A no-op otherwise.
+    async fn overclaim_after(&mut self, release: bool) {
+        let extra = crate::sabotage::overclaim();
+        if !extra.is_zero() {
+            if release {
+                self.release_quietly().await;
+            }
+            sleep(extra).await;
+        }
     }
 
     /// The configured renew interval, or a third of the claim when the store granted
@@ -434,6 +454,7 @@ impl<B: Backend> Elector<B> {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
+                    self.overclaim_after(true).await;
                     self.step_down(token, "shutdown");
                     self.observer.released();
                     self.await_publishers().await;
@@ -441,11 +462,21 @@ impl<B: Backend> Elector<B> {
                     return TenureEnd::Shutdown;
                 }
                 Some(req) = self.releases.recv() => {
+                    let req = if crate::sabotage::overclaim().is_zero() {
+                        Some(req)
+                    } else {
+                        // Misbehaving on purpose: answer at once, claim on after.
+                        let _ = req.send(true);
+                        None
+                    };
+                    self.overclaim_after(true).await;
                     self.step_down(token, "release requested");
                     self.observer.released();
                     self.await_publishers().await;
                     self.release_quietly().await;
-                    let _ = req.send(true);
+                    if let Some(req) = req {
+                        let _ = req.send(true);
+                    }
                     return TenureEnd::Released;
                 }
                 _ = self.backend.record_lost() => {
@@ -507,6 +538,7 @@ impl<B: Backend> Elector<B> {
     }
 
     async fn lose(&mut self, token: FencingToken, reason: &'static str) -> TenureEnd {
+        self.overclaim_after(false).await;
         self.step_down(token, reason);
         self.observer.lost();
         tracing::warn!(token, reason, "lost leadership");

@@ -10,4 +10,5 @@ pub mod clock;
 pub mod config;
 pub mod elector;
 pub mod publish;
+pub mod sabotage;
 pub mod status;

@@ -278,6 +278,8 @@ pub struct Extras {
     pub isolate: Option<Box<dyn FnMut(usize, bool)>>,
     /// Nodes that `IsolateStoreNode` may pick, round robin (all when empty).
     pub isolate_nodes: Vec<usize>,
+    /// Extra environment for every sidecar (the self-tests' misbehaviour switches).
+    pub sidecar_env: Vec<(String, String)>,
 }
 
 /// How long a tampered record may go on being claimed after another tenure began
@@ -465,7 +467,8 @@ impl Election<'_> {
             "--enable-release-endpoint".to_owned(),
         ]);
         let name = format!("cand-{slot}-g{}", self.generation);
-        let sidecar = Sidecar::spawn(&name, self.dir.path(), &args);
+        let sidecar =
+            Sidecar::spawn_with_env(&name, self.dir.path(), &args, &self.extras.sidecar_env);
         assert!(
             sidecar.wait_listening(Duration::from_secs(10)),
             "{name} never listened:\n{}",

@@ -170,6 +170,16 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts `leasekeeper` with `args` plus its identity, listener and JSON logs.
     pub fn spawn(name: &str, dir: &Path, args: &[String]) -> Sidecar {
+        Sidecar::spawn_with_env(name, dir, args, &[])
+    }
+
+    /// [`Sidecar::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        dir: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Sidecar {
         let port = free_port();
         let stderr_path = dir.join(format!("{name}-{port}.stderr"));
         let stderr = File::create(&stderr_path).expect("stderr file");
@@ -184,6 +194,7 @@ impl Sidecar {
                 "json",
             ])
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,272 @@
+//! The checker's self-tests against misbehaving sidecars: for each fault kind, one
+//! round with sidecars (debug builds of the real binary) switched to misbehave
+//! (`src/sabotage.rs`), and the checker must fail the run for two leaders, seen from
+//! outside, in the claim logs or against the store.
+//!
+//! Two misbehaviours cover the kinds: an *overclaim* (claim 2 s past the deadline, and
+//! on every end of a tenure give the lease back first and claim 2 s more), for every
+//! fault that moves the lease; and a *claim on error* (a failed campaign counts as won)
+//! for the faults that cut a follower or a store node off while the leader stays.
+//! Under kill -9 the victim cannot act at all; what the others do then is a takeover
+//! like the ones above, and a takeover the store never granted is the recorder's own
+//! self-test (`a_claim_the_store_never_granted_fails`). A restarted Redlock node while
+//! the leader stays gives no misbehaving sidecar anything to do differently.
+
+mod common;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
+use common::etcd_server::EtcdCluster;
+use common::recorder::Recorder;
+use common::redis_server::RedisServer;
+use common::{etcd_args, redis_args, redlock_args};
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn overclaim() -> Vec<(String, String)> {
+    vec![("LEASEKEEPER_TEST_OVERCLAIM".to_owned(), "2s".to_owned())]
+}
+
+fn claim_on_error() -> Vec<(String, String)> {
+    vec![("LEASEKEEPER_TEST_CLAIM_ON_ERROR".to_owned(), "1".to_owned())]
+}
+
+/// Runs `f`, which must fail with one of the checker's verdicts on two leaders.
+fn caught(what: &str, f: impl FnOnce()) {
+    let verdicts = [
+        "two leaders at once",
+        "seen from outside",
+        "seen against the store",
+        "answered as leader",
+        "says it leads",
+        "fencing token did not grow",
+    ];
+    let Err(panic) = catch_unwind(AssertUnwindSafe(f)) else {
+        panic!("{what}: the checker passed a misbehaving sidecar");
+    };
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(
+        verdicts.iter().any(|v| message.contains(v)),
+        "{what}: the run failed, but not with a verdict on leaders: {message}"
+    );
+    eprintln!("{what}: caught: {}", message.lines().next().unwrap_or(""));
+}
+
+/// One Redis server, every sidecar through its own proxy, the Redis recorder, and
+/// tampering by DEL/SET: one round of `fault` with `env` switched on.
+fn redis_round(fault: Fault, env: Vec<(String, String)>) {
+    let mut server = RedisServer::start();
+    let port = server.port;
+    let election = "selftest";
+    let lock = format!("leasekeeper:{{{election}}}:lock");
+    caught(fault.name(), || {
+        checker::run_with(
+            ElectionSpec {
+                args: Vec::new(),
+                ttl: TTL,
+                candidates: 3,
+                rounds: vec![fault],
+                server: Some(&mut server),
+                takeover_while_leader_paused: true,
+                restart_loses_data: true,
+            },
+            Extras {
+                links: Some(Links {
+                    nodes: vec![([127, 0, 0, 1], port).into()],
+                    args: Box::new(move |a| {
+                        redis_args(&format!("redis://{}", a[0]), "1s", election)
+                    }),
+                }),
+                store: Some(Recorder::redis(port, election)),
+                tamper: Some(Box::new(move |fault| {
+                    let command = match fault {
+                        Fault::TamperDelete => format!("DEL {lock}"),
+                        _ => format!("SET {lock} x|0|intruder PX 1000"),
+                    };
+                    common::redis_server::command_at(port, &command);
+                })),
+                sidecar_env: env,
+                ..Extras::default()
+            },
+        );
+    });
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_graceful_stop() {
+    redis_round(Fault::Graceful, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_release() {
+    redis_round(Fault::Release, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_paused_leader() {
+    redis_round(Fault::PauseLeader, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_paused_store() {
+    redis_round(Fault::PauseServer, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_store_restart() {
+    redis_round(Fault::RestartServer, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_partitioned_leader() {
+    redis_round(Fault::PartitionLeader, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_slow_leader() {
+    redis_round(Fault::SlowLeader, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_held_replies() {
+    redis_round(Fault::LeaderRepliesHeld, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_deleted_record() {
+    redis_round(Fault::TamperDelete, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_an_overwritten_record() {
+    redis_round(Fault::TamperOverwrite, overclaim());
+}
+
+#[test]
+fn a_claim_on_error_is_caught_under_a_partitioned_follower() {
+    redis_round(Fault::PartitionFollower, claim_on_error());
+}
+
+/// Three Redis nodes (Redlock), every sidecar through its own proxies.
+fn redlock_round(fault: Fault, env: Vec<(String, String)>) {
+    let mut cluster = RedisCluster::start(3);
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| ([127, 0, 0, 1], n.port).into())
+        .collect();
+    caught(fault.name(), || {
+        checker::run_with(
+            ElectionSpec {
+                args: Vec::new(),
+                ttl: TTL,
+                candidates: 3,
+                rounds: vec![fault],
+                server: Some(&mut cluster),
+                takeover_while_leader_paused: true,
+                restart_loses_data: true,
+            },
+            Extras {
+                links: Some(Links {
+                    nodes,
+                    args: Box::new(|proxies| {
+                        let urls = proxies
+                            .iter()
+                            .map(|a| format!("redis://{a}"))
+                            .collect::<Vec<_>>()
+                            .join(",");
+                        redlock_args(&urls, "1s", "selftest")
+                    }),
+                }),
+                sidecar_env: env,
+                ..Extras::default()
+            },
+        );
+    });
+}
+
+#[test]
+fn an_overclaim_is_caught_under_minorities_cut_from_two_candidates() {
+    redlock_round(Fault::MinorityCut, overclaim());
+}
+
+#[test]
+fn an_overclaim_is_caught_under_a_paused_store_minority() {
+    redlock_round(Fault::PauseMinority, overclaim());
+}
+
+/// An etcd member cut off from the others while it serves the sidecars (it is the
+/// only endpoint they know, so they cannot move on): the candidates whose campaigns
+/// fail there claim anyway.
+#[test]
+fn a_claim_on_error_is_caught_under_an_isolated_store_node() {
+    let etcd = EtcdCluster::start_partitionable(3);
+    let endpoints = etcd.endpoint(0);
+    caught("isolate-node", || {
+        checker::run_with(
+            ElectionSpec {
+                args: etcd_args(&endpoints, "1s", "selftest"),
+                ttl: TTL,
+                candidates: 3,
+                rounds: vec![Fault::IsolateStoreNode],
+                server: None,
+                takeover_while_leader_paused: true,
+                restart_loses_data: false,
+            },
+            Extras {
+                isolate: Some(Box::new(move |node, cut| {
+                    if cut {
+                        etcd.isolate(node);
+                    } else {
+                        etcd.heal(node);
+                    }
+                })),
+                isolate_nodes: vec![0],
+                sidecar_env: claim_on_error(),
+                ..Extras::default()
+            },
+        );
+    });
+}
+
+/// Without the switches the same harness passes: the verdicts above come from the
+/// misbehaviour, not from the harness.
+#[test]
+fn the_same_rounds_pass_with_well_behaved_sidecars() {
+    let mut server = RedisServer::start();
+    let port = server.port;
+    checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: TTL,
+            candidates: 3,
+            rounds: vec![
+                Fault::Graceful,
+                Fault::Release,
+                Fault::PartitionLeader,
+                Fault::PartitionFollower,
+                Fault::TamperDelete,
+            ],
+            server: Some(&mut server),
+            takeover_while_leader_paused: true,
+            restart_loses_data: true,
+        },
+        Extras {
+            links: Some(Links {
+                nodes: vec![([127, 0, 0, 1], port).into()],
+                args: Box::new(move |a| redis_args(&format!("redis://{}", a[0]), "1s", "selftest")),
+            }),
+            store: Some(Recorder::redis(port, "selftest")),
+            tamper: Some(Box::new(move |_| {
+                common::redis_server::command_at(port, "DEL leasekeeper:{selftest}:lock");
+            })),
+            ..Extras::default()
+        },
+    );
+}
