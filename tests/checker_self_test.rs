@@ -270,3 +270,30 @@ fn the_same_rounds_pass_with_well_behaved_sidecars() {
         },
     );
 }
+
+/// The Lease on the fake Kubernetes API, with the fake's own record of every Lease
+/// write as the store's truth.
+#[test]
+fn an_overclaim_is_caught_on_the_lease_backend() {
+    let mut api = common::fake_kube::FakeKube::start("team");
+    let kubeconfig = api.kubeconfig();
+    let store = api.lease_recorder("selftest");
+    caught("kubernetes graceful", || {
+        checker::run_with(
+            ElectionSpec {
+                args: common::kube_args(&kubeconfig, "2s", "selftest"),
+                ttl: Duration::from_secs(2),
+                candidates: 3,
+                rounds: vec![Fault::Graceful],
+                server: Some(&mut api),
+                takeover_while_leader_paused: true,
+                restart_loses_data: false,
+            },
+            Extras {
+                store: Some(store),
+                sidecar_env: overclaim(),
+                ..Extras::default()
+            },
+        );
+    });
+}

@@ -33,15 +33,28 @@ fn kubernetes_lease_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: kube_args(&kubeconfig, "2s", "checker"),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
-        rounds,
-        server: Some(&mut api),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+    // Every write of the Lease, noted by the fake as it makes it: the claims are
+    // judged against the store too.
+    let store = api.lease_recorder("checker");
+    let report = checker::run_with(
+        ElectionSpec {
+            args: kube_args(&kubeconfig, "2s", "checker"),
+            ttl: Duration::from_secs(2),
+            candidates: 3,
+            rounds,
+            server: Some(&mut api),
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        },
+        checker::Extras {
+            store: Some(store),
+            ..checker::Extras::default()
+        },
+    );
+    assert!(
+        report.longest_past_store_ms.is_some(),
+        "the Lease recorder saw no handover"
+    );
     eprintln!("kubernetes: {report:?}; requests {:?}", api.requests());
     assert!(report.claims >= 30, "only {} tenures", report.claims);
     assert_within_rbac(&api);

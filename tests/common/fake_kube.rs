@@ -51,6 +51,8 @@ struct Change {
 #[derive(Default)]
 struct Store {
     version: u64,
+    /// Lease name → the recorder fed with each write of that Lease's holder.
+    lease_recorders: Vec<(String, super::recorder::RecordSink)>,
     /// (kind, namespace, name) → object.
     objects: BTreeMap<(&'static str, String, String), Value>,
     history: Vec<Change>,
@@ -95,6 +97,7 @@ impl FakeKube {
         let (changes, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store {
+                lease_recorders: Vec::new(),
                 label_key: "leasekeeper.io/leader".to_owned(),
                 ..Store::default()
             }),
@@ -251,6 +254,7 @@ impl FakeKube {
         store.version += 1;
         let version = store.version;
         obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
+        note_lease(&store, name, None);
         let change = Change {
             version,
             kind: "leases",
@@ -260,6 +264,13 @@ impl FakeKube {
         };
         store.history.push(change.clone());
         let _ = self.shared.changes.send(change);
+    }
+
+    /// A store recorder for Lease `name`: every write of it, noted as it is made.
+    pub fn lease_recorder(&self, name: &str) -> super::recorder::Recorder {
+        let (recorder, sink) = super::recorder::Recorder::fed();
+        self.store().lease_recorders.push((name.to_owned(), sink));
+        recorder
     }
 
     /// Every write so far, in order: (resourceVersion, kind, name, object).
@@ -393,6 +404,25 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Tells the Lease's recorders who holds it now: `holderIdentity` with the
+/// `leaseTransitions` it carries as token (none when deleted or released).
+fn note_lease(store: &Store, name: &str, lease: Option<&Value>) {
+    let holder = lease.and_then(|l| {
+        let identity = l["spec"]["holderIdentity"]
+            .as_str()
+            .filter(|h| !h.is_empty())?;
+        Some(super::recorder::Tenure {
+            identity: identity.to_owned(),
+            token: l["spec"]["leaseTransitions"].as_u64().unwrap_or(0),
+        })
+    });
+    for (lease_name, sink) in &store.lease_recorders {
+        if lease_name == name {
+            sink.note(holder.clone());
+        }
+    }
+}
+
 /// Stores `obj` under a new resourceVersion and tells the watchers.
 fn write(
     shared: &Shared,
@@ -411,6 +441,9 @@ fn write(
     if obj["metadata"]["uid"].is_null() {
         obj["metadata"]["uid"] = Value::String(format!("uid-{kind}-{name}-{version}"));
         obj["metadata"]["creationTimestamp"] = Value::String("2026-11-22T00:00:00Z".to_owned());
+    }
+    if kind == "leases" {
+        note_lease(store, name, Some(&obj));
     }
     if kind == "pods" {
         let key = store.label_key.clone();

@@ -264,6 +264,36 @@ impl Recorder {
     }
 }
 
+/// Where a store that records itself (the fake Kubernetes API) notes its changes.
+#[derive(Clone)]
+pub struct RecordSink {
+    changes: Changes,
+}
+
+impl RecordSink {
+    /// Notes `holder` now, if it differs from the last one noted.
+    pub fn note(&self, holder: Option<Tenure>) {
+        note(&self.changes, holder);
+    }
+}
+
+impl Recorder {
+    /// A recorder fed by the store itself, in the same step as each write (exact, not
+    /// on arrival): the fake Kubernetes API notes every write of the Lease.
+    pub fn fed() -> (Recorder, RecordSink) {
+        let changes: Changes = Arc::new(Mutex::new(Vec::new()));
+        let sink = RecordSink {
+            changes: changes.clone(),
+        };
+        let recorder = Recorder {
+            changes,
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        };
+        (recorder, sink)
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
