@@ -36,6 +36,17 @@ fn kubernetes_lease_survives_the_checker() {
     // Every write of the Lease, noted by the fake as it makes it: the claims are
     // judged against the store too.
     let store = api.lease_recorder("checker");
+    // Each sidecar labels its own Pod (named after it, made up front for every
+    // generation the rounds can start): in the store's order of Pod writes, never two
+    // Pods of the election with the leader value (DESIGN invariant 12).
+    for slot in 0..3 {
+        for generation in 1..=50 {
+            api.add_pod(
+                &format!("cand-{slot}-g{generation}"),
+                &[("app", "demo"), (ELECTION, "checker")],
+            );
+        }
+    }
     let report = checker::run_with(
         ElectionSpec {
             args: kube_args(&kubeconfig, "2s", "checker"),
@@ -48,6 +59,11 @@ fn kubernetes_lease_survives_the_checker() {
         },
         checker::Extras {
             store: Some(store),
+            sidecar_args: Some(Box::new(|name| {
+                ["--pod-label", "--pod-name", name]
+                    .map(str::to_owned)
+                    .to_vec()
+            })),
             ..checker::Extras::default()
         },
     );
@@ -55,6 +71,22 @@ fn kubernetes_lease_survives_the_checker() {
         report.longest_past_store_ms.is_some(),
         "the Lease recorder saw no handover"
     );
+    let mut labels = std::collections::BTreeMap::new();
+    let mut leader_labels = 0;
+    for (pod, value) in api.label_history() {
+        labels.insert(pod, value);
+        let leading: Vec<&String> = labels
+            .iter()
+            .filter(|(_, v)| v.as_deref() == Some("true"))
+            .map(|(p, _)| p)
+            .collect();
+        assert!(
+            leading.len() <= 1,
+            "two Pods labelled leader at once: {leading:?}"
+        );
+        leader_labels += usize::from(!leading.is_empty());
+    }
+    assert!(leader_labels > 0, "no Pod was ever labelled leader");
     eprintln!("kubernetes: {report:?}; requests {:?}", api.requests());
     assert!(report.claims >= 30, "only {} tenures", report.claims);
     assert_within_rbac(&api);

@@ -280,6 +280,9 @@ pub struct Extras {
     pub isolate_nodes: Vec<usize>,
     /// Extra environment for every sidecar (the self-tests' misbehaviour switches).
     pub sidecar_env: Vec<(String, String)>,
+    /// Extra flags for the sidecar of this name (`cand-<slot>-g<generation>`).
+    #[allow(clippy::type_complexity)]
+    pub sidecar_args: Option<Box<dyn Fn(&str) -> Vec<String>>>,
 }
 
 /// How long a tampered record may go on being claimed after another tenure began
@@ -467,6 +470,9 @@ impl Election<'_> {
             "--enable-release-endpoint".to_owned(),
         ]);
         let name = format!("cand-{slot}-g{}", self.generation);
+        if let Some(extra) = &self.extras.sidecar_args {
+            args.extend(extra(&name));
+        }
         let sidecar =
             Sidecar::spawn_with_env(&name, self.dir.path(), &args, &self.extras.sidecar_env);
         assert!(
