@@ -141,6 +141,12 @@ pub struct Cli {
     /// Allow POST /release from loopback.
     #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_release_endpoint: Option<String>,
+    /// `run` only: longest time from SIGTERM to SIGKILL of the command; never past the claim's deadline [default: 10s].
+    #[arg(long, env = "LEASEKEEPER_KILL_GRACE", allow_hyphen_values = true)]
+    pub kill_grace: Option<String>,
+    /// `run` only: campaign again when the command exits by itself, instead of exiting with its code.
+    #[arg(long, env = "LEASEKEEPER_RESTART", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub restart: Option<String>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "LEASEKEEPER_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -459,6 +465,11 @@ pub struct Settings {
     pub timing: Timing,
     pub backend: BackendSettings,
     pub exit_on_loss: bool,
+    /// `run` only (see `publish::exec`).
+    pub kill_grace: Duration,
+    pub restart: bool,
+    /// Whether a `run`-only flag was given (an error without `run`).
+    pub run_only_flags: bool,
     pub enable_release_endpoint: bool,
     pub log_format: LogFormat,
     pub transition_log: Option<PathBuf>,
@@ -1087,6 +1098,12 @@ impl Settings {
             timing,
             backend,
             exit_on_loss: parse_bool("--exit-on-loss", cli.exit_on_loss.as_deref())?,
+            kill_grace: match cli.kill_grace.as_deref() {
+                Some(raw) => parse_duration("--kill-grace", raw)?,
+                None => Duration::from_secs(10),
+            },
+            restart: parse_bool("--restart", cli.restart.as_deref())?,
+            run_only_flags: cli.kill_grace.is_some() || cli.restart.is_some(),
             enable_release_endpoint: parse_bool(
                 "--enable-release-endpoint",
                 cli.enable_release_endpoint.as_deref(),

@@ -219,6 +219,11 @@ pub struct Elector<B: Backend> {
     heartbeat: Arc<Heartbeat>,
     exit_on_loss: bool,
     before_release: Vec<watch::Receiver<bool>>,
+    /// What must be gone before any release, however the tenure ends (the command of
+    /// `run`): waited for up to the claim's deadline.
+    must_stop: Vec<watch::Receiver<bool>>,
+    /// The current claim's deadline, while leading.
+    claim_deadline: Option<Instant>,
     /// The greatest token this process has claimed (invariant 4 across tenures).
     last_token: Option<FencingToken>,
     /// Whether the shortened renew interval was logged already.
@@ -238,6 +243,8 @@ pub struct ElectorParts {
     /// Publishers that must show "not leader" before a voluntary release (each says
     /// `true` once it does), like the Pod label; waited for at most a backend timeout.
     pub before_release: Vec<watch::Receiver<bool>>,
+    /// Signals that must show "stopped" before any release, up to the claim's deadline.
+    pub must_stop: Vec<watch::Receiver<bool>>,
 }
 
 impl<B: Backend> Elector<B> {
@@ -253,6 +260,8 @@ impl<B: Backend> Elector<B> {
             heartbeat: parts.heartbeat,
             exit_on_loss: parts.exit_on_loss,
             before_release: parts.before_release,
+            must_stop: parts.must_stop,
+            claim_deadline: None,
             last_token: None,
             adapted_logged: false,
         }
@@ -425,6 +434,7 @@ impl<B: Backend> Elector<B> {
         mut deadline: Instant,
     ) -> TenureEnd {
         let now = Instant::now();
+        self.claim_deadline = Some(deadline);
         self.log
             .record("claim_start", token, now, Some(sent), Some(deadline), None);
         let identity = self.status.borrow().identity.clone();
@@ -458,6 +468,7 @@ impl<B: Backend> Elector<B> {
                     self.step_down(token, "shutdown");
                     self.observer.released();
                     self.await_publishers().await;
+                    self.await_stopped().await;
                     self.release_quietly().await;
                     return TenureEnd::Shutdown;
                 }
@@ -473,6 +484,7 @@ impl<B: Backend> Elector<B> {
                     self.step_down(token, "release requested");
                     self.observer.released();
                     self.await_publishers().await;
+                    self.await_stopped().await;
                     self.release_quietly().await;
                     if let Some(req) = req {
                         let _ = req.send(true);
@@ -510,6 +522,7 @@ impl<B: Backend> Elector<B> {
                     let extended = sent + self.claim_length();
                     if extended > deadline {
                         deadline = extended;
+                        self.claim_deadline = Some(deadline);
                         self.log
                             .record("deadline", token, now, None, Some(deadline), None);
                     }
@@ -542,7 +555,9 @@ impl<B: Backend> Elector<B> {
         self.step_down(token, reason);
         self.observer.lost();
         tracing::warn!(token, reason, "lost leadership");
-        // Our value may still be in the store (a late renew); free it for the others.
+        // Our value may still be in the store (a late renew); free it for the others,
+        // once what must stop first has stopped.
+        self.await_stopped().await;
         self.release_quietly().await;
         TenureEnd::Lost
     }
@@ -557,6 +572,25 @@ impl<B: Backend> Elector<B> {
         self.log
             .record("claim_end", token, Instant::now(), None, None, Some(reason));
         tracing::info!(token, reason, "stepped down");
+    }
+
+    /// Before any release: what must be gone first (the command of `run`) is gone, or
+    /// the claim's deadline has passed (the store then no longer counts on us anyway).
+    async fn await_stopped(&mut self) {
+        let Some(deadline) = self.claim_deadline.take() else {
+            return;
+        };
+        if self.must_stop.is_empty() {
+            return;
+        }
+        let within = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(50);
+        let limit = Instant::now() + within;
+        for stopped in &mut self.must_stop {
+            if let Ok(Ok(_)) = tokio::time::timeout_at(limit, stopped.wait_for(|s| *s)).await {
+                continue;
+            }
+            tracing::error!("the command was not gone by the claim's deadline; releasing anyway");
+        }
     }
 
     /// Before a voluntary release: let every publisher show "not leader" first, so no

@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod backoff;
 pub mod clock;
+pub mod cmd;
 pub mod config;
 pub mod elector;
 pub mod publish;

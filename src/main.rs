@@ -1,6 +1,7 @@
 //! Wiring only: parse and validate, bind the listener, start the elector and the
 //! publishers, wait for a signal.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
 use leasekeeper::elector::{await_shown, Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
+use leasekeeper::publish::exec::{self, Ended, ExecSettings, Supervisor};
 use leasekeeper::publish::http::{router, ApiState};
 use leasekeeper::publish::label::PodLabeler;
 use leasekeeper::publish::metrics::Metrics;
@@ -28,7 +30,19 @@ fn main() -> ExitCode {
     // rustls may see more than one crypto provider compiled in; pick ring explicitly.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == exec::GUARD_ARG) {
+        return exec::guard_main(args[2..].to_vec());
+    }
+    let (args, run_cmd) = match leasekeeper::cmd::run::split(args.clone()) {
+        Ok(Some(line)) => (line.flags, Some(line.cmd)),
+        Ok(None) => (args, None),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = e.print();
@@ -55,6 +69,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let exec = match run_cmd {
+        Some(cmd) => {
+            if let Err(e) = leasekeeper::cmd::run::check_program(&cmd[0]) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            Some(ExecSettings {
+                cmd,
+                kill_grace: settings.kill_grace,
+                restart: settings.restart,
+            })
+        }
+        None if settings.run_only_flags => {
+            eprintln!(
+                "error: --kill-grace and --restart are for `leasekeeper run [flags] -- CMD` only"
+            );
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
     init_logging(settings.log_format);
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
@@ -70,7 +104,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(settings)) {
+    match runtime.block_on(run(settings, exec)) {
         Ok(code) => code,
         Err(e) => {
             // One line, whatever the error's own text looks like (a YAML parser's
@@ -99,7 +133,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+async fn run(settings: Settings, exec: Option<ExecSettings>) -> anyhow::Result<ExitCode> {
     // Everything that can be bad input is checked before the backend is touched.
     let listener = tokio::net::TcpListener::bind(settings.http_addr)
         .await
@@ -127,7 +161,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     match &settings.backend {
         BackendSettings::File { path } => {
             let backend = FileBackend::new(path.clone(), settings.identity.clone(), ttl);
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
         BackendSettings::Redis(redis) => {
             let backend = RedisBackend::new(
@@ -138,7 +172,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
         BackendSettings::Etcd(etcd) => {
             let backend = EtcdBackend::new(
@@ -149,7 +183,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.renew_interval,
                 settings.timing.backend_timeout,
             );
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
         BackendSettings::Zookeeper(zk) => {
             let backend = ZkBackend::new(
@@ -159,7 +193,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 ttl,
                 settings.timing.renew_interval,
             );
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
         BackendSettings::Kubernetes { namespace } => {
             let client = kube.clone().context("kubernetes client")?;
@@ -170,7 +204,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 &settings.identity,
                 ttl,
             );
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
         BackendSettings::Redlock(nodes) => {
             let backend = RedlockBackend::new(
@@ -181,7 +215,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
-            serve(backend, &settings, listener, log, kube).await
+            serve(backend, &settings, exec, listener, log, kube).await
         }
     }
 }
@@ -208,6 +242,7 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
 async fn serve<B: Backend>(
     backend: B,
     settings: &Settings,
+    exec: Option<ExecSettings>,
     listener: tokio::net::TcpListener,
     log: TransitionLog,
     kube: Option<kube::Client>,
@@ -237,6 +272,21 @@ async fn serve<B: Backend>(
     let mut label_clear: Vec<watch::Receiver<bool>> =
         labeler.iter().map(PodLabeler::clear).collect();
     let before_release = label_clear.clone();
+    let restart = exec.as_ref().is_some_and(|e| e.restart);
+    let (supervisor, must_stop, mut ended) = match exec {
+        Some(exec) => {
+            let t = &settings.timing;
+            let (supervisor, stopped, ended) = Supervisor::new(
+                exec,
+                status_rx.clone(),
+                t.claim_length(t.ttl),
+                t.renew_interval + t.backend_timeout,
+            );
+            (Some(supervisor), vec![stopped], Some(ended))
+        }
+        None => (None, Vec::new(), None),
+    };
+    let own_releases = release_tx.clone();
 
     let elector = Elector::new(
         backend,
@@ -250,6 +300,7 @@ async fn serve<B: Backend>(
             heartbeat: heartbeat.clone(),
             exit_on_loss: settings.exit_on_loss,
             before_release,
+            must_stop,
         },
     );
 
@@ -281,15 +332,47 @@ async fn serve<B: Backend>(
     );
 
     let labeler_task = labeler.map(|l| tokio::spawn(l.run()));
+    let supervisor_task = supervisor.map(|s| tokio::spawn(s.run()));
     let mut elector_task = tokio::spawn(elector.run());
-    let exit = tokio::select! {
-        exit = &mut elector_task => exit,
-        () = shutdown_signal() => {
-            tracing::info!("shutting down: stepping down and releasing");
-            let _ = shutdown_tx.send(true);
-            elector_task.await
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    // The command's own exit code, when `run` ends because the command ended.
+    let mut exec_code = None;
+    let exit = loop {
+        let command_ended = async {
+            match ended.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            exit = &mut elector_task => break exit,
+            () = &mut shutdown => {
+                tracing::info!("shutting down: stepping down and releasing");
+                let _ = shutdown_tx.send(true);
+                break elector_task.await;
+            }
+            Some(how) = command_ended => match how {
+                Ended::ByItself(code) if !restart => {
+                    tracing::info!(code, "the command exited; releasing and exiting with its code");
+                    exec_code = Some(code);
+                    let _ = shutdown_tx.send(true);
+                    break elector_task.await;
+                }
+                Ended::ByItself(code) => {
+                    tracing::info!(code, "the command exited; releasing and campaigning again (--restart)");
+                    request_release(&own_releases).await;
+                }
+                Ended::Deadline => {
+                    tracing::warn!("the command was stopped as the claim's deadline came near; releasing");
+                    request_release(&own_releases).await;
+                }
+            },
         }
     };
+    if let Some(task) = supervisor_task {
+        task.abort();
+    }
     let _ = http_stop_tx.send(());
     if let Some(task) = labeler_task {
         // Leaving for any reason (a loss with --exit-on-loss too): let the label show
@@ -301,6 +384,9 @@ async fn serve<B: Backend>(
     let _ = tokio::time::timeout(std::time::Duration::from_millis(200), http).await;
 
     match exit {
+        Ok(Exit::Shutdown) if exec_code.is_some() => Ok(ExitCode::from(
+            exec_code.and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+        )),
         Ok(Exit::Shutdown) => {
             tracing::info!("stopped");
             Ok(ExitCode::SUCCESS)
@@ -311,6 +397,12 @@ async fn serve<B: Backend>(
         }
         Err(e) => Err(anyhow::anyhow!("the elector task failed: {e}")),
     }
+}
+
+/// Asks the elector to release, as `POST /release` does (the answer is not awaited).
+async fn request_release(releases: &mpsc::Sender<tokio::sync::oneshot::Sender<bool>>) {
+    let (tx, _rx) = tokio::sync::oneshot::channel();
+    let _ = releases.send(tx).await;
 }
 
 async fn shutdown_signal() {

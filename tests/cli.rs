@@ -177,3 +177,30 @@ fn kubernetes_settings_that_cannot_work_are_refused_at_start() {
         "no usable API configuration",
     );
 }
+
+#[test]
+fn run_without_a_runnable_command_is_refused_at_start() {
+    // No `--`, nothing after it, a command that does not exist, one that is no program.
+    assert_one_line_error(&["run", "--ttl", "2s"], &[], "after `--`");
+    assert_one_line_error(&["run", "--"], &[], "no command");
+    assert_one_line_error(
+        &["run", "--", "no-such-command-anywhere", "x"],
+        &[],
+        "no-such-command-anywhere",
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let plain = dir.path().join("notes.txt");
+    std::fs::write(&plain, "not a program").expect("write");
+    let plain = plain.to_str().expect("utf8");
+    assert_one_line_error(&["run", "--", plain], &[], "not executable");
+    // Exec-mode settings without `run`, and a bad grace.
+    assert_one_line_error(&["--kill-grace", "3s"], &[], "--kill-grace");
+    assert_one_line_error(&["--restart"], &[], "--restart");
+    assert_one_line_error(
+        &["run", "--kill-grace", "soon", "--", "true"],
+        &[],
+        "--kill-grace",
+    );
+    // The usual flags are checked as usual.
+    assert_one_line_error(&["run", "--ttl", "fast", "--", "true"], &[], "--ttl");
+}

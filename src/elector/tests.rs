@@ -134,6 +134,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
             heartbeat: Heartbeat::new(&timing()),
             exit_on_loss,
             before_release: Vec::new(),
+            must_stop: Vec::new(),
         },
     );
     Harness {

@@ -180,24 +180,51 @@ impl Sidecar {
         args: &[String],
         env: &[(String, String)],
     ) -> Sidecar {
+        Sidecar::start(name, dir, args, env, None)
+    }
+
+    /// `leasekeeper run ARGS… -- CMD…` (exec mode); CMD's stdout goes to `<name>.stdout`.
+    pub fn spawn_run(name: &str, dir: &Path, args: &[String], cmd: &[String]) -> Sidecar {
+        Sidecar::start(name, dir, args, &[], Some(cmd))
+    }
+
+    fn start(
+        name: &str,
+        dir: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        cmd: Option<&[String]>,
+    ) -> Sidecar {
         let port = free_port();
         let stderr_path = dir.join(format!("{name}-{port}.stderr"));
         let stderr = File::create(&stderr_path).expect("stderr file");
-        let child = Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
-            .args(args)
-            .args([
-                "--identity",
-                name,
-                "--http-addr",
-                &format!("127.0.0.1:{port}"),
-                "--log-format",
-                "json",
-            ])
+        let stdout = match cmd {
+            Some(_) => {
+                Stdio::from(File::create(dir.join(format!("{name}.stdout"))).expect("stdout file"))
+            }
+            None => Stdio::null(),
+        };
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasekeeper"));
+        if cmd.is_some() {
+            command.arg("run");
+        }
+        command.args(args).args([
+            "--identity",
+            name,
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+            "--log-format",
+            "json",
+        ]);
+        if let Some(cmd) = cmd {
+            command.arg("--").args(cmd);
+        }
+        let child = command
             .env("RUST_LOG", "info")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(stderr)
             .spawn()
             .expect("spawn leasekeeper");

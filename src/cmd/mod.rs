@@ -1,0 +1,3 @@
+//! Subcommands (DESIGN §1): one module each; `main.rs` only dispatches.
+
+pub mod run;

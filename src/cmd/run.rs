@@ -1,0 +1,107 @@
+//! `leasekeeper run [flags] -- CMD ARGS…`: the command line of exec mode. The flags
+//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]); everything after
+//! the first `--` is the command.
+
+use std::ffi::OsString;
+
+/// The command line split for exec mode.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunLine {
+    /// Program name plus the usual flags, for the ordinary parser.
+    pub flags: Vec<OsString>,
+    /// CMD and its arguments.
+    pub cmd: Vec<OsString>,
+}
+
+/// `Ok(None)` when the first argument is not `run`; a one-line error (naming what is
+/// missing) when it is but no command follows a `--`.
+pub fn split(args: Vec<OsString>) -> Result<Option<RunLine>, String> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("run") {
+        return Ok(None);
+    }
+    let mut flags = vec![args[0].clone()];
+    let mut rest = args.into_iter().skip(2);
+    let mut cmd = None;
+    for arg in rest.by_ref() {
+        if arg == "--" {
+            cmd = Some(rest.by_ref().collect::<Vec<_>>());
+            break;
+        }
+        flags.push(arg);
+    }
+    match cmd {
+        None => Err("run: no command; put it after `--`, like `leasekeeper run --election nightly -- /usr/bin/backup --all`".to_owned()),
+        Some(cmd) if cmd.is_empty() || cmd[0].is_empty() => {
+            Err("run: no command after `--`".to_owned())
+        }
+        Some(cmd) => Ok(Some(RunLine { flags, cmd })),
+    }
+}
+
+/// Whether `program` can be run: a path to an executable file, or a name found in
+/// `$PATH` (one line naming it otherwise, before anything starts).
+pub fn check_program(program: &std::ffi::OsStr) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let path = std::path::Path::new(program);
+    let found = if program.to_string_lossy().contains('/') {
+        runnable(path)
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| runnable(&d.join(path))))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "run: command {:?} not found or not executable",
+            program.to_string_lossy()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn splits_flags_from_the_command() {
+        let line = split(os(&[
+            "lk", "run", "--ttl", "2s", "--", "sh", "-c", "x -- y",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(line.flags, os(&["lk", "--ttl", "2s"]));
+        assert_eq!(line.cmd, os(&["sh", "-c", "x -- y"]));
+    }
+
+    #[test]
+    fn not_run_is_left_alone() {
+        assert_eq!(split(os(&["lk", "--ttl", "2s"])).unwrap(), None);
+        assert_eq!(split(os(&["lk"])).unwrap(), None);
+    }
+
+    #[test]
+    fn a_missing_command_is_named() {
+        assert!(split(os(&["lk", "run", "--ttl", "2s"]))
+            .unwrap_err()
+            .contains("--"));
+        assert!(split(os(&["lk", "run", "--"]))
+            .unwrap_err()
+            .contains("no command"));
+    }
+
+    #[test]
+    fn programs_are_looked_up() {
+        assert!(check_program("sh".as_ref()).is_ok());
+        assert!(check_program("/bin/sh".as_ref()).is_ok());
+        assert!(check_program("no-such-program-here".as_ref()).is_err());
+        assert!(check_program("/etc/passwd".as_ref()).is_err());
+    }
+}

@@ -1,0 +1,422 @@
+//! Exec mode (`leasekeeper run [flags] -- CMD ARGS…`, DESIGN §10): CMD runs only while
+//! this candidate leads.
+//!
+//! The supervisor is a publisher: it reads [`Status`] and starts CMD when a tenure
+//! begins, stops it when the tenure ends. CMD is not the sidecar's own child but the
+//! child of a small *guard* process (this binary again, `__exec-guard`), which is told
+//! every new claim deadline over a pipe and enforces it by itself:
+//!
+//! - a stop (step-down, shutdown, release): SIGTERM to CMD's process group at once,
+//!   SIGKILL after `--kill-grace`, but never later than the deadline less a kill budget;
+//! - a deadline that comes near without being extended (renewals failing, or the
+//!   sidecar frozen by SIGSTOP): SIGTERM, then SIGKILL at the deadline less the budget;
+//! - the sidecar gone (killed: the pipe closes): the same as a stop.
+//!
+//! So CMD's group is gone before the claim's deadline even when the sidecar cannot act,
+//! and the guard exits only once the whole group is gone. The elector releases the lease
+//! only after the guard has exited ([`Supervisor::stopped`] is one of the elector's
+//! `must_stop` signals). CMD runs in its own process group with
+//! `LEASEKEEPER_FENCING_TOKEN`, `LEASEKEEPER_ELECTION` and `LEASEKEEPER_IDENTITY`; its
+//! stdout and stderr are the sidecar's, its stdin is empty (the guard's stdin is a
+//! socket to the sidecar: deadlines in, one verdict line out). If the guard itself is
+//! killed, CMD gets SIGKILL (parent-death signal).
+
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::{monotonic_now_ns, to_monotonic_ns};
+use crate::status::{FencingToken, Role, Status};
+
+/// The hidden first argument that makes the binary a guard.
+pub const GUARD_ARG: &str = "__exec-guard";
+
+/// What `run` needs beyond the usual settings.
+#[derive(Clone, Debug)]
+pub struct ExecSettings {
+    /// CMD and its arguments (at least CMD).
+    pub cmd: Vec<OsString>,
+    /// SIGTERM to SIGKILL, at most (the deadline may cut it short).
+    pub kill_grace: Duration,
+    /// Campaign again after CMD exits by itself (else exit with its code).
+    pub restart: bool,
+}
+
+/// How a run of CMD ended, when the tenure did not end first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// CMD exited by itself with this code (128 + signal when a signal ended it).
+    ByItself(i32),
+    /// The guard stopped CMD because the claim's deadline came near unextended.
+    Deadline,
+}
+
+/// How long before the claim's deadline CMD's group must be gone: a twentieth of the
+/// claim, at least 20 ms.
+pub fn kill_budget(claim: Duration) -> Duration {
+    (claim / 20).max(Duration::from_millis(20))
+}
+
+pub struct Supervisor {
+    settings: ExecSettings,
+    status: watch::Receiver<Status>,
+    stopped: watch::Sender<bool>,
+    ended: mpsc::Sender<Ended>,
+    /// Kill budget before the deadline.
+    budget: Duration,
+    /// How long before the deadline an unextended claim gets CMD a SIGTERM.
+    warn_before: Duration,
+}
+
+impl Supervisor {
+    /// `claim` is the claim length, `quiet` the longest a healthy renewal may take
+    /// (renew interval plus backend timeout): a claim renewed in time never comes
+    /// near enough to its deadline to stop CMD.
+    pub fn new(
+        settings: ExecSettings,
+        status: watch::Receiver<Status>,
+        claim: Duration,
+        quiet: Duration,
+    ) -> (Supervisor, watch::Receiver<bool>, mpsc::Receiver<Ended>) {
+        let (stopped, stopped_rx) = watch::channel(true);
+        let (ended, ended_rx) = mpsc::channel(4);
+        let budget = kill_budget(claim);
+        let warn_before = settings
+            .kill_grace
+            .min(claim.saturating_sub(quiet + budget));
+        (
+            Supervisor {
+                settings,
+                status,
+                stopped,
+                ended,
+                budget,
+                warn_before,
+            },
+            stopped_rx,
+            ended_rx,
+        )
+    }
+
+    fn leading(&self) -> Option<(FencingToken, tokio::time::Instant)> {
+        let s = self.status.borrow();
+        match (&s.role, &s.claim) {
+            (Role::Leader, Some(c)) => Some((c.token, c.deadline)),
+            _ => None,
+        }
+    }
+
+    /// Runs until the status channel closes.
+    pub async fn run(mut self) {
+        loop {
+            let (token, deadline) = loop {
+                if let Some(leading) = self.leading() {
+                    break leading;
+                }
+                if self.status.changed().await.is_err() {
+                    return;
+                }
+            };
+            let ended = self.one_run(token, deadline).await;
+            let _ = self.stopped.send_replace(true);
+            if let Some(ended) = ended {
+                let _ = self.ended.send(ended).await;
+            }
+            // Never twice in one tenure: wait for it to end.
+            while self.leading().is_some_and(|(t, _)| t == token) {
+                if self.status.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One run of CMD under a guard, for the tenure with `token`. `None` when the
+    /// tenure ended first (CMD was stopped).
+    async fn one_run(
+        &mut self,
+        token: FencingToken,
+        deadline: tokio::time::Instant,
+    ) -> Option<Ended> {
+        let (identity, election) = {
+            let s = self.status.borrow();
+            (s.identity.clone(), s.election.clone())
+        };
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot find this binary to start the command's guard");
+                return Some(Ended::ByItself(127));
+            }
+        };
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .arg(GUARD_ARG)
+            .arg(self.settings.kill_grace.as_millis().to_string())
+            .arg(self.budget.as_millis().to_string())
+            .arg(self.warn_before.as_millis().to_string())
+            .arg("--")
+            .args(&self.settings.cmd)
+            .env("LEASEKEEPER_FENCING_TOKEN", token.to_string())
+            .env("LEASEKEEPER_ELECTION", election)
+            .env("LEASEKEEPER_IDENTITY", identity)
+            .kill_on_drop(false);
+        // The guard's stdin is one end of a socket pair: deadlines go in, its verdict
+        // comes back, and CMD keeps the sidecar's stdout and stderr.
+        let spawned = std::os::unix::net::UnixStream::pair().and_then(|(ours, theirs)| {
+            command.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )));
+            let guard = command.spawn();
+            // Our copy of the guard's end must go, or its exit would never be seen.
+            command.stdin(std::process::Stdio::null());
+            let guard = guard?;
+            ours.set_nonblocking(true)?;
+            Ok((guard, tokio::net::UnixStream::from_std(ours)?))
+        });
+        let (mut guard, channel) = match spawned {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the command's guard");
+                return Some(Ended::ByItself(127));
+            }
+        };
+        let _ = self.stopped.send_replace(false);
+        let (out, mut pipe) = channel.into_split();
+        let mut verdict = tokio::io::BufReader::new(out).lines();
+        let mut last = deadline;
+        let _ = pipe
+            .write_all(format!("D {}\n", to_monotonic_ns(deadline)).as_bytes())
+            .await;
+        tracing::info!(token, "started the command");
+        let mut stop_sent = false;
+        let mut status_open = true;
+        let mut said = None;
+        loop {
+            tokio::select! {
+                line = verdict.next_line() => {
+                    match line {
+                        Ok(Some(line)) => {
+                            said = Some(line);
+                            continue;
+                        }
+                        // The guard is gone (its stdout closed): CMD's group is gone.
+                        _ => break,
+                    }
+                }
+                changed = self.status.changed(), if status_open => {
+                    if changed.is_err() {
+                        status_open = false;
+                    }
+                    match self.leading() {
+                        Some((t, d)) if t == token && status_open => {
+                            if d != last && !stop_sent {
+                                last = d;
+                                let _ = pipe
+                                    .write_all(format!("D {}\n", to_monotonic_ns(d)).as_bytes())
+                                    .await;
+                            }
+                        }
+                        _ => {
+                            if !stop_sent {
+                                stop_sent = true;
+                                tracing::info!(token, "stopping the command: the tenure ended");
+                                let _ = pipe.write_all(b"T\n").await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let _ = guard.wait().await;
+        let said = said.unwrap_or_default();
+        tracing::info!(token, guard = %said, "the command is gone");
+        if stop_sent {
+            return None;
+        }
+        match said.split_once(' ') {
+            Some(("exited", code)) => Some(Ended::ByItself(code.trim().parse().unwrap_or(1))),
+            _ if said == "deadline" => Some(Ended::Deadline),
+            _ => None,
+        }
+    }
+}
+
+/// The guard's main: `__exec-guard <grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
+/// Prints one line when CMD's group is gone: `exited <code>`, `stopped` or `deadline`.
+pub fn guard_main(args: Vec<OsString>) -> ExitCode {
+    let ms = |i: usize| {
+        args.get(i)
+            .and_then(|a| a.to_str())
+            .and_then(|a| a.parse::<u64>().ok())
+            .map(Duration::from_millis)
+    };
+    let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
+        eprintln!("error: {GUARD_ARG} is internal to `leasekeeper run`");
+        return ExitCode::from(2);
+    };
+    let cmd = args.get(4..).unwrap_or_default();
+    let Some(program) = cmd.first() else {
+        eprintln!("error: {GUARD_ARG}: no command");
+        return ExitCode::from(2);
+    };
+    // SAFETY: fd 0 is the socket the sidecar gave us as stdin, owned from here on.
+    let channel = unsafe { std::os::unix::net::UnixStream::from_raw_fd(0) };
+    let mut verdicts = match channel.try_clone() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {GUARD_ARG}: stdin is not the sidecar's socket: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut say = move |line: &str| {
+        let _ = writeln!(verdicts, "{line}");
+        let _ = verdicts.flush();
+    };
+    // The sidecar's own signals (a Ctrl-C to the terminal's process group, say) are
+    // its business: the guard stops CMD when the sidecar says so or is gone. Orphans of
+    // CMD are reparented to the guard, which reaps them (a container's PID 1 may not).
+    // SAFETY: plain libc calls on this process, before any thread is started.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
+    let mut command = std::process::Command::new(program);
+    command
+        .args(&cmd[1..])
+        .stdin(std::process::Stdio::null())
+        .process_group(0);
+    // SAFETY: signal and prctl are async-signal-safe and touch only the child process.
+    unsafe {
+        command.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", program.to_string_lossy());
+            say("exited 127");
+            return ExitCode::from(127);
+        }
+    };
+    let group = child.id() as libc::pid_t;
+    let signal_group = |sig: libc::c_int| {
+        // SAFETY: kill(2) on our own child's process group; errors (ESRCH) are fine.
+        unsafe { libc::kill(-group, sig) };
+    };
+
+    let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(channel).lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(Some(l)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(None);
+    });
+
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let mut deadline: Option<u64> = None;
+    // When SIGKILL is due, once stopping.
+    let mut kill_at: Option<u64> = None;
+    let mut killed = false;
+    let mut why = "stopped";
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                // CMD is gone; nothing of its group may outlive it.
+                signal_group(libc::SIGKILL);
+                wait_group_gone(group);
+                if kill_at.is_some() {
+                    say(why);
+                } else {
+                    let code = status
+                        .code()
+                        .or_else(|| status.signal().map(|s| 128 + s))
+                        .unwrap_or(1);
+                    say(&format!("exited {code}"));
+                }
+                return ExitCode::SUCCESS;
+            }
+            Ok(None) => {}
+            Err(_) => {
+                signal_group(libc::SIGKILL);
+                wait_group_gone(group);
+                say(why);
+                return ExitCode::SUCCESS;
+            }
+        }
+        let now = monotonic_now_ns();
+        let hard = deadline.map(|d| d.saturating_sub(ns(budget)));
+        if let Some(hard) = hard {
+            if kill_at.is_none() && now + ns(warn) >= hard {
+                // The claim comes near its deadline unextended.
+                why = "deadline";
+                signal_group(libc::SIGTERM);
+                kill_at = Some(hard);
+            }
+        }
+        if let Some(at) = kill_at {
+            if now >= at && !killed {
+                signal_group(libc::SIGKILL);
+                killed = true;
+            }
+        }
+        let stop = match rx.recv_timeout(Duration::from_millis(2)) {
+            Ok(Some(line)) => {
+                if let Some(d) = line.strip_prefix("D ").and_then(|d| d.trim().parse().ok()) {
+                    if kill_at.is_none() {
+                        deadline = Some(d);
+                    }
+                    false
+                } else {
+                    line.trim() == "T"
+                }
+            }
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+        };
+        if stop && kill_at.is_none() {
+            signal_group(libc::SIGTERM);
+            let by_grace = monotonic_now_ns().saturating_add(ns(grace));
+            kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
+        }
+    }
+}
+
+/// Waits until no process of the group is left (kill(-group, 0) fails), reaping the
+/// orphans reparented to this subreaper on the way.
+fn wait_group_gone(group: libc::pid_t) {
+    loop {
+        // SAFETY: waitpid with WNOHANG on our own children; kill with signal 0 only
+        // checks for existence (a zombie counts until reaped).
+        unsafe {
+            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+            if libc::kill(-group, 0) != 0 {
+                return;
+            }
+            libc::kill(-group, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,313 @@
+//! `leasekeeper run -- CMD` against a real redis-server: CMD runs only while its
+//! candidate leads, judged from lines the commands themselves write.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use common::{eventually, redis_args, Sidecar};
+
+/// The command: appends `<CLOCK_MONOTONIC ns> <kind> <identity> <token>` lines to a
+/// shared file: `start`, then `alive` every 5 ms, and on SIGTERM (after 50 ms of
+/// "cleanup", still alive) `stop`. A line is proof it ran at that moment.
+const WORKER: &str = r#"
+import os, signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+me = os.environ["LEASEKEEPER_IDENTITY"]
+token = os.environ["LEASEKEEPER_FENCING_TOKEN"]
+def line(kind):
+    out.write("%d %s %s %s\n" % (time.monotonic_ns(), kind, me, token))
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+line("start")
+print("working as", me, "with token", token, flush=True)
+while not stopping:
+    line("alive")
+    time.sleep(0.005)
+for _ in range(10):
+    line("alive")
+    time.sleep(0.005)
+line("stop")
+sys.exit(int(os.environ.get("WORKER_EXIT", "0")))
+"#;
+
+struct Line {
+    at: u64,
+    kind: String,
+    identity: String,
+    token: u64,
+}
+
+fn read_lines(path: &Path) -> Vec<Line> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines: Vec<Line> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some(Line {
+                at: f.next()?.parse().ok()?,
+                kind: f.next()?.to_owned(),
+                identity: f.next()?.to_owned(),
+                token: f.next()?.parse().ok()?,
+            })
+        })
+        .collect();
+    lines.sort_by_key(|l| l.at);
+    lines
+}
+
+/// The runs of CMD in time order: (identity, token, first line, last line). Panics
+/// when two runs interleave (a line of one after the first line of the next).
+fn runs_never_overlap(lines: &[Line]) -> Vec<(String, u64, u64, u64)> {
+    let mut runs: Vec<(String, u64, u64, u64)> = Vec::new();
+    for l in lines {
+        match runs
+            .iter()
+            .position(|r| r.0 == l.identity && r.1 == l.token)
+        {
+            Some(i) => {
+                assert_eq!(
+                    i,
+                    runs.len() - 1,
+                    "two commands at once: {} (token {}) still ran at {} after {} (token {}) had started at {}",
+                    l.identity,
+                    l.token,
+                    l.at,
+                    runs[runs.len() - 1].0,
+                    runs[runs.len() - 1].1,
+                    runs[runs.len() - 1].2
+                );
+                runs[i].3 = l.at;
+            }
+            None => {
+                assert_eq!(
+                    l.kind, "start",
+                    "a run without its start line: {}",
+                    l.identity
+                );
+                runs.push((l.identity.clone(), l.token, l.at, l.at));
+            }
+        }
+    }
+    runs
+}
+
+fn worker(dir: &Path) -> (Vec<String>, PathBuf) {
+    let script = dir.join("worker.py");
+    std::fs::write(&script, WORKER).expect("script");
+    let out = dir.join("runs.log");
+    (
+        vec![
+            "python3".to_owned(),
+            script.display().to_string(),
+            out.display().to_string(),
+        ],
+        out,
+    )
+}
+
+fn leader(sidecars: &[Sidecar], limit: Duration) -> Option<usize> {
+    eventually(limit, || {
+        sidecars
+            .iter()
+            .position(|s| s.is_running() && s.leader().is_some_and(|v| v["is_leader"] == true))
+    })
+}
+
+/// A run of `identity` has written its start line.
+fn started(out: &Path, identity: &str, limit: Duration) -> bool {
+    eventually(limit, || {
+        read_lines(out)
+            .iter()
+            .any(|l| l.identity == identity && l.kind == "start")
+            .then_some(())
+    })
+    .is_some()
+}
+
+#[test]
+fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_store_faults() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (cmd, out) = worker(dir.path());
+    let args = redis_args(&redis.url(), "2s", "exec");
+    let mut generation = 0;
+    let mut spawn = |dir: &Path| {
+        generation += 1;
+        Sidecar::spawn_run(&format!("w{generation}"), dir, &args, &cmd)
+    };
+    let mut sidecars: Vec<Sidecar> = (0..3).map(|_| spawn(dir.path())).collect();
+    let mut log = Vec::new();
+    for fault in [
+        "graceful",
+        "kill-9",
+        "sigstop",
+        "store-paused",
+        "graceful",
+        "kill-9",
+    ] {
+        let li = leader(&sidecars, Duration::from_secs(10)).expect("a leader");
+        let name = sidecars[li].name.clone();
+        assert!(
+            started(&out, &name, Duration::from_secs(5)),
+            "{name} leads but its command never started"
+        );
+        let t0 = Instant::now();
+        match fault {
+            "graceful" => {
+                sidecars[li].signal(libc::SIGTERM);
+                let code = sidecars[li].wait_exit(Duration::from_secs(10));
+                assert!(code.is_some_and(|c| c.success()), "{name}: {code:?}");
+            }
+            "kill-9" => sidecars[li].kill(),
+            "sigstop" => {
+                sidecars[li].signal(libc::SIGSTOP);
+                // Its guard stops the command by the claim's deadline though the sidecar
+                // cannot act; another candidate leads once the lease has expired.
+                let other = eventually(Duration::from_secs(8), || {
+                    leader(&sidecars, Duration::ZERO).filter(|&i| i != li)
+                });
+                let other = other.expect("no other leader while the first was stopped");
+                // Stay stopped while the new leader's command runs for a while.
+                assert!(started(&out, &sidecars[other].name, Duration::from_secs(5)));
+                std::thread::sleep(Duration::from_millis(300));
+                sidecars[li].signal(libc::SIGCONT);
+                let woke = eventually(Duration::from_secs(5), || {
+                    sidecars[li].leader().filter(|v| v["is_leader"] == false)
+                });
+                assert!(woke.is_some(), "{name} woke still leading");
+            }
+            _ => {
+                redis.pause();
+                std::thread::sleep(Duration::from_millis(2300));
+                redis.resume();
+            }
+        }
+        let next = eventually(Duration::from_secs(8), || {
+            leader(&sidecars, Duration::ZERO)
+                .filter(|&i| sidecars[i].name != name || fault == "store-paused")
+        });
+        assert!(next.is_some(), "no leader after {fault}");
+        log.push(format!("{fault}: {:?}", t0.elapsed()));
+        if !sidecars[li].is_running() {
+            sidecars[li] = spawn(dir.path());
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for s in sidecars.iter_mut() {
+        s.terminate(Duration::from_secs(10));
+    }
+    let lines = read_lines(&out);
+    let runs = runs_never_overlap(&lines);
+    eprintln!("{log:?}");
+    for w in runs.windows(2) {
+        eprintln!(
+            "{} token {} ended; {} token {} started {:.1} ms later",
+            w[0].0,
+            w[0].1,
+            w[1].0,
+            w[1].1,
+            (w[1].2 - w[0].3) as f64 / 1e6
+        );
+    }
+    assert!(runs.len() >= 6, "only {} runs of the command", runs.len());
+    let tokens: Vec<u64> = runs.iter().map(|r| r.1).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[1] > w[0]),
+        "tokens of the runs did not grow: {tokens:?}"
+    );
+    // Each stopped run wrote its stop line, bar the one killed in the paused sidecar
+    // at the deadline (it got SIGTERM first, so it stopped too) and the kill -9 ones
+    // (their guard gave them SIGTERM when the sidecar vanished).
+    let stops = lines.iter().filter(|l| l.kind == "stop").count();
+    assert!(
+        stops >= runs.len() - 1,
+        "{stops} stop lines for {} runs",
+        runs.len()
+    );
+}
+
+#[test]
+fn the_commands_own_exit_ends_the_tenure_with_its_code_or_a_new_campaign() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // Exits 7 by itself after 300 ms.
+    let cmd: Vec<String> = [
+        "sh",
+        "-c",
+        "echo token=$LEASEKEEPER_FENCING_TOKEN; sleep 0.3; exit 7",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let args = redis_args(&redis.url(), "2s", "exits");
+    let mut once = Sidecar::spawn_run("once", dir.path(), &args, &cmd);
+    let code = once.wait_exit(Duration::from_secs(10));
+    assert_eq!(code.and_then(|c| c.code()), Some(7), "{}", once.stderr());
+    let printed = std::fs::read_to_string(dir.path().join("once.stdout")).unwrap_or_default();
+    assert!(
+        printed.starts_with("token="),
+        "the command's stdout: {printed:?}"
+    );
+    // The lease was released: the next candidate leads at once, not after the ttl.
+    let mut with_restart = args.clone();
+    with_restart.push("--restart".to_owned());
+    let t0 = Instant::now();
+    let again = Sidecar::spawn_run("again", dir.path(), &with_restart, &cmd);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(dir.path().join("again.stdout")).ok()?;
+            (text.lines().count() >= 3).then_some(())
+        })
+        .is_some(),
+        "--restart did not run the command again: {}",
+        again.stderr()
+    );
+    eprintln!("three runs with --restart in {:?}", t0.elapsed());
+    assert!(again.is_running(), "--restart exited");
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_before_the_deadline_and_the_release_waits() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (_, out) = worker(dir.path());
+    // Ignores SIGTERM; writes alive lines until killed.
+    let script = dir.path().join("stubborn.py");
+    std::fs::write(
+        &script,
+        WORKER.replace(
+            "signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))",
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)",
+        ),
+    )
+    .expect("script");
+    let cmd = vec![
+        "python3".to_owned(),
+        script.display().to_string(),
+        out.display().to_string(),
+    ];
+    let mut args = redis_args(&redis.url(), "2s", "stubborn");
+    args.extend(["--kill-grace".to_owned(), "500ms".to_owned()]);
+    let mut a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
+    assert!(started(&out, "a", Duration::from_secs(10)));
+    let b = Sidecar::spawn_run("b", dir.path(), &args, &cmd);
+    b.settles_in("follower", Duration::from_secs(5));
+    let t0 = Instant::now();
+    a.signal(libc::SIGTERM);
+    let code = a.wait_exit(Duration::from_secs(10));
+    let stopped_in = t0.elapsed();
+    assert!(code.is_some_and(|c| c.success()), "{code:?}");
+    assert!(started(&out, "b", Duration::from_secs(5)));
+    let runs = runs_never_overlap(&read_lines(&out));
+    assert_eq!(runs.len(), 2);
+    eprintln!(
+        "a stopped after {stopped_in:?}; b started {:.1} ms after a's last line",
+        (runs[1].2 - runs[0].3) as f64 / 1e6
+    );
+    assert!(
+        stopped_in >= Duration::from_millis(450) && stopped_in < Duration::from_secs(3),
+        "SIGKILL came after {stopped_in:?}, not after the 500 ms grace"
+    );
+}
