@@ -27,9 +27,10 @@
 //! speaks RESP3, and once a campaign is won it turns on `CLIENT TRACKING ON BCAST
 //! PREFIX <lock key> NOLOOP` and reads the key again in the same round trip. From then
 //! on every change of the key by anyone else — `DEL`, `SET`, its expiry, `FLUSHALL` —
-//! is pushed to us as an invalidation and ends the claim at once; our own renewals are
-//! not reported (`NOLOOP`), and other candidates' scripts only read a held key. A lost
-//! connection loses the tracking: the next renew turns it on again before its
+//! is pushed to us as an invalidation and ends the claim at once, once a read confirms
+//! the key no longer holds our value (`NOLOOP` should keep our own renewals quiet, but
+//! Redis 7.0.15 still pushes a change made by a script of this connection; other
+//! candidates' scripts only read a held key). A lost connection loses the tracking: the next renew turns it on again before its
 //! compare-and-PEXPIRE, so the compare covers whatever happened meanwhile. Stepping
 //! down turns tracking off. This needs Redis 6 or later (RESP3 and `CLIENT TRACKING`).
 
@@ -470,9 +471,9 @@ impl Backend for RedisBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
-        if self.drain_pushes() {
-            return Ok(Renewal::Lost);
-        }
+        // The script below checks our value itself: pushes so far say nothing more
+        // (and our own scripted renewals push one, NOLOOP or not).
+        self.drain_pushes();
         if !self.tracking && !self.track_own_key("renew").await? {
             return Ok(Renewal::Lost);
         }
@@ -529,7 +530,20 @@ impl Backend for RedisBackend {
 
     async fn record_lost(&mut self) {
         while let Some(push) = self.pushes.recv().await {
-            if self.note_push(&push) {
+            if !self.note_push(&push) {
+                continue;
+            }
+            // Redis (7.0.15 here) pushes an invalidation for a key a script of this
+            // very connection changed, NOLOOP or not (our own renewals): look before
+            // concluding. A read that fails says nothing; the renewals decide then.
+            let Some(value) = self.value.clone() else {
+                return;
+            };
+            let current: Result<Option<String>, _> = redis::cmd("GET")
+                .arg(&self.keys.lock)
+                .query_async(&mut self.node.conn)
+                .await;
+            if matches!(current, Ok(ref v) if v.as_deref() != Some(value.as_str())) {
                 return;
             }
         }
