@@ -141,6 +141,21 @@ pub struct Cli {
     /// Allow POST /release from loopback.
     #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_release_endpoint: Option<String>,
+    /// Shell command run on every change of role, leader or token (Status JSON on stdin).
+    #[arg(long, env = "LEASEKEEPER_ON_CHANGE")]
+    pub on_change: Option<String>,
+    /// http:// URL POSTed the Status JSON on every change of role, leader or token.
+    #[arg(long, env = "LEASEKEEPER_NOTIFY_URL")]
+    pub notify_url: Option<String>,
+    /// Longest run of an --on-change command, and of one --notify-url POST [default: 10s].
+    #[arg(long, env = "LEASEKEEPER_HOOK_TIMEOUT", allow_hyphen_values = true)]
+    pub hook_timeout: Option<String>,
+    /// http:// URL POSTed before a graceful release; the lease is kept (and renewed) until it answers 2xx.
+    #[arg(long, env = "LEASEKEEPER_DRAIN_URL")]
+    pub drain_url: Option<String>,
+    /// Longest wait for --drain-url, never past the claim's deadline [default: 30s].
+    #[arg(long, env = "LEASEKEEPER_DRAIN_TIMEOUT", allow_hyphen_values = true)]
+    pub drain_timeout: Option<String>,
     /// `run` only: longest time from SIGTERM to SIGKILL of the command; never past the claim's deadline [default: 10s].
     #[arg(long, env = "LEASEKEEPER_KILL_GRACE", allow_hyphen_values = true)]
     pub kill_grace: Option<String>,
@@ -470,6 +485,10 @@ pub struct Settings {
     pub restart: bool,
     /// Whether a `run`-only flag was given (an error without `run`).
     pub run_only_flags: bool,
+    pub hooks: crate::publish::hooks::HookSettings,
+    /// POSTed before a graceful release (see `publish::drain`).
+    pub drain_url: Option<hyper::Uri>,
+    pub drain_timeout: Duration,
     pub enable_release_endpoint: bool,
     pub log_format: LogFormat,
     pub transition_log: Option<PathBuf>,
@@ -482,6 +501,21 @@ pub struct Settings {
 }
 
 /// Parses durations like `15s`, `500ms`, `2m`.
+/// An `http://host[:port]/path` URL (the hooks speak plain HTTP).
+fn parse_http_url(setting: &str, raw: &str) -> Result<hyper::Uri, ConfigError> {
+    let uri: hyper::Uri = raw.trim().parse().map_err(|_| {
+        bad(format!(
+            "{setting} {raw:?} is not a URL; write it like http://127.0.0.1:8080/drain"
+        ))
+    })?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(bad(format!(
+            "{setting} {raw:?} must be an http:// URL with a host, like http://127.0.0.1:8080/drain"
+        )));
+    }
+    Ok(uri)
+}
+
 pub fn parse_duration(setting: &str, raw: &str) -> Result<Duration, ConfigError> {
     let d = humantime::parse_duration(raw.trim()).map_err(|_| {
         bad(format!(
@@ -1103,6 +1137,30 @@ impl Settings {
                 None => Duration::from_secs(10),
             },
             restart: parse_bool("--restart", cli.restart.as_deref())?,
+            hooks: crate::publish::hooks::HookSettings {
+                on_change: match cli.on_change.as_deref().map(str::trim) {
+                    Some("") => return Err(bad("--on-change is empty; give a shell command")),
+                    other => other.map(str::to_owned),
+                },
+                notify_url: cli
+                    .notify_url
+                    .as_deref()
+                    .map(|u| parse_http_url("--notify-url", u))
+                    .transpose()?,
+                timeout: match cli.hook_timeout.as_deref() {
+                    Some(raw) => parse_duration("--hook-timeout", raw)?,
+                    None => Duration::from_secs(10),
+                },
+            },
+            drain_url: cli
+                .drain_url
+                .as_deref()
+                .map(|u| parse_http_url("--drain-url", u))
+                .transpose()?,
+            drain_timeout: match cli.drain_timeout.as_deref() {
+                Some(raw) => parse_duration("--drain-timeout", raw)?,
+                None => Duration::from_secs(30),
+            },
             run_only_flags: cli.kill_grace.is_some() || cli.restart.is_some(),
             enable_release_endpoint: parse_bool(
                 "--enable-release-endpoint",

@@ -79,7 +79,12 @@ pub struct NoObserver;
 impl Observer for NoObserver {}
 
 /// A request to step down now (from `POST /release`); answered with whether we led.
-pub type ReleaseRequest = oneshot::Sender<bool>;
+/// A request to hand leadership over (`POST /release`): answered `true` once released,
+/// `false` when not leading. `cooldown`: how long not to campaign again afterwards.
+pub struct ReleaseRequest {
+    pub reply: oneshot::Sender<bool>,
+    pub cooldown: Option<Duration>,
+}
 
 /// The last time the elector loop made progress, for `/healthz`.
 #[derive(Debug)]
@@ -222,6 +227,11 @@ pub struct Elector<B: Backend> {
     /// What must be gone before any release, however the tenure ends (the command of
     /// `run`): waited for up to the claim's deadline.
     must_stop: Vec<watch::Receiver<bool>>,
+    /// The app's drain (`--drain-url`) before a graceful release, renewing meanwhile.
+    drained: Vec<watch::Receiver<bool>>,
+    drain_timeout: Duration,
+    /// How long to stay out after the release just made (`POST /release?cooldown=`).
+    cooldown: Option<Duration>,
     /// The current claim's deadline, while leading.
     claim_deadline: Option<Instant>,
     /// The greatest token this process has claimed (invariant 4 across tenures).
@@ -245,6 +255,10 @@ pub struct ElectorParts {
     pub before_release: Vec<watch::Receiver<bool>>,
     /// Signals that must show "stopped" before any release, up to the claim's deadline.
     pub must_stop: Vec<watch::Receiver<bool>>,
+    /// Signals that must show "drained" before a graceful release, up to
+    /// `drain_timeout` and the claim's deadline, while the lease is renewed.
+    pub drained: Vec<watch::Receiver<bool>>,
+    pub drain_timeout: Duration,
 }
 
 impl<B: Backend> Elector<B> {
@@ -261,6 +275,9 @@ impl<B: Backend> Elector<B> {
             exit_on_loss: parts.exit_on_loss,
             before_release: parts.before_release,
             must_stop: parts.must_stop,
+            drained: parts.drained,
+            drain_timeout: parts.drain_timeout,
+            cooldown: None,
             claim_deadline: None,
             last_token: None,
             adapted_logged: false,
@@ -373,7 +390,7 @@ impl<B: Backend> Elector<B> {
                 wake = self.backend.wait_for_change(max) => wake,
                 _ = shutdown.changed() => return,
                 Some(req) = self.releases.recv() => {
-                    let _ = req.send(false);
+                    let _ = req.reply.send(false);
                     continue;
                 }
             };
@@ -465,11 +482,7 @@ impl<B: Backend> Elector<B> {
                 biased;
                 _ = shutdown.changed() => {
                     self.overclaim_after(true).await;
-                    self.step_down(token, "shutdown");
-                    self.observer.released();
-                    self.await_publishers().await;
-                    self.await_stopped().await;
-                    self.release_quietly().await;
+                    self.hand_over(token, "shutdown", &mut deadline, &mut next_renew).await;
                     return TenureEnd::Shutdown;
                 }
                 Some(req) = self.releases.recv() => {
@@ -477,17 +490,15 @@ impl<B: Backend> Elector<B> {
                         Some(req)
                     } else {
                         // Misbehaving on purpose: answer at once, claim on after.
-                        let _ = req.send(true);
+                        let _ = req.reply.send(true);
                         None
                     };
                     self.overclaim_after(true).await;
-                    self.step_down(token, "release requested");
-                    self.observer.released();
-                    self.await_publishers().await;
-                    self.await_stopped().await;
-                    self.release_quietly().await;
+                    self.hand_over(token, "release requested", &mut deadline, &mut next_renew)
+                        .await;
                     if let Some(req) = req {
-                        let _ = req.send(true);
+                        self.cooldown = req.cooldown;
+                        let _ = req.reply.send(true);
                     }
                     return TenureEnd::Released;
                 }
@@ -574,6 +585,87 @@ impl<B: Backend> Elector<B> {
         tracing::info!(token, reason, "stepped down");
     }
 
+    /// A graceful end of the tenure: "not leader" published, the app drained (the
+    /// lease renewed meanwhile), what must stop stopped, then the release.
+    async fn hand_over(
+        &mut self,
+        token: FencingToken,
+        reason: &str,
+        deadline: &mut Instant,
+        next_renew: &mut Instant,
+    ) {
+        let draining = !self.drained.is_empty();
+        if draining {
+            // Marked while still leader, so the drain publisher cannot take the
+            // step-down for a loss.
+            self.status.send_modify(|s| s.draining = true);
+        }
+        self.step_down(token, reason);
+        self.observer.released();
+        self.await_publishers().await;
+        if draining {
+            self.await_drained(deadline, next_renew).await;
+        }
+        self.await_stopped().await;
+        self.release_quietly().await;
+        if draining {
+            self.status.send_modify(|s| s.draining = false);
+        }
+    }
+
+    /// Waits for the drain acknowledgements, at most `drain_timeout` and never past the
+    /// claim's deadline, renewing the lease on schedule so the claim runs on meanwhile.
+    async fn await_drained(&mut self, deadline: &mut Instant, next_renew: &mut Instant) {
+        let until = Instant::now() + self.drain_timeout;
+        let mut drained = self.drained.clone();
+        let all = async move {
+            for d in &mut drained {
+                if d.wait_for(|done| *done).await.is_err() {
+                    tracing::warn!("the drain publisher is gone; going on without it");
+                }
+            }
+        };
+        tokio::pin!(all);
+        loop {
+            let bound = until.min(*deadline);
+            tokio::select! {
+                _ = &mut all => return,
+                _ = sleep_until(bound.min(*next_renew)) => {}
+            }
+            let now = Instant::now();
+            if now >= bound {
+                tracing::warn!("the app did not finish draining in time; releasing");
+                return;
+            }
+            if now < *next_renew {
+                continue;
+            }
+            let sent = now;
+            let budget = self
+                .timing
+                .backend_timeout
+                .min(deadline.saturating_duration_since(sent));
+            let result = timed(&*self.observer, "renew", budget, self.backend.renew()).await;
+            let now = Instant::now();
+            match result {
+                Ok(Renewal::Renewed) if now < *deadline => {
+                    *deadline = (*deadline).max(sent + self.claim_length());
+                    self.claim_deadline = Some(*deadline);
+                    *next_renew = sent + self.renew_interval();
+                }
+                Ok(Renewal::Renewed) => return,
+                Ok(Renewal::Lost) => {
+                    tracing::warn!("the lease was lost while the app drained");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renew while draining failed; retrying until the deadline");
+                    *next_renew = now + (self.renew_interval() / 4).max(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+
     /// Before any release: what must be gone first (the command of `run`) is gone, or
     /// the claim's deadline has passed (the store then no longer counts on us anyway).
     async fn await_stopped(&mut self) {
@@ -625,7 +717,14 @@ impl<B: Backend> Elector<B> {
 
     /// After a requested release, stay out long enough for another candidate to win.
     async fn sit_out(&mut self) {
-        self.pause(self.timing.renew_interval).await;
+        let wait = match self.cooldown.take() {
+            Some(cooldown) => {
+                tracing::info!(cooldown = %humantime::format_duration(cooldown), "not campaigning again before the cooldown ends");
+                cooldown
+            }
+            None => self.timing.renew_interval,
+        };
+        self.pause(wait).await;
     }
 
     /// After proof came too late (invariant 11): stay out one full ttl, so that the

@@ -19,8 +19,12 @@ use leasekeeper::backend::redlock::RedlockBackend;
 use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
-use leasekeeper::elector::{await_shown, Elector, ElectorParts, Exit, Heartbeat, TransitionLog};
+use leasekeeper::elector::{
+    await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
+};
+use leasekeeper::publish::drain::Drain;
 use leasekeeper::publish::exec::{self, Ended, ExecSettings, Supervisor};
+use leasekeeper::publish::hooks::Hooks;
 use leasekeeper::publish::http::{router, ApiState};
 use leasekeeper::publish::label::PodLabeler;
 use leasekeeper::publish::metrics::Metrics;
@@ -287,6 +291,15 @@ async fn serve<B: Backend>(
         None => (None, Vec::new(), None),
     };
     let own_releases = release_tx.clone();
+    let (drain, drained) = match &settings.drain_url {
+        Some(url) => {
+            let (drain, done) = Drain::new(url.clone(), settings.drain_timeout, status_rx.clone());
+            (Some(drain), vec![done])
+        }
+        None => (None, Vec::new()),
+    };
+    let hooks = (settings.hooks.on_change.is_some() || settings.hooks.notify_url.is_some())
+        .then(|| Hooks::new(settings.hooks.clone(), status_rx.clone()));
 
     let elector = Elector::new(
         backend,
@@ -301,6 +314,8 @@ async fn serve<B: Backend>(
             exit_on_loss: settings.exit_on_loss,
             before_release,
             must_stop,
+            drained,
+            drain_timeout: settings.drain_timeout,
         },
     );
 
@@ -333,6 +348,8 @@ async fn serve<B: Backend>(
 
     let labeler_task = labeler.map(|l| tokio::spawn(l.run()));
     let supervisor_task = supervisor.map(|s| tokio::spawn(s.run()));
+    let drain_task = drain.map(|d| tokio::spawn(d.run()));
+    let hooks_task = hooks.map(|h| tokio::spawn(h.run()));
     let mut elector_task = tokio::spawn(elector.run());
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
@@ -370,8 +387,12 @@ async fn serve<B: Backend>(
             },
         }
     };
-    if let Some(task) = supervisor_task {
+    for task in [supervisor_task, drain_task].into_iter().flatten() {
         task.abort();
+    }
+    if let Some(task) = hooks_task {
+        // The last change (this candidate gone) may still be on its way; not for long.
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), task).await;
     }
     let _ = http_stop_tx.send(());
     if let Some(task) = labeler_task {
@@ -400,9 +421,14 @@ async fn serve<B: Backend>(
 }
 
 /// Asks the elector to release, as `POST /release` does (the answer is not awaited).
-async fn request_release(releases: &mpsc::Sender<tokio::sync::oneshot::Sender<bool>>) {
-    let (tx, _rx) = tokio::sync::oneshot::channel();
-    let _ = releases.send(tx).await;
+async fn request_release(releases: &mpsc::Sender<ReleaseRequest>) {
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    let _ = releases
+        .send(ReleaseRequest {
+            reply,
+            cooldown: None,
+        })
+        .await;
 }
 
 async fn shutdown_signal() {

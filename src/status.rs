@@ -73,6 +73,8 @@ pub struct Status {
     pub ready: bool,
     /// A holder observation older than this is not reported as current.
     pub stale_after: Duration,
+    /// A graceful step-down is waiting for the app to drain (`publish::drain`).
+    pub draining: bool,
 }
 
 /// The JSON shape of DESIGN §3; field names are part of the contract.
@@ -110,6 +112,7 @@ impl Status {
             heard_at: None,
             transitions: 0,
             ready: false,
+            draining: false,
             stale_after,
         }
     }

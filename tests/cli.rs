@@ -204,3 +204,20 @@ fn run_without_a_runnable_command_is_refused_at_start() {
     // The usual flags are checked as usual.
     assert_one_line_error(&["run", "--ttl", "fast", "--", "true"], &[], "--ttl");
 }
+
+#[test]
+fn bad_hook_and_drain_settings_each_give_one_line() {
+    for (args, mention) in [
+        (&["--notify-url", "ftp://example.com/x"][..], "--notify-url"),
+        (&["--notify-url", "not a url"][..], "--notify-url"),
+        (
+            &["--drain-url", "https://example.com/drain"][..],
+            "--drain-url",
+        ),
+        (&["--drain-timeout", "forever"][..], "--drain-timeout"),
+        (&["--hook-timeout", "0s"][..], "--hook-timeout"),
+        (&["--on-change", " "][..], "--on-change"),
+    ] {
+        assert_one_line_error(args, &[], mention);
+    }
+}

@@ -135,6 +135,8 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
             exit_on_loss,
             before_release: Vec::new(),
             must_stop: Vec::new(),
+            drained: Vec::new(),
+            drain_timeout: Duration::from_secs(30),
         },
     );
     Harness {
@@ -334,7 +336,13 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
     );
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
     let (tx, rx) = oneshot::channel();
-    h.releases.send(tx).await.expect("send");
+    h.releases
+        .send(ReleaseRequest {
+            reply: tx,
+            cooldown: None,
+        })
+        .await
+        .expect("send");
     assert!(rx.await.expect("answer"));
     let released_at = Instant::now();
     assert!(!h.status.borrow().is_leader_at(released_at));

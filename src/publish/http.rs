@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -157,6 +157,7 @@ async fn metrics(State(s): State<ApiState>) -> Response {
 async fn release(
     State(s): State<ApiState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     let Some(releases) = s.releases else {
         return error(
@@ -170,8 +171,24 @@ async fn release(
             "POST /release is answered only from loopback",
         );
     }
+    let cooldown = match query.get("cooldown") {
+        Some(raw) => match humantime::parse_duration(raw.trim()) {
+            Ok(d) => Some(d),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "cooldown is not a duration; write it like 30s or 2m",
+                )
+            }
+        },
+        None => None,
+    };
     let (tx, rx) = oneshot::channel();
-    if releases.send(tx).await.is_err() {
+    let request = ReleaseRequest {
+        reply: tx,
+        cooldown,
+    };
+    if releases.send(request).await.is_err() {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the elector is shutting down",

@@ -8,10 +8,14 @@ use std::time::Duration;
 const TIMEOUT: Duration = Duration::from_millis(300);
 
 fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    request_within(port, method, path, TIMEOUT)
+}
+
+fn request_within(port: u16, method: &str, path: &str, limit: Duration) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).ok()?;
-    stream.set_read_timeout(Some(TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(TIMEOUT)).ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, limit).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
+    stream.set_write_timeout(Some(limit)).ok()?;
     let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(req.as_bytes()).ok()?;
     let mut raw = Vec::new();
@@ -31,6 +35,11 @@ pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
 
 pub fn post(port: u16, path: &str) -> Option<(u16, String)> {
     request(port, "POST", path)
+}
+
+/// A POST whose answer may take up to `limit` (a release that waits for a drain).
+pub fn post_within(port: u16, path: &str, limit: Duration) -> Option<(u16, String)> {
+    request_within(port, "POST", path, limit)
 }
 
 /// Opens `GET /watch` and returns a reader of its `data:` lines.

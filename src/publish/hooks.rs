@@ -1,0 +1,236 @@
+//! Role-change hooks (DESIGN §10, "be told"): `--on-change CMD` runs `sh -c CMD` with
+//! the Status JSON on stdin, and `--notify-url URL` gets it as a POST, on every change
+//! of role, leader or token.
+//!
+//! A hook never holds up the elector: each kind has one runner that takes the newest
+//! change when it is free (changes that came while it was busy collapse into the
+//! newest), a command that runs past `--hook-timeout` is killed, and a POST is retried
+//! a few times with backoff, given up for a newer change.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::status::{Role, Status};
+
+/// Where role changes go.
+#[derive(Clone, Debug, Default)]
+pub struct HookSettings {
+    /// Run through `sh -c` on every change.
+    pub on_change: Option<String>,
+    /// POSTed the Status JSON on every change (http:// only).
+    pub notify_url: Option<hyper::Uri>,
+    /// The longest a hook command may run, and a POST attempt may take.
+    pub timeout: Duration,
+}
+
+/// One change, as the hooks see it.
+#[derive(Clone, Debug)]
+struct Change {
+    json: String,
+    state: &'static str,
+    leader: String,
+    token: String,
+    election: String,
+    identity: String,
+}
+
+/// POST attempts per change, the first retry after 100 ms, doubling.
+const POST_ATTEMPTS: u32 = 5;
+
+pub struct Hooks {
+    settings: HookSettings,
+    status: watch::Receiver<Status>,
+}
+
+impl Hooks {
+    pub fn new(settings: HookSettings, status: watch::Receiver<Status>) -> Hooks {
+        Hooks { settings, status }
+    }
+
+    /// Runs until the status channel closes.
+    pub async fn run(mut self) {
+        let (tx, _) = watch::channel::<Option<Change>>(None);
+        let mut runners = Vec::new();
+        if let Some(cmd) = self.settings.on_change.clone() {
+            runners.push(tokio::spawn(run_commands(
+                cmd,
+                self.settings.timeout,
+                tx.subscribe(),
+            )));
+        }
+        if let Some(url) = self.settings.notify_url.clone() {
+            runners.push(tokio::spawn(post_changes(
+                url,
+                self.settings.timeout,
+                tx.subscribe(),
+            )));
+        }
+        let mut last = None;
+        loop {
+            let change = {
+                let s = self.status.borrow_and_update();
+                let now = Instant::now();
+                let view = s.view_at(now);
+                let key = (
+                    view.state,
+                    view.leader.clone(),
+                    view.fencing_token.map(|t| t.to_string()),
+                );
+                if last.as_ref() == Some(&key) {
+                    None
+                } else {
+                    last = Some(key);
+                    Some(Change {
+                        json: serde_json::to_string(&view).unwrap_or_default(),
+                        state: view.state.as_str(),
+                        leader: view.leader.clone().unwrap_or_default(),
+                        token: view
+                            .fencing_token
+                            .map(|t| t.to_string())
+                            .unwrap_or_default(),
+                        election: view.election.clone(),
+                        identity: view.identity.clone(),
+                    })
+                }
+            };
+            if let Some(change) = change {
+                // Nobody knows yet who leads: not worth telling.
+                if change.state != Role::Unknown.as_str() {
+                    tx.send_replace(Some(change));
+                }
+            }
+            if self.status.changed().await.is_err() {
+                // The runners finish what they have (the last change included) and stop.
+                drop(tx);
+                for runner in runners {
+                    let _ = runner.await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn run_commands(cmd: String, limit: Duration, mut changes: watch::Receiver<Option<Change>>) {
+    while changes.changed().await.is_ok() {
+        let Some(change) = changes.borrow_and_update().clone() else {
+            continue;
+        };
+        let spawned = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .env("LEASEKEEPER_STATE", change.state)
+            .env("LEASEKEEPER_LEADER", &change.leader)
+            .env("LEASEKEEPER_FENCING_TOKEN", &change.token)
+            .env("LEASEKEEPER_ELECTION", &change.election)
+            .env("LEASEKEEPER_IDENTITY", &change.identity)
+            .stdin(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "--on-change: cannot run the hook");
+                continue;
+            }
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let json = change.json.clone();
+            // A hook that does not read its stdin must not block us.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(json.as_bytes()).await;
+            });
+        }
+        match timeout(limit, child.wait()).await {
+            Ok(Ok(status)) if status.success() => {
+                tracing::debug!(state = change.state, "--on-change hook ran");
+            }
+            Ok(Ok(status)) => {
+                tracing::warn!(state = change.state, %status, "--on-change hook failed");
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "--on-change hook: cannot wait for it"),
+            Err(_) => {
+                tracing::warn!(
+                    state = change.state,
+                    timeout = %humantime::format_duration(limit),
+                    "--on-change hook ran too long; killed"
+                );
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+async fn post_changes(
+    url: hyper::Uri,
+    limit: Duration,
+    mut changes: watch::Receiver<Option<Change>>,
+) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    // Whether a newer change arrived during the retries of the last one.
+    let mut newer = false;
+    loop {
+        if !newer && changes.changed().await.is_err() {
+            return;
+        }
+        newer = false;
+        let Some(change) = changes.borrow_and_update().clone() else {
+            continue;
+        };
+        let mut wait = Duration::from_millis(100);
+        for attempt in 1..=POST_ATTEMPTS {
+            let request = hyper::Request::post(url.clone())
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(change.json.clone())));
+            let Ok(request) = request else {
+                break;
+            };
+            let answer = timeout(limit, async {
+                let response = client.request(request).await?;
+                let status = response.status();
+                // Read the answer to the end so the connection can be reused.
+                let _ = response.into_body().collect().await;
+                Ok::<_, hyper_util::client::legacy::Error>(status)
+            })
+            .await;
+            match answer {
+                Ok(Ok(status)) if status.is_success() => break,
+                other => {
+                    let error = match other {
+                        Ok(Ok(status)) => format!("answered {status}"),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "no answer in time".to_owned(),
+                    };
+                    tracing::warn!(
+                        attempt,
+                        error,
+                        state = change.state,
+                        "--notify-url: POST failed"
+                    );
+                }
+            }
+            if attempt == POST_ATTEMPTS {
+                break;
+            }
+            // A newer change replaces this one.
+            tokio::select! {
+                _ = sleep(wait) => {}
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    newer = true;
+                    break;
+                }
+            }
+            wait *= 2;
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Role-change hooks (`--on-change`, `--notify-url`), drain before release
+//! (`--drain-url`) and `POST /release?cooldown=`, against a real redis-server.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use common::{args, eventually, http, redis_args, Sidecar};
+
+/// One request the app got: when it arrived, its path and body.
+#[derive(Clone, Debug)]
+struct Request {
+    at: Instant,
+    answered: Option<Instant>,
+    body: String,
+}
+
+/// The app next to the sidecar: answers every POST 200 after `delay` (never, when
+/// `None`), and records what it got.
+struct App {
+    port: u16,
+    got: Arc<Mutex<Vec<Request>>>,
+}
+
+impl App {
+    fn start(delay: Option<Duration>) -> App {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let got: Arc<Mutex<Vec<Request>>> = Arc::default();
+        let record = got.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let record = record.clone();
+                std::thread::spawn(move || loop {
+                    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                    let mut length = 0;
+                    let mut first = true;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if first {
+                            first = false;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let index = {
+                        let mut g = record.lock().unwrap();
+                        g.push(Request {
+                            at: Instant::now(),
+                            answered: None,
+                            body: String::from_utf8_lossy(&body).into_owned(),
+                        });
+                        g.len() - 1
+                    };
+                    let Some(delay) = delay else {
+                        std::thread::sleep(Duration::from_secs(3600));
+                        return;
+                    };
+                    std::thread::sleep(delay);
+                    record.lock().unwrap()[index].answered = Some(Instant::now());
+                    if conn
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                });
+            }
+        });
+        App { port, got }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+fn is_leader(s: &Sidecar) -> bool {
+    matches!(http::get(s.port, "/is-leader"), Some((200, _)))
+}
+
+/// Two sidecars with `extra` flags; the one that leads first, then the other.
+fn pair(
+    redis: &RedisServer,
+    dir: &std::path::Path,
+    election: &str,
+    extra: &[&str],
+) -> (Sidecar, Sidecar) {
+    let mut a = redis_args(&redis.url(), "1s", election);
+    a.extend(args(extra));
+    a.push("--enable-release-endpoint".to_owned());
+    let first = Sidecar::spawn("first", dir, &a);
+    first.settles_in("leader", Duration::from_secs(5));
+    let second = Sidecar::spawn("second", dir, &a);
+    second.settles_in("follower", Duration::from_secs(5));
+    (first, second)
+}
+
+#[test]
+fn on_change_and_notify_url_tell_every_change_of_role() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let app = App::start(Some(Duration::ZERO));
+    let states = dir.path().join("states");
+    let hook = format!(
+        "read -r json; echo \"$LEASEKEEPER_IDENTITY $LEASEKEEPER_STATE $LEASEKEEPER_FENCING_TOKEN $json\" >> {}",
+        states.display()
+    );
+    let (mut first, second) = pair(
+        &redis,
+        dir.path(),
+        "hooks",
+        &["--on-change", &hook, "--notify-url", &app.url("/changes")],
+    );
+    first.terminate(Duration::from_secs(5)).expect("exits");
+    second.settles_in("leader", Duration::from_secs(5));
+    let lines = eventually(Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&states).ok()?;
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        (lines.iter().any(|l| l.starts_with("second leader"))
+            && lines.iter().any(|l| l.starts_with("first candidate")))
+        .then_some(lines)
+    })
+    .unwrap_or_else(|| panic!("hook lines: {:?}", std::fs::read_to_string(&states)));
+    eprintln!("{lines:#?}");
+    let first_lines: Vec<&String> = lines.iter().filter(|l| l.starts_with("first ")).collect();
+    assert!(
+        first_lines[0].starts_with("first leader 1 {"),
+        "{first_lines:?}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(first_lines[0].splitn(4, ' ').nth(3).expect("json")).expect("json");
+    assert_eq!(json["is_leader"], true);
+    assert_eq!(json["identity"], "first");
+    assert!(lines.iter().any(|l| l.starts_with("second follower")));
+    // The same changes were POSTed.
+    let posted = eventually(Duration::from_secs(5), || {
+        let bodies: Vec<serde_json::Value> = app
+            .requests()
+            .iter()
+            .filter_map(|r| serde_json::from_str(&r.body).ok())
+            .collect();
+        bodies
+            .iter()
+            .any(|b| b["identity"] == "second" && b["is_leader"] == true)
+            .then_some(bodies)
+    })
+    .expect("the takeover was POSTed");
+    assert!(posted
+        .iter()
+        .any(|b| b["identity"] == "first" && b["state"] == "leader"));
+}
+
+#[test]
+fn hooks_that_hang_do_not_delay_a_step_down() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let silent = App::start(None);
+    let (mut first, second) = pair(
+        &redis,
+        dir.path(),
+        "hang",
+        &[
+            "--on-change",
+            "sleep 60",
+            "--notify-url",
+            &silent.url("/never"),
+            "--hook-timeout",
+            "30s",
+        ],
+    );
+    let t0 = Instant::now();
+    first.signal(libc::SIGTERM);
+    let taken = eventually(Duration::from_secs(3), || is_leader(&second).then_some(()));
+    let took = t0.elapsed();
+    assert!(taken.is_some(), "no takeover");
+    assert!(took < Duration::from_secs(1), "the handover took {took:?}");
+    let code = first.wait_exit(Duration::from_secs(5));
+    assert!(code.is_some_and(|c| c.success()), "{code:?}");
+    eprintln!("handover with hanging hooks: {took:?}");
+}
+
+#[test]
+fn a_graceful_step_down_drains_the_app_before_the_release() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // The app takes 1.5 s to finish its leader work: longer than the 1 s ttl, so the
+    // lease must be renewed while it drains.
+    let app = App::start(Some(Duration::from_millis(1500)));
+    let (mut first, second) = pair(
+        &redis,
+        dir.path(),
+        "drain",
+        &["--drain-url", &app.url("/drain"), "--drain-timeout", "10s"],
+    );
+    let t0 = Instant::now();
+    first.signal(libc::SIGTERM);
+    // Not leader is published before the drain is called.
+    let not_leader = eventually(Duration::from_secs(2), || {
+        (!is_leader(&first)).then(Instant::now)
+    })
+    .expect("the leader never said it stopped leading");
+    let called = eventually(Duration::from_secs(2), || {
+        app.requests().first().map(|r| r.at)
+    })
+    .expect("the drain was never called");
+    let next = eventually(Duration::from_secs(5), || {
+        is_leader(&second).then(Instant::now)
+    })
+    .expect("no takeover after the drain");
+    let requests = app.requests();
+    let answered = requests[0].answered.expect("answered");
+    eprintln!(
+        "not leader after {:?}, drain called at {:?}, answered at {:?}, next leader at {:?}",
+        not_leader - t0,
+        called - t0,
+        answered - t0,
+        next - t0
+    );
+    assert!(
+        not_leader <= called + Duration::from_millis(20),
+        "drain called before not-leader was shown"
+    );
+    assert!(
+        next > answered,
+        "the next leader started before the app had drained"
+    );
+    assert!(
+        next - answered < Duration::from_millis(800),
+        "the release after the drain took {:?}",
+        next - answered
+    );
+    let body: serde_json::Value = serde_json::from_str(&requests[0].body).expect("json");
+    assert_eq!(body["identity"], "first");
+    assert_eq!(body["is_leader"], false);
+    let code = first.wait_exit(Duration::from_secs(5));
+    assert!(code.is_some_and(|c| c.success()), "{code:?}");
+}
+
+#[test]
+fn a_drain_that_never_answers_ends_at_its_timeout() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let app = App::start(None);
+    let (first, second) = pair(
+        &redis,
+        dir.path(),
+        "drain-timeout",
+        &[
+            "--drain-url",
+            &app.url("/drain"),
+            "--drain-timeout",
+            "700ms",
+        ],
+    );
+    let t0 = Instant::now();
+    // The answer comes once released, after the drain.
+    let port = first.port;
+    let release =
+        std::thread::spawn(move || http::post_within(port, "/release", Duration::from_secs(5)));
+    let next = eventually(Duration::from_secs(5), || {
+        is_leader(&second).then(Instant::now)
+    })
+    .expect("no takeover");
+    let answer = release.join().expect("thread");
+    assert!(matches!(answer, Some((200, _))), "{answer:?}");
+    let took = next - t0;
+    eprintln!("takeover {took:?} after a drain that never answered (timeout 700 ms)");
+    assert!(
+        took >= Duration::from_millis(650) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_release_with_a_cooldown_keeps_the_candidate_out_for_that_long() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let (first, mut second) = pair(&redis, dir.path(), "cooldown", &[]);
+    let answer = http::post(first.port, "/release?cooldown=4s");
+    assert!(matches!(answer, Some((200, _))), "{answer:?}");
+    second.settles_in("leader", Duration::from_secs(3));
+    let t0 = Instant::now();
+    second.terminate(Duration::from_secs(5)).expect("exits");
+    // Nobody leads until the first candidate's cooldown is over.
+    let back = eventually(Duration::from_secs(8), || {
+        is_leader(&first).then(Instant::now)
+    })
+    .expect("the first candidate never came back");
+    eprintln!("back {:?} after the other left", back - t0);
+    assert!(
+        back - t0 >= Duration::from_millis(2500),
+        "back after only {:?}",
+        back - t0
+    );
+    let bad = http::post(first.port, "/release?cooldown=soon");
+    assert!(matches!(bad, Some((400, _))), "{bad:?}");
+}
