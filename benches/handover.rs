@@ -590,6 +590,68 @@ fn main() {
         drop(g);
         drop(etcd);
     }
+    if wants("exec") {
+        // Exec mode next to `etcdctl lock NAME CMD` on one etcd: the same command (it
+        // prints `leader <CLOCK_MONOTONIC ns>` when it starts, python startup included
+        // on both sides), SIGTERM/SIGINT to the holder → the next command's stamp. For
+        // leasekeeper the old command's group is gone before the lease is released.
+        use std::process::{Command, Stdio};
+        let etcd = common::etcd_server::EtcdCluster::start(1);
+        let endpoints = etcd.endpoints();
+        let cmd = [
+            "python3",
+            "-c",
+            "import signal, sys, time\n\
+             print('leader', time.monotonic_ns(), flush=True)\n\
+             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n\
+             time.sleep(3600)",
+        ];
+        let dir = tempfile::tempdir().expect("dir");
+        let lk = |i: usize| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_leasekeeper"));
+            c.arg("run")
+                .args(etcd_args(&endpoints, "15s", "bench-exec"))
+                .args([
+                    "--identity",
+                    &format!("x{i}"),
+                    "--http-addr",
+                    "127.0.0.1:0",
+                    "--transition-log",
+                    &dir.path().join(format!("x{i}.jsonl")).display().to_string(),
+                ])
+                .arg("--")
+                .args(cmd)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("leasekeeper run")
+        };
+        let term = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGTERM);
+        let ours = peer_handover(&lk, &term, &leader_stamp, rounds);
+        row(
+            "exec mode, etcd: leasekeeper run handover (SIGTERM → next command started)",
+            fmt_ms(&stats(ours)),
+        );
+        let lock = |_: usize| {
+            Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoints, "lock", "bench-lock"])
+                .args(cmd)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("etcdctl lock")
+        };
+        let int = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGINT);
+        let theirs = peer_handover(&lock, &int, &leader_stamp, rounds);
+        if !theirs.is_empty() {
+            row(
+                "peer, same etcd: etcdctl lock NAME CMD handover (SIGINT → next command started)",
+                fmt_ms(&stats(theirs)),
+            );
+        }
+        drop(etcd);
+    }
     if wants("kubernetes") {
         // kubernetes Lease on the in-process fake API server (the client side of the
         // path: watch event → GET → PUT; a real API server adds its own etcd write).

@@ -116,12 +116,14 @@ fn leader(sidecars: &[Sidecar], limit: Duration) -> Option<usize> {
     })
 }
 
-/// A run of `identity` has written its start line.
-fn started(out: &Path, identity: &str, limit: Duration) -> bool {
+/// A run of `identity` (of its tenure `token`, when given) has written its start line.
+fn started(out: &Path, identity: &str, token: Option<u64>, limit: Duration) -> bool {
     eventually(limit, || {
         read_lines(out)
             .iter()
-            .any(|l| l.identity == identity && l.kind == "start")
+            .any(|l| {
+                l.identity == identity && l.kind == "start" && token.is_none_or(|t| t == l.token)
+            })
             .then_some(())
     })
     .is_some()
@@ -130,7 +132,11 @@ fn started(out: &Path, identity: &str, limit: Duration) -> bool {
 #[test]
 fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_store_faults() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("dir");
+    let mut dir = tempfile::tempdir().expect("dir");
+    if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("test dir: {}", dir.path().display());
+    }
     let (cmd, out) = worker(dir.path());
     let args = redis_args(&redis.url(), "2s", "exec");
     let mut generation = 0;
@@ -150,9 +156,12 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
     ] {
         let li = leader(&sidecars, Duration::from_secs(10)).expect("a leader");
         let name = sidecars[li].name.clone();
+        let token = sidecars[li]
+            .leader()
+            .and_then(|v| v["fencing_token"].as_u64());
         assert!(
-            started(&out, &name, Duration::from_secs(5)),
-            "{name} leads but its command never started"
+            started(&out, &name, token, Duration::from_secs(5)),
+            "{name} leads (token {token:?}) but its command never started"
         );
         let t0 = Instant::now();
         match fault {
@@ -171,7 +180,15 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
                 });
                 let other = other.expect("no other leader while the first was stopped");
                 // Stay stopped while the new leader's command runs for a while.
-                assert!(started(&out, &sidecars[other].name, Duration::from_secs(5)));
+                let token = sidecars[other]
+                    .leader()
+                    .and_then(|v| v["fencing_token"].as_u64());
+                assert!(started(
+                    &out,
+                    &sidecars[other].name,
+                    token,
+                    Duration::from_secs(5)
+                ));
                 std::thread::sleep(Duration::from_millis(300));
                 sidecars[li].signal(libc::SIGCONT);
                 let woke = eventually(Duration::from_secs(5), || {
@@ -195,7 +212,17 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
             sidecars[li] = spawn(dir.path());
         }
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The last takeover's command has started before everything stops.
+    let last = leader(&sidecars, Duration::from_secs(10)).expect("a leader at the end");
+    let token = sidecars[last]
+        .leader()
+        .and_then(|v| v["fencing_token"].as_u64());
+    assert!(started(
+        &out,
+        &sidecars[last].name,
+        token,
+        Duration::from_secs(5)
+    ));
     for s in sidecars.iter_mut() {
         s.terminate(Duration::from_secs(10));
     }
@@ -291,7 +318,7 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_deadline_and_the_release_
     let mut args = redis_args(&redis.url(), "2s", "stubborn");
     args.extend(["--kill-grace".to_owned(), "500ms".to_owned()]);
     let mut a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
-    assert!(started(&out, "a", Duration::from_secs(10)));
+    assert!(started(&out, "a", None, Duration::from_secs(10)));
     let b = Sidecar::spawn_run("b", dir.path(), &args, &cmd);
     b.settles_in("follower", Duration::from_secs(5));
     let t0 = Instant::now();
@@ -299,7 +326,7 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_deadline_and_the_release_
     let code = a.wait_exit(Duration::from_secs(10));
     let stopped_in = t0.elapsed();
     assert!(code.is_some_and(|c| c.success()), "{code:?}");
-    assert!(started(&out, "b", Duration::from_secs(5)));
+    assert!(started(&out, "b", None, Duration::from_secs(5)));
     let runs = runs_never_overlap(&read_lines(&out));
     assert_eq!(runs.len(), 2);
     eprintln!(

@@ -999,6 +999,16 @@ pub fn run_with(spec: ElectionSpec<'_>, extras: Extras) -> Report {
     check_tokens_strictly_grow(&claims);
     check_outside_view_but(&observations, &e.tampered, TAMPER_TOLERANCE);
     check_no_panics(e.dir.path());
+    // A fault moves the lease once or twice; many more tenures than that is a leader
+    // that loses its lease without any fault (a flapping leader never overlaps, so the
+    // checks above would not see it).
+    let bound = 2 * rounds.len() + 2 * candidates;
+    assert!(
+        claims.len() <= bound,
+        "{} tenures in {} rounds: the leader flaps without faults",
+        claims.len(),
+        rounds.len()
+    );
     if let Some(store) = e.extras.store.take() {
         let changes = store.changes();
         drop(store);
