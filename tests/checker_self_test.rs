@@ -21,7 +21,7 @@ use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
 use common::etcd_server::EtcdCluster;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
-use common::{etcd_args, redis_args, redlock_args};
+use common::{etcd_args, redis_args};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -59,43 +59,44 @@ fn caught(what: &str, f: impl FnOnce()) {
 }
 
 /// One Redis server, every sidecar through its own proxy, the Redis recorder, and
-/// tampering by DEL/SET: one round of `fault` with `env` switched on.
-fn redis_round(fault: Fault, env: Vec<(String, String)>) {
+/// tampering by DEL/SET: `rounds` with `env` switched on.
+fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
     let mut server = RedisServer::start();
     let port = server.port;
     let election = "selftest";
     let lock = format!("leasekeeper:{{{election}}}:lock");
-    caught(fault.name(), || {
-        checker::run_with(
-            ElectionSpec {
-                args: Vec::new(),
-                ttl: TTL,
-                candidates: 3,
-                rounds: vec![fault],
-                server: Some(&mut server),
-                takeover_while_leader_paused: true,
-                restart_loses_data: true,
-            },
-            Extras {
-                links: Some(Links {
-                    nodes: vec![([127, 0, 0, 1], port).into()],
-                    args: Box::new(move |a| {
-                        redis_args(&format!("redis://{}", a[0]), "1s", election)
-                    }),
-                }),
-                store: Some(Recorder::redis(port, election)),
-                tamper: Some(Box::new(move |fault| {
-                    let command = match fault {
-                        Fault::TamperDelete => format!("DEL {lock}"),
-                        _ => format!("SET {lock} x|0|intruder PX 1000"),
-                    };
-                    common::redis_server::command_at(port, &command);
-                })),
-                sidecar_env: env,
-                ..Extras::default()
-            },
-        );
-    });
+    checker::run_with(
+        ElectionSpec {
+            args: Vec::new(),
+            ttl: TTL,
+            candidates: 3,
+            rounds,
+            server: Some(&mut server),
+            takeover_while_leader_paused: true,
+            restart_loses_data: true,
+        },
+        Extras {
+            links: Some(Links {
+                nodes: vec![([127, 0, 0, 1], port).into()],
+                args: Box::new(move |a| redis_args(&format!("redis://{}", a[0]), "1s", election)),
+            }),
+            store: Some(Recorder::redis(port, election)),
+            tamper: Some(Box::new(move |fault| {
+                let command = match fault {
+                    Fault::TamperDelete => format!("DEL {lock}"),
+                    _ => format!("SET {lock} x|0|intruder PX 1000"),
+                };
+                common::redis_server::command_at(port, &command);
+            })),
+            sidecar_env: env,
+            ..Extras::default()
+        },
+    );
+}
+
+/// One round of `fault` on Redis with `env` switched on: the checker must fail it.
+fn redis_round(fault: Fault, env: Vec<(String, String)>) {
+    caught(fault.name(), || redis_run(vec![fault], env));
 }
 
 #[test]
@@ -156,11 +157,7 @@ fn a_claim_on_error_is_caught_under_a_partitioned_follower() {
 /// Three Redis nodes (Redlock), every sidecar through its own proxies.
 fn redlock_round(fault: Fault, env: Vec<(String, String)>) {
     let mut cluster = RedisCluster::start(3);
-    let nodes = cluster
-        .nodes
-        .iter()
-        .map(|n| ([127, 0, 0, 1], n.port).into())
-        .collect();
+    let links = cluster.links("1s", "selftest");
     caught(fault.name(), || {
         checker::run_with(
             ElectionSpec {
@@ -173,17 +170,7 @@ fn redlock_round(fault: Fault, env: Vec<(String, String)>) {
                 restart_loses_data: true,
             },
             Extras {
-                links: Some(Links {
-                    nodes,
-                    args: Box::new(|proxies| {
-                        let urls = proxies
-                            .iter()
-                            .map(|a| format!("redis://{a}"))
-                            .collect::<Vec<_>>()
-                            .join(",");
-                        redlock_args(&urls, "1s", "selftest")
-                    }),
-                }),
+                links: Some(links),
                 sidecar_env: env,
                 ..Extras::default()
             },
@@ -239,35 +226,15 @@ fn a_claim_on_error_is_caught_under_an_isolated_store_node() {
 /// misbehaviour, not from the harness.
 #[test]
 fn the_same_rounds_pass_with_well_behaved_sidecars() {
-    let mut server = RedisServer::start();
-    let port = server.port;
-    checker::run_with(
-        ElectionSpec {
-            args: Vec::new(),
-            ttl: TTL,
-            candidates: 3,
-            rounds: vec![
-                Fault::Graceful,
-                Fault::Release,
-                Fault::PartitionLeader,
-                Fault::PartitionFollower,
-                Fault::TamperDelete,
-            ],
-            server: Some(&mut server),
-            takeover_while_leader_paused: true,
-            restart_loses_data: true,
-        },
-        Extras {
-            links: Some(Links {
-                nodes: vec![([127, 0, 0, 1], port).into()],
-                args: Box::new(move |a| redis_args(&format!("redis://{}", a[0]), "1s", "selftest")),
-            }),
-            store: Some(Recorder::redis(port, "selftest")),
-            tamper: Some(Box::new(move |_| {
-                common::redis_server::command_at(port, "DEL leasekeeper:{selftest}:lock");
-            })),
-            ..Extras::default()
-        },
+    redis_run(
+        vec![
+            Fault::Graceful,
+            Fault::Release,
+            Fault::PartitionLeader,
+            Fault::PartitionFollower,
+            Fault::TamperDelete,
+        ],
+        Vec::new(),
     );
 }
 

@@ -116,6 +116,11 @@ fn leader(sidecars: &[Sidecar], limit: Duration) -> Option<usize> {
     })
 }
 
+/// The token of the tenure `s` reports.
+fn token_of(s: &Sidecar) -> Option<u64> {
+    s.leader().and_then(|v| v["fencing_token"].as_u64())
+}
+
 /// A run of `identity` (of its tenure `token`, when given) has written its start line.
 fn started(out: &Path, identity: &str, token: Option<u64>, limit: Duration) -> bool {
     eventually(limit, || {
@@ -156,9 +161,7 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
     ] {
         let li = leader(&sidecars, Duration::from_secs(10)).expect("a leader");
         let name = sidecars[li].name.clone();
-        let token = sidecars[li]
-            .leader()
-            .and_then(|v| v["fencing_token"].as_u64());
+        let token = token_of(&sidecars[li]);
         assert!(
             started(&out, &name, token, Duration::from_secs(5)),
             "{name} leads (token {token:?}) but its command never started"
@@ -180,9 +183,7 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
                 });
                 let other = other.expect("no other leader while the first was stopped");
                 // Stay stopped while the new leader's command runs for a while.
-                let token = sidecars[other]
-                    .leader()
-                    .and_then(|v| v["fencing_token"].as_u64());
+                let token = token_of(&sidecars[other]);
                 assert!(started(
                     &out,
                     &sidecars[other].name,
@@ -214,9 +215,7 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
     }
     // The last takeover's command has started before everything stops.
     let last = leader(&sidecars, Duration::from_secs(10)).expect("a leader at the end");
-    let token = sidecars[last]
-        .leader()
-        .and_then(|v| v["fencing_token"].as_u64());
+    let token = token_of(&sidecars[last]);
     assert!(started(
         &out,
         &sidecars[last].name,

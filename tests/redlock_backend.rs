@@ -339,11 +339,6 @@ fn restored_node(election: &str, node1_hangs: bool) {
 /// slow leader.
 fn cut_links_run(nodes: usize, rounds: Vec<Fault>) -> checker::Report {
     let cluster = RedisCluster::start(nodes);
-    let addrs = cluster
-        .nodes
-        .iter()
-        .map(|n| std::net::SocketAddr::from(([127, 0, 0, 1], n.port)))
-        .collect();
     let report = checker::run_with(
         ElectionSpec {
             args: Vec::new(),
@@ -355,17 +350,7 @@ fn cut_links_run(nodes: usize, rounds: Vec<Fault>) -> checker::Report {
             restart_loses_data: false,
         },
         checker::Extras {
-            links: Some(checker::Links {
-                nodes: addrs,
-                args: Box::new(|proxies| {
-                    let urls = proxies
-                        .iter()
-                        .map(|a| format!("redis://{a}"))
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    redlock_args(&urls, "1s", "links")
-                }),
-            }),
+            links: Some(cluster.links("1s", "links")),
             ..checker::Extras::default()
         },
     );

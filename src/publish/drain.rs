@@ -11,13 +11,10 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::watch;
-use tokio::time::{sleep, timeout_at, Instant};
+use tokio::time::{sleep, Instant};
 
+use super::hooks::{http_client, post_json, HttpClient};
 use crate::status::{Role, Status};
 
 pub struct Drain {
@@ -48,7 +45,7 @@ impl Drain {
 
     /// Runs until the status channel closes.
     pub async fn run(mut self) {
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let client = http_client();
         // Whether the current tenure still owes a drain.
         let mut owed = false;
         loop {
@@ -79,44 +76,25 @@ impl Drain {
         }
     }
 
-    async fn drain(
-        &self,
-        client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
-        json: String,
-    ) {
+    async fn drain(&self, client: &HttpClient, json: String) {
         let started = Instant::now();
         let until = started + self.limit;
         tracing::info!(url = %self.url, "draining: asking the app to finish its leader work");
         loop {
-            let request = hyper::Request::post(self.url.clone())
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(json.clone())));
-            let Ok(request) = request else {
-                return;
-            };
-            let answer = timeout_at(until, async {
-                let response = client.request(request).await?;
-                let status = response.status();
-                let _ = response.into_body().collect().await;
-                Ok::<_, hyper_util::client::legacy::Error>(status)
-            })
-            .await;
-            match answer {
-                Ok(Ok(status)) if status.is_success() => {
+            match post_json(client, &self.url, &json, until).await {
+                Ok(()) => {
                     tracing::info!(took = ?started.elapsed(), "drained");
                     return;
                 }
-                Ok(Ok(status)) => {
-                    tracing::warn!(%status, "--drain-url answered without success; asking again");
-                }
-                Ok(Err(e)) => tracing::warn!(error = %e, "--drain-url: POST failed; asking again"),
-                Err(_) => {
+                Err(error) if Instant::now() >= until => {
                     tracing::warn!(
+                        error,
                         timeout = %humantime::format_duration(self.limit),
                         "--drain-url did not answer 2xx in time; releasing anyway"
                     );
                     return;
                 }
+                Err(error) => tracing::warn!(error, "--drain-url: no success yet; asking again"),
             }
             if tokio::time::timeout_at(until, sleep(Duration::from_millis(250)))
                 .await

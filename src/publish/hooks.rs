@@ -15,7 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, timeout, timeout_at, Instant};
 
 use crate::status::{Role, Status};
 
@@ -173,7 +173,7 @@ async fn post_changes(
     limit: Duration,
     mut changes: watch::Receiver<Option<Change>>,
 ) {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     // Whether a newer change arrived during the retries of the last one.
     let mut newer = false;
     loop {
@@ -186,28 +186,9 @@ async fn post_changes(
         };
         let mut wait = Duration::from_millis(100);
         for attempt in 1..=POST_ATTEMPTS {
-            let request = hyper::Request::post(url.clone())
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(change.json.clone())));
-            let Ok(request) = request else {
-                break;
-            };
-            let answer = timeout(limit, async {
-                let response = client.request(request).await?;
-                let status = response.status();
-                // Read the answer to the end so the connection can be reused.
-                let _ = response.into_body().collect().await;
-                Ok::<_, hyper_util::client::legacy::Error>(status)
-            })
-            .await;
-            match answer {
-                Ok(Ok(status)) if status.is_success() => break,
-                other => {
-                    let error = match other {
-                        Ok(Ok(status)) => format!("answered {status}"),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => "no answer in time".to_owned(),
-                    };
+            match post_json(&client, &url, &change.json, Instant::now() + limit).await {
+                Ok(()) => break,
+                Err(error) => {
                     tracing::warn!(
                         attempt,
                         error,
@@ -232,5 +213,40 @@ async fn post_changes(
             }
             wait *= 2;
         }
+    }
+}
+
+/// The plain-HTTP client of the hooks and the drain.
+pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// A client for [`post_json`].
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// POSTs `json` to `url`; `Ok` for a 2xx answer by `until`, else what went wrong.
+pub async fn post_json(
+    client: &HttpClient,
+    url: &hyper::Uri,
+    json: &str,
+    until: Instant,
+) -> Result<(), String> {
+    let request = hyper::Request::post(url.clone())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(json.to_owned())))
+        .map_err(|e| e.to_string())?;
+    let answer = timeout_at(until, async {
+        let response = client.request(request).await?;
+        let status = response.status();
+        // Read the answer to the end so the connection can be reused.
+        let _ = response.into_body().collect().await;
+        Ok::<_, hyper_util::client::legacy::Error>(status)
+    })
+    .await;
+    match answer {
+        Ok(Ok(status)) if status.is_success() => Ok(()),
+        Ok(Ok(status)) => Err(format!("answered {status}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer in time".to_owned()),
     }
 }

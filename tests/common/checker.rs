@@ -136,6 +136,25 @@ impl RedisCluster {
             .join(",")
     }
 
+    /// Per-candidate links to every node, for a Redlock election with this ttl.
+    pub fn links(&self, ttl: &'static str, election: &'static str) -> Links {
+        Links {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| std::net::SocketAddr::from(([127, 0, 0, 1], n.port)))
+                .collect(),
+            args: Box::new(move |proxies| {
+                let urls = proxies
+                    .iter()
+                    .map(|a| format!("redis://{a}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                super::redlock_args(&urls, ttl, election)
+            }),
+        }
+    }
+
     fn majority(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
