@@ -595,6 +595,7 @@ fn main() {
         // prints `leader <CLOCK_MONOTONIC ns>` when it starts, python startup included
         // on both sides), SIGTERM/SIGINT to the holder → the next command's stamp. For
         // leasekeeper the old command's group is gone before the lease is released.
+        use std::os::unix::process::CommandExt;
         use std::process::{Command, Stdio};
         let etcd = common::etcd_server::EtcdCluster::start(1);
         let endpoints = etcd.endpoints();
@@ -635,14 +636,21 @@ fn main() {
         let lock = |_: usize| {
             Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &endpoints, "lock", "bench-lock"])
+                .args(["--endpoints", &endpoints, "lock", "bench-lock", "--"])
                 .args(cmd)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
+                .process_group(0)
                 .spawn()
                 .expect("etcdctl lock")
         };
-        let int = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGINT);
+        // etcdctl waits for its command and does not pass a signal on: stop them as a
+        // Ctrl-C at the terminal would, the whole process group (the command exits,
+        // then etcdctl unlocks).
+        let int = |c: &mut std::process::Child| {
+            // SAFETY: kill(2) on the process group of our own child.
+            unsafe { libc::kill(-(c.id() as libc::pid_t), libc::SIGINT) };
+        };
         let theirs = peer_handover(&lock, &int, &leader_stamp, rounds);
         if !theirs.is_empty() {
             row(
