@@ -592,14 +592,15 @@ impl Election<'_> {
             // store fault a candidate may still be backing off or sitting out, and the
             // leader that released would then (rightly) take its lease back.
             let limit = ttl * 3 + Duration::from_secs(2);
-            let settled = if std::mem::take(&mut self.store_faulted) {
-                self.renewed(limit)
+            if std::mem::take(&mut self.store_faulted) {
+                self.renewed(limit).unwrap_or_else(|| {
+                    panic!("no leader followed by every other candidate renewed its claim before {fault:?} (after a fault of the store)")
+                })
             } else {
-                self.settled(limit)
-            };
-            settled.unwrap_or_else(|| {
-                panic!("no leader with every other candidate following it before {fault:?}")
-            })
+                self.settled(limit).unwrap_or_else(|| {
+                    panic!("no leader with every other candidate following it before {fault:?}")
+                })
+            }
         } else {
             self.find_leader(None, ttl * 3 + Duration::from_secs(2))
                 .unwrap_or_else(|| panic!("no leader before {fault:?}"))
