@@ -185,6 +185,12 @@ fn report_row(name: &str, ttl: Duration, store: bool, t: &Totals, wall: Duration
         if store { "0" } else { "n/a" },
         wall.as_secs_f64() / 60.0
     );
+    append_row(&row);
+}
+
+/// Appends a row to `target/soak/results.md`, with the header first when the file is
+/// new, and prints it.
+fn append_row(row: &str) {
     eprint!("{HEADER}{row}");
     let path = results_path();
     std::fs::create_dir_all(path.parent().expect("target/soak")).expect("create target/soak");
@@ -221,6 +227,39 @@ fn soak(
     let plan = Plan::new(kinds, target);
     let started = Instant::now();
     let mut totals = Totals::default();
+    // A failed batch still gets its row (what failed, after how much), then fails.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_batches(name, kinds, target, &plan, &mut totals, &mut batch)
+    }));
+    if let Err(panic) = run {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        let first = message.lines().next().unwrap_or("").replace('|', "/");
+        let first: String = first.chars().take(300).collect();
+        append_row(&format!(
+            "| {name} | {} | **FAILED** in batch {} after {} transitions in earlier batches: {first} | | | | | | | {:.1} min |\n",
+            humantime(ttl),
+            totals.batches + 1,
+            totals.transitions,
+            started.elapsed().as_secs_f64() / 60.0
+        ));
+        std::panic::resume_unwind(panic);
+    }
+    report_row(name, ttl, store, &totals, started.elapsed());
+}
+
+fn run_batches(
+    name: &str,
+    kinds: &[Fault],
+    target: usize,
+    plan: &Plan,
+    totals: &mut Totals,
+    batch: &mut impl FnMut(Vec<Fault>) -> Report,
+) {
+    let started = Instant::now();
     let mut next = 0;
     while totals.transitions < target {
         let remaining = target - totals.transitions;
@@ -246,7 +285,6 @@ fn soak(
             "{name}: {k:?} never ran"
         );
     }
-    report_row(name, ttl, store, &totals, started.elapsed());
 }
 
 /// A store shared between the checker (as its `ServerControl`) and fault closures
