@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test deps bench lint chart-test
+.PHONY: run test deps bench lint chart-test soak
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
 # (Building needs protoc for the etcd client; it is installed when missing.)
@@ -19,6 +19,16 @@ deps:
 chart-test:
 	bash scripts/install-chart-deps
 	python3 tests/chart/check_chart.py
+
+# The long run, not part of `make test`: every backend through LK_SOAK_TRANSITIONS
+# (default 1000) leader transitions under every fault the checker has for it, then one
+# table (tests/soak.rs; README, "Soak"). Under an hour on two cores.
+soak: deps
+	rm -rf target/soak
+	status=0; cargo test --test soak -- --ignored --test-threads=1 --nocapture || status=$$?; \
+	echo; echo "## leasekeeper soak, $$(date -u +%Y-%m-%d), LK_SOAK_TRANSITIONS=$${LK_SOAK_TRANSITIONS:-1000}"; echo; \
+	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
+	exit $$status
 
 # Handover/failover latency, follower load, idle footprint (see README).
 bench:

@@ -329,15 +329,33 @@ pub struct Report {
     pub graceful_ms: Vec<f64>,
     pub crash_ms: Vec<f64>,
     pub node_faults: usize,
-    /// Fault name → how long until another leader answered, in ms.
+    /// Fault name → how long until another leader answered, in ms (for a store-wide
+    /// outage, `pause-store` and `restart-store`: from the store's recovery to a leader).
     pub takeover_ms: std::collections::BTreeMap<&'static str, Vec<f64>>,
     /// Fault name → rounds run.
     pub faults: std::collections::BTreeMap<&'static str, usize>,
     /// Distinct tenures whose holder changed (claims with a new token).
     pub transitions: usize,
     /// The longest any claim ran past the store handing the lease on, in ms (negative:
-    /// the smallest margin left), when a store recorder ran.
+    /// the smallest margin left), when a store recorder ran. Claims whose record was
+    /// tampered with are left out (see `longest_past_store_tampered_ms`).
     pub longest_past_store_ms: Option<f64>,
+    /// The same over the claims whose record was tampered with (allowed up to
+    /// [`TAMPER_TOLERANCE`] past the next holder).
+    pub longest_past_store_tampered_ms: Option<f64>,
+    /// The first and the last tenure's fencing token (tokens grow in between).
+    pub first_token: Option<u64>,
+    pub last_token: Option<u64>,
+}
+
+impl Report {
+    /// Notes a takeover `since` the fault (or the store's recovery).
+    fn took_over(&mut self, fault: Fault, since: Instant) {
+        self.takeover_ms
+            .entry(fault.name())
+            .or_default()
+            .push(since.elapsed().as_secs_f64() * 1e3);
+    }
 }
 
 /// One answer seen from outside.
@@ -460,6 +478,10 @@ struct Election<'a> {
     slots: Vec<Sidecar>,
     poller: Option<Poller>,
     generation: usize,
+    /// Set by a fault of the store itself: the next handover first waits for the
+    /// leader to renew (its client may still be reconnecting to the store, and a
+    /// release that cannot reach the store hands over only by expiry).
+    store_faulted: bool,
 }
 
 impl Election<'_> {
@@ -545,6 +567,20 @@ impl Election<'_> {
         })
     }
 
+    /// [`Self::settled`], once the leader's remaining claim was seen to grow (a renew
+    /// answered by the store).
+    fn renewed(&self, limit: Duration) -> Option<(usize, u64)> {
+        let mut last: Option<(usize, u64, u64)> = None;
+        eventually(limit, || {
+            let (li, token) = self.settled(Duration::ZERO)?;
+            let left = self.slots[li].leader()?["lease_expires_in_ms"].as_u64()?;
+            match last.replace((li, token, left)) {
+                Some((i, t, before)) if (i, t) == (li, token) && left > before => Some((li, token)),
+                _ => None,
+            }
+        })
+    }
+
     fn nobody_leads(&self) -> Result<(), String> {
         for s in self.slots.iter().filter(|s| s.is_running()) {
             if let Some((200, _)) = http::get(s.port, "/is-leader") {
@@ -589,15 +625,29 @@ impl Election<'_> {
             // A handover in milliseconds is promised to followers that follow: after a
             // store fault a candidate may still be backing off or sitting out, and the
             // leader that released would then (rightly) take its lease back.
-            self.settled(ttl * 3 + Duration::from_secs(2))
-                .unwrap_or_else(|| {
+            let limit = ttl * 3 + Duration::from_secs(2);
+            if std::mem::take(&mut self.store_faulted) {
+                self.renewed(limit).unwrap_or_else(|| {
+                    panic!("no leader followed by every other candidate renewed its claim before {fault:?} (after a fault of the store)")
+                })
+            } else {
+                self.settled(limit).unwrap_or_else(|| {
                     panic!("no leader with every other candidate following it before {fault:?}")
                 })
+            }
         } else {
             self.find_leader(None, ttl * 3 + Duration::from_secs(2))
                 .unwrap_or_else(|| panic!("no leader before {fault:?}"))
         };
         let old_port = self.slots[li].port;
+        self.store_faulted |= matches!(
+            fault,
+            Fault::PauseServer
+                | Fault::RestartServer
+                | Fault::PauseMinority
+                | Fault::RestartOneNode
+                | Fault::IsolateStoreNode
+        );
         match fault {
             Fault::Graceful => {
                 let t0 = Instant::now();
@@ -605,6 +655,7 @@ impl Election<'_> {
                 let new = self.find_leader(Some(old_port), Duration::from_secs(1));
                 assert!(new.is_some(), "no new leader within 1 s of a graceful stop");
                 report.graceful_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                report.took_over(fault, t0);
                 let status = self.slots[li].wait_exit(Duration::from_secs(5));
                 assert!(
                     status.is_some_and(|s| s.success()),
@@ -625,9 +676,11 @@ impl Election<'_> {
                 let new = self.find_leader(Some(old_port), crash_bound);
                 assert!(new.is_some(), "no new leader within ttl + 1 s of kill -9");
                 report.crash_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                report.took_over(fault, t0);
                 self.respawn(li);
             }
             Fault::Release => {
+                let t0 = Instant::now();
                 let answer = http::post(old_port, "/release");
                 assert!(
                     matches!(answer, Some((200, _))),
@@ -635,6 +688,7 @@ impl Election<'_> {
                 );
                 let new = self.find_leader(Some(old_port), Duration::from_secs(1));
                 assert!(new.is_some(), "no new leader within 1 s of a release");
+                report.took_over(fault, t0);
             }
             Fault::PauseLeader => {
                 // A connection the leader has already accepted: the question asked on it
@@ -655,6 +709,7 @@ impl Election<'_> {
                         new.is_some(),
                         "no new leader within ttl + 1 s of pausing the leader"
                     );
+                    report.took_over(fault, t0);
                 }
                 let rest = (ttl + Duration::from_millis(300)).saturating_sub(t0.elapsed());
                 std::thread::sleep(rest);
@@ -683,12 +738,14 @@ impl Election<'_> {
                 let quiet = self.nobody_leads();
                 let server = self.spec.server.as_mut().expect("a server to resume");
                 server.resume();
+                let t0 = Instant::now();
                 quiet.unwrap_or_else(|e| panic!("with the store paused past the ttl, {e}"));
                 let back = self.find_leader(None, crash_bound + ttl);
                 assert!(
                     back.is_some(),
                     "no leader within 2 ttl + 1 s after the store resumed"
                 );
+                report.took_over(fault, t0);
             }
             Fault::RestartServer => {
                 if self.spec.restart_loses_data {
@@ -706,6 +763,7 @@ impl Election<'_> {
                 }
                 let server = self.spec.server.as_mut().expect("a server to restart");
                 server.restart();
+                let t0 = Instant::now();
                 let bound = crash_bound + ttl;
                 let back = if self.spec.restart_loses_data {
                     eventually(bound, || {
@@ -719,6 +777,7 @@ impl Election<'_> {
                     back.is_some(),
                     "no leader within 2 ttl + 1 s after the store restarted"
                 );
+                report.took_over(fault, t0);
             }
             Fault::PauseMinority => {
                 let server = self.spec.server.as_mut().expect("a store of several nodes");
@@ -740,10 +799,14 @@ impl Election<'_> {
                 }
                 report.node_faults += 1;
                 // An acquisition while those nodes hang: the majority must decide alone.
+                let t0 = Instant::now();
                 self.slots[li].signal(libc::SIGTERM);
                 // A client may have been talking to a hanging node and has to notice it:
                 // bounded like a crash, not like a clean handover.
                 let new = self.find_leader(Some(old_port), crash_bound);
+                if new.is_some() {
+                    report.took_over(fault, t0);
+                }
                 let stopped = self.slots[li].wait_exit(Duration::from_secs(5));
                 std::thread::sleep(ttl + Duration::from_millis(300));
                 let during = self.find_leader(None, crash_bound);
@@ -983,6 +1046,7 @@ pub fn run_with(spec: ElectionSpec<'_>, extras: Extras) -> Report {
         slots: Vec::new(),
         poller: None,
         generation: 0,
+        store_faulted: false,
         killed: HashMap::new(),
     };
     e.poller = Some(Poller::start(candidates));
@@ -1031,10 +1095,13 @@ pub fn run_with(spec: ElectionSpec<'_>, extras: Extras) -> Report {
     if let Some(store) = e.extras.store.take() {
         let changes = store.changes();
         drop(store);
-        report.longest_past_store_ms =
-            super::recorder::check_claims_against_store(&claims, &changes, &e.tampered, tolerance)
-                .map(|ns| ns as f64 / 1e6);
+        let past =
+            super::recorder::check_claims_against_store(&claims, &changes, &e.tampered, tolerance);
+        report.longest_past_store_ms = past.untampered.map(|ns| ns as f64 / 1e6);
+        report.longest_past_store_tampered_ms = past.tampered.map(|ns| ns as f64 / 1e6);
     }
+    report.first_token = claims.first().map(|c| c.token);
+    report.last_token = claims.last().map(|c| c.token);
     report.claims = claims.len();
     report.transitions = claims.len();
     report.observations = observations.len();

@@ -262,6 +262,81 @@ impl Recorder {
             }
         })
     }
+
+    /// A watch on one Lease through the API server (the fake one here), resumed from
+    /// the last version seen, so no change is missed: the holder is `holderIdentity`
+    /// with `leaseTransitions` as the token; an empty holder or a deleted Lease, none.
+    pub fn kubernetes(kubeconfig: String, namespace: String, lease: String) -> Recorder {
+        // The client is built with rustls (plain HTTP here, but it wants a provider).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Recorder::spawn(move |changes, stop| async move {
+            use futures_util::StreamExt;
+            use k8s_openapi::api::coordination::v1::Lease;
+            use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+            let holder = |l: &Lease| {
+                let spec = l.spec.as_ref()?;
+                let identity = spec.holder_identity.clone().filter(|h| !h.is_empty())?;
+                let token = u64::try_from(spec.lease_transitions.unwrap_or(0)).unwrap_or(0);
+                Some(Tenure { identity, token })
+            };
+            let fields = format!("metadata.name={lease}");
+            let mut from: Option<String> = None;
+            while !stop.load(Ordering::SeqCst) {
+                let client = async {
+                    let file = kube::config::Kubeconfig::read_from(&kubeconfig).ok()?;
+                    let options = kube::config::KubeConfigOptions::default();
+                    let config = kube::Config::from_custom_kubeconfig(file, &options)
+                        .await
+                        .ok()?;
+                    kube::Client::try_from(config).ok()
+                };
+                let Some(client) = client.await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let api: Api<Lease> = Api::namespaced(client, &namespace);
+                if from.is_none() {
+                    let Ok(list) = api.list(&ListParams::default().fields(&fields)).await else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    note(&changes, list.items.first().and_then(holder));
+                    from = list.metadata.resource_version;
+                }
+                let version = from.clone().unwrap_or_else(|| "0".to_owned());
+                let params = WatchParams::default().fields(&fields).timeout(30);
+                let Ok(stream) = api.watch(&params, &version).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let mut stream = stream.boxed();
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let event =
+                        tokio::time::timeout(Duration::from_millis(200), stream.next()).await;
+                    let event = match event {
+                        Err(_) => continue,
+                        Ok(Some(Ok(event))) => event,
+                        Ok(_) => break,
+                    };
+                    let (lease, gone) = match event {
+                        WatchEvent::Added(l) | WatchEvent::Modified(l) => (l, false),
+                        WatchEvent::Deleted(l) => (l, true),
+                        WatchEvent::Bookmark(_) => continue,
+                        WatchEvent::Error(_) => {
+                            // Our version is gone: read the state again.
+                            from = None;
+                            break;
+                        }
+                    };
+                    from = lease.metadata.resource_version.clone().or(from);
+                    note(&changes, if gone { None } else { holder(&lease) });
+                }
+            }
+        })
+    }
 }
 
 /// Where a store that records itself (the fake Kubernetes API) notes its changes.
@@ -334,21 +409,30 @@ fn note(changes: &Changes, holder: Option<Tenure>) {
     }
 }
 
+/// How long claims ran past the store moving the lease away from their tenure, in ns
+/// (negative: the smallest margin left), for claims whose record was left alone and
+/// for those whose record was tampered with; `None` without such moves.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PastStore {
+    pub untampered: Option<i64>,
+    pub tampered: Option<i64>,
+}
+
 /// Judges the sidecars' claims against the store's own record (see the module doc).
 /// A claim whose span holds one of `tampered_at` (ns) may run on for `tolerance_ns`
 /// past the next holder's arrival: a record changed behind the leader's back is
 /// noticed as fast as the others learn of it, not before (DESIGN invariant 9).
 ///
-/// Returns the longest a claim ran past the store moving the lease away from its
-/// tenure (negative: the smallest margin), in ns, or `None` without such moves.
+/// Returns how long claims ran past the store moving the lease away ([`PastStore`]).
 pub fn check_claims_against_store(
     claims: &[LoggedClaim],
     changes: &[HolderChange],
     tampered_at: &[u64],
     tolerance_ns: u64,
-) -> Option<i64> {
-    let mut longest: Option<i64> = None;
+) -> PastStore {
+    let mut longest = PastStore::default();
     for c in claims {
+        let tampered = tampered_at.iter().any(|&t| c.start <= t && t <= c.until());
         let tenure = Tenure {
             identity: c.identity.clone(),
             token: c.token,
@@ -364,13 +448,17 @@ pub fn check_claims_against_store(
             .find(|h| h.holder.as_ref() != Some(&tenure))
         {
             let past = c.until() as i64 - away.at_ns as i64;
-            longest = Some(longest.map_or(past, |l| l.max(past)));
+            let slot = if tampered {
+                &mut longest.tampered
+            } else {
+                &mut longest.untampered
+            };
+            *slot = Some(slot.map_or(past, |l| l.max(past)));
         }
         let next_other = changes[i + 1..]
             .iter()
             .find(|h| h.holder.as_ref().is_some_and(|t| *t != tenure));
         if let Some(next) = next_other {
-            let tampered = tampered_at.iter().any(|&t| c.start <= t && t <= c.until());
             let allowed = next.at_ns + if tampered { tolerance_ns } else { 0 };
             assert!(
                 c.until() <= allowed,

@@ -1,0 +1,774 @@
+//! `make soak`: every backend through at least `LK_SOAK_TRANSITIONS` (default 1000)
+//! leader transitions under the election checker, mixing every fault kind that applies
+//! to that backend with graceful stops and releases. Not part of `cargo test`: every
+//! test here is `#[ignore]`d; `make soak` runs them with `--ignored`, one at a time.
+//!
+//! Each backend runs the checker in batches ([`BATCH`] rounds at most, fresh sidecars
+//! and checks per batch, one store for the whole soak) until the batches together saw
+//! the target number of tenures. Every batch is judged in full by the checker
+//! (`tests/common/checker.rs`): claims from the transition logs, the outside view,
+//! token order, failover bounds, and the store's own record where a recorder exists;
+//! across batches, the first token of a batch must be above the last of the one
+//! before. Any violation panics, so a finished soak means none was seen.
+//!
+//! Rounds: the backend's fault kinds in turn, each followed by `gap` cheap rounds
+//! (graceful stops, every fourth a `/release`), `gap` = target / (5 × kinds), between
+//! 1 and 12: at the default target every kind runs at least about 5 times, and most
+//! transitions come from the cheap rounds, so that the nine backends finish within an
+//! hour on two cores. Each test appends one Markdown row to `target/soak/results.md`.
+//!
+//! Three candidates, except on `file` and ZooKeeper: two. There a third candidate
+//! learns of a new leader only at its retry interval (file followers poll the lock;
+//! a ZooKeeper follower watches only its predecessor's node), and the checker lets
+//! every follower follow before each graceful stop or release, so every transition
+//! would cost that interval; a queue (ZooKeeper) or a lock (flock) also leaves a third
+//! candidate no race to run.
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use common::checker::ServerControl;
+use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster, Report};
+use common::etcd_server::EtcdCluster;
+use common::eventually;
+use common::fake_kube::FakeKube;
+use common::recorder::Recorder;
+use common::redis_server::RedisServer;
+use common::zk_server::ZkEnsemble;
+use common::{etcd_args, file_args, kube_args, redis_args, redlock_args, zk_args};
+
+/// Rounds per checker run at most.
+const BATCH: usize = 150;
+/// Rounds per checker run at least.
+const MIN_BATCH: usize = 12;
+
+/// The transitions each backend must go through (`LK_SOAK_TRANSITIONS`).
+fn target() -> usize {
+    std::env::var("LK_SOAK_TRANSITIONS")
+        .ok()
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("LK_SOAK_TRANSITIONS={v:?} is not a count"))
+        })
+        .unwrap_or(1000)
+}
+
+/// The order of the rounds: each fault kind in turn, `gap` cheap rounds after each.
+struct Plan {
+    kinds: Vec<Fault>,
+    gap: usize,
+}
+
+impl Plan {
+    fn new(kinds: &[Fault], target: usize) -> Plan {
+        Plan {
+            kinds: kinds.to_vec(),
+            gap: (target / (5 * kinds.len())).clamp(1, 12),
+        }
+    }
+
+    fn fault(&self, i: usize) -> Fault {
+        let cycle = self.gap + 1;
+        let k = i % (cycle * self.kinds.len());
+        match k % cycle {
+            0 => self.kinds[k / cycle],
+            // Every fourth cheap round of the run is a release: the releaser sits out
+            // one renew interval, which the next handover waits for.
+            n if ((i / cycle) * self.gap + n) % 4 == 0 => Fault::Release,
+            _ => Fault::Graceful,
+        }
+    }
+}
+
+/// What a backend's batches saw together.
+#[derive(Default)]
+struct Totals {
+    rounds: usize,
+    batches: usize,
+    transitions: usize,
+    faults: BTreeMap<&'static str, usize>,
+    takeover_ms: BTreeMap<&'static str, Vec<f64>>,
+    past_store_ms: Option<f64>,
+    past_store_tampered_ms: Option<f64>,
+    last_token: Option<u64>,
+}
+
+fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Totals {
+    fn add(&mut self, name: &str, rounds: usize, r: Report) {
+        if let (Some(last), Some(first)) = (self.last_token, r.first_token) {
+            assert!(
+                first > last,
+                "{name}: fencing token did not grow across batches: {last} then {first}"
+            );
+        }
+        self.last_token = r.last_token.or(self.last_token);
+        self.rounds += rounds;
+        self.batches += 1;
+        self.transitions += r.transitions;
+        for (k, n) in r.faults {
+            *self.faults.entry(k).or_default() += n;
+        }
+        for (k, v) in r.takeover_ms {
+            self.takeover_ms.entry(k).or_default().extend(v);
+        }
+        self.past_store_ms = max_opt(self.past_store_ms, r.longest_past_store_ms);
+        self.past_store_tampered_ms = max_opt(
+            self.past_store_tampered_ms,
+            r.longest_past_store_tampered_ms,
+        );
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn ms(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+const HEADER: &str = "| backend | ttl | transitions | rounds (batches) | faults: count (takeover p50/p99 ms) | overlaps seen from outside | overlaps seen against the store | token regressions | longest claim past the store's expiry | wall time |\n|---|---|---|---|---|---|---|---|---|---|\n";
+
+fn results_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/soak/results.md")
+}
+
+/// One Markdown row; appended to `target/soak/results.md` (with the header first when
+/// the file is new) and printed.
+fn report_row(name: &str, ttl: Duration, store: bool, t: &Totals, wall: Duration) {
+    let faults: Vec<String> = t
+        .faults
+        .iter()
+        .map(|(k, n)| match t.takeover_ms.get(k) {
+            Some(v) if !v.is_empty() => {
+                let mut v = v.clone();
+                v.sort_by(f64::total_cmp);
+                format!(
+                    "{k} {n} ({}/{})",
+                    ms(percentile(&v, 0.5)),
+                    ms(percentile(&v, 0.99))
+                )
+            }
+            _ => format!("{k} {n} (–)"),
+        })
+        .collect();
+    let past = if store {
+        let mut s = t
+            .past_store_ms
+            .map_or("–".to_owned(), |v| format!("{} ms", ms(v)));
+        if let Some(v) = t.past_store_tampered_ms {
+            s.push_str(&format!(
+                " (record tampered with: {} ms, {} allowed)",
+                ms(v),
+                checker::TAMPER_TOLERANCE.as_millis()
+            ));
+        }
+        s
+    } else {
+        "n/a".to_owned()
+    };
+    let row = format!(
+        "| {name} | {} | {} | {} ({}) | {} | 0 | {} | 0 | {past} | {:.1} min |\n",
+        humantime(ttl),
+        t.transitions,
+        t.rounds,
+        t.batches,
+        faults.join("; "),
+        if store { "0" } else { "n/a" },
+        wall.as_secs_f64() / 60.0
+    );
+    append_row(&row);
+}
+
+/// Appends a row to `target/soak/results.md`, with the header first when the file is
+/// new, and prints it.
+fn append_row(row: &str) {
+    eprint!("{HEADER}{row}");
+    let path = results_path();
+    std::fs::create_dir_all(path.parent().expect("target/soak")).expect("create target/soak");
+    let new = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("open results.md");
+    if new {
+        f.write_all(HEADER.as_bytes()).expect("write results.md");
+    }
+    f.write_all(row.as_bytes()).expect("write results.md");
+}
+
+fn humantime(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// Runs `batch` (one checker run over the given rounds) until the target is reached,
+/// then reports. `store`: whether the batches check claims against a store recorder.
+fn soak(
+    name: &str,
+    ttl: Duration,
+    kinds: &[Fault],
+    store: bool,
+    mut batch: impl FnMut(Vec<Fault>) -> Report,
+) {
+    let target = target();
+    let plan = Plan::new(kinds, target);
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    // A failed batch still gets its row (what failed, after how much), then fails.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_batches(name, kinds, target, &plan, &mut totals, &mut batch)
+    }));
+    if let Err(panic) = run {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        let first = message.lines().next().unwrap_or("").replace('|', "/");
+        let first: String = first.chars().take(300).collect();
+        append_row(&format!(
+            "| {name} | {} | **FAILED** in batch {} after {} transitions in earlier batches: {first} | | | | | | | {:.1} min |\n",
+            humantime(ttl),
+            totals.batches + 1,
+            totals.transitions,
+            started.elapsed().as_secs_f64() / 60.0
+        ));
+        std::panic::resume_unwind(panic);
+    }
+    report_row(name, ttl, store, &totals, started.elapsed());
+}
+
+fn run_batches(
+    name: &str,
+    kinds: &[Fault],
+    target: usize,
+    plan: &Plan,
+    totals: &mut Totals,
+    batch: &mut impl FnMut(Vec<Fault>) -> Report,
+) {
+    let started = Instant::now();
+    let mut next = 0;
+    while totals.transitions < target {
+        let remaining = target - totals.transitions;
+        let n = (remaining * 5 / 4).clamp(MIN_BATCH, BATCH);
+        let rounds: Vec<Fault> = (next..next + n).map(|i| plan.fault(i)).collect();
+        next += n;
+        let t0 = Instant::now();
+        let report = batch(rounds);
+        eprintln!(
+            "{name}: batch {} of {n} rounds: {} transitions in {:.0?} (total {} of {target}, {:.0?})",
+            totals.batches + 1,
+            report.transitions,
+            t0.elapsed(),
+            totals.transitions + report.transitions,
+            started.elapsed()
+        );
+        totals.add(name, n, report);
+    }
+    assert!(totals.transitions >= target);
+    for k in kinds {
+        assert!(
+            totals.faults.contains_key(k.name()),
+            "{name}: {k:?} never ran"
+        );
+    }
+}
+
+/// A store shared between the checker (as its `ServerControl`) and fault closures
+/// (tampering, isolation) that need it too.
+struct Shared<T>(Rc<RefCell<T>>);
+
+impl<T: ServerControl> ServerControl for Shared<T> {
+    fn pause(&mut self) {
+        self.0.borrow_mut().pause()
+    }
+    fn resume(&mut self) {
+        self.0.borrow_mut().resume()
+    }
+    fn restart(&mut self) {
+        self.0.borrow_mut().restart()
+    }
+    fn nodes(&self) -> usize {
+        self.0.borrow().nodes()
+    }
+    fn pause_node(&mut self, node: usize) {
+        self.0.borrow_mut().pause_node(node)
+    }
+    fn resume_node(&mut self, node: usize) {
+        self.0.borrow_mut().resume_node(node)
+    }
+    fn restart_node(&mut self, node: usize) {
+        self.0.borrow_mut().restart_node(node)
+    }
+    fn leader_node(&self) -> Option<usize> {
+        self.0.borrow().leader_node()
+    }
+}
+
+fn spec(
+    args: Vec<String>,
+    ttl: Duration,
+    rounds: Vec<Fault>,
+    server: Option<&mut dyn ServerControl>,
+    restart_loses_data: bool,
+) -> ElectionSpec<'_> {
+    ElectionSpec {
+        args,
+        ttl,
+        candidates: 3,
+        rounds,
+        server,
+        takeover_while_leader_paused: true,
+        restart_loses_data,
+    }
+}
+
+fn addr(host_port: &str) -> SocketAddr {
+    host_port.parse().expect("a 127.0.0.1:port address")
+}
+
+/// Link faults: every one needs `Extras::links`.
+const LINK_FAULTS: [Fault; 4] = [
+    Fault::PartitionLeader,
+    Fault::PartitionFollower,
+    Fault::SlowLeader,
+    Fault::LeaderRepliesHeld,
+];
+
+fn kinds(list: &[&[Fault]]) -> Vec<Fault> {
+    list.concat()
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_1_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let ttl = Duration::from_secs(1);
+    // flock: a paused holder keeps the lock (takeover_while_leader_paused = false), and
+    // there is no store process or link to fault.
+    soak(
+        "file",
+        ttl,
+        &[Fault::Kill9, Fault::PauseLeader],
+        false,
+        |rounds| {
+            checker::run(ElectionSpec {
+                takeover_while_leader_paused: false,
+                candidates: 2,
+                ..spec(file_args(dir.path(), "1s"), ttl, rounds, None, false)
+            })
+        },
+    );
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_2_redis() {
+    let mut server = RedisServer::start_persistent();
+    let port = server.port;
+    let ttl = Duration::from_secs(1);
+    let election = "soak";
+    soak(
+        "redis",
+        ttl,
+        &kinds(&[
+            &[
+                Fault::Kill9,
+                Fault::PauseLeader,
+                Fault::PauseServer,
+                Fault::RestartServer,
+            ],
+            &LINK_FAULTS,
+            &[Fault::TamperDelete, Fault::TamperOverwrite],
+        ]),
+        true,
+        |rounds| {
+            checker::run_with(
+                spec(Vec::new(), ttl, rounds, Some(&mut server), false),
+                Extras {
+                    links: Some(Links {
+                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                        args: Box::new(move |a| {
+                            redis_args(&format!("redis://{}", a[0]), "1s", election)
+                        }),
+                    }),
+                    store: Some(Recorder::redis(port, election)),
+                    tamper: Some(Box::new(move |fault| {
+                        let lock = format!("leasekeeper:{{{election}}}:lock");
+                        let command = match fault {
+                            Fault::TamperDelete => format!("DEL {lock}"),
+                            _ => format!("SET {lock} x|0|intruder PX 1000"),
+                        };
+                        common::redis_server::command_at(port, &command);
+                    })),
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+}
+
+/// Redlock over `n` nodes (without persistence, as the suite runs it): no store
+/// recorder (no single node's record is the lease) and no tampering (DESIGN invariant
+/// 9 is not claimed for Redlock, whose leader hears of its record at its next renew).
+fn redlock(n: usize) {
+    let mut cluster = RedisCluster::start(n);
+    let nodes: Vec<SocketAddr> = cluster
+        .nodes
+        .iter()
+        .map(|s| addr(&format!("127.0.0.1:{}", s.port)))
+        .collect();
+    let ttl = Duration::from_secs(1);
+    soak(
+        &format!("redlock ({n} nodes)"),
+        ttl,
+        &kinds(&[
+            &[
+                Fault::Kill9,
+                Fault::PauseLeader,
+                Fault::PauseServer,
+                Fault::PauseMinority,
+                Fault::RestartOneNode,
+                Fault::MinorityCut,
+            ],
+            &LINK_FAULTS,
+        ]),
+        false,
+        |rounds| {
+            checker::run_with(
+                spec(Vec::new(), ttl, rounds, Some(&mut cluster), true),
+                Extras {
+                    links: Some(Links {
+                        nodes: nodes.clone(),
+                        args: Box::new(|a| {
+                            let urls: Vec<String> =
+                                a.iter().map(|a| format!("redis://{a}")).collect();
+                            redlock_args(&urls.join(","), "1s", "soak")
+                        }),
+                    }),
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_3_redlock_3() {
+    redlock(3);
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_4_redlock_5() {
+    redlock(5);
+}
+
+/// etcd with `n` members. Tampering: the key deleted (an overwritten key blocks the
+/// election by design, see the etcd suite). With 3 members, no pause of a majority
+/// (etcd 3.4 before 3.4.28 revokes live leases when a paused raft leader resumes,
+/// etcd-io/etcd#12528, the checker's PauseMinority avoids the raft leader for that
+/// reason); the members run in network namespaces of their own, and every other
+/// isolation takes the raft leader (moved to the cut member first).
+fn etcd(n: usize, ttl: Duration) {
+    let cluster = Rc::new(RefCell::new(if n == 1 {
+        EtcdCluster::start(1)
+    } else {
+        EtcdCluster::start_partitionable(n)
+    }));
+    let endpoints = cluster.borrow().endpoints();
+    let nodes: Vec<SocketAddr> = endpoints
+        .split(',')
+        .map(|e| addr(e.trim_start_matches("http://")))
+        .collect();
+    let mut kinds = vec![
+        Fault::Kill9,
+        Fault::PauseLeader,
+        Fault::RestartServer,
+        Fault::TamperDelete,
+    ];
+    if n == 1 {
+        kinds.push(Fault::PauseServer);
+    } else {
+        kinds.extend([
+            Fault::PauseMinority,
+            Fault::RestartOneNode,
+            Fault::IsolateStoreNode,
+        ]);
+    }
+    kinds.extend(LINK_FAULTS);
+    let ttl_flag = humantime(ttl).replace(' ', "");
+    let mut server = Shared(cluster.clone());
+    let cuts = Rc::new(std::cell::Cell::new(0usize));
+    soak(
+        &format!("etcd ({n} member{})", if n == 1 { "" } else { "s" }),
+        ttl,
+        &kinds,
+        true,
+        |rounds| {
+            let ttl_flag = ttl_flag.clone();
+            let endpoints = endpoints.clone();
+            let isolate: Option<Box<dyn FnMut(usize, bool)>> = (n > 1).then(|| {
+                let cluster = cluster.clone();
+                let cuts = cuts.clone();
+                Box::new(move |node: usize, cut: bool| {
+                    let etcd = cluster.borrow();
+                    if cut {
+                        if cuts.get().is_multiple_of(2) && !etcd.move_leader(node) {
+                            eprintln!("soak: raft leadership did not move to member {node}");
+                        }
+                        etcd.isolate(node);
+                        cuts.set(cuts.get() + 1);
+                    } else {
+                        etcd.heal(node);
+                        let back =
+                            eventually(Duration::from_secs(10), || etcd.raft_leader().map(|_| ()));
+                        assert!(back.is_some(), "no raft leader after healing member {node}");
+                    }
+                }) as Box<dyn FnMut(usize, bool)>
+            });
+            checker::run_with(
+                spec(Vec::new(), ttl, rounds, Some(&mut server), false),
+                Extras {
+                    links: Some(Links {
+                        nodes: nodes.clone(),
+                        args: Box::new(move |a| {
+                            let urls: Vec<String> =
+                                a.iter().map(|a| format!("http://{a}")).collect();
+                            etcd_args(&urls.join(","), &ttl_flag, "soak")
+                        }),
+                    }),
+                    store: Some(Recorder::etcd(
+                        endpoints.split(',').map(str::to_owned).collect(),
+                        "soak",
+                    )),
+                    tamper: Some(Box::new(move |_| {
+                        let out = std::process::Command::new("etcdctl")
+                            .env("ETCDCTL_API", "3")
+                            .args(["--endpoints", &endpoints, "del", "--prefix", "soak/"])
+                            .output();
+                        assert!(out.is_ok_and(|o| o.status.success()), "etcdctl del");
+                    })),
+                    isolate,
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_5_etcd_1() {
+    etcd(1, Duration::from_secs(1));
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_6_etcd_3() {
+    etcd(3, Duration::from_secs(2));
+}
+
+/// Runs one ZooKeeper client call from the (synchronous) test.
+fn with_zk<T>(connect: &str, f: impl AsyncFnOnce(zookeeper_client::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = zookeeper_client::Client::connect(connect)
+            .await
+            .expect("connect to zookeeper");
+        f(client).await
+    })
+}
+
+/// ZooKeeper with `n` servers (a partitionable ensemble for 3: isolation of one server
+/// from the others, round robin). ttl 2 s: the session timeout (see the suite).
+fn zookeeper(n: usize) {
+    let zk = Rc::new(RefCell::new(if n == 1 {
+        ZkEnsemble::start(1)
+    } else {
+        ZkEnsemble::start_partitionable(n)
+    }));
+    let connect = zk.borrow().connect_string();
+    let nodes: Vec<SocketAddr> = connect.split(',').map(addr).collect();
+    let ttl = Duration::from_secs(2);
+    let dir = "/leasekeeper/soak";
+    let mut kinds = vec![
+        Fault::Kill9,
+        Fault::PauseLeader,
+        Fault::PauseServer,
+        Fault::RestartServer,
+        Fault::TamperDelete,
+        Fault::TamperOverwrite,
+    ];
+    if n > 1 {
+        kinds.extend([
+            Fault::PauseMinority,
+            Fault::RestartOneNode,
+            Fault::IsolateStoreNode,
+        ]);
+    }
+    kinds.extend(LINK_FAULTS);
+    let mut server = Shared(zk.clone());
+    soak(
+        &format!("zookeeper ({n} server{})", if n == 1 { "" } else { "s" }),
+        ttl,
+        &kinds,
+        true,
+        |rounds| {
+            let connect = connect.clone();
+            let isolate: Option<Box<dyn FnMut(usize, bool)>> = (n > 1).then(|| {
+                let zk = zk.clone();
+                Box::new(move |node: usize, cut: bool| {
+                    if cut {
+                        zk.borrow().isolate(node)
+                    } else {
+                        zk.borrow().heal(node)
+                    }
+                }) as Box<dyn FnMut(usize, bool)>
+            });
+            checker::run_with(
+                ElectionSpec {
+                    candidates: 2,
+                    ..spec(Vec::new(), ttl, rounds, Some(&mut server), false)
+                },
+                Extras {
+                    links: Some(Links {
+                        nodes: nodes.clone(),
+                        args: Box::new(|a| zk_args(&a.join(","), "2s", "soak")),
+                    }),
+                    store: Some(Recorder::zookeeper(connect.clone(), dir.to_owned())),
+                    tamper: Some(Box::new(move |fault| {
+                        with_zk(&connect, async |c| {
+                            let mut children = c.list_children(dir).await.expect("list");
+                            children.sort_by_key(|c| c[c.len() - 10..].to_owned());
+                            let node = format!("{dir}/{}", children.first().expect("a node"));
+                            if fault == Fault::TamperDelete {
+                                c.delete(&node, None).await.expect("delete");
+                            } else {
+                                c.set_data(&node, b"intruder", None).await.expect("set");
+                            }
+                        })
+                    })),
+                    isolate,
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_7_zookeeper_1() {
+    zookeeper(1);
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_8_zookeeper_3() {
+    zookeeper(3);
+}
+
+/// A kubeconfig for the fake API server at `addr` (a proxy in front of it).
+fn kubeconfig(dir: &Path, addr: &str) -> String {
+    let path = dir.join(format!("kubeconfig-{}", addr.replace(':', "-")));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: leasekeeper\n  user:\n    token: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: leasekeeper\n    namespace: team\ncurrent-context: fake\n",
+            common::fake_kube::TOKEN
+        ),
+    )
+    .expect("kubeconfig");
+    path.display().to_string()
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_9_kubernetes() {
+    let api = Rc::new(RefCell::new(FakeKube::start("team")));
+    let port = api.borrow().port;
+    let configs = tempfile::tempdir().expect("dir");
+    let ttl = Duration::from_secs(2);
+    let lease = "soak";
+    let direct = api.borrow().kubeconfig();
+    let mut server = Shared(api.clone());
+    soak(
+        "kubernetes (fake API)",
+        ttl,
+        &kinds(&[
+            &[
+                Fault::Kill9,
+                Fault::PauseLeader,
+                Fault::PauseServer,
+                Fault::RestartServer,
+                Fault::TamperDelete,
+                Fault::TamperOverwrite,
+            ],
+            &LINK_FAULTS,
+        ]),
+        true,
+        |rounds| {
+            let dir = configs.path().to_owned();
+            let api = api.clone();
+            checker::run_with(
+                spec(Vec::new(), ttl, rounds, Some(&mut server), false),
+                Extras {
+                    links: Some(Links {
+                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                        args: Box::new(move |a| kube_args(&kubeconfig(&dir, &a[0]), "2s", lease)),
+                    }),
+                    store: Some(Recorder::kubernetes(
+                        direct.clone(),
+                        "team".to_owned(),
+                        lease.to_owned(),
+                    )),
+                    tamper: Some(Box::new(move |fault| {
+                        let api = api.borrow();
+                        if fault == Fault::TamperDelete {
+                            api.delete_lease(lease);
+                        } else {
+                            let mut spec = api.lease(lease).expect("the Lease")["spec"].clone();
+                            spec["holderIdentity"] = serde_json::json!("intruder");
+                            api.put_lease_spec(lease, spec);
+                        }
+                    })),
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+    let api = api.borrow();
+    assert!(
+        api.forbidden().is_empty(),
+        "refused requests: {:?}",
+        api.forbidden()
+    );
+    assert_eq!(api.blind_writes(), 0, "updates without a resourceVersion");
+}
