@@ -38,6 +38,9 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == exec::GUARD_ARG) {
         return exec::guard_main(args[2..].to_vec());
     }
+    if args.get(1).is_some_and(|a| a == "status") {
+        return leasekeeper::cmd::status::main(args);
+    }
     let (args, run_cmd) = match leasekeeper::cmd::run::split(args.clone()) {
         Ok(Some(line)) => (line.flags, Some(line.cmd)),
         Ok(None) => (args, None),

@@ -221,3 +221,96 @@ fn bad_hook_and_drain_settings_each_give_one_line() {
         assert_one_line_error(args, &[], mention);
     }
 }
+
+/// `leasekeeper status` against real sidecars, a dead port and a fake Service that
+/// answers for two leaders.
+#[test]
+fn status_subcommand_exit_codes() {
+    use common::{eventually, file_args, free_port, redis_args, Sidecar};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let args = file_args(dir.path(), "2s");
+    let a = Sidecar::spawn("status-a", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    let b = Sidecar::spawn("status-b", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+    let url = |s: &Sidecar| format!("http://127.0.0.1:{}", s.port);
+
+    let (code, out, err) = run_to_exit(&["status", "--url", &url(&a)], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("status-a (leader)"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("leader") && l.ends_with("status-a")),
+        "{out}"
+    );
+    let (code, out, err) = run_to_exit(&["status", "--url", &url(&b)], &[]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(out.contains("status-b (follower)"), "{out}");
+    let (code, out, _) = run_to_exit(&["status", "--json", "--url", &url(&a)], &[]);
+    assert_eq!(code, Some(0));
+    let json: serde_json::Value = serde_json::from_str(out.trim()).expect("Status JSON");
+    assert_eq!(json["leader"], "status-a");
+    let (code, out, err) = run_to_exit(&["status", "--samples", "3", "--url", &url(&a)], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 answers, one leader: status-a"), "{out}");
+
+    // Nothing listening: 1, one line.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, err) = run_to_exit(&["status", "--url", &dead], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("refused"), "{err}");
+
+    // A sidecar that cannot reach its store: unknown, 4.
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    let c = Sidecar::spawn("status-c", dir.path(), &redis_args(&redis, "2s", "status"));
+    assert!(c.wait_listening(Duration::from_secs(10)));
+    let seen = eventually(Duration::from_secs(5), || {
+        let (code, _, _) = run_to_exit(&["status", "--url", &url(&c)], &[]);
+        (code == Some(4)).then_some(())
+    });
+    assert!(seen.is_some(), "no unknown state from {}", c.stderr());
+
+    // Two leaders behind one address: 5, naming both.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for (i, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let who = if i % 2 == 0 { "pod-x" } else { "pod-y" };
+            let body = format!(
+                r#"{{"election":"e","identity":"{who}","backend":"redis","state":"leader","is_leader":true,"leader":"{who}","fencing_token":{},"lease_expires_in_ms":900,"transitions":1}}"#,
+                i % 2 + 1
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let service = format!("http://127.0.0.1:{port}");
+    let (code, out, err) = run_to_exit(&["status", "--samples", "4", "--url", &service], &[]);
+    assert_eq!(code, Some(5), "{out}{err}");
+    assert!(
+        err.contains("pod-x (token 1)") && err.contains("pod-y (token 2)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn status_subcommand_bad_input() {
+    for (args, mention) in [
+        (&["status", "--url", "https://127.0.0.1:4040"][..], "--url"),
+        (&["status", "--url", "127.0.0.1:4040"][..], "--url"),
+        (&["status", "--samples", "0"][..], "--samples"),
+        (&["status", "--timeout", "soon"][..], "--timeout"),
+        (&["status", "--bogus"][..], "--bogus"),
+    ] {
+        assert_one_line_error(args, &[], mention);
+    }
+}

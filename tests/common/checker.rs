@@ -718,8 +718,18 @@ impl Election<'_> {
                 let (code, body) = early.receive().expect("the woken leader answers");
                 assert_eq!(code, 200);
                 let first: serde_json::Value = serde_json::from_str(&body).expect("json");
-                let stale =
-                    first["is_leader"] == true && first["fencing_token"].as_u64() == Some(token);
+                // Where nobody else can take the lease meanwhile (a flock held by the
+                // stopped process), a leader that renewed on waking, before this answer,
+                // rightly goes on with its tenure: its answer then shows a deadline
+                // from that renewal. The old claim itself has run out by now, so an
+                // answer from it shows no time left.
+                let renewed_on_waking = !self.spec.takeover_while_leader_paused
+                    && first["lease_expires_in_ms"]
+                        .as_u64()
+                        .is_some_and(|ms| ms > 0);
+                let stale = first["is_leader"] == true
+                    && first["fencing_token"].as_u64() == Some(token)
+                    && !renewed_on_waking;
                 assert!(
                     !stale,
                     "a leader paused past its ttl answered as leader of its old tenure: {first}"

@@ -1,0 +1,350 @@
+//! `leasekeeper status [--url URL] [--json] [--samples N] [--timeout D]`: asks a
+//! running sidecar (`GET /leader`) who leads and prints it as a short table, for
+//! `kubectl exec … -- leasekeeper status` in an image with no shell or curl, and for
+//! the chart's `helm test` Pod.
+//!
+//! Exit codes: 0 the answering sidecar leads, 3 it follows, 4 its state is unknown,
+//! 1 no answer (refused, timed out, not a Status), 2 bad command line, 5 with
+//! `--samples` when two answers disagree about who leads (two leaders behind one
+//! Service, say).
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+pub const LEADER: u8 = 0;
+pub const UNREACHABLE: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const FOLLOWER: u8 = 3;
+pub const UNKNOWN: u8 = 4;
+pub const DISAGREE: u8 = 5;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasekeeper status",
+    about = "Ask a running leasekeeper who leads. Exit 0 leader, 3 follower, 4 unknown, 1 unreachable, 5 answers disagree (--samples)."
+)]
+pub struct StatusCli {
+    /// The sidecar's HTTP listener (http:// only).
+    #[arg(
+        long,
+        env = "LEASEKEEPER_STATUS_URL",
+        default_value = "http://localhost:4040"
+    )]
+    pub url: String,
+    /// Print the sidecar's Status JSON as it came (one line per answer).
+    #[arg(long)]
+    pub json: bool,
+    /// Ask this many times, over a new connection each time (1 to 100); exit 0 only if
+    /// every answer came from a leader and all name the same leader and token.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub samples: u32,
+    /// How long to wait for each answer.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be more than zero".to_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What went wrong asking one sidecar.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("--url {0:?}: {1}")]
+    Url(String, String),
+    #[error("{0}: no answer within {1:?}")]
+    Timeout(String, Duration),
+    #[error("{0}: {1}")]
+    Connect(String, String),
+    #[error("{0}: answered {1}")]
+    Status(String, hyper::StatusCode),
+    #[error("{0}: the answer is not a leasekeeper Status: {1}")]
+    NotStatus(String, String),
+}
+
+/// `URL/leader` as a URI the plain-HTTP client can use.
+pub fn leader_uri(url: &str) -> Result<hyper::Uri, AskError> {
+    let bad = |why: &str| AskError::Url(url.to_owned(), why.to_owned());
+    let uri: hyper::Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(_) => return Err(bad("only http:// is served by the sidecar")),
+        None => return Err(bad("needs http://HOST:PORT")),
+    }
+    let authority = uri.authority().ok_or_else(|| bad("needs a host"))?;
+    let base = uri.path().trim_end_matches('/');
+    format!("http://{authority}{base}/leader")
+        .parse()
+        .map_err(|e| bad(&format!("{e}")))
+}
+
+/// One `GET /leader`, over a connection of its own.
+pub async fn ask(uri: &hyper::Uri, timeout: Duration) -> Result<Value, AskError> {
+    let shown = uri.to_string();
+    let client = crate::publish::hooks::http_client();
+    let request = hyper::Request::get(uri.clone())
+        .header("connection", "close")
+        .body(http_body_util::Full::new(hyper::body::Bytes::new()))
+        .map_err(|e| AskError::Url(shown.clone(), e.to_string()))?;
+    let answer = tokio::time::timeout(timeout, async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| AskError::Connect(shown.clone(), source_chain(&e)))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| AskError::Connect(shown.clone(), e.to_string()))?
+            .to_bytes();
+        Ok::<_, AskError>((status, body))
+    })
+    .await
+    .map_err(|_| AskError::Timeout(shown.clone(), timeout))??;
+    let (status, body) = answer;
+    if !status.is_success() {
+        return Err(AskError::Status(shown, status));
+    }
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| AskError::NotStatus(shown.clone(), e.to_string()))?;
+    if value.get("state").and_then(Value::as_str).is_none() {
+        return Err(AskError::NotStatus(shown, "no \"state\" field".to_owned()));
+    }
+    Ok(value)
+}
+
+/// The innermost cause: hyper's own text ("client error (Connect)") says little.
+fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        last = c.to_string();
+        cause = c.source();
+    }
+    last
+}
+
+/// The exit code one answer stands for.
+pub fn code_of(status: &Value) -> u8 {
+    match status.get("state").and_then(Value::as_str) {
+        Some("leader") if status.get("is_leader") == Some(&Value::Bool(true)) => LEADER,
+        Some("follower") => FOLLOWER,
+        _ => UNKNOWN,
+    }
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "-".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The short human table.
+pub fn table(status: &Value) -> String {
+    let lease = match status.get("lease_expires_in_ms").and_then(Value::as_u64) {
+        Some(ms) => format!("{:.1} s left", ms as f64 / 1000.0),
+        None => "-".to_owned(),
+    };
+    let rows = [
+        ("election", text(status.get("election"))),
+        ("leader", text(status.get("leader"))),
+        ("leader since", text(status.get("leader_since"))),
+        ("fencing token", text(status.get("fencing_token"))),
+        (
+            "this candidate",
+            format!(
+                "{} ({})",
+                text(status.get("identity")),
+                text(status.get("state"))
+            ),
+        ),
+        ("lease", lease),
+        ("backend", text(status.get("backend"))),
+        ("observed at", text(status.get("observed_at"))),
+    ];
+    rows.iter().map(|(k, v)| format!("{k:<15}{v}\n")).collect()
+}
+
+/// Who an answer says leads, and with which token.
+fn named_leader(status: &Value) -> (String, String) {
+    (
+        text(status.get("leader")),
+        text(status.get("fencing_token")),
+    )
+}
+
+/// The verdict over several answers (see the module doc).
+pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
+    let mut leaders: Vec<(String, String)> = Vec::new();
+    for a in answers {
+        if code_of(a) == LEADER {
+            let named = (text(a.get("identity")), text(a.get("fencing_token")));
+            if !leaders.contains(&named) {
+                leaders.push(named);
+            }
+        }
+        let named = named_leader(a);
+        if named.0 != "-" && !leaders.contains(&named) {
+            leaders.push(named);
+        }
+    }
+    if leaders.len() > 1 {
+        let list: Vec<String> = leaders
+            .iter()
+            .map(|(who, token)| format!("{who} (token {token})"))
+            .collect();
+        return (
+            DISAGREE,
+            Some(format!(
+                "the {} answers disagree about who leads: {}",
+                answers.len(),
+                list.join(", ")
+            )),
+        );
+    }
+    // Every answer must come from a leader: the worst code wins (unknown over follower).
+    let code = answers
+        .iter()
+        .map(code_of)
+        .max_by_key(|c| match *c {
+            LEADER => 0,
+            FOLLOWER => 1,
+            _ => 2,
+        })
+        .unwrap_or(UNKNOWN);
+    (code, None)
+}
+
+/// The subcommand; `args` is the whole command line (`leasekeeper status …`).
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let mut argv = vec![OsString::from("leasekeeper status")];
+    argv.extend(args.into_iter().skip(2));
+    let cli = match StatusCli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or("bad command line");
+            eprintln!("{line}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let uri = match leader_uri(&cli.url) {
+        Ok(uri) => uri,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(UNREACHABLE);
+        }
+    };
+    let mut answers = Vec::new();
+    for _ in 0..cli.samples {
+        match runtime.block_on(ask(&uri, cli.timeout)) {
+            Ok(answer) => {
+                if cli.json {
+                    println!("{answer}");
+                }
+                answers.push(answer);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(UNREACHABLE);
+            }
+        }
+    }
+    let (code, why) = verdict(&answers);
+    if !cli.json {
+        if let Some(last) = answers.last() {
+            print!("{}", table(last));
+        }
+        if cli.samples > 1 && why.is_none() {
+            println!(
+                "{:<15}{} answers, one leader: {}",
+                "samples",
+                answers.len(),
+                answers
+                    .last()
+                    .map(|a| text(a.get("leader")))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if let Some(why) = why {
+        eprintln!("error: {why}");
+    }
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn answer(identity: &str, state: &str, leader: &str, token: u64) -> Value {
+        json!({"identity": identity, "state": state, "is_leader": state == "leader",
+               "leader": leader, "fencing_token": token})
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            leader_uri("http://localhost:4040").unwrap().to_string(),
+            "http://localhost:4040/leader"
+        );
+        assert_eq!(
+            leader_uri("http://x.ns.svc:4040/").unwrap().to_string(),
+            "http://x.ns.svc:4040/leader"
+        );
+        assert!(leader_uri("https://x:4040").is_err());
+        assert!(leader_uri("localhost:4040").is_err());
+    }
+
+    #[test]
+    fn verdicts() {
+        let a = answer("a", "leader", "a", 7);
+        let b = answer("b", "follower", "a", 7);
+        assert_eq!(verdict(std::slice::from_ref(&a)).0, LEADER);
+        assert_eq!(verdict(std::slice::from_ref(&b)).0, FOLLOWER);
+        assert_eq!(verdict(&[a.clone(), a.clone()]).0, LEADER);
+        // Same leader seen by a follower behind the same Service: not two leaders,
+        // but not every answer came from a leader.
+        assert_eq!(verdict(&[a.clone(), b]).0, FOLLOWER);
+        assert_eq!(
+            verdict(&[a.clone(), answer("c", "leader", "c", 8)]).0,
+            DISAGREE
+        );
+        assert_eq!(verdict(&[a, answer("a", "leader", "a", 8)]).0, DISAGREE);
+        let unknown = json!({"identity": "d", "state": "unknown", "is_leader": false,
+                             "leader": null, "fencing_token": null});
+        assert_eq!(verdict(&[unknown]).0, UNKNOWN);
+    }
+}
