@@ -22,7 +22,7 @@ chart-test:
 
 # The long run, not part of `make test`: every backend through LK_SOAK_TRANSITIONS
 # (default 1000) leader transitions under every fault the checker has for it, then one
-# table (tests/soak.rs; README, "Soak"). Under an hour on two cores.
+# table (tests/soak.rs; docs/development.md, "Soak"). Under an hour on two cores.
 soak: deps
 	rm -rf target/soak
 	status=0; cargo test --test soak -- --ignored --test-threads=1 --nocapture || status=$$?; \
@@ -30,7 +30,7 @@ soak: deps
 	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
 	exit $$status
 
-# Handover/failover latency, follower load, idle footprint (see README).
+# Handover/failover latency, follower load, idle footprint (see docs/benchmarks.md).
 bench:
 	bash scripts/install-test-deps --bench
 	cargo bench --bench handover
