@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
 use crate::elector::Observer;
-use crate::status::Status;
+use crate::status::{Role, Status};
 
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -32,6 +32,7 @@ pub struct Metrics {
     backend_errors: Family<Labels, Counter>,
     fencing_token: Gauge,
     pod_label_patch: Family<Labels, Counter>,
+    state: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -87,6 +88,12 @@ impl Metrics {
             "Pod label updates, by result",
             pod_label_patch.clone(),
         );
+        let state = Family::<Labels, Gauge>::default();
+        registry.register(
+            "state",
+            "1 for this candidate's state as GET /leader reports it (leader, follower, candidate, unknown), 0 for the others",
+            state.clone(),
+        );
         let build_info = Family::<Labels, Gauge>::default();
         registry.register(
             "build_info",
@@ -121,6 +128,7 @@ impl Metrics {
             backend_errors,
             fencing_token,
             pod_label_patch,
+            state,
         }
     }
 
@@ -132,6 +140,12 @@ impl Metrics {
         let token = status.holder_at(now).and_then(|h| h.token).unwrap_or(0);
         self.fencing_token
             .set(i64::try_from(token).unwrap_or(i64::MAX));
+        let role = status.role_at(now);
+        for r in [Role::Leader, Role::Follower, Role::Candidate, Role::Unknown] {
+            self.state
+                .get_or_create(&vec![("state", r.as_str())])
+                .set(i64::from(r == role));
+        }
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -185,7 +199,7 @@ impl Observer for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{Claim, Holder, Role};
+    use crate::status::{Claim, Holder};
     use std::time::SystemTime;
 
     #[tokio::test(start_paused = true)]
@@ -220,11 +234,21 @@ mod tests {
             "leasekeeper_fencing_token 11",
             "leasekeeper_pod_label_patch_total{result=\"ok\"} 0",
             "leasekeeper_build_info{version=",
+            "leasekeeper_state{state=\"leader\"} 1",
+            "leasekeeper_state{state=\"unknown\"} 0",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }
         let later = m.render(&s, now + Duration::from_secs(2));
         assert!(later.contains("leasekeeper_is_leader 0"), "{later}");
+        assert!(
+            later.contains("leasekeeper_state{state=\"unknown\"} 1"),
+            "{later}"
+        );
+        assert!(
+            later.contains("leasekeeper_state{state=\"leader\"} 0"),
+            "{later}"
+        );
         assert!(
             later.contains("leasekeeper_lease_remaining_seconds 0"),
             "{later}"

@@ -11,6 +11,7 @@ pub mod fake_kube;
 pub mod faults;
 pub mod http;
 pub mod netns;
+pub mod prometheus;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
@@ -183,6 +184,18 @@ impl Sidecar {
         Sidecar::start(name, dir, args, env, None)
     }
 
+    /// [`Sidecar::spawn_with_env`] listening on `port` (a restart behind the same
+    /// scrape target).
+    pub fn spawn_on(
+        name: &str,
+        dir: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        port: u16,
+    ) -> Sidecar {
+        Sidecar::start_on(name, dir, args, env, None, port)
+    }
+
     /// `leasekeeper run ARGS… -- CMD…` (exec mode); CMD's stdout goes to `<name>.stdout`.
     pub fn spawn_run(name: &str, dir: &Path, args: &[String], cmd: &[String]) -> Sidecar {
         Sidecar::start(name, dir, args, &[], Some(cmd))
@@ -195,7 +208,17 @@ impl Sidecar {
         env: &[(String, String)],
         cmd: Option<&[String]>,
     ) -> Sidecar {
-        let port = free_port();
+        Sidecar::start_on(name, dir, args, env, cmd, free_port())
+    }
+
+    fn start_on(
+        name: &str,
+        dir: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        cmd: Option<&[String]>,
+        port: u16,
+    ) -> Sidecar {
         let stderr_path = dir.join(format!("{name}-{port}.stderr"));
         let stderr = File::create(&stderr_path).expect("stderr file");
         let stdout = match cmd {
