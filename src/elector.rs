@@ -396,6 +396,7 @@ impl<B: Backend> Elector<B> {
             };
             match wake {
                 Wake::Changed => return,
+                Wake::Waiting => {}
                 Wake::Quiet => {
                     let now = Instant::now();
                     self.status

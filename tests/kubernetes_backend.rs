@@ -1087,3 +1087,53 @@ fn the_fake_api_enforces_what_it_claims() {
     assert_eq!(call(api.port, "GET", pod, t, json, "").0, 503);
     assert_eq!(call(api.port, "GET", pod, t, json, "").0, 200);
 }
+
+/// Followers keep one watch open across the holder's renewals: over a window of
+/// steady leadership the API server sees the leader's updates and nothing from the
+/// followers (no reads, no new watches), while their `/leader` stays fresh.
+#[test]
+fn followers_send_no_requests_while_the_holder_renews() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = kube_args(&api.kubeconfig(), "2s", "quiet");
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
+        .collect();
+    let settled = eventually(Duration::from_secs(15), || {
+        let states: Vec<serde_json::Value> =
+            cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
+        let leaders = states.iter().filter(|v| v["state"] == "leader").count();
+        let followers = states.iter().filter(|v| v["state"] == "follower").count();
+        (leaders == 1 && followers == 2).then_some(())
+    });
+    assert!(settled.is_some(), "never one leader and two followers");
+    // Let the followers open their watches after the first renewals.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = api.requests();
+    std::thread::sleep(Duration::from_secs(6));
+    let after = api.requests();
+    let delta = |key: &str| after.get(key).unwrap_or(&0) - before.get(key).unwrap_or(&0);
+    eprintln!("requests before {before:?}, after {after:?}");
+    // The leader renews every ttl/3: about 9 updates in 6 s.
+    assert!(delta("update leases") >= 5, "{after:?}");
+    assert_eq!(
+        delta("get leases"),
+        0,
+        "followers read the Lease: {after:?}"
+    );
+    assert_eq!(
+        delta("list leases"),
+        0,
+        "followers listed leases: {after:?}"
+    );
+    assert_eq!(
+        delta("watch leases"),
+        0,
+        "watches were re-opened: {after:?}"
+    );
+    // Their view of the holder is still current.
+    for c in &cars {
+        let v = c.leader().expect("status");
+        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
+    }
+}

@@ -136,6 +136,35 @@ impl OwnWatch {
     }
 }
 
+/// A follower's watch on the Lease, kept open across the holder's renewals: each
+/// renewal arrives as an event on it, so a follower sends no request while the holder
+/// renews (the stream is re-opened only when it ends or falls behind our observation).
+/// It lives in the backend, so a dropped `wait_for_change` loses no event.
+#[derive(Default)]
+struct FollowWatch {
+    /// (In a mutex only to make the backend `Sync`; it is reached through `&mut` alone.)
+    events: std::sync::Mutex<Option<LeaseEvents>>,
+    /// The version of the last event read from `events`: where the stream stands.
+    at: Option<String>,
+    opened: Option<Instant>,
+}
+
+impl FollowWatch {
+    fn events(&mut self) -> &mut Option<LeaseEvents> {
+        self.events
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn close(&mut self) {
+        *self.events() = None;
+        self.at = None;
+    }
+}
+
+/// How long the API server keeps a follower's watch open (kube refuses 295 s or more).
+const FOLLOW_WATCH_SECS: u32 = 290;
+
 /// What a write over our own tenure came to.
 enum OwnWrite {
     Written(Box<Lease>),
@@ -160,6 +189,8 @@ pub struct KubeBackend {
     deleted: bool,
     /// While leading: the watch on our own record.
     own_watch: OwnWatch,
+    /// While following: the watch on the holder's record.
+    follow_watch: FollowWatch,
     /// A resourceVersion that is no integer (or too large) was logged already.
     version_warned: bool,
 }
@@ -207,12 +238,16 @@ impl KubeBackend {
             written: VecDeque::new(),
             deleted: false,
             own_watch: OwnWatch::default(),
+            follow_watch: FollowWatch::default(),
             version_warned: false,
         }
     }
 
     /// Starts (or ends, with `None`) watching our own record from the version of `held`.
     fn hold(&mut self, held: Option<Lease>) {
+        if held.is_some() {
+            self.follow_watch.close();
+        }
         self.own_watch = OwnWatch {
             from: held
                 .as_ref()
@@ -692,52 +727,75 @@ impl Backend for KubeBackend {
             return Wake::Changed;
         }
         let mut until = start + max;
+        // Until then nothing can change without an event on the watch.
+        let mut expires = start;
         if !self.is_ours(&observed.record) {
             // A rival's record may be taken over once it has stood still for its duration.
-            until = until.min(observed.expires_at());
+            expires = observed.expires_at();
+            until = until.min(expires);
         }
         if until <= start {
             return Wake::Changed;
         }
         let before = observed.record.clone();
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .timeout(u32::try_from(max.as_secs() + 1).unwrap_or(u32::MAX))
-            .disable_bookmarks();
         let version = observed.resource_version();
-        let stream = match timeout_at(until, self.api.watch(&params, &version)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                // No watch (the API refuses or is away): fall back to polling.
-                tracing::debug!(error = %e, "watching the lease failed; polling instead");
-                sleep_until(until).await;
-                return Wake::Changed;
+        // Go on with the kept watch when it stands where our observation does (the read
+        // of a campaign that changed nothing leaves it there); else open one from here.
+        if self.follow_watch.at.as_deref() != Some(version.as_str()) {
+            self.follow_watch.close();
+        }
+        if self.follow_watch.events().is_none() {
+            let params = WatchParams::default()
+                .fields(&format!("metadata.name={}", self.name))
+                .timeout(FOLLOW_WATCH_SECS)
+                .disable_bookmarks();
+            match timeout_at(until, self.api.watch(&params, &version)).await {
+                Ok(Ok(stream)) => {
+                    *self.follow_watch.events() = Some(stream.boxed());
+                    self.follow_watch.at = Some(version);
+                    self.follow_watch.opened = Some(Instant::now());
+                }
+                Ok(Err(e)) => {
+                    // No watch (the API refuses or is away): fall back to polling.
+                    tracing::debug!(error = %e, "watching the lease failed; polling instead");
+                    sleep_until(until).await;
+                    return Wake::Changed;
+                }
+                Err(_) => return Wake::Changed,
             }
-            Err(_) => return Wake::Changed,
-        };
-        // A watch that ends at once (a proxy, a failing server) must not become a tight
-        // loop of reads: wait a little before looking again.
-        let settle = until.min(start + SETTLE);
-        let mut stream = std::pin::pin!(stream);
+        }
+        // A watch that ends soon after it opened (a proxy, a failing server) must not
+        // become a tight loop of reads: wait a little before looking again.
+        let settle = until.min(self.follow_watch.opened.unwrap_or(start) + SETTLE);
         loop {
-            let event = match timeout_at(until, stream.next()).await {
+            let next = match self.follow_watch.events().as_mut() {
+                Some(events) => timeout_at(until, events.next()).await,
+                None => return Wake::Changed,
+            };
+            let event = match next {
                 Ok(Some(Ok(event))) => event,
                 Ok(Some(Err(e))) => {
                     tracing::debug!(error = %e, "the lease watch broke");
+                    self.follow_watch.close();
                     sleep_until(settle).await;
                     return Wake::Changed;
                 }
                 Ok(None) => {
+                    self.follow_watch.close();
                     sleep_until(settle).await;
                     return Wake::Changed;
                 }
-                // The time is up (the record may have expired): look again.
+                // The time is up. Before the rival's record may have expired, the open
+                // watch would have told of any change: wait on (no read). Else look
+                // again; the watch stays open for the next wait.
+                Err(_) if Instant::now() < expires => return Wake::Waiting,
                 Err(_) => return Wake::Changed,
             };
             match event {
                 WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
                     let record = Record::of(&lease);
                     self.deleted = false;
+                    self.follow_watch.at = lease.metadata.resource_version.clone();
                     self.observe(lease);
                     if record.holder == before.holder && record.transitions == before.transitions {
                         // The same tenure renewed: the observation is fresh, nothing to do.
@@ -747,9 +805,10 @@ impl Backend for KubeBackend {
                 }
                 WatchEvent::Deleted(lease) => {
                     // Keep the record (its holder may still be live), at the deletion's
-                    // version, so the next watch starts after it.
+                    // version, so the watch goes on from after it.
                     let known = self.deleted;
                     self.deleted = true;
+                    self.follow_watch.at = lease.metadata.resource_version.clone();
                     if let Some(o) = self.observed.as_mut() {
                         o.lease.metadata.resource_version = lease.metadata.resource_version;
                     }
@@ -759,7 +818,9 @@ impl Backend for KubeBackend {
                 }
                 WatchEvent::Bookmark(_) => {}
                 WatchEvent::Error(status) => {
+                    // 410 Gone among them: the campaign's read lists afresh.
                     tracing::debug!(code = status.code, "the lease watch ended with an error");
+                    self.follow_watch.close();
                     sleep_until(settle).await;
                     return Wake::Changed;
                 }

@@ -66,6 +66,10 @@ pub enum Wake {
     /// Nothing changed, and the store answered meanwhile (a keep-alive, say): the
     /// observation is still current and no new campaign is needed.
     Quiet,
+    /// Nothing arrived yet on a subscription that would report a change (the record
+    /// cannot have expired meanwhile): wait again, with neither a campaign nor a fresher
+    /// observation.
+    Waiting,
 }
 
 /// What one renew round found.
