@@ -232,6 +232,12 @@ pub struct RedisBackend {
     pushes: mpsc::UnboundedReceiver<PushInfo>,
     /// Whether `CLIENT TRACKING` is on for the current connection.
     tracking: bool,
+    /// A follower's last sign of the holder's record: the campaign's read, or the last
+    /// invalidation pushed for the key (see [`RedisBackend::wait_for_change`]).
+    last_sign: Option<Instant>,
+    /// When the holder's key expires unless renewed, as the campaign's read found it
+    /// (a renewal seen since makes it unknown).
+    holder_expires: Option<Instant>,
 }
 
 pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
@@ -278,6 +284,8 @@ impl RedisBackend {
             release: Script::new(RELEASE),
             pushes,
             tracking: false,
+            last_sign: None,
+            holder_expires: None,
         })
     }
 
@@ -320,10 +328,23 @@ impl RedisBackend {
         };
         // What arrived before tracking was on is from an earlier tenure.
         self.drain_pushes();
-        // Off first: switching on again with the same prefix is refused by some
-        // servers when tracking was left on (a failed turn-off at a step-down).
-        let (current,): (Option<String>,) = redis::pipe()
-            .cmd("CLIENT")
+        let (current,): (Option<String>,) = self
+            .tracking_pipe()
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    /// `CLIENT TRACKING` (re)started on the key. Off first: switching on again with
+    /// the same prefix is refused by some servers when tracking was left on (a failed
+    /// turn-off at a step-down).
+    fn tracking_pipe(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLIENT")
             .arg("TRACKING")
             .arg("OFF")
             .ignore()
@@ -334,14 +355,17 @@ impl RedisBackend {
             .arg("PREFIX")
             .arg(&self.keys.lock)
             .arg("NOLOOP")
-            .ignore()
-            .cmd("GET")
-            .arg(&self.keys.lock)
+            .ignore();
+        pipe
+    }
+
+    async fn start_tracking(&mut self) -> Result<(), BackendError> {
+        let () = self
+            .tracking_pipe()
             .query_async(&mut self.node.conn)
             .await
-            .map_err(store(op))?;
-        self.tracking = true;
-        Ok(current.as_deref() == Some(value.as_str()))
+            .map_err(store("campaign"))?;
+        Ok(())
     }
 
     /// Best effort: followers need no pushes (and ignore any that still come).
@@ -428,6 +452,15 @@ impl Backend for RedisBackend {
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let prefix = self.nonce_prefix();
+        self.last_sign = None;
+        if !self.tracking {
+            // Before the read: a follower then hears of every later change of the key
+            // without asking (see `wait_for_change`). A server without tracking (before
+            // Redis 6) refuses; its followers wait as they did before.
+            self.drain_pushes();
+            self.tracking = self.start_tracking().await.is_ok();
+        }
+        let read_at = Instant::now();
         let (won, value, pttl): (i64, String, i64) = self
             .acquire
             .key(&self.keys.lock)
@@ -460,6 +493,12 @@ impl Backend for RedisBackend {
         }
         self.expiry_hint =
             (pttl > 0).then(|| Instant::now() + Duration::from_millis(pttl as u64 + 2));
+        // Pushes are answered in order on the connection: those queued now are about
+        // changes before our read, which it has seen.
+        self.drain_pushes();
+        self.last_sign = (pttl > 0 && self.tracking).then_some(read_at);
+        self.holder_expires =
+            (pttl > 0).then(|| read_at + Duration::from_millis(pttl.unsigned_abs()));
         let holder = (!parsed.identity.is_empty()).then(|| Holder {
             identity: parsed.identity.to_owned(),
             token: parsed.token,
@@ -522,10 +561,57 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
+    /// A follower with tracking on sends nothing while the holder renews: each renewal
+    /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
+    /// It looks again (`Changed`) on an events-channel notice (acquired, released,
+    /// expired), when the tracking connection is lost, when an invalidation comes
+    /// sooner than a renewal would (`ttl/6` after the last sign: someone else changed
+    /// the key) or later than one would (`3/4 ttl`, or past the expiry the last read
+    /// found: likely the key's expiry), and when nothing came by then. The script decides on every look, so a wrong guess
+    /// costs one request, never safety. Without tracking: as before, the events
+    /// channel, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        // A follower has no use for pushes; drop what a past tenure left.
-        self.drain_pushes();
-        wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
+        let tracked = self.tracking && self.value.is_none();
+        let Some(last) = self.last_sign.filter(|_| tracked) else {
+            // Nothing to follow by pushes; drop what a past tenure left.
+            self.drain_pushes();
+            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+        };
+        let too_soon = self.ttl / 6;
+        let due = last + self.ttl * 3 / 4;
+        // The key's own expiry, as read (pushed too, but only once the server gets
+        // round to expiring it).
+        let expires = self.holder_expires.map(|e| e + Duration::from_millis(2));
+        let due = expires.map_or(due, |e| due.min(e));
+        let until = (Instant::now() + max).min(due);
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => return Wake::Changed,
+                push = self.pushes.recv() => {
+                    let Some(push) = push else { return Wake::Changed };
+                    match push.kind {
+                        PushKind::Disconnection => {
+                            self.tracking = false;
+                            return Wake::Changed;
+                        }
+                        PushKind::Invalidate => {
+                            let now = Instant::now();
+                            let since = now.saturating_duration_since(last);
+                            if since < too_soon || now >= due {
+                                return Wake::Changed;
+                            }
+                            self.last_sign = Some(now);
+                            self.holder_expires = None;
+                            return Wake::Quiet;
+                        }
+                        _ => {}
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => {
+                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                }
+            }
+        }
     }
 
     async fn record_lost(&mut self) {
