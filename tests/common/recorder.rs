@@ -149,7 +149,17 @@ impl Recorder {
 
     /// A ZooKeeper child watch on the election's directory: the lowest sequence leads.
     pub fn zookeeper(connect: String, dir: String) -> Recorder {
+        use std::collections::BTreeMap;
+        use zookeeper_client::{AddWatchMode, EventType};
+        // A persistent recursive watch (ZooKeeper 3.6+) on the election's parent: every
+        // creation and deletion of a queue node arrives, in order, with no gap to re-arm
+        // a one-shot watch in, so a tenure that lasts less than a re-list still shows
+        // (a loaded machine made the one-shot child watch miss a 72 ms tenure). A
+        // node's identity and token are read when it is created (a candidate queues
+        // long before it leads); the head of the queue is the holder.
         Recorder::spawn(move |changes, stop| async move {
+            let prefix = format!("{dir}/");
+            let seq = |name: &str| name[name.len().saturating_sub(10)..].to_owned();
             while !stop.load(Ordering::SeqCst) {
                 let Ok(client) = zookeeper_client::Client::connector()
                     .with_session_timeout(Duration::from_secs(4))
@@ -159,41 +169,61 @@ impl Recorder {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                loop {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let (children, _, watcher) = match client.get_and_watch_children(&dir).await {
-                        Ok(found) => found,
-                        Err(zookeeper_client::Error::NoNode) => {
-                            note(&changes, None);
-                            match client.check_and_watch_stat(&dir).await {
-                                Ok((_, w)) => {
-                                    wait_or_stop(&stop, w.changed()).await;
-                                    continue;
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        Err(_) => break,
-                    };
-                    let first = children
-                        .iter()
-                        .filter(|c| c.len() >= 10)
-                        .min_by_key(|c| c[c.len() - 10..].to_owned());
-                    let holder = match first {
-                        Some(name) => match client.get_data(&format!("{dir}/{name}")).await {
-                            Ok((data, stat)) => Some(Tenure {
+                let Ok(mut watcher) = client.watch(&dir, AddWatchMode::PersistentRecursive).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let read = |name: String| {
+                    let client = &client;
+                    let path = format!("{dir}/{name}");
+                    async move {
+                        client
+                            .get_data(&path)
+                            .await
+                            .ok()
+                            .map(|(data, stat)| Tenure {
                                 identity: String::from_utf8_lossy(&data).into_owned(),
                                 token: u64::try_from(stat.czxid).unwrap_or(0),
-                            }),
-                            // Gone between the two reads: the watch fires again.
-                            Err(_) => None,
-                        },
-                        None => None,
+                            })
+                    }
+                };
+                // The queue as it stands (events from here on are already watched).
+                let mut queue: BTreeMap<String, Option<Tenure>> = BTreeMap::new();
+                if let Ok(children) = client.list_children(&dir).await {
+                    for name in children.into_iter().filter(|c| c.len() >= 10) {
+                        let tenure = read(name.clone()).await;
+                        queue.insert(seq(&name), tenure);
+                    }
+                }
+                loop {
+                    note(&changes, queue.values().next().cloned().flatten());
+                    let event = tokio::select! {
+                        event = watcher.changed() => event,
+                        _ = async {
+                            while !stop.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                        } => return,
                     };
-                    note(&changes, holder);
-                    wait_or_stop(&stop, watcher.changed()).await;
+                    let child = event
+                        .path
+                        .strip_prefix(&prefix)
+                        .filter(|c| !c.contains('/') && c.len() >= 10)
+                        .map(str::to_owned);
+                    match (event.event_type, child) {
+                        (EventType::NodeCreated, Some(name)) => {
+                            let tenure = read(name.clone()).await;
+                            queue.insert(seq(&name), tenure);
+                        }
+                        (EventType::NodeDeleted, Some(name)) => {
+                            queue.remove(&seq(&name));
+                        }
+                        (EventType::NodeDeleted, None) if event.path == dir => queue.clear(),
+                        // A session event: changes may have been missed; start again.
+                        (EventType::Session, _) => break,
+                        _ => {}
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -374,18 +404,6 @@ impl Drop for Recorder {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-async fn wait_or_stop(stop: &AtomicBool, changed: impl std::future::Future) {
-    tokio::pin!(changed);
-    while !stop.load(Ordering::SeqCst) {
-        if tokio::time::timeout(Duration::from_millis(200), &mut changed)
-            .await
-            .is_ok()
-        {
-            return;
         }
     }
 }
