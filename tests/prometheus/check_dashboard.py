@@ -12,8 +12,7 @@ tests/prometheus/check.sh):
    recording rule in a temporary rule file, and `promtool check rules` parses them;
 3. the dashboard and alerts.yaml name only metrics the sidecar exports, as registered in
    src/publish/metrics.rs (counters with `_total`, histograms with `_bucket`, `_sum`,
-   `_count`). Metrics the rules are written against before the sidecar has them
-   (REQUESTED below) are reported as a note while they are missing, not as a failure.
+   `_count`).
 
 Exit code 0 when all holds, 1 otherwise.
 
@@ -34,11 +33,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "leasekeeper" / "files" / "dashboard.json"
 ALERTS = ROOT / "charts" / "leasekeeper" / "files" / "alerts.yaml"
 METRICS_RS = ROOT / "src" / "publish" / "metrics.rs"
-
-# Metrics the alerts use that the sidecar does not export yet (name: what it is).
-REQUESTED = {
-    "leasekeeper_state": 'gauge {state="leader|follower|candidate|unknown"}, 1 for the current state',
-}
 
 # Grafana's built-in variables that stand for a duration in PromQL.
 DURATION_BUILTINS = {"__rate_interval", "__interval", "__range", "__auto"}
@@ -152,12 +146,8 @@ def check_structure(dashboard, problems):
 def check_metric_names(exprs, source, exported, problems, notes):
     used = {name for expr in exprs for name in METRIC.findall(expr)}
     for name in sorted(used - exported):
-        if name in REQUESTED:
-            notes.append(f"{source} uses {name} ({REQUESTED[name]}), which src/publish/metrics.rs "
-                         "does not export yet: the rules on it stay quiet until it does")
-        else:
-            problems.append(f"{source} uses {name}, which the sidecar does not export "
-                            f"(src/publish/metrics.rs has: {', '.join(sorted(exported))})")
+        problems.append(f"{source} uses {name}, which the sidecar does not export "
+                        f"(src/publish/metrics.rs has: {', '.join(sorted(exported))})")
     return used
 
 
