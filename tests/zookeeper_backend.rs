@@ -206,11 +206,13 @@ fn curator_leader_latch_and_leasekeeper_share_one_election() {
     );
 }
 
-/// Thirty candidates: each follower watches only its predecessor, so the leader's node
-/// has one follower watching it (besides the leader's own watch) and a release wakes
-/// only the next candidate (no herd).
+/// Thirty candidates: each follower watches its predecessor (its turn) and the head
+/// of the queue (the holder its `/leader` names), nothing else. The head is watched by
+/// every follower and by the leader itself (invariant 9); every other node by its
+/// successor alone. A handover fires each follower's head watch once: one look each,
+/// not one at every change.
 #[test]
-fn thirty_candidates_only_the_successor_watches_the_leader() {
+fn thirty_candidates_watch_their_predecessor_and_the_head_only() {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
@@ -231,7 +233,10 @@ fn thirty_candidates_only_the_successor_watches_the_leader() {
         "29 followers never settled"
     );
 
-    let check = |expected_total: usize| {
+    // `candidates` in the queue: the head watched by all of them, each node after it
+    // but the last by its successor.
+    let check = |candidates: usize| {
+        let expected_total = candidates + candidates - 2;
         let watched = common::eventually(Duration::from_secs(5), || {
             let w: std::collections::BTreeMap<String, usize> = zk
                 .watchers_by_path()
@@ -246,13 +251,11 @@ fn thirty_candidates_only_the_successor_watches_the_leader() {
                 zk.watchers_by_path()
             )
         });
-        // The leader's own node: its successor and the leader itself (which watches
-        // its own record, invariant 9); every other node: its successor alone.
         let mut by_sequence: Vec<(&String, &usize)> = watched.iter().collect();
         by_sequence.sort_by_key(|(p, _)| p[p.len() - 10..].to_owned());
         assert!(
-            *by_sequence[0].1 <= 2 && by_sequence[1..].iter().all(|(_, n)| **n == 1),
-            "a node watched by several sessions: {watched:?}"
+            *by_sequence[0].1 == candidates && by_sequence[1..].iter().all(|(_, n)| **n == 1),
+            "unexpected watches: {watched:?}"
         );
         watched
     };
@@ -271,6 +274,20 @@ fn thirty_candidates_only_the_successor_watches_the_leader() {
     });
     assert!(next.is_some(), "no new leader within 2 s of the release");
     check(29);
+    // Every follower names the new holder.
+    let new_leader = sidecars[next.expect("next")].name.clone();
+    let named = common::eventually(Duration::from_secs(5), || {
+        sidecars
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != leader)
+            .all(|(_, s)| {
+                s.leader()
+                    .is_some_and(|v| v["leader"] == new_leader.as_str())
+            })
+            .then_some(())
+    });
+    assert!(named.is_some(), "a follower still names the old holder");
 }
 
 #[test]
@@ -661,4 +678,60 @@ fn the_election_parent_deleted_and_recreated_leaves_one_leader() {
     );
     eprintln!("zookeeper parent recreated: {report:?}");
     assert_eq!(report.faults.get("tamper-delete"), Some(&3));
+}
+
+/// Followers watch their predecessor and the holder's node and otherwise send nothing
+/// but their session's pings while the holder renews; a graceful handover still moves
+/// at once, and each follower's `/leader` names the new holder.
+#[test]
+fn followers_send_only_pings_while_the_holder_renews() {
+    use common::{eventually, Sidecar};
+    let zk = ZkEnsemble::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = zk_args(&zk.connect_string(), "2s", "quiet");
+    let mut cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
+        .collect();
+    let settled = |cars: &[Sidecar]| {
+        eventually(Duration::from_secs(15), || {
+            let s: Vec<serde_json::Value> =
+                cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
+            let leader = s.iter().find(|v| v["state"] == "leader")?["identity"].clone();
+            let followers = s
+                .iter()
+                .filter(|v| v["state"] == "follower" && v["leader"] == leader)
+                .count();
+            (followers == cars.len() - 1).then_some(leader)
+        })
+    };
+    assert!(
+        settled(&cars).is_some(),
+        "never one leader and two followers"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let before = zk.received_by_session();
+    std::thread::sleep(Duration::from_secs(6));
+    let after = zk.received_by_session();
+    let mut deltas: Vec<u64> = after
+        .iter()
+        .filter_map(|(sid, n)| before.get(sid).map(|b| n - b))
+        .collect();
+    deltas.sort();
+    eprintln!("requests per session in 6 s (pings included): {deltas:?}");
+    assert_eq!(deltas.len(), 3, "{before:?} {after:?}");
+    // An idle 2 s session pings every 3/20 of it (zookeeper-client): at most 20 in 6 s.
+    // Followers that re-read the queue every retry interval sent 43 each here.
+    assert!(deltas[1] <= 21, "followers sent {deltas:?}");
+    for c in &cars {
+        let v = c.leader().expect("status");
+        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
+    }
+    let li = cars
+        .iter()
+        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let mut old = cars.remove(li);
+    old.terminate(Duration::from_secs(5)).expect("stopped");
+    let next = settled(&cars).expect("no new leader after a graceful stop");
+    assert_ne!(next, old.name.as_str());
 }

@@ -45,8 +45,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use zookeeper_client::{
-    Acls, Client, CreateMode, EventType, OneshotWatcher, SessionState, StateWatcher, TlsOptions,
-    WatchedEvent,
+    Acls, Client, CreateMode, EventType, SessionState, StateWatcher, TlsOptions, WatchedEvent,
 };
 
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
@@ -81,7 +80,13 @@ pub struct ZkBackend {
     prefix: String,
     /// Our node's name (not the path), once created.
     node: Option<String>,
-    watching: Option<OneshotWatcher>,
+    /// While following: the watch on our predecessor in the queue (our turn may come
+    /// when it goes) and, unless the predecessor is the head, on the head of the queue
+    /// (the holder; a follower's `/leader` names it). Kept across the elector's waits.
+    watching: Option<OwnWatch>,
+    holder_watch: Option<OwnWatch>,
+    /// Both watches are set: nothing about the holder or our turn can change unseen.
+    watched: bool,
     /// The session's state changes: expiry, disconnect and reconnect all mean "look again".
     session_events: Option<StateWatcher>,
     /// While leading: the watch on our own node, kept across the elector's polls.
@@ -123,6 +128,8 @@ impl ZkBackend {
             prefix: new_prefix(),
             node: None,
             watching: None,
+            holder_watch: None,
+            watched: false,
             session_events: None,
             own_watch: None,
         }
@@ -184,10 +191,16 @@ impl ZkBackend {
         Ok(client)
     }
 
+    fn unwatch(&mut self) {
+        self.watching = None;
+        self.holder_watch = None;
+        self.watched = false;
+    }
+
     fn forget(&mut self) {
         self.client = None;
         self.node = None;
-        self.watching = None;
+        self.unwatch();
         self.session_events = None;
         self.own_watch = None;
         self.prefix = new_prefix();
@@ -285,7 +298,7 @@ impl Backend for ZkBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.watching = None;
+        self.unwatch();
         let client = self.client().await?;
         let ours = self.ensure_node(&client).await?;
         let mut queue: Vec<(u64, String)> = client
@@ -319,22 +332,35 @@ impl Backend for ZkBackend {
                 }
             };
         }
-        let holder = match client.get_data(&first_path).await {
-            Ok((data, stat)) => Some(Holder {
-                identity: String::from_utf8_lossy(&data).into_owned(),
-                token: u64::try_from(stat.czxid).ok(),
-            }),
-            Err(zookeeper_client::Error::NoNode) => None,
+        // The head's data, with a watch on it: its deletion (a release, an expired
+        // session) or a rewrite reaches every follower once, as one event each.
+        let (holder, holder_watch) = match client.get_and_watch_data(&first_path).await {
+            Ok((data, stat, watcher)) => (
+                Some(Holder {
+                    identity: String::from_utf8_lossy(&data).into_owned(),
+                    token: u64::try_from(stat.czxid).ok(),
+                }),
+                Some(Box::pin(watcher.changed()) as OwnWatch),
+            ),
+            Err(zookeeper_client::Error::NoNode) => (None, None),
             Err(e) => return Err(zk("campaign")(e)),
         };
+        if position == 1 {
+            // The head is our predecessor: one watch serves both.
+            self.watched = holder_watch.is_some();
+            self.watching = holder_watch;
+            return Ok(Campaign::Held(holder));
+        }
         let predecessor = format!("{}/{}", self.dir, queue[position - 1].1);
         let (stat, watcher) = client
             .check_and_watch_stat(&predecessor)
             .await
             .map_err(zk("campaign"))?;
         if stat.is_some() {
-            self.watching = Some(watcher);
+            self.watching = Some(Box::pin(watcher.changed()));
         }
+        self.watched = self.watching.is_some() && holder_watch.is_some();
+        self.holder_watch = holder_watch;
         Ok(Campaign::Held(holder))
     }
 
@@ -379,15 +405,32 @@ impl Backend for ZkBackend {
         }
     }
 
+    /// A follower wakes when its predecessor's node or the holder's changes (one event
+    /// each per handover, no herd on every change) or its session's state does. While
+    /// both watches stand and the session is connected (its pings are the keep-alive),
+    /// the observation is current: the wait ends `Quiet`, with no request.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         if self.node.is_none() {
             return Wake::Changed;
         }
-        let watcher = self.watching.take();
-        let predecessor_gone = async {
-            match watcher {
+        let Self {
+            watching,
+            holder_watch,
+            session_events,
+            ..
+        } = self;
+        let turn = async {
+            match watching.as_mut() {
                 Some(w) => {
-                    w.changed().await;
+                    w.await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let holder = async {
+            match holder_watch.as_mut() {
+                Some(w) => {
+                    w.await;
                 }
                 None => std::future::pending::<()>().await,
             }
@@ -395,7 +438,7 @@ impl Backend for ZkBackend {
         // An expired session (our node is gone), a disconnect, or a reconnect within the
         // session: each means the queue must be looked at again.
         let session_changed = async {
-            match self.session_events.as_mut() {
+            match session_events.as_mut() {
                 Some(events) => {
                     events.changed().await;
                 }
@@ -403,10 +446,21 @@ impl Backend for ZkBackend {
             }
         };
         tokio::select! {
-            _ = predecessor_gone => {}
+            _ = turn => {}
+            _ = holder => {}
             _ = session_changed => {}
-            _ = tokio::time::sleep(max) => {}
+            _ = tokio::time::sleep(max) => {
+                let connected = self
+                    .client
+                    .as_ref()
+                    .is_some_and(|c| c.state() == SessionState::SyncConnected);
+                if self.watched && connected {
+                    return Wake::Quiet;
+                }
+            }
         }
+        // A watch that fired is spent; the campaign sets both again.
+        self.unwatch();
         Wake::Changed
     }
 

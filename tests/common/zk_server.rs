@@ -191,7 +191,7 @@ impl ZkEnsemble {
                 let data = dir.path().join(format!("zk{i}"));
                 std::fs::create_dir_all(&data).expect("data dir");
                 let mut cfg = format!(
-                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp\n",
+                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp,cons\n",
                     data.display(),
                     ports[i].0
                 );
@@ -300,6 +300,21 @@ impl ZkEnsemble {
         text.lines()
             .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
             .unwrap_or(0.0)
+    }
+
+    /// Requests received so far per client session on the first server (`cons`),
+    /// pings included: session id → count.
+    pub fn received_by_session(&self) -> std::collections::BTreeMap<String, u64> {
+        let text = four_letters(self.servers[0].client, "cons").unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let field = |name: &str| {
+                    l.split([',', '(', ')'])
+                        .find_map(|f| f.trim().strip_prefix(name).map(str::to_owned))
+                };
+                Some((field("sid=")?, field("recved=")?.parse().ok()?))
+            })
+            .collect()
     }
 
     /// The client port of server `i` alone (for a client that must stay on it).
