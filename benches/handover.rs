@@ -590,6 +590,9 @@ fn main() {
         drop(g);
         drop(etcd);
     }
+    if only.as_deref() == Some("scale") {
+        scale(&mut row);
+    }
     if wants("exec") {
         // Exec mode next to `etcdctl lock NAME CMD` on one etcd: the same command (it
         // prints `leader <CLOCK_MONOTONIC ns>` when it starts, python startup included
@@ -858,4 +861,175 @@ fn main() {
     );
 
     let _ = std::fs::write("target/bench-results.md", out);
+}
+
+/// Claims of every slot's transition log (dead processes' included), by start.
+fn all_claims(g: &Group) -> Vec<common::checker::LoggedClaim> {
+    let mut claims = BTreeMap::new();
+    for slot in 0..g.slots.len() {
+        let text = std::fs::read_to_string(g.log(slot)).unwrap_or_default();
+        common::checker::parse_claims(&text, &mut claims);
+    }
+    let mut claims: Vec<_> = claims.into_values().collect();
+    claims.sort_by_key(|c| c.start);
+    claims
+}
+
+/// `LK_BENCH_ONLY=scale`: `LK_BENCH_CANDIDATES` (100) candidates on one election per
+/// backend, ttl 15 s: store requests/s at steady state, sidecar RSS and CPU per
+/// candidate, then `LK_BENCH_SCALE_ROUNDS` (10) graceful handovers: latency and store
+/// requests per handover (the steady rate subtracted; the stopped candidate's restart,
+/// as a follower that joins, included), and the outside observer's overlap check on
+/// every claim of the run.
+fn scale(row: &mut impl FnMut(&str, String)) {
+    use common::etcd_server::EtcdCluster;
+    use common::fake_kube::FakeKube;
+    use common::zk_server::ZkEnsemble;
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("LK_BENCH_CANDIDATES", 100);
+    let rounds = env("LK_BENCH_SCALE_ROUNDS", 10);
+    let redis_all = |s: &RedisServer| -> f64 {
+        let info = s.command("INFO commandstats").unwrap_or_default();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let redis = RedisServer::start();
+    let redlock: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let etcd = EtcdCluster::start(1);
+    let zk = ZkEnsemble::start(1);
+    let api = FakeKube::start("team");
+    let kubeconfig = api.kubeconfig();
+    let redlock_urls = redlock
+        .iter()
+        .map(|s| s.url())
+        .collect::<Vec<_>>()
+        .join(",");
+    type Count<'a> = Box<dyn Fn() -> f64 + 'a>;
+    let cases: Vec<(&str, Vec<String>, Option<Count>)> = vec![
+        ("file", file_args(dir.path(), "15s"), None),
+        (
+            "redis",
+            redis_args(&redis.url(), "15s", "scale"),
+            Some(Box::new(|| redis_all(&redis))),
+        ),
+        (
+            "redlock(3)",
+            redlock_args(&redlock_urls, "15s", "scale"),
+            Some(Box::new(|| redlock.iter().map(redis_all).sum())),
+        ),
+        (
+            "etcd",
+            etcd_args(&etcd.endpoints(), "15s", "scale"),
+            Some(Box::new(|| {
+                etcd.metric(0, "grpc_server_handled_total", "grpc_type=\"unary\"")
+                    + etcd.metric(
+                        0,
+                        "grpc_server_msg_received_total",
+                        "grpc_type=\"bidi_stream\"",
+                    )
+            })),
+        ),
+        (
+            "zookeeper",
+            zk_args(&zk.connect_string(), "15s", "scale"),
+            Some(Box::new(|| zk.mntr("zk_packets_received"))),
+        ),
+        (
+            "kubernetes (fake API)",
+            kube_args(&kubeconfig, "15s", "scale"),
+            Some(Box::new(|| api.requests().values().sum::<usize>() as f64)),
+        ),
+    ];
+    let only_backend = std::env::var("LK_BENCH_SCALE_BACKEND").ok();
+    for (name, args, count) in cases {
+        if only_backend
+            .as_deref()
+            .is_some_and(|b| !name.starts_with(b))
+        {
+            continue;
+        }
+        let started = Instant::now();
+        let mut g = Group::new(args, n);
+        let leader = g.leader(Duration::from_secs(60)).expect("a leader");
+        assert!(g.settled(leader), "{name}: {n} candidates never settled");
+        // Steady state: a window after every follower has settled.
+        std::thread::sleep(Duration::from_secs(3));
+        let window = Duration::from_secs(15);
+        let cpu0: u64 = g.slots.iter().map(|s| proc_cpu_ns(s.pid)).sum();
+        let r0 = count.as_ref().map(|c| c());
+        std::thread::sleep(window);
+        let r1 = count.as_ref().map(|c| c());
+        let cpu1: u64 = g.slots.iter().map(|s| proc_cpu_ns(s.pid)).sum();
+        let rss: u64 = g.slots.iter().map(|s| rss_kib(s.pid)).sum();
+        let steady = match (r0, r1) {
+            (Some(a), Some(b)) => Some((b - a) / window.as_secs_f64()),
+            _ => None,
+        };
+        let t0 = Instant::now();
+        let h0 = count.as_ref().map(|c| c());
+        let h = handover(&mut g, Stop::Graceful, rounds, None);
+        let h1 = count.as_ref().map(|c| c());
+        let spent = t0.elapsed().as_secs_f64();
+        let claims = all_claims(&g);
+        common::checker::check_claims_never_overlap(&claims);
+        common::checker::check_tokens_strictly_grow(&claims);
+        let label = format!("scale, {name}, {n} candidates, ttl 15s");
+        row(
+            &format!("{label}: graceful handover"),
+            fmt_ms(&stats(h.latency)),
+        );
+        match (steady, h0, h1) {
+            (Some(rate), Some(a), Some(b)) => {
+                row(
+                    &format!(
+                        "{label}: store requests/s at steady state (all candidates; per candidate)"
+                    ),
+                    format!("{rate:.1}; {:.3}", rate / n as f64),
+                );
+                let per = ((b - a) - rate * spent).max(0.0) / rounds as f64;
+                row(
+                    &format!("{label}: store requests per handover (restart of the stopped candidate included; per waiting candidate)"),
+                    format!("{per:.0}; {:.2}", per / (n - 1) as f64),
+                );
+            }
+            _ => row(
+                &format!("{label}: store requests"),
+                "none (the kernel holds the lock)".to_owned(),
+            ),
+        }
+        row(
+            &format!(
+                "{label}: sidecar RSS per candidate, MiB; CPU per candidate at steady state, ms/s"
+            ),
+            format!(
+                "{:.1}; {:.3}",
+                rss as f64 / 1024.0 / n as f64,
+                cpu1.saturating_sub(cpu0) as f64 / 1e6 / window.as_secs_f64() / n as f64
+            ),
+        );
+        row(
+            &format!("{label}: overlaps seen by the outside observer"),
+            format!(
+                "0 over {} claims ({:.0} s)",
+                claims.len(),
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        drop(g);
+    }
 }
