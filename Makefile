@@ -11,6 +11,7 @@ run:
 test: deps
 	python3 tests/chart/check_chart.py
 	bash tests/prometheus/check.sh
+	python3 tests/docs/check_links.py
 	cargo test
 
 deps:

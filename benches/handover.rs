@@ -690,6 +690,19 @@ fn main() {
             format!("{per_candidate:.2}"),
         );
         drop(g);
+        // client-go's request pattern at its defaults (LeaseDuration 15s, RetryPeriod
+        // 2s), 4 replicas of one election, on the same fake.
+        let replicas = 4;
+        let before = total(&api);
+        let window = Duration::from_secs(30);
+        client_go_peer(api.port, "team", "bench-client-go", replicas, window);
+        row(
+            "peer, same fake: client-go leaderelection (defaults) API requests/s per candidate, steady",
+            format!(
+                "{:.2}",
+                (total(&api) - before) as f64 / window.as_secs_f64() / replicas as f64
+            ),
+        );
         let mut g = Group::new(kube_args(&kubeconfig, "2s", "bench-crash"), CANDIDATES);
         let h = handover(&mut g, Stop::Crash, rounds.min(20), None);
         row(
@@ -1031,5 +1044,136 @@ fn scale(row: &mut impl FnMut(&str, String)) {
             ),
         );
         drop(g);
+    }
+}
+
+/// One request to the fake API (plain HTTP, its bearer token): (status, body).
+fn kube_call(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Option<(u16, serde_json::Value)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        common::fake_kube::TOKEN,
+        body.len()
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        code,
+        serde_json::from_str(rest).unwrap_or(serde_json::Value::Null),
+    ))
+}
+
+/// client-go's `leaderelection` loop (k8s.io/client-go/tools/leaderelection,
+/// tryAcquireOrRenew) at its defaults, one thread per replica for `window`: every
+/// RetryPeriod (2 s) a follower GETs the Lease and writes only when it is free or
+/// expired (observed unchanged for LeaseDuration, 15 s); the leader renews with an
+/// optimistic UPDATE from the record it last wrote (the fast path of client-go 1.24+),
+/// falling back to GET on a conflict.
+fn client_go_peer(port: u16, namespace: &str, name: &str, replicas: usize, window: Duration) {
+    let end = Instant::now() + window;
+    let base = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
+    let now = || {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let secs = t.as_secs();
+        // RFC 3339 with microseconds, UTC (days from the epoch by the civil calendar).
+        let (z, rem) = ((secs / 86400) as i64 + 719_468, secs % 86400);
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            t.subsec_micros()
+        )
+    };
+    let threads: Vec<_> = (0..replicas)
+        .map(|i| {
+            let (base, name) = (base.clone(), name.to_owned());
+            std::thread::spawn(move || {
+                let me = format!("client-go-{i}");
+                let path = format!("{base}/{name}");
+                let mut mine: Option<serde_json::Value> = None;
+                // (record, when we saw it change) for the expiry rule.
+                let mut observed: Option<(serde_json::Value, Instant)> = None;
+                while Instant::now() < end {
+                    let spec_of = |holder: &str, lease: Option<&serde_json::Value>| {
+                        let old = lease.map(|l| l["spec"].clone()).unwrap_or_default();
+                        let same = old["holderIdentity"] == holder;
+                        serde_json::json!({
+                            "holderIdentity": holder,
+                            "leaseDurationSeconds": 15,
+                            "acquireTime": if same { old["acquireTime"].clone() } else { serde_json::json!(now()) },
+                            "renewTime": now(),
+                            "leaseTransitions": old["leaseTransitions"].as_i64().unwrap_or(0) + i64::from(!same && lease.is_some()),
+                        })
+                    };
+                    if let Some(lease) = mine.take() {
+                        let mut next = lease.clone();
+                        next["spec"] = spec_of(&me, Some(&lease));
+                        if let Some((200, written)) = kube_call(port, "PUT", &path, Some(&next)) {
+                            mine = Some(written);
+                        }
+                    } else {
+                        match kube_call(port, "GET", &path, None) {
+                            Some((404, _)) => {
+                                let lease = serde_json::json!({
+                                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                    "metadata": {"name": name, "namespace": "team"},
+                                    "spec": spec_of(&me, None),
+                                });
+                                if let Some((201, written)) = kube_call(port, "POST", &base, Some(&lease)) {
+                                    mine = Some(written);
+                                }
+                            }
+                            Some((200, lease)) => {
+                                let spec = lease["spec"].clone();
+                                let changed = observed.as_ref().is_none_or(|(o, _)| *o != spec);
+                                if changed {
+                                    observed = Some((spec.clone(), Instant::now()));
+                                }
+                                let since = observed.as_ref().map(|(_, t)| t.elapsed()).unwrap_or_default();
+                                let free = spec["holderIdentity"].as_str().unwrap_or("").is_empty()
+                                    || spec["holderIdentity"] == me.as_str()
+                                    || since > Duration::from_secs(15);
+                                if free {
+                                    let mut next = lease.clone();
+                                    next["spec"] = spec_of(&me, Some(&lease));
+                                    if let Some((200, written)) = kube_call(port, "PUT", &path, Some(&next)) {
+                                        mine = Some(written);
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
     }
 }

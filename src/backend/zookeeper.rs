@@ -87,6 +87,11 @@ pub struct ZkBackend {
     holder_watch: Option<OwnWatch>,
     /// Both watches are set: nothing about the holder or our turn can change unseen.
     watched: bool,
+    /// Our predecessor is the head of the queue (one watch serves both).
+    head_is_predecessor: bool,
+    /// The head, our only predecessor, was deleted: we are first in the queue now,
+    /// since sequence numbers only grow (see `campaign`).
+    next_in_line: bool,
     /// The session's state changes: expiry, disconnect and reconnect all mean "look again".
     session_events: Option<StateWatcher>,
     /// While leading: the watch on our own node, kept across the elector's polls.
@@ -130,6 +135,8 @@ impl ZkBackend {
             watching: None,
             holder_watch: None,
             watched: false,
+            head_is_predecessor: false,
+            next_in_line: false,
             session_events: None,
             own_watch: None,
         }
@@ -195,6 +202,7 @@ impl ZkBackend {
         self.watching = None;
         self.holder_watch = None;
         self.watched = false;
+        self.head_is_predecessor = false;
     }
 
     fn forget(&mut self) {
@@ -298,8 +306,26 @@ impl Backend for ZkBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        let next_in_line = std::mem::take(&mut self.next_in_line);
         self.unwatch();
         let client = self.client().await?;
+        if let (true, Some(node)) = (next_in_line, self.node.clone()) {
+            // Our only predecessor was the head, and it is gone. No node can come
+            // before ours later: sequence numbers only grow, and every node created
+            // before ours was in the list we read after our own create (a session
+            // reads its own writes). So we are first, and the usual proof (our node,
+            // of this session, checked through the ensemble's leader) is all that is
+            // left: one round trip, not a list first. Anything else: the full round.
+            let path = format!("{}/{node}", self.dir);
+            if let Some((s, watch)) = Self::prove_and_watch(&client, &path, "campaign").await? {
+                if s.ephemeral_owner == client.session_id().0 {
+                    self.own_watch = Some(watch);
+                    return Ok(Campaign::Acquired {
+                        token: u64::try_from(s.czxid).unwrap_or(0),
+                    });
+                }
+            }
+        }
         let ours = self.ensure_node(&client).await?;
         let mut queue: Vec<(u64, String)> = client
             .list_children(&self.dir)
@@ -348,6 +374,7 @@ impl Backend for ZkBackend {
         if position == 1 {
             // The head is our predecessor: one watch serves both.
             self.watched = holder_watch.is_some();
+            self.head_is_predecessor = holder_watch.is_some();
             self.watching = holder_watch;
             return Ok(Campaign::Held(holder));
         }
@@ -421,10 +448,8 @@ impl Backend for ZkBackend {
         } = self;
         let turn = async {
             match watching.as_mut() {
-                Some(w) => {
-                    w.await;
-                }
-                None => std::future::pending::<()>().await,
+                Some(w) => w.await,
+                None => std::future::pending().await,
             }
         };
         let holder = async {
@@ -446,7 +471,11 @@ impl Backend for ZkBackend {
             }
         };
         tokio::select! {
-            _ = turn => {}
+            event = turn => {
+                if event.event_type == EventType::NodeDeleted && self.head_is_predecessor {
+                    self.next_in_line = true;
+                }
+            }
             _ = holder => {}
             _ = session_changed => {}
             _ = tokio::time::sleep(max) => {

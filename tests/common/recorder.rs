@@ -459,7 +459,16 @@ pub fn check_claims_against_store(
             .iter()
             .position(|h| h.holder.as_ref() == Some(&tenure))
         else {
-            panic!("seen against the store: {c:?} claimed a tenure the store never recorded");
+            let near: Vec<&HolderChange> = changes
+                .iter()
+                .filter(|h| {
+                    h.at_ns + 3_000_000_000 >= c.start && h.at_ns <= c.until() + 1_000_000_000
+                })
+                .collect();
+            panic!(
+                "seen against the store: {c:?} claimed a tenure the store never recorded; \
+                 the store's changes around it: {near:?}"
+            );
         };
         if let Some(away) = changes[i + 1..]
             .iter()
