@@ -98,6 +98,7 @@ struct Totals {
     takeover_ms: BTreeMap<&'static str, Vec<f64>>,
     past_store_ms: Option<f64>,
     past_store_tampered_ms: Option<f64>,
+    unjudged: usize,
     last_token: Option<u64>,
 }
 
@@ -131,6 +132,7 @@ impl Totals {
             self.past_store_tampered_ms,
             r.longest_past_store_tampered_ms,
         );
+        self.unjudged += r.unjudged_by_store;
     }
 }
 
@@ -191,7 +193,16 @@ fn report_row(name: &str, ttl: Duration, store: bool, t: &Totals, wall: Duration
         t.rounds,
         t.batches,
         faults.join("; "),
-        if store { "0" } else { "n/a" },
+        if !store {
+            "n/a".to_owned()
+        } else if t.unjudged > 0 {
+            format!(
+                "0 ({} claims during recorder reconnects not judged)",
+                t.unjudged
+            )
+        } else {
+            "0".to_owned()
+        },
         wall.as_secs_f64() / 60.0
     );
     append_row(&row);

@@ -343,6 +343,8 @@ pub struct Report {
     /// The same over the claims whose record was tampered with (allowed up to
     /// [`TAMPER_TOLERANCE`] past the next holder).
     pub longest_past_store_tampered_ms: Option<f64>,
+    /// Claims the store recorder could not judge (it was reconnecting meanwhile).
+    pub unjudged_by_store: usize,
     /// The first and the last tenure's fencing token (tokens grow in between).
     pub first_token: Option<u64>,
     pub last_token: Option<u64>,
@@ -1109,6 +1111,7 @@ pub fn run_with(spec: ElectionSpec<'_>, extras: Extras) -> Report {
             super::recorder::check_claims_against_store(&claims, &changes, &e.tampered, tolerance);
         report.longest_past_store_ms = past.untampered.map(|ns| ns as f64 / 1e6);
         report.longest_past_store_tampered_ms = past.tampered.map(|ns| ns as f64 / 1e6);
+        report.unjudged_by_store = past.unjudged;
     }
     report.first_token = claims.first().map(|c| c.token);
     report.last_token = claims.last().map(|c| c.token);

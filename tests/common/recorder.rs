@@ -34,6 +34,10 @@ pub struct Tenure {
 pub struct HolderChange {
     pub at_ns: u64,
     pub holder: Option<Tenure>,
+    /// The recorder lost its view here (its session ended or was cut): what happens
+    /// until its next change is unseen. A claim whose tenure falls in such a gap
+    /// cannot be judged against the store (the other checks still judge it).
+    pub blind: bool,
 }
 
 type Changes = Arc<Mutex<Vec<HolderChange>>>;
@@ -124,9 +128,13 @@ impl Recorder {
                     let resp = match msg {
                         Err(_) => continue,
                         Ok(Ok(Some(resp))) => resp,
-                        Ok(_) => break,
+                        Ok(_) => {
+                            note_blind(&changes);
+                            break;
+                        }
                     };
                     if resp.canceled() {
+                        note_blind(&changes);
                         break;
                     }
                     for e in resp.events() {
@@ -220,8 +228,12 @@ impl Recorder {
                             queue.remove(&seq(&name));
                         }
                         (EventType::NodeDeleted, None) if event.path == dir => queue.clear(),
-                        // A session event: changes may have been missed; start again.
-                        (EventType::Session, _) => break,
+                        // A session event: changes may be missed until the list
+                        // after reconnecting; start again.
+                        (EventType::Session, _) => {
+                            note_blind(&changes);
+                            break;
+                        }
                         _ => {}
                     }
                 }
@@ -268,7 +280,10 @@ impl Recorder {
                     let msg = match msg.await {
                         Err(_) => continue,
                         Ok(Some(m)) => m,
-                        Ok(None) => break,
+                        Ok(None) => {
+                            note_blind(&changes);
+                            break;
+                        }
                     };
                     let payload: String = msg.get_payload().unwrap_or_default();
                     if msg.get_channel_name() == events {
@@ -357,6 +372,7 @@ impl Recorder {
                         WatchEvent::Bookmark(_) => continue,
                         WatchEvent::Error(_) => {
                             // Our version is gone: read the state again.
+                            note_blind(&changes);
                             from = None;
                             break;
                         }
@@ -422,9 +438,23 @@ fn head(queue: &std::collections::BTreeMap<Vec<u8>, (i64, String)>) -> Option<Te
 fn note(changes: &Changes, holder: Option<Tenure>) {
     let at_ns = monotonic_now_ns();
     let mut all = changes.lock().expect("changes");
-    if all.last().map(|c| &c.holder) != Some(&holder) {
-        all.push(HolderChange { at_ns, holder });
+    if all.last().is_none_or(|c| c.blind || c.holder != holder) {
+        all.push(HolderChange {
+            at_ns,
+            holder,
+            blind: false,
+        });
     }
+}
+
+/// Marks where the recorder stops seeing the store (see [`HolderChange::blind`]).
+fn note_blind(changes: &Changes) {
+    let at_ns = monotonic_now_ns();
+    changes.lock().expect("changes").push(HolderChange {
+        at_ns,
+        holder: None,
+        blind: true,
+    });
 }
 
 /// How long claims ran past the store moving the lease away from their tenure, in ns
@@ -434,6 +464,8 @@ fn note(changes: &Changes, holder: Option<Tenure>) {
 pub struct PastStore {
     pub untampered: Option<i64>,
     pub tampered: Option<i64>,
+    /// Claims whose tenure fell in a gap of the recorder's view (not judged).
+    pub unjudged: usize,
 }
 
 /// Judges the sidecars' claims against the store's own record (see the module doc).
@@ -455,10 +487,24 @@ pub fn check_claims_against_store(
             identity: c.identity.clone(),
             token: c.token,
         };
+        // A claim overlapping a gap in the recorder's view, whose tenure it never saw:
+        // nothing to judge it by.
+        let in_gap = changes.iter().enumerate().any(|(k, h)| {
+            h.blind
+                && h.at_ns <= c.until()
+                && changes[k + 1..]
+                    .iter()
+                    .find(|n| !n.blind)
+                    .is_none_or(|n| n.at_ns >= c.start)
+        });
         let Some(i) = changes
             .iter()
-            .position(|h| h.holder.as_ref() == Some(&tenure))
+            .position(|h| !h.blind && h.holder.as_ref() == Some(&tenure))
         else {
+            if in_gap {
+                longest.unjudged += 1;
+                continue;
+            }
             let near: Vec<&HolderChange> = changes
                 .iter()
                 .filter(|h| {
@@ -472,7 +518,7 @@ pub fn check_claims_against_store(
         };
         if let Some(away) = changes[i + 1..]
             .iter()
-            .find(|h| h.holder.as_ref() != Some(&tenure))
+            .find(|h| !h.blind && h.holder.as_ref() != Some(&tenure))
         {
             let past = c.until() as i64 - away.at_ns as i64;
             let slot = if tampered {
@@ -516,8 +562,28 @@ mod self_test {
         }
     }
 
+    #[test]
+    fn a_claim_inside_a_gap_of_the_recorder_is_not_judged_but_others_are() {
+        let mut gap = change(30, None);
+        gap.blind = true;
+        let changes = vec![change(10, Some(("a", 1))), gap, change(80, Some(("c", 3)))];
+        // "b" led while the recorder could not see: unjudged.
+        check_claims_against_store(&[claim("b", 2, 35, 40, 60)], &changes, &[], 0);
+        // "a" must still end by c's arrival, the gap notwithstanding.
+        let late = std::panic::catch_unwind(|| {
+            check_claims_against_store(&[claim("a", 1, 5, 12, 90)], &changes, &[], 0)
+        });
+        assert!(late.is_err(), "a claim past the next holder passed");
+        // A claim outside the gap whose tenure was never seen still fails.
+        let unseen = std::panic::catch_unwind(|| {
+            check_claims_against_store(&[claim("d", 4, 85, 90, 95)], &changes, &[], 0)
+        });
+        assert!(unseen.is_err(), "a claim the store never granted passed");
+    }
+
     fn change(at_ns: u64, holder: Option<(&str, u64)>) -> HolderChange {
         HolderChange {
+            blind: false,
             at_ns,
             holder: holder.map(|(i, t)| Tenure {
                 identity: i.to_owned(),
