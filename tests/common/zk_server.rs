@@ -191,7 +191,7 @@ impl ZkEnsemble {
                 let data = dir.path().join(format!("zk{i}"));
                 std::fs::create_dir_all(&data).expect("data dir");
                 let mut cfg = format!(
-                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp,cons\n",
+                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp,cons\n",
                     data.display(),
                     ports[i].0
                 );
