@@ -10,10 +10,13 @@ pub mod etcd_server;
 pub mod fake_kube;
 pub mod faults;
 pub mod http;
+pub mod mariadb_server;
 pub mod netns;
+pub mod pg_server;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
+pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;
 
@@ -77,6 +80,34 @@ pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
         "zookeeper",
         "--zk-connect",
         connect,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `postgres` backend.
+pub fn postgres_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "postgres",
+        "--postgres-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `mysql` backend.
+pub fn mysql_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "mysql",
+        "--mysql-url",
+        url,
         "--ttl",
         ttl,
         "--election",

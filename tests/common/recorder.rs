@@ -352,6 +352,67 @@ impl RecordSink {
     }
 }
 
+/// The holder of a SQL lease row: none when free or fenced (see `backend::sql`).
+fn sql_holder(row: Option<(String, String, i64)>) -> Option<Tenure> {
+    let (identity, tenure, token) = row?;
+    (!tenure.is_empty() && tenure != "quarantine").then(|| Tenure {
+        identity,
+        token: u64::try_from(token).unwrap_or(0),
+    })
+}
+
+/// Polls a SQL lease row every few milliseconds (the row has no change stream
+/// without triggers; every tenure in these runs holds the row far longer than that).
+macro_rules! sql_recorder {
+    ($conn:ty, $url:expr, $select:expr) => {{
+        let url: String = $url;
+        let select: String = $select;
+        Recorder::spawn(move |changes, stop| async move {
+            use sqlx::Connection;
+            while !stop.load(Ordering::SeqCst) {
+                let connected =
+                    tokio::time::timeout(Duration::from_secs(1), <$conn>::connect(&url)).await;
+                let Ok(Ok(mut conn)) = connected else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                while !stop.load(Ordering::SeqCst) {
+                    let row = tokio::time::timeout(
+                        Duration::from_millis(500),
+                        sqlx::query_as::<_, (String, String, i64)>(&select).fetch_optional(&mut conn),
+                    )
+                    .await;
+                    match row {
+                        Ok(Ok(row)) => note(&changes, sql_holder(row)),
+                        _ => break,
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            }
+        })
+    }};
+}
+
+impl Recorder {
+    /// The PostgreSQL lease row of `election` in the default table, polled.
+    pub fn postgres(url: String, election: &str) -> Recorder {
+        sql_recorder!(
+            sqlx::PgConnection,
+            url,
+            format!("SELECT holder, tenure, token FROM leasekeeper_leases WHERE election = '{election}'")
+        )
+    }
+
+    /// The MySQL/MariaDB lease row of `election` in the default table, polled.
+    pub fn mysql(url: String, election: &str) -> Recorder {
+        sql_recorder!(
+            sqlx::MySqlConnection,
+            url,
+            format!("SELECT holder, tenure, token FROM leasekeeper_leases WHERE election = '{election}'")
+        )
+    }
+}
+
 impl Recorder {
     /// A recorder fed by the store itself, in the same step as each write (exact, not
     /// on arrival): the fake Kubernetes API notes every write of the Lease.

@@ -1,0 +1,211 @@
+//! A real PostgreSQL 15 server on a loopback port, in its own temp dir, killed on drop.
+//!
+//! `initdb` and `postgres` refuse to run as root: the data directory is given to the
+//! `postgres` user and both run through `runuser`. Users: `lk` (superuser, trust),
+//! `secret` (password `s3cret`, scram-sha-256 over TCP), `limited` (may log in, may not
+//! create tables in `public`: PostgreSQL 15's default). Database `lk`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, free_port, process_state, send_signal};
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct PgServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    /// `runuser`, whose child is the postmaster.
+    child: Option<Child>,
+}
+
+fn data(dir: &Path) -> PathBuf {
+    dir.join("data")
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        let dir = tempfile::tempdir().expect("postgres temp dir");
+        let chown = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let init = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/initdb"))
+            .arg("-D")
+            .arg(data(dir.path()))
+            .args(["-U", "lk", "--auth=trust", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("initdb (make test installs postgresql-15)");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        std::fs::write(
+            data(dir.path()).join("pg_hba.conf"),
+            "local all all trust\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
+        )
+        .expect("pg_hba.conf");
+        let mut server = PgServer {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        server.spawn();
+        server.psql_db("postgres", "CREATE DATABASE lk");
+        server.psql(
+            "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN",
+        );
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("postgres.log")).expect("log");
+        let child = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/postgres"))
+            .arg("-D")
+            .arg(data(self.dir.path()))
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .arg("-k")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("postgres");
+        self.child = Some(child);
+        let ready = eventually(Duration::from_secs(20), || {
+            Command::new("pg_isready")
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .ok()
+                .filter(|s| s.success())
+        });
+        assert!(
+            ready.is_some(),
+            "postgres on {} never got ready: {}",
+            self.port,
+            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    /// `postgres://<user>@127.0.0.1:<port>/lk`.
+    pub fn url_for(&self, user: &str) -> String {
+        format!("postgres://{user}@127.0.0.1:{}/lk", self.port)
+    }
+
+    pub fn url(&self) -> String {
+        self.url_for("lk")
+    }
+
+    /// Runs SQL as the superuser in database `lk`; the output of `psql -At`.
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_db("lk", sql)
+    }
+
+    fn psql_db(&self, db: &str, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "lk"])
+            .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn postmaster(&self) -> Option<u32> {
+        let pidfile = std::fs::read_to_string(data(self.dir.path()).join("postmaster.pid")).ok()?;
+        pidfile.lines().next()?.trim().parse().ok()
+    }
+
+    /// The postmaster and every process it forked (backends, background workers).
+    fn server_pids(&self) -> Vec<u32> {
+        let Some(pm) = self.postmaster() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pm];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(after) = stat.rfind(')') else {
+                continue;
+            };
+            let ppid = stat[after + 1..].split_whitespace().nth(1);
+            if ppid.and_then(|p| p.parse::<u32>().ok()) == Some(pm) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    pub fn pause(&self) {
+        for pid in self.server_pids() {
+            send_signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        for pid in self.server_pids() {
+            send_signal(pid, libc::SIGCONT);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let pids = self.server_pids();
+        for &pid in pids.iter().rev() {
+            send_signal(pid, libc::SIGCONT);
+            send_signal(pid, libc::SIGKILL);
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Orphaned backends are reaped by PID 1, sometimes late: wait until none runs.
+        eventually(Duration::from_secs(10), || {
+            pids.iter()
+                .all(|&p| matches!(process_state(p), None | Some('Z') | Some('X')))
+                .then_some(())
+        });
+    }
+
+    /// kill -9 of every server process, and start again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl super::checker::ServerControl for PgServer {
+    fn pause(&mut self) {
+        PgServer::pause(self)
+    }
+    fn resume(&mut self) {
+        PgServer::resume(self)
+    }
+    fn restart(&mut self) {
+        PgServer::restart(self)
+    }
+}
