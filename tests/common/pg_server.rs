@@ -162,6 +162,11 @@ impl PgServer {
     }
 
     pub fn resume(&self) {
+        // runuser stops itself when its child stops (job control, as su does), and
+        // would then never reap the postmaster: wake it first.
+        if let Some(child) = &self.child {
+            send_signal(child.id(), libc::SIGCONT);
+        }
         for pid in self.server_pids() {
             send_signal(pid, libc::SIGCONT);
         }
@@ -173,9 +178,16 @@ impl PgServer {
             send_signal(pid, libc::SIGCONT);
             send_signal(pid, libc::SIGKILL);
         }
+        // runuser reaps the postmaster and exits: then its pid is free for good (a
+        // zombie reparented to PID 1 may linger, and postgres would take it for a
+        // running postmaster).
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            send_signal(child.id(), libc::SIGCONT);
+            let exited = eventually(Duration::from_secs(10), || child.try_wait().ok().flatten());
+            if exited.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
         // Orphaned backends are reaped by PID 1, sometimes late: wait until none runs.
         eventually(Duration::from_secs(10), || {
@@ -183,6 +195,11 @@ impl PgServer {
                 .all(|&p| matches!(process_state(p), None | Some('Z') | Some('X')))
                 .then_some(())
         });
+        // Their lock files too: postgres checks the pids in them with kill(pid, 0).
+        let _ = std::fs::remove_file(data(self.dir.path()).join("postmaster.pid"));
+        let socket = self.dir.path().join(format!(".s.PGSQL.{}", self.port));
+        let _ = std::fs::remove_file(socket.with_extension(format!("{}.lock", self.port)));
+        let _ = std::fs::remove_file(&socket);
     }
 
     /// kill -9 of every server process, and start again on the same port and data.
