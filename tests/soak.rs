@@ -82,7 +82,7 @@ impl Plan {
             0 => self.kinds[k / cycle],
             // Every fourth cheap round of the run is a release: the releaser sits out
             // one renew interval, which the next handover waits for.
-            n if ((i / cycle) * self.gap + n) % 4 == 0 => Fault::Release,
+            n if ((i / cycle) * self.gap + n).is_multiple_of(4) => Fault::Release,
             _ => Fault::Graceful,
         }
     }
