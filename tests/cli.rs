@@ -233,19 +233,39 @@ fn bad_sql_settings_each_give_one_line() {
         (&["--backend", "postgres"], "--postgres-url is required"),
         (&["--backend", "mysql"], "--mysql-url is required"),
         (
-            &["--backend", "postgres", "--postgres-url", "postgres://lk:s3cret@127.0.0.1/app"],
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "postgres://lk:s3cret@127.0.0.1/app",
+            ],
             "--sql-password-file",
         ),
         (
-            &["--backend", "mysql", "--mysql-url", "mysql://lk:s3cret@127.0.0.1/app"],
+            &[
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk:s3cret@127.0.0.1/app",
+            ],
             "--sql-password-file",
         ),
         (
-            &["--backend", "postgres", "--postgres-url", "redis://127.0.0.1/app"],
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "redis://127.0.0.1/app",
+            ],
             "--postgres-url",
         ),
         (
-            &["--backend", "mysql", "--mysql-url", "mysql://lk@127.0.0.1:3306"],
+            &[
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk@127.0.0.1:3306",
+            ],
             "--mysql-url",
         ),
         (
@@ -301,7 +321,10 @@ fn bad_sql_settings_each_give_one_line() {
     // The same settings from the environment and from the YAML file.
     assert_one_line_error(
         &["--backend", "postgres"],
-        &[("LEASEKEEPER_POSTGRES_URL", "postgres://lk:s3cret@127.0.0.1/app")],
+        &[(
+            "LEASEKEEPER_POSTGRES_URL",
+            "postgres://lk:s3cret@127.0.0.1/app",
+        )],
         "--sql-password-file",
     );
     let config = dir.path().join("config.yaml");

@@ -182,8 +182,11 @@ pub fn settings(cli: &Cli, dialect: Dialect) -> Result<SqlSettings, ConfigError>
         )));
     }
     let shown = crate::config::redact(raw);
-    let url = url::Url::parse(raw)
-        .map_err(|e| bad(format!("{setting} {shown:?} is not a URL ({e}); write it like {example}")))?;
+    let url = url::Url::parse(raw).map_err(|e| {
+        bad(format!(
+            "{setting} {shown:?} is not a URL ({e}); write it like {example}"
+        ))
+    })?;
     if !schemes.contains(&url.scheme()) {
         return Err(bad(format!(
             "{setting} {shown:?} must start with {}://, like {example}",
@@ -236,9 +239,13 @@ pub fn settings(cli: &Cli, dialect: Dialect) -> Result<SqlSettings, ConfigError>
                 }
             }
             if let Some((cert, key)) = &client {
-                o = o.ssl_client_cert_from_pem(cert).ssl_client_key_from_pem(key);
+                o = o
+                    .ssl_client_cert_from_pem(cert)
+                    .ssl_client_key_from_pem(key);
             }
-            if matches!(o.get_ssl_mode(), PgSslMode::Disable) && (cli.sql_ca_file.is_some() || client.is_some()) {
+            if matches!(o.get_ssl_mode(), PgSslMode::Disable)
+                && (cli.sql_ca_file.is_some() || client.is_some())
+            {
                 return Err(bad(format!(
                     "{setting} {shown:?} turns TLS off (sslmode=disable), but TLS files were given"
                 )));
@@ -260,9 +267,13 @@ pub fn settings(cli: &Cli, dialect: Dialect) -> Result<SqlSettings, ConfigError>
                 }
             }
             if let Some((cert, key)) = &client {
-                o = o.ssl_client_cert_from_pem(cert).ssl_client_key_from_pem(key);
+                o = o
+                    .ssl_client_cert_from_pem(cert)
+                    .ssl_client_key_from_pem(key);
             }
-            if matches!(o.get_ssl_mode(), MySqlSslMode::Disabled) && (cli.sql_ca_file.is_some() || client.is_some()) {
+            if matches!(o.get_ssl_mode(), MySqlSslMode::Disabled)
+                && (cli.sql_ca_file.is_some() || client.is_some())
+            {
                 return Err(bad(format!(
                     "{setting} {shown:?} turns TLS off (ssl-mode=disabled), but TLS files were given"
                 )));
@@ -382,7 +393,7 @@ impl Tenancy {
         let left = u64::try_from(row.left_ms).unwrap_or(0);
         self.expiry_hint = Some(Instant::now() + Duration::from_millis(left + 2));
         let held = left > 0 && !row.holder.is_empty();
-        Ok(Campaign::Held(held.then(|| Holder {
+        Ok(Campaign::Held(held.then_some(Holder {
             identity: row.holder,
             token: Some(token),
         })))
@@ -448,16 +459,24 @@ impl<C: sqlx::Connection> Session<C> {
     }
 
     /// Ends a request; an error below SQL drops the connection.
-    pub fn end<T>(&mut self, op: &'static str, r: Result<T, sqlx::Error>) -> Result<T, BackendError> {
+    pub fn end<T>(
+        &mut self,
+        op: &'static str,
+        r: Result<T, sqlx::Error>,
+    ) -> Result<T, BackendError> {
         self.in_flight = false;
         if let Err(e) = &r {
-            if !matches!(e, sqlx::Error::Database(_) | sqlx::Error::RowNotFound | sqlx::Error::ColumnDecode { .. }) {
+            if !matches!(
+                e,
+                sqlx::Error::Database(_)
+                    | sqlx::Error::RowNotFound
+                    | sqlx::Error::ColumnDecode { .. }
+            ) {
                 self.conn = None;
             }
         }
         r.map_err(sql(op))
     }
-
 }
 
 pub(crate) fn sql(op: &'static str) -> impl FnOnce(sqlx::Error) -> BackendError {
@@ -500,12 +519,24 @@ mod tests {
 
     #[test]
     fn table_names_are_plain_identifiers() {
-        assert_eq!(Table::parse("leases").expect("ok").quoted('"'), "\"leases\"");
+        assert_eq!(
+            Table::parse("leases").expect("ok").quoted('"'),
+            "\"leases\""
+        );
         assert_eq!(
             Table::parse("ops.leases").expect("ok").quoted('`'),
             "`ops`.`leases`"
         );
-        for bad in ["", "Leases", "1x", "a-b", "a.b.c", "x;drop", "a b", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "Leases",
+            "1x",
+            "a-b",
+            "a.b.c",
+            "x;drop",
+            "a b",
+            &"x".repeat(64),
+        ] {
             let e = Table::parse(bad).expect_err(bad).to_string();
             assert!(e.starts_with("--sql-table") && !e.contains('\n'), "{e}");
         }
@@ -516,38 +547,81 @@ mod tests {
         assert!(parse(&["--postgres-url", "postgres://lk@127.0.0.1:5432/app"]).is_ok());
         assert!(parse(&["--mysql-url", "mysql://lk@127.0.0.1:3306/app"]).is_ok());
         let cases: &[(&[&str], &str)] = &[
-            (&["--postgres-url", "postgres://lk:s3cret@h/app"], "--sql-password-file"),
-            (&["--postgres-url", "postgres://lk@h/app?password=s3cret"], "--sql-password-file"),
-            (&["--mysql-url", "mysql://lk:s3cret@h/app"], "--sql-password-file"),
-            (&["--postgres-url", "mysql://lk@h/app"], "must start with postgres://"),
+            (
+                &["--postgres-url", "postgres://lk:s3cret@h/app"],
+                "--sql-password-file",
+            ),
+            (
+                &["--postgres-url", "postgres://lk@h/app?password=s3cret"],
+                "--sql-password-file",
+            ),
+            (
+                &["--mysql-url", "mysql://lk:s3cret@h/app"],
+                "--sql-password-file",
+            ),
+            (
+                &["--postgres-url", "mysql://lk@h/app"],
+                "must start with postgres://",
+            ),
             (&["--mysql-url", "mysql://lk@h:3306"], "names no database"),
             (&["--postgres-url", "not a url"], "is not a URL"),
             (
-                &["--postgres-url", "postgres://lk@h/app", "--sql-cert-file", "/x"],
+                &[
+                    "--postgres-url",
+                    "postgres://lk@h/app",
+                    "--sql-cert-file",
+                    "/x",
+                ],
                 "--sql-cert-file needs --sql-key-file",
             ),
             (
-                &["--postgres-url", "postgres://lk@h/app", "--sql-ca-file", "/nonexistent/ca.pem"],
+                &[
+                    "--postgres-url",
+                    "postgres://lk@h/app",
+                    "--sql-ca-file",
+                    "/nonexistent/ca.pem",
+                ],
                 "--sql-ca-file /nonexistent/ca.pem",
             ),
             (
-                &["--postgres-url", "postgres://lk@h/app", "--sql-password-file", "/nonexistent"],
+                &[
+                    "--postgres-url",
+                    "postgres://lk@h/app",
+                    "--sql-password-file",
+                    "/nonexistent",
+                ],
                 "--sql-password-file /nonexistent",
             ),
-            (&["--postgres-url", "postgres://lk@h/app", "--sql-table", "Bad-Name"], "--sql-table"),
+            (
+                &[
+                    "--postgres-url",
+                    "postgres://lk@h/app",
+                    "--sql-table",
+                    "Bad-Name",
+                ],
+                "--sql-table",
+            ),
         ];
         for (args, want) in cases {
             let e = parse(args).expect_err(&format!("{args:?}")).to_string();
             assert!(e.contains(want), "{args:?}: {e}");
-            assert!(!e.contains("s3cret"), "the password reached the message: {e}");
+            assert!(
+                !e.contains("s3cret"),
+                "the password reached the message: {e}"
+            );
             assert!(!e.contains('\n'), "{e}");
         }
     }
 
     #[test]
     fn a_mysql_table_may_name_its_database() {
-        let s = parse(&["--mysql-url", "mysql://lk@h:3306", "--sql-table", "app.leases"])
-            .expect("database from the table");
+        let s = parse(&[
+            "--mysql-url",
+            "mysql://lk@h:3306",
+            "--sql-table",
+            "app.leases",
+        ])
+        .expect("database from the table");
         assert_eq!(s.table.schema.as_deref(), Some("app"));
     }
 }

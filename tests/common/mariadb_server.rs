@@ -57,7 +57,10 @@ impl MariaServer {
         let log = std::fs::File::create(self.dir.path().join("mariadb.log")).expect("log");
         let child = Command::new("mariadbd")
             .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.dir.path().join("data").display()))
+            .arg(format!(
+                "--datadir={}",
+                self.dir.path().join("data").display()
+            ))
             .arg(format!("--port={}", self.port))
             .arg(format!("--socket={}", self.socket()))
             .args([

@@ -379,7 +379,8 @@ macro_rules! sql_recorder {
                 while !stop.load(Ordering::SeqCst) {
                     let row = tokio::time::timeout(
                         Duration::from_millis(500),
-                        sqlx::query_as::<_, (String, String, i64)>(&select).fetch_optional(&mut conn),
+                        sqlx::query_as::<_, (String, String, i64)>(&select)
+                            .fetch_optional(&mut conn),
                     )
                     .await;
                     match row {

@@ -41,7 +41,11 @@ pub fn row(db: &dyn SqlDb, election: &str) -> Option<(String, String, u64)> {
         "SELECT holder, tenure, token FROM leasekeeper_leases WHERE election = '{election}'"
     ));
     let line = out.lines().next()?;
-    let mut parts = line.split(if db.backend() == "postgres" { '|' } else { '\t' });
+    let mut parts = line.split(if db.backend() == "postgres" {
+        '|'
+    } else {
+        '\t'
+    });
     let holder = parts.next()?.to_owned();
     let tenure = parts.next()?.to_owned();
     let token = parts.next()?.trim().parse().ok()?;
@@ -81,14 +85,22 @@ pub fn lease_row_lifecycle(db: &dyn SqlDb) {
         b.leader().filter(|v| v["is_leader"] == true)
     })
     .unwrap_or_else(|| panic!("b never led after a's graceful stop:\n{}", b.stderr()));
-    eprintln!("{} graceful handover seen after {:?}", db.backend(), t0.elapsed());
+    eprintln!(
+        "{} graceful handover seen after {:?}",
+        db.backend(),
+        t0.elapsed()
+    );
     let t2 = token_of(&took);
     assert!(t2 > t1, "token {t2} after {t1}");
-    assert!(a.wait_exit(Duration::from_secs(5)).is_some_and(|s| s.success()));
+    assert!(a
+        .wait_exit(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
     assert_eq!(row(db, "cycle").map(|r| (r.0, r.2)), Some(("b".into(), t2)));
 
     // A release empties the row but keeps its token; the next tenure goes above it.
-    assert!(b.terminate(Duration::from_secs(5)).is_some_and(|s| s.success()));
+    assert!(b
+        .terminate(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
     let (holder, tenure, token) = row(db, "cycle").expect("the row stays after release");
     assert_eq!((holder.as_str(), tenure.as_str(), token), ("", "", t2));
     let c = Sidecar::spawn("c", dir.path(), &a_args);
@@ -128,7 +140,10 @@ pub fn passwords(db: &dyn SqlDb) {
     a.extend(["--sql-password-file".into(), pw.display().to_string()]);
     let s = Sidecar::spawn("authed", dir.path(), &a);
     s.settles_in("leader", Duration::from_secs(10));
-    assert!(!s.stderr().contains("s3cret"), "the password reached the log");
+    assert!(
+        !s.stderr().contains("s3cret"),
+        "the password reached the log"
+    );
 
     // The wrong password: the sidecar runs, unready, and says why.
     std::fs::write(&pw, "wrong\n").expect("write");
@@ -177,7 +192,11 @@ pub fn user_without_create_right(db: &dyn SqlDb) {
     let owner = Sidecar::spawn("owner", dir.path(), &db_args(db, "lk", "2s", "other"));
     owner.settles_in("leader", Duration::from_secs(10));
     db.grant_limited();
-    let limited = Sidecar::spawn("limited", dir.path(), &db_args(db, "limited", "2s", "limited"));
+    let limited = Sidecar::spawn(
+        "limited",
+        dir.path(),
+        &db_args(db, "limited", "2s", "limited"),
+    );
     limited.settles_in("leader", Duration::from_secs(10));
 }
 

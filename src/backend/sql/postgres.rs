@@ -35,7 +35,7 @@ use sqlx::Row;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{LeaseRow, Session, SqlSettings, SqlConnect, TableError, Tenancy, QUARANTINE};
+use super::{LeaseRow, Session, SqlConnect, SqlSettings, TableError, Tenancy, QUARANTINE};
 use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
 
 /// The statements for one table, written once.
