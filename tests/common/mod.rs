@@ -137,6 +137,15 @@ pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
     args(&["--backend", "file", "--file-path", &lock, "--ttl", ttl])
 }
 
+/// The `leasekeeper` binary under test: `LK_TEST_BIN` when set (a copy taken right
+/// after the build, for a shared target directory that other builds may overwrite
+/// meanwhile), else the one cargo built for this test.
+pub fn leasekeeper_bin() -> PathBuf {
+    std::env::var_os("LK_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leasekeeper")))
+}
+
 /// A loopback port that was free a moment ago, below the ephemeral range (which
 /// starts at 32768 here) so that outgoing connections never take it meanwhile.
 pub fn free_port() -> u16 {
@@ -235,7 +244,7 @@ impl Sidecar {
             }
             None => Stdio::null(),
         };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_leasekeeper"));
+        let mut command = Command::new(leasekeeper_bin());
         if cmd.is_some() {
             command.arg("run");
         }
@@ -345,7 +354,7 @@ impl Drop for Sidecar {
 
 /// Runs `leasekeeper` to completion (for bad-input checks).
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
+    let out = Command::new(leasekeeper_bin())
         .args(args)
         .envs(env.iter().copied())
         .env_remove("KUBERNETES_SERVICE_HOST")

@@ -18,6 +18,8 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     /// `runuser`, whose child is the postmaster.
     child: Option<Child>,
+    /// More `-c` settings (TLS).
+    extra: Vec<String>,
 }
 
 fn data(dir: &Path) -> PathBuf {
@@ -26,6 +28,17 @@ fn data(dir: &Path) -> PathBuf {
 
 impl PgServer {
     pub fn start() -> PgServer {
+        Self::start_with(None)
+    }
+
+    /// A server that speaks TLS with `server.pem`/`server.key` of `certs` (see
+    /// `make_certs`), and lets user `client` in only with a client certificate
+    /// signed by `ca.pem` (`hostssl … cert`).
+    pub fn start_tls(certs: &Path) -> PgServer {
+        Self::start_with(Some(certs))
+    }
+
+    fn start_with(certs: Option<&Path>) -> PgServer {
         let dir = tempfile::tempdir().expect("postgres temp dir");
         let chown = Command::new("chown")
             .args(["-R", "postgres"])
@@ -50,18 +63,44 @@ impl PgServer {
         );
         std::fs::write(
             data(dir.path()).join("pg_hba.conf"),
-            "local all all trust\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
+            "local all all trust\nhostssl all client 127.0.0.1/32 cert\nhost all client 127.0.0.1/32 reject\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
         )
         .expect("pg_hba.conf");
+        let mut extra = Vec::new();
+        if let Some(certs) = certs {
+            // The key must belong to the server's user and be private to it.
+            for name in ["server.pem", "server.key", "ca.pem"] {
+                let to = dir.path().join(name);
+                std::fs::copy(certs.join(name), &to).expect("copy cert");
+                Command::new("chown")
+                    .arg("postgres")
+                    .arg(&to)
+                    .status()
+                    .expect("chown");
+                Command::new("chmod")
+                    .arg("600")
+                    .arg(&to)
+                    .status()
+                    .expect("chmod");
+            }
+            let at = |n: &str| dir.path().join(n).display().to_string();
+            extra = vec![
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", at("server.pem")),
+                format!("ssl_key_file={}", at("server.key")),
+                format!("ssl_ca_file={}", at("ca.pem")),
+            ];
+        }
         let mut server = PgServer {
             port: free_port(),
             dir,
             child: None,
+            extra,
         };
         server.spawn();
         server.psql_db("postgres", "CREATE DATABASE lk");
         server.psql(
-            "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN",
+            "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN; CREATE ROLE client LOGIN SUPERUSER",
         );
         server
     }
@@ -75,6 +114,7 @@ impl PgServer {
             .arg(data(self.dir.path()))
             .args(["-p", &self.port.to_string()])
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(self.extra.iter().flat_map(|e| ["-c", e.as_str()]))
             .arg("-k")
             .arg(self.dir.path())
             .stdin(Stdio::null())
