@@ -264,7 +264,7 @@ async fn check_table(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e @ TableError::NotAllowed { .. })) => Err(e.into()),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the database is not reachable yet; retrying");
+            tracing::warn!(error = %e, "could not reach the database or prepare the lease table yet; retrying");
             Ok(())
         }
         Err(_) => {
