@@ -18,8 +18,12 @@ pub struct MariaServer {
 impl MariaServer {
     pub fn start() -> MariaServer {
         let dir = tempfile::tempdir().expect("mariadb temp dir");
+        // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
+        // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
+        std::fs::create_dir(dir.path().join("tmp")).expect("tmp dir");
         let install = Command::new("mariadb-install-db")
             .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -63,6 +67,10 @@ impl MariaServer {
             ))
             .arg(format!("--port={}", self.port))
             .arg(format!("--socket={}", self.socket()))
+            .arg(format!(
+                "--tmpdir={}",
+                self.dir.path().join("tmp").display()
+            ))
             .args([
                 "--bind-address=127.0.0.1",
                 "--user=root",
