@@ -40,3 +40,43 @@ fn mysql_survives_partitions_slow_links_and_tampering() {
     let report = sql_suite::checker_with_link_faults(&db, store);
     eprintln!("mysql faults: {report:?}");
 }
+
+/// Verified TLS with a private CA and a client certificate (`REQUIRE X509`).
+#[test]
+fn mysql_tls_with_a_private_ca_and_a_client_certificate() {
+    use common::{eventually, http, mysql_args, Sidecar};
+    use std::time::Duration;
+    let certs = tempfile::tempdir().expect("dir");
+    common::make_certs(certs.path());
+    let db = MariaServer::start_tls(certs.path());
+    let file = |n: &str| certs.path().join(n).display().to_string();
+    let url = db.url_for("client");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = mysql_args(&url, "2s", "tls");
+    args.extend([
+        "--sql-ca-file".into(),
+        file("ca.pem"),
+        "--sql-cert-file".into(),
+        file("client.pem"),
+        "--sql-key-file".into(),
+        file("client.key"),
+    ]);
+    let secure = Sidecar::spawn("secure", dir.path(), &args);
+    secure.settles_in("leader", Duration::from_secs(10));
+
+    let mut no_cert = mysql_args(&url, "2s", "tls");
+    no_cert.extend(["--sql-ca-file".into(), file("ca.pem")]);
+    let refused = Sidecar::spawn("refused", dir.path(), &no_cert);
+    assert!(refused.wait_listening(Duration::from_secs(10)));
+    let unready = eventually(Duration::from_secs(2), || {
+        (http::get(refused.port, "/readyz").map(|(c, _)| c) == Some(503)).then_some(())
+    });
+    assert!(unready.is_some());
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        refused.leader().map(|v| v["state"].clone()),
+        Some(serde_json::json!("unknown")),
+        "{}",
+        refused.stderr()
+    );
+}

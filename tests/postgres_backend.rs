@@ -82,3 +82,39 @@ fn postgres_tls_with_a_private_ca_and_a_client_certificate() {
         refused.stderr()
     );
 }
+
+/// A database that is not there yet is not bad input: the sidecar runs, unready and
+/// "unknown", and leads (creating the table) once the server appears on that port.
+#[test]
+fn postgres_unreachable_at_start_is_not_bad_input() {
+    use common::{eventually, http, postgres_args, Sidecar};
+    use std::time::Duration;
+    let port = common::free_port();
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("postgres://lk@127.0.0.1:{port}/lk");
+    let early = Sidecar::spawn("early", dir.path(), &postgres_args(&url, "2s", "early"));
+    assert!(
+        early.wait_listening(Duration::from_secs(10)),
+        "{}",
+        early.stderr()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(http::get(early.port, "/readyz").map(|(c, _)| c), Some(503));
+    let v = early.leader().expect("/leader answers");
+    assert_eq!(v["state"], "unknown");
+    assert_eq!(v["is_leader"], false);
+
+    let db = PgServer::start_on(port);
+    let led = eventually(Duration::from_secs(15), || {
+        early.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(
+        led.is_some(),
+        "never led once the server came up:\n{}",
+        early.stderr()
+    );
+    assert_eq!(
+        common::sql_suite::row(&db, "early").map(|r| r.0),
+        Some("early".to_owned())
+    );
+}

@@ -13,10 +13,31 @@ pub struct MariaServer {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// More `mariadbd` options (TLS).
+    extra: Vec<String>,
 }
 
 impl MariaServer {
     pub fn start() -> MariaServer {
+        Self::start_with(Vec::new())
+    }
+
+    /// A server that speaks TLS with `server.pem`/`server.key` of `certs` (see
+    /// `make_certs`); user `client` must present a certificate signed by `ca.pem`.
+    pub fn start_tls(certs: &std::path::Path) -> MariaServer {
+        let at = |n: &str| certs.join(n).display().to_string();
+        let server = Self::start_with(vec![
+            format!("--ssl-ca={}", at("ca.pem")),
+            format!("--ssl-cert={}", at("server.pem")),
+            format!("--ssl-key={}", at("server.key")),
+        ]);
+        server.sql(
+            "CREATE USER 'client'@'127.0.0.1' REQUIRE X509; GRANT ALL ON lk.* TO 'client'@'127.0.0.1';",
+        );
+        server
+    }
+
+    fn start_with(extra: Vec<String>) -> MariaServer {
         let dir = tempfile::tempdir().expect("mariadb temp dir");
         // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
         // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
@@ -42,6 +63,7 @@ impl MariaServer {
             port: free_port(),
             dir,
             child: None,
+            extra,
         };
         server.spawn();
         server.sql(
@@ -79,6 +101,7 @@ impl MariaServer {
                 "--innodb-flush-log-at-trx-commit=2",
                 "--innodb-buffer-pool-size=32M",
             ])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

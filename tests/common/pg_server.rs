@@ -28,17 +28,22 @@ fn data(dir: &Path) -> PathBuf {
 
 impl PgServer {
     pub fn start() -> PgServer {
-        Self::start_with(None)
+        Self::start_with(None, free_port())
+    }
+
+    /// Starts on a given port (a sidecar may already be waiting for it).
+    pub fn start_on(port: u16) -> PgServer {
+        Self::start_with(None, port)
     }
 
     /// A server that speaks TLS with `server.pem`/`server.key` of `certs` (see
     /// `make_certs`), and lets user `client` in only with a client certificate
     /// signed by `ca.pem` (`hostssl … cert`).
     pub fn start_tls(certs: &Path) -> PgServer {
-        Self::start_with(Some(certs))
+        Self::start_with(Some(certs), free_port())
     }
 
-    fn start_with(certs: Option<&Path>) -> PgServer {
+    fn start_with(certs: Option<&Path>, port: u16) -> PgServer {
         let dir = tempfile::tempdir().expect("postgres temp dir");
         let chown = Command::new("chown")
             .args(["-R", "postgres"])
@@ -92,7 +97,7 @@ impl PgServer {
             ];
         }
         let mut server = PgServer {
-            port: free_port(),
+            port,
             dir,
             child: None,
             extra,
