@@ -250,19 +250,7 @@ pub fn checker_with_link_faults(
         Duration::from_secs(1),
         rounds,
         format!("127.0.0.1:{port}").parse().expect("addr"),
-        move |addr| {
-            let url = user_url.replace(&format!("127.0.0.1:{port}"), addr);
-            args(&[
-                "--backend",
-                backend,
-                &format!("--{backend}-url"),
-                &url,
-                "--ttl",
-                "1s",
-                "--election",
-                "faults",
-            ])
-        },
+        move |addr| args_via(backend, &user_url, port, addr, "1s", "faults"),
         store,
         move |fault| {
             let sql = if fault == Fault::TamperDelete {
@@ -275,9 +263,31 @@ pub fn checker_with_link_faults(
     )
 }
 
+/// Backend flags for a sidecar that reaches the server at `addr` (a proxy) instead.
+pub fn args_via(
+    backend: &str,
+    url: &str,
+    port: u16,
+    addr: &str,
+    ttl: &str,
+    election: &str,
+) -> Vec<String> {
+    let url = url.replace(&format!("127.0.0.1:{port}"), addr);
+    args(&[
+        "--backend",
+        backend,
+        &format!("--{backend}-url"),
+        &url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
 /// Runs one statement with the command-line client (the tamper closure must be
 /// `'static`, so it cannot borrow the server).
-fn admin_exec(backend: &str, url: &str, sql: &str) {
+pub fn admin_exec(backend: &str, url: &str, sql: &str) {
     let parsed = url::Url::parse(url).expect("url");
     let port = parsed.port().expect("port").to_string();
     let out = if backend == "postgres" {
