@@ -404,7 +404,7 @@ const MYSQL_HISTORY: &[&str] = &[
 /// Reads the history (see [`PG_HISTORY`]) every few milliseconds, resuming after the
 /// last entry seen across reconnects.
 macro_rules! sql_recorder {
-    ($conn:ty, $url:expr, $setup:expr, $select:expr) => {{
+    ($conn:ty, $url:expr, $setup:expr, $newest:expr, $select:expr) => {{
         let url: String = $url;
         let select: String = $select;
         Recorder::spawn(move |changes, stop| async move {
@@ -425,6 +425,14 @@ macro_rules! sql_recorder {
                             .await
                             .expect("the recorder's history table and trigger");
                     }
+                    // Only what happens from now on (a soak starts one recorder per
+                    // batch on the same table).
+                    last = sqlx::query_scalar::<_, i64>(
+                        "SELECT CAST(COALESCE(MAX(id), 0) AS SIGNED) FROM lk_history",
+                    )
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap_or(0);
                     ready = true;
                 }
                 while !stop.load(Ordering::SeqCst) {
@@ -454,6 +462,7 @@ impl Recorder {
             sqlx::PgConnection,
             url,
             PG_HISTORY,
+            "SELECT COALESCE(MAX(id), 0)::bigint FROM lk_history",
             format!("SELECT id, holder, tenure, token FROM lk_history WHERE election = '{election}' AND id > $1 ORDER BY id")
         )
     }
@@ -464,6 +473,7 @@ impl Recorder {
             sqlx::MySqlConnection,
             url,
             MYSQL_HISTORY,
+            "SELECT CAST(COALESCE(MAX(id), 0) AS SIGNED) FROM lk_history",
             format!("SELECT id, holder, tenure, token FROM lk_history WHERE election = '{election}' AND id > ? ORDER BY id")
         )
     }
