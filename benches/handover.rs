@@ -471,7 +471,153 @@ fn leader_throughput(port: u16, clients: usize, window: Duration) -> f64 {
     total as f64 / window.as_secs_f64()
 }
 
+/// The SQL peers, run as this bench binary itself (`LK_SQL_PEER=postgres|mysql`): the
+/// seed's way done well, a loop every 100 ms. PostgreSQL: `pg_try_advisory_lock` on the
+/// peer's own session; MySQL/MariaDB: `SELECT … FOR UPDATE NOWAIT` on a lock row in an
+/// open transaction. Prints `leader <CLOCK_MONOTONIC ns>` once it holds the lock, holds
+/// it until SIGTERM, then gives it back and exits.
+fn sql_peer(kind: &str) {
+    use sqlx::Connection;
+    let url = std::env::var("LK_SQL_PEER_URL").expect("LK_SQL_PEER_URL");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let leader = || println!("leader {}", monotonic_now_ns());
+        let every = Duration::from_millis(100);
+        if kind == "postgres" {
+            let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+            loop {
+                let got: bool =
+                    sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('bench-peer'))")
+                        .fetch_one(&mut conn)
+                        .await
+                        .expect("try lock");
+                if got {
+                    leader();
+                    term.recv().await;
+                    let _ = sqlx::query("SELECT pg_advisory_unlock(hashtext('bench-peer'))")
+                        .execute(&mut conn)
+                        .await;
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = term.recv() => return,
+                }
+            }
+        } else {
+            let mut conn = sqlx::MySqlConnection::connect(&url).await.expect("connect");
+            loop {
+                sqlx::query("BEGIN")
+                    .execute(&mut conn)
+                    .await
+                    .expect("begin");
+                let got = sqlx::query(
+                    "SELECT name FROM peer_lock WHERE name = 'bench-peer' FOR UPDATE NOWAIT",
+                )
+                .fetch_optional(&mut conn)
+                .await;
+                if matches!(got, Ok(Some(_))) {
+                    leader();
+                    term.recv().await;
+                    let _ = sqlx::query("COMMIT").execute(&mut conn).await;
+                    return;
+                }
+                sqlx::query("ROLLBACK")
+                    .execute(&mut conn)
+                    .await
+                    .expect("rollback");
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = term.recv() => return,
+                }
+            }
+        }
+    });
+}
+
+/// leasekeeper on one SQL server, then the 100 ms polling peer on the same server.
+fn sql_section(kind: &str, rounds: usize, row: &mut dyn FnMut(&str, String)) {
+    use common::sql_suite::{db_args, SqlDb};
+    let db: Box<dyn SqlDb> = if kind == "postgres" {
+        Box::new(common::pg_server::PgServer::start())
+    } else {
+        Box::new(common::mariadb_server::MariaServer::start())
+    };
+    let remaining = if kind == "postgres" {
+        "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - now()) * 1000))::bigint FROM leasekeeper_leases WHERE election = 'bench'"
+    } else {
+        "SELECT CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)) AS SIGNED) FROM leasekeeper_leases WHERE election = 'bench'"
+    };
+    let mut g = Group::new(db_args(&*db, "lk", "15s", "bench"), CANDIDATES);
+    let graceful = handover(&mut g, Stop::Graceful, rounds, None);
+    drop(g);
+    row(
+        &format!("{kind}: graceful handover (SIGTERM → new claim)"),
+        fmt_ms(&stats(graceful.latency)),
+    );
+    row(
+        &format!("{kind}: acquire round trip (request sent → claim)"),
+        fmt_ms(&stats(graceful.acquire)),
+    );
+    let mut g = Group::new(db_args(&*db, "lk", "1s", "bench"), CANDIDATES);
+    let probe = || db.admin(remaining).trim().parse::<u64>().ok();
+    let crash = handover(&mut g, Stop::Crash, rounds.min(30), Some(&probe));
+    drop(g);
+    row(
+        &format!("{kind}: crash failover, ttl 1s (kill -9 → new claim)"),
+        fmt_ms(&stats(crash.latency)),
+    );
+    row(
+        &format!("{kind}: crash failover past the row's expiry"),
+        fmt_ms(&stats(crash.past_expiry)),
+    );
+
+    if kind == "mysql" {
+        db.admin("CREATE TABLE peer_lock (name VARCHAR(64) PRIMARY KEY); INSERT INTO peer_lock VALUES ('bench-peer')");
+    }
+    let url = db.url_for("lk");
+    let exe = std::env::current_exe().expect("bench binary");
+    let spawn = |_: usize| {
+        std::process::Command::new(&exe)
+            .env("LK_SQL_PEER", kind)
+            .env("LK_SQL_PEER_URL", &url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("peer")
+    };
+    let peer = if kind == "postgres" {
+        "pg_try_advisory_lock every 100 ms"
+    } else {
+        "SELECT … FOR UPDATE NOWAIT every 100 ms"
+    };
+    let term = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGTERM);
+    let lat = peer_handover(&spawn, &term, &leader_stamp, rounds);
+    if !lat.is_empty() {
+        row(
+            &format!("peer, same server: {peer}, graceful handover"),
+            fmt_ms(&stats(lat)),
+        );
+    }
+    let kill = |c: &mut std::process::Child| common::send_signal(c.id(), libc::SIGKILL);
+    let lat = peer_handover(&spawn, &kill, &leader_stamp, rounds.min(30));
+    if !lat.is_empty() {
+        row(
+            &format!("peer, same server: {peer}, crash failover (kill -9 → next holder)"),
+            fmt_ms(&stats(lat)),
+        );
+    }
+}
+
 fn main() {
+    if let Ok(kind) = std::env::var("LK_SQL_PEER") {
+        return sql_peer(&kind);
+    }
     // `cargo bench` passes --bench; nothing else to parse.
     let rounds = handovers();
     let mut out = String::new();
@@ -481,10 +627,15 @@ fn main() {
     };
     println!("| measurement | min / median / p99, or value |\n|---|---|");
 
-    // LK_BENCH_ONLY=etcd (or file, redis, steady) runs one section.
+    // LK_BENCH_ONLY=etcd (or file, redis, steady, postgres, mysql) runs one section.
     let only = std::env::var("LK_BENCH_ONLY").ok();
     let wants = |section: &str| only.as_deref().is_none_or(|o| o == section);
 
+    for kind in ["postgres", "mysql"] {
+        if wants(kind) {
+            sql_section(kind, rounds, &mut row);
+        }
+    }
     if wants("file") {
         // file backend
         let dir = tempfile::tempdir().expect("dir");

@@ -17,7 +17,7 @@ use serde::Deserialize;
 #[error("{0}")]
 pub struct ConfigError(String);
 
-fn bad(msg: impl Into<String>) -> ConfigError {
+pub(crate) fn bad(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
 }
 
@@ -30,7 +30,7 @@ fn bad(msg: impl Into<String>) -> ConfigError {
     about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
 )]
 pub struct Cli {
-    /// Backend: kubernetes, etcd, redis, redlock, zookeeper or file [default: kubernetes in a Pod, else file].
+    /// Backend: kubernetes, etcd, redis, redlock, zookeeper, postgres, mysql or file [default: kubernetes in a Pod, else file].
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
     /// Name of the lease (lowercase letters, digits, '-' and '.').
@@ -111,6 +111,27 @@ pub struct Cli {
     /// PEM private key of the ZooKeeper client certificate.
     #[arg(long, env = "LEASEKEEPER_ZK_KEY_FILE")]
     pub zk_key_file: Option<PathBuf>,
+    /// postgres://user@host:port/db (password from --sql-password-file).
+    #[arg(long, env = "LEASEKEEPER_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
+    /// mysql://user@host:port/db, for MySQL and MariaDB (password from --sql-password-file).
+    #[arg(long, env = "LEASEKEEPER_MYSQL_URL")]
+    pub mysql_url: Option<String>,
+    /// Lease table of the SQL backends, table or schema.table; created if missing [default: leasekeeper_leases].
+    #[arg(long, env = "LEASEKEEPER_SQL_TABLE")]
+    pub sql_table: Option<String>,
+    /// File holding the SQL user's password.
+    #[arg(long, env = "LEASEKEEPER_SQL_PASSWORD_FILE")]
+    pub sql_password_file: Option<PathBuf>,
+    /// PEM CA bundle that signs the database server's certificate; turns on verified TLS.
+    #[arg(long, env = "LEASEKEEPER_SQL_CA_FILE")]
+    pub sql_ca_file: Option<PathBuf>,
+    /// PEM client certificate for the database (with --sql-key-file).
+    #[arg(long, env = "LEASEKEEPER_SQL_CERT_FILE")]
+    pub sql_cert_file: Option<PathBuf>,
+    /// PEM private key of the database client certificate.
+    #[arg(long, env = "LEASEKEEPER_SQL_KEY_FILE")]
+    pub sql_key_file: Option<PathBuf>,
     /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
     #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
@@ -233,6 +254,13 @@ struct FileConfig {
     etcd_key_file: Option<PathBuf>,
     etcd_user: Option<Scalar>,
     etcd_password_file: Option<PathBuf>,
+    postgres_url: Option<Scalar>,
+    mysql_url: Option<Scalar>,
+    sql_table: Option<Scalar>,
+    sql_password_file: Option<PathBuf>,
+    sql_ca_file: Option<PathBuf>,
+    sql_cert_file: Option<PathBuf>,
+    sql_key_file: Option<PathBuf>,
     namespace: Option<Scalar>,
     kubeconfig: Option<PathBuf>,
     pod_label: Option<Scalar>,
@@ -313,6 +341,13 @@ impl Cli {
         self.etcd_key_file = self.etcd_key_file.or(file.etcd_key_file);
         fill(&mut self.etcd_user, file.etcd_user);
         self.etcd_password_file = self.etcd_password_file.or(file.etcd_password_file);
+        fill(&mut self.postgres_url, file.postgres_url);
+        fill(&mut self.mysql_url, file.mysql_url);
+        fill(&mut self.sql_table, file.sql_table);
+        self.sql_password_file = self.sql_password_file.or(file.sql_password_file);
+        self.sql_ca_file = self.sql_ca_file.or(file.sql_ca_file);
+        self.sql_cert_file = self.sql_cert_file.or(file.sql_cert_file);
+        self.sql_key_file = self.sql_key_file.or(file.sql_key_file);
         self.transition_log = self.transition_log.or(file.transition_log);
         self
     }
@@ -328,6 +363,8 @@ pub enum BackendSettings {
     Redlock(Vec<RedisSettings>),
     Etcd(Box<EtcdSettings>),
     Zookeeper(Box<ZkSettings>),
+    /// A lease row in PostgreSQL or MySQL/MariaDB (see `backend::sql`).
+    Sql(Box<crate::backend::sql::SqlSettings>),
     /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
     Kubernetes {
         namespace: String,
@@ -402,6 +439,10 @@ impl BackendSettings {
             BackendSettings::Redlock(_) => "redlock",
             BackendSettings::Etcd(_) => "etcd",
             BackendSettings::Zookeeper(_) => "zookeeper",
+            BackendSettings::Sql(sql) => match sql.dialect() {
+                crate::backend::sql::Dialect::Postgres => "postgres",
+                crate::backend::sql::Dialect::Mysql => "mysql",
+            },
             BackendSettings::Kubernetes { .. } => "kubernetes",
         }
     }
@@ -593,7 +634,7 @@ fn parse_http_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
     })
 }
 
-fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
     let secret = text.trim_end_matches(['\n', '\r']).to_owned();
@@ -660,7 +701,7 @@ fn redlock_settings(cli: &Cli) -> Result<(Vec<RedisSettings>, Vec<String>), Conf
     Ok((nodes, warnings))
 }
 
-fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
+pub(crate) fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
     let bytes = std::fs::read(path)
         .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
     if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
@@ -1096,6 +1137,14 @@ impl Settings {
             }
             "etcd" => BackendSettings::Etcd(Box::new(etcd_settings(&cli)?)),
             "zookeeper" => BackendSettings::Zookeeper(Box::new(zk_settings(&cli)?)),
+            "postgres" => BackendSettings::Sql(Box::new(crate::backend::sql::settings(
+                &cli,
+                crate::backend::sql::Dialect::Postgres,
+            )?)),
+            "mysql" => BackendSettings::Sql(Box::new(crate::backend::sql::settings(
+                &cli,
+                crate::backend::sql::Dialect::Mysql,
+            )?)),
             "kubernetes" => {
                 if timing.ttl.subsec_nanos() != 0 {
                     return Err(bad(format!(
@@ -1109,7 +1158,7 @@ impl Settings {
             }
             other => {
                 return Err(bad(format!(
-                    "--backend {other:?} is unknown; choose one of file, redis, redlock, etcd, zookeeper, kubernetes"
+                    "--backend {other:?} is unknown; choose one of file, redis, redlock, etcd, zookeeper, kubernetes, postgres, mysql"
                 )))
             }
         };

@@ -16,6 +16,9 @@ use leasekeeper::backend::file::FileBackend;
 use leasekeeper::backend::kubernetes::KubeBackend;
 use leasekeeper::backend::redis::RedisBackend;
 use leasekeeper::backend::redlock::RedlockBackend;
+use leasekeeper::backend::sql::mysql::MysqlBackend;
+use leasekeeper::backend::sql::postgres::PostgresBackend;
+use leasekeeper::backend::sql::{Dialect, TableError};
 use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::Backend;
 use leasekeeper::config::{BackendSettings, Cli, LogFormat, Settings};
@@ -223,6 +226,53 @@ async fn run(settings: Settings, exec: Option<ExecSettings>) -> anyhow::Result<E
             )
             .context("--redis-url")?;
             serve(backend, &settings, exec, listener, log, kube).await
+        }
+        BackendSettings::Sql(sql) => match sql.dialect() {
+            Dialect::Postgres => {
+                let mut backend = PostgresBackend::new(
+                    sql,
+                    &settings.election,
+                    &settings.identity,
+                    ttl,
+                    settings.timing.backend_timeout,
+                )
+                .context("--postgres-url")?;
+                check_table(backend.prepare(), &settings).await?;
+                serve(backend, &settings, exec, listener, log, kube).await
+            }
+            Dialect::Mysql => {
+                let mut backend = MysqlBackend::new(
+                    sql,
+                    &settings.election,
+                    &settings.identity,
+                    ttl,
+                    &settings.timing,
+                )
+                .context("--mysql-url")?;
+                check_table(backend.prepare(), &settings).await?;
+                serve(backend, &settings, exec, listener, log, kube).await
+            }
+        },
+    }
+}
+
+/// The lease table at start: a user who may not create a missing table is bad input;
+/// a database that cannot be reached yet is not (the elector retries, and tries to
+/// create the table again then).
+async fn check_table(
+    prepared: impl std::future::Future<Output = Result<(), TableError>>,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    match tokio::time::timeout(settings.timing.backend_timeout, prepared).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e @ TableError::NotAllowed { .. })) => Err(e.into()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not reach the database or prepare the lease table yet; retrying");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!("the database did not answer in time; retrying");
+            Ok(())
         }
     }
 }

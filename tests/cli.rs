@@ -314,3 +314,121 @@ fn status_subcommand_bad_input() {
         assert_one_line_error(args, &[], mention);
     }
 }
+
+/// The SQL backends' settings: each mistake is one line naming its setting, and a
+/// password never shows up in it.
+#[test]
+fn bad_sql_settings_each_give_one_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().expect("utf8");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backend", "postgres"], "--postgres-url is required"),
+        (&["--backend", "mysql"], "--mysql-url is required"),
+        (
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "postgres://lk:s3cret@127.0.0.1/app",
+            ],
+            "--sql-password-file",
+        ),
+        (
+            &[
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk:s3cret@127.0.0.1/app",
+            ],
+            "--sql-password-file",
+        ),
+        (
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "redis://127.0.0.1/app",
+            ],
+            "--postgres-url",
+        ),
+        (
+            &[
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk@127.0.0.1:3306",
+            ],
+            "--mysql-url",
+        ),
+        (
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "postgres://lk@127.0.0.1/app",
+                "--sql-table",
+                "leases; drop table x",
+            ],
+            "--sql-table",
+        ),
+        (
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "postgres://lk@127.0.0.1/app",
+                "--sql-password-file",
+                missing,
+            ],
+            "--sql-password-file",
+        ),
+        (
+            &[
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk@127.0.0.1/app",
+                "--sql-ca-file",
+                missing,
+            ],
+            "--sql-ca-file",
+        ),
+        (
+            &[
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                "postgres://lk@127.0.0.1/app",
+                "--sql-key-file",
+                missing,
+            ],
+            "--sql-key-file needs --sql-cert-file",
+        ),
+    ];
+    for (args, mention) in cases {
+        assert_one_line_error(args, &[], mention);
+        let (_, _, err) = run_to_exit(args, &[]);
+        assert!(!err.contains("s3cret"), "{args:?}: {err}");
+    }
+    // The same settings from the environment and from the YAML file.
+    assert_one_line_error(
+        &["--backend", "postgres"],
+        &[(
+            "LEASEKEEPER_POSTGRES_URL",
+            "postgres://lk:s3cret@127.0.0.1/app",
+        )],
+        "--sql-password-file",
+    );
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "backend: mysql\nmysql-url: mysql://lk@127.0.0.1/app\nsql-table: Bad.Table\n",
+    )
+    .expect("write");
+    assert_one_line_error(
+        &["--config", config.to_str().expect("utf8")],
+        &[],
+        "--sql-table",
+    );
+}

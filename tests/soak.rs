@@ -82,7 +82,7 @@ impl Plan {
             0 => self.kinds[k / cycle],
             // Every fourth cheap round of the run is a release: the releaser sits out
             // one renew interval, which the next handover waits for.
-            n if ((i / cycle) * self.gap + n) % 4 == 0 => Fault::Release,
+            n if ((i / cycle) * self.gap + n).is_multiple_of(4) => Fault::Release,
             _ => Fault::Graceful,
         }
     }
@@ -782,4 +782,75 @@ fn soak_9_kubernetes() {
         api.forbidden()
     );
     assert_eq!(api.blind_writes(), 0, "updates without a resourceVersion");
+}
+
+/// The SQL backends: leader, database and link faults and tampering with the row,
+/// judged against the row.
+fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
+    use common::sql_suite::{admin_exec, args_via};
+    let ttl = Duration::from_secs(1);
+    let election = "soak";
+    let backend = db.backend();
+    let port = db.port();
+    let url = db.url_for("lk");
+    let overwrite = db.overwrite_sql(election);
+    soak(
+        name,
+        ttl,
+        &kinds(&[
+            &[
+                Fault::Kill9,
+                Fault::PauseLeader,
+                Fault::PauseServer,
+                Fault::RestartServer,
+            ],
+            &LINK_FAULTS,
+            &[Fault::TamperDelete, Fault::TamperOverwrite],
+        ]),
+        true,
+        |rounds| {
+            let (link_url, tamper_url, overwrite) = (url.clone(), url.clone(), overwrite.clone());
+            let store = if backend == "postgres" {
+                Recorder::postgres(url.clone(), election)
+            } else {
+                Recorder::mysql(url.clone(), election)
+            };
+            checker::run_with(
+                spec(Vec::new(), ttl, rounds, Some(&mut db), false),
+                Extras {
+                    links: Some(Links {
+                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                        args: Box::new(move |a| {
+                            args_via(backend, &link_url, port, &a[0], "1s", election)
+                        }),
+                    }),
+                    store: Some(store),
+                    tamper: Some(Box::new(move |fault| {
+                        let sql = match fault {
+                            Fault::TamperDelete => {
+                                format!(
+                                    "DELETE FROM leasekeeper_leases WHERE election = '{election}'"
+                                )
+                            }
+                            _ => overwrite.clone(),
+                        };
+                        admin_exec(backend, &tamper_url, &sql);
+                    })),
+                    ..Extras::default()
+                },
+            )
+        },
+    );
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_10_postgres() {
+    sql_soak("postgres", common::pg_server::PgServer::start());
+}
+
+#[test]
+#[ignore = "long: make soak"]
+fn soak_11_mysql() {
+    sql_soak("mysql", common::mariadb_server::MariaServer::start());
 }

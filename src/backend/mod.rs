@@ -23,6 +23,7 @@ pub mod file;
 pub mod kubernetes;
 pub mod redis;
 pub mod redlock;
+pub mod sql;
 pub mod zookeeper;
 
 /// A failed backend operation (unreachable, timed out, protocol error).

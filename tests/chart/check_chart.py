@@ -72,6 +72,9 @@ CONTRACT_ENV = {
     "LEASEKEEPER_ETCD_ENDPOINTS", "LEASEKEEPER_ETCD_CA_FILE", "LEASEKEEPER_ETCD_CERT_FILE",
     "LEASEKEEPER_ETCD_KEY_FILE", "LEASEKEEPER_ETCD_USER", "LEASEKEEPER_ETCD_PASSWORD_FILE",
     "LEASEKEEPER_ZK_CONNECT", "LEASEKEEPER_ZK_ROOT", "LEASEKEEPER_ZK_AUTH_FILE",
+    "LEASEKEEPER_POSTGRES_URL", "LEASEKEEPER_MYSQL_URL", "LEASEKEEPER_SQL_TABLE",
+    "LEASEKEEPER_SQL_PASSWORD_FILE", "LEASEKEEPER_SQL_CA_FILE", "LEASEKEEPER_SQL_CERT_FILE",
+    "LEASEKEEPER_SQL_KEY_FILE",
     "LEASEKEEPER_ZK_CA_FILE", "LEASEKEEPER_ZK_CERT_FILE", "LEASEKEEPER_ZK_KEY_FILE",
     "LEASEKEEPER_EXIT_ON_LOSS", "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT",
 }
@@ -145,6 +148,28 @@ NATIVE = {
     "sidecar": {"native": True},
     "service": {"exposeStatusPort": True},
 }
+POSTGRES = {
+    "backend": {
+        "type": "postgres",
+        "sql": {
+            "url": "postgres://elector@pg.db:5432/app?sslmode=verify-full",
+            "table": "ops.leases",
+            "passwordSecret": {"name": "pg-auth", "key": "pw"},
+            "tls": {"secretName": "pg-ca", "certKey": "", "keyKey": ""},
+        },
+    },
+    "election": {"ttl": "10s"},
+}
+MYSQL = {
+    "backend": {
+        "type": "mysql",
+        "sql": {
+            "url": "mysql://elector@mysql.db:3306/app",
+            "passwordSecret": {"name": "mysql-auth"},
+            "tls": {"secretName": "mysql-tls"},
+        },
+    },
+}
 SCENARIOS = {
     "default": ({}, "leasekeeper", "default"),
     "etcd+tls+pdb+servicemonitor+label": (ETCD, "billing", "apps"),
@@ -153,11 +178,20 @@ SCENARIOS = {
     "zookeeper, no pod label": (ZOOKEEPER, "lk", "jobs"),
     "monitoring": (MONITORING, "reports", "observability"),
     "native sidecar + helm test": (NATIVE, "lk", "apps"),
+    "postgres": (POSTGRES, "leasekeeper", "default"),
+    "mysql": (MYSQL, "leasekeeper", "default"),
 }
 
 # Values the chart must refuse, and a piece of the message that says why.
 BAD_VALUES = [
-    ({"backend": {"type": "mysql"}}, "/backend/type"),
+    ({"backend": {"type": "mysqll"}}, "/backend/type"),
+    ({"backend": {"type": "postgres"}}, "/backend/sql"),
+    ({"backend": {"type": "mysql", "sql": {"url": ""}}}, "/backend/sql/url"),
+    ({"backend": {"type": "postgres", "sql": {"url": "postgres://u:secret@pg:5432/app"}}}, "/backend/sql/url"),
+    ({"backend": {"type": "postgres", "sql": {"url": "postgres://u@pg:5432/app?password=secret"}}}, "/backend/sql/url"),
+    ({"backend": {"type": "postgres", "sql": {"url": "mysql://u@m:3306/app"}}}, "/backend/sql/url"),
+    ({"backend": {"type": "mysql", "sql": {"url": "postgres://u@pg:5432/app"}}}, "/backend/sql/url"),
+    ({"backend": {"type": "mysql", "sql": {"url": "mysql://u@m/app", "table": "Leases"}}}, "/backend/sql/table"),
     ({"backend": {"type": "file"}}, "/backend/type"),
     ({"replicaCount": "3"}, "/replicaCount"),
     ({"election": {"ttl": 15}}, "/election/ttl"),
@@ -201,6 +235,8 @@ BAD_COMBINATIONS = [
     ({"podLabel": {"enabled": False}}, "service.leaderOnly needs podLabel.enabled"),
     ({"podLabel": {"leaderValue": "x", "followerValue": "x"}}, "must differ"),
     ({"backend": {"type": "etcd", "etcd": {"endpoints": ["http://e:2379"], "user": "u"}}}, "go together"),
+    ({"backend": {"type": "mysql", "sql": {"url": "mysql://u@m/app", "tls": {"secretName": "t", "keyKey": ""}}}},
+     "backend.sql.tls.certKey and backend.sql.tls.keyKey go together"),
     ({"podDisruptionBudget": {"enabled": True, "minAvailable": 1}}, "one of maxUnavailable or minAvailable"),
     ({"election": {"name": "e" * 64}}, "election.name must be at most 63 characters"),
     ({"sidecar": {"native": True}, "kubeVersion": "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"),
@@ -340,7 +376,7 @@ def test_helm_lint_strict_every_scenario():
 
 
 def test_helm_lint_reports_schema_violation():
-    report = helm().lint(CHART, {"backend": {"type": "mysql"}})
+    report = helm().lint(CHART, {"backend": {"type": "mysqll"}})
     assert any("/backend/type" in e for e in report["errors"]), report
 
 
@@ -829,6 +865,34 @@ def test_grafana_dashboard_configmap():
     for scenario in SCENARIOS:
         if scenario != "monitoring":
             assert not of_kind(render(scenario), "ConfigMap"), scenario
+
+
+def test_nondefault_postgres_and_mysql():
+    c = sidecar("postgres")
+    env = env_of(c)
+    assert env["LEASEKEEPER_BACKEND"] == "postgres"
+    assert env["LEASEKEEPER_POSTGRES_URL"] == "postgres://elector@pg.db:5432/app?sslmode=verify-full"
+    assert env["LEASEKEEPER_SQL_TABLE"] == "ops.leases"
+    assert "LEASEKEEPER_MYSQL_URL" not in env
+    assert_secret_files(deployment("postgres"), c, {
+        "LEASEKEEPER_SQL_CA_FILE": ("pg-ca", "ca.crt"),
+        "LEASEKEEPER_SQL_PASSWORD_FILE": ("pg-auth", "pw"),
+    })
+    assert "LEASEKEEPER_SQL_CERT_FILE" not in env and "LEASEKEEPER_SQL_KEY_FILE" not in env, \
+        "no client certificate was asked for"
+    role = one(render("postgres"), "Role")
+    assert [r["resources"] for r in role["rules"]] == [["pods"]], role["rules"]
+    c = sidecar("mysql")
+    env = env_of(c)
+    assert env["LEASEKEEPER_BACKEND"] == "mysql"
+    assert env["LEASEKEEPER_MYSQL_URL"] == "mysql://elector@mysql.db:3306/app"
+    assert "LEASEKEEPER_POSTGRES_URL" not in env and "LEASEKEEPER_SQL_TABLE" not in env
+    assert_secret_files(deployment("mysql"), c, {
+        "LEASEKEEPER_SQL_CA_FILE": ("mysql-tls", "ca.crt"),
+        "LEASEKEEPER_SQL_CERT_FILE": ("mysql-tls", "tls.crt"),
+        "LEASEKEEPER_SQL_KEY_FILE": ("mysql-tls", "tls.key"),
+        "LEASEKEEPER_SQL_PASSWORD_FILE": ("mysql-auth", "password"),
+    })
 
 
 def assert_secret_files(dep, c, files):

@@ -10,11 +10,14 @@ pub mod etcd_server;
 pub mod fake_kube;
 pub mod faults;
 pub mod http;
+pub mod mariadb_server;
 pub mod netns;
+pub mod pg_server;
 pub mod prometheus;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
+pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;
 
@@ -85,6 +88,34 @@ pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
     ])
 }
 
+/// Flags for the `postgres` backend.
+pub fn postgres_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "postgres",
+        "--postgres-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Flags for the `mysql` backend.
+pub fn mysql_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
+    args(&[
+        "--backend",
+        "mysql",
+        "--mysql-url",
+        url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
 /// Flags for the `kubernetes` backend against the fake API server's kubeconfig.
 pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
     args(&[
@@ -105,6 +136,15 @@ pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
 pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
     let lock = dir.join("election.lock").display().to_string();
     args(&["--backend", "file", "--file-path", &lock, "--ttl", ttl])
+}
+
+/// The `leasekeeper` binary under test: `LK_TEST_BIN` when set (a copy taken right
+/// after the build, for a shared target directory that other builds may overwrite
+/// meanwhile), else the one cargo built for this test.
+pub fn leasekeeper_bin() -> PathBuf {
+    std::env::var_os("LK_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leasekeeper")))
 }
 
 /// A loopback port that was free a moment ago, below the ephemeral range (which
@@ -227,7 +267,7 @@ impl Sidecar {
             }
             None => Stdio::null(),
         };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_leasekeeper"));
+        let mut command = Command::new(leasekeeper_bin());
         if cmd.is_some() {
             command.arg("run");
         }
@@ -337,7 +377,7 @@ impl Drop for Sidecar {
 
 /// Runs `leasekeeper` to completion (for bad-input checks).
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
+    let out = Command::new(leasekeeper_bin())
         .args(args)
         .envs(env.iter().copied())
         .env_remove("KUBERNETES_SERVICE_HOST")

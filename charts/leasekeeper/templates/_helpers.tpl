@@ -114,7 +114,7 @@ message naming the value.
 {{- if and (eq $b.type "etcd") (or $b.etcd.user $b.etcd.passwordSecret.name) (not (and $b.etcd.user $b.etcd.passwordSecret.name)) }}
 {{- fail "backend.etcd.user and backend.etcd.passwordSecret.name go together (both or neither)" }}
 {{- end }}
-{{- range $name := list "etcd" "redis" "zookeeper" }}
+{{- range $name := list "etcd" "redis" "zookeeper" "sql" }}
 {{- $tls := (index $b $name).tls }}
 {{- if and $tls.secretName (or $tls.certKey $tls.keyKey) (not (and $tls.certKey $tls.keyKey)) }}
 {{- fail (printf "backend.%s.tls.certKey and backend.%s.tls.keyKey go together (both or neither)" $name $name) }}
@@ -160,6 +160,19 @@ fixed order, used for both the volumes and the sidecar's volumeMounts.
 {{- end }}
 {{- if $b.redis.passwordSecret.name }}
 {{- $out = append $out (dict "name" "redis-password" "secretName" $b.redis.passwordSecret.name "mountPath" "/etc/leasekeeper/redis-password" "items" (list (dict "key" $b.redis.passwordSecret.key "path" "password"))) }}
+{{- end }}
+{{- end }}
+{{- if or (eq $b.type "postgres") (eq $b.type "mysql") }}
+{{- if $b.sql.tls.secretName }}
+{{- $items := list (dict "key" $b.sql.tls.caKey "path" "ca.crt") }}
+{{- if $b.sql.tls.certKey }}
+{{- $items = append $items (dict "key" $b.sql.tls.certKey "path" "tls.crt") }}
+{{- $items = append $items (dict "key" $b.sql.tls.keyKey "path" "tls.key") }}
+{{- end }}
+{{- $out = append $out (dict "name" "sql-tls" "secretName" $b.sql.tls.secretName "mountPath" "/etc/leasekeeper/sql-tls" "items" $items) }}
+{{- end }}
+{{- if $b.sql.passwordSecret.name }}
+{{- $out = append $out (dict "name" "sql-password" "secretName" $b.sql.passwordSecret.name "mountPath" "/etc/leasekeeper/sql-password" "items" (list (dict "key" $b.sql.passwordSecret.key "path" "password"))) }}
 {{- end }}
 {{- end }}
 {{- if eq $b.type "zookeeper" }}
@@ -256,6 +269,28 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
   value: /etc/leasekeeper/redis-tls/tls.crt
 - name: LEASEKEEPER_REDIS_KEY_FILE
   value: /etc/leasekeeper/redis-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if or (eq $b.type "postgres") (eq $b.type "mysql") }}
+- name: {{ ternary "LEASEKEEPER_POSTGRES_URL" "LEASEKEEPER_MYSQL_URL" (eq $b.type "postgres") }}
+  value: {{ $b.sql.url | quote }}
+{{- with $b.sql.table }}
+- name: LEASEKEEPER_SQL_TABLE
+  value: {{ . | quote }}
+{{- end }}
+{{- with $b.sql.passwordSecret.name }}
+- name: LEASEKEEPER_SQL_PASSWORD_FILE
+  value: /etc/leasekeeper/sql-password/password
+{{- end }}
+{{- with $b.sql.tls.secretName }}
+- name: LEASEKEEPER_SQL_CA_FILE
+  value: /etc/leasekeeper/sql-tls/ca.crt
+{{- if $b.sql.tls.certKey }}
+- name: LEASEKEEPER_SQL_CERT_FILE
+  value: /etc/leasekeeper/sql-tls/tls.crt
+- name: LEASEKEEPER_SQL_KEY_FILE
+  value: /etc/leasekeeper/sql-tls/tls.key
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,277 @@
+//! A real PostgreSQL 15 server on a loopback port, in its own temp dir, killed on drop.
+//!
+//! `initdb` and `postgres` refuse to run as root: the data directory is given to the
+//! `postgres` user and both run through `runuser`. Users: `lk` (superuser, trust),
+//! `secret` (password `s3cret`, scram-sha-256 over TCP), `limited` (may log in, may not
+//! create tables in `public`: PostgreSQL 15's default). Database `lk`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, free_port, process_state, send_signal};
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct PgServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    /// `runuser`, whose child is the postmaster.
+    child: Option<Child>,
+    /// More `-c` settings (TLS).
+    extra: Vec<String>,
+}
+
+fn data(dir: &Path) -> PathBuf {
+    dir.join("data")
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        Self::start_with(None, free_port())
+    }
+
+    /// Starts on a given port (a sidecar may already be waiting for it).
+    pub fn start_on(port: u16) -> PgServer {
+        Self::start_with(None, port)
+    }
+
+    /// A server that speaks TLS with `server.pem`/`server.key` of `certs` (see
+    /// `make_certs`), and lets user `client` in only with a client certificate
+    /// signed by `ca.pem` (`hostssl … cert`).
+    pub fn start_tls(certs: &Path) -> PgServer {
+        Self::start_with(Some(certs), free_port())
+    }
+
+    fn start_with(certs: Option<&Path>, port: u16) -> PgServer {
+        let dir = tempfile::tempdir().expect("postgres temp dir");
+        let chown = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let init = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/initdb"))
+            .arg("-D")
+            .arg(data(dir.path()))
+            .args(["-U", "lk", "--auth=trust", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("initdb (make test installs postgresql-15)");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        std::fs::write(
+            data(dir.path()).join("pg_hba.conf"),
+            "local all all trust\nhostssl all client 127.0.0.1/32 cert\nhost all client 127.0.0.1/32 reject\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
+        )
+        .expect("pg_hba.conf");
+        let mut extra = Vec::new();
+        if let Some(certs) = certs {
+            // The key must belong to the server's user and be private to it.
+            for name in ["server.pem", "server.key", "ca.pem"] {
+                let to = dir.path().join(name);
+                std::fs::copy(certs.join(name), &to).expect("copy cert");
+                Command::new("chown")
+                    .arg("postgres")
+                    .arg(&to)
+                    .status()
+                    .expect("chown");
+                Command::new("chmod")
+                    .arg("600")
+                    .arg(&to)
+                    .status()
+                    .expect("chmod");
+            }
+            let at = |n: &str| dir.path().join(n).display().to_string();
+            extra = vec![
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", at("server.pem")),
+                format!("ssl_key_file={}", at("server.key")),
+                format!("ssl_ca_file={}", at("ca.pem")),
+            ];
+        }
+        let mut server = PgServer {
+            port,
+            dir,
+            child: None,
+            extra,
+        };
+        server.spawn();
+        server.psql_db("postgres", "CREATE DATABASE lk");
+        server.psql(
+            "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN; CREATE ROLE client LOGIN SUPERUSER",
+        );
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("postgres.log")).expect("log");
+        let child = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/postgres"))
+            .arg("-D")
+            .arg(data(self.dir.path()))
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(self.extra.iter().flat_map(|e| ["-c", e.as_str()]))
+            .arg("-k")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("postgres");
+        self.child = Some(child);
+        let ready = eventually(Duration::from_secs(20), || {
+            Command::new("pg_isready")
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .ok()
+                .filter(|s| s.success())
+        });
+        assert!(
+            ready.is_some(),
+            "postgres on {} never got ready: {}",
+            self.port,
+            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        );
+    }
+
+    /// `postgres://<user>@127.0.0.1:<port>/lk`.
+    pub fn url_for(&self, user: &str) -> String {
+        format!("postgres://{user}@127.0.0.1:{}/lk", self.port)
+    }
+
+    pub fn url(&self) -> String {
+        self.url_for("lk")
+    }
+
+    /// Runs SQL as the superuser in database `lk`; the output of `psql -At`.
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_db("lk", sql)
+    }
+
+    fn psql_db(&self, db: &str, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "lk"])
+            .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn postmaster(&self) -> Option<u32> {
+        let pidfile = std::fs::read_to_string(data(self.dir.path()).join("postmaster.pid")).ok()?;
+        pidfile.lines().next()?.trim().parse().ok()
+    }
+
+    /// The postmaster and every process it forked (backends, background workers).
+    fn server_pids(&self) -> Vec<u32> {
+        let Some(pm) = self.postmaster() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pm];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(after) = stat.rfind(')') else {
+                continue;
+            };
+            let ppid = stat[after + 1..].split_whitespace().nth(1);
+            if ppid.and_then(|p| p.parse::<u32>().ok()) == Some(pm) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    pub fn pause(&self) {
+        for pid in self.server_pids() {
+            send_signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        // runuser stops itself when its child stops (job control, as su does), and
+        // would then never reap the postmaster: wake it first.
+        if let Some(child) = &self.child {
+            send_signal(child.id(), libc::SIGCONT);
+        }
+        for pid in self.server_pids() {
+            send_signal(pid, libc::SIGCONT);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let pids = self.server_pids();
+        for &pid in pids.iter().rev() {
+            send_signal(pid, libc::SIGCONT);
+            send_signal(pid, libc::SIGKILL);
+        }
+        // runuser reaps the postmaster and exits: then its pid is free for good (a
+        // zombie reparented to PID 1 may linger, and postgres would take it for a
+        // running postmaster).
+        if let Some(mut child) = self.child.take() {
+            send_signal(child.id(), libc::SIGCONT);
+            let exited = eventually(Duration::from_secs(10), || child.try_wait().ok().flatten());
+            if exited.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // Orphaned backends are reaped by PID 1, sometimes late: wait until none runs.
+        eventually(Duration::from_secs(10), || {
+            pids.iter()
+                .all(|&p| matches!(process_state(p), None | Some('Z') | Some('X')))
+                .then_some(())
+        });
+        // Their lock files too: postgres checks the pids in them with kill(pid, 0).
+        let _ = std::fs::remove_file(data(self.dir.path()).join("postmaster.pid"));
+        let socket = self.dir.path().join(format!(".s.PGSQL.{}", self.port));
+        let _ = std::fs::remove_file(socket.with_extension(format!("{}.lock", self.port)));
+        let _ = std::fs::remove_file(&socket);
+    }
+
+    /// kill -9 of every server process, and start again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl super::checker::ServerControl for PgServer {
+    fn pause(&mut self) {
+        PgServer::pause(self)
+    }
+    fn resume(&mut self) {
+        PgServer::resume(self)
+    }
+    fn restart(&mut self) {
+        PgServer::restart(self)
+    }
+}

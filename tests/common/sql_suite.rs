@@ -1,0 +1,353 @@
+//! The scenarios the `postgres` and `mysql` suites share, against a real server of
+//! each (see `pg_server.rs`, `mariadb_server.rs`).
+
+use std::time::{Duration, Instant};
+
+use super::checker::{self, ElectionSpec, Fault, ServerControl};
+use super::{args, eventually, free_port, run_to_exit, Sidecar};
+
+/// A database server the SQL scenarios run against.
+pub trait SqlDb: ServerControl {
+    /// `postgres` or `mysql`.
+    fn backend(&self) -> &'static str;
+    fn url_for(&self, user: &str) -> String;
+    fn port(&self) -> u16;
+    /// Runs SQL as the administrator; tab-separated rows.
+    fn admin(&self, sql: &str) -> String;
+    /// The statement that hands the row to a stranger for one second.
+    fn overwrite_sql(&self, election: &str) -> String;
+    /// Lets `limited` use an existing lease table (MySQL granted it already).
+    fn grant_limited(&self);
+}
+
+/// Backend flags for `user` on this server.
+pub fn db_args(db: &dyn SqlDb, user: &str, ttl: &str, election: &str) -> Vec<String> {
+    let url_flag = format!("--{}-url", db.backend());
+    args(&[
+        "--backend",
+        db.backend(),
+        &url_flag,
+        &db.url_for(user),
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// `(holder, tenure, token)` of the election's row.
+pub fn row(db: &dyn SqlDb, election: &str) -> Option<(String, String, u64)> {
+    let out = db.admin(&format!(
+        "SELECT holder, tenure, token FROM leasekeeper_leases WHERE election = '{election}'"
+    ));
+    let line = out.lines().next()?;
+    let mut parts = line.split(if db.backend() == "postgres" {
+        '|'
+    } else {
+        '\t'
+    });
+    let holder = parts.next()?.to_owned();
+    let tenure = parts.next()?.to_owned();
+    let token = parts.next()?.trim().parse().ok()?;
+    Some((holder, tenure, token))
+}
+
+fn token_of(v: &serde_json::Value) -> u64 {
+    v["fencing_token"].as_u64().expect("a token")
+}
+
+/// Acquire, renew, handover, release: the row and its token, from outside.
+pub fn lease_row_lifecycle(db: &dyn SqlDb) {
+    let dir = tempfile::tempdir().expect("dir");
+    let a_args = db_args(db, "lk", "1s", "cycle");
+    let mut a = Sidecar::spawn("a", dir.path(), &a_args);
+    let led = a.settles_in("leader", Duration::from_secs(10));
+    let t1 = token_of(&led);
+    let (holder, tenure, token) = row(db, "cycle").expect("the row, in a table created at start");
+    assert_eq!((holder.as_str(), token), ("a", t1));
+    assert_eq!(tenure.len(), 32, "a tenure id: {tenure:?}");
+
+    // Several ttls: renewals keep the one tenure.
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = a.leader().expect("status");
+    assert_eq!(later["is_leader"], true, "{later}\n{}", a.stderr());
+    assert_eq!(token_of(&later), t1, "the tenure changed without a fault");
+    assert!(!a.stderr().contains("lost leadership"), "{}", a.stderr());
+
+    let mut b = Sidecar::spawn("b", dir.path(), &a_args);
+    let follows = b.settles_in("follower", Duration::from_secs(10));
+    assert_eq!(follows["leader"], "a");
+    assert_eq!(token_of(&follows), t1);
+
+    let t0 = Instant::now();
+    a.signal(libc::SIGTERM);
+    let took = eventually(Duration::from_secs(1), || {
+        b.leader().filter(|v| v["is_leader"] == true)
+    })
+    .unwrap_or_else(|| panic!("b never led after a's graceful stop:\n{}", b.stderr()));
+    eprintln!(
+        "{} graceful handover seen after {:?}",
+        db.backend(),
+        t0.elapsed()
+    );
+    let t2 = token_of(&took);
+    assert!(t2 > t1, "token {t2} after {t1}");
+    assert!(a
+        .wait_exit(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
+    assert_eq!(row(db, "cycle").map(|r| (r.0, r.2)), Some(("b".into(), t2)));
+
+    // A release empties the row but keeps its token; the next tenure goes above it.
+    assert!(b
+        .terminate(Duration::from_secs(5))
+        .is_some_and(|s| s.success()));
+    let (holder, tenure, token) = row(db, "cycle").expect("the row stays after release");
+    assert_eq!((holder.as_str(), tenure.as_str(), token), ("", "", t2));
+    let c = Sidecar::spawn("c", dir.path(), &a_args);
+    let t3 = token_of(&c.settles_in("leader", Duration::from_secs(10)));
+    assert_eq!(t3, t2 + 1, "the token after a release");
+}
+
+/// A password in the URL is refused before anything starts; one from a file works
+/// and never reaches the log.
+pub fn passwords(db: &dyn SqlDb) {
+    let setting = format!("--{}-url", db.backend());
+    let with_password = db.url_for("secret:s3cret");
+    let port = free_port().to_string();
+    let (code, _, stderr) = run_to_exit(
+        &[
+            "--backend",
+            db.backend(),
+            &setting,
+            &with_password,
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&setting) && stderr.contains("--sql-password-file"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+
+    let dir = tempfile::tempdir().expect("dir");
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, "s3cret\n").expect("write");
+    let mut a = db_args(db, "secret", "2s", "authed");
+    a.extend(["--sql-password-file".into(), pw.display().to_string()]);
+    let s = Sidecar::spawn("authed", dir.path(), &a);
+    s.settles_in("leader", Duration::from_secs(10));
+    assert!(
+        !s.stderr().contains("s3cret"),
+        "the password reached the log"
+    );
+
+    // The wrong password: the sidecar runs, unready, and says why.
+    std::fs::write(&pw, "wrong\n").expect("write");
+    let refused = Sidecar::spawn("refused", dir.path(), &a);
+    assert!(refused.wait_listening(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        super::http::get(refused.port, "/readyz").map(|(c, _)| c),
+        Some(503)
+    );
+}
+
+/// A user who may not create the missing table: one line naming `--sql-table`,
+/// exit 2. Once the table exists, the same user needs no such right.
+pub fn user_without_create_right(db: &dyn SqlDb) {
+    let url_flag = format!("--{}-url", db.backend());
+    let url = db.url_for("limited");
+    let port = free_port().to_string();
+    let http = format!("127.0.0.1:{port}");
+    let flags = [
+        "--backend",
+        db.backend(),
+        &url_flag,
+        &url,
+        "--http-addr",
+        &http,
+        "--election",
+        "limited",
+        "--ttl",
+        "2s",
+    ];
+    let t0 = Instant::now();
+    let (code, _, stderr) = run_to_exit(&flags, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: --sql-table leasekeeper_leases")
+            && stderr.contains("may not create it")
+            && stderr.contains("\"limited\""),
+        "{stderr}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
+
+    // The table made by a user who may; `limited` then leads without CREATE.
+    let dir = tempfile::tempdir().expect("dir");
+    let owner = Sidecar::spawn("owner", dir.path(), &db_args(db, "lk", "2s", "other"));
+    owner.settles_in("leader", Duration::from_secs(10));
+    db.grant_limited();
+    let limited = Sidecar::spawn(
+        "limited",
+        dir.path(),
+        &db_args(db, "limited", "2s", "limited"),
+    );
+    limited.settles_in("leader", Duration::from_secs(10));
+}
+
+/// The checker with leader faults and faults of the database itself.
+pub fn checker_with_server_faults(db: &mut dyn SqlDb, rounds: usize) -> checker::Report {
+    let args = db_args(db, "lk", "1s", "checker");
+    let plan = (0..rounds)
+        .map(|i| match i % 7 {
+            1 => Fault::Kill9,
+            2 => Fault::PauseLeader,
+            3 => Fault::PauseServer,
+            4 => Fault::Release,
+            5 => Fault::RestartServer,
+            _ => Fault::Graceful,
+        })
+        .collect();
+    checker::run(ElectionSpec {
+        args,
+        ttl: Duration::from_secs(1),
+        candidates: 3,
+        rounds: plan,
+        server: Some(db),
+        takeover_while_leader_paused: true,
+        restart_loses_data: false,
+    })
+}
+
+/// Partitions, slow links and tampering, judged also against the row.
+pub fn checker_with_link_faults(
+    db: &dyn SqlDb,
+    store: super::recorder::Recorder,
+) -> checker::Report {
+    let backend = db.backend();
+    let user_url = db.url_for("lk");
+    let port = db.port();
+    let rounds = vec![
+        Fault::PartitionLeader,
+        Fault::Graceful,
+        Fault::SlowLeader,
+        Fault::LeaderRepliesHeld,
+        Fault::PartitionFollower,
+        Fault::TamperDelete,
+        Fault::Kill9,
+        Fault::TamperOverwrite,
+        Fault::Graceful,
+    ];
+    let delete = "DELETE FROM leasekeeper_leases WHERE election = 'faults'".to_owned();
+    let overwrite = db.overwrite_sql("faults");
+    let admin_url = user_url.clone();
+    checker::run_link_faults(
+        Duration::from_secs(1),
+        rounds,
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        move |addr| args_via(backend, &user_url, port, addr, "1s", "faults"),
+        store,
+        move |fault| {
+            let sql = if fault == Fault::TamperDelete {
+                &delete
+            } else {
+                &overwrite
+            };
+            admin_exec(backend, &admin_url, sql);
+        },
+    )
+}
+
+/// Backend flags for a sidecar that reaches the server at `addr` (a proxy) instead.
+pub fn args_via(
+    backend: &str,
+    url: &str,
+    port: u16,
+    addr: &str,
+    ttl: &str,
+    election: &str,
+) -> Vec<String> {
+    let url = url.replace(&format!("127.0.0.1:{port}"), addr);
+    args(&[
+        "--backend",
+        backend,
+        &format!("--{backend}-url"),
+        &url,
+        "--ttl",
+        ttl,
+        "--election",
+        election,
+    ])
+}
+
+/// Runs one statement with the command-line client (the tamper closure must be
+/// `'static`, so it cannot borrow the server).
+pub fn admin_exec(backend: &str, url: &str, sql: &str) {
+    let parsed = url::Url::parse(url).expect("url");
+    let port = parsed.port().expect("port").to_string();
+    let out = if backend == "postgres" {
+        std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "lk", "-d", "lk"])
+            .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+    } else {
+        std::process::Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", &port, "-u", "lk", "lk", "-e", sql])
+            .output()
+    }
+    .expect("client");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl SqlDb for super::pg_server::PgServer {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    fn url_for(&self, user: &str) -> String {
+        super::pg_server::PgServer::url_for(self, user)
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn admin(&self, sql: &str) -> String {
+        self.psql(sql)
+    }
+    fn overwrite_sql(&self, election: &str) -> String {
+        format!(
+            "UPDATE leasekeeper_leases SET holder = 'intruder', tenure = 'x', token = 0, expires_at = now() + interval '1 second' WHERE election = '{election}'"
+        )
+    }
+    fn grant_limited(&self) {
+        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases TO limited");
+    }
+}
+
+impl SqlDb for super::mariadb_server::MariaServer {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+    fn url_for(&self, user: &str) -> String {
+        super::mariadb_server::MariaServer::url_for(self, user)
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn admin(&self, sql: &str) -> String {
+        self.sql(&format!("USE lk; {sql}"))
+    }
+    fn overwrite_sql(&self, election: &str) -> String {
+        format!(
+            "UPDATE leasekeeper_leases SET holder = 'intruder', tenure = 'x', token = 0, expires_at = UTC_TIMESTAMP(6) + INTERVAL 1 SECOND WHERE election = '{election}'"
+        )
+    }
+    fn grant_limited(&self) {}
+}
