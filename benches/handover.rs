@@ -110,13 +110,19 @@ impl Group {
         })
     }
 
-    /// Waits until all followers report a leader (steady state before a handover).
+    /// Waits until every follower follows `leader` by name (steady state before a
+    /// handover: no follower is still catching up with the previous one).
     fn settled(&self, leader: usize) -> bool {
         eventually(Duration::from_secs(20), || {
+            let holder = self.slots[leader].leader()?["leader"].clone();
             self.slots
                 .iter()
                 .enumerate()
-                .all(|(i, s)| i == leader || s.leader().is_some_and(|v| v["state"] == "follower"))
+                .all(|(i, s)| {
+                    i == leader
+                        || s.leader()
+                            .is_some_and(|v| v["state"] == "follower" && v["leader"] == holder)
+                })
                 .then_some(())
         })
         .is_some()
@@ -1147,6 +1153,9 @@ fn scale(row: &mut impl FnMut(&str, String)) {
         let t0 = Instant::now();
         let h0 = count.as_ref().map(|c| c());
         let h = handover(&mut g, Stop::Graceful, rounds, None);
+        // Count the last handover's requests in full: every follower has caught up.
+        let last = g.leader(Duration::from_secs(30)).expect("a leader");
+        assert!(g.settled(last), "{name}: followers never caught up");
         let h1 = count.as_ref().map(|c| c());
         let spent = t0.elapsed().as_secs_f64();
         let claims = all_claims(&g);

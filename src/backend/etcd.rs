@@ -582,15 +582,15 @@ impl Backend for EtcdBackend {
                     _ => return Wake::Changed,
                 }
             };
-            let event = tokio::select! {
-                m = w.predecessor.message() => Some(m),
+            let (from_leader, event) = tokio::select! {
+                m = w.predecessor.message() => (false, Some(m)),
                 m = async {
                     match w.leader.as_mut() {
                         Some(l) => l.message().await,
                         None => std::future::pending().await,
                     }
-                } => Some(m),
-                _ = sleep_until(until.min(keepalive_due)) => None,
+                } => (true, Some(m)),
+                _ = sleep_until(until.min(keepalive_due)) => (false, None),
             };
             match event {
                 Some(Ok(Some(resp))) => {
@@ -603,6 +603,14 @@ impl Backend for EtcdBackend {
                         .iter()
                         .any(|e| e.event_type() == EventType::Delete)
                     {
+                        if from_leader {
+                            // The leader went, and it was not our predecessor: let the
+                            // next in line go first, unless our own turn comes.
+                            tokio::select! {
+                                _ = w.predecessor.message() => {}
+                                _ = tokio::time::sleep(super::stagger()) => {}
+                            }
+                        }
                         return Wake::Changed;
                     }
                     heard = true;

@@ -476,7 +476,16 @@ impl Backend for ZkBackend {
                     self.next_in_line = true;
                 }
             }
-            _ = holder => {}
+            _ = holder => {
+                // The head changed, and we are not next in line (the head is not our
+                // predecessor): let the successor go first, unless our own turn comes.
+                if let Some(w) = self.watching.as_mut() {
+                    tokio::select! {
+                        _ = w => {}
+                        _ = tokio::time::sleep(super::stagger()) => {}
+                    }
+                }
+            }
             _ = session_changed => {}
             _ = tokio::time::sleep(max) => {
                 let connected = self
