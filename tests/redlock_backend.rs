@@ -473,3 +473,66 @@ fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
         );
     }
 }
+
+/// Followers hear of the holder's renewals through `CLIENT TRACKING` pushes from each
+/// node that holds its value and send nothing while it renews; they still follow a
+/// graceful handover at once and a crashed holder within its ttl.
+#[test]
+fn followers_send_no_requests_while_the_holder_renews() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redlock_args(&cluster.urls(), "2s", "quiet");
+    let mut cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
+        .collect();
+    let settled = |cars: &[Sidecar], n: usize| {
+        eventually(Duration::from_secs(15), || {
+            let s: Vec<serde_json::Value> =
+                cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
+            let leaders = s.iter().filter(|v| v["state"] == "leader").count();
+            let followers = s.iter().filter(|v| v["state"] == "follower").count();
+            (leaders == 1 && followers == n - 1).then_some(s)
+        })
+        .is_some()
+    };
+    assert!(settled(&cars, 3), "never one leader and two followers");
+    std::thread::sleep(Duration::from_secs(2));
+    let total = || cluster.nodes.iter().map(scripts).sum::<u64>();
+    let before = total();
+    std::thread::sleep(Duration::from_secs(6));
+    let evals = total() - before;
+    // The leader renews every ttl/3 on each of the 3 nodes: about 27 scripts in 6 s.
+    // Followers looking at their retry interval would add about 54.
+    eprintln!("in 6 s: {evals} scripts on 3 nodes");
+    assert!((15..=40).contains(&evals), "{evals} scripts run in 6 s");
+    for c in &cars {
+        let v = c.leader().expect("status");
+        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
+    }
+    // A graceful handover and a crash are still followed.
+    let li = cars
+        .iter()
+        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let mut old = cars.remove(li);
+    let t0 = Instant::now();
+    old.terminate(Duration::from_secs(5)).expect("stopped");
+    assert!(settled(&cars, 2), "no new leader after a graceful stop");
+    eprintln!("graceful handover seen after {:?}", t0.elapsed());
+    let li = cars
+        .iter()
+        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let t0 = Instant::now();
+    cars[li].kill();
+    let next = eventually(Duration::from_secs(6), || {
+        cars.iter()
+            .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+            .map(|_| ())
+    });
+    assert!(
+        next.is_some(),
+        "no new leader within 6 s of a kill -9 (ttl 2 s)"
+    );
+    eprintln!("failover after a kill seen after {:?}", t0.elapsed());
+}

@@ -145,19 +145,10 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// Connects lazily: an unreachable server is not an error here, the elector retries.
-    pub(crate) fn connect(
-        settings: &RedisSettings,
-        keys: &Keys,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-    ) -> Result<Node, BackendError> {
-        Self::open(settings, keys, wake, op_timeout, None)
-    }
-
-    /// Like [`Node::connect`], with the command connection on RESP3 and its server
-    /// pushes (tracking invalidations, and the library's own disconnect notices) sent
-    /// to the returned receiver.
+    /// Connects lazily (an unreachable server is not an error here, the elector
+    /// retries), with the command connection on RESP3 and its server pushes (tracking
+    /// invalidations, and the library's own disconnect notices) sent to the returned
+    /// receiver.
     pub(crate) fn connect_tracking(
         settings: &RedisSettings,
         keys: &Keys,
@@ -339,24 +330,8 @@ impl RedisBackend {
         Ok(current.as_deref() == Some(value.as_str()))
     }
 
-    /// `CLIENT TRACKING` (re)started on the key. Off first: switching on again with
-    /// the same prefix is refused by some servers when tracking was left on (a failed
-    /// turn-off at a step-down).
     fn tracking_pipe(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.cmd("CLIENT")
-            .arg("TRACKING")
-            .arg("OFF")
-            .ignore()
-            .cmd("CLIENT")
-            .arg("TRACKING")
-            .arg("ON")
-            .arg("BCAST")
-            .arg("PREFIX")
-            .arg(&self.keys.lock)
-            .arg("NOLOOP")
-            .ignore();
-        pipe
+        tracking_pipe(&self.keys.lock)
     }
 
     async fn start_tracking(&mut self) -> Result<(), BackendError> {
@@ -380,6 +355,26 @@ impl RedisBackend {
         }
         self.drain_pushes();
     }
+}
+
+/// `CLIENT TRACKING` (re)started on the lock key. Off first: switching on again with
+/// the same prefix is refused by some servers when tracking was left on (a failed
+/// turn-off at a step-down).
+pub(crate) fn tracking_pipe(lock: &str) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("OFF")
+        .ignore()
+        .cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("BCAST")
+        .arg("PREFIX")
+        .arg(lock)
+        .arg("NOLOOP")
+        .ignore();
+    pipe
 }
 
 /// Keeps one pub/sub connection subscribed to the election's events and to key

@@ -71,14 +71,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, select_all};
 use rand::Rng;
 use redis::aio::ConnectionManager;
-use redis::Script;
-use tokio::sync::Notify;
+use redis::{PushInfo, PushKind, Script};
+use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
-use super::redis::{new_nonce, parse_value, wait_for_notice, Keys, Node};
+use super::redis::{new_nonce, parse_value, tracking_pipe, wait_for_notice, Keys, Node};
 use super::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::config::RedisSettings;
 use crate::status::{FencingToken, Holder};
@@ -258,6 +258,17 @@ pub struct RedlockBackend {
     renew: Script,
     give_back: Script,
     catch_up: Script,
+    /// Server pushes of each node's command connection (RESP3): tracking
+    /// invalidations and disconnect notices (see [`RedlockBackend::wait_for_change`]).
+    pushes: Vec<mpsc::UnboundedReceiver<PushInfo>>,
+    /// Whether `CLIENT TRACKING` is on for each node's current connection.
+    tracking: Vec<bool>,
+    /// Per node that the last campaign found holding the majority holder's value:
+    /// the last sign of the holder there (that read, or a renewal pushed since).
+    signs: Vec<Option<Instant>>,
+    /// Per such node, when its key expires unless renewed, as that read found it (a
+    /// renewal pushed since makes it unknown).
+    expires: Vec<Option<Instant>>,
 }
 
 /// One node's part of a round: its answer, or `None` for an error, a timeout or no
@@ -319,10 +330,13 @@ impl RedlockBackend {
         // Like redsync's timeout factor: a slow node must not eat the validity.
         // Two phases must fit in the elector's budget for one call, with room to spare.
         let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
-        let nodes = settings
+        let (nodes, pushes): (Vec<Node>, Vec<_>) = settings
             .iter()
-            .map(|s| Node::connect(s, &keys, wake.clone(), node_timeout))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|s| Node::connect_tracking(s, &keys, wake.clone(), node_timeout))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        let n = nodes.len();
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let with_prelude = |body: &str| Script::new(&format!("{INCARNATION}{body}"));
         Ok(RedlockBackend {
@@ -343,7 +357,57 @@ impl RedlockBackend {
             renew: with_prelude(RENEW),
             give_back: with_prelude(GIVE_BACK),
             catch_up: with_prelude(CATCH_UP),
+            pushes,
+            tracking: vec![false; n],
+            signs: vec![None; n],
+            expires: vec![None; n],
         })
+    }
+
+    /// Takes the pushes that arrived so far, from every node (`all`) or from the nodes
+    /// a follower's wait does not look at. A disconnect notice means that node's
+    /// tracking is gone with its connection.
+    fn drain_pushes(&mut self, all: bool) {
+        for (i, pushes) in self.pushes.iter_mut().enumerate() {
+            if !all && self.signs[i].is_some() {
+                continue;
+            }
+            while let Ok(push) = pushes.try_recv() {
+                if push.kind == PushKind::Disconnection {
+                    self.tracking[i] = false;
+                    self.signs[i] = None;
+                }
+            }
+        }
+    }
+
+    /// Turns tracking on where a follower needs it and it is off: on the nodes the
+    /// last campaign found holding the holder's value. `true` if it turned on for
+    /// enough of them that a new look would be followed by pushes alone.
+    async fn start_tracking(&mut self, holds: &[bool]) -> bool {
+        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
+            let wanted = holds[i] && !self.tracking[i];
+            let mut conn = node.conn.clone();
+            let pipe = tracking_pipe(&self.keys.lock);
+            let limit = self.node_timeout;
+            async move {
+                if !wanted {
+                    return false;
+                }
+                matches!(
+                    timeout(limit, pipe.query_async::<()>(&mut conn)).await,
+                    Ok(Ok(()))
+                )
+            }
+        });
+        let started = join_all(calls).await;
+        for (i, on) in started.into_iter().enumerate() {
+            self.tracking[i] |= on;
+        }
+        let tracked = (0..self.nodes.len())
+            .filter(|&i| holds[i] && self.tracking[i])
+            .count();
+        tracked >= self.quorum()
     }
 
     fn quorum(&self) -> usize {
@@ -486,6 +550,11 @@ impl Backend for RedlockBackend {
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let prefix = self.nonce_prefix();
+        // What was pushed before this read is older than it.
+        self.drain_pushes(true);
+        self.signs.fill(None);
+        self.expires.fill(None);
+        let read_at = Instant::now();
         let answers: Round<Take> = self
             .on_all(|| {
                 let mut take = self.take.prepare_invoke();
@@ -611,6 +680,23 @@ impl Backend for RedlockBackend {
             });
         }
         let holder = self.majority_holder(&seen);
+        if holder.is_some() {
+            // The nodes that hold the holder's value, for a follower's wait.
+            let value = answers
+                .iter()
+                .flatten()
+                .filter(|a| !a.won && a.state == TRUSTED)
+                .map(|a| &a.value)
+                .find(|v| seen.iter().filter(|s| s == v).count() >= self.quorum());
+            for (i, a) in answers.iter().enumerate() {
+                let Some(a) = a else { continue };
+                if !a.won && Some(&a.value) == value {
+                    self.signs[i] = Some(read_at);
+                    self.expires[i] =
+                        (a.pttl > 0).then(|| read_at + Duration::from_millis(a.pttl as u64 + 2));
+                }
+            }
+        }
         let retry_in = match (&holder, soonest_expiry) {
             (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
             (Some(_), None) => Some(self.ttl),
@@ -627,6 +713,8 @@ impl Backend for RedlockBackend {
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        // A leader needs no pushes (its own renewals are pushed back too).
+        self.drain_pushes(true);
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
@@ -682,8 +770,91 @@ impl Backend for RedlockBackend {
         Ok(())
     }
 
+    /// A follower sends nothing while the holder renews, as on the `redis` backend:
+    /// with `CLIENT TRACKING` on every node that holds the holder's value (at least a
+    /// majority), each renewal pushes an invalidation from each such node, which shows
+    /// the holder alive there (`Quiet`). It looks again (`Changed`) on an events-channel
+    /// notice (acquired, released), when one of those nodes' connection is lost, when an
+    /// invalidation from one of them comes sooner than a renewal would (`ttl/6` after
+    /// that node's last sign: someone else changed the key) or later than one would
+    /// (`3/4 ttl`, or past that node's expiry as read: likely the key's expiry), and
+    /// when nothing came from one of them by then. Pushes from the other nodes (a node
+    /// the holder does not hold, where other candidates' looks come and go) are not
+    /// looked at. Campaigns decide, so a wrong guess costs a look, never safety.
+    /// Without tracking on enough of them, it turns it on and looks again, or (a
+    /// server that refuses it) waits as before: the events channel, the holder's
+    /// expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        wait_for_notice(&self.wake, &mut self.expiry_hint, max).await
+        let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
+        self.drain_pushes(false);
+        let tracked = (0..self.nodes.len())
+            .filter(|&i| self.signs[i].is_some() && self.tracking[i])
+            .count();
+        if self.value.is_some() || holds.iter().filter(|h| **h).count() < self.quorum() {
+            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+        }
+        if tracked < self.quorum() {
+            if self.start_tracking(&holds).await {
+                return Wake::Changed;
+            }
+            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+        }
+        let too_soon = self.ttl / 6;
+        let node_due = |sign: Instant, expires: Option<Instant>| {
+            let due = sign + self.ttl * 3 / 4;
+            expires.map_or(due, |e| due.min(e))
+        };
+        let watched: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.signs[i].is_some() && self.tracking[i])
+            .collect();
+        let due = watched
+            .iter()
+            .filter_map(|&i| Some(node_due(self.signs[i]?, self.expires[i])))
+            .min()
+            .unwrap_or_else(Instant::now);
+        let until = (Instant::now() + max).min(due);
+        let wake = &self.wake;
+        let pushes = &mut self.pushes;
+        let next_push = select_all(pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
+            watched
+                .contains(&i)
+                .then(|| Box::pin(async move { (i, rx.recv().await) }))
+        }));
+        let (i, push) = tokio::select! {
+            _ = wake.notified() => return Wake::Changed,
+            ((i, push), _, _) = next_push => (i, push),
+            _ = tokio::time::sleep_until(until) => {
+                return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+            }
+        };
+        let Some(push) = push else {
+            // The connection's push channel is gone: no pushes from this node again.
+            self.tracking[i] = false;
+            self.signs[i] = None;
+            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+        };
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking[i] = false;
+                self.signs[i] = None;
+                Wake::Changed
+            }
+            PushKind::Invalidate => {
+                let now = Instant::now();
+                let Some(sign) = self.signs[i] else {
+                    return Wake::Changed;
+                };
+                if now.saturating_duration_since(sign) < too_soon
+                    || now >= node_due(sign, self.expires[i])
+                {
+                    return Wake::Changed;
+                }
+                self.signs[i] = Some(now);
+                self.expires[i] = None;
+                Wake::Quiet
+            }
+            _ => Wake::Waiting,
+        }
     }
 }
 
