@@ -204,7 +204,19 @@ impl PgServer {
         pids
     }
 
+    /// Stops the postmaster first and its children only once it has stopped: a backend
+    /// forked for a new connection between listing the children and stopping the
+    /// postmaster would otherwise go on serving that connection (seen in CI: a
+    /// candidate that connected just then renewed through the "paused" server).
     pub fn pause(&self) {
+        let Some(pm) = self.postmaster() else {
+            return;
+        };
+        send_signal(pm, libc::SIGSTOP);
+        let stopped = eventually(Duration::from_secs(2), || {
+            (process_state(pm) == Some('T')).then_some(())
+        });
+        assert!(stopped.is_some(), "the postmaster did not stop");
         for pid in self.server_pids() {
             send_signal(pid, libc::SIGSTOP);
         }
