@@ -427,3 +427,11 @@ fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
     eprintln!("etcd partitions: {report:?}");
     assert_eq!(report.faults.get("isolate-node"), Some(&4));
 }
+
+/// See [`common::scenarios::followers_survive_release_requests_during_a_handover`].
+#[test]
+fn followers_survive_release_requests_during_a_handover() {
+    let etcd = EtcdCluster::start(1);
+    let args = etcd_args(&etcd.endpoints(), "4s", "stagger");
+    common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+}

@@ -735,3 +735,11 @@ fn followers_send_only_pings_while_the_holder_renews() {
     let next = settled(&cars).expect("no new leader after a graceful stop");
     assert_ne!(next, old.name.as_str());
 }
+
+/// See [`common::scenarios::followers_survive_release_requests_during_a_handover`].
+#[test]
+fn followers_survive_release_requests_during_a_handover() {
+    let zk = ZkEnsemble::start(1);
+    let args = zk_args(&zk.connect_string(), "4s", "stagger");
+    common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+}

@@ -93,6 +93,9 @@ pub struct EtcdBackend {
     watching: Option<Watching>,
     /// While leading: the watch on our own key (see the module doc).
     own: Option<WatchStream>,
+    /// The leader's key went and it was not our predecessor: look once this passes
+    /// (or our turn comes; see `wait_for_change`).
+    stagger_until: Option<Instant>,
 }
 
 impl EtcdBackend {
@@ -137,6 +140,7 @@ impl EtcdBackend {
             keepalive_every: renew_interval,
             session: None,
             watching: None,
+            stagger_until: None,
             own: None,
         }
     }
@@ -480,6 +484,26 @@ fn holder_of(kv: &etcd_client::KeyValue) -> Holder {
     }
 }
 
+impl EtcdBackend {
+    /// The rest of a follower's stagger: until it passes or our predecessor's watch
+    /// fires, then a look. Cancel-safe: dropped, the next wait resumes it.
+    async fn finish_stagger(&mut self) -> Wake {
+        if let Some(until) = self.stagger_until {
+            match self.watching.as_mut() {
+                Some(w) => {
+                    tokio::select! {
+                        _ = w.predecessor.message() => {}
+                        _ = sleep_until(until) => {}
+                    }
+                }
+                None => sleep_until(until).await,
+            }
+        }
+        self.stagger_until = None;
+        Wake::Changed
+    }
+}
+
 impl Backend for EtcdBackend {
     fn name(&self) -> &'static str {
         "etcd"
@@ -490,6 +514,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        self.stagger_until = None;
         self.begin();
         let result = self.campaign_once().await;
         self.end(result)
@@ -565,6 +590,9 @@ impl Backend for EtcdBackend {
             // We lost our place in the queue: take a new one at once.
             return Wake::Changed;
         }
+        if self.stagger_until.is_some() {
+            return self.finish_stagger().await;
+        }
         let until = Instant::now() + max;
         let mut heard = false;
         loop {
@@ -605,11 +633,11 @@ impl Backend for EtcdBackend {
                     {
                         if from_leader {
                             // The leader went, and it was not our predecessor: let the
-                            // next in line go first, unless our own turn comes.
-                            tokio::select! {
-                                _ = w.predecessor.message() => {}
-                                _ = tokio::time::sleep(super::stagger()) => {}
-                            }
+                            // next in line go first, unless our own turn comes. Kept
+                            // in the struct: the Delete is consumed, so a wait dropped
+                            // during the stagger must resume it, not wait anew.
+                            self.stagger_until = Some(Instant::now() + super::stagger());
+                            return self.finish_stagger().await;
                         }
                         return Wake::Changed;
                     }

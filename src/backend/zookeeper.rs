@@ -96,6 +96,9 @@ pub struct ZkBackend {
     session_events: Option<StateWatcher>,
     /// While leading: the watch on our own node, kept across the elector's polls.
     own_watch: Option<OwnWatch>,
+    /// The head changed and we are not next in line: look once this passes (or our
+    /// turn comes). Kept in the struct so that a wait dropped meanwhile resumes it.
+    stagger_until: Option<tokio::time::Instant>,
 }
 
 /// A pending watch on our own node (pinned, so polling it again loses nothing).
@@ -137,6 +140,7 @@ impl ZkBackend {
             watched: false,
             head_is_predecessor: false,
             next_in_line: false,
+            stagger_until: None,
             session_events: None,
             own_watch: None,
         }
@@ -203,6 +207,25 @@ impl ZkBackend {
         self.holder_watch = None;
         self.watched = false;
         self.head_is_predecessor = false;
+    }
+
+    /// The rest of a follower's stagger (see `wait_for_change`): until it passes or
+    /// our own turn comes, then a look. Cancel-safe: dropped, the next wait resumes it.
+    async fn finish_stagger(&mut self) -> Wake {
+        if let Some(until) = self.stagger_until {
+            match self.watching.as_mut() {
+                Some(w) => {
+                    tokio::select! {
+                        _ = w => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => tokio::time::sleep_until(until).await,
+            }
+        }
+        self.stagger_until = None;
+        self.unwatch();
+        Wake::Changed
     }
 
     fn forget(&mut self) {
@@ -307,6 +330,7 @@ impl Backend for ZkBackend {
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let next_in_line = std::mem::take(&mut self.next_in_line);
+        self.stagger_until = None;
         self.unwatch();
         let client = self.client().await?;
         if let (true, Some(node)) = (next_in_line, self.node.clone()) {
@@ -440,6 +464,9 @@ impl Backend for ZkBackend {
         if self.node.is_none() {
             return Wake::Changed;
         }
+        if self.stagger_until.is_some() {
+            return self.finish_stagger().await;
+        }
         let Self {
             watching,
             holder_watch,
@@ -479,12 +506,13 @@ impl Backend for ZkBackend {
             _ = holder => {
                 // The head changed, and we are not next in line (the head is not our
                 // predecessor): let the successor go first, unless our own turn comes.
-                if let Some(w) = self.watching.as_mut() {
-                    tokio::select! {
-                        _ = w => {}
-                        _ = tokio::time::sleep(super::stagger()) => {}
-                    }
-                }
+                // The spent watch goes first: a wait dropped during the stagger must
+                // not poll it again.
+                self.holder_watch = None;
+                self.watched = false;
+                self.stagger_until =
+                    Some(tokio::time::Instant::now() + super::stagger());
+                return self.finish_stagger().await;
             }
             _ = session_changed => {}
             _ = tokio::time::sleep(max) => {

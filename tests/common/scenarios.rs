@@ -87,3 +87,72 @@ pub fn slow_leader_is_replaced_and_recovers(
     );
     sidecars.clear();
 }
+
+/// A follower that is not next in line waits a little before it looks at a new holder
+/// (the stagger, etcd and ZooKeeper). The elector drops that wait whenever a release
+/// request comes (`POST /release` to a follower answers "not leader") and waits again:
+/// the new wait must resume the stagger. Seen broken twice: ZooKeeper polled its spent
+/// holder watch again and the sidecar died ("async fn resumed after completion"); etcd
+/// had consumed the leader's Delete and its followers named the departed leader until
+/// their own predecessor moved.
+///
+/// Five candidates, three rounds: the leader stops gracefully, and as soon as its
+/// successor leads, every other follower is sent one release request. Every one must
+/// stay up and name the new leader.
+pub fn followers_survive_release_requests_during_a_handover(args: &[String]) {
+    let mut args = args.to_vec();
+    args.push("--enable-release-endpoint".into());
+    let args = &args[..];
+    let dir = tempfile::tempdir().expect("dir");
+    let mut sidecars: Vec<Sidecar> = (0..5)
+        .map(|i| Sidecar::spawn(&format!("r{i}"), dir.path(), args))
+        .collect();
+    for _ in 0..3 {
+        let (leader, _) = leader_of(&sidecars, Duration::from_secs(20)).expect("a leader");
+        let others: Vec<usize> = (0..sidecars.len()).filter(|&i| i != leader).collect();
+        let settled = |sidecars: &[Sidecar], others: &[usize]| {
+            eventually(Duration::from_secs(10), || {
+                let views: Vec<serde_json::Value> = others
+                    .iter()
+                    .map(|&i| sidecars[i].leader())
+                    .collect::<Option<_>>()?;
+                let new = views.iter().find(|v| v["is_leader"] == true)?["identity"].clone();
+                views.iter().all(|v| v["leader"] == new).then_some(())
+            })
+        };
+        sidecars[leader].signal(libc::SIGTERM);
+        // As soon as the successor leads, the others are inside their stagger (50 ms
+        // at least): one release request each drops that wait.
+        let successor = eventually(Duration::from_secs(10), || {
+            others
+                .iter()
+                .copied()
+                .find(|&i| sidecars[i].leader().is_some_and(|v| v["is_leader"] == true))
+        })
+        .expect("a successor");
+        for &i in others.iter().filter(|&&i| i != successor) {
+            let answer =
+                super::http::post_within(sidecars[i].port, "/release", Duration::from_secs(2));
+            // The request must reach the elector ("not leader"), or this tests nothing.
+            let (code, body) = answer.expect("an answer to POST /release");
+            assert_eq!(code, 409, "{body}");
+        }
+        for &i in &others {
+            assert!(
+                sidecars[i].is_running(),
+                "{} died while following a handover: {}",
+                sidecars[i].name,
+                sidecars[i].stderr()
+            );
+        }
+        let views: Vec<_> = others.iter().map(|&i| sidecars[i].leader()).collect();
+        assert!(
+            settled(&sidecars, &others).is_some(),
+            "the followers never all named the new leader: {views:?}"
+        );
+        // The stopped one comes back as a follower for the next round.
+        sidecars[leader].wait_exit(Duration::from_secs(5));
+        let name = sidecars[leader].name.clone();
+        sidecars[leader] = Sidecar::spawn(&name, dir.path(), args);
+    }
+}
