@@ -179,6 +179,7 @@ async fn run(settings: Settings, exec: Option<ExecSettings>) -> anyhow::Result<E
                 &settings.election,
                 &settings.identity,
                 ttl,
+                settings.timing.renew_interval,
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;
@@ -222,6 +223,7 @@ async fn run(settings: Settings, exec: Option<ExecSettings>) -> anyhow::Result<E
                 &settings.election,
                 &settings.identity,
                 ttl,
+                settings.timing.renew_interval,
                 settings.timing.backend_timeout,
             )
             .context("--redis-url")?;

@@ -520,3 +520,33 @@ fn followers_send_no_requests_while_the_holder_renews() {
     );
     eprintln!("failover after a kill seen after {:?}", t0.elapsed());
 }
+
+/// Followers read the holder's pushes at the renew interval the fleet is configured
+/// with, not at the default's ttl/3. With the thresholds fixed at ttl/6 and 3/4 ttl, a
+/// renew interval of 300 ms at ttl 3 s made every renewal look "too soon" (someone
+/// else's change), and every follower ran the script again at each one.
+#[test]
+fn followers_stay_quiet_with_a_short_renew_interval() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = redis_args(&server.url(), "3s", "cadence");
+    args.extend(["--renew-interval".to_owned(), "300ms".to_owned()]);
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("cadence-{i}"), dir.path(), &args))
+        .collect();
+    let settled = eventually(Duration::from_secs(15), || {
+        let s: Vec<serde_json::Value> = cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
+        let leaders = s.iter().filter(|v| v["state"] == "leader").count();
+        let followers = s.iter().filter(|v| v["state"] == "follower").count();
+        (leaders == 1 && followers == 2).then_some(())
+    });
+    assert!(settled.is_some(), "never one leader and two followers");
+    std::thread::sleep(Duration::from_secs(1));
+    let before = calls(&server, "evalsha");
+    std::thread::sleep(Duration::from_secs(3));
+    let evals = calls(&server, "evalsha") - before;
+    // The leader renews about 10 times in 3 s; followers that looked at each renewal
+    // would add about 20.
+    eprintln!("in 3 s: {evals} scripts");
+    assert!((5..=16).contains(&evals), "{evals} scripts run in 3 s");
+}

@@ -207,6 +207,8 @@ pub struct RedisBackend {
     keys: Keys,
     identity: String,
     ttl: Duration,
+    /// How a follower reads tracking pushes.
+    cadence: super::redis::Cadence,
     /// This tenure's nonce; rotated on every release.
     nonce: String,
     /// The full value while we lead.
@@ -255,6 +257,7 @@ impl RedisBackend {
         election: &str,
         identity: &str,
         ttl: Duration,
+        renew_interval: Duration,
         op_timeout: Duration,
     ) -> Result<Self, BackendError> {
         let keys = Keys::for_election(election);
@@ -265,6 +268,10 @@ impl RedisBackend {
             keys,
             identity: identity.to_owned(),
             ttl,
+            cadence: super::redis::Cadence {
+                ttl,
+                renew_interval,
+            },
             nonce: new_nonce(),
             value: None,
             floor: 0,
@@ -354,6 +361,27 @@ impl RedisBackend {
                 .await;
         }
         self.drain_pushes();
+    }
+}
+
+/// How a follower reads the holder's tracking pushes: they come at the renew
+/// interval (this candidate's own, which a fleet shares; a holder with another one
+/// costs looks, never safety). A push sooner than half of it after the last sign is
+/// someone else's change; none by 9/4 of it (at most the ttl) means the holder
+/// stopped renewing there. With the default renew interval (ttl/3): ttl/6 and 3/4 ttl.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cadence {
+    pub(crate) ttl: Duration,
+    pub(crate) renew_interval: Duration,
+}
+
+impl Cadence {
+    /// (too soon, too late) after the last sign.
+    pub(crate) fn bounds(&self) -> (Duration, Duration) {
+        (
+            self.renew_interval / 2,
+            (self.renew_interval * 9 / 4).min(self.ttl),
+        )
     }
 }
 
@@ -560,9 +588,10 @@ impl Backend for RedisBackend {
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
     /// It looks again (`Changed`) on an events-channel notice (acquired, released,
     /// expired), when the tracking connection is lost, when an invalidation comes
-    /// sooner than a renewal would (`ttl/6` after the last sign: someone else changed
-    /// the key) or later than one would (`3/4 ttl`, or past the expiry the last read
-    /// found: likely the key's expiry), and when nothing came by then. The script decides on every look, so a wrong guess
+    /// sooner than a renewal would (`ttl/6` after the last sign with the default renew
+    /// interval: someone else changed the key) or later than one would (`3/4 ttl`, or
+    /// past the expiry the last read found: likely the key's expiry; see `Cadence`),
+    /// and when nothing came by then. The script decides on every look, so a wrong guess
     /// costs one request, never safety. Without tracking: as before, the events
     /// channel, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
@@ -572,8 +601,8 @@ impl Backend for RedisBackend {
             self.drain_pushes();
             return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
         };
-        let too_soon = self.ttl / 6;
-        let due = last + self.ttl * 3 / 4;
+        let (too_soon, late) = self.cadence.bounds();
+        let due = last + late;
         // The key's own expiry, as read (pushed too, but only once the server gets
         // round to expiring it).
         let expires = self.holder_expires.map(|e| e + Duration::from_millis(2));

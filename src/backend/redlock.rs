@@ -244,6 +244,8 @@ pub struct RedlockBackend {
     marker: String,
     identity: String,
     ttl: Duration,
+    /// How a follower reads tracking pushes.
+    cadence: super::redis::Cadence,
     /// How long a node must have been up before it may be caught up: the ttl plus the
     /// drift allowance, in milliseconds.
     settle_ms: u64,
@@ -323,6 +325,7 @@ impl RedlockBackend {
         election: &str,
         identity: &str,
         ttl: Duration,
+        renew_interval: Duration,
         op_timeout: Duration,
     ) -> Result<Self, BackendError> {
         let keys = Keys::for_election(election);
@@ -345,6 +348,10 @@ impl RedlockBackend {
             keys,
             identity: identity.to_owned(),
             ttl,
+            cadence: super::redis::Cadence {
+                ttl,
+                renew_interval,
+            },
             settle_ms: ttl_ms.saturating_add(ttl_ms.div_ceil(100)),
             node_timeout,
             nonce: new_nonce(),
@@ -369,7 +376,8 @@ impl RedlockBackend {
     /// tracking is gone with its connection.
     fn drain_pushes(&mut self, all: bool) {
         for (i, pushes) in self.pushes.iter_mut().enumerate() {
-            if !all && self.signs[i].is_some() {
+            // A follower's wait reads the pushes of the nodes it watches itself.
+            if !all && self.signs[i].is_some() && self.tracking[i] {
                 continue;
             }
             while let Ok(push) = pushes.try_recv() {
@@ -665,7 +673,9 @@ impl Backend for RedlockBackend {
             .min();
         if !taken.is_empty() || targets.iter().any(Option::is_some) {
             let floor = self.floor;
-            let announce = taken.len() >= self.quorum();
+            // Nodes that did not answer may have taken it all the same.
+            let unanswered = self.nodes.len() - answered;
+            let announce = taken.len() + unanswered >= self.quorum();
             self.give_back(!taken.is_empty(), announce, &targets, floor)
                 .await;
         }
@@ -775,9 +785,10 @@ impl Backend for RedlockBackend {
     /// majority), each renewal pushes an invalidation from each such node, which shows
     /// the holder alive there (`Quiet`). It looks again (`Changed`) on an events-channel
     /// notice (acquired, released), when one of those nodes' connection is lost, when an
-    /// invalidation from one of them comes sooner than a renewal would (`ttl/6` after
-    /// that node's last sign: someone else changed the key) or later than one would
-    /// (`3/4 ttl`, or past that node's expiry as read: likely the key's expiry), and
+    /// invalidation from one of them comes sooner than a renewal would (half the renew
+    /// interval after that node's last sign, `ttl/6` by default: someone else changed
+    /// the key) or later than one would (9/4 of it, `3/4 ttl` by default, or past that
+    /// node's expiry as read: likely the key's expiry; see `Cadence`), and
     /// when nothing came from one of them by then. Pushes from the other nodes (a node
     /// the holder does not hold, where other candidates' looks come and go) are not
     /// looked at. Campaigns decide, so a wrong guess costs a look, never safety.
@@ -799,9 +810,9 @@ impl Backend for RedlockBackend {
             }
             return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
         }
-        let too_soon = self.ttl / 6;
+        let (too_soon, late) = self.cadence.bounds();
         let node_due = |sign: Instant, expires: Option<Instant>| {
-            let due = sign + self.ttl * 3 / 4;
+            let due = sign + late;
             expires.map_or(due, |e| due.min(e))
         };
         let watched: Vec<usize> = (0..self.nodes.len())
