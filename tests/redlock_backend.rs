@@ -536,3 +536,54 @@ fn followers_send_no_requests_while_the_holder_renews() {
     );
     eprintln!("failover after a kill seen after {:?}", t0.elapsed());
 }
+
+/// A follower that cannot reach one node of a holder that keeps a bare majority sees
+/// the holder on one node of the two it reaches, and the third free. That is not a
+/// split vote: it used to retry at once, for as long as the node stayed out of reach
+/// (a look every 150 ms here, each as slow as the unreachable node's timeout); it
+/// now waits as a follower does, and takes over once the holder is gone. (Announcing
+/// its give-backs when the unreachable node might have made them a majority woke it,
+/// and everyone else, at every look: the same count.)
+#[test]
+fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let leader = Sidecar::spawn(
+        "holder",
+        dir.path(),
+        &redlock_args(&cluster.urls(), "3s", "unreached"),
+    );
+    leader.settles_in("leader", Duration::from_secs(10));
+    // The holder keeps a bare majority {0, 1}: node 2 forgets the lock.
+    assert!(cluster.nodes[2]
+        .command("DEL leasekeeper:{unreached}:lock")
+        .is_some());
+    // The follower reaches nodes 1 and 2 only (node 0's address refuses connections).
+    let dead = common::free_port();
+    let urls = format!(
+        "redis://127.0.0.1:{dead},{},{}",
+        cluster.nodes[1].url(),
+        cluster.nodes[2].url()
+    );
+    let follower = Sidecar::spawn(
+        "unreaching",
+        dir.path(),
+        &redlock_args(&urls, "3s", "unreached"),
+    );
+    assert!(follower.wait_listening(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_secs(2));
+    let before = scripts(&cluster.nodes[1]);
+    std::thread::sleep(Duration::from_secs(3));
+    let evals = scripts(&cluster.nodes[1]) - before;
+    // The holder renews about 3 times in 3 s; the follower looks at most once or twice.
+    eprintln!("in 3 s at node 1: {evals} scripts");
+    assert!(evals <= 12, "{evals} scripts at a reachable node in 3 s");
+    assert_eq!(
+        leader.leader().expect("status")["is_leader"],
+        true,
+        "the holder lost its lease"
+    );
+    // Once the holder is gone, the follower leads (its two nodes are a majority).
+    drop(leader);
+    follower.settles_in("leader", Duration::from_secs(10));
+}

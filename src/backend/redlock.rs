@@ -673,9 +673,11 @@ impl Backend for RedlockBackend {
             .min();
         if !taken.is_empty() || targets.iter().any(Option::is_some) {
             let floor = self.floor;
-            // Nodes that did not answer may have taken it all the same.
-            let unanswered = self.nodes.len() - answered;
-            let announce = taken.len() + unanswered >= self.quorum();
+            // Only a value on a majority can have been seen as the holder. (Counting
+            // the nodes that did not answer as taken too made a follower that cannot
+            // reach one node announce every look, and wake itself and every other
+            // candidate into the storm again.)
+            let announce = taken.len() >= self.quorum();
             self.give_back(!taken.is_empty(), announce, &targets, floor)
                 .await;
         }
@@ -707,9 +709,20 @@ impl Backend for RedlockBackend {
                 }
             }
         }
+        // A value on fewer than a majority of the nodes that answered may still be on a
+        // majority of all of them (a node we cannot reach holds it too): not a split
+        // vote, so no quick retry while the holder lives, only at its expiry.
+        let unanswered = self.nodes.len() - answered;
+        let most_seen = seen
+            .iter()
+            .map(|v| seen.iter().filter(|s| *s == v).count())
+            .max()
+            .unwrap_or(0);
+        let maybe_held = most_seen > 0 && most_seen + unanswered >= self.quorum();
         let retry_in = match (&holder, soonest_expiry) {
             (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
             (Some(_), None) => Some(self.ttl),
+            (None, Some(pttl)) if maybe_held => Some(Duration::from_millis(pttl as u64 + 2)),
             // A split vote: try again after a short random delay.
             (None, _) if usable >= self.quorum() => {
                 Some(Duration::from_millis(rand::rng().random_range(2..25)))
