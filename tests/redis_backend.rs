@@ -440,16 +440,6 @@ fn an_undisturbed_leader_keeps_one_tenure() {
     );
 }
 
-/// Calls of `cmd` so far, from the server's own command statistics.
-fn calls(server: &RedisServer, cmd: &str) -> u64 {
-    let info = server.command("INFO commandstats").unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Followers hear of the holder's renewals through CLIENT TRACKING pushes and send
 /// nothing while it renews; they still follow a graceful handover at once and a
 /// crashed holder within its ttl.
@@ -461,26 +451,14 @@ fn followers_send_no_requests_while_the_holder_renews() {
     let mut cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
-    let states = |cars: &[Sidecar]| -> Option<Vec<serde_json::Value>> {
-        cars.iter().map(|c| c.leader()).collect()
-    };
-    let settled = |cars: &[Sidecar], n: usize| {
-        eventually(Duration::from_secs(15), || {
-            let s = states(cars)?;
-            let leaders = s.iter().filter(|v| v["state"] == "leader").count();
-            let followers = s.iter().filter(|v| v["state"] == "follower").count();
-            (leaders == 1 && followers == n - 1).then_some(s)
-        })
-        .is_some()
-    };
-    assert!(settled(&cars, 3), "never one leader and two followers");
-    std::thread::sleep(Duration::from_secs(2));
-    let (evals, gets) = (calls(&server, "evalsha"), calls(&server, "get"));
-    std::thread::sleep(Duration::from_secs(6));
-    let (evals, gets) = (
-        calls(&server, "evalsha") - evals,
-        calls(&server, "get") - gets,
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
     );
+    std::thread::sleep(Duration::from_secs(2));
+    let (evals, gets) = (server.calls("evalsha"), server.calls("get"));
+    std::thread::sleep(Duration::from_secs(6));
+    let (evals, gets) = (server.calls("evalsha") - evals, server.calls("get") - gets);
     // The leader renews every ttl/3 (one EVALSHA each): about 9 in 6 s. Followers
     // polling at their retry interval would add about 18.
     eprintln!("in 6 s: {evals} scripts, {gets} reads");
@@ -489,36 +467,8 @@ fn followers_send_no_requests_while_the_holder_renews() {
     // leader's confirmation after the push of its own renewal (Redis 7.0.15 pushes
     // those, NOLOOP or not). Nothing from the followers.
     assert!(gets <= 2 * evals, "{gets} reads in 6 s");
-    for c in &cars {
-        let v = c.leader().expect("status");
-        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
-    }
     // A graceful handover and a crash are still followed.
-    let li = cars
-        .iter()
-        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let mut old = cars.remove(li);
-    let t0 = Instant::now();
-    old.terminate(Duration::from_secs(5)).expect("stopped");
-    assert!(settled(&cars, 2), "no new leader after a graceful stop");
-    eprintln!("graceful handover seen after {:?}", t0.elapsed());
-    let li = cars
-        .iter()
-        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let t0 = Instant::now();
-    cars[li].kill();
-    let next = eventually(Duration::from_secs(6), || {
-        cars.iter()
-            .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-            .map(|_| ())
-    });
-    assert!(
-        next.is_some(),
-        "no new leader within 6 s of a kill -9 (ttl 2 s)"
-    );
-    eprintln!("failover after a kill seen after {:?}", t0.elapsed());
+    common::scenarios::handover_and_crash_still_followed(&mut cars);
 }
 
 /// Followers read the holder's pushes at the renew interval the fleet is configured
@@ -534,17 +484,14 @@ fn followers_stay_quiet_with_a_short_renew_interval() {
     let cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("cadence-{i}"), dir.path(), &args))
         .collect();
-    let settled = eventually(Duration::from_secs(15), || {
-        let s: Vec<serde_json::Value> = cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
-        let leaders = s.iter().filter(|v| v["state"] == "leader").count();
-        let followers = s.iter().filter(|v| v["state"] == "follower").count();
-        (leaders == 1 && followers == 2).then_some(())
-    });
-    assert!(settled.is_some(), "never one leader and two followers");
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
     std::thread::sleep(Duration::from_secs(1));
-    let before = calls(&server, "evalsha");
+    let before = server.calls("evalsha");
     std::thread::sleep(Duration::from_secs(3));
-    let evals = calls(&server, "evalsha") - before;
+    let evals = server.calls("evalsha") - before;
     // The leader renews about 10 times in 3 s; followers that looked at each renewal
     // would add about 20.
     eprintln!("in 3 s: {evals} scripts");

@@ -380,21 +380,9 @@ fn redlock_survives_minorities_cut_from_one_candidate_and_partitions() {
     eprintln!("redlock(5) links: {report:?}");
 }
 
-/// Script calls (EVALSHA and EVAL) one node has served so far, from its own command
-/// statistics.
+/// Script calls (EVALSHA and EVAL) one node has served so far.
 fn scripts(node: &common::redis_server::RedisServer) -> u64 {
-    let info = node.command("INFO commandstats").unwrap_or_default();
-    ["evalsha", "eval"]
-        .iter()
-        .filter_map(|cmd| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    node.calls("evalsha") + node.calls("eval")
 }
 
 /// Candidates do not wake each other in a storm. A campaign that took only a minority
@@ -485,17 +473,10 @@ fn followers_send_no_requests_while_the_holder_renews() {
     let mut cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
-    let settled = |cars: &[Sidecar], n: usize| {
-        eventually(Duration::from_secs(15), || {
-            let s: Vec<serde_json::Value> =
-                cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
-            let leaders = s.iter().filter(|v| v["state"] == "leader").count();
-            let followers = s.iter().filter(|v| v["state"] == "follower").count();
-            (leaders == 1 && followers == n - 1).then_some(s)
-        })
-        .is_some()
-    };
-    assert!(settled(&cars, 3), "never one leader and two followers");
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
     std::thread::sleep(Duration::from_secs(2));
     let total = || cluster.nodes.iter().map(scripts).sum::<u64>();
     let before = total();
@@ -505,36 +486,8 @@ fn followers_send_no_requests_while_the_holder_renews() {
     // Followers looking at their retry interval would add about 54.
     eprintln!("in 6 s: {evals} scripts on 3 nodes");
     assert!((15..=40).contains(&evals), "{evals} scripts run in 6 s");
-    for c in &cars {
-        let v = c.leader().expect("status");
-        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
-    }
     // A graceful handover and a crash are still followed.
-    let li = cars
-        .iter()
-        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let mut old = cars.remove(li);
-    let t0 = Instant::now();
-    old.terminate(Duration::from_secs(5)).expect("stopped");
-    assert!(settled(&cars, 2), "no new leader after a graceful stop");
-    eprintln!("graceful handover seen after {:?}", t0.elapsed());
-    let li = cars
-        .iter()
-        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let t0 = Instant::now();
-    cars[li].kill();
-    let next = eventually(Duration::from_secs(6), || {
-        cars.iter()
-            .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-            .map(|_| ())
-    });
-    assert!(
-        next.is_some(),
-        "no new leader within 6 s of a kill -9 (ttl 2 s)"
-    );
-    eprintln!("failover after a kill seen after {:?}", t0.elapsed());
+    common::scenarios::handover_and_crash_still_followed(&mut cars);
 }
 
 /// A follower that cannot reach one node of a holder that keeps a bare majority sees

@@ -131,6 +131,16 @@ impl RedisServer {
         command_at(self.port, cmd)
     }
 
+    /// Calls of `cmd` so far, from the server's own command statistics.
+    pub fn calls(&self, cmd: &str) -> u64 {
+        let info = self.command("INFO commandstats").unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn pause(&self) {
         send_signal(self.pid(), libc::SIGSTOP);
     }

@@ -156,3 +156,52 @@ pub fn followers_survive_release_requests_during_a_handover(args: &[String]) {
         sidecars[leader] = Sidecar::spawn(&name, dir.path(), args);
     }
 }
+
+/// Waits up to 15 s until exactly one of `cars` leads and every other one follows.
+pub fn one_leads_the_rest_follow(cars: &[Sidecar]) -> bool {
+    eventually(Duration::from_secs(15), || {
+        let s: Vec<serde_json::Value> = cars.iter().map(|c| c.leader()).collect::<Option<_>>()?;
+        let leaders = s.iter().filter(|v| v["state"] == "leader").count();
+        let followers = s.iter().filter(|v| v["state"] == "follower").count();
+        (leaders == 1 && followers == cars.len() - 1).then_some(())
+    })
+    .is_some()
+}
+
+/// The end of a "followers send nothing" test: every follower still names a holder, a
+/// graceful stop of the leader is followed at once, and a kill -9 of the next leader
+/// within 6 s (these tests run at ttl 2 s).
+pub fn handover_and_crash_still_followed(cars: &mut Vec<Sidecar>) {
+    for c in cars.iter() {
+        let v = c.leader().expect("status");
+        assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
+    }
+    let li = cars
+        .iter()
+        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let mut old = cars.remove(li);
+    let t0 = Instant::now();
+    old.terminate(Duration::from_secs(5)).expect("stopped");
+    assert!(
+        one_leads_the_rest_follow(cars),
+        "no new leader after a graceful stop"
+    );
+    eprintln!("graceful handover seen after {:?}", t0.elapsed());
+    let li = cars
+        .iter()
+        .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let t0 = Instant::now();
+    cars[li].kill();
+    let next = eventually(Duration::from_secs(6), || {
+        cars.iter()
+            .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+            .map(|_| ())
+    });
+    assert!(
+        next.is_some(),
+        "no new leader within 6 s of a kill -9 (ttl 2 s)"
+    );
+    eprintln!("failover after a kill seen after {:?}", t0.elapsed());
+}
