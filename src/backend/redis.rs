@@ -156,43 +156,26 @@ impl Node {
         op_timeout: Duration,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
         let (pushed, pushes) = mpsc::unbounded_channel();
-        let node = Self::open(settings, keys, wake, op_timeout, Some(pushed))?;
-        Ok((node, pushes))
-    }
-
-    /// The command connection (on RESP3 when it forwards pushes) and the listener,
-    /// which stays on the protocol of the URL.
-    fn open(
-        settings: &RedisSettings,
-        keys: &Keys,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-        pushes: Option<mpsc::UnboundedSender<PushInfo>>,
-    ) -> Result<Node, BackendError> {
-        let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
-        let mut config = ConnectionManagerConfig::new()
+        let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op_timeout))
             .set_response_timeout(Some(op_timeout))
             .set_number_of_retries(1)
-            .set_max_delay(op_timeout);
-        let client = match pushes {
-            Some(pushed) => {
-                config = config.set_push_sender(pushed);
-                let resp3 = settings
-                    .info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(ProtocolVersion::RESP3);
-                redis::Client::open(settings.info.clone().set_redis_settings(resp3))
-                    .map_err(store("connect"))?
-            }
-            None => listen_client.clone(),
-        };
+            .set_max_delay(op_timeout)
+            .set_push_sender(pushed);
+        let resp3 = settings
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(settings.info.clone().set_redis_settings(resp3))
+            .map_err(store("connect"))?;
         let conn =
             ConnectionManager::new_lazy_with_config(client, config).map_err(store("connect"))?;
+        // The listener stays on the protocol of the URL.
+        let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
         let db = settings.info.redis_settings().db();
         let listener = tokio::spawn(listen(listen_client, keys.clone(), db, wake, op_timeout));
-        Ok(Node { conn, listener })
+        Ok((Node { conn, listener }, pushes))
     }
 }
 

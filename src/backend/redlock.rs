@@ -315,6 +315,18 @@ fn catch_up_targets(quorum: usize, answers: &[Option<(i64, &str)>]) -> Vec<Optio
         .collect()
 }
 
+/// The value seen most often among `seen`, and how often (the first of equals).
+fn most_seen(seen: &[String]) -> Option<(&str, usize)> {
+    let mut best: Option<(&str, usize)> = None;
+    for v in seen {
+        let n = seen.iter().filter(|s| *s == v).count();
+        if best.is_none_or(|(_, b)| n > b) {
+            best = Some((v.as_str(), n));
+        }
+    }
+    best
+}
+
 /// Answers of one parallel round: one entry per node, `None` for no answer in time.
 type Round<T> = Vec<Option<T>>;
 
@@ -530,15 +542,8 @@ impl RedlockBackend {
     }
 
     /// The holder a majority of nodes agree on, if any.
-    fn majority_holder(&self, seen: &[String]) -> Option<Holder> {
-        let mut counts: Vec<(&String, usize)> = Vec::new();
-        for v in seen {
-            match counts.iter_mut().find(|(s, _)| *s == v) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((v, 1)),
-            }
-        }
-        let (value, _) = counts.into_iter().find(|(_, n)| *n >= self.quorum())?;
+    fn majority_holder(&self, most_seen: Option<(&str, usize)>) -> Option<Holder> {
+        let (value, _) = most_seen.filter(|(_, n)| *n >= self.quorum())?;
         let parsed = parse_value(value);
         (!parsed.identity.is_empty()).then(|| Holder {
             identity: parsed.identity.to_owned(),
@@ -691,18 +696,13 @@ impl Backend for RedlockBackend {
                 ),
             });
         }
-        let holder = self.majority_holder(&seen);
-        if holder.is_some() {
+        let top = most_seen(&seen);
+        let holder = self.majority_holder(top);
+        if let (Some(_), Some((value, _))) = (&holder, top) {
             // The nodes that hold the holder's value, for a follower's wait.
-            let value = answers
-                .iter()
-                .flatten()
-                .filter(|a| !a.won && a.state == TRUSTED)
-                .map(|a| &a.value)
-                .find(|v| seen.iter().filter(|s| s == v).count() >= self.quorum());
             for (i, a) in answers.iter().enumerate() {
                 let Some(a) = a else { continue };
-                if !a.won && Some(&a.value) == value {
+                if !a.won && a.value == value {
                     self.signs[i] = Some(read_at);
                     self.expires[i] =
                         (a.pttl > 0).then(|| read_at + Duration::from_millis(a.pttl as u64 + 2));
@@ -713,12 +713,7 @@ impl Backend for RedlockBackend {
         // majority of all of them (a node we cannot reach holds it too): not a split
         // vote, so no quick retry while the holder lives, only at its expiry.
         let unanswered = self.nodes.len() - answered;
-        let most_seen = seen
-            .iter()
-            .map(|v| seen.iter().filter(|s| *s == v).count())
-            .max()
-            .unwrap_or(0);
-        let maybe_held = most_seen > 0 && most_seen + unanswered >= self.quorum();
+        let maybe_held = top.is_some_and(|(_, n)| n + unanswered >= self.quorum());
         let retry_in = match (&holder, soonest_expiry) {
             (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
             (Some(_), None) => Some(self.ttl),
@@ -811,13 +806,13 @@ impl Backend for RedlockBackend {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
         self.drain_pushes(false);
-        let tracked = (0..self.nodes.len())
-            .filter(|&i| self.signs[i].is_some() && self.tracking[i])
-            .count();
+        let watched: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| holds[i] && self.tracking[i])
+            .collect();
         if self.value.is_some() || holds.iter().filter(|h| **h).count() < self.quorum() {
             return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
         }
-        if tracked < self.quorum() {
+        if watched.len() < self.quorum() {
             if self.start_tracking(&holds).await {
                 return Wake::Changed;
             }
@@ -828,9 +823,6 @@ impl Backend for RedlockBackend {
             let due = sign + late;
             expires.map_or(due, |e| due.min(e))
         };
-        let watched: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.signs[i].is_some() && self.tracking[i])
-            .collect();
         let due = watched
             .iter()
             .filter_map(|&i| Some(node_due(self.signs[i]?, self.expires[i])))
