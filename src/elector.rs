@@ -53,8 +53,8 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::clock::to_monotonic_ns;
-use crate::config::Timing;
 use crate::status::{Claim, FencingToken, Holder, Role, Status};
+use crate::timing::Timing;
 
 /// Why the elector loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

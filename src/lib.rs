@@ -4,12 +4,23 @@
 //! [`elector::Elector`], which publishes one [`status::Status`] through a
 //! `tokio::sync::watch`; the publishers in [`publish`] only read it.
 
-pub mod backend;
+// Floors, bottom up (DESIGN §1): nothing imports from a floor above its own.
+// 1. leaves: settings parsing, timing, clock, status, back-off, test sabotage, the
+//    Kubernetes API client;
 pub mod backoff;
 pub mod clock;
-pub mod cmd;
-pub mod config;
-pub mod elector;
-pub mod publish;
+pub mod kube_api;
 pub mod sabotage;
+pub mod settings;
 pub mod status;
+pub mod timing;
+// 2. the stores;
+pub mod backend;
+// 3. the one writer of `Status`;
+pub mod elector;
+// 4. its readers;
+pub mod publish;
+// 5. flags, environment and file merged into `Settings`;
+pub mod config;
+// 6. the subcommands (`main.rs` only dispatches to them).
+pub mod cmd;

@@ -432,3 +432,40 @@ fn bad_sql_settings_each_give_one_line() {
         "--sql-table",
     );
 }
+
+/// A setting is read from the flag, else the environment, else the `--config` file;
+/// the keys that once were missing from the file (`on-change`, the drain, exec mode's
+/// flags) are read like any other.
+#[test]
+fn flags_beat_the_environment_which_beats_the_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("lk.yaml");
+    let config = path.to_str().expect("utf8");
+    std::fs::write(&path, "http-addr: from-file\n").expect("write");
+    let env = [("LEASEKEEPER_HTTP_ADDR", "from-env")];
+    let with_flag = ["--config", config, "--http-addr", "from-flag"];
+    assert_one_line_error(&with_flag, &env, "\"from-flag\"");
+    assert_one_line_error(&["--config", config], &env, "\"from-env\"");
+    assert_one_line_error(&["--config", config], &[], "\"from-file\"");
+    let file_only: &[(&str, &str)] = &[
+        ("on-change: \" \"\n", "--on-change is empty"),
+        ("notify-url: nowhere\n", "--notify-url \"nowhere\""),
+        ("hook-timeout: soon\n", "--hook-timeout"),
+        ("drain-url: ftp://x\n", "--drain-url \"ftp://x\""),
+        ("drain-timeout: 0s\n", "--drain-timeout"),
+        (
+            "kill-grace: 5s\n",
+            "--kill-grace and --restart are for `leasekeeper run",
+        ),
+        (
+            "restart: true\n",
+            "--kill-grace and --restart are for `leasekeeper run",
+        ),
+        ("ttl: [1s, 2s]\n", "ttl: takes one value"),
+        ("frobnicate: 1\n", "unknown key \"frobnicate\""),
+    ];
+    for (yaml, mention) in file_only {
+        std::fs::write(&path, yaml).expect("write");
+        assert_one_line_error(&["--config", config], &[], mention);
+    }
+}

@@ -37,9 +37,11 @@ use etcd_client::{
 };
 use tokio::time::{sleep_until, Instant};
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
-use crate::config::EtcdSettings;
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::Holder;
+
+mod settings;
+pub use settings::{Args, EtcdSettings};
 
 fn etcd(op: &'static str) -> impl FnOnce(etcd_client::Error) -> BackendError {
     move |e| BackendError::Store {
@@ -99,14 +101,13 @@ pub struct EtcdBackend {
 }
 
 impl EtcdBackend {
-    pub fn new(
-        settings: &EtcdSettings,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        renew_interval: Duration,
-        op_timeout: Duration,
-    ) -> Self {
+    pub fn new(settings: &EtcdSettings, lease: &Candidacy) -> Self {
+        let (election, identity) = (lease.election, lease.identity);
+        let (ttl, renew_interval, op_timeout) = (
+            lease.timing.ttl,
+            lease.timing.renew_interval,
+            lease.timing.backend_timeout,
+        );
         let mut options = ConnectOptions::new()
             .with_timeout(op_timeout)
             .with_connect_timeout(op_timeout)

@@ -19,8 +19,31 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
+
+/// The file backend's flag.
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+#[command(next_help_heading = "File backend")]
+pub struct Args {
+    /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
+    #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
+    pub file_path: Option<PathBuf>,
+}
+
+impl Args {
+    /// The lock file: the flag, else one per election in the runtime directory.
+    pub fn path(&self, election: &str) -> PathBuf {
+        self.file_path.clone().unwrap_or_else(|| {
+            let dir = std::env::var_os("XDG_RUNTIME_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            dir.join(format!("leasekeeper-{election}.lock"))
+        })
+    }
+}
 
 #[derive(Serialize, Deserialize, Default, Debug)]
 struct LockRecord {
@@ -105,11 +128,11 @@ fn still_the_lock_file(file: &File, path: &Path) -> std::io::Result<bool> {
 }
 
 impl FileBackend {
-    pub fn new(path: PathBuf, identity: String, ttl: Duration) -> Self {
+    pub fn new(path: PathBuf, lease: &Candidacy) -> Self {
         FileBackend {
             path,
-            identity,
-            ttl,
+            identity: lease.identity.to_owned(),
+            ttl: lease.timing.ttl,
             held: None,
             waiter: None,
             arrived: None,

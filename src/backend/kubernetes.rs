@@ -57,7 +57,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use crate::settings::{bad, fmt_d, ConfigError};
 use crate::status::Holder;
 
 /// The fields of a Lease that make up client-go's leader-election record.
@@ -219,20 +220,25 @@ fn status_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// The Lease counts whole seconds (`leaseDurationSeconds`).
+pub fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
+    if ttl.subsec_nanos() != 0 {
+        return Err(bad(format!(
+            "--ttl {} must be whole seconds with --backend kubernetes (the Lease counts leaseDurationSeconds)",
+            fmt_d(ttl)
+        )));
+    }
+    Ok(())
+}
+
 impl KubeBackend {
-    pub fn new(
-        client: kube::Client,
-        namespace: &str,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-    ) -> Self {
+    pub fn new(client: kube::Client, namespace: &str, lease: &Candidacy) -> Self {
         KubeBackend {
             api: Api::namespaced(client, namespace),
-            name: election.to_owned(),
+            name: lease.election.to_owned(),
             namespace: namespace.to_owned(),
-            identity: identity.to_owned(),
-            ttl,
+            identity: lease.identity.to_owned(),
+            ttl: lease.timing.ttl,
             observed: None,
             held: None,
             written: VecDeque::new(),

@@ -17,6 +17,16 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::status::{FencingToken, Holder};
+use crate::timing::Timing;
+
+/// What every backend is built with besides its own settings: which lease, for whom,
+/// and its timing.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidacy<'a> {
+    pub election: &'a str,
+    pub identity: &'a str,
+    pub timing: &'a Timing,
+}
 
 /// How long a follower that is not next in line waits before it looks at a new holder
 /// (50 to 500 ms, at random). At a handover every follower's watch on the holder fires
@@ -26,6 +36,24 @@ use crate::status::{FencingToken, Holder};
 pub(crate) fn stagger() -> Duration {
     use rand::Rng;
     Duration::from_millis(rand::rng().random_range(50..500))
+}
+
+/// A follower's wait on a store that pushes changes: a wake-up from the store's
+/// notifications (`wake`), the observed holder's expiry (`hint`, used once; a crashed
+/// holder sends nothing), or `max`, whichever comes first.
+pub(crate) async fn wait_for_wake(
+    wake: &tokio::sync::Notify,
+    hint: &mut Option<tokio::time::Instant>,
+    max: Duration,
+) {
+    let mut until = tokio::time::Instant::now() + max;
+    if let Some(h) = hint.take() {
+        until = until.min(h);
+    }
+    tokio::select! {
+        _ = wake.notified() => {}
+        _ = tokio::time::sleep_until(until) => {}
+    }
 }
 
 pub mod etcd;

@@ -45,9 +45,12 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
-use crate::config::RedisSettings;
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
+
+mod settings;
+pub use settings::{Args, RedisSettings};
 
 const ACQUIRE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -235,14 +238,13 @@ pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> Backe
 
 impl RedisBackend {
     /// Connects lazily: an unreachable server is not an error here, the elector retries.
-    pub fn new(
-        settings: &RedisSettings,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        renew_interval: Duration,
-        op_timeout: Duration,
-    ) -> Result<Self, BackendError> {
+    pub fn new(settings: &RedisSettings, lease: &Candidacy) -> Result<Self, BackendError> {
+        let (election, identity) = (lease.election, lease.identity);
+        let (ttl, renew_interval, op_timeout) = (
+            lease.timing.ttl,
+            lease.timing.renew_interval,
+            lease.timing.backend_timeout,
+        );
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         let (node, pushes) = Node::connect_tracking(settings, &keys, wake.clone(), op_timeout)?;
@@ -399,7 +401,7 @@ pub(crate) async fn listen(
     op_timeout: Duration,
 ) {
     let expired = format!("__keyevent@{db}__:expired");
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let subscribed = async {
             let mut pubsub = client.get_async_pubsub().await?;
@@ -409,7 +411,7 @@ pub(crate) async fn listen(
         };
         match tokio::time::timeout(op_timeout, subscribed).await {
             Ok(Ok(mut pubsub)) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 wake.notify_one();
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
@@ -424,26 +426,17 @@ pub(crate) async fn listen(
             Ok(Err(e)) => tracing::debug!(error = %e, "redis pub/sub subscribe failed"),
             Err(_) => tracing::debug!("redis pub/sub subscribe timed out"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next_wait()).await;
     }
 }
 
-/// A Redis-family follower's wait: a pub/sub notice, the observed holder's expiry
-/// (`hint`, used once), or `max`, whichever comes first.
+/// A Redis-family follower's wait (see [`super::wait_for_wake`]).
 pub(crate) async fn wait_for_notice(
     wake: &Notify,
     hint: &mut Option<Instant>,
     max: Duration,
 ) -> Wake {
-    let mut until = Instant::now() + max;
-    if let Some(h) = hint.take() {
-        until = until.min(h);
-    }
-    tokio::select! {
-        _ = wake.notified() => {}
-        _ = tokio::time::sleep_until(until) => {}
-    }
+    super::wait_for_wake(wake, hint, max).await;
     Wake::Changed
 }
 

@@ -78,9 +78,11 @@ use redis::{PushInfo, PushKind, Script};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
-use super::redis::{new_nonce, parse_value, tracking_pipe, wait_for_notice, Keys, Node};
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
-use crate::config::RedisSettings;
+use super::redis::{
+    new_nonce, parse_value, tracking_pipe, wait_for_notice, Args, Keys, Node, RedisSettings,
+};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
 /// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
@@ -330,16 +332,48 @@ fn most_seen(seen: &[String]) -> Option<(&str, usize)> {
 /// Answers of one parallel round: one entry per node, `None` for no answer in time.
 type Round<T> = Vec<Option<T>>;
 
+/// The redlock nodes from the Redis flags: at least three distinct, independent
+/// masters; an even count is accepted with a warning (returned, logged once logging
+/// is up).
+pub fn quorum(args: &Args) -> Result<(Vec<RedisSettings>, Vec<String>), ConfigError> {
+    let urls = args.urls();
+    if urls.len() < 3 {
+        return Err(bad(format!(
+            "--redis-url: redlock needs at least 3 independent Redis masters, got {}; repeat --redis-url or separate URLs with commas",
+            urls.len()
+        )));
+    }
+    let mut nodes: Vec<RedisSettings> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let node = args.node(url)?;
+        if nodes.iter().any(|other| other.same_server(&node)) {
+            return Err(bad(format!(
+                "--redis-url {:?} is given twice; redlock needs distinct servers",
+                redact(url)
+            )));
+        }
+        nodes.push(node);
+    }
+    let mut warnings = Vec::new();
+    if nodes.len().is_multiple_of(2) {
+        warnings.push(format!(
+            "redlock over {} nodes: an even count tolerates no more failures than {} nodes",
+            nodes.len(),
+            nodes.len() - 1
+        ));
+    }
+    Ok((nodes, warnings))
+}
+
 impl RedlockBackend {
     /// Connects lazily to every node; unreachable nodes are retried by the elector.
-    pub fn new(
-        settings: &[RedisSettings],
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        renew_interval: Duration,
-        op_timeout: Duration,
-    ) -> Result<Self, BackendError> {
+    pub fn new(settings: &[RedisSettings], lease: &Candidacy) -> Result<Self, BackendError> {
+        let (election, identity) = (lease.election, lease.identity);
+        let (ttl, renew_interval, op_timeout) = (
+            lease.timing.ttl,
+            lease.timing.renew_interval,
+            lease.timing.backend_timeout,
+        );
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         // Like redsync's timeout factor: a slow node must not eat the validity.

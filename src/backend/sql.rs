@@ -38,6 +38,7 @@
 //! lock) is each dialect's own; both also wake at the observed holder's expiry, and
 //! at the retry interval at the latest.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,270 +46,13 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{BackendError, Campaign};
-use crate::config::{bad, read_pem, read_secret_file, Cli, ConfigError};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
 pub mod mysql;
 pub mod postgres;
-
-/// The lease table's name when `--sql-table` is not given.
-pub const DEFAULT_TABLE: &str = "leasekeeper_leases";
-
-/// The two SQL dialects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dialect {
-    Postgres,
-    Mysql,
-}
-
-impl Dialect {
-    fn url_setting(self) -> &'static str {
-        match self {
-            Dialect::Postgres => "--postgres-url",
-            Dialect::Mysql => "--mysql-url",
-        }
-    }
-}
-
-/// The lease table, `table` or `schema.table`, each part a plain lowercase identifier
-/// (checked once here, so that it can be written into statements as it is).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Table {
-    pub schema: Option<String>,
-    pub name: String,
-}
-
-impl Table {
-    pub fn parse(raw: &str) -> Result<Table, ConfigError> {
-        let raw = raw.trim();
-        let ident_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 63
-                && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-                && s.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        };
-        let (schema, name) = match raw.split_once('.') {
-            Some((s, n)) => (Some(s), n),
-            None => (None, raw),
-        };
-        if !ident_ok(name) || schema.is_some_and(|s| !ident_ok(s)) {
-            return Err(bad(format!(
-                "--sql-table {raw:?} is not a table name; use lowercase letters, digits and '_' (at most 63, not starting with a digit), optionally as schema.table"
-            )));
-        }
-        Ok(Table {
-            schema: schema.map(str::to_owned),
-            name: name.to_owned(),
-        })
-    }
-
-    /// The name quoted with `q` (`"` for PostgreSQL, `` ` `` for MySQL).
-    pub fn quoted(&self, q: char) -> String {
-        match &self.schema {
-            Some(s) => format!("{q}{s}{q}.{q}{}{q}", self.name),
-            None => format!("{q}{}{q}", self.name),
-        }
-    }
-
-    /// As the user wrote it.
-    pub fn display(&self) -> String {
-        match &self.schema {
-            Some(s) => format!("{s}.{}", self.name),
-            None => self.name.clone(),
-        }
-    }
-}
-
-/// How to reach the database: the dialect's connect options, read and checked.
-#[derive(Clone)]
-pub struct SqlSettings {
-    /// The URL without any secret, for logs.
-    pub url: String,
-    pub table: Table,
-    pub connect: SqlConnect,
-}
-
-/// The client library's own connect options (they carry the password: never printed).
-#[derive(Clone)]
-pub enum SqlConnect {
-    Postgres(sqlx::postgres::PgConnectOptions),
-    Mysql(sqlx::mysql::MySqlConnectOptions),
-}
-
-impl SqlSettings {
-    pub fn dialect(&self) -> Dialect {
-        match self.connect {
-            SqlConnect::Postgres(_) => Dialect::Postgres,
-            SqlConnect::Mysql(_) => Dialect::Mysql,
-        }
-    }
-}
-
-impl std::fmt::Debug for SqlSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlSettings")
-            .field("dialect", &self.dialect())
-            .field("url", &self.url)
-            .field("table", &self.table.display())
-            .finish()
-    }
-}
-
-/// `--postgres-url`/`--mysql-url` and the `--sql-*` settings, checked and read.
-pub fn settings(cli: &Cli, dialect: Dialect) -> Result<SqlSettings, ConfigError> {
-    let setting = dialect.url_setting();
-    let (raw, example, schemes): (_, _, &[&str]) = match dialect {
-        Dialect::Postgres => (
-            cli.postgres_url.as_deref(),
-            "postgres://leasekeeper@127.0.0.1:5432/app",
-            &["postgres", "postgresql"],
-        ),
-        Dialect::Mysql => (
-            cli.mysql_url.as_deref(),
-            "mysql://leasekeeper@127.0.0.1:3306/app",
-            &["mysql", "mariadb"],
-        ),
-    };
-    let raw = raw.map(str::trim).unwrap_or("");
-    let backend = match dialect {
-        Dialect::Postgres => "postgres",
-        Dialect::Mysql => "mysql",
-    };
-    if raw.is_empty() {
-        return Err(bad(format!(
-            "{setting} is required with --backend {backend}; write it like {example}"
-        )));
-    }
-    let shown = crate::config::redact(raw);
-    let url = url::Url::parse(raw).map_err(|e| {
-        bad(format!(
-            "{setting} {shown:?} is not a URL ({e}); write it like {example}"
-        ))
-    })?;
-    if !schemes.contains(&url.scheme()) {
-        return Err(bad(format!(
-            "{setting} {shown:?} must start with {}://, like {example}",
-            schemes[0]
-        )));
-    }
-    let password_in_query = url.query_pairs().any(|(k, _)| k == "password");
-    if url.password().is_some() || password_in_query {
-        return Err(bad(format!(
-            "{setting} {:?} carries a password; put it in --sql-password-file instead (a URL shows in the process list)",
-            redact_query(&shown)
-        )));
-    }
-    let table = Table::parse(cli.sql_table.as_deref().unwrap_or(DEFAULT_TABLE))?;
-    let password = cli
-        .sql_password_file
-        .as_deref()
-        .map(|p| read_secret_file("--sql-password-file", p))
-        .transpose()?;
-    let ca = cli
-        .sql_ca_file
-        .as_deref()
-        .map(|p| read_pem("--sql-ca-file", p))
-        .transpose()?;
-    let client = match (&cli.sql_cert_file, &cli.sql_key_file) {
-        (Some(c), Some(k)) => Some((
-            read_pem("--sql-cert-file", c)?,
-            read_pem("--sql-key-file", k)?,
-        )),
-        (None, None) => None,
-        (Some(_), None) => return Err(bad("--sql-cert-file needs --sql-key-file too")),
-        (None, Some(_)) => return Err(bad("--sql-key-file needs --sql-cert-file too")),
-    };
-    let tls_mode_in_url = url
-        .query_pairs()
-        .any(|(k, _)| k == "sslmode" || k == "ssl-mode");
-    let connect = match dialect {
-        Dialect::Postgres => {
-            use sqlx::postgres::{PgConnectOptions, PgSslMode};
-            let mut o: PgConnectOptions = raw
-                .parse()
-                .map_err(|e| bad(format!("{setting} {shown:?}: {e}")))?;
-            if let Some(p) = &password {
-                o = o.password(p);
-            }
-            if let Some(ca) = ca {
-                o = o.ssl_root_cert_from_pem(ca);
-                if !tls_mode_in_url {
-                    o = o.ssl_mode(PgSslMode::VerifyFull);
-                }
-            }
-            if let Some((cert, key)) = &client {
-                o = o
-                    .ssl_client_cert_from_pem(cert)
-                    .ssl_client_key_from_pem(key);
-            }
-            if matches!(o.get_ssl_mode(), PgSslMode::Disable)
-                && (cli.sql_ca_file.is_some() || client.is_some())
-            {
-                return Err(bad(format!(
-                    "{setting} {shown:?} turns TLS off (sslmode=disable), but TLS files were given"
-                )));
-            }
-            SqlConnect::Postgres(o.application_name("leasekeeper"))
-        }
-        Dialect::Mysql => {
-            use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
-            let mut o: MySqlConnectOptions = raw
-                .parse()
-                .map_err(|e| bad(format!("{setting} {shown:?}: {e}")))?;
-            if let Some(p) = &password {
-                o = o.password(p);
-            }
-            if let Some(ca) = ca {
-                o = o.ssl_ca_from_pem(ca);
-                if !tls_mode_in_url {
-                    o = o.ssl_mode(MySqlSslMode::VerifyIdentity);
-                }
-            }
-            if let Some((cert, key)) = &client {
-                o = o
-                    .ssl_client_cert_from_pem(cert)
-                    .ssl_client_key_from_pem(key);
-            }
-            if matches!(o.get_ssl_mode(), MySqlSslMode::Disabled)
-                && (cli.sql_ca_file.is_some() || client.is_some())
-            {
-                return Err(bad(format!(
-                    "{setting} {shown:?} turns TLS off (ssl-mode=disabled), but TLS files were given"
-                )));
-            }
-            if o.get_database().is_none() && table.schema.is_none() {
-                return Err(bad(format!(
-                    "{setting} {shown:?} names no database; add it to the URL (mysql://user@host:3306/app) or write --sql-table as database.table"
-                )));
-            }
-            SqlConnect::Mysql(o)
-        }
-    };
-    Ok(SqlSettings {
-        url: shown,
-        table,
-        connect,
-    })
-}
-
-/// Hides a `password=` query parameter's value.
-fn redact_query(url: &str) -> String {
-    match url.split_once('?') {
-        Some((base, query)) => {
-            let parts: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some(("password", _)) => "password=***".to_owned(),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{base}?{}", parts.join("&"))
-        }
-        None => url.to_owned(),
-    }
-}
+mod settings;
+pub use settings::{Args, Dialect, SqlConnect, SqlSettings, Table, DEFAULT_TABLE};
 
 /// A fresh tenure id.
 pub(crate) fn new_tenure_id() -> String {
@@ -326,7 +70,7 @@ pub(crate) const QUARANTINE: &str = "quarantine";
 
 /// The row as one statement saw it.
 #[derive(Debug, Clone)]
-pub(crate) struct LeaseRow {
+pub struct LeaseRow {
     pub holder: String,
     pub tenure: String,
     pub token: i64,
@@ -336,7 +80,7 @@ pub(crate) struct LeaseRow {
 
 /// This candidate's side of the lease row: its tenure id, the highest token it has
 /// seen, and what it observed last. Shared by both dialects.
-pub(crate) struct Tenancy {
+pub struct Tenancy {
     pub election: String,
     pub identity: String,
     pub ttl: Duration,
@@ -407,25 +151,13 @@ impl Tenancy {
     }
 }
 
-/// A follower's wait: `wake`, the observed holder's expiry (used once), or `max`.
-pub(crate) async fn wait_for(wake: &Notify, hint: &mut Option<Instant>, max: Duration) {
-    let mut until = Instant::now() + max;
-    if let Some(h) = hint.take() {
-        until = until.min(h);
-    }
-    tokio::select! {
-        _ = wake.notified() => {}
-        _ = tokio::time::sleep_until(until) => {}
-    }
-}
-
 /// One connection for the lease statements. A request that did not finish (the
 /// elector dropped it on its timeout) leaves the connection in an unknown state: the
 /// next request opens a fresh one, and so does any error below SQL (I/O, TLS,
 /// protocol). Each fresh connection is announced on `reconnected`, so that the
 /// dialect's wake-up connection is renewed with it (a partition that broke one may
 /// have left the other half-open).
-pub(crate) struct Session<C: sqlx::Connection> {
+pub struct Session<C: sqlx::Connection> {
     options: <C as sqlx::Connection>::Options,
     conn: Option<C>,
     in_flight: bool,
@@ -500,128 +232,164 @@ pub enum TableError {
     Backend(#[from] BackendError),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
+/// What differs between PostgreSQL and MySQL: the statements, the table's creation
+/// and how followers are woken. Each method runs one request on the shared
+/// [`Session`]; the lease-row rules around them live in [`SqlBackend`].
+pub trait SqlDialect: Send + 'static {
+    type Conn: sqlx::Connection;
 
-    fn parse(args: &[&str]) -> Result<SqlSettings, ConfigError> {
-        let mut all = vec!["leasekeeper"];
-        all.extend_from_slice(args);
-        let cli = Cli::try_parse_from(all).expect("flags");
-        let dialect = if cli.mysql_url.is_some() {
-            Dialect::Mysql
+    /// The backend's name in `Status` and metrics.
+    const NAME: &'static str;
+
+    /// Creates the lease table if it is missing.
+    fn prepare(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+    ) -> impl Future<Output = Result<(), TableError>> + Send;
+
+    /// The take statement (see the module doc); the row as it stands afterwards.
+    fn take(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+    ) -> impl Future<Output = Result<Option<LeaseRow>, BackendError>> + Send;
+
+    /// Moves our row's expiry; true when the row was ours.
+    fn renew(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Frees the row if its tenure is `tenure`.
+    fn release(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+        tenure: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The tenure in the election's row now, if the row exists.
+    fn own_tenure(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
+
+    /// This candidate just took the row.
+    fn acquired(&mut self) {}
+
+    /// After the release statement, whatever its fate.
+    fn released(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// Resolves when the leader should look at its own row again.
+    fn next_look(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// A follower's wait for a change of holder.
+    fn wait_for_change(
+        &mut self,
+        tenancy: &mut Tenancy,
+        max: Duration,
+    ) -> impl Future<Output = Wake> + Send;
+}
+
+/// The SQL backend over one dialect: the lease-row rules of the module doc.
+pub struct SqlBackend<D: SqlDialect> {
+    session: Session<D::Conn>,
+    tenancy: Tenancy,
+    dialect: D,
+}
+
+impl<D: SqlDialect> SqlBackend<D> {
+    pub(crate) fn with_dialect(session: Session<D::Conn>, lease: &Candidacy, dialect: D) -> Self {
+        SqlBackend {
+            session,
+            tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
+            dialect,
+        }
+    }
+
+    /// Creates the lease table if it is missing. A user who may not create it is bad
+    /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
+    pub async fn prepare(&mut self) -> Result<(), TableError> {
+        self.dialect.prepare(&mut self.session).await
+    }
+}
+
+impl<D: SqlDialect> Backend for SqlBackend<D> {
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.tenancy.ttl
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        if let Err(e) = self.prepare().await {
+            return Err(match e {
+                TableError::Backend(b) => b,
+                refused => {
+                    tracing::error!("{refused}");
+                    BackendError::Store {
+                        op: "campaign",
+                        message: refused.to_string(),
+                    }
+                }
+            });
+        }
+        let row = self.dialect.take(&mut self.session, &self.tenancy).await?;
+        let campaign = self.tenancy.judge(row)?;
+        if matches!(campaign, Campaign::Acquired { .. }) {
+            self.dialect.acquired();
+        }
+        Ok(campaign)
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        if !self.tenancy.holding {
+            return Ok(Renewal::Lost);
+        }
+        let ours = self.dialect.renew(&mut self.session, &self.tenancy).await?;
+        Ok(if ours {
+            Renewal::Renewed
         } else {
-            Dialect::Postgres
-        };
-        settings(&cli, dialect)
+            Renewal::Lost
+        })
     }
 
-    #[test]
-    fn table_names_are_plain_identifiers() {
-        assert_eq!(
-            Table::parse("leases").expect("ok").quoted('"'),
-            "\"leases\""
-        );
-        assert_eq!(
-            Table::parse("ops.leases").expect("ok").quoted('`'),
-            "`ops`.`leases`"
-        );
-        for bad in [
-            "",
-            "Leases",
-            "1x",
-            "a-b",
-            "a.b.c",
-            "x;drop",
-            "a b",
-            &"x".repeat(64),
-        ] {
-            let e = Table::parse(bad).expect_err(bad).to_string();
-            assert!(e.starts_with("--sql-table") && !e.contains('\n'), "{e}");
+    async fn release(&mut self) -> Result<(), BackendError> {
+        let tenure = self.tenancy.rotate();
+        let election = self.tenancy.election.clone();
+        let freed = self
+            .dialect
+            .release(&mut self.session, &election, &tenure)
+            .await;
+        // The row first, then the dialect's signal: a follower woken by it finds the
+        // row free.
+        self.dialect.released().await;
+        freed
+    }
+
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        self.dialect.wait_for_change(&mut self.tenancy, max).await
+    }
+
+    async fn record_lost(&mut self) {
+        loop {
+            self.dialect.next_look().await;
+            if !self.tenancy.holding {
+                continue;
+            }
+            // A read that fails says nothing; the renewals decide then.
+            let election = &self.tenancy.election;
+            match self.dialect.own_tenure(&mut self.session, election).await {
+                Ok(Some(t)) if t == self.tenancy.tenure => {}
+                Ok(_) => return,
+                Err(_) => {}
+            }
         }
-    }
-
-    #[test]
-    fn urls_are_checked_and_passwords_refused() {
-        assert!(parse(&["--postgres-url", "postgres://lk@127.0.0.1:5432/app"]).is_ok());
-        assert!(parse(&["--mysql-url", "mysql://lk@127.0.0.1:3306/app"]).is_ok());
-        let cases: &[(&[&str], &str)] = &[
-            (
-                &["--postgres-url", "postgres://lk:s3cret@h/app"],
-                "--sql-password-file",
-            ),
-            (
-                &["--postgres-url", "postgres://lk@h/app?password=s3cret"],
-                "--sql-password-file",
-            ),
-            (
-                &["--mysql-url", "mysql://lk:s3cret@h/app"],
-                "--sql-password-file",
-            ),
-            (
-                &["--postgres-url", "mysql://lk@h/app"],
-                "must start with postgres://",
-            ),
-            (&["--mysql-url", "mysql://lk@h:3306"], "names no database"),
-            (&["--postgres-url", "not a url"], "is not a URL"),
-            (
-                &[
-                    "--postgres-url",
-                    "postgres://lk@h/app",
-                    "--sql-cert-file",
-                    "/x",
-                ],
-                "--sql-cert-file needs --sql-key-file",
-            ),
-            (
-                &[
-                    "--postgres-url",
-                    "postgres://lk@h/app",
-                    "--sql-ca-file",
-                    "/nonexistent/ca.pem",
-                ],
-                "--sql-ca-file /nonexistent/ca.pem",
-            ),
-            (
-                &[
-                    "--postgres-url",
-                    "postgres://lk@h/app",
-                    "--sql-password-file",
-                    "/nonexistent",
-                ],
-                "--sql-password-file /nonexistent",
-            ),
-            (
-                &[
-                    "--postgres-url",
-                    "postgres://lk@h/app",
-                    "--sql-table",
-                    "Bad-Name",
-                ],
-                "--sql-table",
-            ),
-        ];
-        for (args, want) in cases {
-            let e = parse(args).expect_err(&format!("{args:?}")).to_string();
-            assert!(e.contains(want), "{args:?}: {e}");
-            assert!(
-                !e.contains("s3cret"),
-                "the password reached the message: {e}"
-            );
-            assert!(!e.contains('\n'), "{e}");
-        }
-    }
-
-    #[test]
-    fn a_mysql_table_may_name_its_database() {
-        let s = parse(&[
-            "--mysql-url",
-            "mysql://lk@h:3306",
-            "--sql-table",
-            "app.leases",
-        ])
-        .expect("database from the table");
-        assert_eq!(s.table.schema.as_deref(), Some("app"));
     }
 }

@@ -48,9 +48,11 @@ use zookeeper_client::{
     Acls, Client, CreateMode, EventType, SessionState, StateWatcher, TlsOptions, WatchedEvent,
 };
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
-use crate::config::ZkSettings;
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::Holder;
+
+mod settings;
+pub use settings::{Args, ZkSettings, ZkTls};
 
 fn zk(op: &'static str) -> impl FnOnce(zookeeper_client::Error) -> BackendError {
     move |e| BackendError::Store {
@@ -118,15 +120,10 @@ impl ZkBackend {
         }
     }
 
-    pub fn new(
-        settings: &ZkSettings,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        renew_interval: Duration,
-    ) -> Self {
+    pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
+        let (election, identity, ttl) = (lease.election, lease.identity, lease.timing.ttl);
         ZkBackend {
-            renew_interval,
+            renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
             dir: format!("{}/{election}", settings.root.trim_end_matches('/')),
             identity: identity.to_owned(),

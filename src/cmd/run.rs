@@ -1,5 +1,5 @@
 //! `leasekeeper run [flags] -- CMD ARGS…`: the command line of exec mode. The flags
-//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]); everything after
+//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]; `run`-only flags are [`crate::publish::exec::Args`]); everything after
 //! the first `--` is the command.
 
 use std::ffi::OsString;

@@ -256,10 +256,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -15,7 +15,46 @@ use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use super::hooks::{http_client, post_json, HttpClient};
+use crate::settings::{duration_or, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
+
+/// The drain flags.
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+#[command(next_help_heading = "Drain before release")]
+pub struct Args {
+    /// http:// URL POSTed before a graceful release; the lease is kept (and renewed) until it answers 2xx.
+    #[arg(long, env = "LEASEKEEPER_DRAIN_URL")]
+    pub drain_url: Option<String>,
+    /// Longest wait for --drain-url, never past the claim's deadline [default: 30s].
+    #[arg(long, env = "LEASEKEEPER_DRAIN_TIMEOUT", allow_hyphen_values = true)]
+    pub drain_timeout: Option<String>,
+}
+
+/// Where and how long to drain.
+#[derive(Clone, Debug)]
+pub struct DrainSettings {
+    /// POSTed before a graceful release; none: no drain.
+    pub url: Option<hyper::Uri>,
+    pub timeout: Duration,
+}
+
+impl Args {
+    pub fn settings(&self) -> Result<DrainSettings, ConfigError> {
+        Ok(DrainSettings {
+            url: self
+                .drain_url
+                .as_deref()
+                .map(|u| parse_http_url("--drain-url", u))
+                .transpose()?,
+            timeout: duration_or(
+                "--drain-timeout",
+                self.drain_timeout.as_deref(),
+                Duration::from_secs(30),
+            )?,
+        })
+    }
+}
 
 pub struct Drain {
     url: hyper::Uri,

@@ -32,10 +32,51 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::{monotonic_now_ns, to_monotonic_ns};
+use crate::settings::{bad, duration_or, parse_bool, ConfigError};
 use crate::status::{FencingToken, Role, Status};
 
 /// The hidden first argument that makes the binary a guard.
 pub const GUARD_ARG: &str = "__exec-guard";
+
+/// The flags of `run` (an error without it).
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+#[command(next_help_heading = "Exec mode (leasekeeper run [flags] -- CMD)")]
+pub struct Args {
+    /// `run` only: longest time from SIGTERM to SIGKILL of the command; never past the claim's deadline [default: 10s].
+    #[arg(long, env = "LEASEKEEPER_KILL_GRACE", allow_hyphen_values = true)]
+    pub kill_grace: Option<String>,
+    /// `run` only: campaign again when the command exits by itself, instead of exiting with its code.
+    #[arg(long, env = "LEASEKEEPER_RESTART", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub restart: Option<String>,
+}
+
+impl Args {
+    /// The settings for CMD, or `None` without `run`; a `run`-only flag without
+    /// `run` is bad input.
+    pub fn settings(
+        &self,
+        cmd: Option<Vec<OsString>>,
+    ) -> Result<Option<ExecSettings>, ConfigError> {
+        let Some(cmd) = cmd else {
+            if self.kill_grace.is_some() || self.restart.is_some() {
+                return Err(bad(
+                    "--kill-grace and --restart are for `leasekeeper run [flags] -- CMD` only",
+                ));
+            }
+            return Ok(None);
+        };
+        Ok(Some(ExecSettings {
+            cmd,
+            kill_grace: duration_or(
+                "--kill-grace",
+                self.kill_grace.as_deref(),
+                Duration::from_secs(10),
+            )?,
+            restart: parse_bool("--restart", self.restart.as_deref())?,
+        }))
+    }
+}
 
 /// What `run` needs beyond the usual settings.
 #[derive(Clone, Debug)]

@@ -17,7 +17,46 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, timeout_at, Instant};
 
+use crate::backoff::Backoff;
+use crate::settings::{bad, duration_or, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
+
+/// The hook flags.
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+#[command(next_help_heading = "Hooks")]
+pub struct Args {
+    /// Shell command run on every change of role, leader or token (Status JSON on stdin).
+    #[arg(long, env = "LEASEKEEPER_ON_CHANGE")]
+    pub on_change: Option<String>,
+    /// http:// URL POSTed the Status JSON on every change of role, leader or token.
+    #[arg(long, env = "LEASEKEEPER_NOTIFY_URL")]
+    pub notify_url: Option<String>,
+    /// Longest run of an --on-change command, and of one --notify-url POST [default: 10s].
+    #[arg(long, env = "LEASEKEEPER_HOOK_TIMEOUT", allow_hyphen_values = true)]
+    pub hook_timeout: Option<String>,
+}
+
+impl Args {
+    pub fn settings(&self) -> Result<HookSettings, ConfigError> {
+        Ok(HookSettings {
+            on_change: match self.on_change.as_deref().map(str::trim) {
+                Some("") => return Err(bad("--on-change is empty; give a shell command")),
+                other => other.map(str::to_owned),
+            },
+            notify_url: self
+                .notify_url
+                .as_deref()
+                .map(|u| parse_http_url("--notify-url", u))
+                .transpose()?,
+            timeout: duration_or(
+                "--hook-timeout",
+                self.hook_timeout.as_deref(),
+                Duration::from_secs(10),
+            )?,
+        })
+    }
+}
 
 /// Where role changes go.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +67,13 @@ pub struct HookSettings {
     pub notify_url: Option<hyper::Uri>,
     /// The longest a hook command may run, and a POST attempt may take.
     pub timeout: Duration,
+}
+
+impl HookSettings {
+    /// Whether any hook is set.
+    pub fn any(&self) -> bool {
+        self.on_change.is_some() || self.notify_url.is_some()
+    }
 }
 
 /// One change, as the hooks see it.
@@ -184,7 +230,7 @@ async fn post_changes(
         let Some(change) = changes.borrow_and_update().clone() else {
             continue;
         };
-        let mut wait = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(60));
         for attempt in 1..=POST_ATTEMPTS {
             match post_json(&client, &url, &change.json, Instant::now() + limit).await {
                 Ok(()) => break,
@@ -202,7 +248,7 @@ async fn post_changes(
             }
             // A newer change replaces this one.
             tokio::select! {
-                _ = sleep(wait) => {}
+                _ = sleep(backoff.next_wait()) => {}
                 changed = changes.changed() => {
                     if changed.is_err() {
                         return;
@@ -211,7 +257,6 @@ async fn post_changes(
                     break;
                 }
             }
-            wait *= 2;
         }
     }
 }

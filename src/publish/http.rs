@@ -22,7 +22,54 @@ use tokio_stream::wrappers::WatchStream;
 
 use super::metrics::Metrics;
 use crate::elector::{Heartbeat, ReleaseRequest};
+use crate::settings::{bad, parse_bool, ConfigError};
 use crate::status::{Role, Status};
+
+/// The HTTP flags.
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+#[command(next_help_heading = "HTTP API")]
+pub struct Args {
+    /// Status and metrics listener [default: 0.0.0.0:4040].
+    #[arg(long, env = "LEASEKEEPER_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+    /// Allow POST /release from loopback.
+    #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_release_endpoint: Option<String>,
+}
+
+/// Where the API listens and what it allows.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpSettings {
+    pub addr: SocketAddr,
+    pub enable_release_endpoint: bool,
+}
+
+impl Args {
+    pub fn settings(&self) -> Result<HttpSettings, ConfigError> {
+        Ok(HttpSettings {
+            addr: parse_http_addr(self.http_addr.as_deref().unwrap_or("0.0.0.0:4040"))?,
+            enable_release_endpoint: parse_bool(
+                "--enable-release-endpoint",
+                self.enable_release_endpoint.as_deref(),
+            )?,
+        })
+    }
+}
+
+/// `host:port`, or `:port` for every address.
+fn parse_http_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
+    let candidate = if raw.starts_with(':') {
+        format!("0.0.0.0{raw}")
+    } else {
+        raw.to_owned()
+    };
+    candidate.parse().map_err(|_| {
+        bad(format!(
+            "--http-addr {raw:?} is not an address; write it like 0.0.0.0:4040 or 127.0.0.1:8080"
+        ))
+    })
+}
 
 /// What the handlers read.
 #[derive(Clone)]

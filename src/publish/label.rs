@@ -38,10 +38,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+use super::metrics::Metrics;
 use crate::backoff::Backoff;
-use crate::config::PodLabelSettings;
-use crate::publish::metrics::Metrics;
 use crate::status::{FencingToken, Status};
+
+mod settings;
+pub use settings::{Args, PodLabelSettings};
 
 /// The label every candidate Pod carries, with its election's name as the value.
 pub const ELECTION_LABEL: &str = "leasekeeper.io/election";

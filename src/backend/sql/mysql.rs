@@ -39,8 +39,12 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
 
-use super::{LeaseRow, Session, SqlConnect, SqlSettings, TableError, Tenancy, QUARANTINE};
-use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
+use super::{
+    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
+    QUARANTINE,
+};
+use crate::backend::{BackendError, Candidacy, Wake};
+use crate::backoff::Backoff;
 
 struct Statements {
     exists: String,
@@ -116,12 +120,14 @@ enum Want {
     Lead,
 }
 
-pub struct MysqlBackend {
-    session: Session<MySqlConnection>,
+/// The `mysql` backend (MySQL and MariaDB).
+pub type MysqlBackend = SqlBackend<Mysql>;
+
+/// MySQL's side of the lease row: its statements and its signal connection.
+pub struct Mysql {
     table: Table,
     user: String,
     statements: Statements,
-    tenancy: Tenancy,
     table_ready: bool,
     want: watch::Sender<Want>,
     /// Whether the signal connection holds the named lock now.
@@ -132,17 +138,9 @@ pub struct MysqlBackend {
     signal: JoinHandle<()>,
 }
 
-use super::Table;
-
 impl MysqlBackend {
     /// Connects lazily: an unreachable server is not an error here, the elector retries.
-    pub fn new(
-        settings: &SqlSettings,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        timing: &crate::config::Timing,
-    ) -> Result<Self, BackendError> {
+    pub fn new(settings: &SqlSettings, lease: &Candidacy) -> Result<Self, BackendError> {
         let SqlConnect::Mysql(options) = &settings.connect else {
             return Err(BackendError::Store {
                 op: "connect",
@@ -156,13 +154,13 @@ impl MysqlBackend {
             .clone()
             .or_else(|| options.get_database().map(str::to_owned))
             .unwrap_or_default();
-        let name = lock_name(&database, &settings.table.name, election);
         let (want, want_rx) = watch::channel(Want::Rest);
         let (held_tx, held) = watch::channel(false);
         let woke = Arc::new(Notify::new());
+        let timing = lease.timing;
         let signal = tokio::spawn(signal(SignalParts {
             options: options.clone(),
-            name,
+            name: lock_name(&database, &settings.table.name, lease.election),
             want: want_rx,
             held: held_tx,
             woke: woke.clone(),
@@ -171,71 +169,48 @@ impl MysqlBackend {
             follow_wait: timing.retry_interval,
             check_every: timing.renew_interval,
         }));
-        Ok(MysqlBackend {
-            session,
+        let dialect = Mysql {
             statements: Statements::for_table(&settings.table.quoted('`')),
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
-            tenancy: Tenancy::new(election, identity, ttl),
             table_ready: false,
             want,
             held,
             woke,
             op_timeout: timing.backend_timeout,
             signal,
-        })
+        };
+        Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
+}
 
-    /// Creates the lease table if it is missing. A user who may not create it is bad
-    /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
-    pub async fn prepare(&mut self) -> Result<(), TableError> {
-        if self.table_ready {
-            return Ok(());
-        }
-        let conn = self.session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(self.table.schema.as_deref())
-            .bind(&self.table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        let found = self.session.end("prepare", found)?;
-        if found == 0 {
-            let conn = self.session.begin("prepare").await?;
-            let created = sqlx::query(&self.statements.create)
-                .execute(&mut *conn)
-                .await;
-            match created {
-                Err(e) if is_denied(&e) => {
-                    self.session.end("prepare", Ok(()))?;
-                    return Err(TableError::NotAllowed {
-                        table: self.table.display(),
-                        user: self.user.clone(),
-                        detail: e
-                            .as_database_error()
-                            .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                    });
-                }
-                other => {
-                    self.session.end("prepare", other)?;
-                    tracing::info!(table = %self.table.display(), "created the lease table");
-                }
-            }
-        }
-        self.table_ready = true;
-        Ok(())
+fn ttl_us(t: &Tenancy) -> i64 {
+    i64::try_from(t.ttl.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The row as this candidate just took it (the server passed the token on).
+fn ours(t: &Tenancy, token: i64) -> LeaseRow {
+    LeaseRow {
+        holder: t.identity.clone(),
+        tenure: t.tenure.clone(),
+        token,
+        left_ms: t.ttl_ms(),
     }
+}
 
-    fn ttl_us(&self) -> i64 {
-        i64::try_from(self.tenancy.ttl.as_micros()).unwrap_or(i64::MAX)
-    }
-
-    async fn read(&mut self, op: &'static str) -> Result<Option<LeaseRow>, BackendError> {
-        let conn = self.session.begin(op).await?;
+impl Mysql {
+    async fn read(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        op: &'static str,
+        election: &str,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        let conn = session.begin(op).await?;
         let row = sqlx::query(&self.statements.read)
-            .bind(&self.tenancy.election)
+            .bind(election)
             .fetch_optional(&mut *conn)
             .await;
-        let row = self.session.end(op, row)?;
+        let row = session.end(op, row)?;
         row.map(|r| {
             Ok(LeaseRow {
                 holder: r.try_get(0)?,
@@ -248,71 +223,65 @@ impl MysqlBackend {
         .map_err(super::sql(op))
     }
 
-    async fn take(&mut self) -> Result<Option<LeaseRow>, BackendError> {
-        let ttl_us = self.ttl_us();
-        let ours = |t: &Tenancy, token: i64| LeaseRow {
-            holder: t.identity.clone(),
-            tenure: t.tenure.clone(),
-            token,
-            left_ms: t.ttl_ms(),
-        };
-        let t = &self.tenancy;
-        let conn = self.session.begin("campaign").await?;
+    /// The conditional take; the new token when it applied (0 when the server did
+    /// not pass it on), `None` when it did not.
+    async fn update_take(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<i64>, BackendError> {
+        let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.take)
             .bind(&t.tenure)
             .bind(t.floor_param())
             .bind(&t.tenure)
             .bind(&t.identity)
-            .bind(ttl_us)
+            .bind(ttl_us(t))
             .bind(&t.tenure)
             .bind(&t.election)
             .bind(&t.tenure)
             .execute(&mut *conn)
             .await;
-        let done = self.session.end("campaign", done)?;
-        if done.rows_affected() == 1 {
-            let token = i64::try_from(done.last_insert_id()).unwrap_or(0);
-            if token > 0 {
-                return Ok(Some(ours(&self.tenancy, token)));
-            }
-            // No token in the answer (a server that does not pass it on): look.
-            return self.read("campaign").await;
-        }
-        if let Some(row) = self.read("campaign").await? {
-            return Ok(Some(row));
-        }
-        // No row: insert ours, or a quarantine row if tokens were seen before.
-        let t = &self.tenancy;
+        let done = session.end("campaign", done)?;
+        Ok((done.rows_affected() == 1).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0)))
+    }
+
+    /// No row: inserts ours, or a quarantine row if tokens were seen before.
+    async fn insert_missing(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
         let quarantine = t.floor > 0;
         let (holder, tenure, token) = if quarantine {
             (String::new(), QUARANTINE.to_owned(), t.floor_param())
         } else {
             (t.identity.clone(), t.tenure.clone(), 1)
         };
-        let conn = self.session.begin("campaign").await?;
+        let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.insert)
             .bind(&t.election)
             .bind(&holder)
             .bind(&tenure)
             .bind(token)
-            .bind(ttl_us)
+            .bind(ttl_us(t))
             .execute(&mut *conn)
             .await;
-        let inserted = self.session.end("campaign", done)?.rows_affected() == 1;
+        let inserted = session.end("campaign", done)?.rows_affected() == 1;
         if inserted && !quarantine {
-            return Ok(Some(ours(&self.tenancy, 1)));
+            return Ok(Some(ours(t, 1)));
         }
         if quarantine && inserted {
             tracing::warn!(
-                floor = self.tenancy.floor,
+                floor = t.floor,
                 "the lease row was gone although tokens were handed out; fenced it for one ttl"
             );
         }
-        self.read("campaign").await
+        self.read(session, "campaign", &t.election).await
     }
 }
 
-impl Drop for MysqlBackend {
+impl Drop for Mysql {
     fn drop(&mut self) {
         self.signal.abort();
     }
@@ -351,12 +320,12 @@ struct SignalParts {
 
 /// Keeps the signal connection, reconnecting with backoff (see the module doc).
 async fn signal(mut p: SignalParts) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         p.held.send_replace(false);
         match timeout(p.op_timeout, MySqlConnection::connect_with(&p.options)).await {
             Ok(Ok(mut conn)) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 if *p.want.borrow() == Want::Follow {
                     // Releases may have happened while we were away.
                     p.woke.notify_one();
@@ -369,8 +338,7 @@ async fn signal(mut p: SignalParts) {
             Ok(Err(e)) => tracing::debug!(error = %e, "mysql signal connection failed"),
             Err(_) => tracing::debug!("mysql signal connection timed out"),
         }
-        sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        sleep(backoff.next_wait()).await;
     }
 }
 
@@ -460,115 +428,137 @@ async fn serve_signal(conn: &mut MySqlConnection, p: &mut SignalParts) {
     }
 }
 
-impl Backend for MysqlBackend {
-    fn name(&self) -> &'static str {
-        "mysql"
-    }
+impl SqlDialect for Mysql {
+    type Conn = MySqlConnection;
+    const NAME: &'static str = "mysql";
 
-    fn lease_ttl(&self) -> Duration {
-        self.tenancy.ttl
-    }
-
-    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        if let Err(e) = self.prepare().await {
-            return Err(match e {
-                TableError::Backend(b) => b,
-                refused => {
-                    tracing::error!("{refused}");
-                    BackendError::Store {
-                        op: "campaign",
-                        message: refused.to_string(),
-                    }
-                }
-            });
+    async fn prepare(&mut self, session: &mut Session<MySqlConnection>) -> Result<(), TableError> {
+        if self.table_ready {
+            return Ok(());
         }
-        let row = self.take().await?;
-        let campaign = self.tenancy.judge(row)?;
-        if matches!(campaign, Campaign::Acquired { .. }) {
-            self.want.send_replace(Want::Lead);
-        }
-        Ok(campaign)
-    }
-
-    async fn renew(&mut self) -> Result<Renewal, BackendError> {
-        if !self.tenancy.holding {
-            return Ok(Renewal::Lost);
-        }
-        let ttl_us = self.ttl_us();
-        let conn = self.session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.renew)
-            .bind(ttl_us)
-            .bind(&self.tenancy.election)
-            .bind(&self.tenancy.tenure)
-            .execute(&mut *conn)
+        let conn = session.begin("prepare").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
+            .bind(self.table.schema.as_deref())
+            .bind(&self.table.name)
+            .fetch_one(&mut *conn)
             .await;
-        let done = self.session.end("renew", done)?;
-        Ok(if done.rows_affected() == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::Lost
-        })
-    }
-
-    async fn release(&mut self) -> Result<(), BackendError> {
-        let tenure = self.tenancy.rotate();
-        let freed = async {
-            let conn = self.session.begin("release").await?;
-            let done = sqlx::query(&self.statements.release)
-                .bind(&self.tenancy.election)
-                .bind(&tenure)
+        if session.end("prepare", found)? == 0 {
+            let conn = session.begin("prepare").await?;
+            let created = sqlx::query(&self.statements.create)
                 .execute(&mut *conn)
                 .await;
-            self.session.end("release", done).map(|_| ())
+            match created {
+                Err(e) if is_denied(&e) => {
+                    session.end("prepare", Ok(()))?;
+                    return Err(TableError::NotAllowed {
+                        table: self.table.display(),
+                        user: self.user.clone(),
+                        detail: e
+                            .as_database_error()
+                            .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                    });
+                }
+                other => {
+                    session.end("prepare", other)?;
+                    tracing::info!(table = %self.table.display(), "created the lease table");
+                }
+            }
         }
-        .await;
-        // The row first, then the signal: a follower woken by the lock finds the row
-        // free. Even when the row could not be freed, the lock is no use to us now.
+        self.table_ready = true;
+        Ok(())
+    }
+
+    async fn take(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        match self.update_take(session, t).await? {
+            Some(token) if token > 0 => return Ok(Some(ours(t, token))),
+            // No token in the answer (a server that does not pass it on): look.
+            Some(_) => return self.read(session, "campaign", &t.election).await,
+            None => {}
+        }
+        if let Some(row) = self.read(session, "campaign", &t.election).await? {
+            return Ok(Some(row));
+        }
+        self.insert_missing(session, t).await
+    }
+
+    async fn renew(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("renew").await?;
+        let done = sqlx::query(&self.statements.renew)
+            .bind(ttl_us(t))
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .execute(&mut *conn)
+            .await;
+        Ok(session.end("renew", done)?.rows_affected() == 1)
+    }
+
+    async fn release(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+        tenure: &str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("release").await?;
+        let done = sqlx::query(&self.statements.release)
+            .bind(election)
+            .bind(tenure)
+            .execute(&mut *conn)
+            .await;
+        session.end("release", done).map(|_| ())
+    }
+
+    async fn own_tenure(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let conn = session.begin("watch").await?;
+        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
+            .bind(election)
+            .fetch_optional(&mut *conn)
+            .await;
+        session.end("watch", tenure)
+    }
+
+    fn acquired(&mut self) {
+        self.want.send_replace(Want::Lead);
+    }
+
+    async fn released(&mut self) {
+        // Even when the row could not be freed, the lock is no use to us now.
         self.want.send_replace(Want::Rest);
         let mut held = self.held.clone();
         let _ = timeout(self.op_timeout, held.wait_for(|h| !*h)).await;
-        freed
     }
 
-    async fn record_lost(&mut self) {
-        loop {
-            sleep(super::OWN_ROW_EVERY).await;
-            if !self.tenancy.holding {
-                continue;
-            }
-            let Ok(conn) = self.session.begin("watch").await else {
-                continue;
-            };
-            let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-                .bind(&self.tenancy.election)
-                .fetch_optional(&mut *conn)
-                .await;
-            // A read that fails says nothing; the renewals decide then.
-            match self.session.end("watch", tenure) {
-                Ok(Some(t)) if t == self.tenancy.tenure => {}
-                Ok(_) => return,
-                Err(_) => {}
-            }
-        }
+    async fn next_look(&mut self) {
+        sleep(super::OWN_ROW_EVERY).await;
     }
 
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+    async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
         if *self.held.borrow() {
             // We were woken by the lock and the row is still someone else's (the old
             // leader crashed and its row has not expired, or the leader does not hold
             // the lock): let the lock go to whoever queues for it, and sleep until
             // the row's expiry, or the retry interval.
             self.want.send_replace(Want::Rest);
-            let until = self.tenancy.expiry_hint.take();
             let mut sleep_for = max;
-            if let Some(h) = until {
+            if let Some(h) = tenancy.expiry_hint.take() {
                 sleep_for = sleep_for.min(h.saturating_duration_since(tokio::time::Instant::now()));
             }
             sleep(sleep_for).await;
             return Wake::Changed;
         }
         self.want.send_replace(Want::Follow);
-        super::wait_for(&self.woke, &mut self.tenancy.expiry_hint, max).await;
+        crate::backend::wait_for_wake(&self.woke, &mut tenancy.expiry_hint, max).await;
         Wake::Changed
     }
 }

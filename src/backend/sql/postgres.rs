@@ -35,8 +35,12 @@ use sqlx::Row;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{LeaseRow, Session, SqlConnect, SqlSettings, TableError, Tenancy, QUARANTINE};
-use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
+use super::{
+    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, TableError, Tenancy,
+    QUARANTINE,
+};
+use crate::backend::{BackendError, Candidacy, Wake};
+use crate::backoff::Backoff;
 
 /// The statements for one table, written once.
 struct Statements {
@@ -111,30 +115,26 @@ impl Statements {
     }
 }
 
-pub struct PostgresBackend {
-    session: Session<PgConnection>,
+/// The `postgres` backend.
+pub type PostgresBackend = SqlBackend<Postgres>;
+
+/// PostgreSQL's side of the lease row: its statements and its listener.
+pub struct Postgres {
     table: String,
     user: String,
     channel: String,
     statements: Statements,
-    tenancy: Tenancy,
-    table_ready: bool,
     /// Woken by the listener for followers.
     wake: Arc<Notify>,
     /// Woken by the listener for the leader's look at its own row.
     own_changed: Arc<Notify>,
     listener: JoinHandle<()>,
+    table_ready: bool,
 }
 
 impl PostgresBackend {
     /// Connects lazily: an unreachable server is not an error here, the elector retries.
-    pub fn new(
-        settings: &SqlSettings,
-        election: &str,
-        identity: &str,
-        ttl: Duration,
-        op_timeout: Duration,
-    ) -> Result<Self, BackendError> {
+    pub fn new(settings: &SqlSettings, lease: &Candidacy) -> Result<Self, BackendError> {
         let SqlConnect::Postgres(options) = &settings.connect else {
             return Err(BackendError::Store {
                 op: "connect",
@@ -145,72 +145,31 @@ impl PostgresBackend {
         let wake = Arc::new(Notify::new());
         let own_changed = Arc::new(Notify::new());
         let channel = settings.table.name.clone();
-        let listener = tokio::spawn(listen(
-            options.clone(),
-            channel.clone(),
-            election.to_owned(),
-            wake.clone(),
-            own_changed.clone(),
-            session.reconnected.clone(),
-            op_timeout,
-        ));
+        let listener = tokio::spawn(listen(Listener {
+            options: options.clone(),
+            channel: channel.clone(),
+            election: lease.election.to_owned(),
+            wake: wake.clone(),
+            own_changed: own_changed.clone(),
+            reconnected: session.reconnected.clone(),
+            op_timeout: lease.timing.backend_timeout,
+        }));
         let table = settings.table.quoted('"');
-        Ok(PostgresBackend {
-            session,
+        let dialect = Postgres {
             statements: Statements::for_table(&table),
             table,
             user: options.get_username().to_owned(),
             channel,
-            tenancy: Tenancy::new(election, identity, ttl),
-            table_ready: false,
             wake,
             own_changed,
             listener,
-        })
-    }
-
-    /// Creates the lease table if it is missing. A user who may not create it is bad
-    /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
-    pub async fn prepare(&mut self) -> Result<(), TableError> {
-        if self.table_ready {
-            return Ok(());
-        }
-        let conn = self.session.begin("prepare").await?;
-        let exists = sqlx::query_scalar::<_, bool>(&self.statements.exists)
-            .bind(&self.table)
-            .fetch_one(&mut *conn)
-            .await;
-        let exists = match exists {
-            Err(e) if is_denied(&e) => {
-                self.session.end("prepare", Ok(()))?;
-                return Err(self.not_allowed(&e));
-            }
-            other => self.session.end("prepare", other)?,
+            table_ready: false,
         };
-        if !exists {
-            let conn = self.session.begin("prepare").await?;
-            let created = sqlx::query(&self.statements.create)
-                .execute(&mut *conn)
-                .await;
-            match created {
-                Err(e) if is_denied(&e) => {
-                    self.session.end("prepare", Ok(()))?;
-                    return Err(self.not_allowed(&e));
-                }
-                // Two candidates creating it at once: one loses a catalog race.
-                Err(e) if code_of(&e).is_some_and(|c| c == "23505" || c == "42P07") => {
-                    self.session.end("prepare", Ok(()))?;
-                }
-                other => {
-                    self.session.end("prepare", other)?;
-                    tracing::info!(table = %self.table, "created the lease table");
-                }
-            }
-        }
-        self.table_ready = true;
-        Ok(())
+        Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
+}
 
+impl Postgres {
     fn not_allowed(&self, e: &sqlx::Error) -> TableError {
         TableError::NotAllowed {
             table: self.table.replace('"', ""),
@@ -221,42 +180,24 @@ impl PostgresBackend {
         }
     }
 
-    async fn take(&mut self) -> Result<Option<LeaseRow>, BackendError> {
-        let conn = self.session.begin("campaign").await?;
-        let row = sqlx::query(&self.statements.take)
-            .bind(&self.tenancy.election)
-            .bind(&self.tenancy.tenure)
-            .bind(&self.tenancy.identity)
-            .bind(self.tenancy.ttl_ms())
-            .bind(self.tenancy.floor_param())
-            .bind(&self.channel)
-            .fetch_optional(&mut *conn)
+    /// Whether the table is there; a user who may not even look is bad input.
+    async fn table_exists(&self, session: &mut Session<PgConnection>) -> Result<bool, TableError> {
+        let conn = session.begin("prepare").await?;
+        let exists = sqlx::query_scalar::<_, bool>(&self.statements.exists)
+            .bind(&self.table)
+            .fetch_one(&mut *conn)
             .await;
-        let row = self.session.end("campaign", row)?;
-        row.map(|r| {
-            Ok(LeaseRow {
-                holder: r.try_get(0)?,
-                tenure: r.try_get(1)?,
-                token: r.try_get(2)?,
-                left_ms: r.try_get(3)?,
-            })
-        })
-        .transpose()
-        .map_err(super::sql("campaign"))
-    }
-
-    /// The tenure id in our row now, if the row exists.
-    async fn own_tenure(&mut self) -> Result<Option<String>, BackendError> {
-        let conn = self.session.begin("watch").await?;
-        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(&self.tenancy.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        self.session.end("watch", tenure)
+        match exists {
+            Err(e) if is_denied(&e) => {
+                session.end("prepare", Ok(()))?;
+                Err(self.not_allowed(&e))
+            }
+            other => Ok(session.end("prepare", other)?),
+        }
     }
 }
 
-impl Drop for PostgresBackend {
+impl Drop for Postgres {
     fn drop(&mut self) {
         self.listener.abort();
     }
@@ -273,9 +214,8 @@ fn is_denied(e: &sqlx::Error) -> bool {
     code_of(e).is_some_and(|c| c == "42501")
 }
 
-/// Keeps one connection listening on the table's channel; wakes the follower on
-/// every notification for our election, and once after every (re)connect.
-async fn listen(
+/// What the listener task needs.
+struct Listener {
     options: PgConnectOptions,
     channel: String,
     election: String,
@@ -283,135 +223,178 @@ async fn listen(
     own_changed: Arc<Notify>,
     reconnected: Arc<Notify>,
     op_timeout: Duration,
-) {
-    let mut backoff = Duration::from_millis(50);
+}
+
+/// Keeps one connection listening on the table's channel; wakes the follower on
+/// every notification for our election, and once after every (re)connect.
+async fn listen(p: Listener) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let pool = PgPoolOptions::new()
             .max_connections(1)
-            .acquire_timeout(op_timeout)
-            .connect_lazy_with(options.clone());
+            .acquire_timeout(p.op_timeout)
+            .connect_lazy_with(p.options.clone());
         let listening = async {
             let mut l = PgListener::connect_with(&pool).await?;
             l.eager_reconnect(false);
-            l.listen(&channel).await?;
+            l.listen(&p.channel).await?;
             Ok::<_, sqlx::Error>(l)
         };
-        match tokio::time::timeout(op_timeout, listening).await {
+        match tokio::time::timeout(p.op_timeout, listening).await {
             Ok(Ok(mut l)) => {
-                backoff = Duration::from_millis(50);
-                wake.notify_one();
-                own_changed.notify_one();
-                loop {
-                    tokio::select! {
-                        n = l.try_recv() => match n {
-                            Ok(Some(n)) => {
-                                if n.payload() == election {
-                                    wake.notify_one();
-                                    own_changed.notify_one();
-                                }
-                            }
-                            Ok(None) => {
-                                tracing::debug!("postgres listener connection lost; reconnecting");
-                                break;
-                            }
-                            Err(e) => {
-                                tracing::debug!(error = %e, "postgres listener failed; reconnecting");
-                                break;
-                            }
-                        },
-                        _ = reconnected.notified() => break,
-                    }
-                }
+                backoff.reset();
+                p.wake.notify_one();
+                p.own_changed.notify_one();
+                relay(&mut l, &p).await;
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "postgres LISTEN failed"),
             Err(_) => tracing::debug!("postgres LISTEN timed out"),
         }
         drop(pool);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next_wait()).await;
     }
 }
 
-impl Backend for PostgresBackend {
-    fn name(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn lease_ttl(&self) -> Duration {
-        self.tenancy.ttl
-    }
-
-    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        if let Err(e) = self.prepare().await {
-            return Err(match e {
-                TableError::Backend(b) => b,
-                refused => {
-                    tracing::error!("{refused}");
-                    BackendError::Store {
-                        op: "campaign",
-                        message: refused.to_string(),
+/// Passes our election's notifications on until the connection must be renewed.
+async fn relay(l: &mut PgListener, p: &Listener) {
+    loop {
+        tokio::select! {
+            n = l.try_recv() => match n {
+                Ok(Some(n)) => {
+                    if n.payload() == p.election {
+                        p.wake.notify_one();
+                        p.own_changed.notify_one();
                     }
                 }
-            });
+                Ok(None) => {
+                    tracing::debug!("postgres listener connection lost; reconnecting");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "postgres listener failed; reconnecting");
+                    return;
+                }
+            },
+            _ = p.reconnected.notified() => return,
         }
-        let row = self.take().await?;
-        self.tenancy.judge(row)
     }
+}
 
-    async fn renew(&mut self) -> Result<Renewal, BackendError> {
-        if !self.tenancy.holding {
-            return Ok(Renewal::Lost);
+impl SqlDialect for Postgres {
+    type Conn = PgConnection;
+    const NAME: &'static str = "postgres";
+
+    async fn prepare(&mut self, session: &mut Session<PgConnection>) -> Result<(), TableError> {
+        if self.table_ready {
+            return Ok(());
         }
-        let conn = self.session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.renew)
-            .bind(&self.tenancy.election)
-            .bind(&self.tenancy.tenure)
-            .bind(self.tenancy.ttl_ms())
-            .execute(&mut *conn)
-            .await;
-        let done = self.session.end("renew", done)?;
-        Ok(if done.rows_affected() == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::Lost
-        })
-    }
-
-    async fn release(&mut self) -> Result<(), BackendError> {
-        let tenure = self.tenancy.rotate();
-        let conn = self.session.begin("release").await?;
-        let done = sqlx::query(&self.statements.release)
-            .bind(&self.tenancy.election)
-            .bind(&tenure)
-            .bind(&self.channel)
-            .execute(&mut *conn)
-            .await;
-        self.session.end("release", done)?;
+        if !self.table_exists(session).await? {
+            let conn = session.begin("prepare").await?;
+            let created = sqlx::query(&self.statements.create)
+                .execute(&mut *conn)
+                .await;
+            match created {
+                Err(e) if is_denied(&e) => {
+                    session.end("prepare", Ok(()))?;
+                    return Err(self.not_allowed(&e));
+                }
+                // Two candidates creating it at once: one loses a catalog race.
+                Err(e) if code_of(&e).is_some_and(|c| c == "23505" || c == "42P07") => {
+                    session.end("prepare", Ok(()))?;
+                }
+                other => {
+                    session.end("prepare", other)?;
+                    tracing::info!(table = %self.table, "created the lease table");
+                }
+            }
+        }
+        self.table_ready = true;
         Ok(())
     }
 
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        super::wait_for(&self.wake, &mut self.tenancy.expiry_hint, max).await;
-        Wake::Changed
+    async fn take(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let row = sqlx::query(&self.statements.take)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .bind(&t.identity)
+            .bind(t.ttl_ms())
+            .bind(t.floor_param())
+            .bind(&self.channel)
+            .fetch_optional(&mut *conn)
+            .await;
+        let row = session.end("campaign", row)?;
+        row.map(|r| {
+            Ok(LeaseRow {
+                holder: r.try_get(0)?,
+                tenure: r.try_get(1)?,
+                token: r.try_get(2)?,
+                left_ms: r.try_get(3)?,
+            })
+        })
+        .transpose()
+        .map_err(super::sql("campaign"))
     }
 
-    async fn record_lost(&mut self) {
-        loop {
-            // A notification (someone took or freed the row), or the next look: a
-            // plain UPDATE or DELETE by someone else notifies nobody.
-            tokio::select! {
-                _ = self.own_changed.notified() => {}
-                _ = tokio::time::sleep(super::OWN_ROW_EVERY) => {}
-            }
-            if !self.tenancy.holding {
-                continue;
-            }
-            // A read that fails says nothing; the renewals decide then.
-            match self.own_tenure().await {
-                Ok(Some(t)) if t == self.tenancy.tenure => {}
-                Ok(_) => return,
-                Err(_) => {}
-            }
+    async fn renew(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("renew").await?;
+        let done = sqlx::query(&self.statements.renew)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .bind(t.ttl_ms())
+            .execute(&mut *conn)
+            .await;
+        Ok(session.end("renew", done)?.rows_affected() == 1)
+    }
+
+    async fn release(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+        tenure: &str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("release").await?;
+        let done = sqlx::query(&self.statements.release)
+            .bind(election)
+            .bind(tenure)
+            .bind(&self.channel)
+            .execute(&mut *conn)
+            .await;
+        session.end("release", done).map(|_| ())
+    }
+
+    async fn own_tenure(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let conn = session.begin("watch").await?;
+        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
+            .bind(election)
+            .fetch_optional(&mut *conn)
+            .await;
+        session.end("watch", tenure)
+    }
+
+    async fn next_look(&mut self) {
+        // A notification (someone took or freed the row), or the next look: a plain
+        // UPDATE or DELETE by someone else notifies nobody.
+        tokio::select! {
+            _ = self.own_changed.notified() => {}
+            _ = tokio::time::sleep(super::OWN_ROW_EVERY) => {}
         }
+    }
+
+    async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
+        crate::backend::wait_for_wake(&self.wake, &mut tenancy.expiry_hint, max).await;
+        Wake::Changed
     }
 }

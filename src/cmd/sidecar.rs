@@ -1,0 +1,475 @@
+//! The sidecar itself (`leasekeeper [flags]` and `leasekeeper run [flags] -- CMD`):
+//! validate the settings, bind the listener, build the backend, start the elector and
+//! the publishers, wait for a signal or the end, and step down.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::error::ErrorKind;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::backend::etcd::EtcdBackend;
+use crate::backend::file::FileBackend;
+use crate::backend::kubernetes::KubeBackend;
+use crate::backend::redis::RedisBackend;
+use crate::backend::redlock::RedlockBackend;
+use crate::backend::sql::mysql::MysqlBackend;
+use crate::backend::sql::postgres::PostgresBackend;
+use crate::backend::sql::{Dialect, TableError};
+use crate::backend::{Backend, Candidacy};
+use crate::config::{BackendSettings, Cli, CliError, LogFormat, Settings};
+use crate::elector::{
+    await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
+};
+use crate::publish::drain::Drain;
+use crate::publish::exec::{Ended, Supervisor};
+use crate::publish::hooks::Hooks;
+use crate::publish::http::{router, ApiState};
+use crate::publish::label::PodLabeler;
+use crate::publish::metrics::Metrics;
+use crate::status::Status;
+
+/// Exit code for bad input (flags, environment, file).
+const USAGE: u8 = 2;
+
+/// Runs the sidecar; `args` is the whole command line (with `run` and its command).
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let settings = match settings(args) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    init_logging(settings.log_format);
+    for warning in &settings.warnings {
+        tracing::warn!("{warning}");
+    }
+    let runtime = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(settings)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line, whatever the error's own text looks like.
+            let text = format!("{e:#}");
+            eprintln!("error: {}", crate::settings::first_line(&text));
+            ExitCode::from(USAGE)
+        }
+    }
+}
+
+/// The validated settings, or the exit code after printing why not (or the help).
+fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("error: {e}");
+        ExitCode::from(USAGE)
+    };
+    let (args, cmd) = match super::run::split(args.clone()) {
+        Ok(Some(line)) => (line.flags, Some(line.cmd)),
+        Ok(None) => (args, None),
+        Err(e) => return Err(fail(&e)),
+    };
+    let cli = match Cli::parse_layers(args) {
+        Ok(cli) => cli,
+        Err(CliError::Clap(e))
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) =>
+        {
+            let _ = e.print();
+            return Err(ExitCode::SUCCESS);
+        }
+        Err(CliError::Clap(e)) => {
+            let text = e.to_string();
+            let line = crate::settings::first_line(&text);
+            return Err(fail(&line.strip_prefix("error: ").unwrap_or(&line)));
+        }
+        Err(CliError::Config(e)) => return Err(fail(&e)),
+    };
+    let settings = Settings::from_cli(cli, cmd).map_err(|e| fail(&e))?;
+    if let Some(exec) = &settings.exec {
+        super::run::check_program(&exec.cmd[0]).map_err(|e| fail(&e))?;
+    }
+    Ok(settings)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// What every backend's run shares once the input is known to be good.
+struct Start {
+    settings: Settings,
+    listener: tokio::net::TcpListener,
+    log: TransitionLog,
+    kube: Option<kube::Client>,
+}
+
+async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    // Everything that can be bad input is checked before the backend is touched.
+    let addr = settings.http.addr;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--http-addr {addr}: cannot listen"))?;
+    let log_path = settings.transition_log.as_deref();
+    let log = TransitionLog::open(log_path, &settings.identity).with_context(|| {
+        format!(
+            "--transition-log {}: cannot open it",
+            log_path
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
+    })?;
+    // The Kubernetes API client, when the backend or the Pod label needs one.
+    let needs_kube = settings.pod_label.is_some()
+        || matches!(settings.backend, BackendSettings::Kubernetes { .. });
+    let kube = match needs_kube {
+        true => Some(crate::kube_api::client(settings.kubeconfig.as_deref()).await?),
+        false => None,
+    };
+    with_backend(Start {
+        settings,
+        listener,
+        log,
+        kube,
+    })
+    .await
+}
+
+/// Builds the chosen backend and serves with it.
+async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
+    let s = &start.settings;
+    let lease = Candidacy {
+        election: &s.election,
+        identity: &s.identity,
+        timing: &s.timing,
+    };
+    match &s.backend {
+        BackendSettings::File { path } => {
+            serve(FileBackend::new(path.clone(), &lease), start).await
+        }
+        BackendSettings::Redis(redis) => {
+            let backend = RedisBackend::new(redis, &lease).context("--redis-url")?;
+            serve(backend, start).await
+        }
+        BackendSettings::Redlock(nodes) => {
+            let backend = RedlockBackend::new(nodes, &lease).context("--redis-url")?;
+            serve(backend, start).await
+        }
+        BackendSettings::Etcd(etcd) => serve(EtcdBackend::new(etcd, &lease), start).await,
+        BackendSettings::Zookeeper(zk) => {
+            serve(crate::backend::zookeeper::ZkBackend::new(zk, &lease), start).await
+        }
+        BackendSettings::Kubernetes { namespace } => {
+            let client = start.kube.clone().context("kubernetes client")?;
+            serve(KubeBackend::new(client, namespace, &lease), start).await
+        }
+        BackendSettings::Sql(sql) => match sql.dialect() {
+            Dialect::Postgres => {
+                let mut backend = PostgresBackend::new(sql, &lease).context("--postgres-url")?;
+                check_table(backend.prepare(), s).await?;
+                serve(backend, start).await
+            }
+            Dialect::Mysql => {
+                let mut backend = MysqlBackend::new(sql, &lease).context("--mysql-url")?;
+                check_table(backend.prepare(), s).await?;
+                serve(backend, start).await
+            }
+        },
+    }
+}
+
+/// The lease table at start: a user who may not create a missing table is bad input;
+/// a database that cannot be reached yet is not (the elector retries, and tries to
+/// create the table again then).
+async fn check_table(
+    prepared: impl std::future::Future<Output = Result<(), TableError>>,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    match tokio::time::timeout(settings.timing.backend_timeout, prepared).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e @ TableError::NotAllowed { .. })) => Err(e.into()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not reach the database or prepare the lease table yet; retrying");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!("the database did not answer in time; retrying");
+            Ok(())
+        }
+    }
+}
+
+/// The publishers' tasks and what the main loop and the shutdown need of them.
+struct Running {
+    elector: JoinHandle<Exit>,
+    shutdown: watch::Sender<bool>,
+    own_releases: mpsc::Sender<ReleaseRequest>,
+    ended: Option<mpsc::Receiver<Ended>>,
+    restart: bool,
+    label_clear: Vec<watch::Receiver<bool>>,
+    labeler: Option<JoinHandle<()>>,
+    /// Tasks that may simply stop (the supervisor, the drain).
+    abort: Vec<JoinHandle<()>>,
+    hooks: Option<JoinHandle<()>>,
+    http_stop: oneshot::Sender<()>,
+    http: JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve<B: Backend>(backend: B, start: Start) -> anyhow::Result<ExitCode> {
+    let settings = start.settings.clone();
+    let backend_name = backend.name();
+    let mut running = spawn_all(backend, start);
+    tracing::info!(
+        election = %settings.election,
+        identity = %settings.identity,
+        backend = backend_name,
+        http = %settings.http.addr,
+        ttl = %humantime::format_duration(settings.timing.ttl),
+        "leasekeeper started"
+    );
+    let (exit, exec_code) = wait_for_the_end(&mut running).await;
+    stop_publishers(running, &settings).await;
+    exit_code(exit, exec_code)
+}
+
+/// Wires the status channel between the elector and every publisher and starts them.
+fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
+    let Start {
+        settings,
+        listener,
+        log,
+        kube,
+    } = start;
+    let t = &settings.timing;
+    let (status_tx, status_rx) = watch::channel(Status::new(
+        &settings.election,
+        &settings.identity,
+        backend.name(),
+        t.ttl,
+    ));
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (release_tx, release_rx) = mpsc::channel(1);
+    let heartbeat = Heartbeat::new(t);
+    let metrics = Arc::new(Metrics::new(backend.name()));
+    let labeler = match (&settings.pod_label, kube) {
+        (Some(label), Some(client)) => Some(PodLabeler::new(
+            client,
+            label.clone(),
+            status_rx.clone(),
+            metrics.clone(),
+            t.backend_timeout,
+        )),
+        _ => None,
+    };
+    let label_clear: Vec<watch::Receiver<bool>> = labeler.iter().map(PodLabeler::clear).collect();
+    let restart = settings.exec.as_ref().is_some_and(|e| e.restart);
+    let (supervisor, must_stop, ended) = match settings.exec.clone() {
+        Some(exec) => {
+            let claim = t.claim_length(t.ttl);
+            let (sup, stopped, ended) = Supervisor::new(
+                exec,
+                status_rx.clone(),
+                claim,
+                t.renew_interval + t.backend_timeout,
+            );
+            (Some(sup), vec![stopped], Some(ended))
+        }
+        None => (None, Vec::new(), None),
+    };
+    let (drain, drained) = match &settings.drain.url {
+        Some(url) => {
+            let (drain, done) = Drain::new(url.clone(), settings.drain.timeout, status_rx.clone());
+            (Some(drain), vec![done])
+        }
+        None => (None, Vec::new()),
+    };
+    let hooks = settings
+        .hooks
+        .any()
+        .then(|| Hooks::new(settings.hooks.clone(), status_rx.clone()));
+    let elector = Elector::new(
+        backend,
+        ElectorParts {
+            timing: *t,
+            status: status_tx,
+            observer: metrics.clone(),
+            log,
+            releases: release_rx,
+            shutdown: shutdown_rx,
+            heartbeat: heartbeat.clone(),
+            exit_on_loss: settings.exit_on_loss,
+            before_release: label_clear.clone(),
+            must_stop,
+            drained,
+            drain_timeout: settings.drain.timeout,
+        },
+    );
+    let api = router(ApiState {
+        status: status_rx,
+        heartbeat,
+        metrics,
+        releases: settings
+            .http
+            .enable_release_endpoint
+            .then(|| release_tx.clone()),
+    });
+    let (http_stop, http) = serve_http(listener, api);
+    let abort = [
+        supervisor.map(|s| tokio::spawn(s.run())),
+        drain.map(|d| tokio::spawn(d.run())),
+    ];
+    Running {
+        elector: tokio::spawn(elector.run()),
+        shutdown,
+        own_releases: release_tx,
+        ended,
+        restart,
+        label_clear,
+        labeler: labeler.map(|l| tokio::spawn(l.run())),
+        abort: abort.into_iter().flatten().collect(),
+        hooks: hooks.map(|h| tokio::spawn(h.run())),
+        http_stop,
+        http,
+    }
+}
+
+fn serve_http(
+    listener: tokio::net::TcpListener,
+    api: axum::Router,
+) -> (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let http = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            api.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    (stop, http)
+}
+
+/// Waits for the elector to end, a signal, or CMD's end (exec mode). Returns how the
+/// elector ended and CMD's own exit code when `run` ends because CMD did.
+async fn wait_for_the_end(r: &mut Running) -> (Result<Exit, tokio::task::JoinError>, Option<i32>) {
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let command_ended = async {
+            match r.ended.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            exit = &mut r.elector => return (exit, None),
+            () = &mut shutdown => {
+                tracing::info!("shutting down: stepping down and releasing");
+                let _ = r.shutdown.send(true);
+                return ((&mut r.elector).await, None);
+            }
+            Some(how) = command_ended => match how {
+                Ended::ByItself(code) if !r.restart => {
+                    tracing::info!(code, "the command exited; releasing and exiting with its code");
+                    let _ = r.shutdown.send(true);
+                    return ((&mut r.elector).await, Some(code));
+                }
+                Ended::ByItself(code) => {
+                    tracing::info!(code, "the command exited; releasing and campaigning again (--restart)");
+                    request_release(&r.own_releases).await;
+                }
+                Ended::Deadline => {
+                    tracing::warn!("the command was stopped as the claim's deadline came near; releasing");
+                    request_release(&r.own_releases).await;
+                }
+            },
+        }
+    }
+}
+
+/// After the elector ended: let the last change reach the hooks and the label, then
+/// stop the API.
+async fn stop_publishers(mut r: Running, settings: &Settings) {
+    for task in r.abort {
+        task.abort();
+    }
+    if let Some(task) = r.hooks {
+        // The last change (this candidate gone) may still be on its way; not for long.
+        let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
+    }
+    let _ = r.http_stop.send(());
+    if let Some(task) = r.labeler {
+        // Leaving for any reason (a loss with --exit-on-loss too): let the label show
+        // "not leader" before the labeler goes, within the backend timeout.
+        await_shown(&mut r.label_clear, settings.timing.backend_timeout).await;
+        task.abort();
+    }
+    // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.
+    let _ = tokio::time::timeout(Duration::from_millis(200), r.http).await;
+}
+
+fn exit_code(
+    exit: Result<Exit, tokio::task::JoinError>,
+    exec_code: Option<i32>,
+) -> anyhow::Result<ExitCode> {
+    match exit {
+        Ok(Exit::Shutdown) if exec_code.is_some() => Ok(ExitCode::from(
+            exec_code.and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+        )),
+        Ok(Exit::Shutdown) => {
+            tracing::info!("stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Exit::LostLeadership) => {
+            tracing::warn!("exiting because leadership was lost (--exit-on-loss)");
+            Ok(ExitCode::from(3))
+        }
+        Err(e) => Err(anyhow::anyhow!("the elector task failed: {e}")),
+    }
+}
+
+/// Asks the elector to release, as `POST /release` does (the answer is not awaited).
+async fn request_release(releases: &mpsc::Sender<ReleaseRequest>) {
+    let (reply, _answer) = oneshot::channel();
+    let _ = releases
+        .send(ReleaseRequest {
+            reply,
+            cooldown: None,
+        })
+        .await;
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers we can still stop on Ctrl-C.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
