@@ -320,7 +320,7 @@ fn backend_settings(
         },
         "redis" => BackendSettings::Redis(Box::new(cli.redis.single()?)),
         "redlock" => {
-            let (nodes, node_warnings) = redlock::quorum(&cli.redis)?;
+            let (nodes, node_warnings) = redlock::node_settings(&cli.redis)?;
             warnings.extend(node_warnings);
             BackendSettings::Redlock(nodes)
         }

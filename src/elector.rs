@@ -451,28 +451,7 @@ impl<B: Backend> Elector<B> {
         sent: Instant,
         mut deadline: Instant,
     ) -> TenureEnd {
-        let now = Instant::now();
-        self.claim_deadline = Some(deadline);
-        self.log
-            .record("claim_start", token, now, Some(sent), Some(deadline), None);
-        let identity = self.status.borrow().identity.clone();
-        let holder = Holder {
-            identity: identity.clone(),
-            token: Some(token),
-        };
-        self.status.send_modify(|s| {
-            s.role = Role::Leader;
-            s.claim = Some(Claim {
-                deadline,
-                token,
-                since: SystemTime::now(),
-            });
-            note_holder(s, Some(holder.clone()));
-            s.heard_at = Some((now, SystemTime::now()));
-            s.ready = true;
-        });
-        tracing::info!(token, identity = %identity, "acquired leadership");
-
+        self.publish_acquired(token, sent, deadline);
         let renew_interval = self.renew_interval();
         let mut next_renew = sent + renew_interval;
         loop {
@@ -513,51 +492,94 @@ impl<B: Backend> Elector<B> {
             if self.shutting_down() {
                 continue;
             }
-            let sent = Instant::now();
-            if sent >= deadline {
-                self.lose(token, "the deadline passed without a successful renew")
-                    .await;
-                return TenureEnd::TooSlow;
+            if let Some(end) = self.renew_once(token, &mut deadline, &mut next_renew).await {
+                return end;
             }
-            let budget = self.timing.backend_timeout.min(deadline - sent);
-            let result = timed(&*self.observer, "renew", budget, self.backend.renew()).await;
-            let now = Instant::now();
-            match result {
-                Ok(Renewal::Renewed) => {
-                    self.observer.renewed(true, now - sent);
-                    if now >= deadline {
-                        // Never extend a claim from a reply that arrives after the deadline.
-                        self.lose(token, "the renew answer arrived after the deadline")
-                            .await;
-                        return TenureEnd::TooSlow;
-                    }
-                    let extended = sent + self.claim_length();
-                    if extended > deadline {
-                        deadline = extended;
-                        self.claim_deadline = Some(deadline);
-                        self.log
-                            .record("deadline", token, now, None, Some(deadline), None);
-                    }
-                    self.status.send_modify(|s| {
-                        if let Some(c) = s.claim.as_mut() {
-                            c.deadline = deadline;
-                        }
-                        s.heard_at = Some((now, SystemTime::now()));
-                    });
-                    next_renew = sent + renew_interval;
-                }
-                Ok(Renewal::Lost) => {
-                    self.observer.renewed(false, now - sent);
-                    return self
-                        .lose(token, "the store no longer holds our lease")
+        }
+    }
+
+    /// The claim begins: the transition log, `Status` and the log line.
+    fn publish_acquired(&mut self, token: FencingToken, sent: Instant, deadline: Instant) {
+        let now = Instant::now();
+        self.claim_deadline = Some(deadline);
+        self.log
+            .record("claim_start", token, now, Some(sent), Some(deadline), None);
+        let identity = self.status.borrow().identity.clone();
+        let holder = Holder {
+            identity: identity.clone(),
+            token: Some(token),
+        };
+        self.status.send_modify(|s| {
+            s.role = Role::Leader;
+            s.claim = Some(Claim {
+                deadline,
+                token,
+                since: SystemTime::now(),
+            });
+            note_holder(s, Some(holder.clone()));
+            s.heard_at = Some((now, SystemTime::now()));
+            s.ready = true;
+        });
+        tracing::info!(token, identity = %identity, "acquired leadership");
+    }
+
+    /// One renewal, sent now: the deadline moves to the send time plus a claim when
+    /// the answer comes before the old deadline. `Some` when the tenure ends.
+    async fn renew_once(
+        &mut self,
+        token: FencingToken,
+        deadline: &mut Instant,
+        next_renew: &mut Instant,
+    ) -> Option<TenureEnd> {
+        let renew_interval = self.renew_interval();
+        let sent = Instant::now();
+        if sent >= *deadline {
+            self.lose(token, "the deadline passed without a successful renew")
+                .await;
+            return Some(TenureEnd::TooSlow);
+        }
+        let budget = self.timing.backend_timeout.min(*deadline - sent);
+        let result = timed(&*self.observer, "renew", budget, self.backend.renew()).await;
+        let now = Instant::now();
+        match result {
+            Ok(Renewal::Renewed) => {
+                self.observer.renewed(true, now - sent);
+                if now >= *deadline {
+                    // Never extend a claim from a reply that arrives after the deadline.
+                    self.lose(token, "the renew answer arrived after the deadline")
                         .await;
+                    return Some(TenureEnd::TooSlow);
                 }
-                Err(e) => {
-                    self.observer.renewed(false, now - sent);
-                    tracing::warn!(error = %e, token, "renew failed; retrying until the deadline");
-                    // Retry soon, but not in a tight loop against a failing store.
-                    next_renew = now + (renew_interval / 4).max(Duration::from_millis(10));
+                let extended = sent + self.claim_length();
+                if extended > *deadline {
+                    *deadline = extended;
+                    self.claim_deadline = Some(extended);
+                    self.log
+                        .record("deadline", token, now, None, Some(extended), None);
                 }
+                let current = *deadline;
+                self.status.send_modify(|s| {
+                    if let Some(c) = s.claim.as_mut() {
+                        c.deadline = current;
+                    }
+                    s.heard_at = Some((now, SystemTime::now()));
+                });
+                *next_renew = sent + renew_interval;
+                None
+            }
+            Ok(Renewal::Lost) => {
+                self.observer.renewed(false, now - sent);
+                Some(
+                    self.lose(token, "the store no longer holds our lease")
+                        .await,
+                )
+            }
+            Err(e) => {
+                self.observer.renewed(false, now - sent);
+                tracing::warn!(error = %e, token, "renew failed; retrying until the deadline");
+                // Retry soon, but not in a tight loop against a failing store.
+                *next_renew = now + (renew_interval / 4).max(Duration::from_millis(10));
+                None
             }
         }
     }

@@ -289,90 +289,32 @@ impl EtcdBackend {
     async fn campaign_once(&mut self) -> Result<Campaign, BackendError> {
         self.watching = None;
         let mut client = self.client().await?;
-        let identity = self.identity.clone();
-        let prefix = self.prefix.clone();
         let session = self.session().await?;
-        let (key, lease) = (session.key.clone(), session.lease);
-
-        if session.revision == 0 {
-            // Put our key only if absent (a put whose answer was lost is found again).
-            let put = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    identity,
-                    Some(PutOptions::new().with_lease(lease)),
-                )])
-                .or_else([TxnOp::get(key.clone(), None)]);
-            let answer = match client.txn(put).await {
-                Ok(a) => a,
-                Err(e) => return Err(self.after_error("campaign", e)),
-            };
-            let revision = if answer.succeeded() {
-                answer.header().map(|h| h.revision()).unwrap_or(0)
-            } else {
-                answer
-                    .op_responses()
-                    .first()
-                    .and_then(first_kv)
-                    .map(|kv| kv.create_revision())
-                    .unwrap_or(0)
-            };
-            if revision == 0 {
-                return Err(failed("campaign", "could not place our key in the queue"));
-            }
+        let (key, lease, placed) = (session.key.clone(), session.lease, session.revision);
+        if placed == 0 {
+            let revision = self.place_key(&mut client, &key, lease).await?;
             if let Some(s) = self.session.as_mut() {
                 s.revision = revision;
             }
         }
         let revision = self.session.as_ref().map_or(0, |s| s.revision);
-
-        // One consistent read: the leader, and the key just ahead of ours.
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let ahead = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(revision - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1);
-        let read = Txn::new().and_then([
-            TxnOp::get(prefix.clone(), Some(first)),
-            TxnOp::get(prefix.clone(), Some(ahead)),
-            TxnOp::get(key.clone(), None),
-        ]);
-        let answer = client.txn(read).await.map_err(etcd("campaign"))?;
-        let at = answer.header().map(|h| h.revision()).unwrap_or(0);
-        let responses = answer.op_responses();
-        let leader = responses.first().and_then(first_kv).cloned();
-        let predecessor = responses.get(1).and_then(first_kv).cloned();
-        let ours = responses
-            .get(2)
-            .and_then(first_kv)
-            .is_some_and(|kv| kv.create_revision() == revision);
-        if !ours {
+        let queue = read_queue(&mut client, &self.prefix, &key, revision).await?;
+        if !queue.ours {
             // Our lease expired (the store was unreachable for a ttl, say) and took our
             // key with it: queueing behind others with a vanished key would wait forever.
             self.forget();
-            return Ok(Campaign::Held(leader.as_ref().map(holder_of)));
+            return Ok(Campaign::Held(queue.leader.as_ref().map(holder_of)));
         }
-
-        match (&leader, &predecessor) {
+        let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
+        match (&queue.leader, &queue.predecessor) {
             (Some(l), _) if l.key() == key.as_bytes() => {
                 // We are first. Refresh the lease before claiming (see the module doc).
                 if !self.keep_alive("campaign").await? {
                     return Ok(Campaign::Held(None));
                 }
                 // Every event on our key since the read that found us first.
-                let own = client
-                    .watch(
-                        key.as_bytes().to_vec(),
-                        Some(WatchOptions::new().with_start_revision(at + 1)),
-                    )
-                    .await
-                    .map_err(etcd("campaign"))?;
-                self.own = Some(own);
+                let own = client.watch(key.as_bytes().to_vec(), from()).await;
+                self.own = Some(own.map_err(etcd("campaign"))?);
                 Ok(Campaign::Acquired {
                     token: u64::try_from(revision).unwrap_or(0),
                 })
@@ -382,37 +324,22 @@ impl EtcdBackend {
                 self.forget();
                 Ok(Campaign::Held(None))
             }
-            (Some(l), None) => {
-                // Someone leads but nobody is ahead of us: the queue moved between our
-                // reads; look again soon by watching the leader only.
-                let leader_watch = client
-                    .watch(
-                        l.key().to_vec(),
-                        Some(WatchOptions::new().with_start_revision(at + 1)),
-                    )
-                    .await
-                    .map_err(etcd("campaign"))?;
-                self.watching = Some(Watching {
-                    predecessor: leader_watch,
-                    leader: None,
-                });
-                Ok(Campaign::Held(Some(holder_of(l))))
-            }
-            (Some(l), Some(p)) => {
-                let from = Some(WatchOptions::new().with_start_revision(at + 1));
+            (Some(l), p) => {
+                // With nobody ahead of us, the queue moved between our reads: look
+                // again soon by watching the leader only.
+                let watched = p.as_ref().unwrap_or(l);
                 let predecessor = client
-                    .watch(p.key().to_vec(), from.clone())
+                    .watch(watched.key().to_vec(), from())
                     .await
                     .map_err(etcd("campaign"))?;
-                let leader = if l.key() != p.key() {
-                    Some(
+                let leader = match p {
+                    Some(p) if l.key() != p.key() => Some(
                         client
-                            .watch(l.key().to_vec(), from)
+                            .watch(l.key().to_vec(), from())
                             .await
                             .map_err(etcd("campaign"))?,
-                    )
-                } else {
-                    None
+                    ),
+                    _ => None,
                 };
                 self.watching = Some(Watching {
                     predecessor,
@@ -421,6 +348,42 @@ impl EtcdBackend {
                 Ok(Campaign::Held(Some(holder_of(l))))
             }
         }
+    }
+
+    /// Puts our key only if absent (a put whose answer was lost is found again);
+    /// its create revision, our place in the queue.
+    async fn place_key(
+        &mut self,
+        client: &mut Client,
+        key: &str,
+        lease: i64,
+    ) -> Result<i64, BackendError> {
+        let put = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                self.identity.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let answer = match client.txn(put).await {
+            Ok(a) => a,
+            Err(e) => return Err(self.after_error("campaign", e)),
+        };
+        let revision = if answer.succeeded() {
+            answer.header().map(|h| h.revision()).unwrap_or(0)
+        } else {
+            answer
+                .op_responses()
+                .first()
+                .and_then(first_kv)
+                .map(|kv| kv.create_revision())
+                .unwrap_or(0)
+        };
+        if revision == 0 {
+            return Err(failed("campaign", "could not place our key in the queue"));
+        }
+        Ok(revision)
     }
 
     fn forget(&mut self) {
@@ -468,6 +431,52 @@ fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) 
         EventType::Put => e
             .kv()
             .is_none_or(|kv| kv.lease() != lease || kv.value() != identity.as_bytes()),
+    })
+}
+
+/// The queue as one consistent read saw it.
+struct Queue {
+    /// The revision of the read.
+    at: i64,
+    /// The first key (the leader's).
+    leader: Option<etcd_client::KeyValue>,
+    /// The key just ahead of ours.
+    predecessor: Option<etcd_client::KeyValue>,
+    /// Whether our key is still there.
+    ours: bool,
+}
+
+/// One consistent read: the leader, the key just ahead of ours, and ours.
+async fn read_queue(
+    client: &mut Client,
+    prefix: &str,
+    key: &str,
+    revision: i64,
+) -> Result<Queue, BackendError> {
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let ahead = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(revision - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1);
+    let read = Txn::new().and_then([
+        TxnOp::get(prefix, Some(first)),
+        TxnOp::get(prefix, Some(ahead)),
+        TxnOp::get(key, None),
+    ]);
+    let answer = client.txn(read).await.map_err(etcd("campaign"))?;
+    let responses = answer.op_responses();
+    Ok(Queue {
+        at: answer.header().map(|h| h.revision()).unwrap_or(0),
+        leader: responses.first().and_then(first_kv).cloned(),
+        predecessor: responses.get(1).and_then(first_kv).cloned(),
+        ours: responses
+            .get(2)
+            .and_then(first_kv)
+            .is_some_and(|kv| kv.create_revision() == revision),
     })
 }
 

@@ -232,6 +232,71 @@ pub fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
 }
 
 impl KubeBackend {
+    /// Opens the watch a follower waits on, from `version`; `Some` when the wait ends
+    /// here (no watch: the API refuses or is away, or the time is up).
+    async fn open_follow_watch(&mut self, version: String, until: Instant) -> Option<Wake> {
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .timeout(FOLLOW_WATCH_SECS)
+            .disable_bookmarks();
+        match timeout_at(until, self.api.watch(&params, &version)).await {
+            Ok(Ok(stream)) => {
+                *self.follow_watch.events() = Some(stream.boxed());
+                self.follow_watch.at = Some(version);
+                self.follow_watch.opened = Some(Instant::now());
+                None
+            }
+            Ok(Err(e)) => {
+                // No watch: fall back to polling.
+                tracing::debug!(error = %e, "watching the lease failed; polling instead");
+                sleep_until(until).await;
+                Some(Wake::Changed)
+            }
+            Err(_) => Some(Wake::Changed),
+        }
+    }
+
+    /// One event of the follower's watch; `Some` when the wait ends with it.
+    async fn on_follow_event(
+        &mut self,
+        event: WatchEvent<Lease>,
+        before: &Record,
+        settle: Instant,
+    ) -> Option<Wake> {
+        match event {
+            WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
+                let record = Record::of(&lease);
+                self.deleted = false;
+                self.follow_watch.at = lease.metadata.resource_version.clone();
+                self.observe(lease);
+                if record.holder == before.holder && record.transitions == before.transitions {
+                    // The same tenure renewed: the observation is fresh, nothing to do.
+                    return Some(Wake::Quiet);
+                }
+                Some(Wake::Changed)
+            }
+            WatchEvent::Deleted(lease) => {
+                // Keep the record (its holder may still be live), at the deletion's
+                // version, so the watch goes on from after it.
+                let known = self.deleted;
+                self.deleted = true;
+                self.follow_watch.at = lease.metadata.resource_version.clone();
+                if let Some(o) = self.observed.as_mut() {
+                    o.lease.metadata.resource_version = lease.metadata.resource_version;
+                }
+                (!known).then_some(Wake::Changed)
+            }
+            WatchEvent::Bookmark(_) => None,
+            WatchEvent::Error(status) => {
+                // 410 Gone among them: the campaign's read lists afresh.
+                tracing::debug!(code = status.code, "the lease watch ended with an error");
+                self.follow_watch.close();
+                sleep_until(settle).await;
+                Some(Wake::Changed)
+            }
+        }
+    }
+
     pub fn new(client: kube::Client, namespace: &str, lease: &Candidacy) -> Self {
         KubeBackend {
             api: Api::namespaced(client, namespace),
@@ -751,23 +816,8 @@ impl Backend for KubeBackend {
             self.follow_watch.close();
         }
         if self.follow_watch.events().is_none() {
-            let params = WatchParams::default()
-                .fields(&format!("metadata.name={}", self.name))
-                .timeout(FOLLOW_WATCH_SECS)
-                .disable_bookmarks();
-            match timeout_at(until, self.api.watch(&params, &version)).await {
-                Ok(Ok(stream)) => {
-                    *self.follow_watch.events() = Some(stream.boxed());
-                    self.follow_watch.at = Some(version);
-                    self.follow_watch.opened = Some(Instant::now());
-                }
-                Ok(Err(e)) => {
-                    // No watch (the API refuses or is away): fall back to polling.
-                    tracing::debug!(error = %e, "watching the lease failed; polling instead");
-                    sleep_until(until).await;
-                    return Wake::Changed;
-                }
-                Err(_) => return Wake::Changed,
+            if let Some(wake) = self.open_follow_watch(version, until).await {
+                return wake;
             }
         }
         // A watch that ends soon after it opened (a proxy, a failing server) must not
@@ -797,39 +847,8 @@ impl Backend for KubeBackend {
                 Err(_) if Instant::now() < expires => return Wake::Waiting,
                 Err(_) => return Wake::Changed,
             };
-            match event {
-                WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
-                    let record = Record::of(&lease);
-                    self.deleted = false;
-                    self.follow_watch.at = lease.metadata.resource_version.clone();
-                    self.observe(lease);
-                    if record.holder == before.holder && record.transitions == before.transitions {
-                        // The same tenure renewed: the observation is fresh, nothing to do.
-                        return Wake::Quiet;
-                    }
-                    return Wake::Changed;
-                }
-                WatchEvent::Deleted(lease) => {
-                    // Keep the record (its holder may still be live), at the deletion's
-                    // version, so the watch goes on from after it.
-                    let known = self.deleted;
-                    self.deleted = true;
-                    self.follow_watch.at = lease.metadata.resource_version.clone();
-                    if let Some(o) = self.observed.as_mut() {
-                        o.lease.metadata.resource_version = lease.metadata.resource_version;
-                    }
-                    if !known {
-                        return Wake::Changed;
-                    }
-                }
-                WatchEvent::Bookmark(_) => {}
-                WatchEvent::Error(status) => {
-                    // 410 Gone among them: the campaign's read lists afresh.
-                    tracing::debug!(code = status.code, "the lease watch ended with an error");
-                    self.follow_watch.close();
-                    sleep_until(settle).await;
-                    return Wake::Changed;
-                }
+            if let Some(wake) = self.on_follow_event(event, &before, settle).await {
+                return wake;
             }
         }
     }

@@ -335,7 +335,7 @@ type Round<T> = Vec<Option<T>>;
 /// The redlock nodes from the Redis flags: at least three distinct, independent
 /// masters; an even count is accepted with a warning (returned, logged once logging
 /// is up).
-pub fn quorum(args: &Args) -> Result<(Vec<RedisSettings>, Vec<String>), ConfigError> {
+pub fn node_settings(args: &Args) -> Result<(Vec<RedisSettings>, Vec<String>), ConfigError> {
     let urls = args.urls();
     if urls.len() < 3 {
         return Err(bad(format!(
@@ -586,6 +586,175 @@ impl RedlockBackend {
     }
 }
 
+/// One campaign's answers, counted.
+struct Tally {
+    answered: usize,
+    /// Nodes where our value was set.
+    taken: Vec<usize>,
+    /// Of those, the ones that count (trusted, or caught up in this round).
+    counted_taken: usize,
+    /// Nodes that count at all.
+    usable: usize,
+    /// Nodes restarted less than a ttl ago.
+    settling: Vec<usize>,
+    /// When the first settling node counts again, in ms.
+    settled_in: Option<u64>,
+    /// The values trusted nodes hold (someone else's).
+    seen: Vec<String>,
+    soonest_expiry: Option<i64>,
+}
+
+impl Tally {
+    fn of(answers: &Round<Take>, targets: &[Option<String>]) -> Tally {
+        let counts = |i: usize| {
+            answers[i]
+                .as_ref()
+                .is_some_and(|a| a.state == TRUSTED || targets[i].is_some())
+        };
+        let mut t = Tally {
+            answered: answers.iter().filter(|a| a.is_some()).count(),
+            taken: Vec::new(),
+            counted_taken: 0,
+            usable: (0..answers.len()).filter(|&i| counts(i)).count(),
+            settling: Vec::new(),
+            settled_in: None,
+            seen: Vec::new(),
+            soonest_expiry: None,
+        };
+        for (i, answer) in answers.iter().enumerate() {
+            let Some(a) = answer else {
+                continue;
+            };
+            if a.state == SETTLING {
+                t.settling.push(i);
+                let ms = a.settle_ms.max(0) as u64;
+                t.settled_in = Some(t.settled_in.map_or(ms, |s| s.min(ms)));
+            }
+            if a.won {
+                t.taken.push(i);
+                continue;
+            }
+            if a.state == TRUSTED {
+                t.seen.push(a.value.clone());
+            }
+            if a.pttl > 0 {
+                t.soonest_expiry = Some(t.soonest_expiry.map_or(a.pttl, |s| s.min(a.pttl)));
+            }
+        }
+        t.counted_taken = t.taken.iter().filter(|&&i| counts(i)).count();
+        t
+    }
+}
+
+impl RedlockBackend {
+    /// Phase one: the TAKE script on every node at once.
+    async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
+        self.on_all(|| {
+            let mut take = self.take.prepare_invoke();
+            take.key(&self.keys.lock)
+                .key(&self.keys.fence)
+                .key(&self.marker)
+                .arg(prefix)
+                .arg(&self.identity)
+                .arg(self.ttl_ms())
+                .arg(self.settle_ms);
+            take
+        })
+        .await
+    }
+
+    /// The highest token any answering node (or we) ever saw: every counter counts,
+    /// trusted or not, since a higher token is never wrong.
+    fn learn_tokens(&mut self, answers: &Round<Take>) {
+        for a in answers.iter().flatten() {
+            self.floor = self.floor.max(a.fence);
+            if let Some(t) = parse_value(&a.value).token {
+                self.floor = self.floor.max(t);
+            }
+        }
+    }
+
+    /// Phase two, on the nodes we took: our value with the next token. The token when
+    /// a majority confirmed it.
+    async fn confirm_everywhere(
+        &mut self,
+        answers: &Round<Take>,
+        targets: &[Option<String>],
+        prefix: &str,
+    ) -> Option<FencingToken> {
+        let token = self.floor + 1;
+        let value = format!("{prefix}{token}|{}", self.identity);
+        let invocations = answers
+            .iter()
+            .zip(targets)
+            .map(|(answer, target)| {
+                answer.as_ref().filter(|a| a.won)?;
+                let mut confirm = self.confirm.prepare_invoke();
+                confirm
+                    .key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(prefix)
+                    .arg(token)
+                    .arg(&value)
+                    .arg(&self.keys.events)
+                    .arg(self.settle_ms)
+                    .arg(target.as_deref().unwrap_or(""));
+                Some(confirm)
+            })
+            .collect();
+        let confirmed: Round<(i64, i64)> = self.on_each(invocations).await;
+        let yes = confirmed
+            .iter()
+            .filter(|c| **c == Some((1, TRUSTED)))
+            .count();
+        if yes < self.quorum() {
+            return None;
+        }
+        self.floor = self.floor.max(token);
+        self.value = Some(value);
+        self.expiry_hint = None;
+        Some(token)
+    }
+
+    /// After a campaign that did not win: the holder, the nodes to follow it on, and
+    /// when to look again.
+    fn follow(&mut self, answers: &Round<Take>, tally: &Tally, read_at: Instant) -> Option<Holder> {
+        let top = most_seen(&tally.seen);
+        let holder = self.majority_holder(top);
+        if let (Some(_), Some((value, _))) = (&holder, top) {
+            // The nodes that hold the holder's value, for a follower's wait.
+            for (i, a) in answers.iter().enumerate() {
+                let Some(a) = a else { continue };
+                if !a.won && a.value == value {
+                    self.signs[i] = Some(read_at);
+                    self.expires[i] =
+                        (a.pttl > 0).then(|| read_at + Duration::from_millis(a.pttl as u64 + 2));
+                }
+            }
+        }
+        // A value on fewer than a majority of the nodes that answered may still be on a
+        // majority of all of them (a node we cannot reach holds it too): not a split
+        // vote, so no quick retry while the holder lives, only at its expiry.
+        let unanswered = self.nodes.len() - tally.answered;
+        let maybe_held = top.is_some_and(|(_, n)| n + unanswered >= self.quorum());
+        let retry_in = match (&holder, tally.soonest_expiry) {
+            (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
+            (Some(_), None) => Some(self.ttl),
+            (None, Some(pttl)) if maybe_held => Some(Duration::from_millis(pttl as u64 + 2)),
+            // A split vote: try again after a short random delay.
+            (None, _) if tally.usable >= self.quorum() => {
+                Some(Duration::from_millis(rand::rng().random_range(2..25)))
+            }
+            // Too few nodes to count: once the first restarted one has settled, or at
+            // the retry interval (a hanging node may come back).
+            (None, _) => tally.settled_in.map(|ms| Duration::from_millis(ms + 2)),
+        };
+        self.expiry_hint = retry_in.map(|d| Instant::now() + d);
+        holder
+    }
+}
+
 impl Backend for RedlockBackend {
     fn name(&self) -> &'static str {
         "redlock"
@@ -602,166 +771,48 @@ impl Backend for RedlockBackend {
         self.signs.fill(None);
         self.expires.fill(None);
         let read_at = Instant::now();
-        let answers: Round<Take> = self
-            .on_all(|| {
-                let mut take = self.take.prepare_invoke();
-                take.key(&self.keys.lock)
-                    .key(&self.keys.fence)
-                    .key(&self.marker)
-                    .arg(&prefix)
-                    .arg(&self.identity)
-                    .arg(self.ttl_ms())
-                    .arg(self.settle_ms);
-                take
-            })
-            .await;
-
-        let answered = answers.iter().filter(|a| a.is_some()).count();
-        // The highest token any answering node (or we) ever saw: every counter counts,
-        // trusted or not, since a higher token is never wrong.
-        for a in answers.iter().flatten() {
-            self.floor = self.floor.max(a.fence);
-            if let Some(t) = parse_value(&a.value).token {
-                self.floor = self.floor.max(t);
-            }
-        }
+        let answers = self.take_everywhere(&prefix).await;
+        self.learn_tokens(&answers);
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
             .collect();
         let targets = catch_up_targets(self.quorum(), &states);
-        let settling: Vec<usize> = answers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| a.as_ref().filter(|a| a.state == SETTLING).map(|_| i))
-            .collect();
-        let counts = |i: usize| {
-            answers[i]
-                .as_ref()
-                .is_some_and(|a| a.state == TRUSTED || targets[i].is_some())
-        };
-
-        let mut taken = Vec::new();
-        let mut seen = Vec::new();
-        let mut soonest_expiry: Option<i64> = None;
-        for (i, answer) in answers.iter().enumerate() {
-            let Some(a) = answer else {
-                continue;
-            };
-            if a.won {
-                taken.push(i);
-            } else {
-                if a.state == TRUSTED {
-                    seen.push(a.value.clone());
-                }
-                if a.pttl > 0 {
-                    soonest_expiry = Some(soonest_expiry.map_or(a.pttl, |s| s.min(a.pttl)));
-                }
-            }
+        let tally = Tally::of(&answers, &targets);
+        if !tally.settling.is_empty() {
+            tracing::info!(nodes = ?tally.settling, "redlock nodes restarted less than a ttl ago; not counting them");
         }
-        if !settling.is_empty() {
-            tracing::info!(nodes = ?settling, "redlock nodes restarted less than a ttl ago; not counting them");
-        }
-        let counted = taken.iter().filter(|&&i| counts(i)).count();
-
-        if counted >= self.quorum() {
-            let token = self.floor + 1;
-            let value = format!("{prefix}{token}|{}", self.identity);
-            let invocations = answers
-                .iter()
-                .zip(&targets)
-                .map(|(answer, target)| {
-                    answer.as_ref().filter(|a| a.won)?;
-                    let mut confirm = self.confirm.prepare_invoke();
-                    confirm
-                        .key(&self.keys.lock)
-                        .key(&self.keys.fence)
-                        .key(&self.marker)
-                        .arg(&prefix)
-                        .arg(token)
-                        .arg(&value)
-                        .arg(&self.keys.events)
-                        .arg(self.settle_ms)
-                        .arg(target.as_deref().unwrap_or(""));
-                    Some(confirm)
-                })
-                .collect();
-            let confirmed: Round<(i64, i64)> = self.on_each(invocations).await;
-            let yes = confirmed
-                .iter()
-                .filter(|c| **c == Some((1, TRUSTED)))
-                .count();
-            if yes >= self.quorum() {
-                self.floor = self.floor.max(token);
-                self.value = Some(value);
-                self.expiry_hint = None;
+        if tally.counted_taken >= self.quorum() {
+            if let Some(token) = self.confirm_everywhere(&answers, &targets, &prefix).await {
                 return Ok(Campaign::Acquired { token });
             }
         }
-
         // No majority: give back whatever we took, everywhere, and retry soon but not
         // in step with the other candidates. Restarted nodes this round may catch up
         // are caught up in the same requests, so that they vote again even while
         // another candidate leads.
-        let usable = (0..answers.len()).filter(|&i| counts(i)).count();
-        let settled_in = answers
-            .iter()
-            .flatten()
-            .filter(|a| a.state == SETTLING)
-            .map(|a| a.settle_ms.max(0) as u64)
-            .min();
-        if !taken.is_empty() || targets.iter().any(Option::is_some) {
+        if !tally.taken.is_empty() || targets.iter().any(Option::is_some) {
             let floor = self.floor;
             // Only a value on a majority can have been seen as the holder. (Counting
             // the nodes that did not answer as taken too made a follower that cannot
             // reach one node announce every look, and wake itself and every other
             // candidate into the storm again.)
-            let announce = taken.len() >= self.quorum();
-            self.give_back(!taken.is_empty(), announce, &targets, floor)
+            let announce = tally.taken.len() >= self.quorum();
+            self.give_back(!tally.taken.is_empty(), announce, &targets, floor)
                 .await;
         }
-        if answered < self.quorum() {
+        if tally.answered < self.quorum() {
             return Err(BackendError::Store {
                 op: "campaign",
                 message: format!(
-                    "only {answered} of {} redlock nodes answered; a majority of {} is needed",
+                    "only {} of {} redlock nodes answered; a majority of {} is needed",
+                    tally.answered,
                     self.nodes.len(),
                     self.quorum()
                 ),
             });
         }
-        let top = most_seen(&seen);
-        let holder = self.majority_holder(top);
-        if let (Some(_), Some((value, _))) = (&holder, top) {
-            // The nodes that hold the holder's value, for a follower's wait.
-            for (i, a) in answers.iter().enumerate() {
-                let Some(a) = a else { continue };
-                if !a.won && a.value == value {
-                    self.signs[i] = Some(read_at);
-                    self.expires[i] =
-                        (a.pttl > 0).then(|| read_at + Duration::from_millis(a.pttl as u64 + 2));
-                }
-            }
-        }
-        // A value on fewer than a majority of the nodes that answered may still be on a
-        // majority of all of them (a node we cannot reach holds it too): not a split
-        // vote, so no quick retry while the holder lives, only at its expiry.
-        let unanswered = self.nodes.len() - answered;
-        let maybe_held = top.is_some_and(|(_, n)| n + unanswered >= self.quorum());
-        let retry_in = match (&holder, soonest_expiry) {
-            (Some(_), Some(pttl)) => Some(Duration::from_millis(pttl as u64 + 2)),
-            (Some(_), None) => Some(self.ttl),
-            (None, Some(pttl)) if maybe_held => Some(Duration::from_millis(pttl as u64 + 2)),
-            // A split vote: try again after a short random delay.
-            (None, _) if usable >= self.quorum() => {
-                Some(Duration::from_millis(rand::rng().random_range(2..25)))
-            }
-            // Too few nodes to count: once the first restarted one has settled, or at
-            // the retry interval (a hanging node may come back).
-            (None, _) => settled_in.map(|ms| Duration::from_millis(ms + 2)),
-        };
-        self.expiry_hint = retry_in.map(|d| Instant::now() + d);
-        Ok(Campaign::Held(holder))
+        Ok(Campaign::Held(self.follow(&answers, &tally, read_at)))
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {

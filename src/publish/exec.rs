@@ -185,17 +185,44 @@ impl Supervisor {
         token: FencingToken,
         deadline: tokio::time::Instant,
     ) -> Option<Ended> {
+        let (mut guard, channel) = match self.spawn_guard(token) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the command's guard");
+                return Some(Ended::ByItself(127));
+            }
+        };
+        let _ = self.stopped.send_replace(false);
+        let (out, mut pipe) = channel.into_split();
+        let verdict = tokio::io::BufReader::new(out).lines();
+        let _ = pipe
+            .write_all(format!("D {}\n", to_monotonic_ns(deadline)).as_bytes())
+            .await;
+        tracing::info!(token, "started the command");
+        let (said, stop_sent) = self.converse(token, deadline, verdict, pipe).await;
+        let _ = guard.wait().await;
+        tracing::info!(token, guard = %said, "the command is gone");
+        if stop_sent {
+            return None;
+        }
+        match said.split_once(' ') {
+            Some(("exited", code)) => Some(Ended::ByItself(code.trim().parse().unwrap_or(1))),
+            _ if said == "deadline" => Some(Ended::Deadline),
+            _ => None,
+        }
+    }
+
+    /// Starts the guard (this binary again) with CMD for the tenure with `token`.
+    fn spawn_guard(
+        &self,
+        token: FencingToken,
+    ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
         let (identity, election) = {
             let s = self.status.borrow();
             (s.identity.clone(), s.election.clone())
         };
-        let exe = match std::env::current_exe() {
-            Ok(exe) => exe,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot find this binary to start the command's guard");
-                return Some(Ended::ByItself(127));
-            }
-        };
+        let exe = std::env::current_exe()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
         let mut command = tokio::process::Command::new(exe);
         command
             .arg(GUARD_ARG)
@@ -210,32 +237,27 @@ impl Supervisor {
             .kill_on_drop(false);
         // The guard's stdin is one end of a socket pair: deadlines go in, its verdict
         // comes back, and CMD keeps the sidecar's stdout and stderr.
-        let spawned = std::os::unix::net::UnixStream::pair().and_then(|(ours, theirs)| {
-            command.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                theirs,
-            )));
-            let guard = command.spawn();
-            // Our copy of the guard's end must go, or its exit would never be seen.
-            command.stdin(std::process::Stdio::null());
-            let guard = guard?;
-            ours.set_nonblocking(true)?;
-            Ok((guard, tokio::net::UnixStream::from_std(ours)?))
-        });
-        let (mut guard, channel) = match spawned {
-            Ok(g) => g,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the command's guard");
-                return Some(Ended::ByItself(127));
-            }
-        };
-        let _ = self.stopped.send_replace(false);
-        let (out, mut pipe) = channel.into_split();
-        let mut verdict = tokio::io::BufReader::new(out).lines();
-        let mut last = deadline;
-        let _ = pipe
-            .write_all(format!("D {}\n", to_monotonic_ns(deadline)).as_bytes())
-            .await;
-        tracing::info!(token, "started the command");
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        command.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs,
+        )));
+        let guard = command.spawn();
+        // Our copy of the guard's end must go, or its exit would never be seen.
+        command.stdin(std::process::Stdio::null());
+        let guard = guard?;
+        ours.set_nonblocking(true)?;
+        Ok((guard, tokio::net::UnixStream::from_std(ours)?))
+    }
+
+    /// Tells the guard every new deadline of the tenure, and to stop when it ends,
+    /// until the guard is gone. Returns its last line and whether a stop was sent.
+    async fn converse(
+        &mut self,
+        token: FencingToken,
+        mut last: tokio::time::Instant,
+        mut verdict: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>,
+        mut pipe: tokio::net::unix::OwnedWriteHalf,
+    ) -> (String, bool) {
         let mut stop_sent = false;
         let mut status_open = true;
         let mut said = None;
@@ -275,37 +297,51 @@ impl Supervisor {
                 }
             }
         }
-        let _ = guard.wait().await;
-        let said = said.unwrap_or_default();
-        tracing::info!(token, guard = %said, "the command is gone");
-        if stop_sent {
-            return None;
+        (said.unwrap_or_default(), stop_sent)
+    }
+}
+
+/// The guard's arguments: `<grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
+struct GuardArgs {
+    grace: Duration,
+    budget: Duration,
+    warn: Duration,
+    cmd: Vec<OsString>,
+}
+
+impl GuardArgs {
+    fn parse(args: Vec<OsString>) -> Result<GuardArgs, String> {
+        let ms = |i: usize| {
+            args.get(i)
+                .and_then(|a| a.to_str())
+                .and_then(|a| a.parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
+            return Err(format!("{GUARD_ARG} is internal to `leasekeeper run`"));
+        };
+        let cmd = args.get(4..).unwrap_or_default().to_vec();
+        if cmd.is_empty() {
+            return Err(format!("{GUARD_ARG}: no command"));
         }
-        match said.split_once(' ') {
-            Some(("exited", code)) => Some(Ended::ByItself(code.trim().parse().unwrap_or(1))),
-            _ if said == "deadline" => Some(Ended::Deadline),
-            _ => None,
-        }
+        Ok(GuardArgs {
+            grace,
+            budget,
+            warn,
+            cmd,
+        })
     }
 }
 
 /// The guard's main: `__exec-guard <grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
 /// Prints one line when CMD's group is gone: `exited <code>`, `stopped` or `deadline`.
 pub fn guard_main(args: Vec<OsString>) -> ExitCode {
-    let ms = |i: usize| {
-        args.get(i)
-            .and_then(|a| a.to_str())
-            .and_then(|a| a.parse::<u64>().ok())
-            .map(Duration::from_millis)
-    };
-    let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
-        eprintln!("error: {GUARD_ARG} is internal to `leasekeeper run`");
-        return ExitCode::from(2);
-    };
-    let cmd = args.get(4..).unwrap_or_default();
-    let Some(program) = cmd.first() else {
-        eprintln!("error: {GUARD_ARG}: no command");
-        return ExitCode::from(2);
+    let args = match GuardArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     };
     // SAFETY: fd 0 is the socket the sidecar gave us as stdin, owned from here on.
     let channel = unsafe { std::os::unix::net::UnixStream::from_raw_fd(0) };
@@ -320,9 +356,24 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
         let _ = writeln!(verdicts, "{line}");
         let _ = verdicts.flush();
     };
-    // The sidecar's own signals (a Ctrl-C to the terminal's process group, say) are
-    // its business: the guard stops CMD when the sidecar says so or is gone. Orphans of
-    // CMD are reparented to the guard, which reaps them (a container's PID 1 may not).
+    become_guard();
+    let child = match spawn_cmd(&args.cmd) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", args.cmd[0].to_string_lossy());
+            say("exited 127");
+            return ExitCode::from(127);
+        }
+    };
+    let orders = read_orders(channel);
+    say(&Guard::new(child, &args).supervise(&orders));
+    ExitCode::SUCCESS
+}
+
+/// The sidecar's own signals (a Ctrl-C to the terminal's process group, say) are its
+/// business: the guard stops CMD when the sidecar says so or is gone. Orphans of CMD
+/// are reparented to the guard, which reaps them (a container's PID 1 may not).
+fn become_guard() {
     // SAFETY: plain libc calls on this process, before any thread is started.
     unsafe {
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -330,7 +381,11 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
         }
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
     }
-    let mut command = std::process::Command::new(program);
+}
+
+/// CMD in a process group of its own, killed if the guard dies.
+fn spawn_cmd(cmd: &[OsString]) -> std::io::Result<std::process::Child> {
+    let mut command = std::process::Command::new(&cmd[0]);
     command
         .args(&cmd[1..])
         .stdin(std::process::Stdio::null())
@@ -347,20 +402,13 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
             Ok(())
         });
     }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot run {}: {e}", program.to_string_lossy());
-            say("exited 127");
-            return ExitCode::from(127);
-        }
-    };
-    let group = child.id() as libc::pid_t;
-    let signal_group = |sig: libc::c_int| {
-        // SAFETY: kill(2) on our own child's process group; errors (ESRCH) are fine.
-        unsafe { libc::kill(-group, sig) };
-    };
+    command.spawn()
+}
 
+/// The sidecar's lines, read on a thread of their own; `None` once it is gone.
+fn read_orders(
+    channel: std::os::unix::net::UnixStream,
+) -> std::sync::mpsc::Receiver<Option<String>> {
     let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(channel).lines() {
@@ -375,59 +423,107 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
         }
         let _ = tx.send(None);
     });
+    rx
+}
 
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let mut deadline: Option<u64> = None;
-    // When SIGKILL is due, once stopping.
-    let mut kill_at: Option<u64> = None;
-    let mut killed = false;
-    let mut why = "stopped";
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                // CMD is gone; nothing of its group may outlive it.
-                signal_group(libc::SIGKILL);
-                wait_group_gone(group);
-                if kill_at.is_some() {
-                    say(why);
-                } else {
-                    let code = status
-                        .code()
-                        .or_else(|| status.signal().map(|s| 128 + s))
-                        .unwrap_or(1);
-                    say(&format!("exited {code}"));
+/// The guard's watch over CMD: the deadline it was told last and, once stopping,
+/// when SIGKILL is due.
+struct Guard {
+    child: std::process::Child,
+    group: libc::pid_t,
+    grace: u64,
+    budget: u64,
+    warn: u64,
+    deadline: Option<u64>,
+    kill_at: Option<u64>,
+    killed: bool,
+    why: &'static str,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Guard {
+    fn new(child: std::process::Child, args: &GuardArgs) -> Guard {
+        Guard {
+            group: child.id() as libc::pid_t,
+            child,
+            grace: ns(args.grace),
+            budget: ns(args.budget),
+            warn: ns(args.warn),
+            deadline: None,
+            kill_at: None,
+            killed: false,
+            why: "stopped",
+        }
+    }
+
+    fn signal_group(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child's process group; errors (ESRCH) are fine.
+        unsafe { libc::kill(-self.group, sig) };
+    }
+
+    /// Until CMD's whole group is gone; returns the verdict line.
+    fn supervise(&mut self, orders: &std::sync::mpsc::Receiver<Option<String>>) -> String {
+        loop {
+            if let Some(verdict) = self.gone() {
+                return verdict;
+            }
+            let now = monotonic_now_ns();
+            let hard = self.deadline.map(|d| d.saturating_sub(self.budget));
+            if let Some(hard) = hard {
+                if self.kill_at.is_none() && now + self.warn >= hard {
+                    // The claim comes near its deadline unextended.
+                    self.why = "deadline";
+                    self.signal_group(libc::SIGTERM);
+                    self.kill_at = Some(hard);
                 }
-                return ExitCode::SUCCESS;
             }
-            Ok(None) => {}
-            Err(_) => {
-                signal_group(libc::SIGKILL);
-                wait_group_gone(group);
-                say(why);
-                return ExitCode::SUCCESS;
+            if let Some(at) = self.kill_at {
+                if now >= at && !self.killed {
+                    self.signal_group(libc::SIGKILL);
+                    self.killed = true;
+                }
             }
-        }
-        let now = monotonic_now_ns();
-        let hard = deadline.map(|d| d.saturating_sub(ns(budget)));
-        if let Some(hard) = hard {
-            if kill_at.is_none() && now + ns(warn) >= hard {
-                // The claim comes near its deadline unextended.
-                why = "deadline";
-                signal_group(libc::SIGTERM);
-                kill_at = Some(hard);
+            if self.next_order(orders) && self.kill_at.is_none() {
+                self.signal_group(libc::SIGTERM);
+                let by_grace = monotonic_now_ns().saturating_add(self.grace);
+                self.kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
             }
         }
-        if let Some(at) = kill_at {
-            if now >= at && !killed {
-                signal_group(libc::SIGKILL);
-                killed = true;
+    }
+
+    /// The verdict once CMD has exited (and then its whole group is killed).
+    fn gone(&mut self) -> Option<String> {
+        let status = match self.child.try_wait() {
+            Ok(None) => return None,
+            Ok(Some(status)) => Some(status),
+            Err(_) => None,
+        };
+        // CMD is gone; nothing of its group may outlive it.
+        self.signal_group(libc::SIGKILL);
+        wait_group_gone(self.group);
+        match status {
+            Some(status) if self.kill_at.is_none() => {
+                let code = status
+                    .code()
+                    .or_else(|| status.signal().map(|s| 128 + s))
+                    .unwrap_or(1);
+                Some(format!("exited {code}"))
             }
+            _ => Some(self.why.to_owned()),
         }
-        let stop = match rx.recv_timeout(Duration::from_millis(2)) {
+    }
+
+    /// Takes the sidecar's next line (waiting 2 ms at most); true when it says stop
+    /// (or is gone). A new deadline counts only before stopping.
+    fn next_order(&mut self, orders: &std::sync::mpsc::Receiver<Option<String>>) -> bool {
+        match orders.recv_timeout(Duration::from_millis(2)) {
             Ok(Some(line)) => {
                 if let Some(d) = line.strip_prefix("D ").and_then(|d| d.trim().parse().ok()) {
-                    if kill_at.is_none() {
-                        deadline = Some(d);
+                    if self.kill_at.is_none() {
+                        self.deadline = Some(d);
                     }
                     false
                 } else {
@@ -436,11 +532,6 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
             }
             Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
-        };
-        if stop && kill_at.is_none() {
-            signal_group(libc::SIGTERM);
-            let by_grace = monotonic_now_ns().saturating_add(ns(grace));
-            kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
         }
     }
 }

@@ -108,6 +108,46 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == 404)
 }
 
+/// What the labeler knows between its steps.
+struct Known {
+    /// The value the Pod carries as far as we know, and the version that showed it
+    /// (the one a leader-value write is conditional on).
+    applied: Option<String>,
+    applied_rv: Option<String>,
+    /// The tenure (token) for which the other Pods' leader labels were cleared.
+    cleared_for: Option<FencingToken>,
+    /// While leading (after the first clearing): the watch that clears any other Pod
+    /// of the election that comes to show the leader value later.
+    guard: Option<(FencingToken, AbortOnDrop)>,
+    election_checked: bool,
+    backoff: Backoff,
+    retry_at: Option<Instant>,
+}
+
+impl Default for Known {
+    fn default() -> Self {
+        Known {
+            applied: None,
+            applied_rv: None,
+            cleared_for: None,
+            guard: None,
+            election_checked: false,
+            backoff: backoff(),
+            retry_at: None,
+        }
+    }
+}
+
+/// One decision to write: the value, whether to patch it and clear the others.
+struct Wanted {
+    value: String,
+    patch: bool,
+    clear: bool,
+    leading: bool,
+    deadline: Option<Instant>,
+    token: Option<FencingToken>,
+}
+
 pub struct PodLabeler {
     api: Api<Pod>,
     settings: PodLabelSettings,
@@ -159,18 +199,7 @@ impl PodLabeler {
         let (seen_tx, mut seen_rx) = mpsc::channel::<Seen>(16);
         let watcher = tokio::spawn(watch_pod(self.api.clone(), self.settings.clone(), seen_tx));
         let _abort = AbortOnDrop(watcher);
-        // The value the Pod carries as far as we know, and the version that showed it
-        // (the one a leader-value write is conditional on).
-        let mut applied: Option<String> = None;
-        let mut applied_rv: Option<String> = None;
-        // The tenure (token) for which the other Pods' leader labels were cleared.
-        let mut cleared_for: Option<FencingToken> = None;
-        // While leading (after the first clearing): the watch that clears any other Pod
-        // of the election that comes to show the leader value later.
-        let mut guard: Option<(FencingToken, AbortOnDrop)> = None;
-        let mut election_checked = false;
-        let mut backoff = backoff();
-        let mut retry_at: Option<Instant> = None;
+        let mut st = Known::default();
         loop {
             let now = Instant::now();
             let (leading, deadline, token) = {
@@ -184,132 +213,167 @@ impl PodLabeler {
             } else {
                 self.settings.follower_value.clone()
             };
-            let needs_patch = applied.as_ref() != Some(&desired);
+            let needs_patch = st.applied.as_ref() != Some(&desired);
             // A new tenure clears the others' stale leader labels before its own.
-            let needs_clear = token.is_some() && cleared_for != token;
-            if guard.as_ref().is_some_and(|(t, _)| Some(*t) != token) {
-                guard = None;
+            let needs_clear = token.is_some() && st.cleared_for != token;
+            if st.guard.as_ref().is_some_and(|(t, _)| Some(*t) != token) {
+                st.guard = None;
             }
             // "Clear" only while the Pod is known to carry the follower value and no
             // write is about to change that.
             self.clear.send_replace(!leading && !needs_patch);
-            if (needs_patch || needs_clear) && retry_at.is_none_or(|t| now >= t) {
-                // A "true" that has not landed by the deadline must not land later
-                // unnoticed: give up on it then (or when the lead is lost before).
-                let far = now + Duration::from_secs(3600);
-                let mut moved_on = self.status.clone();
-                let write = self.write(&desired, needs_clear, needs_patch, applied_rv.clone());
-                let outcome = tokio::select! {
-                    r = write => Some(r),
-                    () = sleep_until(deadline.unwrap_or(far)) => None,
-                    // (Renewals change the status too; only losing the lead counts.)
-                    gone = moved_on.wait_for(|s| !s.is_leader_at(Instant::now())), if leading => {
-                        if gone.is_err() {
-                            return;
-                        }
-                        None
-                    }
+            let live = if (needs_patch || needs_clear) && st.retry_at.is_none_or(|t| now >= t) {
+                let want = Wanted {
+                    value: desired,
+                    patch: needs_patch,
+                    clear: needs_clear,
+                    leading,
+                    deadline,
+                    token,
                 };
-                match outcome {
-                    None => {
-                        // The write may or may not land: the value is unknown now, so
-                        // the follower value is written next (and the watch reports
-                        // whatever the Pod carries in the end).
-                        applied = None;
-                        applied_rv = None;
-                    }
-                    Some(Ok((written, listed))) => {
-                        if needs_clear {
-                            cleared_for = token;
-                        }
-                        if let (Some(t), Some(from)) = (token, listed) {
-                            let task = tokio::spawn(self.clearer().guard(from));
-                            guard = Some((t, AbortOnDrop(task)));
-                        }
-                        if let Some(pod) = written {
-                            self.metrics.pod_label_patched("ok");
-                            tracing::info!(
-                                pod = %self.settings.pod,
-                                key = %self.settings.key,
-                                value = %desired,
-                                "labelled the pod"
-                            );
-                            let seen = Seen::of(&pod, &self.settings.key);
-                            applied = seen.value;
-                            applied_rv = seen.rv;
-                        }
-                        backoff.reset();
-                        retry_at = None;
-                    }
-                    Some(Err(LabelError::Conflict)) => {
-                        // The Pod changed since we read it (a new leader may have
-                        // cleared it): read it again and decide again from the status.
-                        self.metrics.pod_label_patched("conflict");
-                        tracing::info!(
-                            pod = %self.settings.pod,
-                            "the pod changed since it was read; reading it again"
-                        );
-                        match self.read().await {
-                            Ok(pod) => {
-                                let seen = Seen::of(&pod, &self.settings.key);
-                                applied = seen.value;
-                                applied_rv = seen.rv;
-                            }
-                            Err(e) => {
-                                let wait = backoff.next_wait();
-                                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "reading the own pod failed");
-                                retry_at = Some(Instant::now() + wait);
-                            }
-                        }
-                    }
-                    Some(Err(e)) => {
-                        self.metrics.pod_label_patched("error");
-                        let wait = backoff.next_wait();
-                        tracing::warn!(
-                            error = %e,
-                            pod = %self.settings.pod,
-                            retry_in_ms = wait.as_millis() as u64,
-                            "the pod label update failed"
-                        );
-                        retry_at = Some(Instant::now() + wait);
-                    }
-                }
-                continue;
+                self.write_and_learn(&mut st, want).await
+            } else {
+                self.wait_for_news(&mut st, deadline, &mut seen_rx).await
+            };
+            if !live {
+                return;
             }
-            let far = now + Duration::from_secs(3600);
-            tokio::select! {
-                changed = self.status.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
+        }
+    }
+
+    /// One write of the label (and the others' clearing), bounded by the claim's
+    /// deadline and the lead; false when the status sender is gone.
+    async fn write_and_learn(&self, st: &mut Known, want: Wanted) -> bool {
+        // A "true" that has not landed by the deadline must not land later
+        // unnoticed: give up on it then (or when the lead is lost before).
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut moved_on = self.status.clone();
+        let write = self.write(&want.value, want.clear, want.patch, st.applied_rv.clone());
+        let outcome = tokio::select! {
+            r = write => Some(r),
+            () = sleep_until(want.deadline.unwrap_or(far)) => None,
+            // (Renewals change the status too; only losing the lead counts.)
+            gone = moved_on.wait_for(|s| !s.is_leader_at(Instant::now())), if want.leading => {
+                if gone.is_err() {
+                    return false;
                 }
-                () = sleep_until(deadline.unwrap_or(far)) => {}
-                () = sleep_until(retry_at.unwrap_or(far)) => {
-                    retry_at = None;
-                }
-                Some(seen) = seen_rx.recv() => {
-                    if !election_checked {
-                        election_checked = true;
-                        self.check_election(&seen);
-                    }
-                    // An event older than our own last write tells nothing new.
-                    let mine = applied_rv.as_deref().and_then(|v| v.parse::<u64>().ok());
-                    let newer = match (seen.version(), mine) {
-                        (Some(v), Some(mine)) => v > mine,
-                        _ => true,
-                    };
-                    if newer {
-                        if seen.value != applied {
-                            tracing::info!(
-                                found = seen.value.as_deref().unwrap_or("<none>"),
-                                "the pod label was changed by someone else; correcting it"
-                            );
-                        }
-                        applied = seen.value;
-                        applied_rv = seen.rv;
-                    }
-                }
+                None
             }
+        };
+        match outcome {
+            None => {
+                // The write may or may not land: the value is unknown now, so the
+                // follower value is written next (and the watch reports whatever the
+                // Pod carries in the end).
+                st.applied = None;
+                st.applied_rv = None;
+            }
+            Some(Ok((written, listed))) => self.written(st, &want, written, listed),
+            Some(Err(LabelError::Conflict)) => self.reread_after_conflict(st).await,
+            Some(Err(e)) => {
+                self.metrics.pod_label_patched("error");
+                let wait = st.backoff.next_wait();
+                tracing::warn!(
+                    error = %e,
+                    pod = %self.settings.pod,
+                    retry_in_ms = wait.as_millis() as u64,
+                    "the pod label update failed"
+                );
+                st.retry_at = Some(Instant::now() + wait);
+            }
+        }
+        true
+    }
+
+    /// A write that went through: the others are cleared for this tenure, a guard
+    /// keeps them so, and the Pod shows what was written.
+    fn written(&self, st: &mut Known, want: &Wanted, written: Option<Pod>, listed: Option<String>) {
+        if want.clear {
+            st.cleared_for = want.token;
+        }
+        if let (Some(t), Some(from)) = (want.token, listed) {
+            let task = tokio::spawn(self.clearer().guard(from));
+            st.guard = Some((t, AbortOnDrop(task)));
+        }
+        if let Some(pod) = written {
+            self.metrics.pod_label_patched("ok");
+            tracing::info!(
+                pod = %self.settings.pod,
+                key = %self.settings.key,
+                value = %want.value,
+                "labelled the pod"
+            );
+            let seen = Seen::of(&pod, &self.settings.key);
+            st.applied = seen.value;
+            st.applied_rv = seen.rv;
+        }
+        st.backoff.reset();
+        st.retry_at = None;
+    }
+
+    /// The Pod changed since we read it (a new leader may have cleared it): read it
+    /// again and decide again from the status.
+    async fn reread_after_conflict(&self, st: &mut Known) {
+        self.metrics.pod_label_patched("conflict");
+        tracing::info!(
+            pod = %self.settings.pod,
+            "the pod changed since it was read; reading it again"
+        );
+        match self.read().await {
+            Ok(pod) => {
+                let seen = Seen::of(&pod, &self.settings.key);
+                st.applied = seen.value;
+                st.applied_rv = seen.rv;
+            }
+            Err(e) => {
+                let wait = st.backoff.next_wait();
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "reading the own pod failed");
+                st.retry_at = Some(Instant::now() + wait);
+            }
+        }
+    }
+
+    /// Nothing to write: waits for a status change, the deadline, a retry, or news
+    /// of the Pod; false when the status sender is gone.
+    async fn wait_for_news(
+        &mut self,
+        st: &mut Known,
+        deadline: Option<Instant>,
+        seen_rx: &mut mpsc::Receiver<Seen>,
+    ) -> bool {
+        let far = Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            changed = self.status.changed() => return changed.is_ok(),
+            () = sleep_until(deadline.unwrap_or(far)) => {}
+            () = sleep_until(st.retry_at.unwrap_or(far)) => {
+                st.retry_at = None;
+            }
+            Some(seen) = seen_rx.recv() => self.learn(st, seen),
+        }
+        true
+    }
+
+    /// What the watch of the own Pod reported.
+    fn learn(&self, st: &mut Known, seen: Seen) {
+        if !st.election_checked {
+            st.election_checked = true;
+            self.check_election(&seen);
+        }
+        // An event older than our own last write tells nothing new.
+        let mine = st.applied_rv.as_deref().and_then(|v| v.parse::<u64>().ok());
+        let newer = match (seen.version(), mine) {
+            (Some(v), Some(mine)) => v > mine,
+            _ => true,
+        };
+        if newer {
+            if seen.value != st.applied {
+                tracing::info!(
+                    found = seen.value.as_deref().unwrap_or("<none>"),
+                    "the pod label was changed by someone else; correcting it"
+                );
+            }
+            st.applied = seen.value;
+            st.applied_rv = seen.rv;
         }
     }
 
