@@ -12,6 +12,7 @@ The checks assert on the rendered objects: RBAC verbs exactly, nothing cluster-w
 probes, security context, downward-API environment, the Service's leader selector, the
 app.kubernetes.io labels on every object, the backend switch (environment, Secret
 volumes and mounts), the native sidecar (sidecar.native), the `helm test` Pod, the
+NetworkPolicy on the status port (networkPolicy.*: its Pods, its ports, its peers), the
 PrometheusRule and the Grafana dashboard ConfigMap against files/alerts.yaml and
 files/dashboard.json, values the schema must reject, that manifests/ equals a fresh
 default render, and that actionlint finds nothing in .github/workflows/. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
@@ -148,6 +149,42 @@ NATIVE = {
     "sidecar": {"native": True},
     "service": {"exposeStatusPort": True},
 }
+# The NetworkPolicy on the status port, with the three kinds of peer (a namespace, Pods of
+# a namespace, an address block), the status port on the leader Service (so the `helm
+# test` Pod renders, and the policy must admit it) and the ServiceMonitor.
+PROMETHEUS_NAMESPACE = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+NETWORK_POLICY_PEERS = [
+    PROMETHEUS_NAMESPACE,
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+     "podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In",
+                                           "values": ["prometheus", "vmagent"]}]}},
+    {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.1.0/24"]}},
+]
+NETWORK_POLICY = {
+    "networkPolicy": {"enabled": True, "from": NETWORK_POLICY_PEERS},
+    "service": {"exposeStatusPort": True},
+    "serviceMonitor": {"enabled": True},
+}
+# Renders of the NetworkPolicy at the edges: the status port at either end of the port
+# range and next to it, no peers, no test Pod, an SCTP app port, and allowOtherPorts off
+# (with and without peers). Each is checked in test_network_policy and validated in
+# test_kubernetes_validate_strict.
+NETWORK_POLICY_EDGES = [
+    {"networkPolicy": {"enabled": True}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]}, "sidecar": {"port": 1}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]}, "sidecar": {"port": 2}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]}, "sidecar": {"port": 65534}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]}, "sidecar": {"port": 65535},
+     "service": {"exposeStatusPort": True}},
+    {"networkPolicy": {"enabled": True}, "sidecar": {"port": 9090}, "service": {"exposeStatusPort": True}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]},
+     "app": {"ports": [{"name": "app", "containerPort": 8080, "protocol": "TCP"},
+                       {"name": "sig", "containerPort": 3868, "protocol": "SCTP"}]}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE], "allowOtherPorts": False}},
+    {"networkPolicy": {"enabled": True, "allowOtherPorts": False}},
+    {"networkPolicy": {"enabled": True, "from": [PROMETHEUS_NAMESPACE]},
+     "service": {"exposeStatusPort": True}, "tests": {"enabled": False}},
+]
 POSTGRES = {
     "backend": {
         "type": "postgres",
@@ -180,6 +217,7 @@ SCENARIOS = {
     "native sidecar + helm test": (NATIVE, "lk", "apps"),
     "postgres": (POSTGRES, "leasekeeper", "default"),
     "mysql": (MYSQL, "leasekeeper", "default"),
+    "network policy + helm test": (NETWORK_POLICY, "lk", "apps"),
 }
 
 # Values the chart must refuse, and a piece of the message that says why.
@@ -229,6 +267,28 @@ BAD_VALUES = [
     ({"tests": {"enabled": "no"}}, "/tests/enabled"),
     ({"tests": {"samples": 0}}, "/tests/samples"),
     ({"tests": {"samples": "5"}}, "/tests/samples"),
+    ({"sidecar": {"port": 0}}, "/sidecar/port"),
+    ({"sidecar": {"port": 65536}}, "/sidecar/port"),
+    ({"networkPolicy": {"enabled": "true"}}, "/networkPolicy/enabled"),
+    ({"networkPolicy": {"allowOtherPorts": "no"}}, "/networkPolicy/allowOtherPorts"),
+    ({"networkPolicy": {"ports": [4040]}}, "ports"),
+    ({"networkPolicy": {"from": "monitoring"}}, "/networkPolicy/from"),
+    # An empty peer would be refused by the API server; an empty `from` is the default.
+    ({"networkPolicy": {"from": [{}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{"namespace": "monitoring"}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"team": 1}}}]}},
+     "/networkPolicy/from/0/namespaceSelector/matchLabels/team"),
+    # (Helm's validator reports a bad property name at '', so the message names the key.)
+    ({"networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"not a key": "x"}}}]}},
+     "invalid propertyName 'not a key'"),
+    ({"networkPolicy": {"from": [{"podSelector": {"matchLabels": {}, "labels": {"app": "x"}}}]}},
+     "/networkPolicy/from/0/podSelector"),
+    ({"networkPolicy": {"from": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "Equals"}]}}]}},
+     "/networkPolicy/from/0/podSelector/matchExpressions/0/operator"),
+    # ipBlock goes alone in its peer (the API server refuses it next to a selector).
+    ({"networkPolicy": {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]}}, "/networkPolicy/from/0"),
+    ({"networkPolicy": {"from": [{"ipBlock": {"cidr": "monitoring"}}]}}, "/networkPolicy/from/0/ipBlock/cidr"),
+    ({"networkPolicy": {"from": [{"ipBlock": {"except": ["10.0.0.0/8"]}}]}}, "/networkPolicy/from/0/ipBlock"),
 ]
 # Combinations the templates refuse (with `fail`), with a piece of the message.
 BAD_COMBINATIONS = [
@@ -769,6 +829,133 @@ def test_helm_test_hook():
     assert "helm test lk --namespace apps" in notes, notes
 
 
+def port_admitters(policy, protocol, port):
+    """The ingress rules of a NetworkPolicy that admit `protocol`/`port`, as the API defines
+    it: a rule without `ports` admits every port, an entry without `protocol` means TCP,
+    one without `port` every port of its protocol, and `endPort` makes a range."""
+    found = []
+    for rule in policy["spec"].get("ingress") or []:
+        entries = rule.get("ports") or [{}]
+        for entry in entries:
+            assert not isinstance(entry.get("port"), str), f"named port {entry}: give the number"
+            if entry and entry.get("protocol", "TCP") != protocol:
+                continue
+            low = entry.get("port", 1)
+            high = entry.get("endPort", entry.get("port", 65535))
+            if low <= port <= high:
+                found.append(rule)
+                break
+    return found
+
+
+def assert_network_policy(objects, values, namespace):
+    """The NetworkPolicy of a render: it selects exactly the Deployment's Pods, for
+    Ingress only; every TCP and UDP port but the status port is open to everyone (with
+    allowOtherPorts); the status port is admitted only from networkPolicy.from and, when
+    the `helm test` Pod renders, from that Pod by its labels, in the release namespace;
+    no rule admits everyone to the status port (an empty `from` would)."""
+    np = values["networkPolicy"]
+    port = values.get("sidecar", {}).get("port", 4040)
+    open_others = np.get("allowOtherPorts", True)
+    policy = one(objects, "NetworkPolicy")
+    where = f"{values}: NetworkPolicy"
+    assert policy["apiVersion"] == "networking.k8s.io/v1", policy["apiVersion"]
+    assert policy["metadata"]["namespace"] == namespace
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"], f"{where}: policyTypes {spec['policyTypes']}"
+    assert set(spec) == {"podSelector", "policyTypes", "ingress"}, f"{where}: {sorted(spec)}"
+    # Exactly the Deployment's Pods: its selector, nothing more (no matchExpressions).
+    dep = one(objects, "Deployment")
+    assert spec["podSelector"] == {"matchLabels": dep["spec"]["selector"]["matchLabels"]}, \
+        f"{where}: podSelector {spec['podSelector']}"
+    assert selects(spec["podSelector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+    tests = [o for o in objects if o["kind"] == "Pod"]
+    for pod in tests:
+        assert not selects(spec["podSelector"]["matchLabels"], pod["metadata"]["labels"]), \
+            f"{where} selects the test Pod"
+    for rule in spec["ingress"]:
+        assert set(rule) <= {"from", "ports"} and rule.get("ports"), \
+            f"{where}: a rule without ports admits every port: {rule}"
+        assert "from" not in rule or rule["from"], f"{where}: an empty from admits everyone: {rule}"
+    # Every TCP port but the status port, and every UDP port, from anywhere. Which rules
+    # admit a port changes only at the ends of the rules' ranges and at the status port,
+    # so checking each such point and its neighbours checks all 65535 ports.
+    edges = {1, 65535, port}
+    for rule in spec["ingress"]:
+        for entry in rule["ports"]:
+            edges |= {entry[k] for k in ("port", "endPort") if k in entry}
+    points = sorted({q for e in edges for q in (e - 1, e, e + 1) if 1 <= q <= 65535})
+    for protocol in ("TCP", "UDP"):
+        for p in points:
+            rules = port_admitters(policy, protocol, p)
+            anyone = any("from" not in r for r in rules)
+            if protocol == "TCP" and p == port:
+                assert not anyone, f"{where}: TCP {p}, the status port, is open to everyone"
+            else:
+                assert anyone == open_others, \
+                    f"{where}: {protocol} {p} {'is not' if open_others else 'is'} open to everyone"
+    sctp = any(p.get("protocol") == "SCTP" for p in values.get("app", {}).get("ports", []))
+    assert bool(port_admitters(policy, "SCTP", 1)) == (sctp and open_others), f"{where}: SCTP"
+    # The status port: exactly the configured peers, then the test Pod when it renders.
+    rules = port_admitters(policy, "TCP", port)
+    expected = list(np.get("from", []))
+    if tests:
+        [pod] = tests
+        test_peer = {"podSelector": {"matchLabels": {
+            k: pod["metadata"]["labels"][k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}}}
+        assert selects(test_peer["podSelector"]["matchLabels"], pod["metadata"]["labels"])
+        assert pod["metadata"]["namespace"] == namespace, "a podSelector alone admits Pods of the policy's namespace"
+        expected.append(test_peer)
+    if expected:
+        assert len(rules) == 1, f"{where}: {len(rules)} rules admit the status port"
+        assert rules[0]["from"] == expected, f"{where}: the status port is admitted from {rules[0]['from']}"
+        assert rules[0]["ports"] == [{"protocol": "TCP", "port": port}], rules[0]["ports"]
+    else:
+        assert rules == [], f"{where}: no peers, yet rules admit the status port: {rules}"
+    return policy
+
+
+def test_network_policy():
+    """networkPolicy.enabled (default false) renders one NetworkPolicy over the Deployment's
+    Pods that admits the status port only from networkPolicy.from and the helm test Pod,
+    and keeps every other TCP port (ranges with endPort around the status port) and all
+    UDP open; also with the status port at 1, 2, 65534 and 65535, without peers, with an
+    SCTP app port, and with allowOtherPorts=false (then only the status port rule, or
+    ingress: [])."""
+    for scenario, (values, _release, _namespace) in SCENARIOS.items():
+        enabled = values.get("networkPolicy", {}).get("enabled", False)
+        assert len(of_kind(render(scenario), "NetworkPolicy")) == (1 if enabled else 0), scenario
+    assert not of_kind(render_objects({"networkPolicy": {"from": [PROMETHEUS_NAMESPACE]}}), "NetworkPolicy"), \
+        "networkPolicy.from without networkPolicy.enabled rendered a NetworkPolicy"
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"] == \
+        {"enabled": False, "from": [], "allowOtherPorts": True}
+    scenario = "network policy + helm test"
+    values, release, namespace = SCENARIOS[scenario]
+    objects = render(scenario)
+    assert len(of_kind(objects, "Pod")) == 1, "the scenario should render the helm test Pod"
+    policy = assert_network_policy(objects, values, namespace)
+    assert policy["metadata"]["name"] == "lk-leasekeeper", policy["metadata"]["name"]
+    assert [r["ports"] for r in policy["spec"]["ingress"]] == [
+        [{"protocol": "TCP", "port": 1, "endPort": 4039}, {"protocol": "TCP", "port": 4041, "endPort": 65535},
+         {"protocol": "UDP"}],
+        [{"protocol": "TCP", "port": 4040}],
+    ], policy["spec"]["ingress"]
+    assert policy["spec"]["ingress"][1]["from"][-1] == {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "leasekeeper-test", "app.kubernetes.io/instance": "lk"}}}
+    for values in NETWORK_POLICY_EDGES:
+        assert_network_policy(render_objects(values), values, "default")
+    ingress = one(render_objects({"networkPolicy": {"enabled": True, "allowOtherPorts": False}}),
+                  "NetworkPolicy")["spec"]["ingress"]
+    assert ingress == [], ingress
+    notes = render_raw(NETWORK_POLICY, release, namespace)["leasekeeper/templates/NOTES.txt"]
+    for needle in ["NetworkPolicy lk-leasekeeper admits port 4040 only from the 3 peer(s) of networkPolicy.from and the helm test Pod",
+                   "The policy covers port 4040 of Service lk-leasekeeper too"]:
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+    notes = render_raw({"networkPolicy": {"enabled": True}, "serviceMonitor": {"enabled": True}})["leasekeeper/templates/NOTES.txt"]
+    assert "Prometheus cannot scrape /metrics while networkPolicy.from is empty" in notes, notes
+    assert "NetworkPolicy" not in render_raw({})["leasekeeper/templates/NOTES.txt"]
+
+
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 
@@ -946,14 +1133,17 @@ def test_templates_reject_bad_combinations():
 
 
 def test_kubernetes_validate_strict():
-    """Every rendered object of every scenario, and every object in manifests/, against the
-    Kubernetes API's schemas with unknown fields refused (kubernetes-validate --strict)."""
+    """Every rendered object of every scenario, the NetworkPolicy of each render in
+    NETWORK_POLICY_EDGES, and every object in manifests/, against the Kubernetes API's
+    schemas with unknown fields refused (kubernetes-validate --strict)."""
     import kubernetes_validate.utils as kv
 
     skipped = set()
     checked = 0
     sources = [(f"render {s}", strip(o), NATIVE_KUBE_VERSIONS if SCENARIOS[s][0].get("sidecar", {}).get("native") else KUBE_VERSIONS)
                for s in SCENARIOS for o in render(s)]
+    sources += [(f"render {values}", strip(o), KUBE_VERSIONS)
+                for values in NETWORK_POLICY_EDGES for o in render_objects(values) if o["kind"] == "NetworkPolicy"]
     for path in sorted(MANIFESTS.glob("*.yaml")):
         sources += [(str(path.relative_to(ROOT)), o, KUBE_VERSIONS) for o in yaml.safe_load_all(path.read_text()) if o]
     for where, obj, versions in sources:

@@ -47,6 +47,15 @@ app.kubernetes.io/name: {{ include "leasekeeper.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+Labels that pick out the `helm test` Pod: not the Deployment's selector labels (its
+ReplicaSet would adopt the Pod), and what the NetworkPolicy admits it by.
+*/}}
+{{- define "leasekeeper.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-test" (include "leasekeeper.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
 {{- define "leasekeeper.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "leasekeeper.fullname" .) .Values.serviceAccount.name }}
