@@ -21,7 +21,7 @@ use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
 use common::etcd_server::EtcdCluster;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
-use common::{etcd_args, redis_args};
+use common::SidecarArgs;
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -78,7 +78,12 @@ fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
         Extras {
             links: Some(Links {
                 nodes: vec![([127, 0, 0, 1], port).into()],
-                args: Box::new(move |a| redis_args(&format!("redis://{}", a[0]), "1s", election)),
+                args: Box::new(move |a| {
+                    SidecarArgs::redis(&format!("redis://{}", a[0]))
+                        .ttl("1s")
+                        .election(election)
+                        .build()
+                }),
             }),
             store: Some(Recorder::redis(port, election)),
             tamper: Some(Box::new(move |fault| {
@@ -198,7 +203,10 @@ fn a_claim_on_error_is_caught_under_an_isolated_store_node() {
     caught("isolate-node", || {
         checker::run_with(
             ElectionSpec {
-                args: etcd_args(&endpoints, "1s", "selftest"),
+                args: SidecarArgs::etcd(&endpoints)
+                    .ttl("1s")
+                    .election("selftest")
+                    .build(),
                 ttl: TTL,
                 candidates: 3,
                 rounds: vec![Fault::IsolateStoreNode],
@@ -248,7 +256,10 @@ fn an_overclaim_is_caught_on_the_lease_backend() {
     caught("kubernetes graceful", || {
         checker::run_with(
             ElectionSpec {
-                args: common::kube_args(&kubeconfig, "2s", "selftest"),
+                args: SidecarArgs::kubernetes(&kubeconfig)
+                    .ttl("2s")
+                    .election("selftest")
+                    .build(),
                 ttl: Duration::from_secs(2),
                 candidates: 3,
                 rounds: vec![Fault::Graceful],

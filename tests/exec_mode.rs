@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{eventually, redis_args, Sidecar};
+use common::{eventually, Sidecar, SidecarArgs};
 
 /// The command: appends `<CLOCK_MONOTONIC ns> <kind> <identity> <token>` lines to a
 /// shared file: `start`, then `alive` every 5 ms, and on SIGTERM (after 50 ms of
@@ -143,7 +143,10 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
         eprintln!("test dir: {}", dir.path().display());
     }
     let (cmd, out) = worker(dir.path());
-    let args = redis_args(&redis.url(), "2s", "exec");
+    let args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("exec")
+        .build();
     let mut generation = 0;
     let mut spawn = |dir: &Path| {
         generation += 1;
@@ -267,7 +270,10 @@ fn the_commands_own_exit_ends_the_tenure_with_its_code_or_a_new_campaign() {
     ]
     .map(str::to_owned)
     .to_vec();
-    let args = redis_args(&redis.url(), "2s", "exits");
+    let args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("exits")
+        .build();
     let mut once = Sidecar::spawn_run("once", dir.path(), &args, &cmd);
     let code = once.wait_exit(Duration::from_secs(10));
     assert_eq!(code.and_then(|c| c.code()), Some(7), "{}", once.stderr());
@@ -314,7 +320,10 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_deadline_and_the_release_
         script.display().to_string(),
         out.display().to_string(),
     ];
-    let mut args = redis_args(&redis.url(), "2s", "stubborn");
+    let mut args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("stubborn")
+        .build();
     args.extend(["--kill-grace".to_owned(), "500ms".to_owned()]);
     let mut a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
     assert!(started(&out, "a", None, Duration::from_secs(10)));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::fake_kube::FakeKube;
-use common::{eventually, kube_args, Sidecar};
+use common::{eventually, Sidecar, SidecarArgs};
 use serde_json::json;
 
 fn assert_within_rbac(api: &FakeKube) {
@@ -49,7 +49,10 @@ fn kubernetes_lease_survives_the_checker() {
     }
     let report = checker::run_with(
         ElectionSpec {
-            args: kube_args(&kubeconfig, "2s", "checker"),
+            args: SidecarArgs::kubernetes(&kubeconfig)
+                .ttl("2s")
+                .election("checker")
+                .build(),
             ttl: Duration::from_secs(2),
             candidates: 3,
             rounds,
@@ -100,7 +103,10 @@ fn two_candidates_racing_on_one_lease_never_both_win() {
     let dir = tempfile::tempdir().expect("dir");
     for round in 0..6 {
         let election = format!("race-{round}");
-        let args = kube_args(&api.kubeconfig(), "3s", &election);
+        let args = SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("3s")
+            .election(&election)
+            .build();
         let a = Sidecar::spawn(&format!("a{round}"), dir.path(), &args);
         let b = Sidecar::spawn(&format!("b{round}"), dir.path(), &args);
         let both = eventually(Duration::from_secs(15), || {
@@ -177,7 +183,10 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let mut ours = Sidecar::spawn(
         "ours",
         dir.path(),
-        &kube_args(&api.kubeconfig(), "2s", "shared"),
+        &SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("2s")
+            .election("shared")
+            .build(),
     );
     // The client-go holder renews every second for 5 s: we must follow it.
     let until = Instant::now() + Duration::from_secs(5);
@@ -243,7 +252,10 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
 fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
     let spawn = |pod: &str| {
         api.add_pod(pod, &[("app", "demo"), (ELECTION, election)]);
-        let mut args = kube_args(&api.kubeconfig(), "2s", election);
+        let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("2s")
+            .election(election)
+            .build();
         args.extend(
             ["--pod-label", "--pod-name", pod]
                 .iter()
@@ -377,7 +389,10 @@ fn the_label_turns_false_before_the_lease_is_released() {
 fn a_deleted_lease_is_not_a_free_lease() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "3s", "deleted");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("3s")
+        .election("deleted")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("b", dir.path(), &args);
@@ -477,7 +492,10 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
     // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
-    let args = kube_args(&api.kubeconfig(), "6s", "gone");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("6s")
+        .election("gone")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
         .as_u64()
@@ -532,7 +550,10 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
 fn a_lease_created_after_a_deletion_continues_the_token_count() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "5s", "recreated");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("5s")
+        .election("recreated")
+        .build();
     let mut a = Sidecar::spawn("a", dir.path(), &args);
     let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
         .as_u64()
@@ -562,7 +583,10 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
     use common::fake_kube::TOKEN;
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "6s", "taken");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("6s")
+        .election("taken")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
     just_after_a_renew(&api, "taken");
@@ -599,7 +623,10 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
 fn a_second_process_with_our_identity_is_a_rival() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "2s", "twins");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("twins")
+        .build();
     let mut first = Sidecar::spawn("same", dir.path(), &args);
     first.settles_in("leader", Duration::from_secs(10));
     // A second process with the same identity (a StatefulSet Pod recreated while the old
@@ -807,7 +834,10 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
     api.add_pod("bare", &[("app", "demo")]);
-    let mut args = kube_args(&api.kubeconfig(), "2s", "unlabelled");
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("unlabelled")
+        .build();
     args.extend(["--pod-label", "--pod-name", "bare"].map(str::to_owned));
     let s = Sidecar::spawn("bare", dir.path(), &args);
     s.settles_in("leader", Duration::from_secs(10));
@@ -1095,7 +1125,10 @@ fn the_fake_api_enforces_what_it_claims() {
 fn followers_send_no_requests_while_the_holder_renews() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "2s", "quiet");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("quiet")
+        .build();
     let cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();

@@ -44,7 +44,7 @@ fn mysql_survives_partitions_slow_links_and_tampering() {
 /// Verified TLS with a private CA and a client certificate (`REQUIRE X509`).
 #[test]
 fn mysql_tls_with_a_private_ca_and_a_client_certificate() {
-    use common::{eventually, http, mysql_args, Sidecar};
+    use common::{eventually, http, Sidecar, SidecarArgs};
     use std::time::Duration;
     let certs = tempfile::tempdir().expect("dir");
     common::make_certs(certs.path());
@@ -52,7 +52,7 @@ fn mysql_tls_with_a_private_ca_and_a_client_certificate() {
     let file = |n: &str| certs.path().join(n).display().to_string();
     let url = db.url_for("client");
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = mysql_args(&url, "2s", "tls");
+    let mut args = SidecarArgs::mysql(&url).ttl("2s").election("tls").build();
     args.extend([
         "--sql-ca-file".into(),
         file("ca.pem"),
@@ -64,7 +64,7 @@ fn mysql_tls_with_a_private_ca_and_a_client_certificate() {
     let secure = Sidecar::spawn("secure", dir.path(), &args);
     secure.settles_in("leader", Duration::from_secs(10));
 
-    let mut no_cert = mysql_args(&url, "2s", "tls");
+    let mut no_cert = SidecarArgs::mysql(&url).ttl("2s").election("tls").build();
     no_cert.extend(["--sql-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));

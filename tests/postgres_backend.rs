@@ -45,7 +45,7 @@ fn postgres_survives_partitions_slow_links_and_tampering() {
 /// certificate is the only way in for that user).
 #[test]
 fn postgres_tls_with_a_private_ca_and_a_client_certificate() {
-    use common::{eventually, http, postgres_args, Sidecar};
+    use common::{eventually, http, Sidecar, SidecarArgs};
     use std::time::Duration;
     let certs = tempfile::tempdir().expect("dir");
     common::make_certs(certs.path());
@@ -53,7 +53,10 @@ fn postgres_tls_with_a_private_ca_and_a_client_certificate() {
     let file = |n: &str| certs.path().join(n).display().to_string();
     let url = db.url_for("client");
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = postgres_args(&url, "2s", "tls");
+    let mut args = SidecarArgs::postgres(&url)
+        .ttl("2s")
+        .election("tls")
+        .build();
     args.extend([
         "--sql-ca-file".into(),
         file("ca.pem"),
@@ -66,7 +69,10 @@ fn postgres_tls_with_a_private_ca_and_a_client_certificate() {
     secure.settles_in("leader", Duration::from_secs(10));
 
     // Without the client certificate the server refuses: the sidecar runs, unready.
-    let mut no_cert = postgres_args(&url, "2s", "tls");
+    let mut no_cert = SidecarArgs::postgres(&url)
+        .ttl("2s")
+        .election("tls")
+        .build();
     no_cert.extend(["--sql-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));
@@ -87,12 +93,19 @@ fn postgres_tls_with_a_private_ca_and_a_client_certificate() {
 /// "unknown", and leads (creating the table) once the server appears on that port.
 #[test]
 fn postgres_unreachable_at_start_is_not_bad_input() {
-    use common::{eventually, http, postgres_args, Sidecar};
+    use common::{eventually, http, Sidecar, SidecarArgs};
     use std::time::Duration;
     let port = common::free_port();
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("postgres://lk@127.0.0.1:{port}/lk");
-    let early = Sidecar::spawn("early", dir.path(), &postgres_args(&url, "2s", "early"));
+    let early = Sidecar::spawn(
+        "early",
+        dir.path(),
+        &SidecarArgs::postgres(&url)
+            .ttl("2s")
+            .election("early")
+            .build(),
+    );
     assert!(
         early.wait_listening(Duration::from_secs(10)),
         "{}",

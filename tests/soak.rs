@@ -42,7 +42,7 @@ use common::fake_kube::FakeKube;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
 use common::zk_server::ZkEnsemble;
-use common::{etcd_args, file_args, kube_args, redis_args, redlock_args, zk_args};
+use common::SidecarArgs;
 
 /// Rounds per checker run at most.
 const BATCH: usize = 150;
@@ -388,7 +388,13 @@ fn soak_1_file() {
             checker::run(ElectionSpec {
                 takeover_while_leader_paused: false,
                 candidates: 2,
-                ..spec(file_args(dir.path(), "1s"), ttl, rounds, None, false)
+                ..spec(
+                    SidecarArgs::file(dir.path()).ttl("1s").build(),
+                    ttl,
+                    rounds,
+                    None,
+                    false,
+                )
             })
         },
     );
@@ -422,7 +428,10 @@ fn soak_2_redis() {
                     links: Some(Links {
                         nodes: vec![addr(&format!("127.0.0.1:{port}"))],
                         args: Box::new(move |a| {
-                            redis_args(&format!("redis://{}", a[0]), "1s", election)
+                            SidecarArgs::redis(&format!("redis://{}", a[0]))
+                                .ttl("1s")
+                                .election(election)
+                                .build()
                         }),
                     }),
                     store: Some(Recorder::redis(port, election)),
@@ -476,7 +485,10 @@ fn redlock(n: usize) {
                         args: Box::new(|a| {
                             let urls: Vec<String> =
                                 a.iter().map(|a| format!("redis://{a}")).collect();
-                            redlock_args(&urls.join(","), "1s", "soak")
+                            SidecarArgs::redlock(&urls.join(","))
+                                .ttl("1s")
+                                .election("soak")
+                                .build()
                         }),
                     }),
                     ..Extras::default()
@@ -569,7 +581,10 @@ fn etcd(n: usize, ttl: Duration) {
                         args: Box::new(move |a| {
                             let urls: Vec<String> =
                                 a.iter().map(|a| format!("http://{a}")).collect();
-                            etcd_args(&urls.join(","), &ttl_flag, "soak")
+                            SidecarArgs::etcd(&urls.join(","))
+                                .ttl(&ttl_flag)
+                                .election("soak")
+                                .build()
                         }),
                     }),
                     store: Some(Recorder::etcd(
@@ -671,7 +686,12 @@ fn zookeeper(n: usize) {
                 Extras {
                     links: Some(Links {
                         nodes: nodes.clone(),
-                        args: Box::new(|a| zk_args(&a.join(","), "2s", "soak")),
+                        args: Box::new(|a| {
+                            SidecarArgs::zookeeper(&a.join(","))
+                                .ttl("2s")
+                                .election("soak")
+                                .build()
+                        }),
                     }),
                     store: Some(Recorder::zookeeper(connect.clone(), dir.to_owned())),
                     tamper: Some(Box::new(move |fault| {
@@ -753,7 +773,12 @@ fn soak_9_kubernetes() {
                 Extras {
                     links: Some(Links {
                         nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| kube_args(&kubeconfig(&dir, &a[0]), "2s", lease)),
+                        args: Box::new(move |a| {
+                            SidecarArgs::kubernetes(&kubeconfig(&dir, &a[0]))
+                                .ttl("2s")
+                                .election(lease)
+                                .build()
+                        }),
                     }),
                     store: Some(Recorder::kubernetes(
                         direct.clone(),

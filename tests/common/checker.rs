@@ -150,7 +150,10 @@ impl RedisCluster {
                     .map(|a| format!("redis://{a}"))
                     .collect::<Vec<_>>()
                     .join(",");
-                super::redlock_args(&urls, ttl, election)
+                super::SidecarArgs::redlock(&urls)
+                    .ttl(ttl)
+                    .election(election)
+                    .build()
             }),
         }
     }
