@@ -17,6 +17,7 @@ pub mod prometheus;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
+pub mod server;
 pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;
