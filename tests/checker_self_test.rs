@@ -67,13 +67,8 @@ fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
     let lock = format!("leasekeeper:{{{election}}}:lock");
     checker::run_with(
         ElectionSpec {
-            args: Vec::new(),
-            ttl: TTL,
-            candidates: 3,
-            rounds,
-            server: Some(&mut server),
-            takeover_while_leader_paused: true,
             restart_loses_data: true,
+            ..ElectionSpec::three_candidates(Vec::new(), TTL, rounds, Some(&mut server))
         },
         Extras {
             links: Some(Links {
@@ -166,13 +161,8 @@ fn redlock_round(fault: Fault, env: Vec<(String, String)>) {
     caught(fault.name(), || {
         checker::run_with(
             ElectionSpec {
-                args: Vec::new(),
-                ttl: TTL,
-                candidates: 3,
-                rounds: vec![fault],
-                server: Some(&mut cluster),
-                takeover_while_leader_paused: true,
                 restart_loses_data: true,
+                ..ElectionSpec::three_candidates(Vec::new(), TTL, vec![fault], Some(&mut cluster))
             },
             Extras {
                 links: Some(links),
@@ -202,18 +192,15 @@ fn a_claim_on_error_is_caught_under_an_isolated_store_node() {
     let endpoints = etcd.endpoint(0);
     caught("isolate-node", || {
         checker::run_with(
-            ElectionSpec {
-                args: SidecarArgs::etcd(&endpoints)
+            ElectionSpec::three_candidates(
+                SidecarArgs::etcd(&endpoints)
                     .ttl("1s")
                     .election("selftest")
                     .build(),
-                ttl: TTL,
-                candidates: 3,
-                rounds: vec![Fault::IsolateStoreNode],
-                server: None,
-                takeover_while_leader_paused: true,
-                restart_loses_data: false,
-            },
+                TTL,
+                vec![Fault::IsolateStoreNode],
+                None,
+            ),
             Extras {
                 isolate: Some(Box::new(move |node, cut| {
                     if cut {
@@ -255,18 +242,15 @@ fn an_overclaim_is_caught_on_the_lease_backend() {
     let store = api.lease_recorder("selftest");
     caught("kubernetes graceful", || {
         checker::run_with(
-            ElectionSpec {
-                args: SidecarArgs::kubernetes(&kubeconfig)
+            ElectionSpec::three_candidates(
+                SidecarArgs::kubernetes(&kubeconfig)
                     .ttl("2s")
                     .election("selftest")
                     .build(),
-                ttl: Duration::from_secs(2),
-                candidates: 3,
-                rounds: vec![Fault::Graceful],
-                server: Some(&mut api),
-                takeover_while_leader_paused: true,
-                restart_loses_data: false,
-            },
+                Duration::from_secs(2),
+                vec![Fault::Graceful],
+                Some(&mut api),
+            ),
             Extras {
                 store: Some(store),
                 sidecar_env: overclaim(),

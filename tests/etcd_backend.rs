@@ -26,18 +26,15 @@ fn etcd_single_member_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: SidecarArgs::etcd(&endpoints)
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::etcd(&endpoints)
             .ttl("1s")
             .election("checker")
             .build(),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
+        Duration::from_secs(1),
         rounds,
-        server: Some(&mut etcd),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut etcd),
+    ));
     eprintln!("etcd(1): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -55,18 +52,15 @@ fn etcd_three_member_cluster_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: SidecarArgs::etcd(&endpoints)
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::etcd(&endpoints)
             .ttl("2s")
             .election("cluster")
             .build(),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut etcd),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut etcd),
+    ));
     eprintln!("etcd(3): {report:?}");
 }
 
@@ -431,18 +425,15 @@ fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
         Fault::Graceful,
     ];
     let report = checker::run_with(
-        ElectionSpec {
-            args: SidecarArgs::etcd(&endpoints)
+        ElectionSpec::three_candidates(
+            SidecarArgs::etcd(&endpoints)
                 .ttl("2s")
                 .election("partition")
                 .build(),
-            ttl: Duration::from_secs(2),
-            candidates: 3,
+            Duration::from_secs(2),
             rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+            None,
+        ),
         checker::Extras {
             store: Some(store),
             isolate: Some(Box::new(isolate)),

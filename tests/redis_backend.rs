@@ -24,18 +24,15 @@ fn redis_election_survives_the_checker() {
             _ => Fault::Graceful,
         });
     }
-    let report = checker::run(ElectionSpec {
-        args: SidecarArgs::redis(&url)
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::redis(&url)
             .ttl("1s")
             .election("checker")
             .build(),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
+        Duration::from_secs(1),
         rounds,
-        server: Some(&mut server),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut server),
+    ));
     eprintln!("redis: {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -56,16 +53,16 @@ fn a_server_that_loses_its_data_never_yields_two_leaders() {
     ]
     .to_vec();
     let report = checker::run(ElectionSpec {
-        args: SidecarArgs::redis(&url)
-            .ttl("1s")
-            .election("checker")
-            .build(),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds,
-        server: Some(&mut server),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redis(&url)
+                .ttl("1s")
+                .election("checker")
+                .build(),
+            Duration::from_secs(1),
+            rounds,
+            Some(&mut server),
+        )
     });
     eprintln!("redis data loss: {report:?}");
 }

@@ -26,16 +26,16 @@ fn redlock_over_three_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(3);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: SidecarArgs::redlock(&urls)
-            .ttl("1s")
-            .election("quorum")
-            .build(),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds: rounds(60),
-        server: Some(&mut cluster),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redlock(&urls)
+                .ttl("1s")
+                .election("quorum")
+                .build(),
+            Duration::from_secs(1),
+            rounds(60),
+            Some(&mut cluster),
+        )
     });
     eprintln!("redlock(3): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
@@ -46,16 +46,16 @@ fn redlock_over_five_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(5);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: SidecarArgs::redlock(&urls)
-            .ttl("1s")
-            .election("quorum")
-            .build(),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds: rounds(24),
-        server: Some(&mut cluster),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redlock(&urls)
+                .ttl("1s")
+                .election("quorum")
+                .build(),
+            Duration::from_secs(1),
+            rounds(24),
+            Some(&mut cluster),
+        )
     });
     eprintln!("redlock(5): {report:?}");
 }
@@ -358,15 +358,7 @@ fn restored_node(election: &str, node1_hangs: bool) {
 fn cut_links_run(nodes: usize, rounds: Vec<Fault>) -> checker::Report {
     let cluster = RedisCluster::start(nodes);
     let report = checker::run_with(
-        ElectionSpec {
-            args: Vec::new(),
-            ttl: Duration::from_secs(1),
-            candidates: 3,
-            rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+        ElectionSpec::three_candidates(Vec::new(), Duration::from_secs(1), rounds, None),
         checker::Extras {
             links: Some(cluster.links("1s", "links")),
             ..checker::Extras::default()

@@ -346,13 +346,8 @@ fn spec(
     restart_loses_data: bool,
 ) -> ElectionSpec<'_> {
     ElectionSpec {
-        args,
-        ttl,
-        candidates: 3,
-        rounds,
-        server,
-        takeover_while_leader_paused: true,
         restart_loses_data,
+        ..ElectionSpec::three_candidates(args, ttl, rounds, server)
     }
 }
 
@@ -370,6 +365,21 @@ const LINK_FAULTS: [Fault; 4] = [
 
 fn kinds(list: &[&[Fault]]) -> Vec<Fault> {
     list.concat()
+}
+
+/// The faults of one store process (redis, the SQL servers): the leader's and the
+/// store's, every link fault, and tampering with the record.
+fn one_store_faults() -> Vec<Fault> {
+    kinds(&[
+        &[
+            Fault::Kill9,
+            Fault::PauseLeader,
+            Fault::PauseServer,
+            Fault::RestartServer,
+        ],
+        &LINK_FAULTS,
+        &[Fault::TamperDelete, Fault::TamperOverwrite],
+    ])
 }
 
 #[test]
@@ -407,47 +417,32 @@ fn soak_2_redis() {
     let port = server.port;
     let ttl = Duration::from_secs(1);
     let election = "soak";
-    soak(
-        "redis",
-        ttl,
-        &kinds(&[
-            &[
-                Fault::Kill9,
-                Fault::PauseLeader,
-                Fault::PauseServer,
-                Fault::RestartServer,
-            ],
-            &LINK_FAULTS,
-            &[Fault::TamperDelete, Fault::TamperOverwrite],
-        ]),
-        true,
-        |rounds| {
-            checker::run_with(
-                spec(Vec::new(), ttl, rounds, Some(&mut server), false),
-                Extras {
-                    links: Some(Links {
-                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| {
-                            SidecarArgs::redis(&format!("redis://{}", a[0]))
-                                .ttl("1s")
-                                .election(election)
-                                .build()
-                        }),
+    soak("redis", ttl, &one_store_faults(), true, |rounds| {
+        checker::run_with(
+            spec(Vec::new(), ttl, rounds, Some(&mut server), false),
+            Extras {
+                links: Some(Links {
+                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    args: Box::new(move |a| {
+                        SidecarArgs::redis(&format!("redis://{}", a[0]))
+                            .ttl("1s")
+                            .election(election)
+                            .build()
                     }),
-                    store: Some(Recorder::redis(port, election)),
-                    tamper: Some(Box::new(move |fault| {
-                        let lock = format!("leasekeeper:{{{election}}}:lock");
-                        let command = match fault {
-                            Fault::TamperDelete => format!("DEL {lock}"),
-                            _ => format!("SET {lock} x|0|intruder PX 1000"),
-                        };
-                        common::redis_server::command_at(port, &command);
-                    })),
-                    ..Extras::default()
-                },
-            )
-        },
-    );
+                }),
+                store: Some(Recorder::redis(port, election)),
+                tamper: Some(Box::new(move |fault| {
+                    let lock = format!("leasekeeper:{{{election}}}:lock");
+                    let command = match fault {
+                        Fault::TamperDelete => format!("DEL {lock}"),
+                        _ => format!("SET {lock} x|0|intruder PX 1000"),
+                    };
+                    common::redis_server::command_at(port, &command);
+                })),
+                ..Extras::default()
+            },
+        )
+    });
 }
 
 /// Redlock over `n` nodes (without persistence, as the suite runs it): no store
@@ -819,53 +814,36 @@ fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
     let port = db.port();
     let url = db.url_for("lk");
     let overwrite = db.overwrite_sql(election);
-    soak(
-        name,
-        ttl,
-        &kinds(&[
-            &[
-                Fault::Kill9,
-                Fault::PauseLeader,
-                Fault::PauseServer,
-                Fault::RestartServer,
-            ],
-            &LINK_FAULTS,
-            &[Fault::TamperDelete, Fault::TamperOverwrite],
-        ]),
-        true,
-        |rounds| {
-            let (link_url, tamper_url, overwrite) = (url.clone(), url.clone(), overwrite.clone());
-            let store = if backend == "postgres" {
-                Recorder::postgres(url.clone(), election)
-            } else {
-                Recorder::mysql(url.clone(), election)
-            };
-            checker::run_with(
-                spec(Vec::new(), ttl, rounds, Some(&mut db), false),
-                Extras {
-                    links: Some(Links {
-                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| {
-                            args_via(backend, &link_url, port, &a[0], "1s", election)
-                        }),
+    soak(name, ttl, &one_store_faults(), true, |rounds| {
+        let (link_url, tamper_url, overwrite) = (url.clone(), url.clone(), overwrite.clone());
+        let store = if backend == "postgres" {
+            Recorder::postgres(url.clone(), election)
+        } else {
+            Recorder::mysql(url.clone(), election)
+        };
+        checker::run_with(
+            spec(Vec::new(), ttl, rounds, Some(&mut db), false),
+            Extras {
+                links: Some(Links {
+                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    args: Box::new(move |a| {
+                        args_via(backend, &link_url, port, &a[0], "1s", election)
                     }),
-                    store: Some(store),
-                    tamper: Some(Box::new(move |fault| {
-                        let sql = match fault {
-                            Fault::TamperDelete => {
-                                format!(
-                                    "DELETE FROM leasekeeper_leases WHERE election = '{election}'"
-                                )
-                            }
-                            _ => overwrite.clone(),
-                        };
-                        admin_exec(backend, &tamper_url, &sql);
-                    })),
-                    ..Extras::default()
-                },
-            )
-        },
-    );
+                }),
+                store: Some(store),
+                tamper: Some(Box::new(move |fault| {
+                    let sql = match fault {
+                        Fault::TamperDelete => {
+                            format!("DELETE FROM leasekeeper_leases WHERE election = '{election}'")
+                        }
+                        _ => overwrite.clone(),
+                    };
+                    admin_exec(backend, &tamper_url, &sql);
+                })),
+                ..Extras::default()
+            },
+        )
+    });
 }
 
 #[test]

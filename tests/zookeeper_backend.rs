@@ -21,18 +21,15 @@ fn zookeeper_single_server_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: SidecarArgs::zookeeper(&connect)
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::zookeeper(&connect)
             .ttl("2s")
             .election("checker")
             .build(),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut zk),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut zk),
+    ));
     eprintln!("zookeeper(1): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -50,18 +47,15 @@ fn zookeeper_ensemble_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: SidecarArgs::zookeeper(&connect)
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::zookeeper(&connect)
             .ttl("2s")
             .election("ensemble")
             .build(),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut zk),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut zk),
+    ));
     eprintln!("zookeeper(3): {report:?}");
 }
 

@@ -134,19 +134,31 @@ pub fn redis_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
 }
 
 pub fn redlock_args(urls: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::redlock(urls).ttl(ttl).election(election).build()
+    SidecarArgs::redlock(urls)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
 pub fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::etcd(endpoints).ttl(ttl).election(election).build()
+    SidecarArgs::etcd(endpoints)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
 pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::zookeeper(connect).ttl(ttl).election(election).build()
+    SidecarArgs::zookeeper(connect)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
 pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::kubernetes(kubeconfig).ttl(ttl).election(election).build()
+    SidecarArgs::kubernetes(kubeconfig)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
 pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {

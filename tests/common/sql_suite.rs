@@ -1,6 +1,7 @@
 //! The scenarios the `postgres` and `mysql` suites share, against a real server of
 //! each (see `pg_server.rs`, `mariadb_server.rs`).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::checker::{self, ElectionSpec, Fault, ServerControl};
@@ -190,6 +191,47 @@ pub fn user_without_create_right(db: &dyn SqlDb) {
     limited.settles_in("leader", Duration::from_secs(10));
 }
 
+/// Verified TLS with a private CA and a client certificate (PostgreSQL: `hostssl …
+/// cert`, the certificate is the only way in for that user; MariaDB: `REQUIRE X509`).
+/// Without the client certificate the server refuses: the sidecar runs, unready.
+pub fn tls_with_a_private_ca_and_a_client_certificate<D: SqlDb>(
+    start_tls: impl FnOnce(&Path) -> D,
+) {
+    let certs = tempfile::tempdir().expect("dir");
+    super::make_certs(certs.path());
+    let db = start_tls(certs.path());
+    let file = |n: &str| certs.path().join(n).display().to_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = db_flags(&db, "client")
+        .ttl("2s")
+        .election("tls")
+        .flag("--sql-ca-file", &file("ca.pem"))
+        .flag("--sql-cert-file", &file("client.pem"))
+        .flag("--sql-key-file", &file("client.key"))
+        .build();
+    let secure = Sidecar::spawn("secure", dir.path(), &args);
+    secure.settles_in("leader", Duration::from_secs(10));
+
+    let no_cert = db_flags(&db, "client")
+        .ttl("2s")
+        .election("tls")
+        .flag("--sql-ca-file", &file("ca.pem"))
+        .build();
+    let refused = Sidecar::spawn("refused", dir.path(), &no_cert);
+    assert!(refused.wait_listening(Duration::from_secs(10)));
+    let unready = eventually(Duration::from_secs(2), || {
+        (super::http::get(refused.port, "/readyz").map(|(c, _)| c) == Some(503)).then_some(())
+    });
+    assert!(unready.is_some());
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        refused.leader().map(|v| v["state"].clone()),
+        Some(serde_json::json!("unknown")),
+        "{}",
+        refused.stderr()
+    );
+}
+
 /// The checker with leader faults and faults of the database itself.
 pub fn checker_with_server_faults(db: &mut dyn SqlDb, rounds: usize) -> checker::Report {
     let args = db_flags(db, "lk").ttl("1s").election("checker").build();
@@ -203,15 +245,12 @@ pub fn checker_with_server_faults(db: &mut dyn SqlDb, rounds: usize) -> checker:
             _ => Fault::Graceful,
         })
         .collect();
-    checker::run(ElectionSpec {
+    checker::run(ElectionSpec::three_candidates(
         args,
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds: plan,
-        server: Some(db),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    })
+        Duration::from_secs(1),
+        plan,
+        Some(db),
+    ))
 }
 
 /// Partitions, slow links and tampering, judged also against the row.
@@ -335,3 +374,66 @@ impl SqlDb for super::mariadb_server::MariaServer {
     }
     fn grant_limited(&self) {}
 }
+
+/// The tests every SQL backend's suite runs against a server of type `server` (with
+/// `start` and `start_tls`), its row recorded by `recorder(url, election)`; each test
+/// under the name given after its scenario.
+#[allow(unused_macros)]
+macro_rules! sql_backend_tests {
+    (
+        server: $server:ty,
+        recorder: $recorder:path,
+        lease_row_lifecycle_and_tokens: $lifecycle:ident,
+        passwords_come_from_a_file_only: $passwords:ident,
+        user_without_create_right_gets_one_clear_line: $limited:ident,
+        election_survives_the_checker: $checker:ident,
+        survives_partitions_slow_links_and_tampering: $links:ident,
+        tls_with_a_private_ca_and_a_client_certificate: $tls:ident $(,)?
+    ) => {
+        #[test]
+        fn $lifecycle() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::lease_row_lifecycle(&db);
+        }
+
+        #[test]
+        fn $passwords() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::passwords(&db);
+        }
+
+        #[test]
+        fn $limited() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::user_without_create_right(&db);
+        }
+
+        #[test]
+        fn $checker() {
+            use $crate::common::sql_suite::SqlDb;
+            let mut db = <$server>::start();
+            let report = $crate::common::sql_suite::checker_with_server_faults(&mut db, 14);
+            eprintln!("{}: {report:?}", db.backend());
+        }
+
+        #[test]
+        fn $links() {
+            use $crate::common::sql_suite::SqlDb;
+            let db = <$server>::start();
+            let store = $recorder(db.url(), "faults");
+            let report = $crate::common::sql_suite::checker_with_link_faults(&db, store);
+            eprintln!("{} faults: {report:?}", db.backend());
+        }
+
+        #[test]
+        fn $tls() {
+            $crate::common::sql_suite::tls_with_a_private_ca_and_a_client_certificate(
+                <$server>::start_tls,
+            );
+        }
+    };
+}
+
+// Each SQL suite uses it; other test binaries and the bench do not.
+#[allow(unused_imports)]
+pub(crate) use sql_backend_tests;

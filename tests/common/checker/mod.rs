@@ -71,6 +71,28 @@ pub struct ElectionSpec<'a> {
     pub restart_loses_data: bool,
 }
 
+impl<'a> ElectionSpec<'a> {
+    /// Three candidates on `args` (with this `ttl`) against `server`: another
+    /// candidate can lead while the leader is paused, and a restart of the store keeps
+    /// its data (struct update syntax changes either).
+    pub fn three_candidates(
+        args: Vec<String>,
+        ttl: Duration,
+        rounds: Vec<Fault>,
+        server: Option<&'a mut dyn ServerControl>,
+    ) -> ElectionSpec<'a> {
+        ElectionSpec {
+            args,
+            ttl,
+            candidates: 3,
+            rounds,
+            server,
+            takeover_while_leader_paused: true,
+            restart_loses_data: false,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Report {
     pub claims: usize,
@@ -125,15 +147,7 @@ pub fn run_link_faults(
     tamper: impl FnMut(Fault) + 'static,
 ) -> Report {
     run_with(
-        ElectionSpec {
-            args: Vec::new(),
-            ttl,
-            candidates: 3,
-            rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+        ElectionSpec::three_candidates(Vec::new(), ttl, rounds, None),
         Extras {
             links: Some(Links {
                 nodes: vec![node],
