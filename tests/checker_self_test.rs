@@ -21,7 +21,7 @@ use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
 use common::etcd_server::EtcdCluster;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
-use common::{etcd_args, redis_args};
+use common::SidecarArgs;
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -67,18 +67,18 @@ fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
     let lock = format!("leasekeeper:{{{election}}}:lock");
     checker::run_with(
         ElectionSpec {
-            args: Vec::new(),
-            ttl: TTL,
-            candidates: 3,
-            rounds,
-            server: Some(&mut server),
-            takeover_while_leader_paused: true,
             restart_loses_data: true,
+            ..ElectionSpec::three_candidates(Vec::new(), TTL, rounds, Some(&mut server))
         },
         Extras {
             links: Some(Links {
                 nodes: vec![([127, 0, 0, 1], port).into()],
-                args: Box::new(move |a| redis_args(&format!("redis://{}", a[0]), "1s", election)),
+                args: Box::new(move |a| {
+                    SidecarArgs::redis(&format!("redis://{}", a[0]))
+                        .ttl("1s")
+                        .election(election)
+                        .build()
+                }),
             }),
             store: Some(Recorder::redis(port, election)),
             tamper: Some(Box::new(move |fault| {
@@ -161,13 +161,8 @@ fn redlock_round(fault: Fault, env: Vec<(String, String)>) {
     caught(fault.name(), || {
         checker::run_with(
             ElectionSpec {
-                args: Vec::new(),
-                ttl: TTL,
-                candidates: 3,
-                rounds: vec![fault],
-                server: Some(&mut cluster),
-                takeover_while_leader_paused: true,
                 restart_loses_data: true,
+                ..ElectionSpec::three_candidates(Vec::new(), TTL, vec![fault], Some(&mut cluster))
             },
             Extras {
                 links: Some(links),
@@ -197,15 +192,15 @@ fn a_claim_on_error_is_caught_under_an_isolated_store_node() {
     let endpoints = etcd.endpoint(0);
     caught("isolate-node", || {
         checker::run_with(
-            ElectionSpec {
-                args: etcd_args(&endpoints, "1s", "selftest"),
-                ttl: TTL,
-                candidates: 3,
-                rounds: vec![Fault::IsolateStoreNode],
-                server: None,
-                takeover_while_leader_paused: true,
-                restart_loses_data: false,
-            },
+            ElectionSpec::three_candidates(
+                SidecarArgs::etcd(&endpoints)
+                    .ttl("1s")
+                    .election("selftest")
+                    .build(),
+                TTL,
+                vec![Fault::IsolateStoreNode],
+                None,
+            ),
             Extras {
                 isolate: Some(Box::new(move |node, cut| {
                     if cut {
@@ -247,15 +242,15 @@ fn an_overclaim_is_caught_on_the_lease_backend() {
     let store = api.lease_recorder("selftest");
     caught("kubernetes graceful", || {
         checker::run_with(
-            ElectionSpec {
-                args: common::kube_args(&kubeconfig, "2s", "selftest"),
-                ttl: Duration::from_secs(2),
-                candidates: 3,
-                rounds: vec![Fault::Graceful],
-                server: Some(&mut api),
-                takeover_while_leader_paused: true,
-                restart_loses_data: false,
-            },
+            ElectionSpec::three_candidates(
+                SidecarArgs::kubernetes(&kubeconfig)
+                    .ttl("2s")
+                    .election("selftest")
+                    .build(),
+                Duration::from_secs(2),
+                vec![Fault::Graceful],
+                Some(&mut api),
+            ),
             Extras {
                 store: Some(store),
                 sidecar_env: overclaim(),

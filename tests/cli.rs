@@ -226,10 +226,10 @@ fn bad_hook_and_drain_settings_each_give_one_line() {
 /// answers for two leaders.
 #[test]
 fn status_subcommand_exit_codes() {
-    use common::{eventually, file_args, free_port, redis_args, Sidecar};
+    use common::{eventually, free_port, Sidecar, SidecarArgs};
     use std::time::Duration;
     let dir = tempfile::tempdir().expect("dir");
-    let args = file_args(dir.path(), "2s");
+    let args = SidecarArgs::file(dir.path()).ttl("2s").build();
     let a = Sidecar::spawn("status-a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("status-b", dir.path(), &args);
@@ -264,7 +264,14 @@ fn status_subcommand_exit_codes() {
 
     // A sidecar that cannot reach its store: unknown, 4.
     let redis = format!("redis://127.0.0.1:{}", free_port());
-    let c = Sidecar::spawn("status-c", dir.path(), &redis_args(&redis, "2s", "status"));
+    let c = Sidecar::spawn(
+        "status-c",
+        dir.path(),
+        &SidecarArgs::redis(&redis)
+            .ttl("2s")
+            .election("status")
+            .build(),
+    );
     assert!(c.wait_listening(Duration::from_secs(10)));
     let seen = eventually(Duration::from_secs(5), || {
         let (code, _, _) = run_to_exit(&["status", "--url", &url(&c)], &[]);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::etcd_server::EtcdCluster;
-use common::{etcd_args, eventually, http, Sidecar};
+use common::{eventually, http, Sidecar, SidecarArgs};
 
 #[test]
 fn etcd_single_member_survives_the_checker() {
@@ -26,15 +26,15 @@ fn etcd_single_member_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: etcd_args(&endpoints, "1s", "checker"),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::etcd(&endpoints)
+            .ttl("1s")
+            .election("checker")
+            .build(),
+        Duration::from_secs(1),
         rounds,
-        server: Some(&mut etcd),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut etcd),
+    ));
     eprintln!("etcd(1): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -52,15 +52,15 @@ fn etcd_three_member_cluster_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: etcd_args(&endpoints, "2s", "cluster"),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::etcd(&endpoints)
+            .ttl("2s")
+            .election("cluster")
+            .build(),
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut etcd),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut etcd),
+    ));
     eprintln!("etcd(3): {report:?}");
 }
 
@@ -131,7 +131,10 @@ fn etcdctl_elect_and_leasekeeper_share_one_election() {
     let etcd = EtcdCluster::start(1);
     let endpoints = etcd.endpoints();
     let dir = tempfile::tempdir().expect("dir");
-    let args = etcd_args(&endpoints, "2s", "shared");
+    let args = SidecarArgs::etcd(&endpoints)
+        .ttl("2s")
+        .election("shared")
+        .build();
     let leads = |s: &Sidecar| s.leader().is_some_and(|v| v["is_leader"] == true);
 
     let mut a = Sidecar::spawn("lk-a", dir.path(), &args);
@@ -199,7 +202,10 @@ fn etcdctl_elect_and_leasekeeper_share_one_election() {
 fn followers_send_no_periodic_requests_and_survive_compaction() {
     let etcd = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("dir");
-    let args = etcd_args(&etcd.endpoints(), "3s", "quiet");
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("3s")
+        .election("quiet")
+        .build();
     let sidecars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("q{i}"), dir.path(), &args))
         .collect();
@@ -274,7 +280,10 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     use common::tamper::{assert_recovered, tamper_with_leader};
     let etcd = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("dir");
-    let args = etcd_args(&etcd.endpoints(), "3s", "tamper");
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("3s")
+        .election("tamper")
+        .build();
     let sidecars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
         .collect();
@@ -320,7 +329,12 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         Duration::from_secs(3),
         Duration::from_millis(1200),
         Duration::from_secs(7),
-        |endpoint| etcd_args(&format!("http://{endpoint}"), "3s", "slow"),
+        |endpoint| {
+            SidecarArgs::etcd(&format!("http://{endpoint}"))
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
     );
 }
 
@@ -352,7 +366,12 @@ fn etcd_survives_partitions_slow_links_and_tampering() {
         Duration::from_secs(2),
         rounds,
         node,
-        |addr| etcd_args(&format!("http://{addr}"), "2s", "faults"),
+        |addr| {
+            SidecarArgs::etcd(&format!("http://{addr}"))
+                .ttl("2s")
+                .election("faults")
+                .build()
+        },
         store,
         move |_| {
             let out = Command::new("etcdctl")
@@ -406,15 +425,15 @@ fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
         Fault::Graceful,
     ];
     let report = checker::run_with(
-        ElectionSpec {
-            args: etcd_args(&endpoints, "2s", "partition"),
-            ttl: Duration::from_secs(2),
-            candidates: 3,
+        ElectionSpec::three_candidates(
+            SidecarArgs::etcd(&endpoints)
+                .ttl("2s")
+                .election("partition")
+                .build(),
+            Duration::from_secs(2),
             rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+            None,
+        ),
         checker::Extras {
             store: Some(store),
             isolate: Some(Box::new(isolate)),
@@ -432,6 +451,9 @@ fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
 #[test]
 fn followers_survive_release_requests_during_a_handover() {
     let etcd = EtcdCluster::start(1);
-    let args = etcd_args(&etcd.endpoints(), "4s", "stagger");
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("4s")
+        .election("stagger")
+        .build();
     common::scenarios::followers_survive_release_requests_during_a_handover(&args);
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{eventually, redis_args, Sidecar};
+use common::{eventually, Sidecar, SidecarArgs};
 
 /// The command: appends `<CLOCK_MONOTONIC ns> <kind> <identity> <token>` lines to a
 /// shared file: `start`, then `alive` every 5 ms, and on SIGTERM (after 50 ms of
@@ -143,7 +143,10 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
         eprintln!("test dir: {}", dir.path().display());
     }
     let (cmd, out) = worker(dir.path());
-    let args = redis_args(&redis.url(), "2s", "exec");
+    let args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("exec")
+        .build();
     let mut generation = 0;
     let mut spawn = |dir: &Path| {
         generation += 1;
@@ -174,29 +177,7 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
                 assert!(code.is_some_and(|c| c.success()), "{name}: {code:?}");
             }
             "kill-9" => sidecars[li].kill(),
-            "sigstop" => {
-                sidecars[li].signal(libc::SIGSTOP);
-                // Its guard stops the command by the claim's deadline though the sidecar
-                // cannot act; another candidate leads once the lease has expired.
-                let other = eventually(Duration::from_secs(8), || {
-                    leader(&sidecars, Duration::ZERO).filter(|&i| i != li)
-                });
-                let other = other.expect("no other leader while the first was stopped");
-                // Stay stopped while the new leader's command runs for a while.
-                let token = token_of(&sidecars[other]);
-                assert!(started(
-                    &out,
-                    &sidecars[other].name,
-                    token,
-                    Duration::from_secs(5)
-                ));
-                std::thread::sleep(Duration::from_millis(300));
-                sidecars[li].signal(libc::SIGCONT);
-                let woke = eventually(Duration::from_secs(5), || {
-                    sidecars[li].leader().filter(|v| v["is_leader"] == false)
-                });
-                assert!(woke.is_some(), "{name} woke still leading");
-            }
+            "sigstop" => another_runs_while_the_leader_is_stopped(&sidecars, li, &out),
             _ => {
                 redis.pause();
                 std::thread::sleep(Duration::from_millis(2300));
@@ -225,9 +206,41 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
     for s in sidecars.iter_mut() {
         s.terminate(Duration::from_secs(10));
     }
-    let lines = read_lines(&out);
-    let runs = runs_never_overlap(&lines);
     eprintln!("{log:?}");
+    runs_took_turns_with_growing_tokens(&out);
+}
+
+/// SIGSTOP of the leader `li`: its guard stops the command by the claim's deadline
+/// though the sidecar cannot act; another candidate leads once the lease has expired,
+/// and its command runs a while before the stopped one wakes, no longer leading.
+fn another_runs_while_the_leader_is_stopped(sidecars: &[Sidecar], li: usize, out: &Path) {
+    let name = &sidecars[li].name;
+    sidecars[li].signal(libc::SIGSTOP);
+    let other = eventually(Duration::from_secs(8), || {
+        leader(sidecars, Duration::ZERO).filter(|&i| i != li)
+    });
+    let other = other.expect("no other leader while the first was stopped");
+    // Stay stopped while the new leader's command runs for a while.
+    let token = token_of(&sidecars[other]);
+    assert!(started(
+        out,
+        &sidecars[other].name,
+        token,
+        Duration::from_secs(5)
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    sidecars[li].signal(libc::SIGCONT);
+    let woke = eventually(Duration::from_secs(5), || {
+        sidecars[li].leader().filter(|v| v["is_leader"] == false)
+    });
+    assert!(woke.is_some(), "{name} woke still leading");
+}
+
+/// The command's runs (from its log `out`) never overlapped, at least 6 of them, with
+/// growing tokens, and each but at most one wrote its stop line.
+fn runs_took_turns_with_growing_tokens(out: &Path) {
+    let lines = read_lines(out);
+    let runs = runs_never_overlap(&lines);
     for w in runs.windows(2) {
         eprintln!(
             "{} token {} ended; {} token {} started {:.1} ms later",
@@ -267,7 +280,10 @@ fn the_commands_own_exit_ends_the_tenure_with_its_code_or_a_new_campaign() {
     ]
     .map(str::to_owned)
     .to_vec();
-    let args = redis_args(&redis.url(), "2s", "exits");
+    let args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("exits")
+        .build();
     let mut once = Sidecar::spawn_run("once", dir.path(), &args, &cmd);
     let code = once.wait_exit(Duration::from_secs(10));
     assert_eq!(code.and_then(|c| c.code()), Some(7), "{}", once.stderr());
@@ -314,7 +330,10 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_deadline_and_the_release_
         script.display().to_string(),
         out.display().to_string(),
     ];
-    let mut args = redis_args(&redis.url(), "2s", "stubborn");
+    let mut args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("stubborn")
+        .build();
     args.extend(["--kill-grace".to_owned(), "500ms".to_owned()]);
     let mut a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
     assert!(started(&out, "a", None, Duration::from_secs(10)));

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault};
-use common::{file_args, http, Sidecar};
+use common::{http, Sidecar, SidecarArgs};
 
 #[test]
 fn file_election_survives_the_checker() {
@@ -20,7 +20,7 @@ fn file_election_survives_the_checker() {
         });
     }
     let report = checker::run(ElectionSpec {
-        args: file_args(dir.path(), "1s"),
+        args: SidecarArgs::file(dir.path()).ttl("1s").build(),
         ttl: Duration::from_secs(1),
         candidates: 3,
         rounds,
@@ -35,7 +35,7 @@ fn file_election_survives_the_checker() {
 #[test]
 fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
     let dir = tempfile::tempdir().expect("dir");
-    let args = file_args(dir.path(), "15s");
+    let args = SidecarArgs::file(dir.path()).ttl("15s").build();
     let mut first = Sidecar::spawn("first", dir.path(), &args);
     assert!(first.wait_listening(Duration::from_secs(10)));
     let led = common::eventually(Duration::from_secs(5), || {

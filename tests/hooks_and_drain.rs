@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
-use common::{args, eventually, http, redis_args, Sidecar};
+use common::{args, eventually, http, Sidecar, SidecarArgs};
 
 /// One request the app got: when it arrived, its path and body.
 #[derive(Clone, Debug)]
@@ -107,7 +107,10 @@ fn pair(
     election: &str,
     extra: &[&str],
 ) -> (Sidecar, Sidecar) {
-    let mut a = redis_args(&redis.url(), "1s", election);
+    let mut a = SidecarArgs::redis(&redis.url())
+        .ttl("1s")
+        .election(election)
+        .build();
     a.extend(args(extra));
     a.push("--enable-release-endpoint".to_owned());
     let first = Sidecar::spawn("first", dir, &a);

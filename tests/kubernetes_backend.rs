@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::fake_kube::FakeKube;
-use common::{eventually, kube_args, Sidecar};
+use common::{eventually, Sidecar, SidecarArgs};
 use serde_json::json;
 
 fn assert_within_rbac(api: &FakeKube) {
@@ -48,15 +48,15 @@ fn kubernetes_lease_survives_the_checker() {
         }
     }
     let report = checker::run_with(
-        ElectionSpec {
-            args: kube_args(&kubeconfig, "2s", "checker"),
-            ttl: Duration::from_secs(2),
-            candidates: 3,
+        ElectionSpec::three_candidates(
+            SidecarArgs::kubernetes(&kubeconfig)
+                .ttl("2s")
+                .election("checker")
+                .build(),
+            Duration::from_secs(2),
             rounds,
-            server: Some(&mut api),
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+            Some(&mut api),
+        ),
         checker::Extras {
             store: Some(store),
             sidecar_args: Some(Box::new(|name| {
@@ -100,7 +100,10 @@ fn two_candidates_racing_on_one_lease_never_both_win() {
     let dir = tempfile::tempdir().expect("dir");
     for round in 0..6 {
         let election = format!("race-{round}");
-        let args = kube_args(&api.kubeconfig(), "3s", &election);
+        let args = SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("3s")
+            .election(&election)
+            .build();
         let a = Sidecar::spawn(&format!("a{round}"), dir.path(), &args);
         let b = Sidecar::spawn(&format!("b{round}"), dir.path(), &args);
         let both = eventually(Duration::from_secs(15), || {
@@ -138,37 +141,39 @@ fn two_candidates_racing_on_one_lease_never_both_win() {
     assert_within_rbac(&api);
 }
 
+/// `t` as client-go writes a Lease's times: RFC 3339 in UTC with microseconds.
+fn rfc3339_micros(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).expect("epoch");
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
 #[test]
 fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let api = FakeKube::start("team");
-    let micro = |t: std::time::SystemTime| {
-        let d = t.duration_since(std::time::UNIX_EPOCH).expect("epoch");
-        let secs = d.as_secs();
-        let (days, rem) = (secs / 86400, secs % 86400);
-        // Civil date from days since the epoch (Howard Hinnant's algorithm).
-        let z = days as i64 + 719468;
-        let era = z.div_euclid(146097);
-        let doe = z - era * 146097;
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60,
-            d.subsec_micros()
-        )
-    };
     let client_go = |renew: std::time::SystemTime| {
         json!({
             "holderIdentity": "client-go-0",
             "leaseDurationSeconds": 3,
-            "acquireTime": micro(renew),
-            "renewTime": micro(renew),
+            "acquireTime": rfc3339_micros(renew),
+            "renewTime": rfc3339_micros(renew),
             "leaseTransitions": 4,
         })
     };
@@ -177,7 +182,10 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let mut ours = Sidecar::spawn(
         "ours",
         dir.path(),
-        &kube_args(&api.kubeconfig(), "2s", "shared"),
+        &SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("2s")
+            .election("shared")
+            .build(),
     );
     // The client-go holder renews every second for 5 s: we must follow it.
     let until = Instant::now() + Duration::from_secs(5);
@@ -243,7 +251,10 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
 fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
     let spawn = |pod: &str| {
         api.add_pod(pod, &[("app", "demo"), (ELECTION, election)]);
-        let mut args = kube_args(&api.kubeconfig(), "2s", election);
+        let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("2s")
+            .election(election)
+            .build();
         args.extend(
             ["--pod-label", "--pod-name", pod]
                 .iter()
@@ -274,6 +285,22 @@ fn leader_first<'a>(a: &'a mut Sidecar, b: &'a mut Sidecar) -> (&'a mut Sidecar,
     } else {
         (b, a)
     }
+}
+
+/// A labelled pair, the leader first, once the leader's Pod shows "true" and the
+/// follower's "false".
+fn labels_follow_the_leader(
+    api: &FakeKube,
+    dir: &std::path::Path,
+    election: &str,
+) -> (Sidecar, Sidecar) {
+    let (mut a, mut b) = labelled_pair(api, dir, election);
+    let first = leader_first(&mut a, &mut b).0.name.clone();
+    let a_leads = first == a.name;
+    let (leader, follower) = if a_leads { (a, b) } else { (b, a) };
+    assert!(label_becomes(api, &leader.name, "true"));
+    assert!(label_becomes(api, &follower.name, "false"));
+    (leader, follower)
 }
 
 /// Whether the Pod's label reaches `value` within 5 s.
@@ -377,7 +404,10 @@ fn the_label_turns_false_before_the_lease_is_released() {
 fn a_deleted_lease_is_not_a_free_lease() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "3s", "deleted");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("3s")
+        .election("deleted")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("b", dir.path(), &args);
@@ -477,7 +507,10 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
     // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
-    let args = kube_args(&api.kubeconfig(), "6s", "gone");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("6s")
+        .election("gone")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
         .as_u64()
@@ -532,7 +565,10 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
 fn a_lease_created_after_a_deletion_continues_the_token_count() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "5s", "recreated");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("5s")
+        .election("recreated")
+        .build();
     let mut a = Sidecar::spawn("a", dir.path(), &args);
     let old = a.settles_in("leader", Duration::from_secs(10))["fencing_token"]
         .as_u64()
@@ -562,7 +598,10 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
     use common::fake_kube::TOKEN;
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "6s", "taken");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("6s")
+        .election("taken")
+        .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
     just_after_a_renew(&api, "taken");
@@ -599,7 +638,10 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
 fn a_second_process_with_our_identity_is_a_rival() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "2s", "twins");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("twins")
+        .build();
     let mut first = Sidecar::spawn("same", dir.path(), &args);
     first.settles_in("leader", Duration::from_secs(10));
     // A second process with the same identity (a StatefulSet Pod recreated while the old
@@ -677,11 +719,8 @@ fn label_writes(api: &FakeKube, pod: &str, value: &str) -> Vec<u64> {
 fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let (mut a, mut b) = labelled_pair(&api, dir.path(), "frozen");
-    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (leader, follower) = labels_follow_the_leader(&api, dir.path(), "frozen");
     let (old, new) = (leader.name.clone(), follower.name.clone());
-    assert!(label_becomes(&api, &old, "true"));
-    assert!(label_becomes(&api, &new, "false"));
     // The old leader freezes: it cannot clear its own label.
     leader.signal(libc::SIGSTOP);
     let frozen = api.changes().last().expect("writes").0;
@@ -721,11 +760,8 @@ fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
 fn a_delayed_true_from_an_old_leader_cannot_land_after_the_clear() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let (mut a, mut b) = labelled_pair(&api, dir.path(), "delayed");
-    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (leader, follower) = labels_follow_the_leader(&api, dir.path(), "delayed");
     let (old, new) = (leader.name.clone(), follower.name.clone());
-    assert!(label_becomes(&api, &old, "true"));
-    assert!(label_becomes(&api, &new, "false"));
     // The old leader's next label write is slow on the wire (5 s): someone edits its
     // label, it writes "true" back, and that write is on its way...
     api.hold_next("PATCH", &format!("/pods/{old}"), Duration::from_secs(5));
@@ -761,11 +797,8 @@ fn a_delayed_true_from_an_old_leader_cannot_land_after_the_clear() {
 fn a_true_that_lands_after_the_clear_is_cleared_at_once() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let (mut a, mut b) = labelled_pair(&api, dir.path(), "landed");
-    let (leader, follower) = leader_first(&mut a, &mut b);
+    let (leader, follower) = labels_follow_the_leader(&api, dir.path(), "landed");
     let (old, new) = (leader.name.clone(), follower.name.clone());
-    assert!(label_becomes(&api, &old, "true"));
-    assert!(label_becomes(&api, &new, "false"));
     // The old leader's "true" is on its way (5 s) while its Pod shows "false", and the
     // old leader freezes: the next leader finds nothing to clear, and nobody writes that
     // Pod, so the late write is not refused when it arrives.
@@ -807,7 +840,10 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
     api.add_pod("bare", &[("app", "demo")]);
-    let mut args = kube_args(&api.kubeconfig(), "2s", "unlabelled");
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("unlabelled")
+        .build();
     args.extend(["--pod-label", "--pod-name", "bare"].map(str::to_owned));
     let s = Sidecar::spawn("bare", dir.path(), &args);
     s.settles_in("leader", Duration::from_secs(10));
@@ -880,12 +916,21 @@ fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {
 /// The fake must keep the API's rules, or the tests above prove nothing.
 #[test]
 fn the_fake_api_enforces_what_it_claims() {
-    use common::fake_kube::TOKEN;
     let api = FakeKube::start("team");
     api.add_pod("p", &[("app", "demo"), (KEY, "true")]);
+    the_fake_refuses_without_the_token_or_outside_the_role(&api);
+    the_fake_creates_once_and_updates_only_the_current_version(&api);
+    the_fake_takes_only_merge_patches(&api);
+    the_fake_lists_at_the_current_version_by_selectors(&api);
+    the_fake_refuses_a_stale_conditional_merge_patch(&api);
+    the_fake_watch_relabels_by_selector(&api);
+    the_fake_fails_injected_requests_first(&api);
+}
+
+fn the_fake_refuses_without_the_token_or_outside_the_role(api: &FakeKube) {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
-    let t = Some(TOKEN);
+    let t = Some(common::fake_kube::TOKEN);
     // 401 without the token; 403 outside the Role (create pods, delete, another namespace).
     assert_eq!(
         call(api.port, "GET", &format!("{leases}/x"), None, json, "").0,
@@ -936,6 +981,12 @@ fn the_fake_api_enforces_what_it_claims() {
         ]
         .map(|(r, v)| (r.to_owned(), v.to_owned()))
     );
+}
+
+fn the_fake_creates_once_and_updates_only_the_current_version(api: &FakeKube) {
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
+    let json = "application/json";
+    let t = Some(common::fake_kube::TOKEN);
     // Create, then create again: 409 AlreadyExists.
     let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"x"},"spec":{"holderIdentity":"a"}}"#;
     let (code, created) = call(api.port, "POST", leases, t, json, lease);
@@ -980,6 +1031,10 @@ fn the_fake_api_enforces_what_it_claims() {
         api.lease("x").expect("lease")["spec"]["holderIdentity"],
         "b"
     );
+}
+
+fn the_fake_takes_only_merge_patches(api: &FakeKube) {
+    let t = Some(common::fake_kube::TOKEN);
     // Only merge patches; `null` deletes a key and other labels stay.
     let pod = "/api/v1/namespaces/team/pods/p";
     let patch = format!(r#"{{"metadata":{{"labels":{{"{KEY}":null}}}}}}"#);
@@ -1006,6 +1061,12 @@ fn the_fake_api_enforces_what_it_claims() {
     assert_eq!(code, 200);
     assert!(patched["metadata"]["labels"][KEY].is_null());
     assert_eq!(patched["metadata"]["labels"]["app"], "demo");
+}
+
+fn the_fake_lists_at_the_current_version_by_selectors(api: &FakeKube) {
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
+    let json = "application/json";
+    let t = Some(common::fake_kube::TOKEN);
     // A list is a consistent read: the List carries the current global resourceVersion
     // (here the last write, the pod patch), filtered by label and field selectors.
     api.add_pod("q", &[("app", "demo"), (KEY, "true")]);
@@ -1048,6 +1109,10 @@ fn the_fake_api_enforces_what_it_claims() {
         "",
     );
     assert_eq!(code, 400, "unsupported field selector");
+}
+
+fn the_fake_refuses_a_stale_conditional_merge_patch(api: &FakeKube) {
+    let t = Some(common::fake_kube::TOKEN);
     // A conditional merge patch with a stale resourceVersion: 409.
     let stale = format!(r#"{{"metadata":{{"resourceVersion":"1","labels":{{"{KEY}":"false"}}}}}}"#);
     assert_eq!(
@@ -1062,6 +1127,9 @@ fn the_fake_api_enforces_what_it_claims() {
         .0,
         409
     );
+}
+
+fn the_fake_watch_relabels_by_selector(api: &FakeKube) {
     // A watch with a label selector: a Pod that stops matching is DELETED, one that
     // comes to match is ADDED, changes of others are not sent.
     let from = api.changes().last().expect("a write").0;
@@ -1082,6 +1150,12 @@ fn the_fake_api_enforces_what_it_claims() {
         seen,
         [(json!("DELETED"), json!("q")), (json!("ADDED"), json!("p"))]
     );
+}
+
+fn the_fake_fails_injected_requests_first(api: &FakeKube) {
+    let json = "application/json";
+    let t = Some(common::fake_kube::TOKEN);
+    let pod = "/api/v1/namespaces/team/pods/p";
     // Injected failures come first, one per request.
     api.fail_next(&[503]);
     assert_eq!(call(api.port, "GET", pod, t, json, "").0, 503);
@@ -1095,7 +1169,10 @@ fn the_fake_api_enforces_what_it_claims() {
 fn followers_send_no_requests_while_the_holder_renews() {
     let api = FakeKube::start("team");
     let dir = tempfile::tempdir().expect("dir");
-    let args = kube_args(&api.kubeconfig(), "2s", "quiet");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("quiet")
+        .build();
     let cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();

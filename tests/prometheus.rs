@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::prometheus::{unix_now, Prometheus};
-use common::{eventually, file_args, free_port, Sidecar};
+use common::{eventually, free_port, Sidecar, SidecarArgs};
 
 const SCRAPE: f64 = 1.0;
 
@@ -33,7 +33,7 @@ fn prometheus_sees_two_leaders_when_a_sidecar_overclaims() {
 
 fn handovers_under_prometheus(env: &[(String, String)]) {
     let dir = tempfile::tempdir().expect("dir");
-    let args = file_args(dir.path(), "2s");
+    let args = SidecarArgs::file(dir.path()).ttl("2s").build();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let prom = Prometheus::start(&ports, "prom");
     let name = |i: usize, gen: usize| format!("prom-{i}-g{gen}");

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::redis_server::RedisServer;
-use common::{eventually, http, redis_args, Sidecar};
+use common::{eventually, http, Sidecar, SidecarArgs};
 
 #[test]
 fn redis_election_survives_the_checker() {
@@ -24,15 +24,15 @@ fn redis_election_survives_the_checker() {
             _ => Fault::Graceful,
         });
     }
-    let report = checker::run(ElectionSpec {
-        args: redis_args(&url, "1s", "checker"),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::redis(&url)
+            .ttl("1s")
+            .election("checker")
+            .build(),
+        Duration::from_secs(1),
         rounds,
-        server: Some(&mut server),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut server),
+    ));
     eprintln!("redis: {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -53,13 +53,16 @@ fn a_server_that_loses_its_data_never_yields_two_leaders() {
     ]
     .to_vec();
     let report = checker::run(ElectionSpec {
-        args: redis_args(&url, "1s", "checker"),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds,
-        server: Some(&mut server),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redis(&url)
+                .ttl("1s")
+                .election("checker")
+                .build(),
+            Duration::from_secs(1),
+            rounds,
+            Some(&mut server),
+        )
     });
     eprintln!("redis data loss: {report:?}");
 }
@@ -69,7 +72,14 @@ fn an_unreachable_server_at_start_is_not_bad_input() {
     let dir = tempfile::tempdir().expect("dir");
     let port = common::free_port();
     let url = format!("redis://127.0.0.1:{port}");
-    let sidecar = Sidecar::spawn("early", dir.path(), &redis_args(&url, "2s", "checker"));
+    let sidecar = Sidecar::spawn(
+        "early",
+        dir.path(),
+        &SidecarArgs::redis(&url)
+            .ttl("2s")
+            .election("checker")
+            .build(),
+    );
     assert!(
         sidecar.wait_listening(Duration::from_secs(10)),
         "{}",
@@ -111,11 +121,10 @@ fn password_from_a_file_and_acl_user_in_the_url() {
     let dir = tempfile::tempdir().expect("dir");
     let pw = dir.path().join("password");
     std::fs::write(&pw, "s3cret\n").expect("write");
-    let mut args = redis_args(
-        &format!("redis://elector@127.0.0.1:{}", server.port),
-        "2s",
-        "checker",
-    );
+    let mut args = SidecarArgs::redis(&format!("redis://elector@127.0.0.1:{}", server.port))
+        .ttl("2s")
+        .election("checker")
+        .build();
     args.extend(["--redis-password-file".into(), pw.display().to_string()]);
     let sidecar = Sidecar::spawn("authed", dir.path(), &args);
     let led = eventually(Duration::from_secs(10), || {
@@ -136,7 +145,10 @@ fn password_from_a_file_and_acl_user_in_the_url() {
 fn metrics_and_watch_follow_a_handover() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let args = redis_args(&server.url(), "3s", "checker");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("checker")
+        .build();
     let mut a = Sidecar::spawn("alpha", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || a
         .leader()
@@ -188,7 +200,10 @@ fn metrics_and_watch_follow_a_handover() {
 fn release_endpoint_hands_over_only_when_enabled() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let args = redis_args(&server.url(), "3s", "checker");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("checker")
+        .build();
     let plain = Sidecar::spawn("plain", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || plain
         .leader()
@@ -233,7 +248,10 @@ fn unknown_paths_and_methods_get_json_errors() {
     let s = Sidecar::spawn(
         "paths",
         dir.path(),
-        &redis_args(&server.url(), "3s", "checker"),
+        &SidecarArgs::redis(&server.url())
+            .ttl("3s")
+            .election("checker")
+            .build(),
     );
     assert!(s.wait_listening(Duration::from_secs(10)));
     let (code, body) = http::get(s.port, "/nope").expect("answer");
@@ -252,7 +270,10 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     let tls_port = common::free_port();
     let _server = RedisServer::start_tls(certs.path(), tls_port);
     let file = |n: &str| certs.path().join(n).display().to_string();
-    let mut args = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s", "checker");
+    let mut args = SidecarArgs::redis(&format!("rediss://127.0.0.1:{tls_port}"))
+        .ttl("2s")
+        .election("checker")
+        .build();
     args.extend([
         "--redis-ca-file".into(),
         file("ca.pem"),
@@ -269,7 +290,10 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     assert!(led.is_some(), "never led over TLS:\n{}", secure.stderr());
 
     // Without the client certificate the server refuses: the sidecar runs, unready.
-    let mut no_client_cert = redis_args(&format!("rediss://127.0.0.1:{tls_port}"), "2s", "checker");
+    let mut no_client_cert = SidecarArgs::redis(&format!("rediss://127.0.0.1:{tls_port}"))
+        .ttl("2s")
+        .election("checker")
+        .build();
     no_client_cert.extend(["--redis-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_client_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));
@@ -293,7 +317,10 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     // A long renew interval: without tracking the old leader would claim for seconds.
-    let mut args = redis_args(&server.url(), "6s", "tamper");
+    let mut args = SidecarArgs::redis(&server.url())
+        .ttl("6s")
+        .election("tamper")
+        .build();
     args.extend(common::args(&[
         "--renew-interval",
         "3s",
@@ -329,7 +356,12 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         Duration::from_secs(3),
         Duration::from_millis(1200),
         Duration::from_secs(7),
-        |endpoint| redis_args(&format!("redis://{endpoint}"), "3s", "slow"),
+        |endpoint| {
+            SidecarArgs::redis(&format!("redis://{endpoint}"))
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
     );
 }
 
@@ -343,9 +375,15 @@ fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
     use common::faults::{FaultProxy, Link};
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let direct = redis_args(&server.url(), "3s", "hoard");
+    let direct = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("hoard")
+        .build();
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
-    let slow_args = redis_args(&format!("redis://{}", proxy.addr()), "3s", "hoard");
+    let slow_args = SidecarArgs::redis(&format!("redis://{}", proxy.addr()))
+        .ttl("3s")
+        .election("hoard")
+        .build();
 
     let mut first = Sidecar::spawn("first", dir.path(), &direct);
     first.settles_in("leader", Duration::from_secs(10));
@@ -399,7 +437,12 @@ fn redis_survives_partitions_slow_links_and_tampering() {
         Duration::from_secs(1),
         rounds,
         format!("127.0.0.1:{port}").parse().expect("addr"),
-        |addr| redis_args(&format!("redis://{addr}"), "1s", "faults"),
+        |addr| {
+            SidecarArgs::redis(&format!("redis://{addr}"))
+                .ttl("1s")
+                .election("faults")
+                .build()
+        },
         store,
         move |fault| {
             let lock = "leasekeeper:{faults}:lock";
@@ -423,7 +466,10 @@ fn an_undisturbed_leader_keeps_one_tenure() {
     let leader = Sidecar::spawn(
         "alone",
         dir.path(),
-        &redis_args(&server.url(), "1s", "calm"),
+        &SidecarArgs::redis(&server.url())
+            .ttl("1s")
+            .election("calm")
+            .build(),
     );
     let first = leader.settles_in("leader", Duration::from_secs(5));
     std::thread::sleep(Duration::from_secs(3));
@@ -447,7 +493,10 @@ fn an_undisturbed_leader_keeps_one_tenure() {
 fn followers_send_no_requests_while_the_holder_renews() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let args = redis_args(&server.url(), "2s", "quiet");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("2s")
+        .election("quiet")
+        .build();
     let mut cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
@@ -479,7 +528,10 @@ fn followers_send_no_requests_while_the_holder_renews() {
 fn followers_stay_quiet_with_a_short_renew_interval() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = redis_args(&server.url(), "3s", "cadence");
+    let mut args = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("cadence")
+        .build();
     args.extend(["--renew-interval".to_owned(), "300ms".to_owned()]);
     let cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("cadence-{i}"), dir.path(), &args))

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault, RedisCluster};
-use common::{eventually, http, redlock_args, Sidecar};
+use common::{eventually, http, Sidecar, SidecarArgs};
 
 fn rounds(n: usize) -> Vec<Fault> {
     (0..n)
@@ -26,13 +26,16 @@ fn redlock_over_three_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(3);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: redlock_args(&urls, "1s", "quorum"),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds: rounds(60),
-        server: Some(&mut cluster),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redlock(&urls)
+                .ttl("1s")
+                .election("quorum")
+                .build(),
+            Duration::from_secs(1),
+            rounds(60),
+            Some(&mut cluster),
+        )
     });
     eprintln!("redlock(3): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
@@ -43,13 +46,16 @@ fn redlock_over_five_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(5);
     let urls = cluster.urls();
     let report = checker::run(ElectionSpec {
-        args: redlock_args(&urls, "1s", "quorum"),
-        ttl: Duration::from_secs(1),
-        candidates: 3,
-        rounds: rounds(24),
-        server: Some(&mut cluster),
-        takeover_while_leader_paused: true,
         restart_loses_data: true,
+        ..ElectionSpec::three_candidates(
+            SidecarArgs::redlock(&urls)
+                .ttl("1s")
+                .election("quorum")
+                .build(),
+            Duration::from_secs(1),
+            rounds(24),
+            Some(&mut cluster),
+        )
     });
     eprintln!("redlock(5): {report:?}");
 }
@@ -58,7 +64,10 @@ fn redlock_over_five_nodes_survives_the_checker() {
 fn losing_a_majority_leaves_nobody_leading_and_recovering_it_brings_a_leader_back() {
     let mut cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "1s", "quorum");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("1s")
+        .election("quorum")
+        .build();
     let sidecars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("q{i}"), dir.path(), &args))
         .collect();
@@ -116,7 +125,10 @@ use common::checker::ServerControl;
 fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
     let mut cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "3s", "amnesia");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("3s")
+        .election("amnesia")
+        .build();
     let old = Sidecar::spawn("old", dir.path(), &args);
     let led = eventually(Duration::from_secs(10), || {
         old.leader().filter(|v| v["is_leader"] == true)
@@ -158,7 +170,10 @@ fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
 fn the_leader_catches_up_a_restarted_node() {
     let mut cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "1s", "catchup");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("1s")
+        .election("catchup")
+        .build();
     let only = Sidecar::spawn("only", dir.path(), &args);
     let leading = || {
         only.leader()
@@ -214,7 +229,10 @@ fn restored_node(election: &str, node1_hangs: bool) {
     let ttl = Duration::from_secs(3);
     let mut cluster = RedisCluster::start_persistent(3);
     let dir = tempfile::tempdir().expect("dir");
-    let base = redlock_args(&cluster.urls(), "3s", election);
+    let base = SidecarArgs::redlock(&cluster.urls())
+        .ttl("3s")
+        .election(election)
+        .build();
     let log = |name: &str| dir.path().join(format!("{name}.jsonl"));
     let spawn = |name: &str| {
         let mut args = base.clone();
@@ -340,15 +358,7 @@ fn restored_node(election: &str, node1_hangs: bool) {
 fn cut_links_run(nodes: usize, rounds: Vec<Fault>) -> checker::Report {
     let cluster = RedisCluster::start(nodes);
     let report = checker::run_with(
-        ElectionSpec {
-            args: Vec::new(),
-            ttl: Duration::from_secs(1),
-            candidates: 3,
-            rounds,
-            server: None,
-            takeover_while_leader_paused: true,
-            restart_loses_data: false,
-        },
+        ElectionSpec::three_candidates(Vec::new(), Duration::from_secs(1), rounds, None),
         checker::Extras {
             links: Some(cluster.links("1s", "links")),
             ..checker::Extras::default()
@@ -395,7 +405,10 @@ fn scripts(node: &common::redis_server::RedisServer) -> u64 {
 fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "6s", "storm");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("6s")
+        .election("storm")
+        .build();
     let n = 20;
     let sidecars: Vec<Sidecar> = (0..n)
         .map(|i| Sidecar::spawn(&format!("c{i}"), dir.path(), &args))
@@ -469,7 +482,10 @@ fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
 fn followers_send_no_requests_while_the_holder_renews() {
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let args = redlock_args(&cluster.urls(), "2s", "quiet");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("quiet")
+        .build();
     let mut cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
@@ -504,7 +520,10 @@ fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
     let leader = Sidecar::spawn(
         "holder",
         dir.path(),
-        &redlock_args(&cluster.urls(), "3s", "unreached"),
+        &SidecarArgs::redlock(&cluster.urls())
+            .ttl("3s")
+            .election("unreached")
+            .build(),
     );
     leader.settles_in("leader", Duration::from_secs(10));
     // The holder keeps a bare majority {0, 1}: node 2 forgets the lock.
@@ -521,7 +540,10 @@ fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
     let follower = Sidecar::spawn(
         "unreaching",
         dir.path(),
-        &redlock_args(&urls, "3s", "unreached"),
+        &SidecarArgs::redlock(&urls)
+            .ttl("3s")
+            .election("unreached")
+            .build(),
     );
     assert!(follower.wait_listening(Duration::from_secs(10)));
     std::thread::sleep(Duration::from_secs(2));

@@ -42,7 +42,7 @@ use common::fake_kube::FakeKube;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
 use common::zk_server::ZkEnsemble;
-use common::{etcd_args, file_args, kube_args, redis_args, redlock_args, zk_args};
+use common::SidecarArgs;
 
 /// Rounds per checker run at most.
 const BATCH: usize = 150;
@@ -346,13 +346,8 @@ fn spec(
     restart_loses_data: bool,
 ) -> ElectionSpec<'_> {
     ElectionSpec {
-        args,
-        ttl,
-        candidates: 3,
-        rounds,
-        server,
-        takeover_while_leader_paused: true,
         restart_loses_data,
+        ..ElectionSpec::three_candidates(args, ttl, rounds, server)
     }
 }
 
@@ -372,6 +367,21 @@ fn kinds(list: &[&[Fault]]) -> Vec<Fault> {
     list.concat()
 }
 
+/// The faults of one store process (redis, the SQL servers): the leader's and the
+/// store's, every link fault, and tampering with the record.
+fn one_store_faults() -> Vec<Fault> {
+    kinds(&[
+        &[
+            Fault::Kill9,
+            Fault::PauseLeader,
+            Fault::PauseServer,
+            Fault::RestartServer,
+        ],
+        &LINK_FAULTS,
+        &[Fault::TamperDelete, Fault::TamperOverwrite],
+    ])
+}
+
 #[test]
 #[ignore = "long: make soak"]
 fn soak_1_file() {
@@ -388,7 +398,13 @@ fn soak_1_file() {
             checker::run(ElectionSpec {
                 takeover_while_leader_paused: false,
                 candidates: 2,
-                ..spec(file_args(dir.path(), "1s"), ttl, rounds, None, false)
+                ..spec(
+                    SidecarArgs::file(dir.path()).ttl("1s").build(),
+                    ttl,
+                    rounds,
+                    None,
+                    false,
+                )
             })
         },
     );
@@ -401,44 +417,32 @@ fn soak_2_redis() {
     let port = server.port;
     let ttl = Duration::from_secs(1);
     let election = "soak";
-    soak(
-        "redis",
-        ttl,
-        &kinds(&[
-            &[
-                Fault::Kill9,
-                Fault::PauseLeader,
-                Fault::PauseServer,
-                Fault::RestartServer,
-            ],
-            &LINK_FAULTS,
-            &[Fault::TamperDelete, Fault::TamperOverwrite],
-        ]),
-        true,
-        |rounds| {
-            checker::run_with(
-                spec(Vec::new(), ttl, rounds, Some(&mut server), false),
-                Extras {
-                    links: Some(Links {
-                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| {
-                            redis_args(&format!("redis://{}", a[0]), "1s", election)
-                        }),
+    soak("redis", ttl, &one_store_faults(), true, |rounds| {
+        checker::run_with(
+            spec(Vec::new(), ttl, rounds, Some(&mut server), false),
+            Extras {
+                links: Some(Links {
+                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    args: Box::new(move |a| {
+                        SidecarArgs::redis(&format!("redis://{}", a[0]))
+                            .ttl("1s")
+                            .election(election)
+                            .build()
                     }),
-                    store: Some(Recorder::redis(port, election)),
-                    tamper: Some(Box::new(move |fault| {
-                        let lock = format!("leasekeeper:{{{election}}}:lock");
-                        let command = match fault {
-                            Fault::TamperDelete => format!("DEL {lock}"),
-                            _ => format!("SET {lock} x|0|intruder PX 1000"),
-                        };
-                        common::redis_server::command_at(port, &command);
-                    })),
-                    ..Extras::default()
-                },
-            )
-        },
-    );
+                }),
+                store: Some(Recorder::redis(port, election)),
+                tamper: Some(Box::new(move |fault| {
+                    let lock = format!("leasekeeper:{{{election}}}:lock");
+                    let command = match fault {
+                        Fault::TamperDelete => format!("DEL {lock}"),
+                        _ => format!("SET {lock} x|0|intruder PX 1000"),
+                    };
+                    common::redis_server::command_at(port, &command);
+                })),
+                ..Extras::default()
+            },
+        )
+    });
 }
 
 /// Redlock over `n` nodes (without persistence, as the suite runs it): no store
@@ -476,7 +480,10 @@ fn redlock(n: usize) {
                         args: Box::new(|a| {
                             let urls: Vec<String> =
                                 a.iter().map(|a| format!("redis://{a}")).collect();
-                            redlock_args(&urls.join(","), "1s", "soak")
+                            SidecarArgs::redlock(&urls.join(","))
+                                .ttl("1s")
+                                .election("soak")
+                                .build()
                         }),
                     }),
                     ..Extras::default()
@@ -569,7 +576,10 @@ fn etcd(n: usize, ttl: Duration) {
                         args: Box::new(move |a| {
                             let urls: Vec<String> =
                                 a.iter().map(|a| format!("http://{a}")).collect();
-                            etcd_args(&urls.join(","), &ttl_flag, "soak")
+                            SidecarArgs::etcd(&urls.join(","))
+                                .ttl(&ttl_flag)
+                                .election("soak")
+                                .build()
                         }),
                     }),
                     store: Some(Recorder::etcd(
@@ -671,7 +681,12 @@ fn zookeeper(n: usize) {
                 Extras {
                     links: Some(Links {
                         nodes: nodes.clone(),
-                        args: Box::new(|a| zk_args(&a.join(","), "2s", "soak")),
+                        args: Box::new(|a| {
+                            SidecarArgs::zookeeper(&a.join(","))
+                                .ttl("2s")
+                                .election("soak")
+                                .build()
+                        }),
                     }),
                     store: Some(Recorder::zookeeper(connect.clone(), dir.to_owned())),
                     tamper: Some(Box::new(move |fault| {
@@ -753,7 +768,12 @@ fn soak_9_kubernetes() {
                 Extras {
                     links: Some(Links {
                         nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| kube_args(&kubeconfig(&dir, &a[0]), "2s", lease)),
+                        args: Box::new(move |a| {
+                            SidecarArgs::kubernetes(&kubeconfig(&dir, &a[0]))
+                                .ttl("2s")
+                                .election(lease)
+                                .build()
+                        }),
                     }),
                     store: Some(Recorder::kubernetes(
                         direct.clone(),
@@ -794,53 +814,36 @@ fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
     let port = db.port();
     let url = db.url_for("lk");
     let overwrite = db.overwrite_sql(election);
-    soak(
-        name,
-        ttl,
-        &kinds(&[
-            &[
-                Fault::Kill9,
-                Fault::PauseLeader,
-                Fault::PauseServer,
-                Fault::RestartServer,
-            ],
-            &LINK_FAULTS,
-            &[Fault::TamperDelete, Fault::TamperOverwrite],
-        ]),
-        true,
-        |rounds| {
-            let (link_url, tamper_url, overwrite) = (url.clone(), url.clone(), overwrite.clone());
-            let store = if backend == "postgres" {
-                Recorder::postgres(url.clone(), election)
-            } else {
-                Recorder::mysql(url.clone(), election)
-            };
-            checker::run_with(
-                spec(Vec::new(), ttl, rounds, Some(&mut db), false),
-                Extras {
-                    links: Some(Links {
-                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
-                        args: Box::new(move |a| {
-                            args_via(backend, &link_url, port, &a[0], "1s", election)
-                        }),
+    soak(name, ttl, &one_store_faults(), true, |rounds| {
+        let (link_url, tamper_url, overwrite) = (url.clone(), url.clone(), overwrite.clone());
+        let store = if backend == "postgres" {
+            Recorder::postgres(url.clone(), election)
+        } else {
+            Recorder::mysql(url.clone(), election)
+        };
+        checker::run_with(
+            spec(Vec::new(), ttl, rounds, Some(&mut db), false),
+            Extras {
+                links: Some(Links {
+                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    args: Box::new(move |a| {
+                        args_via(backend, &link_url, port, &a[0], "1s", election)
                     }),
-                    store: Some(store),
-                    tamper: Some(Box::new(move |fault| {
-                        let sql = match fault {
-                            Fault::TamperDelete => {
-                                format!(
-                                    "DELETE FROM leasekeeper_leases WHERE election = '{election}'"
-                                )
-                            }
-                            _ => overwrite.clone(),
-                        };
-                        admin_exec(backend, &tamper_url, &sql);
-                    })),
-                    ..Extras::default()
-                },
-            )
-        },
-    );
+                }),
+                store: Some(store),
+                tamper: Some(Box::new(move |fault| {
+                    let sql = match fault {
+                        Fault::TamperDelete => {
+                            format!("DELETE FROM leasekeeper_leases WHERE election = '{election}'")
+                        }
+                        _ => overwrite.clone(),
+                    };
+                    admin_exec(backend, &tamper_url, &sql);
+                })),
+                ..Extras::default()
+            },
+        )
+    });
 }
 
 #[test]

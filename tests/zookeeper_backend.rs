@@ -5,8 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault};
-use common::zk_args;
 use common::zk_server::ZkEnsemble;
+use common::SidecarArgs;
 
 #[test]
 fn zookeeper_single_server_survives_the_checker() {
@@ -21,15 +21,15 @@ fn zookeeper_single_server_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: zk_args(&connect, "2s", "checker"),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::zookeeper(&connect)
+            .ttl("2s")
+            .election("checker")
+            .build(),
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut zk),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut zk),
+    ));
     eprintln!("zookeeper(1): {report:?}");
     assert!(report.claims >= 50, "only {} tenures", report.claims);
 }
@@ -47,15 +47,15 @@ fn zookeeper_ensemble_survives_the_checker() {
             _ => Fault::Graceful,
         })
         .collect();
-    let report = checker::run(ElectionSpec {
-        args: zk_args(&connect, "2s", "ensemble"),
-        ttl: Duration::from_secs(2),
-        candidates: 3,
+    let report = checker::run(ElectionSpec::three_candidates(
+        SidecarArgs::zookeeper(&connect)
+            .ttl("2s")
+            .election("ensemble")
+            .build(),
+        Duration::from_secs(2),
         rounds,
-        server: Some(&mut zk),
-        takeover_while_leader_paused: true,
-        restart_loses_data: false,
-    });
+        Some(&mut zk),
+    ));
     eprintln!("zookeeper(3): {report:?}");
 }
 
@@ -146,7 +146,10 @@ fn curator_leader_latch_and_leasekeeper_share_one_election() {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
-    let args = zk_args(&connect, "2s", "shared");
+    let args = SidecarArgs::zookeeper(&connect)
+        .ttl("2s")
+        .election("shared")
+        .build();
     let leads = |s: &common::Sidecar| s.leader().is_some_and(|v| v["is_leader"] == true);
 
     let mut a = common::Sidecar::spawn("lk-a", dir.path(), &args);
@@ -216,7 +219,10 @@ fn thirty_candidates_watch_their_predecessor_and_the_head_only() {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
-    let args = zk_args(&connect, "4s", "herd");
+    let args = SidecarArgs::zookeeper(&connect)
+        .ttl("4s")
+        .election("herd")
+        .build();
     let sidecars: Vec<common::Sidecar> = (0..30)
         .map(|i| common::Sidecar::spawn(&format!("h{i:02}"), dir.path(), &args))
         .collect();
@@ -296,7 +302,10 @@ fn zookeeper_over_tls_with_a_client_certificate() {
     common::make_certs(certs.path());
     let zk = ZkEnsemble::start_tls(certs.path());
     let file = |n: &str| certs.path().join(n).display().to_string();
-    let mut args = zk_args(&zk.secure_connect_string(), "2s", "tls");
+    let mut args = SidecarArgs::zookeeper(&zk.secure_connect_string())
+        .ttl("2s")
+        .election("tls")
+        .build();
     args.extend(["--zk-ca-file".into(), file("ca.pem")]);
     let dir = tempfile::tempdir().expect("dir");
     // The server requires a client certificate: with the CA alone the handshake fails.
@@ -330,7 +339,10 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
     let good = auth("good", "app:s3cret\n");
     let wrong = auth("wrong", "app:guess\n");
     let with_auth = |file: &str| {
-        let mut a = zk_args(&zk.connect_string(), "2s", "guarded");
+        let mut a = SidecarArgs::zookeeper(&zk.connect_string())
+            .ttl("2s")
+            .election("guarded")
+            .build();
         a.extend(["--zk-auth-file".into(), file.to_owned()]);
         a
     };
@@ -344,7 +356,10 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
     let anonymous = common::Sidecar::spawn(
         "anonymous",
         dir.path(),
-        &zk_args(&zk.connect_string(), "2s", "guarded"),
+        &SidecarArgs::zookeeper(&zk.connect_string())
+            .ttl("2s")
+            .election("guarded")
+            .build(),
     );
     assert!(intruder.wait_listening(Duration::from_secs(10)));
     assert!(anonymous.wait_listening(Duration::from_secs(10)));
@@ -388,7 +403,10 @@ fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = zk_args(&connect, "4s", "tamper");
+    let mut args = SidecarArgs::zookeeper(&connect)
+        .ttl("4s")
+        .election("tamper")
+        .build();
     args.extend(common::args(&["--renew-interval", "1500ms"]));
     let sidecars: Vec<common::Sidecar> = (0..3)
         .map(|i| common::Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
@@ -425,7 +443,10 @@ fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
 fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
     let zk = ZkEnsemble::start(1);
     let dir = tempfile::tempdir().expect("dir");
-    let args = zk_args(&zk.connect_string(), "15s", "granted");
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("15s")
+        .election("granted")
+        .build();
     let sidecar = common::Sidecar::spawn("g0", dir.path(), &args);
     let first = sidecar.settles_in("leader", Duration::from_secs(10));
     let token = first["fencing_token"].as_u64().expect("a token");
@@ -461,7 +482,12 @@ fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
         Duration::from_secs(3),
         Duration::from_millis(1200),
         Duration::from_secs(12),
-        |endpoint| zk_args(endpoint, "3s", "slow"),
+        |endpoint| {
+            SidecarArgs::zookeeper(endpoint)
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
     );
 }
 
@@ -483,7 +509,10 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
         .expect("another server");
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |name: &str, server: usize| {
-        let mut args = zk_args(&zk.connect_string_for(server), "4s", "cutoff");
+        let mut args = SidecarArgs::zookeeper(&zk.connect_string_for(server))
+            .ttl("4s")
+            .election("cutoff")
+            .build();
         args.extend(common::args(&[
             "--renew-interval",
             "300ms",
@@ -549,7 +578,12 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
         Duration::from_secs(2),
         rounds,
         node,
-        |addr| zk_args(addr, "2s", "faults"),
+        |addr| {
+            SidecarArgs::zookeeper(addr)
+                .ttl("2s")
+                .election("faults")
+                .build()
+        },
         store,
         move |fault| {
             with_zk(&connect, async |c| {
@@ -575,7 +609,10 @@ fn a_release_cut_short_never_hands_out_the_same_token_twice() {
     let proxy = FaultProxy::start(zk.connect_string().parse().expect("addr"));
     let dir = tempfile::tempdir().expect("dir");
     let log = dir.path().join("t.jsonl");
-    let mut args = zk_args(&proxy.addr(), "4s", "cut-short");
+    let mut args = SidecarArgs::zookeeper(&proxy.addr())
+        .ttl("4s")
+        .election("cut-short")
+        .build();
     args.extend(common::args(&[
         "--enable-release-endpoint",
         "--transition-log",
@@ -642,7 +679,12 @@ fn the_election_parent_deleted_and_recreated_leaves_one_leader() {
         Duration::from_secs(2),
         rounds,
         node,
-        |addr| zk_args(addr, "2s", "parent"),
+        |addr| {
+            SidecarArgs::zookeeper(addr)
+                .ttl("2s")
+                .election("parent")
+                .build()
+        },
         store,
         move |_| {
             with_zk(&connect, async |c| {
@@ -688,7 +730,10 @@ fn followers_send_only_pings_while_the_holder_renews() {
     use common::{eventually, Sidecar};
     let zk = ZkEnsemble::start(1);
     let dir = tempfile::tempdir().expect("dir");
-    let args = zk_args(&zk.connect_string(), "2s", "quiet");
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("2s")
+        .election("quiet")
+        .build();
     let mut cars: Vec<Sidecar> = (0..3)
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
@@ -740,6 +785,9 @@ fn followers_send_only_pings_while_the_holder_renews() {
 #[test]
 fn followers_survive_release_requests_during_a_handover() {
     let zk = ZkEnsemble::start(1);
-    let args = zk_args(&zk.connect_string(), "4s", "stagger");
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("4s")
+        .election("stagger")
+        .build();
     common::scenarios::followers_survive_release_requests_during_a_handover(&args);
 }

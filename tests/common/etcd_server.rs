@@ -4,11 +4,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use super::checker::{stop_members, Members};
 use super::netns::NetLab;
+use super::server::{wait_serving, ServerProcess};
 use super::{eventually, free_port};
 
 struct Member {
@@ -18,7 +19,7 @@ struct Member {
     client: u16,
     peer: u16,
     data: PathBuf,
-    child: Option<Child>,
+    process: ServerProcess,
 }
 
 pub struct EtcdCluster {
@@ -79,7 +80,7 @@ impl EtcdCluster {
                 client: if lab.is_some() { 2379 } else { free_port() },
                 peer: if lab.is_some() { 2380 } else { free_port() },
                 data: dir.path().join(format!("e{i}")),
-                child: None,
+                process: ServerProcess::default(),
             })
             .collect();
         let initial = members
@@ -104,7 +105,7 @@ impl EtcdCluster {
 
     fn start_member(&mut self, i: usize) {
         let initial = self.initial.clone();
-        let log = std::fs::File::create(self.dir.path().join(format!("e{i}.log"))).expect("log");
+        let log = self.dir.path().join(format!("e{i}.log"));
         let m = &mut self.members[i];
         let client = format!("http://{}:{}", m.host, m.client);
         let peer = format!("http://{}:{}", m.host, m.peer);
@@ -117,8 +118,7 @@ impl EtcdCluster {
                 cmd.env_remove(k);
             }
         }
-        let child = cmd
-            .args(["--name", &m.name, "--data-dir"])
+        cmd.args(["--name", &m.name, "--data-dir"])
             .arg(&m.data)
             .args([
                 "--listen-client-urls",
@@ -145,23 +145,21 @@ impl EtcdCluster {
                 "100",
                 "--logger",
                 "zap",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd must be installed (make test installs it)");
-        m.child = Some(child);
+            ]);
+        m.process = ServerProcess::start(
+            &mut cmd,
+            Some(&log),
+            "etcd must be installed (make test installs it)",
+        );
     }
 
     fn wait_healthy(&self, i: usize) {
         let m = &self.members[i];
-        let ok = eventually(Duration::from_secs(20), || {
-            http_get(&m.host, m.client, "/health")
-                .filter(|b| b.contains("true"))
-                .map(|_| ())
-        });
-        assert!(ok.is_some(), "etcd member {i} never became healthy");
+        wait_serving(
+            Duration::from_secs(20),
+            || http_get(&m.host, m.client, "/health").is_some_and(|b| b.contains("true")),
+            || format!("etcd member {i} never became healthy"),
+        );
     }
 
     pub fn endpoints(&self) -> String {
@@ -244,7 +242,7 @@ impl EtcdCluster {
     /// The index of the member that is the raft leader, as a live member reports it.
     pub fn raft_leader(&self) -> Option<usize> {
         for (i, m) in self.members.iter().enumerate() {
-            if m.child.is_none() {
+            if !m.process.is_running() {
                 continue;
             }
             let Some(status) = self.status(i) else {
@@ -288,13 +286,10 @@ impl Members for EtcdCluster {
         self.members.len()
     }
     fn pid(&self, i: usize) -> Option<u32> {
-        self.members[i].child.as_ref().map(|c| c.id())
+        self.members[i].process.pid()
     }
     fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members[i].process.kill();
     }
     fn spawn(&mut self, i: usize) {
         self.start_member(i);

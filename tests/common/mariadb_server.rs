@@ -4,15 +4,17 @@
 //! `secret` (password `s3cret`, the same rights), `limited` (SELECT, INSERT, UPDATE on
 //! `lk`, no CREATE). `root` works over the socket for the harness itself.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::{eventually, free_port, send_signal};
+use super::free_port;
+use super::server::{wait_serving, ServerProcess};
 
 pub struct MariaServer {
     pub port: u16,
+    /// Declared before `dir`: on drop the server is killed before its directory goes.
+    process: ServerProcess,
     dir: tempfile::TempDir,
-    child: Option<Child>,
     /// More `mariadbd` options (TLS).
     extra: Vec<String>,
 }
@@ -61,8 +63,8 @@ impl MariaServer {
         );
         let mut server = MariaServer {
             port: free_port(),
+            process: ServerProcess::default(),
             dir,
-            child: None,
             extra,
         };
         server.spawn();
@@ -80,9 +82,9 @@ impl MariaServer {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("mariadb.log")).expect("log");
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
+        let log = self.dir.path().join("mariadb.log");
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
             .arg(format!(
                 "--datadir={}",
                 self.dir.path().join("data").display()
@@ -101,19 +103,18 @@ impl MariaServer {
                 "--innodb-flush-log-at-trx-commit=2",
                 "--innodb-buffer-pool-size=32M",
             ])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("mariadbd");
-        self.child = Some(child);
-        let ready = eventually(Duration::from_secs(30), || self.try_sql("SELECT 1"));
-        assert!(
-            ready.is_some(),
-            "mariadb on {} never got ready: {}",
-            self.port,
-            std::fs::read_to_string(self.dir.path().join("mariadb.log")).unwrap_or_default()
+            .args(&self.extra);
+        self.process = ServerProcess::start(&mut cmd, Some(&log), "mariadbd");
+        wait_serving(
+            Duration::from_secs(30),
+            || self.try_sql("SELECT 1").is_some(),
+            || {
+                format!(
+                    "mariadb on {} never got ready: {}",
+                    self.port,
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            },
         );
     }
 
@@ -143,35 +144,25 @@ impl MariaServer {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
+        self.process.pid().unwrap_or(0)
     }
 
     pub fn pause(&self) {
-        send_signal(self.pid(), libc::SIGSTOP);
+        self.process.pause();
     }
 
     pub fn resume(&self) {
-        send_signal(self.pid(), libc::SIGCONT);
+        self.process.resume();
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            send_signal(child.id(), libc::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// kill -9 and start again on the same port and data directory.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
-    }
-}
-
-impl Drop for MariaServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -17,6 +17,7 @@ pub mod prometheus;
 pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
+pub mod server;
 pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;
@@ -32,110 +33,136 @@ pub fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-/// Flags for the `redis` backend.
+/// A sidecar's command line: one backend's own flags, then `--ttl` and `--election`
+/// when given (without identity or listener, which [`Sidecar`] adds).
+///
+/// `SidecarArgs::redis(&url).ttl("2s").election("x").build()`
+#[derive(Clone, Debug)]
+pub struct SidecarArgs {
+    flags: Vec<String>,
+}
+
+impl SidecarArgs {
+    /// Starts from these backend flags (`--backend …` and its endpoints).
+    pub fn new(backend_flags: &[&str]) -> SidecarArgs {
+        SidecarArgs {
+            flags: args(backend_flags),
+        }
+    }
+
+    /// The `redis` backend.
+    pub fn redis(url: &str) -> SidecarArgs {
+        SidecarArgs::new(&["--backend", "redis", "--redis-url", url])
+    }
+
+    /// The `redlock` backend (`urls` comma-separated).
+    pub fn redlock(urls: &str) -> SidecarArgs {
+        SidecarArgs::new(&["--backend", "redlock", "--redis-url", urls])
+    }
+
+    /// The `etcd` backend.
+    pub fn etcd(endpoints: &str) -> SidecarArgs {
+        SidecarArgs::new(&["--backend", "etcd", "--etcd-endpoints", endpoints])
+    }
+
+    /// The `zookeeper` backend.
+    pub fn zookeeper(connect: &str) -> SidecarArgs {
+        SidecarArgs::new(&["--backend", "zookeeper", "--zk-connect", connect])
+    }
+
+    /// A SQL backend (`postgres` or `mysql`) with its `--<backend>-url`.
+    pub fn sql(backend: &str, url: &str) -> SidecarArgs {
+        SidecarArgs::new(&["--backend", backend, &format!("--{backend}-url"), url])
+    }
+
+    /// The `postgres` backend.
+    pub fn postgres(url: &str) -> SidecarArgs {
+        SidecarArgs::sql("postgres", url)
+    }
+
+    /// The `mysql` backend.
+    pub fn mysql(url: &str) -> SidecarArgs {
+        SidecarArgs::sql("mysql", url)
+    }
+
+    /// The `kubernetes` backend against the fake API server's kubeconfig, in
+    /// namespace `team`.
+    pub fn kubernetes(kubeconfig: &str) -> SidecarArgs {
+        SidecarArgs::new(&[
+            "--backend",
+            "kubernetes",
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            "team",
+        ])
+    }
+
+    /// The `file` backend with its lock file in `dir`.
+    pub fn file(dir: &Path) -> SidecarArgs {
+        let lock = dir.join("election.lock").display().to_string();
+        SidecarArgs::new(&["--backend", "file", "--file-path", &lock])
+    }
+
+    /// `--ttl`.
+    pub fn ttl(self, ttl: &str) -> SidecarArgs {
+        self.flag("--ttl", ttl)
+    }
+
+    /// `--election`.
+    pub fn election(self, election: &str) -> SidecarArgs {
+        self.flag("--election", election)
+    }
+
+    /// Any other flag with its value.
+    pub fn flag(mut self, name: &str, value: &str) -> SidecarArgs {
+        self.flags.extend([name.to_owned(), value.to_owned()]);
+        self
+    }
+
+    pub fn build(self) -> Vec<String> {
+        self.flags
+    }
+}
+
+// The former one-per-backend builders, kept only for benches/handover (which another
+// branch is restructuring; tests/ uses [`SidecarArgs`]): each is `SidecarArgs` with its
+// ttl and election. Delete them once benches/ has switched.
+
 pub fn redis_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "redis",
-        "--redis-url",
-        url,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
+    SidecarArgs::redis(url).ttl(ttl).election(election).build()
 }
 
-/// Flags for the `redlock` backend (`urls` comma-separated).
 pub fn redlock_args(urls: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "redlock",
-        "--redis-url",
-        urls,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
+    SidecarArgs::redlock(urls)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
-/// Flags for the `etcd` backend.
 pub fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "etcd",
-        "--etcd-endpoints",
-        endpoints,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
+    SidecarArgs::etcd(endpoints)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
-/// Flags for the `zookeeper` backend.
 pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "zookeeper",
-        "--zk-connect",
-        connect,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
+    SidecarArgs::zookeeper(connect)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
-/// Flags for the `postgres` backend.
-pub fn postgres_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "postgres",
-        "--postgres-url",
-        url,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
-}
-
-/// Flags for the `mysql` backend.
-pub fn mysql_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "mysql",
-        "--mysql-url",
-        url,
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
-}
-
-/// Flags for the `kubernetes` backend against the fake API server's kubeconfig.
 pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
-    args(&[
-        "--backend",
-        "kubernetes",
-        "--kubeconfig",
-        kubeconfig,
-        "--namespace",
-        "team",
-        "--ttl",
-        ttl,
-        "--election",
-        election,
-    ])
+    SidecarArgs::kubernetes(kubeconfig)
+        .ttl(ttl)
+        .election(election)
+        .build()
 }
 
-/// Flags for the `file` backend with its lock file in `dir`.
 pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
-    let lock = dir.join("election.lock").display().to_string();
-    args(&["--backend", "file", "--file-path", &lock, "--ttl", ttl])
+    SidecarArgs::file(dir).ttl(ttl).build()
 }
 
 /// The `leasekeeper` binary under test: `LK_TEST_BIN` when set (a copy taken right

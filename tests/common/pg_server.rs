@@ -6,9 +6,10 @@
 //! create tables in `public`: PostgreSQL 15's default). Database `lk`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::server::{wait_serving, ServerProcess};
 use super::{eventually, free_port, process_state, send_signal};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -17,7 +18,7 @@ pub struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
     /// `runuser`, whose child is the postmaster.
-    child: Option<Child>,
+    process: ServerProcess,
     /// More `-c` settings (TLS).
     extra: Vec<String>,
 }
@@ -99,7 +100,7 @@ impl PgServer {
         let mut server = PgServer {
             port,
             dir,
-            child: None,
+            process: ServerProcess::default(),
             extra,
         };
         server.spawn();
@@ -111,9 +112,9 @@ impl PgServer {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("postgres.log")).expect("log");
-        let child = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
+        let log = self.dir.path().join("postgres.log");
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"])
             .arg(format!("{BIN}/postgres"))
             .arg("-D")
             .arg(data(self.dir.path()))
@@ -121,25 +122,23 @@ impl PgServer {
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .args(self.extra.iter().flat_map(|e| ["-c", e.as_str()]))
             .arg("-k")
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("postgres");
-        self.child = Some(child);
-        let ready = eventually(Duration::from_secs(20), || {
-            Command::new("pg_isready")
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-                .status()
-                .ok()
-                .filter(|s| s.success())
-        });
-        assert!(
-            ready.is_some(),
-            "postgres on {} never got ready: {}",
-            self.port,
-            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+            .arg(self.dir.path());
+        self.process = ServerProcess::start(&mut cmd, Some(&log), "postgres");
+        wait_serving(
+            Duration::from_secs(20),
+            || {
+                Command::new("pg_isready")
+                    .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            },
+            || {
+                format!(
+                    "postgres on {} never got ready: {}",
+                    self.port,
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            },
         );
     }
 
@@ -225,9 +224,7 @@ impl PgServer {
     pub fn resume(&self) {
         // runuser stops itself when its child stops (job control, as su does), and
         // would then never reap the postmaster: wake it first.
-        if let Some(child) = &self.child {
-            send_signal(child.id(), libc::SIGCONT);
-        }
+        self.process.resume();
         for pid in self.server_pids() {
             send_signal(pid, libc::SIGCONT);
         }
@@ -242,13 +239,9 @@ impl PgServer {
         // runuser reaps the postmaster and exits: then its pid is free for good (a
         // zombie reparented to PID 1 may linger, and postgres would take it for a
         // running postmaster).
-        if let Some(mut child) = self.child.take() {
-            send_signal(child.id(), libc::SIGCONT);
-            let exited = eventually(Duration::from_secs(10), || child.try_wait().ok().flatten());
-            if exited.is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        self.process.resume();
+        if !self.process.wait_exit(Duration::from_secs(10)) {
+            self.process.kill();
         }
         // Orphaned backends are reaped by PID 1, sometimes late: wait until none runs.
         eventually(Duration::from_secs(10), || {

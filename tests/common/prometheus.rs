@@ -3,14 +3,16 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use super::{eventually, free_port};
+use super::free_port;
+use super::server::{wait_serving, ServerProcess};
 
 pub struct Prometheus {
     pub port: u16,
-    child: Child,
+    /// Declared before `_dir`: on drop the server is killed before its directory goes.
+    process: ServerProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -28,26 +30,27 @@ impl Prometheus {
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).expect("write config");
         let port = free_port();
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus (apt-get install prometheus)");
+        let process = ServerProcess::start(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}")),
+            Some(&dir.path().join("prometheus.log")),
+            "start prometheus (apt-get install prometheus)",
+        );
         let p = Prometheus {
             port,
-            child,
+            process,
             _dir: dir,
         };
-        let ready = eventually(Duration::from_secs(30), || p.query("up").map(|_| ()));
-        assert!(ready.is_some(), "prometheus did not answer: {}", p.log());
+        wait_serving(
+            Duration::from_secs(30),
+            || p.query("up").is_some(),
+            || format!("prometheus did not answer: {}", p.log()),
+        );
         p
     }
 
@@ -133,11 +136,4 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

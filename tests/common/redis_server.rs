@@ -2,15 +2,17 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use super::{eventually, free_port, send_signal};
+use super::free_port;
+use super::server::{wait_serving, ServerProcess};
 
 pub struct RedisServer {
     pub port: u16,
+    /// Declared before `dir`: on drop the server is killed before its directory goes.
+    process: ServerProcess,
     dir: tempfile::TempDir,
-    child: Option<Child>,
     /// Append-only file with fsync on every write: data survives a kill -9.
     persistent: bool,
     /// More `redis-server` arguments (TLS, for example).
@@ -39,8 +41,8 @@ impl RedisServer {
         let dir = tempfile::tempdir().expect("redis temp dir");
         let mut server = RedisServer {
             port,
+            process: ServerProcess::default(),
             dir,
-            child: None,
             persistent,
             extra: Vec::new(),
         };
@@ -70,20 +72,15 @@ impl RedisServer {
         } else {
             args.extend(["--appendonly", "no"]);
         }
-        let child = Command::new("redis-server")
-            .args(&args)
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (make test installs it)");
-        self.child = Some(child);
-        let ready = eventually(Duration::from_secs(10), || self.ping().then_some(()));
-        assert!(
-            ready.is_some(),
-            "redis-server on {} did not answer PING",
-            self.port
+        self.process = ServerProcess::start(
+            Command::new("redis-server").args(&args).args(&self.extra),
+            None,
+            "redis-server must be installed (make test installs it)",
+        );
+        wait_serving(
+            Duration::from_secs(10),
+            || self.ping(),
+            || format!("redis-server on {} did not answer PING", self.port),
         );
     }
 
@@ -94,8 +91,8 @@ impl RedisServer {
         let cert = |name: &str| certs.join(name).display().to_string();
         let mut server = RedisServer {
             port: free_port(),
+            process: ServerProcess::default(),
             dir,
-            child: None,
             persistent: false,
             extra: vec![
                 "--tls-port".into(),
@@ -119,7 +116,7 @@ impl RedisServer {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+        self.process.pid().unwrap_or(0)
     }
 
     pub fn ping(&self) -> bool {
@@ -142,19 +139,15 @@ impl RedisServer {
     }
 
     pub fn pause(&self) {
-        send_signal(self.pid(), libc::SIGSTOP);
+        self.process.pause();
     }
 
     pub fn resume(&self) {
-        send_signal(self.pid(), libc::SIGCONT);
+        self.process.resume();
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            send_signal(child.id(), libc::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// kill -9 and start again on the same port and directory.
@@ -217,10 +210,4 @@ pub fn command_at(port: u16, cmd: &str) -> Option<String> {
     let mut buf = [0u8; 4096];
     let n = s.read(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

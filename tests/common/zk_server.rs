@@ -5,13 +5,14 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use super::checker::{stop_members, Members};
 use super::faults::{FaultProxy, Link, ProxyOptions};
-use super::{eventually, free_port};
+use super::free_port;
+use super::server::{wait_serving, ServerProcess};
 
 struct Server {
     client: u16,
@@ -21,7 +22,7 @@ struct Server {
     secure: Option<u16>,
     cfg: PathBuf,
     log: PathBuf,
-    child: Option<Child>,
+    process: ServerProcess,
 }
 
 /// Rewrites a ZooKeeper election connection's hello to the old form without the
@@ -220,7 +221,7 @@ impl ZkEnsemble {
                 }
                 let path = dir.path().join(format!("zoo{i}.cfg"));
                 std::fs::write(&path, cfg).expect("cfg");
-                Server { client: ports[i].0, quorum: ports[i].1, election: ports[i].2, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), child: None }
+                Server { client: ports[i].0, quorum: ports[i].1, election: ports[i].2, secure, cfg: path, log: dir.path().join(format!("zk{i}.log")), process: ServerProcess::default() }
             })
             .collect();
         let mut e = ZkEnsemble {
@@ -240,32 +241,28 @@ impl ZkEnsemble {
 
     fn start_member(&mut self, i: usize) {
         let s = &mut self.servers[i];
-        let log = std::fs::File::create(&s.log).expect("log");
-        let child = Command::new("java")
-            .args([
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-cp",
-                &classpath(s.secure.is_some()),
-            ])
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&s.cfg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("java and zookeeper must be installed (make test installs them)");
-        s.child = Some(child);
+        s.process = ServerProcess::start(
+            Command::new("java")
+                .args([
+                    "-Xmx256m",
+                    "-XX:+UseSerialGC",
+                    "-cp",
+                    &classpath(s.secure.is_some()),
+                ])
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(&s.cfg),
+            Some(&s.log),
+            "java and zookeeper must be installed (make test installs them)",
+        );
     }
 
     fn wait_serving(&self, i: usize) {
         let port = self.servers[i].client;
-        let ok = eventually(Duration::from_secs(30), || {
-            four_letters(port, "isro")
-                .filter(|r| r.trim() == "rw")
-                .map(|_| ())
-        });
-        assert!(ok.is_some(), "zookeeper server {i} never served");
+        wait_serving(
+            Duration::from_secs(30),
+            || four_letters(port, "isro").is_some_and(|r| r.trim() == "rw"),
+            || format!("zookeeper server {i} never served"),
+        );
     }
 
     pub fn connect_string(&self) -> String {
@@ -325,7 +322,7 @@ impl ZkEnsemble {
     /// Server `i`'s `Mode:` from `srvr` ("leader", "follower", "standalone"); None
     /// while it does not serve (LOOKING: "not currently serving requests") or is down.
     pub fn server_mode(&self, i: usize) -> Option<String> {
-        self.servers[i].child.as_ref()?;
+        self.servers[i].process.pid()?;
         let reply = four_letters(self.servers[i].client, "srvr")?;
         reply
             .lines()
@@ -440,7 +437,7 @@ impl ZkEnsemble {
     /// The index of the ensemble's leader.
     fn ensemble_leader(&self) -> Option<usize> {
         (0..self.servers.len()).find(|&i| {
-            self.servers[i].child.is_some()
+            self.servers[i].process.is_running()
                 && four_letters(self.servers[i].client, "srvr")
                     .is_some_and(|r| r.contains("Mode: leader"))
         })
@@ -452,13 +449,10 @@ impl Members for ZkEnsemble {
         self.servers.len()
     }
     fn pid(&self, i: usize) -> Option<u32> {
-        self.servers[i].child.as_ref().map(|c| c.id())
+        self.servers[i].process.pid()
     }
     fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.servers[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.servers[i].process.kill();
     }
     fn spawn(&mut self, i: usize) {
         self.start_member(i);

@@ -1,0 +1,510 @@
+//! The fake's HTTP API: routes, the bearer token, the chart's Role (403), injected
+//! latency, failures and held requests, then get, list, create (409 AlreadyExists),
+//! update and JSON merge patch (409 Conflict on a stale resourceVersion).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use super::store::{label_selector, labels_match, write, Shared, Store};
+use super::watch::watch_response;
+use super::TOKEN;
+
+/// The (resource, verb) pairs of the chart's Role, as `kubectl apply -f manifests/` (and
+/// `helm install` with default values) creates it.
+pub(super) fn role_rules() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/02-role.yaml");
+    let text = std::fs::read_to_string(path).expect("manifests/02-role.yaml");
+    let role: Value = serde_yaml_ng::from_str(&text).expect("the Role is YAML");
+    assert_eq!(role["kind"], "Role", "manifests/02-role.yaml is not a Role");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        let group = rule["apiGroups"][0].as_str().unwrap_or("");
+        for resource in rule["resources"].as_array().expect("resources") {
+            let resource = resource.as_str().expect("resource");
+            // This fake serves pods in the core group and leases in coordination.k8s.io.
+            let served = matches!(
+                (group, resource),
+                ("", "pods") | ("coordination.k8s.io", "leases")
+            );
+            if !served {
+                continue;
+            }
+            for verb in rule["verbs"].as_array().expect("verbs") {
+                granted.push((resource.to_owned(), verb.as_str().expect("verb").to_owned()));
+            }
+        }
+    }
+    granted
+}
+
+/// RFC 7386 JSON merge patch.
+pub(super) fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let Some(t) = target.as_object_mut() else {
+                return;
+            };
+            for (k, v) in fields {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+pub(super) fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code,
+    });
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn ok(obj: &Value, code: StatusCode) -> Response {
+    (
+        code,
+        [("content-type", "application/json")],
+        obj.to_string(),
+    )
+        .into_response()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// One request, as routed: what it acts on and how.
+struct Request<'a> {
+    kind: &'static str,
+    ns: &'a str,
+    name: Option<&'a str>,
+    verb: &'static str,
+    q: &'a BTreeMap<String, String>,
+    headers: &'a HeaderMap,
+    body: &'a Bytes,
+}
+
+pub(super) async fn handle(
+    shared: Arc<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // A paused server answers nothing until resumed.
+    let mut paused = shared.paused.subscribe();
+    let _ = paused.wait_for(|p| !*p).await;
+    let latency = shared.store.lock().expect("store").latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let authorized = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bearer {TOKEN}"));
+    if !authorized {
+        return status(401, "Unauthorized", "no valid bearer token");
+    }
+    let Some((kind, ns, name)) = route(&uri) else {
+        return status(404, "NotFound", &format!("no route {}", uri.path()));
+    };
+    let q = query(&uri);
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let Some(verb) = verb_of(&method, name, watching) else {
+        return status(405, "MethodNotAllowed", "method not allowed");
+    };
+    if let Some(refused) = count_then_refuse_unless_allowed(&shared, verb, kind, ns) {
+        return refused;
+    }
+    if verb == "watch" {
+        return watch_response(shared, kind, ns, &q);
+    }
+    match hold_if_next(&shared, &method, &uri) {
+        Some((index, delay)) => {
+            let (ns, name) = (ns.to_owned(), name.map(str::to_owned));
+            serve_late(shared, index, delay, kind, ns, name, verb, q, headers, body).await
+        }
+        None => serve(
+            &shared,
+            &Request {
+                kind,
+                ns,
+                name,
+                verb,
+                q: &q,
+                headers: &headers,
+                body: &body,
+            },
+        ),
+    }
+}
+
+/// (kind, namespace, name) of a path this fake serves.
+fn route(uri: &Uri) -> Option<(&'static str, &str, Option<&str>)> {
+    let segments: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    Some(match segments.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods"] => ("pods", ns, None),
+        ["api", "v1", "namespaces", ns, "pods", name] => ("pods", ns, Some(name)),
+        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => ("leases", ns, None),
+        ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name] => {
+            ("leases", ns, Some(name))
+        }
+        _ => return None,
+    })
+}
+
+/// The RBAC verb of a request, if this fake takes its method there.
+fn verb_of(method: &Method, name: Option<&str>, watching: bool) -> Option<&'static str> {
+    Some(match (method, name, watching) {
+        (&Method::GET, Some(_), _) => "get",
+        (&Method::GET, None, true) => "watch",
+        (&Method::GET, None, false) => "list",
+        (&Method::POST, None, _) => "create",
+        (&Method::PUT, Some(_), _) => "update",
+        (&Method::PATCH, Some(_), _) => "patch",
+        (&Method::DELETE, _, _) => "delete",
+        _ => return None,
+    })
+}
+
+/// Counts the request; refuses it (403) unless the chart's Role, and nothing else,
+/// allows it in the fake's namespace, or with the next injected failure.
+fn count_then_refuse_unless_allowed(
+    shared: &Shared,
+    verb: &'static str,
+    kind: &'static str,
+    ns: &str,
+) -> Option<Response> {
+    let allowed = ns == shared.namespace
+        && shared
+            .granted
+            .iter()
+            .any(|(resource, granted)| resource == kind && granted == verb);
+    let mut store = shared.store.lock().expect("store");
+    *store.requests.entry(format!("{verb} {kind}")).or_default() += 1;
+    if !allowed {
+        store.forbidden.push(format!("{verb} {kind} in {ns}"));
+        drop(store);
+        return Some(status(
+            403,
+            "Forbidden",
+            &format!("{verb} {kind} in namespace {ns} is not allowed"),
+        ));
+    }
+    if !store.fail_next.is_empty() {
+        let code = store.fail_next.remove(0);
+        return Some(status(code, "InternalError", "injected failure"));
+    }
+    None
+}
+
+/// Takes the held-request switch when this request matches it: (its index among the
+/// held, its delay).
+fn hold_if_next(shared: &Shared, method: &Method, uri: &Uri) -> Option<(usize, Duration)> {
+    let mut store = shared.store.lock().expect("store");
+    let hit = store
+        .hold_next
+        .as_ref()
+        .is_some_and(|(m, suffix, _)| m == method && uri.path().ends_with(suffix.as_str()));
+    match store.hold_next.take() {
+        Some((_, _, delay)) if hit => {
+            store.held.push(None);
+            Some((store.held.len() - 1, delay))
+        }
+        other => {
+            store.hold_next = other;
+            None
+        }
+    }
+}
+
+/// A held request, served `delay` after it arrived and noted with its status. Acted
+/// on even if the client gives up meanwhile: the request is on the wire.
+#[allow(clippy::too_many_arguments)]
+async fn serve_late(
+    shared: Arc<Shared>,
+    index: usize,
+    delay: Duration,
+    kind: &'static str,
+    ns: String,
+    name: Option<String>,
+    verb: &'static str,
+    q: BTreeMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let response = serve(
+            &shared,
+            &Request {
+                kind,
+                ns: &ns,
+                name: name.as_deref(),
+                verb,
+                q: &q,
+                headers: &headers,
+                body: &body,
+            },
+        );
+        let code = response.status().as_u16();
+        shared.store.lock().expect("store").held[index] = Some(code);
+        response
+    });
+    task.await
+        .unwrap_or_else(|_| status(500, "InternalError", "held request"))
+}
+
+/// Acts on one request that passed the checks.
+fn serve(shared: &Shared, r: &Request<'_>) -> Response {
+    let parsed: Option<Value> = if r.body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice(r.body) {
+            Ok(v) => Some(v),
+            Err(e) => return status(400, "BadRequest", &format!("bad JSON: {e}")),
+        }
+    };
+    let content_type = r
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let mut store = shared.store.lock().expect("store");
+    match r.verb {
+        "list" => list(&store, r.kind, r.ns, r.q),
+        "get" => {
+            let name = r.name.unwrap_or_default();
+            match store
+                .objects
+                .get(&(r.kind, r.ns.to_owned(), name.to_owned()))
+            {
+                Some(obj) => ok(obj, StatusCode::OK),
+                None => status(404, "NotFound", &format!("{} {name:?} not found", r.kind)),
+            }
+        }
+        "create" => create(shared, &mut store, r, parsed),
+        "update" => update(shared, &mut store, r, parsed),
+        "patch" => merge_patch(shared, &mut store, r, parsed, &content_type),
+        _ => status(405, "MethodNotAllowed", "not supported"),
+    }
+}
+
+/// Create: 409 AlreadyExists when the name is taken.
+fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Value>) -> Response {
+    let (kind, ns) = (r.kind, r.ns);
+    let Some(obj) = parsed else {
+        return status(400, "BadRequest", "no body");
+    };
+    let Some(name) = obj["metadata"]["name"].as_str().map(str::to_owned) else {
+        return status(422, "Invalid", "metadata.name is required");
+    };
+    if store
+        .objects
+        .contains_key(&(kind, ns.to_owned(), name.clone()))
+    {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("{kind} {name:?} already exists"),
+        );
+    }
+    let stored = write(shared, store, kind, ns, &name, obj, "ADDED");
+    ok(&stored, StatusCode::CREATED)
+}
+
+/// Update (PUT): 409 Conflict when it names a resourceVersion other than the current
+/// one; one that names none is a blind write (counted).
+fn update(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Value>) -> Response {
+    let (kind, ns) = (r.kind, r.ns);
+    let name = r.name.unwrap_or_default().to_owned();
+    let Some(obj) = parsed else {
+        return status(400, "BadRequest", "no body");
+    };
+    let Some(current) = store
+        .objects
+        .get(&(kind, ns.to_owned(), name.clone()))
+        .cloned()
+    else {
+        return status(404, "NotFound", &format!("{kind} {name:?} not found"));
+    };
+    match obj["metadata"]["resourceVersion"].as_str() {
+        None | Some("") => store.blind_writes += 1,
+        Some(v) if Some(v) != current["metadata"]["resourceVersion"].as_str() => {
+            return status(
+                409,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on {kind} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            )
+        }
+        Some(_) => {}
+    }
+    let mut obj = obj;
+    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+    obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
+    let stored = write(shared, store, kind, ns, &name, obj, "MODIFIED");
+    ok(&stored, StatusCode::OK)
+}
+
+/// JSON merge patch only (415 for other patch types): 409 Conflict when the patch
+/// names a resourceVersion other than the current one.
+fn merge_patch(
+    shared: &Shared,
+    store: &mut Store,
+    r: &Request<'_>,
+    parsed: Option<Value>,
+    content_type: &str,
+) -> Response {
+    let (kind, ns) = (r.kind, r.ns);
+    let name = r.name.unwrap_or_default().to_owned();
+    if !content_type.starts_with("application/merge-patch+json") {
+        return status(
+            415,
+            "UnsupportedMediaType",
+            &format!("only merge patches here, not {content_type:?}"),
+        );
+    }
+    let Some(patch) = parsed else {
+        return status(400, "BadRequest", "no body");
+    };
+    let Some(mut current) = store
+        .objects
+        .get(&(kind, ns.to_owned(), name.clone()))
+        .cloned()
+    else {
+        return status(404, "NotFound", &format!("{kind} {name:?} not found"));
+    };
+    if let Some(v) = patch["metadata"]["resourceVersion"].as_str() {
+        if Some(v) != current["metadata"]["resourceVersion"].as_str() {
+            return status(409, "Conflict", "the object has been modified");
+        }
+    }
+    merge(&mut current, &patch);
+    let stored = write(shared, store, kind, ns, &name, current, "MODIFIED");
+    ok(&stored, StatusCode::OK)
+}
+
+/// A list: the matching objects, at the current global resourceVersion.
+fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String>) -> Response {
+    let labels = match label_selector(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(l) => l,
+        Err(e) => return status(400, "BadRequest", &e),
+    };
+    let mut fields = Vec::new();
+    for part in q
+        .get("fieldSelector")
+        .map_or("", String::as_str)
+        .split(',')
+        .filter(|p| !p.is_empty())
+    {
+        match part.split_once('=') {
+            Some((f @ ("metadata.name" | "metadata.namespace"), v)) => {
+                fields.push((f.to_owned(), v.to_owned()));
+            }
+            _ => {
+                return status(
+                    400,
+                    "BadRequest",
+                    &format!("field label not supported: {part}"),
+                )
+            }
+        }
+    }
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => usize::MAX,
+        Some(Ok(0)) => usize::MAX,
+        Some(Ok(l)) => l,
+        Some(Err(_)) => return status(400, "BadRequest", "limit is not a number"),
+    };
+    if q.get("continue").is_some_and(|c| !c.is_empty()) {
+        return status(400, "BadRequest", "this fake does not continue lists");
+    }
+    let matching: Vec<Value> = store
+        .objects
+        .iter()
+        .filter(|((k, n, _), _)| *k == kind && n == ns)
+        .map(|(_, obj)| obj)
+        .filter(|obj| labels_match(obj, &labels))
+        .filter(|obj| {
+            fields
+                .iter()
+                .all(|(f, v)| obj["metadata"][&f["metadata.".len()..]].as_str() == Some(v.as_str()))
+        })
+        .cloned()
+        .collect();
+    let more = matching.len() > limit;
+    let items: Vec<Value> = matching.into_iter().take(limit).collect();
+    let (api_version, list_kind) = match kind {
+        "pods" => ("v1", "PodList"),
+        _ => ("coordination.k8s.io/v1", "LeaseList"),
+    };
+    let mut metadata = json!({"resourceVersion": store.version.to_string()});
+    if more {
+        metadata["continue"] = Value::String(format!("fake-continue-{}", store.version));
+    }
+    ok(
+        &json!({"apiVersion": api_version, "kind": list_kind, "metadata": metadata, "items": items}),
+        StatusCode::OK,
+    )
+}

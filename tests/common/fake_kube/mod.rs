@@ -1,0 +1,320 @@
+//! An in-process fake Kubernetes API server (axum), for the parts leasekeeper uses:
+//! Pods (get, list, JSON merge patch, watch) and `coordination.k8s.io/v1` Leases (get,
+//! list, create, update, merge patch, watch).
+//!
+//! It enforces what matters, the way the real API server does:
+//! - `resourceVersion` is one counter over all objects; an update or patch that names a
+//!   resourceVersion other than the current one is refused with 409 Conflict; create
+//!   of an existing object is 409 AlreadyExists.
+//! - Merge patches follow RFC 7386 (`null` deletes a key); other patch types get 415.
+//! - A list answers a `…List` whose `metadata.resourceVersion` is the current value of
+//!   the global counter (a consistent read), filtered by `labelSelector` (`k=v`, `k==v`,
+//!   `k!=v`, `k`, `!k`, comma = and) and `fieldSelector` (`metadata.name`,
+//!   `metadata.namespace`; other fields are 400, as for these kinds in the real API),
+//!   at most `limit` items (then with a `continue` token, which this fake does not take).
+//! - Watches send every change after the resourceVersion asked for (the ADDED state
+//!   first when none is given), one JSON event per line, and end at `timeoutSeconds`;
+//!   with a `labelSelector`, an object that comes to match is ADDED, one that stops
+//!   matching is DELETED, and changes of objects that do not match are not sent.
+//! - A bearer token is required (401), and only what the chart's Role allows is
+//!   allowed (403), in one namespace: the rules are read from `manifests/02-role.yaml`
+//!   (the chart's default render), so the tests exercise the RBAC users install.
+//!   Refused requests are counted, so tests can assert none were needed.
+//! - Faults: latency on every request, the next N requests failing with a status,
+//!   one request held back (the next one matching a method and path, as a slow network
+//!   would deliver it late; it still acts when it arrives), pause (requests and watches
+//!   hang until resumed) and restart (watches cut).
+//!
+//! The code: `store` (the objects, the global resourceVersion, the history, label
+//! selectors), `api` (the HTTP routes, RBAC, faults, get, list, create, update and merge
+//! patch, 409 on a stale resourceVersion) and `watch` (watches).
+
+mod api;
+mod store;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::Method;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch as signal};
+
+use super::checker::ServerControl;
+use api::{handle, merge, role_rules};
+use store::{note_lease, write, Change, Shared, Store};
+
+pub const TOKEN: &str = "leasekeeper-test-token";
+
+pub struct FakeKube {
+    shared: Arc<Shared>,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeKube {
+    /// Serves namespace `namespace` on a free loopback port.
+    pub fn start(namespace: &str) -> FakeKube {
+        let (changes, _) = broadcast::channel(4096);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store {
+                lease_recorders: Vec::new(),
+                label_key: "leasekeeper.io/leader".to_owned(),
+                ..Store::default()
+            }),
+            changes,
+            paused: signal::channel(false).0,
+            epoch: signal::channel(0).0,
+            namespace: namespace.to_owned(),
+            granted: role_rules(),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let state = shared.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                // Like Go's net package (the real API server), no Nagle delays.
+                let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                let app = axum::Router::new().fallback(move |m, u, h, b| {
+                    let state = state.clone();
+                    async move { handle(state, m, u, h, b).await }
+                });
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+            });
+            rt.shutdown_timeout(Duration::from_millis(100));
+        });
+        let dir = tempfile::tempdir().expect("dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: leasekeeper\n  user:\n    token: {TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: leasekeeper\n    namespace: {namespace}\ncurrent-context: fake\n"
+            ),
+        )
+        .expect("kubeconfig");
+        FakeKube {
+            shared,
+            port,
+            _dir: dir,
+            kubeconfig,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn kubeconfig(&self) -> String {
+        self.kubeconfig.display().to_string()
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.shared.store.lock().expect("store")
+    }
+
+    /// Creates a Pod with these labels.
+    pub fn add_pod(&self, name: &str, labels: &[(&str, &str)]) {
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+            .collect();
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.shared.namespace, "labels": labels},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]},
+        });
+        let mut store = self.store();
+        let ns = self.shared.namespace.clone();
+        write(&self.shared, &mut store, "pods", &ns, name, pod, "ADDED");
+    }
+
+    /// The current value of a Pod's label.
+    pub fn pod_label(&self, pod: &str, key: &str) -> Option<String> {
+        let store = self.store();
+        let obj = store
+            .objects
+            .get(&("pods", self.shared.namespace.clone(), pod.to_owned()))?;
+        obj["metadata"]["labels"][key].as_str().map(str::to_owned)
+    }
+
+    /// Sets a Pod's label as another client would (a merge patch of its own).
+    pub fn set_pod_label(&self, pod: &str, key: &str, value: &str) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let mut obj = store
+            .objects
+            .get(&("pods", ns.clone(), pod.to_owned()))
+            .cloned()
+            .expect("pod");
+        merge(&mut obj, &json!({"metadata": {"labels": {key: value}}}));
+        write(&self.shared, &mut store, "pods", &ns, pod, obj, "MODIFIED");
+    }
+
+    /// Every label value each Pod carried, in order.
+    pub fn label_history(&self) -> Vec<(String, Option<String>)> {
+        self.store().label_history.clone()
+    }
+
+    /// The Lease named `name`, as stored.
+    pub fn lease(&self, name: &str) -> Option<Value> {
+        self.store()
+            .objects
+            .get(&("leases", self.shared.namespace.clone(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Writes a Lease spec as another client (client-go, say) would, through the store.
+    pub fn put_lease_spec(&self, name: &str, spec: Value) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let (obj, event) = match store
+            .objects
+            .get(&("leases", ns.clone(), name.to_owned()))
+            .cloned()
+        {
+            Some(mut obj) => {
+                obj["spec"] = spec;
+                (obj, "MODIFIED")
+            }
+            None => (
+                json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": spec,
+                }),
+                "ADDED",
+            ),
+        };
+        write(&self.shared, &mut store, "leases", &ns, name, obj, event);
+    }
+
+    /// Deletes a Lease as an administrator would (`kubectl delete lease`).
+    pub fn delete_lease(&self, name: &str) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let Some(mut obj) = store
+            .objects
+            .remove(&("leases", ns.clone(), name.to_owned()))
+        else {
+            return;
+        };
+        store.version += 1;
+        let version = store.version;
+        obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
+        note_lease(&store, name, None);
+        let change = Change {
+            version,
+            kind: "leases",
+            key: (ns, name.to_owned()),
+            event: "DELETED",
+            object: obj,
+        };
+        store.history.push(change.clone());
+        let _ = self.shared.changes.send(change);
+    }
+
+    /// A store recorder for Lease `name`: every write of it, noted as it is made.
+    pub fn lease_recorder(&self, name: &str) -> crate::common::recorder::Recorder {
+        let (recorder, sink) = crate::common::recorder::Recorder::fed();
+        self.store().lease_recorders.push((name.to_owned(), sink));
+        recorder
+    }
+
+    /// Every write so far, in order: (resourceVersion, kind, name, object).
+    pub fn changes(&self) -> Vec<(u64, &'static str, String, Value)> {
+        self.store()
+            .history
+            .iter()
+            .map(|c| (c.version, c.kind, c.key.1.clone(), c.object.clone()))
+            .collect()
+    }
+
+    /// Every request served so far, by "verb resource".
+    pub fn requests(&self) -> BTreeMap<String, usize> {
+        self.store().requests.clone()
+    }
+
+    /// The (resource, verb) pairs the Role grants.
+    pub fn granted(&self) -> Vec<(String, String)> {
+        self.shared.granted.clone()
+    }
+
+    /// Requests refused with 403.
+    pub fn forbidden(&self) -> Vec<String> {
+        self.store().forbidden.clone()
+    }
+
+    /// Updates that named no resourceVersion.
+    pub fn blind_writes(&self) -> usize {
+        self.store().blind_writes
+    }
+
+    /// Every request waits this long before it is handled.
+    pub fn set_latency(&self, latency: Duration) {
+        self.store().latency = latency;
+    }
+
+    /// The next requests fail with these status codes, one each.
+    pub fn fail_next(&self, codes: &[u16]) {
+        self.store().fail_next.extend_from_slice(codes);
+    }
+
+    /// The next request with `method` whose path ends with `path_suffix` is held back for
+    /// `delay` after it arrived (a slow network), then acted on as any other request.
+    pub fn hold_next(&self, method: &str, path_suffix: &str, delay: Duration) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        self.store().hold_next = Some((method, path_suffix.to_owned(), delay));
+    }
+
+    /// Requests held back so far: `None` while one is still waiting, else its status.
+    pub fn held(&self) -> Vec<Option<u16>> {
+        self.store().held.clone()
+    }
+}
+
+impl ServerControl for FakeKube {
+    fn pause(&mut self) {
+        self.shared.paused.send_replace(true);
+    }
+
+    fn resume(&mut self) {
+        self.shared.paused.send_replace(false);
+    }
+
+    /// The API server restarts: its store (etcd) keeps the objects, every watch is cut.
+    fn restart(&mut self) {
+        self.shared.epoch.send_modify(|e| *e += 1);
+        self.shared.paused.send_replace(false);
+    }
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        self.shared.paused.send_replace(false);
+        self.shared.epoch.send_modify(|e| *e += 1);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! What every test server file shares: one started server process (Redis, an etcd
+//! member, a ZooKeeper server, PostgreSQL's `runuser`, MariaDB, Prometheus) that can be
+//! paused (SIGSTOP), resumed (SIGCONT), killed (woken, SIGKILL, reaped) and is killed
+//! on drop; and the wait until a fresh process serves.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{eventually, send_signal};
+
+/// A server process the harness started, or none (before the first start and after
+/// a kill).
+#[derive(Default)]
+pub struct ServerProcess {
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Starts `cmd` with no stdin and no stdout, its stderr into the file `log` (created
+    /// anew) or nowhere; `missing` is the panic message when it cannot start.
+    pub fn start(cmd: &mut Command, log: Option<&Path>, missing: &str) -> ServerProcess {
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("server log")),
+            None => Stdio::null(),
+        };
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect(missing);
+        ServerProcess { child: Some(child) }
+    }
+
+    /// Its pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Sends `sig` while it runs.
+    pub fn signal(&self, sig: i32) {
+        if let Some(pid) = self.pid() {
+            send_signal(pid, sig);
+        }
+    }
+
+    /// SIGSTOP.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Waits up to `limit` for it to exit by itself; whether it did (then it is reaped).
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        let exited = eventually(limit, || child.try_wait().ok().flatten());
+        if exited.is_some() {
+            self.child = None;
+        }
+        exited.is_some()
+    }
+
+    /// Wakes it (a stopped process), kills it with SIGKILL and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            send_signal(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits up to `limit` until `serves` says a freshly started server serves; panics with
+/// `why()` (which may read the server's log) if it never does.
+pub fn wait_serving(
+    limit: Duration,
+    mut serves: impl FnMut() -> bool,
+    why: impl FnOnce() -> String,
+) {
+    let ok = eventually(limit, || serves().then_some(()));
+    assert!(ok.is_some(), "{}", why());
+}
