@@ -6,7 +6,7 @@
 //! from the instant the signal is sent to the new leader's `claim_start`, so the
 //! figures carry no polling error.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
