@@ -1,0 +1,80 @@
+//! `LK_BENCH_ONLY=etcd`: leasekeeper and `etcdctl elect` on the same member: graceful
+//! handovers, the store's load at steady state, crash failovers.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::etcd_args;
+use crate::common::etcd_server::EtcdCluster;
+use crate::measure::{crash_failovers, graceful_handovers, rates_over};
+use crate::peer::{by_signal, peer_handovers, spawn_piped};
+use crate::report::Report;
+
+pub fn measure(report: &mut Report, rounds: usize) {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    let g = graceful_handovers(
+        report,
+        "etcd",
+        etcd_args(&endpoints, "15s", "bench"),
+        rounds,
+    );
+    steady_requests(report, &etcd);
+    drop(g);
+    report.latency_if_any(
+        "peer, same etcd: etcdctl elect graceful handover (SIGINT → next elected)",
+        etcdctl_elect_handovers(&endpoints, rounds),
+    );
+    crash_failovers(
+        report,
+        "etcd",
+        "ttl 1s",
+        etcd_args(&endpoints, "1s", "bench"),
+        rounds.min(30),
+        None,
+    );
+    drop(etcd);
+}
+
+/// Steady state: reads and writes vs keep-alives per second, 3 candidates, ttl 15s.
+fn steady_requests(report: &mut Report, etcd: &EtcdCluster) {
+    let [unary, keepalives] = rates_over(Duration::from_secs(10), || {
+        [
+            etcd.metric(0, "grpc_server_handled_total", "grpc_method=\"Range\"")
+                + etcd.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\""),
+            etcd.metric(
+                0,
+                "grpc_server_msg_received_total",
+                "grpc_method=\"LeaseKeepAlive\"",
+            ),
+        ]
+    });
+    report.row(
+        "etcd, ttl 15s, 3 candidates: reads+writes/s at steady state (all)",
+        format!("{unary:.2}"),
+    );
+    report.row(
+        "etcd, ttl 15s, 3 candidates: lease keep-alives/s (all)",
+        format!("{keepalives:.2}"),
+    );
+}
+
+/// Graceful handover among `CANDIDATES` `etcdctl elect` processes on the same etcd:
+/// SIGINT to the leader (etcdctl resigns and exits) → the next one prints its key.
+fn etcdctl_elect_handovers(endpoints: &str, rounds: usize) -> Vec<f64> {
+    let spawn = |i: usize| {
+        spawn_piped(
+            Command::new("etcdctl").env("ETCDCTL_API", "3").args([
+                "--endpoints",
+                endpoints,
+                "elect",
+                "bench-peer",
+                &format!("p{i}"),
+            ]),
+            "etcdctl",
+        )
+    };
+    // etcdctl prints the key it was elected with, untimed: its arrival is the stamp.
+    let arrival = &|_: &str| Some(leasekeeper::clock::monotonic_now_ns());
+    peer_handovers(&spawn, &by_signal(libc::SIGINT), arrival, rounds)
+}

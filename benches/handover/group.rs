@@ -1,0 +1,183 @@
+//! A group of sidecars on one election, each logging its transitions, and the series
+//! of handovers measured on it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasekeeper::clock::monotonic_now_ns;
+
+use crate::common::checker::{parse_claims, LoggedClaim};
+use crate::common::{eventually, Sidecar};
+
+/// A set of sidecars with one transition log per slot.
+pub struct Group {
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    pub slots: Vec<Sidecar>,
+    generation: usize,
+}
+
+impl Group {
+    pub fn new(args: Vec<String>, n: usize) -> Group {
+        let mut g = Group {
+            dir: tempfile::tempdir().expect("dir"),
+            args,
+            slots: Vec::new(),
+            generation: 0,
+        };
+        for slot in 0..n {
+            g.add_slot(slot);
+        }
+        g
+    }
+
+    fn log(&self, slot: usize) -> PathBuf {
+        self.dir.path().join(format!("slot-{slot}.jsonl"))
+    }
+
+    /// Starts a sidecar for `slot` and adds it as the group's next slot.
+    pub fn add_slot(&mut self, slot: usize) {
+        let s = self.spawn(slot);
+        self.slots.push(s);
+    }
+
+    fn spawn(&mut self, slot: usize) -> Sidecar {
+        self.generation += 1;
+        let mut args = self.args.clone();
+        args.extend([
+            "--transition-log".to_owned(),
+            self.log(slot).display().to_string(),
+        ]);
+        let s = Sidecar::spawn(
+            &format!("bench-{slot}-g{}", self.generation),
+            self.dir.path(),
+            &args,
+        );
+        assert!(s.wait_listening(Duration::from_secs(10)), "{}", s.stderr());
+        s
+    }
+
+    fn respawn(&mut self, slot: usize) {
+        self.slots[slot].kill();
+        let s = self.spawn(slot);
+        self.slots[slot] = s;
+    }
+
+    pub fn leader(&self, limit: Duration) -> Option<usize> {
+        eventually(limit, || {
+            self.slots
+                .iter()
+                .position(|s| s.is_running() && s.leader().is_some_and(|v| v["is_leader"] == true))
+        })
+    }
+
+    /// Waits until every follower follows `leader` by name (steady state before a
+    /// handover: no follower is still catching up with the previous one).
+    pub fn settled(&self, leader: usize) -> bool {
+        eventually(Duration::from_secs(20), || {
+            let holder = self.slots[leader].leader()?["leader"].clone();
+            self.slots
+                .iter()
+                .enumerate()
+                .all(|(i, s)| {
+                    i == leader
+                        || s.leader()
+                            .is_some_and(|v| v["state"] == "follower" && v["leader"] == holder)
+                })
+                .then_some(())
+        })
+        .is_some()
+    }
+
+    /// Claims of every slot's transition log (dead processes' included), by start.
+    pub fn claims(&self) -> Vec<LoggedClaim> {
+        let mut claims = BTreeMap::new();
+        for slot in 0..self.slots.len() {
+            let text = std::fs::read_to_string(self.log(slot)).unwrap_or_default();
+            parse_claims(&text, &mut claims);
+        }
+        let mut claims: Vec<_> = claims.into_values().collect();
+        claims.sort_by_key(|c| c.start);
+        claims
+    }
+
+    /// The first claim started after `after_ns` in any slot's log: (start, sent).
+    fn next_claim_after(&self, after_ns: u64, limit: Duration) -> Option<(u64, Option<u64>)> {
+        eventually(limit, || {
+            self.claims()
+                .into_iter()
+                .find(|c| c.start > after_ns)
+                .map(|c| (c.start, c.sent))
+        })
+    }
+
+    /// Stops the leader `rounds` times, each time once every follower follows it, and
+    /// restarts it as a follower. `expiry_probe` tells the remaining ttl (ms) of the
+    /// leader's lease in the store just before a crash.
+    pub fn handovers(
+        &mut self,
+        stop: Stop,
+        rounds: usize,
+        expiry_probe: Option<&dyn Fn() -> Option<u64>>,
+    ) -> Handovers {
+        let mut h = Handovers::default();
+        for _ in 0..rounds {
+            let leader = self.leader(Duration::from_secs(30)).expect("a leader");
+            assert!(self.settled(leader), "followers never settled");
+            // Let the leader renew at least once so the crash case measures a normal lease.
+            std::thread::sleep(Duration::from_millis(20));
+            let pttl_ms = expiry_probe.and_then(|p| p());
+            let t0 = monotonic_now_ns();
+            self.slots[leader].signal(stop.signal());
+            let (start, sent) = self
+                .next_claim_after(t0, Duration::from_secs(60))
+                .expect("a new leader");
+            h.record(t0, start, sent, pttl_ms);
+            let _ = self.slots[leader].wait_exit(Duration::from_secs(5));
+            self.respawn(leader);
+        }
+        h
+    }
+}
+
+#[derive(Clone, Copy)]
+pub enum Stop {
+    Graceful,
+    Crash,
+}
+
+impl Stop {
+    fn signal(self) -> i32 {
+        match self {
+            Stop::Graceful => libc::SIGTERM,
+            Stop::Crash => libc::SIGKILL,
+        }
+    }
+}
+
+/// What a series of handovers measured, in milliseconds.
+#[derive(Default)]
+pub struct Handovers {
+    /// Signal sent → new leader's claim.
+    pub latency: Vec<f64>,
+    /// The new leader's acquiring request: sent → answered (its acquire round trip).
+    pub acquire: Vec<f64>,
+    /// For crashes: new claim − the store's own expiry of the dead leader's lease.
+    pub past_expiry: Vec<f64>,
+}
+
+impl Handovers {
+    /// One handover: signal at `t0`, new claim at `start` (its request `sent`), the
+    /// lease's remaining ttl at the signal `pttl_ms`.
+    fn record(&mut self, t0: u64, start: u64, sent: Option<u64>, pttl_ms: Option<u64>) {
+        self.latency.push((start - t0) as f64 / 1e6);
+        if let Some(sent) = sent {
+            self.acquire.push(start.saturating_sub(sent) as f64 / 1e6);
+        }
+        if let Some(pttl) = pttl_ms {
+            self.past_expiry
+                .push((start - t0) as f64 / 1e6 - pttl as f64);
+        }
+    }
+}

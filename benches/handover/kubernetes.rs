@@ -1,0 +1,50 @@
+//! `LK_BENCH_ONLY=kubernetes`: the Lease backend on the in-process fake API server (the
+//! client side of the path: watch event → GET → PUT; a real API server adds its own etcd
+//! write), next to client-go's request pattern on the same fake.
+
+use std::time::Duration;
+
+use crate::client_go::client_go_replicas;
+use crate::common::fake_kube::FakeKube;
+use crate::common::kube_args;
+use crate::measure::{crash_failovers, graceful_handovers, rates_during, rates_over};
+use crate::report::Report;
+use crate::settings::CANDIDATES;
+
+pub fn measure(report: &mut Report, rounds: usize) {
+    let api = FakeKube::start("team");
+    let kubeconfig = api.kubeconfig();
+    let requests = || [api.requests().values().sum::<usize>() as f64];
+    let g = graceful_handovers(
+        report,
+        "kubernetes (fake API)",
+        kube_args(&kubeconfig, "15s", "bench"),
+        rounds,
+    );
+    // Steady state: API requests per second per candidate at ttl 15s.
+    let [rate] = rates_over(Duration::from_secs(30), requests);
+    report.row(
+        "kubernetes (fake API): API requests/s per candidate, steady, ttl 15s",
+        format!("{:.2}", rate / CANDIDATES as f64),
+    );
+    drop(g);
+    // client-go's request pattern at its defaults (LeaseDuration 15s, RetryPeriod
+    // 2s), 4 replicas of one election, on the same fake.
+    let replicas = 4;
+    let window = Duration::from_secs(30);
+    let [rate] = rates_during(window, requests, || {
+        client_go_replicas(api.port, "team", "bench-client-go", replicas, window)
+    });
+    report.row(
+        "peer, same fake: client-go leaderelection (defaults) API requests/s per candidate, steady",
+        format!("{:.2}", rate / replicas as f64),
+    );
+    crash_failovers(
+        report,
+        "kubernetes (fake API)",
+        "ttl 2s",
+        kube_args(&kubeconfig, "2s", "bench-crash"),
+        rounds.min(20),
+        None,
+    );
+}

@@ -1,0 +1,83 @@
+//! Benchmarks of DESIGN §8/§9: graceful handover and crash failover latency,
+//! backend requests per candidate at steady state, idle footprint, `/leader`
+//! throughput and binary size. Run with `make bench` (`cargo bench --bench handover`).
+//!
+//! Latencies are read from the sidecars' own transition logs (CLOCK_MONOTONIC ns):
+//! from the instant the signal is sent to the new leader's `claim_start`, so the
+//! figures carry no polling error.
+//!
+//! One module per section (`LK_BENCH_ONLY=<section>` runs it alone, see `SECTIONS`):
+//! `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with `LK_SQL_PEER`),
+//! `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in `client_go`),
+//! `zookeeper`, `steady`. Shared: `group` (sidecars and their handovers), `measure`
+//! (what every backend measures alike), `peer` (other clients' processes), `footprint`
+//! (/proc), `stats`, `report` (the table) and `settings` (the environment).
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+mod client_go;
+mod etcd;
+mod exec;
+mod file;
+mod footprint;
+mod group;
+mod kubernetes;
+mod measure;
+mod peer;
+mod redis;
+mod report;
+mod scale;
+mod settings;
+mod sql;
+mod sql_peer;
+mod stats;
+mod steady;
+mod zookeeper;
+
+use report::Report;
+
+/// Measures one section into the report, with this many handovers per series.
+type Section = fn(&mut Report, usize);
+
+/// The sections in the order they run, each by its `LK_BENCH_ONLY` name.
+const SECTIONS: [(&str, Section); 10] = [
+    ("postgres", sql::postgres),
+    ("mysql", sql::mysql),
+    ("file", file::measure),
+    ("redis", redis::measure),
+    ("etcd", etcd::measure),
+    ("scale", scale::measure),
+    ("exec", exec::measure),
+    ("kubernetes", kubernetes::measure),
+    ("zookeeper", zookeeper::measure),
+    ("steady", steady::measure),
+];
+
+fn main() {
+    if let Ok(kind) = std::env::var("LK_SQL_PEER") {
+        return sql_peer::run(&kind);
+    }
+    // `cargo bench` passes --bench; nothing else to parse.
+    let rounds = settings::rounds();
+    let mut report = Report::start();
+    let only = settings::Only::from_env();
+    for (name, measure) in SECTIONS {
+        if only.runs(name) {
+            measure(&mut report, rounds);
+        }
+    }
+    binary_size(&mut report);
+    report.save();
+}
+/// The leasekeeper binary this bench was built with (release, stripped, under `make
+/// bench`).
+fn binary_size(report: &mut Report) {
+    let size = std::fs::metadata(env!("CARGO_BIN_EXE_leasekeeper"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    report.row(
+        "release binary size (stripped)",
+        format!("{:.1} MiB", size as f64 / 1048576.0),
+    );
+}

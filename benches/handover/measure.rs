@@ -1,0 +1,93 @@
+//! The measurements every backend section makes the same way: graceful handovers,
+//! crash failovers, and counters read as rates over a window.
+
+use std::time::Duration;
+
+use crate::group::{Group, Handovers, Stop};
+use crate::report::Report;
+use crate::settings::CANDIDATES;
+
+/// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`: the
+/// latency and acquire round-trip rows under `label`. The group is handed back still
+/// running, for a steady-state measurement.
+pub fn graceful_handovers(
+    report: &mut Report,
+    label: &str,
+    args: Vec<String>,
+    rounds: usize,
+) -> Group {
+    let mut g = Group::new(args, CANDIDATES);
+    let h = g.handovers(Stop::Graceful, rounds, None);
+    report.latency(
+        &format!("{label}: graceful handover (SIGTERM → new claim)"),
+        h.latency,
+    );
+    report.latency(
+        &format!("{label}: acquire round trip (request sent → claim)"),
+        h.acquire,
+    );
+    g
+}
+
+/// `rounds` crash failovers among `CANDIDATES` sidecars started with `args` (whose
+/// lease or session lasts `timeout`, e.g. "ttl 1s"): the latency row under `label`.
+pub fn crash_failovers(
+    report: &mut Report,
+    label: &str,
+    timeout: &str,
+    args: Vec<String>,
+    rounds: usize,
+    expiry_probe: Option<&dyn Fn() -> Option<u64>>,
+) -> Handovers {
+    let mut g = Group::new(args, CANDIDATES);
+    let h = g.handovers(Stop::Crash, rounds, expiry_probe);
+    drop(g);
+    report.latency(
+        &format!("{label}: crash failover, {timeout} (kill -9 → new claim)"),
+        h.latency.clone(),
+    );
+    h
+}
+
+/// Graceful handovers at ttl 15s, then up to 30 crash failovers at ttl 1s with how far
+/// past `expiry` (the store's own, read by `probe` as the remaining ms) each new claim
+/// came. `args` gives the sidecars' arguments for a ttl.
+pub fn graceful_handovers_then_crash_failovers(
+    report: &mut Report,
+    label: &str,
+    args: impl Fn(&str) -> Vec<String>,
+    probe: &dyn Fn() -> Option<u64>,
+    expiry: &str,
+    rounds: usize,
+) {
+    drop(graceful_handovers(report, label, args("15s"), rounds));
+    let crash = crash_failovers(
+        report,
+        label,
+        "ttl 1s",
+        args("1s"),
+        rounds.min(30),
+        Some(probe),
+    );
+    report.latency(
+        &format!("{label}: crash failover past {expiry}"),
+        crash.past_expiry,
+    );
+}
+
+/// How fast each of the counters `read` grew (per second) over `window`, sleeping.
+pub fn rates_over<const N: usize>(window: Duration, read: impl Fn() -> [f64; N]) -> [f64; N] {
+    rates_during(window, read, || std::thread::sleep(window))
+}
+
+/// How fast each of the counters `read` grew (per second) while `run` took `window`.
+pub fn rates_during<const N: usize>(
+    window: Duration,
+    read: impl Fn() -> [f64; N],
+    run: impl FnOnce(),
+) -> [f64; N] {
+    let before = read();
+    run();
+    let after = read();
+    std::array::from_fn(|i| (after[i] - before[i]) / window.as_secs_f64())
+}

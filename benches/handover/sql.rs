@@ -1,0 +1,83 @@
+//! `LK_BENCH_ONLY=postgres` and `=mysql`: leasekeeper on one SQL server, then the 100 ms
+//! polling peer (`sql_peer`) on the same server.
+
+use std::process::{Child, Command};
+
+use crate::common::mariadb_server::MariaServer;
+use crate::common::pg_server::PgServer;
+use crate::common::sql_suite::{db_args, SqlDb};
+use crate::measure::graceful_handovers_then_crash_failovers;
+use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
+use crate::report::Report;
+
+/// The lease row's remaining ttl, ms, by server kind.
+const POSTGRES_REMAINING: &str = "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM expires_at - now()) * 1000))::bigint FROM leasekeeper_leases WHERE election = 'bench'";
+const MYSQL_REMAINING: &str = "SELECT CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)) AS SIGNED) FROM leasekeeper_leases WHERE election = 'bench'";
+
+pub fn postgres(report: &mut Report, rounds: usize) {
+    measure(report, "postgres", rounds);
+}
+
+pub fn mysql(report: &mut Report, rounds: usize) {
+    measure(report, "mysql", rounds);
+}
+
+/// `kind` is `postgres` or `mysql`.
+fn measure(report: &mut Report, kind: &str, rounds: usize) {
+    let postgres = kind == "postgres";
+    let db: Box<dyn SqlDb> = if postgres {
+        Box::new(PgServer::start())
+    } else {
+        Box::new(MariaServer::start())
+    };
+    let remaining = if postgres {
+        POSTGRES_REMAINING
+    } else {
+        MYSQL_REMAINING
+    };
+    graceful_handovers_then_crash_failovers(
+        report,
+        kind,
+        |ttl| db_args(&*db, "lk", ttl, "bench"),
+        &|| db.admin(remaining).trim().parse::<u64>().ok(),
+        "the row's expiry",
+        rounds,
+    );
+    polling_peer(report, &*db, kind, rounds);
+}
+
+/// The polling peer, run as this bench binary itself: graceful handovers, then crash
+/// failovers.
+fn polling_peer(report: &mut Report, db: &dyn SqlDb, kind: &str, rounds: usize) {
+    if kind == "mysql" {
+        db.admin("CREATE TABLE peer_lock (name VARCHAR(64) PRIMARY KEY); INSERT INTO peer_lock VALUES ('bench-peer')");
+    }
+    let url = db.url_for("lk");
+    let exe = std::env::current_exe().expect("bench binary");
+    let spawn = |_: usize| -> Child {
+        spawn_piped(
+            Command::new(&exe)
+                .env("LK_SQL_PEER", kind)
+                .env("LK_SQL_PEER_URL", &url),
+            "peer",
+        )
+    };
+    let peer = if kind == "postgres" {
+        "pg_try_advisory_lock every 100 ms"
+    } else {
+        "SELECT … FOR UPDATE NOWAIT every 100 ms"
+    };
+    report.latency_if_any(
+        &format!("peer, same server: {peer}, graceful handover"),
+        peer_handovers(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds),
+    );
+    report.latency_if_any(
+        &format!("peer, same server: {peer}, crash failover (kill -9 → next holder)"),
+        peer_handovers(
+            &spawn,
+            &by_signal(libc::SIGKILL),
+            &leader_stamp,
+            rounds.min(30),
+        ),
+    );
+}

@@ -1,0 +1,75 @@
+//! `LK_BENCH_ONLY=steady`: Redis requests at steady state with the default ttl (15s),
+//! one leader alone, then with followers; idle footprint of a leader and a follower;
+//! `/leader` throughput.
+
+use std::time::{Duration, Instant};
+
+use crate::common::http;
+use crate::common::redis_args;
+use crate::common::redis_server::RedisServer;
+use crate::footprint::idle_footprint;
+use crate::group::Group;
+use crate::redis::script_call_rate;
+use crate::report::Report;
+use crate::settings::{number_from_env, CANDIDATES};
+
+/// Measures no handovers: `_rounds` is not used.
+pub fn measure(report: &mut Report, _rounds: usize) {
+    let server = RedisServer::start();
+    // LK_BENCH_WINDOW_S: how long each request rate is measured (20 s).
+    let window = Duration::from_secs(number_from_env("LK_BENCH_WINDOW_S", 20));
+    let mut g = Group::new(redis_args(&server.url(), "15s", "bench"), 1);
+    g.leader(Duration::from_secs(10)).expect("leader");
+    let leader_rate = script_call_rate(&server, window);
+    for slot in 1..CANDIDATES {
+        g.add_slot(slot);
+    }
+    assert!(g.settled(0));
+    let all_rate = script_call_rate(&server, window);
+    report.row(
+        "redis, ttl 15s: leader requests/s at steady state (script calls)",
+        format!("{leader_rate:.2}"),
+    );
+    report.row(
+        "redis, ttl 15s: follower requests/s at steady state, each (script calls)",
+        format!(
+            "{:.2}",
+            (all_rate - leader_rate).max(0.0) / (CANDIDATES - 1) as f64
+        ),
+    );
+    for (role, slot) in [("leader", 0), ("follower", 1)] {
+        let (rss, cpu) = idle_footprint(&g.slots[slot], Duration::from_secs(10));
+        report.row(
+            &format!("redis {role} idle: RSS / CPU"),
+            format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+        );
+    }
+    let rps = leader_throughput(g.slots[0].port, 4, Duration::from_secs(3));
+    report.row(
+        "GET /leader, 4 kept-alive clients on the same 2 cores",
+        format!("{rps:.0} req/s"),
+    );
+    drop(g);
+}
+
+/// GET /leader over kept-alive connections from `clients` threads for `window`.
+fn leader_throughput(port: u16, clients: usize, window: Duration) -> f64 {
+    let end = Instant::now() + window;
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conn = http::KeepAlive::open(port).expect("connect");
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    conn.send("/leader").expect("send");
+                    let (code, _) = conn.receive().expect("answer");
+                    assert_eq!(code, 200);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().expect("client")).sum();
+    total as f64 / window.as_secs_f64()
+}

@@ -1,0 +1,113 @@
+//! `LK_BENCH_ONLY=zookeeper`: leasekeeper, then kazoo's `Election` and Curator's
+//! `LeaderLatch` on the same server: graceful handovers, requests at steady state,
+//! crash failovers.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::zk_args;
+use crate::common::zk_server::ZkEnsemble;
+use crate::measure::{crash_failovers, graceful_handovers, rates_over};
+use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_script, python_has, spawn_piped};
+use crate::report::Report;
+use crate::settings::CANDIDATES;
+
+/// The class path of Debian's Curator and ZooKeeper jars.
+const CURATOR_CLASS_PATH: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
+
+pub fn measure(report: &mut Report, rounds: usize) {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let g = graceful_handovers(
+        report,
+        "zookeeper",
+        zk_args(&connect, "4s", "bench"),
+        rounds,
+    );
+    let [packets] = rates_over(Duration::from_secs(10), || [zk.mntr("zk_packets_received")]);
+    report.row(
+        "zookeeper, ttl 4s: requests/s per candidate at steady state (pings included)",
+        format!("{:.2}", packets / CANDIDATES as f64),
+    );
+    drop(g);
+    if let Some(lat) = kazoo_handovers(&connect, rounds) {
+        report.latency_if_any("peer, same server: kazoo Election graceful handover", lat);
+    }
+    if let Some(lat) = curator_handovers(&connect, rounds) {
+        report.latency_if_any(
+            "peer, same server: Curator LeaderLatch graceful handover (close)",
+            lat,
+        );
+    }
+    crash_failovers(
+        report,
+        "zookeeper",
+        "session timeout 2s",
+        zk_args(&connect, "2s", "bench-crash"),
+        rounds.min(30),
+        None,
+    );
+}
+
+/// Graceful handovers among kazoo `Election` peers; none without kazoo.
+fn kazoo_handovers(connect: &str, rounds: usize) -> Option<Vec<f64>> {
+    if !python_has("kazoo") {
+        return None;
+    }
+    let script = peer_script("kazoo_election.py");
+    let spawn = |i: usize| {
+        spawn_piped(
+            Command::new("python3").args([&script, connect, "/bench-kazoo", &format!("k{i}")]),
+            "python3",
+        )
+    };
+    Some(peer_handovers(
+        &spawn,
+        &by_signal(libc::SIGTERM),
+        &leader_stamp,
+        rounds,
+    ))
+}
+
+/// Graceful handovers among Curator `LeaderLatch` peers (tests/interop/CuratorLatch.java,
+/// told to `close` on stdin); none when it does not compile.
+fn curator_handovers(connect: &str, rounds: usize) -> Option<Vec<f64>> {
+    let classes = tempfile::tempdir().expect("dir");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/CuratorLatch.java"
+    );
+    let built = Command::new("javac")
+        .args(["-cp", CURATOR_CLASS_PATH, "-d"])
+        .arg(classes.path())
+        .arg(source)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        return None;
+    }
+    let class_path = format!("{}:{CURATOR_CLASS_PATH}", classes.path().display());
+    let spawn = |i: usize| {
+        spawn_piped(
+            Command::new("java")
+                .args([
+                    "-cp",
+                    &class_path,
+                    "CuratorLatch",
+                    connect,
+                    "/bench-curator",
+                    &format!("c{i}"),
+                ])
+                .stdin(Stdio::piped()),
+            "java",
+        )
+    };
+    let close = |c: &mut Child| {
+        use std::io::Write;
+        if let Some(stdin) = c.stdin.as_mut() {
+            let _ = writeln!(stdin, "close");
+            let _ = stdin.flush();
+        }
+    };
+    Some(peer_handovers(&spawn, &close, &leader_stamp, rounds))
+}
