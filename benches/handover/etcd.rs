@@ -4,8 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::etcd_args;
 use crate::common::etcd_server::EtcdCluster;
+use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::peer::{by_signal, peer_handovers, spawn_piped};
 use crate::report::Report;
@@ -16,7 +16,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let g = graceful_handovers(
         report,
         "etcd",
-        etcd_args(&endpoints, "15s", "bench"),
+        SidecarArgs::etcd(&endpoints)
+            .ttl("15s")
+            .election("bench")
+            .build(),
         rounds,
     );
     steady_requests(report, &etcd);
@@ -29,7 +32,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
         report,
         "etcd",
         "ttl 1s",
-        etcd_args(&endpoints, "1s", "bench"),
+        SidecarArgs::etcd(&endpoints)
+            .ttl("1s")
+            .election("bench")
+            .build(),
         rounds.min(30),
         None,
     );

@@ -6,8 +6,8 @@
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
-use crate::common::etcd_args;
 use crate::common::etcd_server::EtcdCluster;
+use crate::common::SidecarArgs;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
 use crate::report::Report;
 
@@ -41,7 +41,12 @@ fn leasekeeper_run_handovers(endpoints: &str, rounds: usize) -> Vec<f64> {
         spawn_piped(
             Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
                 .arg("run")
-                .args(etcd_args(endpoints, "15s", "bench-exec"))
+                .args(
+                    SidecarArgs::etcd(endpoints)
+                        .ttl("15s")
+                        .election("bench-exec")
+                        .build(),
+                )
                 .args([
                     "--identity",
                     &format!("x{i}"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::client_go::client_go_replicas;
 use crate::common::fake_kube::FakeKube;
-use crate::common::kube_args;
+use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_during, rates_over};
 use crate::report::Report;
 use crate::settings::CANDIDATES;
@@ -18,7 +18,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let g = graceful_handovers(
         report,
         "kubernetes (fake API)",
-        kube_args(&kubeconfig, "15s", "bench"),
+        SidecarArgs::kubernetes(&kubeconfig)
+            .ttl("15s")
+            .election("bench")
+            .build(),
         rounds,
     );
     // Steady state: API requests per second per candidate at ttl 15s.
@@ -43,7 +46,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
         report,
         "kubernetes (fake API)",
         "ttl 2s",
-        kube_args(&kubeconfig, "2s", "bench-crash"),
+        SidecarArgs::kubernetes(&kubeconfig)
+            .ttl("2s")
+            .election("bench-crash")
+            .build(),
         rounds.min(20),
         None,
     );

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::redis_server::RedisServer;
-use crate::common::{redis_args, redlock_args};
+use crate::common::SidecarArgs;
 use crate::measure::{graceful_handovers_then_crash_failovers, rates_over};
 use crate::peer::{
     acquired_stamp, by_signal, peer_handovers, peer_script, python_has, spawn_piped,
@@ -19,7 +19,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     redis_backend(
         report,
         "redis",
-        |ttl| redis_args(&url, ttl, "bench"),
+        |ttl| SidecarArgs::redis(&url).ttl(ttl).election("bench").build(),
         &[&servers[0]],
         rounds,
     );
@@ -36,7 +36,12 @@ pub fn measure(report: &mut Report, rounds: usize) {
         redis_backend(
             report,
             &format!("redlock({n})"),
-            |ttl| redlock_args(&urls, ttl, "bench"),
+            |ttl| {
+                SidecarArgs::redlock(&urls)
+                    .ttl(ttl)
+                    .election("bench")
+                    .build()
+            },
             &refs,
             rounds,
         );

@@ -13,7 +13,7 @@ use crate::common::etcd_server::EtcdCluster;
 use crate::common::fake_kube::FakeKube;
 use crate::common::redis_server::RedisServer;
 use crate::common::zk_server::ZkEnsemble;
-use crate::common::{etcd_args, file_args, kube_args, redis_args, redlock_args, zk_args};
+use crate::common::SidecarArgs;
 use crate::footprint::{cpu_ns, rss_kib};
 use crate::group::{Group, Stop};
 use crate::redis::all_calls;
@@ -77,20 +77,33 @@ impl Stores {
             .join(",");
         let etcd = &self.etcd;
         vec![
-            ("file", file_args(self.dir.path(), "15s"), None),
+            (
+                "file",
+                SidecarArgs::file(self.dir.path()).ttl("15s").build(),
+                None,
+            ),
             (
                 "redis",
-                redis_args(&self.redis.url(), "15s", "scale"),
+                SidecarArgs::redis(&self.redis.url())
+                    .ttl("15s")
+                    .election("scale")
+                    .build(),
                 Some(Box::new(|| all_calls(&self.redis))),
             ),
             (
                 "redlock(3)",
-                redlock_args(&redlock_urls, "15s", "scale"),
+                SidecarArgs::redlock(&redlock_urls)
+                    .ttl("15s")
+                    .election("scale")
+                    .build(),
                 Some(Box::new(|| self.redlock.iter().map(all_calls).sum())),
             ),
             (
                 "etcd",
-                etcd_args(&etcd.endpoints(), "15s", "scale"),
+                SidecarArgs::etcd(&etcd.endpoints())
+                    .ttl("15s")
+                    .election("scale")
+                    .build(),
                 Some(Box::new(|| {
                     etcd.metric(0, "grpc_server_handled_total", "grpc_type=\"unary\"")
                         + etcd.metric(
@@ -102,12 +115,18 @@ impl Stores {
             ),
             (
                 "zookeeper",
-                zk_args(&self.zk.connect_string(), "15s", "scale"),
+                SidecarArgs::zookeeper(&self.zk.connect_string())
+                    .ttl("15s")
+                    .election("scale")
+                    .build(),
                 Some(Box::new(|| self.zk.mntr("zk_packets_received"))),
             ),
             (
                 "kubernetes (fake API)",
-                kube_args(&self.api.kubeconfig(), "15s", "scale"),
+                SidecarArgs::kubernetes(&self.api.kubeconfig())
+                    .ttl("15s")
+                    .election("scale")
+                    .build(),
                 Some(Box::new(|| {
                     self.api.requests().values().sum::<usize>() as f64
                 })),

@@ -5,7 +5,7 @@ use std::process::{Child, Command};
 
 use crate::common::mariadb_server::MariaServer;
 use crate::common::pg_server::PgServer;
-use crate::common::sql_suite::{db_args, SqlDb};
+use crate::common::sql_suite::{db_flags, SqlDb};
 use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
 use crate::report::Report;
@@ -38,7 +38,7 @@ fn measure(report: &mut Report, kind: &str, rounds: usize) {
     graceful_handovers_then_crash_failovers(
         report,
         kind,
-        |ttl| db_args(&*db, "lk", ttl, "bench"),
+        |ttl| db_flags(&*db, "lk").ttl(ttl).election("bench").build(),
         &|| db.admin(remaining).trim().parse::<u64>().ok(),
         "the row's expiry",
         rounds,

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::http;
-use crate::common::redis_args;
 use crate::common::redis_server::RedisServer;
+use crate::common::SidecarArgs;
 use crate::footprint::idle_footprint;
 use crate::group::Group;
 use crate::redis::script_call_rate;
@@ -18,7 +18,13 @@ pub fn measure(report: &mut Report, _rounds: usize) {
     let server = RedisServer::start();
     // LK_BENCH_WINDOW_S: how long each request rate is measured (20 s).
     let window = Duration::from_secs(number_from_env("LK_BENCH_WINDOW_S", 20));
-    let mut g = Group::new(redis_args(&server.url(), "15s", "bench"), 1);
+    let mut g = Group::new(
+        SidecarArgs::redis(&server.url())
+            .ttl("15s")
+            .election("bench")
+            .build(),
+        1,
+    );
     g.leader(Duration::from_secs(10)).expect("leader");
     let leader_rate = script_call_rate(&server, window);
     for slot in 1..CANDIDATES {

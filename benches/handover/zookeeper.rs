@@ -5,8 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::zk_args;
 use crate::common::zk_server::ZkEnsemble;
+use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_script, python_has, spawn_piped};
 use crate::report::Report;
@@ -21,7 +21,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let g = graceful_handovers(
         report,
         "zookeeper",
-        zk_args(&connect, "4s", "bench"),
+        SidecarArgs::zookeeper(&connect)
+            .ttl("4s")
+            .election("bench")
+            .build(),
         rounds,
     );
     let [packets] = rates_over(Duration::from_secs(10), || [zk.mntr("zk_packets_received")]);
@@ -43,7 +46,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
         report,
         "zookeeper",
         "session timeout 2s",
-        zk_args(&connect, "2s", "bench-crash"),
+        SidecarArgs::zookeeper(&connect)
+            .ttl("2s")
+            .election("bench-crash")
+            .build(),
         rounds.min(30),
         None,
     );

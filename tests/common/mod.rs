@@ -125,46 +125,6 @@ impl SidecarArgs {
     }
 }
 
-// The former one-per-backend builders, kept only for benches/handover (which another
-// branch is restructuring; tests/ uses [`SidecarArgs`]): each is `SidecarArgs` with its
-// ttl and election. Delete them once benches/ has switched.
-
-pub fn redis_args(url: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::redis(url).ttl(ttl).election(election).build()
-}
-
-pub fn redlock_args(urls: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::redlock(urls)
-        .ttl(ttl)
-        .election(election)
-        .build()
-}
-
-pub fn etcd_args(endpoints: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::etcd(endpoints)
-        .ttl(ttl)
-        .election(election)
-        .build()
-}
-
-pub fn zk_args(connect: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::zookeeper(connect)
-        .ttl(ttl)
-        .election(election)
-        .build()
-}
-
-pub fn kube_args(kubeconfig: &str, ttl: &str, election: &str) -> Vec<String> {
-    SidecarArgs::kubernetes(kubeconfig)
-        .ttl(ttl)
-        .election(election)
-        .build()
-}
-
-pub fn file_args(dir: &Path, ttl: &str) -> Vec<String> {
-    SidecarArgs::file(dir).ttl(ttl).build()
-}
-
 /// The `leasekeeper` binary under test: `LK_TEST_BIN` when set (a copy taken right
 /// after the build, for a shared target directory that other builds may overwrite
 /// meanwhile), else the one cargo built for this test.

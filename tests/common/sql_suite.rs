@@ -26,12 +26,6 @@ pub fn db_flags(db: &dyn SqlDb, user: &str) -> SidecarArgs {
     SidecarArgs::sql(db.backend(), &db.url_for(user))
 }
 
-/// `db_flags` with its ttl and election, kept only for benches/handover (another
-/// branch is restructuring it); delete once benches/ has switched to [`db_flags`].
-pub fn db_args(db: &dyn SqlDb, user: &str, ttl: &str, election: &str) -> Vec<String> {
-    db_flags(db, user).ttl(ttl).election(election).build()
-}
-
 /// `(holder, tenure, token)` of the election's row.
 pub fn row(db: &dyn SqlDb, election: &str) -> Option<(String, String, u64)> {
     let out = db.admin(&format!(
