@@ -9,13 +9,14 @@
 //! One module per section (`LK_BENCH_ONLY=<section>` runs it alone, see `SECTIONS`):
 //! `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with `LK_SQL_PEER`),
 //! `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in `client_go`),
-//! `zookeeper`, `steady`. Shared: `group` (sidecars and their handovers), `measure`
+//! `zookeeper`, `steady`, `abuse` (the hostile-client crowd). Shared: `group` (sidecars and their handovers), `measure`
 //! (what every backend measures alike), `peer` (other clients' processes), `footprint`
 //! (/proc), `stats`, `report` (the table) and `settings` (the environment).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+mod abuse;
 mod client_go;
 mod etcd;
 mod exec;
@@ -41,7 +42,7 @@ use report::Report;
 type Section = fn(&mut Report, usize);
 
 /// The sections in the order they run, each by its `LK_BENCH_ONLY` name.
-const SECTIONS: [(&str, Section); 10] = [
+const SECTIONS: [(&str, Section); 11] = [
     ("postgres", sql::postgres),
     ("mysql", sql::mysql),
     ("file", file::measure),
@@ -52,6 +53,7 @@ const SECTIONS: [(&str, Section); 10] = [
     ("kubernetes", kubernetes::measure),
     ("zookeeper", zookeeper::measure),
     ("steady", steady::measure),
+    ("abuse", abuse::measure),
 ];
 
 fn main() {

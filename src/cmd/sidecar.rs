@@ -3,7 +3,6 @@
 //! the publishers, wait for a signal or the end, and step down.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +28,9 @@ use crate::elector::{
 use crate::publish::drain::Drain;
 use crate::publish::exec::{Ended, Supervisor};
 use crate::publish::hooks::Hooks;
-use crate::publish::http::{router, ApiState};
+use crate::publish::http::{
+    leadership_changes, router, ApiState, HttpSettings, Limits, HEAD_TIMEOUT,
+};
 use crate::publish::label::PodLabeler;
 use crate::publish::metrics::Metrics;
 use crate::status::Status;
@@ -47,6 +48,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }
+    raise_open_files();
     let runtime = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -122,9 +124,7 @@ struct Start {
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // Everything that can be bad input is checked before the backend is touched.
     let addr = settings.http.addr;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--http-addr {addr}: cannot listen"))?;
+    let listener = listen(addr).with_context(|| format!("--http-addr {addr}: cannot listen"))?;
     let log_path = settings.transition_log.as_deref();
     let log = TransitionLog::open(log_path, &settings.identity).with_context(|| {
         format!(
@@ -148,6 +148,19 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         kube,
     })
     .await
+}
+
+/// The status port's socket, with a long accept queue: a burst of connections (a
+/// crowd reconnecting) must not fill it, or a probe's SYN is dropped and retried only
+/// a second later.
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
 }
 
 /// Builds the chosen backend and serves with it.
@@ -227,7 +240,7 @@ struct Running {
     abort: Vec<JoinHandle<()>>,
     hooks: Option<JoinHandle<()>>,
     http_stop: oneshot::Sender<()>,
-    http: JoinHandle<std::io::Result<()>>,
+    http: JoinHandle<()>,
 }
 
 async fn serve<B: Backend>(backend: B, start: Start) -> anyhow::Result<ExitCode> {
@@ -320,6 +333,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         },
     );
     let api = router(ApiState {
+        changes: leadership_changes(status_rx.clone()),
         status: status_rx,
         heartbeat,
         metrics,
@@ -327,8 +341,9 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
             .http
             .enable_release_endpoint
             .then(|| release_tx.clone()),
+        watchers: Arc::new(tokio::sync::Semaphore::new(settings.http.max_watchers)),
     });
-    let (http_stop, http) = serve_http(listener, api);
+    let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
     let abort = [
         supervisor.map(|s| tokio::spawn(s.run())),
         drain.map(|d| tokio::spawn(d.run())),
@@ -348,22 +363,108 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     }
 }
 
+/// The status port's limits: the connection cap, kept below the open-files limit
+/// (the backend's connections and the process's own files need some).
+fn http_limits(http: &HttpSettings) -> Limits {
+    let files = open_files_limit();
+    let room = usize::try_from(files.saturating_sub(64))
+        .unwrap_or(usize::MAX)
+        .max(16);
+    if room < http.max_connections {
+        tracing::warn!(
+            max_connections = http.max_connections,
+            open_files = files,
+            used = room,
+            "--http-max-connections is above what the open-files limit allows; using less"
+        );
+    }
+    Limits {
+        max_connections: http.max_connections.min(room),
+        head_timeout: HEAD_TIMEOUT,
+    }
+}
+
+/// The HTTP API on a thread and runtime of its own, so that no load on the status
+/// port delays the elector's renewals. Resolves when the server has stopped.
 fn serve_http(
     listener: tokio::net::TcpListener,
     api: axum::Router,
-) -> (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>) {
+    limits: Limits,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
     let (stop, stopped) = oneshot::channel::<()>();
-    let http = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            api.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    (stop, http)
+    let (done_tx, done) = oneshot::channel::<()>();
+    let listener = listener.into_std();
+    let thread = std::thread::Builder::new()
+        .name("http".to_owned())
+        .spawn(move || {
+            let runtime = match super::runtime() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the HTTP runtime");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match listener.and_then(tokio::net::TcpListener::from_std) {
+                    Ok(listener) => {
+                        crate::publish::http::serve(listener, api, limits, stopped).await
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot serve the status port"),
+                }
+            });
+            let _ = done_tx.send(());
+        });
+    if let Err(e) = thread {
+        tracing::error!(error = %e, "cannot start the HTTP thread");
+    }
+    (
+        stop,
+        tokio::spawn(async move {
+            let _ = done.await;
+        }),
+    )
+}
+
+/// Raises the open-files soft limit to the hard limit (a crowd of clients on the
+/// status port must not starve the backend of descriptors); the soft limit now.
+fn raise_open_files() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        let before = lim.rlim_cur;
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                tracing::info!(
+                    from = before,
+                    to = lim.rlim_cur,
+                    "raised the open-files limit"
+                );
+                return lim.rlim_cur;
+            }
+            tracing::warn!(limit = before, "could not raise the open-files limit");
+            return before;
+        }
+        before
+    }
+}
+
+fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit on this process with a valid struct.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => lim.rlim_cur,
+        _ => 1024,
+    }
 }
 
 /// Waits for the elector to end, a signal, or CMD's end (exec mode). Returns how the

@@ -14,11 +14,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::WatchStream;
+
+mod server;
+pub use server::{serve, Limits};
 
 use super::metrics::Metrics;
 use crate::elector::{Heartbeat, ReleaseRequest};
@@ -36,6 +39,12 @@ pub struct Args {
     /// Allow POST /release from loopback.
     #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_release_endpoint: Option<String>,
+    /// Most connections the status port holds; at the cap the oldest idle one is closed for a new one [default: 512].
+    #[arg(long, env = "LEASEKEEPER_HTTP_MAX_CONNECTIONS")]
+    pub http_max_connections: Option<String>,
+    /// Most open GET /watch streams; more get 503 [default: 64].
+    #[arg(long, env = "LEASEKEEPER_HTTP_MAX_WATCHERS")]
+    pub http_max_watchers: Option<String>,
 }
 
 /// Where the API listens and what it allows.
@@ -43,7 +52,16 @@ pub struct Args {
 pub struct HttpSettings {
     pub addr: SocketAddr,
     pub enable_release_endpoint: bool,
+    pub max_connections: usize,
+    pub max_watchers: usize,
 }
+
+/// How long a client has to send a whole request head (also between the requests of
+/// a kept-alive connection).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest request body accepted (nothing served takes one).
+pub const MAX_BODY: u64 = 4096;
 
 impl Args {
     pub fn settings(&self) -> Result<HttpSettings, ConfigError> {
@@ -53,8 +71,41 @@ impl Args {
                 "--enable-release-endpoint",
                 self.enable_release_endpoint.as_deref(),
             )?,
+            max_connections: count(
+                "--http-max-connections",
+                self.http_max_connections.as_deref(),
+                512,
+                16,
+            )?,
+            max_watchers: count(
+                "--http-max-watchers",
+                self.http_max_watchers.as_deref(),
+                64,
+                0,
+            )?,
         })
     }
+}
+
+/// A whole number of at least `min`.
+fn count(
+    setting: &str,
+    raw: Option<&str>,
+    default: usize,
+    min: usize,
+) -> Result<usize, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(default);
+    };
+    raw.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n >= min && *n <= 1_000_000)
+        .ok_or_else(|| {
+            bad(format!(
+                "{setting} {raw:?} must be a whole number from {min} to 1000000"
+            ))
+        })
 }
 
 /// `host:port`, or `:port` for every address.
@@ -79,6 +130,48 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     /// `Some` only with `--enable-release-endpoint`.
     pub releases: Option<mpsc::Sender<ReleaseRequest>>,
+    /// Who leads, changed only when the role, the leader or the token change (not at
+    /// every renewal), for the `/watch` streams.
+    pub changes: watch::Receiver<Status>,
+    /// One permit per open `/watch` stream.
+    pub watchers: Arc<tokio::sync::Semaphore>,
+}
+
+/// The receiver of `/watch`: `status`, passed on only when who leads changes, so that
+/// a renewal wakes one task instead of every subscriber.
+pub fn leadership_changes(mut status: watch::Receiver<Status>) -> watch::Receiver<Status> {
+    let key = |s: &Status| {
+        let view = s.view_at(Instant::now());
+        (view.state, view.is_leader, view.leader, view.fencing_token)
+    };
+    let (tx, rx) = watch::channel(status.borrow().clone());
+    tokio::spawn(async move {
+        let mut last = key(&status.borrow_and_update());
+        loop {
+            // A claim may also end by its deadline passing, without a new status.
+            let deadline = status.borrow().claim.map(|c| c.deadline);
+            tokio::select! {
+                changed = status.changed() => if changed.is_err() { return },
+                () = sleep_until_some(deadline) => {}
+            }
+            let now = status.borrow_and_update().clone();
+            let k = key(&now);
+            if k != last {
+                last = k;
+                if tx.send(now).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -93,7 +186,25 @@ pub fn router(state: ApiState) -> Router {
         .route("/release", post(release))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn(refuse_bodies))
         .with_state(state)
+}
+
+/// Nothing served takes a body: a large one is refused before it is read.
+async fn refuse_bodies(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let chunked = req.headers().contains_key(header::TRANSFER_ENCODING);
+    if chunked || declared.is_some_and(|n| n > MAX_BODY) {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request bodies are not accepted here",
+        );
+    }
+    next.run(req).await
 }
 
 fn error(code: StatusCode, message: &str) -> Response {
@@ -142,11 +253,23 @@ async fn is_leader(State(s): State<ApiState>) -> Response {
 
 async fn watch_sse(
     State(s): State<ApiState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    mark: Option<axum::Extension<server::StreamMark>>,
+) -> Response {
+    let Ok(permit) = s.watchers.clone().try_acquire_owned() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many open /watch streams; try again later, or raise --http-max-watchers",
+        );
+    };
+    if let Some(axum::Extension(mark)) = mark {
+        mark.pin();
+    }
     // Renewals change the deadline every few seconds; subscribers want to hear about
     // who leads, not about each renewal, so only changes of these fields are sent.
     let mut last: Option<(Role, bool, Option<String>, Option<u64>)> = None;
-    let stream = WatchStream::new(s.status.clone()).filter_map(move |status| {
+    let stream = WatchStream::new(s.changes.clone()).filter_map(move |status| {
+        // The permit lives as long as the stream.
+        let _held = &permit;
         let view = status.view_at(Instant::now());
         let key = (
             view.state,
@@ -157,14 +280,18 @@ async fn watch_sse(
         let changed = last.as_ref() != Some(&key);
         last = Some(key);
         let event = changed.then(|| {
-            Ok(Event::default()
-                .event("status")
-                .json_data(view)
-                .unwrap_or_else(|_| Event::default().event("status")))
+            Ok::<_, Infallible>(
+                Event::default()
+                    .event("status")
+                    .json_data(view)
+                    .unwrap_or_else(|_| Event::default().event("status")),
+            )
         });
         std::future::ready(event)
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
 }
 
 async fn healthz(State(s): State<ApiState>) -> Response {

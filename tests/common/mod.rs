@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod checker;
+pub mod crowd;
 pub mod etcd_server;
 pub mod fake_kube;
 pub mod faults;
