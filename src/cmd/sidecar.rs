@@ -332,17 +332,11 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
             drain_timeout: settings.drain.timeout,
         },
     );
-    let api = router(ApiState {
-        changes: leadership_changes(status_rx.clone()),
-        status: status_rx,
-        heartbeat,
-        metrics,
-        releases: settings
-            .http
-            .enable_release_endpoint
-            .then(|| release_tx.clone()),
-        watchers: Arc::new(tokio::sync::Semaphore::new(settings.http.max_watchers)),
-    });
+    let releases = settings
+        .http
+        .enable_release_endpoint
+        .then(|| release_tx.clone());
+    let api = api(&settings.http, status_rx, heartbeat, metrics, releases);
     let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
     let abort = [
         supervisor.map(|s| tokio::spawn(s.run())),
@@ -361,6 +355,24 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         http_stop,
         http,
     }
+}
+
+/// The HTTP API's routes over what they read.
+fn api(
+    http: &HttpSettings,
+    status: watch::Receiver<Status>,
+    heartbeat: Arc<Heartbeat>,
+    metrics: Arc<Metrics>,
+    releases: Option<mpsc::Sender<ReleaseRequest>>,
+) -> axum::Router {
+    router(ApiState {
+        changes: leadership_changes(status.clone()),
+        status,
+        heartbeat,
+        metrics,
+        releases,
+        watchers: Arc::new(tokio::sync::Semaphore::new(http.max_watchers)),
+    })
 }
 
 /// The status port's limits: the connection cap, kept below the open-files limit
