@@ -765,11 +765,23 @@ impl<B: Backend> Elector<B> {
         self.pause(self.backend.lease_ttl()).await;
     }
 
+    /// Waits `d` (or until shutdown). A pause the elector chose is progress: the
+    /// heartbeat goes on at the retry interval, so that a long cooldown never reads as
+    /// a hang to the liveness probe.
     async fn pause(&mut self, d: Duration) {
         let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            _ = sleep(d) => {}
-            _ = shutdown.changed() => {}
+        let until = Instant::now() + d;
+        let beat_every = self.timing.retry_interval.max(Duration::from_millis(10));
+        loop {
+            self.heartbeat.beat();
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::select! {
+                _ = sleep((until - now).min(beat_every)) => {}
+                _ = shutdown.changed() => return,
+            }
         }
     }
 

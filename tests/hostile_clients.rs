@@ -52,6 +52,7 @@ fn judge(r: &AbuseReport) {
         r.after_kib,
         r.idle_kib
     );
+    assert!(!r.panicked, "the leader panicked");
     // One tenure throughout: the leader never lost it, no follower led.
     assert!(r.still_leads, "the leader lost its lead");
     assert_eq!(r.leader_claims, 1, "the leader's tenure was interrupted");

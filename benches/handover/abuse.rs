@@ -25,8 +25,8 @@ fn rows(report: &mut Report, label: &str, r: &AbuseReport) {
     report.row(
         &format!("abuse, {label}: fresh probes answered within 1 s"),
         format!(
-            "{} of {} ({} crowd clients, {} connected near the end)",
-            r.answered, r.probes, r.crowd, r.held
+            "{} of {} ({} crowd clients, {} connections in all, {} open near the end)",
+            r.answered, r.probes, r.crowd, r.dialed, r.held
         ),
     );
     report.row(

@@ -78,6 +78,23 @@ pub struct LeaseRow {
     pub left_ms: i64,
 }
 
+impl LeaseRow {
+    /// The row from an answer whose columns are holder, tenure, token, ms left.
+    pub fn from_row<R: sqlx::Row>(r: &R) -> Result<LeaseRow, sqlx::Error>
+    where
+        usize: sqlx::ColumnIndex<R>,
+        String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(LeaseRow {
+            holder: r.try_get(0)?,
+            tenure: r.try_get(1)?,
+            token: r.try_get(2)?,
+            left_ms: r.try_get(3)?,
+        })
+    }
+}
+
 /// This candidate's side of the lease row: its tenure id, the highest token it has
 /// seen, and what it observed last. Shared by both dialects.
 pub struct Tenancy {

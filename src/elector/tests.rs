@@ -109,6 +109,7 @@ struct Harness {
     shutdown: watch::Sender<bool>,
     releases: mpsc::Sender<ReleaseRequest>,
     calls: Arc<Calls>,
+    heartbeat: Arc<Heartbeat>,
     task: tokio::task::JoinHandle<Exit>,
 }
 
@@ -117,6 +118,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
     let calls = Arc::new(Calls::default());
+    let heartbeat = Heartbeat::new(&timing());
     let backend = Scripted {
         script,
         calls: calls.clone(),
@@ -131,7 +133,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
             log: TransitionLog::disabled(),
             releases: release_rx,
             shutdown: shutdown_rx,
-            heartbeat: Heartbeat::new(&timing()),
+            heartbeat: heartbeat.clone(),
             exit_on_loss,
             before_release: Vec::new(),
             must_stop: Vec::new(),
@@ -144,6 +146,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
         shutdown: shutdown_tx,
         releases: release_tx,
         calls,
+        heartbeat,
         task: tokio::spawn(elector.run()),
     }
 }
@@ -349,6 +352,44 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
     let again = until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
     assert!(again - released_at >= timing().renew_interval);
     assert_eq!(h.status.borrow().claim.map(|c| c.token), Some(2));
+}
+
+/// A cooldown is a pause the elector chose, not a hang: `/healthz` (the heartbeat)
+/// stays fresh through a cooldown of any length (a stale one would have the liveness
+/// probe restart the sidecar and lose the cooldown).
+#[tokio::test(start_paused = true)]
+async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let (tx, rx) = oneshot::channel();
+    let cooldown = Duration::from_secs(120);
+    h.releases
+        .send(ReleaseRequest {
+            reply: tx,
+            cooldown: Some(cooldown),
+        })
+        .await
+        .expect("send");
+    assert!(rx.await.expect("answer"));
+    let released_at = Instant::now();
+    while Instant::now() - released_at < cooldown {
+        sleep(Duration::from_millis(500)).await;
+        let now = Instant::now();
+        assert!(
+            h.heartbeat.is_alive_at(now),
+            "no heartbeat {:?} into the cooldown",
+            now - released_at
+        );
+        assert!(!h.status.borrow().is_leader_at(now) || now - released_at >= cooldown);
+    }
+    let again = until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
+    assert!(again - released_at >= cooldown);
 }
 
 #[tokio::test(start_paused = true)]

@@ -299,6 +299,8 @@ pub struct AbuseReport {
     pub still_leads: bool,
     /// Why probes failed.
     pub failures: Vec<String>,
+    /// Whether the leader's log shows a panic.
+    pub panicked: bool,
 }
 
 /// The runs hold thousands of sockets each: one at a time.
@@ -370,6 +372,9 @@ pub fn under_abuse(
     r.still_leads = view.contains("\"is_leader\":true");
     r.leader_claims = claim_starts(dir.path(), "a");
     r.follower_claims = claim_starts(dir.path(), "b") + claim_starts(dir.path(), "c");
+    r.panicked = std::fs::read_to_string(dir.path().join("a.stderr"))
+        .unwrap_or_default()
+        .contains("panicked");
     drop(followers);
     r
 }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{Connection, Row};
+use sqlx::Connection;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
@@ -211,16 +211,10 @@ impl Mysql {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end(op, row)?;
-        row.map(|r| {
-            Ok(LeaseRow {
-                holder: r.try_get(0)?,
-                tenure: r.try_get(1)?,
-                token: r.try_get(2)?,
-                left_ms: r.try_get(3)?,
-            })
-        })
-        .transpose()
-        .map_err(super::sql(op))
+        row.as_ref()
+            .map(LeaseRow::from_row)
+            .transpose()
+            .map_err(super::sql(op))
     }
 
     /// The conditional take; the new token when it applied (0 when the server did

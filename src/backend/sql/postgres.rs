@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
-use sqlx::Row;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -328,16 +327,10 @@ impl SqlDialect for Postgres {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end("campaign", row)?;
-        row.map(|r| {
-            Ok(LeaseRow {
-                holder: r.try_get(0)?,
-                tenure: r.try_get(1)?,
-                token: r.try_get(2)?,
-                left_ms: r.try_get(3)?,
-            })
-        })
-        .transpose()
-        .map_err(super::sql("campaign"))
+        row.as_ref()
+            .map(LeaseRow::from_row)
+            .transpose()
+            .map_err(super::sql("campaign"))
     }
 
     async fn renew(
