@@ -549,3 +549,42 @@ fn followers_stay_quiet_with_a_short_renew_interval() {
     eprintln!("in 3 s: {evals} scripts");
     assert!((5..=16).contains(&evals), "{evals} scripts run in 3 s");
 }
+
+/// A graceful release is one request, whatever scripts the server has cached: on a
+/// server that never ran the release script (a restart, a failover, `SCRIPT FLUSH`),
+/// EVALSHA would cost NOSCRIPT, SCRIPT LOAD and EVALSHA again, three round trips that
+/// do not fit the release budget on a slow link (issue "Gray failures").
+#[test]
+fn a_release_is_one_request_on_a_server_without_the_script() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // A long renew interval: no renewal falls between the flush and the release.
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("15s")
+        .election("one-trip")
+        .build();
+    let mut leader = Sidecar::spawn("r1", dir.path(), &args);
+    leader.settles_in("leader", Duration::from_secs(10));
+    server.command("SCRIPT FLUSH");
+    server.command("CONFIG RESETSTAT");
+    assert!(
+        leader.terminate(Duration::from_secs(5)).is_some(),
+        "no graceful exit"
+    );
+    let exists = server.command("EXISTS leasekeeper:{one-trip}:lock");
+    assert_eq!(
+        exists.as_deref().map(str::trim),
+        Some(":0"),
+        "the lock was not released"
+    );
+    let (scripts, evalsha, eval) = (
+        server.calls("script|load") + server.calls("script"),
+        server.calls("evalsha"),
+        server.calls("eval"),
+    );
+    assert_eq!(
+        (scripts, evalsha, eval),
+        (0, 0, 1),
+        "the release took SCRIPT LOAD, EVALSHA, EVAL calls"
+    );
+}

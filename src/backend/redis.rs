@@ -206,7 +206,6 @@ pub struct RedisBackend {
     expiry_hint: Option<Instant>,
     acquire: Script,
     renew: Script,
-    release: Script,
     /// Server pushes on the command connection (see the module doc).
     pushes: mpsc::UnboundedReceiver<PushInfo>,
     /// Whether `CLIENT TRACKING` is on for the current connection.
@@ -264,7 +263,6 @@ impl RedisBackend {
             expiry_hint: None,
             acquire: Script::new(ACQUIRE),
             renew: Script::new(RENEW),
-            release: Script::new(RELEASE),
             pushes,
             tracking: false,
             last_sign: None,
@@ -536,19 +534,25 @@ impl Backend for RedisBackend {
         let prefix = self.nonce_prefix();
         self.nonce = new_nonce();
         self.value = None;
-        let mut release = self.release.prepare_invoke();
+        // EVAL with the script's text, not EVALSHA: one round trip whatever the server
+        // has cached (a server that never ran the release script, or restarted, would
+        // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
+        // on a slow link they miss the release budget, and the followers wait a ttl).
+        let mut release = redis::cmd("EVAL");
         release
-            .key(&self.keys.lock)
+            .arg(RELEASE)
+            .arg(1)
+            .arg(&self.keys.lock)
             .arg(&prefix)
             .arg(&self.keys.events);
         // A release is the one request a graceful stop depends on: if it met a connection
         // that died since the last use (a restarted server), it is worth one more try on
         // the fresh connection, or the followers wait a whole ttl.
-        let first: Result<i64, _> = release.invoke_async(&mut self.node.conn).await;
+        let first: Result<i64, _> = release.query_async(&mut self.node.conn).await;
         match first {
             Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
                 let _: i64 = release
-                    .invoke_async(&mut self.node.conn)
+                    .query_async(&mut self.node.conn)
                     .await
                     .map_err(store("release"))?;
             }

@@ -173,6 +173,23 @@ pub fn process_state(pid: u32) -> Option<char> {
     stat[after + 1..].trim_start().chars().next()
 }
 
+/// Waits (up to 2 s) until every thread of `pid` shows the stopped state.
+pub fn wait_all_threads_stopped(pid: u32) {
+    let stopped = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let after = stat.rfind(')')?;
+            let state = stat[after + 1..].trim_start().chars().next()?;
+            if !matches!(state, 'T' | 't') {
+                return None;
+            }
+        }
+        Some(())
+    };
+    let _ = eventually(Duration::from_secs(2), stopped);
+}
+
 /// Polls `f` every few milliseconds until it returns `Some` or `limit` passes.
 pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let end = Instant::now() + limit;
@@ -289,9 +306,15 @@ impl Sidecar {
         }
     }
 
+    /// Sends `sig`. A SIGSTOP returns only once every thread of the sidecar has
+    /// stopped: the HTTP server has a thread of its own, which could otherwise answer
+    /// a request sent right after the signal before the group stop reaches it.
     pub fn signal(&self, sig: i32) {
         if self.child.is_some() {
             send_signal(self.pid, sig);
+            if sig == libc::SIGSTOP {
+                wait_all_threads_stopped(self.pid);
+            }
         }
     }
 
