@@ -765,9 +765,9 @@ impl<B: Backend> Elector<B> {
         self.pause(self.backend.lease_ttl()).await;
     }
 
-    /// Waits `d` (or until shutdown). A pause the elector chose is progress: the
-    /// heartbeat goes on at the retry interval, so that a long cooldown never reads as
-    /// a hang to the liveness probe.
+    /// Waits `d` (or until shutdown), never leading meanwhile. A pause the elector
+    /// chose is progress: the heartbeat goes on at the retry interval, so that a long
+    /// cooldown never reads as a hang to the liveness probe.
     async fn pause(&mut self, d: Duration) {
         let mut shutdown = self.shutdown.clone();
         let until = Instant::now() + d;
@@ -781,6 +781,11 @@ impl<B: Backend> Elector<B> {
             tokio::select! {
                 _ = sleep((until - now).min(beat_every)) => {}
                 _ = shutdown.changed() => return,
+                // Not leading while pausing: a release request is answered at once
+                // (409) instead of after the pause.
+                Some(req) = self.releases.recv() => {
+                    let _ = req.reply.send(false);
+                }
             }
         }
     }

@@ -64,7 +64,7 @@ fn judge(r: &AbuseReport) {
 fn the_status_port_survives_abuse_at_the_default_open_files_limit() {
     judge(&under_abuse(
         (1024, 1024),
-        Duration::from_secs(20),
+        Duration::from_secs(12),
         |idle| idle + 6 * 1024,
     ));
 }
@@ -75,7 +75,7 @@ fn the_status_port_survives_abuse_with_a_raisable_open_files_limit() {
     let hard = raise_own_limit();
     judge(&under_abuse(
         (1024, hard),
-        Duration::from_secs(20),
+        Duration::from_secs(12),
         |idle| idle + 6 * 1024,
     ));
 }

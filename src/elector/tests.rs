@@ -392,6 +392,43 @@ async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
     assert!(again - released_at >= cooldown);
 }
 
+/// A release request while the elector pauses (a cooldown, a back-off) is answered
+/// at once with "not leader", not after the pause.
+#[tokio::test(start_paused = true)]
+async fn a_release_request_during_a_cooldown_is_answered_at_once() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let (tx, rx) = oneshot::channel();
+    let cooldown = Duration::from_secs(60);
+    let first = ReleaseRequest {
+        reply: tx,
+        cooldown: Some(cooldown),
+    };
+    h.releases.send(first).await.expect("send");
+    assert!(rx.await.expect("answer"));
+    sleep(Duration::from_secs(1)).await;
+    let (tx, rx) = oneshot::channel();
+    let asked = Instant::now();
+    let second = ReleaseRequest {
+        reply: tx,
+        cooldown: None,
+    };
+    h.releases.send(second).await.expect("send");
+    let answer = tokio::time::timeout(Duration::from_secs(2), rx).await;
+    assert_eq!(
+        answer.ok().and_then(Result::ok),
+        Some(false),
+        "no answer to a release {:?} after it was asked, during a cooldown",
+        Instant::now() - asked
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unreachable_store_is_retried_with_backoff_and_is_not_ready() {
     let errors = (0..5).map(|_| Step::Answer(Duration::from_millis(10), Err("refused")));
