@@ -438,45 +438,40 @@ fn serve_http(
 }
 
 /// Raises the open-files soft limit to the hard limit (a crowd of clients on the
-/// status port must not starve the backend of descriptors); the soft limit now.
-fn raise_open_files() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+/// status port must not starve the backend of descriptors).
+fn raise_open_files() {
+    let Some(mut lim) = open_files() else {
+        return;
     };
-    // SAFETY: getrlimit/setrlimit on this process with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        let before = lim.rlim_cur;
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                tracing::info!(
-                    from = before,
-                    to = lim.rlim_cur,
-                    "raised the open-files limit"
-                );
-                return lim.rlim_cur;
-            }
-            tracing::warn!(limit = before, "could not raise the open-files limit");
-            return before;
-        }
-        before
+    let before = lim.rlim_cur;
+    if before >= lim.rlim_max {
+        return;
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit on this process with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        tracing::info!(
+            from = before,
+            to = lim.rlim_cur,
+            "raised the open-files limit"
+        );
+    } else {
+        tracing::warn!(limit = before, "could not raise the open-files limit");
     }
 }
 
+/// The open-files soft limit now (1024 when it cannot be read).
 fn open_files_limit() -> u64 {
+    open_files().map_or(1024, |lim| lim.rlim_cur)
+}
+
+fn open_files() -> Option<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit on this process with a valid struct.
-    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
-        0 => lim.rlim_cur,
-        _ => 1024,
-    }
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
 }
 
 /// Waits for the elector to end, a signal, or CMD's end (exec mode). Returns how the

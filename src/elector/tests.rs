@@ -354,11 +354,9 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
     assert_eq!(h.status.borrow().claim.map(|c| c.token), Some(2));
 }
 
-/// A cooldown is a pause the elector chose, not a hang: `/healthz` (the heartbeat)
-/// stays fresh through a cooldown of any length (a stale one would have the liveness
-/// probe restart the sidecar and lose the cooldown).
-#[tokio::test(start_paused = true)]
-async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
+/// A leader (tokens 1, then 2 when it campaigns again) that has just released with
+/// this cooldown.
+async fn leader_released_with(cooldown: Duration) -> Harness {
     let h = start(
         Script {
             campaigns: [acquired(0, 1), acquired(0, 2)].into(),
@@ -368,15 +366,22 @@ async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
     );
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
     let (tx, rx) = oneshot::channel();
-    let cooldown = Duration::from_secs(120);
-    h.releases
-        .send(ReleaseRequest {
-            reply: tx,
-            cooldown: Some(cooldown),
-        })
-        .await
-        .expect("send");
+    let release = ReleaseRequest {
+        reply: tx,
+        cooldown: Some(cooldown),
+    };
+    h.releases.send(release).await.expect("send");
     assert!(rx.await.expect("answer"));
+    h
+}
+
+/// A cooldown is a pause the elector chose, not a hang: `/healthz` (the heartbeat)
+/// stays fresh through a cooldown of any length (a stale one would have the liveness
+/// probe restart the sidecar and lose the cooldown).
+#[tokio::test(start_paused = true)]
+async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
+    let cooldown = Duration::from_secs(120);
+    let h = leader_released_with(cooldown).await;
     let released_at = Instant::now();
     while Instant::now() - released_at < cooldown {
         sleep(Duration::from_millis(500)).await;
@@ -396,22 +401,7 @@ async fn a_long_cooldown_keeps_the_heartbeat_fresh() {
 /// at once with "not leader", not after the pause.
 #[tokio::test(start_paused = true)]
 async fn a_release_request_during_a_cooldown_is_answered_at_once() {
-    let h = start(
-        Script {
-            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
-            ..Default::default()
-        },
-        false,
-    );
-    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
-    let (tx, rx) = oneshot::channel();
-    let cooldown = Duration::from_secs(60);
-    let first = ReleaseRequest {
-        reply: tx,
-        cooldown: Some(cooldown),
-    };
-    h.releases.send(first).await.expect("send");
-    assert!(rx.await.expect("answer"));
+    let h = leader_released_with(Duration::from_secs(60)).await;
     sleep(Duration::from_secs(1)).await;
     let (tx, rx) = oneshot::channel();
     let asked = Instant::now();

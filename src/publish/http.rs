@@ -26,7 +26,7 @@ pub use server::{serve, Limits};
 use super::metrics::Metrics;
 use crate::elector::{Heartbeat, ReleaseRequest};
 use crate::settings::{bad, parse_bool, ConfigError};
-use crate::status::{Role, Status};
+use crate::status::{Role, Status, StatusView};
 
 /// The HTTP flags.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -140,10 +140,7 @@ pub struct ApiState {
 /// The receiver of `/watch`: `status`, passed on only when who leads changes, so that
 /// a renewal wakes one task instead of every subscriber.
 pub fn leadership_changes(mut status: watch::Receiver<Status>) -> watch::Receiver<Status> {
-    let key = |s: &Status| {
-        let view = s.view_at(Instant::now());
-        (view.state, view.is_leader, view.leader, view.fencing_token)
-    };
+    let key = |s: &Status| who_leads(&s.view_at(Instant::now()));
     let (tx, rx) = watch::channel(status.borrow().clone());
     tokio::spawn(async move {
         let mut last = key(&status.borrow_and_update());
@@ -165,6 +162,19 @@ pub fn leadership_changes(mut status: watch::Receiver<Status>) -> watch::Receive
         }
     });
     rx
+}
+
+/// What a `/watch` subscriber hears about: the role, whether it leads, the leader
+/// and the token (a renewal changes none of them).
+type WhoLeads = (Role, bool, Option<String>, Option<u64>);
+
+fn who_leads(view: &StatusView) -> WhoLeads {
+    (
+        view.state,
+        view.is_leader,
+        view.leader.clone(),
+        view.fencing_token,
+    )
 }
 
 async fn sleep_until_some(at: Option<Instant>) {
@@ -266,17 +276,12 @@ async fn watch_sse(
     }
     // Renewals change the deadline every few seconds; subscribers want to hear about
     // who leads, not about each renewal, so only changes of these fields are sent.
-    let mut last: Option<(Role, bool, Option<String>, Option<u64>)> = None;
+    let mut last: Option<WhoLeads> = None;
     let stream = WatchStream::new(s.changes.clone()).filter_map(move |status| {
         // The permit lives as long as the stream.
         let _held = &permit;
         let view = status.view_at(Instant::now());
-        let key = (
-            view.state,
-            view.is_leader,
-            view.leader.clone(),
-            view.fencing_token,
-        );
+        let key = who_leads(&view);
         let changed = last.as_ref() != Some(&key);
         last = Some(key);
         let event = changed.then(|| {
