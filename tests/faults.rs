@@ -196,6 +196,40 @@ fn blackhole_holds_a_close_until_healing() {
     assert!(eventually(SOON, || (proxy.connections() == 0).then_some(())).is_some());
 }
 
+/// A congested link queues: each chunk waits its delay after the one before it left,
+/// so five chunks sent 50 ms apart come back one delay after another.
+#[test]
+fn congestion_queues_every_chunk_behind_the_one_before() {
+    let server = EchoServer::start();
+    let proxy = FaultProxy::start(server.addr);
+    let mut c = connect(&proxy);
+    assert!(echo(&mut c, b"warm", SOON).is_some());
+    proxy.set(Link::Congested(Duration::from_millis(200)));
+    let t = Instant::now();
+    for _ in 0..5 {
+        c.write_all(b"abc").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = read_n(&mut c, 3, Duration::from_secs(5));
+    let first_at = t.elapsed();
+    assert!(first.is_some());
+    assert!(read_n(&mut c, 12, Duration::from_secs(5)).is_some());
+    let last_at = t.elapsed();
+    // Requests leave at ~200, 400, … 1000 ms; each echo ~200 ms after the one before.
+    assert!(
+        first_at >= Duration::from_millis(400),
+        "first after {first_at:?}"
+    );
+    assert!(
+        last_at >= Duration::from_millis(1000) && last_at < Duration::from_secs(3),
+        "last after {last_at:?} (a long pipe would give ~600 ms)"
+    );
+    proxy.set(Link::Pass);
+    let t = Instant::now();
+    assert!(echo(&mut c, b"fast", SOON).is_some());
+    assert!(t.elapsed() < Duration::from_millis(400));
+}
+
 #[test]
 fn delay_is_a_long_pipe_not_a_slow_one() {
     let server = EchoServer::start();

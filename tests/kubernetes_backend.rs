@@ -1214,3 +1214,31 @@ fn followers_send_no_requests_while_the_holder_renews() {
         assert!(v["leader"].is_string(), "{}: stale holder {v}", c.name);
     }
 }
+
+/// The gray-failure issue on the Lease API: the leader's link turns slow (a long pipe,
+/// then a congested queue); another candidate leads within 2 × ttl, and the slow one
+/// leads again once its link heals.
+#[test]
+fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
+    slow_leader(common::faults::Link::Delay(Duration::from_millis(1500)));
+}
+
+#[test]
+fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
+    slow_leader(common::faults::Link::Congested(Duration::from_millis(1200)));
+}
+
+fn slow_leader(link: common::faults::Link) {
+    let api = FakeKube::start("team");
+    common::scenarios::slow_leader_is_replaced_and_recovers(
+        &[api.addr()],
+        Duration::from_secs(3),
+        link,
+        |endpoints| {
+            SidecarArgs::kubernetes(&api.kubeconfig_via(&endpoints[0]))
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
+    );
+}

@@ -18,3 +18,23 @@ common::sql_suite::sql_backend_tests! {
     survives_partitions_slow_links_and_tampering: mysql_survives_partitions_slow_links_and_tampering,
     tls_with_a_private_ca_and_a_client_certificate: mysql_tls_with_a_private_ca_and_a_client_certificate,
 }
+
+/// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested
+/// queue); another candidate leads within 2 × ttl, and the slow one leads again.
+#[test]
+fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
+    let db = MariaServer::start();
+    common::sql_suite::slow_leader(
+        &db,
+        common::faults::Link::Delay(std::time::Duration::from_millis(1500)),
+    );
+}
+
+#[test]
+fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
+    let db = MariaServer::start();
+    common::sql_suite::slow_leader(
+        &db,
+        common::faults::Link::Congested(std::time::Duration::from_millis(1200)),
+    );
+}

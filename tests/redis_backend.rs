@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
+use common::faults::Link;
 use common::redis_server::RedisServer;
 use common::{eventually, http, Sidecar, SidecarArgs};
 
@@ -345,19 +346,29 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     common::tamper::assert_stopped_within(&overwritten, Duration::from_millis(500));
 }
 
-/// Invariant 11 (measured on the old main: nobody led for the whole 7.5 s observed,
-/// the slow candidate's timed-out campaigns kept re-adopting the lock).
+/// Invariant 11 and the gray-failure issue on redis: a slow link (a long pipe, then a
+/// congested queue) between the leader and the store; another candidate leads within
+/// ttl + 1 s (its late requests are refused), and the slow one leads again once the link heals.
 #[test]
-fn a_slow_leader_is_replaced_and_leads_again_once_its_link_heals() {
+fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
+    slow_leader(Link::Delay(Duration::from_millis(1500)));
+}
+
+#[test]
+fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
+    slow_leader(Link::Congested(Duration::from_millis(1200)));
+}
+
+fn slow_leader(link: Link) {
     let server = RedisServer::start();
     let store = format!("127.0.0.1:{}", server.port).parse().expect("addr");
-    common::scenarios::slow_leader_is_replaced_and_recovers(
-        store,
+    common::scenarios::slow_leader_is_replaced_within(
+        &[store],
         Duration::from_secs(3),
-        Duration::from_millis(1200),
-        Duration::from_secs(7),
-        |endpoint| {
-            SidecarArgs::redis(&format!("redis://{endpoint}"))
+        link,
+        Duration::from_secs(4),
+        |endpoints| {
+            SidecarArgs::redis(&format!("redis://{}", endpoints[0]))
                 .ttl("3s")
                 .election("slow")
                 .build()
@@ -512,10 +523,14 @@ fn followers_send_no_requests_while_the_holder_renews() {
     // polling at their retry interval would add about 18.
     eprintln!("in 6 s: {evals} scripts, {gets} reads");
     assert!((5..=12).contains(&evals), "{evals} scripts run in 6 s");
-    // Reads inside scripts count too. Per renewal: the script's own GET, and the
-    // leader's confirmation after the push of its own renewal (Redis 7.0.15 pushes
-    // those, NOLOOP or not). Nothing from the followers.
-    assert!(gets <= 2 * evals, "{gets} reads in 6 s");
+    // Reads inside scripts count too: one per renewal, the script's own GET. The
+    // push of the leader's own renewal (Redis 7.0.15 pushes those, NOLOOP or not) is
+    // not read back (it was, once per renewal: 18 reads for 9 renewals on the old
+    // main), and the followers read nothing.
+    assert!(
+        gets <= evals + 1,
+        "{gets} reads in 6 s for {evals} renewals"
+    );
     // A graceful handover and a crash are still followed.
     common::scenarios::handover_and_crash_still_followed(&mut cars);
 }

@@ -5,6 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault, RedisCluster};
+use common::faults::Link;
 use common::{eventually, http, Sidecar, SidecarArgs};
 
 fn rounds(n: usize) -> Vec<Fault> {
@@ -561,4 +562,39 @@ fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
     // Once the holder is gone, the follower leads (its two nodes are a majority).
     drop(leader);
     follower.settles_in("leader", Duration::from_secs(10));
+}
+
+/// The gray-failure issue on Redlock(3): every link of the leader turns slow (a long
+/// pipe, then a congested queue); another candidate leads within ttl + 1 s (its late requests are refused), and the slow
+/// one leads again once its links heal.
+#[test]
+fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
+    slow_leader(Link::Delay(Duration::from_millis(1500)));
+}
+
+#[test]
+fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
+    slow_leader(Link::Congested(Duration::from_millis(1200)));
+}
+
+fn slow_leader(link: Link) {
+    let cluster = RedisCluster::start(3);
+    let stores: Vec<std::net::SocketAddr> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port).parse().expect("addr"))
+        .collect();
+    common::scenarios::slow_leader_is_replaced_within(
+        &stores,
+        Duration::from_secs(3),
+        link,
+        Duration::from_secs(4),
+        |endpoints| {
+            let urls: Vec<String> = endpoints.iter().map(|e| format!("redis://{e}")).collect();
+            SidecarArgs::redlock(&urls.join(","))
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
+    );
 }

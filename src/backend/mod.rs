@@ -62,6 +62,7 @@ pub mod kubernetes;
 pub mod redis;
 pub mod redlock;
 pub mod sql;
+pub mod store_clock;
 pub mod zookeeper;
 
 /// A failed backend operation (unreachable, timed out, protocol error).

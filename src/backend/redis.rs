@@ -45,6 +45,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
@@ -52,21 +53,42 @@ use crate::status::{FencingToken, Holder};
 mod settings;
 pub use settings::{Args, RedisSettings};
 
+/// Lua prelude of the scripts that may extend or take the lock: the store's clock in
+/// milliseconds, and whether a request whose use-by (`0`: none) is `use_by` came too
+/// late to act (see [`super::store_clock`]).
+pub(crate) const CLOCK: &str = r#"
+local function store_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function too_late(use_by)
+  local now = store_ms()
+  local limit = tonumber(use_by)
+  return limit > 0 and now > limit, now
+end
+"#;
+
+/// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
+/// lock, store ms}.
 const ACQUIRE: &str = r#"
+local late, now = too_late(ARGV[6])
+if late then
+  return {2, '', -1, now}
+end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, cur, -1}
+    return {1, cur, -1, now}
   end
-  return {0, cur, redis.call('PTTL', KEYS[1])}
+  return {0, cur, redis.call('PTTL', KEYS[1]), now}
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], floor)
   local fenced = 'quarantine|' .. floor .. '|'
   redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, tonumber(ARGV[3])}
+  return {0, fenced, tonumber(ARGV[3]), now}
 end
 local token = redis.call('INCR', KEYS[2])
 if token <= floor then
@@ -76,15 +98,20 @@ end
 local value = ARGV[1] .. token .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
-return {1, value, -1}
+return {1, value, -1, now}
 "#;
 
-pub(crate) const RENEW: &str = r#"
+/// Compare-and-PEXPIRE. Returns {kept (2: refused, too late), store ms}.
+const RENEW: &str = r#"
+local late, now = too_late(ARGV[3])
+if late then
+  return {2, now}
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return {1, now}
 end
-return 0
+return {0, now}
 "#;
 
 pub(crate) const RELEASE: &str = r#"
@@ -206,16 +233,37 @@ pub struct RedisBackend {
     expiry_hint: Option<Instant>,
     acquire: Script,
     renew: Script,
+    /// The server's clock, for the use-by of campaigns and renewals.
+    clock: StoreClock,
+    /// How long the elector waits for an answer (the backend timeout).
+    patience: Duration,
     /// Server pushes on the command connection (see the module doc).
     pushes: mpsc::UnboundedReceiver<PushInfo>,
     /// Whether `CLIENT TRACKING` is on for the current connection.
     tracking: bool,
+    /// Until when a push is taken for the invalidation of our own last renewal.
+    own_push_until: Option<Instant>,
     /// A follower's last sign of the holder's record: the campaign's read, or the last
     /// invalidation pushed for the key (see [`RedisBackend::wait_for_change`]).
     last_sign: Option<Instant>,
     /// When the holder's key expires unless renewed, as the campaign's read found it
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
+}
+
+/// How soon after a renewal's answer its own invalidation is expected.
+const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
+
+/// What a script answers when the request came after its use-by and did nothing.
+pub(crate) const REFUSED: i64 = 2;
+
+/// A request the server refused because it arrived after its use-by: the elector had
+/// stopped waiting for it (see [`super::store_clock`]).
+pub(crate) fn too_late(op: &'static str) -> BackendError {
+    BackendError::Store {
+        op,
+        message: "the request reached the server after its use-by and was refused".into(),
+    }
 }
 
 pub(crate) fn store(op: &'static str) -> impl FnOnce(redis::RedisError) -> BackendError {
@@ -261,10 +309,13 @@ impl RedisBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            acquire: Script::new(ACQUIRE),
-            renew: Script::new(RENEW),
+            acquire: Script::new(&format!("{CLOCK}{ACQUIRE}")),
+            renew: Script::new(&format!("{CLOCK}{RENEW}")),
+            clock: StoreClock::new(lease.timing.clock_drift),
+            patience: op_timeout,
             pushes,
             tracking: false,
+            own_push_until: None,
             last_sign: None,
             holder_expires: None,
         })
@@ -458,7 +509,7 @@ impl Backend for RedisBackend {
             self.tracking = self.start_tracking().await.is_ok();
         }
         let read_at = Instant::now();
-        let (won, value, pttl): (i64, String, i64) = self
+        let (won, value, pttl, store_ms): (i64, String, i64, u64) = self
             .acquire
             .key(&self.keys.lock)
             .key(&self.keys.fence)
@@ -467,9 +518,14 @@ impl Backend for RedisBackend {
             .arg(self.ttl_ms())
             .arg(self.floor)
             .arg(&self.keys.events)
+            .arg(self.clock.use_by(read_at, self.patience))
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
+        self.clock.learn(read_at, Instant::now(), store_ms);
+        if won == REFUSED {
+            return Err(too_late("campaign"));
+        }
         let parsed = parse_value(&value);
         if let Some(token) = parsed.token {
             self.floor = self.floor.max(token);
@@ -513,19 +569,26 @@ impl Backend for RedisBackend {
         if !self.tracking && !self.track_own_key("renew").await? {
             return Ok(Renewal::Lost);
         }
-        let kept: i64 = self
+        let sent = Instant::now();
+        let (kept, store_ms): (i64, u64) = self
             .renew
             .key(&self.keys.lock)
             .arg(&value)
             .arg(self.ttl_ms())
+            .arg(self.clock.use_by(sent, self.patience))
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("renew"))?;
-        Ok(if kept == 1 {
-            Renewal::Renewed
-        } else {
-            Renewal::Lost
-        })
+        self.clock.learn(sent, Instant::now(), store_ms);
+        match kept {
+            1 => {
+                // Its own invalidation follows the answer (see `record_lost`).
+                self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
+                Ok(Renewal::Renewed)
+            }
+            REFUSED => Err(too_late("renew")),
+            _ => Ok(Renewal::Lost),
+        }
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -618,14 +681,22 @@ impl Backend for RedisBackend {
         }
     }
 
+    /// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
+    /// connection changed, NOLOOP or not, right after the script's answer: the first
+    /// push within [`OWN_PUSH_WINDOW`] of a renewal's answer is taken for that one,
+    /// so the leader sends one request per renewal. Any other push for our key is
+    /// looked at before concluding. (On a server that does not push our own changes,
+    /// someone else's change within that window is found by the next renewal instead.)
     async fn record_lost(&mut self) {
         while let Some(push) = self.pushes.recv().await {
             if !self.note_push(&push) {
                 continue;
             }
-            // Redis (7.0.15 here) pushes an invalidation for a key a script of this
-            // very connection changed, NOLOOP or not (our own renewals): look before
-            // concluding. A read that fails says nothing; the renewals decide then.
+            let own = self.own_push_until.take();
+            if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
+                continue;
+            }
+            // A read that fails says nothing; the renewals decide then.
             let Some(value) = self.value.clone() else {
                 return;
             };

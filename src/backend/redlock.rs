@@ -79,8 +79,10 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    new_nonce, parse_value, tracking_pipe, wait_for_notice, Args, Keys, Node, RedisSettings,
+    new_nonce, parse_value, tracking_pipe, wait_for_notice, Args, Keys, Node, RedisSettings, CLOCK,
+    REFUSED,
 };
+use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
@@ -128,22 +130,26 @@ const TRUSTED: i64 = 2;
 
 /// Phase 1 on one node: take the lock with a pending value (or adopt our own value
 /// left by a campaign whose answer was lost), report the fence counter and the node's
-/// incarnation. Returns {taken, value, pttl of a held lock, fence, state, ms until
-/// settled, run_id}.
+/// incarnation. Returns {taken (2: refused, it came after its use-by `ARGV[5]`), value,
+/// pttl of a held lock, fence, state, ms until settled, run_id, store ms}.
 const TAKE: &str = r#"
 local run_id, state, wait = incarnation(KEYS[3], tonumber(ARGV[4]))
-local cur = redis.call('GET', KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local late, now = too_late(ARGV[5])
+if late then
+  return {2, '', -1, fence, state, wait, run_id, now}
+end
+local cur = redis.call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, cur, -1, fence, state, wait, run_id}
+    return {1, cur, -1, fence, state, wait, run_id, now}
   end
-  return {0, cur, redis.call('PTTL', KEYS[1]), fence, state, wait, run_id}
+  return {0, cur, redis.call('PTTL', KEYS[1]), fence, state, wait, run_id, now}
 end
 local value = ARGV[1] .. 'pending|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-return {1, value, -1, fence, state, wait, run_id}
+return {1, value, -1, fence, state, wait, run_id, now}
 "#;
 
 /// Phase 2 on one node: if the lock is still ours, record the token and announce it.
@@ -168,16 +174,21 @@ end
 return {0, 0}
 "#;
 
-/// Compare-and-PEXPIRE. Returns {ours, state, fence, run_id}: the state and counter
-/// of every node, so that the leader can catch up a restarted node too.
+/// Compare-and-PEXPIRE. Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
+/// state, fence, run_id, store ms}: the state and counter of every node, so that the
+/// leader can catch up a restarted node too.
 const RENEW: &str = r#"
 local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local late, now = too_late(ARGV[4])
+if late then
+  return {2, state, fence, run_id, now}
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, state, fence, run_id}
+  return {1, state, fence, run_id, now}
 end
-return {0, state, fence, run_id}
+return {0, state, fence, run_id, now}
 "#;
 
 /// Compare-and-DEL of our nonce's lock, announced on the events channel when
@@ -207,17 +218,20 @@ return catch_up(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 /// One node's answer to phase 1.
 struct Take {
     won: bool,
+    /// It came after its use-by and did nothing.
+    refused: bool,
     value: String,
     pttl: i64,
     fence: FencingToken,
     state: i64,
     settle_ms: i64,
     run_id: String,
+    store_ms: u64,
 }
 
 impl redis::FromRedisValue for Take {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        let (won, value, pttl, fence, state, settle_ms, run_id): (
+        let (won, value, pttl, fence, state, settle_ms, run_id, store_ms): (
             i64,
             String,
             i64,
@@ -225,18 +239,25 @@ impl redis::FromRedisValue for Take {
             i64,
             i64,
             String,
+            u64,
         ) = redis::FromRedisValue::from_redis_value(v)?;
         Ok(Take {
             won: won == 1,
+            refused: won == REFUSED,
             value,
             pttl,
             fence,
             state,
             settle_ms,
             run_id,
+            store_ms,
         })
     }
 }
+
+/// One node's answer to a renewal: {ours (2: refused as late), state, fence, run_id,
+/// store ms}.
+type Renewed = (i64, i64, FencingToken, String, u64);
 
 pub struct RedlockBackend {
     nodes: Vec<Node>,
@@ -273,19 +294,21 @@ pub struct RedlockBackend {
     /// Per such node, when its key expires unless renewed, as that read found it (a
     /// renewal pushed since makes it unknown).
     expires: Vec<Option<Instant>>,
+    /// Each node's clock, for the use-by of takes and renewals.
+    clocks: Vec<StoreClock>,
 }
 
-/// One node's part of a round: its answer, or `None` for an error, a timeout or no
-/// request at all.
+/// One node's part of a round: its answer and when it came, or `None` for an error, a
+/// timeout or no request at all.
 async fn ask<T: redis::FromRedisValue>(
     limit: Duration,
     node: usize,
     mut conn: ConnectionManager,
     invocation: Option<redis::ScriptInvocation<'_>>,
-) -> Option<T> {
+) -> Option<(T, Instant)> {
     let invocation = invocation?;
     match timeout(limit, invocation.invoke_async::<T>(&mut conn)).await {
-        Ok(Ok(v)) => Some(v),
+        Ok(Ok(v)) => Some((v, Instant::now())),
         Ok(Err(e)) => {
             tracing::debug!(node, error = %e, "redlock node failed");
             None
@@ -387,7 +410,7 @@ impl RedlockBackend {
             .unzip();
         let n = nodes.len();
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let with_prelude = |body: &str| Script::new(&format!("{INCARNATION}{body}"));
+        let with_prelude = |body: &str| Script::new(&format!("{CLOCK}{INCARNATION}{body}"));
         Ok(RedlockBackend {
             nodes,
             marker: format!("leasekeeper:{{{election}}}:incarnation"),
@@ -414,6 +437,7 @@ impl RedlockBackend {
             tracking: vec![false; n],
             signs: vec![None; n],
             expires: vec![None; n],
+            clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
         })
     }
 
@@ -482,6 +506,15 @@ impl RedlockBackend {
         &self,
         invocations: Vec<Option<redis::ScriptInvocation<'_>>>,
     ) -> Round<T> {
+        let answers = self.on_each_timed(invocations).await;
+        answers.into_iter().map(|a| a.map(|(v, _)| v)).collect()
+    }
+
+    /// [`RedlockBackend::on_each`], with when each answer came.
+    async fn on_each_timed<T: redis::FromRedisValue>(
+        &self,
+        invocations: Vec<Option<redis::ScriptInvocation<'_>>>,
+    ) -> Round<(T, Instant)> {
         let calls = self.nodes.iter().zip(invocations).enumerate();
         join_all(calls.map(|(i, (node, invocation))| {
             ask(self.node_timeout, i, node.conn.clone(), invocation)
@@ -489,18 +522,39 @@ impl RedlockBackend {
         .await
     }
 
-    /// The same invocation on every node.
-    async fn on_all<'s, T: redis::FromRedisValue>(
-        &'s self,
-        invocation: impl Fn() -> redis::ScriptInvocation<'s>,
-    ) -> Round<T> {
-        let invocations = self.nodes.iter().map(|_| Some(invocation())).collect();
-        self.on_each(invocations).await
+    /// Per node, the use-by of a request sent at `sent` (see [`StoreClock`]): the
+    /// round stops waiting for a node after the per-node timeout.
+    fn use_bys(&self, sent: Instant) -> Vec<u64> {
+        self.clocks
+            .iter()
+            .map(|c| c.use_by(sent, self.node_timeout))
+            .collect()
     }
 
-    /// Releases our nonce on every node, whatever each said before (`release`), and
-    /// catches up the nodes `targets` names (with the `run_id` a round saw there) to
-    /// `counter`, in one request per node. Returns how many nodes answered.
+    /// Learns each node's clock from a round sent at `sent`, and drops the answers of
+    /// the nodes that refused the request as late (`refused`): they did nothing.
+    fn learn_clocks<T>(
+        &mut self,
+        sent: Instant,
+        answers: Round<(T, Instant)>,
+        store_ms: impl Fn(&T) -> u64,
+        refused: impl Fn(&T) -> bool,
+    ) -> Round<T> {
+        answers
+            .into_iter()
+            .zip(self.clocks.iter_mut())
+            .map(|(answer, clock)| {
+                let (v, received) = answer?;
+                clock.learn(sent, received, store_ms(&v));
+                (!refused(&v)).then_some(v)
+            })
+            .collect()
+    }
+
+    /// Releases our nonce on the nodes `release_on` names, whatever each said before
+    /// (and then never uses that nonce again), and catches up the nodes `targets`
+    /// names (with the `run_id` a round saw there) to `counter`, in one request per
+    /// node. Returns how many nodes answered.
     ///
     /// `announce` publishes the release, which wakes every waiting candidate. Only a
     /// value held on a majority needs it: anyone who saw a value on fewer nodes saw no
@@ -510,19 +564,20 @@ impl RedlockBackend {
     /// handover on Redlock(3), docs/benchmarks.md).
     async fn give_back(
         &mut self,
-        release: bool,
+        release_on: &[bool],
         announce: bool,
         targets: &[Option<String>],
         counter: FencingToken,
     ) -> usize {
         let prefix = self.nonce_prefix();
-        if release {
+        if release_on.iter().any(|r| *r) {
             self.nonce = new_nonce();
             self.value = None;
         }
         let invocations = targets
             .iter()
-            .map(|target| {
+            .zip(release_on)
+            .map(|(target, release)| {
                 if !release && target.is_none() {
                     return None;
                 }
@@ -547,12 +602,12 @@ impl RedlockBackend {
     /// A leader's part in catching up restarted nodes (no follower may campaign for
     /// a long time): after a renew round that covers every confirmed tenure, one more
     /// request to each node that needs it.
-    async fn catch_up_after_renew(&self, answers: &Round<(i64, i64, FencingToken, String)>) {
+    async fn catch_up_after_renew(&self, answers: &Round<Renewed>) {
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| {
                 a.as_ref()
-                    .map(|(_, state, _, run_id)| (*state, run_id.as_str()))
+                    .map(|(_, state, _, run_id, _)| (*state, run_id.as_str()))
             })
             .collect();
         let targets = catch_up_targets(self.quorum(), &states);
@@ -649,18 +704,25 @@ impl Tally {
 impl RedlockBackend {
     /// Phase one: the TAKE script on every node at once.
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
-        self.on_all(|| {
-            let mut take = self.take.prepare_invoke();
-            take.key(&self.keys.lock)
-                .key(&self.keys.fence)
-                .key(&self.marker)
-                .arg(prefix)
-                .arg(&self.identity)
-                .arg(self.ttl_ms())
-                .arg(self.settle_ms);
-            take
-        })
-        .await
+        let sent = Instant::now();
+        let invocations = self
+            .use_bys(sent)
+            .into_iter()
+            .map(|use_by| {
+                let mut take = self.take.prepare_invoke();
+                take.key(&self.keys.lock)
+                    .key(&self.keys.fence)
+                    .key(&self.marker)
+                    .arg(prefix)
+                    .arg(&self.identity)
+                    .arg(self.ttl_ms())
+                    .arg(self.settle_ms)
+                    .arg(use_by);
+                Some(take)
+            })
+            .collect();
+        let answers = self.on_each_timed(invocations).await;
+        self.learn_clocks(sent, answers, |t: &Take| t.store_ms, |t| t.refused)
     }
 
     /// The highest token any answering node (or we) ever saw: every counter counts,
@@ -787,19 +849,25 @@ impl Backend for RedlockBackend {
                 return Ok(Campaign::Acquired { token });
             }
         }
-        // No majority: give back whatever we took, everywhere, and retry soon but not
-        // in step with the other candidates. Restarted nodes this round may catch up
-        // are caught up in the same requests, so that they vote again even while
-        // another candidate leads.
-        if !tally.taken.is_empty() || targets.iter().any(Option::is_some) {
+        // No majority: give back whatever we took, and wherever the take may have
+        // acted without our hearing of it (a node that did not answer in time: a slow
+        // link may still deliver it), with a new nonce from then on so no later take
+        // adopts it; retry soon but not in step with the other candidates. Restarted
+        // nodes this round may catch up are caught up in the same requests, so that
+        // they vote again even while another candidate leads.
+        let maybe_ours: Vec<bool> = answers
+            .iter()
+            .enumerate()
+            .map(|(i, a)| a.is_none() || tally.taken.contains(&i))
+            .collect();
+        if maybe_ours.iter().any(|m| *m) || targets.iter().any(Option::is_some) {
             let floor = self.floor;
             // Only a value on a majority can have been seen as the holder. (Counting
             // the nodes that did not answer as taken too made a follower that cannot
             // reach one node announce every look, and wake itself and every other
             // candidate into the storm again.)
             let announce = tally.taken.len() >= self.quorum();
-            self.give_back(!tally.taken.is_empty(), announce, &targets, floor)
-                .await;
+            self.give_back(&maybe_ours, announce, &targets, floor).await;
         }
         if tally.answered < self.quorum() {
             return Err(BackendError::Store {
@@ -821,8 +889,11 @@ impl Backend for RedlockBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
-        let answers: Round<(i64, i64, FencingToken, String)> = self
-            .on_all(|| {
+        let sent = Instant::now();
+        let invocations = self
+            .use_bys(sent)
+            .into_iter()
+            .map(|use_by| {
                 let mut renew = self.renew.prepare_invoke();
                 renew
                     .key(&self.keys.lock)
@@ -830,21 +901,25 @@ impl Backend for RedlockBackend {
                     .key(&self.marker)
                     .arg(&value)
                     .arg(self.ttl_ms())
-                    .arg(self.settle_ms);
-                renew
+                    .arg(self.settle_ms)
+                    .arg(use_by);
+                Some(renew)
             })
-            .await;
+            .collect();
+        let answers = self.on_each_timed(invocations).await;
+        let answers: Round<Renewed> =
+            self.learn_clocks(sent, answers, |r: &Renewed| r.4, |r| r.0 == REFUSED);
         let kept = answers
             .iter()
             .flatten()
-            .filter(|(ours, state, _, _)| *ours == 1 && *state == TRUSTED)
+            .filter(|(ours, state, ..)| *ours == 1 && *state == TRUSTED)
             .count();
         let gone = answers
             .iter()
             .flatten()
-            .filter(|(ours, _, _, _)| *ours == 0)
+            .filter(|(ours, ..)| *ours == 0)
             .count();
-        for (_, _, fence, _) in answers.iter().flatten() {
+        for (_, _, fence, ..) in answers.iter().flatten() {
             self.floor = self.floor.max(*fence);
         }
         self.catch_up_after_renew(&answers).await;
@@ -863,7 +938,8 @@ impl Backend for RedlockBackend {
 
     async fn release(&mut self) -> Result<(), BackendError> {
         let none = vec![None; self.nodes.len()];
-        let answered = self.give_back(true, true, &none, 0).await;
+        let everywhere = vec![true; self.nodes.len()];
+        let answered = self.give_back(&everywhere, true, &none, 0).await;
         if answered == 0 {
             return Err(BackendError::Store {
                 op: "release",

@@ -52,7 +52,9 @@ use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::Holder;
 
 mod settings;
+mod transport;
 pub use settings::{Args, ZkSettings, ZkTls};
+use transport::Relay;
 
 fn zk(op: &'static str) -> impl FnOnce(zookeeper_client::Error) -> BackendError {
     move |e| BackendError::Store {
@@ -78,6 +80,9 @@ pub struct ZkBackend {
     ttl: Duration,
     renew_interval: Duration,
     client: Option<Client>,
+    /// The session's own transport (plaintext only): dropped, the session ends at the
+    /// server and the library can no longer reach it (see `transport`).
+    relay: Option<Relay>,
     /// `_c_<uuid>-latch-`: our protection prefix for this session.
     prefix: String,
     /// Our node's name (not the path), once created.
@@ -140,6 +145,7 @@ impl ZkBackend {
             stagger_until: None,
             session_events: None,
             own_watch: None,
+            relay: None,
         }
     }
 
@@ -177,7 +183,20 @@ impl ZkBackend {
                     .secure_connect(&self.settings.connect)
                     .await
             }
-            None => connector.connect(&self.settings.connect).await,
+            None => {
+                // Kept before the connect is awaited: a campaign dropped meanwhile
+                // leaves it for `forget` to close.
+                let relay =
+                    Relay::open(&self.settings.connect)
+                        .await
+                        .map_err(|e| BackendError::Store {
+                            op: "connect",
+                            message: format!("no loopback relay for the session: {e}"),
+                        })?;
+                let connect = relay.connect.clone();
+                self.relay = Some(relay);
+                connector.connect(&connect).await
+            }
         }
         .map_err(zk("connect"))?;
         let negotiated = client.session_timeout();
@@ -227,6 +246,7 @@ impl ZkBackend {
 
     fn forget(&mut self) {
         self.client = None;
+        self.relay = None;
         self.node = None;
         self.unwatch();
         self.session_events = None;
@@ -439,14 +459,17 @@ impl Backend for ZkBackend {
     async fn release(&mut self) -> Result<(), BackendError> {
         // Forget first: if this future is dropped at the await below, the next
         // campaign must not find this node again (see the module doc).
-        let (client, node) = (self.client.clone(), self.node.clone());
+        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
         self.forget();
         let (Some(client), Some(node)) = (client, node) else {
             return Ok(());
         };
         let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
-        // Closing the session removes any node of ours the delete may have missed.
+        // Closing the session removes any node of ours the delete may have missed
+        // (and, when this future is dropped at the await above, the relay's drop
+        // closes it all the same).
         drop(client);
+        drop(relay);
         match deleted {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
             Err(e) => Err(zk("release")(e)),

@@ -1,6 +1,7 @@
 //! Network faults for the suites: a TCP proxy on loopback that forwards to one target
 //! and can hold bytes (a partition that keeps its connections open), hold one direction
-//! only, delay every chunk (a long pipe), or reset every connection.
+//! only, delay every chunk (a long pipe) or queue them (a congested link), or reset
+//! every connection.
 //!
 //! The tests are synchronous; each proxy runs a current-thread tokio runtime on its own
 //! background thread, which `Drop` stops and joins (every socket is closed by then).
@@ -14,6 +15,8 @@
 //!   gives up after ~15 min of retransmissions); a peer that closed meanwhile gets them
 //!   as a write to a closed socket (RST).
 //! - `reset` closes both sockets (FIN, or RST where unread bytes were pending).
+//! - A client that closes (or resets) its connection: the bytes it sent before still
+//!   reach the server, each when the link lets it, then a FIN (a reset arrives as a FIN).
 
 use std::collections::HashMap;
 use std::io;
@@ -41,6 +44,9 @@ pub enum Link {
     Blackhole,
     /// Forward every chunk `d` after it was read, in order, without a throughput limit.
     Delay(Duration),
+    /// A congested link: every chunk waits `d` after the one before it left (or after
+    /// it was read, if later), so queued chunks wait longer and longer.
+    Congested(Duration),
     /// Hold server→client bytes only.
     HoldReplies,
     /// Hold client→server bytes only (new connections reach the server on healing).
@@ -54,13 +60,15 @@ enum Dir {
 }
 
 impl Link {
-    /// When a chunk read at `read_at` going `dir` may leave; `None` while it is held.
-    fn release(self, dir: Dir, read_at: Instant) -> Option<Instant> {
+    /// When a chunk read at `read_at` going `dir` may leave, the chunk before it having
+    /// left at `before`; `None` while it is held.
+    fn release(self, dir: Dir, read_at: Instant, before: Option<Instant>) -> Option<Instant> {
         match (self, dir) {
             (Link::Pass, _)
             | (Link::HoldReplies, Dir::Request)
             | (Link::HoldRequests, Dir::Reply) => Some(read_at),
             (Link::Delay(d), _) => Some(read_at + d),
+            (Link::Congested(d), _) => Some(before.map_or(read_at, |b| b.max(read_at)) + d),
             _ => None,
         }
     }
@@ -292,16 +300,21 @@ async fn serve(
     let upstream = async move {
         // The connect waits while requests are held: across a partition the server
         // sees nothing, not even the SYN, until it heals.
-        wait_release(&mut open_link, Dir::Request, None).await;
+        wait_release(&mut open_link, Dir::Request, None, None).await;
         let server = connect_upstream(target, options.connect_retry).await?;
         server.set_nodelay(true)?;
         let (server_r, server_w) = server.into_split();
-        tokio::try_join!(
-            pump_out(req_rx, server_w, link.clone(), Dir::Request),
-            pump_in(server_r, rep_tx, None),
-            pump_out(rep_rx, client_w, link, Dir::Reply),
-        )
-        .map(|_| ())
+        let requests = pump_out(req_rx, server_w, link.clone(), Dir::Request);
+        // A client that closed its socket takes no more replies, but what it sent
+        // before is on its way and still reaches the server, late or not (as on a
+        // real network): a failed reply write must not drop the queued requests.
+        let replies = async move {
+            let _ = tokio::try_join!(
+                pump_in(server_r, rep_tx, None),
+                pump_out(rep_rx, client_w, link, Dir::Reply),
+            );
+        };
+        tokio::join!(requests, replies).0
     };
     tokio::select! {
         _ = &mut killed => {}
@@ -332,7 +345,8 @@ async fn pump_in(
     let mut buf = vec![0u8; 64 * 1024];
     let mut hello = Vec::new();
     loop {
-        let n = from.read(&mut buf).await?;
+        // A reset reads as the end: what came before it is still delivered.
+        let n = from.read(&mut buf).await.unwrap_or(0);
         let at = Instant::now();
         if n == 0 {
             if !hello.is_empty() {
@@ -365,8 +379,10 @@ async fn pump_out(
     mut link: watch::Receiver<Link>,
     dir: Dir,
 ) -> io::Result<()> {
+    let mut before = None;
     while let Some(chunk) = from.recv().await {
-        wait_release(&mut link, dir, Some(chunk.read_at())).await;
+        wait_release(&mut link, dir, Some(chunk.read_at()), before).await;
+        before = Some(Instant::now());
         match chunk {
             Chunk::Data(_, bytes) => to.write_all(&bytes).await?,
             Chunk::Eof(_) => {
@@ -379,12 +395,18 @@ async fn pump_out(
 }
 
 /// Waits until the link lets a chunk read at `read_at` go `dir` (re-checked whenever the
-/// link changes). With `read_at` None: until `dir` is not held (a delay does not count).
-async fn wait_release(link: &mut watch::Receiver<Link>, dir: Dir, read_at: Option<Instant>) {
+/// link changes), the chunk before it having left at `before`. With `read_at` None: until
+/// `dir` is not held (a delay does not count).
+async fn wait_release(
+    link: &mut watch::Receiver<Link>,
+    dir: Dir,
+    read_at: Option<Instant>,
+    before: Option<Instant>,
+) {
     loop {
         let now = Instant::now();
         let current = *link.borrow_and_update();
-        match current.release(dir, read_at.unwrap_or(now)) {
+        match current.release(dir, read_at.unwrap_or(now), before) {
             Some(_) if read_at.is_none() => return,
             Some(at) if at <= now => return,
             Some(at) => {

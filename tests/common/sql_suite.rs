@@ -431,3 +431,22 @@ macro_rules! sql_backend_tests {
 // Each SQL suite uses it; other test binaries and the bench do not.
 #[allow(unused_imports)]
 pub(crate) use sql_backend_tests;
+
+/// The gray-failure issue on SQL: the leader's link turns slow (see
+/// [`super::scenarios::slow_leader_is_replaced_and_recovers`]).
+pub fn slow_leader(db: &dyn SqlDb, link: super::faults::Link) {
+    let direct = format!("127.0.0.1:{}", db.port());
+    let url = db.url_for("lk");
+    assert!(url.contains(&direct), "{url} names {direct}");
+    super::scenarios::slow_leader_is_replaced_and_recovers(
+        &[direct.parse().expect("addr")],
+        Duration::from_secs(3),
+        link,
+        |endpoints| {
+            SidecarArgs::sql(db.backend(), &url.replace(&direct, &endpoints[0]))
+                .ttl("3s")
+                .election("slow")
+                .build()
+        },
+    );
+}

@@ -124,6 +124,23 @@ impl FakeKube {
         self.kubeconfig.display().to_string()
     }
 
+    /// The API's address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A kubeconfig like [`FakeKube::kubeconfig`] that reaches the API through
+    /// `endpoint` (a fault proxy).
+    pub fn kubeconfig_via(&self, endpoint: &str) -> String {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let path = self
+            .kubeconfig
+            .with_file_name(format!("kubeconfig-{}", endpoint.replace(':', "-")));
+        let text = text.replace(&format!("127.0.0.1:{}", self.port), endpoint);
+        std::fs::write(&path, text).expect("kubeconfig via a proxy");
+        path.display().to_string()
+    }
+
     fn store(&self) -> std::sync::MutexGuard<'_, Store> {
         self.shared.store.lock().expect("store")
     }

@@ -1,0 +1,279 @@
+//! The backend's own transport to ZooKeeper: one relay per session, between the client
+//! library and the servers (plaintext only), so that a session the elector gave up on
+//! ends at the server as soon as the network allows.
+//!
+//! Without it, a session on a slow link outlives the claim by far (the gray-failure
+//! issue): the library declares a connection dead when no answer came within two
+//! fifths of the session timeout, and reconnects with the old session id for up to
+//! 7/5 of the session timeout; every ConnectRequest that arrives touches the session,
+//! and so keeps our node, the head of the queue, alive at the server while nobody
+//! leads. Dropping the library's client does not stop it either.
+//!
+//! So the library connects to a loopback listener per server, and each connection is
+//! relayed to its server. [`Relay::close`] ends the session's transport:
+//! - every relayed connection is cut at once and no new one is let through, so the
+//!   library's reconnects never reach a server again;
+//! - when the session is known (read from the server's ConnectResponse as it passes),
+//!   a fresh connection carries a ConnectRequest for that session immediately followed
+//!   by a CloseSession: the server ends the session, and deletes our node, the moment
+//!   those bytes arrive, instead of one session timeout after the last byte that did.
+//!
+//! With TLS the relay cannot read or write the protocol; the library connects directly
+//! and the session then lives until one session timeout after the library's last
+//! reconnect reached the server (docs/safety.md, "Slow links").
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The session, as the server's ConnectResponse gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Session {
+    /// The server (`host:port`) that answered.
+    server: String,
+    timeout_ms: i32,
+    id: i64,
+    password: Vec<u8>,
+}
+
+struct Shared {
+    closed: watch::Sender<bool>,
+    session: Mutex<Option<Session>>,
+}
+
+/// Loopback listeners relaying to the servers of one connect string (see the module doc).
+pub struct Relay {
+    /// The connect string to give the library: our listeners, and the chroot.
+    pub connect: String,
+    shared: Arc<Shared>,
+    accepts: Vec<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Listens on a loopback port for each server of `connect` (`host:port,…[/chroot]`).
+    pub async fn open(connect: &str) -> io::Result<Relay> {
+        let (hosts, chroot) = match connect.find('/') {
+            Some(i) => connect.split_at(i),
+            None => (connect, ""),
+        };
+        let (closed, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            closed,
+            session: Mutex::new(None),
+        });
+        let mut listeners = Vec::new();
+        let mut accepts = Vec::new();
+        for server in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            listeners.push(listener.local_addr()?.to_string());
+            accepts.push(tokio::spawn(accept_loop(
+                listener,
+                server.to_owned(),
+                shared.clone(),
+            )));
+        }
+        Ok(Relay {
+            connect: format!("{}{chroot}", listeners.join(",")),
+            shared,
+            accepts,
+        })
+    }
+
+    /// Ends the session's transport (see the module doc). Idempotent; never waits.
+    pub fn close(&self) {
+        if self.shared.closed.send_replace(true) {
+            return;
+        }
+        for accept in &self.accepts {
+            accept.abort();
+        }
+        let session = self.shared.session.lock().ok().and_then(|s| s.clone());
+        // Dropped outside a runtime (the process is ending): the session expires instead.
+        if let (Some(session), Ok(runtime)) = (session, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(close_session(session));
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, server: String, shared: Arc<Shared>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let mut closed = shared.closed.subscribe();
+        if *closed.borrow() {
+            return;
+        }
+        let (server, shared) = (server.clone(), shared.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = closed.wait_for(|c| *c) => {}
+                _ = relay(client, &server, &shared) => {}
+            }
+        });
+    }
+}
+
+/// One connection, both ways, noting the session from the server's first frame.
+async fn relay(client: TcpStream, server: &str, shared: &Shared) -> io::Result<()> {
+    let upstream = TcpStream::connect(server).await?;
+    let _ = upstream.set_nodelay(true);
+    let _ = client.set_nodelay(true);
+    let (mut client_r, mut client_w) = client.into_split();
+    let (mut server_r, mut server_w) = upstream.into_split();
+    let requests = async {
+        tokio::io::copy(&mut client_r, &mut server_w).await?;
+        server_w.shutdown().await
+    };
+    let replies = async {
+        let first = read_frame(&mut server_r).await?;
+        if let Some((timeout_ms, id, password)) = parse_connect_response(&first) {
+            if let Ok(mut s) = shared.session.lock() {
+                *s = Some(Session {
+                    server: server.to_owned(),
+                    timeout_ms,
+                    id,
+                    password,
+                });
+            }
+        }
+        client_w.write_all(&frame(&first)).await?;
+        tokio::io::copy(&mut server_r, &mut client_w).await?;
+        client_w.shutdown().await
+    };
+    tokio::try_join!(requests, replies).map(|_| ())
+}
+
+/// Reads one length-prefixed frame's payload.
+async fn read_frame(from: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> {
+    let len = from.read_i32().await?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|l| *l <= 1 << 20)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad frame length"))?;
+    let mut payload = vec![0; len];
+    from.read_exact(&mut payload).await?;
+    Ok(payload)
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 4);
+    out.extend_from_slice(&(payload.len() as i32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A ConnectResponse: protocolVersion, timeOut, sessionId, passwd (and readOnly).
+/// Returns (timeOut, sessionId, passwd) of an established session (id ≠ 0).
+fn parse_connect_response(payload: &[u8]) -> Option<(i32, i64, Vec<u8>)> {
+    let int = |at: usize| {
+        Some(i32::from_be_bytes(
+            payload.get(at..at + 4)?.try_into().ok()?,
+        ))
+    };
+    let long = |at: usize| {
+        Some(i64::from_be_bytes(
+            payload.get(at..at + 8)?.try_into().ok()?,
+        ))
+    };
+    let timeout = int(4)?;
+    let id = long(8)?;
+    let len = usize::try_from(int(16)?).ok()?;
+    let password = payload.get(20..20 + len)?.to_vec();
+    (id != 0).then_some((timeout, id, password))
+}
+
+/// A ConnectRequest for `session` followed by a CloseSession, in one write.
+fn close_request(session: &Session) -> Vec<u8> {
+    let mut connect = Vec::new();
+    connect.extend_from_slice(&0i32.to_be_bytes()); // protocolVersion
+    connect.extend_from_slice(&0i64.to_be_bytes()); // lastZxidSeen: never ahead of the server
+    connect.extend_from_slice(&session.timeout_ms.to_be_bytes());
+    connect.extend_from_slice(&session.id.to_be_bytes());
+    connect.extend_from_slice(&(session.password.len() as i32).to_be_bytes());
+    connect.extend_from_slice(&session.password);
+    connect.push(0); // readOnly: false
+    let mut close = Vec::new();
+    close.extend_from_slice(&1i32.to_be_bytes()); // xid
+    close.extend_from_slice(&CLOSE_SESSION.to_be_bytes());
+    let mut out = frame(&connect);
+    out.extend_from_slice(&frame(&close));
+    out
+}
+
+/// ZooKeeper's opcode for closeSession.
+const CLOSE_SESSION: i32 = -11;
+
+/// Sends [`close_request`] on a fresh connection and waits (at most two session
+/// timeouts) for the server to hang up; errors only mean the session will expire by
+/// itself instead.
+async fn close_session(session: Session) {
+    let limit = Duration::from_millis(u64::try_from(session.timeout_ms).unwrap_or(0) * 2);
+    let attempt = async {
+        let mut conn = TcpStream::connect(&session.server).await?;
+        let _ = conn.set_nodelay(true);
+        conn.write_all(&close_request(&session)).await?;
+        let mut sink = Vec::new();
+        conn.read_to_end(&mut sink).await?;
+        Ok::<_, io::Error>(())
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(Ok(())) => tracing::debug!(session = session.id, "zookeeper session closed"),
+        Ok(Err(e)) => tracing::debug!(error = %e, "closing the zookeeper session failed"),
+        Err(_) => tracing::debug!("closing the zookeeper session timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_response_gives_the_session() {
+        let mut p = Vec::new();
+        p.extend_from_slice(&0i32.to_be_bytes());
+        p.extend_from_slice(&3000i32.to_be_bytes());
+        p.extend_from_slice(&0x1234_5678_9abc_i64.to_be_bytes());
+        p.extend_from_slice(&3i32.to_be_bytes());
+        p.extend_from_slice(b"pwd");
+        p.push(0);
+        assert_eq!(
+            parse_connect_response(&p),
+            Some((3000, 0x1234_5678_9abc, b"pwd".to_vec()))
+        );
+        // A refused session (id 0) or a short frame gives none.
+        let mut refused = p.clone();
+        refused[8..16].copy_from_slice(&0i64.to_be_bytes());
+        assert_eq!(parse_connect_response(&refused), None);
+        assert_eq!(parse_connect_response(&p[..18]), None);
+    }
+
+    #[test]
+    fn the_close_is_a_connect_then_a_close_session() {
+        let s = Session {
+            server: "x:1".into(),
+            timeout_ms: 3000,
+            id: 7,
+            password: b"pw".to_vec(),
+        };
+        let out = close_request(&s);
+        // connect: 4 + 8 + 4 + 8 + 4 + 2 + 1 = 31 bytes, then the close header (8).
+        assert_eq!(&out[..4], &31i32.to_be_bytes());
+        assert_eq!(&out[4 + 16..4 + 24], &7i64.to_be_bytes());
+        assert_eq!(&out[35..39], &8i32.to_be_bytes());
+        assert_eq!(&out[43..47], &CLOSE_SESSION.to_be_bytes());
+        assert_eq!(out.len(), 47);
+    }
+}
