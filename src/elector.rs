@@ -618,16 +618,23 @@ impl<B: Backend> Elector<B> {
         next_renew: &mut Instant,
     ) {
         let draining = !self.drained.is_empty();
+        let drain_end = Instant::now() + self.drain_timeout;
         if draining {
             // Marked while still leader, so the drain publisher cannot take the
-            // step-down for a loss.
-            self.status.send_modify(|s| s.draining = true);
+            // step-down for a loss; with the instant the drain must end by (the lease is
+            // renewed meanwhile; if it is lost first, the drain ends then).
+            self.status.send_modify(|s| {
+                s.draining = true;
+                s.drain_until = Some(drain_end);
+            });
         }
         self.step_down(token, reason);
         self.observer.released();
         self.await_publishers().await;
         if draining {
-            self.await_drained(deadline, next_renew).await;
+            self.await_drained(drain_end, deadline, next_renew).await;
+            // Ended, acknowledged or not: a drain publisher still asking tells the app.
+            self.status.send_modify(|s| s.drain_until = None);
         }
         self.await_stopped().await;
         self.release_quietly().await;
@@ -638,8 +645,12 @@ impl<B: Backend> Elector<B> {
 
     /// Waits for the drain acknowledgements, at most `drain_timeout` and never past the
     /// claim's deadline, renewing the lease on schedule so the claim runs on meanwhile.
-    async fn await_drained(&mut self, deadline: &mut Instant, next_renew: &mut Instant) {
-        let until = Instant::now() + self.drain_timeout;
+    async fn await_drained(
+        &mut self,
+        until: Instant,
+        deadline: &mut Instant,
+        next_renew: &mut Instant,
+    ) {
         let mut drained = self.drained.clone();
         let all = async move {
             for d in &mut drained {

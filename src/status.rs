@@ -75,6 +75,10 @@ pub struct Status {
     pub stale_after: Duration,
     /// A graceful step-down is waiting for the app to drain (`publish::drain`).
     pub draining: bool,
+    /// While draining: the instant the drain must end by (`--drain-timeout`; the lease
+    /// is renewed meanwhile). `None` once the elector ended the drain, acknowledged or
+    /// not (the app answered, the timeout passed, or the lease was lost first).
+    pub drain_until: Option<Instant>,
 }
 
 /// The JSON shape of DESIGN §3; field names are part of the contract.
@@ -113,6 +117,7 @@ impl Status {
             transitions: 0,
             ready: false,
             draining: false,
+            drain_until: None,
             stale_after,
         }
     }

@@ -61,6 +61,11 @@ fn caught(what: &str, f: impl FnOnce()) {
 /// One Redis server, every sidecar through its own proxy, the Redis recorder, and
 /// tampering by DEL/SET: `rounds` with `env` switched on.
 fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
+    redis_run_at(rounds, env, None);
+}
+
+/// [`redis_run`] with every sidecar's clocks at `clock_rate` × real speed.
+fn redis_run_at(rounds: Vec<Fault>, env: Vec<(String, String)>, clock_rate: Option<f64>) {
     let mut server = RedisServer::start();
     let port = server.port;
     let election = "selftest";
@@ -89,8 +94,43 @@ fn redis_run(rounds: Vec<Fault>, env: Vec<(String, String)>) {
                 common::redis_server::command_at(port, &command);
             })),
             sidecar_env: env,
+            clock_rate,
             ..Extras::default()
         },
+    );
+}
+
+/// The clock-rate fault beyond the allowance: sidecars whose clocks (the monotonic one
+/// too) run at 0.9× real speed, ten times the 1% `--clock-drift`, claim about 9% past
+/// what the store grants them. A leader cut off from the store then still claims when
+/// its successor starts: the checker must see it.
+#[test]
+fn a_clock_beyond_the_drift_allowance_is_caught() {
+    caught("clocks at 0.9x", || {
+        redis_run_at(
+            vec![Fault::PartitionLeader, Fault::PartitionLeader],
+            Vec::new(),
+            Some(0.9),
+        )
+    });
+}
+
+/// Within the allowance (clocks at 0.995× real speed) the same rounds, and the leader's
+/// other ends, pass: the claims are mapped back to the host's clock before they are
+/// checked, so this run is judged as strictly as the one above.
+#[test]
+fn a_clock_within_the_drift_allowance_never_overlaps() {
+    redis_run_at(
+        vec![
+            Fault::PartitionLeader,
+            Fault::Kill9,
+            Fault::PartitionLeader,
+            Fault::SlowLeader,
+            Fault::Graceful,
+            Fault::PauseLeader,
+        ],
+        Vec::new(),
+        Some(0.995),
     );
 }
 

@@ -257,6 +257,13 @@ fn a_graceful_step_down_drains_the_app_before_the_release() {
     let body: serde_json::Value = serde_json::from_str(&requests[0].body).expect("json");
     assert_eq!(body["identity"], "first");
     assert_eq!(body["is_leader"], false);
+    // How long the app may take: the drain's end (its timeout, or the lease's
+    // deadline if sooner), never zero while it may still finish.
+    let left = body["drain_expires_in_ms"]
+        .as_u64()
+        .expect("drain_expires_in_ms");
+    assert!(left > 0 && left <= 10_000, "{body}");
+    assert_eq!(body["drain_lapsed"], false, "{body}");
     let code = first.wait_exit(Duration::from_secs(5));
     assert!(code.is_some_and(|c| c.success()), "{code:?}");
 }
@@ -294,6 +301,66 @@ fn a_drain_that_never_answers_ends_at_its_timeout() {
         took >= Duration::from_millis(650) && took < Duration::from_secs(2),
         "{took:?}"
     );
+    // The app is told that the drain is over without its answer (it was not, on the
+    // old main: one POST, and silence).
+    let told = the_app_is_told_the_drain_lapsed(&app);
+    assert!(
+        told <= next + Duration::from_millis(500),
+        "told {:?} after the takeover",
+        told - next
+    );
+}
+
+/// The second POST of a drain the app did not answer: `drain_lapsed`, nothing left.
+fn the_app_is_told_the_drain_lapsed(app: &App) -> Instant {
+    let requests = eventually(Duration::from_secs(3), || {
+        let r = app.requests();
+        (r.len() >= 2).then_some(r)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the app was not told that the drain ended: {:?}",
+            app.requests()
+        )
+    });
+    let last: serde_json::Value =
+        serde_json::from_str(&requests[requests.len() - 1].body).expect("json");
+    assert_eq!(last["drain_lapsed"], true, "{last}");
+    assert_eq!(last["drain_expires_in_ms"], 0, "{last}");
+    assert_eq!(last["is_leader"], false, "{last}");
+    requests[requests.len() - 1].at
+}
+
+/// The lease lost while the app drains (the store hangs, so the renewals that keep the
+/// claim during a drain fail until its deadline): the drain ends at the deadline, not
+/// at its 30 s timeout, and the app is told that the claim it drained under lapsed.
+#[test]
+fn a_claim_that_lapses_during_a_drain_is_told_to_the_app() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let app = App::start(None);
+    let (mut first, _second) = pair(
+        &redis,
+        dir.path(),
+        "drain-lapse",
+        &["--drain-url", &app.url("/drain"), "--drain-timeout", "30s"],
+    );
+    first.signal(libc::SIGTERM);
+    let called = eventually(Duration::from_secs(2), || {
+        app.requests().first().map(|r| r.at)
+    })
+    .expect("the drain was never called");
+    redis.pause();
+    let told = the_app_is_told_the_drain_lapsed(&app);
+    redis.resume();
+    eprintln!("told the drain lapsed {:?} after it began", told - called);
+    assert!(
+        told - called < Duration::from_secs(2),
+        "told {:?} after the drain began (ttl 1 s)",
+        told - called
+    );
+    let code = first.wait_exit(Duration::from_secs(5));
+    assert!(code.is_some_and(|c| c.success()), "{code:?}");
 }
 
 #[test]

@@ -197,6 +197,57 @@ fn metrics_and_watch_follow_a_handover() {
     assert!(text.contains("leasekeeper_is_leader 1"), "{text}");
 }
 
+/// The push stream carries the claim's deadline: the leader's stream has an event at
+/// each renewal with the claim's fresh `lease_expires_in_ms` (on the old main: one
+/// event at the start, then nothing), and no stream is silent for a ttl (keep-alives
+/// every ttl/3; they came every 15 s), so a subscriber of a frozen sidecar knows.
+#[test]
+fn watch_streams_carry_the_claims_deadline_and_never_go_quiet_for_a_ttl() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("sse")
+        .build();
+    let a = Sidecar::spawn("alpha", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    let b = Sidecar::spawn("beta", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+
+    let t0 = Instant::now();
+    let leading: Vec<serde_json::Value> = http::watch(a.port)
+        .expect("watch")
+        .take(4)
+        .map(|d| serde_json::from_str(&d).expect("json"))
+        .collect();
+    assert_eq!(leading.len(), 4, "{leading:?} in {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    for v in &leading {
+        assert_eq!(v["is_leader"], true, "{v}");
+        let left = v["lease_expires_in_ms"].as_u64().unwrap_or(0);
+        assert!(left > 1000 && left <= 3000, "{v}");
+    }
+
+    let mut lines = http::watch_raw(b.port).expect("watch");
+    let mut last = Instant::now();
+    let mut longest = Duration::ZERO;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        let Some(line) = lines.next() else {
+            longest = longest.max(last.elapsed());
+            break;
+        };
+        if !line.is_empty() {
+            longest = longest.max(last.elapsed());
+            last = Instant::now();
+        }
+    }
+    assert!(
+        longest < Duration::from_secs(2),
+        "a follower's stream was silent for {longest:?} (ttl 3 s)"
+    );
+}
+
 #[test]
 fn release_endpoint_hands_over_only_when_enabled() {
     let server = RedisServer::start();
@@ -437,6 +488,7 @@ fn redis_survives_partitions_slow_links_and_tampering() {
         Fault::PartitionLeader,
         Fault::Graceful,
         Fault::SlowLeader,
+        Fault::CongestedLeader,
         Fault::LeaderRepliesHeld,
         Fault::PartitionFollower,
         Fault::TamperDelete,

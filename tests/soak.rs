@@ -271,6 +271,18 @@ fn soak(
     report_row(name, ttl, store, &totals, started.elapsed());
 }
 
+/// The batch under way, counted by `run_batches` (the batches of one soak run one
+/// after another on one thread).
+static BATCH_NO: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The clock-rate fault in the soak: every other batch runs its sidecars with their
+/// clocks at 0.995× real speed (libfaketime), within the 1% `--clock-drift`: no
+/// overlap may follow (the checker maps their logged claims back to the host's clock;
+/// tests/checker_self_test.rs shows a rate beyond the allowance caught).
+fn batch_clock_rate() -> Option<f64> {
+    (BATCH_NO.load(std::sync::atomic::Ordering::SeqCst) % 2 == 1).then_some(0.995)
+}
+
 fn run_batches(
     name: &str,
     kinds: &[Fault],
@@ -287,6 +299,7 @@ fn run_batches(
         let rounds: Vec<Fault> = (next..next + n).map(|i| plan.fault(i)).collect();
         next += n;
         let t0 = Instant::now();
+        BATCH_NO.store(totals.batches, std::sync::atomic::Ordering::SeqCst);
         let report = batch(rounds);
         eprintln!(
             "{name}: batch {} of {n} rounds: {} transitions in {:.0?} (total {} of {target}, {:.0?})",
@@ -356,10 +369,11 @@ fn addr(host_port: &str) -> SocketAddr {
 }
 
 /// Link faults: every one needs `Extras::links`.
-const LINK_FAULTS: [Fault; 4] = [
+const LINK_FAULTS: [Fault; 5] = [
     Fault::PartitionLeader,
     Fault::PartitionFollower,
     Fault::SlowLeader,
+    Fault::CongestedLeader,
     Fault::LeaderRepliesHeld,
 ];
 
@@ -421,6 +435,7 @@ fn soak_2_redis() {
         checker::run_with(
             spec(Vec::new(), ttl, rounds, Some(&mut server), false),
             Extras {
+                clock_rate: batch_clock_rate(),
                 links: Some(Links {
                     nodes: vec![addr(&format!("127.0.0.1:{port}"))],
                     args: Box::new(move |a| {
@@ -475,6 +490,7 @@ fn redlock(n: usize) {
             checker::run_with(
                 spec(Vec::new(), ttl, rounds, Some(&mut cluster), true),
                 Extras {
+                    clock_rate: batch_clock_rate(),
                     links: Some(Links {
                         nodes: nodes.clone(),
                         args: Box::new(|a| {
@@ -571,6 +587,7 @@ fn etcd(n: usize, ttl: Duration) {
             checker::run_with(
                 spec(Vec::new(), ttl, rounds, Some(&mut server), false),
                 Extras {
+                    clock_rate: batch_clock_rate(),
                     links: Some(Links {
                         nodes: nodes.clone(),
                         args: Box::new(move |a| {
@@ -679,6 +696,7 @@ fn zookeeper(n: usize) {
                     ..spec(Vec::new(), ttl, rounds, Some(&mut server), false)
                 },
                 Extras {
+                    clock_rate: batch_clock_rate(),
                     links: Some(Links {
                         nodes: nodes.clone(),
                         args: Box::new(|a| {
@@ -766,6 +784,7 @@ fn soak_9_kubernetes() {
             checker::run_with(
                 spec(Vec::new(), ttl, rounds, Some(&mut server), false),
                 Extras {
+                    clock_rate: batch_clock_rate(),
                     links: Some(Links {
                         nodes: vec![addr(&format!("127.0.0.1:{port}"))],
                         args: Box::new(move |a| {
@@ -824,6 +843,7 @@ fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
         checker::run_with(
             spec(Vec::new(), ttl, rounds, Some(&mut db), false),
             Extras {
+                clock_rate: batch_clock_rate(),
                 links: Some(Links {
                     nodes: vec![addr(&format!("127.0.0.1:{port}"))],
                     args: Box::new(move |a| {

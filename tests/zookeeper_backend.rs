@@ -572,6 +572,7 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
         Fault::PartitionLeader,
         Fault::Graceful,
         Fault::SlowLeader,
+        Fault::CongestedLeader,
         Fault::LeaderRepliesHeld,
         Fault::PartitionFollower,
         Fault::TamperDelete,

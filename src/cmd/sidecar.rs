@@ -336,7 +336,17 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         .http
         .enable_release_endpoint
         .then(|| release_tx.clone());
-    let api = api(&settings.http, status_rx, heartbeat, metrics, releases);
+    // A /watch subscriber hears from a live sidecar more often than once a ttl: a
+    // silence longer than that means the sidecar (or the link to it) is gone.
+    let keep_alive = (t.ttl / 3).min(Duration::from_secs(15));
+    let api = api(
+        &settings.http,
+        keep_alive,
+        status_rx,
+        heartbeat,
+        metrics,
+        releases,
+    );
     let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
     let abort = [
         supervisor.map(|s| tokio::spawn(s.run())),
@@ -360,6 +370,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
 /// The HTTP API's routes over what they read.
 fn api(
     http: &HttpSettings,
+    keep_alive: Duration,
     status: watch::Receiver<Status>,
     heartbeat: Arc<Heartbeat>,
     metrics: Arc<Metrics>,
@@ -372,6 +383,7 @@ fn api(
         metrics,
         releases,
         watchers: Arc::new(tokio::sync::Semaphore::new(http.max_watchers)),
+        keep_alive,
     })
 }
 

@@ -1,10 +1,14 @@
 //! Drain before release (DESIGN §10, `--drain-url`): on a graceful step-down (SIGTERM,
 //! `POST /release`) the elector first publishes "not leader", then marks the status
 //! `draining` and waits, renewing the lease meanwhile, until this publisher says the app
-//! is done: it POSTs the Status JSON to the app and waits for a 2xx (retrying every
-//! 250 ms), at most `--drain-timeout` and never past the claim's deadline (the elector
-//! bounds the wait). So the next leader starts only after the app finished its leader
-//! work. A tenure that ends by a loss is not drained (the lease may be gone already).
+//! is done: it POSTs the Status JSON to the app, with `drain_expires_in_ms` (the time
+//! left before the sidecar releases anyway), and waits for a 2xx (retrying every
+//! 250 ms), at most `--drain-timeout`, and only while the lease stays held (the elector
+//! renews it meanwhile and ends the drain if it is lost). A drain that ends without
+//! the app's 2xx is told to the app in one more POST (`"drain_lapsed": true`,
+//! `drain_expires_in_ms` 0): it holds no claim any more. So the next leader starts only
+//! after the app finished its leader work, or was told to stop. A tenure that ends by
+//! a loss is not drained (the lease may be gone already).
 //!
 //! The acknowledgement is the label's mechanism: a `watch<bool>` that is `false` from
 //! the start of a tenure until the drain is done, `true` otherwise.
@@ -88,21 +92,16 @@ impl Drain {
         // Whether the current tenure still owes a drain.
         let mut owed = false;
         loop {
-            let (leading, draining, json) = {
+            let (leading, draining) = {
                 let s = self.status.borrow_and_update();
-                let view = s.view_at(Instant::now());
-                (
-                    s.role == Role::Leader,
-                    s.draining,
-                    serde_json::to_string(&view).unwrap_or_default(),
-                )
+                (s.role == Role::Leader, s.draining)
             };
             if leading && !draining && !owed {
                 owed = true;
                 self.done.send_replace(false);
             } else if draining && owed {
                 owed = false;
-                self.drain(&client, json).await;
+                self.drain(&client).await;
                 self.done.send_replace(true);
             } else if !leading && !draining && owed {
                 // Lost, not handed over: nothing to drain.
@@ -115,33 +114,83 @@ impl Drain {
         }
     }
 
-    async fn drain(&self, client: &HttpClient, json: String) {
+    /// POSTs the status, with the time the drain has left, until the app answers 2xx
+    /// or the drain ends without it (its timeout, or the lease lost or run out: the
+    /// elector ends it then); in that case one more POST tells the app that the claim
+    /// it was draining under has lapsed.
+    async fn drain(&mut self, client: &HttpClient) {
         let started = Instant::now();
-        let until = started + self.limit;
+        let fallback = started + self.limit;
         tracing::info!(url = %self.url, "draining: asking the app to finish its leader work");
         loop {
-            match post_json(client, &self.url, &json, until).await {
-                Ok(()) => {
-                    tracing::info!(took = ?started.elapsed(), "drained");
-                    return;
-                }
-                Err(error) if Instant::now() >= until => {
-                    tracing::warn!(
-                        error,
-                        timeout = %humantime::format_duration(self.limit),
-                        "--drain-url did not answer 2xx in time; releasing anyway"
-                    );
-                    return;
-                }
-                Err(error) => tracing::warn!(error, "--drain-url: no success yet; asking again"),
+            let now = Instant::now();
+            let until = {
+                let s = self.status.borrow();
+                s.drain_until.filter(|_| now < fallback)
+            };
+            let Some(until) = until.filter(|u| now < *u) else {
+                return self.lapsed(client).await;
+            };
+            let body = {
+                let s = self.status.borrow();
+                drain_body(&s, now, Some(until))
+            };
+            let mut status = self.status.clone();
+            let ended = async move {
+                let _ = status.wait_for(|s| s.drain_until.is_none()).await;
+            };
+            let lapsed = tokio::select! {
+                answer = post_json(client, &self.url, &body, until) => match answer {
+                    Ok(()) => {
+                        tracing::info!(took = ?started.elapsed(), "drained");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(error, "--drain-url: no success yet; asking again");
+                        false
+                    }
+                },
+                () = ended => true,
+            };
+            if lapsed {
+                return self.lapsed(client).await;
             }
-            if tokio::time::timeout_at(until, sleep(Duration::from_millis(250)))
-                .await
-                .is_err()
-            {
-                tracing::warn!("--drain-url did not answer 2xx in time; releasing anyway");
-                return;
-            }
+            let _ = tokio::time::timeout_at(until, sleep(Duration::from_millis(250))).await;
         }
     }
+
+    /// Tells the app (once, best effort, within a second) that the drain ended without
+    /// its acknowledgement: it holds no claim any more and must stop leader work now.
+    async fn lapsed(&self, client: &HttpClient) {
+        tracing::warn!(
+            timeout = %humantime::format_duration(self.limit),
+            "--drain-url did not answer 2xx before the drain ended; releasing, and telling the app"
+        );
+        let body = {
+            let s = self.status.borrow();
+            drain_body(&s, Instant::now(), None)
+        };
+        let until = Instant::now() + Duration::from_secs(1);
+        if let Err(error) = post_json(client, &self.url, &body, until).await {
+            tracing::warn!(
+                error,
+                "--drain-url: the notice that the drain lapsed was not taken"
+            );
+        }
+    }
+}
+
+/// The drain POST's body: the status (DESIGN §3) and `drain_expires_in_ms`, the time
+/// the app has left to finish (until `until`), or `0` with `"drain_lapsed": true` once
+/// the drain has ended without the app's acknowledgement (`until` = `None`).
+fn drain_body(status: &Status, now: Instant, until: Option<Instant>) -> String {
+    let mut body = serde_json::to_value(status.view_at(now)).unwrap_or_default();
+    if let Some(fields) = body.as_object_mut() {
+        let left = until.map_or(0, |u| {
+            u64::try_from(u.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+        });
+        fields.insert("drain_expires_in_ms".into(), left.into());
+        fields.insert("drain_lapsed".into(), until.is_none().into());
+    }
+    body.to_string()
 }

@@ -135,12 +135,15 @@ pub struct ApiState {
     pub changes: watch::Receiver<Status>,
     /// One permit per open `/watch` stream.
     pub watchers: Arc<tokio::sync::Semaphore>,
+    /// How often a `/watch` stream sends at least a comment (shorter than the ttl).
+    pub keep_alive: Duration,
 }
 
-/// The receiver of `/watch`: `status`, passed on only when who leads changes, so that
-/// a renewal wakes one task instead of every subscriber.
+/// The receiver of `/watch`: `status`, passed on only when who leads changes or the
+/// claim's deadline moves (a renewal of our own claim), so that a follower's looks at
+/// the store wake one task instead of every subscriber.
 pub fn leadership_changes(mut status: watch::Receiver<Status>) -> watch::Receiver<Status> {
-    let key = |s: &Status| who_leads(&s.view_at(Instant::now()));
+    let key = |s: &Status| pushed(s, Instant::now()).1;
     let (tx, rx) = watch::channel(status.borrow().clone());
     tokio::spawn(async move {
         let mut last = key(&status.borrow_and_update());
@@ -165,8 +168,20 @@ pub fn leadership_changes(mut status: watch::Receiver<Status>) -> watch::Receive
 }
 
 /// What a `/watch` subscriber hears about: the role, whether it leads, the leader
-/// and the token (a renewal changes none of them).
+/// and the token.
 type WhoLeads = (Role, bool, Option<String>, Option<u64>);
+
+/// A `/watch` event is sent when this changes: who leads, and our claim's deadline
+/// (each renewal: the event carries the claim's new `lease_expires_in_ms`, so a
+/// subscriber never holds a "leading" that outlives the claim it was told of).
+type Pushed = (WhoLeads, Option<Instant>);
+
+/// The view to send at `now`, and its key.
+fn pushed(s: &Status, now: Instant) -> (StatusView, Pushed) {
+    let view = s.view_at(now);
+    let key = (who_leads(&view), s.claim.map(|c| c.deadline));
+    (view, key)
+}
 
 fn who_leads(view: &StatusView) -> WhoLeads {
     (
@@ -274,14 +289,13 @@ async fn watch_sse(
     if let Some(axum::Extension(mark)) = mark {
         mark.pin();
     }
-    // Renewals change the deadline every few seconds; subscribers want to hear about
-    // who leads, not about each renewal, so only changes of these fields are sent.
-    let mut last: Option<WhoLeads> = None;
+    // An event when who leads changes, and at each renewal of our own claim (with its
+    // new deadline); a follower's looks at the store send nothing.
+    let mut last: Option<Pushed> = None;
     let stream = WatchStream::new(s.changes.clone()).filter_map(move |status| {
         // The permit lives as long as the stream.
         let _held = &permit;
-        let view = status.view_at(Instant::now());
-        let key = who_leads(&view);
+        let (view, key) = pushed(&status, Instant::now());
         let changed = last.as_ref() != Some(&key);
         last = Some(key);
         let event = changed.then(|| {
@@ -295,7 +309,7 @@ async fn watch_sse(
         std::future::ready(event)
     });
     Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .keep_alive(KeepAlive::new().interval(s.keep_alive))
         .into_response()
 }
 

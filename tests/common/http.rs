@@ -44,18 +44,19 @@ pub fn post_within(port: u16, path: &str, limit: Duration) -> Option<(u16, Strin
 
 /// Opens `GET /watch` and returns a reader of its `data:` lines.
 pub fn watch(port: u16) -> Option<impl Iterator<Item = String>> {
+    Some(watch_raw(port)?.filter_map(|l| l.strip_prefix("data:").map(|d| d.trim().to_owned())))
+}
+
+/// Every line `/watch` sends (headers, events, keep-alive comments), as it comes; ends
+/// at the first read that waits more than 5 s.
+pub fn watch_raw(port: u16) -> Option<impl Iterator<Item = String>> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     stream
         .write_all(b"GET /watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .ok()?;
     let reader = BufReader::new(stream);
-    Some(
-        reader
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim().to_owned())),
-    )
+    Some(reader.lines().map_while(Result::ok))
 }
 
 /// One kept-alive connection, for asking a question that is already waiting in the

@@ -83,10 +83,13 @@ pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
     }
 }
 
+/// Every slot's claims; `to_host(pid, ns)` maps a process's logged time to the host's
+/// monotonic clock (the identity unless its clocks were faked).
 pub(super) fn read_claims(
     dir: &Path,
     slots: usize,
     killed: &HashMap<u64, u64>,
+    to_host: &dyn Fn(u64, u64) -> u64,
 ) -> Vec<LoggedClaim> {
     let mut all = BTreeMap::new();
     for slot in 0..slots {
@@ -95,6 +98,11 @@ pub(super) fn read_claims(
         parse_claims(&text, &mut all);
     }
     for c in all.values_mut() {
+        let pid = c.pid;
+        c.start = to_host(pid, c.start);
+        c.sent = c.sent.map(|t| to_host(pid, t));
+        c.deadline = to_host(pid, c.deadline);
+        c.end = c.end.map(|t| to_host(pid, t));
         if let Some(&at) = killed.get(&c.pid) {
             if c.start < at {
                 c.end = Some(c.end.map_or(at, |e| e.min(at)));

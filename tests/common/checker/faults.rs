@@ -33,9 +33,12 @@ pub enum Fault {
     PartitionLeader,
     /// Cut a follower off from the store for a ttl: the leader stays; then heal.
     PartitionFollower,
-    /// Delay every byte between the leader and the store by more than half its claim:
-    /// another candidate leads within about 2 × ttl; then heal.
+    /// Delay every byte between the leader and the store by half the ttl each way (a
+    /// long pipe): another candidate leads within 2 × ttl + 1 s; then heal.
     SlowLeader,
+    /// Queue the bytes between the leader and the store, each 0.4 ttl behind the one
+    /// before (a congested link): another candidate leads within 2 × ttl + 1 s; then heal.
+    CongestedLeader,
     /// The leader's requests reach the store but its replies are held (a one-way
     /// partition): it must step down by its deadline and another candidate lead.
     LeaderRepliesHeld,
@@ -66,6 +69,7 @@ impl Fault {
             Fault::PartitionLeader => "partition-leader",
             Fault::PartitionFollower => "partition-follower",
             Fault::SlowLeader => "slow-leader",
+            Fault::CongestedLeader => "congested-leader",
             Fault::LeaderRepliesHeld => "replies-held",
             Fault::TamperDelete => "tamper-delete",
             Fault::TamperOverwrite => "tamper-overwrite",
@@ -387,25 +391,32 @@ impl Election<'_> {
         );
     }
 
-    /// Every byte of the leader's links delayed by 0.4 ttl each way: another leads within 3
-    /// ttl + 2 s; then heal.
-    pub(super) fn a_slowed_leader_is_replaced(&mut self, li: usize, report: &mut Report) {
-        let fault = Fault::SlowLeader;
+    /// The leader's links slowed (every byte half a ttl late each way, or queued 0.4 ttl
+    /// behind the one before): another leads within 2 ttl + 1 s; then heal.
+    pub(super) fn a_slowed_leader_is_replaced(
+        &mut self,
+        fault: Fault,
+        li: usize,
+        report: &mut Report,
+    ) {
         let ttl = self.spec.ttl;
         let old_port = self.slots[li].port;
-        assert!(!self.proxies.is_empty(), "SlowLeader needs Extras::links");
-        // Each way more than a third of the ttl: a round trip longer than the
-        // backend timeout, and proof that always comes too late.
-        let delay = ttl.mul_f64(0.4);
-        self.links(li, || Link::Delay(delay));
-        // About 2 ttl; ZooKeeper's client keeps its session alive with late
-        // reconnects for one session timeout more (see the zookeeper suite).
-        let new = self.takeover(fault, old_port, ttl * 3 + Duration::from_secs(2), report);
-        std::thread::sleep(delay * 2);
+        assert!(!self.proxies.is_empty(), "{fault:?} needs Extras::links");
+        // A round trip longer than the backend timeout: proof that always comes too
+        // late. The slow leader must get out of the way (the gray-failure issue): late
+        // requests must not keep its record alive at the store.
+        let link = if fault == Fault::SlowLeader {
+            Link::Delay(ttl / 2)
+        } else {
+            Link::Congested(ttl.mul_f64(0.4))
+        };
+        self.links(li, || link);
+        let new = self.takeover(fault, old_port, ttl * 2 + Duration::from_secs(1), report);
+        std::thread::sleep(ttl);
         self.links(li, || Link::Pass);
         assert!(
             new.is_some(),
-            "no new leader within 3 ttl + 2 s of slowing the leader's link"
+            "no new leader within 2 ttl + 1 s of slowing the leader's link ({link:?})"
         );
     }
 

@@ -51,7 +51,14 @@ pub struct Extras {
     /// Extra flags for the sidecar of this name (`cand-<slot>-g<generation>`).
     #[allow(clippy::type_complexity)]
     pub sidecar_args: Option<Box<dyn Fn(&str) -> Vec<String>>>,
+    /// The clock-rate fault: every sidecar's clocks (the monotonic one included) run at
+    /// this many times real speed, under libfaketime. Their logged claims are mapped
+    /// back to the host's monotonic clock before they are checked.
+    pub clock_rate: Option<f64>,
 }
+
+/// libfaketime, multi-threaded flavour (Debian `faketime`).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// How long a tampered record may go on being claimed after another tenure began
 /// (DESIGN invariant 9).

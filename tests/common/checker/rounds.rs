@@ -21,6 +21,9 @@ pub(super) struct Election<'a> {
     /// pid → CLOCK_MONOTONIC ns just before it was sent SIGKILL: a dead process
     /// asserts nothing, so its claim ends there at the latest.
     pub(super) killed: HashMap<u64, u64>,
+    /// pid → (CLOCK_MONOTONIC, CLOCK_REALTIME) ns just before it was spawned, under
+    /// the clock-rate fault (see `FakeClock`).
+    pub(super) spawned: HashMap<u64, (u64, u64)>,
     pub(super) dir: tempfile::TempDir,
     pub(super) slots: Vec<Sidecar>,
     pub(super) poller: Option<Poller>,
@@ -53,6 +56,7 @@ impl<'a> Election<'a> {
             generation: 0,
             store_faulted: false,
             killed: HashMap::new(),
+            spawned: HashMap::new(),
         };
         e.poller = Some(Poller::start(candidates));
         for slot in 0..candidates {
@@ -82,7 +86,17 @@ impl Election<'_> {
     /// Every candidate's tenures from the transition logs, in order of their start (a
     /// killed process's claim ends at its kill); printed with `LK_KEEP_TEST_DIRS`.
     pub(super) fn claims(&self) -> Vec<LoggedClaim> {
-        let claims = read_claims(self.dir.path(), self.spec.candidates, &self.killed);
+        let rate = self.extras.clock_rate;
+        let to_host = |pid: u64, ns: u64| match (rate, self.spawned.get(&pid)) {
+            (Some(rate), Some(&spawned)) => fake_to_host(rate, spawned, ns),
+            _ => ns,
+        };
+        let claims = read_claims(
+            self.dir.path(),
+            self.spec.candidates,
+            &self.killed,
+            &to_host,
+        );
         if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
             for c in &claims {
                 eprintln!("{c:?}");
@@ -115,8 +129,18 @@ impl Election<'_> {
         if let Some(extra) = &self.extras.sidecar_args {
             args.extend(extra(&name));
         }
-        let sidecar =
-            Sidecar::spawn_with_env(&name, self.dir.path(), &args, &self.extras.sidecar_env);
+        let mut env = self.extras.sidecar_env.clone();
+        if let Some(rate) = self.extras.clock_rate {
+            assert!(
+                std::path::Path::new(super::LIBFAKETIME).exists(),
+                "the clock-rate fault needs libfaketime (scripts/install-test-deps)"
+            );
+            env.push(("LD_PRELOAD".to_owned(), super::LIBFAKETIME.to_owned()));
+            env.push(("FAKETIME".to_owned(), format!("+0 x{rate}")));
+        }
+        let before = (leasekeeper::clock::monotonic_now_ns(), realtime_now_ns());
+        let sidecar = Sidecar::spawn_with_env(&name, self.dir.path(), &args, &env);
+        self.spawned.insert(u64::from(sidecar.pid), before);
         assert!(
             sidecar.wait_listening(Duration::from_secs(10)),
             "{name} never listened:\n{}",
@@ -243,7 +267,9 @@ impl Election<'_> {
             Fault::PartitionLeader | Fault::LeaderRepliesHeld => {
                 self.a_leader_cut_off_is_replaced(fault, li, report)
             }
-            Fault::SlowLeader => self.a_slowed_leader_is_replaced(li, report),
+            Fault::SlowLeader | Fault::CongestedLeader => {
+                self.a_slowed_leader_is_replaced(fault, li, report)
+            }
             Fault::MinorityCut => self.minorities_cut_leave_a_leader_and_a_handover(li, report),
             Fault::PartitionFollower => self.a_follower_cut_off_leaves_the_leader_be(li),
             Fault::TamperDelete | Fault::TamperOverwrite => {
@@ -274,4 +300,19 @@ impl Election<'_> {
             })
         }
     }
+}
+
+fn realtime_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A faked CLOCK_MONOTONIC reading of a process spawned at `spawned` (host monotonic
+/// and realtime ns) under libfaketime at `rate`, on the host's monotonic clock.
+/// libfaketime starts a faked monotonic clock at the wall-clock time of the process's
+/// start and runs it at `rate`: fake = wall₀ + (host − mono₀) × rate.
+fn fake_to_host(rate: f64, (mono0, wall0): (u64, u64), fake: u64) -> u64 {
+    let since = fake as f64 - wall0 as f64;
+    (mono0 as f64 + since / rate).max(0.0) as u64
 }
