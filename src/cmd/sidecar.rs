@@ -34,6 +34,7 @@ use crate::publish::http::{
 use crate::publish::label::PodLabeler;
 use crate::publish::metrics::Metrics;
 use crate::status::Status;
+use crate::timing::Timing;
 
 /// Exit code for bad input (flags, environment, file).
 const USAGE: u8 = 2;
@@ -336,17 +337,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         .http
         .enable_release_endpoint
         .then(|| release_tx.clone());
-    // A /watch subscriber hears from a live sidecar more often than once a ttl: a
-    // silence longer than that means the sidecar (or the link to it) is gone.
-    let keep_alive = (t.ttl / 3).min(Duration::from_secs(15));
-    let api = api(
-        &settings.http,
-        keep_alive,
-        status_rx,
-        heartbeat,
-        metrics,
-        releases,
-    );
+    let api = api(&settings.http, t, status_rx, heartbeat, metrics, releases);
     let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
     let abort = [
         supervisor.map(|s| tokio::spawn(s.run())),
@@ -370,7 +361,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
 /// The HTTP API's routes over what they read.
 fn api(
     http: &HttpSettings,
-    keep_alive: Duration,
+    timing: &Timing,
     status: watch::Receiver<Status>,
     heartbeat: Arc<Heartbeat>,
     metrics: Arc<Metrics>,
@@ -383,7 +374,9 @@ fn api(
         metrics,
         releases,
         watchers: Arc::new(tokio::sync::Semaphore::new(http.max_watchers)),
-        keep_alive,
+        // A /watch subscriber hears from a live sidecar more often than once a ttl: a
+        // silence longer than that means the sidecar (or the link to it) is gone.
+        keep_alive: (timing.ttl / 3).min(Duration::from_secs(15)),
     })
 }
 
