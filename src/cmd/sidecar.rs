@@ -40,6 +40,10 @@ const USAGE: u8 = 2;
 
 /// Runs the sidecar; `args` is the whole command line (with `run` and its command).
 pub fn main(args: Vec<OsString>) -> ExitCode {
+    // As a container's PID 1: a parent that reaps orphans and passes signals on.
+    if let Some(code) = crate::init::reap_as_pid_1() {
+        return code;
+    }
     let settings = match settings(args) {
         Ok(s) => s,
         Err(code) => return code,
