@@ -203,6 +203,35 @@ fn a_group_stop_of_the_sidecar_does_not_leave_the_worker_running_past_the_claim(
     assert!(a_worker.procs().is_empty(), "a started its worker again");
 }
 
+/// The guard's own job stopped (it and CMD, never the sidecar): when the claim then
+/// runs out (the store stops answering), the frozen guard cannot end CMD, so the
+/// sidecar kills the guard before the claim's deadline, and CMD's namespace ends
+/// with it (SIGKILL reaches stopped processes). The sidecar lives on, so the kernel's
+/// SIGHUP to an orphaned stopped group cannot be what ends it.
+#[test]
+fn a_frozen_guard_is_killed_by_its_sidecar_before_the_claim_ends() {
+    let worker = Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "frozen-guard");
+    let a = start("a", dir.path(), &args, &worker.sleep());
+    leads_with_worker(&a, &worker);
+    let guard = guard_of(a.pid).expect("a's guard");
+    // The guard leads a process group of its own, CMD's too.
+    let _cont = Stopped(guard);
+    signal_group(guard, libc::SIGSTOP);
+    common::wait_all_threads_stopped(guard);
+    let t0 = Instant::now();
+    redis.pause();
+    gone_within_the_claim(
+        &worker,
+        "the store stopped answering while the guard was frozen",
+        t0,
+        || a.stderr(),
+    );
+    redis.resume();
+}
+
 #[test]
 fn orphans_of_the_command_are_reaped_while_it_runs() {
     let worker = Marker::new();

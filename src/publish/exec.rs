@@ -281,8 +281,9 @@ impl Supervisor {
     }
 
     /// Tells the guard every new deadline of the tenure, and to stop when it ends,
-    /// until the guard is gone. A guard still there half a kill budget before the
-    /// last deadline is killed: in a namespace, its init and CMD go with it.
+    /// until the guard is gone. A guard still there when it should have killed CMD
+    /// (the last deadline less the kill budget) is killed: in a namespace, its init
+    /// and CMD go with it, and the pidfd proves it.
     async fn converse(
         &mut self,
         token: FencingToken,
@@ -299,7 +300,7 @@ impl Supervisor {
         let mut status_open = true;
         let mut guard_killed = false;
         loop {
-            let overdue = last.checked_sub(self.budget / 2).unwrap_or(last);
+            let overdue = last.checked_sub(self.budget).unwrap_or(last);
             tokio::select! {
                 // What the guard said first: a verdict may already be waiting.
                 biased;
