@@ -20,4 +20,9 @@ COPY --from=builder /usr/local/bin/leasekeeper /usr/local/bin/leasekeeper
 USER 65532:65532
 # Status, metrics and the leader API (LEASEKEEPER_HTTP_ADDR, default 0.0.0.0:4040).
 EXPOSE 4040
+# No tini: as PID 1 the sidecar forks and its parent serves as the container's init
+# (reaps every orphan, passes SIGTERM and the like on, ends with the sidecar's code),
+# and when the sidecar ends, so does every process of the container, exec mode's
+# command included (docs/operations.md, exec mode). Keep it the entry point: a shell
+# or another init in front of it takes that away.
 ENTRYPOINT ["/usr/local/bin/leasekeeper"]

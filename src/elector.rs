@@ -590,7 +590,7 @@ impl<B: Backend> Elector<B> {
         self.observer.lost();
         tracing::warn!(token, reason, "lost leadership");
         // Our value may still be in the store (a late renew); free it for the others,
-        // once what must stop first has stopped.
+        // once what must stop first has stopped (or the claim's deadline passed).
         self.await_stopped().await;
         self.release_quietly().await;
         TenureEnd::Lost
@@ -636,8 +636,13 @@ impl<B: Backend> Elector<B> {
             // Ended, acknowledged or not: a drain publisher still asking tells the app.
             self.status.send_modify(|s| s.drain_until = None);
         }
-        self.await_stopped().await;
-        self.release_quietly().await;
+        if self.await_stopped().await {
+            self.release_quietly().await;
+        } else {
+            // Processes of the command may still run: let the lease expire by itself
+            // instead of handing it over now.
+            tracing::warn!(token, "not releasing; the lease expires by itself");
+        }
         if draining {
             self.status.send_modify(|s| s.draining = false);
         }
@@ -702,21 +707,22 @@ impl<B: Backend> Elector<B> {
 
     /// Before any release: what must be gone first (the command of `run`) is gone, or
     /// the claim's deadline has passed (the store then no longer counts on us anyway).
-    async fn await_stopped(&mut self) {
+    /// False when something was not proven gone by then.
+    async fn await_stopped(&mut self) -> bool {
         let Some(deadline) = self.claim_deadline.take() else {
-            return;
+            return true;
         };
-        if self.must_stop.is_empty() {
-            return;
-        }
         let within = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(50);
         let limit = Instant::now() + within;
+        let mut all = true;
         for stopped in &mut self.must_stop {
             if let Ok(Ok(_)) = tokio::time::timeout_at(limit, stopped.wait_for(|s| *s)).await {
                 continue;
             }
-            tracing::error!("the command was not gone by the claim's deadline; releasing anyway");
+            tracing::error!("the command was not proven gone by the claim's deadline");
+            all = false;
         }
+        all
     }
 
     /// Before a voluntary release: let every publisher show "not leader" first, so no

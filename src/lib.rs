@@ -6,9 +6,10 @@
 
 // Floors, bottom up (DESIGN §1): nothing imports from a floor above its own.
 // 1. leaves: settings parsing, timing, clock, status, back-off, test sabotage, the
-//    Kubernetes API client;
+//    Kubernetes API client, the minimal init;
 pub mod backoff;
 pub mod clock;
+pub mod init;
 pub mod kube_api;
 pub mod sabotage;
 pub mod settings;

@@ -1,4 +1,5 @@
-//! Parses the first word and dispatches: the exec guard, `status`, or the sidecar
+//! Parses the first word and dispatches: the exec guard, the init of exec mode's
+//! PID namespace, `status`, or the sidecar
 //! (plain or `run -- CMD`), each a module of `leasekeeper::cmd` or the exec publisher.
 
 use std::ffi::OsString;
@@ -14,6 +15,7 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     match args.get(1).and_then(|a| a.to_str()) {
         Some(exec::GUARD_ARG) => exec::guard_main(args[2..].to_vec()),
+        Some(exec::INIT_ARG) => exec::init_main(args[2..].to_vec()),
         Some("status") => cmd::status::main(args),
         _ => cmd::sidecar::main(args),
     }

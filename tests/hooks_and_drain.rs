@@ -387,3 +387,27 @@ fn a_release_with_a_cooldown_keeps_the_candidate_out_for_that_long() {
     let bad = http::post(first.port, "/release?cooldown=soon");
     assert!(matches!(bad, Some((400, _))), "{bad:?}");
 }
+
+#[test]
+fn a_hook_that_runs_too_long_is_killed_with_its_children() {
+    let worker = common::procs::Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut flags = SidecarArgs::redis(&redis.url())
+        .ttl("1s")
+        .election("hook-timeout")
+        .build();
+    let hook = format!("{} & wait", worker.sleep());
+    flags.extend(args(&["--on-change", &hook, "--hook-timeout", "300ms"]));
+    let leader = Sidecar::spawn("leader", dir.path(), &flags);
+    leader.settles_in("leader", Duration::from_secs(5));
+    let started = worker.wait_running(Duration::from_secs(5));
+    assert!(started.is_some(), "the hook never started its worker");
+    // Killed 300 ms after it started; 3 s is plenty on a busy machine.
+    assert!(
+        worker.gone_within(Duration::from_secs(3)),
+        "the timed-out hook's child still runs: {:?}\n{}",
+        worker.procs(),
+        leader.stderr()
+    );
+}

@@ -41,6 +41,10 @@ const USAGE: u8 = 2;
 
 /// Runs the sidecar; `args` is the whole command line (with `run` and its command).
 pub fn main(args: Vec<OsString>) -> ExitCode {
+    // As a container's PID 1: a parent that reaps orphans and passes signals on.
+    if let Some(code) = crate::init::reap_as_pid_1() {
+        return code;
+    }
     let settings = match settings(args) {
         Ok(s) => s,
         Err(code) => return code,
@@ -512,7 +516,30 @@ async fn wait_for_the_end(r: &mut Running) -> (Result<Exit, tokio::task::JoinErr
                     tracing::warn!("the command was stopped as the claim's deadline came near; releasing");
                     request_release(&r.own_releases).await;
                 }
+                Ended::GuardLost { proven: true } => {
+                    tracing::warn!("the command's guard was killed; the command's PID namespace ended with it; releasing");
+                    request_release(&r.own_releases).await;
+                }
+                Ended::GuardLost { proven: false } => {
+                    tracing::error!("the command's guard was killed and nothing proves the command's processes ended with it; stepping down and exiting without releasing");
+                    return (leave_unproven(r).await, Some(1));
+                }
             },
+        }
+    }
+}
+
+/// The command's processes may run on: step down ("not leader" is published at
+/// once) but neither release nor wait for the claim's deadline. The lease expires by
+/// itself; as a container's PID 1, this process's end ends those processes.
+async fn leave_unproven(r: &mut Running) -> Result<Exit, tokio::task::JoinError> {
+    let _ = r.shutdown.send(true);
+    match tokio::time::timeout(Duration::from_secs(1), &mut r.elector).await {
+        Ok(exit) => exit,
+        Err(_) => {
+            // Waiting in vain for the command's end (no release comes from there).
+            r.elector.abort();
+            Ok(Exit::Shutdown)
         }
     }
 }

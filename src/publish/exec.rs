@@ -2,41 +2,49 @@
 //! this candidate leads.
 //!
 //! The supervisor is a publisher: it reads [`Status`] and starts CMD when a tenure
-//! begins, stops it when the tenure ends. CMD is not the sidecar's own child but the
-//! child of a small *guard* process (this binary again, `__exec-guard`), which is told
-//! every new claim deadline over a pipe and enforces it by itself:
+//! begins, stops it when the tenure ends. CMD is not the sidecar's own child but runs
+//! under a *guard* process (this binary again, [`guard`]), which is told every new
+//! claim deadline over a socket and enforces it by itself:
 //!
-//! - a stop (step-down, shutdown, release): SIGTERM to CMD's process group at once,
-//!   SIGKILL after `--kill-grace`, but never later than the deadline less a kill budget;
+//! - a stop (step-down, shutdown, release): SIGTERM to all of CMD at once, SIGKILL
+//!   after `--kill-grace`, but never later than the deadline less a kill budget;
 //! - a deadline that comes near without being extended (renewals failing, or the
-//!   sidecar frozen by SIGSTOP): SIGTERM, then SIGKILL at the deadline less the budget;
-//! - the sidecar gone (killed: the pipe closes): the same as a stop.
+//!   sidecar frozen by SIGSTOP, alone or with its whole job): SIGTERM, then SIGKILL
+//!   at the deadline less the budget;
+//! - the sidecar gone (killed: the socket closes): the same as a stop.
 //!
-//! So CMD's group is gone before the claim's deadline even when the sidecar cannot act,
-//! and the guard exits only once the whole group is gone. The elector releases the lease
-//! only after the guard has exited ([`Supervisor::stopped`] is one of the elector's
-//! `must_stop` signals). CMD runs in its own process group with
-//! `LEASEKEEPER_FENCING_TOKEN`, `LEASEKEEPER_ELECTION` and `LEASEKEEPER_IDENTITY`; its
-//! stdout and stderr are the sidecar's, its stdin is empty (the guard's stdin is a
-//! socket to the sidecar: deadlines in, one verdict line out). If the guard itself is
-//! killed, CMD gets SIGKILL (parent-death signal).
+//! The guard starts CMD only once it holds a deadline. Where the host allows it, CMD
+//! runs in a PID namespace of its own under a small init ([`contain`]) that dies with
+//! the guard, and the kernel ends every process of CMD with that init: a kill -9 of
+//! the guard, of the sidecar and the guard at once, or an OOM kill leaves nothing
+//! behind. The sidecar holds a pidfd of that init, so it never takes the guard's end
+//! for CMD's end without proof: a guard that vanishes is "CMD's end proven" only once
+//! that pidfd says the namespace is gone; without a namespace it is unproven, and
+//! the sidecar stops leading and exits (see [`Ended::GuardLost`]).
+//!
+//! The elector releases the lease only after CMD is proven gone
+//! ([`Supervisor::stopped`] is one of the elector's `must_stop` signals) or the
+//! claim's deadline has passed. CMD gets `LEASEKEEPER_FENCING_TOKEN`,
+//! `LEASEKEEPER_ELECTION` and `LEASEKEEPER_IDENTITY`; its stdout and stderr are the
+//! sidecar's, its stdin is empty.
+
+mod contain;
+mod guard;
 
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
-use std::os::fd::FromRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::ExitCode;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 
-use crate::clock::{monotonic_now_ns, to_monotonic_ns};
+pub use contain::{init_main, INIT_ARG};
+pub use guard::{guard_main, GUARD_ARG};
+
+use crate::clock::to_monotonic_ns;
 use crate::settings::{bad, duration_or, parse_bool, ConfigError};
 use crate::status::{FencingToken, Role, Status};
-
-/// The hidden first argument that makes the binary a guard.
-pub const GUARD_ARG: &str = "__exec-guard";
 
 /// The flags of `run` (an error without it).
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -96,6 +104,10 @@ pub enum Ended {
     ByItself(i32),
     /// The guard stopped CMD because the claim's deadline came near unextended.
     Deadline,
+    /// The guard vanished without its verdict (killed). `proven`: CMD's namespace is
+    /// known to be gone with it (or CMD never started). Unproven, CMD's processes
+    /// may still run, and this sidecar must not lead again.
+    GuardLost { proven: bool },
 }
 
 /// How long before the claim's deadline CMD's group must be gone: a twentieth of the
@@ -155,6 +167,7 @@ impl Supervisor {
 
     /// Runs until the status channel closes.
     pub async fn run(mut self) {
+        announce_containment().await;
         loop {
             let (token, deadline) = loop {
                 if let Some(leading) = self.leading() {
@@ -164,8 +177,11 @@ impl Supervisor {
                     return;
                 }
             };
-            let ended = self.one_run(token, deadline).await;
-            let _ = self.stopped.send_replace(true);
+            let (ended, gone) = self.one_run(token, deadline).await;
+            // Unproven, the release waits for the claim's deadline instead.
+            if gone {
+                let _ = self.stopped.send_replace(true);
+            }
             if let Some(ended) = ended {
                 let _ = self.ended.send(ended).await;
             }
@@ -178,41 +194,55 @@ impl Supervisor {
         }
     }
 
-    /// One run of CMD under a guard, for the tenure with `token`. `None` when the
-    /// tenure ended first (CMD was stopped).
+    /// One run of CMD under a guard, for the tenure with `token`: how it ended
+    /// (`None` when the tenure ended first and CMD was stopped) and whether CMD is
+    /// proven gone.
     async fn one_run(
         &mut self,
         token: FencingToken,
         deadline: tokio::time::Instant,
-    ) -> Option<Ended> {
+    ) -> (Option<Ended>, bool) {
         let (mut guard, channel) = match self.spawn_guard(token) {
             Ok(g) => g,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the command's guard");
-                return Some(Ended::ByItself(127));
+                return (Some(Ended::ByItself(127)), true);
             }
         };
         let _ = self.stopped.send_replace(false);
         let (out, mut pipe) = channel.into_split();
-        let verdict = tokio::io::BufReader::new(out).lines();
         let _ = pipe
             .write_all(format!("D {}\n", to_monotonic_ns(deadline)).as_bytes())
             .await;
-        tracing::info!(token, "started the command");
-        let (said, stop_sent) = self.converse(token, deadline, verdict, pipe).await;
+        let (tx, events) = mpsc::channel(8);
+        tokio::spawn(listen(out, tx));
+        let talk = self
+            .converse(token, deadline, events, pipe, &mut guard)
+            .await;
         let _ = guard.wait().await;
-        tracing::info!(token, guard = %said, "the command is gone");
-        if stop_sent {
-            return None;
+        let gone = talk.said.is_some() || talk.run.proves_the_end().await;
+        if gone {
+            tracing::info!(
+                token,
+                guard = talk.said.as_deref().unwrap_or("killed"),
+                "the command is gone"
+            );
         }
-        match said.split_once(' ') {
-            Some(("exited", code)) => Some(Ended::ByItself(code.trim().parse().unwrap_or(1))),
-            _ if said == "deadline" => Some(Ended::Deadline),
-            _ => None,
-        }
+        let ended = match talk.said.as_deref() {
+            Some(_) if talk.stop_sent => None,
+            Some("deadline") => Some(Ended::Deadline),
+            Some(said) => said
+                .strip_prefix("exited ")
+                .map(|code| Ended::ByItself(code.trim().parse().unwrap_or(1))),
+            None if talk.stop_sent && gone => None,
+            None => Some(Ended::GuardLost { proven: gone }),
+        };
+        (ended, gone)
     }
 
-    /// Starts the guard (this binary again) with CMD for the tenure with `token`.
+    /// Starts the guard (this binary again) with CMD for the tenure with `token`, in
+    /// a process group of its own (CMD's too): a stop of the sidecar's job leaves
+    /// the guard awake to end CMD by the deadline.
     fn spawn_guard(
         &self,
         token: FencingToken,
@@ -234,6 +264,7 @@ impl Supervisor {
             .env("LEASEKEEPER_FENCING_TOKEN", token.to_string())
             .env("LEASEKEEPER_ELECTION", election)
             .env("LEASEKEEPER_IDENTITY", identity)
+            .process_group(0)
             .kill_on_drop(false);
         // The guard's stdin is one end of a socket pair: deadlines go in, its verdict
         // comes back, and CMD keeps the sidecar's stdout and stderr.
@@ -250,27 +281,39 @@ impl Supervisor {
     }
 
     /// Tells the guard every new deadline of the tenure, and to stop when it ends,
-    /// until the guard is gone. Returns its last line and whether a stop was sent.
+    /// until the guard is gone. A guard still there when it should have killed CMD
+    /// (the last deadline less the kill budget) is killed: in a namespace, its init
+    /// and CMD go with it, and the pidfd proves it.
     async fn converse(
         &mut self,
         token: FencingToken,
         mut last: tokio::time::Instant,
-        mut verdict: tokio::io::Lines<tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>>,
-        mut pipe: tokio::net::unix::OwnedWriteHalf,
-    ) -> (String, bool) {
-        let mut stop_sent = false;
+        mut events: mpsc::Receiver<FromGuard>,
+        mut pipe: OwnedWriteHalf,
+        guard: &mut tokio::process::Child,
+    ) -> Talk {
+        let mut talk = Talk {
+            said: None,
+            stop_sent: false,
+            run: Run::Unknown,
+        };
         let mut status_open = true;
-        let mut said = None;
+        let mut guard_killed = false;
         loop {
+            let overdue = last.checked_sub(self.budget).unwrap_or(last);
             tokio::select! {
-                line = verdict.next_line() => {
-                    match line {
-                        Ok(Some(line)) => {
-                            said = Some(line);
-                            continue;
-                        }
-                        // The guard is gone (its stdout closed): CMD's group is gone.
-                        _ => break,
+                // What the guard said first: a verdict may already be waiting.
+                biased;
+                event = events.recv() => match event {
+                    Some(event) => talk.take(event),
+                    // The guard is gone (its socket closed).
+                    None => return talk,
+                },
+                () = tokio::time::sleep_until(overdue), if talk.run.provable() && !guard_killed => {
+                    guard_killed = true;
+                    if matches!(guard.try_wait(), Ok(None)) {
+                        tracing::warn!(token, "the command's guard is still there at the claim's deadline; killing it");
+                        let _ = guard.start_kill();
                     }
                 }
                 changed = self.status.changed(), if status_open => {
@@ -279,7 +322,7 @@ impl Supervisor {
                     }
                     match self.leading() {
                         Some((t, d)) if t == token && status_open => {
-                            if d != last && !stop_sent {
+                            if d != last && !talk.stop_sent {
                                 last = d;
                                 let _ = pipe
                                     .write_all(format!("D {}\n", to_monotonic_ns(d)).as_bytes())
@@ -287,8 +330,8 @@ impl Supervisor {
                             }
                         }
                         _ => {
-                            if !stop_sent {
-                                stop_sent = true;
+                            if !talk.stop_sent {
+                                talk.stop_sent = true;
                                 tracing::info!(token, "stopping the command: the tenure ended");
                                 let _ = pipe.write_all(b"T\n").await;
                             }
@@ -297,258 +340,153 @@ impl Supervisor {
                 }
             }
         }
-        (said.unwrap_or_default(), stop_sent)
     }
 }
 
-/// The guard's arguments: `<grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
-struct GuardArgs {
-    grace: Duration,
-    budget: Duration,
-    warn: Duration,
-    cmd: Vec<OsString>,
-}
-
-impl GuardArgs {
-    fn parse(args: Vec<OsString>) -> Result<GuardArgs, String> {
-        let ms = |i: usize| {
-            args.get(i)
-                .and_then(|a| a.to_str())
-                .and_then(|a| a.parse::<u64>().ok())
-                .map(Duration::from_millis)
-        };
-        let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
-            return Err(format!("{GUARD_ARG} is internal to `leasekeeper run`"));
-        };
-        let cmd = args.get(4..).unwrap_or_default().to_vec();
-        if cmd.is_empty() {
-            return Err(format!("{GUARD_ARG}: no command"));
-        }
-        Ok(GuardArgs {
-            grace,
-            budget,
-            warn,
-            cmd,
-        })
-    }
-}
-
-/// The guard's main: `__exec-guard <grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
-/// Prints one line when CMD's group is gone: `exited <code>`, `stopped` or `deadline`.
-pub fn guard_main(args: Vec<OsString>) -> ExitCode {
-    let args = match GuardArgs::parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+/// Says at start, in one line, which containment this host gives CMD.
+async fn announce_containment() {
+    let probe = match std::env::current_exe() {
+        Ok(exe) => tokio::process::Command::new(exe)
+            .args([GUARD_ARG, "--probe"])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .await
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+        Err(e) => Err(e),
     };
-    // SAFETY: fd 0 is the socket the sidecar gave us as stdin, owned from here on.
-    let channel = unsafe { std::os::unix::net::UnixStream::from_raw_fd(0) };
-    let mut verdicts = match channel.try_clone() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {GUARD_ARG}: stdin is not the sidecar's socket: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut say = move |line: &str| {
-        let _ = writeln!(verdicts, "{line}");
-        let _ = verdicts.flush();
-    };
-    become_guard();
-    let child = match spawn_cmd(&args.cmd) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot run {}: {e}", args.cmd[0].to_string_lossy());
-            say("exited 127");
-            return ExitCode::from(127);
-        }
-    };
-    let orders = read_orders(channel);
-    say(&Guard::new(child, &args).supervise(&orders));
-    ExitCode::SUCCESS
-}
-
-/// The sidecar's own signals (a Ctrl-C to the terminal's process group, say) are its
-/// business: the guard stops CMD when the sidecar says so or is gone. Orphans of CMD
-/// are reparented to the guard, which reaps them (a container's PID 1 may not).
-fn become_guard() {
-    // SAFETY: plain libc calls on this process, before any thread is started.
-    unsafe {
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
-    }
-}
-
-/// CMD in a process group of its own, killed if the guard dies.
-fn spawn_cmd(cmd: &[OsString]) -> std::io::Result<std::process::Child> {
-    let mut command = std::process::Command::new(&cmd[0]);
-    command
-        .args(&cmd[1..])
-        .stdin(std::process::Stdio::null())
-        .process_group(0);
-    // SAFETY: signal and prctl are async-signal-safe and touch only the child process.
-    unsafe {
-        command.pre_exec(|| {
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    command.spawn()
-}
-
-/// The sidecar's lines, read on a thread of their own; `None` once it is gone.
-fn read_orders(
-    channel: std::os::unix::net::UnixStream,
-) -> std::sync::mpsc::Receiver<Option<String>> {
-    let (tx, rx) = std::sync::mpsc::channel::<Option<String>>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(channel).lines() {
-            match line {
-                Ok(l) => {
-                    if tx.send(Some(l)).is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        let _ = tx.send(None);
-    });
-    rx
-}
-
-/// The guard's watch over CMD: the deadline it was told last and, once stopping,
-/// when SIGKILL is due.
-struct Guard {
-    child: std::process::Child,
-    group: libc::pid_t,
-    grace: u64,
-    budget: u64,
-    warn: u64,
-    deadline: Option<u64>,
-    kill_at: Option<u64>,
-    killed: bool,
-    why: &'static str,
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl Guard {
-    fn new(child: std::process::Child, args: &GuardArgs) -> Guard {
-        Guard {
-            group: child.id() as libc::pid_t,
-            child,
-            grace: ns(args.grace),
-            budget: ns(args.budget),
-            warn: ns(args.warn),
-            deadline: None,
-            kill_at: None,
-            killed: false,
-            why: "stopped",
-        }
-    }
-
-    fn signal_group(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on our own child's process group; errors (ESRCH) are fine.
-        unsafe { libc::kill(-self.group, sig) };
-    }
-
-    /// Until CMD's whole group is gone; returns the verdict line.
-    fn supervise(&mut self, orders: &std::sync::mpsc::Receiver<Option<String>>) -> String {
-        loop {
-            if let Some(verdict) = self.gone() {
-                return verdict;
-            }
-            let now = monotonic_now_ns();
-            let hard = self.deadline.map(|d| d.saturating_sub(self.budget));
-            if let Some(hard) = hard {
-                if self.kill_at.is_none() && now + self.warn >= hard {
-                    // The claim comes near its deadline unextended.
-                    self.why = "deadline";
-                    self.signal_group(libc::SIGTERM);
-                    self.kill_at = Some(hard);
-                }
-            }
-            if let Some(at) = self.kill_at {
-                if now >= at && !self.killed {
-                    self.signal_group(libc::SIGKILL);
-                    self.killed = true;
-                }
-            }
-            if self.next_order(orders) && self.kill_at.is_none() {
-                self.signal_group(libc::SIGTERM);
-                let by_grace = monotonic_now_ns().saturating_add(self.grace);
-                self.kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
-            }
-        }
-    }
-
-    /// The verdict once CMD has exited (and then its whole group is killed).
-    fn gone(&mut self) -> Option<String> {
-        let status = match self.child.try_wait() {
-            Ok(None) => return None,
-            Ok(Some(status)) => Some(status),
-            Err(_) => None,
-        };
-        // CMD is gone; nothing of its group may outlive it.
-        self.signal_group(libc::SIGKILL);
-        wait_group_gone(self.group);
-        match status {
-            Some(status) if self.kill_at.is_none() => {
-                let code = status
-                    .code()
-                    .or_else(|| status.signal().map(|s| 128 + s))
-                    .unwrap_or(1);
-                Some(format!("exited {code}"))
-            }
-            _ => Some(self.why.to_owned()),
-        }
-    }
-
-    /// Takes the sidecar's next line (waiting 2 ms at most); true when it says stop
-    /// (or is gone). A new deadline counts only before stopping.
-    fn next_order(&mut self, orders: &std::sync::mpsc::Receiver<Option<String>>) -> bool {
-        match orders.recv_timeout(Duration::from_millis(2)) {
-            Ok(Some(line)) => {
-                if let Some(d) = line.strip_prefix("D ").and_then(|d| d.trim().parse().ok()) {
-                    if self.kill_at.is_none() {
-                        self.deadline = Some(d);
-                    }
-                    false
-                } else {
-                    line.trim() == "T"
-                }
-            }
-            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => true,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
-        }
-    }
-}
-
-/// Waits until no process of the group is left (kill(-group, 0) fails), reaping the
-/// orphans reparented to this subreaper on the way.
-fn wait_group_gone(group: libc::pid_t) {
-    loop {
-        // SAFETY: waitpid with WNOHANG on our own children; kill with signal 0 only
-        // checks for existence (a zombie counts until reaped).
-        unsafe {
-            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
-            if libc::kill(-group, 0) != 0 {
+    match probe.as_deref() {
+        Ok("pid-namespace") => tracing::info!(
+            "exec mode: the command runs in a PID namespace of its own; when its guard ends, every process of it ends"
+        ),
+        Ok("user-namespace") => tracing::info!(
+            "exec mode: the command runs in a user and PID namespace of its own; when its guard ends, every process of it ends"
+        ),
+        other => {
+            let why = match other {
+                Ok(line) => line.strip_prefix("none: ").unwrap_or(line).to_owned(),
+                Err(e) => format!("cannot probe: {e}"),
+            };
+            if crate::init::under_own_init() {
+                // The container's PID namespace is ours: it ends when this sidecar does.
+                tracing::info!(
+                    "exec mode: no PID namespace of its own for the command ({why}), but this sidecar is its container's PID 1: when the sidecar ends, every process of the container ends"
+                );
                 return;
             }
-            libc::kill(-group, libc::SIGKILL);
+            tracing::warn!(
+                "exec mode: no PID namespace for the command ({why}): processes it starts can outlive the claim if its guard is killed (kill -9, an OOM kill); see docs/operations.md"
+            );
         }
-        std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// What came back from the guard by the time it was gone.
+struct Talk {
+    /// Its verdict line (`exited <code>`, `stopped`, `deadline`), if it wrote one.
+    said: Option<String>,
+    stop_sent: bool,
+    run: Run,
+}
+
+impl Talk {
+    fn take(&mut self, event: FromGuard) {
+        match event {
+            FromGuard::Started(pidfd) => self.run = Run::Started(pidfd),
+            FromGuard::NotStarted => self.run = Run::NotStarted,
+            FromGuard::Line(line) => {
+                let line = line.trim();
+                if line.starts_with("exited ") || line == "stopped" || line == "deadline" {
+                    self.said = Some(line.to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// What the guard said about how CMD runs.
+enum Run {
+    /// Nothing yet: CMD has not started (the guard tells before it starts CMD).
+    Unknown,
+    NotStarted,
+    /// Started, with a pidfd of its namespace's init where one proves its end.
+    Started(Option<OwnedFd>),
+}
+
+impl Run {
+    /// Whether the end of CMD can be proven (a pidfd, or nothing started).
+    fn provable(&self) -> bool {
+        !matches!(self, Run::Started(None))
+    }
+
+    /// Once the guard is gone without a verdict: whether CMD is proven gone. The
+    /// init of CMD's namespace has the guard's death as its own, and the kernel
+    /// ends the whole namespace before the init's pidfd turns readable.
+    async fn proves_the_end(self) -> bool {
+        match self {
+            Run::Unknown | Run::NotStarted => true,
+            Run::Started(None) => false,
+            // SAFETY: the AsyncFd owns the pidfd from here until it drops.
+            Run::Started(Some(pidfd)) => match unsafe { tokio::io::unix::AsyncFd::register(pidfd) }
+            {
+                Ok(fd) => fd.readable().await.is_ok(),
+                Err(_) => false,
+            },
+        }
+    }
+}
+
+/// One thing the guard said, in order.
+enum FromGuard {
+    Started(Option<OwnedFd>),
+    NotStarted,
+    Line(String),
+}
+
+/// Reads the guard's socket: its record, then its lines; the channel closes when
+/// the guard's end of the socket does.
+async fn listen(out: OwnedReadHalf, events: mpsc::Sender<FromGuard>) {
+    let first = match first_record(&out).await {
+        Ok(Some(record)) => record,
+        _ => return,
+    };
+    if events.send(first).await.is_err() {
+        return;
+    }
+    let mut lines = tokio::io::BufReader::new(out).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if events.send(FromGuard::Line(line)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The guard's two-byte record with the descriptor attached to it; `None` at the
+/// end of the stream.
+async fn first_record(out: &OwnedReadHalf) -> std::io::Result<Option<FromGuard>> {
+    let mut got = Vec::with_capacity(2);
+    let mut pidfd = None;
+    while got.len() < 2 {
+        out.readable().await?;
+        let mut buf = [0u8; 2];
+        let want = 2 - got.len();
+        let sock: &tokio::net::UnixStream = out.as_ref();
+        match sock.try_io(tokio::io::Interest::READABLE, || {
+            contain::recv_record(sock.as_raw_fd(), &mut buf[..want])
+        }) {
+            Ok((0, _)) => return Ok(None),
+            Ok((n, fd)) => {
+                got.extend_from_slice(&buf[..n]);
+                pidfd = pidfd.or(fd);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(match got.as_slice() {
+        b"P\n" => FromGuard::Started(pidfd),
+        b"X\n" => FromGuard::NotStarted,
+        // `N` and anything unknown: started, without proof of its end.
+        _ => FromGuard::Started(None),
+    }))
 }

@@ -4,7 +4,8 @@
 //!
 //! A hook never holds up the elector: each kind has one runner that takes the newest
 //! change when it is free (changes that came while it was busy collapse into the
-//! newest), a command that runs past `--hook-timeout` is killed, and a POST is retried
+//! newest), a command that runs past `--hook-timeout` is killed with every process of
+//! its process group (each hook runs in a group of its own), and a POST is retried
 //! a few times with backoff, given up for a newer change.
 
 use std::time::Duration;
@@ -178,6 +179,9 @@ async fn run_commands(cmd: String, limit: Duration, mut changes: watch::Receiver
             .env("LEASEKEEPER_ELECTION", &change.election)
             .env("LEASEKEEPER_IDENTITY", &change.identity)
             .stdin(std::process::Stdio::piped())
+            // A group of its own, so a hook that runs too long is killed with every
+            // process it started (a `sh -c 'worker & wait'` leaves `worker` else).
+            .process_group(0)
             .kill_on_drop(true)
             .spawn();
         let mut child = match spawned {
@@ -208,9 +212,19 @@ async fn run_commands(cmd: String, limit: Duration, mut changes: watch::Receiver
                     timeout = %humantime::format_duration(limit),
                     "--on-change hook ran too long; killed"
                 );
+                kill_group(&child);
                 let _ = child.kill().await;
             }
         }
+    }
+}
+
+/// SIGKILL to the hook's process group (its id is the hook's pid).
+fn kill_group(child: &tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: kill(2) on the process group of a child we started and not yet
+        // reaped, so the group id cannot have been reused.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
 }
 

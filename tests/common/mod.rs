@@ -14,6 +14,7 @@ pub mod http;
 pub mod mariadb_server;
 pub mod netns;
 pub mod pg_server;
+pub mod procs;
 pub mod prometheus;
 pub mod recorder;
 pub mod redis_server;
@@ -241,7 +242,8 @@ impl Sidecar {
         Sidecar::start_on(name, dir, args, env, None, port)
     }
 
-    /// `leasekeeper run ARGS… -- CMD…` (exec mode); CMD's stdout goes to `<name>.stdout`.
+    /// `leasekeeper run ARGS… -- CMD…` (exec mode), in a process group of its own;
+    /// CMD's stdout goes to `<name>.stdout`.
     pub fn spawn_run(name: &str, dir: &Path, args: &[String], cmd: &[String]) -> Sidecar {
         Sidecar::start(name, dir, args, &[], Some(cmd))
     }
@@ -286,6 +288,9 @@ impl Sidecar {
         ]);
         if let Some(cmd) = cmd {
             command.arg("--").args(cmd);
+            // A process group of its own, as a job of a shell: a group stop
+            // (`kill -STOP -PGID`) of it must not stop the test.
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
         }
         let child = command
             .env("RUST_LOG", "info")
@@ -382,6 +387,13 @@ impl Sidecar {
 
 impl Drop for Sidecar {
     fn drop(&mut self) {
+        // Its children first (an exec guard, a hook), while they are still its own:
+        // a stopped guard would not notice the sidecar is gone.
+        if self.child.is_some() {
+            for p in procs::descendants(self.pid) {
+                send_signal(p.pid, libc::SIGKILL);
+            }
+        }
         self.kill();
     }
 }

@@ -15,7 +15,7 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 # Bottom up; a module may import from its own floor or below.
 FLOORS = [
-    ("leaves", ["settings", "timing", "clock", "status", "backoff", "sabotage", "kube_api"]),
+    ("leaves", ["settings", "timing", "clock", "status", "backoff", "sabotage", "kube_api", "init"]),
     ("backends", ["backend"]),
     ("elector", ["elector"]),
     ("publishers", ["publish"]),

@@ -1,0 +1,176 @@
+//! A minimal init: a process that starts one main child, reaps every process that
+//! ends below it (its own children and the orphans the kernel hands it), forwards
+//! the usual termination signals, and ends with the main child's exit code.
+//!
+//! Two users: exec mode's command runs under one as PID 1 of its own PID namespace
+//! (`publish::exec`), and the sidecar becomes one when it is itself PID 1, as the
+//! entry point of a container without `tini` ([`reap_as_pid_1`]). Signals are taken
+//! synchronously (blocked, then `sigwaitinfo`), so nothing here runs in a handler.
+
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+/// The signals an init passes on (SIGCHLD is its own business).
+pub const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Who gets a forwarded signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// The main child only (the sidecar under its PID 1).
+    MainChild,
+    /// Every other process of the PID namespace (`kill(-1, sig)`): CMD and whatever
+    /// it started, as a process group's signal reached them before.
+    Everyone,
+}
+
+/// The forwarded signals and SIGCHLD, blocked in this thread. A child inherits the
+/// mask, also across exec: signals sent to it before it takes them stay pending
+/// instead of being lost (a namespace's init drops a signal it has no handler for).
+/// Start a child that must not inherit it with [`Blocked::unblock_in`].
+pub struct Blocked {
+    set: libc::sigset_t,
+}
+
+impl Blocked {
+    /// Blocks them; SIGCHLD is set to its default first, so that ended children stay
+    /// to be reaped (an inherited SIG_IGN would reap them unseen).
+    pub fn block() -> Blocked {
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only
+        // change this thread's signal mask and SIGCHLD's disposition.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
+                libc::sigaddset(&mut set, *sig);
+            }
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Blocked { set }
+        }
+    }
+
+    /// Makes a child started by `command` begin with no signal blocked.
+    pub fn unblock_in(&self, command: &mut std::process::Command) {
+        // SAFETY: sigemptyset and pthread_sigmask are async-signal-safe and touch
+        // only the child.
+        unsafe {
+            command.pre_exec(|| {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+    }
+
+    /// Unblocks them again in this thread.
+    pub fn unblock(&self) {
+        // SAFETY: `set` was filled by sigemptyset and sigaddset.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &self.set, std::ptr::null_mut()) };
+    }
+}
+
+/// The exit code of a wait status: the code, or 128 + the signal that ended it.
+pub fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// Reaps every ended child; the exit code of `main` if it was among them.
+fn reap(main: libc::pid_t) -> Option<i32> {
+    let mut code = None;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own children, without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return code;
+        }
+        if pid == main {
+            code = Some(exit_code(status));
+        }
+    }
+}
+
+/// Serves as init for `main` (started after [`Blocked::block`]) until it ends:
+/// reaps, forwards, and returns `main`'s exit code.
+pub fn serve(main: libc::pid_t, forward: Forward, blocked: &Blocked) -> i32 {
+    loop {
+        // SAFETY: waits for one of the signals blocked in `blocked.set`.
+        let sig = unsafe { libc::sigwaitinfo(&blocked.set, std::ptr::null_mut()) };
+        if sig == libc::SIGCHLD {
+            if let Some(code) = reap(main) {
+                return code;
+            }
+        } else if sig > 0 {
+            let target = match forward {
+                Forward::MainChild => main,
+                Forward::Everyone => -1,
+            };
+            // SAFETY: kill(2); errors (nothing left to signal) are fine.
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+}
+
+/// Set in the child of [`reap_as_pid_1`]: its parent is the PID namespace's init.
+static UNDER_OWN_INIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process runs under the init of [`reap_as_pid_1`]: then, when this
+/// process ends, that init ends, and with it every process of the PID namespace.
+pub fn under_own_init() -> bool {
+    UNDER_OWN_INIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// When this process is PID 1 (a container's entry point): fork, serve as init for
+/// the child, and return the exit code to end with; the child (and every other
+/// process) gets `None` and goes on as the sidecar. Call before any thread starts.
+pub fn reap_as_pid_1() -> Option<ExitCode> {
+    if std::process::id() != 1 {
+        return None;
+    }
+    let blocked = Blocked::block();
+    // SAFETY: fork in a process that has no other thread yet (nothing started one).
+    let pid = unsafe { libc::fork() };
+    if pid <= 0 {
+        // The child (or no fork at all: run without an init rather than not at all).
+        blocked.unblock();
+        if pid == 0 {
+            UNDER_OWN_INIT.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if pid < 0 {
+            eprintln!(
+                "warning: running as PID 1 without reaping orphans: fork failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        return None;
+    }
+    let code = serve(pid, Forward::MainChild, &blocked);
+    Some(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_of_wait_statuses() {
+        // Exited 7: the code in the second byte; killed by 9: the signal, low bits.
+        assert_eq!(exit_code(7 << 8), 7);
+        assert_eq!(exit_code(9), 137);
+        assert_eq!(exit_code(0), 0);
+    }
+}

@@ -1,0 +1,375 @@
+//! The guard: `leasekeeper __exec-guard <grace ms> <budget ms> <warn ms> -- CMD ARGS…`,
+//! started by the supervisor for one run of CMD. Its stdin is a socket to the
+//! sidecar: claim deadlines (`D <CLOCK_MONOTONIC ns>`) and a stop (`T`) come in;
+//! one record (`P` with a pidfd of CMD's init, `N` without proof, `X` not started)
+//! and at the end one verdict line (`exited <code>`, `stopped`, `deadline`) go out.
+//!
+//! It starts CMD only once it holds a deadline, contained as [`super::contain`]
+//! allows, and then enforces the deadline by itself: a stop or an unextended claim
+//! gets CMD SIGTERM, then SIGKILL by the deadline less the kill budget; the
+//! sidecar's death (the socket closes) counts as a stop. The verdict is written only
+//! once nothing of CMD is left. The guard runs in a process group of its own with
+//! CMD, so a stop of the sidecar's job (Ctrl-Z, `kill -STOP -PGID`) leaves the guard
+//! awake to end CMD in time.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixStream;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::contain::{self, ContainError};
+use crate::clock::monotonic_now_ns;
+use crate::init::{exit_code, Blocked};
+
+/// The hidden first argument that makes the binary a guard.
+pub const GUARD_ARG: &str = "__exec-guard";
+
+/// The guard's arguments: `<grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
+struct GuardArgs {
+    grace: Duration,
+    budget: Duration,
+    warn: Duration,
+    cmd: Vec<OsString>,
+}
+
+impl GuardArgs {
+    fn parse(args: Vec<OsString>) -> Result<GuardArgs, String> {
+        let ms = |i: usize| {
+            args.get(i)
+                .and_then(|a| a.to_str())
+                .and_then(|a| a.parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
+            return Err(format!("{GUARD_ARG} is internal to `leasekeeper run`"));
+        };
+        let cmd = args.get(4..).unwrap_or_default().to_vec();
+        if cmd.is_empty() {
+            return Err(format!("{GUARD_ARG}: no command"));
+        }
+        Ok(GuardArgs {
+            grace,
+            budget,
+            warn,
+            cmd,
+        })
+    }
+}
+
+/// The guard's main (see the module's text); `--probe` only tells what containment
+/// this host allows ([`contain::probe_main`]).
+pub fn guard_main(args: Vec<OsString>) -> ExitCode {
+    if args.first().is_some_and(|a| a == "--probe") {
+        return contain::probe_main();
+    }
+    let args = match GuardArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: fd 0 is the socket the sidecar gave us as stdin, owned from here on.
+    let channel = unsafe { UnixStream::from_raw_fd(0) };
+    let mut verdicts = match channel.try_clone() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {GUARD_ARG}: stdin is not the sidecar's socket: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sock = verdicts.as_raw_fd();
+    let mut say = move |line: &str| {
+        let _ = writeln!(verdicts, "{line}");
+        let _ = verdicts.flush();
+    };
+    let blocked = become_guard();
+    let mut orders = Orders {
+        sock: channel,
+        buf: Vec::new(),
+        gone: false,
+    };
+    let budget = ns(args.budget);
+    let deadline = match orders.first_deadline() {
+        // CMD never starts before the guard holds a deadline, nor too near one.
+        Some(d) if monotonic_now_ns() + ns(args.warn) < d.saturating_sub(budget) => d,
+        other => {
+            let _ = contain::send_record(sock, b"X\n", None);
+            say(if other.is_some() {
+                "deadline"
+            } else {
+                "stopped"
+            });
+            return ExitCode::SUCCESS;
+        }
+    };
+    let first = match start_cmd(&args.cmd, sock, &blocked) {
+        Ok(first) => first,
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", args.cmd[0].to_string_lossy());
+            let _ = contain::send_record(sock, b"X\n", None);
+            say("exited 127");
+            return ExitCode::from(127);
+        }
+    };
+    say(&Guard::new(first, &args, deadline).supervise(&mut orders));
+    ExitCode::SUCCESS
+}
+
+/// The sidecar's own signals (a Ctrl-C to the terminal's process group, say) are its
+/// business: the guard stops CMD when the sidecar says so or is gone. Orphans of CMD
+/// that are not in a namespace of their own are reparented to the guard, which
+/// reaps them as they come.
+///
+/// The signals an init passes on are also blocked: CMD's init inherits that mask,
+/// so a SIGTERM the guard sends it before it is ready waits instead of being lost.
+fn become_guard() -> Blocked {
+    // SAFETY: plain libc calls on this process, before any thread is started.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
+    Blocked::block()
+}
+
+/// What the sidecar says: a new deadline, or stop (its going away says stop too).
+enum Order {
+    Deadline(u64),
+    Stop,
+}
+
+/// The sidecar's lines, read without a thread of their own: once the guard made a
+/// PID namespace for its children, it can start no thread.
+struct Orders {
+    sock: UnixStream,
+    buf: Vec<u8>,
+    gone: bool,
+}
+
+impl Orders {
+    /// The next order within `wait` (for ever without one); `None` if none came.
+    fn next(&mut self, wait: Option<Duration>) -> Option<Order> {
+        loop {
+            if let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line);
+                if let Some(d) = line.strip_prefix("D ").and_then(|d| d.trim().parse().ok()) {
+                    return Some(Order::Deadline(d));
+                }
+                if line.trim() == "T" {
+                    return Some(Order::Stop);
+                }
+                continue;
+            }
+            if self.gone {
+                // Nothing more will come; do not spin.
+                std::thread::sleep(wait.unwrap_or_default().min(Duration::from_millis(2)));
+                return Some(Order::Stop);
+            }
+            let timeout = wait.map_or(-1, |w| i32::try_from(w.as_millis()).unwrap_or(i32::MAX));
+            let mut fds = libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll(2) on one valid pollfd.
+            if unsafe { libc::poll(&mut fds, 1, timeout) } <= 0 {
+                return None;
+            }
+            let mut chunk = [0u8; 512];
+            match self.sock.read(&mut chunk) {
+                Ok(0) => self.gone = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => self.gone = true,
+            }
+        }
+    }
+
+    /// The first deadline; `None` if the sidecar says stop or is gone first.
+    fn first_deadline(&mut self) -> Option<u64> {
+        match self.next(None)? {
+            Order::Deadline(d) => Some(d),
+            Order::Stop => None,
+        }
+    }
+}
+
+/// CMD's first process: the init of its namespace, or CMD itself.
+struct First {
+    pid: libc::pid_t,
+    contained: bool,
+}
+
+/// Starts CMD as contained as this host allows, and tells the sidecar how (the
+/// record goes out before CMD can run: the init waits for its go).
+fn start_cmd(cmd: &[OsString], sock: libc::c_int, blocked: &Blocked) -> std::io::Result<First> {
+    match contain::enter_pid_namespace() {
+        Ok(_) => {
+            let (pid, go) = contain::spawn_init(cmd)?;
+            // Without a pidfd (a kernel before 5.3) the sidecar cannot prove the end.
+            match contain::pidfd_open(pid) {
+                Ok(pidfd) => contain::send_record(sock, b"P\n", Some(pidfd.as_raw_fd()))?,
+                Err(_) => contain::send_record(sock, b"N\n", None)?,
+            }
+            contain::go(go)?;
+            Ok(First {
+                pid,
+                contained: true,
+            })
+        }
+        Err(ContainError::Unavailable(_)) => {
+            contain::send_record(sock, b"N\n", None)?;
+            Ok(First {
+                pid: contain::spawn_plain(cmd, blocked)?,
+                contained: false,
+            })
+        }
+        Err(e @ ContainError::Broken(_)) => Err(std::io::Error::other(e.to_string())),
+    }
+}
+
+/// The guard's watch over CMD: the deadline it was told last and, once stopping,
+/// when SIGKILL is due.
+struct Guard {
+    first: First,
+    /// The wait status of the first process, once it ended.
+    status: Option<libc::c_int>,
+    grace: u64,
+    budget: u64,
+    warn: u64,
+    deadline: Option<u64>,
+    kill_at: Option<u64>,
+    why: &'static str,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Guard {
+    fn new(first: First, args: &GuardArgs, deadline: u64) -> Guard {
+        Guard {
+            first,
+            status: None,
+            grace: ns(args.grace),
+            budget: ns(args.budget),
+            warn: ns(args.warn),
+            deadline: Some(deadline),
+            kill_at: None,
+            why: "stopped",
+        }
+    }
+
+    /// `sig` to all of CMD: in a namespace, to its init (which passes SIGTERM on to
+    /// every process in it; a SIGKILL of the init ends them all); without one, to
+    /// every process below the guard.
+    fn signal_all(&self, sig: libc::c_int) {
+        let targets = if self.first.contained {
+            vec![self.first.pid]
+        } else {
+            // SAFETY: getpid cannot fail.
+            contain::descendants(unsafe { libc::getpid() })
+        };
+        for pid in targets {
+            // SAFETY: kill(2) on processes below us; errors (ESRCH) are fine.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    /// Reaps whatever ended below the guard, noting the first process's status.
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid on our own children, without blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            if pid == self.first.pid {
+                self.status = Some(status);
+            }
+        }
+    }
+
+    /// Until nothing of CMD is left; returns the verdict line.
+    fn supervise(&mut self, orders: &mut Orders) -> String {
+        loop {
+            self.reap();
+            if let Some(status) = self.status {
+                return self.finish(status);
+            }
+            let now = monotonic_now_ns();
+            let hard = self.deadline.map(|d| d.saturating_sub(self.budget));
+            if let Some(hard) = hard {
+                if self.kill_at.is_none() && now + self.warn >= hard {
+                    // The claim comes near its deadline unextended.
+                    self.why = "deadline";
+                    self.signal_all(libc::SIGTERM);
+                    self.kill_at = Some(hard);
+                }
+            }
+            if self.kill_at.is_some_and(|at| now >= at) {
+                // Again on every round: a process forked meanwhile goes too.
+                self.signal_all(libc::SIGKILL);
+            }
+            if self.next_order(orders) && self.kill_at.is_none() {
+                self.signal_all(libc::SIGTERM);
+                let by_grace = monotonic_now_ns().saturating_add(self.grace);
+                self.kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
+            }
+        }
+    }
+
+    /// The verdict once the first process has ended: in a namespace nothing else is
+    /// left then; without one, the rest is killed first.
+    fn finish(&mut self, status: libc::c_int) -> String {
+        if !self.first.contained {
+            kill_every_descendant();
+        }
+        if self.kill_at.is_none() {
+            format!("exited {}", exit_code(status))
+        } else {
+            self.why.to_owned()
+        }
+    }
+
+    /// Takes the sidecar's next order (waiting 2 ms at most); true when it says stop
+    /// (or is gone). A new deadline counts only before stopping.
+    fn next_order(&mut self, orders: &mut Orders) -> bool {
+        match orders.next(Some(Duration::from_millis(2))) {
+            Some(Order::Deadline(d)) => {
+                if self.kill_at.is_none() {
+                    self.deadline = Some(d);
+                }
+                false
+            }
+            Some(Order::Stop) => true,
+            None => false,
+        }
+    }
+}
+
+/// SIGKILL to every process below the guard until none is left, reaping the
+/// orphans that come to this subreaper on the way.
+fn kill_every_descendant() {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    loop {
+        // SAFETY: waitpid with WNOHANG on our own children.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        let left = contain::descendants(me);
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
+            // SAFETY: kill(2) on a process below us; ESRCH is fine.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,539 @@
+//! Exec mode's containment (DESIGN §10): nothing that CMD started outlives the claim,
+//! whatever is killed or frozen — the sidecar, its guard, both at once, a group stop,
+//! an OOM kill — and nothing it leaves is left unreaped. CMD is a shell that starts
+//! a background worker (`sh -c 'sleep <marker> & wait'`); the worker is found in
+//! /proc by its marker, and every marker's processes are killed when a test ends,
+//! passed or failed.
+//!
+//! Against a real redis-server at ttl 2 s: a claim ends at most 2 s after its last
+//! renewal was sent, so a worker still there 2 s after its sidecar could no longer
+//! renew has outlived the claim.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::procs::{self, guard_of, Marker};
+use common::redis_server::RedisServer;
+use common::{eventually, free_port, leasekeeper_bin, send_signal, Sidecar, SidecarArgs};
+
+/// The ttl of every test here: no claim outlasts the last renewal by more.
+const CLAIM: Duration = Duration::from_secs(2);
+
+fn redis_args(redis: &RedisServer, election: &str) -> Vec<String> {
+    SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election(election)
+        .build()
+}
+
+/// `sh -c '<worker> & wait'`.
+fn background(worker: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), format!("{worker} & wait")]
+}
+
+fn start(name: &str, dir: &Path, args: &[String], worker: &str) -> Sidecar {
+    Sidecar::spawn_run(name, dir, args, &background(worker))
+}
+
+/// `s` leads and its worker runs.
+fn leads_with_worker(s: &Sidecar, worker: &Marker) {
+    s.settles_in("leader", Duration::from_secs(10));
+    if worker.wait_running(Duration::from_secs(10)).is_none() {
+        panic!(
+            "{} leads but its worker never started\n{}",
+            s.name,
+            s.stderr()
+        );
+    }
+}
+
+fn is_leader(s: &Sidecar) -> bool {
+    s.leader().is_some_and(|v| v["is_leader"] == true)
+}
+
+/// The next leader `b` starts its worker while `a`'s is gone.
+fn b_takes_over_alone(b: &Sidecar, b_worker: &Marker, a_worker: &Marker) {
+    leads_with_worker(b, b_worker);
+    assert!(
+        a_worker.procs().is_empty(),
+        "two workers at once: {:?} and {:?}",
+        a_worker.procs(),
+        b_worker.procs()
+    );
+}
+
+/// The worker is gone within the claim (2 s) of `t0`, when `what` happened; prints
+/// how long it took. `log`: the sidecar's log for the failure message.
+fn gone_within_the_claim(worker: &Marker, what: &str, t0: Instant, log: impl Fn() -> String) {
+    assert!(
+        worker.gone_within(CLAIM),
+        "the worker still runs {:?} after {what}, past the claim: {:?}\n{}",
+        t0.elapsed(),
+        worker.procs(),
+        log()
+    );
+    eprintln!("the worker was gone {:?} after {what}", t0.elapsed());
+}
+
+#[test]
+fn a_kill_9_of_the_sidecar_and_its_guard_at_once_leaves_no_worker_behind() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "both");
+    let mut a = start("a", dir.path(), &args, &a_worker.sleep());
+    leads_with_worker(&a, &a_worker);
+    let guard = guard_of(a.pid).expect("a's guard");
+    let t0 = Instant::now();
+    send_signal(guard, libc::SIGKILL);
+    a.kill();
+    gone_within_the_claim(
+        &a_worker,
+        "its sidecar and guard were killed",
+        t0,
+        String::new,
+    );
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b_takes_over_alone(&b, &b_worker, &a_worker);
+}
+
+#[test]
+fn a_kill_9_of_the_sidecar_alone_ends_workers_that_left_the_process_group() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "setsid");
+    let escaped = format!("setsid {}", a_worker.sleep());
+    let mut a = start("a", dir.path(), &args, &escaped);
+    leads_with_worker(&a, &a_worker);
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    let t0 = Instant::now();
+    a.kill();
+    gone_within_the_claim(&a_worker, "its sidecar was killed", t0, String::new);
+    b_takes_over_alone(&b, &b_worker, &a_worker);
+}
+
+/// After the guard of `a` died: its worker is gone within the claim, never two
+/// workers run at once, and soon a leader runs its worker again (`a` does not go on
+/// leading without one).
+fn after_the_guard_died(a: &Sidecar, a_worker: &Marker, b: &Sidecar, b_worker: &Marker) {
+    let t0 = Instant::now();
+    gone_within_the_claim(a_worker, "its guard was killed", t0, || a.stderr());
+    let working = eventually(Duration::from_secs(15), || {
+        let (a_runs, b_runs) = (!a_worker.procs().is_empty(), !b_worker.procs().is_empty());
+        assert!(!(a_runs && b_runs), "two workers at once");
+        if is_leader(a) && a_runs {
+            Some("a")
+        } else if is_leader(b) && b_runs {
+            Some("b")
+        } else {
+            None
+        }
+    });
+    assert!(
+        working.is_some(),
+        "no leader runs its worker 15 s after a's guard was killed: a {:?}, b {:?}\n{}",
+        a.leader(),
+        b.leader(),
+        a.stderr()
+    );
+    eprintln!(
+        "after the guard's death {} leads with its worker",
+        working.unwrap_or("?")
+    );
+}
+
+#[test]
+fn a_kill_9_of_the_guard_alone_ends_the_worker_and_the_leader_does_not_go_on_without_it() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "guard");
+    let a = start("a", dir.path(), &args, &a_worker.sleep());
+    leads_with_worker(&a, &a_worker);
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    send_signal(guard_of(a.pid).expect("a's guard"), libc::SIGKILL);
+    after_the_guard_died(&a, &a_worker, &b, &b_worker);
+}
+
+/// Sends `sig` to the process group `pgid` (a job, as a shell's `kill -SIG -PGID`).
+fn signal_group(pgid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process group this test started.
+    unsafe { libc::kill(-(pgid as i32), sig) };
+}
+
+/// SIGCONT to a group on drop, so a failing test leaves nothing stopped.
+struct Stopped(u32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGCONT);
+    }
+}
+
+#[test]
+fn a_group_stop_of_the_sidecar_does_not_leave_the_worker_running_past_the_claim() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "tstp");
+    let a = start("a", dir.path(), &args, &a_worker.sleep());
+    leads_with_worker(&a, &a_worker);
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    // Ctrl-Z: the whole job (the sidecar was started as a group of its own).
+    let stopped = Stopped(a.pid);
+    let t0 = Instant::now();
+    signal_group(a.pid, libc::SIGSTOP);
+    common::wait_all_threads_stopped(a.pid);
+    gone_within_the_claim(&a_worker, "a group stop of its sidecar", t0, String::new);
+    b_takes_over_alone(&b, &b_worker, &a_worker);
+    drop(stopped);
+    let woke = eventually(Duration::from_secs(5), || {
+        a.leader().filter(|v| v["is_leader"] == false)
+    });
+    assert!(woke.is_some(), "a woke still leading: {:?}", a.leader());
+    assert!(a_worker.procs().is_empty(), "a started its worker again");
+}
+
+/// The guard's own job stopped (it and CMD, never the sidecar): when the claim then
+/// runs out (the store stops answering), the frozen guard cannot end CMD, so the
+/// sidecar kills the guard before the claim's deadline, and CMD's namespace ends
+/// with it (SIGKILL reaches stopped processes). The sidecar lives on, so the kernel's
+/// SIGHUP to an orphaned stopped group cannot be what ends it.
+#[test]
+fn a_frozen_guard_is_killed_by_its_sidecar_before_the_claim_ends() {
+    let worker = Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "frozen-guard");
+    let a = start("a", dir.path(), &args, &worker.sleep());
+    leads_with_worker(&a, &worker);
+    let guard = guard_of(a.pid).expect("a's guard");
+    // The guard leads a process group of its own, CMD's too.
+    let _cont = Stopped(guard);
+    signal_group(guard, libc::SIGSTOP);
+    common::wait_all_threads_stopped(guard);
+    let t0 = Instant::now();
+    redis.pause();
+    gone_within_the_claim(
+        &worker,
+        "the store stopped answering while the guard was frozen",
+        t0,
+        || a.stderr(),
+    );
+    redis.resume();
+}
+
+#[test]
+fn orphans_of_the_command_are_reaped_while_it_runs() {
+    let worker = Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "zombies");
+    // Two orphans that exit after 200 ms, while the command itself goes on.
+    let cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("(sleep 0.2 &); (sleep 0.2 &); {}", worker.sleep()),
+    ];
+    let a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
+    leads_with_worker(&a, &worker);
+    std::thread::sleep(Duration::from_millis(600));
+    let reaped = eventually(Duration::from_secs(3), || {
+        procs::zombies_below(a.pid).is_empty().then_some(())
+    });
+    assert!(
+        reaped.is_some(),
+        "zombies below the sidecar while its command runs: {:?}",
+        procs::zombies_below(a.pid)
+    );
+    assert!(!worker.procs().is_empty(), "the command ended");
+}
+
+/// The guard run by hand (`leasekeeper __exec-guard <grace> <budget> <warn> -- CMD`),
+/// with the sidecar's end of its socket; killed on drop.
+struct HandGuard {
+    child: Child,
+    ours: UnixStream,
+}
+
+impl HandGuard {
+    fn spawn(cmd: &[String], uid: Option<u32>) -> HandGuard {
+        let (ours, theirs) = UnixStream::pair().expect("socket pair");
+        let mut command = Command::new(leasekeeper_bin());
+        command
+            .args(["__exec-guard", "1000", "20", "100", "--"])
+            .args(cmd)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::null());
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut command, uid);
+            std::os::unix::process::CommandExt::gid(&mut command, uid);
+        }
+        HandGuard {
+            child: command.spawn().expect("spawn the guard"),
+            ours,
+        }
+    }
+
+    /// Tells the guard its claim ends `within` from now.
+    fn deadline(&mut self, within: Duration) {
+        let at = monotonic_ns() + within.as_nanos() as u64;
+        writeln!(self.ours, "D {at}").expect("write to the guard");
+    }
+
+    /// The guard's lines up to and with its verdict (`exited …`, `stopped`, `deadline`).
+    fn verdict(&mut self) -> String {
+        let mut lines = BufReader::new(self.ours.try_clone().expect("clone"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                return String::new();
+            }
+            let l = line.trim_matches(|c: char| c.is_whitespace() || c.is_control());
+            if l.starts_with("exited") || l == "stopped" || l == "deadline" {
+                return l.to_owned();
+            }
+        }
+    }
+}
+
+impl Drop for HandGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec; CLOCK_MONOTONIC exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn the_command_does_not_start_before_its_guard_holds_a_deadline() {
+    let worker = Marker::new();
+    let mut guard = HandGuard::spawn(&background(&worker.sleep()), None);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        worker.procs().is_empty(),
+        "the command started before its guard was told any deadline: {:?}",
+        worker.procs()
+    );
+    guard.deadline(Duration::from_secs(30));
+    assert!(worker.wait_running(Duration::from_secs(5)).is_some());
+    writeln!(guard.ours, "T").expect("stop");
+    assert_eq!(guard.verdict(), "stopped");
+    assert!(
+        worker.procs().is_empty(),
+        "the verdict came before the worker was gone"
+    );
+}
+
+/// The guard as an unprivileged user (no capabilities; a user namespace is how it
+/// gets a PID namespace then): a kill -9 of the guard still ends the worker.
+#[test]
+fn an_unprivileged_guard_killed_with_9_takes_the_worker_with_it() {
+    let worker = Marker::new();
+    let mut guard = HandGuard::spawn(&background(&worker.sleep()), Some(65534));
+    guard.deadline(Duration::from_secs(30));
+    let running = worker.wait_running(Duration::from_secs(5));
+    assert!(running.is_some(), "the worker never started");
+    let t0 = Instant::now();
+    let _ = guard.child.kill();
+    let _ = guard.child.wait();
+    gone_within_the_claim(
+        &worker,
+        "its unprivileged guard was killed",
+        t0,
+        String::new,
+    );
+}
+
+/// A memory cgroup of the test's own (v1 here; v2 where that is the one with the
+/// memory controller), removed on drop with whatever is still in it.
+struct MemoryCgroup(PathBuf);
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> MemoryCgroup {
+        let own = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+        let (base, limit_file) = match own.lines().find_map(v1_memory_path) {
+            Some(path) => (
+                Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+                "memory.limit_in_bytes",
+            ),
+            None => (PathBuf::from("/sys/fs/cgroup"), "memory.max"),
+        };
+        let dir = base.join(format!("lk-oom-{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("no memory cgroup at {}: {e}", dir.display()));
+        let cg = MemoryCgroup(dir);
+        std::fs::write(cg.0.join(limit_file), limit.to_string()).expect("memory limit");
+        let swap = cg.0.join("memory.memsw.limit_in_bytes");
+        if swap.exists() {
+            let _ = std::fs::write(swap, limit.to_string());
+        }
+        cg
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("join the cgroup");
+    }
+
+    /// How many processes the kernel killed in it for want of memory.
+    fn oom_kills(&self) -> u64 {
+        ["memory.oom_control", "memory.events"]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(self.0.join(f)).ok())
+            .flat_map(|t| t.lines().map(str::to_owned).collect::<Vec<_>>())
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|n| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// The path of a v1 `N:memory:/path` line of /proc/self/cgroup.
+fn v1_memory_path(line: &str) -> Option<&str> {
+    let mut parts = line.splitn(3, ':');
+    let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+    controllers
+        .split(',')
+        .any(|c| c == "memory")
+        .then_some(path)
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse().ok()) {
+                send_signal(pid, libc::SIGKILL);
+            }
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn an_oom_kill_of_the_guard_ends_the_worker() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "oom");
+    let a = start("a", dir.path(), &args, &a_worker.sleep());
+    leads_with_worker(&a, &a_worker);
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    // The guard and a memory hog share a 64 MiB cgroup; the guard is the OOM
+    // killer's first choice.
+    let guard = guard_of(a.pid).expect("a's guard");
+    let cgroup = MemoryCgroup::new(64 << 20);
+    std::fs::write(format!("/proc/{guard}/oom_score_adj"), "1000").expect("oom_score_adj");
+    cgroup.add(guard);
+    let hog = format!(
+        "echo $$ > {}/cgroup.procs && exec python3 -c 'x = b\"x\" * (512 << 20)'",
+        cgroup.0.display()
+    );
+    let mut hog = Command::new("sh")
+        .args(["-c", &hog])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hog");
+    let _ = hog.wait();
+    assert!(cgroup.oom_kills() >= 1, "no OOM kill in the cgroup");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            (procs::all().iter().all(|p| p.pid != guard)).then_some(())
+        })
+        .is_some(),
+        "the guard survived the OOM"
+    );
+    after_the_guard_died(&a, &a_worker, &b, &b_worker);
+}
+
+/// A child killed and reaped on drop (`unshare --kill-child`: its namespace too).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where no PID namespace can be had (here: a user namespace without a mapping,
+/// where the sidecar has no capabilities), the sidecar says so in one warning line
+/// at start; a guard that vanishes then proves nothing, and the sidecar stops
+/// leading and exits 1 instead of leading on beside processes CMD may have left.
+#[test]
+fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sidecar() {
+    let worker = Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let log = dir.path().join("a.stderr");
+    let mut command = Command::new("unshare");
+    command
+        .arg("--user")
+        .arg(leasekeeper_bin())
+        .arg("run")
+        .args(redis_args(&redis, "plain"))
+        .args([
+            "--identity",
+            "a",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["--log-format", "json", "--"])
+        .args(background(&worker.sleep()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).expect("log")));
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut a = KillOnDrop(command.spawn().expect("unshare"));
+    let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+    let leads = eventually(Duration::from_secs(10), || {
+        let (_, body) = common::http::get(port, "/is-leader")?;
+        (body.trim() == "true").then_some(())
+    });
+    assert!(leads.is_some(), "never led\n{}", stderr());
+    assert!(worker.wait_running(Duration::from_secs(10)).is_some());
+    let warnings: Vec<String> = stderr()
+        .lines()
+        .filter(|l| l.contains("\"WARN\"") && l.contains("no PID namespace"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", stderr());
+    // `unshare --user` execs the sidecar: same pid.
+    send_signal(guard_of(a.0.id()).expect("the guard"), libc::SIGKILL);
+    let code = eventually(CLAIM + Duration::from_secs(5), || {
+        a.0.try_wait().ok().flatten()
+    });
+    assert_eq!(code.and_then(|c| c.code()), Some(1), "{}", stderr());
+    // The lease is left to expire: a release would let the next leader start while
+    // processes of this command may still run.
+    assert!(
+        stderr().contains("nothing proves the command's processes ended with it; stepping down and exiting without releasing"),
+        "{}",
+        stderr()
+    );
+}
