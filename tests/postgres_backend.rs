@@ -13,6 +13,7 @@ common::sql_suite::sql_backend_tests! {
     server: PgServer,
     recorder: Recorder::postgres,
     lease_row_lifecycle_and_tokens: postgres_lease_row_lifecycle_and_tokens,
+    tokens_never_go_backwards_after_a_deleted_row: postgres_tokens_never_go_backwards_after_a_deleted_row,
     passwords_come_from_a_file_only: postgres_passwords_come_from_a_file_only,
     user_without_create_right_gets_one_clear_line: postgres_user_without_create_right_gets_one_clear_line,
     election_survives_the_checker: postgres_election_survives_the_checker,

@@ -49,7 +49,12 @@ use crate::backoff::Backoff;
 struct Statements {
     exists: String,
     create: String,
+    create_counter: String,
+    seed: String,
+    reserve: String,
     take: String,
+    raise: String,
+    counted: String,
     read: String,
     insert: String,
     renew: String,
@@ -58,7 +63,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn for_table(t: &str) -> Statements {
+    fn for_tables(t: &str, c: &str) -> Statements {
         Statements {
             exists: "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables
                      WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
@@ -74,26 +79,51 @@ impl Statements {
                    expires_at  DATETIME(6) NOT NULL
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
-            // tenure, floor, tenure, identity, ttl µs, tenure, election, tenure.
+            create_counter: format!(
+                "CREATE TABLE IF NOT EXISTS {c} (
+                   election VARCHAR(253) NOT NULL PRIMARY KEY,
+                   token    BIGINT NOT NULL
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            // election, floor, election: the counter row, at least as high as the
+            // lease row's token and the floor.
+            seed: format!(
+                "INSERT INTO {c} (election, token)
+                 SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
+                 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
+            ),
+            // floor, election, tenure: the next token, counted before it is handed out,
+            // and only when the lease row is free for a new tenure of ours (one
+            // assignment: a multi-table UPDATE runs its assignments in no set order).
+            reserve: format!(
+                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
+                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
+                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)"
+            ),
+            // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
+            // reserved: ours again (a lost answer), or free and a token reserved.
             take: format!(
                 "UPDATE {t} SET
-                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token, ?) + 1)),
+                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
                    acquired_at = IF(tenure = ?, acquired_at, UTC_TIMESTAMP(6)),
                    holder = ?,
                    renewed_at = UTC_TIMESTAMP(6),
                    expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
                    tenure = ?
-                 WHERE election = ? AND (tenure = ? OR expires_at <= UTC_TIMESTAMP(6))"
+                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)))"
             ),
+            // token, election: the counter catches up with a row whose token was above it.
+            raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
+            counted: format!("SELECT token FROM {c} WHERE election = ?"),
             read: format!(
                 "SELECT holder, tenure, token,
                         CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)) AS SIGNED)
                  FROM {t} WHERE election = ?"
             ),
-            // election, holder, tenure, token, ttl µs.
+            // election, tenure, token, ttl µs: a row nobody holds.
             insert: format!(
                 "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
+                 VALUES (?, '', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
             ),
             // ttl µs, election, tenure.
             renew: format!(
@@ -126,6 +156,7 @@ pub type MysqlBackend = SqlBackend<Mysql>;
 /// MySQL's side of the lease row: its statements and its signal connection.
 pub struct Mysql {
     table: Table,
+    election: String,
     user: String,
     statements: Statements,
     table_ready: bool,
@@ -170,7 +201,11 @@ impl MysqlBackend {
             check_every: timing.renew_interval,
         }));
         let dialect = Mysql {
-            statements: Statements::for_table(&settings.table.quoted('`')),
+            statements: Statements::for_tables(
+                &settings.table.quoted('`'),
+                &settings.table.counter().quoted('`'),
+            ),
+            election: lease.election.to_owned(),
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
@@ -217,61 +252,170 @@ impl Mysql {
             .map_err(super::sql(op))
     }
 
-    /// The conditional take; the new token when it applied (0 when the server did
-    /// not pass it on), `None` when it did not.
-    async fn update_take(
+    /// The next token, counted before anyone holds it, when the row is free for a
+    /// new tenure of ours; `None` when it is not (held, ours already, missing) or the
+    /// counter's row is missing.
+    async fn reserve(
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
         let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.reserve)
+            .bind(t.floor_param())
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .execute(&mut *conn)
+            .await;
+        let done = session.end("campaign", done)?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        match i64::try_from(done.last_insert_id()) {
+            Ok(token) if token > 0 => Ok(Some(token)),
+            // A server that does not pass the value on: it is the session's still.
+            _ => {
+                let conn = session.begin("campaign").await?;
+                let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                    .fetch_one(&mut *conn)
+                    .await;
+                session.end("campaign", token).map(Some)
+            }
+        }
+    }
+
+    /// The conditional take (ours already, or free with a `reserved` token); the
+    /// tenure's token when it applied (0 when the server did not pass it on), `None`
+    /// when it did not.
+    async fn update_take(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+        reserved: i64,
+    ) -> Result<Option<i64>, BackendError> {
+        let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.take)
             .bind(&t.tenure)
-            .bind(t.floor_param())
+            .bind(reserved)
             .bind(&t.tenure)
             .bind(&t.identity)
             .bind(ttl_us(t))
             .bind(&t.tenure)
             .bind(&t.election)
             .bind(&t.tenure)
+            .bind(reserved)
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
         Ok((done.rows_affected() == 1).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0)))
     }
 
-    /// No row: inserts ours, or a quarantine row if tokens were seen before.
+    /// The counter's row, at least as high as the lease row's token and `floor`.
+    async fn seed(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        floor: i64,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.seed)
+            .bind(&self.election)
+            .bind(floor)
+            .bind(&self.election)
+            .execute(&mut *conn)
+            .await;
+        session.end("campaign", done).map(|_| ())
+    }
+
+    /// The counter up to `token`, a token handed out above it.
+    async fn raise(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        token: i64,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.raise)
+            .bind(token)
+            .bind(&self.election)
+            .execute(&mut *conn)
+            .await;
+        session.end("campaign", done).map(|_| ())
+    }
+
+    /// No row: inserts one that nobody holds. When tokens were handed out before (the
+    /// counter, seeded again if it went too, or the floor says so), it is a quarantine
+    /// row that expires a ttl later, so that a leader still claiming on the deleted row
+    /// runs out first; otherwise a free one.
     async fn insert_missing(
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let quarantine = t.floor > 0;
-        let (holder, tenure, token) = if quarantine {
-            (String::new(), QUARANTINE.to_owned(), t.floor_param())
+        self.seed(session, t.floor_param()).await?;
+        let conn = session.begin("campaign").await?;
+        let counted = sqlx::query_scalar::<_, i64>(&self.statements.counted)
+            .bind(&t.election)
+            .fetch_optional(&mut *conn)
+            .await;
+        let counted = session.end("campaign", counted)?.unwrap_or(0);
+        let quarantine = counted > 0;
+        let (tenure, ttl) = if quarantine {
+            (QUARANTINE, ttl_us(t))
         } else {
-            (t.identity.clone(), t.tenure.clone(), 1)
+            ("", 0)
         };
         let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.insert)
             .bind(&t.election)
-            .bind(&holder)
-            .bind(&tenure)
-            .bind(token)
-            .bind(ttl_us(t))
+            .bind(tenure)
+            .bind(counted)
+            .bind(ttl)
             .execute(&mut *conn)
             .await;
         let inserted = session.end("campaign", done)?.rows_affected() == 1;
-        if inserted && !quarantine {
-            return Ok(Some(ours(t, 1)));
-        }
         if quarantine && inserted {
             tracing::warn!(
-                floor = t.floor,
+                token = counted,
                 "the lease row was gone although tokens were handed out; fenced it for one ttl"
             );
         }
         self.read(session, "campaign", &t.election).await
+    }
+
+    /// Creates `table` with `create` if it is missing; a user who may not is bad input.
+    async fn ensure(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        table: &Table,
+        create: &str,
+    ) -> Result<(), TableError> {
+        let conn = session.begin("prepare").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
+            .bind(table.schema.as_deref())
+            .bind(&table.name)
+            .fetch_one(&mut *conn)
+            .await;
+        if session.end("prepare", found)? > 0 {
+            return Ok(());
+        }
+        let conn = session.begin("prepare").await?;
+        let created = sqlx::query(create).execute(&mut *conn).await;
+        match created {
+            Err(e) if is_denied(&e) => {
+                session.end("prepare", Ok(()))?;
+                Err(TableError::NotAllowed {
+                    table: table.display(),
+                    user: self.user.clone(),
+                    detail: e
+                        .as_database_error()
+                        .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                })
+            }
+            other => {
+                session.end("prepare", other)?;
+                tracing::info!(table = %table.display(), "created the table");
+                Ok(())
+            }
+        }
     }
 }
 
@@ -291,7 +435,7 @@ fn is_denied(e: &sqlx::Error) -> bool {
 
 /// The named lock of one election: short and fixed-length (MySQL allows 64
 /// characters), the same in every leasekeeper version.
-fn lock_name(database: &str, table: &str, election: &str) -> String {
+pub fn lock_name(database: &str, table: &str, election: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in format!("{database}/{table}/{election}").bytes() {
         h ^= u64::from(b);
@@ -430,34 +574,17 @@ impl SqlDialect for Mysql {
         if self.table_ready {
             return Ok(());
         }
-        let conn = session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(self.table.schema.as_deref())
-            .bind(&self.table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        if session.end("prepare", found)? == 0 {
-            let conn = session.begin("prepare").await?;
-            let created = sqlx::query(&self.statements.create)
-                .execute(&mut *conn)
-                .await;
-            match created {
-                Err(e) if is_denied(&e) => {
-                    session.end("prepare", Ok(()))?;
-                    return Err(TableError::NotAllowed {
-                        table: self.table.display(),
-                        user: self.user.clone(),
-                        detail: e
-                            .as_database_error()
-                            .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                    });
-                }
-                other => {
-                    session.end("prepare", other)?;
-                    tracing::info!(table = %self.table.display(), "created the lease table");
-                }
-            }
-        }
+        self.ensure(session, &self.table, &self.statements.create)
+            .await?;
+        self.ensure(
+            session,
+            &self.table.counter(),
+            &self.statements.create_counter,
+        )
+        .await?;
+        // The counter's row, at least as high as the lease row (a table from before
+        // the counter, a counter row deleted while the lease row stayed).
+        self.seed(session, 0).await?;
         self.table_ready = true;
         Ok(())
     }
@@ -467,16 +594,28 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        match self.update_take(session, t).await? {
-            Some(token) if token > 0 => return Ok(Some(ours(t, token))),
+        let reserved = self.reserve(session, t).await?;
+        match self.update_take(session, t, reserved.unwrap_or(0)).await? {
+            Some(token) if token > 0 => {
+                if reserved.is_some_and(|r| token > r) {
+                    // The row's token was above the counter (tampered with meanwhile).
+                    self.raise(session, token).await?;
+                }
+                return Ok(Some(ours(t, token)));
+            }
             // No token in the answer (a server that does not pass it on): look.
             Some(_) => return self.read(session, "campaign", &t.election).await,
             None => {}
         }
-        if let Some(row) = self.read(session, "campaign", &t.election).await? {
-            return Ok(Some(row));
+        let Some(row) = self.read(session, "campaign", &t.election).await? else {
+            return self.insert_missing(session, t).await;
+        };
+        if reserved.is_none() && row.left_ms == 0 && row.tenure != t.tenure {
+            // Free, yet no token was counted: the counter's row is gone. Back with
+            // it, for the next campaign (at once: the row shows no expiry to wait for).
+            self.seed(session, t.floor_param()).await?;
         }
-        self.insert_missing(session, t).await
+        Ok(Some(row))
     }
 
     async fn renew(
