@@ -286,18 +286,18 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// The tenure in the election's row now, if the row exists.
+    /// The tenure in the election's row now, if the row exists (the leader's look).
     fn own_tenure(
         &mut self,
         session: &mut Session<Self::Conn>,
-        election: &str,
+        tenancy: &Tenancy,
     ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
 
     /// This candidate just took the row.
     fn acquired(&mut self) {}
 
     /// After the release statement, whatever its fate.
-    fn released(&mut self) -> impl Future<Output = ()> + Send {
+    fn released(&mut self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
         async {}
     }
 
@@ -386,7 +386,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             .await;
         // The row first, then the dialect's signal: a follower woken by it finds the
         // row free.
-        self.dialect.released().await;
+        self.dialect.released(&mut self.session).await;
         freed
     }
 
@@ -401,8 +401,11 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 continue;
             }
             // A read that fails says nothing; the renewals decide then.
-            let election = &self.tenancy.election;
-            match self.dialect.own_tenure(&mut self.session, election).await {
+            match self
+                .dialect
+                .own_tenure(&mut self.session, &self.tenancy)
+                .await
+            {
                 Ok(Some(t)) if t == self.tenancy.tenure => {}
                 Ok(_) => return,
                 Err(_) => {}

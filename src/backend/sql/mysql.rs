@@ -30,11 +30,11 @@
 //! to the holder's expiry and the retry interval. The lease statements keep no
 //! session state and stay correct there.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::Connection;
+use sqlx::mysql::MySqlConnection;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
@@ -44,7 +44,9 @@ use super::{
     QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
-use crate::backoff::Backoff;
+
+mod signal;
+use signal::{SignalParts, Want};
 
 struct Statements {
     exists: String,
@@ -60,6 +62,7 @@ struct Statements {
     renew: String,
     release: String,
     own: String,
+    young: String,
 }
 
 impl Statements {
@@ -134,20 +137,24 @@ impl Statements {
                 "UPDATE {t} SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6)
                  WHERE election = ? AND tenure = ?"
             ),
-            own: format!("SELECT tenure FROM {t} WHERE election = ?"),
+            // tenure, presence, presence, lock, election: the row's tenure; the
+            // presence lock taken (kept) when the row is ours; who holds the named lock.
+            own: format!(
+                "SELECT tenure,
+                        CAST(IF(tenure = ?, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)), 0) AS SIGNED),
+                        CAST(IS_USED_LOCK(?) AS SIGNED)
+                 FROM {t} WHERE election = ?"
+            ),
+            // presence, election, tenure: whether the session of the tenure's leader
+            // lives (see `signal`).
+            young: format!(
+                "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
+                   SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
+                     AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
+                signal::YOUNG_TENURE.as_micros()
+            ),
         }
     }
-}
-
-/// What the signal connection should do with the named lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Want {
-    /// Neither hold nor wait for it.
-    Rest,
-    /// Wait for it; when got, wake the follower and hold it until told otherwise.
-    Follow,
-    /// Get it and hold it (we lead).
-    Lead,
 }
 
 /// The `mysql` backend (MySQL and MariaDB).
@@ -160,11 +167,23 @@ pub struct Mysql {
     user: String,
     statements: Statements,
     table_ready: bool,
+    /// The election's named lock, and the leader's presence lock.
+    lock: String,
+    presence: String,
     want: watch::Sender<Want>,
     /// Whether the signal connection holds the named lock now.
     held: watch::Receiver<bool>,
     /// Woken when a follower's signal connection got the lock.
     woke: Arc<Notify>,
+    /// Asks the signal connection to look whether the lock is still its own.
+    check: Arc<Notify>,
+    /// The signal connection's id at the server (0 while there is none).
+    signal_id: Arc<AtomicU64>,
+    /// The tenure of the row as the last campaign saw it.
+    seen_tenure: String,
+    /// The leader's next look at its own row is now (right after the take: it takes
+    /// the presence lock).
+    look_now: bool,
     op_timeout: Duration,
     signal: JoinHandle<()>,
 }
@@ -188,30 +207,44 @@ impl MysqlBackend {
         let (want, want_rx) = watch::channel(Want::Rest);
         let (held_tx, held) = watch::channel(false);
         let woke = Arc::new(Notify::new());
+        let signal_id = Arc::new(AtomicU64::new(0));
         let timing = lease.timing;
-        let signal = tokio::spawn(signal(SignalParts {
+        let lock = lock_name(&database, &settings.table.name, lease.election);
+        let presence = format!("{lock}:p");
+        let statements = Statements::for_tables(
+            &settings.table.quoted('`'),
+            &settings.table.counter().quoted('`'),
+        );
+        let signal = tokio::spawn(signal::signal(SignalParts {
             options: options.clone(),
-            name: lock_name(&database, &settings.table.name, lease.election),
+            name: lock.clone(),
+            presence: presence.clone(),
+            young: statements.young.clone(),
+            election: lease.election.to_owned(),
             want: want_rx,
             held: held_tx,
             woke: woke.clone(),
-            reconnected: session.reconnected.clone(),
+            check: session.reconnected.clone(),
+            conn_id: signal_id.clone(),
             op_timeout: timing.backend_timeout,
             follow_wait: timing.retry_interval,
             check_every: timing.renew_interval,
         }));
         let dialect = Mysql {
-            statements: Statements::for_tables(
-                &settings.table.quoted('`'),
-                &settings.table.counter().quoted('`'),
-            ),
+            statements,
             election: lease.election.to_owned(),
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
+            lock,
+            presence,
             want,
             held,
             woke,
+            check: session.reconnected.clone(),
+            signal_id,
+            seen_tenure: String::new(),
+            look_now: false,
             op_timeout: timing.backend_timeout,
             signal,
         };
@@ -444,128 +477,6 @@ pub fn lock_name(database: &str, table: &str, election: &str) -> String {
     format!("lk:{h:016x}")
 }
 
-struct SignalParts {
-    options: MySqlConnectOptions,
-    name: String,
-    want: watch::Receiver<Want>,
-    held: watch::Sender<bool>,
-    woke: Arc<Notify>,
-    reconnected: Arc<Notify>,
-    op_timeout: Duration,
-    follow_wait: Duration,
-    check_every: Duration,
-}
-
-/// Keeps the signal connection, reconnecting with backoff (see the module doc).
-async fn signal(mut p: SignalParts) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        p.held.send_replace(false);
-        match timeout(p.op_timeout, MySqlConnection::connect_with(&p.options)).await {
-            Ok(Ok(mut conn)) => {
-                backoff.reset();
-                if *p.want.borrow() == Want::Follow {
-                    // Releases may have happened while we were away.
-                    p.woke.notify_one();
-                }
-                serve_signal(&mut conn, &mut p).await;
-                p.held.send_replace(false);
-                // Dropped, not closed: the server may be unreachable.
-                drop(conn);
-            }
-            Ok(Err(e)) => tracing::debug!(error = %e, "mysql signal connection failed"),
-            Err(_) => tracing::debug!("mysql signal connection timed out"),
-        }
-        sleep(backoff.next_wait()).await;
-    }
-}
-
-/// Drives the named lock on one connection; returns when the connection must be
-/// renewed.
-async fn serve_signal(conn: &mut MySqlConnection, p: &mut SignalParts) {
-    loop {
-        let want = *p.want.borrow_and_update();
-        let held = *p.held.borrow();
-        match (want, held) {
-            (Want::Rest, true) => {
-                let freed = timeout(
-                    p.op_timeout,
-                    sqlx::query("SELECT RELEASE_LOCK(?)")
-                        .bind(&p.name)
-                        .execute(&mut *conn),
-                )
-                .await;
-                p.held.send_replace(false);
-                if !matches!(freed, Ok(Ok(_))) {
-                    return;
-                }
-            }
-            (Want::Rest, false) => {
-                tokio::select! {
-                    changed = p.want.changed() => if changed.is_err() { return },
-                    _ = p.reconnected.notified() => return,
-                }
-            }
-            (Want::Follow | Want::Lead, false) => {
-                let wait = if want == Want::Follow {
-                    p.follow_wait
-                } else {
-                    p.check_every
-                };
-                let got = tokio::select! {
-                    r = timeout(
-                        wait + p.op_timeout,
-                        sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
-                            .bind(&p.name)
-                            .bind(wait.as_secs_f64())
-                            .fetch_one(&mut *conn),
-                    ) => r,
-                    _ = p.reconnected.notified() => return,
-                };
-                match got {
-                    Ok(Ok(Some(1))) => {
-                        p.held.send_replace(true);
-                        if *p.want.borrow() == Want::Follow {
-                            p.woke.notify_one();
-                        }
-                    }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "GET_LOCK failed");
-                        return;
-                    }
-                    Err(_) => return,
-                }
-            }
-            (Want::Follow | Want::Lead, true) => {
-                // Hold it; check now and then that the session (and so the lock) lives.
-                tokio::select! {
-                    changed = p.want.changed() => if changed.is_err() { return },
-                    _ = p.reconnected.notified() => return,
-                    _ = sleep(p.check_every) => {
-                        let ours = timeout(
-                            p.op_timeout,
-                            sqlx::query_scalar::<_, i64>(
-                                "SELECT CAST(COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0) AS SIGNED)",
-                            )
-                            .bind(&p.name)
-                            .fetch_one(&mut *conn),
-                        )
-                        .await;
-                        match ours {
-                            Ok(Ok(1)) => {}
-                            Ok(Ok(_)) => {
-                                p.held.send_replace(false);
-                            }
-                            _ => return,
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 impl SqlDialect for Mysql {
     type Conn = MySqlConnection;
     const NAME: &'static str = "mysql";
@@ -608,8 +519,11 @@ impl SqlDialect for Mysql {
             None => {}
         }
         let Some(row) = self.read(session, "campaign", &t.election).await? else {
-            return self.insert_missing(session, t).await;
+            let row = self.insert_missing(session, t).await?;
+            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            return Ok(row);
         };
+        self.seen_tenure.clone_from(&row.tenure);
         if reserved.is_none() && row.left_ms == 0 && row.tenure != t.tenure {
             // Free, yet no token was counted: the counter's row is gone. Back with
             // it, for the next campaign (at once: the row shows no expiry to wait for).
@@ -651,46 +565,65 @@ impl SqlDialect for Mysql {
     async fn own_tenure(
         &mut self,
         session: &mut Session<MySqlConnection>,
-        election: &str,
+        t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         let conn = session.begin("watch").await?;
-        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(election)
+        let row = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(&self.statements.own)
+            .bind(&t.tenure)
+            .bind(&self.presence)
+            .bind(&self.presence)
+            .bind(&self.lock)
+            .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
-        session.end("watch", tenure)
+        let row = session.end("watch", row)?;
+        if let Some((_, _, lock_holder)) = &row {
+            let ours = self.signal_id.load(Ordering::SeqCst);
+            let holder = lock_holder.and_then(|h| u64::try_from(h).ok());
+            if *self.held.borrow() && holder != Some(ours) {
+                // The signal connection lost the lock (and likely itself) unnoticed.
+                self.check.notify_one();
+            }
+        }
+        Ok(row.map(|(tenure, _, _)| tenure))
     }
 
     fn acquired(&mut self) {
+        self.look_now = true;
         self.want.send_replace(Want::Lead);
     }
 
-    async fn released(&mut self) {
+    async fn released(&mut self, session: &mut Session<MySqlConnection>) {
         // Even when the row could not be freed, the lock is no use to us now.
         self.want.send_replace(Want::Rest);
         let mut held = self.held.clone();
         let _ = timeout(self.op_timeout, held.wait_for(|h| !*h)).await;
+        // Then the presence lock: a follower woken meanwhile found the row free.
+        if let Ok(conn) = session.begin("release").await {
+            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(&self.presence)
+                .execute(&mut *conn)
+                .await;
+            let _ = session.end("release", freed);
+        }
     }
 
     async fn next_look(&mut self) {
-        sleep(super::OWN_ROW_EVERY).await;
+        if !std::mem::take(&mut self.look_now) {
+            sleep(super::OWN_ROW_EVERY).await;
+        }
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        if *self.held.borrow() {
-            // We were woken by the lock and the row is still someone else's (the old
-            // leader crashed and its row has not expired, or the leader does not hold
-            // the lock): let the lock go to whoever queues for it, and sleep until
-            // the row's expiry, or the retry interval.
-            self.want.send_replace(Want::Rest);
-            let mut sleep_for = max;
-            if let Some(h) = tenancy.expiry_hint.take() {
-                sleep_for = sleep_for.min(h.saturating_duration_since(tokio::time::Instant::now()));
-            }
-            sleep(sleep_for).await;
-            return Wake::Changed;
-        }
-        self.want.send_replace(Want::Follow);
+        let want = if *self.held.borrow() {
+            // Woken by the lock, and the row is someone else's: the signal connection
+            // hands the lock on to a leader whose session lives and queues again, or
+            // keeps it for the expiry of a crashed leader's row (see `signal`).
+            Want::Yield(self.seen_tenure.clone())
+        } else {
+            Want::Follow
+        };
+        self.want.send_replace(want);
         crate::backend::wait_for_wake(&self.woke, &mut tenancy.expiry_hint, max).await;
         Wake::Changed
     }

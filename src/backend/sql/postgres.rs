@@ -426,11 +426,11 @@ impl SqlDialect for Postgres {
     async fn own_tenure(
         &mut self,
         session: &mut Session<PgConnection>,
-        election: &str,
+        t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         let conn = session.begin("watch").await?;
         let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(election)
+            .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
         session.end("watch", tenure)
