@@ -1,7 +1,8 @@
-//! The mysql backend against a real MariaDB 10.11: the lease row and its token,
-//! passwords, a user without the right to create the table, the election checker with
-//! leader, server and link faults and tampering with the row, and verified TLS with a
-//! client certificate (`REQUIRE X509`); the scenarios are `common::sql_suite`'s.
+//! The mysql backend against a real MariaDB 10.11: the lease row and its token (also
+//! after the row is deleted), passwords, a user without the right to create the table,
+//! the election checker with leader, server and link faults and tampering with the row,
+//! and verified TLS with a client certificate (`REQUIRE X509`); the scenarios are
+//! `common::sql_suite`'s. Also: the named lock after the leader lost a connection.
 
 mod common;
 

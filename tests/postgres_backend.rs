@@ -1,7 +1,8 @@
-//! The postgres backend against a real PostgreSQL 15: the lease row and its token,
-//! passwords, a user without the right to create the table, the election checker with
-//! leader, server and link faults and tampering with the row, and verified TLS with a
-//! client certificate (`hostssl … cert`); the scenarios are `common::sql_suite`'s.
+//! The postgres backend against a real PostgreSQL 15: the lease row and its token (also
+//! after the row is deleted), passwords, a user without the right to create the table,
+//! the election checker with leader, server and link faults and tampering with the row,
+//! and verified TLS with a client certificate (`hostssl … cert`); the scenarios are
+//! `common::sql_suite`'s.
 //! Also: a server that is not there yet at start.
 
 mod common;

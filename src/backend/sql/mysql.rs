@@ -2,11 +2,16 @@
 //! judged by the server's `UTC_TIMESTAMP(6)` (UTC, so no time zone or DST shift can
 //! move an expiry).
 //!
-//! - **take** is one conditional `UPDATE … WHERE election = ? AND (tenure = ? OR
-//!   expires_at <= UTC_TIMESTAMP(6))`; its assignments run left to right, so every
-//!   one reads the old `tenure` (assigned last). The new token comes back in the same
-//!   answer through `LAST_INSERT_ID(expr)`. A candidate that did not win reads the
-//!   row to learn the holder; a missing row is inserted (`INSERT IGNORE`).
+//! - **take**: when the row is free for a new tenure, a multi-table `UPDATE` of the
+//!   election's token counter joined with the lease row reserves the next token
+//!   (`greatest(counter, row token, floor) + 1`, one assignment: a multi-table UPDATE
+//!   runs its assignments in no set order). Then one conditional `UPDATE … WHERE
+//!   election = ? AND (tenure = ? OR (reserved AND expires_at <= UTC_TIMESTAMP(6)))`;
+//!   its assignments run left to right, so every one reads the old `tenure` (assigned
+//!   last), and the token comes back in the same answer through
+//!   `LAST_INSERT_ID(expr)`. A candidate that did not win reads the row to learn the
+//!   holder; a missing row is inserted (`INSERT IGNORE`) as a quarantine row when the
+//!   counter shows tokens were handed out, else as a free one.
 //! - **renew**: `UPDATE … WHERE election = ? AND tenure = ?`.
 //! - **release**: the same compare, emptying the row and expiring it now.
 //!
@@ -17,12 +22,14 @@
 //! row is free) or its session ends (a killed process's connection closes), the
 //! first follower in the lock's queue gets it, campaigns at once while holding it,
 //! and keeps it if it wins — the other followers stay asleep (no herd). A follower
-//! that got the lock and found the row still held (the old leader crashed and its row
-//! has not expired) lets the lock go and sleeps until that row's expiry. Followers
-//! also wake at the observed holder's expiry and at the retry interval at the latest,
-//! so a lock that is held by nobody useful (a paused old leader's session) only
-//! slows a handover down to the row's expiry. Named locks are server-wide: the name
-//! is `lk:` and a 64-bit FNV-1a hash (hex) of `<database>/<table>/<election>`.
+//! that got the lock and found the row still held hands it on and queues again when
+//! the holder's session lives (the leader's *presence lock* `<name>:p`, which it
+//! holds on its statement connection), and keeps it for the row's expiry when it
+//! does not (a crash); see [`signal`]. Followers also wake at the observed holder's
+//! expiry and at the retry interval at the latest, so a lock that is held by nobody
+//! useful (a paused old leader's session) only slows a handover down to the row's
+//! expiry. Named locks are server-wide: the name is `lk:` and a 64-bit FNV-1a hash
+//! (hex) of `<database>/<table>/<election>`.
 //!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a

@@ -2,9 +2,10 @@
 //! statement, judged by the server's `now()`.
 //!
 //! - **take** is one `INSERT … ON CONFLICT (election) DO UPDATE … WHERE` (the row is
-//!   ours already, or expired) inside a statement that also returns the row as it
-//!   stands when the take did not apply, and calls `pg_notify` when it did: one round
-//!   trip for winners and losers alike.
+//!   ours already, or expired) inside a statement that also reads the election's token
+//!   counter and raises it to the token handed out, returns the row as it stands when
+//!   the take did not apply, and calls `pg_notify` when it did: one round trip for
+//!   winners and losers alike.
 //! - **renew**: `UPDATE … WHERE election = $1 AND tenure = $2`.
 //! - **release**: the same compare, emptying the row and expiring it now, with a
 //!   `pg_notify` in the same statement; the notification is delivered when the
