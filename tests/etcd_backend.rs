@@ -321,12 +321,18 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
 /// 2 × ttl, and the slow one leads again once the link heals.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
-    slow_leader(Link::Delay(Duration::from_millis(1500)), Duration::from_secs(6));
+    slow_leader(
+        Link::Delay(Duration::from_millis(1500)),
+        Duration::from_secs(6),
+    );
 }
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
-    slow_leader(Link::Congested(Duration::from_millis(1200)), Duration::from_secs(12));
+    slow_leader(
+        Link::Congested(Duration::from_millis(1200)),
+        Duration::from_secs(12),
+    );
 }
 
 fn slow_leader(link: Link, within: Duration) {

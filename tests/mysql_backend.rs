@@ -1,7 +1,8 @@
-//! The mysql backend against a real MariaDB 10.11: the lease row and its token,
-//! passwords, a user without the right to create the table, the election checker with
-//! leader, server and link faults and tampering with the row, and verified TLS with a
-//! client certificate (`REQUIRE X509`); the scenarios are `common::sql_suite`'s.
+//! The mysql backend against a real MariaDB 10.11: the lease row and its token (also
+//! after the row is deleted), passwords, a user without the right to create the table,
+//! the election checker with leader, server and link faults and tampering with the row,
+//! and verified TLS with a client certificate (`REQUIRE X509`); the scenarios are
+//! `common::sql_suite`'s. Also: the named lock after the leader lost a connection.
 
 mod common;
 
@@ -12,6 +13,7 @@ common::sql_suite::sql_backend_tests! {
     server: MariaServer,
     recorder: Recorder::mysql,
     lease_row_lifecycle_and_tokens: mysql_lease_row_lifecycle_and_tokens,
+    tokens_never_go_backwards_after_a_deleted_row: mysql_tokens_never_go_backwards_after_a_deleted_row,
     passwords_come_from_a_file_only: mysql_passwords_come_from_a_file_only,
     user_without_create_right_gets_one_clear_line: mysql_user_without_create_right_gets_one_clear_line,
     election_survives_the_checker: mysql_election_survives_the_checker,
@@ -37,4 +39,123 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
         &db,
         common::faults::Link::Congested(std::time::Duration::from_millis(1200)),
     );
+}
+
+/// Which of the leader's two connections to the server a test kills.
+#[derive(Clone, Copy, Debug)]
+enum Lost {
+    /// The one the lease statements go over: its next statement opens another.
+    Statements,
+    /// The one that holds the election's named lock: the followers queued for the
+    /// lock get it while the row is still the leader's.
+    Lock,
+}
+
+/// The server's ids of the connections `pid` holds to `db` (its sockets' local ports,
+/// matched against the process list's `host:port`).
+fn connections_of(db: &MariaServer, pid: u32) -> Vec<String> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.display().to_string();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port_of = |addr: &str| u16::from_str_radix(addr.split(':').nth(1)?, 16).ok();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let ports: Vec<u16> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let ours = f.len() > 9 && inodes.contains(f[9]) && port_of(f[2]) == Some(db.port);
+            ours.then(|| port_of(f[1])).flatten()
+        })
+        .collect();
+    db.sql("SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE USER = 'lk'")
+        .lines()
+        .filter_map(|l| {
+            let (id, host) = l.split_once('\t')?;
+            let port: u16 = host.rsplit_once(':')?.1.parse().ok()?;
+            ports.contains(&port).then(|| id.to_owned())
+        })
+        .collect()
+}
+
+/// A graceful handover stays a matter of milliseconds after the leader lost one of its
+/// two connections (killed by the server, a proxy or a DBA), once the sidecars had half a
+/// second to get over it: the followers must still be waiting for the named lock, and
+/// the leader must hold it again.
+#[test]
+fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
+    use common::sql_suite::db_flags;
+    use common::{eventually, Sidecar};
+    use std::time::{Duration, Instant};
+    let db = MariaServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // ttl 15 s: a follower that left the lock's queue comes back only after the
+    // retry interval (5 s), far beyond the bound below.
+    let args = db_flags(&db, "lk").ttl("15s").election("wake").build();
+    let lock = leasekeeper::backend::sql::mysql::lock_name("lk", "leasekeeper_leases", "wake");
+    let mut slots: Vec<Sidecar> = Vec::new();
+    let mut generation = 0;
+    let mut spawn = |slots: &mut Vec<Sidecar>, at: Option<usize>| {
+        generation += 1;
+        let s = Sidecar::spawn(&format!("s{generation}"), dir.path(), &args);
+        assert!(s.wait_listening(Duration::from_secs(10)), "{}", s.stderr());
+        match at {
+            Some(i) => slots[i] = s,
+            None => slots.push(s),
+        }
+    };
+    spawn(&mut slots, None);
+    slots[0].settles_in("leader", Duration::from_secs(10));
+    spawn(&mut slots, None);
+    spawn(&mut slots, None);
+    for lost in [Lost::Statements, Lost::Lock, Lost::Statements, Lost::Lock] {
+        // Everyone follows the leader, and the leader's connection holds the lock.
+        let (li, conns, holder) = eventually(Duration::from_secs(20), || {
+            let li = slots
+                .iter()
+                .position(|s| s.leader().is_some_and(|v| v["is_leader"] == true))?;
+            let name = slots[li].leader()?["identity"].clone();
+            let all = slots
+                .iter()
+                .all(|s| s.leader().is_some_and(|v| v["leader"] == name));
+            let holder = db.sql(&format!("SELECT IS_USED_LOCK('{lock}')"));
+            let conns = connections_of(&db, slots[li].pid);
+            (all && conns.len() == 2 && conns.contains(&holder)).then_some((li, conns, holder))
+        })
+        .unwrap_or_else(|| panic!("no settled leader holding the lock before {lost:?}"));
+        let victim = match lost {
+            Lost::Lock => holder.clone(),
+            Lost::Statements => conns.iter().find(|c| **c != holder).expect("two").clone(),
+        };
+        db.sql(&format!("KILL CONNECTION {victim}"));
+        std::thread::sleep(Duration::from_millis(500));
+        let t0 = Instant::now();
+        slots[li].signal(libc::SIGTERM);
+        let next = eventually(Duration::from_secs(8), || {
+            slots
+                .iter()
+                .enumerate()
+                .find(|(i, s)| *i != li && s.leader().is_some_and(|v| v["is_leader"] == true))
+                .map(|_| t0.elapsed())
+        });
+        let logs: Vec<String> = slots.iter().map(Sidecar::stderr).collect();
+        let took =
+            next.unwrap_or_else(|| panic!("no new leader after {lost:?}:\n{}", logs.join("\n")));
+        eprintln!("graceful handover after the leader lost its {lost:?} connection: {took:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "graceful handover took {took:?} after the leader lost its {lost:?} connection"
+        );
+        assert!(slots[li]
+            .wait_exit(Duration::from_secs(5))
+            .is_some_and(|s| s.success()));
+        spawn(&mut slots, Some(li));
+    }
 }

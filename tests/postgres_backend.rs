@@ -1,7 +1,8 @@
-//! The postgres backend against a real PostgreSQL 15: the lease row and its token,
-//! passwords, a user without the right to create the table, the election checker with
-//! leader, server and link faults and tampering with the row, and verified TLS with a
-//! client certificate (`hostssl … cert`); the scenarios are `common::sql_suite`'s.
+//! The postgres backend against a real PostgreSQL 15: the lease row and its token (also
+//! after the row is deleted), passwords, a user without the right to create the table,
+//! the election checker with leader, server and link faults and tampering with the row,
+//! and verified TLS with a client certificate (`hostssl … cert`); the scenarios are
+//! `common::sql_suite`'s.
 //! Also: a server that is not there yet at start.
 
 mod common;
@@ -13,6 +14,7 @@ common::sql_suite::sql_backend_tests! {
     server: PgServer,
     recorder: Recorder::postgres,
     lease_row_lifecycle_and_tokens: postgres_lease_row_lifecycle_and_tokens,
+    tokens_never_go_backwards_after_a_deleted_row: postgres_tokens_never_go_backwards_after_a_deleted_row,
     passwords_come_from_a_file_only: postgres_passwords_come_from_a_file_only,
     user_without_create_right_gets_one_clear_line: postgres_user_without_create_right_gets_one_clear_line,
     election_survives_the_checker: postgres_election_survives_the_checker,

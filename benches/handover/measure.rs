@@ -49,18 +49,18 @@ pub fn crash_failovers(
     h
 }
 
-/// Graceful handovers at ttl 15s, then up to 30 crash failovers at ttl 1s with how far
-/// past `expiry` (the store's own, read by `probe` as the remaining ms) each new claim
-/// came. `args` gives the sidecars' arguments for a ttl.
+/// `graceful` graceful handovers at ttl 15s, then up to 30 crash failovers at ttl 1s
+/// with how far past `expiry` (the store's own, read by `probe` as the remaining ms)
+/// each new claim came. `args` gives the sidecars' arguments for a ttl.
 pub fn graceful_handovers_then_crash_failovers(
     report: &mut Report,
     label: &str,
     args: impl Fn(&str) -> Vec<String>,
     probe: &dyn Fn() -> Option<u64>,
     expiry: &str,
-    rounds: usize,
+    (graceful, rounds): (usize, usize),
 ) {
-    drop(graceful_handovers(report, label, args("15s"), rounds));
+    drop(graceful_handovers(report, label, args("15s"), graceful));
     let crash = crash_failovers(
         report,
         label,

@@ -63,7 +63,7 @@ fn redis_backend(
         args,
         &|| lock_pttl(servers, "bench"),
         "the lease's expiry in the store",
-        rounds,
+        (rounds, rounds),
     );
 }
 

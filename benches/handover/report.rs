@@ -10,7 +10,7 @@ pub struct Report {
 impl Report {
     /// Prints the table's header.
     pub fn start() -> Report {
-        println!("| measurement | min / median / p99, or value |\n|---|---|");
+        println!("| measurement | min / median / p99 / max, or value |\n|---|---|");
         Report { out: String::new() }
     }
 
@@ -19,7 +19,7 @@ impl Report {
         self.out.push_str(&format!("| {name} | {value} |\n"));
     }
 
-    /// A row of min / median / p99 of `latencies` (ms), which must not be empty.
+    /// A row of min / median / p99 / max of `latencies` (ms), which must not be empty.
     pub fn latency(&mut self, name: &str, latencies: Vec<f64>) {
         self.row(name, Stats::of(latencies).in_ms());
     }

@@ -16,6 +16,12 @@ pub fn rounds() -> usize {
     number_from_env("LK_BENCH_ROUNDS", 40)
 }
 
+/// `LK_BENCH_ROUNDS`, else 50: graceful handovers of the SQL sections (their p99 target,
+/// DESIGN §9, is judged over 50 rounds).
+pub fn sql_graceful_rounds() -> usize {
+    number_from_env("LK_BENCH_ROUNDS", 50)
+}
+
 /// Sections a full run leaves out: they run only when asked for by name.
 const ONLY_WHEN_ASKED: [&str; 1] = ["scale"];
 

@@ -9,7 +9,7 @@
 //! | `election` | primary key |
 //! | `holder` | identity of the tenure's candidate; empty when free |
 //! | `tenure` | random id of the tenure (fresh for every tenure); empty when free |
-//! | `token` | fencing token of the last tenure: bumped on every new tenure, never reset |
+//! | `token` | fencing token of the last tenure: bumped on every new tenure (see the counter below) |
 //! | `acquired_at`, `renewed_at` | database server time of the tenure's start and last renew |
 //! | `expires_at` | database server time at which the row is free for the taking |
 //!
@@ -20,12 +20,15 @@
 //!
 //! - **take**: the row becomes ours if it is ours already (a campaign whose answer was
 //!   lost is adopted, its token kept) or has expired; a new tenure gets
-//!   `greatest(token, floor) + 1`, where `floor` is the highest token this candidate
-//!   has seen. A missing row is inserted — as ours when this candidate has never seen
-//!   a token, and otherwise (someone deleted the row while tokens were out) as a
+//!   `greatest(token, floor, counter) + 1`, where `floor` is the highest token this
+//!   candidate has seen and `counter` the election's row in the **token counters'
+//!   table** `<table>_tokens`, created with the lease table and raised before (MySQL)
+//!   or with (PostgreSQL) every token handed out, never by anything else: a deleted or
+//!   reset lease row does not set tokens back. A missing row is inserted — as ours
+//!   only when no token was ever handed out (counter and floor 0), and otherwise as a
 //!   *quarantine* row nobody holds, expiring a ttl later, so that a leader still
-//!   claiming on the deleted row runs out first and the next token continues above the
-//!   highest one seen;
+//!   claiming on the deleted row runs out first and the next token continues above
+//!   the counter;
 //! - **renew** and **release** act only on the row whose `tenure` is ours: renew moves
 //!   `expires_at` to a ttl from now, release empties `holder` and `tenure` and expires
 //!   the row now. The row and its token stay: tokens only grow, also across releases.
@@ -286,18 +289,18 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// The tenure in the election's row now, if the row exists.
+    /// The tenure in the election's row now, if the row exists (the leader's look).
     fn own_tenure(
         &mut self,
         session: &mut Session<Self::Conn>,
-        election: &str,
+        tenancy: &Tenancy,
     ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
 
     /// This candidate just took the row.
     fn acquired(&mut self) {}
 
     /// After the release statement, whatever its fate.
-    fn released(&mut self) -> impl Future<Output = ()> + Send {
+    fn released(&mut self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
         async {}
     }
 
@@ -386,7 +389,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             .await;
         // The row first, then the dialect's signal: a follower woken by it finds the
         // row free.
-        self.dialect.released().await;
+        self.dialect.released(&mut self.session).await;
         freed
     }
 
@@ -401,8 +404,11 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 continue;
             }
             // A read that fails says nothing; the renewals decide then.
-            let election = &self.tenancy.election;
-            match self.dialect.own_tenure(&mut self.session, election).await {
+            match self
+                .dialect
+                .own_tenure(&mut self.session, &self.tenancy)
+                .await
+            {
                 Ok(Some(t)) if t == self.tenancy.tenure => {}
                 Ok(_) => return,
                 Err(_) => {}

@@ -104,6 +104,47 @@ pub fn lease_row_lifecycle(db: &dyn SqlDb) {
     assert_eq!(t3, t2 + 1, "the token after a release");
 }
 
+/// Tokens never go backwards, even when the row is deleted or its token reset behind
+/// every sidecar's back (an operator's `DELETE`, a restore of an old backup), and the
+/// candidate that comes next has never seen a token: the backend's own counter, not the
+/// row, says which tokens were handed out.
+pub fn tokens_after_the_row_is_deleted_or_reset(db: &dyn SqlDb) {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = db_flags(db, "lk").ttl("1s").election("gone").build();
+    let lead_once = |name: &str| -> u64 {
+        let mut s = Sidecar::spawn(name, dir.path(), &args);
+        let token = token_of(&s.settles_in("leader", Duration::from_secs(10)));
+        assert!(s
+            .terminate(Duration::from_secs(5))
+            .is_some_and(|e| e.success()));
+        token
+    };
+    let mut highest = 0;
+    for name in ["a", "b", "c"] {
+        let t = lead_once(name);
+        assert!(t > highest, "token {t} after {highest}");
+        highest = t;
+    }
+    assert!(highest >= 3, "three tenures, token {highest}");
+
+    db.admin("DELETE FROM leasekeeper_leases WHERE election = 'gone'");
+    let t = lead_once("d");
+    assert!(
+        t > highest,
+        "token {t} after the row was deleted, but {highest} was handed out before"
+    );
+    highest = t;
+
+    db.admin(
+        "UPDATE leasekeeper_leases SET holder = '', tenure = '', token = 0, expires_at = acquired_at WHERE election = 'gone'",
+    );
+    let t = lead_once("e");
+    assert!(
+        t > highest,
+        "token {t} after the row's token was reset, but {highest} was handed out before"
+    );
+}
+
 /// A password in the URL is refused before anything starts; one from a file works
 /// and never reaches the log.
 pub fn passwords(db: &dyn SqlDb) {
@@ -344,7 +385,7 @@ impl SqlDb for super::pg_server::PgServer {
         )
     }
     fn grant_limited(&self) {
-        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases TO limited");
+        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens TO limited");
     }
 }
 
@@ -378,6 +419,7 @@ macro_rules! sql_backend_tests {
         server: $server:ty,
         recorder: $recorder:path,
         lease_row_lifecycle_and_tokens: $lifecycle:ident,
+        tokens_never_go_backwards_after_a_deleted_row: $tokens:ident,
         passwords_come_from_a_file_only: $passwords:ident,
         user_without_create_right_gets_one_clear_line: $limited:ident,
         election_survives_the_checker: $checker:ident,
@@ -388,6 +430,12 @@ macro_rules! sql_backend_tests {
         fn $lifecycle() {
             let db = <$server>::start();
             $crate::common::sql_suite::lease_row_lifecycle(&db);
+        }
+
+        #[test]
+        fn $tokens() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::tokens_after_the_row_is_deleted_or_reset(&db);
         }
 
         #[test]

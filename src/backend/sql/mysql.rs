@@ -2,11 +2,16 @@
 //! judged by the server's `UTC_TIMESTAMP(6)` (UTC, so no time zone or DST shift can
 //! move an expiry).
 //!
-//! - **take** is one conditional `UPDATE … WHERE election = ? AND (tenure = ? OR
-//!   expires_at <= UTC_TIMESTAMP(6))`; its assignments run left to right, so every
-//!   one reads the old `tenure` (assigned last). The new token comes back in the same
-//!   answer through `LAST_INSERT_ID(expr)`. A candidate that did not win reads the
-//!   row to learn the holder; a missing row is inserted (`INSERT IGNORE`).
+//! - **take**: when the row is free for a new tenure, a multi-table `UPDATE` of the
+//!   election's token counter joined with the lease row reserves the next token
+//!   (`greatest(counter, row token, floor) + 1`, one assignment: a multi-table UPDATE
+//!   runs its assignments in no set order). Then one conditional `UPDATE … WHERE
+//!   election = ? AND (tenure = ? OR (reserved AND expires_at <= UTC_TIMESTAMP(6)))`;
+//!   its assignments run left to right, so every one reads the old `tenure` (assigned
+//!   last), and the token comes back in the same answer through
+//!   `LAST_INSERT_ID(expr)`. A candidate that did not win reads the row to learn the
+//!   holder; a missing row is inserted (`INSERT IGNORE`) as a quarantine row when the
+//!   counter shows tokens were handed out, else as a free one.
 //! - **renew**: `UPDATE … WHERE election = ? AND tenure = ?`.
 //! - **release**: the same compare, emptying the row and expiring it now.
 //!
@@ -17,12 +22,14 @@
 //! row is free) or its session ends (a killed process's connection closes), the
 //! first follower in the lock's queue gets it, campaigns at once while holding it,
 //! and keeps it if it wins — the other followers stay asleep (no herd). A follower
-//! that got the lock and found the row still held (the old leader crashed and its row
-//! has not expired) lets the lock go and sleeps until that row's expiry. Followers
-//! also wake at the observed holder's expiry and at the retry interval at the latest,
-//! so a lock that is held by nobody useful (a paused old leader's session) only
-//! slows a handover down to the row's expiry. Named locks are server-wide: the name
-//! is `lk:` and a 64-bit FNV-1a hash (hex) of `<database>/<table>/<election>`.
+//! that got the lock and found the row still held hands it on and queues again when
+//! the holder's session lives (the leader's *presence lock* `<name>:p`, which it
+//! holds on its statement connection), and keeps it for the row's expiry when it
+//! does not (a crash); see [`signal`]. Followers also wake at the observed holder's
+//! expiry and at the retry interval at the latest, so a lock that is held by nobody
+//! useful (a paused old leader's session) only slows a handover down to the row's
+//! expiry. Named locks are server-wide: the name is `lk:` and a 64-bit FNV-1a hash
+//! (hex) of `<database>/<table>/<election>`.
 //!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a
@@ -30,11 +37,11 @@
 //! to the holder's expiry and the retry interval. The lease statements keep no
 //! session state and stay correct there.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::Connection;
+use sqlx::mysql::MySqlConnection;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
@@ -44,21 +51,29 @@ use super::{
     QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
-use crate::backoff::Backoff;
+
+mod signal;
+use signal::{SignalParts, Want};
 
 struct Statements {
     exists: String,
     create: String,
+    create_counter: String,
+    seed: String,
+    reserve: String,
     take: String,
+    raise: String,
+    counted: String,
     read: String,
     insert: String,
     renew: String,
     release: String,
     own: String,
+    young: String,
 }
 
 impl Statements {
-    fn for_table(t: &str) -> Statements {
+    fn for_tables(t: &str, c: &str) -> Statements {
         Statements {
             exists: "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables
                      WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
@@ -74,26 +89,51 @@ impl Statements {
                    expires_at  DATETIME(6) NOT NULL
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
-            // tenure, floor, tenure, identity, ttl µs, tenure, election, tenure.
+            create_counter: format!(
+                "CREATE TABLE IF NOT EXISTS {c} (
+                   election VARCHAR(253) NOT NULL PRIMARY KEY,
+                   token    BIGINT NOT NULL
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            // election, floor, election: the counter row, at least as high as the
+            // lease row's token and the floor.
+            seed: format!(
+                "INSERT INTO {c} (election, token)
+                 SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
+                 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
+            ),
+            // floor, election, tenure: the next token, counted before it is handed out,
+            // and only when the lease row is free for a new tenure of ours (one
+            // assignment: a multi-table UPDATE runs its assignments in no set order).
+            reserve: format!(
+                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
+                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
+                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)"
+            ),
+            // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
+            // reserved: ours again (a lost answer), or free and a token reserved.
             take: format!(
                 "UPDATE {t} SET
-                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token, ?) + 1)),
+                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
                    acquired_at = IF(tenure = ?, acquired_at, UTC_TIMESTAMP(6)),
                    holder = ?,
                    renewed_at = UTC_TIMESTAMP(6),
                    expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
                    tenure = ?
-                 WHERE election = ? AND (tenure = ? OR expires_at <= UTC_TIMESTAMP(6))"
+                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)))"
             ),
+            // token, election: the counter catches up with a row whose token was above it.
+            raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
+            counted: format!("SELECT token FROM {c} WHERE election = ?"),
             read: format!(
                 "SELECT holder, tenure, token,
                         CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)) AS SIGNED)
                  FROM {t} WHERE election = ?"
             ),
-            // election, holder, tenure, token, ttl µs.
+            // election, tenure, token, ttl µs: a row nobody holds.
             insert: format!(
                 "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
+                 VALUES (?, '', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
             ),
             // ttl µs, election, tenure.
             renew: format!(
@@ -104,20 +144,24 @@ impl Statements {
                 "UPDATE {t} SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6)
                  WHERE election = ? AND tenure = ?"
             ),
-            own: format!("SELECT tenure FROM {t} WHERE election = ?"),
+            // tenure, presence, presence, lock, election: the row's tenure; the
+            // presence lock taken (kept) when the row is ours; who holds the named lock.
+            own: format!(
+                "SELECT tenure,
+                        CAST(IF(tenure = ?, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)), 0) AS SIGNED),
+                        CAST(IS_USED_LOCK(?) AS SIGNED)
+                 FROM {t} WHERE election = ?"
+            ),
+            // presence, election, tenure: whether the session of the tenure's leader
+            // lives (see `signal`).
+            young: format!(
+                "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
+                   SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
+                     AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
+                signal::YOUNG_TENURE.as_micros()
+            ),
         }
     }
-}
-
-/// What the signal connection should do with the named lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Want {
-    /// Neither hold nor wait for it.
-    Rest,
-    /// Wait for it; when got, wake the follower and hold it until told otherwise.
-    Follow,
-    /// Get it and hold it (we lead).
-    Lead,
 }
 
 /// The `mysql` backend (MySQL and MariaDB).
@@ -126,14 +170,27 @@ pub type MysqlBackend = SqlBackend<Mysql>;
 /// MySQL's side of the lease row: its statements and its signal connection.
 pub struct Mysql {
     table: Table,
+    election: String,
     user: String,
     statements: Statements,
     table_ready: bool,
+    /// The election's named lock, and the leader's presence lock.
+    lock: String,
+    presence: String,
     want: watch::Sender<Want>,
     /// Whether the signal connection holds the named lock now.
     held: watch::Receiver<bool>,
     /// Woken when a follower's signal connection got the lock.
     woke: Arc<Notify>,
+    /// Asks the signal connection to look whether the lock is still its own.
+    check: Arc<Notify>,
+    /// The signal connection's id at the server (0 while there is none).
+    signal_id: Arc<AtomicU64>,
+    /// The tenure of the row as the last campaign saw it.
+    seen_tenure: String,
+    /// The leader's next look at its own row is now (right after the take: it takes
+    /// the presence lock).
+    look_now: bool,
     op_timeout: Duration,
     signal: JoinHandle<()>,
 }
@@ -157,26 +214,44 @@ impl MysqlBackend {
         let (want, want_rx) = watch::channel(Want::Rest);
         let (held_tx, held) = watch::channel(false);
         let woke = Arc::new(Notify::new());
+        let signal_id = Arc::new(AtomicU64::new(0));
         let timing = lease.timing;
-        let signal = tokio::spawn(signal(SignalParts {
+        let lock = lock_name(&database, &settings.table.name, lease.election);
+        let presence = format!("{lock}:p");
+        let statements = Statements::for_tables(
+            &settings.table.quoted('`'),
+            &settings.table.counter().quoted('`'),
+        );
+        let signal = tokio::spawn(signal::signal(SignalParts {
             options: options.clone(),
-            name: lock_name(&database, &settings.table.name, lease.election),
+            name: lock.clone(),
+            presence: presence.clone(),
+            young: statements.young.clone(),
+            election: lease.election.to_owned(),
             want: want_rx,
             held: held_tx,
             woke: woke.clone(),
-            reconnected: session.reconnected.clone(),
+            check: session.reconnected.clone(),
+            conn_id: signal_id.clone(),
             op_timeout: timing.backend_timeout,
             follow_wait: timing.retry_interval,
             check_every: timing.renew_interval,
         }));
         let dialect = Mysql {
-            statements: Statements::for_table(&settings.table.quoted('`')),
+            statements,
+            election: lease.election.to_owned(),
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
+            lock,
+            presence,
             want,
             held,
             woke,
+            check: session.reconnected.clone(),
+            signal_id,
+            seen_tenure: String::new(),
+            look_now: false,
             op_timeout: timing.backend_timeout,
             signal,
         };
@@ -217,61 +292,170 @@ impl Mysql {
             .map_err(super::sql(op))
     }
 
-    /// The conditional take; the new token when it applied (0 when the server did
-    /// not pass it on), `None` when it did not.
-    async fn update_take(
+    /// The next token, counted before anyone holds it, when the row is free for a
+    /// new tenure of ours; `None` when it is not (held, ours already, missing) or the
+    /// counter's row is missing.
+    async fn reserve(
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
         let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.reserve)
+            .bind(t.floor_param())
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .execute(&mut *conn)
+            .await;
+        let done = session.end("campaign", done)?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        match i64::try_from(done.last_insert_id()) {
+            Ok(token) if token > 0 => Ok(Some(token)),
+            // A server that does not pass the value on: it is the session's still.
+            _ => {
+                let conn = session.begin("campaign").await?;
+                let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                    .fetch_one(&mut *conn)
+                    .await;
+                session.end("campaign", token).map(Some)
+            }
+        }
+    }
+
+    /// The conditional take (ours already, or free with a `reserved` token); the
+    /// tenure's token when it applied (0 when the server did not pass it on), `None`
+    /// when it did not.
+    async fn update_take(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+        reserved: i64,
+    ) -> Result<Option<i64>, BackendError> {
+        let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.take)
             .bind(&t.tenure)
-            .bind(t.floor_param())
+            .bind(reserved)
             .bind(&t.tenure)
             .bind(&t.identity)
             .bind(ttl_us(t))
             .bind(&t.tenure)
             .bind(&t.election)
             .bind(&t.tenure)
+            .bind(reserved)
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
         Ok((done.rows_affected() == 1).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0)))
     }
 
-    /// No row: inserts ours, or a quarantine row if tokens were seen before.
+    /// The counter's row, at least as high as the lease row's token and `floor`.
+    async fn seed(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        floor: i64,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.seed)
+            .bind(&self.election)
+            .bind(floor)
+            .bind(&self.election)
+            .execute(&mut *conn)
+            .await;
+        session.end("campaign", done).map(|_| ())
+    }
+
+    /// The counter up to `token`, a token handed out above it.
+    async fn raise(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        token: i64,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.raise)
+            .bind(token)
+            .bind(&self.election)
+            .execute(&mut *conn)
+            .await;
+        session.end("campaign", done).map(|_| ())
+    }
+
+    /// No row: inserts one that nobody holds. When tokens were handed out before (the
+    /// counter, seeded again if it went too, or the floor says so), it is a quarantine
+    /// row that expires a ttl later, so that a leader still claiming on the deleted row
+    /// runs out first; otherwise a free one.
     async fn insert_missing(
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let quarantine = t.floor > 0;
-        let (holder, tenure, token) = if quarantine {
-            (String::new(), QUARANTINE.to_owned(), t.floor_param())
+        self.seed(session, t.floor_param()).await?;
+        let conn = session.begin("campaign").await?;
+        let counted = sqlx::query_scalar::<_, i64>(&self.statements.counted)
+            .bind(&t.election)
+            .fetch_optional(&mut *conn)
+            .await;
+        let counted = session.end("campaign", counted)?.unwrap_or(0);
+        let quarantine = counted > 0;
+        let (tenure, ttl) = if quarantine {
+            (QUARANTINE, ttl_us(t))
         } else {
-            (t.identity.clone(), t.tenure.clone(), 1)
+            ("", 0)
         };
         let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.insert)
             .bind(&t.election)
-            .bind(&holder)
-            .bind(&tenure)
-            .bind(token)
-            .bind(ttl_us(t))
+            .bind(tenure)
+            .bind(counted)
+            .bind(ttl)
             .execute(&mut *conn)
             .await;
         let inserted = session.end("campaign", done)?.rows_affected() == 1;
-        if inserted && !quarantine {
-            return Ok(Some(ours(t, 1)));
-        }
         if quarantine && inserted {
             tracing::warn!(
-                floor = t.floor,
+                token = counted,
                 "the lease row was gone although tokens were handed out; fenced it for one ttl"
             );
         }
         self.read(session, "campaign", &t.election).await
+    }
+
+    /// Creates `table` with `create` if it is missing; a user who may not is bad input.
+    async fn ensure(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        table: &Table,
+        create: &str,
+    ) -> Result<(), TableError> {
+        let conn = session.begin("prepare").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
+            .bind(table.schema.as_deref())
+            .bind(&table.name)
+            .fetch_one(&mut *conn)
+            .await;
+        if session.end("prepare", found)? > 0 {
+            return Ok(());
+        }
+        let conn = session.begin("prepare").await?;
+        let created = sqlx::query(create).execute(&mut *conn).await;
+        match created {
+            Err(e) if is_denied(&e) => {
+                session.end("prepare", Ok(()))?;
+                Err(TableError::NotAllowed {
+                    table: table.display(),
+                    user: self.user.clone(),
+                    detail: e
+                        .as_database_error()
+                        .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                })
+            }
+            other => {
+                session.end("prepare", other)?;
+                tracing::info!(table = %table.display(), "created the table");
+                Ok(())
+            }
+        }
     }
 }
 
@@ -291,135 +475,13 @@ fn is_denied(e: &sqlx::Error) -> bool {
 
 /// The named lock of one election: short and fixed-length (MySQL allows 64
 /// characters), the same in every leasekeeper version.
-fn lock_name(database: &str, table: &str, election: &str) -> String {
+pub fn lock_name(database: &str, table: &str, election: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in format!("{database}/{table}/{election}").bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("lk:{h:016x}")
-}
-
-struct SignalParts {
-    options: MySqlConnectOptions,
-    name: String,
-    want: watch::Receiver<Want>,
-    held: watch::Sender<bool>,
-    woke: Arc<Notify>,
-    reconnected: Arc<Notify>,
-    op_timeout: Duration,
-    follow_wait: Duration,
-    check_every: Duration,
-}
-
-/// Keeps the signal connection, reconnecting with backoff (see the module doc).
-async fn signal(mut p: SignalParts) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        p.held.send_replace(false);
-        match timeout(p.op_timeout, MySqlConnection::connect_with(&p.options)).await {
-            Ok(Ok(mut conn)) => {
-                backoff.reset();
-                if *p.want.borrow() == Want::Follow {
-                    // Releases may have happened while we were away.
-                    p.woke.notify_one();
-                }
-                serve_signal(&mut conn, &mut p).await;
-                p.held.send_replace(false);
-                // Dropped, not closed: the server may be unreachable.
-                drop(conn);
-            }
-            Ok(Err(e)) => tracing::debug!(error = %e, "mysql signal connection failed"),
-            Err(_) => tracing::debug!("mysql signal connection timed out"),
-        }
-        sleep(backoff.next_wait()).await;
-    }
-}
-
-/// Drives the named lock on one connection; returns when the connection must be
-/// renewed.
-async fn serve_signal(conn: &mut MySqlConnection, p: &mut SignalParts) {
-    loop {
-        let want = *p.want.borrow_and_update();
-        let held = *p.held.borrow();
-        match (want, held) {
-            (Want::Rest, true) => {
-                let freed = timeout(
-                    p.op_timeout,
-                    sqlx::query("SELECT RELEASE_LOCK(?)")
-                        .bind(&p.name)
-                        .execute(&mut *conn),
-                )
-                .await;
-                p.held.send_replace(false);
-                if !matches!(freed, Ok(Ok(_))) {
-                    return;
-                }
-            }
-            (Want::Rest, false) => {
-                tokio::select! {
-                    changed = p.want.changed() => if changed.is_err() { return },
-                    _ = p.reconnected.notified() => return,
-                }
-            }
-            (Want::Follow | Want::Lead, false) => {
-                let wait = if want == Want::Follow {
-                    p.follow_wait
-                } else {
-                    p.check_every
-                };
-                let got = tokio::select! {
-                    r = timeout(
-                        wait + p.op_timeout,
-                        sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
-                            .bind(&p.name)
-                            .bind(wait.as_secs_f64())
-                            .fetch_one(&mut *conn),
-                    ) => r,
-                    _ = p.reconnected.notified() => return,
-                };
-                match got {
-                    Ok(Ok(Some(1))) => {
-                        p.held.send_replace(true);
-                        if *p.want.borrow() == Want::Follow {
-                            p.woke.notify_one();
-                        }
-                    }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "GET_LOCK failed");
-                        return;
-                    }
-                    Err(_) => return,
-                }
-            }
-            (Want::Follow | Want::Lead, true) => {
-                // Hold it; check now and then that the session (and so the lock) lives.
-                tokio::select! {
-                    changed = p.want.changed() => if changed.is_err() { return },
-                    _ = p.reconnected.notified() => return,
-                    _ = sleep(p.check_every) => {
-                        let ours = timeout(
-                            p.op_timeout,
-                            sqlx::query_scalar::<_, i64>(
-                                "SELECT CAST(COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0) AS SIGNED)",
-                            )
-                            .bind(&p.name)
-                            .fetch_one(&mut *conn),
-                        )
-                        .await;
-                        match ours {
-                            Ok(Ok(1)) => {}
-                            Ok(Ok(_)) => {
-                                p.held.send_replace(false);
-                            }
-                            _ => return,
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 impl SqlDialect for Mysql {
@@ -430,34 +492,17 @@ impl SqlDialect for Mysql {
         if self.table_ready {
             return Ok(());
         }
-        let conn = session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(self.table.schema.as_deref())
-            .bind(&self.table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        if session.end("prepare", found)? == 0 {
-            let conn = session.begin("prepare").await?;
-            let created = sqlx::query(&self.statements.create)
-                .execute(&mut *conn)
-                .await;
-            match created {
-                Err(e) if is_denied(&e) => {
-                    session.end("prepare", Ok(()))?;
-                    return Err(TableError::NotAllowed {
-                        table: self.table.display(),
-                        user: self.user.clone(),
-                        detail: e
-                            .as_database_error()
-                            .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                    });
-                }
-                other => {
-                    session.end("prepare", other)?;
-                    tracing::info!(table = %self.table.display(), "created the lease table");
-                }
-            }
-        }
+        self.ensure(session, &self.table, &self.statements.create)
+            .await?;
+        self.ensure(
+            session,
+            &self.table.counter(),
+            &self.statements.create_counter,
+        )
+        .await?;
+        // The counter's row, at least as high as the lease row (a table from before
+        // the counter, a counter row deleted while the lease row stayed).
+        self.seed(session, 0).await?;
         self.table_ready = true;
         Ok(())
     }
@@ -467,16 +512,31 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        match self.update_take(session, t).await? {
-            Some(token) if token > 0 => return Ok(Some(ours(t, token))),
+        let reserved = self.reserve(session, t).await?;
+        match self.update_take(session, t, reserved.unwrap_or(0)).await? {
+            Some(token) if token > 0 => {
+                if reserved.is_some_and(|r| token > r) {
+                    // The row's token was above the counter (tampered with meanwhile).
+                    self.raise(session, token).await?;
+                }
+                return Ok(Some(ours(t, token)));
+            }
             // No token in the answer (a server that does not pass it on): look.
             Some(_) => return self.read(session, "campaign", &t.election).await,
             None => {}
         }
-        if let Some(row) = self.read(session, "campaign", &t.election).await? {
-            return Ok(Some(row));
+        let Some(row) = self.read(session, "campaign", &t.election).await? else {
+            let row = self.insert_missing(session, t).await?;
+            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            return Ok(row);
+        };
+        self.seen_tenure.clone_from(&row.tenure);
+        if reserved.is_none() && row.left_ms == 0 && row.tenure != t.tenure {
+            // Free, yet no token was counted: the counter's row is gone. Back with
+            // it, for the next campaign (at once: the row shows no expiry to wait for).
+            self.seed(session, t.floor_param()).await?;
         }
-        self.insert_missing(session, t).await
+        Ok(Some(row))
     }
 
     async fn renew(
@@ -512,46 +572,65 @@ impl SqlDialect for Mysql {
     async fn own_tenure(
         &mut self,
         session: &mut Session<MySqlConnection>,
-        election: &str,
+        t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         let conn = session.begin("watch").await?;
-        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(election)
+        let row = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(&self.statements.own)
+            .bind(&t.tenure)
+            .bind(&self.presence)
+            .bind(&self.presence)
+            .bind(&self.lock)
+            .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
-        session.end("watch", tenure)
+        let row = session.end("watch", row)?;
+        if let Some((_, _, lock_holder)) = &row {
+            let ours = self.signal_id.load(Ordering::SeqCst);
+            let holder = lock_holder.and_then(|h| u64::try_from(h).ok());
+            if *self.held.borrow() && holder != Some(ours) {
+                // The signal connection lost the lock (and likely itself) unnoticed.
+                self.check.notify_one();
+            }
+        }
+        Ok(row.map(|(tenure, _, _)| tenure))
     }
 
     fn acquired(&mut self) {
+        self.look_now = true;
         self.want.send_replace(Want::Lead);
     }
 
-    async fn released(&mut self) {
+    async fn released(&mut self, session: &mut Session<MySqlConnection>) {
         // Even when the row could not be freed, the lock is no use to us now.
         self.want.send_replace(Want::Rest);
         let mut held = self.held.clone();
         let _ = timeout(self.op_timeout, held.wait_for(|h| !*h)).await;
+        // Then the presence lock: a follower woken meanwhile found the row free.
+        if let Ok(conn) = session.begin("release").await {
+            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(&self.presence)
+                .execute(&mut *conn)
+                .await;
+            let _ = session.end("release", freed);
+        }
     }
 
     async fn next_look(&mut self) {
-        sleep(super::OWN_ROW_EVERY).await;
+        if !std::mem::take(&mut self.look_now) {
+            sleep(super::OWN_ROW_EVERY).await;
+        }
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        if *self.held.borrow() {
-            // We were woken by the lock and the row is still someone else's (the old
-            // leader crashed and its row has not expired, or the leader does not hold
-            // the lock): let the lock go to whoever queues for it, and sleep until
-            // the row's expiry, or the retry interval.
-            self.want.send_replace(Want::Rest);
-            let mut sleep_for = max;
-            if let Some(h) = tenancy.expiry_hint.take() {
-                sleep_for = sleep_for.min(h.saturating_duration_since(tokio::time::Instant::now()));
-            }
-            sleep(sleep_for).await;
-            return Wake::Changed;
-        }
-        self.want.send_replace(Want::Follow);
+        let want = if *self.held.borrow() {
+            // Woken by the lock, and the row is someone else's: the signal connection
+            // hands the lock on to a leader whose session lives and queues again, or
+            // keeps it for the expiry of a crashed leader's row (see `signal`).
+            Want::Yield(self.seen_tenure.clone())
+        } else {
+            Want::Follow
+        };
+        self.want.send_replace(want);
         crate::backend::wait_for_wake(&self.woke, &mut tenancy.expiry_hint, max).await;
         Wake::Changed
     }

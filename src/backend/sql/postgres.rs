@@ -2,9 +2,10 @@
 //! statement, judged by the server's `now()`.
 //!
 //! - **take** is one `INSERT … ON CONFLICT (election) DO UPDATE … WHERE` (the row is
-//!   ours already, or expired) inside a statement that also returns the row as it
-//!   stands when the take did not apply, and calls `pg_notify` when it did: one round
-//!   trip for winners and losers alike.
+//!   ours already, or expired) inside a statement that also reads the election's token
+//!   counter and raises it to the token handed out, returns the row as it stands when
+//!   the take did not apply, and calls `pg_notify` when it did: one round trip for
+//!   winners and losers alike.
 //! - **renew**: `UPDATE … WHERE election = $1 AND tenure = $2`.
 //! - **release**: the same compare, emptying the row and expiring it now, with a
 //!   `pg_notify` in the same statement; the notification is delivered when the
@@ -35,16 +36,18 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{
-    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, TableError, Tenancy,
+    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
     QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
 
-/// The statements for one table, written once.
+/// The statements for one table (and its token counters), written once.
 struct Statements {
     exists: String,
     create: String,
+    create_counter: String,
+    seed: String,
     take: String,
     renew: String,
     release: String,
@@ -52,7 +55,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn for_table(t: &str) -> Statements {
+    fn for_tables(t: &str, c: &str) -> Statements {
         Statements {
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
             create: format!(
@@ -66,19 +69,39 @@ impl Statements {
                    expires_at  timestamptz NOT NULL
                  )"
             ),
+            create_counter: format!(
+                "CREATE TABLE IF NOT EXISTS {c} (
+                   election text PRIMARY KEY,
+                   token    bigint NOT NULL
+                 )"
+            ),
+            // $1 election: the counter at least as high as the row's token.
+            seed: format!(
+                "INSERT INTO {c} AS k (election, token)
+                 SELECT $1::text, COALESCE(MAX(token), 0) FROM {t} WHERE election = $1::text
+                 ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)"
+            ),
             // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
-            // With a floor (tokens were seen) a missing row comes back as a quarantine
-            // row instead of ours (see the parent module).
+            // A new tenure gets one more than the highest of the row's token, the
+            // floor and the counter, and the counter follows it in the same statement.
+            // A missing row comes back as a quarantine row instead of ours when tokens
+            // were handed out before (the counter or the floor says so; see the parent
+            // module).
             take: format!(
-                "WITH taken AS (
+                "WITH c AS (
+                   SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
+                 ),
+                 taken AS (
                    INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                   VALUES ($1::text,
-                           CASE WHEN $5::bigint > 0 THEN '' ELSE $3::text END,
-                           CASE WHEN $5::bigint > 0 THEN '{QUARANTINE}' ELSE $2::text END,
-                           GREATEST($5::bigint, 1),
-                           now(), now(), now() + $4::bigint * interval '1 millisecond')
+                   SELECT $1::text,
+                          CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
+                          CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
+                          GREATEST(c.n, 1),
+                          now(), now(), now() + $4::bigint * interval '1 millisecond'
+                   FROM c
                    ON CONFLICT (election) DO UPDATE SET
-                     token = CASE WHEN l.tenure = $2::text THEN l.token ELSE GREATEST(l.token, $5::bigint) + 1 END,
+                     token = CASE WHEN l.tenure = $2::text THEN l.token
+                                  ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
                      holder = $3::text,
                      tenure = $2::text,
                      acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
@@ -86,6 +109,10 @@ impl Statements {
                      expires_at = now() + $4::bigint * interval '1 millisecond'
                    WHERE l.tenure = $2::text OR l.expires_at <= now()
                    RETURNING l.holder, l.tenure, l.token, l.expires_at
+                 ),
+                 counted AS (
+                   INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
+                   ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
                  )
                  SELECT holder, tenure, token,
                         GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
@@ -119,7 +146,10 @@ pub type PostgresBackend = SqlBackend<Postgres>;
 
 /// PostgreSQL's side of the lease row: its statements and its listener.
 pub struct Postgres {
-    table: String,
+    table: Table,
+    /// The token counters' table beside it.
+    counter: Table,
+    election: String,
     user: String,
     channel: String,
     statements: Statements,
@@ -153,10 +183,14 @@ impl PostgresBackend {
             reconnected: session.reconnected.clone(),
             op_timeout: lease.timing.backend_timeout,
         }));
-        let table = settings.table.quoted('"');
         let dialect = Postgres {
-            statements: Statements::for_table(&table),
-            table,
+            statements: Statements::for_tables(
+                &settings.table.quoted('"'),
+                &settings.table.counter().quoted('"'),
+            ),
+            table: settings.table.clone(),
+            counter: settings.table.counter(),
+            election: lease.election.to_owned(),
             user: options.get_username().to_owned(),
             channel,
             wake,
@@ -169,9 +203,9 @@ impl PostgresBackend {
 }
 
 impl Postgres {
-    fn not_allowed(&self, e: &sqlx::Error) -> TableError {
+    fn not_allowed(&self, table: &Table, e: &sqlx::Error) -> TableError {
         TableError::NotAllowed {
-            table: self.table.replace('"', ""),
+            table: table.display(),
             user: self.user.clone(),
             detail: e
                 .as_database_error()
@@ -179,19 +213,53 @@ impl Postgres {
         }
     }
 
-    /// Whether the table is there; a user who may not even look is bad input.
-    async fn table_exists(&self, session: &mut Session<PgConnection>) -> Result<bool, TableError> {
+    /// Whether `table` is there; a user who may not even look is bad input.
+    async fn exists(
+        &self,
+        session: &mut Session<PgConnection>,
+        table: &Table,
+    ) -> Result<bool, TableError> {
         let conn = session.begin("prepare").await?;
         let exists = sqlx::query_scalar::<_, bool>(&self.statements.exists)
-            .bind(&self.table)
+            .bind(table.quoted('"'))
             .fetch_one(&mut *conn)
             .await;
         match exists {
             Err(e) if is_denied(&e) => {
                 session.end("prepare", Ok(()))?;
-                Err(self.not_allowed(&e))
+                Err(self.not_allowed(table, &e))
             }
             other => Ok(session.end("prepare", other)?),
+        }
+    }
+
+    /// Creates `table` with `create` if it is missing.
+    async fn ensure(
+        &self,
+        session: &mut Session<PgConnection>,
+        table: &Table,
+        create: &str,
+    ) -> Result<(), TableError> {
+        if self.exists(session, table).await? {
+            return Ok(());
+        }
+        let conn = session.begin("prepare").await?;
+        let created = sqlx::query(create).execute(&mut *conn).await;
+        match created {
+            Err(e) if is_denied(&e) => {
+                session.end("prepare", Ok(()))?;
+                Err(self.not_allowed(table, &e))
+            }
+            // Two candidates creating it at once: one loses a catalog race.
+            Err(e) if code_of(&e).is_some_and(|c| c == "23505" || c == "42P07") => {
+                session.end("prepare", Ok(()))?;
+                Ok(())
+            }
+            other => {
+                session.end("prepare", other)?;
+                tracing::info!(table = %table.display(), "created the table");
+                Ok(())
+            }
         }
     }
 }
@@ -287,26 +355,18 @@ impl SqlDialect for Postgres {
         if self.table_ready {
             return Ok(());
         }
-        if !self.table_exists(session).await? {
-            let conn = session.begin("prepare").await?;
-            let created = sqlx::query(&self.statements.create)
-                .execute(&mut *conn)
-                .await;
-            match created {
-                Err(e) if is_denied(&e) => {
-                    session.end("prepare", Ok(()))?;
-                    return Err(self.not_allowed(&e));
-                }
-                // Two candidates creating it at once: one loses a catalog race.
-                Err(e) if code_of(&e).is_some_and(|c| c == "23505" || c == "42P07") => {
-                    session.end("prepare", Ok(()))?;
-                }
-                other => {
-                    session.end("prepare", other)?;
-                    tracing::info!(table = %self.table, "created the lease table");
-                }
-            }
-        }
+        self.ensure(session, &self.table, &self.statements.create)
+            .await?;
+        self.ensure(session, &self.counter, &self.statements.create_counter)
+            .await?;
+        // The counter at least as high as the row (a table from before the counter, a
+        // counter row deleted while the lease row stayed).
+        let conn = session.begin("prepare").await?;
+        let seeded = sqlx::query(&self.statements.seed)
+            .bind(&self.election)
+            .execute(&mut *conn)
+            .await;
+        session.end("prepare", seeded)?;
         self.table_ready = true;
         Ok(())
     }
@@ -367,11 +427,11 @@ impl SqlDialect for Postgres {
     async fn own_tenure(
         &mut self,
         session: &mut Session<PgConnection>,
-        election: &str,
+        t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         let conn = session.begin("watch").await?;
         let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(election)
+            .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
         session.end("watch", tenure)

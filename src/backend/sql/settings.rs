@@ -38,6 +38,9 @@ pub struct Args {
 /// The lease table's name when `--sql-table` is not given.
 pub const DEFAULT_TABLE: &str = "leasekeeper_leases";
 
+/// What the token counters' table adds to the lease table's name.
+const COUNTER_SUFFIX: &str = "_tokens";
+
 /// The two SQL dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -73,9 +76,9 @@ pub struct Table {
 impl Table {
     pub fn parse(raw: &str) -> Result<Table, ConfigError> {
         let raw = raw.trim();
-        let ident_ok = |s: &str| {
+        let ident_ok = |s: &str, max: usize| {
             !s.is_empty()
-                && s.len() <= 63
+                && s.len() <= max
                 && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
                 && s.chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
@@ -84,15 +87,26 @@ impl Table {
             Some((s, n)) => (Some(s), n),
             None => (None, raw),
         };
-        if !ident_ok(name) || schema.is_some_and(|s| !ident_ok(s)) {
+        // The token counter's table is named `<name>_tokens`, which must fit 63 too.
+        let longest_name = 63 - COUNTER_SUFFIX.len();
+        if !ident_ok(name, longest_name) || schema.is_some_and(|s| !ident_ok(s, 63)) {
             return Err(bad(format!(
-                "--sql-table {raw:?} is not a table name; use lowercase letters, digits and '_' (at most 63, not starting with a digit), optionally as schema.table"
+                "--sql-table {raw:?} is not a table name; use lowercase letters, digits and '_' (at most {longest_name} for the table, 63 for a schema, not starting with a digit), optionally as schema.table"
             )));
         }
         Ok(Table {
             schema: schema.map(str::to_owned),
             name: name.to_owned(),
         })
+    }
+
+    /// The table of the election's token counters beside it: `<name>_tokens`, in the
+    /// same schema (see the parent module).
+    pub fn counter(&self) -> Table {
+        Table {
+            schema: self.schema.clone(),
+            name: format!("{}{COUNTER_SUFFIX}", self.name),
+        }
     }
 
     /// The name quoted with `q` (`"` for PostgreSQL, `` ` `` for MySQL).
@@ -352,6 +366,14 @@ mod tests {
             Table::parse("ops.leases").expect("ok").quoted('`'),
             "`ops`.`leases`"
         );
+        let longest = "x".repeat(56);
+        assert_eq!(
+            Table::parse(&format!("{}.{longest}", "s".repeat(63)))
+                .expect("ok")
+                .counter()
+                .display(),
+            format!("{}.{longest}_tokens", "s".repeat(63))
+        );
         for bad in [
             "",
             "Leases",
@@ -360,7 +382,8 @@ mod tests {
             "a.b.c",
             "x;drop",
             "a b",
-            &"x".repeat(64),
+            &"x".repeat(57),
+            &format!("{}.x", "s".repeat(64)),
         ] {
             let e = Table::parse(bad).expect_err(bad).to_string();
             assert!(e.starts_with("--sql-table") && !e.contains('\n'), "{e}");

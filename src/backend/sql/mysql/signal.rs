@@ -1,0 +1,319 @@
+//! The MySQL/MariaDB wake-up: the election's named lock on a connection of its own,
+//! held by the leader and queued for by the followers (see the parent module).
+//!
+//! Two things keep the followers in the lock's queue, so that a graceful handover
+//! always has someone to wake:
+//!
+//! - the connection is not renewed when the statement connection is (a statement
+//!   cut off by the elector's timeout, or by its `select`, costs that connection
+//!   only); instead the task looks at once whether the lock is still its own;
+//! - a follower that got the lock and found the row still held ("yield") hands the
+//!   lock on and queues again when the holder's session lives (the leader's
+//!   *presence lock*, held on its statement connection, or a tenure younger than
+//!   [`YOUNG_TENURE`] whose leader may not have taken it yet): that leader lost its
+//!   lock with a connection and is queued for it again. When the holder's session is
+//!   gone (a crash) the follower keeps the lock and takes the row when it expires.
+//!   Yields for one tenure in quick succession (nobody took the lock on) pause
+//!   before queueing again, 10 ms doubling, so that they never spin.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::Connection;
+use tokio::sync::{watch, Notify};
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::backoff::Backoff;
+
+/// How young a tenure is taken for a live leader even before its presence lock shows
+/// (it takes the lock with its first look at its own row, right after the take).
+pub(super) const YOUNG_TENURE: Duration = Duration::from_secs(2);
+
+/// What the signal connection should do with the named lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Want {
+    /// Neither hold nor wait for it.
+    Rest,
+    /// Wait for it; when got, wake the follower and hold it until told otherwise.
+    Follow,
+    /// We hold it as a follower and found the row held by this tenure: hand it on to
+    /// a leader whose session lives, and queue again; otherwise keep it.
+    Yield(String),
+    /// Get it and hold it (we lead).
+    Lead,
+}
+
+/// What the signal task needs.
+pub(super) struct SignalParts {
+    pub options: MySqlConnectOptions,
+    /// The election's named lock.
+    pub name: String,
+    /// The leader's presence lock (on its statement connection).
+    pub presence: String,
+    /// `SELECT` of whether a tenure is young (binds election, tenure; see [`YOUNG_TENURE`]).
+    pub young: String,
+    pub election: String,
+    pub want: watch::Receiver<Want>,
+    pub held: watch::Sender<bool>,
+    /// Woken when a follower's signal connection got the lock.
+    pub woke: Arc<Notify>,
+    /// Look now whether the lock is still ours (the statement connection was renewed,
+    /// or the leader's look saw another holder).
+    pub check: Arc<Notify>,
+    /// The signal connection's id at the server (0 while there is none).
+    pub conn_id: Arc<AtomicU64>,
+    pub op_timeout: Duration,
+    pub follow_wait: Duration,
+    pub check_every: Duration,
+}
+
+/// Keeps the signal connection, reconnecting with backoff; at once after a connection
+/// that served a while (a leader that lost its lock queues again before the followers
+/// hand it on).
+pub(super) async fn signal(mut p: SignalParts) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut yields = Yields::default();
+    loop {
+        p.held.send_replace(false);
+        p.conn_id.store(0, Ordering::SeqCst);
+        match timeout(p.op_timeout, connect(&p)).await {
+            Ok(Ok((mut conn, id))) => {
+                p.conn_id.store(id, Ordering::SeqCst);
+                if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_)) {
+                    // Releases may have happened while we were away.
+                    p.woke.notify_one();
+                }
+                let started = Instant::now();
+                serve(&mut conn, &mut p, &mut yields).await;
+                p.held.send_replace(false);
+                p.conn_id.store(0, Ordering::SeqCst);
+                // Dropped, not closed: the server may be unreachable.
+                drop(conn);
+                if started.elapsed() >= Duration::from_secs(1) {
+                    backoff.reset();
+                    continue;
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "mysql signal connection failed"),
+            Err(_) => tracing::debug!("mysql signal connection timed out"),
+        }
+        sleep(backoff.next_wait()).await;
+    }
+}
+
+async fn connect(p: &SignalParts) -> Result<(MySqlConnection, u64), sqlx::Error> {
+    let mut conn = MySqlConnection::connect_with(&p.options).await?;
+    let id = sqlx::query_scalar::<_, i64>("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+        .fetch_one(&mut conn)
+        .await?;
+    Ok((conn, u64::try_from(id).unwrap_or(0)))
+}
+
+/// Drives the named lock on one connection; returns when the connection must be
+/// renewed.
+async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yields) {
+    let mut want = p.want.borrow_and_update().clone();
+    loop {
+        let held = *p.held.borrow();
+        let next = match (&want, held) {
+            (Want::Rest, true) => release(conn, p).await.then(|| want.clone()),
+            (Want::Rest, false) => changed(p).await,
+            (Want::Yield(tenure), true) => {
+                let tenure = tenure.clone();
+                yield_or_keep(conn, p, &tenure, yields).await
+            }
+            (_, true) => hold(conn, p).await,
+            (_, false) => wait_for_lock(conn, p, &want).await,
+        };
+        match next {
+            Some(w) => want = w,
+            None => return,
+        }
+    }
+}
+
+/// The next want (`None`: the task is going away).
+async fn changed(p: &mut SignalParts) -> Option<Want> {
+    p.want.changed().await.ok()?;
+    Some(p.want.borrow_and_update().clone())
+}
+
+/// Lets the lock go; false when the connection must be renewed.
+async fn release(conn: &mut MySqlConnection, p: &SignalParts) -> bool {
+    let freed = timeout(
+        p.op_timeout,
+        sqlx::query("SELECT RELEASE_LOCK(?)")
+            .bind(&p.name)
+            .execute(&mut *conn),
+    )
+    .await;
+    p.held.send_replace(false);
+    matches!(freed, Ok(Ok(_)))
+}
+
+/// Queues for the lock; once got, holds it (see [`hold`]) and, for a follower, wakes it.
+async fn wait_for_lock(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    want: &Want,
+) -> Option<Want> {
+    let wait = if *want == Want::Lead {
+        p.check_every
+    } else {
+        p.follow_wait
+    };
+    let got = timeout(
+        wait + p.op_timeout,
+        sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
+            .bind(&p.name)
+            .bind(wait.as_secs_f64())
+            .fetch_one(&mut *conn),
+    )
+    .await;
+    match got {
+        Ok(Ok(Some(1))) => {
+            p.held.send_replace(true);
+            if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_)) {
+                p.woke.notify_one();
+            }
+            // A follower's next want comes from the campaign the wake-up starts.
+            hold(conn, p).await
+        }
+        Ok(Ok(_)) => Some(if p.want.has_changed().unwrap_or(false) {
+            p.want.borrow_and_update().clone()
+        } else {
+            want.clone()
+        }),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "GET_LOCK failed");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Holds the lock until the want changes, looking now and then (and when asked) that
+/// it is still ours; it is not when the connection was cut and replaced in between.
+async fn hold(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+    loop {
+        tokio::select! {
+            changed = p.want.changed() => {
+                changed.ok()?;
+                return Some(p.want.borrow_and_update().clone());
+            }
+            _ = p.check.notified() => {}
+            _ = sleep(p.check_every) => {}
+        }
+        let ours = timeout(
+            p.op_timeout,
+            sqlx::query_scalar::<_, i64>(
+                "SELECT CAST(COALESCE(IS_USED_LOCK(?) = CONNECTION_ID(), 0) AS SIGNED)",
+            )
+            .bind(&p.name)
+            .fetch_one(&mut *conn),
+        )
+        .await;
+        match ours {
+            Ok(Ok(1)) => {}
+            Ok(Ok(_)) => {
+                p.held.send_replace(false);
+                return Some(p.want.borrow_and_update().clone());
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// A follower holding the lock found the row held by `tenure` (see the module doc).
+async fn yield_or_keep(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    tenure: &str,
+    yields: &mut Yields,
+) -> Option<Want> {
+    let live = timeout(
+        p.op_timeout,
+        sqlx::query_scalar::<_, i64>(&p.young)
+            .bind(&p.presence)
+            .bind(&p.election)
+            .bind(tenure)
+            .fetch_one(&mut *conn),
+    )
+    .await;
+    match live {
+        Ok(Ok(1)) => tracing::debug!(tenure, "handing the named lock on to a live leader"),
+        Ok(Ok(_)) => {
+            tracing::debug!(
+                tenure,
+                "keeping the named lock: the holder's session is gone"
+            );
+            return hold(conn, p).await;
+        }
+        _ => return None,
+    }
+    if !release(conn, p).await {
+        return None;
+    }
+    let pause = yields.pause(tenure, p.follow_wait);
+    if !pause.is_zero() {
+        tokio::select! {
+            changed = p.want.changed() => {
+                changed.ok()?;
+                return Some(p.want.borrow_and_update().clone());
+            }
+            _ = sleep(pause) => {}
+        }
+    }
+    Some(Want::Follow)
+}
+
+/// Consecutive yields for one tenure: the first queues again at once, later ones
+/// pause 10 ms, doubling, at most `max`.
+#[derive(Default)]
+struct Yields {
+    tenure: String,
+    count: u32,
+    last: Option<Instant>,
+}
+
+impl Yields {
+    fn pause(&mut self, tenure: &str, max: Duration) -> Duration {
+        let recent = self.last.is_some_and(|t| t.elapsed() < max);
+        if self.tenure != tenure || !recent {
+            self.tenure = tenure.to_owned();
+            self.count = 0;
+        }
+        self.last = Some(Instant::now());
+        self.count += 1;
+        if self.count == 1 {
+            return Duration::ZERO;
+        }
+        let doublings = (self.count - 2).min(16);
+        (Duration::from_millis(10) * (1u32 << doublings)).min(max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn yields_for_one_tenure_pause_longer_and_longer() {
+        let max = Duration::from_secs(5);
+        let mut y = Yields::default();
+        assert_eq!(y.pause("a", max), Duration::ZERO);
+        assert_eq!(y.pause("a", max), Duration::from_millis(10));
+        assert_eq!(y.pause("a", max), Duration::from_millis(20));
+        assert_eq!(y.pause("a", max), Duration::from_millis(40));
+        // Another tenure starts over, and so does one yielded for long ago.
+        assert_eq!(y.pause("b", max), Duration::ZERO);
+        assert_eq!(y.pause("b", max), Duration::from_millis(10));
+        tokio::time::advance(max).await;
+        assert_eq!(y.pause("b", max), Duration::ZERO);
+        for _ in 0..40 {
+            assert!(y.pause("b", max) <= max);
+        }
+    }
+}
