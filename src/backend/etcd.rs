@@ -67,6 +67,16 @@ struct Session {
     revision: i64,
     /// When the next follower keep-alive is due.
     next_keepalive: Instant,
+    /// A keep-alive sent and not answered yet (see `keep_alive`).
+    pending: Option<InFlight>,
+}
+
+/// An unanswered keep-alive: when it was sent, and whether on the current stream (its
+/// answer may still come) or on one that broke since (it may still reach the server).
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    sent: Instant,
+    on_stream: bool,
 }
 
 /// What a follower watches between campaigns.
@@ -167,6 +177,9 @@ impl EtcdBackend {
         self.own = None;
         if let Some(s) = self.session.as_mut() {
             s.stream = None;
+            if let Some(p) = s.pending.as_mut() {
+                p.on_stream = false;
+            }
         }
         self.current = (self.current + 1) % self.endpoints.len();
     }
@@ -220,6 +233,7 @@ impl EtcdBackend {
                 key: format!("{}{lease:x}", self.prefix),
                 revision: 0,
                 next_keepalive: Instant::now() + self.keepalive_every,
+                pending: None,
             });
         }
         self.session
@@ -228,19 +242,23 @@ impl EtcdBackend {
     }
 
     /// One keep-alive round trip; `false` when the lease is gone.
+    ///
+    /// At most one keep-alive is on its way: when the last one's answer did not come in
+    /// time, the next call first waits for that answer on the same stream instead of
+    /// sending another; if that stream broke meanwhile (a timeout moves us to a new
+    /// connection), no other is sent, and no new stream opened (opening one sends one),
+    /// until a ttl after it was sent. On a slow link (the gray-failure issue) every
+    /// keep-alive sent arrives in the end and extends the lease by a ttl from its
+    /// arrival: each retry used to open a new connection and stream with a keep-alive
+    /// of its own, and the last of them kept a stepped-down leader's key alive for up to
+    /// 2.6 ttl. A late answer proves nothing about this call's send time (the lease may
+    /// run out a ttl after that old keep-alive arrived), so a new keep-alive follows it
+    /// and only its answer counts. A stream that died with its connection (not by our
+    /// own timeout) forgets what it carried.
     async fn keep_alive(&mut self, op: &'static str) -> Result<bool, BackendError> {
         let every = self.keepalive_every;
         if self.session.as_ref().is_some_and(|s| s.stream.is_none()) {
-            let mut client = self.client().await?;
-            let lease = self.session.as_ref().map_or(0, |s| s.lease);
-            match client.lease_keep_alive(lease).await {
-                Ok(stream) => {
-                    if let Some(s) = self.session.as_mut() {
-                        s.stream = Some(stream);
-                    }
-                }
-                Err(e) => return Err(self.after_error(op, e)),
-            }
+            self.open_stream(op).await?;
         }
         let Some(s) = self.session.as_mut() else {
             return Ok(false);
@@ -248,22 +266,46 @@ impl EtcdBackend {
         let Some((keeper, answers)) = s.stream.as_mut() else {
             return Ok(false);
         };
-        let limit = self.op_timeout;
-        let answer = match keeper.keep_alive().await {
-            Ok(()) => match tokio::time::timeout(limit, answers.message()).await {
-                Ok(a) => a,
-                Err(_) => {
-                    s.stream = None;
-                    return Err(failed(op, "no keep-alive answer in time"));
+        let until = tokio::time::Instant::now() + self.op_timeout;
+        let ttl = self.ttl;
+        let answer = async {
+            match s.pending {
+                // Its answer clears the way; it proves nothing about this call.
+                Some(p) if p.on_stream => {
+                    tokio::time::timeout_at(until, answers.message())
+                        .await
+                        .map_err(|_| None)?
+                        .map_err(Some)?;
                 }
-            },
-            Err(e) => Err(e),
-        };
+                // Sent on a stream that broke since: it may still reach the server
+                // and extend the lease from there, so no other goes out meanwhile.
+                Some(p) if Instant::now() < p.sent + ttl => return Err(None),
+                _ => {}
+            }
+            s.pending = None;
+            keeper.keep_alive().await.map_err(Some)?;
+            s.pending = Some(InFlight {
+                sent: Instant::now(),
+                on_stream: true,
+            });
+            let answer = tokio::time::timeout_at(until, answers.message())
+                .await
+                .map_err(|_| None)?
+                .map_err(Some)?;
+            s.pending = None;
+            Ok(answer)
+        }
+        .await;
         let answer = match answer {
             Ok(a) => a,
-            Err(e) => {
-                // The stream died with its connection: open a new one next time.
+            Err(None) => return Err(failed(op, "no keep-alive answer in time")),
+            Err(Some(e)) => {
+                // The stream died (with its connection, or cancelled by our own
+                // timeout: then its keep-alive may still arrive): a new one next time.
                 s.stream = None;
+                if !cancelled(&e) {
+                    s.pending = None;
+                }
                 return Err(self.after_error(op, e));
             }
         };
@@ -275,6 +317,44 @@ impl EtcdBackend {
             self.forget();
         }
         Ok(alive)
+    }
+
+    /// Opens the keep-alive stream. Opening it sends a keep-alive and waits for its
+    /// answer, so not while an unanswered one sent less than a ttl ago may still reach
+    /// the server (see `keep_alive`); until the open is answered, its own is on its way.
+    async fn open_stream(&mut self, op: &'static str) -> Result<(), BackendError> {
+        let ttl = self.ttl;
+        if let Some(p) = self.session.as_ref().and_then(|s| s.pending) {
+            if Instant::now() < p.sent + ttl {
+                return Err(failed(op, "an earlier keep-alive may still be on its way"));
+            }
+        }
+        let mut client = self.client().await?;
+        let Some(s) = self.session.as_mut() else {
+            return Ok(());
+        };
+        let lease = s.lease;
+        s.pending = Some(InFlight {
+            sent: Instant::now(),
+            on_stream: false,
+        });
+        match client.lease_keep_alive(lease).await {
+            Ok(stream) => {
+                if let Some(s) = self.session.as_mut() {
+                    s.stream = Some(stream);
+                    s.pending = None;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if !cancelled(&e) {
+                    if let Some(s) = self.session.as_mut() {
+                        s.pending = None;
+                    }
+                }
+                Err(self.after_error(op, e))
+            }
+        }
     }
 
     /// Turns an etcd error into ours; a lease the server no longer knows ends the session.
@@ -672,5 +752,18 @@ impl Backend for EtcdBackend {
                 }
             }
         }
+    }
+}
+
+/// An error of our own making (a request cancelled by its timeout): what it carried may
+/// still be on its way to the server.
+fn cancelled(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            let code: i32 = status.code().into();
+            // CANCELLED (1), DEADLINE_EXCEEDED (4).
+            code == 1 || code == 4
+        }
+        _ => false,
     }
 }
