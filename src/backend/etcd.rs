@@ -246,8 +246,11 @@ impl EtcdBackend {
     /// At most one keep-alive is on its way: when the last one's answer did not come in
     /// time, the next call first waits for that answer on the same stream instead of
     /// sending another; if that stream broke meanwhile (a timeout moves us to a new
-    /// connection), no other is sent, and no new stream opened (opening one sends one),
-    /// until a ttl after it was sent. On a slow link (the gray-failure issue) every
+    /// connection), a leader's renew sends no other, and opens no new stream (opening
+    /// one sends one), until a ttl after it was sent. A follower's keep-alive or the
+    /// refresh before claiming is not held back: a late one only keeps that candidate
+    /// in the queue (holding it back made the first claim after a cut-off store member
+    /// healed wait a ttl: a graceful handover over 1 s in the 3-member soak). On a slow link (the gray-failure issue) every
     /// keep-alive sent arrives in the end and extends the lease by a ttl from its
     /// arrival: each retry used to open a new connection and stream with a keep-alive
     /// of its own, and the last of them kept a stepped-down leader's key alive for up to
@@ -279,7 +282,7 @@ impl EtcdBackend {
                 }
                 // Sent on a stream that broke since: it may still reach the server
                 // and extend the lease from there, so no other goes out meanwhile.
-                Some(p) if Instant::now() < p.sent + ttl => return Err(None),
+                Some(p) if op == "renew" && Instant::now() < p.sent + ttl => return Err(None),
                 _ => {}
             }
             s.pending = None;
@@ -320,12 +323,13 @@ impl EtcdBackend {
     }
 
     /// Opens the keep-alive stream. Opening it sends a keep-alive and waits for its
-    /// answer, so not while an unanswered one sent less than a ttl ago may still reach
-    /// the server (see `keep_alive`); until the open is answered, its own is on its way.
+    /// answer, so a leader's renew does not open one while an unanswered one sent less
+    /// than a ttl ago may still reach the server (see `keep_alive`); until the open is
+    /// answered, its own is on its way.
     async fn open_stream(&mut self, op: &'static str) -> Result<(), BackendError> {
         let ttl = self.ttl;
         if let Some(p) = self.session.as_ref().and_then(|s| s.pending) {
-            if Instant::now() < p.sent + ttl {
+            if op == "renew" && Instant::now() < p.sent + ttl {
                 return Err(failed(op, "an earlier keep-alive may still be on its way"));
             }
         }
