@@ -321,32 +321,25 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
 /// 2 × ttl, and the slow one leads again once the link heals.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
-    slow_leader(
-        Link::Delay(Duration::from_millis(1500)),
-        Duration::from_secs(6),
-    );
+    slow_leader(Link::Delay(Duration::from_millis(1500)));
 }
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
-    slow_leader(
-        Link::Congested(Duration::from_millis(1200)),
-        Duration::from_secs(12),
-    );
+    slow_leader(Link::Congested(Duration::from_millis(1200)));
 }
 
-fn slow_leader(link: Link, within: Duration) {
+fn slow_leader(link: Link) {
     let etcd = EtcdCluster::start(1);
     let store = etcd
         .endpoints()
         .trim_start_matches("http://")
         .parse()
         .expect("addr");
-    common::scenarios::slow_leader_is_replaced_within(
+    common::scenarios::slow_leader_is_replaced_and_recovers(
         &[store],
         Duration::from_secs(3),
         link,
-        within,
         |endpoints| {
             SidecarArgs::etcd(&format!("http://{}", endpoints[0]))
                 .ttl("3s")
