@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Backoff {
     first: Duration,
     next: Duration,

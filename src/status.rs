@@ -15,7 +15,7 @@ use tokio::time::Instant;
 pub type FencingToken = u64;
 
 /// Who holds the lease, as last observed from the backend.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Holder {
     pub identity: String,
     pub token: Option<FencingToken>,

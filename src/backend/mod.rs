@@ -90,7 +90,7 @@ impl BackendError {
 }
 
 /// What one campaign round found.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Campaign {
     /// This candidate now holds the lease with this token.
     Acquired { token: FencingToken },
@@ -99,7 +99,7 @@ pub enum Campaign {
 }
 
 /// Why `wait_for_change` returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Wake {
     /// The holder may have changed (or the backend cannot tell): campaign again.
     Changed,
@@ -112,8 +112,17 @@ pub enum Wake {
     Waiting,
 }
 
+/// What the store told a leader between renewals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LeaderNews {
+    /// Our record is deleted or taken.
+    RecordLost,
+    /// The store asks us to hand over to another candidate.
+    HandoverRequested,
+}
+
 /// What one renew round found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Renewal {
     /// The lease is ours for another ttl from the send time of the request.
     Renewed,
@@ -151,5 +160,17 @@ pub trait Backend: Send + 'static {
     /// (the file lock) keeps the default, which never resolves.
     fn record_lost(&mut self) -> impl Future<Output = ()> + Send {
         std::future::pending()
+    }
+
+    /// While leading, between renewals: what the store tells the leader — its record
+    /// lost ([`Backend::record_lost`]), or a request to hand over to another candidate
+    /// (a Lease whose `preferredHolder` names someone else), after which the elector
+    /// steps down gracefully. Cancel-safe like `record_lost`. The default reports
+    /// `record_lost` only.
+    fn leader_news(&mut self) -> impl Future<Output = LeaderNews> + Send {
+        async move {
+            self.record_lost().await;
+            LeaderNews::RecordLost
+        }
     }
 }

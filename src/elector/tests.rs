@@ -3,8 +3,15 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{sleep, Instant};
+
 use super::*;
-use crate::status::Status;
+use crate::backend::{Backend, BackendError, Campaign, Renewal, Wake};
+use crate::status::{Holder, Role, Status};
 
 /// One scripted answer: how long the store takes, then what it says.
 #[derive(Clone)]

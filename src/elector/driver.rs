@@ -1,0 +1,463 @@
+//! The tokio driver of the elector's [`Machine`]: it reads the clock, runs the
+//! backend calls under their budgets, waits for what the machine waits for, and
+//! applies the machine's effects to `Status`, the transition log, the observer and
+//! the log. It decides nothing: every choice is the machine's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use super::machine::{
+    Answer, Config, Effect, Event, Exit, Failure, LogLine, Machine, Next, Note, Op, Publish, Say,
+    Time, WaitOn,
+};
+use super::{await_shown, Heartbeat, Observer, ReleaseRequest, TransitionLog};
+use crate::backend::{Backend, BackendError, LeaderNews};
+use crate::status::{Claim, Holder, Role, Status};
+use crate::timing::Timing;
+
+/// The parts an elector is built from, besides the backend.
+pub struct ElectorParts {
+    pub timing: Timing,
+    pub status: watch::Sender<Status>,
+    pub observer: Arc<dyn Observer>,
+    pub log: TransitionLog,
+    pub releases: mpsc::Receiver<ReleaseRequest>,
+    pub shutdown: watch::Receiver<bool>,
+    pub heartbeat: Arc<Heartbeat>,
+    pub exit_on_loss: bool,
+    /// Publishers that must show "not leader" before a voluntary release (each says
+    /// `true` once it does), like the Pod label; waited for at most a backend timeout.
+    pub before_release: Vec<watch::Receiver<bool>>,
+    /// Signals that must show "stopped" before any release, up to the claim's deadline.
+    pub must_stop: Vec<watch::Receiver<bool>>,
+    /// Signals that must show "drained" before a graceful release, up to
+    /// `drain_timeout` and the claim's deadline, while the lease is renewed.
+    pub drained: Vec<watch::Receiver<bool>>,
+    pub drain_timeout: Duration,
+}
+
+/// The elector: the machine, run against one backend.
+pub struct Elector<B: Backend> {
+    backend: B,
+    machine: Machine,
+    epoch: Instant,
+    timing: Timing,
+    status: watch::Sender<Status>,
+    observer: Arc<dyn Observer>,
+    log: TransitionLog,
+    releases: mpsc::Receiver<ReleaseRequest>,
+    replies: HashMap<u64, oneshot::Sender<bool>>,
+    next_request: u64,
+    shutdown: watch::Receiver<bool>,
+    shutdown_told: bool,
+    heartbeat: Arc<Heartbeat>,
+    before_release: Vec<watch::Receiver<bool>>,
+    must_stop: Vec<watch::Receiver<bool>>,
+    drained: Vec<watch::Receiver<bool>>,
+}
+
+impl<B: Backend> Elector<B> {
+    pub fn new(backend: B, parts: ElectorParts) -> Self {
+        let flaws = super::machine::Flaws {
+            overclaim: crate::sabotage::overclaim(),
+            claim_on_error: crate::sabotage::claims_on_error(),
+            ..Default::default()
+        };
+        let config = Config {
+            timing: parts.timing,
+            exit_on_loss: parts.exit_on_loss,
+            publishers: !parts.before_release.is_empty(),
+            must_stop: !parts.must_stop.is_empty(),
+            drain: (!parts.drained.is_empty()).then_some(parts.drain_timeout),
+            seed: rand::rng().random(),
+            flaws,
+        };
+        Elector {
+            backend,
+            machine: Machine::new(config),
+            epoch: Instant::now(),
+            timing: parts.timing,
+            status: parts.status,
+            observer: parts.observer,
+            log: parts.log,
+            releases: parts.releases,
+            replies: HashMap::new(),
+            next_request: 0,
+            shutdown: parts.shutdown,
+            shutdown_told: false,
+            heartbeat: parts.heartbeat,
+            before_release: parts.before_release,
+            must_stop: parts.must_stop,
+            drained: parts.drained,
+        }
+    }
+
+    fn now(&self) -> Time {
+        Instant::now().saturating_duration_since(self.epoch)
+    }
+
+    fn instant(&self, t: Time) -> Instant {
+        self.epoch + t
+    }
+
+    /// Runs until shutdown (or a loss with `--exit-on-loss`).
+    pub async fn run(mut self) -> Exit {
+        let mut event = Event::Start;
+        loop {
+            self.heartbeat.beat();
+            let step = self.machine.on(self.now(), event);
+            for effect in step.effects {
+                self.apply(effect);
+            }
+            event = match step.next {
+                Next::Exit(exit) => return exit,
+                Next::Call { id, op, budget } => {
+                    let answer = self.call(op, budget).await;
+                    Event::Answer { id, answer }
+                }
+                Next::Wait { until, on } => self.wait(until, on).await,
+            };
+        }
+    }
+
+    /// One backend call under its budget.
+    async fn call(&mut self, op: Op, budget: Duration) -> Answer {
+        let observer = &*self.observer;
+        let backend = &mut self.backend;
+        let answer = match op {
+            Op::Campaign => Answer::Campaign {
+                result: failure(timed(observer, "campaign", budget, backend.campaign()).await),
+                ttl: backend.lease_ttl(),
+            },
+            Op::Renew => Answer::Renew {
+                result: failure(timed(observer, "renew", budget, backend.renew()).await),
+                ttl: backend.lease_ttl(),
+            },
+            Op::Release => {
+                if let Err(e) = timed(observer, "release", budget, backend.release()).await {
+                    tracing::warn!(error = %e, "release failed; the lease will expire by itself");
+                }
+                Answer::Release
+            }
+        };
+        answer
+    }
+
+    fn shutting_down(&self) -> bool {
+        // A dropped sender means the process is going away: treat it as shutdown.
+        *self.shutdown.borrow() || self.shutdown.has_changed().is_err()
+    }
+
+    /// Waits for what the machine waits for, for its `until`, a shutdown or a
+    /// release request, whichever comes first.
+    async fn wait(&mut self, until: Option<Time>, on: WaitOn) -> Event {
+        if !self.shutdown_told && self.shutting_down() {
+            self.shutdown_told = true;
+            return Event::Shutdown;
+        }
+        let at = until.map(|t| self.instant(t));
+        let mut shutdown = self.shutdown.clone();
+        let told = self.shutdown_told;
+        let waited = Waited {
+            backend: &mut self.backend,
+            heartbeat: &self.heartbeat,
+            beat_every: self.timing.retry_interval.max(Duration::from_millis(10)),
+            before_release: &mut self.before_release,
+            must_stop: &mut self.must_stop,
+            drained: &mut self.drained,
+        };
+        let req = tokio::select! {
+            biased;
+            _ = shutdown.changed(), if !told => None,
+            Some(req) = self.releases.recv() => Some(req),
+            event = waited.event(on, at) => return event,
+            _ = sleep_until_some(at) => return Event::Timer,
+        };
+        let Some(req) = req else {
+            self.shutdown_told = true;
+            return Event::Shutdown;
+        };
+        self.next_request += 1;
+        self.replies.insert(self.next_request, req.reply);
+        Event::ReleaseRequested {
+            id: self.next_request,
+            cooldown: req.cooldown,
+        }
+    }
+
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::Publish(p) => self.publish(p),
+            Effect::Log(line) => self.log_line(line),
+            Effect::Note(note) => self.note(note),
+            Effect::Say(say) => self.say(say),
+            Effect::Reply { id, released } => {
+                if let Some(reply) = self.replies.remove(&id) {
+                    let _ = reply.send(released);
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, p: Publish) {
+        let now = Instant::now();
+        let heard = Some((now, SystemTime::now()));
+        match p {
+            Publish::Campaigning => self.status.send_modify(|s| {
+                if s.role != Role::Leader {
+                    s.role = Role::Candidate;
+                }
+            }),
+            Publish::NotLeading => self.status.send_modify(|s| {
+                s.role = Role::Candidate;
+                s.claim = None;
+            }),
+            Publish::Acquired { token, deadline } => self.publish_acquired(token, deadline),
+            Publish::Extended { deadline } => {
+                let deadline = self.instant(deadline);
+                self.status.send_modify(|s| {
+                    if let Some(c) = s.claim.as_mut() {
+                        c.deadline = deadline;
+                    }
+                    s.heard_at = heard;
+                });
+            }
+            Publish::SteppedDown => self.status.send_modify(|s| {
+                s.role = Role::Candidate;
+                s.claim = None;
+                note_holder(s, None);
+            }),
+            Publish::Observed(holder) => self.status.send_modify(|s| {
+                s.role = if holder.is_some() {
+                    Role::Follower
+                } else {
+                    Role::Candidate
+                };
+                s.claim = None;
+                note_holder(s, holder);
+                s.heard_at = heard;
+                s.ready = true;
+            }),
+            Publish::Heard => self.status.send_modify(|s| s.heard_at = heard),
+            Publish::Draining { until } => {
+                let until = self.instant(until);
+                self.status.send_modify(|s| {
+                    s.draining = true;
+                    s.drain_until = Some(until);
+                });
+            }
+            Publish::DrainEnded => self.status.send_modify(|s| s.drain_until = None),
+            Publish::DrainOver => self.status.send_modify(|s| s.draining = false),
+        }
+    }
+
+    fn publish_acquired(&mut self, token: u64, deadline: Time) {
+        let deadline = self.instant(deadline);
+        let identity = self.status.borrow().identity.clone();
+        let holder = Holder {
+            identity: identity.clone(),
+            token: Some(token),
+        };
+        let now = Instant::now();
+        self.status.send_modify(|s| {
+            s.role = Role::Leader;
+            s.claim = Some(Claim {
+                deadline,
+                token,
+                since: SystemTime::now(),
+            });
+            note_holder(s, Some(holder));
+            s.heard_at = Some((now, SystemTime::now()));
+            s.ready = true;
+        });
+        tracing::info!(token, identity = %identity, "acquired leadership");
+    }
+
+    fn log_line(&mut self, line: LogLine) {
+        let now = Instant::now();
+        match line {
+            LogLine::ClaimStart {
+                token,
+                sent,
+                deadline,
+            } => {
+                let (sent, deadline) = (self.instant(sent), self.instant(deadline));
+                self.log
+                    .record("claim_start", token, now, Some(sent), Some(deadline), None);
+            }
+            LogLine::Deadline { token, deadline } => {
+                let deadline = self.instant(deadline);
+                self.log
+                    .record("deadline", token, now, None, Some(deadline), None);
+            }
+            LogLine::ClaimEnd { token, reason } => {
+                self.log
+                    .record("claim_end", token, now, None, None, Some(reason));
+                tracing::info!(token, reason, "stepped down");
+            }
+        }
+    }
+
+    fn note(&self, note: Note) {
+        match note {
+            Note::Acquired { campaign_took } => self.observer.acquired(campaign_took),
+            Note::Lost => self.observer.lost(),
+            Note::Released => self.observer.released(),
+            Note::Renewed { ok, took } => self.observer.renewed(ok, took),
+        }
+    }
+
+    fn say(&self, say: Say) {
+        let fmt = |d: Duration| humantime::format_duration(d).to_string();
+        match say {
+            Say::AcquiredTooLate { token } => tracing::warn!(
+                token,
+                "acquired, but the answer arrived after the deadline; not claiming"
+            ),
+            Say::TokenNotGreater { token, last } => tracing::error!(
+                token,
+                last,
+                "the backend handed out a token not greater than one this candidate already claimed; not claiming"
+            ),
+            Say::Lost { token, reason } => tracing::warn!(token, reason, "lost leadership"),
+            Say::RenewIntervalAdapted {
+                granted_ttl,
+                configured,
+                adapted,
+            } => tracing::warn!(
+                granted_ttl = %fmt(granted_ttl),
+                renew_interval = %fmt(configured),
+                adapted = %fmt(adapted),
+                "the store granted a shorter ttl than asked for; renewing more often to fit it"
+            ),
+            Say::TooSlow { ttl } => tracing::warn!(
+                ttl = %fmt(ttl),
+                "too slow to hold a claim; sitting out one ttl before campaigning again"
+            ),
+            Say::Cooldown { cooldown } => tracing::info!(
+                cooldown = %fmt(cooldown),
+                "not campaigning again before the cooldown ends"
+            ),
+            Say::DrainTimedOut => {
+                tracing::warn!("the app did not finish draining in time; releasing")
+            }
+            Say::LostWhileDraining => tracing::warn!("the lease was lost while the app drained"),
+            Say::NotProvenGone => {
+                tracing::error!("the command was not proven gone by the claim's deadline")
+            }
+            Say::NotReleasing { token } => {
+                tracing::warn!(token, "not releasing; the lease expires by itself")
+            }
+        }
+    }
+}
+
+/// What a wait borrows from the elector.
+struct Waited<'a, B> {
+    backend: &'a mut B,
+    heartbeat: &'a Heartbeat,
+    beat_every: Duration,
+    before_release: &'a mut [watch::Receiver<bool>],
+    must_stop: &'a mut [watch::Receiver<bool>],
+    drained: &'a mut [watch::Receiver<bool>],
+}
+
+impl<B: Backend> Waited<'_, B> {
+    /// The event `on` waits for; never resolves for a plain wait (the heartbeat goes
+    /// on meanwhile, so a long pause never reads as a hang to the liveness probe).
+    async fn event(self, on: WaitOn, until: Option<Instant>) -> Event {
+        match on {
+            WaitOn::Change { max } => Event::Woke(self.backend.wait_for_change(max).await),
+            WaitOn::Lead => match self.backend.leader_news().await {
+                LeaderNews::RecordLost => Event::RecordLost,
+                LeaderNews::HandoverRequested => Event::HandoverRequested,
+            },
+            WaitOn::Time | WaitOn::Answer => loop {
+                self.heartbeat.beat();
+                sleep(self.beat_every).await;
+            },
+            WaitOn::Publishers => {
+                let within = until.map_or(Duration::ZERO, |u| u - Instant::now());
+                await_shown(self.before_release, within).await;
+                Event::Done
+            }
+            WaitOn::Drained => {
+                all_true(
+                    self.drained,
+                    "the drain publisher is gone; going on without it",
+                )
+                .await;
+                Event::Done
+            }
+            WaitOn::Stopped => {
+                all_true(self.must_stop, "the command's supervisor is gone").await;
+                Event::Done
+            }
+        }
+    }
+}
+
+/// Waits until every signal says `true` (a dropped sender counts, with a warning).
+async fn all_true(signals: &mut [watch::Receiver<bool>], gone: &'static str) {
+    for signal in signals {
+        if signal.wait_for(|done| *done).await.is_err() {
+            tracing::warn!("{gone}");
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A backend error as the machine sees it.
+fn failure<T>(result: Result<T, BackendError>) -> Result<T, Failure> {
+    result.map_err(|e| {
+        tracing::warn!(error = %e, "backend call failed");
+        Failure {
+            timed_out: e.timed_out(),
+        }
+    })
+}
+
+/// Runs one backend operation under a timeout and counts its failures.
+async fn timed<T>(
+    observer: &dyn Observer,
+    op: &'static str,
+    limit: Duration,
+    operation: impl std::future::Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    let result = match timeout(limit, operation).await {
+        Ok(r) => r,
+        Err(_) => Err(BackendError::TimedOut {
+            op,
+            detail: format!("no answer within {}", humantime::format_duration(limit)),
+        }),
+    };
+    if result.is_err() {
+        observer.backend_error(op);
+    }
+    result
+}
+
+/// Updates the observed holder, counting a transition when it changed.
+/// A holder that is seen again after a spell of "nobody known" (a step-down, a
+/// fenced lock) is no new transition.
+fn note_holder(s: &mut Status, holder: Option<Holder>) {
+    if let Some(h) = &holder {
+        if s.last_seen_holder.as_ref() != Some(h) {
+            s.transitions += 1;
+            s.holder_since = Some(SystemTime::now());
+            s.last_seen_holder = Some(h.clone());
+        }
+    }
+    s.holder = holder;
+}

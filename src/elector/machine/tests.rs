@@ -1,0 +1,1 @@
+//! Unit tests of the machine's rules, event by event.
