@@ -299,7 +299,9 @@ fn run_batches(
     let cycle = (plan.gap + 1) * kinds.len();
     let missing = |totals: &Totals| kinds.iter().any(|k| !totals.faults.contains_key(k.name()));
     while totals.transitions < target || (missing(totals) && next < 3 * cycle) {
-        let remaining = target.saturating_sub(totals.transitions).max(cycle.saturating_sub(next));
+        let remaining = target
+            .saturating_sub(totals.transitions)
+            .max(cycle.saturating_sub(next));
         let n = (remaining * 5 / 4).clamp(MIN_BATCH, BATCH);
         let rounds: Vec<Fault> = (next..next + n).map(|i| plan.fault(i)).collect();
         next += n;
