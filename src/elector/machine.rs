@@ -1036,6 +1036,14 @@ impl Machine {
 
     fn begin_wind_down(&mut self, now: Time, w: WindDown, out: &mut Out) -> Next {
         self.st.tenure_ended = true;
+        if let Some((id, _)) = self.st.release.take() {
+            // A request that came while a renewal was on its way, and the tenure ended
+            // otherwise: nothing left to hand over.
+            out.0.push(Effect::Reply {
+                id,
+                released: false,
+            });
+        }
         self.wind_down(now, w, out)
     }
 

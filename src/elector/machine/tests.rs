@@ -748,3 +748,44 @@ fn the_overclaim_gives_back_first_then_claims_on() {
     let s = m.on(ms(4110), Event::Timer);
     assert!(has(&s, &Effect::Publish(Publish::SteppedDown)));
 }
+
+#[test]
+fn a_release_request_during_a_renewal_that_loses_is_answered_no() {
+    let (mut m, _) = leader(config());
+    let s = m.on(ms(1000), Event::Timer);
+    let id = call_id(&s.next, Op::Renew);
+    m.on(
+        ms(1001),
+        Event::ReleaseRequested {
+            id: 3,
+            cooldown: None,
+        },
+    );
+    let s = m.on(ms(1010), renew_answer(id, Ok(Renewal::Lost)));
+    assert!(has(
+        &s,
+        &Effect::Reply {
+            id: 3,
+            released: false
+        }
+    ));
+    let rel = call_id(&s.next, Op::Release);
+    let s = m.on(ms(1020), released(rel));
+    let id = call_id(&s.next, Op::Campaign);
+    // The next tenure is not handed over on the old request's account.
+    let s = m.on(
+        ms(1030),
+        campaign_answer(id, Ok(Campaign::Acquired { token: 6 })),
+    );
+    assert!(
+        matches!(
+            s.next,
+            Next::Wait {
+                on: WaitOn::Lead,
+                ..
+            }
+        ),
+        "{:?}",
+        s.next
+    );
+}
