@@ -382,7 +382,9 @@ impl<B: Backend> Waited<'_, B> {
                 sleep(self.beat_every).await;
             },
             WaitOn::Publishers => {
-                let within = until.map_or(Duration::ZERO, |u| u - Instant::now());
+                let within = until.map_or(Duration::ZERO, |u| {
+                    u.saturating_duration_since(Instant::now())
+                });
                 await_shown(self.before_release, within).await;
                 Event::Done
             }
