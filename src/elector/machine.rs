@@ -902,9 +902,8 @@ impl Machine {
                 let after = After::SitOut { cooldown: None };
                 self.hand_over(now, t, "hand-over requested", after, None, out)
             }
-            Event::Timer if !self.st.shutdown && self.st.release.is_none() => {
-                self.renew(now, t, out)
-            }
+            // (A shutdown or release request never waits here: `lead_wait` serves it.)
+            Event::Timer => self.renew(now, t, out),
             _ => self.lead_wait(now, t, out),
         }
     }
@@ -1080,14 +1079,14 @@ impl Machine {
             Stage::Publishers if w.graceful && self.cfg.publishers => {
                 Pending::Until(now + timing.backend_timeout)
             }
-            Stage::Drain if w.drain_until.is_some() => return self.drain_step(now, w, out),
+            Stage::Drain => return self.drain_step(now, w, out),
             Stage::Stopped if self.cfg.must_stop => {
                 Pending::Until(w.tenure.deadline.max(now) + STOP_GRACE)
             }
             Stage::Release if !w.graceful || w.stopped => {
                 return Some(self.wind_down_call(now, w, Op::Release, timing.backend_timeout));
             }
-            Stage::Publishers | Stage::Drain | Stage::Stopped | Stage::Release => return None,
+            Stage::Publishers | Stage::Stopped | Stage::Release => return None,
         };
         w.pending = next;
         Some(pending_wait(w))

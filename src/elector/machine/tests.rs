@@ -789,3 +789,32 @@ fn a_release_request_during_a_renewal_that_loses_is_answered_no() {
         s.next
     );
 }
+
+#[test]
+fn a_renewal_while_draining_answered_after_the_deadline_ends_the_drain() {
+    let mut cfg = config();
+    cfg.drain = Some(ms(60_000));
+    let (mut m, _) = leader(cfg);
+    m.on(ms(500), Event::Shutdown);
+    let s = m.on(ms(2900), Event::Timer);
+    let id = call_id(&s.next, Op::Renew);
+    let s = m.on(CLAIM, renew_answer(id, Ok(Renewal::Renewed)));
+    assert!(has(&s, &Effect::Publish(Publish::DrainEnded)));
+    call_id(&s.next, Op::Release);
+}
+
+#[test]
+fn a_claim_on_error_follows_the_last_token() {
+    let mut cfg = config();
+    cfg.flaws.claim_on_error = true;
+    let (mut m, _) = leader(cfg);
+    let s = m.on(ms(100), Event::RecordLost);
+    let id = call_id(&s.next, Op::Release);
+    let s = m.on(ms(110), released(id));
+    let id = call_id(&s.next, Op::Campaign);
+    let s = m.on(ms(120), campaign_answer(id, Err(REFUSED)));
+    assert!(s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Publish(Publish::Acquired { token: 6, .. }))));
+}
