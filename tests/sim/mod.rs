@@ -4,6 +4,7 @@
 //! simulator".
 
 pub mod client;
+pub mod explore;
 pub mod faults;
 pub mod oracle;
 pub mod store;

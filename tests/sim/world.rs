@@ -20,7 +20,6 @@ use super::oracle::{ms, Ns, Oracle, Violation};
 use super::store::{LeaseStore, Push, Req, Resp, RlData, RlNode, SessionStore, TtlStore};
 
 pub const MS: Ns = 1_000_000;
-pub const SEC: Ns = 1_000 * MS;
 
 /// The timing every simulated node runs with: ttl 1 s, intervals ttl/3, calls 200 ms,
 /// a drift allowance of 2 % and a safety margin of 1 ms (small, so that a claim without
@@ -190,7 +189,6 @@ pub struct Mix {
 
 pub struct World {
     pub fam: Family,
-    pub seed: u64,
     pub timing: Timing,
     pub flaws: Flaws,
     pub rng: StdRng,
@@ -229,7 +227,6 @@ impl World {
         };
         let mut w = World {
             fam,
-            seed,
             timing,
             flaws,
             rng,
@@ -281,6 +278,10 @@ impl World {
             w.mix,
             flaws
         ));
+        for i in 0..n {
+            let line = format!("n{i}: {:?}", w.nodes[i].cfg);
+            w.note(line);
+        }
         super::faults::schedule(&mut w);
         w.at(w.heal_at, Ev::Heal);
         w
