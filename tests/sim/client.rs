@@ -121,6 +121,8 @@ pub struct Client {
     run: Option<Run>,
     /// Redlock: the last campaign was a split vote; try again soon.
     pub split: bool,
+    /// The latest calls' operations, to read a late reply.
+    ops: Vec<(u64, Op)>,
 }
 
 impl Client {
@@ -140,6 +142,7 @@ impl Client {
             highest_rv: 0,
             run: None,
             split: false,
+            ops: Vec::new(),
         }
     }
 
@@ -163,6 +166,10 @@ impl Client {
     /// Starts call `id`.
     pub fn start(&mut self, id: u64, op: Op, now: Time) -> Vec<Out> {
         let n = self.fam.stores();
+        if self.ops.len() >= 16 {
+            self.ops.remove(0);
+        }
+        self.ops.push((id, op));
         self.run = Some(Run {
             id,
             op,
@@ -243,7 +250,7 @@ impl Client {
             (Family::Ttl | Family::Session, Resp::Renewed(_)) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
-            (Family::Lease, Resp::Updated(r)) => {
+            (Family::Lease, Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
                 let result = Ok(if r.is_ok() {
                     Renewal::Renewed
                 } else {

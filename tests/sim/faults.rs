@@ -94,7 +94,7 @@ pub fn schedule(w: &mut World) {
 }
 
 pub fn apply(w: &mut World, f: Fault) {
-    w.note(format!("fault: {f:?}"));
+    w.note(|| format!("fault: {f:?}"));
     match f {
         Fault::Cut {
             node,
@@ -185,7 +185,7 @@ pub fn poke(w: &mut World, i: usize) {
 /// Every fault ends: links restored, processes resumed or restarted, stores resumed;
 /// from now on no loss, no duplicates, delays under 2 ms.
 pub fn heal(w: &mut World) {
-    w.note("heal".into());
+    w.note(|| "heal".into());
     w.healed = true;
     w.cuts.clear();
     w.slow_until.iter_mut().for_each(|s| *s = 0);
@@ -213,9 +213,7 @@ pub fn release_check(w: &mut World) {
         return;
     };
     let id = ask_release(w, leader, None);
-    w.note(format!(
-        "release check: POST /release to n{leader} (request {id})"
-    ));
+    w.note(|| format!("release check: POST /release to n{leader} (request {id})"));
     w.release = Some((leader, id, w.now, None));
 }
 

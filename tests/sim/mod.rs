@@ -30,6 +30,17 @@ pub struct Outcome {
 
 /// Runs one seed of one family; the trace too when asked.
 pub fn run(seed: u64, family: Family, flaws: Flaws, trace: bool) -> (Outcome, Vec<String>) {
+    let (outcome, trace) = run_timed(seed, family, flaws, trace);
+    (outcome, trace.into_iter().map(|(_, line)| line).collect())
+}
+
+/// [`run`], with each trace line's simulated real time.
+pub fn run_timed(
+    seed: u64,
+    family: Family,
+    flaws: Flaws,
+    trace: bool,
+) -> (Outcome, Vec<(u64, String)>) {
     let mut w = world::World::new(seed, family, flaws, trace);
     let violations = w.run();
     let outcome = Outcome {
@@ -62,14 +73,26 @@ impl Outcome {
 }
 
 /// A failed run explained: its seed, family and violations, the last 40 lines of its
-/// trace (the run again, traced: it is deterministic), and how to replay it.
+/// trace up to the first violation (the run again, traced: it is deterministic), and
+/// how to replay it.
 pub fn explain(o: &Outcome) -> String {
     let flaws = o.flaws;
-    let (again, trace) = run(o.seed, o.family, flaws, true);
+    let (again, trace) = run_timed(o.seed, o.family, flaws, true);
+    let at = again
+        .violations
+        .iter()
+        .map(|v| v.at())
+        .min()
+        .unwrap_or(u64::MAX);
+    let trace: Vec<String> = trace
+        .into_iter()
+        .filter(|(t, _)| *t <= at)
+        .map(|(_, l)| l)
+        .collect();
     let tail = trace.len().saturating_sub(40);
     let flaw_names = flaw_names(flaws);
     format!(
-        "{}\nlast {} trace lines (real time, node @ its local time, event -> effects, next):\n{}\nreplay: LK_SIM_SEED={} LK_SIM_FAMILY={}{} cargo test --test elector_sim replay -- --nocapture",
+        "{}\nthe last {} trace lines up to the violation (real time, node @ its local time, event -> effects, next):\n{}\nreplay: LK_SIM_SEED={} LK_SIM_FAMILY={}{} cargo test --test elector_sim replay -- --nocapture",
         again.report(),
         trace.len() - tail,
         trace[tail..].join("\n"),
@@ -202,6 +225,38 @@ impl Sweep {
     pub fn assert_clean(&self) {
         if let Some(first) = self.failures.first() {
             panic!("{}\nfirst failure:\n{}", self.counts(), explain(first));
+        }
+    }
+}
+
+/// The one generator of a run: SplitMix64 (rand's `StdRng`, ChaCha, took a third of a
+/// debug build's time); every choice is drawn through rand's `Rng` methods.
+#[derive(Clone, Debug)]
+pub struct SimRng(u64);
+
+impl SimRng {
+    pub fn seed_from_u64(seed: u64) -> Self {
+        SimRng(seed ^ 0x5EED_1E45_EC0D_E5A1)
+    }
+}
+
+impl rand::RngCore for SimRng {
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        for chunk in dst.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
         }
     }
 }

@@ -36,9 +36,10 @@ pub enum Violation {
         first: String,
         second: String,
         for_ns: Ns,
+        at: Ns,
     },
     /// A tenure's token not above every earlier one's (invariant 4).
-    TokenNotGreater { claim: String, earlier: u64 },
+    TokenNotGreater { claim: String, earlier: u64, at: Ns },
     /// Nobody led within the bound after the faults healed.
     NoLeaderAfterHeal { healed_at: Ns, bound: Ns },
     /// A released lease was not taken by another node within the bound.
@@ -59,6 +60,17 @@ impl Violation {
             Violation::ReleaseNotTaken { .. } => "release-not-taken",
         }
     }
+
+    /// When it was seen (the trace up to here explains it).
+    pub fn at(&self) -> Ns {
+        match self {
+            Violation::Overlap { at, .. } | Violation::TokenNotGreater { at, .. } => *at,
+            Violation::NoLeaderAfterHeal { healed_at, bound } => healed_at + bound,
+            Violation::ReleaseNotTaken {
+                released_at, bound, ..
+            } => released_at + bound,
+        }
+    }
 }
 
 pub fn ms(t: Ns) -> String {
@@ -72,6 +84,7 @@ impl fmt::Display for Violation {
                 first,
                 second,
                 for_ns,
+                ..
             } => {
                 write!(
                     f,
@@ -79,7 +92,7 @@ impl fmt::Display for Violation {
                     ms(*for_ns)
                 )
             }
-            Violation::TokenNotGreater { claim, earlier } => {
+            Violation::TokenNotGreater { claim, earlier, .. } => {
                 write!(f, "token not above an earlier tenure's {earlier}: {claim}")
             }
             Violation::NoLeaderAfterHeal { healed_at, bound } => write!(
@@ -180,12 +193,14 @@ impl Oracle {
                     first: l.to_string(),
                     second: c.to_string(),
                     for_ns: l.until().min(c.until()) - c.start,
+                    at: c.start,
                 });
             }
             if let Some(top) = top_token.filter(|t| c.token <= *t) {
                 found.push(Violation::TokenNotGreater {
                     claim: c.to_string(),
                     earlier: top,
+                    at: c.start,
                 });
             }
             top_token = Some(top_token.map_or(c.token, |t| t.max(c.token)));

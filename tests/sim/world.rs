@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 use leasekeeper::backend::Wake;
 use leasekeeper::elector::machine::{
@@ -191,14 +190,14 @@ pub struct World {
     pub fam: Family,
     pub timing: Timing,
     pub flaws: Flaws,
-    pub rng: StdRng,
+    pub rng: super::SimRng,
     pub now: Ns,
     seq: u64,
-    queue: BTreeMap<(Ns, u64), Ev>,
+    queue: BTreeMap<(Ns, u64), Box<Ev>>,
     pub nodes: Vec<Node>,
     pub stores: Vec<Store>,
     pub oracle: Oracle,
-    pub trace: Option<Vec<String>>,
+    pub trace: Option<Vec<(Ns, String)>>,
     pub mix: Mix,
     /// Cut links: (node, store, toward the store?, until).
     pub cuts: Vec<(usize, usize, Option<bool>, Ns)>,
@@ -216,7 +215,7 @@ pub const CHAOS_TTLS: u64 = 6;
 
 impl World {
     pub fn new(seed: u64, fam: Family, flaws: Flaws, trace: bool) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed);
+        let mut rng = super::SimRng::seed_from_u64(seed);
         let timing = sim_timing();
         let ttl = timing.ttl.as_nanos() as Ns;
         let n = rng.random_range(2..=4usize);
@@ -272,15 +271,16 @@ impl World {
             let node = w.new_node(i, 0);
             w.nodes.push(node);
         }
-        w.note(format!(
-            "seed {seed} family {} nodes {n} mix {:?} flaws {:?}",
-            fam.name(),
-            w.mix,
-            flaws
-        ));
+        let mix = w.mix;
+        w.note(|| {
+            format!(
+                "seed {seed} family {} nodes {n} mix {mix:?} flaws {flaws:?}",
+                fam.name()
+            )
+        });
         for i in 0..n {
-            let line = format!("n{i}: {:?}", w.nodes[i].cfg);
-            w.note(line);
+            let cfg = w.nodes[i].cfg;
+            w.note(|| format!("n{i}: {cfg:?}"));
         }
         super::faults::schedule(&mut w);
         w.at(w.heal_at, Ev::Heal);
@@ -340,12 +340,13 @@ impl World {
 
     pub fn at(&mut self, t: Ns, ev: Ev) {
         self.seq += 1;
-        self.queue.insert((t.max(self.now), self.seq), ev);
+        self.queue.insert((t.max(self.now), self.seq), Box::new(ev));
     }
 
-    pub fn note(&mut self, line: String) {
+    /// A trace line (made only when tracing).
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
         if let Some(tr) = self.trace.as_mut() {
-            tr.push(format!("{:>12} {line}", ms(self.now)));
+            tr.push((self.now, format!("{:>12} {}", ms(self.now), line())));
         }
     }
 
@@ -364,7 +365,7 @@ impl World {
             }
             self.now = t;
             self.events += 1;
-            self.dispatch(ev);
+            self.dispatch(*ev);
         }
         self.verdict()
     }
@@ -463,7 +464,7 @@ impl World {
                 step.effects,
                 step.next
             );
-            self.note(line);
+            self.note(|| line);
         }
         for effect in step.effects {
             self.effect(i, effect);
@@ -497,7 +498,7 @@ impl World {
     fn next(&mut self, i: usize, next: Next) {
         match next {
             Next::Exit(e) => {
-                self.note(format!("n{i} exits: {e:?}"));
+                self.note(|| format!("n{i} exits: {e:?}"));
                 let node = &mut self.nodes[i];
                 node.machine = None;
                 node.call = None;
@@ -595,7 +596,7 @@ impl World {
                     self.feed(i, Event::Answer { id, answer });
                 }
                 Out::Late(late, answer) => {
-                    self.note(format!("n{i} late answer to call {late}"));
+                    self.note(|| format!("n{i} late answer to call {late}"));
                     self.feed(i, Event::Answer { id: late, answer });
                 }
                 Out::PhaseTimer(d, phase) => {
@@ -677,10 +678,12 @@ impl World {
             Kind::Redlock(st) => st.handle(local, ttl, &req),
         };
         if self.tracing() {
-            self.note(format!(
-                "s{s} @{} n{node} call {call}: {req:?} -> {resp:?} {pushes:?}",
-                fmt_local(local)
-            ));
+            self.note(|| {
+                format!(
+                    "s{s} @{} n{node} call {call}: {req:?} -> {resp:?} {pushes:?}",
+                    fmt_local(local)
+                )
+            });
         }
         self.send(Msg::ToNode {
             store: s,
@@ -749,7 +752,7 @@ impl World {
             Kind::Lease(_) => Vec::new(),
         };
         if !pushes.is_empty() {
-            self.note(format!("s{s} expired: {pushes:?}"));
+            self.note(|| format!("s{s} expired: {pushes:?}"));
         }
         self.push_all(s, pushes);
         self.schedule_tick(s);
@@ -759,7 +762,7 @@ impl World {
         if self.nodes[i].paused_until > self.now {
             return;
         }
-        self.note(format!("n{i} resumed"));
+        self.note(|| format!("n{i} resumed"));
         for ev in std::mem::take(&mut self.nodes[i].held) {
             self.at(self.now, ev);
         }
@@ -770,7 +773,7 @@ impl World {
         if self.stores[s].paused_until > self.now {
             return;
         }
-        self.note(format!("s{s} resumed"));
+        self.note(|| format!("s{s} resumed"));
         for ev in std::mem::take(&mut self.stores[s].held) {
             self.at(self.now, ev);
         }
@@ -785,7 +788,7 @@ impl World {
         let inc = self.nodes[i].inc + 1;
         let node = self.new_node(i, inc);
         self.nodes[i] = node;
-        self.note(format!("n{i} restarted as #{inc}"));
+        self.note(|| format!("n{i} restarted as #{inc}"));
         self.feed(i, Event::Start);
     }
 
@@ -809,7 +812,7 @@ impl World {
         });
         if cut || (!self.healed && self.rng.random_bool(self.mix.loss)) {
             if self.tracing() {
-                self.note(format!("lost: {msg:?}"));
+                self.note(|| format!("lost: {msg:?}"));
             }
             return;
         }
