@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test deps bench lint chart-test prometheus-test soak
+.PHONY: run test deps bench lint chart-test prometheus-test soak sim
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
 # (Building needs protoc for the etcd client; it is installed when missing.)
@@ -37,6 +37,13 @@ soak: deps
 	echo; echo "## leasekeeper soak, $$(date -u +%Y-%m-%d), LK_SOAK_TRANSITIONS=$${LK_SOAK_TRANSITIONS:-1000}"; echo; \
 	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
 	exit $$status
+
+# The elector's deterministic simulator, long run (not part of `make test`, which runs
+# its 1,000-seed sweep): LK_SIM_SEEDS (default 100,000) seeds on each of the four store
+# families, and the exhaustive search to deeper bounds (docs/safety.md, "The simulator").
+# Debug build; about 8 minutes on two idle cores.
+sim:
+	cargo test --test elector_sim -- --ignored --nocapture --test-threads=1
 
 # Handover/failover latency, follower load, idle footprint (see docs/benchmarks.md).
 bench:

@@ -1264,7 +1264,13 @@ impl Machine {
             out.publish(Publish::DrainOver);
         }
         if let Some(id) = w.reply {
-            out.0.push(Effect::Reply { id, released: true });
+            // Released only when the release was sent: a command not proven gone
+            // keeps the lease until it expires, and the requester must not take the
+            // step-down for a hand-over.
+            out.0.push(Effect::Reply {
+                id,
+                released: w.stopped,
+            });
         }
         self.after(now, w.after, out)
     }

@@ -1,0 +1,588 @@
+//! The client side of each store family: what a node's backend sends for one call of
+//! the machine, how the replies make the call's answer, and what a push means. A few
+//! lines per family, modeled on `src/backend/*.rs`.
+
+use std::time::Duration;
+
+use leasekeeper::backend::{Campaign, Renewal};
+use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
+use leasekeeper::status::Holder;
+
+use super::store::{LeaseRec, Push, Req, Resp, RlState};
+
+/// The store families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL).
+    Ttl,
+    /// A session-bound record with a server-side session timeout (ZooKeeper, etcd).
+    Session,
+    /// A Kubernetes Lease: candidates judge expiry by their own clocks.
+    Lease,
+    /// A majority of N independent TTL stores (Redlock).
+    Redlock(usize),
+}
+
+impl Family {
+    pub const ALL: [Family; 4] = [
+        Family::Ttl,
+        Family::Session,
+        Family::Lease,
+        Family::Redlock(3),
+    ];
+
+    pub fn name(self) -> String {
+        match self {
+            Family::Ttl => "ttl".into(),
+            Family::Session => "session".into(),
+            Family::Lease => "lease".into(),
+            Family::Redlock(n) => format!("redlock{n}"),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Family> {
+        match s {
+            "ttl" => Some(Family::Ttl),
+            "session" => Some(Family::Session),
+            "lease" => Some(Family::Lease),
+            "redlock" | "redlock3" => Some(Family::Redlock(3)),
+            "redlock5" => Some(Family::Redlock(5)),
+            _ => None,
+        }
+    }
+
+    pub fn stores(self) -> usize {
+        match self {
+            Family::Redlock(n) => n,
+            _ => 1,
+        }
+    }
+}
+
+/// What the client asks of the node's driver.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Out {
+    Send(usize, Req),
+    /// The answer to the current call.
+    Answer(Answer),
+    /// An answer to a call the machine is no longer waiting for (late, or duplicate).
+    Late(u64, Answer),
+    /// Call `phase_timeout` with this phase after this much local time.
+    PhaseTimer(Duration, u8),
+}
+
+/// What a push means for this node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Heard {
+    /// The holder may have changed (a follower campaigns).
+    pub changed: bool,
+    /// Our own record is gone or taken (a leader steps down).
+    pub own_lost: bool,
+}
+
+/// One call on its way.
+#[derive(Clone, Debug)]
+struct Run {
+    id: u64,
+    op: Op,
+    phase: u8,
+    replies: Vec<Option<Resp>>,
+    /// Requests of this phase still unanswered.
+    waiting: usize,
+    token: u64,
+    done: bool,
+}
+
+/// A Lease candidate's memory: the object as last seen, and since when (own clock).
+#[derive(Clone, Copy, Debug, Default)]
+struct Observed {
+    rv: u64,
+    rec: LeaseRec,
+    at: Time,
+}
+
+/// One node's backend.
+#[derive(Clone, Debug)]
+pub struct Client {
+    fam: Family,
+    ttl: Duration,
+    drift: f64,
+    /// Nonce (TTL, Redlock), session id (Session) or holder identity (Lease).
+    pub key: u64,
+    key_base: u64,
+    keys: u64,
+    /// The highest token seen (Redlock).
+    floor: u64,
+    /// Lease: the version of our last write, the transitions of our tenure.
+    last_rv: u64,
+    transitions: u64,
+    observed: Option<Observed>,
+    highest_rv: u64,
+    run: Option<Run>,
+    /// Redlock: the last campaign was a split vote; try again soon.
+    pub split: bool,
+    /// The latest calls' operations, to read a late reply.
+    ops: Vec<(u64, Op)>,
+}
+
+impl Client {
+    pub fn new(fam: Family, ttl: Duration, drift: f64, node: usize, incarnation: u32) -> Self {
+        let key_base = ((node as u64 + 1) << 40) | ((incarnation as u64) << 24);
+        Client {
+            fam,
+            ttl,
+            drift,
+            key: key_base + 1,
+            key_base,
+            keys: 1,
+            floor: 0,
+            last_rv: 0,
+            transitions: 0,
+            observed: None,
+            highest_rv: 0,
+            run: None,
+            split: false,
+            ops: Vec::new(),
+        }
+    }
+
+    fn new_key(&mut self) {
+        if self.fam != Family::Lease {
+            self.keys += 1;
+            self.key = self.key_base + self.keys;
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        self.fam.stores() / 2 + 1
+    }
+
+    fn all(&self, req: Req) -> Vec<Out> {
+        (0..self.fam.stores())
+            .map(|s| Out::Send(s, req.clone()))
+            .collect()
+    }
+
+    /// Starts call `id`.
+    pub fn start(&mut self, id: u64, op: Op, now: Time) -> Vec<Out> {
+        let n = self.fam.stores();
+        if self.ops.len() >= 16 {
+            self.ops.remove(0);
+        }
+        self.ops.push((id, op));
+        self.run = Some(Run {
+            id,
+            op,
+            phase: 0,
+            replies: vec![None; n],
+            waiting: n,
+            token: 0,
+            done: false,
+        });
+        let key = self.key;
+        let mut out = match (self.fam, op) {
+            (Family::Lease, Op::Campaign | Op::Release) => vec![Out::Send(0, Req::Get)],
+            (Family::Lease, Op::Renew) => vec![Out::Send(
+                0,
+                self.lease_write(self.last_rv, now, self.transitions),
+            )],
+            (Family::Redlock(_), Op::Campaign) => {
+                let mut out = self.all(Req::Take { key });
+                out.push(Out::PhaseTimer(self.ttl / 10, 0));
+                out
+            }
+            (_, Op::Campaign) => vec![Out::Send(0, Req::Campaign { key })],
+            (_, Op::Renew) => self.all(Req::Renew { key }),
+            (_, Op::Release) => self.all(Req::Release { key }),
+        };
+        if op == Op::Release && !matches!(self.fam, Family::Lease) {
+            // The next tenure has a fresh nonce (a fresh session).
+            self.new_key();
+        }
+        if let (Family::Redlock(_), Op::Release) = (self.fam, op) {
+            out.push(Out::PhaseTimer(self.ttl / 10, 0));
+        }
+        out
+    }
+
+    fn lease_write(&self, rv: u64, now: Time, transitions: u64) -> Req {
+        Req::Update {
+            expect_rv: rv,
+            rec: LeaseRec {
+                holder: self.key,
+                renew_time: now,
+                duration: self.ttl,
+                transitions,
+            },
+        }
+    }
+
+    /// The machine gave up on the call (its budget passed).
+    pub fn abandon(&mut self, id: u64) {
+        if self.run.as_ref().is_some_and(|r| r.id == id) {
+            self.run = None;
+        }
+    }
+
+    /// A reply from store `store` to call `id`.
+    pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
+        let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
+        if !current {
+            return self.late(id, resp);
+        }
+        match self.fam {
+            Family::Ttl | Family::Session => {
+                let op = self.run.as_ref().map(|r| r.op).expect("a call");
+                self.run = None;
+                vec![Out::Answer(self.single(op, resp))]
+            }
+            Family::Lease => self.lease_reply(resp, now),
+            Family::Redlock(_) => self.redlock_reply(store, resp),
+        }
+    }
+
+    /// A reply to a call no longer current: a single-request family's late answer.
+    fn late(&mut self, id: u64, resp: Resp) -> Vec<Out> {
+        match (self.fam, &resp) {
+            (Family::Ttl | Family::Session, Resp::Acquired(_) | Resp::Held(_)) => {
+                vec![Out::Late(id, self.single(Op::Campaign, resp))]
+            }
+            (Family::Ttl | Family::Session, Resp::Renewed(_)) => {
+                vec![Out::Late(id, self.single(Op::Renew, resp))]
+            }
+            (Family::Lease, Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
+                let result = Ok(if r.is_ok() {
+                    Renewal::Renewed
+                } else {
+                    Renewal::Lost
+                });
+                vec![Out::Late(
+                    id,
+                    Answer::Renew {
+                        result,
+                        ttl: self.ttl,
+                    },
+                )]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn single(&mut self, op: Op, resp: Resp) -> Answer {
+        let ttl = self.ttl;
+        let other = |token| {
+            Some(Holder {
+                identity: "other".into(),
+                token,
+            })
+        };
+        match (op, resp) {
+            (Op::Campaign, Resp::Acquired(token)) => Answer::Campaign {
+                result: Ok(Campaign::Acquired { token }),
+                ttl,
+            },
+            (Op::Campaign, Resp::Held(token)) => Answer::Campaign {
+                result: Ok(Campaign::Held(other(token))),
+                ttl,
+            },
+            (Op::Campaign, _) => {
+                self.new_key();
+                Answer::Campaign {
+                    result: Err(Failure { timed_out: false }),
+                    ttl,
+                }
+            }
+            (Op::Renew, Resp::Renewed(true)) => Answer::Renew {
+                result: Ok(Renewal::Renewed),
+                ttl,
+            },
+            (Op::Renew, _) => Answer::Renew {
+                result: Ok(Renewal::Lost),
+                ttl,
+            },
+            (Op::Release, _) => Answer::Release,
+        }
+    }
+
+    fn finish(&mut self, answer: Answer) -> Vec<Out> {
+        self.run = None;
+        vec![Out::Answer(answer)]
+    }
+
+    fn observe(&mut self, rec: LeaseRec, rv: u64, now: Time) {
+        self.highest_rv = self.highest_rv.max(rv);
+        if self.observed.is_none_or(|o| o.rv != rv) {
+            self.observed = Some(Observed { rv, rec, at: now });
+        }
+    }
+
+    fn lease_reply(&mut self, resp: Resp, now: Time) -> Vec<Out> {
+        let ttl = self.ttl;
+        let (op, phase) = self.run.as_ref().map(|r| (r.op, r.phase)).expect("a call");
+        match (op, phase, resp) {
+            (Op::Campaign, 0, Resp::Lease(rec, rv)) => {
+                self.observe(rec, rv, now);
+                let free = rec.holder == 0 || rec.holder == self.key;
+                let seen_since = self.observed.map_or(now, |o| o.at);
+                if !free && now < seen_since + rec.duration {
+                    let held = Campaign::Held(Some(Holder {
+                        identity: "other".into(),
+                        token: Some(rec.transitions),
+                    }));
+                    return self.finish(Answer::Campaign {
+                        result: Ok(held),
+                        ttl,
+                    });
+                }
+                let transitions = if rec.holder == self.key {
+                    rec.transitions
+                } else {
+                    rec.transitions + 1
+                };
+                let run = self.run.as_mut().expect("a call");
+                run.phase = 1;
+                run.token = transitions;
+                vec![Out::Send(0, self.lease_write(rv, now, transitions))]
+            }
+            (Op::Campaign, _, Resp::Updated(Ok(rv))) => {
+                let token = self.run.as_ref().map_or(0, |r| r.token);
+                self.last_rv = rv;
+                self.transitions = token;
+                self.highest_rv = self.highest_rv.max(rv);
+                let result = Ok(Campaign::Acquired { token });
+                self.finish(Answer::Campaign { result, ttl })
+            }
+            (Op::Campaign, _, _) => self.finish(Answer::Campaign {
+                result: Ok(Campaign::Held(None)),
+                ttl,
+            }),
+            (Op::Renew, _, Resp::Updated(Ok(rv))) => {
+                self.last_rv = rv;
+                self.highest_rv = self.highest_rv.max(rv);
+                self.finish(Answer::Renew {
+                    result: Ok(Renewal::Renewed),
+                    ttl,
+                })
+            }
+            (Op::Renew, 0, Resp::Updated(Err((rec, rv)))) if rec.holder == self.key => {
+                // Our own earlier write landed meanwhile: write again on top of it.
+                self.run.as_mut().expect("a call").phase = 1;
+                vec![Out::Send(0, self.lease_write(rv, now, self.transitions))]
+            }
+            (Op::Renew, _, _) => self.finish(Answer::Renew {
+                result: Ok(Renewal::Lost),
+                ttl,
+            }),
+            (Op::Release, 0, Resp::Lease(rec, rv)) if rec.holder == self.key => {
+                self.run.as_mut().expect("a call").phase = 1;
+                let give_back = Req::Update {
+                    expect_rv: rv,
+                    rec: LeaseRec { holder: 0, ..rec },
+                };
+                vec![Out::Send(0, give_back)]
+            }
+            (Op::Release, _, _) => self.finish(Answer::Release),
+        }
+    }
+
+    fn redlock_reply(&mut self, store: usize, resp: Resp) -> Vec<Out> {
+        let run = self.run.as_mut().expect("a call");
+        if run.replies[store].is_none() {
+            run.replies[store] = Some(resp);
+            run.waiting = run.waiting.saturating_sub(1);
+        }
+        let (op, phase, waiting) = (run.op, run.phase, run.waiting);
+        let q = self.quorum();
+        let states = self.states();
+        let ttl = self.ttl;
+        match op {
+            Op::Renew => {
+                let renewed = states.iter().filter(|s| s.took && s.trusted).count();
+                let lost = states.iter().filter(|s| !s.took).count();
+                if renewed >= q {
+                    self.finish(Answer::Renew {
+                        result: Ok(Renewal::Renewed),
+                        ttl,
+                    })
+                } else if self.fam.stores() - lost < q || waiting == 0 {
+                    self.finish(Answer::Renew {
+                        result: Ok(Renewal::Lost),
+                        ttl,
+                    })
+                } else {
+                    Vec::new()
+                }
+            }
+            Op::Release if waiting == 0 => self.finish(Answer::Release),
+            Op::Campaign if waiting == 0 => self.redlock_phase_over(phase),
+            _ => Vec::new(),
+        }
+    }
+
+    fn states(&self) -> Vec<RlState> {
+        let run = self.run.as_ref().expect("a call");
+        run.replies
+            .iter()
+            .filter_map(|r| match r {
+                Some(Resp::Took(s)) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The phase timer of call `id` (Redlock: stop waiting for slow nodes).
+    pub fn phase_timeout(&mut self, id: u64, phase: u8) -> Vec<Out> {
+        match self.run.as_ref() {
+            Some(r) if r.id == id && r.phase == phase && !r.done => {}
+            _ => return Vec::new(),
+        }
+        match self.run.as_ref().map(|r| r.op) {
+            Some(Op::Campaign) => self.redlock_phase_over(phase),
+            Some(Op::Release) => self.finish(Answer::Release),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The take (phase 0) or the confirm (phase 1) of a Redlock campaign is over.
+    fn redlock_phase_over(&mut self, phase: u8) -> Vec<Out> {
+        let q = self.quorum();
+        let ttl = self.ttl;
+        if phase == 1 {
+            let run = self.run.as_ref().expect("a call");
+            let confirmed = run
+                .replies
+                .iter()
+                .filter(|r| **r == Some(Resp::Confirmed(true)))
+                .count();
+            let token = run.token;
+            if confirmed >= q {
+                self.floor = self.floor.max(token);
+                return self.finish(Answer::Campaign {
+                    result: Ok(Campaign::Acquired { token }),
+                    ttl,
+                });
+            }
+            let key = self.key;
+            let back = self.all(Req::GiveBack { key });
+            return self.redlock_lost(back, None);
+        }
+        let run = self.run.as_ref().expect("a call");
+        let took: Vec<(usize, RlState)> = run
+            .replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Resp::Took(s)) => Some((i, *s)),
+                _ => None,
+            })
+            .collect();
+        for (_, s) in &took {
+            self.floor = self.floor.max(s.counter).max(s.holder_token.unwrap_or(0));
+        }
+        let settle = ttl.mul_f64(1.0 + self.drift);
+        let trusted = took.iter().filter(|(_, s)| s.trusted).count();
+        let catch_up =
+            |s: &RlState| (trusted >= q && !s.trusted && s.uptime >= settle).then_some(s.run_id);
+        let won = took.iter().filter(|(_, s)| s.took && s.trusted).count() >= q;
+        let key = self.key;
+        if !won {
+            let mut sends: Vec<Out> = took
+                .iter()
+                .filter_map(|(i, s)| catch_up(s).map(|run_id| (*i, run_id)))
+                .map(|(i, run_id)| {
+                    let req = Req::Confirm {
+                        key: 0,
+                        token: self.floor,
+                        catch_up: Some(run_id),
+                    };
+                    Out::Send(i, req)
+                })
+                .collect();
+            // Give back where we took, and where the take may still act (no answer).
+            let n = self.fam.stores();
+            let answered: Vec<usize> = took
+                .iter()
+                .filter(|(_, s)| !s.took)
+                .map(|(i, _)| *i)
+                .collect();
+            sends.extend(
+                (0..n)
+                    .filter(|i| !answered.contains(i))
+                    .map(|i| Out::Send(i, Req::GiveBack { key })),
+            );
+            let mut tokens: Vec<u64> = took.iter().filter_map(|(_, s)| s.holder_token).collect();
+            tokens.sort_unstable();
+            let holder = tokens.windows(q).find(|w| w[0] == w[q - 1]).map(|w| w[0]);
+            self.split = holder.is_none() && trusted >= q;
+            return self.redlock_lost(sends, holder);
+        }
+        let token = self.floor + 1;
+        let mut out: Vec<Out> = took
+            .iter()
+            .filter(|(_, s)| s.took || catch_up(s).is_some())
+            .map(|(i, s)| {
+                let req = Req::Confirm {
+                    key,
+                    token,
+                    catch_up: catch_up(s),
+                };
+                Out::Send(*i, req)
+            })
+            .collect();
+        let run = self.run.as_mut().expect("a call");
+        run.phase = 1;
+        run.token = token;
+        run.waiting = out.len();
+        run.replies = vec![None; run.replies.len()];
+        out.push(Out::PhaseTimer(ttl / 10, 1));
+        out
+    }
+
+    /// A Redlock campaign that did not win has given back, with a new nonce from now.
+    fn redlock_lost(&mut self, out: Vec<Out>, holder: Option<u64>) -> Vec<Out> {
+        let mut out = out;
+        self.new_key();
+        let held = Campaign::Held(holder.map(|t| Holder {
+            identity: "other".into(),
+            token: Some(t),
+        }));
+        out.extend(self.finish(Answer::Campaign {
+            result: Ok(held),
+            ttl: self.ttl,
+        }));
+        out
+    }
+
+    /// What a push means to this node.
+    pub fn push(&mut self, push: &Push, now: Time) -> Heard {
+        match *push {
+            Push::Gone { key } => Heard {
+                changed: true,
+                own_lost: key == self.key && !matches!(self.fam, Family::Redlock(_)),
+            },
+            Push::Lease(rec, rv) => {
+                if rv <= self.highest_rv {
+                    // An older event than one already seen (watches are ordered).
+                    return Heard::default();
+                }
+                let before = self.observed.map(|o| o.rec.holder);
+                self.observe(rec, rv, now);
+                Heard {
+                    changed: rec.holder != self.key
+                        && (rec.holder == 0 || before != Some(rec.holder)),
+                    own_lost: rec.holder != self.key,
+                }
+            }
+        }
+    }
+
+    /// Lease: when the holder last observed expires by our own clock.
+    pub fn observed_expiry(&self) -> Option<Time> {
+        match (self.fam, self.observed) {
+            (Family::Lease, Some(o)) if o.rec.holder != 0 && o.rec.holder != self.key => {
+                Some(o.at + o.rec.duration)
+            }
+            _ => None,
+        }
+    }
+}

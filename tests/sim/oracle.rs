@@ -1,0 +1,231 @@
+//! The oracle, in simulated real time: who claimed when, and the checks.
+//!
+//! A node claims from the real instant its `ClaimStart` is applied until the earlier
+//! of its `ClaimEnd` and its deadline mapped to real time through its own clock (a
+//! paused node claims until its deadline, as its `/leader` answers by the deadline; a
+//! crash ends the claim at the crash).
+
+use std::fmt;
+
+/// Real time, in nanoseconds since the simulation's start.
+pub type Ns = u64;
+
+/// One tenure as claimed.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub node: usize,
+    pub incarnation: u32,
+    pub token: u64,
+    pub start: Ns,
+    pub deadline: Ns,
+    pub end: Option<Ns>,
+}
+
+impl Claim {
+    /// The last instant (exclusive) of the claim.
+    pub fn until(&self) -> Ns {
+        self.end.unwrap_or(Ns::MAX).min(self.deadline)
+    }
+}
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// Two claims at one instant (invariant 1).
+    Overlap {
+        first: String,
+        second: String,
+        for_ns: Ns,
+        at: Ns,
+    },
+    /// A tenure's token not above every earlier one's (invariant 4).
+    TokenNotGreater { claim: String, earlier: u64, at: Ns },
+    /// Nobody led within the bound after the faults healed.
+    NoLeaderAfterHeal { healed_at: Ns, bound: Ns },
+    /// A released lease was not taken by another node within the bound.
+    ReleaseNotTaken {
+        node: usize,
+        released_at: Ns,
+        bound: Ns,
+    },
+}
+
+impl Violation {
+    /// The invariant's short name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Violation::Overlap { .. } => "overlap",
+            Violation::TokenNotGreater { .. } => "token",
+            Violation::NoLeaderAfterHeal { .. } => "no-leader-after-heal",
+            Violation::ReleaseNotTaken { .. } => "release-not-taken",
+        }
+    }
+
+    /// When it was seen (the trace up to here explains it).
+    pub fn at(&self) -> Ns {
+        match self {
+            Violation::Overlap { at, .. } | Violation::TokenNotGreater { at, .. } => *at,
+            Violation::NoLeaderAfterHeal { healed_at, bound } => healed_at + bound,
+            Violation::ReleaseNotTaken {
+                released_at, bound, ..
+            } => released_at + bound,
+        }
+    }
+}
+
+pub fn ms(t: Ns) -> String {
+    format!("{:.3}ms", t as f64 / 1e6)
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Overlap {
+                first,
+                second,
+                for_ns,
+                ..
+            } => {
+                write!(
+                    f,
+                    "two claims at once for {}: {first} and {second}",
+                    ms(*for_ns)
+                )
+            }
+            Violation::TokenNotGreater { claim, earlier, .. } => {
+                write!(f, "token not above an earlier tenure's {earlier}: {claim}")
+            }
+            Violation::NoLeaderAfterHeal { healed_at, bound } => write!(
+                f,
+                "no leader within {} of the faults healing at {}",
+                ms(*bound),
+                ms(*healed_at)
+            ),
+            Violation::ReleaseNotTaken {
+                node,
+                released_at,
+                bound,
+            } => write!(
+                f,
+                "n{node} released at {} and no other node claimed within {}",
+                ms(*released_at),
+                ms(*bound)
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "n{}#{} token {} [{} .. {})",
+            self.node,
+            self.incarnation,
+            self.token,
+            ms(self.start),
+            ms(self.until())
+        )
+    }
+}
+
+/// Every claim of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Oracle {
+    pub claims: Vec<Claim>,
+    active: Vec<Option<usize>>,
+}
+
+impl Oracle {
+    pub fn new(nodes: usize) -> Self {
+        Oracle {
+            claims: Vec::new(),
+            active: vec![None; nodes],
+        }
+    }
+
+    pub fn start(&mut self, node: usize, incarnation: u32, token: u64, now: Ns, deadline: Ns) {
+        self.end(node, now);
+        self.active[node] = Some(self.claims.len());
+        self.claims.push(Claim {
+            node,
+            incarnation,
+            token,
+            start: now,
+            deadline,
+            end: None,
+        });
+    }
+
+    pub fn deadline(&mut self, node: usize, deadline: Ns) {
+        if let Some(i) = self.active[node] {
+            self.claims[i].deadline = self.claims[i].deadline.max(deadline);
+        }
+    }
+
+    /// The claim ends (its `ClaimEnd`, or a crash).
+    pub fn end(&mut self, node: usize, now: Ns) {
+        if let Some(i) = self.active[node].take() {
+            self.claims[i].end = Some(now);
+        }
+    }
+
+    /// The node claiming at `now`, if any.
+    pub fn leader_at(&self, now: Ns) -> Option<usize> {
+        self.claims
+            .iter()
+            .rev()
+            .find(|c| c.start <= now && now < c.until())
+            .map(|c| c.node)
+    }
+
+    /// The safety checks over the whole run: no overlap, tokens strictly growing.
+    pub fn check_safety(&self) -> Vec<Violation> {
+        let mut found = Vec::new();
+        let mut by_start: Vec<&Claim> =
+            self.claims.iter().filter(|c| c.start < c.until()).collect();
+        by_start.sort_by_key(|c| c.start);
+        let mut latest: Option<&Claim> = None;
+        let mut top_token: Option<u64> = None;
+        for c in by_start {
+            if let Some(l) = latest.filter(|l| c.start < l.until()) {
+                found.push(Violation::Overlap {
+                    first: l.to_string(),
+                    second: c.to_string(),
+                    for_ns: l.until().min(c.until()) - c.start,
+                    at: c.start,
+                });
+            }
+            if let Some(top) = top_token.filter(|t| c.token <= *t) {
+                found.push(Violation::TokenNotGreater {
+                    claim: c.to_string(),
+                    earlier: top,
+                    at: c.start,
+                });
+            }
+            top_token = Some(top_token.map_or(c.token, |t| t.max(c.token)));
+            if latest.is_none_or(|l| c.until() > l.until()) {
+                latest = Some(c);
+            }
+        }
+        found
+    }
+
+    /// How long after `t` someone first claimed (0 when a claim was running at `t`).
+    pub fn first_claim_after(&self, t: Ns) -> Option<Ns> {
+        self.claims
+            .iter()
+            .filter(|c| c.until() > t)
+            .map(|c| c.start.saturating_sub(t))
+            .min()
+    }
+
+    /// The first claim of a node other than `node` that started at or after `t`.
+    pub fn other_claim_after(&self, node: usize, t: Ns) -> Option<Ns> {
+        self.claims
+            .iter()
+            .filter(|c| c.node != node && c.start >= t)
+            .map(|c| c.start - t)
+            .min()
+    }
+}

@@ -1,0 +1,425 @@
+//! The simulated stores, server side: each judges by its own clock (`now` is the
+//! store's local time when a request is processed) and answers with one reply, plus
+//! the pushes it sends to the candidates (release or expiry notifications, watches).
+//!
+//! Modeled on `src/backend/*.rs`, reduced to what decides who leads:
+//! - [`TtlStore`]: one record with a ttl judged by the store's clock, taken or renewed
+//!   by compare-and-set on the candidate's nonce, token from a counter bumped on each
+//!   new tenure (Redis; the SQL backends alike);
+//! - [`SessionStore`]: sessions with a server-side timeout, kept alive by every request
+//!   of the session, one ephemeral-sequential node per campaign, the lowest live node
+//!   leads, token = its sequence number (ZooKeeper, etcd leases);
+//! - [`LeaseStore`]: a Kubernetes Lease, written by the holder with its own clock's
+//!   renewTime; the store judges nothing but resourceVersion (candidates judge expiry
+//!   by their own clocks);
+//! - [`RlNode`]: one Redlock node (a TTL store with a fence counter, a run id and an
+//!   incarnation marker, restartable empty or from an older snapshot).
+
+use std::time::Duration;
+
+/// A store's local time.
+pub type STime = Duration;
+
+/// A request, as it travels to one store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Req {
+    /// TTL store and session store: take (or adopt) the lease for `key` (a nonce, or a
+    /// session id).
+    Campaign { key: u64 },
+    /// Extend the lease (or touch the session) of `key`.
+    Renew { key: u64 },
+    /// Give back the lease of `key` (close the session).
+    Release { key: u64 },
+    /// Redlock node: give back what a campaign that did not win took, quietly (no
+    /// push: announcing it made waiting candidates wake each other in a storm).
+    GiveBack { key: u64 },
+    /// Lease: read the object.
+    Get,
+    /// Lease: write `rec` if the object is still at `expect_rv`.
+    Update { expect_rv: u64, rec: LeaseRec },
+    /// Redlock node: `SET NX PX` of a pending value (or adopt our own).
+    Take { key: u64 },
+    /// Redlock node: our value carries `token`, the fence counter at least `token`;
+    /// `catch_up`: the run id to write into the marker (a settled node caught up).
+    Confirm {
+        key: u64,
+        token: u64,
+        catch_up: Option<u64>,
+    },
+}
+
+/// A reply.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resp {
+    /// The lease is ours with this token.
+    Acquired(u64),
+    /// Someone else holds it (their token, when known).
+    Held(Option<u64>),
+    /// Renewed, or not ours any more.
+    Renewed(bool),
+    Released,
+    /// The session is gone: the client must open a new one.
+    SessionGone,
+    /// Lease: the object and its resourceVersion.
+    Lease(LeaseRec, u64),
+    /// Lease: the write landed (its new resourceVersion), or a conflict (the object).
+    Updated(Result<u64, (LeaseRec, u64)>),
+    /// Redlock node: the take's outcome and the node's state.
+    Took(RlState),
+    Confirmed(bool),
+}
+
+/// What a Redlock node tells about itself with every answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RlState {
+    pub took: bool,
+    pub counter: u64,
+    /// The token of the value found (or written), if confirmed.
+    pub holder_token: Option<u64>,
+    pub run_id: u64,
+    /// The marker holds the current run id.
+    pub trusted: bool,
+    pub uptime: STime,
+}
+
+/// A push from the store to every candidate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Push {
+    /// The record (or node) of `key` is gone: released, expired, or taken over.
+    Gone { key: u64 },
+    /// Lease: the object changed (watch event).
+    Lease(LeaseRec, u64),
+}
+
+/// The Kubernetes Lease's fields that matter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseRec {
+    /// holderIdentity (0: none).
+    pub holder: u64,
+    /// renewTime, in the holder's own clock (informational: nobody may compare it).
+    pub renew_time: Duration,
+    pub duration: Duration,
+    pub transitions: u64,
+}
+
+/// One held record of a TTL store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    pub key: u64,
+    pub token: u64,
+    pub expiry: STime,
+}
+
+/// Redis / SQL: a record with a ttl and compare-and-set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TtlStore {
+    pub record: Option<Record>,
+    pub counter: u64,
+}
+
+impl TtlStore {
+    /// Drops an expired record; the key that went, for the push.
+    pub fn expire(&mut self, now: STime) -> Option<u64> {
+        match self.record {
+            Some(r) if r.expiry <= now => {
+                self.record = None;
+                Some(r.key)
+            }
+            _ => None,
+        }
+    }
+
+    /// The next instant something may expire.
+    pub fn next_expiry(&self) -> Option<STime> {
+        self.record.map(|r| r.expiry)
+    }
+
+    pub fn handle(&mut self, now: STime, ttl: Duration, req: &Req) -> (Resp, Vec<Push>) {
+        let mut pushes: Vec<Push> = self
+            .expire(now)
+            .map(|key| Push::Gone { key })
+            .into_iter()
+            .collect();
+        let resp = match *req {
+            Req::Campaign { key } => match self.record.as_mut() {
+                None => {
+                    self.counter += 1;
+                    self.record = Some(Record {
+                        key,
+                        token: self.counter,
+                        expiry: now + ttl,
+                    });
+                    Resp::Acquired(self.counter)
+                }
+                Some(r) if r.key == key => {
+                    r.expiry = now + ttl;
+                    Resp::Acquired(r.token)
+                }
+                Some(r) => Resp::Held(Some(r.token)),
+            },
+            Req::Renew { key } => match self.record.as_mut() {
+                Some(r) if r.key == key => {
+                    r.expiry = now + ttl;
+                    Resp::Renewed(true)
+                }
+                _ => Resp::Renewed(false),
+            },
+            Req::Release { key } => {
+                if self.record.is_some_and(|r| r.key == key) {
+                    self.record = None;
+                    pushes.push(Push::Gone { key });
+                }
+                Resp::Released
+            }
+            _ => unreachable!("not a TTL store request: {req:?}"),
+        };
+        (resp, pushes)
+    }
+}
+
+/// A session of the session store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Session {
+    pub id: u64,
+    pub expiry: STime,
+    pub alive: bool,
+    /// The sequence number of its node, if it has one.
+    pub node: Option<u64>,
+}
+
+/// ZooKeeper / etcd: sessions with a server-side timeout, ephemeral-sequential nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SessionStore {
+    pub sessions: Vec<Session>,
+    pub seq: u64,
+}
+
+impl SessionStore {
+    fn lowest(&self) -> Option<&Session> {
+        self.sessions
+            .iter()
+            .filter(|s| s.alive && s.node.is_some())
+            .min_by_key(|s| s.node)
+    }
+
+    pub fn expire(&mut self, now: STime) -> Vec<Push> {
+        let mut pushes = Vec::new();
+        for s in self
+            .sessions
+            .iter_mut()
+            .filter(|s| s.alive && s.expiry <= now)
+        {
+            s.alive = false;
+            if s.node.take().is_some() {
+                pushes.push(Push::Gone { key: s.id });
+            }
+        }
+        pushes
+    }
+
+    pub fn next_expiry(&self) -> Option<STime> {
+        self.sessions
+            .iter()
+            .filter(|s| s.alive)
+            .map(|s| s.expiry)
+            .min()
+    }
+
+    pub fn handle(&mut self, now: STime, ttl: Duration, req: &Req) -> (Resp, Vec<Push>) {
+        let mut pushes = self.expire(now);
+        let key = match *req {
+            Req::Campaign { key } | Req::Renew { key } | Req::Release { key } => key,
+            _ => unreachable!("not a session store request: {req:?}"),
+        };
+        let found = self.sessions.iter().position(|s| s.id == key);
+        let i = match (found, req) {
+            (Some(i), _) if self.sessions[i].alive => i,
+            (Some(_), Req::Release { .. }) | (None, Req::Release { .. }) => {
+                return (Resp::Released, pushes)
+            }
+            (Some(_), _) => return (Resp::SessionGone, pushes),
+            (None, Req::Renew { .. }) => return (Resp::SessionGone, pushes),
+            (None, _) => {
+                self.sessions.push(Session {
+                    id: key,
+                    expiry: now,
+                    alive: true,
+                    node: None,
+                });
+                self.sessions.len() - 1
+            }
+        };
+        self.sessions[i].expiry = now + ttl;
+        let resp = match req {
+            Req::Campaign { .. } => {
+                if self.sessions[i].node.is_none() {
+                    self.seq += 1;
+                    self.sessions[i].node = Some(self.seq);
+                }
+                let low = self.lowest().expect("our node is live");
+                if low.id == key {
+                    Resp::Acquired(low.node.expect("a node"))
+                } else {
+                    Resp::Held(low.node)
+                }
+            }
+            Req::Renew { .. } => Resp::Renewed(self.sessions[i].node.is_some()),
+            _ => {
+                self.sessions[i].alive = false;
+                if self.sessions[i].node.take().is_some() {
+                    pushes.push(Push::Gone { key });
+                }
+                Resp::Released
+            }
+        };
+        (resp, pushes)
+    }
+}
+
+/// Kubernetes: one Lease object with optimistic concurrency.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LeaseStore {
+    pub rec: LeaseRec,
+    pub rv: u64,
+}
+
+impl LeaseStore {
+    pub fn handle(&mut self, req: &Req) -> (Resp, Vec<Push>) {
+        match *req {
+            Req::Get => (Resp::Lease(self.rec, self.rv), Vec::new()),
+            Req::Update { expect_rv, rec } if expect_rv == self.rv => {
+                self.rv += 1;
+                self.rec = rec;
+                (Resp::Updated(Ok(self.rv)), vec![Push::Lease(rec, self.rv)])
+            }
+            Req::Update { .. } => (Resp::Updated(Err((self.rec, self.rv))), Vec::new()),
+            _ => unreachable!("not a Lease request: {req:?}"),
+        }
+    }
+}
+
+/// What a Redlock node keeps (and a snapshot restores).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RlData {
+    pub store: TtlStore,
+    /// Values' tokens, by key (written by confirms).
+    pub value_token: Option<u64>,
+    pub marker: u64,
+}
+
+/// One Redlock node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RlNode {
+    pub data: RlData,
+    pub run_id: u64,
+    /// Store-clock time of its (re)start.
+    pub started: STime,
+}
+
+impl RlNode {
+    /// A node of a fresh set: trusted from the start.
+    pub fn new(now: STime) -> Self {
+        RlNode {
+            data: RlData {
+                marker: 1,
+                ..RlData::default()
+            },
+            run_id: 1,
+            started: now,
+        }
+    }
+
+    /// A restart with `data` (empty, or an older snapshot): a new run id.
+    pub fn restart(&mut self, now: STime, data: RlData) {
+        self.run_id += 1;
+        self.data = data;
+        self.started = now;
+    }
+
+    fn state(&self, now: STime, took: bool) -> RlState {
+        let holder_token = self.data.store.record.and_then(|_| self.data.value_token);
+        RlState {
+            took,
+            counter: self.data.store.counter,
+            holder_token,
+            run_id: self.run_id,
+            trusted: self.data.marker == self.run_id,
+            uptime: now.saturating_sub(self.started),
+        }
+    }
+
+    pub fn expire(&mut self, now: STime) -> Option<u64> {
+        let gone = self.data.store.expire(now);
+        if gone.is_some() {
+            self.data.value_token = None;
+        }
+        gone
+    }
+
+    pub fn handle(&mut self, now: STime, ttl: Duration, req: &Req) -> (Resp, Vec<Push>) {
+        let mut pushes: Vec<Push> = self
+            .expire(now)
+            .map(|key| Push::Gone { key })
+            .into_iter()
+            .collect();
+        let ours = |d: &RlData, key: u64| d.store.record.is_some_and(|r| r.key == key);
+        let resp = match *req {
+            Req::Take { key } => {
+                let took = match self.data.store.record.as_mut() {
+                    None => {
+                        self.data.store.record = Some(Record {
+                            key,
+                            token: 0,
+                            expiry: now + ttl,
+                        });
+                        self.data.value_token = None;
+                        true
+                    }
+                    Some(r) if r.key == key => {
+                        r.expiry = now + ttl;
+                        true
+                    }
+                    Some(_) => false,
+                };
+                Resp::Took(self.state(now, took))
+            }
+            Req::Confirm {
+                key,
+                token,
+                catch_up,
+            } => {
+                let mine = ours(&self.data, key);
+                let caught_up = catch_up == Some(self.run_id);
+                if mine || caught_up {
+                    self.data.store.counter = self.data.store.counter.max(token);
+                }
+                if mine {
+                    self.data.value_token = Some(token);
+                }
+                if caught_up {
+                    self.data.marker = self.run_id;
+                }
+                Resp::Confirmed(mine)
+            }
+            Req::Renew { key } => {
+                let mine = ours(&self.data, key);
+                if let Some(r) = self.data.store.record.as_mut().filter(|_| mine) {
+                    r.expiry = now + ttl;
+                }
+                Resp::Took(self.state(now, mine))
+            }
+            Req::Release { key } | Req::GiveBack { key } => {
+                if ours(&self.data, key) {
+                    self.data.store.record = None;
+                    self.data.value_token = None;
+                    if matches!(req, Req::Release { .. }) {
+                        pushes.push(Push::Gone { key });
+                    }
+                }
+                Resp::Released
+            }
+            _ => unreachable!("not a Redlock request: {req:?}"),
+        };
+        (resp, pushes)
+    }
+}
