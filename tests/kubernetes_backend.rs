@@ -1316,3 +1316,43 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
     );
     assert_within_rbac(&api);
 }
+
+/// client-go's drop-in series: `leader_election_master_status{name}` says who leads,
+/// and a renew refused with a conflict (the Lease written by someone else, its record
+/// unchanged) and retried after a read counts once in `leader_election_slowpath_total`.
+#[test]
+fn client_go_metric_names_show_the_leader_and_the_slow_path() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("3s")
+        .election("slow")
+        .build();
+    let mut a = Sidecar::spawn("sa", dir.path(), &args);
+    let mut b = Sidecar::spawn("sb", dir.path(), &args);
+    let (leader, follower) = leader_first(&mut a, &mut b);
+    let metrics = |s: &Sidecar| common::http::get(s.port, "/metrics").map(|(_, t)| t);
+    let follower_text = metrics(follower).expect("metrics");
+    assert!(
+        follower_text.contains("leader_election_master_status{name=\"slow\"} 0"),
+        "{follower_text}"
+    );
+    let text = metrics(leader).expect("metrics");
+    assert!(
+        text.contains("leader_election_master_status{name=\"slow\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("leader_election_slowpath_total{name=\"slow\"} 0"),
+        "{text}"
+    );
+    api.touch_lease("slow");
+    let counted = eventually(Duration::from_secs(4), || {
+        let text = metrics(leader)?;
+        text.contains("leader_election_slowpath_total{name=\"slow\"} 1")
+            .then_some(())
+    });
+    assert!(counted.is_some(), "{}", metrics(leader).unwrap_or_default());
+    assert_eq!(leader.leader().expect("leader")["is_leader"], true);
+    assert_within_rbac(&api);
+}

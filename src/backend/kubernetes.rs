@@ -57,7 +57,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
 use crate::status::Holder;
 
@@ -194,6 +194,8 @@ pub struct KubeBackend {
     follow_watch: FollowWatch,
     /// A resourceVersion that is no integer (or too large) was logged already.
     version_warned: bool,
+    /// Renewals refused with a conflict and retried after a read (client-go's slow path).
+    slow_paths: SlowPaths,
 }
 
 /// Now, in whole microseconds, so a record reads back exactly as it was written.
@@ -311,7 +313,14 @@ impl KubeBackend {
             own_watch: OwnWatch::default(),
             follow_watch: FollowWatch::default(),
             version_warned: false,
+            slow_paths: SlowPaths::default(),
         }
+    }
+
+    /// Counts renewals that fell back to a read into `slow_paths` (for the metrics).
+    pub fn with_slow_paths(mut self, slow_paths: SlowPaths) -> Self {
+        self.slow_paths = slow_paths;
+        self
     }
 
     /// Starts (or ends, with `None`) watching our own record from the version of `held`.
@@ -639,6 +648,9 @@ impl KubeBackend {
                     return Ok(OwnWrite::Written(Box::new(written)));
                 }
                 Err(e) if status_code(&e) == Some(409) => {
+                    if op == "renew lease" {
+                        self.slow_paths.add();
+                    }
                     match self.still_ours(transitions).await? {
                         Some(current) => base = current,
                         None => return Ok(OwnWrite::Gone),

@@ -65,6 +65,22 @@ pub mod sql;
 pub mod store_clock;
 pub mod zookeeper;
 
+/// How many renewals fell back from a write over the record the backend had cached to
+/// a read and a second write (client-go's "slow path"), for the metrics. Handed to a
+/// backend at wiring time; a backend without such a fallback never counts.
+#[derive(Clone, Debug, Default)]
+pub struct SlowPaths(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl SlowPaths {
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A failed backend operation (unreachable, timed out, protocol error).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

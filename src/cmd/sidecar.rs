@@ -20,7 +20,7 @@ use crate::backend::redlock::RedlockBackend;
 use crate::backend::sql::mysql::MysqlBackend;
 use crate::backend::sql::postgres::PostgresBackend;
 use crate::backend::sql::{Dialect, TableError};
-use crate::backend::{Backend, Candidacy};
+use crate::backend::{Backend, Candidacy, SlowPaths};
 use crate::config::{BackendSettings, Cli, CliError, LogFormat, Settings};
 use crate::elector::{
     await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
@@ -124,6 +124,8 @@ struct Start {
     listener: tokio::net::TcpListener,
     log: TransitionLog,
     kube: Option<kube::Client>,
+    /// The backend's renewals that fell back to a read, for the metrics.
+    slow_paths: SlowPaths,
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
@@ -151,6 +153,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         listener,
         log,
         kube,
+        slow_paths: SlowPaths::default(),
     })
     .await
 }
@@ -194,7 +197,9 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         }
         BackendSettings::Kubernetes { namespace } => {
             let client = start.kube.clone().context("kubernetes client")?;
-            serve(KubeBackend::new(client, namespace, &lease), start).await
+            let backend = KubeBackend::new(client, namespace, &lease)
+                .with_slow_paths(start.slow_paths.clone());
+            serve(backend, start).await
         }
         BackendSettings::Sql(sql) => match sql.dialect() {
             Dialect::Postgres => {
@@ -272,6 +277,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         listener,
         log,
         kube,
+        slow_paths,
     } = start;
     let t = &settings.timing;
     let (status_tx, status_rx) = watch::channel(Status::new(
@@ -283,7 +289,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
     let heartbeat = Heartbeat::new(t);
-    let metrics = Arc::new(Metrics::new(backend.name()));
+    let metrics = Arc::new(Metrics::new(backend.name(), &settings.election, slow_paths));
     let labeler = match (&settings.pod_label, kube) {
         (Some(label), Some(client)) => Some(PodLabeler::new(
             client,

@@ -237,6 +237,30 @@ impl FakeKube {
         write(&self.shared, &mut store, "leases", &ns, name, obj, event);
     }
 
+    /// Writes a Lease again with its spec unchanged (a label added, say): a new
+    /// resourceVersion, so a write that names the old one gets 409.
+    pub fn touch_lease(&self, name: &str) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let Some(mut obj) = store
+            .objects
+            .get(&("leases", ns.clone(), name.to_owned()))
+            .cloned()
+        else {
+            return;
+        };
+        obj["metadata"]["labels"]["touched"] = Value::String(store.version.to_string());
+        write(
+            &self.shared,
+            &mut store,
+            "leases",
+            &ns,
+            name,
+            obj,
+            "MODIFIED",
+        );
+    }
+
     /// Deletes a Lease as an administrator would (`kubectl delete lease`).
     pub fn delete_lease(&self, name: &str) {
         let ns = self.shared.namespace.clone();
