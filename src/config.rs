@@ -84,6 +84,8 @@ pub struct Cli {
     #[command(flatten)]
     pub kube: kube_api::Args,
     #[command(flatten)]
+    pub lease: kubernetes::settings::Args,
+    #[command(flatten)]
     pub label: label::Args,
     #[command(flatten)]
     pub hooks: hooks::Args,
@@ -209,6 +211,7 @@ pub enum BackendSettings {
     /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
     Kubernetes {
         namespace: String,
+        lease: kubernetes::settings::KubeSettings,
     },
 }
 
@@ -332,6 +335,7 @@ fn backend_settings(
             kubernetes::check_ttl(timing.ttl)?;
             BackendSettings::Kubernetes {
                 namespace: cli.kube.namespace()?,
+                lease: cli.lease.settings()?,
             }
         }
         other => {

@@ -458,6 +458,7 @@ impl<B: Backend> Elector<B> {
             self.heartbeat.beat();
             let mut shutdown = self.shutdown.clone();
             let wake = next_renew.min(deadline);
+            let handover = self.backend.handover_requested();
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -480,6 +481,12 @@ impl<B: Backend> Elector<B> {
                         self.cooldown = req.cooldown;
                         let _ = req.reply.send(true);
                     }
+                    return TenureEnd::Released;
+                }
+                () = handover => {
+                    // The store prefers another candidate: a release without a cooldown.
+                    self.hand_over(token, "another candidate is preferred", &mut deadline, &mut next_renew)
+                        .await;
                     return TenureEnd::Released;
                 }
                 _ = self.backend.record_lost() => {

@@ -1356,3 +1356,125 @@ fn client_go_metric_names_show_the_leader_and_the_slow_path() {
     assert_eq!(leader.leader().expect("leader")["is_leader"], true);
     assert_within_rbac(&api);
 }
+
+/// Which of `sidecars` lead now (by their own answers), by name.
+fn leading(sidecars: &[(&str, &Sidecar)]) -> Vec<String> {
+    sidecars
+        .iter()
+        .filter(|(_, s)| s.leader().is_some_and(|v| v["is_leader"] == true))
+        .map(|(n, _)| (*n).to_owned())
+        .collect()
+}
+
+/// Polls `sidecars` for `how_long`: never two leaders; the leaders seen, in order.
+fn leaders_over(sidecars: &[(&str, &Sidecar)], how_long: Duration) -> Vec<String> {
+    let end = Instant::now() + how_long;
+    let mut seen: Vec<String> = Vec::new();
+    while Instant::now() < end {
+        let now = leading(sidecars);
+        assert!(now.len() <= 1, "two leaders: {now:?}");
+        if let Some(l) = now.first() {
+            if seen.last() != Some(l) {
+                seen.push(l.clone());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    seen
+}
+
+/// KEP-4355 on a Lease without a strategy: when a coordinator names another candidate
+/// as `preferredHolder`, the leader drains and releases, and the named candidate (not
+/// the third one) takes it; every write keeps `preferredHolder`.
+#[test]
+fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("pref")
+        .build();
+    let a = Sidecar::spawn("pa", dir.path(), &args);
+    eventually(Duration::from_secs(10), || {
+        (a.leader()?["is_leader"] == true).then_some(())
+    })
+    .expect("pa leads");
+    let b = Sidecar::spawn("pb", dir.path(), &args);
+    let c = Sidecar::spawn("pc", dir.path(), &args);
+    let all = [("pa", &a), ("pb", &b), ("pc", &c)];
+    b.settles_in("follower", Duration::from_secs(10));
+    c.settles_in("follower", Duration::from_secs(10));
+    api.patch_lease_spec("pref", json!({"preferredHolder": "pb"}));
+    let seen = leaders_over(&all, Duration::from_secs(3));
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("pb"),
+        "leaders: {seen:?}"
+    );
+    assert!(!seen.contains(&"pc".to_owned()), "leaders: {seen:?}");
+    let lease = api.lease("pref").expect("lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "pb");
+    let writes = api.lease_writes("pref");
+    let after: Vec<&serde_json::Value> = writes
+        .iter()
+        .map(|(_, spec)| spec)
+        .skip_while(|spec| spec["preferredHolder"].is_null())
+        .collect();
+    assert!(after.len() >= 3, "writes after the patch: {after:?}");
+    for spec in after {
+        assert_eq!(spec["preferredHolder"], "pb", "a write dropped it: {spec}");
+    }
+    assert!(
+        a.stderr().contains("prefers another candidate"),
+        "{}",
+        a.stderr()
+    );
+    assert_within_rbac(&api);
+}
+
+/// KEP-4355 with `spec.strategy` set: a free Lease is taken only by the candidate it
+/// is handed to (`preferredHolder`); a candidate with `--lease-strategy-mixed` takes it
+/// as any free Lease; renewals and the release keep `strategy` and `preferredHolder`.
+#[test]
+fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let spec = |preferred: &str| {
+        json!({
+            "holderIdentity": "", "leaseDurationSeconds": 1, "leaseTransitions": 3,
+            "strategy": "OldestEmulationVersion", "preferredHolder": preferred,
+        })
+    };
+    api.put_lease_spec("coord", spec("sb"));
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("coord")
+        .build();
+    let mut a = Sidecar::spawn("sa", dir.path(), &args);
+    let seen = leaders_over(&[("sa", &a)], Duration::from_secs(3));
+    assert!(
+        seen.is_empty(),
+        "a Lease handed to sb was taken by: {seen:?}"
+    );
+    let mut b = Sidecar::spawn("sb", dir.path(), &args);
+    let seen = leaders_over(&[("sa", &a), ("sb", &b)], Duration::from_secs(3));
+    assert_eq!(seen, ["sb"], "leaders");
+    let lease = api.lease("coord").expect("lease");
+    assert_eq!(lease["spec"]["strategy"], "OldestEmulationVersion");
+    assert_eq!(lease["spec"]["preferredHolder"], "sb");
+    b.terminate(Duration::from_secs(10));
+    let released = api.lease("coord").expect("lease");
+    assert_eq!(released["spec"]["holderIdentity"], "");
+    assert_eq!(released["spec"]["strategy"], "OldestEmulationVersion");
+    assert_eq!(released["spec"]["preferredHolder"], "sb");
+    // Released, still handed to sb: sa sits out; a mixed-mode candidate takes it.
+    let seen = leaders_over(&[("sa", &a)], Duration::from_secs(3));
+    assert!(seen.is_empty(), "taken by {seen:?}");
+    let mut mixed_args = args.clone();
+    mixed_args.push("--lease-strategy-mixed".to_owned());
+    let m = Sidecar::spawn("sm", dir.path(), &mixed_args);
+    let seen = leaders_over(&[("sa", &a), ("sm", &m)], Duration::from_secs(4));
+    assert_eq!(seen, ["sm"], "leaders");
+    a.terminate(Duration::from_secs(10));
+    assert_within_rbac(&api);
+}

@@ -168,4 +168,18 @@ pub trait Backend: Send + 'static {
     fn record_lost(&mut self) -> impl Future<Output = ()> + Send {
         std::future::pending()
     }
+
+    /// While leading: resolves once the store asks this leader to hand over to another
+    /// candidate (a Kubernetes Lease whose `preferredHolder` comes to name someone
+    /// else), so that the elector hands over gracefully, as for a release request.
+    ///
+    /// The future borrows nothing (`'static`), so the elector can wait on it and on
+    /// [`Backend::record_lost`] in one `select!`; it is level-triggered (a request
+    /// already made resolves it at once), so dropping it loses nothing. The backend
+    /// notes the request while it processes its own-record events (in `record_lost`
+    /// and `renew`). Backends whose store has no such notion keep the default, which
+    /// never resolves.
+    fn handover_requested(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        std::future::pending()
+    }
 }

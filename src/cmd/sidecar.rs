@@ -195,9 +195,12 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         BackendSettings::Zookeeper(zk) => {
             serve(crate::backend::zookeeper::ZkBackend::new(zk, &lease), start).await
         }
-        BackendSettings::Kubernetes { namespace } => {
+        BackendSettings::Kubernetes {
+            namespace,
+            lease: settings,
+        } => {
             let client = start.kube.clone().context("kubernetes client")?;
-            let backend = KubeBackend::new(client, namespace, &lease)
+            let backend = KubeBackend::new(client, namespace, &lease, *settings)
                 .with_slow_paths(start.slow_paths.clone());
             serve(backend, start).await
         }

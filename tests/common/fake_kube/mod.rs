@@ -237,6 +237,30 @@ impl FakeKube {
         write(&self.shared, &mut store, "leases", &ns, name, obj, event);
     }
 
+    /// Merges `patch` into a Lease's spec as another client would (a coordinator
+    /// setting `preferredHolder`, say).
+    pub fn patch_lease_spec(&self, name: &str, patch: Value) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let Some(mut obj) = store
+            .objects
+            .get(&("leases", ns.clone(), name.to_owned()))
+            .cloned()
+        else {
+            return;
+        };
+        merge(&mut obj["spec"], &patch);
+        write(
+            &self.shared,
+            &mut store,
+            "leases",
+            &ns,
+            name,
+            obj,
+            "MODIFIED",
+        );
+    }
+
     /// Writes a Lease again with its spec unchanged (a label added, say): a new
     /// resourceVersion, so a write that names the old one gets 409.
     pub fn touch_lease(&self, name: &str) {
