@@ -526,6 +526,7 @@ impl<B: Backend> Elector<B> {
             note_holder(s, Some(holder.clone()));
             s.heard_at = Some((now, SystemTime::now()));
             s.ready = true;
+            s.own_tenures += 1;
         });
         tracing::info!(token, identity = %identity, "acquired leadership");
     }

@@ -978,6 +978,8 @@ fn the_fake_refuses_without_the_token_or_outside_the_role(api: &FakeKube) {
             ("leases", "create"),
             ("leases", "update"),
             ("leases", "watch"),
+            ("events", "create"),
+            ("events", "patch"),
         ]
         .map(|(r, v)| (r.to_owned(), v.to_owned()))
     );
@@ -1476,5 +1478,161 @@ fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
     let seen = leaders_over(&[("sa", &a), ("sm", &m)], Duration::from_secs(4));
     assert_eq!(seen, ["sm"], "leaders");
     a.terminate(Duration::from_secs(10));
+    assert_within_rbac(&api);
+}
+
+/// The leadership Events of `who`'s messages: (message, count) in order of creation.
+fn leadership_events(api: &FakeKube) -> Vec<(String, u64)> {
+    api.events()
+        .iter()
+        .filter(|e| e["reason"] == "LeaderElection")
+        .map(|e| {
+            (
+                e["message"].as_str().unwrap_or("").to_owned(),
+                e["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// client-go's Events: `<identity> became leader` and `<identity> stopped leading`,
+/// type Normal, reason LeaderElection, about the Lease (with its uid).
+#[test]
+fn leadership_events_are_recorded_as_client_go_records_them() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("evt")
+        .build();
+    let mut a = Sidecar::spawn("ea", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    let b = Sidecar::spawn("eb", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+    let first = eventually(Duration::from_secs(5), || {
+        api.events()
+            .into_iter()
+            .find(|e| e["message"] == "ea became leader")
+    })
+    .expect("an Event for ea's tenure");
+    let lease = api.lease("evt").expect("lease");
+    assert_eq!(first["type"], "Normal");
+    assert_eq!(first["reason"], "LeaderElection");
+    assert_eq!(first["count"], 1);
+    assert_eq!(first["involvedObject"]["kind"], "Lease");
+    assert_eq!(
+        first["involvedObject"]["apiVersion"],
+        "coordination.k8s.io/v1"
+    );
+    assert_eq!(first["involvedObject"]["name"], "evt");
+    assert_eq!(first["involvedObject"]["namespace"], "team");
+    assert_eq!(first["involvedObject"]["uid"], lease["metadata"]["uid"]);
+    assert_eq!(first["source"]["component"], "leasekeeper");
+    assert!(first["firstTimestamp"].is_string(), "{first}");
+    a.terminate(Duration::from_secs(10));
+    b.settles_in("leader", Duration::from_secs(10));
+    let all = eventually(Duration::from_secs(5), || {
+        let e = leadership_events(&api);
+        (e.len() == 3).then_some(e)
+    })
+    .unwrap_or_else(|| panic!("events: {:?}", leadership_events(&api)));
+    let messages: Vec<&str> = all.iter().map(|(m, _)| m.as_str()).collect();
+    assert!(messages.contains(&"ea stopped leading"), "{messages:?}");
+    assert!(messages.contains(&"eb became leader"), "{messages:?}");
+    assert_within_rbac(&api);
+}
+
+/// A flapping election does not flood the API: repeats of a message within ten
+/// minutes patch one Event's count (a series), at most 10 writes at once per sidecar
+/// and one per 10 s after, and the counts are complete once the sidecars stop.
+#[test]
+fn a_flapping_election_makes_series_not_a_flood_of_events() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("flap")
+        .build();
+    args.extend(["--enable-release-endpoint".to_owned()]);
+    let mut a = Sidecar::spawn("fa", dir.path(), &args);
+    let mut b = Sidecar::spawn("fb", dir.path(), &args);
+    let mut tenures = 0;
+    for _ in 0..24 {
+        let Some(leader) = eventually(Duration::from_secs(10), || {
+            [&a, &b]
+                .into_iter()
+                .find(|s| s.leader().is_some_and(|v| v["is_leader"] == true))
+                .map(|s| s.port)
+        }) else {
+            panic!("no leader");
+        };
+        tenures += 1;
+        let _ = common::http::post(leader, "/release?cooldown=0s");
+    }
+    let requests = |api: &FakeKube| {
+        let r = api.requests();
+        r.get("create events").copied().unwrap_or(0) + r.get("patch events").copied().unwrap_or(0)
+    };
+    let during = requests(&api);
+    assert!(
+        during <= 2 * 12,
+        "{during} event writes for {tenures} tenures"
+    );
+    a.terminate(Duration::from_secs(10));
+    b.terminate(Duration::from_secs(10));
+    let events = leadership_events(&api);
+    assert!(events.len() <= 4, "one Event per message: {events:?}");
+    let became: u64 = events
+        .iter()
+        .filter(|(m, _)| m.ends_with("became leader"))
+        .map(|(_, c)| c)
+        .sum();
+    let taken = api
+        .lease_writes("flap")
+        .windows(2)
+        .filter(|w| {
+            let holder =
+                |s: &serde_json::Value| s["holderIdentity"].as_str().unwrap_or("").to_owned();
+            holder(&w[1].1) != "" && holder(&w[1].1) != holder(&w[0].1)
+        })
+        .count() as u64
+        + 1;
+    assert_eq!(
+        became, taken,
+        "counts {events:?}, tenures in the Lease {taken}"
+    );
+    assert_within_rbac(&api);
+}
+
+/// With another backend, in a Pod, the Events are about the own Pod.
+#[test]
+fn with_another_backend_the_events_are_about_the_own_pod() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    api.add_pod("file-pod", &[("app", "demo")]);
+    let mut args = SidecarArgs::file(dir.path())
+        .ttl("2s")
+        .election("pe")
+        .build();
+    args.extend(
+        [
+            "--events",
+            "--pod-name",
+            "file-pod",
+            "--namespace",
+            "team",
+            "--kubeconfig",
+            &api.kubeconfig(),
+        ]
+        .map(str::to_owned),
+    );
+    let s = Sidecar::spawn("file-pod", dir.path(), &args);
+    s.settles_in("leader", Duration::from_secs(10));
+    let event = eventually(Duration::from_secs(5), || api.events().into_iter().next())
+        .unwrap_or_else(|| panic!("no Event; {}", s.stderr()));
+    assert_eq!(event["message"], "file-pod became leader");
+    assert_eq!(event["involvedObject"]["kind"], "Pod");
+    assert_eq!(event["involvedObject"]["name"], "file-pod");
+    assert!(event["involvedObject"]["uid"].is_string(), "{event}");
     assert_within_rbac(&api);
 }

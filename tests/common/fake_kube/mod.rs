@@ -1,6 +1,6 @@
 //! An in-process fake Kubernetes API server (axum), for the parts leasekeeper uses:
-//! Pods (get, list, JSON merge patch, watch) and `coordination.k8s.io/v1` Leases (get,
-//! list, create, update, merge patch, watch).
+//! Pods (get, list, JSON merge patch, watch), core v1 Events (create, merge patch) and
+//! `coordination.k8s.io/v1` Leases (get, list, create, update, merge patch, watch).
 //!
 //! It enforces what matters, the way the real API server does:
 //! - `resourceVersion` is one counter over all objects; an update or patch that names a
@@ -335,6 +335,19 @@ impl FakeKube {
             .filter(|c| c.kind == "leases" && c.key.1 == name)
             .map(|c| (c.at, c.object["spec"].clone()))
             .collect()
+    }
+
+    /// Every Event as stored now, in order of creation.
+    pub fn events(&self) -> Vec<Value> {
+        let store = self.store();
+        let mut events: Vec<Value> = store
+            .objects
+            .iter()
+            .filter(|((kind, _, _), _)| *kind == "events")
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        events.sort_by_key(|e| e["metadata"]["name"].as_str().map(str::to_owned));
+        events
     }
 
     /// Every request served so far, by "verb resource".
