@@ -1593,7 +1593,7 @@ fn a_flapping_election_makes_series_not_a_flood_of_events() {
         .filter(|w| {
             let holder =
                 |s: &serde_json::Value| s["holderIdentity"].as_str().unwrap_or("").to_owned();
-            holder(&w[1].1) != "" && holder(&w[1].1) != holder(&w[0].1)
+            !holder(&w[1].1).is_empty() && holder(&w[1].1) != holder(&w[0].1)
         })
         .count() as u64
         + 1;

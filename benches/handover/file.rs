@@ -19,7 +19,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     report.latency("file: crash failover (kill -9 → new claim)", h.latency);
     drop(g);
     // Defaults but the lock's place: ttl 15s, no label, no Events (not in a Pod).
-    let mut g = Group::new(SidecarArgs::file(dir.path()).build(), CANDIDATES);
+    let g = Group::new(SidecarArgs::file(dir.path()).build(), CANDIDATES);
     let leader = g.leader(Duration::from_secs(10)).expect("leader");
     assert!(g.settled(leader), "followers never settled");
     let follower = (leader + 1) % CANDIDATES;
