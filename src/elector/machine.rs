@@ -900,7 +900,7 @@ impl Machine {
             ),
             Event::HandoverRequested => {
                 let after = After::SitOut { cooldown: None };
-                self.hand_over(now, t, "hand-over requested", after, None, out)
+                self.hand_over(now, t, "another candidate is preferred", after, None, out)
             }
             // (A shutdown or release request never waits here: `lead_wait` serves it.)
             Event::Timer => self.renew(now, t, out),
