@@ -388,30 +388,35 @@ impl Writer {
 
     /// The subject's uid, so that `kubectl describe` shows the Events (best effort).
     async fn subject_uid(&self) -> Option<String> {
-        let ns = self.subject.namespace();
-        let name = self.subject.name();
-        let uid = match &self.subject {
-            Subject::Lease { .. } => {
-                let api: Api<Lease> = Api::namespaced(self.client.clone(), ns);
-                timeout(REQUEST_TIMEOUT, api.get_opt(name))
-                    .await
-                    .ok()?
-                    .ok()??
-                    .metadata
-                    .uid
-            }
-            Subject::Pod { .. } => {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-                timeout(REQUEST_TIMEOUT, api.get_opt(name))
-                    .await
-                    .ok()?
-                    .ok()??
-                    .metadata
-                    .uid
-            }
-        };
-        uid
+        let (client, ns, name) = (
+            self.client.clone(),
+            self.subject.namespace(),
+            self.subject.name(),
+        );
+        match &self.subject {
+            Subject::Lease { .. } => uid_of::<Lease>(client, ns, name).await,
+            Subject::Pod { .. } => uid_of::<Pod>(client, ns, name).await,
+        }
     }
+}
+
+/// The uid of a namespaced object, if it can be read in time.
+async fn uid_of<K>(client: kube::Client, ns: &str, name: &str) -> Option<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client, ns);
+    timeout(REQUEST_TIMEOUT, api.get_opt(name))
+        .await
+        .ok()?
+        .ok()??
+        .meta()
+        .uid
+        .clone()
 }
 
 #[cfg(test)]

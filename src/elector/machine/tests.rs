@@ -67,14 +67,24 @@ const REFUSED: Failure = Failure { timed_out: false };
 
 /// A machine that acquired token 5 with a campaign sent at 0 and answered at 10 ms.
 fn leader(cfg: Config) -> (Machine, Step) {
-    let mut m = Machine::new(cfg);
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(cfg);
     let s = m.on(
         ms(10),
         campaign_answer(id, Ok(Campaign::Acquired { token: 5 })),
     );
     (m, s)
+}
+
+/// A fresh machine that has sent its first campaign at 0: (it, the call's id).
+fn campaigning(cfg: Config) -> (Machine, u64) {
+    let mut m = Machine::new(cfg);
+    let s = m.on(ms(0), Event::Start);
+    let id = call_id(&s.next, Op::Campaign);
+    (m, id)
+}
+
+fn acquired(token: FencingToken, deadline: Time) -> Effect {
+    Effect::Publish(Publish::Acquired { token, deadline })
 }
 
 fn has(step: &Step, want: &Effect) -> bool {
@@ -120,13 +130,7 @@ fn the_claim_counts_from_the_campaign_send_and_the_log_comes_before_the_status()
             campaign_took: ms(10)
         })
     ));
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(1000)),
-            on: WaitOn::Lead
-        }
-    );
+    assert_eq!(s.next, wait(ms(1000), WaitOn::Lead));
 }
 
 #[test]
@@ -149,13 +153,7 @@ fn a_renewal_extends_from_its_send_time_and_never_from_a_late_answer() {
             deadline: ms(1000) + CLAIM
         })
     ));
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(2000)),
-            on: WaitOn::Lead
-        }
-    );
+    assert_eq!(s.next, wait(ms(2000), WaitOn::Lead));
     // The next renewal's answer comes at the deadline: no extension, a step-down.
     let s = m.on(ms(2000), Event::Timer);
     let id = call_id(&s.next, Op::Renew);
@@ -175,9 +173,7 @@ fn a_renewal_extends_from_its_send_time_and_never_from_a_late_answer() {
 
 #[test]
 fn an_acquisition_answered_after_its_deadline_is_not_claimed() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     let s = m.on(
         CLAIM,
         campaign_answer(id, Ok(Campaign::Acquired { token: 1 })),
@@ -187,20 +183,12 @@ fn an_acquisition_answered_after_its_deadline_is_not_claimed() {
     let s = m.on(CLAIM + ms(1), released(id));
     assert_eq!(pause_until(&s.next), CLAIM + ms(1) + TTL);
     // An answer a hair earlier is claimed.
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     let s = m.on(
         CLAIM - ms(1),
         campaign_answer(id, Ok(Campaign::Acquired { token: 1 })),
     );
-    assert!(has(
-        &s,
-        &Effect::Publish(Publish::Acquired {
-            token: 1,
-            deadline: CLAIM
-        })
-    ));
+    assert!(has(&s, &acquired(1, CLAIM)));
 }
 
 #[test]
@@ -233,13 +221,7 @@ fn failed_renewals_are_retried_until_the_deadline_then_the_candidate_sits_out() 
     let s = m.on(ms(1000), Event::Timer);
     let id = call_id(&s.next, Op::Renew);
     let s = m.on(ms(1500), renew_answer(id, Err(TIMED_OUT)));
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(1750)),
-            on: WaitOn::Lead
-        }
-    );
+    assert_eq!(s.next, wait(ms(1750), WaitOn::Lead));
     // The budget never reaches past the deadline.
     let s = m.on(ms(2900), Event::Timer);
     assert_eq!(
@@ -253,13 +235,7 @@ fn failed_renewals_are_retried_until_the_deadline_then_the_candidate_sits_out() 
     let id = call_id(&s.next, Op::Renew);
     let s = m.on(CLAIM, renew_answer(id, Err(TIMED_OUT)));
     // The wait ends at the deadline, where the claim ends.
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(CLAIM),
-            on: WaitOn::Lead
-        }
-    );
+    assert_eq!(s.next, wait(CLAIM, WaitOn::Lead));
     let s = m.on(CLAIM, Event::Timer);
     assert!(has(
         &s,
@@ -402,9 +378,7 @@ fn a_release_request_during_a_renewal_is_served_after_its_answer() {
 
 #[test]
 fn followers_wait_for_a_change_with_jitter_and_answer_release_requests_no() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     let holder = Some(Holder {
         identity: "other".into(),
         token: Some(2),
@@ -449,9 +423,7 @@ fn the_jitter_comes_from_the_seed() {
     let maxes = |seed| {
         let mut cfg = config();
         cfg.seed = seed;
-        let mut m = Machine::new(cfg);
-        let s = m.on(ms(0), Event::Start);
-        let id = call_id(&s.next, Op::Campaign);
+        let (mut m, id) = campaigning(cfg);
         let mut out = vec![
             m.on(ms(1), campaign_answer(id, Ok(Campaign::Held(None))))
                 .next,
@@ -467,9 +439,7 @@ fn the_jitter_comes_from_the_seed() {
 
 #[test]
 fn shutdown_while_following_releases_then_exits() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     m.on(ms(5), campaign_answer(id, Ok(Campaign::Held(None))));
     let s = m.on(ms(6), Event::Shutdown);
     assert!(has(&s, &Effect::Publish(Publish::NotLeading)));
@@ -490,9 +460,7 @@ fn shutdown_while_leading_steps_down_first_then_releases_and_exits() {
 
 #[test]
 fn a_shutdown_during_a_campaign_is_served_after_its_answer() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     assert_eq!(m.on(ms(1), Event::Shutdown).next, ANSWER_DUE);
     let s = m.on(
         ms(5),
@@ -505,9 +473,7 @@ fn a_shutdown_during_a_campaign_is_served_after_its_answer() {
 
 #[test]
 fn a_failed_campaign_backs_off_and_a_timed_out_one_releases_first() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     let s = m.on(ms(5), campaign_answer(id, Err(REFUSED)));
     assert!(has(&s, &Effect::Publish(Publish::Campaigning)));
     let until = pause_until(&s.next);
@@ -524,9 +490,7 @@ fn a_failed_campaign_backs_off_and_a_timed_out_one_releases_first() {
 
 #[test]
 fn a_store_that_grants_a_short_ttl_gets_renewed_more_often() {
-    let mut m = Machine::new(config());
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(config());
     let s = m.on(
         ms(5),
         Event::Answer {
@@ -542,13 +506,7 @@ fn a_store_that_grants_a_short_ttl_gets_renewed_more_often() {
         .effects
         .iter()
         .any(|e| matches!(e, Effect::Say(Say::RenewIntervalAdapted { .. }))));
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(485)),
-            on: WaitOn::Lead
-        }
-    );
+    assert_eq!(s.next, wait(ms(485), WaitOn::Lead));
 }
 
 #[test]
@@ -563,31 +521,13 @@ fn a_graceful_step_down_waits_for_the_publishers_and_the_drain_renewing_meanwhil
     });
     let stepped = position(&s, |e| *e == Effect::Publish(Publish::SteppedDown));
     assert!(draining < stepped);
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(1000)),
-            on: WaitOn::Publishers
-        }
-    );
+    assert_eq!(s.next, wait(ms(1000), WaitOn::Publishers));
     let s = m.on(ms(600), Event::Done);
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(1000)),
-            on: WaitOn::Drained
-        }
-    );
+    assert_eq!(s.next, wait(ms(1000), WaitOn::Drained));
     let s = m.on(ms(1000), Event::Timer);
     let id = call_id(&s.next, Op::Renew);
     let s = m.on(ms(1010), renew_answer(id, Ok(Renewal::Renewed)));
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(2000)),
-            on: WaitOn::Drained
-        }
-    );
+    assert_eq!(s.next, wait(ms(2000), WaitOn::Drained));
     let s = m.on(ms(1500), Event::Done);
     assert!(has(&s, &Effect::Publish(Publish::DrainEnded)));
     let id = call_id(&s.next, Op::Release);
@@ -602,13 +542,7 @@ fn a_drain_never_outlasts_the_claim() {
     cfg.drain = Some(ms(60_000));
     let (mut m, _) = leader(cfg);
     let s = m.on(ms(500), Event::Shutdown);
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(ms(1000)),
-            on: WaitOn::Drained
-        }
-    );
+    assert_eq!(s.next, wait(ms(1000), WaitOn::Drained));
     let s = m.on(ms(1000), Event::Timer);
     let id = call_id(&s.next, Op::Renew);
     let s = m.on(ms(1010), renew_answer(id, Err(REFUSED)));
@@ -627,13 +561,7 @@ fn what_must_stop_is_waited_for_and_unproven_it_blocks_a_graceful_release_only()
     cfg.must_stop = true;
     let (mut m, _) = leader(cfg.clone());
     let s = m.on(ms(100), Event::Shutdown);
-    assert_eq!(
-        s.next,
-        Next::Wait {
-            until: Some(CLAIM + STOP_GRACE),
-            on: WaitOn::Stopped
-        }
-    );
+    assert_eq!(s.next, wait(CLAIM + STOP_GRACE, WaitOn::Stopped));
     let s = m.on(CLAIM + STOP_GRACE, Event::Timer);
     assert!(has(&s, &Effect::Say(Say::NotProvenGone)));
     assert!(has(&s, &Effect::Say(Say::NotReleasing { token: 5 })));
@@ -665,23 +593,11 @@ fn flaws_change_what_they_say() {
     let mut cfg = config();
     cfg.flaws.deadline_from_reply = true;
     let (_, s) = leader(cfg);
-    assert!(has(
-        &s,
-        &Effect::Publish(Publish::Acquired {
-            token: 5,
-            deadline: ms(10) + CLAIM
-        })
-    ));
+    assert!(has(&s, &acquired(5, ms(10) + CLAIM)));
     let mut cfg = config();
     cfg.flaws.no_drift = true;
     let (_, s) = leader(cfg);
-    assert!(has(
-        &s,
-        &Effect::Publish(Publish::Acquired {
-            token: 5,
-            deadline: TTL - ms(30)
-        })
-    ));
+    assert!(has(&s, &acquired(5, TTL - ms(30))));
     let mut cfg = config();
     cfg.flaws.no_sit_out = true;
     let (mut m, _) = leader(cfg);
@@ -697,17 +613,9 @@ fn flaws_change_what_they_say() {
     call_id(&s.next, Op::Campaign);
     let mut cfg = config();
     cfg.flaws.claim_on_error = true;
-    let mut m = Machine::new(cfg);
-    let s = m.on(ms(0), Event::Start);
-    let id = call_id(&s.next, Op::Campaign);
+    let (mut m, id) = campaigning(cfg);
     let s = m.on(ms(5), campaign_answer(id, Err(REFUSED)));
-    assert!(has(
-        &s,
-        &Effect::Publish(Publish::Acquired {
-            token: 1,
-            deadline: CLAIM
-        })
-    ));
+    assert!(has(&s, &acquired(1, CLAIM)));
 }
 
 #[test]
@@ -733,13 +641,7 @@ fn the_overclaim_gives_back_first_then_claims_on() {
     let mut cfg = config();
     cfg.flaws.overclaim = ms(4000);
     let (mut m, s) = leader(cfg);
-    assert!(has(
-        &s,
-        &Effect::Publish(Publish::Acquired {
-            token: 5,
-            deadline: CLAIM + ms(4000)
-        })
-    ));
+    assert!(has(&s, &acquired(5, CLAIM + ms(4000))));
     let s = m.on(ms(100), Event::Shutdown);
     assert!(!has(&s, &Effect::Publish(Publish::SteppedDown)));
     let id = call_id(&s.next, Op::Release);

@@ -240,30 +240,20 @@ impl FakeKube {
     /// Merges `patch` into a Lease's spec as another client would (a coordinator
     /// setting `preferredHolder`, say).
     pub fn patch_lease_spec(&self, name: &str, patch: Value) {
-        let ns = self.shared.namespace.clone();
-        let mut store = self.store();
-        let Some(mut obj) = store
-            .objects
-            .get(&("leases", ns.clone(), name.to_owned()))
-            .cloned()
-        else {
-            return;
-        };
-        merge(&mut obj["spec"], &patch);
-        write(
-            &self.shared,
-            &mut store,
-            "leases",
-            &ns,
-            name,
-            obj,
-            "MODIFIED",
-        );
+        self.modify_lease(name, |obj, _| merge(&mut obj["spec"], &patch));
     }
 
     /// Writes a Lease again with its spec unchanged (a label added, say): a new
     /// resourceVersion, so a write that names the old one gets 409.
     pub fn touch_lease(&self, name: &str) {
+        self.modify_lease(name, |obj, version| {
+            obj["metadata"]["labels"]["touched"] = Value::String(version.to_string())
+        });
+    }
+
+    /// Changes a Lease as another client would (`change` gets the object and the
+    /// store's current resourceVersion); a missing Lease stays missing.
+    fn modify_lease(&self, name: &str, change: impl FnOnce(&mut Value, u64)) {
         let ns = self.shared.namespace.clone();
         let mut store = self.store();
         let Some(mut obj) = store
@@ -273,7 +263,7 @@ impl FakeKube {
         else {
             return;
         };
-        obj["metadata"]["labels"]["touched"] = Value::String(store.version.to_string());
+        change(&mut obj, store.version);
         write(
             &self.shared,
             &mut store,
