@@ -77,6 +77,16 @@ impl Recorder {
         self.changes.lock().expect("changes").clone()
     }
 
+    /// Stops recording (a recorder that polls takes one last look first) and returns
+    /// everything recorded.
+    pub fn finish(mut self) -> Vec<HolderChange> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.changes()
+    }
+
     /// An etcd watch on `<election>/`: the key with the lowest create revision leads.
     pub fn etcd(endpoints: Vec<String>, election: &str) -> Recorder {
         let prefix = format!("{election}/");
@@ -481,7 +491,11 @@ macro_rules! sql_recorder {
                     .unwrap_or(0);
                     ready = true;
                 }
-                while !stop.load(Ordering::SeqCst) {
+                loop {
+                    // Told to stop: one more read, so that what the last sidecars
+                    // wrote before they exited is in (a tenure taken and handed back
+                    // at the very end was missed).
+                    let last_read = stop.load(Ordering::SeqCst);
                     let rows = tokio::time::timeout(
                         Duration::from_millis(500),
                         sqlx::query_as::<_, (i64, String, String, i64)>(&select)
@@ -493,6 +507,9 @@ macro_rules! sql_recorder {
                     for (id, holder, tenure, token) in rows {
                         last = id;
                         note(&changes, sql_holder(holder, tenure, token));
+                    }
+                    if last_read {
+                        return;
                     }
                     tokio::time::sleep(Duration::from_millis(3)).await;
                 }

@@ -219,8 +219,7 @@ fn the_store_handed_on_no_lease_still_claimed(
     report: &mut Report,
 ) {
     let tolerance = TAMPER_TOLERANCE.as_nanos() as u64;
-    let changes = store.changes();
-    drop(store);
+    let changes = store.finish();
     let past =
         crate::common::recorder::check_claims_against_store(claims, &changes, tampered, tolerance);
     report.longest_past_store_ms = past.untampered.map(|ns| ns as f64 / 1e6);
