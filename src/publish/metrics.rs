@@ -61,13 +61,13 @@ struct DropIn {
 impl DropIn {
     fn new(election: &str, slow_paths: SlowPaths) -> DropIn {
         let mut registry = Registry::default();
-        let master_status = Family::default();
+        let master_status = Family::<Vec<(&'static str, String)>, Gauge>::default();
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
             master_status.clone(),
         );
-        let slowpath = Family::default();
+        let slowpath = Family::<Vec<(&'static str, String)>, Counter>::default();
         registry.register(
             "leader_election_slowpath",
             "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease.",

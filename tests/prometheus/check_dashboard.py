@@ -59,7 +59,8 @@ def exported_metrics():
                 break
     names = set()
     for name, var in re.findall(r'registry\.register\(\s*"(\w+)",\s*"[^"]*",\s*(\w+)\.clone\(\)', text):
-        base = f"leasekeeper_{name}"
+        # client-go's drop-in names are registered without our prefix.
+        base = name if name.startswith("leader_election_") else f"leasekeeper_{name}"
         kind = kinds.get(var)
         if kind == "Counter":
             names.add(base + "_total")
