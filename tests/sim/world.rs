@@ -416,7 +416,7 @@ impl World {
                 let outs = self.nodes[i].client.phase_timeout(id, phase);
                 self.client_outs(i, id, outs);
             }
-            Ev::Deliver(msg) => self.to_node(i, msg),
+            Ev::Deliver(msg) => self.at_node(i, msg),
             _ => {}
         }
     }
@@ -549,13 +549,13 @@ impl World {
                 }
                 self.at(clock.real(wake), Ev::Wake { node: i, inc, gen });
             }
-            WaitOn::Publishers | WaitOn::Drained | WaitOn::Stopped => {
-                // The publishers, the app's drain, the command: done after a while, or
-                // (now and then, for the command) never.
-                if on != WaitOn::Stopped || self.rng.random_bool(0.9) {
-                    let after = self.rng.random_range(0..300 * MS);
-                    self.at(self.now + after, Ev::Done { node: i, inc, gen });
-                }
+            // The publishers, the app's drain, the command: done after a while, or
+            // (now and then, for the command) never.
+            WaitOn::Publishers | WaitOn::Drained | WaitOn::Stopped
+                if on != WaitOn::Stopped || self.rng.random_bool(0.9) =>
+            {
+                let after = self.rng.random_range(0..300 * MS);
+                self.at(self.now + after, Ev::Done { node: i, inc, gen });
             }
             _ => {}
         }
@@ -618,7 +618,7 @@ impl World {
         }
     }
 
-    fn to_node(&mut self, i: usize, msg: Msg) {
+    fn at_node(&mut self, i: usize, msg: Msg) {
         let local = self.local(i);
         match msg {
             Msg::ToNode {
