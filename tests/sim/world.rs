@@ -202,6 +202,7 @@ pub struct World {
     /// Cut links: (node, store, toward the store?, until).
     pub cuts: Vec<(usize, usize, Option<bool>, Ns)>,
     pub slow_until: Vec<Ns>,
+    pub congested_until: Vec<Ns>,
     pub heal_at: Ns,
     pub healed: bool,
     pub end_at: Ns,
@@ -239,6 +240,7 @@ impl World {
             mix,
             cuts: Vec::new(),
             slow_until: vec![0; n],
+            congested_until: vec![0; n],
             heal_at: CHAOS_TTLS * ttl,
             healed: false,
             end_at: 0,
@@ -828,7 +830,8 @@ impl World {
     }
 
     /// Mostly well under a millisecond; sometimes tens of ms; with the seed's `long`
-    /// share up to half a ttl; on a slow node's link another 0.1–0.5 ttl.
+    /// share up to half a ttl; on a slow node's link another 0.1–0.5 ttl, on a
+    /// congested one another 20–150 ms.
     fn delay(&mut self, node: usize) -> Ns {
         let ttl = self.timing.ttl.as_nanos() as Ns;
         if self.healed {
@@ -844,6 +847,9 @@ impl World {
         };
         if self.slow_until[node] > self.now {
             d += self.rng.random_range(ttl / 10..ttl / 2);
+        }
+        if self.congested_until[node] > self.now {
+            d += self.rng.random_range(20 * MS..150 * MS);
         }
         d
     }
