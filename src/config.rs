@@ -20,6 +20,7 @@ use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use crate::backend::{etcd, file, kubernetes, redis, redlock, sql, zookeeper};
 use crate::kube_api;
 use crate::publish::drain::{self, DrainSettings};
+use crate::publish::events;
 use crate::publish::exec::{self, ExecSettings};
 use crate::publish::hooks::{self, HookSettings};
 use crate::publish::http::{self, HttpSettings};
@@ -84,7 +85,11 @@ pub struct Cli {
     #[command(flatten)]
     pub kube: kube_api::Args,
     #[command(flatten)]
+    pub lease: kubernetes::settings::Args,
+    #[command(flatten)]
     pub label: label::Args,
+    #[command(flatten)]
+    pub events: events::Args,
     #[command(flatten)]
     pub hooks: hooks::Args,
     #[command(flatten)]
@@ -209,6 +214,7 @@ pub enum BackendSettings {
     /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
     Kubernetes {
         namespace: String,
+        lease: kubernetes::settings::KubeSettings,
     },
 }
 
@@ -251,6 +257,8 @@ pub struct Settings {
     pub pod_label: Option<PodLabelSettings>,
     /// An explicit kubeconfig (read already, so it is known to be there).
     pub kubeconfig: Option<PathBuf>,
+    /// What the leadership Events are about, when they are recorded.
+    pub events: Option<events::Subject>,
     /// Accepted but questionable choices, logged once logging is up.
     pub warnings: Vec<String>,
 }
@@ -292,6 +300,7 @@ impl Settings {
             log_format: log_format(common.log_format.as_deref())?,
             pod_label: cli.label.settings(&cli.kube, &election)?,
             kubeconfig: cli.kube.kubeconfig()?,
+            events: event_subject(&cli, &backend, &election)?,
             transition_log: common.transition_log.clone(),
             election,
             identity,
@@ -300,6 +309,39 @@ impl Settings {
             warnings,
         })
     }
+}
+
+/// What the leadership Events are about: the Lease with the Kubernetes backend, else
+/// the own Pod when its name is known and the sidecar runs in a Pod (or `--events` asks
+/// for them); nothing where the sidecar cannot name an object.
+fn event_subject(
+    cli: &Cli,
+    backend: &BackendSettings,
+    election: &str,
+) -> Result<Option<events::Subject>, ConfigError> {
+    let wanted = cli.events.wanted()?;
+    if wanted == Some(false) {
+        return Ok(None);
+    }
+    let subject = match backend {
+        BackendSettings::Kubernetes { namespace, .. } => Some(events::Subject::Lease {
+            name: election.to_owned(),
+            namespace: namespace.clone(),
+        }),
+        _ => match cli.label.own_pod() {
+            Some(pod) if in_a_pod() || wanted == Some(true) => Some(events::Subject::Pod {
+                name: pod,
+                namespace: cli.kube.namespace()?,
+            }),
+            _ => None,
+        },
+    };
+    if wanted == Some(true) && subject.is_none() {
+        return Err(bad(
+            "--events needs an object to record them about: --backend kubernetes (the Lease), or the own Pod's name (POD_NAME from the downward API, or --pod-name)",
+        ));
+    }
+    Ok(subject)
 }
 
 /// `--backend` and the chosen backend's own settings.
@@ -332,6 +374,7 @@ fn backend_settings(
             kubernetes::check_ttl(timing.ttl)?;
             BackendSettings::Kubernetes {
                 namespace: cli.kube.namespace()?,
+                lease: cli.lease.settings()?,
             }
         }
         other => {
@@ -520,6 +563,22 @@ const BAD_INPUTS: &[(&[&str], &str)] = &[
     (
         &["--backend", "kubernetes", "--namespace", "Team_A"],
         "--namespace \"Team_A\" is not a namespace name",
+    ),
+    (
+        &["--backend", "kubernetes", "--events=maybe"],
+        "--events \"maybe\" is not true or false",
+    ),
+    (
+        &["--backend", "file", "--events"],
+        "--events needs an object to record them about",
+    ),
+    (
+        &[
+            "--backend",
+            "kubernetes",
+            "--lease-strategy-mixed=sometimes",
+        ],
+        "--lease-strategy-mixed \"sometimes\" is not true or false",
     ),
     (
         &["--kubeconfig", "/nonexistent/kubeconfig"],

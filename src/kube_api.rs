@@ -77,6 +77,46 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientErr
             ))
         })?,
     };
-    kube::Client::try_from(config)
-        .map_err(|e| ClientError(format!("kubernetes: cannot build the API client: {e}")))
+    build(config).map_err(|e| ClientError(format!("kubernetes: cannot build the API client: {e}")))
+}
+
+/// kube's own client stack (base URI, retries of 429/503/504, credentials, extra
+/// headers, connect and write timeouts) over a connector that sets `TCP_NODELAY`.
+///
+/// kube's builder leaves Nagle's algorithm on. The first request on a new TLS
+/// connection follows the client's last handshake flight at once, and a Go API server
+/// that has nothing to send after that flight delays its ACK (40 ms on Linux); with
+/// Nagle on, the request waits for it. A follower's one connection carries its watch,
+/// so its read after a release always went over a new connection: ~50 ms from the
+/// release to the successor's write, every time (`the_successor_takes_a_released_lease_within_a_few_ms`).
+fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use kube::client::ConfigExt;
+    use tower::ServiceBuilder;
+
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    // The layers above (retries, credentials) speak in boxed errors, as kube's own stack.
+    let client = tower::ServiceExt::map_err(client, |e| {
+        Box::new(e) as Box<dyn std::error::Error + Send + Sync>
+    });
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .service(client);
+    Ok(kube::Client::new(service, config.default_namespace))
 }

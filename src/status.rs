@@ -69,6 +69,10 @@ pub struct Status {
     pub heard_at: Option<(Instant, SystemTime)>,
     /// Number of leader changes this candidate has observed (its own included).
     pub transitions: u64,
+    /// Number of tenures this candidate has begun. A watch channel shows only the
+    /// latest `Status`, so a publisher that must count every tenure (the Events) counts
+    /// by this rather than by the roles it happened to see.
+    pub own_tenures: u64,
     /// The first round against the backend completed (for `/readyz`).
     pub ready: bool,
     /// A holder observation older than this is not reported as current.
@@ -115,6 +119,7 @@ impl Status {
             last_seen_holder: None,
             heard_at: None,
             transitions: 0,
+            own_tenures: 0,
             ready: false,
             draining: false,
             drain_until: None,

@@ -293,8 +293,15 @@ fn run_batches(
 ) {
     let started = Instant::now();
     let mut next = 0;
-    while totals.transitions < target {
-        let remaining = target - totals.transitions;
+    // Until the target is reached and every fault kind ran at least once (a small
+    // LK_SOAK_TRANSITIONS still runs each kind; after a whole cycle of the plan the
+    // batches go on only while a kind has not been counted, for at most 3 cycles).
+    let cycle = (plan.gap + 1) * kinds.len();
+    let missing = |totals: &Totals| kinds.iter().any(|k| !totals.faults.contains_key(k.name()));
+    while totals.transitions < target || (missing(totals) && next < 3 * cycle) {
+        let remaining = target
+            .saturating_sub(totals.transitions)
+            .max(cycle.saturating_sub(next));
         let n = (remaining * 5 / 4).clamp(MIN_BATCH, BATCH);
         let rounds: Vec<Fault> = (next..next + n).map(|i| plan.fault(i)).collect();
         next += n;

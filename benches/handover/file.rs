@@ -1,6 +1,11 @@
-//! `LK_BENCH_ONLY=file`: graceful handovers, then crash failovers, on the file backend.
+//! `LK_BENCH_ONLY=file`: graceful handovers, then crash failovers, on the file backend;
+//! the idle footprint of a leader and a follower with the default flags (the
+//! footprint target of DESIGN §9).
+
+use std::time::Duration;
 
 use crate::common::SidecarArgs;
+use crate::footprint::idle_footprint;
 use crate::group::{Group, Stop};
 use crate::report::Report;
 use crate::settings::CANDIDATES;
@@ -12,5 +17,18 @@ pub fn measure(report: &mut Report, rounds: usize) {
     report.latency("file: graceful handover (SIGTERM → new claim)", h.latency);
     let h = g.handovers(Stop::Crash, rounds, None);
     report.latency("file: crash failover (kill -9 → new claim)", h.latency);
+    drop(g);
+    // Defaults but the lock's place: ttl 15s, no label, no Events (not in a Pod).
+    let g = Group::new(SidecarArgs::file(dir.path()).build(), CANDIDATES);
+    let leader = g.leader(Duration::from_secs(10)).expect("leader");
+    assert!(g.settled(leader), "followers never settled");
+    let follower = (leader + 1) % CANDIDATES;
+    for (role, slot) in [("leader", leader), ("follower", follower)] {
+        let (rss, cpu) = idle_footprint(&g.slots[slot], Duration::from_secs(10));
+        report.row(
+            &format!("file {role} idle, defaults: RSS / CPU"),
+            format!("{rss:.1} MiB / {cpu:.3} ms/s"),
+        );
+    }
     drop(g);
 }

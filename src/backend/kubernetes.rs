@@ -43,6 +43,15 @@
 //!   tell, so we do not step down: the next renew decides, and the watch starts again
 //!   from its version.
 //!
+//! - **Coordinated leader election** (KEP-4355: `spec.strategy`, `spec.preferredHolder`):
+//!   every write (renew, release, take-over) keeps both fields as it found them. A
+//!   leader whose Lease comes to name another candidate as `preferredHolder` hands over
+//!   gracefully ([`Backend::handover_requested`]): drain, release. A free Lease whose
+//!   `preferredHolder` names another candidate is left to that one for one ttl after
+//!   its record last changed (as seen here), then taken as any free Lease. A Lease
+//!   whose `strategy` is set is taken only when its `preferredHolder` names us, unless
+//!   `--lease-strategy-mixed` (then the rules above apply as without a strategy).
+//!
 //! Safety of the claim: our deadline is measured from the send time of the request that
 //! wrote the record, and a rival measures a whole lease duration from the moment it
 //! *saw* that write, which is later; so a rival's takeover is never before our deadline.
@@ -57,8 +66,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
+use settings::KubeSettings;
+
+pub mod settings;
 use crate::status::Holder;
 
 /// The fields of a Lease that make up client-go's leader-election record.
@@ -194,7 +206,29 @@ pub struct KubeBackend {
     follow_watch: FollowWatch,
     /// A resourceVersion that is no integer (or too large) was logged already.
     version_warned: bool,
+    /// Renewals refused with a conflict and retried after a read (client-go's slow path).
+    slow_paths: SlowPaths,
+    settings: KubeSettings,
+    /// True once our Lease names another candidate as `preferredHolder` during our tenure.
+    handover: tokio::sync::watch::Sender<bool>,
+    /// The `preferredHolder` our tenure began with (not a request to hand over).
+    preferred_at_start: Option<String>,
 }
+
+/// A Lease's `spec.strategy` and `spec.preferredHolder` (KEP-4355), absent when empty.
+fn coordination(lease: &Lease) -> (Option<&str>, Option<&str>) {
+    fn field(f: Option<&String>) -> Option<&str> {
+        f.map(String::as_str).filter(|v| !v.is_empty())
+    }
+    let spec = lease.spec.as_ref();
+    (
+        field(spec.and_then(|s| s.strategy.as_ref())),
+        field(spec.and_then(|s| s.preferred_holder.as_ref())),
+    )
+}
+
+/// Far enough to mean "until the Lease changes" (every change comes as a watch event).
+const UNTIL_CHANGED: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Now, in whole microseconds, so a record reads back exactly as it was written.
 fn now() -> MicroTime {
@@ -297,7 +331,12 @@ impl KubeBackend {
         }
     }
 
-    pub fn new(client: kube::Client, namespace: &str, lease: &Candidacy) -> Self {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        lease: &Candidacy,
+        settings: KubeSettings,
+    ) -> Self {
         KubeBackend {
             api: Api::namespaced(client, namespace),
             name: lease.election.to_owned(),
@@ -311,7 +350,52 @@ impl KubeBackend {
             own_watch: OwnWatch::default(),
             follow_watch: FollowWatch::default(),
             version_warned: false,
+            slow_paths: SlowPaths::default(),
+            settings,
+            handover: tokio::sync::watch::channel(false).0,
+            preferred_at_start: None,
         }
+    }
+
+    /// Until when this candidate leaves the observed Lease to others although it may
+    /// be free: a Lease whose strategy is set and that is not handed to us (unless
+    /// `--lease-strategy-mixed`), until it changes; one whose `preferredHolder` names
+    /// another candidate, for one ttl after its record last changed.
+    fn left_to_others_until(&self) -> Option<Instant> {
+        let o = self.observed.as_ref()?;
+        if self.is_ours(&o.record) {
+            return None;
+        }
+        let (strategy, preferred) = coordination(&o.lease);
+        let handed = preferred == Some(self.identity.as_str());
+        if strategy.is_some() && !handed && !self.settings.strategy_mixed {
+            return Some(o.changed_at + UNTIL_CHANGED);
+        }
+        match preferred {
+            Some(p) if p != self.identity => Some(o.changed_at + self.ttl),
+            _ => None,
+        }
+    }
+
+    /// Notes a request to hand over when `lease` (our tenure) names another candidate
+    /// as `preferredHolder` than it did when the tenure began.
+    fn check_preferred(&mut self, lease: &Lease) {
+        let (_, preferred) = coordination(lease);
+        let asked = preferred
+            .is_some_and(|p| p != self.identity && Some(p) != self.preferred_at_start.as_deref());
+        if asked && !*self.handover.borrow() {
+            tracing::info!(
+                preferred = preferred.unwrap_or(""),
+                "the Lease prefers another candidate; handing over"
+            );
+            self.handover.send_replace(true);
+        }
+    }
+
+    /// Counts renewals that fell back to a read into `slow_paths` (for the metrics).
+    pub fn with_slow_paths(mut self, slow_paths: SlowPaths) -> Self {
+        self.slow_paths = slow_paths;
+        self
     }
 
     /// Starts (or ends, with `None`) watching our own record from the version of `held`.
@@ -319,6 +403,10 @@ impl KubeBackend {
         if held.is_some() {
             self.follow_watch.close();
         }
+        self.handover.send_replace(false);
+        self.preferred_at_start = held
+            .as_ref()
+            .and_then(|l| coordination(l).1.map(str::to_owned));
         self.own_watch = OwnWatch {
             from: held
                 .as_ref()
@@ -334,6 +422,7 @@ impl KubeBackend {
         if self.own_watch.from.is_none() && self.own_watch.events().is_none() {
             self.own_watch.from = lease.metadata.resource_version.clone();
         }
+        self.check_preferred(&lease);
         self.held = Some(lease);
     }
 
@@ -517,6 +606,7 @@ impl KubeBackend {
                 self.own_watch.events_seen += 1;
                 if self.own_tenure(&lease) {
                     self.own_watch.from = lease.metadata.resource_version.clone();
+                    self.check_preferred(&lease);
                     return false;
                 }
                 tracing::info!(
@@ -639,6 +729,9 @@ impl KubeBackend {
                     return Ok(OwnWrite::Written(Box::new(written)));
                 }
                 Err(e) if status_code(&e) == Some(409) => {
+                    if op == "renew lease" {
+                        self.slow_paths.add();
+                    }
                     match self.still_ours(transitions).await? {
                         Some(current) => base = current,
                         None => return Ok(OwnWrite::Gone),
@@ -697,7 +790,10 @@ impl Backend for KubeBackend {
         let free = record.holder.is_empty()
             || self.is_ours(&record)
             || Instant::now() >= observed.expires_at();
-        if !free {
+        let left = self
+            .left_to_others_until()
+            .is_some_and(|until| Instant::now() < until);
+        if !free || left {
             return Ok(Campaign::Held(Self::holder_of(&record)));
         }
         // Every acquisition gets a greater token, also one from our own old tenure, and
@@ -787,22 +883,33 @@ impl Backend for KubeBackend {
         std::future::pending::<()>().await;
     }
 
+    fn handover_requested(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut asked = self.handover.subscribe();
+        async move {
+            if asked.wait_for(|yes| *yes).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let start = Instant::now();
         // Nothing read yet (or a create lost a race): read now.
         let Some(observed) = &self.observed else {
             return Wake::Changed;
         };
-        // No holder: nothing to wait for.
-        if observed.record.holder.is_empty() {
+        let left = self.left_to_others_until().filter(|t| *t > start);
+        // No holder: nothing to wait for (unless the Lease is left to another).
+        if observed.record.holder.is_empty() && left.is_none() {
             return Wake::Changed;
         }
         let mut until = start + max;
         // Until then nothing can change without an event on the watch.
         let mut expires = start;
         if !self.is_ours(&observed.record) {
-            // A rival's record may be taken over once it has stood still for its duration.
-            expires = observed.expires_at();
+            // A rival's record may be taken over once it has stood still for its
+            // duration, and a Lease left to another once that time is over.
+            expires = observed.expires_at().max(left.unwrap_or(start));
             until = until.min(expires);
         }
         if until <= start {

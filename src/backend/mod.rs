@@ -65,6 +65,22 @@ pub mod sql;
 pub mod store_clock;
 pub mod zookeeper;
 
+/// How many renewals fell back from a write over the record the backend had cached to
+/// a read and a second write (client-go's "slow path"), for the metrics. Handed to a
+/// backend at wiring time; a backend without such a fallback never counts.
+#[derive(Clone, Debug, Default)]
+pub struct SlowPaths(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl SlowPaths {
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A failed backend operation (unreachable, timed out, protocol error).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -112,15 +128,6 @@ pub enum Wake {
     Waiting,
 }
 
-/// What the store told a leader between renewals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LeaderNews {
-    /// Our record is deleted or taken.
-    RecordLost,
-    /// The store asks us to hand over to another candidate.
-    HandoverRequested,
-}
-
 /// What one renew round found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Renewal {
@@ -162,15 +169,17 @@ pub trait Backend: Send + 'static {
         std::future::pending()
     }
 
-    /// While leading, between renewals: what the store tells the leader — its record
-    /// lost ([`Backend::record_lost`]), or a request to hand over to another candidate
-    /// (a Lease whose `preferredHolder` names someone else), after which the elector
-    /// steps down gracefully. Cancel-safe like `record_lost`. The default reports
-    /// `record_lost` only.
-    fn leader_news(&mut self) -> impl Future<Output = LeaderNews> + Send {
-        async move {
-            self.record_lost().await;
-            LeaderNews::RecordLost
-        }
+    /// While leading: resolves once the store asks this leader to hand over to another
+    /// candidate (a Kubernetes Lease whose `preferredHolder` comes to name someone
+    /// else), so that the elector hands over gracefully, as for a release request.
+    ///
+    /// The future borrows nothing (`'static`), so the elector can wait on it and on
+    /// [`Backend::record_lost`] in one `select!`; it is level-triggered (a request
+    /// already made resolves it at once), so dropping it loses nothing. The backend
+    /// notes the request while it processes its own-record events (in `record_lost`
+    /// and `renew`). Backends whose store has no such notion keep the default, which
+    /// never resolves.
+    fn handover_requested(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        std::future::pending()
     }
 }

@@ -20,12 +20,13 @@ use crate::backend::redlock::RedlockBackend;
 use crate::backend::sql::mysql::MysqlBackend;
 use crate::backend::sql::postgres::PostgresBackend;
 use crate::backend::sql::{Dialect, TableError};
-use crate::backend::{Backend, Candidacy};
+use crate::backend::{Backend, Candidacy, SlowPaths};
 use crate::config::{BackendSettings, Cli, CliError, LogFormat, Settings};
 use crate::elector::{
     await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
 };
 use crate::publish::drain::Drain;
+use crate::publish::events::Events;
 use crate::publish::exec::{Ended, Supervisor};
 use crate::publish::hooks::Hooks;
 use crate::publish::http::{
@@ -124,6 +125,11 @@ struct Start {
     listener: tokio::net::TcpListener,
     log: TransitionLog,
     kube: Option<kube::Client>,
+    /// A client of its own for the Events (its own connections: an Event written at a
+    /// step-down must not take the connection the release is about to use).
+    events_kube: Option<kube::Client>,
+    /// The backend's renewals that fell back to a read, for the metrics.
+    slow_paths: SlowPaths,
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
@@ -142,8 +148,13 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // The Kubernetes API client, when the backend or the Pod label needs one.
     let needs_kube = settings.pod_label.is_some()
         || matches!(settings.backend, BackendSettings::Kubernetes { .. });
+    let kubeconfig = settings.kubeconfig.as_deref();
     let kube = match needs_kube {
-        true => Some(crate::kube_api::client(settings.kubeconfig.as_deref()).await?),
+        true => Some(crate::kube_api::client(kubeconfig).await?),
+        false => None,
+    };
+    let events_kube = match settings.events.is_some() {
+        true => Some(crate::kube_api::client(kubeconfig).await?),
         false => None,
     };
     with_backend(Start {
@@ -151,6 +162,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         listener,
         log,
         kube,
+        events_kube,
+        slow_paths: SlowPaths::default(),
     })
     .await
 }
@@ -192,9 +205,14 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         BackendSettings::Zookeeper(zk) => {
             serve(crate::backend::zookeeper::ZkBackend::new(zk, &lease), start).await
         }
-        BackendSettings::Kubernetes { namespace } => {
+        BackendSettings::Kubernetes {
+            namespace,
+            lease: settings,
+        } => {
             let client = start.kube.clone().context("kubernetes client")?;
-            serve(KubeBackend::new(client, namespace, &lease), start).await
+            let backend = KubeBackend::new(client, namespace, &lease, *settings)
+                .with_slow_paths(start.slow_paths.clone());
+            serve(backend, start).await
         }
         BackendSettings::Sql(sql) => match sql.dialect() {
             Dialect::Postgres => {
@@ -241,6 +259,8 @@ struct Running {
     restart: bool,
     label_clear: Vec<watch::Receiver<bool>>,
     labeler: Option<JoinHandle<()>>,
+    /// The leadership Events: ends (after its last writes) once the elector is gone.
+    events: Option<JoinHandle<()>>,
     /// Tasks that may simply stop (the supervisor, the drain).
     abort: Vec<JoinHandle<()>>,
     hooks: Option<JoinHandle<()>>,
@@ -272,6 +292,8 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         listener,
         log,
         kube,
+        events_kube,
+        slow_paths,
     } = start;
     let t = &settings.timing;
     let (status_tx, status_rx) = watch::channel(Status::new(
@@ -283,17 +305,14 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
     let heartbeat = Heartbeat::new(t);
-    let metrics = Arc::new(Metrics::new(backend.name()));
-    let labeler = match (&settings.pod_label, kube) {
-        (Some(label), Some(client)) => Some(PodLabeler::new(
-            client,
-            label.clone(),
-            status_rx.clone(),
-            metrics.clone(),
-            t.backend_timeout,
-        )),
+    let metrics = Arc::new(Metrics::new(backend.name(), &settings.election, slow_paths));
+    let events = match (&settings.events, events_kube) {
+        (Some(subject), Some(client)) => {
+            Some(Events::new(client, subject.clone(), status_rx.clone()))
+        }
         _ => None,
     };
+    let labeler = pod_labeler(&settings, kube, &status_rx, &metrics, t.backend_timeout);
     let label_clear: Vec<watch::Receiver<bool>> = labeler.iter().map(PodLabeler::clear).collect();
     let restart = settings.exec.as_ref().is_some_and(|e| e.restart);
     let (supervisor, must_stop, ended) = match settings.exec.clone() {
@@ -355,11 +374,30 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         restart,
         label_clear,
         labeler: labeler.map(|l| tokio::spawn(l.run())),
+        events: events.map(|e| tokio::spawn(e.run())),
         abort: abort.into_iter().flatten().collect(),
         hooks: hooks.map(|h| tokio::spawn(h.run())),
         http_stop,
         http,
     }
+}
+
+/// The Pod labeler, when the label is on (and an API client was built).
+fn pod_labeler(
+    settings: &Settings,
+    kube: Option<kube::Client>,
+    status_rx: &watch::Receiver<Status>,
+    metrics: &Arc<Metrics>,
+    backend_timeout: Duration,
+) -> Option<PodLabeler> {
+    let (label, client) = (settings.pod_label.clone()?, kube?);
+    Some(PodLabeler::new(
+        client,
+        label,
+        status_rx.clone(),
+        metrics.clone(),
+        backend_timeout,
+    ))
 }
 
 /// The HTTP API's routes over what they read.
@@ -555,6 +593,10 @@ async fn stop_publishers(mut r: Running, settings: &Settings) {
         let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
     }
     let _ = r.http_stop.send(());
+    if let Some(task) = r.events {
+        // "stopped leading" may still be on its way; within the backend timeout.
+        let _ = tokio::time::timeout(settings.timing.backend_timeout, task).await;
+    }
     if let Some(task) = r.labeler {
         // Leaving for any reason (a loss with --exit-on-loss too): let the label show
         // "not leader" before the labeler goes, within the backend timeout.

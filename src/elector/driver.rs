@@ -16,7 +16,7 @@ use super::machine::{
     Time, WaitOn,
 };
 use super::{await_shown, Heartbeat, Observer, ReleaseRequest, TransitionLog};
-use crate::backend::{Backend, BackendError, LeaderNews};
+use crate::backend::{Backend, BackendError};
 use crate::status::{Claim, Holder, Role, Status};
 use crate::timing::Timing;
 
@@ -274,6 +274,7 @@ impl<B: Backend> Elector<B> {
             note_holder(s, Some(holder));
             s.heard_at = Some((now, SystemTime::now()));
             s.ready = true;
+            s.own_tenures += 1;
         });
         tracing::info!(token, identity = %identity, "acquired leadership");
     }
@@ -373,16 +374,21 @@ impl<B: Backend> Waited<'_, B> {
     async fn event(self, on: WaitOn, until: Option<Instant>) -> Event {
         match on {
             WaitOn::Change { max } => Event::Woke(self.backend.wait_for_change(max).await),
-            WaitOn::Lead => match self.backend.leader_news().await {
-                LeaderNews::RecordLost => Event::RecordLost,
-                LeaderNews::HandoverRequested => Event::HandoverRequested,
-            },
+            WaitOn::Lead => {
+                let handover = self.backend.handover_requested();
+                tokio::select! {
+                    _ = self.backend.record_lost() => Event::RecordLost,
+                    () = handover => Event::HandoverRequested,
+                }
+            }
             WaitOn::Time | WaitOn::Answer => loop {
                 self.heartbeat.beat();
                 sleep(self.beat_every).await;
             },
             WaitOn::Publishers => {
-                let within = until.map_or(Duration::ZERO, |u| u - Instant::now());
+                let within = until.map_or(Duration::ZERO, |u| {
+                    u.saturating_duration_since(Instant::now())
+                });
                 await_shown(self.before_release, within).await;
                 Event::Done
             }

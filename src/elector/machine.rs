@@ -900,11 +900,10 @@ impl Machine {
             ),
             Event::HandoverRequested => {
                 let after = After::SitOut { cooldown: None };
-                self.hand_over(now, t, "hand-over requested", after, None, out)
+                self.hand_over(now, t, "another candidate is preferred", after, None, out)
             }
-            Event::Timer if !self.st.shutdown && self.st.release.is_none() => {
-                self.renew(now, t, out)
-            }
+            // (A shutdown or release request never waits here: `lead_wait` serves it.)
+            Event::Timer => self.renew(now, t, out),
             _ => self.lead_wait(now, t, out),
         }
     }
@@ -1036,6 +1035,14 @@ impl Machine {
 
     fn begin_wind_down(&mut self, now: Time, w: WindDown, out: &mut Out) -> Next {
         self.st.tenure_ended = true;
+        if let Some((id, _)) = self.st.release.take() {
+            // A request that came while a renewal was on its way, and the tenure ended
+            // otherwise: nothing left to hand over.
+            out.0.push(Effect::Reply {
+                id,
+                released: false,
+            });
+        }
         self.wind_down(now, w, out)
     }
 
@@ -1072,14 +1079,14 @@ impl Machine {
             Stage::Publishers if w.graceful && self.cfg.publishers => {
                 Pending::Until(now + timing.backend_timeout)
             }
-            Stage::Drain if w.drain_until.is_some() => return self.drain_step(now, w, out),
+            Stage::Drain => return self.drain_step(now, w, out),
             Stage::Stopped if self.cfg.must_stop => {
                 Pending::Until(w.tenure.deadline.max(now) + STOP_GRACE)
             }
             Stage::Release if !w.graceful || w.stopped => {
                 return Some(self.wind_down_call(now, w, Op::Release, timing.backend_timeout));
             }
-            Stage::Publishers | Stage::Drain | Stage::Stopped | Stage::Release => return None,
+            Stage::Publishers | Stage::Stopped | Stage::Release => return None,
         };
         w.pending = next;
         Some(pending_wait(w))

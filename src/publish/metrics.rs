@@ -4,11 +4,22 @@
 //! that say who leads (`is_leader`, `lease_remaining_seconds`, `fencing_token`) are
 //! computed from `Status` at scrape time, with the same deadline check as every other
 //! answer (invariant 3), so a scrape of a paused-and-woken process never says 1.
+//!
+//! Beside them, without our prefix, the two series client-go's and controller-runtime's
+//! leader election export, so dashboards and alerts built for those work unchanged:
+//! - `leader_election_master_status{name="<election>"}`: 1 while this candidate leads
+//!   (the same deadline check as `leasekeeper_is_leader`), else 0.
+//! - `leader_election_slowpath_total{name="<election>"}`: client-go counts each renewal
+//!   whose optimistic update (a write from the Lease it cached) failed, so that it fell
+//!   back to a GET and a second write. Ours counts the same event, reported by the
+//!   backend through [`SlowPaths`]: a renew refused with a conflict and retried after a
+//!   read of the record (the Kubernetes Lease; the other stores renew with one
+//!   compare-and-act request and no cached copy, so they stay at 0).
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,6 +27,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
+use crate::backend::SlowPaths;
 use crate::elector::Observer;
 use crate::status::{Role, Status};
 
@@ -33,10 +45,63 @@ pub struct Metrics {
     fencing_token: Gauge,
     pod_label_patch: Family<Labels, Counter>,
     state: Family<Labels, Gauge>,
+    /// client-go's names, without our prefix.
+    drop_in: DropIn,
+}
+
+/// `leader_election_master_status` and `leader_election_slowpath_total`.
+struct DropIn {
+    registry: Registry,
+    master_status: Family<Vec<(&'static str, String)>, Gauge>,
+    slowpath: Family<Vec<(&'static str, String)>, Counter>,
+    name: String,
+    slow_paths: SlowPaths,
+}
+
+impl DropIn {
+    fn new(election: &str, slow_paths: SlowPaths) -> DropIn {
+        let mut registry = Registry::default();
+        let master_status = Family::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            master_status.clone(),
+        );
+        let slowpath = Family::default();
+        registry.register(
+            "leader_election_slowpath",
+            "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease.",
+            slowpath.clone(),
+        );
+        let name = election.to_owned();
+        let _ = master_status.get_or_create(&vec![("name", name.clone())]);
+        let _ = slowpath.get_or_create(&vec![("name", name.clone())]);
+        DropIn {
+            registry,
+            master_status,
+            slowpath,
+            name,
+            slow_paths,
+        }
+    }
+
+    fn update(&self, leading: bool) {
+        let labels = vec![("name", self.name.clone())];
+        self.master_status
+            .get_or_create(&labels)
+            .set(i64::from(leading));
+        let counter = self.slowpath.get_or_create(&labels);
+        let seen = self.slow_paths.get();
+        if seen > counter.get() {
+            counter.inc_by(seen - counter.get());
+        }
+    }
 }
 
 impl Metrics {
-    pub fn new(backend: &'static str) -> Self {
+    /// Our metrics for a candidate of `election` on `backend`; `slow_paths` is the
+    /// backend's count of renewals that fell back to a read.
+    pub fn new(backend: &'static str, election: &str, slow_paths: SlowPaths) -> Self {
         let mut registry = Registry::with_prefix("leasekeeper");
         let is_leader = Gauge::default();
         registry.register(
@@ -129,6 +194,7 @@ impl Metrics {
             fencing_token,
             pod_label_patch,
             state,
+            drop_in: DropIn::new(election, slow_paths),
         }
     }
 
@@ -146,8 +212,12 @@ impl Metrics {
                 .get_or_create(&vec![("state", r.as_str())])
                 .set(i64::from(r == role));
         }
+        self.drop_in.update(status.is_leader_at(now));
         let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
+        let encoded = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &self.drop_in.registry))
+            .and_then(|()| encode_eof(&mut out));
+        if encoded.is_err() {
             out.clear();
         }
         out
@@ -204,7 +274,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn every_design_metric_is_exposed_and_leader_gauges_follow_the_deadline() {
-        let m = Metrics::new("file");
+        let slow = SlowPaths::default();
+        let m = Metrics::new("file", "e", slow.clone());
+        slow.add();
         m.acquired(Duration::from_millis(3));
         m.renewed(true, Duration::from_millis(1));
         m.backend_error("renew");
@@ -236,10 +308,17 @@ mod tests {
             "leasekeeper_build_info{version=",
             "leasekeeper_state{state=\"leader\"} 1",
             "leasekeeper_state{state=\"unknown\"} 0",
+            "leader_election_master_status{name=\"e\"} 1",
+            "leader_election_slowpath_total{name=\"e\"} 1",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }
         let later = m.render(&s, now + Duration::from_secs(2));
+        assert!(
+            later.contains("leader_election_master_status{name=\"e\"} 0"),
+            "{later}"
+        );
+        assert_eq!(later.matches("# EOF").count(), 1, "{later}");
         assert!(later.contains("leasekeeper_is_leader 0"), "{later}");
         assert!(
             later.contains("leasekeeper_state{state=\"unknown\"} 1"),

@@ -1,6 +1,7 @@
 //! Publishers: each reads `Status` (and never talks to a backend).
 
 pub mod drain;
+pub mod events;
 pub mod exec;
 pub mod hooks;
 pub mod http;

@@ -78,6 +78,7 @@ CONTRACT_ENV = {
     "LEASEKEEPER_SQL_KEY_FILE",
     "LEASEKEEPER_ZK_CA_FILE", "LEASEKEEPER_ZK_CERT_FILE", "LEASEKEEPER_ZK_KEY_FILE",
     "LEASEKEEPER_EXIT_ON_LOSS", "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT",
+    "LEASEKEEPER_EVENTS", "LEASEKEEPER_LEASE_STRATEGY_MIXED",
 }
 
 # ---------------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ ZOOKEEPER = {
         },
     },
     "podLabel": {"enabled": False},
+    "events": {"enabled": False},
     "service": {"leaderOnly": False},
     "election": {"exitOnLoss": True, "enableReleaseEndpoint": True},
 }
@@ -472,6 +474,7 @@ def test_rbac_exact_verbs():
          for r in role["rules"]),
     )
     assert rules == [
+        (("",), ("events",), ("create", "patch"), (), ()),
         (("",), ("pods",), ("get", "list", "patch", "watch"), (), ()),
         (("coordination.k8s.io",), ("leases",), ("create", "get", "list", "update", "watch"), (), ()),
     ], f"Role rules: {role['rules']}"
@@ -488,10 +491,11 @@ def test_rbac_exact_verbs():
 
 def test_rbac_follows_backend_and_label():
     """Leases rules only with the kubernetes backend; pods rules only with the Pod label;
-    no Role (and no API token) when the Pods need neither."""
+    events rules only with the Events; no Role (and no API token) when the Pods need none."""
     role = one(render("etcd+tls+pdb+servicemonitor+label"), "Role")
     assert [(r["resources"], sorted(r["verbs"])) for r in role["rules"]] == [
-        (["pods"], ["get", "list", "patch", "watch"])
+        (["pods"], ["get", "list", "patch", "watch"]),
+        (["events"], ["create", "patch"]),
     ], f"Role rules without the kubernetes backend: {role['rules']}"
     objects = render("zookeeper, no pod label")
     assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding"), \
@@ -585,6 +589,7 @@ def test_sidecar_downward_api_and_default_env():
         "LEASEKEEPER_TTL": "15s",
         "LEASEKEEPER_LOG_FORMAT": "json",
         "LEASEKEEPER_POD_LABEL": "true",
+        "LEASEKEEPER_EVENTS": "true",
         "LEASEKEEPER_POD_LABEL_KEY": LEADER_KEY,
         "LEASEKEEPER_POD_LABEL_LEADER_VALUE": "true",
         "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE": "false",
@@ -691,7 +696,7 @@ def test_nondefault_redis_and_redlock():
     assert "LEASEKEEPER_REDIS_CERT_FILE" not in env and "LEASEKEEPER_REDIS_KEY_FILE" not in env, \
         "no client certificate was asked for"
     role = one(render("redis"), "Role")
-    assert [r["resources"] for r in role["rules"]] == [["pods"]], role["rules"]
+    assert [r["resources"] for r in role["rules"]] == [["pods"], ["events"]], role["rules"]
     env = env_of(sidecar("redlock"))
     assert env["LEASEKEEPER_BACKEND"] == "redlock"
     assert env["LEASEKEEPER_REDIS_URL"] == "redis://r1:6379,redis://r2:6379,redis://r3:6379"
@@ -1068,7 +1073,7 @@ def test_nondefault_postgres_and_mysql():
     assert "LEASEKEEPER_SQL_CERT_FILE" not in env and "LEASEKEEPER_SQL_KEY_FILE" not in env, \
         "no client certificate was asked for"
     role = one(render("postgres"), "Role")
-    assert [r["resources"] for r in role["rules"]] == [["pods"]], role["rules"]
+    assert [r["resources"] for r in role["rules"]] == [["pods"], ["events"]], role["rules"]
     c = sidecar("mysql")
     env = env_of(c)
     assert env["LEASEKEEPER_BACKEND"] == "mysql"

@@ -149,6 +149,12 @@ pub fn followers_survive_release_requests_during_a_handover(args: &[String]) {
         .map(|i| Sidecar::spawn(&format!("r{i}"), dir.path(), args))
         .collect();
     for _ in 0..3 {
+        // Every sidecar answers first (a leader can be chosen before the last one
+        // started listening, and a refused connection would test nothing).
+        let answering = eventually(Duration::from_secs(10), || {
+            sidecars.iter().all(|s| s.leader().is_some()).then_some(())
+        });
+        assert!(answering.is_some(), "not every sidecar answers /leader");
         let (leader, _) = leader_of(&sidecars, Duration::from_secs(20)).expect("a leader");
         let others: Vec<usize> = (0..sidecars.len()).filter(|&i| i != leader).collect();
         let settled = |sidecars: &[Sidecar], others: &[usize]| {

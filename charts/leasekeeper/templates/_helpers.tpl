@@ -88,7 +88,7 @@ Whether the Pods talk to the Kubernetes API (Pod label or Lease backend): then t
 the ServiceAccount token and the Role.
 */}}
 {{- define "leasekeeper.needsApi" -}}
-{{- if or .Values.podLabel.enabled (eq .Values.backend.type "kubernetes") }}true{{ end }}
+{{- if or .Values.podLabel.enabled .Values.events.enabled (eq .Values.backend.type "kubernetes") }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -225,6 +225,8 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
   value: {{ .Values.logFormat | quote }}
 - name: LEASEKEEPER_POD_LABEL
   value: {{ .Values.podLabel.enabled | toString | quote }}
+- name: LEASEKEEPER_EVENTS
+  value: {{ .Values.events.enabled | toString | quote }}
 {{- if .Values.podLabel.enabled }}
 - name: LEASEKEEPER_POD_LABEL_KEY
   value: {{ .Values.podLabel.key | quote }}

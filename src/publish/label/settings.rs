@@ -104,13 +104,17 @@ impl Args {
         Ok(key)
     }
 
-    fn pod(&self) -> Result<String, ConfigError> {
+    /// The own Pod's name: `--pod-name`, else `$POD_NAME` (the downward API).
+    pub fn own_pod(&self) -> Option<String> {
         self.pod_name
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok())
             .filter(|p| !p.trim().is_empty())
             .map(|p| p.trim().to_owned())
-            .ok_or_else(|| {
+    }
+
+    fn pod(&self) -> Result<String, ConfigError> {
+        self.own_pod().ok_or_else(|| {
                 bad("--pod-label needs the Pod's name: set POD_NAME from the downward API (fieldRef metadata.name) or --pod-name")
             })
     }

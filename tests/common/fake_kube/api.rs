@@ -27,10 +27,11 @@ pub(super) fn role_rules() -> Vec<(String, String)> {
         let group = rule["apiGroups"][0].as_str().unwrap_or("");
         for resource in rule["resources"].as_array().expect("resources") {
             let resource = resource.as_str().expect("resource");
-            // This fake serves pods in the core group and leases in coordination.k8s.io.
+            // This fake serves pods and events in the core group and leases in
+            // coordination.k8s.io.
             let served = matches!(
                 (group, resource),
-                ("", "pods") | ("coordination.k8s.io", "leases")
+                ("", "pods") | ("", "events") | ("coordination.k8s.io", "leases")
             );
             if !served {
                 continue;
@@ -203,6 +204,8 @@ fn route(uri: &Uri) -> Option<(&'static str, &str, Option<&str>)> {
     Some(match segments.as_slice() {
         ["api", "v1", "namespaces", ns, "pods"] => ("pods", ns, None),
         ["api", "v1", "namespaces", ns, "pods", name] => ("pods", ns, Some(name)),
+        ["api", "v1", "namespaces", ns, "events"] => ("events", ns, None),
+        ["api", "v1", "namespaces", ns, "events", name] => ("events", ns, Some(name)),
         ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => ("leases", ns, None),
         ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name] => {
             ("leases", ns, Some(name))
@@ -358,6 +361,14 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
     let Some(name) = obj["metadata"]["name"].as_str().map(str::to_owned) else {
         return status(422, "Invalid", "metadata.name is required");
     };
+    if kind == "events" && obj["involvedObject"]["namespace"].as_str() != Some(ns) {
+        // As the real API: an Event lives in its involved object's namespace.
+        return status(
+            422,
+            "Invalid",
+            "involvedObject.namespace does not match the event's",
+        );
+    }
     if store
         .objects
         .contains_key(&(kind, ns.to_owned(), name.clone()))
@@ -497,6 +508,7 @@ fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String
     let items: Vec<Value> = matching.into_iter().take(limit).collect();
     let (api_version, list_kind) = match kind {
         "pods" => ("v1", "PodList"),
+        "events" => ("v1", "EventList"),
         _ => ("coordination.k8s.io/v1", "LeaseList"),
     };
     let mut metadata = json!({"resourceVersion": store.version.to_string()});

@@ -1,6 +1,6 @@
 //! An in-process fake Kubernetes API server (axum), for the parts leasekeeper uses:
-//! Pods (get, list, JSON merge patch, watch) and `coordination.k8s.io/v1` Leases (get,
-//! list, create, update, merge patch, watch).
+//! Pods (get, list, JSON merge patch, watch), core v1 Events (create, merge patch) and
+//! `coordination.k8s.io/v1` Leases (get, list, create, update, merge patch, watch).
 //!
 //! It enforces what matters, the way the real API server does:
 //! - `resourceVersion` is one counter over all objects; an update or patch that names a
@@ -31,9 +31,11 @@
 
 mod api;
 mod store;
+mod tls;
 mod watch;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +51,10 @@ pub const TOKEN: &str = "leasekeeper-test-token";
 
 pub struct FakeKube {
     shared: Arc<Shared>,
+    /// Plain HTTP, for the tests' own raw requests (and the client-go peer of the bench).
     pub port: u16,
+    /// HTTPS, as a real API server serves it: the port the kubeconfig names.
+    pub tls_port: u16,
     _dir: tempfile::TempDir,
     kubeconfig: std::path::PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -75,6 +80,9 @@ impl FakeKube {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("addr").port();
+        let tls_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        tls_listener.set_nonblocking(true).expect("nonblocking");
+        let tls_port = tls_listener.local_addr().expect("addr").port();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
         let thread = std::thread::spawn(move || {
@@ -93,11 +101,15 @@ impl FakeKube {
                     let state = state.clone();
                     async move { handle(state, m, u, h, b).await }
                 });
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
+                let tls_listener =
+                    tokio::net::TcpListener::from_std(tls_listener).expect("listener");
+                let tls = axum::serve(tls::TlsListener::new(tls_listener), app.clone());
+                let plain = axum::serve(listener, app);
+                tokio::select! {
+                    _ = tls.into_future() => {}
+                    _ = plain.into_future() => {}
+                    _ = stop_rx => {}
+                }
             });
             rt.shutdown_timeout(Duration::from_millis(100));
         });
@@ -106,13 +118,15 @@ impl FakeKube {
         std::fs::write(
             &kubeconfig,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: leasekeeper\n  user:\n    token: {TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: leasekeeper\n    namespace: {namespace}\ncurrent-context: fake\n"
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://127.0.0.1:{tls_port}\n    certificate-authority: {}\nusers:\n- name: leasekeeper\n  user:\n    token: {TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: leasekeeper\n    namespace: {namespace}\ncurrent-context: fake\n",
+                tls::ca_file().display()
             ),
         )
         .expect("kubeconfig");
         FakeKube {
             shared,
             port,
+            tls_port,
             _dir: dir,
             kubeconfig,
             stop: Some(stop_tx),
@@ -124,9 +138,9 @@ impl FakeKube {
         self.kubeconfig.display().to_string()
     }
 
-    /// The API's address.
+    /// The API's HTTPS address (the one the kubeconfig names).
     pub fn addr(&self) -> std::net::SocketAddr {
-        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.tls_port))
     }
 
     /// A kubeconfig like [`FakeKube::kubeconfig`] that reaches the API through
@@ -136,7 +150,7 @@ impl FakeKube {
         let path = self
             .kubeconfig
             .with_file_name(format!("kubeconfig-{}", endpoint.replace(':', "-")));
-        let text = text.replace(&format!("127.0.0.1:{}", self.port), endpoint);
+        let text = text.replace(&format!("127.0.0.1:{}", self.tls_port), endpoint);
         std::fs::write(&path, text).expect("kubeconfig via a proxy");
         path.display().to_string()
     }
@@ -223,6 +237,44 @@ impl FakeKube {
         write(&self.shared, &mut store, "leases", &ns, name, obj, event);
     }
 
+    /// Merges `patch` into a Lease's spec as another client would (a coordinator
+    /// setting `preferredHolder`, say).
+    pub fn patch_lease_spec(&self, name: &str, patch: Value) {
+        self.modify_lease(name, |obj, _| merge(&mut obj["spec"], &patch));
+    }
+
+    /// Writes a Lease again with its spec unchanged (a label added, say): a new
+    /// resourceVersion, so a write that names the old one gets 409.
+    pub fn touch_lease(&self, name: &str) {
+        self.modify_lease(name, |obj, version| {
+            obj["metadata"]["labels"]["touched"] = Value::String(version.to_string())
+        });
+    }
+
+    /// Changes a Lease as another client would (`change` gets the object and the
+    /// store's current resourceVersion); a missing Lease stays missing.
+    fn modify_lease(&self, name: &str, change: impl FnOnce(&mut Value, u64)) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let Some(mut obj) = store
+            .objects
+            .get(&("leases", ns.clone(), name.to_owned()))
+            .cloned()
+        else {
+            return;
+        };
+        change(&mut obj, store.version);
+        write(
+            &self.shared,
+            &mut store,
+            "leases",
+            &ns,
+            name,
+            obj,
+            "MODIFIED",
+        );
+    }
+
     /// Deletes a Lease as an administrator would (`kubectl delete lease`).
     pub fn delete_lease(&self, name: &str) {
         let ns = self.shared.namespace.clone();
@@ -243,6 +295,7 @@ impl FakeKube {
             key: (ns, name.to_owned()),
             event: "DELETED",
             object: obj,
+            at: std::time::Instant::now(),
         };
         store.history.push(change.clone());
         let _ = self.shared.changes.send(change);
@@ -262,6 +315,29 @@ impl FakeKube {
             .iter()
             .map(|c| (c.version, c.kind, c.key.1.clone(), c.object.clone()))
             .collect()
+    }
+
+    /// Every write of Lease `name` so far, in order: when the fake made it, and the spec.
+    pub fn lease_writes(&self, name: &str) -> Vec<(std::time::Instant, Value)> {
+        self.store()
+            .history
+            .iter()
+            .filter(|c| c.kind == "leases" && c.key.1 == name)
+            .map(|c| (c.at, c.object["spec"].clone()))
+            .collect()
+    }
+
+    /// Every Event as stored now, in order of creation.
+    pub fn events(&self) -> Vec<Value> {
+        let store = self.store();
+        let mut events: Vec<Value> = store
+            .objects
+            .iter()
+            .filter(|((kind, _, _), _)| *kind == "events")
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        events.sort_by_key(|e| e["metadata"]["name"].as_str().map(str::to_owned));
+        events
     }
 
     /// Every request served so far, by "verb resource".

@@ -17,6 +17,8 @@ pub(super) struct Change {
     pub(super) key: (String, String),
     pub(super) event: &'static str,
     pub(super) object: Value,
+    /// When the fake made the change.
+    pub(super) at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -108,6 +110,7 @@ pub(super) fn write(
         key: (ns.to_owned(), name.to_owned()),
         event,
         object: obj.clone(),
+        at: std::time::Instant::now(),
     };
     store.history.push(change.clone());
     let _ = shared.changes.send(change);

@@ -112,6 +112,7 @@ fn backlog(shared: &Shared, scope: &Scope, from: Option<u64>) -> (Vec<Change>, u
                     key: (n.clone(), name.clone()),
                     event: "ADDED",
                     object: obj.clone(),
+                    at: std::time::Instant::now(),
                 })
                 .collect();
             (current, store.version)
