@@ -41,7 +41,8 @@ soak: deps
 # The elector's deterministic simulator, long run (not part of `make test`, which runs
 # its 1,000-seed sweep): LK_SIM_SEEDS (default 100,000) seeds on each of the four store
 # families, and the exhaustive search to deeper bounds (docs/safety.md, "The simulator").
-# Debug build; about 8 minutes on two idle cores.
+# Debug build (no release build needed): 7 minutes on this 2-core machine while other
+# builds ran (400,000 runs in 332 s, then 85 s of exhaustive search).
 sim:
 	cargo test --test elector_sim -- --ignored --nocapture --test-threads=1
 

@@ -27,12 +27,9 @@ use sim::Sweep;
 const DEFAULT_SEEDS: u64 = 1_000;
 
 /// Seeds found by the simulator that once broke something (each a regression test):
-/// (seed, family, what broke). The default sweep runs seeds 0.., these come on top.
-const REGRESSION_SEEDS: &[(u64, &str, &str)] = &[(
-    2374,
-    "lease",
-    "POST /release answered released: true while the lease was kept (command not proven gone)",
-)];
+/// (seed, family, what broke). The default sweep runs seeds 0.., these come on top. A
+/// seed names a run of this simulator's fault mix; see docs/safety.md, "The simulator".
+const REGRESSION_SEEDS: &[(u64, &str, &str)] = &[];
 
 fn env_flaws() -> Flaws {
     let mut f = Flaws::default();
@@ -69,8 +66,15 @@ fn big_sweep() {
         })
         .unwrap_or(100_000);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // LK_SIM_FAMILY narrows the sweep to one family (redlock5 too).
+    let families: Vec<Family> = match std::env::var("LK_SIM_FAMILY") {
+        Ok(f) => {
+            vec![Family::parse(&f).expect("LK_SIM_FAMILY: ttl, session, lease, redlock or redlock5")]
+        }
+        Err(_) => Family::ALL.to_vec(),
+    };
     let started = Instant::now();
-    let s = Sweep::run(0..seeds, &Family::ALL, env_flaws(), threads);
+    let s = Sweep::run(0..seeds, &families, env_flaws(), threads);
     println!("{}", s.summary(started.elapsed()));
     s.assert_clean();
 }
@@ -102,6 +106,54 @@ fn regression_seeds() {
             sim::explain(&outcome)
         );
     }
+}
+
+/// The bug of seed 2374 (lease, in `make sim`'s first 100,000 seeds; the seed maps to
+/// another run since the congested link joined the fault mix, and no seed of the new
+/// mix reproduces it in 100,000): a leader whose command was never proven gone kept the
+/// lease, rightly, but answered `POST /release` with `released: true`, so the caller
+/// expected a hand-over that came a ttl later. The same steps, on one machine; fails on
+/// the machine before the fix.
+#[test]
+fn a_release_kept_for_a_command_not_proven_gone_is_not_answered_released() {
+    use leasekeeper::backend::Campaign;
+    use leasekeeper::elector::machine::{Answer, Config, Effect, Event, Machine, Next, WaitOn};
+    let mut m = Machine::new(Config {
+        timing: sim::world::sim_timing(),
+        exit_on_loss: false,
+        publishers: false,
+        must_stop: true,
+        drain: None,
+        seed: 1,
+        flaws: Flaws::default(),
+    });
+    let ms = Duration::from_millis;
+    let Next::Call { id, .. } = m.on(ms(0), Event::Start).next else {
+        panic!("no campaign")
+    };
+    let answer = Answer::Campaign {
+        result: Ok(Campaign::Acquired { token: 1 }),
+        ttl: Duration::from_secs(1),
+    };
+    m.on(ms(1), Event::Answer { id, answer });
+    let release = Event::ReleaseRequested {
+        id: 7,
+        cooldown: None,
+    };
+    let Next::Wait {
+        until: Some(until),
+        on: WaitOn::Stopped,
+    } = m.on(ms(2), release).next
+    else {
+        panic!("not waiting for the command")
+    };
+    // The command is never proven gone: the lease is kept, and the answer says so.
+    let step = m.on(until, Event::Timer);
+    let reply = step.effects.iter().find_map(|e| match e {
+        Effect::Reply { id: 7, released } => Some(*released),
+        _ => None,
+    });
+    assert_eq!(reply, Some(false), "{:?}", step.effects);
 }
 
 #[test]

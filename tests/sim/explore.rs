@@ -165,9 +165,12 @@ pub fn explore(bounds: Bounds, flaws: Flaws) -> Found {
 
 type Next2 = (State, Option<String>);
 
+/// One step from a state: it changes the copy, and says what it broke, if anything.
+type Action<'a> = &'a dyn Fn(&mut State, &mut Option<String>);
+
 fn successors(s: &State, b: &Bounds) -> Vec<Next2> {
     let mut out = Vec::new();
-    let mut step = |f: &dyn Fn(&mut State, &mut Option<String>)| {
+    let mut step = |f: Action| {
         let mut n = s.clone();
         n.depth += 1;
         let mut v = None;
@@ -195,7 +198,7 @@ fn successors(s: &State, b: &Bounds) -> Vec<Next2> {
     out
 }
 
-fn node_steps(s: &State, i: usize, step: &mut dyn FnMut(&dyn Fn(&mut State, &mut Option<String>))) {
+fn node_steps(s: &State, i: usize, step: &mut dyn FnMut(Action)) {
     let node = &s.nodes[i];
     if node.machine.is_none() {
         return;

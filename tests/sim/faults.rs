@@ -29,6 +29,9 @@ pub enum Fault {
     },
     /// Every message of `node` late by another 0.1–0.5 ttl.
     Slow { node: usize, dur: Ns },
+    /// A congested link: every message of `node` late by another 20–150 ms (most
+    /// answers still within the call's budget, but late).
+    Congested { node: usize, dur: Ns },
     /// SIGSTOP, SIGCONT after `dur`: no event processed, the clock runs.
     Pause { node: usize, dur: Ns },
     /// `kill -9`, a new process after `down`.
@@ -60,7 +63,7 @@ pub fn schedule(w: &mut World) {
         let dur = w.rng.random_range(ttl / 10..2 * ttl);
         let redlock = matches!(w.fam, Family::Redlock(_));
         let fault = match w.rng.random_range(0..100) {
-            0..20 => Fault::Cut {
+            0..18 => Fault::Cut {
                 node,
                 store: w
                     .rng
@@ -69,9 +72,10 @@ pub fn schedule(w: &mut World) {
                 dir: [None, Some(true), Some(false)][w.rng.random_range(0..3)],
                 dur,
             },
-            20..35 => Fault::Slow { node, dur },
-            35..50 => Fault::Pause { node, dur },
-            50..60 => Fault::Crash { node, down: dur },
+            18..30 => Fault::Slow { node, dur },
+            30..40 => Fault::Congested { node, dur },
+            40..52 => Fault::Pause { node, dur },
+            52..60 => Fault::Crash { node, down: dur },
             60..70 => Fault::PauseStore {
                 store: w.rng.random_range(0..stores),
                 dur,
@@ -110,6 +114,9 @@ pub fn apply(w: &mut World, f: Fault) {
             }
         }
         Fault::Slow { node, dur } => w.slow_until[node] = w.slow_until[node].max(w.now + dur),
+        Fault::Congested { node, dur } => {
+            w.congested_until[node] = w.congested_until[node].max(w.now + dur)
+        }
         Fault::Pause { node, dur } if w.nodes[node].machine.is_some() => {
             let until = w.nodes[node].paused_until.max(w.now + dur);
             w.nodes[node].paused_until = until;
@@ -189,6 +196,7 @@ pub fn heal(w: &mut World) {
     w.healed = true;
     w.cuts.clear();
     w.slow_until.iter_mut().for_each(|s| *s = 0);
+    w.congested_until.iter_mut().for_each(|s| *s = 0);
     for i in 0..w.nodes.len() {
         if w.nodes[i].paused_until > w.now {
             w.nodes[i].paused_until = w.now;

@@ -337,7 +337,7 @@ impl RlNode {
     }
 
     fn state(&self, now: STime, took: bool) -> RlState {
-        let holder_token = self.data.store.record.and_then(|_| self.data.value_token);
+        let holder_token = self.data.store.record.and(self.data.value_token);
         RlState {
             took,
             counter: self.data.store.counter,

@@ -202,6 +202,7 @@ pub struct World {
     /// Cut links: (node, store, toward the store?, until).
     pub cuts: Vec<(usize, usize, Option<bool>, Ns)>,
     pub slow_until: Vec<Ns>,
+    pub congested_until: Vec<Ns>,
     pub heal_at: Ns,
     pub healed: bool,
     pub end_at: Ns,
@@ -239,6 +240,7 @@ impl World {
             mix,
             cuts: Vec::new(),
             slow_until: vec![0; n],
+            congested_until: vec![0; n],
             heal_at: CHAOS_TTLS * ttl,
             healed: false,
             end_at: 0,
@@ -416,7 +418,7 @@ impl World {
                 let outs = self.nodes[i].client.phase_timeout(id, phase);
                 self.client_outs(i, id, outs);
             }
-            Ev::Deliver(msg) => self.to_node(i, msg),
+            Ev::Deliver(msg) => self.at_node(i, msg),
             _ => {}
         }
     }
@@ -549,13 +551,13 @@ impl World {
                 }
                 self.at(clock.real(wake), Ev::Wake { node: i, inc, gen });
             }
-            WaitOn::Publishers | WaitOn::Drained | WaitOn::Stopped => {
-                // The publishers, the app's drain, the command: done after a while, or
-                // (now and then, for the command) never.
-                if on != WaitOn::Stopped || self.rng.random_bool(0.9) {
-                    let after = self.rng.random_range(0..300 * MS);
-                    self.at(self.now + after, Ev::Done { node: i, inc, gen });
-                }
+            // The publishers, the app's drain, the command: done after a while, or
+            // (now and then, for the command) never.
+            WaitOn::Publishers | WaitOn::Drained | WaitOn::Stopped
+                if on != WaitOn::Stopped || self.rng.random_bool(0.9) =>
+            {
+                let after = self.rng.random_range(0..300 * MS);
+                self.at(self.now + after, Ev::Done { node: i, inc, gen });
             }
             _ => {}
         }
@@ -618,7 +620,7 @@ impl World {
         }
     }
 
-    fn to_node(&mut self, i: usize, msg: Msg) {
+    fn at_node(&mut self, i: usize, msg: Msg) {
         let local = self.local(i);
         match msg {
             Msg::ToNode {
@@ -828,7 +830,8 @@ impl World {
     }
 
     /// Mostly well under a millisecond; sometimes tens of ms; with the seed's `long`
-    /// share up to half a ttl; on a slow node's link another 0.1–0.5 ttl.
+    /// share up to half a ttl; on a slow node's link another 0.1–0.5 ttl, on a
+    /// congested one another 20–150 ms.
     fn delay(&mut self, node: usize) -> Ns {
         let ttl = self.timing.ttl.as_nanos() as Ns;
         if self.healed {
@@ -844,6 +847,9 @@ impl World {
         };
         if self.slow_until[node] > self.now {
             d += self.rng.random_range(ttl / 10..ttl / 2);
+        }
+        if self.congested_until[node] > self.now {
+            d += self.rng.random_range(20 * MS..150 * MS);
         }
         d
     }
