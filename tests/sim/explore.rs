@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use leasekeeper::backend::{Campaign, Renewal, Wake};
 use leasekeeper::elector::machine::{
-    Answer, Config, Effect, Event, Failure, Flaws, LogLine, Machine, Next, Op, Time, WaitOn,
+    Answer, Config, Effect, Event, Flaws, LogLine, Machine, Next, Op, Time, WaitOn,
 };
 use leasekeeper::status::Holder;
 
@@ -208,19 +208,7 @@ fn node_steps(s: &State, i: usize, step: &mut dyn FnMut(Action)) {
             // The driver's timeout comes first.
             step(&|n, v| {
                 n.nodes[i].call = None;
-                let failed = Failure { timed_out: true };
-                let ttl = sim_timing().ttl;
-                let answer = match op {
-                    Op::Campaign => Answer::Campaign {
-                        result: Err(failed),
-                        ttl,
-                    },
-                    Op::Renew => Answer::Renew {
-                        result: Err(failed),
-                        ttl,
-                    },
-                    Op::Release => Answer::Release,
-                };
+                let answer = super::world::timed_out(op, sim_timing().ttl);
                 feed(n, i, Event::Answer { id, answer }, v);
             });
             return;

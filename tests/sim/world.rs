@@ -436,19 +436,7 @@ impl World {
         }
         self.nodes[i].call = None;
         self.nodes[i].client.abandon(id);
-        let ttl = self.timing.ttl;
-        let failed = Failure { timed_out: true };
-        let answer = match op {
-            Op::Campaign => Answer::Campaign {
-                result: Err(failed),
-                ttl,
-            },
-            Op::Renew => Answer::Renew {
-                result: Err(failed),
-                ttl,
-            },
-            Op::Release => Answer::Release,
-        };
+        let answer = timed_out(op, self.timing.ttl);
         self.feed(i, Event::Answer { id, answer });
     }
 
@@ -884,4 +872,20 @@ impl World {
 
 pub fn fmt_local(t: Time) -> String {
     format!("{:.3}ms", t.as_nanos() as f64 / 1e6)
+}
+
+/// What the driver hands the machine when a call's budget passes first.
+pub fn timed_out(op: Op, ttl: Duration) -> Answer {
+    let failed = Failure { timed_out: true };
+    match op {
+        Op::Campaign => Answer::Campaign {
+            result: Err(failed),
+            ttl,
+        },
+        Op::Renew => Answer::Renew {
+            result: Err(failed),
+            ttl,
+        },
+        Op::Release => Answer::Release,
+    }
 }
