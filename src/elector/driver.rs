@@ -46,7 +46,6 @@ pub struct Elector<B: Backend> {
     backend: B,
     machine: Machine,
     epoch: Instant,
-    timing: Timing,
     status: watch::Sender<Status>,
     observer: Arc<dyn Observer>,
     log: TransitionLog,
@@ -81,7 +80,6 @@ impl<B: Backend> Elector<B> {
             backend,
             machine: Machine::new(config),
             epoch: Instant::now(),
-            timing: parts.timing,
             status: parts.status,
             observer: parts.observer,
             log: parts.log,
@@ -129,7 +127,7 @@ impl<B: Backend> Elector<B> {
     async fn call(&mut self, op: Op, budget: Duration) -> Answer {
         let observer = &*self.observer;
         let backend = &mut self.backend;
-        let answer = match op {
+        match op {
             Op::Campaign => Answer::Campaign {
                 result: failure(timed(observer, "campaign", budget, backend.campaign()).await),
                 ttl: backend.lease_ttl(),
@@ -144,8 +142,7 @@ impl<B: Backend> Elector<B> {
                 }
                 Answer::Release
             }
-        };
-        answer
+        }
     }
 
     fn shutting_down(&self) -> bool {
@@ -166,7 +163,8 @@ impl<B: Backend> Elector<B> {
         let waited = Waited {
             backend: &mut self.backend,
             heartbeat: &self.heartbeat,
-            beat_every: self.timing.retry_interval.max(Duration::from_millis(10)),
+            beat_every: (self.machine.config().timing.retry_interval)
+                .max(Duration::from_millis(10)),
             before_release: &mut self.before_release,
             must_stop: &mut self.must_stop,
             drained: &mut self.drained,

@@ -453,6 +453,9 @@ impl Out {
     fn say(&mut self, s: Say) {
         self.0.push(Effect::Say(s));
     }
+    fn reply(&mut self, id: u64, released: bool) {
+        self.0.push(Effect::Reply { id, released });
+    }
     fn then(self, next: Next) -> Step {
         Step {
             effects: self.0,
@@ -506,20 +509,12 @@ impl Machine {
     fn decide(&mut self, now: Time, event: Event, out: &mut Out) -> Next {
         match event {
             Event::Shutdown => self.st.shutdown = true,
+            // Served while leading, one at a time; any other is answered at once.
             Event::ReleaseRequested { id, cooldown } => {
-                if !self.leading() {
-                    out.0.push(Effect::Reply {
-                        id,
-                        released: false,
-                    });
-                } else if self.st.release.is_none() {
+                if self.leading() && self.st.release.is_none() {
                     self.st.release = Some((id, cooldown));
                 } else {
-                    // One at a time: a second request while one is being served.
-                    out.0.push(Effect::Reply {
-                        id,
-                        released: false,
-                    });
+                    out.reply(id, false);
                 }
             }
             _ => {}
@@ -541,11 +536,6 @@ impl Machine {
 
     fn leading(&self) -> bool {
         matches!(self.st.phase, Phase::Leading(_) | Phase::Renewing { .. })
-    }
-
-    fn id(&mut self) -> u64 {
-        self.st.next_id += 1;
-        self.st.next_id
     }
 
     /// The current wait again (an event that changes nothing in this phase).
@@ -584,13 +574,16 @@ impl Machine {
         if std::mem::take(&mut self.st.tenure_ended) {
             self.st.campaign_started = now;
         }
-        let id = self.id();
+        let (id, call) = self.call(Op::Campaign, self.cfg.timing.backend_timeout);
         self.st.phase = Phase::Campaigning { id, sent: now };
-        Next::Call {
-            id,
-            op: Op::Campaign,
-            budget: self.cfg.timing.backend_timeout,
-        }
+        call
+    }
+
+    /// A backend call under a fresh id.
+    fn call(&mut self, op: Op, budget: Duration) -> (u64, Next) {
+        self.st.next_id += 1;
+        let id = self.st.next_id;
+        (id, Next::Call { id, op, budget })
     }
 
     /// Shutdown while not leading: a campaign whose answer was lost may still have
@@ -601,13 +594,9 @@ impl Machine {
     }
 
     fn release_then(&mut self, then: After) -> Next {
-        let id = self.id();
+        let (id, call) = self.call(Op::Release, self.cfg.timing.backend_timeout);
         self.st.phase = Phase::Releasing { id, then };
-        Next::Call {
-            id,
-            op: Op::Release,
-            budget: self.cfg.timing.backend_timeout,
-        }
+        call
     }
 
     fn on_campaigning(
@@ -670,12 +659,7 @@ impl Machine {
     }
 
     fn acquired(&mut self, now: Time, sent: Time, token: FencingToken, out: &mut Out) -> Next {
-        let base = if self.cfg.flaws.deadline_from_reply {
-            now
-        } else {
-            sent
-        };
-        let deadline = base + self.claim_length();
+        let deadline = self.claim_from(sent, now);
         if now >= deadline {
             // The answer came too late to claim anything, and a link this slow would
             // only keep the lease from the others.
@@ -717,14 +701,13 @@ impl Machine {
         }
     }
 
-    fn on_pausing(&mut self, now: Time, event: Event, until: Time, out: &mut Out) -> Next {
+    fn on_pausing(&mut self, now: Time, _event: Event, until: Time, out: &mut Out) -> Next {
         if self.st.shutdown {
             return self.finish(out);
         }
         if now >= until {
             return self.campaign(now, out);
         }
-        let _ = event;
         pause_wait(until)
     }
 
@@ -819,6 +802,17 @@ impl Machine {
         claim + self.cfg.flaws.overclaim
     }
 
+    /// The deadline a proof sent at `sent` and answered at `now` buys: counted from
+    /// the send (from the answer only with the flaw `deadline_from_reply`).
+    fn claim_from(&self, sent: Time, now: Time) -> Time {
+        let base = if self.cfg.flaws.deadline_from_reply {
+            now
+        } else {
+            sent
+        };
+        base + self.claim_length()
+    }
+
     /// The configured renew interval, or a third of the claim when the store granted
     /// a ttl so much shorter than asked that the configured interval no longer fits
     /// twice into a claim (the leader would lose every tenure before renewing).
@@ -876,7 +870,7 @@ impl Machine {
                 Some(id)
             } else {
                 // Misbehaving on purpose: answer at once, claim on after.
-                out.0.push(Effect::Reply { id, released: true });
+                out.reply(id, true);
                 None
             };
             let after = After::SitOut { cooldown };
@@ -917,17 +911,14 @@ impl Machine {
             let reason = "the deadline passed without a successful renew";
             return self.lose(now, t, reason, true, out);
         }
-        let id = self.id();
+        let budget = self.cfg.timing.backend_timeout.min(t.deadline - now);
+        let (id, call) = self.call(Op::Renew, budget);
         self.st.phase = Phase::Renewing {
             tenure: t,
             id,
             sent: now,
         };
-        Next::Call {
-            id,
-            op: Op::Renew,
-            budget: self.cfg.timing.backend_timeout.min(t.deadline - now),
-        }
+        call
     }
 
     fn on_renewing(
@@ -969,12 +960,7 @@ impl Machine {
                     let reason = "the renew answer arrived after the deadline";
                     return self.lose(now, t, reason, true, out);
                 }
-                let base = if self.cfg.flaws.deadline_from_reply {
-                    now
-                } else {
-                    sent
-                };
-                let extended = base + self.claim_length();
+                let extended = self.claim_from(sent, now);
                 if extended > t.deadline {
                     t.deadline = extended;
                     out.0.push(Effect::Log(LogLine::Deadline {
@@ -992,8 +978,7 @@ impl Machine {
                 self.lose(now, t, "the store no longer holds our lease", false, out)
             }
             Err(_) => {
-                // Retry soon, but not in a tight loop against a failing store.
-                t.next_renew = now + (renew_interval / 4).max(Duration::from_millis(10));
+                t.next_renew = retry_renew_at(now, renew_interval);
                 self.lead_wait(now, t, out)
             }
         }
@@ -1038,10 +1023,7 @@ impl Machine {
         if let Some((id, _)) = self.st.release.take() {
             // A request that came while a renewal was on its way, and the tenure ended
             // otherwise: nothing left to hand over.
-            out.0.push(Effect::Reply {
-                id,
-                released: false,
-            });
+            out.reply(id, false);
         }
         self.wind_down(now, w, out)
     }
@@ -1093,9 +1075,9 @@ impl Machine {
     }
 
     fn wind_down_call(&mut self, now: Time, w: &mut WindDown, op: Op, budget: Duration) -> Next {
-        let id = self.id();
+        let (id, call) = self.call(op, budget);
         w.pending = Pending::Call { id, sent: now };
-        Next::Call { id, op, budget }
+        call
     }
 
     /// While the app drains: renew on schedule, until it is done, the drain's time is
@@ -1252,7 +1234,7 @@ impl Machine {
                 true
             }
             Err(_) => {
-                w.tenure.next_renew = now + (renew_interval / 4).max(Duration::from_millis(10));
+                w.tenure.next_renew = retry_renew_at(now, renew_interval);
                 false
             }
         }
@@ -1267,10 +1249,7 @@ impl Machine {
             // Released only when the release was sent: a command not proven gone
             // keeps the lease until it expires, and the requester must not take the
             // step-down for a hand-over.
-            out.0.push(Effect::Reply {
-                id,
-                released: w.stopped,
-            });
+            out.reply(id, w.stopped);
         }
         self.after(now, w.after, out)
     }
@@ -1289,6 +1268,11 @@ fn pending_wait(w: &WindDown) -> Next {
         // An answer is due (or nothing is pending, which does not happen).
         Pending::Call { .. } | Pending::None => ANSWER_DUE,
     }
+}
+
+/// After a failed renewal: retry soon, but not in a tight loop against a failing store.
+fn retry_renew_at(now: Time, renew_interval: Duration) -> Time {
+    now + (renew_interval / 4).max(Duration::from_millis(10))
 }
 
 fn wait(until: Time, on: WaitOn) -> Next {
