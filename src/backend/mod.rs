@@ -169,6 +169,31 @@ pub trait Backend: Send + 'static {
         std::future::pending()
     }
 
+    /// The candidates the store shows alive now (their identities, this one's too),
+    /// for a switchover's check that the named candidate can take the lease; `None`
+    /// when the store keeps no such list.
+    fn candidates(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send {
+        async { Ok(None) }
+    }
+
+    /// Give our own lease back (as [`Backend::release`]) and leave it to the candidate
+    /// `to` (a switchover): the store keeps the other candidates from taking it while
+    /// `to` is alive, for about a ttl at most, so that `to` leads next.
+    fn release_to(&mut self, to: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let message = format!(
+            "a switchover to {to:?} is not built for the {} backend yet",
+            self.name()
+        );
+        async move {
+            Err(BackendError::Store {
+                op: "release",
+                message,
+            })
+        }
+    }
+
     /// While leading: resolves once the store asks this leader to hand over to another
     /// candidate (a Kubernetes Lease whose `preferredHolder` comes to name someone
     /// else), so that the elector hands over gracefully, as for a release request.
