@@ -410,10 +410,7 @@ fn validate_election(name: &str) -> Result<(), ConfigError> {
 }
 
 fn validate_identity(identity: &str) -> Result<(), ConfigError> {
-    if identity.is_empty()
-        || identity.len() > 253
-        || identity.chars().any(|c| c.is_control() || c == '|')
-    {
+    if !crate::status::identity_is_usable(identity) {
         return Err(bad(format!(
             "--identity {identity:?} is not usable; give 1 to 253 characters without control characters or '|'"
         )));

@@ -52,6 +52,7 @@ pub mod driver;
 pub mod machine;
 
 pub use driver::{Elector, ElectorParts};
+
 pub use machine::Exit;
 
 /// Things the elector reports that are not part of `Status` (counters, histograms).
@@ -67,11 +68,30 @@ pub trait Observer: Send + Sync + 'static {
 pub struct NoObserver;
 impl Observer for NoObserver {}
 
-/// A request to hand leadership over (`POST /release`): answered `true` once released,
-/// `false` when not leading. `cooldown`: how long not to campaign again afterwards.
+/// A request to hand leadership over (`POST /release`), answered once released or
+/// refused. `cooldown`: how long not to campaign again afterwards. `to`: a switchover
+/// (`POST /release?to=ID`): the lease is left to that candidate, which must be alive
+/// where the store can tell.
 pub struct ReleaseRequest {
-    pub reply: oneshot::Sender<bool>,
+    pub reply: oneshot::Sender<Released>,
     pub cooldown: Option<Duration>,
+    pub to: Option<String>,
+}
+
+/// The answer to a [`ReleaseRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// This candidate led and gave the lease back (to the named candidate, if any).
+    Yes,
+    /// Not leading (or the tenure ended otherwise meanwhile): nothing was released.
+    NotLeader,
+    /// A switchover to this candidate itself: nothing to do.
+    ToSelf,
+    /// A switchover to a candidate the store does not show alive; `live` lists those
+    /// it does. Nothing was released.
+    NotACandidate { live: Vec<String> },
+    /// The store could not list its candidates: nothing was released.
+    Unchecked(String),
 }
 
 /// The last time the elector loop made progress, for `/healthz`.

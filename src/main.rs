@@ -1,5 +1,5 @@
 //! Parses the first word and dispatches: the exec guard, the init of exec mode's
-//! PID namespace, `status`, or the sidecar
+//! PID namespace, `status`, `switchover`, or the sidecar
 //! (plain or `run -- CMD`), each a module of `leasekeeper::cmd` or the exec publisher.
 
 use std::ffi::OsString;
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Some(exec::GUARD_ARG) => exec::guard_main(args[2..].to_vec()),
         Some(exec::INIT_ARG) => exec::init_main(args[2..].to_vec()),
         Some("status") => cmd::status::main(args),
+        Some("switchover") => cmd::switchover::main(args),
         _ => cmd::sidecar::main(args),
     }
 }

@@ -188,6 +188,14 @@ impl Status {
 }
 
 /// Formats a wall-clock time as RFC 3339 in UTC with millisecond precision.
+/// True when `identity` can name a candidate: 1 to 253 characters, no control
+/// characters and no '|' (the transition log's separator).
+pub fn identity_is_usable(identity: &str) -> bool {
+    !identity.is_empty()
+        && identity.len() <= 253
+        && !identity.chars().any(|c| c.is_control() || c == '|')
+}
+
 pub fn rfc3339(t: SystemTime) -> String {
     let odt = time::OffsetDateTime::from(t);
     let odt = odt

@@ -634,6 +634,7 @@ async fn request_release(releases: &mpsc::Sender<ReleaseRequest>) {
         .send(ReleaseRequest {
             reply,
             cooldown: None,
+            to: None,
         })
         .await;
 }

@@ -48,7 +48,7 @@ pub struct StatusCli {
     pub timeout: Duration,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be more than zero".to_owned()),
@@ -73,6 +73,11 @@ pub enum AskError {
 
 /// `URL/leader` as a URI the plain-HTTP client can use.
 pub fn leader_uri(url: &str) -> Result<hyper::Uri, AskError> {
+    sidecar_uri(url, "leader")
+}
+
+/// `URL/PATH_AND_QUERY` as a URI the plain-HTTP client can use.
+pub fn sidecar_uri(url: &str, path_and_query: &str) -> Result<hyper::Uri, AskError> {
     let bad = |why: &str| AskError::Url(url.to_owned(), why.to_owned());
     let uri: hyper::Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
     match uri.scheme_str() {
@@ -82,20 +87,27 @@ pub fn leader_uri(url: &str) -> Result<hyper::Uri, AskError> {
     }
     let authority = uri.authority().ok_or_else(|| bad("needs a host"))?;
     let base = uri.path().trim_end_matches('/');
-    format!("http://{authority}{base}/leader")
+    format!("http://{authority}{base}/{path_and_query}")
         .parse()
         .map_err(|e| bad(&format!("{e}")))
 }
 
-/// One `GET /leader`, over a connection of its own.
-pub async fn ask(uri: &hyper::Uri, timeout: Duration) -> Result<Value, AskError> {
+/// One request with an empty body, over a connection of its own: the answer's
+/// status and body.
+pub async fn exchange(
+    method: hyper::Method,
+    uri: &hyper::Uri,
+    timeout: Duration,
+) -> Result<(hyper::StatusCode, hyper::body::Bytes), AskError> {
     let shown = uri.to_string();
     let client = crate::publish::hooks::http_client();
-    let request = hyper::Request::get(uri.clone())
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(uri.clone())
         .header("connection", "close")
         .body(http_body_util::Full::new(hyper::body::Bytes::new()))
         .map_err(|e| AskError::Url(shown.clone(), e.to_string()))?;
-    let answer = tokio::time::timeout(timeout, async {
+    tokio::time::timeout(timeout, async {
         let response = client
             .request(request)
             .await
@@ -110,8 +122,13 @@ pub async fn ask(uri: &hyper::Uri, timeout: Duration) -> Result<Value, AskError>
         Ok::<_, AskError>((status, body))
     })
     .await
-    .map_err(|_| AskError::Timeout(shown.clone(), timeout))??;
-    let (status, body) = answer;
+    .map_err(|_| AskError::Timeout(shown.clone(), timeout))?
+}
+
+/// One `GET /leader`, over a connection of its own.
+pub async fn ask(uri: &hyper::Uri, timeout: Duration) -> Result<Value, AskError> {
+    let shown = uri.to_string();
+    let (status, body) = exchange(hyper::Method::GET, uri, timeout).await?;
     if !status.is_success() {
         return Err(AskError::Status(shown, status));
     }
@@ -229,25 +246,9 @@ pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
 
 /// The subcommand; `args` is the whole command line (`leasekeeper status …`).
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let mut argv = vec![OsString::from("leasekeeper status")];
-    argv.extend(args.into_iter().skip(2));
-    let cli = match StatusCli::try_parse_from(argv) {
+    let cli: StatusCli = match super::parse_cli("leasekeeper status", args, USAGE) {
         Ok(cli) => cli,
-        Err(e)
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) =>
-        {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.to_string();
-            let line = text.lines().next().unwrap_or("bad command line");
-            eprintln!("{line}");
-            return ExitCode::from(USAGE);
-        }
+        Err(code) => return code,
     };
     let uri = match leader_uri(&cli.url) {
         Ok(uri) => uri,

@@ -15,7 +15,7 @@ use super::machine::{
     Answer, Config, Effect, Event, Exit, Failure, LogLine, Machine, Next, Note, Op, Publish, Say,
     Time, WaitOn,
 };
-use super::{await_shown, Heartbeat, Observer, ReleaseRequest, TransitionLog};
+use super::{await_shown, Heartbeat, Observer, ReleaseRequest, Released, TransitionLog};
 use crate::backend::{Backend, BackendError};
 use crate::status::{Claim, Holder, Role, Status};
 use crate::timing::Timing;
@@ -50,8 +50,12 @@ pub struct Elector<B: Backend> {
     observer: Arc<dyn Observer>,
     log: TransitionLog,
     releases: mpsc::Receiver<ReleaseRequest>,
-    replies: HashMap<u64, oneshot::Sender<bool>>,
+    replies: HashMap<u64, oneshot::Sender<Released>>,
     next_request: u64,
+    /// The release request the machine holds, when it is a switchover, and to whom:
+    /// every release while it is unanswered leaves the lease to that candidate.
+    switchover: Option<(u64, String)>,
+    identity: String,
     shutdown: watch::Receiver<bool>,
     shutdown_told: bool,
     heartbeat: Arc<Heartbeat>,
@@ -76,6 +80,7 @@ impl<B: Backend> Elector<B> {
             seed: rand::rng().random(),
             flaws,
         };
+        let identity = parts.status.borrow().identity.clone();
         Elector {
             backend,
             machine: Machine::new(config),
@@ -86,6 +91,8 @@ impl<B: Backend> Elector<B> {
             releases: parts.releases,
             replies: HashMap::new(),
             next_request: 0,
+            switchover: None,
+            identity,
             shutdown: parts.shutdown,
             shutdown_told: false,
             heartbeat: parts.heartbeat,
@@ -137,11 +144,58 @@ impl<B: Backend> Elector<B> {
                 ttl: backend.lease_ttl(),
             },
             Op::Release => {
-                if let Err(e) = timed(observer, "release", budget, backend.release()).await {
+                let released = match &self.switchover {
+                    Some((_, to)) => {
+                        tracing::info!(to = %to, "switchover: leaving the lease to the named candidate");
+                        timed(observer, "release", budget, backend.release_to(to)).await
+                    }
+                    None => timed(observer, "release", budget, backend.release()).await,
+                };
+                if let Err(e) = released {
                     tracing::warn!(error = %e, "release failed; the lease will expire by itself");
                 }
                 Answer::Release
             }
+        }
+    }
+
+    /// A release request becomes an event, unless it is a switchover this leader
+    /// refuses at once: to itself, or to a candidate the store does not show alive.
+    async fn admit(&mut self, req: ReleaseRequest) -> Option<Event> {
+        if let (Some(to), true) = (req.to.as_deref(), self.machine.leading()) {
+            if let Some(refused) = self.check_target(to).await {
+                let _ = req.reply.send(refused);
+                return None;
+            }
+        }
+        self.next_request += 1;
+        let id = self.next_request;
+        self.replies.insert(id, req.reply);
+        if let Some(to) = req.to {
+            self.switchover = Some((id, to));
+        }
+        Some(Event::ReleaseRequested {
+            id,
+            cooldown: req.cooldown,
+        })
+    }
+
+    /// Why a switchover to `to` is refused, if it is.
+    async fn check_target(&mut self, to: &str) -> Option<Released> {
+        if to == self.identity {
+            return Some(Released::ToSelf);
+        }
+        let budget = self.machine.config().timing.backend_timeout;
+        match timeout(budget, self.backend.candidates()).await {
+            Ok(Ok(Some(live))) if !live.iter().any(|c| c == to) => {
+                Some(Released::NotACandidate { live })
+            }
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(Released::Unchecked(e.to_string())),
+            Err(_) => Some(Released::Unchecked(format!(
+                "the store did not list its candidates within {}",
+                humantime::format_duration(budget)
+            ))),
         }
     }
 
@@ -151,11 +205,29 @@ impl<B: Backend> Elector<B> {
     }
 
     /// Waits for what the machine waits for, for its `until`, a shutdown or a
-    /// release request, whichever comes first.
+    /// release request (one refused at once is answered, and the wait goes on),
+    /// whichever comes first.
     async fn wait(&mut self, until: Option<Time>, on: WaitOn) -> Event {
+        loop {
+            match self.wait_once(until, on).await {
+                Ok(event) => return event,
+                Err(req) => {
+                    if let Some(event) = self.admit(req).await {
+                        return event;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_once(
+        &mut self,
+        until: Option<Time>,
+        on: WaitOn,
+    ) -> Result<Event, ReleaseRequest> {
         if !self.shutdown_told && self.shutting_down() {
             self.shutdown_told = true;
-            return Event::Shutdown;
+            return Ok(Event::Shutdown);
         }
         let at = until.map(|t| self.instant(t));
         let mut shutdown = self.shutdown.clone();
@@ -173,18 +245,15 @@ impl<B: Backend> Elector<B> {
             biased;
             _ = shutdown.changed(), if !told => None,
             Some(req) = self.releases.recv() => Some(req),
-            event = waited.event(on, at) => return event,
-            _ = sleep_until_some(at) => return Event::Timer,
+            event = waited.event(on, at) => return Ok(event),
+            _ = sleep_until_some(at) => return Ok(Event::Timer),
         };
-        let Some(req) = req else {
-            self.shutdown_told = true;
-            return Event::Shutdown;
-        };
-        self.next_request += 1;
-        self.replies.insert(self.next_request, req.reply);
-        Event::ReleaseRequested {
-            id: self.next_request,
-            cooldown: req.cooldown,
+        match req {
+            Some(req) => Err(req),
+            None => {
+                self.shutdown_told = true;
+                Ok(Event::Shutdown)
+            }
         }
     }
 
@@ -195,8 +264,15 @@ impl<B: Backend> Elector<B> {
             Effect::Note(note) => self.note(note),
             Effect::Say(say) => self.say(say),
             Effect::Reply { id, released } => {
+                if self.switchover.as_ref().is_some_and(|(s, _)| *s == id) {
+                    self.switchover = None;
+                }
                 if let Some(reply) = self.replies.remove(&id) {
-                    let _ = reply.send(released);
+                    let _ = reply.send(if released {
+                        Released::Yes
+                    } else {
+                        Released::NotLeader
+                    });
                 }
             }
         }

@@ -534,7 +534,8 @@ impl Machine {
         }
     }
 
-    fn leading(&self) -> bool {
+    /// True while this candidate holds a claim (between renewals or renewing).
+    pub fn leading(&self) -> bool {
         matches!(self.st.phase, Phase::Leading(_) | Phase::Renewing { .. })
     }
 

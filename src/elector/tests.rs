@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, Instant};
 
 use super::*;
@@ -31,6 +31,8 @@ struct Script {
 #[derive(Default)]
 struct Calls {
     release: AtomicUsize,
+    /// Whom each `release_to` left the lease to.
+    released_to: std::sync::Mutex<Vec<String>>,
     /// Whether the published status still said "leader" when release was called.
     released_while_published_leader: AtomicUsize,
 }
@@ -93,6 +95,15 @@ impl Backend for Scripted {
                 .fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
+    }
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        Ok(Some(vec!["me".into(), "alive".into()]))
+    }
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        if let Ok(mut list) = self.calls.released_to.lock() {
+            list.push(to.to_owned());
+        }
+        self.release().await
     }
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         sleep(max).await;
@@ -350,15 +361,63 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
         .send(ReleaseRequest {
             reply: tx,
             cooldown: None,
+            to: None,
         })
         .await
         .expect("send");
-    assert!(rx.await.expect("answer"));
+    assert_eq!(rx.await.expect("answer"), Released::Yes);
     let released_at = Instant::now();
     assert!(!h.status.borrow().is_leader_at(released_at));
     let again = until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
     assert!(again - released_at >= timing().renew_interval);
     assert_eq!(h.status.borrow().claim.map(|c| c.token), Some(2));
+}
+
+/// Asks the elector for a switchover to `to` and returns its answer.
+async fn switch_to(h: &Harness, to: &str) -> Released {
+    let (tx, rx) = oneshot::channel();
+    let request = ReleaseRequest {
+        reply: tx,
+        cooldown: None,
+        to: Some(to.into()),
+    };
+    h.releases.send(request).await.expect("send");
+    rx.await.expect("answer")
+}
+
+/// A switchover releases through `release_to` with the named candidate, only when
+/// the store shows that candidate alive and it is not the leader itself; a refused
+/// one releases nothing and the leader goes on leading.
+#[tokio::test(start_paused = true)]
+async fn a_switchover_leaves_the_lease_to_a_live_candidate_only() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let dead = switch_to(&h, "gone").await;
+    assert_eq!(
+        dead,
+        Released::NotACandidate {
+            live: vec!["me".into(), "alive".into()]
+        }
+    );
+    assert_eq!(switch_to(&h, "me").await, Released::ToSelf);
+    assert_eq!(h.calls.release.load(Ordering::SeqCst), 0);
+    assert!(h.status.borrow().is_leader_at(Instant::now()));
+    assert_eq!(switch_to(&h, "alive").await, Released::Yes);
+    assert!(!h.status.borrow().is_leader_at(Instant::now()));
+    assert_eq!(*h.calls.released_to.lock().expect("lock"), vec!["alive"]);
+    // The next tenure's releases are plain ones again.
+    until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
+    h.shutdown.send(true).expect("shutdown");
+    until(&h, "released at shutdown", |s, now| !s.is_leader_at(now)).await;
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(h.calls.release.load(Ordering::SeqCst), 2);
+    assert_eq!(h.calls.released_to.lock().expect("lock").len(), 1);
 }
 
 /// A leader (tokens 1, then 2 when it campaigns again) that has just released with
@@ -376,9 +435,10 @@ async fn leader_released_with(cooldown: Duration) -> Harness {
     let release = ReleaseRequest {
         reply: tx,
         cooldown: Some(cooldown),
+        to: None,
     };
     h.releases.send(release).await.expect("send");
-    assert!(rx.await.expect("answer"));
+    assert_eq!(rx.await.expect("answer"), Released::Yes);
     h
 }
 
@@ -415,12 +475,13 @@ async fn a_release_request_during_a_cooldown_is_answered_at_once() {
     let second = ReleaseRequest {
         reply: tx,
         cooldown: None,
+        to: Some("alive".into()),
     };
     h.releases.send(second).await.expect("send");
     let answer = tokio::time::timeout(Duration::from_secs(2), rx).await;
     assert_eq!(
         answer.ok().and_then(Result::ok),
-        Some(false),
+        Some(Released::NotLeader),
         "no answer to a release {:?} after it was asked, during a cooldown",
         Instant::now() - asked
     );

@@ -24,9 +24,9 @@ mod server;
 pub use server::{serve, Limits};
 
 use super::metrics::Metrics;
-use crate::elector::{Heartbeat, ReleaseRequest};
+use crate::elector::{Heartbeat, ReleaseRequest, Released};
 use crate::settings::{bad, parse_bool, ConfigError};
-use crate::status::{Role, Status, StatusView};
+use crate::status::{identity_is_usable, Role, Status, StatusView};
 
 /// The HTTP flags.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -364,39 +364,83 @@ async fn release(
             "POST /release is answered only from loopback",
         );
     }
-    let cooldown = match query.get("cooldown") {
-        Some(raw) => match humantime::parse_duration(raw.trim()) {
-            Ok(d) => Some(d),
-            Err(_) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "cooldown is not a duration; write it like 30s or 2m",
-                )
-            }
-        },
-        None => None,
+    let (reply, answer) = oneshot::channel();
+    let request = match release_request(&query, reply) {
+        Ok(request) => request,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let (tx, rx) = oneshot::channel();
-    let request = ReleaseRequest {
-        reply: tx,
-        cooldown,
-    };
+    let to = request.to.clone();
     if releases.send(request).await.is_err() {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the elector is shutting down",
         );
     }
-    match rx.await {
-        Ok(true) => (StatusCode::OK, Json(json!({ "released": true }))).into_response(),
-        Ok(false) => (
-            StatusCode::CONFLICT,
-            Json(json!({ "released": false, "error": "not leader" })),
-        )
-            .into_response(),
+    match answer.await {
+        Ok(released) => release_answer(released, to, &s.status.borrow()),
         Err(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the elector is shutting down",
         ),
     }
+}
+
+/// `?cooldown=D&to=ID` as a request to the elector.
+fn release_request(
+    query: &std::collections::HashMap<String, String>,
+    reply: oneshot::Sender<Released>,
+) -> Result<ReleaseRequest, &'static str> {
+    let cooldown = match query.get("cooldown") {
+        Some(raw) => Some(
+            humantime::parse_duration(raw.trim())
+                .map_err(|_| "cooldown is not a duration; write it like 30s or 2m")?,
+        ),
+        None => None,
+    };
+    let to = match query.get("to") {
+        Some(id) if identity_is_usable(id) => Some(id.clone()),
+        Some(_) => {
+            return Err("to names no candidate; give its identity (1 to 253 characters, no control characters or '|')")
+        }
+        None => None,
+    };
+    Ok(ReleaseRequest {
+        reply,
+        cooldown,
+        to,
+    })
+}
+
+fn release_answer(released: Released, to: Option<String>, status: &Status) -> Response {
+    let (code, body) = match released {
+        Released::Yes => (StatusCode::OK, json!({ "released": true, "to": to })),
+        Released::NotLeader => (
+            StatusCode::CONFLICT,
+            json!({
+                "released": false,
+                "error": "not leader",
+                "leader": status.holder.as_ref().map(|h| h.identity.as_str()),
+            }),
+        ),
+        Released::ToSelf => (
+            StatusCode::CONFLICT,
+            json!({ "released": false, "error": "the named candidate is this leader itself" }),
+        ),
+        Released::NotACandidate { live } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({
+                "released": false,
+                "error": format!("{} is not a live candidate", to.unwrap_or_default()),
+                "candidates": live,
+            }),
+        ),
+        Released::Unchecked(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({
+                "released": false,
+                "error": format!("the live candidates could not be listed: {why}"),
+            }),
+        ),
+    };
+    (code, Json(body)).into_response()
 }
