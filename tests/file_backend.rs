@@ -95,3 +95,11 @@ fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
         led["fencing_token"].as_u64().map(|t| t + 1)
     );
 }
+
+/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+#[test]
+fn switchover_goes_to_the_named_candidate() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::file(dir.path()).ttl("2s").build();
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}

@@ -10,6 +10,14 @@
 //! Only one open file description per process ever competes for the lock: a second
 //! one in the same process would conflict with the first and could be granted the
 //! lock unnoticed after the first is dropped.
+//!
+//! **Switchover**: every candidate keeps a file of its own, named at random and holding
+//! its identity, in the directory `<lock file>.candidates`, locked for as long as it
+//! runs: a file nobody can lock is a live candidate's (a crash frees it; whoever lists
+//! the candidates next removes it). `release_to(to)` writes `to` and a use-by a ttl
+//! ahead into the record as it releases; a candidate that gets the lock meanwhile and
+//! is not `to` lets go of it at once and stays away until the use-by (or until it
+//! sees the record no longer reserved), so `to`, waiting on the lock too, gets it.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -53,6 +61,31 @@ struct LockRecord {
     pid: u32,
     #[serde(default)]
     acquired_unix_ms: u64,
+    /// A switchover's candidate, which alone may take the lock until the use-by.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    reserved_for: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    reserved_until_unix_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl LockRecord {
+    /// How long the lock is still reserved for a candidate other than `identity`.
+    fn reserved_against(&self, identity: &str, now_ms: u64) -> Option<Duration> {
+        let other = !self.reserved_for.is_empty() && self.reserved_for != identity;
+        (other && now_ms < self.reserved_until_unix_ms)
+            .then(|| Duration::from_millis(self.reserved_until_unix_ms - now_ms))
+    }
 }
 
 pub struct FileBackend {
@@ -63,6 +96,18 @@ pub struct FileBackend {
     waiter: Option<oneshot::Receiver<std::io::Result<File>>>,
     /// What the waiter delivered while `wait_for_change` was listening.
     arrived: Option<std::io::Result<File>>,
+    /// This candidate's own file among the candidates', locked while it runs.
+    registered: Option<(PathBuf, File)>,
+    /// Until when the lock is reserved for another candidate (a switchover).
+    stay_away_until: Option<tokio::time::Instant>,
+}
+
+impl Drop for FileBackend {
+    fn drop(&mut self) {
+        if let Some((path, _)) = self.registered.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> BackendError {
@@ -136,7 +181,31 @@ impl FileBackend {
             held: None,
             waiter: None,
             arrived: None,
+            registered: None,
+            stay_away_until: None,
         }
+    }
+
+    /// `<lock file>.candidates`.
+    fn candidates_dir(&self) -> PathBuf {
+        let mut dir = self.path.clone().into_os_string();
+        dir.push(".candidates");
+        PathBuf::from(dir)
+    }
+
+    /// Puts this candidate's own locked file among the candidates' (once).
+    fn register(&mut self) -> std::io::Result<()> {
+        if self.registered.is_some() {
+            return Ok(());
+        }
+        let dir = self.candidates_dir();
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{:016x}", rand::random::<u64>()));
+        let file = File::create(&path)?;
+        file.lock()?;
+        file.write_all_at(self.identity.as_bytes(), 0)?;
+        self.registered = Some((path, file));
+        Ok(())
     }
 
     /// Bookkeeping once the lock is ours: bump the counter and name ourselves.
@@ -146,15 +215,20 @@ impl FileBackend {
             return Ok(Campaign::Held(None));
         }
         let previous = read_record(&file);
+        if let Some(left) = previous.reserved_against(&self.identity, unix_ms()) {
+            // Left to another candidate by a switchover: let go at once (dropping
+            // the file unlocks it) and stay away until the reservation ends.
+            drop(file);
+            self.stay_away_until = Some(tokio::time::Instant::now() + left);
+            return Ok(Campaign::Held(None));
+        }
         let token = previous.token + 1;
         let record = LockRecord {
             token,
             holder: self.identity.clone(),
             pid: std::process::id(),
-            acquired_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            acquired_unix_ms: unix_ms(),
+            ..LockRecord::default()
         };
         write_record(&file, &record).map_err(io("campaign"))?;
         self.held = Some(file);
@@ -178,6 +252,24 @@ impl FileBackend {
         });
         self.waiter = Some(rx);
     }
+
+    /// Unlocks our own lock, if held, emptying the holder (and reserving the lock for
+    /// `to` for a ttl).
+    fn release_for(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        if let Some(file) = self.held.take() {
+            let mut record = read_record(&file);
+            record.holder.clear();
+            if let Some(to) = to {
+                record.reserved_for = to.to_owned();
+                record.reserved_until_unix_ms = unix_ms() + self.ttl.as_millis() as u64;
+            }
+            let written = write_record(&file, &record);
+            // Dropping the file closes our only descriptor and with it the lock.
+            drop(file);
+            written.map_err(io("release"))?;
+        }
+        Ok(())
+    }
 }
 
 impl Backend for FileBackend {
@@ -190,8 +282,18 @@ impl Backend for FileBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        self.register().map_err(io("campaign"))?;
         if let Some(file) = self.held.take() {
             return self.take(file);
+        }
+        if let Some(until) = self.stay_away_until {
+            let reserved = read_record_at(&self.path)
+                .reserved_against(&self.identity, unix_ms())
+                .is_some();
+            if reserved && tokio::time::Instant::now() < until {
+                return Ok(Campaign::Held(self.holder()));
+            }
+            self.stay_away_until = None;
         }
         match self.arrived.take() {
             Some(Ok(file)) => return self.take(file),
@@ -236,15 +338,35 @@ impl Backend for FileBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        if let Some(file) = self.held.take() {
-            let mut record = read_record(&file);
-            record.holder.clear();
-            let written = write_record(&file, &record);
-            // Dropping the file closes our only descriptor and with it the lock.
-            drop(file);
-            written.map_err(io("release"))?;
+        self.release_for(None)
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.release_for(Some(to))
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let dir = self.candidates_dir();
+        let entries = std::fs::read_dir(&dir).map_err(io("candidates"))?;
+        let mut live = Vec::new();
+        for entry in entries.flatten() {
+            let Ok(file) = File::open(entry.path()) else {
+                continue;
+            };
+            match file.try_lock_shared() {
+                Err(TryLockError::WouldBlock) => {
+                    let mut identity = String::new();
+                    let _ = std::io::Read::read_to_string(&mut &file, &mut identity);
+                    live.push(identity);
+                }
+                // Nobody holds it: its candidate is gone.
+                Ok(()) => {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+                Err(TryLockError::Error(_)) => {}
+            }
         }
-        Ok(())
+        Ok(Some(live))
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
@@ -259,7 +381,13 @@ impl Backend for FileBackend {
                         }));
                 }
             }
-            None => tokio::time::sleep(max).await,
+            None => {
+                let wait = match self.stay_away_until {
+                    Some(until) => max.min(until.saturating_duration_since(tokio::time::Instant::now())),
+                    None => max,
+                };
+                tokio::time::sleep(wait).await
+            }
         }
         Wake::Changed
     }

@@ -252,3 +252,74 @@ pub fn handover_and_crash_still_followed(cars: &mut Vec<Sidecar>) {
     );
     eprintln!("failover after a kill seen after {:?}", t0.elapsed());
 }
+
+/// How often `car` has begun a tenure so far (its "acquired leadership" log lines).
+fn tenures_begun(car: &Sidecar) -> usize {
+    car.stderr().matches("acquired leadership").count()
+}
+
+/// `leasekeeper switchover --to TO` against the sidecar at `port`: exit code and
+/// everything it printed.
+fn switchover(port: u16, to: &str) -> (Option<i32>, String) {
+    let url = format!("http://127.0.0.1:{port}");
+    let (code, out, err) = super::run_to_exit(
+        &["switchover", "--to", to, "--url", &url, "--timeout", "30s"],
+        &[],
+    );
+    (code, format!("{out}{err}"))
+}
+
+/// The switchover: three candidates; `leasekeeper switchover --to ID` run
+/// against the leader makes ID lead next, and no other candidate leads in between —
+/// twice, each time naming the candidate that would *not* come next on its own where
+/// the store keeps a queue (the last to join, then the old leader's predecessor).
+/// Refused without releasing anything: an unknown candidate (where the store can
+/// tell), the leader itself, and a sidecar that does not lead.
+pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
+    let mut args = args.to_vec();
+    args.push("--enable-release-endpoint".into());
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cars: Vec<Sidecar> = Vec::new();
+    for i in 0..3 {
+        // One after the other, so that a queue holds them in this order.
+        cars.push(Sidecar::spawn(&format!("s{i}"), dir.path(), &args));
+        assert!(cars[i].wait_listening(Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(super::scenarios::one_leads_the_rest_follow(&cars));
+    let (leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");
+    let follower = (leader + 1) % 3;
+    let (code, out) = switchover(cars[follower].port, "s9");
+    assert_eq!(code, Some(3), "a follower asked: {out}");
+    let (code, out) = switchover(cars[leader].port, &cars[leader].name.clone());
+    assert_eq!(code, Some(4), "the leader named itself: {out}");
+    let (code, out) = switchover(cars[leader].port, "nobody-here");
+    if out.contains("is not a live candidate") {
+        assert_eq!(code, Some(4), "{out}");
+    } else {
+        // A store with no list of candidates: released, and nobody named takes it.
+        assert_eq!(code, Some(5), "an unknown candidate named: {out}");
+        assert!(super::scenarios::one_leads_the_rest_follow(&cars));
+    }
+    let (mut leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");
+    for round in 0..2 {
+        let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        let to = if round == 0 { others[1] } else { others[0] };
+        let bystander = if round == 0 { others[0] } else { others[1] };
+        let before = tenures_begun(&cars[bystander]);
+        let (code, out) = switchover(cars[leader].port, &cars[to].name.clone());
+        assert_eq!(code, Some(0), "round {round}, to {}: {out}", cars[to].name);
+        assert!(
+            cars[to].leader().is_some_and(|v| v["is_leader"] == true),
+            "{} does not lead after the switchover: {out}",
+            cars[to].name
+        );
+        assert_eq!(
+            tenures_begun(&cars[bystander]),
+            before,
+            "{} led in between",
+            cars[bystander].name
+        );
+        leader = to;
+    }
+}
