@@ -655,3 +655,14 @@ fn a_release_is_one_request_on_a_server_without_the_script() {
         "the release took SCRIPT LOAD, EVALSHA, EVAL calls"
     );
 }
+
+/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+#[test]
+fn switchover_goes_to_the_named_candidate() {
+    let server = RedisServer::start();
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("3s")
+        .election("switch")
+        .build();
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}

@@ -3,7 +3,9 @@
 //! Keys (hash-tagged so that a cluster keeps them in one slot):
 //! - `leasekeeper:{<election>}:lock`  = `<nonce>|<token>|<identity>`, with a PX ttl;
 //! - `leasekeeper:{<election>}:fence` = the fencing counter;
-//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`.
+//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`;
+//! - `leasekeeper:{<election>}:candidates` and `leasekeeper:{<election>}:to`, the live
+//!   candidates and a switchover's reservation (see [`switchover`]).
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -51,6 +53,7 @@ use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
 mod settings;
+pub(crate) mod switchover;
 pub use settings::{Args, RedisSettings};
 
 /// Lua prelude of the scripts that may extend or take the lock: the store's clock in
@@ -82,6 +85,10 @@ if cur then
     return {1, cur, -1, now}
   end
   return {0, cur, redis.call('PTTL', KEYS[1]), now}
+end
+local left = reserved(KEYS[3], ARGV[2])
+if left then
+  return {0, '', left, now}
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -130,6 +137,10 @@ pub struct Keys {
     pub lock: String,
     pub fence: String,
     pub events: String,
+    /// A switchover's reservation.
+    pub to: String,
+    /// The live candidates.
+    pub candidates: String,
 }
 
 impl Keys {
@@ -138,6 +149,8 @@ impl Keys {
             lock: format!("leasekeeper:{{{election}}}:lock"),
             fence: format!("leasekeeper:{{{election}}}:fence"),
             events: format!("leasekeeper:{{{election}}}:events"),
+            to: format!("leasekeeper:{{{election}}}:to"),
+            candidates: format!("leasekeeper:{{{election}}}:candidates"),
         }
     }
 }
@@ -249,6 +262,8 @@ pub struct RedisBackend {
     /// When the holder's key expires unless renewed, as the campaign's read found it
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
+    /// When this candidate next lists itself as alive.
+    listing: switchover::Listing,
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
@@ -309,7 +324,7 @@ impl RedisBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            acquire: Script::new(&format!("{CLOCK}{ACQUIRE}")),
+            acquire: Script::new(&format!("{CLOCK}{}{ACQUIRE}", switchover::RESERVED)),
             renew: Script::new(&format!("{CLOCK}{RENEW}")),
             clock: StoreClock::new(lease.timing.clock_drift),
             patience: op_timeout,
@@ -318,7 +333,66 @@ impl RedisBackend {
             own_push_until: None,
             last_sign: None,
             holder_expires: None,
+            listing: switchover::Listing::new(ttl),
         })
+    }
+
+    /// Lists this candidate as alive, when that is due (errors are the next
+    /// campaign's to find).
+    async fn list_self(&mut self) {
+        let Some(pipe) =
+            self.listing
+                .due(Instant::now(), &self.keys.candidates, &self.identity)
+        else {
+            return;
+        };
+        if let Err(e) = pipe.query_async::<()>(&mut self.node.conn).await {
+            tracing::debug!(error = %e, "could not list this candidate as alive");
+        }
+    }
+
+    /// Gives our own lock back, with a switchover's reservation for `to` written first
+    /// in the same round trip.
+    async fn release_for(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        // Whatever the answer, this tenure is over: the next one gets a fresh nonce so
+        // a leftover value of this one is never adopted as a new tenure.
+        let prefix = self.nonce_prefix();
+        self.nonce = new_nonce();
+        self.value = None;
+        // EVAL with the script's text, not EVALSHA: one round trip whatever the server
+        // has cached (a server that never ran the release script, or restarted, would
+        // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
+        // on a slow link they miss the release budget, and the followers wait a ttl).
+        let mut release = redis::pipe();
+        if let Some(to) = to {
+            release
+                .add_command(switchover::reserve(&self.keys.to, to, self.ttl))
+                .ignore();
+        }
+        release
+            .cmd("EVAL")
+            .arg(RELEASE)
+            .arg(1)
+            .arg(&self.keys.lock)
+            .arg(&prefix)
+            .arg(&self.keys.events);
+        // A release is the one request a graceful stop depends on: if it met a connection
+        // that died since the last use (a restarted server), it is worth one more try on
+        // the fresh connection, or the followers wait a whole ttl.
+        let first: Result<(i64,), _> = release.query_async(&mut self.node.conn).await;
+        match first {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                let _: (i64,) = release
+                    .query_async(&mut self.node.conn)
+                    .await
+                    .map_err(store("release"))?;
+            }
+            other => {
+                other.map_err(store("release"))?;
+            }
+        }
+        self.stop_tracking().await;
+        Ok(())
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -499,6 +573,7 @@ impl Backend for RedisBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        self.list_self().await;
         let prefix = self.nonce_prefix();
         self.last_sign = None;
         if !self.tracking {
@@ -513,6 +588,7 @@ impl Backend for RedisBackend {
             .acquire
             .key(&self.keys.lock)
             .key(&self.keys.fence)
+            .key(&self.keys.to)
             .arg(&prefix)
             .arg(&self.identity)
             .arg(self.ttl_ms())
@@ -592,39 +668,19 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        // Whatever the answer, this tenure is over: the next one gets a fresh nonce so
-        // a leftover value of this one is never adopted as a new tenure.
-        let prefix = self.nonce_prefix();
-        self.nonce = new_nonce();
-        self.value = None;
-        // EVAL with the script's text, not EVALSHA: one round trip whatever the server
-        // has cached (a server that never ran the release script, or restarted, would
-        // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
-        // on a slow link they miss the release budget, and the followers wait a ttl).
-        let mut release = redis::cmd("EVAL");
-        release
-            .arg(RELEASE)
-            .arg(1)
-            .arg(&self.keys.lock)
-            .arg(&prefix)
-            .arg(&self.keys.events);
-        // A release is the one request a graceful stop depends on: if it met a connection
-        // that died since the last use (a restarted server), it is worth one more try on
-        // the fresh connection, or the followers wait a whole ttl.
-        let first: Result<i64, _> = release.query_async(&mut self.node.conn).await;
-        match first {
-            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
-                let _: i64 = release
-                    .query_async(&mut self.node.conn)
-                    .await
-                    .map_err(store("release"))?;
-            }
-            other => {
-                other.map_err(store("release"))?;
-            }
-        }
-        self.stop_tracking().await;
-        Ok(())
+        self.release_for(None).await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.release_for(Some(to)).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let live: Vec<String> = switchover::live(&self.keys.candidates)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store("candidates"))?;
+        Ok(Some(live))
     }
 
     /// A follower with tracking on sends nothing while the holder renews: each renewal
@@ -638,6 +694,7 @@ impl Backend for RedisBackend {
     /// costs one request, never safety. Without tracking: as before, the events
     /// channel, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        self.list_self().await;
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
             // Nothing to follow by pushes; drop what a past tenure left.
