@@ -598,3 +598,14 @@ fn slow_leader(link: Link) {
         },
     );
 }
+
+/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+#[test]
+fn switchover_goes_to_the_named_candidate() {
+    let cluster = RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("3s")
+        .election("switch")
+        .build();
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}

@@ -79,6 +79,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
+    switchover,
     new_nonce, parse_value, tracking_pipe, wait_for_notice, Args, Keys, Node, RedisSettings, CLOCK,
     REFUSED,
 };
@@ -146,6 +147,10 @@ if cur then
     return {1, cur, -1, fence, state, wait, run_id, now}
   end
   return {0, cur, redis.call('PTTL', KEYS[1]), fence, state, wait, run_id, now}
+end
+local left = reserved(KEYS[4], ARGV[2])
+if left then
+  return {0, '', left, fence, state, wait, run_id, now}
 end
 local value = ARGV[1] .. 'pending|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
@@ -296,6 +301,8 @@ pub struct RedlockBackend {
     expires: Vec<Option<Instant>>,
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
+    /// When this candidate next lists itself as alive (on every node).
+    listing: switchover::Listing,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -410,7 +417,12 @@ impl RedlockBackend {
             .unzip();
         let n = nodes.len();
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let with_prelude = |body: &str| Script::new(&format!("{CLOCK}{INCARNATION}{body}"));
+        let with_prelude = |body: &str| {
+            Script::new(&format!(
+                "{CLOCK}{INCARNATION}{}{body}",
+                switchover::RESERVED
+            ))
+        };
         Ok(RedlockBackend {
             nodes,
             marker: format!("leasekeeper:{{{election}}}:incarnation"),
@@ -438,7 +450,37 @@ impl RedlockBackend {
             signs: vec![None; n],
             expires: vec![None; n],
             clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
+            listing: switchover::Listing::new(ttl),
         })
+    }
+
+    /// Runs one plain request on every node in parallel, each under the per-node
+    /// timeout; errors and timeouts read as "no answer".
+    async fn on_each_plain<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Round<T> {
+        join_all(self.nodes.iter().enumerate().map(|(i, node)| {
+            let mut conn = node.conn.clone();
+            async move {
+                match timeout(self.node_timeout, pipe.query_async::<T>(&mut conn)).await {
+                    Ok(Ok(v)) => Some(v),
+                    Ok(Err(e)) => {
+                        tracing::debug!(node = i, error = %e, "redlock node failed");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            }
+        }))
+        .await
+    }
+
+    /// Lists this candidate as alive on every node, when that is due.
+    async fn list_self(&mut self) {
+        let due = self
+            .listing
+            .due(Instant::now(), &self.keys.candidates, &self.identity);
+        if let Some(pipe) = due {
+            let _: Round<()> = self.on_each_plain(&pipe).await;
+        }
     }
 
     /// Takes the pushes that arrived so far, from every node (`all`) or from the nodes
@@ -713,6 +755,7 @@ impl RedlockBackend {
                 take.key(&self.keys.lock)
                     .key(&self.keys.fence)
                     .key(&self.marker)
+                    .key(&self.keys.to)
                     .arg(prefix)
                     .arg(&self.identity)
                     .arg(self.ttl_ms())
@@ -827,6 +870,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        self.list_self().await;
         let prefix = self.nonce_prefix();
         // What was pushed before this read is older than it.
         self.drain_pushes(true);
@@ -936,6 +980,32 @@ impl Backend for RedlockBackend {
         }
     }
 
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        let mut reserve = redis::pipe();
+        reserve.add_command(switchover::reserve(&self.keys.to, to, self.ttl));
+        let reserved: Round<()> = self.on_each_plain(&reserve).await;
+        if reserved.iter().flatten().count() < self.quorum() {
+            tracing::warn!(to, "the switchover's reservation reached fewer than a majority of the nodes; another candidate may take the lease");
+        }
+        self.release().await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let mut ask = redis::pipe();
+        ask.add_command(switchover::live(&self.keys.candidates));
+        let answers: Round<(Vec<String>,)> = self.on_each_plain(&ask).await;
+        if answers.iter().flatten().count() == 0 {
+            return Err(BackendError::Store {
+                op: "candidates",
+                message: "no redlock node answered".into(),
+            });
+        }
+        let mut live: Vec<String> = answers.into_iter().flatten().flat_map(|(l,)| l).collect();
+        live.sort();
+        live.dedup();
+        Ok(Some(live))
+    }
+
     async fn release(&mut self) -> Result<(), BackendError> {
         let none = vec![None; self.nodes.len()];
         let everywhere = vec![true; self.nodes.len()];
@@ -965,6 +1035,7 @@ impl Backend for RedlockBackend {
     /// server that refuses it) waits as before: the events channel, the holder's
     /// expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        self.list_self().await;
         let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
         self.drain_pushes(false);
         let watched: Vec<usize> = (0..self.nodes.len())
