@@ -70,6 +70,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake
 use crate::settings::{bad, fmt_d, ConfigError};
 use settings::KubeSettings;
 
+pub mod candidate;
 pub mod settings;
 use crate::status::Holder;
 
@@ -213,6 +214,8 @@ pub struct KubeBackend {
     handover: tokio::sync::watch::Sender<bool>,
     /// The `preferredHolder` our tenure began with (not a request to hand over).
     preferred_at_start: Option<String>,
+    /// With `--lease-candidate`: the task that publishes our LeaseCandidate (ends on drop).
+    candidate: Option<candidate::Candidate>,
 }
 
 /// A Lease's `spec.strategy` and `spec.preferredHolder` (KEP-4355), absent when empty.
@@ -337,6 +340,17 @@ impl KubeBackend {
         lease: &Candidacy,
         settings: KubeSettings,
     ) -> Self {
+        let candidate = settings
+            .lease_candidate
+            .then(|| {
+                candidate::Candidate::start(
+                    client.clone(),
+                    namespace,
+                    lease.identity,
+                    lease.election,
+                )
+            })
+            .flatten();
         KubeBackend {
             api: Api::namespaced(client, namespace),
             name: lease.election.to_owned(),
@@ -354,6 +368,7 @@ impl KubeBackend {
             settings,
             handover: tokio::sync::watch::channel(false).0,
             preferred_at_start: None,
+            candidate,
         }
     }
 
@@ -769,6 +784,42 @@ impl KubeBackend {
     }
 }
 
+impl KubeBackend {
+    /// Gives our own tenure back (a no-op when we hold none), in client-go's
+    /// `ReleaseOnCancel` form: no holder, a one-second duration; with `to`, in the same
+    /// write, `preferredHolder: to`, so that the others leave the free Lease to `to` for
+    /// one ttl ([`KubeBackend::left_to_others_until`]) and `to` takes it at once.
+    async fn release_leaving(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        let held = self.held.take();
+        self.hold(None);
+        let mine = match held {
+            Some(l) => l,
+            // A campaign whose answer was lost may have taken the Lease: look.
+            None => match self.read().await? {
+                Some(l) if self.is_ours(&Record::of(&l)) => l,
+                _ => return Ok(()),
+            },
+        };
+        let transitions = Record::of(&mine).transitions;
+        let to = to.map(str::to_owned);
+        // Whatever the outcome, the tenure is no longer ours to release.
+        self.write_own(mine, transitions, "release lease", |_, base| {
+            let base = base.spec.clone().unwrap_or_default();
+            LeaseSpec {
+                holder_identity: Some(String::new()),
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now()),
+                renew_time: Some(now()),
+                lease_transitions: Some(transitions),
+                preferred_holder: to.clone().or(base.preferred_holder.clone()),
+                ..base
+            }
+        })
+        .await?;
+        Ok(())
+    }
+}
+
 impl Backend for KubeBackend {
     fn name(&self) -> &'static str {
         "kubernetes"
@@ -849,29 +900,25 @@ impl Backend for KubeBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let held = self.held.take();
-        self.hold(None);
-        let mine = match held {
-            Some(l) => l,
-            // A campaign whose answer was lost may have taken the Lease: look.
-            None => match self.read().await? {
-                Some(l) if self.is_ours(&Record::of(&l)) => l,
-                _ => return Ok(()),
-            },
-        };
-        let transitions = Record::of(&mine).transitions;
-        // client-go's ReleaseOnCancel form: no holder, a one-second duration. Whatever
-        // the outcome, the tenure is no longer ours to release.
-        self.write_own(mine, transitions, "release lease", |_, base| LeaseSpec {
-            holder_identity: Some(String::new()),
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(now()),
-            renew_time: Some(now()),
-            lease_transitions: Some(transitions),
-            ..base.spec.clone().unwrap_or_default()
-        })
-        .await?;
-        Ok(())
+        self.release_leaving(None).await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        if to.is_empty() {
+            return Err(BackendError::Store {
+                op: "release lease",
+                message: "a switchover needs the identity of the candidate to hand over to"
+                    .to_owned(),
+            });
+        }
+        self.release_leaving(Some(to)).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        match &self.candidate {
+            Some(c) => c.alive().await.map_err(kube_err("list leasecandidates")),
+            None => Ok(None),
+        }
     }
 
     async fn record_lost(&mut self) {
