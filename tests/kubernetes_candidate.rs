@@ -375,3 +375,34 @@ async fn the_fake_serves_lease_candidates_as_the_api_does() {
     let deleted = candidates.delete("x", &Default::default()).await;
     assert!(matches!(deleted, Err(kube::Error::Api(s)) if s.code == 403));
 }
+
+/// After a switchover the new leader's Lease still names it as `preferredHolder`; its
+/// own plain release must not leave the free Lease to itself (a ttl without a leader):
+/// the waiting candidate takes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
+    let api = FakeKube::start("team");
+    let mut a = backend(&api, "sw-a", false).await;
+    let c = backend(&api, "sw-c", false).await;
+    assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
+    let c = tokio::spawn(follow(c));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.release_to("sw-c").await.expect("release_to");
+    let (mut c, _) = tokio::time::timeout(Duration::from_secs(2), c)
+        .await
+        .expect("sw-c takes the Lease")
+        .expect("task");
+    let a = tokio::spawn(follow(a));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    c.release().await.expect("release");
+    let (_a, a_at) = tokio::time::timeout(Duration::from_secs(2), a)
+        .await
+        .unwrap_or_else(|_| panic!("sw-a waits: {:?}", api.lease("switch")))
+        .expect("task");
+    assert!(
+        a_at - released < Duration::from_millis(500),
+        "{:?}",
+        a_at - released
+    );
+}

@@ -44,13 +44,23 @@
 //!   from its version.
 //!
 //! - **Coordinated leader election** (KEP-4355: `spec.strategy`, `spec.preferredHolder`):
-//!   every write (renew, release, take-over) keeps both fields as it found them. A
+//!   every write (renew, release, take-over) keeps both fields as it found them, but for
+//!   a release, without a strategy, of a Lease whose `preferredHolder` names us (what a
+//!   switchover to us left: kept, it would leave the free Lease to us for a ttl). A
 //!   leader whose Lease comes to name another candidate as `preferredHolder` hands over
 //!   gracefully ([`Backend::handover_requested`]): drain, release. A free Lease whose
 //!   `preferredHolder` names another candidate is left to that one for one ttl after
 //!   its record last changed (as seen here), then taken as any free Lease. A Lease
 //!   whose `strategy` is set is taken only when its `preferredHolder` names us, unless
 //!   `--lease-strategy-mixed` (then the rules above apply as without a strategy).
+//! - **Switchover** ([`Backend::release_to`]): the release write with `preferredHolder`
+//!   set to the named candidate, in the same single write at the resourceVersion: the
+//!   others leave the free Lease to it for one ttl (above), and it takes it at once.
+//!   [`Backend::candidates`]: with `--lease-candidate`, the live LeaseCandidates of the
+//!   Lease ([`candidate`]); else `None`.
+//! - **`--lease-candidate`**: a `coordination.k8s.io/v1beta1` LeaseCandidate published
+//!   and renewed as client-go's `NewCandidate` does, by a task this backend owns
+//!   ([`candidate`]); it ends when the backend is dropped.
 //!
 //! Safety of the claim: our deadline is measured from the send time of the request that
 //! wrote the record, and a rival measures a whole lease duration from the moment it
@@ -803,15 +813,25 @@ impl KubeBackend {
         let transitions = Record::of(&mine).transitions;
         let to = to.map(str::to_owned);
         // Whatever the outcome, the tenure is no longer ours to release.
-        self.write_own(mine, transitions, "release lease", |_, base| {
-            let base = base.spec.clone().unwrap_or_default();
+        self.write_own(mine, transitions, "release lease", |me, lease| {
+            // Without a coordinator (no strategy), a preferredHolder naming us is what a
+            // switchover to us left: kept, it would leave the free Lease for a ttl to us,
+            // who give it up.
+            let (strategy, preferred) = coordination(lease);
+            let leftover = strategy.is_none() && preferred == Some(me.identity.as_str());
+            let base = lease.spec.clone().unwrap_or_default();
+            let preferred_holder = match &to {
+                Some(to) => Some(to.clone()),
+                None if leftover => None,
+                None => base.preferred_holder.clone(),
+            };
             LeaseSpec {
                 holder_identity: Some(String::new()),
                 lease_duration_seconds: Some(1),
                 acquire_time: Some(now()),
                 renew_time: Some(now()),
                 lease_transitions: Some(transitions),
-                preferred_holder: to.clone().or(base.preferred_holder.clone()),
+                preferred_holder,
                 ..base
             }
         })
