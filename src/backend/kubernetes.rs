@@ -44,13 +44,23 @@
 //!   from its version.
 //!
 //! - **Coordinated leader election** (KEP-4355: `spec.strategy`, `spec.preferredHolder`):
-//!   every write (renew, release, take-over) keeps both fields as it found them. A
+//!   every write (renew, release, take-over) keeps both fields as it found them, but for
+//!   a release, without a strategy, of a Lease whose `preferredHolder` names us (what a
+//!   switchover to us left: kept, it would leave the free Lease to us for a ttl). A
 //!   leader whose Lease comes to name another candidate as `preferredHolder` hands over
 //!   gracefully ([`Backend::handover_requested`]): drain, release. A free Lease whose
 //!   `preferredHolder` names another candidate is left to that one for one ttl after
 //!   its record last changed (as seen here), then taken as any free Lease. A Lease
 //!   whose `strategy` is set is taken only when its `preferredHolder` names us, unless
 //!   `--lease-strategy-mixed` (then the rules above apply as without a strategy).
+//! - **Switchover** ([`Backend::release_to`]): the release write with `preferredHolder`
+//!   set to the named candidate, in the same single write at the resourceVersion: the
+//!   others leave the free Lease to it for one ttl (above), and it takes it at once.
+//!   [`Backend::candidates`]: with `--lease-candidate`, the live LeaseCandidates of the
+//!   Lease ([`candidate`]); else `None`.
+//! - **`--lease-candidate`**: a `coordination.k8s.io/v1beta1` LeaseCandidate published
+//!   and renewed as client-go's `NewCandidate` does, by a task this backend owns
+//!   ([`candidate`]); it ends when the backend is dropped.
 //!
 //! Safety of the claim: our deadline is measured from the send time of the request that
 //! wrote the record, and a rival measures a whole lease duration from the moment it
@@ -70,6 +80,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake
 use crate::settings::{bad, fmt_d, ConfigError};
 use settings::KubeSettings;
 
+pub mod candidate;
 pub mod settings;
 use crate::status::Holder;
 
@@ -213,6 +224,8 @@ pub struct KubeBackend {
     handover: tokio::sync::watch::Sender<bool>,
     /// The `preferredHolder` our tenure began with (not a request to hand over).
     preferred_at_start: Option<String>,
+    /// With `--lease-candidate`: the task that publishes our LeaseCandidate (ends on drop).
+    candidate: Option<candidate::Candidate>,
 }
 
 /// A Lease's `spec.strategy` and `spec.preferredHolder` (KEP-4355), absent when empty.
@@ -337,6 +350,17 @@ impl KubeBackend {
         lease: &Candidacy,
         settings: KubeSettings,
     ) -> Self {
+        let candidate = settings
+            .lease_candidate
+            .then(|| {
+                candidate::Candidate::start(
+                    client.clone(),
+                    namespace,
+                    lease.identity,
+                    lease.election,
+                )
+            })
+            .flatten();
         KubeBackend {
             api: Api::namespaced(client, namespace),
             name: lease.election.to_owned(),
@@ -354,6 +378,7 @@ impl KubeBackend {
             settings,
             handover: tokio::sync::watch::channel(false).0,
             preferred_at_start: None,
+            candidate,
         }
     }
 
@@ -769,6 +794,52 @@ impl KubeBackend {
     }
 }
 
+impl KubeBackend {
+    /// Gives our own tenure back (a no-op when we hold none), in client-go's
+    /// `ReleaseOnCancel` form: no holder, a one-second duration; with `to`, in the same
+    /// write, `preferredHolder: to`, so that the others leave the free Lease to `to` for
+    /// one ttl ([`KubeBackend::left_to_others_until`]) and `to` takes it at once.
+    async fn release_leaving(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        let held = self.held.take();
+        self.hold(None);
+        let mine = match held {
+            Some(l) => l,
+            // A campaign whose answer was lost may have taken the Lease: look.
+            None => match self.read().await? {
+                Some(l) if self.is_ours(&Record::of(&l)) => l,
+                _ => return Ok(()),
+            },
+        };
+        let transitions = Record::of(&mine).transitions;
+        let to = to.map(str::to_owned);
+        // Whatever the outcome, the tenure is no longer ours to release.
+        self.write_own(mine, transitions, "release lease", |me, lease| {
+            // Without a coordinator (no strategy), a preferredHolder naming us is what a
+            // switchover to us left: kept, it would leave the free Lease for a ttl to us,
+            // who give it up.
+            let (strategy, preferred) = coordination(lease);
+            let leftover = strategy.is_none() && preferred == Some(me.identity.as_str());
+            let base = lease.spec.clone().unwrap_or_default();
+            let preferred_holder = match &to {
+                Some(to) => Some(to.clone()),
+                None if leftover => None,
+                None => base.preferred_holder.clone(),
+            };
+            LeaseSpec {
+                holder_identity: Some(String::new()),
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now()),
+                renew_time: Some(now()),
+                lease_transitions: Some(transitions),
+                preferred_holder,
+                ..base
+            }
+        })
+        .await?;
+        Ok(())
+    }
+}
+
 impl Backend for KubeBackend {
     fn name(&self) -> &'static str {
         "kubernetes"
@@ -849,29 +920,25 @@ impl Backend for KubeBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let held = self.held.take();
-        self.hold(None);
-        let mine = match held {
-            Some(l) => l,
-            // A campaign whose answer was lost may have taken the Lease: look.
-            None => match self.read().await? {
-                Some(l) if self.is_ours(&Record::of(&l)) => l,
-                _ => return Ok(()),
-            },
-        };
-        let transitions = Record::of(&mine).transitions;
-        // client-go's ReleaseOnCancel form: no holder, a one-second duration. Whatever
-        // the outcome, the tenure is no longer ours to release.
-        self.write_own(mine, transitions, "release lease", |_, base| LeaseSpec {
-            holder_identity: Some(String::new()),
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(now()),
-            renew_time: Some(now()),
-            lease_transitions: Some(transitions),
-            ..base.spec.clone().unwrap_or_default()
-        })
-        .await?;
-        Ok(())
+        self.release_leaving(None).await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        if to.is_empty() {
+            return Err(BackendError::Store {
+                op: "release lease",
+                message: "a switchover needs the identity of the candidate to hand over to"
+                    .to_owned(),
+            });
+        }
+        self.release_leaving(Some(to)).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        match &self.candidate {
+            Some(c) => c.alive().await.map_err(kube_err("list leasecandidates")),
+            None => Ok(None),
+        }
     }
 
     async fn record_lost(&mut self) {

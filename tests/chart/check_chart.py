@@ -78,7 +78,7 @@ CONTRACT_ENV = {
     "LEASEKEEPER_SQL_KEY_FILE",
     "LEASEKEEPER_ZK_CA_FILE", "LEASEKEEPER_ZK_CERT_FILE", "LEASEKEEPER_ZK_KEY_FILE",
     "LEASEKEEPER_EXIT_ON_LOSS", "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT",
-    "LEASEKEEPER_EVENTS", "LEASEKEEPER_LEASE_STRATEGY_MIXED",
+    "LEASEKEEPER_EVENTS", "LEASEKEEPER_LEASE_STRATEGY_MIXED", "LEASEKEEPER_LEASE_CANDIDATE",
 }
 
 # ---------------------------------------------------------------------------------------
@@ -502,6 +502,20 @@ def test_rbac_follows_backend_and_label():
         [o["kind"] for o in objects]
     spec = deployment("zookeeper, no pod label")["spec"]["template"]["spec"]
     assert spec["automountServiceAccountToken"] is False
+
+
+def test_lease_candidate_adds_its_rule_and_flag():
+    """leaseCandidate.enabled (kubernetes backend only): the leasecandidates rule with
+    client-go's candidate verbs, and LEASEKEEPER_LEASE_CANDIDATE; off by default."""
+    assert "LEASEKEEPER_LEASE_CANDIDATE" not in env_of(sidecar("default"))
+    objects = render_objects({"leaseCandidate": {"enabled": True}})
+    rules = [(r["apiGroups"], r["resources"], sorted(r["verbs"])) for r in one(objects, "Role")["rules"]]
+    assert (["coordination.k8s.io"], ["leasecandidates"], ["create", "list", "update", "watch"]) in rules, rules
+    assert env_of(sidecar_of(one(objects, "Deployment")))["LEASEKEEPER_LEASE_CANDIDATE"] == "true"
+    objects = render_objects({**ETCD, "leaseCandidate": {"enabled": True}})
+    rules = [r["resources"] for r in one(objects, "Role")["rules"]]
+    assert ["leasecandidates"] not in rules, rules
+    assert "LEASEKEEPER_LEASE_CANDIDATE" not in env_of(sidecar_of(one(objects, "Deployment")))
 
 
 def test_standard_labels_on_every_object():

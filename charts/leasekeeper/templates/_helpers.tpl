@@ -243,6 +243,10 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
 - name: LEASEKEEPER_ENABLE_RELEASE_ENDPOINT
   value: "true"
 {{- end }}
+{{- if and (eq $b.type "kubernetes") .Values.leaseCandidate.enabled }}
+- name: LEASEKEEPER_LEASE_CANDIDATE
+  value: "true"
+{{- end }}
 {{- if eq $b.type "etcd" }}
 - name: LEASEKEEPER_ETCD_ENDPOINTS
   value: {{ join "," $b.etcd.endpoints | quote }}

@@ -11,6 +11,9 @@ pub struct Args {
     /// Take and renew a Lease whose spec.strategy is set (coordinated leader election) even when it is not handed to this candidate, beside electors that ignore the coordinator [default: off: such a Lease is taken only when its preferredHolder names this candidate].
     #[arg(long, env = "LEASEKEEPER_LEASE_STRATEGY_MIXED", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub lease_strategy_mixed: Option<String>,
+    /// Publish and renew a coordination.k8s.io/v1beta1 LeaseCandidate named after --identity for the Lease, as client-go's leaderelection.NewCandidate does (coordinated leader election, and the candidates a switchover may name), when the API server serves it [default: off].
+    #[arg(long, env = "LEASEKEEPER_LEASE_CANDIDATE", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub lease_candidate: Option<String>,
 }
 
 /// How this candidate treats a coordinated Lease.
@@ -18,6 +21,8 @@ pub struct Args {
 pub struct KubeSettings {
     /// `--lease-strategy-mixed`.
     pub strategy_mixed: bool,
+    /// `--lease-candidate`.
+    pub lease_candidate: bool,
 }
 
 impl Args {
@@ -27,6 +32,7 @@ impl Args {
                 "--lease-strategy-mixed",
                 self.lease_strategy_mixed.as_deref(),
             )?,
+            lease_candidate: parse_bool("--lease-candidate", self.lease_candidate.as_deref())?,
         })
     }
 }

@@ -16,22 +16,29 @@ use super::watch::watch_response;
 use super::TOKEN;
 
 /// The (resource, verb) pairs of the chart's Role, as `kubectl apply -f manifests/` (and
-/// `helm install` with default values) creates it.
-pub(super) fn role_rules() -> Vec<(String, String)> {
+/// `helm install` with default values) creates it; with `lease_candidates`, plus the
+/// rule the chart adds with `leaseCandidate.enabled` (read from its template).
+pub(super) fn role_rules(lease_candidates: bool) -> Vec<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/02-role.yaml");
     let text = std::fs::read_to_string(path).expect("manifests/02-role.yaml");
     let role: Value = serde_yaml_ng::from_str(&text).expect("the Role is YAML");
     assert_eq!(role["kind"], "Role", "manifests/02-role.yaml is not a Role");
+    let mut rules = role["rules"].as_array().expect("rules").clone();
+    if lease_candidates {
+        rules.extend(chart_rules_if("leaseCandidate.enabled"));
+    }
     let mut granted = Vec::new();
-    for rule in role["rules"].as_array().expect("rules") {
+    for rule in &rules {
         let group = rule["apiGroups"][0].as_str().unwrap_or("");
         for resource in rule["resources"].as_array().expect("resources") {
             let resource = resource.as_str().expect("resource");
-            // This fake serves pods and events in the core group and leases in
-            // coordination.k8s.io.
+            // This fake serves pods and events in the core group, and leases and
+            // leasecandidates in coordination.k8s.io.
             let served = matches!(
                 (group, resource),
-                ("", "pods") | ("", "events") | ("coordination.k8s.io", "leases")
+                ("", "pods")
+                    | ("", "events")
+                    | ("coordination.k8s.io", "leases" | "leasecandidates")
             );
             if !served {
                 continue;
@@ -42,6 +49,25 @@ pub(super) fn role_rules() -> Vec<(String, String)> {
         }
     }
     granted
+}
+
+/// The rules the chart's Role template adds under `{{- if … .Values.<value> }}`: the
+/// lines up to its `{{- end }}`, as YAML (they hold no template expressions).
+fn chart_rules_if(value: &str) -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/charts/leasekeeper/templates/role.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the chart's role.yaml");
+    let block: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !(l.contains("{{- if") && l.contains(&format!(".Values.{value}"))))
+        .skip(1)
+        .take_while(|l| !l.contains("{{- end }}"))
+        .collect();
+    assert!(!block.is_empty(), "no rule under .Values.{value} in {path}");
+    let rules: Value = serde_yaml_ng::from_str(&block.join("\n")).expect("the rules are YAML");
+    rules.as_array().expect("a list of rules").clone()
 }
 
 /// RFC 7386 JSON merge patch.
@@ -164,6 +190,9 @@ pub(super) async fn handle(
     if !authorized {
         return status(401, "Unauthorized", "no valid bearer token");
     }
+    if let Some(answer) = discovery(&shared, &method, &uri) {
+        return answer;
+    }
     let Some((kind, ns, name)) = route(&uri) else {
         return status(404, "NotFound", &format!("no route {}", uri.path()));
     };
@@ -174,6 +203,18 @@ pub(super) async fn handle(
     };
     if let Some(refused) = count_then_refuse_unless_allowed(&shared, verb, kind, ns) {
         return refused;
+    }
+    let served = shared
+        .lease_candidates_served
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if kind == "leasecandidates" && !served {
+        // As an API server that does not serve the group version (authorization
+        // comes first there too).
+        return status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
     }
     if verb == "watch" {
         return watch_response(shared, kind, ns, &q);
@@ -198,6 +239,53 @@ pub(super) async fn handle(
     }
 }
 
+/// The discovery document of `coordination.k8s.io/v1beta1` (LeaseCandidates), which
+/// every authenticated client may read (the `system:discovery` ClusterRole), or 404
+/// when that group version is not served; `None` for every other path.
+fn discovery(shared: &Shared, method: &Method, uri: &Uri) -> Option<Response> {
+    if uri.path().trim_end_matches('/') != "/apis/coordination.k8s.io/v1beta1" {
+        return None;
+    }
+    let mut store = shared.store.lock().expect("store");
+    *store
+        .requests
+        .entry("get discovery".to_owned())
+        .or_default() += 1;
+    drop(store);
+    if method != Method::GET {
+        return Some(status(405, "MethodNotAllowed", "method not allowed"));
+    }
+    if !shared
+        .lease_candidates_served
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Some(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    }
+    let verbs = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let body = json!({
+        "kind": "APIResourceList", "apiVersion": "v1",
+        "groupVersion": "coordination.k8s.io/v1beta1",
+        "resources": [{
+            "name": "leasecandidates", "singularName": "leasecandidate", "namespaced": true,
+            "kind": "LeaseCandidate", "verbs": verbs,
+        }],
+    });
+    Some(ok(&body, StatusCode::OK))
+}
+
 /// (kind, namespace, name) of a path this fake serves.
 fn route(uri: &Uri) -> Option<(&'static str, &str, Option<&str>)> {
     let segments: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
@@ -209,6 +297,12 @@ fn route(uri: &Uri) -> Option<(&'static str, &str, Option<&str>)> {
         ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => ("leases", ns, None),
         ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name] => {
             ("leases", ns, Some(name))
+        }
+        ["apis", "coordination.k8s.io", "v1beta1", "namespaces", ns, "leasecandidates"] => {
+            ("leasecandidates", ns, None)
+        }
+        ["apis", "coordination.k8s.io", "v1beta1", "namespaces", ns, "leasecandidates", name] => {
+            ("leasecandidates", ns, Some(name))
         }
         _ => return None,
     })
@@ -369,6 +463,9 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
             "involvedObject.namespace does not match the event's",
         );
     }
+    if let Some(invalid) = invalid_candidate(kind, &name, &obj, None) {
+        return invalid;
+    }
     if store
         .objects
         .contains_key(&(kind, ns.to_owned(), name.clone()))
@@ -381,6 +478,48 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
     }
     let stored = write(shared, store, kind, ns, &name, obj, "ADDED");
     ok(&stored, StatusCode::CREATED)
+}
+
+/// A LeaseCandidate the real API refuses (422): a name that is no DNS subdomain; no
+/// `leaseName`, `binaryVersion` or `strategy`; no `emulationVersion` with the strategy
+/// `OldestEmulationVersion`; a `leaseName` changed by an update (it is immutable).
+fn invalid_candidate(
+    kind: &str,
+    name: &str,
+    obj: &Value,
+    current: Option<&Value>,
+) -> Option<Response> {
+    if kind != "leasecandidates" {
+        return None;
+    }
+    let spec = &obj["spec"];
+    let given = |f: &str| spec[f].as_str().is_some_and(|v| !v.is_empty());
+    let dns = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    let problem = if !dns {
+        "metadata.name: a lowercase RFC 1123 subdomain"
+    } else if !given("leaseName") || !given("binaryVersion") || !given("strategy") {
+        "spec.leaseName, spec.binaryVersion and spec.strategy are required"
+    } else if spec["strategy"] == "OldestEmulationVersion" && !given("emulationVersion") {
+        "spec.emulationVersion is required with the strategy OldestEmulationVersion"
+    } else if current.is_some_and(|c| c["spec"]["leaseName"] != spec["leaseName"]) {
+        "spec.leaseName: field is immutable"
+    } else {
+        return None;
+    };
+    Some(status(
+        422,
+        "Invalid",
+        &format!("LeaseCandidate {name:?} is invalid: {problem}"),
+    ))
 }
 
 /// Update (PUT): 409 Conflict when it names a resourceVersion other than the current
@@ -410,6 +549,9 @@ fn update(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
             )
         }
         Some(_) => {}
+    }
+    if let Some(invalid) = invalid_candidate(kind, &name, &obj, Some(&current)) {
+        return invalid;
     }
     let mut obj = obj;
     obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
@@ -509,6 +651,7 @@ fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String
     let (api_version, list_kind) = match kind {
         "pods" => ("v1", "PodList"),
         "events" => ("v1", "EventList"),
+        "leasecandidates" => ("coordination.k8s.io/v1beta1", "LeaseCandidateList"),
         _ => ("coordination.k8s.io/v1", "LeaseList"),
     };
     let mut metadata = json!({"resourceVersion": store.version.to_string()});

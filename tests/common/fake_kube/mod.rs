@@ -1,6 +1,10 @@
 //! An in-process fake Kubernetes API server (axum), for the parts leasekeeper uses:
-//! Pods (get, list, JSON merge patch, watch), core v1 Events (create, merge patch) and
-//! `coordination.k8s.io/v1` Leases (get, list, create, update, merge patch, watch).
+//! Pods (get, list, JSON merge patch, watch), core v1 Events (create, merge patch),
+//! `coordination.k8s.io/v1` Leases (get, list, create, update, merge patch, watch) and
+//! `coordination.k8s.io/v1beta1` LeaseCandidates (the same verbs, with the API's
+//! validation: 422 for a missing required field or a changed `leaseName`), with the
+//! discovery document of that group version; [`FakeKube::serve_lease_candidates`]
+//! turns it off (404, as on clusters before 1.33).
 //!
 //! It enforces what matters, the way the real API server does:
 //! - `resourceVersion` is one counter over all objects; an update or patch that names a
@@ -18,7 +22,10 @@
 //!   matching is DELETED, and changes of objects that do not match are not sent.
 //! - A bearer token is required (401), and only what the chart's Role allows is
 //!   allowed (403), in one namespace: the rules are read from `manifests/02-role.yaml`
-//!   (the chart's default render), so the tests exercise the RBAC users install.
+//!   (the chart's default render), so the tests exercise the RBAC users install
+//!   ([`FakeKube::start_granting_lease_candidates`] adds the rule the chart's template
+//!   adds with `leaseCandidate.enabled`). Discovery needs only the token, as the
+//!   `system:discovery` ClusterRole grants it to every authenticated user.
 //!   Refused requests are counted, so tests can assert none were needed.
 //! - Faults: latency on every request, the next N requests failing with a status,
 //!   one request held back (the next one matching a method and path, as a slow network
@@ -62,8 +69,19 @@ pub struct FakeKube {
 }
 
 impl FakeKube {
-    /// Serves namespace `namespace` on a free loopback port.
+    /// Serves namespace `namespace` on a free loopback port, with the Role of the chart's
+    /// default values.
     pub fn start(namespace: &str) -> FakeKube {
+        FakeKube::start_with(namespace, false)
+    }
+
+    /// As [`FakeKube::start`], with the chart's Role as `leaseCandidate.enabled` renders
+    /// it (the leasecandidates rule too).
+    pub fn start_granting_lease_candidates(namespace: &str) -> FakeKube {
+        FakeKube::start_with(namespace, true)
+    }
+
+    fn start_with(namespace: &str, lease_candidates: bool) -> FakeKube {
         let (changes, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store {
@@ -75,7 +93,8 @@ impl FakeKube {
             paused: signal::channel(false).0,
             epoch: signal::channel(0).0,
             namespace: namespace.to_owned(),
-            granted: role_rules(),
+            granted: role_rules(lease_candidates),
+            lease_candidates_served: std::sync::atomic::AtomicBool::new(true),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -272,6 +291,58 @@ impl FakeKube {
             name,
             obj,
             "MODIFIED",
+        );
+    }
+
+    /// Whether `coordination.k8s.io/v1beta1` LeaseCandidates are served (on at start);
+    /// off, discovery and their paths answer 404, as on a cluster before 1.33.
+    pub fn serve_lease_candidates(&self, served: bool) {
+        self.shared
+            .lease_candidates_served
+            .store(served, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The LeaseCandidate named `name`, as stored.
+    pub fn lease_candidate(&self, name: &str) -> Option<Value> {
+        self.store()
+            .objects
+            .get(&(
+                "leasecandidates",
+                self.shared.namespace.clone(),
+                name.to_owned(),
+            ))
+            .cloned()
+    }
+
+    /// Writes a LeaseCandidate's spec as another client would: creates it with `spec`
+    /// when missing, else merges `spec` into its spec (the coordinator's `pingTime`).
+    pub fn put_lease_candidate(&self, name: &str, spec: Value) {
+        let ns = self.shared.namespace.clone();
+        let mut store = self.store();
+        let key = ("leasecandidates", ns.clone(), name.to_owned());
+        let (obj, event) = match store.objects.get(&key).cloned() {
+            Some(mut obj) => {
+                merge(&mut obj["spec"], &spec);
+                (obj, "MODIFIED")
+            }
+            None => (
+                json!({
+                    "apiVersion": "coordination.k8s.io/v1beta1",
+                    "kind": "LeaseCandidate",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": spec,
+                }),
+                "ADDED",
+            ),
+        };
+        write(
+            &self.shared,
+            &mut store,
+            "leasecandidates",
+            &ns,
+            name,
+            obj,
+            event,
         );
     }
 

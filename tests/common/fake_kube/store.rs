@@ -53,6 +53,9 @@ pub(super) struct Shared {
     pub(super) paused: watch::Sender<bool>,
     pub(super) epoch: watch::Sender<u64>,
     pub(super) namespace: String,
+    /// Whether `coordination.k8s.io/v1beta1` (LeaseCandidates) is served; off, as on
+    /// clusters before 1.33 or without that API enabled, its paths answer 404.
+    pub(super) lease_candidates_served: std::sync::atomic::AtomicBool,
 }
 
 /// Tells the Lease's recorders who holds it now: `holderIdentity` with the

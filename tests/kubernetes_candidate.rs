@@ -1,0 +1,408 @@
+//! `--lease-candidate` (a coordination.k8s.io/v1beta1 LeaseCandidate, as client-go's
+//! `leaderelection.NewCandidate` publishes it) and the Lease backend's side of a
+//! switchover (`release_to`, `candidates`), against the in-process fake API server.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::fake_kube::FakeKube;
+use common::{eventually, Sidecar, SidecarArgs};
+use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+use leasekeeper::backend::kubernetes::settings::KubeSettings;
+use leasekeeper::backend::kubernetes::KubeBackend;
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Wake};
+use leasekeeper::timing::Timing;
+use serde_json::{json, Value};
+
+/// `t` as the API writes MicroTime: RFC 3339 in UTC with microseconds.
+fn micros(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).expect("epoch");
+    let ts = k8s_openapi::jiff::Timestamp::from_microsecond(d.as_micros() as i64).expect("ts");
+    ts.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+}
+
+fn parse_micros(v: &Value) -> k8s_openapi::jiff::Timestamp {
+    v.as_str().expect("a time").parse().expect("RFC 3339")
+}
+
+fn candidate_args(api: &FakeKube, election: &str) -> Vec<String> {
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election(election)
+        .build();
+    args.push("--lease-candidate".to_owned());
+    args
+}
+
+fn leads(s: &Sidecar) -> bool {
+    s.leader().is_some_and(|v| v["is_leader"] == true)
+}
+
+/// The LeaseCandidate carries client-go's fields: named after the identity, for the
+/// election's Lease, our version as binary and emulation version, strategy
+/// OldestEmulationVersion, renewed now; the chart's rule is all it needs.
+#[test]
+fn the_lease_candidate_is_created_with_client_go_fields() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let before = SystemTime::now();
+    let a = Sidecar::spawn("cand-a", dir.path(), &candidate_args(&api, "cand"));
+    let created = eventually(Duration::from_secs(10), || api.lease_candidate("cand-a"))
+        .expect("a LeaseCandidate");
+    let spec = &created["spec"];
+    assert_eq!(spec["leaseName"], "cand", "{spec}");
+    assert_eq!(spec["binaryVersion"], env!("CARGO_PKG_VERSION"), "{spec}");
+    assert_eq!(
+        spec["emulationVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "{spec}"
+    );
+    assert_eq!(spec["strategy"], "OldestEmulationVersion", "{spec}");
+    assert!(spec["pingTime"].is_null(), "{spec}");
+    let renewed = parse_micros(&spec["renewTime"]);
+    assert!(renewed >= parse_micros(&json!(micros(before))), "{spec}");
+    assert_eq!(created["apiVersion"], "coordination.k8s.io/v1beta1");
+    eventually(Duration::from_secs(10), || leads(&a).then_some(())).expect("a leads");
+    assert!(api.forbidden().is_empty(), "{:?}", api.forbidden());
+}
+
+/// The coordinator pings (a pingTime later than renewTime): the candidate renews at
+/// once, as client-go's watch on its own LeaseCandidate does.
+#[test]
+fn a_pinged_lease_candidate_renews_at_once() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let _a = Sidecar::spawn("ping-a", dir.path(), &candidate_args(&api, "ping"));
+    eventually(Duration::from_secs(10), || api.lease_candidate("ping-a")).expect("created");
+    // Let the watch for pings open.
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..2 {
+        let ping = micros(SystemTime::now());
+        let pinged = Instant::now();
+        api.put_lease_candidate("ping-a", json!({"pingTime": ping}));
+        let renewed = eventually(Duration::from_secs(2), || {
+            let spec = api.lease_candidate("ping-a")?["spec"].clone();
+            (parse_micros(&spec["renewTime"]) > parse_micros(&spec["pingTime"])).then_some(spec)
+        });
+        let renewed = renewed.unwrap_or_else(|| {
+            panic!(
+                "no renewal after the ping: {:?}",
+                api.lease_candidate("ping-a")
+            )
+        });
+        assert!(
+            pinged.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            pinged.elapsed()
+        );
+        assert_eq!(
+            renewed["pingTime"], ping,
+            "the ping was overwritten: {renewed}"
+        );
+        assert_eq!(renewed["leaseName"], "ping");
+    }
+    assert!(api.forbidden().is_empty(), "{:?}", api.forbidden());
+}
+
+/// An API server without coordination.k8s.io/v1beta1 (before 1.33): no LeaseCandidate
+/// request beyond discovery, one warning, and the election goes on.
+#[test]
+fn without_v1beta1_there_is_no_lease_candidate_and_one_warning() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    api.serve_lease_candidates(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let a = Sidecar::spawn("old-a", dir.path(), &candidate_args(&api, "old"));
+    eventually(Duration::from_secs(10), || leads(&a).then_some(())).expect("a leads");
+    let warning = "does not serve coordination.k8s.io/v1beta1 leasecandidates";
+    eventually(Duration::from_secs(5), || {
+        a.stderr().contains(warning).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no warning: {}", a.stderr()));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(a.stderr().matches(warning).count(), 1, "{}", a.stderr());
+    let requests = api.requests();
+    let touched: Vec<&String> = requests
+        .keys()
+        .filter(|k| k.contains("leasecandidates"))
+        .collect();
+    assert!(touched.is_empty(), "{touched:?}");
+    assert_eq!(requests.get("get discovery"), Some(&1), "{requests:?}");
+    assert!(api.lease_candidate("old-a").is_none());
+}
+
+/// The default Role (leaseCandidate.enabled off) with --lease-candidate: a warning that
+/// says what the Role lacks, and the election goes on.
+#[test]
+fn a_role_without_leasecandidates_warns_and_the_election_goes_on() {
+    let api = FakeKube::start("team");
+    let dir = tempfile::tempdir().expect("dir");
+    let a = Sidecar::spawn("rbac-a", dir.path(), &candidate_args(&api, "rbac"));
+    eventually(Duration::from_secs(10), || leads(&a).then_some(())).expect("a leads");
+    let said = eventually(Duration::from_secs(5), || {
+        let err = a.stderr();
+        (err.contains("cannot list the LeaseCandidate") && err.contains("leaseCandidate.enabled"))
+            .then_some(())
+    });
+    said.unwrap_or_else(|| panic!("no clear warning: {}", a.stderr()));
+    assert!(
+        api.forbidden()
+            .iter()
+            .all(|f| f == "list leasecandidates in team"),
+        "{:?}",
+        api.forbidden()
+    );
+    let b = Sidecar::spawn("rbac-b", dir.path(), &candidate_args(&api, "rbac"));
+    b.settles_in("follower", Duration::from_secs(10));
+    assert!(leads(&a));
+}
+
+async fn client(api: &FakeKube) -> kube::Client {
+    // As main.rs does: one TLS provider for the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = api.kubeconfig();
+    leasekeeper::kube_api::client(Some(Path::new(&kubeconfig)))
+        .await
+        .expect("client")
+}
+
+async fn backend(api: &FakeKube, identity: &str, lease_candidate: bool) -> KubeBackend {
+    let timing = Timing::for_ttl(Duration::from_secs(3));
+    let candidacy = Candidacy {
+        election: "switch",
+        identity,
+        timing: &timing,
+    };
+    let settings = KubeSettings {
+        lease_candidate,
+        ..KubeSettings::default()
+    };
+    KubeBackend::new(client(api).await, "team", &candidacy, settings)
+}
+
+/// A follower's loop: campaigns until it acquires, waiting for changes between; the
+/// moment it acquired.
+async fn follow(mut b: KubeBackend) -> (KubeBackend, Instant) {
+    loop {
+        if let Ok(Campaign::Acquired { .. }) = b.campaign().await {
+            return (b, Instant::now());
+        }
+        while b.wait_for_change(Duration::from_secs(1)).await == Wake::Waiting {}
+    }
+}
+
+/// A switchover on the Lease backend: `release_to(C)` frees the Lease naming C as
+/// `preferredHolder` in one write; C takes it at once, B (also waiting) does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_to_leaves_the_lease_to_the_named_candidate() {
+    let api = FakeKube::start("team");
+    let mut a = backend(&api, "sw-a", false).await;
+    let (b, c) = (
+        backend(&api, "sw-b", false).await,
+        backend(&api, "sw-c", false).await,
+    );
+    assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
+    let b = tokio::spawn(follow(b));
+    let c = tokio::spawn(follow(c));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    a.release_to("sw-c").await.expect("release_to");
+    let (_c, c_at) = tokio::time::timeout(Duration::from_secs(2), c)
+        .await
+        .expect("sw-c takes the Lease at once")
+        .expect("task");
+    assert!(
+        c_at - released < Duration::from_millis(500),
+        "{:?}",
+        c_at - released
+    );
+    let lease = api.lease("switch").expect("lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "sw-c");
+    // B sat out: it takes the Lease only when sw-c's record expires (3 s, unrenewed).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !b.is_finished(),
+        "sw-b took the Lease: {:?}",
+        api.lease("switch")
+    );
+    b.abort();
+    // The release was one write, with the resourceVersion: no holder, one second,
+    // preferredHolder sw-c.
+    let writes = api.lease_writes("switch");
+    let release = writes
+        .iter()
+        .map(|(_, spec)| spec)
+        .find(|spec| spec["holderIdentity"] == "")
+        .expect("a release write");
+    assert_eq!(release["preferredHolder"], "sw-c", "{release}");
+    assert_eq!(release["leaseDurationSeconds"], 1, "{release}");
+    assert_eq!(api.blind_writes(), 0);
+    assert!(a
+        .campaign()
+        .await
+        .is_ok_and(|c| !matches!(c, Campaign::Acquired { .. })));
+}
+
+/// A LeaseCandidate written as another client (a candidate of this or another Lease).
+fn other_candidate(api: &FakeKube, name: &str, lease: &str, renewed: SystemTime) {
+    api.put_lease_candidate(
+        name,
+        json!({
+            "leaseName": lease, "binaryVersion": "1.0.0", "emulationVersion": "1.0.0",
+            "strategy": "OldestEmulationVersion", "renewTime": micros(renewed),
+        }),
+    );
+}
+
+/// `candidates()` with --lease-candidate: the identities of the LeaseCandidates of this
+/// Lease renewed within ten minutes (this one's too); None without the flag, and None
+/// when the API server does not serve LeaseCandidates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_are_the_live_lease_candidates_of_the_lease() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    other_candidate(&api, "sw-gone", "switch", hour_ago);
+    other_candidate(&api, "sw-elsewhere", "another-lease", SystemTime::now());
+    other_candidate(
+        &api,
+        "sw-d",
+        "switch",
+        SystemTime::now() - Duration::from_secs(300),
+    );
+    let mut a = backend(&api, "sw-a", true).await;
+    let _b = backend(&api, "sw-b", true).await;
+    let _c = backend(&api, "sw-c", true).await;
+    let want: Vec<String> = ["sw-a", "sw-b", "sw-c", "sw-d"].map(str::to_owned).to_vec();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = None;
+    while Instant::now() < deadline {
+        got = a.candidates().await.expect("candidates");
+        if got.as_ref() == Some(&want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(got, Some(want));
+    let mut plain = backend(&api, "sw-e", false).await;
+    assert_eq!(plain.candidates().await.expect("candidates"), None);
+    assert!(api.forbidden().is_empty(), "{:?}", api.forbidden());
+
+    let old = FakeKube::start_granting_lease_candidates("team");
+    old.serve_lease_candidates(false);
+    let mut a = backend(&old, "sw-a", true).await;
+    assert_eq!(a.candidates().await.expect("candidates"), None);
+}
+
+/// The fake keeps the API's rules for LeaseCandidates (or the tests above prove
+/// nothing): discovery, 422 for what validation refuses, 409 on a stale version, 404
+/// when the group version is not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_serves_lease_candidates_as_the_api_does() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    let client = client(&api).await;
+    let found = client
+        .list_api_group_resources("coordination.k8s.io/v1beta1")
+        .await
+        .expect("discovery");
+    assert!(found
+        .resources
+        .iter()
+        .any(|r| r.name == "leasecandidates" && r.namespaced));
+    let candidates: Api<LeaseCandidate> = Api::namespaced(client.clone(), "team");
+    let code = |r: Result<LeaseCandidate, kube::Error>| match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("{e}"),
+    };
+    let make = |name: &str, spec: LeaseCandidateSpec| LeaseCandidate {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec,
+    };
+    let good = LeaseCandidateSpec {
+        lease_name: "l".to_owned(),
+        binary_version: "1.0.0".to_owned(),
+        emulation_version: Some("1.0.0".to_owned()),
+        strategy: "OldestEmulationVersion".to_owned(),
+        ..LeaseCandidateSpec::default()
+    };
+    let pp = PostParams::default();
+    let no_emulation = LeaseCandidateSpec {
+        emulation_version: None,
+        ..good.clone()
+    };
+    assert_eq!(
+        code(candidates.create(&pp, &make("x", no_emulation)).await),
+        422
+    );
+    assert_eq!(
+        code(candidates.create(&pp, &make("Not_DNS", good.clone())).await),
+        422
+    );
+    let created = candidates
+        .create(&pp, &make("x", good.clone()))
+        .await
+        .expect("create");
+    assert_eq!(
+        code(candidates.create(&pp, &make("x", good.clone())).await),
+        409
+    );
+    let mut moved = created.clone();
+    moved.spec.lease_name = "other".to_owned();
+    assert_eq!(code(candidates.replace("x", &pp, &moved).await), 422);
+    let renewed = candidates
+        .replace("x", &pp, &created)
+        .await
+        .expect("replace");
+    assert_ne!(
+        renewed.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(code(candidates.replace("x", &pp, &created).await), 409);
+    api.serve_lease_candidates(false);
+    let gone = client
+        .list_api_group_resources("coordination.k8s.io/v1beta1")
+        .await;
+    assert!(matches!(gone, Err(kube::Error::Api(s)) if s.code == 404));
+    let listed = candidates.list(&Default::default()).await;
+    assert!(matches!(listed, Err(kube::Error::Api(s)) if s.code == 404));
+    // Outside the chart's rule (delete is not granted): 403.
+    api.serve_lease_candidates(true);
+    let deleted = candidates.delete("x", &Default::default()).await;
+    assert!(matches!(deleted, Err(kube::Error::Api(s)) if s.code == 403));
+}
+
+/// After a switchover the new leader's Lease still names it as `preferredHolder`; its
+/// own plain release must not leave the free Lease to itself (a ttl without a leader):
+/// the waiting candidate takes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
+    let api = FakeKube::start("team");
+    let mut a = backend(&api, "sw-a", false).await;
+    let c = backend(&api, "sw-c", false).await;
+    assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
+    let c = tokio::spawn(follow(c));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.release_to("sw-c").await.expect("release_to");
+    let (mut c, _) = tokio::time::timeout(Duration::from_secs(2), c)
+        .await
+        .expect("sw-c takes the Lease")
+        .expect("task");
+    let a = tokio::spawn(follow(a));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    c.release().await.expect("release");
+    let (_a, a_at) = tokio::time::timeout(Duration::from_secs(2), a)
+        .await
+        .unwrap_or_else(|_| panic!("sw-a waits: {:?}", api.lease("switch")))
+        .expect("task");
+    assert!(
+        a_at - released < Duration::from_millis(500),
+        "{:?}",
+        a_at - released
+    );
+}
