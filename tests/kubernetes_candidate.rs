@@ -406,3 +406,25 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
         a_at - released
     );
 }
+
+/// See [`common::scenarios::switchover_goes_to_the_named_candidate`]: with
+/// `--lease-candidate`, an unknown candidate is refused; the switchover itself goes
+/// through `preferredHolder`.
+#[test]
+fn switchover_goes_to_the_named_candidate() {
+    let api = FakeKube::start_granting_lease_candidates("team");
+    let args = candidate_args(&api, "switch");
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
+/// Without `--lease-candidate` the Lease keeps no list of candidates: the switchover
+/// goes ahead (the command then reports whether the named one took the Lease).
+#[test]
+fn switchover_without_lease_candidates_goes_to_the_named_candidate() {
+    let api = FakeKube::start("team");
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("switch-plain")
+        .build();
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
