@@ -683,7 +683,8 @@ impl Backend for RedisBackend {
         Ok(Some(live))
     }
 
-    /// A follower with tracking on sends nothing while the holder renews: each renewal
+    /// A follower with tracking on sends nothing while the holder renews (but its listing
+    /// as a live candidate, once every [`switchover::Listing`] period): each renewal
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
     /// It looks again (`Changed`) on an events-channel notice (acquired, released,
     /// expired), when the tracking connection is lost, when an invalidation comes
