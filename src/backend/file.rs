@@ -392,3 +392,21 @@ impl Backend for FileBackend {
         Wake::Changed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_keeps_only_the_others_away_and_only_until_its_use_by() {
+        let record = LockRecord {
+            reserved_for: "b".into(),
+            reserved_until_unix_ms: 1_000,
+            ..LockRecord::default()
+        };
+        assert_eq!(record.reserved_against("a", 400), Some(Duration::from_millis(600)));
+        assert_eq!(record.reserved_against("b", 400), None);
+        assert_eq!(record.reserved_against("a", 1_000), None);
+        assert_eq!(LockRecord::default().reserved_against("a", 0), None);
+    }
+}

@@ -444,3 +444,29 @@ fn release_answer(released: Released, to: Option<String>, status: &Status) -> Re
     };
     (code, Json(body)).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(pairs: &[(&str, &str)]) -> Result<ReleaseRequest, &'static str> {
+        let query = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        release_request(&query, oneshot::channel().0)
+    }
+
+    #[test]
+    fn release_queries() {
+        let plain = parsed(&[]).expect("plain");
+        assert_eq!((plain.cooldown, plain.to), (None, None));
+        let both = parsed(&[("to", "pod-b"), ("cooldown", "30s")]).expect("both");
+        assert_eq!(both.to.as_deref(), Some("pod-b"));
+        assert_eq!(both.cooldown, Some(Duration::from_secs(30)));
+        assert!(parsed(&[("to", "")]).is_err());
+        assert!(parsed(&[("to", "a|b")]).is_err());
+        assert!(parsed(&[("to", &"x".repeat(254))]).is_err());
+        assert!(parsed(&[("cooldown", "soon")]).is_err());
+    }
+}
