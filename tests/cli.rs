@@ -322,6 +322,25 @@ fn status_subcommand_bad_input() {
     }
 }
 
+#[test]
+fn switchover_subcommand_bad_input() {
+    for (args, mention) in [
+        (&["switchover"][..], "--to"),
+        (&["switchover", "--to", ""][..], "--to"),
+        (&["switchover", "--to", "a|b"][..], "--to"),
+        (&["switchover", "--to", "b", "--url", "https://127.0.0.1:4040"][..], "--url"),
+        (&["switchover", "--to", "b", "--timeout", "0s"][..], "--timeout"),
+        (&["switchover", "--to", "b", "--cooldown", "soon"][..], "--cooldown"),
+    ] {
+        assert_one_line_error(args, &[], mention);
+    }
+    // Nobody listening: exit 1, one line.
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let (code, _, err) = run_to_exit(&["switchover", "--to", "b", "--url", &dead], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 /// The SQL backends' settings: each mistake is one line naming its setting, and a
 /// password never shows up in it.
 #[test]

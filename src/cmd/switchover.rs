@@ -34,9 +34,9 @@ pub const NOT_TAKEN: u8 = 5;
     about = "Hand the lease over to a named candidate: ask the leading sidecar (POST /release?to=ID) and wait until ID leads. Exit 0 done, 3 not the leader, 4 refused, 5 not taken in time, 1 unreachable."
 )]
 pub struct SwitchoverCli {
-    /// The identity of the candidate that is to lead next.
+    /// The identity of the candidate that is to lead next (required).
     #[arg(long)]
-    pub to: String,
+    pub to: Option<String>,
     /// The leading sidecar's HTTP listener (http:// only; it answers POST /release
     /// only from loopback and with --enable-release-endpoint).
     #[arg(
@@ -104,18 +104,18 @@ pub fn refusal(to: &str, status: u16, body: &Value) -> Option<Outcome> {
 }
 
 /// Asks for the release, then watches `/leader` until `to` leads or time runs out.
-pub async fn switchover(cli: &SwitchoverCli) -> Result<Outcome, AskError> {
+pub async fn switchover(cli: &SwitchoverCli, to: &str) -> Result<Outcome, AskError> {
     let start = Instant::now();
     let deadline = start + cli.timeout;
     let mut query = form_urlencoded::Serializer::new(String::new());
-    query.append_pair("to", &cli.to);
+    query.append_pair("to", to);
     if let Some(c) = cli.cooldown {
         query.append_pair("cooldown", &format!("{}ms", c.as_millis()));
     }
     let uri = sidecar_uri(&cli.url, &format!("release?{}", query.finish()))?;
     let (status, body) = exchange(hyper::Method::POST, &uri, cli.timeout).await?;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let Some(refused) = refusal(&cli.to, status.as_u16(), &body) {
+    if let Some(refused) = refusal(to, status.as_u16(), &body) {
         return Ok(refused);
     }
     let released = start.elapsed();
@@ -124,13 +124,13 @@ pub async fn switchover(cli: &SwitchoverCli) -> Result<Outcome, AskError> {
     while Instant::now() < deadline {
         let status = ask(&leader, Duration::from_secs(2)).await?;
         let named = status.get("leader").and_then(Value::as_str);
-        if named == Some(cli.to.as_str()) {
+        if named == Some(to) {
             let token = status.get("fencing_token").cloned().unwrap_or(Value::Null);
             return Ok(outcome(
                 SWITCHED,
                 format!(
                     "{} leads (fencing token {token}); released after {} ms, confirmed after {} ms",
-                    cli.to,
+                    to,
                     released.as_millis(),
                     start.elapsed().as_millis()
                 ),
@@ -148,7 +148,7 @@ pub async fn switchover(cli: &SwitchoverCli) -> Result<Outcome, AskError> {
     };
     Ok(outcome(
         NOT_TAKEN,
-        format!("released, but {} did not take the lease: {why}", cli.to),
+        format!("released, but {} did not take the lease: {why}", to),
     ))
 }
 
@@ -158,10 +158,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    if !crate::status::identity_is_usable(&cli.to) {
-        eprintln!("error: --to {:?} names no candidate", cli.to);
-        return ExitCode::from(USAGE);
-    }
+    let to = match cli.to.as_deref() {
+        Some(to) if crate::status::identity_is_usable(to) => to,
+        Some(to) => {
+            eprintln!("error: --to {to:?} names no candidate (1 to 253 characters, no control characters or '|')");
+            return ExitCode::from(USAGE);
+        }
+        None => {
+            eprintln!("error: --to is required: the identity of the candidate to lead next");
+            return ExitCode::from(USAGE);
+        }
+    };
     let runtime = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -169,7 +176,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(UNREACHABLE);
         }
     };
-    match runtime.block_on(switchover(&cli)) {
+    match runtime.block_on(switchover(&cli, to)) {
         Ok(Outcome { code: SWITCHED, message }) => {
             println!("{message}");
             ExitCode::SUCCESS
