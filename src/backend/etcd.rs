@@ -97,6 +97,8 @@ pub struct EtcdBackend {
     in_flight: bool,
     op_timeout: Duration,
     prefix: String,
+    /// `<election>.switchover`: the switchover's reservation (see the module doc).
+    reservation: String,
     identity: String,
     ttl: Duration,
     ttl_secs: i64,
@@ -145,6 +147,7 @@ impl EtcdBackend {
             in_flight: false,
             op_timeout,
             prefix: format!("{election}/"),
+            reservation: format!("{election}.switchover"),
             identity: identity.to_owned(),
             ttl,
             ttl_secs,
@@ -476,6 +479,45 @@ impl EtcdBackend {
         self.own = None;
     }
 
+    /// The switchover's reservation for the first live candidate named `to`, written
+    /// in one transaction with the delete of our own key (so no follower can see our
+    /// key gone and no reservation), while both keys are still the ones read. The
+    /// reservation is attached to the named candidate's lease: it goes when that
+    /// lease does. The named key, or `None` when `to` is not queued (or the queue
+    /// moved meanwhile): nothing is written then.
+    async fn reserve(
+        &mut self,
+        to: &str,
+        key: &str,
+        revision: i64,
+    ) -> Result<Option<String>, BackendError> {
+        let mut client = self.client().await?;
+        let queue = read_candidates(&mut client, &self.prefix, "release").await?;
+        let Some(named) = queue
+            .iter()
+            .find(|kv| kv.value() == to.as_bytes() && kv.key() != key.as_bytes())
+        else {
+            return Ok(None);
+        };
+        let hand_over = Txn::new()
+            .when([
+                Compare::create_revision(named.key(), CompareOp::Equal, named.create_revision()),
+                Compare::create_revision(key, CompareOp::Equal, revision),
+            ])
+            .and_then([
+                TxnOp::put(
+                    self.reservation.as_str(),
+                    named.key(),
+                    Some(PutOptions::new().with_lease(named.lease())),
+                ),
+                TxnOp::delete(key, None),
+            ]);
+        let answer = client.txn(hand_over).await.map_err(etcd("release"))?;
+        Ok(answer
+            .succeeded()
+            .then(|| String::from_utf8_lossy(named.key()).into_owned()))
+    }
+
     /// Reads our key and, when it is still ours, watches it again from that read.
     async fn watch_own_key(&mut self) -> Result<bool, BackendError> {
         let mut client = self.client().await?;
@@ -562,6 +604,20 @@ async fn read_queue(
             .and_then(first_kv)
             .is_some_and(|kv| kv.create_revision() == revision),
     })
+}
+
+/// Every key in the queue (each attached to a live lease), in queue order: the lowest
+/// create revision first.
+async fn read_candidates(
+    client: &mut Client,
+    prefix: &str,
+    op: &'static str,
+) -> Result<Vec<etcd_client::KeyValue>, BackendError> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let answer = client.get(prefix, Some(all)).await.map_err(etcd(op))?;
+    Ok(answer.kvs().to_vec())
 }
 
 fn first_kv(resp: &TxnOpResponse) -> Option<&etcd_client::KeyValue> {
@@ -677,6 +733,47 @@ impl Backend for EtcdBackend {
         }
         .await;
         self.end(result)
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        self.begin();
+        let result = async {
+            let mut client = self.client().await?;
+            let queue = read_candidates(&mut client, &self.prefix, "candidates").await?;
+            Ok(queue
+                .iter()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+                .collect())
+        }
+        .await;
+        self.end(result).map(Some)
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.watching = None;
+        self.own = None;
+        let Some((key, revision)) = self.session.as_ref().map(|s| (s.key.clone(), s.revision))
+        else {
+            tracing::warn!(to, "switchover: we hold no lease to hand over");
+            return Ok(());
+        };
+        self.begin();
+        let result = self.reserve(to, &key, revision).await;
+        match self.end(result) {
+            Ok(Some(named)) => {
+                tracing::info!(to, key = named, "switchover: the lease is left to {to}");
+            }
+            Ok(None) => tracing::warn!(
+                to,
+                "switchover: {to:?} is not a live candidate; releasing for whoever is next"
+            ),
+            Err(e) => tracing::warn!(
+                to,
+                error = %e,
+                "switchover: no reservation written; releasing for whoever is next"
+            ),
+        }
+        self.release().await
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {

@@ -74,6 +74,8 @@ fn sequence_of(name: &str) -> Option<u64> {
 pub struct ZkBackend {
     settings: ZkSettings,
     dir: String,
+    /// `<dir>.switchover`: the switchover's reservation (see the module doc).
+    reservation: String,
     identity: String,
     requested: Duration,
     /// The negotiated session timeout.
@@ -127,10 +129,12 @@ impl ZkBackend {
 
     pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
         let (election, identity, ttl) = (lease.election, lease.identity, lease.timing.ttl);
+        let dir = format!("{}/{election}", settings.root.trim_end_matches('/'));
         ZkBackend {
             renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
-            dir: format!("{}/{election}", settings.root.trim_end_matches('/')),
+            reservation: format!("{dir}.switchover"),
+            dir,
             identity: identity.to_owned(),
             requested: ttl,
             ttl,
@@ -254,6 +258,100 @@ impl ZkBackend {
         self.prefix = new_prefix();
     }
 
+    /// Release, after a switchover's reservation for the candidate `to` when one is
+    /// named (see the module doc).
+    async fn release_to_next(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        // Forget first: if this future is dropped at an await below, the next
+        // campaign must not find this node again (see the module doc).
+        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
+        self.forget();
+        let (Some(client), Some(node)) = (client, node) else {
+            if let Some(to) = to {
+                tracing::warn!(to, "switchover: we hold no node to hand over");
+            }
+            return Ok(());
+        };
+        if let Some(to) = to {
+            let (dir, reservation) = (self.dir.as_str(), self.reservation.as_str());
+            let options = CreateMode::Persistent.with_acls(self.acls());
+            match Self::reserve(&client, (dir, reservation, &options), to, &node).await {
+                Ok(Some(named)) => {
+                    tracing::info!(to, node = named, "switchover: the lease is left to {to}");
+                }
+                Ok(None) => tracing::warn!(
+                    to,
+                    "switchover: {to:?} is not a live candidate; releasing for whoever is next"
+                ),
+                Err(e) => tracing::warn!(
+                    to,
+                    error = %e,
+                    "switchover: no reservation written; releasing for whoever is next"
+                ),
+            }
+        }
+        // Gone already after a reservation (NoNode).
+        let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
+        // Closing the session removes any node of ours the delete may have missed
+        // (and, when this future is dropped at the await above, the relay's drop
+        // closes it all the same).
+        drop(client);
+        drop(relay);
+        match deleted {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(e) => Err(zk("release")(e)),
+        }
+    }
+
+    /// The switchover's reservation for the first live candidate named `to`: one
+    /// `multi` that checks the named node is there, creates or rewrites the
+    /// reservation to name it, and deletes our own node, so that no follower sees
+    /// our node gone and no reservation. The named node, or `None` when `to` is not
+    /// queued (or it, or our node, went meanwhile): nothing is written then.
+    /// (`at`: the election's node, the reservation's, and how to create the latter.)
+    async fn reserve(
+        client: &Client,
+        at: (&str, &str, &zookeeper_client::CreateOptions<'_>),
+        to: &str,
+        ours: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let (dir, reservation, options) = at;
+        let queue = read_candidates(client, dir, "release").await?;
+        let Some(named) = queue
+            .into_iter()
+            .find(|e| e.identity == to && e.name != ours)
+        else {
+            return Ok(None);
+        };
+        // Another switchover may write the reservation between our read of it and our
+        // multi (its version check fails then): read it again and retry.
+        for _ in 0..3 {
+            let existing = client
+                .check_stat(reservation)
+                .await
+                .map_err(zk("release"))?;
+            let mut multi = client.new_multi_writer();
+            let path = |name: &str| format!("{dir}/{name}");
+            multi
+                .add_check_version(&path(&named.name), -1)
+                .map_err(zk("release"))?;
+            match existing {
+                Some(stat) => {
+                    multi.add_set_data(reservation, named.name.as_bytes(), Some(stat.version))
+                }
+                None => multi.add_create(reservation, named.name.as_bytes(), options),
+            }
+            .map_err(zk("release"))?;
+            multi.add_delete(&path(ours), None).map_err(zk("release"))?;
+            match multi.commit().await {
+                Ok(_) => return Ok(Some(named.name)),
+                Err(zookeeper_client::MultiWriteError::OperationFailed { index: 1, .. }) => {}
+                Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => return Ok(None),
+                Err(e) => return Err(zk("release")(e.into())),
+            }
+        }
+        Ok(None)
+    }
+
     /// The proof below and a watch on our node, sent together (one round trip): the
     /// node's stat and the watch when the proof holds and the node is there.
     async fn prove_and_watch(
@@ -314,6 +412,46 @@ impl ZkBackend {
         self.node = Some(name.clone());
         Ok(name)
     }
+}
+
+/// One latch node of the queue: its name and the identity it holds.
+struct Entry {
+    name: String,
+    identity: String,
+}
+
+/// The latch nodes under `dir` with their identities, lowest sequence first. The data
+/// requests all go out before the first answer is awaited (one round trip's wait); a
+/// node gone in between is left out.
+async fn read_candidates(
+    client: &Client,
+    dir: &str,
+    op: &'static str,
+) -> Result<Vec<Entry>, BackendError> {
+    let mut names: Vec<(u64, String)> = client
+        .list_children(dir)
+        .await
+        .map_err(zk(op))?
+        .into_iter()
+        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
+        .collect();
+    names.sort();
+    let reads: Vec<_> = names
+        .iter()
+        .map(|(_, name)| client.get_data(&format!("{dir}/{name}")))
+        .collect();
+    let mut entries = Vec::with_capacity(names.len());
+    for ((_, name), read) in names.into_iter().zip(reads) {
+        match read.await {
+            Ok((data, _)) => entries.push(Entry {
+                name,
+                identity: String::from_utf8_lossy(&data).into_owned(),
+            }),
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(zk(op)(e)),
+        }
+    }
+    Ok(entries)
 }
 
 fn new_prefix() -> String {
@@ -457,23 +595,17 @@ impl Backend for ZkBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        // Forget first: if this future is dropped at the await below, the next
-        // campaign must not find this node again (see the module doc).
-        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
-        self.forget();
-        let (Some(client), Some(node)) = (client, node) else {
-            return Ok(());
-        };
-        let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
-        // Closing the session removes any node of ours the delete may have missed
-        // (and, when this future is dropped at the await above, the relay's drop
-        // closes it all the same).
-        drop(client);
-        drop(relay);
-        match deleted {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-            Err(e) => Err(zk("release")(e)),
-        }
+        self.release_to_next(None).await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.release_to_next(Some(to)).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let client = self.client().await?;
+        let queue = read_candidates(&client, &self.dir, "candidates").await?;
+        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
     }
 
     /// A follower wakes when its predecessor's node or the holder's changes (one event
