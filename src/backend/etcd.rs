@@ -27,6 +27,25 @@
 //!   in the same round and opens the watch again, so a renew never vouches for a key
 //!   it has not seen since the last event.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
+//! - **Switchover** (`release_to(to)`): the leader finds the first key (lowest create
+//!   revision) whose value is `to` and, in one transaction that holds only while that
+//!   key and ours are still the ones it read, puts the *reservation*
+//!   `<election>.switchover` = that key's name, attached to that key's lease, and
+//!   deletes our key; then it revokes the lease as a release does. The reservation
+//!   lies outside the prefix `<election>/`, so `concurrency.Election` and
+//!   `etcdctl elect` never count it as a candidate (with etcd auth, the role needs
+//!   write access to it too, else the switchover is a plain release). No such key:
+//!   a plain release, with a warning (the leader has stepped down already).
+//!   A campaign reads the reservation with the queue. A candidate whose key is
+//!   ahead of the named key (first, or not), while that key still exists and is not
+//!   ours, deletes its key and puts it again, at the end of the queue, and never
+//!   claims in that round: its successor's watch fires, and so the queue moves on
+//!   until the named key is first and claims as usual (the refresh before claiming,
+//!   the token, the watches, all unchanged). The reservation needs no clock: it
+//!   asks nothing once the named key is gone, and it goes with the named lease.
+//!   The named candidate deletes it when it leads (best effort). Go and etcdctl
+//!   candidates in the same election do not read it: the first of them in the
+//!   queue leads as after a plain release.
 
 use std::time::Duration;
 

@@ -39,6 +39,24 @@
 //!   must not leave the node for the next campaign to find by its prefix and claim
 //!   again with the same czxid — two tenures never share a token. The next campaign
 //!   opens a new session with a new prefix.
+//! - **Switchover** (`release_to(to)`): forgotten first, as a release. The leader finds
+//!   the latch node of lowest sequence whose data is `to`, and in one `multi` checks
+//!   that node exists, creates (or rewrites, at the version read) the *reservation*
+//!   `/<root>/<election>.switchover` — a persistent node beside the election's node,
+//!   so Curator's `LeaderLatch` never lists it — holding that node's name, and
+//!   deletes our own node; then it closes the session as a release does. No such
+//!   node: a plain release, with a warning (the leader has stepped down already).
+//!   A campaign reads the reservation with the list of the queue (and beside the
+//!   next-in-line proof). A candidate whose node is ahead of the named node (first,
+//!   or not), while that node is still listed, deletes its node and creates a new
+//!   one, at the end of the queue, and never claims in that round: its successor's
+//!   watch fires, and so the queue moves on until the named node is first and claims
+//!   as usual (protected create, session check, czxid token, watches on the
+//!   predecessor, all unchanged). The reservation needs no clock: it asks nothing
+//!   once the named node is gone (its session ended). The named candidate deletes it
+//!   when it leads (best effort; one naming a gone node may stay, void, until the
+//!   next switchover rewrites it). Curator candidates in the same election do not
+//!   read it: the first of them in the queue leads as after a plain release.
 
 use std::future::Future;
 use std::pin::Pin;
