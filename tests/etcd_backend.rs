@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use common::checker::{self, ElectionSpec, Fault};
 use common::etcd_server::EtcdCluster;
 use common::faults::Link;
-use common::{eventually, http, Sidecar, SidecarArgs};
+use common::{backend_switchover, eventually, http, Sidecar, SidecarArgs};
+use leasekeeper::backend::etcd::EtcdBackend;
+use leasekeeper::backend::Candidacy;
+use leasekeeper::timing::Timing;
 
 #[test]
 fn etcd_single_member_survives_the_checker() {
@@ -467,4 +470,61 @@ fn followers_survive_release_requests_during_a_handover() {
         .election("stagger")
         .build();
     common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+}
+
+/// An etcd candidate built as the sidecar builds it (flags → settings → backend).
+/// Nothing renews its lease here (no elector runs), so the lease is long enough to
+/// outlive a scenario, except D's: D is the candidate the scenarios kill (drop), and
+/// etcd lets it go when its 1 s lease runs out.
+fn etcd_candidate(endpoints: &str, election: &str, identity: &str) -> EtcdBackend {
+    let settings = leasekeeper::backend::etcd::Args {
+        etcd_endpoints: endpoints.split(',').map(str::to_owned).collect(),
+        ..Default::default()
+    }
+    .settings()
+    .expect("etcd settings");
+    let ttl = Duration::from_secs(if identity == "D" { 1 } else { 20 });
+    let timing = Timing::for_ttl(ttl);
+    EtcdBackend::new(
+        &settings,
+        &Candidacy {
+            election,
+            identity,
+            timing: &timing,
+        },
+    )
+}
+
+/// See [`backend_switchover::passes_the_lease_to_the_named_candidate`].
+#[test]
+fn switchover_passes_the_lease_to_the_named_candidate() {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    backend_switchover::runtime().block_on(
+        backend_switchover::passes_the_lease_to_the_named_candidate(|id| {
+            etcd_candidate(&endpoints, "switch", id)
+        }),
+    );
+}
+
+/// See [`backend_switchover::lists_the_live_candidates`].
+#[test]
+fn switchover_candidates_are_the_live_ones() {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    backend_switchover::runtime().block_on(backend_switchover::lists_the_live_candidates(|id| {
+        etcd_candidate(&endpoints, "live", id)
+    }));
+}
+
+/// See [`backend_switchover::to_a_missing_candidate_is_a_plain_release`].
+#[test]
+fn switchover_to_a_missing_candidate_is_a_plain_release() {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    backend_switchover::runtime().block_on(
+        backend_switchover::to_a_missing_candidate_is_a_plain_release(|id| {
+            etcd_candidate(&endpoints, "missing", id)
+        }),
+    );
 }

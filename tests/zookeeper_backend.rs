@@ -7,7 +7,10 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::faults::Link;
 use common::zk_server::ZkEnsemble;
-use common::SidecarArgs;
+use common::{backend_switchover, SidecarArgs};
+use leasekeeper::backend::zookeeper::ZkBackend;
+use leasekeeper::backend::Candidacy;
+use leasekeeper::timing::Timing;
 
 #[test]
 fn zookeeper_single_server_survives_the_checker() {
@@ -797,4 +800,57 @@ fn followers_survive_release_requests_during_a_handover() {
         .election("stagger")
         .build();
     common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+}
+
+/// A ZooKeeper candidate built as the sidecar builds it (flags → settings → backend).
+fn zk_candidate(connect: &str, election: &str, identity: &str) -> ZkBackend {
+    let settings = leasekeeper::backend::zookeeper::Args {
+        zk_connect: Some(connect.to_owned()),
+        ..Default::default()
+    }
+    .settings()
+    .expect("zookeeper settings");
+    let timing = Timing::for_ttl(Duration::from_secs(2));
+    ZkBackend::new(
+        &settings,
+        &Candidacy {
+            election,
+            identity,
+            timing: &timing,
+        },
+    )
+}
+
+/// See [`backend_switchover::passes_the_lease_to_the_named_candidate`].
+#[test]
+fn switchover_passes_the_lease_to_the_named_candidate() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(
+        backend_switchover::passes_the_lease_to_the_named_candidate(|id| {
+            zk_candidate(&connect, "switch", id)
+        }),
+    );
+}
+
+/// See [`backend_switchover::lists_the_live_candidates`].
+#[test]
+fn switchover_candidates_are_the_live_ones() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(backend_switchover::lists_the_live_candidates(|id| {
+        zk_candidate(&connect, "live", id)
+    }));
+}
+
+/// See [`backend_switchover::to_a_missing_candidate_is_a_plain_release`].
+#[test]
+fn switchover_to_a_missing_candidate_is_a_plain_release() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(
+        backend_switchover::to_a_missing_candidate_is_a_plain_release(|id| {
+            zk_candidate(&connect, "missing", id)
+        }),
+    );
 }

@@ -27,6 +27,25 @@
 //!   in the same round and opens the watch again, so a renew never vouches for a key
 //!   it has not seen since the last event.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
+//! - **Switchover** (`release_to(to)`): the leader finds the first key (lowest create
+//!   revision) whose value is `to` and, in one transaction that holds only while that
+//!   key and ours are still the ones it read, puts the *reservation*
+//!   `<election>.switchover` = that key's name, attached to that key's lease, and
+//!   deletes our key; then it revokes the lease as a release does. The reservation
+//!   lies outside the prefix `<election>/`, so `concurrency.Election` and
+//!   `etcdctl elect` never count it as a candidate (with etcd auth, the role needs
+//!   write access to it too, else the switchover is a plain release). No such key:
+//!   a plain release, with a warning (the leader has stepped down already).
+//!   A campaign reads the reservation with the queue. A candidate whose key is
+//!   ahead of the named key (first, or not), while that key still exists and is not
+//!   ours, deletes its key and puts it again, at the end of the queue, and never
+//!   claims in that round: its successor's watch fires, and so the queue moves on
+//!   until the named key is first and claims as usual (the refresh before claiming,
+//!   the token, the watches, all unchanged). The reservation needs no clock: it
+//!   asks nothing once the named key is gone, and it goes with the named lease.
+//!   The named candidate deletes it when it leads (best effort). Go and etcdctl
+//!   candidates in the same election do not read it: the first of them in the
+//!   queue leads as after a plain release.
 
 use std::time::Duration;
 
@@ -97,6 +116,8 @@ pub struct EtcdBackend {
     in_flight: bool,
     op_timeout: Duration,
     prefix: String,
+    /// `<election>.switchover`: the switchover's reservation (see the module doc).
+    reservation: String,
     identity: String,
     ttl: Duration,
     ttl_secs: i64,
@@ -145,6 +166,7 @@ impl EtcdBackend {
             in_flight: false,
             op_timeout,
             prefix: format!("{election}/"),
+            reservation: format!("{election}.switchover"),
             identity: identity.to_owned(),
             ttl,
             ttl_secs,
@@ -369,8 +391,9 @@ impl EtcdBackend {
         etcd(op)(e)
     }
 
-    /// One campaign round (see the module doc).
-    async fn campaign_once(&mut self) -> Result<Campaign, BackendError> {
+    /// One campaign round (see the module doc); `None` when it gave up our place to a
+    /// switchover's named candidate (only when `may_requeue`): look again at once.
+    async fn campaign_once(&mut self, may_requeue: bool) -> Result<Option<Campaign>, BackendError> {
         self.watching = None;
         let mut client = self.client().await?;
         let session = self.session().await?;
@@ -382,56 +405,115 @@ impl EtcdBackend {
             }
         }
         let revision = self.session.as_ref().map_or(0, |s| s.revision);
-        let queue = read_queue(&mut client, &self.prefix, &key, revision).await?;
+        let queue = read_queue(
+            &mut client,
+            (&self.prefix, &self.reservation),
+            &key,
+            revision,
+        )
+        .await?;
         if !queue.ours {
             // Our lease expired (the store was unreachable for a ttl, say) and took our
             // key with it: queueing behind others with a vanished key would wait forever.
             self.forget();
-            return Ok(Campaign::Held(queue.leader.as_ref().map(holder_of)));
+            return Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))));
+        }
+        if let (Some(reserved), true) = (&queue.reserved, may_requeue) {
+            if ahead_of_reserved(&mut client, reserved, &key, revision).await? {
+                self.requeue(&mut client, &key, revision).await?;
+                return Ok(None);
+            }
         }
         let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
         match (&queue.leader, &queue.predecessor) {
             (Some(l), _) if l.key() == key.as_bytes() => {
                 // We are first. Refresh the lease before claiming (see the module doc).
                 if !self.keep_alive("campaign").await? {
-                    return Ok(Campaign::Held(None));
+                    return Ok(Some(Campaign::Held(None)));
                 }
                 // Every event on our key since the read that found us first.
                 let own = client.watch(key.as_bytes().to_vec(), from()).await;
                 self.own = Some(own.map_err(etcd("campaign"))?);
-                Ok(Campaign::Acquired {
+                if let Some(r) = queue
+                    .reserved
+                    .as_ref()
+                    .filter(|r| r.value() == key.as_bytes())
+                {
+                    self.spend_reservation(client, r.mod_revision());
+                }
+                Ok(Some(Campaign::Acquired {
                     token: u64::try_from(revision).unwrap_or(0),
-                })
+                }))
             }
             (None, _) => {
                 // Our own key is gone (lease expired between calls): start over.
                 self.forget();
-                Ok(Campaign::Held(None))
+                Ok(Some(Campaign::Held(None)))
             }
             (Some(l), p) => {
                 // With nobody ahead of us, the queue moved between our reads: look
                 // again soon by watching the leader only.
-                let watched = p.as_ref().unwrap_or(l);
-                let predecessor = client
-                    .watch(watched.key().to_vec(), from())
-                    .await
-                    .map_err(etcd("campaign"))?;
-                let leader = match p {
-                    Some(p) if l.key() != p.key() => Some(
-                        client
-                            .watch(l.key().to_vec(), from())
-                            .await
-                            .map_err(etcd("campaign"))?,
-                    ),
-                    _ => None,
+                let watched = p.as_ref().unwrap_or(l).key().to_vec();
+                let leader = p
+                    .as_ref()
+                    .filter(|p| l.key() != p.key())
+                    .map(|_| l.key().to_vec());
+                let predecessor = client.watch(watched, from()).await;
+                let predecessor = predecessor.map_err(etcd("campaign"))?;
+                let leader = match leader {
+                    Some(l) => Some(client.watch(l, from()).await.map_err(etcd("campaign"))?),
+                    None => None,
                 };
                 self.watching = Some(Watching {
                     predecessor,
                     leader,
                 });
-                Ok(Campaign::Held(Some(holder_of(l))))
+                Ok(Some(Campaign::Held(Some(holder_of(l)))))
             }
         }
+    }
+
+    /// Gives our place up to a switchover's named candidate queued behind us: our key
+    /// goes (if it is still the one we placed) and the next round puts it again, at
+    /// the end of the queue. Never a claim: the lease stays ours, the key's new create
+    /// revision (a later token) comes after the named candidate's. The delete wakes
+    /// our successor, which does the same unless it is the named one.
+    async fn requeue(
+        &mut self,
+        client: &mut Client,
+        key: &str,
+        revision: i64,
+    ) -> Result<(), BackendError> {
+        // Placed again by the next round; a round cut short before the delete was
+        // answered finds the key again (create-if-absent) wherever it stands.
+        if let Some(s) = self.session.as_mut() {
+            s.revision = 0;
+        }
+        tracing::info!(key, "switchover: queueing again behind the named candidate");
+        let delete = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(key, None)]);
+        client.txn(delete).await.map_err(etcd("campaign"))?;
+        Ok(())
+    }
+
+    /// Deletes the reservation that named us, now that we lead, unless it was written
+    /// again since it was read. In the background: it is only tidying (a reservation
+    /// naming the leader changes nothing, and it goes with our lease anyway).
+    fn spend_reservation(&self, mut client: Client, mod_revision: i64) {
+        let key = self.reservation.clone();
+        tokio::spawn(async move {
+            let delete = Txn::new()
+                .when([Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    mod_revision,
+                )])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            if let Err(e) = client.txn(delete).await {
+                tracing::debug!(error = %e, "switchover: the spent reservation stays");
+            }
+        });
     }
 
     /// Puts our key only if absent (a put whose answer was lost is found again);
@@ -476,6 +558,45 @@ impl EtcdBackend {
         self.own = None;
     }
 
+    /// The switchover's reservation for the first live candidate named `to`, written
+    /// in one transaction with the delete of our own key (so no follower can see our
+    /// key gone and no reservation), while both keys are still the ones read. The
+    /// reservation is attached to the named candidate's lease: it goes when that
+    /// lease does. The named key, or `None` when `to` is not queued (or the queue
+    /// moved meanwhile): nothing is written then.
+    async fn reserve(
+        &mut self,
+        to: &str,
+        key: &str,
+        revision: i64,
+    ) -> Result<Option<String>, BackendError> {
+        let mut client = self.client().await?;
+        let queue = read_candidates(&mut client, &self.prefix, "release").await?;
+        let Some(named) = queue
+            .iter()
+            .find(|kv| kv.value() == to.as_bytes() && kv.key() != key.as_bytes())
+        else {
+            return Ok(None);
+        };
+        let hand_over = Txn::new()
+            .when([
+                Compare::create_revision(named.key(), CompareOp::Equal, named.create_revision()),
+                Compare::create_revision(key, CompareOp::Equal, revision),
+            ])
+            .and_then([
+                TxnOp::put(
+                    self.reservation.as_str(),
+                    named.key(),
+                    Some(PutOptions::new().with_lease(named.lease())),
+                ),
+                TxnOp::delete(key, None),
+            ]);
+        let answer = client.txn(hand_over).await.map_err(etcd("release"))?;
+        Ok(answer
+            .succeeded()
+            .then(|| String::from_utf8_lossy(named.key()).into_owned()))
+    }
+
     /// Reads our key and, when it is still ours, watches it again from that read.
     async fn watch_own_key(&mut self) -> Result<bool, BackendError> {
         let mut client = self.client().await?;
@@ -518,6 +639,28 @@ fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) 
     })
 }
 
+/// Whether a switchover's reservation (read with the queue) names a live key queued
+/// behind ours: then we must let it pass. A reservation naming our own key, or a key
+/// that is gone (its candidate died), or one ahead of us, asks nothing of us.
+async fn ahead_of_reserved(
+    client: &mut Client,
+    reserved: &etcd_client::KeyValue,
+    key: &str,
+    revision: i64,
+) -> Result<bool, BackendError> {
+    if reserved.value() == key.as_bytes() {
+        return Ok(false);
+    }
+    let named = client
+        .get(reserved.value(), None)
+        .await
+        .map_err(etcd("campaign"))?;
+    Ok(named
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() > revision))
+}
+
 /// The queue as one consistent read saw it.
 struct Queue {
     /// The revision of the read.
@@ -528,15 +671,19 @@ struct Queue {
     predecessor: Option<etcd_client::KeyValue>,
     /// Whether our key is still there.
     ours: bool,
+    /// A switchover's reservation: its value is the key of the candidate named.
+    reserved: Option<etcd_client::KeyValue>,
 }
 
-/// One consistent read: the leader, the key just ahead of ours, and ours.
+/// One consistent read: the leader, the key just ahead of ours, ours, and the
+/// reservation (`at`: the queue's prefix and the reservation's key).
 async fn read_queue(
     client: &mut Client,
-    prefix: &str,
+    at: (&str, &str),
     key: &str,
     revision: i64,
 ) -> Result<Queue, BackendError> {
+    let (prefix, reservation) = at;
     let first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -550,6 +697,7 @@ async fn read_queue(
         TxnOp::get(prefix, Some(first)),
         TxnOp::get(prefix, Some(ahead)),
         TxnOp::get(key, None),
+        TxnOp::get(reservation, None),
     ]);
     let answer = client.txn(read).await.map_err(etcd("campaign"))?;
     let responses = answer.op_responses();
@@ -561,7 +709,22 @@ async fn read_queue(
             .get(2)
             .and_then(first_kv)
             .is_some_and(|kv| kv.create_revision() == revision),
+        reserved: responses.get(3).and_then(first_kv).cloned(),
     })
+}
+
+/// Every key in the queue (each attached to a live lease), in queue order: the lowest
+/// create revision first.
+async fn read_candidates(
+    client: &mut Client,
+    prefix: &str,
+    op: &'static str,
+) -> Result<Vec<etcd_client::KeyValue>, BackendError> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let answer = client.get(prefix, Some(all)).await.map_err(etcd(op))?;
+    Ok(answer.kvs().to_vec())
 }
 
 fn first_kv(resp: &TxnOpResponse) -> Option<&etcd_client::KeyValue> {
@@ -610,7 +773,13 @@ impl Backend for EtcdBackend {
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         self.stagger_until = None;
         self.begin();
-        let result = self.campaign_once().await;
+        let mut result = self.campaign_once(true).await;
+        if let Ok(None) = result {
+            // We queued again behind a switchover's named candidate: one more round
+            // finds our new place (and never queues again).
+            result = self.campaign_once(false).await;
+        }
+        let result = result.map(|c| c.unwrap_or(Campaign::Held(None)));
         self.end(result)
     }
 
@@ -677,6 +846,47 @@ impl Backend for EtcdBackend {
         }
         .await;
         self.end(result)
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        self.begin();
+        let result = async {
+            let mut client = self.client().await?;
+            let queue = read_candidates(&mut client, &self.prefix, "candidates").await?;
+            Ok(queue
+                .iter()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+                .collect())
+        }
+        .await;
+        self.end(result).map(Some)
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.watching = None;
+        self.own = None;
+        let Some((key, revision)) = self.session.as_ref().map(|s| (s.key.clone(), s.revision))
+        else {
+            tracing::warn!(to, "switchover: we hold no lease to hand over");
+            return Ok(());
+        };
+        self.begin();
+        let result = self.reserve(to, &key, revision).await;
+        match self.end(result) {
+            Ok(Some(named)) => {
+                tracing::info!(to, key = named, "switchover: the lease is left to {to}");
+            }
+            Ok(None) => tracing::warn!(
+                to,
+                "switchover: {to:?} is not a live candidate; releasing for whoever is next"
+            ),
+            Err(e) => tracing::warn!(
+                to,
+                error = %e,
+                "switchover: no reservation written; releasing for whoever is next"
+            ),
+        }
+        self.release().await
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {

@@ -39,6 +39,24 @@
 //!   must not leave the node for the next campaign to find by its prefix and claim
 //!   again with the same czxid — two tenures never share a token. The next campaign
 //!   opens a new session with a new prefix.
+//! - **Switchover** (`release_to(to)`): forgotten first, as a release. The leader finds
+//!   the latch node of lowest sequence whose data is `to`, and in one `multi` checks
+//!   that node exists, creates (or rewrites, at the version read) the *reservation*
+//!   `/<root>/<election>.switchover` — a persistent node beside the election's node,
+//!   so Curator's `LeaderLatch` never lists it — holding that node's name, and
+//!   deletes our own node; then it closes the session as a release does. No such
+//!   node: a plain release, with a warning (the leader has stepped down already).
+//!   A campaign reads the reservation with the list of the queue (and beside the
+//!   next-in-line proof). A candidate whose node is ahead of the named node (first,
+//!   or not), while that node is still listed, deletes its node and creates a new
+//!   one, at the end of the queue, and never claims in that round: its successor's
+//!   watch fires, and so the queue moves on until the named node is first and claims
+//!   as usual (protected create, session check, czxid token, watches on the
+//!   predecessor, all unchanged). The reservation needs no clock: it asks nothing
+//!   once the named node is gone (its session ended). The named candidate deletes it
+//!   when it leads (best effort; one naming a gone node may stay, void, until the
+//!   next switchover rewrites it). Curator candidates in the same election do not
+//!   read it: the first of them in the queue leads as after a plain release.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,6 +92,8 @@ fn sequence_of(name: &str) -> Option<u64> {
 pub struct ZkBackend {
     settings: ZkSettings,
     dir: String,
+    /// `<dir>.switchover`: the switchover's reservation (see the module doc).
+    reservation: String,
     identity: String,
     requested: Duration,
     /// The negotiated session timeout.
@@ -127,10 +147,12 @@ impl ZkBackend {
 
     pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
         let (election, identity, ttl) = (lease.election, lease.identity, lease.timing.ttl);
+        let dir = format!("{}/{election}", settings.root.trim_end_matches('/'));
         ZkBackend {
             renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
-            dir: format!("{}/{election}", settings.root.trim_end_matches('/')),
+            reservation: format!("{dir}.switchover"),
+            dir,
             identity: identity.to_owned(),
             requested: ttl,
             ttl,
@@ -254,6 +276,270 @@ impl ZkBackend {
         self.prefix = new_prefix();
     }
 
+    /// Release, after a switchover's reservation for the candidate `to` when one is
+    /// named (see the module doc).
+    async fn release_to_next(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        // Forget first: if this future is dropped at an await below, the next
+        // campaign must not find this node again (see the module doc).
+        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
+        self.forget();
+        let (Some(client), Some(node)) = (client, node) else {
+            if let Some(to) = to {
+                tracing::warn!(to, "switchover: we hold no node to hand over");
+            }
+            return Ok(());
+        };
+        if let Some(to) = to {
+            let (dir, reservation) = (self.dir.as_str(), self.reservation.as_str());
+            let options = CreateMode::Persistent.with_acls(self.acls());
+            match Self::reserve(&client, (dir, reservation, &options), to, &node).await {
+                Ok(Some(named)) => {
+                    tracing::info!(to, node = named, "switchover: the lease is left to {to}");
+                }
+                Ok(None) => tracing::warn!(
+                    to,
+                    "switchover: {to:?} is not a live candidate; releasing for whoever is next"
+                ),
+                Err(e) => tracing::warn!(
+                    to,
+                    error = %e,
+                    "switchover: no reservation written; releasing for whoever is next"
+                ),
+            }
+        }
+        // Gone already after a reservation (NoNode).
+        let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
+        // Closing the session removes any node of ours the delete may have missed
+        // (and, when this future is dropped at the await above, the relay's drop
+        // closes it all the same).
+        drop(client);
+        drop(relay);
+        match deleted {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(e) => Err(zk("release")(e)),
+        }
+    }
+
+    /// The switchover's reservation for the first live candidate named `to`: one
+    /// `multi` that checks the named node is there, creates or rewrites the
+    /// reservation to name it, and deletes our own node, so that no follower sees
+    /// our node gone and no reservation. The named node, or `None` when `to` is not
+    /// queued (or it, or our node, went meanwhile): nothing is written then.
+    /// (`at`: the election's node, the reservation's, and how to create the latter.)
+    async fn reserve(
+        client: &Client,
+        at: (&str, &str, &zookeeper_client::CreateOptions<'_>),
+        to: &str,
+        ours: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let (dir, reservation, options) = at;
+        let queue = read_candidates(client, dir, "release").await?;
+        let Some(named) = queue
+            .into_iter()
+            .find(|e| e.identity == to && e.name != ours)
+        else {
+            return Ok(None);
+        };
+        // Another switchover may write the reservation between our read of it and our
+        // multi (its version check fails then): read it again and retry.
+        for _ in 0..3 {
+            let existing = client
+                .check_stat(reservation)
+                .await
+                .map_err(zk("release"))?;
+            let mut multi = client.new_multi_writer();
+            let path = |name: &str| format!("{dir}/{name}");
+            multi
+                .add_check_version(&path(&named.name), -1)
+                .map_err(zk("release"))?;
+            match existing {
+                Some(stat) => {
+                    multi.add_set_data(reservation, named.name.as_bytes(), Some(stat.version))
+                }
+                None => multi.add_create(reservation, named.name.as_bytes(), options),
+            }
+            .map_err(zk("release"))?;
+            multi.add_delete(&path(ours), None).map_err(zk("release"))?;
+            match multi.commit().await {
+                Ok(_) => return Ok(Some(named.name)),
+                Err(zookeeper_client::MultiWriteError::OperationFailed { index: 1, .. }) => {}
+                Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => return Ok(None),
+                Err(e) => return Err(zk("release")(e.into())),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Our only predecessor was the head, and it is gone. No node can come before
+    /// ours later: sequence numbers only grow, and every node created before ours was
+    /// in the list we read after our own create (a session reads its own writes). So
+    /// we are first, and the usual proof (our node, of this session, checked through
+    /// the ensemble's leader) is all that is left: one round trip, not a list first,
+    /// with the switchover's reservation read beside it. `None`: the full round
+    /// decides (the proof failed, or a reservation names another node).
+    async fn claim_next_in_line(
+        &mut self,
+        client: &Client,
+        node: &str,
+    ) -> Result<Option<Campaign>, BackendError> {
+        let path = format!("{}/{node}", self.dir);
+        let reserved = client.get_data(&self.reservation);
+        let proof = Self::prove_and_watch(client, &path, "campaign");
+        let (reserved, proof) = tokio::join!(reserved, proof);
+        let reserved = reservation_of(reserved)?;
+        if reserved.as_ref().is_some_and(|r| r.node != node) {
+            return Ok(None);
+        }
+        match proof? {
+            Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
+                self.own_watch = Some(watch);
+                self.spend_reservation(client, reserved);
+                Ok(Some(Campaign::Acquired {
+                    token: u64::try_from(s.czxid).unwrap_or(0),
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// One full campaign round: our node (created if needed), the queue and the
+    /// switchover's reservation (read together), then a claim if we are first, or
+    /// the watches of a follower. `None` when the round gave our place up to a
+    /// switchover's named candidate (only when `may_requeue`): look again at once.
+    async fn campaign_round(
+        &mut self,
+        client: &Client,
+        may_requeue: bool,
+    ) -> Result<Option<Campaign>, BackendError> {
+        let ours = self.ensure_node(client).await?;
+        // Both go out now, the reservation first; a session's requests are served in
+        // order, so a named node that died after the reservation was read is missing
+        // from the list (the reservation is void then).
+        let reserved = client.get_data(&self.reservation);
+        let listed = client.list_children(&self.dir);
+        let (reserved, listed) = tokio::join!(reserved, listed);
+        let reserved = reservation_of(reserved)?;
+        let mut queue: Vec<(u64, String)> = listed
+            .map_err(zk("campaign"))?
+            .into_iter()
+            .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
+            .collect();
+        queue.sort();
+        let Some(position) = queue.iter().position(|(_, c)| *c == ours) else {
+            // Our node is gone (the session expired meanwhile): start over.
+            self.forget();
+            return Ok(Some(Campaign::Held(None)));
+        };
+        if let (true, Some(r)) = (may_requeue, &reserved) {
+            if queue[position + 1..].iter().any(|(_, c)| *c == r.node) {
+                self.requeue(client, &ours).await?;
+                return Ok(None);
+            }
+        }
+        if position == 0 {
+            return self.claim_first(client, &ours, reserved).await.map(Some);
+        }
+        self.follow(client, &queue, position).await.map(Some)
+    }
+
+    /// Our node is the first: ours, owned by this very session (CURATOR-1211), and
+    /// proven where the session would expire; the two requests go out together.
+    async fn claim_first(
+        &mut self,
+        client: &Client,
+        ours: &str,
+        reserved: Option<Reservation>,
+    ) -> Result<Campaign, BackendError> {
+        let path = format!("{}/{ours}", self.dir);
+        match Self::prove_and_watch(client, &path, "campaign").await? {
+            Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
+                self.own_watch = Some(watch);
+                self.spend_reservation(client, reserved.filter(|r| r.node == ours));
+                Ok(Campaign::Acquired {
+                    token: u64::try_from(s.czxid).unwrap_or(0),
+                })
+            }
+            _ => {
+                self.forget();
+                Ok(Campaign::Held(None))
+            }
+        }
+    }
+
+    /// A follower's watches: the head's data (its deletion — a release, an expired
+    /// session — or a rewrite reaches every follower once, as one event each) and our
+    /// predecessor, unless that is the head.
+    async fn follow(
+        &mut self,
+        client: &Client,
+        queue: &[(u64, String)],
+        position: usize,
+    ) -> Result<Campaign, BackendError> {
+        let first_path = format!("{}/{}", self.dir, queue[0].1);
+        let (holder, holder_watch) = match client.get_and_watch_data(&first_path).await {
+            Ok((data, stat, watcher)) => (
+                Some(Holder {
+                    identity: String::from_utf8_lossy(&data).into_owned(),
+                    token: u64::try_from(stat.czxid).ok(),
+                }),
+                Some(Box::pin(watcher.changed()) as OwnWatch),
+            ),
+            Err(zookeeper_client::Error::NoNode) => (None, None),
+            Err(e) => return Err(zk("campaign")(e)),
+        };
+        if position == 1 {
+            // The head is our predecessor: one watch serves both.
+            self.watched = holder_watch.is_some();
+            self.head_is_predecessor = holder_watch.is_some();
+            self.watching = holder_watch;
+            return Ok(Campaign::Held(holder));
+        }
+        let predecessor = format!("{}/{}", self.dir, queue[position - 1].1);
+        let (stat, watcher) = client
+            .check_and_watch_stat(&predecessor)
+            .await
+            .map_err(zk("campaign"))?;
+        if stat.is_some() {
+            self.watching = Some(Box::pin(watcher.changed()));
+        }
+        self.watched = self.watching.is_some() && holder_watch.is_some();
+        self.holder_watch = holder_watch;
+        Ok(Campaign::Held(holder))
+    }
+
+    /// Gives our place up to a switchover's named candidate queued behind us: our node
+    /// goes and the next round creates a new one, at the end of the queue. Never a
+    /// claim: the new node's sequence and czxid come after the named candidate's.
+    /// The delete wakes our successor, which does the same unless it is the named one.
+    async fn requeue(&mut self, client: &Client, ours: &str) -> Result<(), BackendError> {
+        // Forgotten first: a requeue cut short leaves the next round to find the node
+        // again by its prefix (when the delete never ran) or to create a new one.
+        self.node = None;
+        tracing::info!(
+            node = ours,
+            "switchover: queueing again behind the named candidate"
+        );
+        match client.delete(&format!("{}/{ours}", self.dir), None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+            Err(e) => Err(zk("campaign")(e)),
+        }
+    }
+
+    /// Deletes the reservation that named us, now that we lead, unless it was written
+    /// again since it was read. In the background: it is only tidying (a reservation
+    /// naming the leader changes nothing, and it is void once our node goes).
+    fn spend_reservation(&self, client: &Client, reserved: Option<Reservation>) {
+        let Some(r) = reserved else {
+            return;
+        };
+        let (client, path) = (client.clone(), self.reservation.clone());
+        tokio::spawn(async move {
+            if let Err(e) = client.delete(&path, Some(r.version)).await {
+                tracing::debug!(error = %e, "switchover: the spent reservation stays");
+            }
+        });
+    }
+
     /// The proof below and a watch on our node, sent together (one round trip): the
     /// node's stat and the watch when the proof holds and the node is there.
     async fn prove_and_watch(
@@ -316,6 +602,67 @@ impl ZkBackend {
     }
 }
 
+/// A switchover's reservation: the name of the latch node it leaves the lease to, and
+/// its version (it is deleted only as it was read).
+struct Reservation {
+    node: String,
+    version: i32,
+}
+
+/// The reservation as a `get_data` of it found it.
+fn reservation_of(
+    read: Result<(Vec<u8>, zookeeper_client::Stat), zookeeper_client::Error>,
+) -> Result<Option<Reservation>, BackendError> {
+    match read {
+        Ok((data, stat)) => Ok(Some(Reservation {
+            node: String::from_utf8_lossy(&data).into_owned(),
+            version: stat.version,
+        })),
+        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(e) => Err(zk("campaign")(e)),
+    }
+}
+
+/// One latch node of the queue: its name and the identity it holds.
+struct Entry {
+    name: String,
+    identity: String,
+}
+
+/// The latch nodes under `dir` with their identities, lowest sequence first. The data
+/// requests all go out before the first answer is awaited (one round trip's wait); a
+/// node gone in between is left out.
+async fn read_candidates(
+    client: &Client,
+    dir: &str,
+    op: &'static str,
+) -> Result<Vec<Entry>, BackendError> {
+    let mut names: Vec<(u64, String)> = client
+        .list_children(dir)
+        .await
+        .map_err(zk(op))?
+        .into_iter()
+        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
+        .collect();
+    names.sort();
+    let reads: Vec<_> = names
+        .iter()
+        .map(|(_, name)| client.get_data(&format!("{dir}/{name}")))
+        .collect();
+    let mut entries = Vec::with_capacity(names.len());
+    for ((_, name), read) in names.into_iter().zip(reads) {
+        match read.await {
+            Ok((data, _)) => entries.push(Entry {
+                name,
+                identity: String::from_utf8_lossy(&data).into_owned(),
+            }),
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(zk(op)(e)),
+        }
+    }
+    Ok(entries)
+}
+
 fn new_prefix() -> String {
     let n: u128 = rand::random();
     let hex = format!("{n:032x}");
@@ -351,85 +698,17 @@ impl Backend for ZkBackend {
         self.unwatch();
         let client = self.client().await?;
         if let (true, Some(node)) = (next_in_line, self.node.clone()) {
-            // Our only predecessor was the head, and it is gone. No node can come
-            // before ours later: sequence numbers only grow, and every node created
-            // before ours was in the list we read after our own create (a session
-            // reads its own writes). So we are first, and the usual proof (our node,
-            // of this session, checked through the ensemble's leader) is all that is
-            // left: one round trip, not a list first. Anything else: the full round.
-            let path = format!("{}/{node}", self.dir);
-            if let Some((s, watch)) = Self::prove_and_watch(&client, &path, "campaign").await? {
-                if s.ephemeral_owner == client.session_id().0 {
-                    self.own_watch = Some(watch);
-                    return Ok(Campaign::Acquired {
-                        token: u64::try_from(s.czxid).unwrap_or(0),
-                    });
-                }
+            if let Some(acquired) = self.claim_next_in_line(&client, &node).await? {
+                return Ok(acquired);
             }
         }
-        let ours = self.ensure_node(&client).await?;
-        let mut queue: Vec<(u64, String)> = client
-            .list_children(&self.dir)
-            .await
-            .map_err(zk("campaign"))?
-            .into_iter()
-            .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
-            .collect();
-        queue.sort();
-        let Some(position) = queue.iter().position(|(_, c)| *c == ours) else {
-            // Our node is gone (the session expired meanwhile): start over.
-            self.forget();
-            return Ok(Campaign::Held(None));
-        };
-        let (_, first) = queue[0].clone();
-        let first_path = format!("{}/{first}", self.dir);
-        if position == 0 {
-            // Ours, owned by this very session (CURATOR-1211), and proven where the
-            // session would expire; the two requests go out together.
-            return match Self::prove_and_watch(&client, &first_path, "campaign").await? {
-                Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
-                    self.own_watch = Some(watch);
-                    Ok(Campaign::Acquired {
-                        token: u64::try_from(s.czxid).unwrap_or(0),
-                    })
-                }
-                _ => {
-                    self.forget();
-                    Ok(Campaign::Held(None))
-                }
-            };
+        if let Some(found) = self.campaign_round(&client, true).await? {
+            return Ok(found);
         }
-        // The head's data, with a watch on it: its deletion (a release, an expired
-        // session) or a rewrite reaches every follower once, as one event each.
-        let (holder, holder_watch) = match client.get_and_watch_data(&first_path).await {
-            Ok((data, stat, watcher)) => (
-                Some(Holder {
-                    identity: String::from_utf8_lossy(&data).into_owned(),
-                    token: u64::try_from(stat.czxid).ok(),
-                }),
-                Some(Box::pin(watcher.changed()) as OwnWatch),
-            ),
-            Err(zookeeper_client::Error::NoNode) => (None, None),
-            Err(e) => return Err(zk("campaign")(e)),
-        };
-        if position == 1 {
-            // The head is our predecessor: one watch serves both.
-            self.watched = holder_watch.is_some();
-            self.head_is_predecessor = holder_watch.is_some();
-            self.watching = holder_watch;
-            return Ok(Campaign::Held(holder));
-        }
-        let predecessor = format!("{}/{}", self.dir, queue[position - 1].1);
-        let (stat, watcher) = client
-            .check_and_watch_stat(&predecessor)
-            .await
-            .map_err(zk("campaign"))?;
-        if stat.is_some() {
-            self.watching = Some(Box::pin(watcher.changed()));
-        }
-        self.watched = self.watching.is_some() && holder_watch.is_some();
-        self.holder_watch = holder_watch;
-        Ok(Campaign::Held(holder))
+        // We queued again behind a switchover's named candidate: one more round finds
+        // our new place (and never queues again).
+        let found = self.campaign_round(&client, false).await?;
+        Ok(found.unwrap_or(Campaign::Held(None)))
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
@@ -457,23 +736,17 @@ impl Backend for ZkBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        // Forget first: if this future is dropped at the await below, the next
-        // campaign must not find this node again (see the module doc).
-        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
-        self.forget();
-        let (Some(client), Some(node)) = (client, node) else {
-            return Ok(());
-        };
-        let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
-        // Closing the session removes any node of ours the delete may have missed
-        // (and, when this future is dropped at the await above, the relay's drop
-        // closes it all the same).
-        drop(client);
-        drop(relay);
-        match deleted {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-            Err(e) => Err(zk("release")(e)),
-        }
+        self.release_to_next(None).await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.release_to_next(Some(to)).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let client = self.client().await?;
+        let queue = read_candidates(&client, &self.dir, "candidates").await?;
+        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
     }
 
     /// A follower wakes when its predecessor's node or the holder's changes (one event

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod backend_switchover;
 pub mod checker;
 pub mod crowd;
 pub mod etcd_server;
