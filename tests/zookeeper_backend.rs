@@ -854,3 +854,15 @@ fn switchover_to_a_missing_candidate_is_a_plain_release() {
         }),
     );
 }
+
+/// See [`common::scenarios::switchover_goes_to_the_named_candidate`]: sidecars end to
+/// end (the library-level rules are `switchover_*` in `common::backend_switchover`).
+#[test]
+fn switchover_goes_to_the_named_candidate() {
+    let zk = ZkEnsemble::start(1);
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("4s")
+        .election("switch")
+        .build();
+    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
