@@ -328,9 +328,18 @@ fn switchover_subcommand_bad_input() {
         (&["switchover"][..], "--to"),
         (&["switchover", "--to", ""][..], "--to"),
         (&["switchover", "--to", "a|b"][..], "--to"),
-        (&["switchover", "--to", "b", "--url", "https://127.0.0.1:4040"][..], "--url"),
-        (&["switchover", "--to", "b", "--timeout", "0s"][..], "--timeout"),
-        (&["switchover", "--to", "b", "--cooldown", "soon"][..], "--cooldown"),
+        (
+            &["switchover", "--to", "b", "--url", "https://127.0.0.1:4040"][..],
+            "--url",
+        ),
+        (
+            &["switchover", "--to", "b", "--timeout", "0s"][..],
+            "--timeout",
+        ),
+        (
+            &["switchover", "--to", "b", "--cooldown", "soon"][..],
+            "--cooldown",
+        ),
     ] {
         assert_one_line_error(args, &[], mention);
     }

@@ -383,7 +383,9 @@ impl Backend for FileBackend {
             }
             None => {
                 let wait = match self.stay_away_until {
-                    Some(until) => max.min(until.saturating_duration_since(tokio::time::Instant::now())),
+                    Some(until) => {
+                        max.min(until.saturating_duration_since(tokio::time::Instant::now()))
+                    }
                     None => max,
                 };
                 tokio::time::sleep(wait).await
@@ -404,7 +406,10 @@ mod tests {
             reserved_until_unix_ms: 1_000,
             ..LockRecord::default()
         };
-        assert_eq!(record.reserved_against("a", 400), Some(Duration::from_millis(600)));
+        assert_eq!(
+            record.reserved_against("a", 400),
+            Some(Duration::from_millis(600))
+        );
         assert_eq!(record.reserved_against("b", 400), None);
         assert_eq!(record.reserved_against("a", 1_000), None);
         assert_eq!(LockRecord::default().reserved_against("a", 0), None);

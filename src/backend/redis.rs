@@ -340,9 +340,9 @@ impl RedisBackend {
     /// Lists this candidate as alive, when that is due (errors are the next
     /// campaign's to find).
     async fn list_self(&mut self) {
-        let Some(pipe) =
-            self.listing
-                .due(Instant::now(), &self.keys.candidates, &self.identity)
+        let Some(pipe) = self
+            .listing
+            .due(Instant::now(), &self.keys.candidates, &self.identity)
         else {
             return;
         };

@@ -79,9 +79,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    switchover,
-    new_nonce, parse_value, tracking_pipe, wait_for_notice, Args, Keys, Node, RedisSettings, CLOCK,
-    REFUSED,
+    new_nonce, parse_value, switchover, tracking_pipe, wait_for_notice, Args, Keys, Node,
+    RedisSettings, CLOCK, REFUSED,
 };
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};

@@ -177,7 +177,10 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
     };
     match runtime.block_on(switchover(&cli, to)) {
-        Ok(Outcome { code: SWITCHED, message }) => {
+        Ok(Outcome {
+            code: SWITCHED,
+            message,
+        }) => {
             println!("{message}");
             ExitCode::SUCCESS
         }
@@ -213,10 +216,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dead.code, REFUSED);
-        assert!(dead.message.ends_with("(live candidates: a, b)"), "{}", dead.message);
-        let own = refusal("a", 409, &json!({"error": "the named candidate is this leader itself"}));
+        assert!(
+            dead.message.ends_with("(live candidates: a, b)"),
+            "{}",
+            dead.message
+        );
+        let own = refusal(
+            "a",
+            409,
+            &json!({"error": "the named candidate is this leader itself"}),
+        );
         assert_eq!(own.unwrap().code, REFUSED);
-        assert_eq!(refusal("b", 403, &json!({"error": "off"})).unwrap().code, USAGE);
+        assert_eq!(
+            refusal("b", 403, &json!({"error": "off"})).unwrap().code,
+            USAGE
+        );
         assert_eq!(refusal("b", 500, &json!(null)).unwrap().code, UNREACHABLE);
     }
 }

@@ -54,7 +54,12 @@ impl Listing {
     }
 
     /// The request that lists `identity` as alive, if one is due at `now`.
-    pub(crate) fn due(&mut self, now: Instant, set: &str, identity: &str) -> Option<redis::Pipeline> {
+    pub(crate) fn due(
+        &mut self,
+        now: Instant,
+        set: &str,
+        identity: &str,
+    ) -> Option<redis::Pipeline> {
         if self.next.is_some_and(|n| now < n) {
             return None;
         }
