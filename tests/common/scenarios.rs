@@ -309,6 +309,7 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
         let before = tenures_begun(&cars[bystander]);
         let (code, out) = switchover(cars[leader].port, &cars[to].name.clone());
         assert_eq!(code, Some(0), "round {round}, to {}: {out}", cars[to].name);
+        eprintln!("switchover round {round}: {}", out.trim());
         assert!(
             cars[to].leader().is_some_and(|v| v["is_leader"] == true),
             "{} does not lead after the switchover: {out}",
