@@ -307,9 +307,21 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
         let to = if round == 0 { others[1] } else { others[0] };
         let bystander = if round == 0 { others[0] } else { others[1] };
         let before = tenures_begun(&cars[bystander]);
-        let (code, out) = switchover(cars[leader].port, &cars[to].name.clone());
+        let (port, name) = (cars[leader].port, cars[to].name.clone());
+        let asked = Instant::now();
+        let command = std::thread::spawn(move || switchover(port, &name));
+        // How soon the named candidate itself says it leads, from the command's start.
+        let led = eventually(Duration::from_secs(30), || {
+            let leads = cars[to].leader().is_some_and(|v| v["is_leader"] == true);
+            leads.then(|| asked.elapsed())
+        });
+        let (code, out) = command.join().expect("the command's thread");
         assert_eq!(code, Some(0), "round {round}, to {}: {out}", cars[to].name);
-        eprintln!("switchover round {round}: {}", out.trim());
+        eprintln!(
+            "switchover round {round}: {} leads {led:?} after the command started; the command: {}",
+            cars[to].name,
+            out.trim()
+        );
         assert!(
             cars[to].leader().is_some_and(|v| v["is_leader"] == true),
             "{} does not lead after the switchover: {out}",
