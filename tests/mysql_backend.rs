@@ -19,6 +19,7 @@ common::sql_suite::sql_backend_tests! {
     election_survives_the_checker: mysql_election_survives_the_checker,
     survives_partitions_slow_links_and_tampering: mysql_survives_partitions_slow_links_and_tampering,
     tls_with_a_private_ca_and_a_client_certificate: mysql_tls_with_a_private_ca_and_a_client_certificate,
+    switchover_goes_to_the_named_candidate: mysql_switchover_goes_to_the_named_candidate,
 }
 
 /// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested

@@ -289,6 +289,42 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
+    /// Lists this candidate as alive for `alive` from now: an upsert of its own row in
+    /// the candidates' table (its reservation, if any, stays).
+    fn list(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+        alive: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The identities the candidates' table shows alive now.
+    fn live(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// A switchover's reservation, before the release: `to`'s row reserved for one ttl
+    /// from now, only when `to` is listed alive and the lease row's tenure is ours; our
+    /// own row listed alive for `alive` and its reservation, if any, dropped. True when
+    /// `to` got the reservation.
+    fn reserve(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+        to: &str,
+        alive: Duration,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Deletes the election's candidates' rows that have not been alive for [`PRUNE_AFTER`]
+    /// (a candidate that is gone for good: a pod name never seen again).
+    fn prune(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
     /// The tenure in the election's row now, if the row exists (the leader's look).
     fn own_tenure(
         &mut self,
@@ -315,10 +351,69 @@ pub trait SqlDialect: Send + 'static {
     ) -> impl Future<Output = Wake> + Send;
 }
 
+/// How long a candidate's row stays in the candidates' table after it was last alive
+/// (then a listing deletes it).
+pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// When a candidate next lists itself as alive, and for how long.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    /// Once every half ttl, between 1 s and 10 s.
+    every: Duration,
+    /// How long a listing counts: three times the longer of `every` and the longest
+    /// gap between two campaigns of a follower (its wait, the retry interval jittered
+    /// up to 1.2 times or the sit-out of a renew interval after a release, then the
+    /// campaign itself, at most a backend timeout), so that a follower listed once
+    /// stays listed while it campaigns.
+    alive: Duration,
+    next: Option<Instant>,
+    /// Listings so far; every [`PRUNE_EVERY`]th (the first too) also prunes.
+    count: u32,
+}
+
+/// How many listings apart a candidate prunes the dead candidates' rows.
+const PRUNE_EVERY: u32 = 360;
+
+impl Listing {
+    pub(crate) fn new(timing: &crate::timing::Timing) -> Self {
+        let every = (timing.ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let gap =
+            timing.retry_interval.mul_f64(1.2).max(timing.renew_interval) + timing.backend_timeout;
+        Listing {
+            every,
+            alive: 3 * every.max(gap),
+            next: None,
+            count: 0,
+        }
+    }
+
+    /// Whether a listing is due at `now` (then the next one is a period later).
+    fn due(&mut self, now: Instant) -> bool {
+        if self.next.is_some_and(|n| now < n) {
+            return false;
+        }
+        self.listed(now);
+        true
+    }
+
+    /// Listed at `now` (by a switchover's reservation, say).
+    fn listed(&mut self, now: Instant) {
+        self.next = Some(now + self.every);
+    }
+
+    /// Whether this listing also prunes.
+    fn prune_due(&mut self) -> bool {
+        let due = self.count % PRUNE_EVERY == 0;
+        self.count = self.count.wrapping_add(1);
+        due
+    }
+}
+
 /// The SQL backend over one dialect: the lease-row rules of the module doc.
 pub struct SqlBackend<D: SqlDialect> {
     session: Session<D::Conn>,
     tenancy: Tenancy,
+    listing: Listing,
     dialect: D,
 }
 
@@ -327,6 +422,7 @@ impl<D: SqlDialect> SqlBackend<D> {
         SqlBackend {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
+            listing: Listing::new(lease.timing),
             dialect,
         }
     }
@@ -335,6 +431,29 @@ impl<D: SqlDialect> SqlBackend<D> {
     /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
     pub async fn prepare(&mut self) -> Result<(), TableError> {
         self.dialect.prepare(&mut self.session).await
+    }
+
+    /// Lists this candidate as alive when due (see [`Listing`]). Best effort: a failure
+    /// is logged and the campaign goes on (the candidate only drops out of the list a
+    /// switchover checks).
+    async fn list_if_due(&mut self) {
+        if !self.listing.due(Instant::now()) {
+            return;
+        }
+        let listed = self
+            .dialect
+            .list(&mut self.session, &self.tenancy, self.listing.alive)
+            .await;
+        if let Err(e) = listed {
+            tracing::warn!(error = %e, "could not list this candidate as alive; a switchover cannot name it");
+            return;
+        }
+        if self.listing.prune_due() {
+            let election = self.tenancy.election.clone();
+            if let Err(e) = self.dialect.prune(&mut self.session, &election).await {
+                tracing::debug!(error = %e, "could not prune the candidates that are gone");
+            }
+        }
     }
 }
 
@@ -360,6 +479,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 }
             });
         }
+        self.list_if_due().await;
         let row = self.dialect.take(&mut self.session, &self.tenancy).await?;
         let campaign = self.tenancy.judge(row)?;
         if matches!(campaign, Campaign::Acquired { .. }) {
@@ -395,6 +515,44 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         self.dialect.wait_for_change(&mut self.tenancy, max).await
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let election = self.tenancy.election.clone();
+        let mut live = self.dialect.live(&mut self.session, &election).await?;
+        // A leader does not campaign, so its own row may have run out: it is alive.
+        if !live.contains(&self.tenancy.identity) {
+            live.push(self.tenancy.identity.clone());
+            live.sort();
+        }
+        Ok(Some(live))
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        if self.tenancy.holding {
+            // Its own statement, committed before the release's: a take that started
+            // before it cannot see the row free (see the module doc).
+            let reserved = self
+                .dialect
+                .reserve(&mut self.session, &self.tenancy, to, self.listing.alive)
+                .await;
+            match reserved {
+                Ok(true) => {
+                    self.listing.listed(Instant::now());
+                    tracing::info!(to, "the lease is left to the named candidate for one ttl");
+                }
+                Ok(false) => tracing::warn!(
+                    to,
+                    "the named candidate is not listed alive (or the lease is no longer ours); releasing without a reservation"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    to,
+                    "could not leave the lease to the named candidate; releasing without a reservation"
+                ),
+            }
+        }
+        self.release().await
     }
 
     async fn record_lost(&mut self) {

@@ -226,6 +226,13 @@ pub fn user_without_create_right(db: &dyn SqlDb) {
     limited.settles_in("leader", Duration::from_secs(10));
 }
 
+/// See [`super::scenarios::switchover_goes_to_the_named_candidate`]: the live
+/// candidates and the reservation in `<table>_cands`.
+pub fn switchover(db: &dyn SqlDb) {
+    let args = db_flags(db, "lk").ttl("3s").election("switch").build();
+    super::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
 /// Verified TLS with a private CA and a client certificate (PostgreSQL: `hostssl …
 /// cert`, the certificate is the only way in for that user; MariaDB: `REQUIRE X509`).
 /// Without the client certificate the server refuses: the sidecar runs, unready.
@@ -385,7 +392,7 @@ impl SqlDb for super::pg_server::PgServer {
         )
     }
     fn grant_limited(&self) {
-        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens TO limited");
+        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens, leasekeeper_leases_cands TO limited");
     }
 }
 
@@ -424,8 +431,15 @@ macro_rules! sql_backend_tests {
         user_without_create_right_gets_one_clear_line: $limited:ident,
         election_survives_the_checker: $checker:ident,
         survives_partitions_slow_links_and_tampering: $links:ident,
-        tls_with_a_private_ca_and_a_client_certificate: $tls:ident $(,)?
+        tls_with_a_private_ca_and_a_client_certificate: $tls:ident,
+        switchover_goes_to_the_named_candidate: $switch:ident $(,)?
     ) => {
+        #[test]
+        fn $switch() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::switchover(&db);
+        }
+
         #[test]
         fn $lifecycle() {
             let db = <$server>::start();
