@@ -33,6 +33,37 @@
 //!   `expires_at` to a ttl from now, release empties `holder` and `tenure` and expires
 //!   the row now. The row and its token stay: tokens only grow, also across releases.
 //!
+//! **Switchover** (`release_to`): the **candidates' table** `<table>_cands`, created with
+//! the other two, has one row per election and candidate:
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `election`, `identity` | primary key |
+//! | `alive_until` | database server time until which the candidate counts as alive |
+//! | `reserved_until` | NULL, or the server time until which a switchover leaves the lease row to this candidate |
+//!
+//! - **listing**: every candidate upserts its own row at its first campaign and then
+//!   at the first campaign after each [`Listing`] period (half a ttl, 1 s to 10 s),
+//!   alive for three times the longer of that period and the longest gap between two
+//!   campaigns of a follower; `candidates` is the identities whose `alive_until` has not
+//!   passed (and this one's: a leader does not campaign). Rows dead for a day are
+//!   deleted now and then (best effort; it needs the `DELETE` right);
+//! - **reservation**: `release_to(to)` first sets `to`'s `reserved_until` to a ttl from
+//!   now — only when `to` is listed alive and the lease row's tenure is still ours — and
+//!   lists itself alive without a reservation, in its own statement; then the plain
+//!   release. The reservation is committed before the release starts, so a take that
+//!   does not see it began before the release and finds the row still held (a take
+//!   that started during a release-and-reserve statement would read the candidates'
+//!   table from its snapshot from before it, yet the freed row as the release left it).
+//!   A `to` that is not listed alive gets nothing: a warning, and a plain release;
+//! - **take** for a *new* tenure also needs that no other identity's
+//!   `reserved_until` lies in the future; adopting our own tenure is unchanged, and
+//!   so are the token and the quarantine rules (the reservation only ever stops a
+//!   take). A refused candidate gets the free row back as nobody's with the
+//!   reservation's time left, so it wakes at its end (or at the named one's take,
+//!   which drops its own reservation: PostgreSQL in the take statement, MySQL at the
+//!   new leader's first look at its row, best effort).
+//!
 //! **The leader watches its own row** (invariant 9): between renewals it reads the
 //! row's `tenure` every [`OWN_ROW_EVERY`] and steps down as soon as it is no longer
 //! its own (deleted, overwritten, taken).
@@ -377,8 +408,11 @@ const PRUNE_EVERY: u32 = 360;
 impl Listing {
     pub(crate) fn new(timing: &crate::timing::Timing) -> Self {
         let every = (timing.ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10));
-        let gap =
-            timing.retry_interval.mul_f64(1.2).max(timing.renew_interval) + timing.backend_timeout;
+        let gap = timing
+            .retry_interval
+            .mul_f64(1.2)
+            .max(timing.renew_interval)
+            + timing.backend_timeout;
         Listing {
             every,
             alive: 3 * every.max(gap),
@@ -403,7 +437,7 @@ impl Listing {
 
     /// Whether this listing also prunes.
     fn prune_due(&mut self) -> bool {
-        let due = self.count % PRUNE_EVERY == 0;
+        let due = self.count.is_multiple_of(PRUNE_EVERY);
         self.count = self.count.wrapping_add(1);
         due
     }
@@ -572,5 +606,46 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 Err(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::Timing;
+
+    #[test]
+    fn a_listing_outlasts_the_longest_gap_between_a_followers_campaigns() {
+        // ttl 3 s: listed every 1.5 s; a follower campaigns at least every 1.2 × 1 s
+        // (the retry interval, jittered) + 0.6 s (the campaign's timeout).
+        let l = Listing::new(&Timing::for_ttl(Duration::from_secs(3)));
+        assert_eq!(l.every, Duration::from_millis(1500));
+        assert_eq!(l.alive, Duration::from_millis(5400));
+        // A retry interval far above the period: the window follows it.
+        let mut t = Timing::for_ttl(Duration::from_secs(60));
+        t.retry_interval = Duration::from_secs(30);
+        let l = Listing::new(&t);
+        assert_eq!(l.every, Duration::from_secs(10));
+        let gap = Duration::from_secs(36) + t.backend_timeout;
+        assert!(l.alive >= l.every + gap, "{l:?}");
+        // A short ttl: at least a second between listings.
+        let l = Listing::new(&Timing::for_ttl(Duration::from_millis(500)));
+        assert_eq!(l.every, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn listings_come_once_per_period_and_prune_now_and_then() {
+        let mut l = Listing::new(&Timing::for_ttl(Duration::from_secs(4)));
+        let t0 = Instant::now();
+        assert!(l.due(t0), "the first campaign lists");
+        assert!(!l.due(t0 + Duration::from_millis(1999)));
+        assert!(l.due(t0 + Duration::from_secs(2)));
+        // A switchover's reservation lists us too.
+        l.listed(t0 + Duration::from_secs(3));
+        assert!(!l.due(t0 + Duration::from_millis(4999)));
+        assert!(l.due(t0 + Duration::from_secs(5)));
+        let prunes: Vec<bool> = (0..=PRUNE_EVERY).map(|_| l.prune_due()).collect();
+        assert!(prunes[0] && prunes[PRUNE_EVERY as usize]);
+        assert_eq!(prunes.iter().filter(|p| **p).count(), 2);
     }
 }

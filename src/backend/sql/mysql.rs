@@ -11,9 +11,17 @@
 //!   last), and the token comes back in the same answer through
 //!   `LAST_INSERT_ID(expr)`. A candidate that did not win reads the row to learn the
 //!   holder; a missing row is inserted (`INSERT IGNORE`) as a quarantine row when the
-//!   counter shows tokens were handed out, else as a free one.
+//!   counter shows tokens were handed out, else as a free one. Both the token's
+//!   reservation and the take also need that no other candidate's switchover
+//!   reservation lasts (see [`super`]); the read then shows the free row as nobody's,
+//!   with the reservation's time left, and says that it is left to another.
 //! - **renew**: `UPDATE … WHERE election = ? AND tenure = ?`.
 //! - **release**: the same compare, emptying the row and expiring it now.
+//! - **switchover**: the candidates' rows are an upsert each; the reservation is a
+//!   multi-table `UPDATE` of `to`'s row joined with the lease row (only while its
+//!   tenure is ours), then our own row is listed alive and unreserved, then the
+//!   release. The new leader drops its used-up reservation at its first look at its
+//!   own row, right after the take.
 //!
 //! **Wake-ups** (MySQL has no notifications): a MySQL/MariaDB named lock,
 //! `GET_LOCK`, is used purely as a signal, on a connection of its own; the row alone
@@ -25,7 +33,10 @@
 //! that got the lock and found the row still held hands it on and queues again when
 //! the holder's session lives (the leader's *presence lock* `<name>:p`, which it
 //! holds on its statement connection), and keeps it for the row's expiry when it
-//! does not (a crash); see [`signal`]. Followers also wake at the observed holder's
+//! does not (a crash); see [`signal`]. A follower that got the lock and found the
+//! free row left to another candidate (a switchover) hands the lock on in any case,
+//! so that the named candidate, further back in the queue, wakes and takes the row
+//! holding it. Followers also wake at the observed holder's
 //! expiry and at the retry interval at the latest, so a lock that is held by nobody
 //! useful (a paused old leader's session) only slows a handover down to the row's
 //! expiry. Named locks are server-wide: the name is `lk:` and a 64-bit FNV-1a hash
@@ -56,17 +67,12 @@ mod signal;
 use signal::{SignalParts, Want};
 
 struct Statements {
+    /// The candidates' table's.
+    cands: CandidateStatements,
     exists: String,
     create: String,
     create_counter: String,
-    create_candidates: String,
     seed: String,
-    list: String,
-    live: String,
-    reserve_to: String,
-    mine: String,
-    clear_mine: String,
-    prune: String,
     reserve: String,
     take: String,
     raise: String,
@@ -106,7 +112,91 @@ impl Statements {
                    token    BIGINT NOT NULL
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
-            create_candidates: format!(
+            cands: CandidateStatements::for_tables(t, p),
+            // election, floor, election: the counter row, at least as high as the
+            // lease row's token and the floor.
+            seed: format!(
+                "INSERT INTO {c} (election, token)
+                 SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
+                 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
+            ),
+            // floor, election, tenure, election, identity: the next token, counted
+            // before it is handed out, and only when the lease row is free for a new
+            // tenure of ours (not left to another candidate; one assignment: a
+            // multi-table UPDATE runs its assignments in no set order).
+            reserve: format!(
+                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
+                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
+                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)
+                   AND NOT {reserved_for_another}"
+            ),
+            // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
+            // reserved, election, identity: ours again (a lost answer), or free, not
+            // left to another candidate, and a token reserved.
+            take: format!(
+                "UPDATE {t} SET
+                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
+                   acquired_at = IF(tenure = ?, acquired_at, UTC_TIMESTAMP(6)),
+                   holder = ?,
+                   renewed_at = UTC_TIMESTAMP(6),
+                   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+                   tenure = ?
+                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)
+                   AND NOT {reserved_for_another}))"
+            ),
+            // token, election: the counter catches up with a row whose token was above it.
+            raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
+            counted: format!("SELECT token FROM {c} WHERE election = ?"),
+            read: read(t, p),
+            // election, tenure, token, ttl µs: a row nobody holds.
+            insert: format!(
+                "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
+                 VALUES (?, '', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
+            ),
+            // ttl µs, election, tenure.
+            renew: format!(
+                "UPDATE {t} SET renewed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE election = ? AND tenure = ?"
+            ),
+            release: format!(
+                "UPDATE {t} SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6)
+                 WHERE election = ? AND tenure = ?"
+            ),
+            // tenure, presence, presence, lock, election: the row's tenure; the
+            // presence lock taken (kept) when the row is ours; who holds the named lock.
+            own: format!(
+                "SELECT tenure,
+                        CAST(IF(tenure = ?, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)), 0) AS SIGNED),
+                        CAST(IS_USED_LOCK(?) AS SIGNED)
+                 FROM {t} WHERE election = ?"
+            ),
+            // presence, election, tenure: whether the session of the tenure's leader
+            // lives (see `signal`).
+            young: format!(
+                "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
+                   SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
+                     AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
+                signal::YOUNG_TENURE.as_micros()
+            ),
+        }
+    }
+}
+
+/// The statements of the candidates' table `p` (beside the lease table `t`).
+struct CandidateStatements {
+    create: String,
+    list: String,
+    live: String,
+    reserve_to: String,
+    mine: String,
+    clear_mine: String,
+    prune: String,
+}
+
+impl CandidateStatements {
+    fn for_tables(t: &str, p: &str) -> CandidateStatements {
+        CandidateStatements {
+            create: format!(
                 "CREATE TABLE IF NOT EXISTS {p} (
                    election       VARCHAR(253) NOT NULL,
                    identity       VARCHAR(253) NOT NULL,
@@ -149,85 +239,25 @@ impl Statements {
                    AND alive_until < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
                    AND (reserved_until IS NULL OR reserved_until < UTC_TIMESTAMP(6))"
             ),
-            // election, floor, election: the counter row, at least as high as the
-            // lease row's token and the floor.
-            seed: format!(
-                "INSERT INTO {c} (election, token)
-                 SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
-                 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
-            ),
-            // floor, election, tenure, election, identity: the next token, counted
-            // before it is handed out, and only when the lease row is free for a new
-            // tenure of ours (not left to another candidate; one assignment: a
-            // multi-table UPDATE runs its assignments in no set order).
-            reserve: format!(
-                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
-                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
-                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)
-                   AND NOT {reserved_for_another}"
-            ),
-            // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
-            // reserved, election, identity: ours again (a lost answer), or free, not
-            // left to another candidate, and a token reserved.
-            take: format!(
-                "UPDATE {t} SET
-                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
-                   acquired_at = IF(tenure = ?, acquired_at, UTC_TIMESTAMP(6)),
-                   holder = ?,
-                   renewed_at = UTC_TIMESTAMP(6),
-                   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-                   tenure = ?
-                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)
-                   AND NOT {reserved_for_another}))"
-            ),
-            // token, election: the counter catches up with a row whose token was above it.
-            raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
-            counted: format!("SELECT token FROM {c} WHERE election = ?"),
-            // election, identity, election: the row; a free one left to another
-            // candidate shows nobody, with the reservation's time left, and says so.
-            read: format!(
-                "SELECT IF(l.expires_at > UTC_TIMESTAMP(6), l.holder, ''), l.tenure, l.token,
-                        CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),
-                          GREATEST(l.expires_at, COALESCE(r.until, l.expires_at))) / 1000)) AS SIGNED),
-                        CAST(r.until IS NOT NULL AS SIGNED)
-                 FROM {t} AS l CROSS JOIN (
-                   SELECT MAX(reserved_until) AS until FROM {p}
-                   WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6)
-                 ) AS r
-                 WHERE l.election = ?"
-            ),
-            // election, tenure, token, ttl µs: a row nobody holds.
-            insert: format!(
-                "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                 VALUES (?, '', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
-            ),
-            // ttl µs, election, tenure.
-            renew: format!(
-                "UPDATE {t} SET renewed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE election = ? AND tenure = ?"
-            ),
-            release: format!(
-                "UPDATE {t} SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6)
-                 WHERE election = ? AND tenure = ?"
-            ),
-            // tenure, presence, presence, lock, election: the row's tenure; the
-            // presence lock taken (kept) when the row is ours; who holds the named lock.
-            own: format!(
-                "SELECT tenure,
-                        CAST(IF(tenure = ?, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)), 0) AS SIGNED),
-                        CAST(IS_USED_LOCK(?) AS SIGNED)
-                 FROM {t} WHERE election = ?"
-            ),
-            // presence, election, tenure: whether the session of the tenure's leader
-            // lives (see `signal`).
-            young: format!(
-                "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
-                   SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
-                     AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
-                signal::YOUNG_TENURE.as_micros()
-            ),
         }
     }
+}
+
+/// The read of the election's row in lease table `t`, with candidates' table `p`:
+/// binds election, identity, election; the row, and a free one left to another
+/// candidate shown as nobody's, with the reservation's time left, saying so.
+fn read(t: &str, p: &str) -> String {
+    format!(
+        "SELECT IF(l.expires_at > UTC_TIMESTAMP(6), l.holder, ''), l.tenure, l.token,
+                CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),
+                  GREATEST(l.expires_at, COALESCE(r.until, l.expires_at))) / 1000)) AS SIGNED),
+                CAST(r.until IS NOT NULL AS SIGNED)
+         FROM {t} AS l CROSS JOIN (
+           SELECT MAX(reserved_until) AS until FROM {p}
+           WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6)
+         ) AS r
+         WHERE l.election = ?"
+    )
 }
 
 /// The `mysql` backend (MySQL and MariaDB).
@@ -514,7 +544,7 @@ impl Mysql {
         let Ok(conn) = session.begin("watch").await else {
             return;
         };
-        let done = sqlx::query(&self.statements.clear_mine)
+        let done = sqlx::query(&self.statements.cands.clear_mine)
             .bind(&t.election)
             .bind(&t.identity)
             .execute(&mut *conn)
@@ -606,7 +636,7 @@ impl SqlDialect for Mysql {
         self.ensure(
             session,
             &self.table.candidates(),
-            &self.statements.create_candidates,
+            &self.statements.cands.create,
         )
         .await?;
         // The counter's row, at least as high as the lease row (a table from before
@@ -693,7 +723,7 @@ impl SqlDialect for Mysql {
         alive: Duration,
     ) -> Result<(), BackendError> {
         let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.list)
+        let done = sqlx::query(&self.statements.cands.list)
             .bind(&t.election)
             .bind(&t.identity)
             .bind(micros(alive))
@@ -708,7 +738,7 @@ impl SqlDialect for Mysql {
         election: &str,
     ) -> Result<Vec<String>, BackendError> {
         let conn = session.begin("candidates").await?;
-        let live = sqlx::query_scalar::<_, String>(&self.statements.live)
+        let live = sqlx::query_scalar::<_, String>(&self.statements.cands.live)
             .bind(election)
             .fetch_all(&mut *conn)
             .await;
@@ -723,7 +753,7 @@ impl SqlDialect for Mysql {
         alive: Duration,
     ) -> Result<bool, BackendError> {
         let conn = session.begin("release").await?;
-        let done = sqlx::query(&self.statements.reserve_to)
+        let done = sqlx::query(&self.statements.cands.reserve_to)
             .bind(ttl_us(t))
             .bind(&t.election)
             .bind(to)
@@ -735,7 +765,7 @@ impl SqlDialect for Mysql {
         if to != t.identity {
             // Best effort: we campaign again soon, and list ourselves then.
             let conn = session.begin("release").await?;
-            let done = sqlx::query(&self.statements.mine)
+            let done = sqlx::query(&self.statements.cands.mine)
                 .bind(micros(alive))
                 .bind(&t.election)
                 .bind(&t.identity)
@@ -754,7 +784,7 @@ impl SqlDialect for Mysql {
         election: &str,
     ) -> Result<(), BackendError> {
         let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.prune)
+        let done = sqlx::query(&self.statements.cands.prune)
             .bind(election)
             .bind(i64::try_from(super::PRUNE_AFTER.as_secs()).unwrap_or(i64::MAX))
             .execute(&mut *conn)

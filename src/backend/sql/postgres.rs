@@ -2,14 +2,22 @@
 //! statement, judged by the server's `now()`.
 //!
 //! - **take** is one `INSERT … ON CONFLICT (election) DO UPDATE … WHERE` (the row is
-//!   ours already, or expired) inside a statement that also reads the election's token
-//!   counter and raises it to the token handed out, returns the row as it stands when
-//!   the take did not apply, and calls `pg_notify` when it did: one round trip for
+//!   ours already, or expired and not left to another candidate) inside a statement
+//!   that also reads the election's token counter and raises it to the token handed
+//!   out, drops the taker's own reservation, returns the row as it stands when the take
+//!   did not apply (a free row left to another candidate as nobody's, with the
+//!   reservation's time left), and calls `pg_notify` when it did: one round trip for
 //!   winners and losers alike.
 //! - **renew**: `UPDATE … WHERE election = $1 AND tenure = $2`.
 //! - **release**: the same compare, emptying the row and expiring it now, with a
 //!   `pg_notify` in the same statement; the notification is delivered when the
 //!   statement commits, so a woken follower always finds the row free.
+//! - **switchover**: the candidates' rows (see [`super`]) are an upsert each; the
+//!   reservation is one statement (`to`'s row reserved when it is alive and the lease
+//!   row is ours, our own row alive and unreserved, in data-modifying CTEs) sent before
+//!   the release. The release's notification wakes everyone: the named candidate takes
+//!   the row; the others are refused and sleep until the reservation's end or the
+//!   named one's take, which notifies too.
 //!
 //! **Wake-ups**: a second connection `LISTEN`s on the channel named like the table,
 //! with the election as payload. Followers wake on every take and release there, at
@@ -131,65 +139,7 @@ impl Statements {
                  SELECT $1::text, COALESCE(MAX(token), 0) FROM {t} WHERE election = $1::text
                  ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)"
             ),
-            // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
-            // A new tenure gets one more than the highest of the row's token, the
-            // floor and the counter, and the counter follows it in the same statement.
-            // A missing row comes back as a quarantine row instead of ours when tokens
-            // were handed out before (the counter or the floor says so; see the parent
-            // module).
-            // A free row is not taken for a new tenure while another candidate's
-            // reservation lasts (a switchover's); the row then comes back as nobody's
-            // with the reservation's time left, and the named candidate's take drops
-            // its reservation in the same statement.
-            take: format!(
-                "WITH c AS (
-                   SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
-                 ),
-                 r AS (
-                   SELECT MAX(reserved_until) AS until FROM {k}
-                   WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()
-                 ),
-                 taken AS (
-                   INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                   SELECT $1::text,
-                          CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
-                          CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
-                          GREATEST(c.n, 1),
-                          now(), now(), now() + $4::bigint * interval '1 millisecond'
-                   FROM c
-                   ON CONFLICT (election) DO UPDATE SET
-                     token = CASE WHEN l.tenure = $2::text THEN l.token
-                                  ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
-                     holder = $3::text,
-                     tenure = $2::text,
-                     acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
-                     renewed_at = now(),
-                     expires_at = now() + $4::bigint * interval '1 millisecond'
-                   WHERE l.tenure = $2::text
-                      OR (l.expires_at <= now() AND (SELECT until FROM r) IS NULL)
-                   RETURNING l.holder, l.tenure, l.token, l.expires_at
-                 ),
-                 counted AS (
-                   INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
-                   ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
-                 ),
-                 cleared AS (
-                   UPDATE {k} SET reserved_until = NULL
-                   WHERE election = $1::text AND identity = $3::text AND reserved_until IS NOT NULL
-                     AND EXISTS (SELECT 1 FROM taken WHERE tenure = $2::text)
-                 )
-                 SELECT holder, tenure, token,
-                        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                        pg_notify($6::text, $1::text)::text
-                 FROM taken
-                 UNION ALL
-                 SELECT CASE WHEN expires_at > now() THEN holder ELSE '' END, tenure, token,
-                        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (
-                          GREATEST(expires_at, COALESCE((SELECT until FROM r), expires_at)) - now()
-                        )) * 1000))::bigint,
-                        NULL::text
-                 FROM {t} WHERE election = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
-            ),
+            take: take(t, c, k),
             renew: format!(
                 "UPDATE {t} SET renewed_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond'
                  WHERE election = $1::text AND tenure = $2::text"
@@ -205,6 +155,69 @@ impl Statements {
             own: format!("SELECT tenure FROM {t} WHERE election = $1::text"),
         }
     }
+}
+
+/// The take statement on lease table `t`, counters `c`, candidates `k`.
+fn take(t: &str, c: &str, k: &str) -> String {
+    // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
+    // A new tenure gets one more than the highest of the row's token, the
+    // floor and the counter, and the counter follows it in the same statement.
+    // A missing row comes back as a quarantine row instead of ours when tokens
+    // were handed out before (the counter or the floor says so; see the parent
+    // module).
+    // A free row is not taken for a new tenure while another candidate's
+    // reservation lasts (a switchover's); the row then comes back as nobody's
+    // with the reservation's time left, and the named candidate's take drops
+    // its reservation in the same statement.
+    format!(
+        "WITH c AS (
+           SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
+         ),
+         r AS (
+           SELECT MAX(reserved_until) AS until FROM {k}
+           WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()
+         ),
+         taken AS (
+           INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
+           SELECT $1::text,
+                  CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
+                  CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
+                  GREATEST(c.n, 1),
+                  now(), now(), now() + $4::bigint * interval '1 millisecond'
+           FROM c
+           ON CONFLICT (election) DO UPDATE SET
+             token = CASE WHEN l.tenure = $2::text THEN l.token
+                          ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
+             holder = $3::text,
+             tenure = $2::text,
+             acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
+             renewed_at = now(),
+             expires_at = now() + $4::bigint * interval '1 millisecond'
+           WHERE l.tenure = $2::text
+              OR (l.expires_at <= now() AND (SELECT until FROM r) IS NULL)
+           RETURNING l.holder, l.tenure, l.token, l.expires_at
+         ),
+         counted AS (
+           INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
+           ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
+         ),
+         cleared AS (
+           UPDATE {k} SET reserved_until = NULL
+           WHERE election = $1::text AND identity = $3::text AND reserved_until IS NOT NULL
+             AND EXISTS (SELECT 1 FROM taken WHERE tenure = $2::text)
+         )
+         SELECT holder, tenure, token,
+                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
+                pg_notify($6::text, $1::text)::text
+         FROM taken
+         UNION ALL
+         SELECT CASE WHEN expires_at > now() THEN holder ELSE '' END, tenure, token,
+                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (
+                  GREATEST(expires_at, COALESCE((SELECT until FROM r), expires_at)) - now()
+                )) * 1000))::bigint,
+                NULL::text
+         FROM {t} WHERE election = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
+    )
 }
 
 /// The `postgres` backend.
