@@ -17,8 +17,9 @@
 //!   before queueing again, 10 ms doubling, so that they never spin;
 //! - a follower that got the lock and found the row free but left to another
 //!   candidate (a switchover's reservation: it may not take it) hands the lock on
-//!   whoever holds the row ("pass"), so that the named candidate, further back in the
-//!   queue, wakes and takes it; passes in quick succession pause like yields.
+//!   without looking at any session ("pass"), so that the named candidate, further
+//!   back in the queue, wakes and takes it; passes in quick succession pause like
+//!   yields.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
