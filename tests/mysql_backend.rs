@@ -21,6 +21,7 @@ common::sql_suite::sql_backend_tests! {
     survives_partitions_slow_links_and_tampering: mysql_survives_partitions_slow_links_and_tampering,
     tls_with_a_private_ca_and_a_client_certificate: mysql_tls_with_a_private_ca_and_a_client_certificate,
     switchover_goes_to_the_named_candidate: mysql_switchover_goes_to_the_named_candidate,
+    a_reservation_nobody_uses_runs_out_within_a_ttl: mysql_a_reservation_nobody_uses_runs_out_within_a_ttl,
 }
 
 /// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested
