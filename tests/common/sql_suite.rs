@@ -263,7 +263,10 @@ pub fn a_reservation_nobody_uses_runs_out(db: &dyn SqlDb) {
             .map(|c| (c.name.clone(), t0.elapsed()))
     });
     let (name, after) = led.expect("nobody led after the reservation ran out");
-    eprintln!("{}: {name} led {after:?} after the switchover to ghost", db.backend());
+    eprintln!(
+        "{}: {name} led {after:?} after the switchover to ghost",
+        db.backend()
+    );
     assert!(
         after >= Duration::from_millis(1800),
         "{name} led {after:?} after the release: the reservation for ghost did not hold"
