@@ -2,7 +2,8 @@
 //! after the row is deleted), passwords, a user without the right to create the table,
 //! the election checker with leader, server and link faults and tampering with the row,
 //! and verified TLS with a client certificate (`REQUIRE X509`); the scenarios are
-//! `common::sql_suite`'s. Also: the named lock after the leader lost a connection.
+//! `common::sql_suite`'s. Also: the named lock after the leader lost a connection, and
+//! a switchover that wakes the named candidate through the lock.
 
 mod common;
 
@@ -19,6 +20,8 @@ common::sql_suite::sql_backend_tests! {
     election_survives_the_checker: mysql_election_survives_the_checker,
     survives_partitions_slow_links_and_tampering: mysql_survives_partitions_slow_links_and_tampering,
     tls_with_a_private_ca_and_a_client_certificate: mysql_tls_with_a_private_ca_and_a_client_certificate,
+    switchover_goes_to_the_named_candidate: mysql_switchover_goes_to_the_named_candidate,
+    a_reservation_nobody_uses_runs_out_within_a_ttl: mysql_a_reservation_nobody_uses_runs_out_within_a_ttl,
 }
 
 /// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested
@@ -158,4 +161,57 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
             .is_some_and(|s| s.success()));
         spawn(&mut slots, Some(li));
     }
+}
+
+/// A switchover wakes the named candidate through the named lock at once, also from
+/// the back of the lock's queue: the follower at its head gets the lock, is refused by
+/// the reservation and passes the lock on. The retry interval (4 s) is far longer than
+/// the handover may take, so the named candidate's own timer is not what woke it.
+#[test]
+fn mysql_switchover_passes_the_named_lock_on_to_the_named_candidate() {
+    use common::{http, Sidecar};
+    use std::time::{Duration, Instant};
+    let db = MariaServer::start();
+    let mut args = common::sql_suite::db_flags(&db, "lk")
+        .ttl("6s")
+        .election("pass")
+        .flag("--retry-interval", "4s")
+        .build();
+    args.push("--enable-release-endpoint".into());
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cars: Vec<Sidecar> = Vec::new();
+    for (i, state) in ["leader", "follower", "follower"].into_iter().enumerate() {
+        // One after the other: the followers queue for the lock in this order.
+        cars.push(Sidecar::spawn(&format!("p{i}"), dir.path(), &args));
+        cars[i].settles_in(state, Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // p1 heads the queue; name p2 behind it, then p0 (queued again behind p1 once its
+    // sit-out after the release, a renew interval, is over).
+    for (from, to) in [(0, 2), (2, 0)] {
+        if to == 0 {
+            std::thread::sleep(Duration::from_millis(3000));
+        }
+        let t0 = Instant::now();
+        let answer = http::post(cars[from].port, &format!("/release?to=p{to}"));
+        assert_eq!(answer.as_ref().map(|a| a.0), Some(200), "{answer:?}");
+        let led = common::eventually(Duration::from_secs(8), || {
+            cars[to]
+                .leader()
+                .filter(|v| v["is_leader"] == true)
+                .map(|_| t0.elapsed())
+        })
+        .unwrap_or_else(|| panic!("p{to} never led:\n{}", cars[to].stderr()));
+        eprintln!("switchover p{from} -> p{to}: p{to} leads after {led:?}");
+        assert!(
+            led < Duration::from_millis(1500),
+            "p{to} took {led:?} to lead: not woken through the lock\n{}",
+            cars[to].stderr()
+        );
+    }
+    assert!(
+        !cars[1].stderr().contains("acquired leadership"),
+        "p1 led in between:\n{}",
+        cars[1].stderr()
+    );
 }

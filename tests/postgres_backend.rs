@@ -20,6 +20,8 @@ common::sql_suite::sql_backend_tests! {
     election_survives_the_checker: postgres_election_survives_the_checker,
     survives_partitions_slow_links_and_tampering: postgres_survives_partitions_slow_links_and_tampering,
     tls_with_a_private_ca_and_a_client_certificate: postgres_tls_with_a_private_ca_and_a_client_certificate,
+    switchover_goes_to_the_named_candidate: postgres_switchover_goes_to_the_named_candidate,
+    a_reservation_nobody_uses_runs_out_within_a_ttl: postgres_a_reservation_nobody_uses_runs_out_within_a_ttl,
 }
 
 /// A database that is not there yet is not bad input: the sidecar runs, unready and

@@ -33,6 +33,37 @@
 //!   `expires_at` to a ttl from now, release empties `holder` and `tenure` and expires
 //!   the row now. The row and its token stay: tokens only grow, also across releases.
 //!
+//! **Switchover** (`release_to`): the **candidates' table** `<table>_cands`, created with
+//! the other two, has one row per election and candidate:
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `election`, `identity` | primary key |
+//! | `alive_until` | database server time until which the candidate counts as alive |
+//! | `reserved_until` | NULL, or the server time until which a switchover leaves the lease row to this candidate |
+//!
+//! - **listing**: every candidate upserts its own row at its first campaign and then
+//!   at the first campaign after each [`Listing`] period (half a ttl, 1 s to 10 s),
+//!   alive for three times the longer of that period and the longest gap between two
+//!   campaigns of a follower; `candidates` is the identities whose `alive_until` has not
+//!   passed (and this one's: a leader does not campaign). Rows dead for a day are
+//!   deleted now and then (best effort; it needs the `DELETE` right);
+//! - **reservation**: `release_to(to)` first sets `to`'s `reserved_until` to a ttl from
+//!   now — only when `to` is listed alive and the lease row's tenure is still ours — and
+//!   lists itself alive without a reservation, in its own statement; then the plain
+//!   release. The reservation is committed before the release starts, so a take that
+//!   does not see it began before the release and finds the row still held (a take
+//!   that started during a release-and-reserve statement would read the candidates'
+//!   table from its snapshot from before it, yet the freed row as the release left it).
+//!   A `to` that is not listed alive gets nothing: a warning, and a plain release;
+//! - **take** for a *new* tenure also needs that no other identity's
+//!   `reserved_until` lies in the future; adopting our own tenure is unchanged, and
+//!   so are the token and the quarantine rules (the reservation only ever stops a
+//!   take). A refused candidate gets the free row back as nobody's with the
+//!   reservation's time left, so it wakes at its end (or at the named one's take,
+//!   which drops its own reservation: PostgreSQL in the take statement, MySQL at the
+//!   new leader's first look at its row, best effort).
+//!
 //! **The leader watches its own row** (invariant 9): between renewals it reads the
 //! row's `tenure` every [`OWN_ROW_EVERY`] and steps down as soon as it is no longer
 //! its own (deleted, overwritten, taken).
@@ -289,6 +320,42 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
+    /// Lists this candidate as alive for `alive` from now: an upsert of its own row in
+    /// the candidates' table (its reservation, if any, stays).
+    fn list(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+        alive: Duration,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The identities the candidates' table shows alive now.
+    fn live(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// A switchover's reservation, before the release: `to`'s row reserved for one ttl
+    /// from now, only when `to` is listed alive and the lease row's tenure is ours; our
+    /// own row listed alive for `alive` and its reservation, if any, dropped. True when
+    /// `to` got the reservation.
+    fn reserve(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+        to: &str,
+        alive: Duration,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Deletes the election's candidates' rows that have not been alive for [`PRUNE_AFTER`]
+    /// (a candidate that is gone for good: a pod name never seen again).
+    fn prune(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
     /// The tenure in the election's row now, if the row exists (the leader's look).
     fn own_tenure(
         &mut self,
@@ -315,10 +382,72 @@ pub trait SqlDialect: Send + 'static {
     ) -> impl Future<Output = Wake> + Send;
 }
 
+/// How long a candidate's row stays in the candidates' table after it was last alive
+/// (then a listing deletes it).
+pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// When a candidate next lists itself as alive, and for how long.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    /// Once every half ttl, between 1 s and 10 s.
+    every: Duration,
+    /// How long a listing counts: three times the longer of `every` and the longest
+    /// gap between two campaigns of a follower (its wait, the retry interval jittered
+    /// up to 1.2 times or the sit-out of a renew interval after a release, then the
+    /// campaign itself, at most a backend timeout), so that a follower listed once
+    /// stays listed while it campaigns.
+    alive: Duration,
+    next: Option<Instant>,
+    /// Listings so far; every [`PRUNE_EVERY`]th (the first too) also prunes.
+    count: u32,
+}
+
+/// How many listings apart a candidate prunes the dead candidates' rows.
+const PRUNE_EVERY: u32 = 360;
+
+impl Listing {
+    pub(crate) fn new(timing: &crate::timing::Timing) -> Self {
+        let every = (timing.ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let gap = timing
+            .retry_interval
+            .mul_f64(1.2)
+            .max(timing.renew_interval)
+            + timing.backend_timeout;
+        Listing {
+            every,
+            alive: 3 * every.max(gap),
+            next: None,
+            count: 0,
+        }
+    }
+
+    /// Whether a listing is due at `now` (then the next one is a period later).
+    fn due(&mut self, now: Instant) -> bool {
+        if self.next.is_some_and(|n| now < n) {
+            return false;
+        }
+        self.listed(now);
+        true
+    }
+
+    /// Listed at `now` (by a switchover's reservation, say).
+    fn listed(&mut self, now: Instant) {
+        self.next = Some(now + self.every);
+    }
+
+    /// Whether this listing also prunes.
+    fn prune_due(&mut self) -> bool {
+        let due = self.count.is_multiple_of(PRUNE_EVERY);
+        self.count = self.count.wrapping_add(1);
+        due
+    }
+}
+
 /// The SQL backend over one dialect: the lease-row rules of the module doc.
 pub struct SqlBackend<D: SqlDialect> {
     session: Session<D::Conn>,
     tenancy: Tenancy,
+    listing: Listing,
     dialect: D,
 }
 
@@ -327,6 +456,7 @@ impl<D: SqlDialect> SqlBackend<D> {
         SqlBackend {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
+            listing: Listing::new(lease.timing),
             dialect,
         }
     }
@@ -335,6 +465,29 @@ impl<D: SqlDialect> SqlBackend<D> {
     /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
     pub async fn prepare(&mut self) -> Result<(), TableError> {
         self.dialect.prepare(&mut self.session).await
+    }
+
+    /// Lists this candidate as alive when due (see [`Listing`]). Best effort: a failure
+    /// is logged and the campaign goes on (the candidate only drops out of the list a
+    /// switchover checks).
+    async fn list_if_due(&mut self) {
+        if !self.listing.due(Instant::now()) {
+            return;
+        }
+        let listed = self
+            .dialect
+            .list(&mut self.session, &self.tenancy, self.listing.alive)
+            .await;
+        if let Err(e) = listed {
+            tracing::warn!(error = %e, "could not list this candidate as alive; a switchover cannot name it");
+            return;
+        }
+        if self.listing.prune_due() {
+            let election = self.tenancy.election.clone();
+            if let Err(e) = self.dialect.prune(&mut self.session, &election).await {
+                tracing::debug!(error = %e, "could not prune the candidates that are gone");
+            }
+        }
     }
 }
 
@@ -360,6 +513,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 }
             });
         }
+        self.list_if_due().await;
         let row = self.dialect.take(&mut self.session, &self.tenancy).await?;
         let campaign = self.tenancy.judge(row)?;
         if matches!(campaign, Campaign::Acquired { .. }) {
@@ -397,6 +551,44 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
         self.dialect.wait_for_change(&mut self.tenancy, max).await
     }
 
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let election = self.tenancy.election.clone();
+        let mut live = self.dialect.live(&mut self.session, &election).await?;
+        // A leader does not campaign, so its own row may have run out: it is alive.
+        if !live.contains(&self.tenancy.identity) {
+            live.push(self.tenancy.identity.clone());
+            live.sort();
+        }
+        Ok(Some(live))
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        if self.tenancy.holding {
+            // Its own statement, committed before the release's: a take that started
+            // before it cannot see the row free (see the module doc).
+            let reserved = self
+                .dialect
+                .reserve(&mut self.session, &self.tenancy, to, self.listing.alive)
+                .await;
+            match reserved {
+                Ok(true) => {
+                    self.listing.listed(Instant::now());
+                    tracing::info!(to, "the lease is left to the named candidate for one ttl");
+                }
+                Ok(false) => tracing::warn!(
+                    to,
+                    "the named candidate is not listed alive (or the lease is no longer ours); releasing without a reservation"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    to,
+                    "could not leave the lease to the named candidate; releasing without a reservation"
+                ),
+            }
+        }
+        self.release().await
+    }
+
     async fn record_lost(&mut self) {
         loop {
             self.dialect.next_look().await;
@@ -414,5 +606,46 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 Err(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::Timing;
+
+    #[test]
+    fn a_listing_outlasts_the_longest_gap_between_a_followers_campaigns() {
+        // ttl 3 s: listed every 1.5 s; a follower campaigns at least every 1.2 × 1 s
+        // (the retry interval, jittered) + 0.6 s (the campaign's timeout).
+        let l = Listing::new(&Timing::for_ttl(Duration::from_secs(3)));
+        assert_eq!(l.every, Duration::from_millis(1500));
+        assert_eq!(l.alive, Duration::from_millis(5400));
+        // A retry interval far above the period: the window follows it.
+        let mut t = Timing::for_ttl(Duration::from_secs(60));
+        t.retry_interval = Duration::from_secs(30);
+        let l = Listing::new(&t);
+        assert_eq!(l.every, Duration::from_secs(10));
+        let gap = Duration::from_secs(36) + t.backend_timeout;
+        assert!(l.alive >= l.every + gap, "{l:?}");
+        // A short ttl: at least a second between listings.
+        let l = Listing::new(&Timing::for_ttl(Duration::from_millis(500)));
+        assert_eq!(l.every, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn listings_come_once_per_period_and_prune_now_and_then() {
+        let mut l = Listing::new(&Timing::for_ttl(Duration::from_secs(4)));
+        let t0 = Instant::now();
+        assert!(l.due(t0), "the first campaign lists");
+        assert!(!l.due(t0 + Duration::from_millis(1999)));
+        assert!(l.due(t0 + Duration::from_secs(2)));
+        // A switchover's reservation lists us too.
+        l.listed(t0 + Duration::from_secs(3));
+        assert!(!l.due(t0 + Duration::from_millis(4999)));
+        assert!(l.due(t0 + Duration::from_secs(5)));
+        let prunes: Vec<bool> = (0..=PRUNE_EVERY).map(|_| l.prune_due()).collect();
+        assert!(prunes[0] && prunes[PRUNE_EVERY as usize]);
+        assert_eq!(prunes.iter().filter(|p| **p).count(), 2);
     }
 }

@@ -226,6 +226,57 @@ pub fn user_without_create_right(db: &dyn SqlDb) {
     limited.settles_in("leader", Duration::from_secs(10));
 }
 
+/// See [`super::scenarios::switchover_goes_to_the_named_candidate`]: the live
+/// candidates and the reservation in `<table>_cands`.
+pub fn switchover(db: &dyn SqlDb) {
+    let args = db_flags(db, "lk").ttl("3s").election("switch").build();
+    super::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
+/// A switchover to a candidate that is listed alive but never takes the row (gone
+/// right after it was named): nobody leads while the reservation lasts, the releasing
+/// leader neither, and the others take the row once it runs out, one ttl after the
+/// release.
+pub fn a_reservation_nobody_uses_runs_out(db: &dyn SqlDb) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = db_flags(db, "lk").ttl("2s").election("unused").build();
+    args.push("--enable-release-endpoint".into());
+    let a = Sidecar::spawn("a", dir.path(), &args);
+    a.settles_in("leader", Duration::from_secs(10));
+    let b = Sidecar::spawn("b", dir.path(), &args);
+    b.settles_in("follower", Duration::from_secs(10));
+    let now = if db.backend() == "postgres" {
+        "now()"
+    } else {
+        "UTC_TIMESTAMP(6)"
+    };
+    db.admin(&format!(
+        "INSERT INTO leasekeeper_leases_cands (election, identity, alive_until) VALUES ('unused', 'ghost', {now} + INTERVAL '1' MINUTE)"
+    ));
+    let t0 = Instant::now();
+    let answer = super::http::post(a.port, "/release?to=ghost");
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let cars = [&a, &b];
+    let led = eventually(Duration::from_secs(6), || {
+        cars.iter()
+            .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+            .map(|c| (c.name.clone(), t0.elapsed()))
+    });
+    let (name, after) = led.expect("nobody led after the reservation ran out");
+    eprintln!(
+        "{}: {name} led {after:?} after the switchover to ghost",
+        db.backend()
+    );
+    assert!(
+        after >= Duration::from_millis(1800),
+        "{name} led {after:?} after the release: the reservation for ghost did not hold"
+    );
+    assert!(
+        after < Duration::from_millis(3500),
+        "{name} led only {after:?} after the release (ttl 2 s)"
+    );
+}
+
 /// Verified TLS with a private CA and a client certificate (PostgreSQL: `hostssl …
 /// cert`, the certificate is the only way in for that user; MariaDB: `REQUIRE X509`).
 /// Without the client certificate the server refuses: the sidecar runs, unready.
@@ -385,7 +436,7 @@ impl SqlDb for super::pg_server::PgServer {
         )
     }
     fn grant_limited(&self) {
-        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens TO limited");
+        self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens, leasekeeper_leases_cands TO limited");
     }
 }
 
@@ -424,8 +475,22 @@ macro_rules! sql_backend_tests {
         user_without_create_right_gets_one_clear_line: $limited:ident,
         election_survives_the_checker: $checker:ident,
         survives_partitions_slow_links_and_tampering: $links:ident,
-        tls_with_a_private_ca_and_a_client_certificate: $tls:ident $(,)?
+        tls_with_a_private_ca_and_a_client_certificate: $tls:ident,
+        switchover_goes_to_the_named_candidate: $switch:ident,
+        a_reservation_nobody_uses_runs_out_within_a_ttl: $unused:ident $(,)?
     ) => {
+        #[test]
+        fn $unused() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::a_reservation_nobody_uses_runs_out(&db);
+        }
+
+        #[test]
+        fn $switch() {
+            let db = <$server>::start();
+            $crate::common::sql_suite::switchover(&db);
+        }
+
         #[test]
         fn $lifecycle() {
             let db = <$server>::start();

@@ -11,9 +11,17 @@
 //!   last), and the token comes back in the same answer through
 //!   `LAST_INSERT_ID(expr)`. A candidate that did not win reads the row to learn the
 //!   holder; a missing row is inserted (`INSERT IGNORE`) as a quarantine row when the
-//!   counter shows tokens were handed out, else as a free one.
+//!   counter shows tokens were handed out, else as a free one. Both the token's
+//!   reservation and the take also need that no other candidate's switchover
+//!   reservation lasts (see [`super`]); the read then shows the free row as nobody's,
+//!   with the reservation's time left, and says that it is left to another.
 //! - **renew**: `UPDATE … WHERE election = ? AND tenure = ?`.
 //! - **release**: the same compare, emptying the row and expiring it now.
+//! - **switchover**: the candidates' rows are an upsert each; the reservation is a
+//!   multi-table `UPDATE` of `to`'s row joined with the lease row (only while its
+//!   tenure is ours), then our own row is listed alive and unreserved, then the
+//!   release. The new leader drops its used-up reservation at its first look at its
+//!   own row, right after the take.
 //!
 //! **Wake-ups** (MySQL has no notifications): a MySQL/MariaDB named lock,
 //! `GET_LOCK`, is used purely as a signal, on a connection of its own; the row alone
@@ -25,7 +33,10 @@
 //! that got the lock and found the row still held hands it on and queues again when
 //! the holder's session lives (the leader's *presence lock* `<name>:p`, which it
 //! holds on its statement connection), and keeps it for the row's expiry when it
-//! does not (a crash); see [`signal`]. Followers also wake at the observed holder's
+//! does not (a crash); see [`signal`]. A follower that got the lock and found the
+//! free row left to another candidate (a switchover) hands the lock on in any case,
+//! so that the named candidate, further back in the queue, wakes and takes the row
+//! holding it. Followers also wake at the observed holder's
 //! expiry and at the retry interval at the latest, so a lock that is held by nobody
 //! useful (a paused old leader's session) only slows a handover down to the row's
 //! expiry. Named locks are server-wide: the name is `lk:` and a 64-bit FNV-1a hash
@@ -56,6 +67,8 @@ mod signal;
 use signal::{SignalParts, Want};
 
 struct Statements {
+    /// The candidates' table's.
+    cands: CandidateStatements,
     exists: String,
     create: String,
     create_counter: String,
@@ -73,7 +86,11 @@ struct Statements {
 }
 
 impl Statements {
-    fn for_tables(t: &str, c: &str) -> Statements {
+    fn for_tables(t: &str, c: &str, p: &str) -> Statements {
+        // election, identity: whether another candidate's reservation lasts.
+        let reserved_for_another = format!(
+            "EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6))"
+        );
         Statements {
             exists: "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables
                      WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
@@ -95,6 +112,7 @@ impl Statements {
                    token    BIGINT NOT NULL
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
+            cands: CandidateStatements::for_tables(t, p),
             // election, floor, election: the counter row, at least as high as the
             // lease row's token and the floor.
             seed: format!(
@@ -102,16 +120,19 @@ impl Statements {
                  SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
                  ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
             ),
-            // floor, election, tenure: the next token, counted before it is handed out,
-            // and only when the lease row is free for a new tenure of ours (one
-            // assignment: a multi-table UPDATE runs its assignments in no set order).
+            // floor, election, tenure, election, identity: the next token, counted
+            // before it is handed out, and only when the lease row is free for a new
+            // tenure of ours (not left to another candidate; one assignment: a
+            // multi-table UPDATE runs its assignments in no set order).
             reserve: format!(
                 "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
                  SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
-                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)"
+                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)
+                   AND NOT {reserved_for_another}"
             ),
             // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
-            // reserved: ours again (a lost answer), or free and a token reserved.
+            // reserved, election, identity: ours again (a lost answer), or free, not
+            // left to another candidate, and a token reserved.
             take: format!(
                 "UPDATE {t} SET
                    token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
@@ -120,16 +141,13 @@ impl Statements {
                    renewed_at = UTC_TIMESTAMP(6),
                    expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
                    tenure = ?
-                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)))"
+                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)
+                   AND NOT {reserved_for_another}))"
             ),
             // token, election: the counter catches up with a row whose token was above it.
             raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
             counted: format!("SELECT token FROM {c} WHERE election = ?"),
-            read: format!(
-                "SELECT holder, tenure, token,
-                        CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1000)) AS SIGNED)
-                 FROM {t} WHERE election = ?"
-            ),
+            read: read(t, p),
             // election, tenure, token, ttl µs: a row nobody holds.
             insert: format!(
                 "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
@@ -164,6 +182,84 @@ impl Statements {
     }
 }
 
+/// The statements of the candidates' table `p` (beside the lease table `t`).
+struct CandidateStatements {
+    create: String,
+    list: String,
+    live: String,
+    reserve_to: String,
+    mine: String,
+    clear_mine: String,
+    prune: String,
+}
+
+impl CandidateStatements {
+    fn for_tables(t: &str, p: &str) -> CandidateStatements {
+        CandidateStatements {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {p} (
+                   election       VARCHAR(253) NOT NULL,
+                   identity       VARCHAR(253) NOT NULL,
+                   alive_until    DATETIME(6) NOT NULL,
+                   reserved_until DATETIME(6) NULL,
+                   PRIMARY KEY (election, identity)
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            // election, identity, alive µs: our own row, alive (its reservation stays).
+            list: format!(
+                "INSERT INTO {p} (election, identity, alive_until, reserved_until)
+                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL)
+                 ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until)"
+            ),
+            live: format!(
+                "SELECT identity FROM {p} WHERE election = ? AND alive_until > UTC_TIMESTAMP(6) ORDER BY identity"
+            ),
+            // ttl µs, election, to, tenure: `to`'s row reserved when it is alive and
+            // the lease row is ours (one matched row).
+            reserve_to: format!(
+                "UPDATE {p} AS r JOIN {t} AS l ON l.election = r.election
+                 SET r.reserved_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE r.election = ? AND r.identity = ? AND r.alive_until > UTC_TIMESTAMP(6)
+                   AND l.tenure = ?"
+            ),
+            // alive µs, election, identity: our own row alive, without a reservation.
+            mine: format!(
+                "UPDATE {p} SET reserved_until = NULL,
+                   alive_until = GREATEST(alive_until, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+                 WHERE election = ? AND identity = ?"
+            ),
+            // election, identity: a reservation of ours, used up by our take.
+            clear_mine: format!(
+                "UPDATE {p} SET reserved_until = NULL
+                 WHERE election = ? AND identity = ? AND reserved_until IS NOT NULL"
+            ),
+            // election, seconds.
+            prune: format!(
+                "DELETE FROM {p} WHERE election = ?
+                   AND alive_until < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+                   AND (reserved_until IS NULL OR reserved_until < UTC_TIMESTAMP(6))"
+            ),
+        }
+    }
+}
+
+/// The read of the election's row in lease table `t`, with candidates' table `p`:
+/// binds election, identity, election; the row, and a free one left to another
+/// candidate shown as nobody's, with the reservation's time left, saying so.
+fn read(t: &str, p: &str) -> String {
+    format!(
+        "SELECT IF(l.expires_at > UTC_TIMESTAMP(6), l.holder, ''), l.tenure, l.token,
+                CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),
+                  GREATEST(l.expires_at, COALESCE(r.until, l.expires_at))) / 1000)) AS SIGNED),
+                CAST(r.until IS NOT NULL AS SIGNED)
+         FROM {t} AS l CROSS JOIN (
+           SELECT MAX(reserved_until) AS until FROM {p}
+           WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6)
+         ) AS r
+         WHERE l.election = ?"
+    )
+}
+
 /// The `mysql` backend (MySQL and MariaDB).
 pub type MysqlBackend = SqlBackend<Mysql>;
 
@@ -188,6 +284,11 @@ pub struct Mysql {
     signal_id: Arc<AtomicU64>,
     /// The tenure of the row as the last campaign saw it.
     seen_tenure: String,
+    /// Whether the last campaign found the row free but left to another candidate
+    /// (a switchover's reservation).
+    left_to_another: bool,
+    /// Our reservation, if any, is used up: drop it at the leader's first look.
+    clear_mine: bool,
     /// The leader's next look at its own row is now (right after the take: it takes
     /// the presence lock).
     look_now: bool,
@@ -221,6 +322,7 @@ impl MysqlBackend {
         let statements = Statements::for_tables(
             &settings.table.quoted('`'),
             &settings.table.counter().quoted('`'),
+            &settings.table.candidates().quoted('`'),
         );
         let signal = tokio::spawn(signal::signal(SignalParts {
             options: options.clone(),
@@ -251,6 +353,8 @@ impl MysqlBackend {
             check: session.reconnected.clone(),
             signal_id,
             seen_tenure: String::new(),
+            left_to_another: false,
+            clear_mine: false,
             look_now: false,
             op_timeout: timing.backend_timeout,
             signal,
@@ -260,7 +364,11 @@ impl MysqlBackend {
 }
 
 fn ttl_us(t: &Tenancy) -> i64 {
-    i64::try_from(t.ttl.as_micros()).unwrap_or(i64::MAX)
+    micros(t.ttl)
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// The row as this candidate just took it (the server passed the token on).
@@ -274,28 +382,33 @@ fn ours(t: &Tenancy, token: i64) -> LeaseRow {
 }
 
 impl Mysql {
+    /// The row, and whether it is free but left to another candidate.
     async fn read(
         &self,
         session: &mut Session<MySqlConnection>,
-        op: &'static str,
-        election: &str,
-    ) -> Result<Option<LeaseRow>, BackendError> {
+        t: &Tenancy,
+    ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
+        let op = "campaign";
         let conn = session.begin(op).await?;
         let row = sqlx::query(&self.statements.read)
-            .bind(election)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end(op, row)?;
-        row.as_ref()
-            .map(LeaseRow::from_row)
-            .transpose()
-            .map_err(super::sql(op))
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let reserved = sqlx::Row::try_get::<i64, _>(&row, 4).map_err(super::sql(op))? != 0;
+        let row = LeaseRow::from_row(&row).map_err(super::sql(op))?;
+        Ok(Some((row, reserved)))
     }
 
     /// The next token, counted before anyone holds it, when the row is free for a
     /// new tenure of ours; `None` when it is not (held, ours already, missing) or the
     /// counter's row is missing.
-    async fn reserve(
+    async fn count_token(
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
@@ -305,6 +418,8 @@ impl Mysql {
             .bind(t.floor_param())
             .bind(&t.election)
             .bind(&t.tenure)
+            .bind(&t.election)
+            .bind(&t.identity)
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
@@ -344,6 +459,8 @@ impl Mysql {
             .bind(&t.election)
             .bind(&t.tenure)
             .bind(reserved)
+            .bind(&t.election)
+            .bind(&t.identity)
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
@@ -389,7 +506,7 @@ impl Mysql {
         &self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
-    ) -> Result<Option<LeaseRow>, BackendError> {
+    ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
         self.seed(session, t.floor_param()).await?;
         let conn = session.begin("campaign").await?;
         let counted = sqlx::query_scalar::<_, i64>(&self.statements.counted)
@@ -418,7 +535,23 @@ impl Mysql {
                 "the lease row was gone although tokens were handed out; fenced it for one ttl"
             );
         }
-        self.read(session, "campaign", &t.election).await
+        self.read(session, t).await
+    }
+
+    /// Drops our reservation, used up by our take (best effort: left over, it would
+    /// only keep the others from the row for the rest of its ttl after our release).
+    async fn drop_reservation(&self, session: &mut Session<MySqlConnection>, t: &Tenancy) {
+        let Ok(conn) = session.begin("watch").await else {
+            return;
+        };
+        let done = sqlx::query(&self.statements.cands.clear_mine)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .execute(&mut *conn)
+            .await;
+        if let Err(e) = session.end("watch", done) {
+            tracing::debug!(error = %e, "could not drop our used-up reservation");
+        }
     }
 
     /// Creates `table` with `create` if it is missing; a user who may not is bad input.
@@ -500,6 +633,12 @@ impl SqlDialect for Mysql {
             &self.statements.create_counter,
         )
         .await?;
+        self.ensure(
+            session,
+            &self.table.candidates(),
+            &self.statements.cands.create,
+        )
+        .await?;
         // The counter's row, at least as high as the lease row (a table from before
         // the counter, a counter row deleted while the lease row stayed).
         self.seed(session, 0).await?;
@@ -512,25 +651,33 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let reserved = self.reserve(session, t).await?;
+        let reserved = self.count_token(session, t).await?;
+        self.left_to_another = false;
         match self.update_take(session, t, reserved.unwrap_or(0)).await? {
             Some(token) if token > 0 => {
                 if reserved.is_some_and(|r| token > r) {
                     // The row's token was above the counter (tampered with meanwhile).
                     self.raise(session, token).await?;
                 }
+                self.clear_mine |= reserved.is_some();
                 return Ok(Some(ours(t, token)));
             }
             // No token in the answer (a server that does not pass it on): look.
-            Some(_) => return self.read(session, "campaign", &t.election).await,
+            Some(_) => {
+                self.clear_mine |= reserved.is_some();
+                return Ok(self.read(session, t).await?.map(|(row, _)| row));
+            }
             None => {}
         }
-        let Some(row) = self.read(session, "campaign", &t.election).await? else {
-            let row = self.insert_missing(session, t).await?;
+        let Some((row, left_to_another)) = self.read(session, t).await? else {
+            let found = self.insert_missing(session, t).await?;
+            self.left_to_another = found.as_ref().is_some_and(|(_, l)| *l);
+            let row = found.map(|(row, _)| row);
             self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
             return Ok(row);
         };
         self.seen_tenure.clone_from(&row.tenure);
+        self.left_to_another = left_to_another;
         if reserved.is_none() && row.left_ms == 0 && row.tenure != t.tenure {
             // Free, yet no token was counted: the counter's row is gone. Back with
             // it, for the next campaign (at once: the row shows no expiry to wait for).
@@ -569,11 +716,90 @@ impl SqlDialect for Mysql {
         session.end("release", done).map(|_| ())
     }
 
+    async fn list(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+        alive: Duration,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("candidates").await?;
+        let done = sqlx::query(&self.statements.cands.list)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .bind(micros(alive))
+            .execute(&mut *conn)
+            .await;
+        session.end("candidates", done).map(|_| ())
+    }
+
+    async fn live(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<Vec<String>, BackendError> {
+        let conn = session.begin("candidates").await?;
+        let live = sqlx::query_scalar::<_, String>(&self.statements.cands.live)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        session.end("candidates", live)
+    }
+
+    async fn reserve(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+        to: &str,
+        alive: Duration,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("release").await?;
+        let done = sqlx::query(&self.statements.cands.reserve_to)
+            .bind(ttl_us(t))
+            .bind(&t.election)
+            .bind(to)
+            .bind(&t.tenure)
+            .execute(&mut *conn)
+            .await;
+        // Matched rows (the client asks for found rows, not changed ones).
+        let reserved = session.end("release", done)?.rows_affected() > 0;
+        if to != t.identity {
+            // Best effort: we campaign again soon, and list ourselves then.
+            let conn = session.begin("release").await?;
+            let done = sqlx::query(&self.statements.cands.mine)
+                .bind(micros(alive))
+                .bind(&t.election)
+                .bind(&t.identity)
+                .execute(&mut *conn)
+                .await;
+            if let Err(e) = session.end("release", done) {
+                tracing::debug!(error = %e, "could not list ourselves alive at the switchover");
+            }
+        }
+        Ok(reserved)
+    }
+
+    async fn prune(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("candidates").await?;
+        let done = sqlx::query(&self.statements.cands.prune)
+            .bind(election)
+            .bind(i64::try_from(super::PRUNE_AFTER.as_secs()).unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await;
+        session.end("candidates", done).map(|_| ())
+    }
+
     async fn own_tenure(
         &mut self,
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
+        if std::mem::take(&mut self.clear_mine) {
+            self.drop_reservation(session, t).await;
+        }
         let conn = session.begin("watch").await?;
         let row = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(&self.statements.own)
             .bind(&t.tenure)
@@ -622,7 +848,12 @@ impl SqlDialect for Mysql {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        let want = if *self.held.borrow() {
+        let want = if *self.held.borrow() && self.left_to_another {
+            // Woken by the lock, and the free row is left to another candidate (a
+            // switchover): the signal connection hands the lock on, so that the named
+            // candidate, queued behind us, wakes (see `signal`).
+            Want::Pass
+        } else if *self.held.borrow() {
             // Woken by the lock, and the row is someone else's: the signal connection
             // hands the lock on to a leader whose session lives and queues again, or
             // keeps it for the expiry of a crashed leader's row (see `signal`).

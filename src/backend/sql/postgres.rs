@@ -2,14 +2,22 @@
 //! statement, judged by the server's `now()`.
 //!
 //! - **take** is one `INSERT … ON CONFLICT (election) DO UPDATE … WHERE` (the row is
-//!   ours already, or expired) inside a statement that also reads the election's token
-//!   counter and raises it to the token handed out, returns the row as it stands when
-//!   the take did not apply, and calls `pg_notify` when it did: one round trip for
+//!   ours already, or expired and not left to another candidate) inside a statement
+//!   that also reads the election's token counter and raises it to the token handed
+//!   out, drops the taker's own reservation, returns the row as it stands when the take
+//!   did not apply (a free row left to another candidate as nobody's, with the
+//!   reservation's time left), and calls `pg_notify` when it did: one round trip for
 //!   winners and losers alike.
 //! - **renew**: `UPDATE … WHERE election = $1 AND tenure = $2`.
 //! - **release**: the same compare, emptying the row and expiring it now, with a
 //!   `pg_notify` in the same statement; the notification is delivered when the
 //!   statement commits, so a woken follower always finds the row free.
+//! - **switchover**: the candidates' rows (see [`super`]) are an upsert each; the
+//!   reservation is one statement (`to`'s row reserved when it is alive and the lease
+//!   row is ours, our own row alive and unreserved, in data-modifying CTEs) sent before
+//!   the release. The release's notification wakes everyone: the named candidate takes
+//!   the row; the others are refused and sleep until the reservation's end or the
+//!   named one's take, which notifies too.
 //!
 //! **Wake-ups**: a second connection `LISTEN`s on the channel named like the table,
 //! with the election as payload. Followers wake on every take and release there, at
@@ -42,12 +50,17 @@ use super::{
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
 
-/// The statements for one table (and its token counters), written once.
+/// The statements for one table (and its token counters and candidates), written once.
 struct Statements {
     exists: String,
     create: String,
     create_counter: String,
+    create_candidates: String,
     seed: String,
+    list: String,
+    live: String,
+    reserve: String,
+    prune: String,
     take: String,
     renew: String,
     release: String,
@@ -55,7 +68,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn for_tables(t: &str, c: &str) -> Statements {
+    fn for_tables(t: &str, c: &str, k: &str) -> Statements {
         Statements {
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
             create: format!(
@@ -75,55 +88,58 @@ impl Statements {
                    token    bigint NOT NULL
                  )"
             ),
+            create_candidates: format!(
+                "CREATE TABLE IF NOT EXISTS {k} (
+                   election       text NOT NULL,
+                   identity       text NOT NULL,
+                   alive_until    timestamptz NOT NULL,
+                   reserved_until timestamptz,
+                   PRIMARY KEY (election, identity)
+                 )"
+            ),
+            // $1 election, $2 identity, $3 alive ms: our own row, alive (its
+            // reservation stays).
+            list: format!(
+                "INSERT INTO {k} AS p (election, identity, alive_until)
+                 VALUES ($1::text, $2::text, now() + $3::bigint * interval '1 millisecond')
+                 ON CONFLICT (election, identity) DO UPDATE SET alive_until = EXCLUDED.alive_until"
+            ),
+            live: format!(
+                "SELECT identity FROM {k} WHERE election = $1::text AND alive_until > now() ORDER BY identity"
+            ),
+            // $1 election, $2 to, $3 ttl ms, $4 our tenure, $5 identity, $6 alive ms:
+            // `to`'s row reserved when it is alive and the lease row is ours; our own
+            // row alive and without a reservation. The count of rows reserved.
+            reserve: format!(
+                "WITH held AS (
+                   SELECT 1 FROM {t} WHERE election = $1::text AND tenure = $4::text
+                 ),
+                 marked AS (
+                   UPDATE {k} SET reserved_until = now() + $3::bigint * interval '1 millisecond'
+                   WHERE election = $1::text AND identity = $2::text AND alive_until > now()
+                     AND EXISTS (SELECT 1 FROM held)
+                   RETURNING identity
+                 ),
+                 mine AS (
+                   UPDATE {k} SET reserved_until = NULL,
+                     alive_until = GREATEST(alive_until, now() + $6::bigint * interval '1 millisecond')
+                   WHERE election = $1::text AND identity = $5::text AND identity <> $2::text
+                 )
+                 SELECT count(*)::bigint FROM marked"
+            ),
+            // $1 election, $2 seconds.
+            prune: format!(
+                "DELETE FROM {k} WHERE election = $1::text
+                   AND alive_until < now() - $2::bigint * interval '1 second'
+                   AND (reserved_until IS NULL OR reserved_until < now())"
+            ),
             // $1 election: the counter at least as high as the row's token.
             seed: format!(
                 "INSERT INTO {c} AS k (election, token)
                  SELECT $1::text, COALESCE(MAX(token), 0) FROM {t} WHERE election = $1::text
                  ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)"
             ),
-            // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
-            // A new tenure gets one more than the highest of the row's token, the
-            // floor and the counter, and the counter follows it in the same statement.
-            // A missing row comes back as a quarantine row instead of ours when tokens
-            // were handed out before (the counter or the floor says so; see the parent
-            // module).
-            take: format!(
-                "WITH c AS (
-                   SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
-                 ),
-                 taken AS (
-                   INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                   SELECT $1::text,
-                          CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
-                          CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
-                          GREATEST(c.n, 1),
-                          now(), now(), now() + $4::bigint * interval '1 millisecond'
-                   FROM c
-                   ON CONFLICT (election) DO UPDATE SET
-                     token = CASE WHEN l.tenure = $2::text THEN l.token
-                                  ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
-                     holder = $3::text,
-                     tenure = $2::text,
-                     acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
-                     renewed_at = now(),
-                     expires_at = now() + $4::bigint * interval '1 millisecond'
-                   WHERE l.tenure = $2::text OR l.expires_at <= now()
-                   RETURNING l.holder, l.tenure, l.token, l.expires_at
-                 ),
-                 counted AS (
-                   INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
-                   ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
-                 )
-                 SELECT holder, tenure, token,
-                        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                        pg_notify($6::text, $1::text)::text
-                 FROM taken
-                 UNION ALL
-                 SELECT holder, tenure, token,
-                        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                        NULL::text
-                 FROM {t} WHERE election = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
-            ),
+            take: take(t, c, k),
             renew: format!(
                 "UPDATE {t} SET renewed_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond'
                  WHERE election = $1::text AND tenure = $2::text"
@@ -141,6 +157,69 @@ impl Statements {
     }
 }
 
+/// The take statement on lease table `t`, counters `c`, candidates `k`.
+fn take(t: &str, c: &str, k: &str) -> String {
+    // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
+    // A new tenure gets one more than the highest of the row's token, the
+    // floor and the counter, and the counter follows it in the same statement.
+    // A missing row comes back as a quarantine row instead of ours when tokens
+    // were handed out before (the counter or the floor says so; see the parent
+    // module).
+    // A free row is not taken for a new tenure while another candidate's
+    // reservation lasts (a switchover's); the row then comes back as nobody's
+    // with the reservation's time left, and the named candidate's take drops
+    // its reservation in the same statement.
+    format!(
+        "WITH c AS (
+           SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
+         ),
+         r AS (
+           SELECT MAX(reserved_until) AS until FROM {k}
+           WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()
+         ),
+         taken AS (
+           INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
+           SELECT $1::text,
+                  CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
+                  CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
+                  GREATEST(c.n, 1),
+                  now(), now(), now() + $4::bigint * interval '1 millisecond'
+           FROM c
+           ON CONFLICT (election) DO UPDATE SET
+             token = CASE WHEN l.tenure = $2::text THEN l.token
+                          ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
+             holder = $3::text,
+             tenure = $2::text,
+             acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
+             renewed_at = now(),
+             expires_at = now() + $4::bigint * interval '1 millisecond'
+           WHERE l.tenure = $2::text
+              OR (l.expires_at <= now() AND (SELECT until FROM r) IS NULL)
+           RETURNING l.holder, l.tenure, l.token, l.expires_at
+         ),
+         counted AS (
+           INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
+           ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
+         ),
+         cleared AS (
+           UPDATE {k} SET reserved_until = NULL
+           WHERE election = $1::text AND identity = $3::text AND reserved_until IS NOT NULL
+             AND EXISTS (SELECT 1 FROM taken WHERE tenure = $2::text)
+         )
+         SELECT holder, tenure, token,
+                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
+                pg_notify($6::text, $1::text)::text
+         FROM taken
+         UNION ALL
+         SELECT CASE WHEN expires_at > now() THEN holder ELSE '' END, tenure, token,
+                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (
+                  GREATEST(expires_at, COALESCE((SELECT until FROM r), expires_at)) - now()
+                )) * 1000))::bigint,
+                NULL::text
+         FROM {t} WHERE election = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
+    )
+}
+
 /// The `postgres` backend.
 pub type PostgresBackend = SqlBackend<Postgres>;
 
@@ -149,6 +228,8 @@ pub struct Postgres {
     table: Table,
     /// The token counters' table beside it.
     counter: Table,
+    /// The live candidates' table beside it.
+    candidates: Table,
     election: String,
     user: String,
     channel: String,
@@ -187,9 +268,11 @@ impl PostgresBackend {
             statements: Statements::for_tables(
                 &settings.table.quoted('"'),
                 &settings.table.counter().quoted('"'),
+                &settings.table.candidates().quoted('"'),
             ),
             table: settings.table.clone(),
             counter: settings.table.counter(),
+            candidates: settings.table.candidates(),
             election: lease.election.to_owned(),
             user: options.get_username().to_owned(),
             channel,
@@ -268,6 +351,10 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         self.listener.abort();
     }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn code_of(e: &sqlx::Error) -> Option<String> {
@@ -359,6 +446,12 @@ impl SqlDialect for Postgres {
             .await?;
         self.ensure(session, &self.counter, &self.statements.create_counter)
             .await?;
+        self.ensure(
+            session,
+            &self.candidates,
+            &self.statements.create_candidates,
+        )
+        .await?;
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
         let conn = session.begin("prepare").await?;
@@ -422,6 +515,69 @@ impl SqlDialect for Postgres {
             .execute(&mut *conn)
             .await;
         session.end("release", done).map(|_| ())
+    }
+
+    async fn list(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+        alive: Duration,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("candidates").await?;
+        let done = sqlx::query(&self.statements.list)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .bind(millis(alive))
+            .execute(&mut *conn)
+            .await;
+        session.end("candidates", done).map(|_| ())
+    }
+
+    async fn live(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<Vec<String>, BackendError> {
+        let conn = session.begin("candidates").await?;
+        let live = sqlx::query_scalar::<_, String>(&self.statements.live)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        session.end("candidates", live)
+    }
+
+    async fn reserve(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+        to: &str,
+        alive: Duration,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("release").await?;
+        let reserved = sqlx::query_scalar::<_, i64>(&self.statements.reserve)
+            .bind(&t.election)
+            .bind(to)
+            .bind(t.ttl_ms())
+            .bind(&t.tenure)
+            .bind(&t.identity)
+            .bind(millis(alive))
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(session.end("release", reserved)? > 0)
+    }
+
+    async fn prune(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("candidates").await?;
+        let done = sqlx::query(&self.statements.prune)
+            .bind(election)
+            .bind(i64::try_from(super::PRUNE_AFTER.as_secs()).unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await;
+        session.end("candidates", done).map(|_| ())
     }
 
     async fn own_tenure(

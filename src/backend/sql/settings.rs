@@ -41,6 +41,10 @@ pub const DEFAULT_TABLE: &str = "leasekeeper_leases";
 /// What the token counters' table adds to the lease table's name.
 const COUNTER_SUFFIX: &str = "_tokens";
 
+/// What the live candidates' table adds to the lease table's name (no longer than
+/// [`COUNTER_SUFFIX`], so that every lease table name allowed before still fits 63).
+const CANDIDATES_SUFFIX: &str = "_cands";
+
 /// The two SQL dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -87,8 +91,9 @@ impl Table {
             Some((s, n)) => (Some(s), n),
             None => (None, raw),
         };
-        // The token counter's table is named `<name>_tokens`, which must fit 63 too.
-        let longest_name = 63 - COUNTER_SUFFIX.len();
+        // The token counters' table is named `<name>_tokens` and the candidates'
+        // `<name>_cands`, which must fit 63 too.
+        let longest_name = 63 - COUNTER_SUFFIX.len().max(CANDIDATES_SUFFIX.len());
         if !ident_ok(name, longest_name) || schema.is_some_and(|s| !ident_ok(s, 63)) {
             return Err(bad(format!(
                 "--sql-table {raw:?} is not a table name; use lowercase letters, digits and '_' (at most {longest_name} for the table, 63 for a schema, not starting with a digit), optionally as schema.table"
@@ -106,6 +111,15 @@ impl Table {
         Table {
             schema: self.schema.clone(),
             name: format!("{}{COUNTER_SUFFIX}", self.name),
+        }
+    }
+
+    /// The table of the election's live candidates and a switchover's reservation
+    /// beside it: `<name>_cands`, in the same schema (see the parent module).
+    pub fn candidates(&self) -> Table {
+        Table {
+            schema: self.schema.clone(),
+            name: format!("{}{CANDIDATES_SUFFIX}", self.name),
         }
     }
 
@@ -373,6 +387,10 @@ mod tests {
                 .counter()
                 .display(),
             format!("{}.{longest}_tokens", "s".repeat(63))
+        );
+        assert_eq!(
+            Table::parse(&longest).expect("ok").candidates().quoted('`'),
+            format!("`{longest}_cands`")
         );
         for bad in [
             "",

@@ -14,7 +14,12 @@
 //!   lock with a connection and is queued for it again. When the holder's session is
 //!   gone (a crash) the follower keeps the lock and takes the row when it expires.
 //!   Yields for one tenure in quick succession (nobody took the lock on) pause
-//!   before queueing again, 10 ms doubling, so that they never spin.
+//!   before queueing again, 10 ms doubling, so that they never spin;
+//! - a follower that got the lock and found the row free but left to another
+//!   candidate (a switchover's reservation: it may not take it) hands the lock on
+//!   without looking at any session ("pass"), so that the named candidate, further
+//!   back in the queue, wakes and takes it; passes in quick succession pause like
+//!   yields.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,9 +46,15 @@ pub(super) enum Want {
     /// We hold it as a follower and found the row held by this tenure: hand it on to
     /// a leader whose session lives, and queue again; otherwise keep it.
     Yield(String),
+    /// We hold it as a follower and found the free row left to another candidate:
+    /// hand it on and queue again.
+    Pass,
     /// Get it and hold it (we lead).
     Lead,
 }
+
+/// What consecutive passes count under in [`Yields`] (never a tenure id).
+const PASSED: &str = "\u{0}left to another";
 
 /// What the signal task needs.
 pub(super) struct SignalParts {
@@ -81,7 +92,7 @@ pub(super) async fn signal(mut p: SignalParts) {
         match timeout(p.op_timeout, connect(&p)).await {
             Ok(Ok((mut conn, id))) => {
                 p.conn_id.store(id, Ordering::SeqCst);
-                if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_)) {
+                if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_) | Want::Pass) {
                     // Releases may have happened while we were away.
                     p.woke.notify_one();
                 }
@@ -124,6 +135,7 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
                 let tenure = tenure.clone();
                 yield_or_keep(conn, p, &tenure, yields).await
             }
+            (Want::Pass, true) => hand_on(conn, p, PASSED, yields).await,
             (_, true) => hold(conn, p).await,
             (_, false) => wait_for_lock(conn, p, &want).await,
         };
@@ -175,7 +187,7 @@ async fn wait_for_lock(
     match got {
         Ok(Ok(Some(1))) => {
             p.held.send_replace(true);
-            if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_)) {
+            if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_) | Want::Pass) {
                 p.woke.notify_one();
             }
             // A follower's next want comes from the campaign the wake-up starts.
@@ -253,10 +265,21 @@ async fn yield_or_keep(
         }
         _ => return None,
     }
+    hand_on(conn, p, tenure, yields).await
+}
+
+/// Lets the lock go to the next in its queue and queues again, after a pause when
+/// the lock was handed on for `key` (a tenure, or [`PASSED`]) just before.
+async fn hand_on(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    key: &str,
+    yields: &mut Yields,
+) -> Option<Want> {
     if !release(conn, p).await {
         return None;
     }
-    let pause = yields.pause(tenure, p.follow_wait);
+    let pause = yields.pause(key, p.follow_wait);
     if !pause.is_zero() {
         tokio::select! {
             changed = p.want.changed() => {
