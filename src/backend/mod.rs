@@ -174,25 +174,13 @@ pub trait Backend: Send + 'static {
     /// when the store keeps no such list.
     fn candidates(
         &mut self,
-    ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send {
-        async { Ok(None) }
-    }
+    ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send;
 
     /// Give our own lease back (as [`Backend::release`]) and leave it to the candidate
     /// `to` (a switchover): the store keeps the other candidates from taking it while
-    /// `to` is alive, for about a ttl at most, so that `to` leads next.
-    fn release_to(&mut self, to: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let message = format!(
-            "a switchover to {to:?} is not built for the {} backend yet",
-            self.name()
-        );
-        async move {
-            Err(BackendError::Store {
-                op: "release",
-                message,
-            })
-        }
-    }
+    /// `to` is alive, for about a ttl at most, so that `to` leads next. (A `to` the
+    /// store no longer shows alive may get a plain release instead, with a warning.)
+    fn release_to(&mut self, to: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// While leading: resolves once the store asks this leader to hand over to another
     /// candidate (a Kubernetes Lease whose `preferredHolder` comes to name someone
