@@ -872,20 +872,7 @@ impl Backend for EtcdBackend {
         };
         self.begin();
         let result = self.reserve(to, &key, revision).await;
-        match self.end(result) {
-            Ok(Some(named)) => {
-                tracing::info!(to, key = named, "switchover: the lease is left to {to}");
-            }
-            Ok(None) => tracing::warn!(
-                to,
-                "switchover: {to:?} is not a live candidate; releasing for whoever is next"
-            ),
-            Err(e) => tracing::warn!(
-                to,
-                error = %e,
-                "switchover: no reservation written; releasing for whoever is next"
-            ),
-        }
+        super::log_reservation(to, self.end(result));
         self.release().await
     }
 

@@ -65,6 +65,25 @@ pub mod sql;
 pub mod store_clock;
 pub mod zookeeper;
 
+/// Logs what became of a switchover's reservation for `to` before the release: written
+/// (naming the entry `named` of the store's queue), `to` not found alive, or failed.
+pub(crate) fn log_reservation(to: &str, outcome: Result<Option<String>, BackendError>) {
+    match outcome {
+        Ok(Some(named)) => {
+            tracing::info!(to, entry = named, "switchover: the lease is left to {to}");
+        }
+        Ok(None) => tracing::warn!(
+            to,
+            "switchover: {to:?} is not a live candidate; releasing for whoever is next"
+        ),
+        Err(e) => tracing::warn!(
+            to,
+            error = %e,
+            "switchover: no reservation written; releasing for whoever is next"
+        ),
+    }
+}
+
 /// How many renewals fell back from a write over the record the backend had cached to
 /// a read and a second write (client-go's "slow path"), for the metrics. Handed to a
 /// backend at wiring time; a backend without such a fallback never counts.

@@ -292,20 +292,8 @@ impl ZkBackend {
         if let Some(to) = to {
             let (dir, reservation) = (self.dir.as_str(), self.reservation.as_str());
             let options = CreateMode::Persistent.with_acls(self.acls());
-            match Self::reserve(&client, (dir, reservation, &options), to, &node).await {
-                Ok(Some(named)) => {
-                    tracing::info!(to, node = named, "switchover: the lease is left to {to}");
-                }
-                Ok(None) => tracing::warn!(
-                    to,
-                    "switchover: {to:?} is not a live candidate; releasing for whoever is next"
-                ),
-                Err(e) => tracing::warn!(
-                    to,
-                    error = %e,
-                    "switchover: no reservation written; releasing for whoever is next"
-                ),
-            }
+            let reserved = Self::reserve(&client, (dir, reservation, &options), to, &node).await;
+            super::log_reservation(to, reserved);
         }
         // Gone already after a reservation (NoNode).
         let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;

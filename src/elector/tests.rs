@@ -356,16 +356,7 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
         false,
     );
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
-    let (tx, rx) = oneshot::channel();
-    h.releases
-        .send(ReleaseRequest {
-            reply: tx,
-            cooldown: None,
-            to: None,
-        })
-        .await
-        .expect("send");
-    assert_eq!(rx.await.expect("answer"), Released::Yes);
+    assert_eq!(ask_release(&h, None, None).await, Released::Yes);
     let released_at = Instant::now();
     assert!(!h.status.borrow().is_leader_at(released_at));
     let again = until(&h, "leader again", |s, now| s.is_leader_at(now)).await;
@@ -373,16 +364,20 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
     assert_eq!(h.status.borrow().claim.map(|c| c.token), Some(2));
 }
 
-/// Asks the elector for a switchover to `to` and returns its answer.
-async fn switch_to(h: &Harness, to: &str) -> Released {
+/// Asks the elector for a release (a switchover with `to`) and returns its answer.
+async fn ask_release(h: &Harness, cooldown: Option<Duration>, to: Option<&str>) -> Released {
     let (tx, rx) = oneshot::channel();
     let request = ReleaseRequest {
         reply: tx,
-        cooldown: None,
-        to: Some(to.into()),
+        cooldown,
+        to: to.map(str::to_owned),
     };
     h.releases.send(request).await.expect("send");
     rx.await.expect("answer")
+}
+
+async fn switch_to(h: &Harness, to: &str) -> Released {
+    ask_release(h, None, Some(to)).await
 }
 
 /// A switchover releases through `release_to` with the named candidate, only when
@@ -431,14 +426,7 @@ async fn leader_released_with(cooldown: Duration) -> Harness {
         false,
     );
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
-    let (tx, rx) = oneshot::channel();
-    let release = ReleaseRequest {
-        reply: tx,
-        cooldown: Some(cooldown),
-        to: None,
-    };
-    h.releases.send(release).await.expect("send");
-    assert_eq!(rx.await.expect("answer"), Released::Yes);
+    assert_eq!(ask_release(&h, Some(cooldown), None).await, Released::Yes);
     h
 }
 
