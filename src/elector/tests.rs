@@ -346,8 +346,8 @@ async fn shutdown_publishes_not_leader_before_it_releases() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn release_request_steps_down_and_sits_out_before_campaigning() {
+/// A leader (token 1) whose store hands it token 2 when it campaigns again.
+async fn leading_for_two_tenures() -> Harness {
     let h = start(
         Script {
             campaigns: [acquired(0, 1), acquired(0, 2)].into(),
@@ -356,6 +356,12 @@ async fn release_request_steps_down_and_sits_out_before_campaigning() {
         false,
     );
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    h
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_request_steps_down_and_sits_out_before_campaigning() {
+    let h = leading_for_two_tenures().await;
     assert_eq!(ask_release(&h, None, None).await, Released::Yes);
     let released_at = Instant::now();
     assert!(!h.status.borrow().is_leader_at(released_at));
@@ -385,14 +391,7 @@ async fn switch_to(h: &Harness, to: &str) -> Released {
 /// one releases nothing and the leader goes on leading.
 #[tokio::test(start_paused = true)]
 async fn a_switchover_leaves_the_lease_to_a_live_candidate_only() {
-    let h = start(
-        Script {
-            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
-            ..Default::default()
-        },
-        false,
-    );
-    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let h = leading_for_two_tenures().await;
     let dead = switch_to(&h, "gone").await;
     assert_eq!(
         dead,
@@ -418,14 +417,7 @@ async fn a_switchover_leaves_the_lease_to_a_live_candidate_only() {
 /// A leader (tokens 1, then 2 when it campaigns again) that has just released with
 /// this cooldown.
 async fn leader_released_with(cooldown: Duration) -> Harness {
-    let h = start(
-        Script {
-            campaigns: [acquired(0, 1), acquired(0, 2)].into(),
-            ..Default::default()
-        },
-        false,
-    );
-    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    let h = leading_for_two_tenures().await;
     assert_eq!(ask_release(&h, Some(cooldown), None).await, Released::Yes);
     h
 }
