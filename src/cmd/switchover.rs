@@ -209,6 +209,12 @@ mod tests {
         let not = refusal("b", 409, &json!({"error": "not leader", "leader": "a"})).unwrap();
         assert_eq!(not.code, NOT_LEADER);
         assert!(not.message.contains("the leader is a"), "{}", not.message);
+        let nobody = refusal("b", 409, &json!({"error": "not leader", "leader": null})).unwrap();
+        assert!(
+            nobody.message.contains("nobody known"),
+            "{}",
+            nobody.message
+        );
         let dead = refusal(
             "z",
             422,
