@@ -924,13 +924,6 @@ impl Backend for KubeBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
-        if to.is_empty() {
-            return Err(BackendError::Store {
-                op: "release lease",
-                message: "a switchover needs the identity of the candidate to hand over to"
-                    .to_owned(),
-            });
-        }
         self.release_leaving(Some(to)).await
     }
 

@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
@@ -263,7 +263,7 @@ pub struct RedisBackend {
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
     /// When this candidate next lists itself as alive.
-    listing: switchover::Listing,
+    listing: Listing,
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
@@ -333,19 +333,17 @@ impl RedisBackend {
             own_push_until: None,
             last_sign: None,
             holder_expires: None,
-            listing: switchover::Listing::new(ttl),
+            listing: Listing::new(lease.timing),
         })
     }
 
     /// Lists this candidate as alive, when that is due (errors are the next
     /// campaign's to find).
     async fn list_self(&mut self) {
-        let Some(pipe) = self
-            .listing
-            .due(Instant::now(), &self.keys.candidates, &self.identity)
-        else {
+        if !self.listing.due(Instant::now()) {
             return;
-        };
+        }
+        let pipe = switchover::listing(&self.keys.candidates, &self.identity, self.listing.alive());
         if let Err(e) = pipe.query_async::<()>(&mut self.node.conn).await {
             tracing::debug!(error = %e, "could not list this candidate as alive");
         }
@@ -684,7 +682,7 @@ impl Backend for RedisBackend {
     }
 
     /// A follower with tracking on sends nothing while the holder renews (but its listing
-    /// as a live candidate, once every [`switchover::Listing`] period): each renewal
+    /// as a live candidate, once every [`Listing`] period): each renewal
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
     /// It looks again (`Changed`) on an events-channel notice (acquired, released,
     /// expired), when the tracking connection is lost, when an invalidation comes

@@ -83,7 +83,7 @@ use super::redis::{
     RedisSettings, CLOCK, REFUSED,
 };
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
@@ -301,7 +301,7 @@ pub struct RedlockBackend {
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
     /// When this candidate next lists itself as alive (on every node).
-    listing: switchover::Listing,
+    listing: Listing,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -449,7 +449,7 @@ impl RedlockBackend {
             signs: vec![None; n],
             expires: vec![None; n],
             clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
-            listing: switchover::Listing::new(ttl),
+            listing: Listing::new(lease.timing),
         })
     }
 
@@ -474,10 +474,9 @@ impl RedlockBackend {
 
     /// Lists this candidate as alive on every node, when that is due.
     async fn list_self(&mut self) {
-        let due = self
-            .listing
-            .due(Instant::now(), &self.keys.candidates, &self.identity);
-        if let Some(pipe) = due {
+        if self.listing.due(Instant::now()) {
+            let alive = self.listing.alive();
+            let pipe = switchover::listing(&self.keys.candidates, &self.identity, alive);
             let _: Round<()> = self.on_each_plain(&pipe).await;
         }
     }

@@ -80,7 +80,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
 pub mod mysql;
@@ -386,61 +386,15 @@ pub trait SqlDialect: Send + 'static {
 /// (then a listing deletes it).
 pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// When a candidate next lists itself as alive, and for how long.
-#[derive(Debug)]
-pub(crate) struct Listing {
-    /// Once every half ttl, between 1 s and 10 s.
-    every: Duration,
-    /// How long a listing counts: three times the longer of `every` and the longest
-    /// gap between two campaigns of a follower (its wait, the retry interval jittered
-    /// up to 1.2 times or the sit-out of a renew interval after a release, then the
-    /// campaign itself, at most a backend timeout), so that a follower listed once
-    /// stays listed while it campaigns.
-    alive: Duration,
-    next: Option<Instant>,
-    /// Listings so far; every [`PRUNE_EVERY`]th (the first too) also prunes.
-    count: u32,
-}
-
 /// How many listings apart a candidate prunes the dead candidates' rows.
 const PRUNE_EVERY: u32 = 360;
 
-impl Listing {
-    pub(crate) fn new(timing: &crate::timing::Timing) -> Self {
-        let every = (timing.ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10));
-        let gap = timing
-            .retry_interval
-            .mul_f64(1.2)
-            .max(timing.renew_interval)
-            + timing.backend_timeout;
-        Listing {
-            every,
-            alive: 3 * every.max(gap),
-            next: None,
-            count: 0,
-        }
-    }
-
-    /// Whether a listing is due at `now` (then the next one is a period later).
-    fn due(&mut self, now: Instant) -> bool {
-        if self.next.is_some_and(|n| now < n) {
-            return false;
-        }
-        self.listed(now);
-        true
-    }
-
-    /// Listed at `now` (by a switchover's reservation, say).
-    fn listed(&mut self, now: Instant) {
-        self.next = Some(now + self.every);
-    }
-
-    /// Whether this listing also prunes.
-    fn prune_due(&mut self) -> bool {
-        let due = self.count.is_multiple_of(PRUNE_EVERY);
-        self.count = self.count.wrapping_add(1);
-        due
-    }
+/// Whether the listing numbered `count` (from 0) also prunes: the first and every
+/// [`PRUNE_EVERY`]th.
+fn prune_due(count: &mut u32) -> bool {
+    let due = count.is_multiple_of(PRUNE_EVERY);
+    *count = count.wrapping_add(1);
+    due
 }
 
 /// The SQL backend over one dialect: the lease-row rules of the module doc.
@@ -448,6 +402,8 @@ pub struct SqlBackend<D: SqlDialect> {
     session: Session<D::Conn>,
     tenancy: Tenancy,
     listing: Listing,
+    /// Listings so far (for [`prune_due`]).
+    listings: u32,
     dialect: D,
 }
 
@@ -457,6 +413,7 @@ impl<D: SqlDialect> SqlBackend<D> {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
             listing: Listing::new(lease.timing),
+            listings: 0,
             dialect,
         }
     }
@@ -476,13 +433,13 @@ impl<D: SqlDialect> SqlBackend<D> {
         }
         let listed = self
             .dialect
-            .list(&mut self.session, &self.tenancy, self.listing.alive)
+            .list(&mut self.session, &self.tenancy, self.listing.alive())
             .await;
         if let Err(e) = listed {
             tracing::warn!(error = %e, "could not list this candidate as alive; a switchover cannot name it");
             return;
         }
-        if self.listing.prune_due() {
+        if prune_due(&mut self.listings) {
             let election = self.tenancy.election.clone();
             if let Err(e) = self.dialect.prune(&mut self.session, &election).await {
                 tracing::debug!(error = %e, "could not prune the candidates that are gone");
@@ -568,7 +525,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             // before it cannot see the row free (see the module doc).
             let reserved = self
                 .dialect
-                .reserve(&mut self.session, &self.tenancy, to, self.listing.alive)
+                .reserve(&mut self.session, &self.tenancy, to, self.listing.alive())
                 .await;
             match reserved {
                 Ok(true) => {
@@ -612,39 +569,11 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timing::Timing;
 
     #[test]
-    fn a_listing_outlasts_the_longest_gap_between_a_followers_campaigns() {
-        // ttl 3 s: listed every 1.5 s; a follower campaigns at least every 1.2 × 1 s
-        // (the retry interval, jittered) + 0.6 s (the campaign's timeout).
-        let l = Listing::new(&Timing::for_ttl(Duration::from_secs(3)));
-        assert_eq!(l.every, Duration::from_millis(1500));
-        assert_eq!(l.alive, Duration::from_millis(5400));
-        // A retry interval far above the period: the window follows it.
-        let mut t = Timing::for_ttl(Duration::from_secs(60));
-        t.retry_interval = Duration::from_secs(30);
-        let l = Listing::new(&t);
-        assert_eq!(l.every, Duration::from_secs(10));
-        let gap = Duration::from_secs(36) + t.backend_timeout;
-        assert!(l.alive >= l.every + gap, "{l:?}");
-        // A short ttl: at least a second between listings.
-        let l = Listing::new(&Timing::for_ttl(Duration::from_millis(500)));
-        assert_eq!(l.every, Duration::from_secs(1));
-    }
-
-    #[test]
-    fn listings_come_once_per_period_and_prune_now_and_then() {
-        let mut l = Listing::new(&Timing::for_ttl(Duration::from_secs(4)));
-        let t0 = Instant::now();
-        assert!(l.due(t0), "the first campaign lists");
-        assert!(!l.due(t0 + Duration::from_millis(1999)));
-        assert!(l.due(t0 + Duration::from_secs(2)));
-        // A switchover's reservation lists us too.
-        l.listed(t0 + Duration::from_secs(3));
-        assert!(!l.due(t0 + Duration::from_millis(4999)));
-        assert!(l.due(t0 + Duration::from_secs(5)));
-        let prunes: Vec<bool> = (0..=PRUNE_EVERY).map(|_| l.prune_due()).collect();
+    fn listings_prune_now_and_then() {
+        let mut count = 0;
+        let prunes: Vec<bool> = (0..=PRUNE_EVERY).map(|_| prune_due(&mut count)).collect();
         assert!(prunes[0] && prunes[PRUNE_EVERY as usize]);
         assert_eq!(prunes.iter().filter(|p| **p).count(), 2);
     }

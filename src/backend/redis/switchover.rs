@@ -2,9 +2,9 @@
 //!
 //! - **Live candidates**: a sorted set `leasekeeper:{<election>}:candidates` of
 //!   identities scored by the Unix ms until which each counts as alive. Every
-//!   candidate adds itself at its first campaign and then once every
-//!   [`Listing::every`] while it follows (one request, no script); a member whose
-//!   score has passed is gone (a crashed candidate drops out within three periods).
+//!   candidate adds itself at its first campaign and then once per [`Listing`] period
+//!   while it follows (one request, no script), alive for as long as
+//!   [`Listing::alive`] says; a member whose score has passed is gone.
 //! - **Reservation**: `leasekeeper:{<election>}:to` = the named candidate's identity,
 //!   with a PX of one ttl, written by the leader in the same round trip as its
 //!   release. While it lives, the take scripts refuse every other candidate (they see
@@ -12,8 +12,6 @@
 //!   named candidate's take deletes it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use tokio::time::Instant;
 
 /// Lua prelude of the take scripts: `reserved(key, me)` is the reservation's pttl when
 /// the lock is left to another candidate; the named one's look deletes the key.
@@ -37,43 +35,18 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// When a candidate next adds itself to the live candidates.
-#[derive(Debug)]
-pub(crate) struct Listing {
-    every: Duration,
-    next: Option<Instant>,
-}
-
-impl Listing {
-    /// Once every half ttl, between 1 s and 10 s.
-    pub(crate) fn new(ttl: Duration) -> Self {
-        Listing {
-            every: (ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10)),
-            next: None,
-        }
-    }
-
-    /// The request that lists `identity` as alive, if one is due at `now`.
-    pub(crate) fn due(
-        &mut self,
-        now: Instant,
-        set: &str,
-        identity: &str,
-    ) -> Option<redis::Pipeline> {
-        if self.next.is_some_and(|n| now < n) {
-            return None;
-        }
-        self.next = Some(now + self.every);
-        let alive_until = unix_ms() + 3 * self.every.as_millis() as u64;
-        let mut pipe = redis::pipe();
-        pipe.zadd(set, identity, alive_until)
-            .ignore()
-            .zrembyscore(set, "-inf", unix_ms())
-            .ignore()
-            .pexpire(set, 3 * self.every.as_millis() as i64)
-            .ignore();
-        Some(pipe)
-    }
+/// The request that lists `identity` as alive for `alive` from now (and drops the
+/// members whose time has passed).
+pub(crate) fn listing(set: &str, identity: &str, alive: Duration) -> redis::Pipeline {
+    let alive_ms = u64::try_from(alive.as_millis()).unwrap_or(u64::MAX);
+    let mut pipe = redis::pipe();
+    pipe.zadd(set, identity, unix_ms().saturating_add(alive_ms))
+        .ignore()
+        .zrembyscore(set, "-inf", unix_ms())
+        .ignore()
+        .pexpire(set, i64::try_from(alive_ms).unwrap_or(i64::MAX))
+        .ignore();
+    pipe
 }
 
 /// The request for the identities listed as alive now.
