@@ -92,6 +92,9 @@ pub enum Released {
     NotACandidate { live: Vec<String> },
     /// The store could not list its candidates: nothing was released.
     Unchecked(String),
+    /// The store picks the next holder by its own rules (a coordinated Lease): nothing
+    /// was released.
+    Refused(String),
 }
 
 /// The last time the elector loop made progress, for `/healthz`.

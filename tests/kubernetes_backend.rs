@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use common::checker::{self, ElectionSpec, Fault};
 use common::fake_kube::FakeKube;
+use common::kube_server::{self, Flavor, KubeApi};
 use common::{eventually, Sidecar, SidecarArgs};
 use serde_json::json;
 
-fn assert_within_rbac(api: &FakeKube) {
+fn assert_within_rbac(api: &dyn KubeApi) {
     assert!(
         api.forbidden().is_empty(),
         "refused requests: {:?}",
@@ -167,7 +168,7 @@ fn rfc3339_micros(t: std::time::SystemTime) -> String {
 
 #[test]
 fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let client_go = |renew: std::time::SystemTime| {
         json!({
             "holderIdentity": "client-go-0",
@@ -182,7 +183,7 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let mut ours = Sidecar::spawn(
         "ours",
         dir.path(),
-        &SidecarArgs::kubernetes(&api.kubeconfig())
+        &SidecarArgs::kubernetes(&*api.kubeconfig())
             .ttl("2s")
             .election("shared")
             .build(),
@@ -244,11 +245,11 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     assert_eq!(spec["holderIdentity"], "", "{spec}");
     assert_eq!(spec["leaseDurationSeconds"], 1);
     assert_eq!(spec["leaseTransitions"], token);
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// Two sidecars labelling their own Pods (which carry their election, as the chart's do).
-fn labelled_pair(api: &FakeKube, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
+fn labelled_pair(api: &dyn KubeApi, dir: &std::path::Path, election: &str) -> (Sidecar, Sidecar) {
     let spawn = |pod: &str| {
         api.add_pod(pod, &[("app", "demo"), (ELECTION, election)]);
         let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
@@ -290,7 +291,7 @@ fn leader_first<'a>(a: &'a mut Sidecar, b: &'a mut Sidecar) -> (&'a mut Sidecar,
 /// A labelled pair, the leader first, once the leader's Pod shows "true" and the
 /// follower's "false".
 fn labels_follow_the_leader(
-    api: &FakeKube,
+    api: &dyn KubeApi,
     dir: &std::path::Path,
     election: &str,
 ) -> (Sidecar, Sidecar) {
@@ -304,7 +305,7 @@ fn labels_follow_the_leader(
 }
 
 /// Whether the Pod's label reaches `value` within 5 s.
-fn label_becomes(api: &FakeKube, pod: &str, value: &str) -> bool {
+fn label_becomes(api: &dyn KubeApi, pod: &str, value: &str) -> bool {
     eventually(Duration::from_secs(5), || {
         (api.pod_label(pod, KEY).as_deref() == Some(value)).then_some(())
     })
@@ -367,12 +368,12 @@ fn the_pod_label_follows_leadership_and_drift_is_corrected() {
 
 #[test]
 fn the_label_turns_false_before_the_lease_is_released() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let (mut a, mut b) = labelled_pair(&api, dir.path(), "handover");
+    let (mut a, mut b) = labelled_pair(&*api, dir.path(), "handover");
     let (leader, follower) = leader_first(&mut a, &mut b);
     let name = leader.name.clone();
-    assert!(label_becomes(&api, &name, "true"));
+    assert!(label_becomes(&*api, &name, "true"));
     leader.terminate(Duration::from_secs(5)).expect("exits");
     follower.settles_in("leader", Duration::from_secs(5));
     let changes = api.changes();
@@ -396,15 +397,15 @@ fn the_label_turns_false_before_the_lease_is_released() {
         "label false at version {label_false}, lease released at {released}"
     );
     let new_leader = follower.name.clone();
-    assert!(label_becomes(&api, &new_leader, "true"));
-    assert_within_rbac(&api);
+    assert!(label_becomes(&*api, &new_leader, "true"));
+    assert_within_rbac(&*api);
 }
 
 #[test]
 fn a_deleted_lease_is_not_a_free_lease() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("3s")
         .election("deleted")
         .build();
@@ -440,7 +441,7 @@ fn a_deleted_lease_is_not_a_free_lease() {
             .expect("transitions")
             > token
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// One answer of `GET /leader` while it claims: (when, sidecar, token).
@@ -493,8 +494,9 @@ fn longest_overlap(claims: &[Claimed]) -> Duration {
 
 /// Waits until the Lease's renewTime changes (a renew just happened), so the next renew
 /// is a whole renew interval away.
-fn just_after_a_renew(api: &FakeKube, election: &str) {
-    let renewed = |api: &FakeKube| api.lease(election).expect("lease")["spec"]["renewTime"].clone();
+fn just_after_a_renew(api: &dyn KubeApi, election: &str) {
+    let renewed =
+        |api: &dyn KubeApi| api.lease(election).expect("lease")["spec"]["renewTime"].clone();
     let before = renewed(api);
     eventually(Duration::from_secs(10), || {
         (renewed(api) != before).then_some(())
@@ -504,10 +506,10 @@ fn just_after_a_renew(api: &FakeKube, election: &str) {
 
 #[test]
 fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("6s")
         .election("gone")
         .build();
@@ -519,7 +521,7 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
     let c = Sidecar::spawn("c", dir.path(), &args);
     b.settles_in("follower", Duration::from_secs(10));
     c.settles_in("follower", Duration::from_secs(10));
-    just_after_a_renew(&api, "gone");
+    just_after_a_renew(&*api, "gone");
     // `kubectl delete lease gone`, and a fresh candidate that never saw the Lease: it
     // creates it at once.
     api.delete_lease("gone");
@@ -558,14 +560,14 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
             "{name} led with token {token}, not above {old}"
         );
     }
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 #[test]
 fn a_lease_created_after_a_deletion_continues_the_token_count() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("5s")
         .election("recreated")
         .build();
@@ -590,33 +592,25 @@ fn a_lease_created_after_a_deletion_continues_the_token_count() {
         token > old,
         "token {token} after a deletion, not above {old}"
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 #[test]
 fn an_overwritten_lease_ends_the_claim_at_once() {
-    use common::fake_kube::TOKEN;
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("6s")
         .election("taken")
         .build();
     let a = Sidecar::spawn("a", dir.path(), &args);
     a.settles_in("leader", Duration::from_secs(10));
-    just_after_a_renew(&api, "taken");
+    just_after_a_renew(&*api, "taken");
     // Another client replaces the holder, with the right resourceVersion.
     let mut lease = api.lease("taken").expect("lease");
     lease["spec"]["holderIdentity"] = json!("intruder");
     let path = "/apis/coordination.k8s.io/v1/namespaces/team/leases/taken";
-    let (code, _) = call(
-        api.port,
-        "PUT",
-        path,
-        Some(TOKEN),
-        "application/json",
-        &lease.to_string(),
-    );
+    let (code, _) = api.call("PUT", path, Some(lease));
     assert_eq!(code, 200);
     let overwritten = Instant::now();
     let stopped = eventually(Duration::from_secs(5), || {
@@ -631,14 +625,14 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
     // And it follows the intruder rather than fighting it.
     let v = a.settles_in("follower", Duration::from_secs(5));
     assert_eq!(v["leader"], "intruder");
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 #[test]
 fn a_second_process_with_our_identity_is_a_rival() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("twins")
         .build();
@@ -705,7 +699,7 @@ fn a_leader_stopped_while_its_true_label_is_in_flight_ends_false() {
 }
 
 /// The resourceVersions at which `pod`'s label took `value`, in order.
-fn label_writes(api: &FakeKube, pod: &str, value: &str) -> Vec<u64> {
+fn label_writes(api: &dyn KubeApi, pod: &str, value: &str) -> Vec<u64> {
     api.changes()
         .iter()
         .filter(|(_, kind, n, obj)| {
@@ -717,9 +711,9 @@ fn label_writes(api: &FakeKube, pod: &str, value: &str) -> Vec<u64> {
 
 #[test]
 fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let (leader, follower) = labels_follow_the_leader(&api, dir.path(), "frozen");
+    let (leader, follower) = labels_follow_the_leader(&*api, dir.path(), "frozen");
     let (old, new) = (leader.name.clone(), follower.name.clone());
     // The old leader freezes: it cannot clear its own label.
     leader.signal(libc::SIGSTOP);
@@ -742,7 +736,7 @@ fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
     // The stale label was cleared before the new leader's own "true" was written. (The
     // old leader, woken, writes "false" again itself: the first writes after the freeze.)
     let first_after = |pod: &str, value: &str| {
-        label_writes(&api, pod, value)
+        label_writes(&*api, pod, value)
             .into_iter()
             .find(|v| *v > frozen)
             .unwrap_or_else(|| panic!("no {value:?} on {pod} after the freeze"))
@@ -753,7 +747,7 @@ fn a_new_leader_clears_the_label_of_a_frozen_old_leader() {
         cleared < own_true,
         "{old} cleared at version {cleared}, {new} true at {own_true}"
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 #[test]
@@ -837,10 +831,10 @@ fn a_true_that_lands_after_the_clear_is_cleared_at_once() {
 
 #[test]
 fn a_pod_without_its_election_label_is_warned_about_once() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     api.add_pod("bare", &[("app", "demo")]);
-    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let mut args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("unlabelled")
         .build();
@@ -848,9 +842,9 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     let s = Sidecar::spawn("bare", dir.path(), &args);
     s.settles_in("leader", Duration::from_secs(10));
     // It still runs and labels itself; the missing label is said once.
-    assert!(label_becomes(&api, "bare", "true"));
+    assert!(label_becomes(&*api, "bare", "true"));
     api.set_pod_label("bare", KEY, "false");
-    assert!(label_becomes(&api, "bare", "true"));
+    assert!(label_becomes(&*api, "bare", "true"));
     let warnings = s
         .stderr()
         .matches("does not carry its election's label")
@@ -1169,9 +1163,9 @@ fn the_fake_fails_injected_requests_first(api: &FakeKube) {
 /// followers (no reads, no new watches), while their `/leader` stays fresh.
 #[test]
 fn followers_send_no_requests_while_the_holder_renews() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("quiet")
         .build();
@@ -1231,13 +1225,13 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
 }
 
 fn slow_leader(link: common::faults::Link) {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     common::scenarios::slow_leader_is_replaced_and_recovers(
         &[api.addr()],
         Duration::from_secs(3),
         link,
         |endpoints| {
-            SidecarArgs::kubernetes(&api.kubeconfig_via(&endpoints[0]))
+            SidecarArgs::kubernetes(&*api.kubeconfig_via(&endpoints[0]))
                 .ttl("3s")
                 .election("slow")
                 .build()
@@ -1247,7 +1241,7 @@ fn slow_leader(link: common::faults::Link) {
 
 /// The time from each release of Lease `election` to the next write that names a
 /// holder (the successor's take-over), among the writes after the first `skip`.
-fn takeover_gaps(api: &FakeKube, election: &str, skip: usize) -> Vec<Duration> {
+fn takeover_gaps(api: &dyn KubeApi, election: &str, skip: usize) -> Vec<Duration> {
     let writes = api.lease_writes(election);
     let mut released: Option<Instant> = None;
     let mut gaps = Vec::new();
@@ -1283,12 +1277,14 @@ fn settled_leader(sidecars: &[Sidecar]) -> Option<usize> {
 /// carries its watch, so its read after the release goes over a new one; with Nagle
 /// on, that first request waited for the server's delayed ACK of the TLS handshake:
 /// 49.5-49.9 ms in 6 of 6 rounds before kube_api set TCP_NODELAY. What is left is the
-/// new connection's handshake (10-15 ms between two debug builds), hence 25 ms.
+/// new connection's handshake (10-15 ms between two debug builds; a median of 26-30 ms
+/// seen while other builds loaded both cores), hence 40 ms: still below the 49.5 ms
+/// that the delayed ACK costs, and not flaky on a busy machine.
 #[test]
 fn the_successor_takes_a_released_lease_within_a_few_ms() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("15s")
         .election("quick")
         .build();
@@ -1303,7 +1299,7 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
         let skip = api.lease_writes("quick").len();
         sidecars[leader].terminate(Duration::from_secs(10));
         let gap = eventually(Duration::from_secs(10), || {
-            takeover_gaps(&api, "quick", skip).first().copied()
+            takeover_gaps(&*api, "quick", skip).first().copied()
         })
         .unwrap_or_else(|| panic!("round {round}: nobody took the released Lease"));
         gaps.push(gap);
@@ -1313,10 +1309,10 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
     let median = gaps[gaps.len() / 2];
     eprintln!("release → successor's write: {gaps:?}");
     assert!(
-        median <= Duration::from_millis(25),
+        median <= Duration::from_millis(40),
         "the successor took the released Lease {median:?} after the release (median of {gaps:?})"
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// client-go's drop-in series: `leader_election_master_status{name}` says who leads,
@@ -1324,9 +1320,9 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
 /// unchanged) and retried after a read counts once in `leader_election_slowpath_total`.
 #[test]
 fn client_go_metric_names_show_the_leader_and_the_slow_path() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("3s")
         .election("slow")
         .build();
@@ -1356,7 +1352,7 @@ fn client_go_metric_names_show_the_leader_and_the_slow_path() {
     });
     assert!(counted.is_some(), "{}", metrics(leader).unwrap_or_default());
     assert_eq!(leader.leader().expect("leader")["is_leader"], true);
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// Which of `sidecars` lead now (by their own answers), by name.
@@ -1385,14 +1381,16 @@ fn leaders_over(sidecars: &[(&str, &Sidecar)], how_long: Duration) -> Vec<String
     seen
 }
 
-/// KEP-4355 on a Lease without a strategy: when a coordinator names another candidate
-/// as `preferredHolder`, the leader drains and releases, and the named candidate (not
-/// the third one) takes it; every write keeps `preferredHolder`.
+/// KEP-4355: when a coordinator sets `strategy` and names another candidate as
+/// `preferredHolder` (a real API server takes the latter only with the former, and only
+/// with the CoordinatedLeaderElection gate on), the leader drains and releases, and the
+/// named candidate (not the third one) takes it; every write keeps `preferredHolder`.
+/// (No LeaseCandidates here, so the API server's own coordinator leaves the Lease alone.)
 #[test]
 fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::Coordinated);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("pref")
         .build();
@@ -1406,7 +1404,10 @@ fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
     let all = [("pa", &a), ("pb", &b), ("pc", &c)];
     b.settles_in("follower", Duration::from_secs(10));
     c.settles_in("follower", Duration::from_secs(10));
-    api.patch_lease_spec("pref", json!({"preferredHolder": "pb"}));
+    api.patch_lease_spec(
+        "pref",
+        json!({"strategy": "OldestEmulationVersion", "preferredHolder": "pb"}),
+    );
     let seen = leaders_over(&all, Duration::from_secs(3));
     assert_eq!(
         seen.last().map(String::as_str),
@@ -1431,7 +1432,7 @@ fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
         "{}",
         a.stderr()
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// KEP-4355 with `spec.strategy` set: a free Lease is taken only by the candidate it
@@ -1439,7 +1440,7 @@ fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
 /// as any free Lease; renewals and the release keep `strategy` and `preferredHolder`.
 #[test]
 fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::Coordinated);
     let dir = tempfile::tempdir().expect("dir");
     let spec = |preferred: &str| {
         json!({
@@ -1448,7 +1449,7 @@ fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
         })
     };
     api.put_lease_spec("coord", spec("sb"));
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("coord")
         .build();
@@ -1478,11 +1479,11 @@ fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
     let seen = leaders_over(&[("sa", &a), ("sm", &m)], Duration::from_secs(4));
     assert_eq!(seen, ["sm"], "leaders");
     a.terminate(Duration::from_secs(10));
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// The leadership Events of `who`'s messages: (message, count) in order of creation.
-fn leadership_events(api: &FakeKube) -> Vec<(String, u64)> {
+fn leadership_events(api: &dyn KubeApi) -> Vec<(String, u64)> {
     api.events()
         .iter()
         .filter(|e| e["reason"] == "LeaderElection")
@@ -1499,9 +1500,9 @@ fn leadership_events(api: &FakeKube) -> Vec<(String, u64)> {
 /// type Normal, reason LeaderElection, about the Lease (with its uid).
 #[test]
 fn leadership_events_are_recorded_as_client_go_records_them() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("evt")
         .build();
@@ -1532,14 +1533,14 @@ fn leadership_events_are_recorded_as_client_go_records_them() {
     a.terminate(Duration::from_secs(10));
     b.settles_in("leader", Duration::from_secs(10));
     let all = eventually(Duration::from_secs(5), || {
-        let e = leadership_events(&api);
+        let e = leadership_events(&*api);
         (e.len() == 3).then_some(e)
     })
-    .unwrap_or_else(|| panic!("events: {:?}", leadership_events(&api)));
+    .unwrap_or_else(|| panic!("events: {:?}", leadership_events(&*api)));
     let messages: Vec<&str> = all.iter().map(|(m, _)| m.as_str()).collect();
     assert!(messages.contains(&"ea stopped leading"), "{messages:?}");
     assert!(messages.contains(&"eb became leader"), "{messages:?}");
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// A flapping election does not flood the API: repeats of a message within ten
@@ -1547,9 +1548,9 @@ fn leadership_events_are_recorded_as_client_go_records_them() {
 /// and one per 10 s after, and the counts are complete once the sidecars stop.
 #[test]
 fn a_flapping_election_makes_series_not_a_flood_of_events() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let mut args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("flap")
         .build();
@@ -1569,18 +1570,18 @@ fn a_flapping_election_makes_series_not_a_flood_of_events() {
         tenures += 1;
         let _ = common::http::post(leader, "/release?cooldown=0s");
     }
-    let requests = |api: &FakeKube| {
+    let requests = |api: &dyn KubeApi| {
         let r = api.requests();
         r.get("create events").copied().unwrap_or(0) + r.get("patch events").copied().unwrap_or(0)
     };
-    let during = requests(&api);
+    let during = requests(&*api);
     assert!(
         during <= 2 * 12,
         "{during} event writes for {tenures} tenures"
     );
     a.terminate(Duration::from_secs(10));
     b.terminate(Duration::from_secs(10));
-    let events = leadership_events(&api);
+    let events = leadership_events(&*api);
     assert!(events.len() <= 4, "one Event per message: {events:?}");
     let became: u64 = events
         .iter()
@@ -1601,13 +1602,13 @@ fn a_flapping_election_makes_series_not_a_flood_of_events() {
         became, taken,
         "counts {events:?}, tenures in the Lease {taken}"
     );
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }
 
 /// With another backend, in a Pod, the Events are about the own Pod.
 #[test]
 fn with_another_backend_the_events_are_about_the_own_pod() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     api.add_pod("file-pod", &[("app", "demo")]);
     let mut args = SidecarArgs::file(dir.path())
@@ -1634,5 +1635,5 @@ fn with_another_backend_the_events_are_about_the_own_pod() {
     assert_eq!(event["involvedObject"]["kind"], "Pod");
     assert_eq!(event["involvedObject"]["name"], "file-pod");
     assert!(event["involvedObject"]["uid"].is_string(), "{event}");
-    assert_within_rbac(&api);
+    assert_within_rbac(&*api);
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::fake_kube::FakeKube;
+use common::kube_server::{self, Flavor, KubeApi};
 use common::{eventually, Sidecar, SidecarArgs};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -28,7 +29,7 @@ fn parse_micros(v: &Value) -> k8s_openapi::jiff::Timestamp {
     v.as_str().expect("a time").parse().expect("RFC 3339")
 }
 
-fn candidate_args(api: &FakeKube, election: &str) -> Vec<String> {
+fn candidate_args(api: &dyn KubeApi, election: &str) -> Vec<String> {
     let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election(election)
@@ -46,10 +47,10 @@ fn leads(s: &Sidecar) -> bool {
 /// OldestEmulationVersion, renewed now; the chart's rule is all it needs.
 #[test]
 fn the_lease_candidate_is_created_with_client_go_fields() {
-    let api = FakeKube::start_granting_lease_candidates("team");
+    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
     let dir = tempfile::tempdir().expect("dir");
     let before = SystemTime::now();
-    let a = Sidecar::spawn("cand-a", dir.path(), &candidate_args(&api, "cand"));
+    let a = Sidecar::spawn("cand-a", dir.path(), &candidate_args(&*api, "cand"));
     let created = eventually(Duration::from_secs(10), || api.lease_candidate("cand-a"))
         .expect("a LeaseCandidate");
     let spec = &created["spec"];
@@ -73,9 +74,9 @@ fn the_lease_candidate_is_created_with_client_go_fields() {
 /// once, as client-go's watch on its own LeaseCandidate does.
 #[test]
 fn a_pinged_lease_candidate_renews_at_once() {
-    let api = FakeKube::start_granting_lease_candidates("team");
+    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
     let dir = tempfile::tempdir().expect("dir");
-    let _a = Sidecar::spawn("ping-a", dir.path(), &candidate_args(&api, "ping"));
+    let _a = Sidecar::spawn("ping-a", dir.path(), &candidate_args(&*api, "ping"));
     eventually(Duration::from_secs(10), || api.lease_candidate("ping-a")).expect("created");
     // Let the watch for pings open.
     std::thread::sleep(Duration::from_millis(300));
@@ -137,9 +138,9 @@ fn without_v1beta1_there_is_no_lease_candidate_and_one_warning() {
 /// says what the Role lacks, and the election goes on.
 #[test]
 fn a_role_without_leasecandidates_warns_and_the_election_goes_on() {
-    let api = FakeKube::start("team");
+    let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let a = Sidecar::spawn("rbac-a", dir.path(), &candidate_args(&api, "rbac"));
+    let a = Sidecar::spawn("rbac-a", dir.path(), &candidate_args(&*api, "rbac"));
     eventually(Duration::from_secs(10), || leads(&a).then_some(())).expect("a leads");
     let said = eventually(Duration::from_secs(5), || {
         let err = a.stderr();
@@ -154,12 +155,12 @@ fn a_role_without_leasecandidates_warns_and_the_election_goes_on() {
         "{:?}",
         api.forbidden()
     );
-    let b = Sidecar::spawn("rbac-b", dir.path(), &candidate_args(&api, "rbac"));
+    let b = Sidecar::spawn("rbac-b", dir.path(), &candidate_args(&*api, "rbac"));
     b.settles_in("follower", Duration::from_secs(10));
     assert!(leads(&a));
 }
 
-async fn client(api: &FakeKube) -> kube::Client {
+async fn client(api: &dyn KubeApi) -> kube::Client {
     // As main.rs does: one TLS provider for the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = api.kubeconfig();
@@ -168,7 +169,7 @@ async fn client(api: &FakeKube) -> kube::Client {
         .expect("client")
 }
 
-async fn backend(api: &FakeKube, identity: &str, lease_candidate: bool) -> KubeBackend {
+async fn backend(api: &dyn KubeApi, identity: &str, lease_candidate: bool) -> KubeBackend {
     let timing = Timing::for_ttl(Duration::from_secs(3));
     let candidacy = Candidacy {
         election: "switch",
@@ -193,17 +194,30 @@ async fn follow(mut b: KubeBackend) -> (KubeBackend, Instant) {
     }
 }
 
-/// A switchover on the Lease backend: `release_to(C)` frees the Lease naming C as
-/// `preferredHolder` in one write; C takes it at once, B (also waiting) does not.
+/// A switchover on the Lease backend: `release_to(C)` hands the Lease to C in one
+/// write at the resourceVersion (`holderIdentity: C`, no `acquireTime`, a ttl), as the
+/// API server's coordinator hands a Lease to its pick; C takes it at once with a write
+/// of its own (its `acquireTime`, a greater token); B (also waiting) does not. The
+/// hand-over carries no `preferredHolder`: without the CoordinatedLeaderElection gate
+/// (the default) the API server drops that field, and with it refuses it without
+/// `strategy`. Runs on both: the gate off, and on (no LeaseCandidates: no coordinator).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_to_leaves_the_lease_to_the_named_candidate() {
-    let api = FakeKube::start("team");
-    let mut a = backend(&api, "sw-a", false).await;
+async fn release_to_hands_the_lease_to_the_named_candidate() {
+    for flavor in [Flavor::GateOff, Flavor::Coordinated] {
+        let api = kube_server::start("team", flavor);
+        hand_over_to_the_named_candidate(&*api).await;
+    }
+}
+
+async fn hand_over_to_the_named_candidate(api: &dyn KubeApi) {
+    let mut a = backend(api, "sw-a", false).await;
     let (b, c) = (
-        backend(&api, "sw-b", false).await,
-        backend(&api, "sw-c", false).await,
+        backend(api, "sw-b", false).await,
+        backend(api, "sw-c", false).await,
     );
-    assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
+    let Ok(Campaign::Acquired { token }) = a.campaign().await else {
+        panic!("sw-a leads first");
+    };
     let b = tokio::spawn(follow(b));
     let c = tokio::spawn(follow(c));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -228,25 +242,60 @@ async fn release_to_leaves_the_lease_to_the_named_candidate() {
         api.lease("switch")
     );
     b.abort();
-    // The release was one write, with the resourceVersion: no holder, one second,
-    // preferredHolder sw-c.
-    let writes = api.lease_writes("switch");
-    let release = writes
+    let writes: Vec<Value> = api
+        .lease_writes("switch")
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    let handed = writes
         .iter()
-        .map(|(_, spec)| spec)
-        .find(|spec| spec["holderIdentity"] == "")
-        .expect("a release write");
-    assert_eq!(release["preferredHolder"], "sw-c", "{release}");
-    assert_eq!(release["leaseDurationSeconds"], 1, "{release}");
+        .position(|spec| spec["holderIdentity"] == "sw-c")
+        .expect("a hand-over write");
+    let (hand, taken) = (&writes[handed], &writes[handed + 1]);
+    assert!(hand["acquireTime"].is_null(), "{hand}");
+    assert!(hand["preferredHolder"].is_null(), "{hand}");
+    assert_eq!(hand["leaseDurationSeconds"], 3, "{hand}");
+    assert_eq!(hand["leaseTransitions"].as_u64(), Some(token), "{hand}");
+    assert_eq!(taken["holderIdentity"], "sw-c", "{taken}");
+    assert!(!taken["acquireTime"].is_null(), "{taken}");
+    assert!(taken["leaseTransitions"].as_u64() > Some(token), "{taken}");
     assert_eq!(api.blind_writes(), 0);
     assert!(a
         .campaign()
         .await
         .is_ok_and(|c| !matches!(c, Campaign::Acquired { .. })));
+    api.delete_lease("switch");
+}
+
+/// A record naming us without an `acquireTime` that we did not write is handed to us
+/// (above); one naming us *with* an `acquireTime` we did not write is a second process
+/// with our identity: a rival, waited out, never adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_with_our_name_and_an_acquire_time_is_not_adopted() {
+    let api = kube_server::start("team", Flavor::GateOff);
+    let now = micros(SystemTime::now());
+    api.put_lease_spec(
+        "switch",
+        json!({"holderIdentity": "sw-a", "leaseDurationSeconds": 3, "acquireTime": now,
+               "renewTime": now, "leaseTransitions": 4}),
+    );
+    let mut a = backend(&*api, "sw-a", false).await;
+    let found = a.campaign().await.expect("campaign");
+    assert!(!matches!(found, Campaign::Acquired { .. }), "{found:?}");
+    api.put_lease_spec(
+        "switch",
+        json!({"holderIdentity": "sw-a", "leaseDurationSeconds": 5, "renewTime": now,
+               "leaseTransitions": 4}),
+    );
+    let found = a.campaign().await.expect("campaign");
+    assert!(
+        matches!(found, Campaign::Acquired { token } if token > 4),
+        "{found:?}"
+    );
 }
 
 /// A LeaseCandidate written as another client (a candidate of this or another Lease).
-fn other_candidate(api: &FakeKube, name: &str, lease: &str, renewed: SystemTime) {
+fn other_candidate(api: &dyn KubeApi, name: &str, lease: &str, renewed: SystemTime) {
     api.put_lease_candidate(
         name,
         json!({
@@ -261,19 +310,19 @@ fn other_candidate(api: &FakeKube, name: &str, lease: &str, renewed: SystemTime)
 /// when the API server does not serve LeaseCandidates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidates_are_the_live_lease_candidates_of_the_lease() {
-    let api = FakeKube::start_granting_lease_candidates("team");
+    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
     let hour_ago = SystemTime::now() - Duration::from_secs(3600);
-    other_candidate(&api, "sw-gone", "switch", hour_ago);
-    other_candidate(&api, "sw-elsewhere", "another-lease", SystemTime::now());
+    other_candidate(&*api, "sw-gone", "switch", hour_ago);
+    other_candidate(&*api, "sw-elsewhere", "another-lease", SystemTime::now());
     other_candidate(
-        &api,
+        &*api,
         "sw-d",
         "switch",
         SystemTime::now() - Duration::from_secs(300),
     );
-    let mut a = backend(&api, "sw-a", true).await;
-    let _b = backend(&api, "sw-b", true).await;
-    let _c = backend(&api, "sw-c", true).await;
+    let mut a = backend(&*api, "sw-a", true).await;
+    let _b = backend(&*api, "sw-b", true).await;
+    let _c = backend(&*api, "sw-c", true).await;
     let want: Vec<String> = ["sw-a", "sw-b", "sw-c", "sw-d"].map(str::to_owned).to_vec();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = None;
@@ -285,7 +334,7 @@ async fn candidates_are_the_live_lease_candidates_of_the_lease() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(got, Some(want));
-    let mut plain = backend(&api, "sw-e", false).await;
+    let mut plain = backend(&*api, "sw-e", false).await;
     assert_eq!(plain.candidates().await.expect("candidates"), None);
     assert!(api.forbidden().is_empty(), "{:?}", api.forbidden());
 
@@ -381,9 +430,9 @@ async fn the_fake_serves_lease_candidates_as_the_api_does() {
 /// the waiting candidate takes it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
-    let api = FakeKube::start("team");
-    let mut a = backend(&api, "sw-a", false).await;
-    let c = backend(&api, "sw-c", false).await;
+    let api = kube_server::start("team", Flavor::GateOff);
+    let mut a = backend(&*api, "sw-a", false).await;
+    let c = backend(&*api, "sw-c", false).await;
     assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
     let c = tokio::spawn(follow(c));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -412,8 +461,8 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
 /// through `preferredHolder`.
 #[test]
 fn switchover_goes_to_the_named_candidate() {
-    let api = FakeKube::start_granting_lease_candidates("team");
-    let args = candidate_args(&api, "switch");
+    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
+    let args = candidate_args(&*api, "switch");
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }
 
@@ -421,8 +470,8 @@ fn switchover_goes_to_the_named_candidate() {
 /// goes ahead (the command then reports whether the named one took the Lease).
 #[test]
 fn switchover_without_lease_candidates_goes_to_the_named_candidate() {
-    let api = FakeKube::start("team");
-    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+    let api = kube_server::start("team", Flavor::GateOff);
+    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
         .ttl("2s")
         .election("switch-plain")
         .build();

@@ -388,7 +388,7 @@ impl KubeBackend {
     /// another candidate, for one ttl after its record last changed.
     fn left_to_others_until(&self) -> Option<Instant> {
         let o = self.observed.as_ref()?;
-        if self.is_ours(&o.record) {
+        if self.is_ours(&o.record) || self.handed(&o.record) {
             return None;
         }
         let (strategy, preferred) = coordination(&o.lease);
@@ -513,8 +513,11 @@ impl KubeBackend {
         });
     }
 
-    fn holder_of(record: &Record) -> Option<Holder> {
-        (!record.holder.is_empty()).then(|| Holder {
+    /// Who holds `record`: nobody for a record that hands the Lease over and that we
+    /// wrote (a switchover's, until its candidate takes it with a write of its own).
+    fn holder_of(&self, record: &Record) -> Option<Holder> {
+        let unclaimed = record.acquire.is_none() && self.written.contains(record);
+        (!record.holder.is_empty() && !unclaimed).then(|| Holder {
             identity: record.holder.clone(),
             token: Some(record.token()),
         })
@@ -562,6 +565,16 @@ impl KubeBackend {
     /// A record this process wrote (not merely one that carries our name).
     fn is_ours(&self, record: &Record) -> bool {
         record.holder == self.identity && self.written.contains(record)
+    }
+
+    /// A record that hands the Lease to us without our having written it: our name
+    /// and no `acquireTime`, as the API server's coordinator writes a holder it elected
+    /// (KEP-4355) and as a switchover to us writes it. We take it with a conditional
+    /// write of our own (a new tenure, a new token). Every holder's own write carries
+    /// an `acquireTime` (ours, client-go's), so a second process with our name is still
+    /// a rival.
+    fn handed(&self, record: &Record) -> bool {
+        record.holder == self.identity && record.acquire.is_none() && !self.is_ours(record)
     }
 
     /// Whether `lease`, seen by the leader's watch, is still our tenure: our holder and
@@ -695,7 +708,7 @@ impl KubeBackend {
                     && !self.is_ours(&o.record)
                     && Instant::now() < o.expires_at();
                 if live {
-                    return Ok(Campaign::Held(Self::holder_of(&o.record)));
+                    return Ok(Campaign::Held(self.holder_of(&o.record)));
                 }
                 Some(o.record.transitions)
             }
@@ -795,10 +808,16 @@ impl KubeBackend {
 }
 
 impl KubeBackend {
-    /// Gives our own tenure back (a no-op when we hold none), in client-go's
-    /// `ReleaseOnCancel` form: no holder, a one-second duration; with `to`, in the same
-    /// write, `preferredHolder: to`, so that the others leave the free Lease to `to` for
-    /// one ttl ([`KubeBackend::left_to_others_until`]) and `to` takes it at once.
+    /// Gives our own tenure back (a no-op when we hold none): without `to`, in
+    /// client-go's `ReleaseOnCancel` form (no holder, a one-second duration); with `to`
+    /// (a switchover), by handing the Lease to `to` in the same single write at the
+    /// resourceVersion: `holderIdentity: to`, no `acquireTime`, our ttl as duration, as
+    /// the API server's coordinator hands a Lease to the candidate it elected. `to`
+    /// takes it at once with a write of its own ([`KubeBackend::handed`]); the others
+    /// see a live holder and wait, client-go's candidates too; if `to` never takes it,
+    /// it expires after a ttl like any record. (`preferredHolder` cannot carry this:
+    /// the API server drops it without the `CoordinatedLeaderElection` gate and
+    /// refuses it without `strategy` with the gate.)
     async fn release_leaving(&mut self, to: Option<&str>) -> Result<(), BackendError> {
         let held = self.held.take();
         self.hold(None);
@@ -812,31 +831,70 @@ impl KubeBackend {
         };
         let transitions = Record::of(&mine).transitions;
         let to = to.map(str::to_owned);
+        let ttl = self.ttl_secs();
         // Whatever the outcome, the tenure is no longer ours to release.
         self.write_own(mine, transitions, "release lease", |me, lease| {
-            // Without a coordinator (no strategy), a preferredHolder naming us is what a
-            // switchover to us left: kept, it would leave the free Lease for a ttl to us,
-            // who give it up.
-            let (strategy, preferred) = coordination(lease);
-            let leftover = strategy.is_none() && preferred == Some(me.identity.as_str());
             let base = lease.spec.clone().unwrap_or_default();
-            let preferred_holder = match &to {
-                Some(to) => Some(to.clone()),
-                None if leftover => None,
-                None => base.preferred_holder.clone(),
+            // Always a holderIdentity, even "": a Lease with a strategy and no such
+            // field crashes kube-apiserver 1.33's coordinator.
+            let spec = match &to {
+                Some(to) => LeaseSpec {
+                    holder_identity: Some(to.clone()),
+                    lease_duration_seconds: Some(ttl),
+                    acquire_time: None,
+                    renew_time: Some(now()),
+                    lease_transitions: Some(transitions),
+                    ..base
+                },
+                None => LeaseSpec {
+                    holder_identity: Some(String::new()),
+                    lease_duration_seconds: Some(1),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(transitions),
+                    ..base
+                },
             };
-            LeaseSpec {
-                holder_identity: Some(String::new()),
-                lease_duration_seconds: Some(1),
-                acquire_time: Some(now()),
-                renew_time: Some(now()),
-                lease_transitions: Some(transitions),
-                preferred_holder,
-                ..base
-            }
+            me.note_write(&spec);
+            spec
         })
         .await?;
         Ok(())
+    }
+
+    /// Why a switchover cannot name the next holder of this Lease, if it cannot: the
+    /// Lease has a `strategy` (the API server's coordinator elects its holders), or,
+    /// with `--lease-candidate`, the API server runs that coordinator (the
+    /// `CoordinatedLeaderElection` gate: a dry-run write of `preferredHolder` without
+    /// `strategy` is refused with 422 then, and its field silently dropped without the
+    /// gate), which would elect its own pick again.
+    async fn coordinated(&mut self) -> Result<Option<String>, BackendError> {
+        let Some(lease) = self.read().await? else {
+            return Ok(None);
+        };
+        if let (Some(strategy), _) = coordination(&lease) {
+            return Ok(Some(format!(
+                "the Lease is coordinated (strategy {strategy}): the API server's coordinator elects its holder"
+            )));
+        }
+        if self.candidate.is_none() {
+            return Ok(None);
+        }
+        let mut probe = lease.clone();
+        if let Some(spec) = probe.spec.as_mut() {
+            spec.preferred_holder = Some(self.identity.clone());
+        }
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        match self.api.replace(&self.name, &params, &probe).await {
+            Ok(_) => Ok(None),
+            Err(e) if status_code(&e) == Some(422) => Ok(Some(
+                "the API server coordinates this election (CoordinatedLeaderElection is on and the candidates publish LeaseCandidates): its coordinator elects the holder and would undo a switchover".to_owned(),
+            )),
+            Err(e) => Err(kube_err("probe lease coordination")(e)),
+        }
     }
 }
 
@@ -860,12 +918,13 @@ impl Backend for KubeBackend {
         let record = observed.record.clone();
         let free = record.holder.is_empty()
             || self.is_ours(&record)
+            || self.handed(&record)
             || Instant::now() >= observed.expires_at();
         let left = self
             .left_to_others_until()
             .is_some_and(|until| Instant::now() < until);
         if !free || left {
-            return Ok(Campaign::Held(Self::holder_of(&record)));
+            return Ok(Campaign::Held(self.holder_of(&record)));
         }
         // Every acquisition gets a greater token, also one from our own old tenure, and
         // one above every token of an earlier incarnation of the Lease.
@@ -928,6 +987,12 @@ impl Backend for KubeBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        if let Some(reason) = self.coordinated().await? {
+            return Err(BackendError::Refused {
+                op: "switchover",
+                reason,
+            });
+        }
         match &self.candidate {
             Some(c) => c.alive().await.map_err(kube_err("list leasecandidates")),
             None => Ok(None),
@@ -959,8 +1024,9 @@ impl Backend for KubeBackend {
             return Wake::Changed;
         };
         let left = self.left_to_others_until().filter(|t| *t > start);
-        // No holder: nothing to wait for (unless the Lease is left to another).
-        if observed.record.holder.is_empty() && left.is_none() {
+        // No holder: nothing to wait for (unless the Lease is left to another); handed
+        // to us: take it.
+        if (observed.record.holder.is_empty() && left.is_none()) || self.handed(&observed.record) {
             return Wake::Changed;
         }
         let mut until = start + max;

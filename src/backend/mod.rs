@@ -166,6 +166,10 @@ pub enum BackendError {
     /// request may still reach the store and take effect.
     #[error("{op}: {detail}")]
     TimedOut { op: &'static str, detail: String },
+    /// The store decides what was asked of it by its own rules (a switchover on a
+    /// coordinated Kubernetes Lease, say): refused, and `reason` says why.
+    #[error("{op}: {reason}")]
+    Refused { op: &'static str, reason: String },
 }
 
 impl BackendError {

@@ -191,6 +191,7 @@ impl<B: Backend> Elector<B> {
                 Some(Released::NotACandidate { live })
             }
             Ok(Ok(_)) => None,
+            Ok(Err(BackendError::Refused { reason, .. })) => Some(Released::Refused(reason)),
             Ok(Err(e)) => Some(Released::Unchecked(e.to_string())),
             Err(_) => Some(Released::Unchecked(format!(
                 "the store did not list its candidates within {}",

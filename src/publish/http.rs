@@ -434,6 +434,10 @@ fn release_answer(released: Released, to: Option<String>, status: &Status) -> Re
                 "candidates": live,
             }),
         ),
+        Released::Refused(why) => (
+            StatusCode::CONFLICT,
+            json!({ "released": false, "error": why }),
+        ),
         Released::Unchecked(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({

@@ -11,22 +11,32 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::lease_rules::admit_lease;
 use super::store::{label_selector, labels_match, write, Shared, Store};
 use super::watch::watch_response;
 use super::TOKEN;
 
-/// The (resource, verb) pairs of the chart's Role, as `kubectl apply -f manifests/` (and
-/// `helm install` with default values) creates it; with `lease_candidates`, plus the
-/// rule the chart adds with `leaseCandidate.enabled` (read from its template).
-pub(super) fn role_rules(lease_candidates: bool) -> Vec<(String, String)> {
+/// The chart's Role as `kubectl apply -f manifests/` (and `helm install` with default
+/// values) creates it; with `lease_candidates`, plus the rule the chart adds with
+/// `leaseCandidate.enabled` (read from its template).
+pub(crate) fn chart_role(lease_candidates: bool) -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/02-role.yaml");
     let text = std::fs::read_to_string(path).expect("manifests/02-role.yaml");
-    let role: Value = serde_yaml_ng::from_str(&text).expect("the Role is YAML");
+    let mut role: Value = serde_yaml_ng::from_str(&text).expect("the Role is YAML");
     assert_eq!(role["kind"], "Role", "manifests/02-role.yaml is not a Role");
-    let mut rules = role["rules"].as_array().expect("rules").clone();
     if lease_candidates {
-        rules.extend(chart_rules_if("leaseCandidate.enabled"));
+        let extra = chart_rules_if("leaseCandidate.enabled");
+        if let Some(rules) = role["rules"].as_array_mut() {
+            rules.extend(extra);
+        }
     }
+    role
+}
+
+/// The (resource, verb) pairs of [`chart_role`].
+pub(crate) fn role_rules(lease_candidates: bool) -> Vec<(String, String)> {
+    let role = chart_role(lease_candidates);
+    let rules = role["rules"].as_array().expect("rules").clone();
     let mut granted = Vec::new();
     for rule in &rules {
         let group = rule["apiGroups"][0].as_str().unwrap_or("");
@@ -71,7 +81,7 @@ fn chart_rules_if(value: &str) -> Vec<Value> {
 }
 
 /// RFC 7386 JSON merge patch.
-pub(super) fn merge(target: &mut Value, patch: &Value) {
+pub(crate) fn merge(target: &mut Value, patch: &Value) {
     match patch {
         Value::Object(fields) => {
             if !target.is_object() {
@@ -466,6 +476,10 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
     if let Some(invalid) = invalid_candidate(kind, &name, &obj, None) {
         return invalid;
     }
+    let mut obj = obj;
+    if let Some(invalid) = invalid_lease(shared, kind, &name, None, &mut obj) {
+        return invalid;
+    }
     if store
         .objects
         .contains_key(&(kind, ns.to_owned(), name.clone()))
@@ -475,6 +489,9 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
             "AlreadyExists",
             &format!("{kind} {name:?} already exists"),
         );
+    }
+    if dry_run(r) {
+        return ok(&obj, StatusCode::CREATED);
     }
     let stored = write(shared, store, kind, ns, &name, obj, "ADDED");
     ok(&stored, StatusCode::CREATED)
@@ -522,6 +539,31 @@ fn invalid_candidate(
     ))
 }
 
+/// A Lease write as the API server admits it (fields the feature gate drops, then
+/// validation: 422); `None` for other kinds and valid Leases.
+fn invalid_lease(
+    shared: &Shared,
+    kind: &str,
+    name: &str,
+    old: Option<&Value>,
+    obj: &mut Value,
+) -> Option<Response> {
+    if kind != "leases" {
+        return None;
+    }
+    let coordinated = shared
+        .coordinated
+        .load(std::sync::atomic::Ordering::Relaxed);
+    admit_lease(coordinated, name, old, obj)
+        .err()
+        .map(|m| status(422, "Invalid", &m))
+}
+
+/// `?dryRun=All`: everything but the write.
+fn dry_run(r: &Request<'_>) -> bool {
+    r.q.get("dryRun").is_some_and(|d| d == "All")
+}
+
 /// Update (PUT): 409 Conflict when it names a resourceVersion other than the current
 /// one; one that names none is a blind write (counted).
 fn update(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Value>) -> Response {
@@ -554,8 +596,14 @@ fn update(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
         return invalid;
     }
     let mut obj = obj;
+    if let Some(invalid) = invalid_lease(shared, kind, &name, Some(&current), &mut obj) {
+        return invalid;
+    }
     obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
     obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
+    if dry_run(r) {
+        return ok(&obj, StatusCode::OK);
+    }
     let stored = write(shared, store, kind, ns, &name, obj, "MODIFIED");
     ok(&stored, StatusCode::OK)
 }
@@ -593,7 +641,14 @@ fn merge_patch(
             return status(409, "Conflict", "the object has been modified");
         }
     }
+    let before = current.clone();
     merge(&mut current, &patch);
+    if let Some(invalid) = invalid_lease(shared, kind, &name, Some(&before), &mut current) {
+        return invalid;
+    }
+    if dry_run(r) {
+        return ok(&current, StatusCode::OK);
+    }
     let stored = write(shared, store, kind, ns, &name, current, "MODIFIED");
     ok(&stored, StatusCode::OK)
 }

@@ -37,6 +37,8 @@
 //! patch, 409 on a stale resourceVersion) and `watch` (watches).
 
 mod api;
+mod coordinator;
+mod lease_rules;
 mod store;
 mod tls;
 mod watch;
@@ -51,7 +53,8 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch as signal};
 
 use super::checker::ServerControl;
-use api::{handle, merge, role_rules};
+use api::handle;
+pub(crate) use api::{chart_role, merge, role_rules};
 use store::{note_lease, write, Change, Shared, Store};
 
 pub const TOKEN: &str = "leasekeeper-test-token";
@@ -72,16 +75,32 @@ impl FakeKube {
     /// Serves namespace `namespace` on a free loopback port, with the Role of the chart's
     /// default values.
     pub fn start(namespace: &str) -> FakeKube {
-        FakeKube::start_with(namespace, false)
+        FakeKube::start_with(namespace, false, false)
+    }
+
+    /// As [`FakeKube::start_granting_lease_candidates`], on an API server with the
+    /// `CoordinatedLeaderElection` feature gate on: Leases keep `strategy` and
+    /// `preferredHolder` (the latter only with the former: 422), and the API server's
+    /// coordinator ([`coordinator`]) elects holders among the LeaseCandidates.
+    pub fn start_coordinated(namespace: &str) -> FakeKube {
+        FakeKube::start_with(namespace, true, true)
+    }
+
+    /// Whether the coordinator met a Lease with `strategy` and no `holderIdentity`, which
+    /// crashes kube-apiserver 1.33.3.
+    pub fn coordinator_crashed(&self) -> bool {
+        self.shared
+            .coordinator_crashed
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// As [`FakeKube::start`], with the chart's Role as `leaseCandidate.enabled` renders
     /// it (the leasecandidates rule too).
     pub fn start_granting_lease_candidates(namespace: &str) -> FakeKube {
-        FakeKube::start_with(namespace, true)
+        FakeKube::start_with(namespace, true, false)
     }
 
-    fn start_with(namespace: &str, lease_candidates: bool) -> FakeKube {
+    fn start_with(namespace: &str, lease_candidates: bool, coordinated: bool) -> FakeKube {
         let (changes, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store {
@@ -95,6 +114,8 @@ impl FakeKube {
             namespace: namespace.to_owned(),
             granted: role_rules(lease_candidates),
             lease_candidates_served: std::sync::atomic::AtomicBool::new(true),
+            coordinated: std::sync::atomic::AtomicBool::new(coordinated),
+            coordinator_crashed: std::sync::atomic::AtomicBool::new(false),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -104,6 +125,7 @@ impl FakeKube {
         let tls_port = tls_listener.local_addr().expect("addr").port();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
+        let state_for_coordinator = shared.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -124,6 +146,9 @@ impl FakeKube {
                     tokio::net::TcpListener::from_std(tls_listener).expect("listener");
                 let tls = axum::serve(tls::TlsListener::new(tls_listener), app.clone());
                 let plain = axum::serve(listener, app);
+                if coordinated {
+                    tokio::spawn(coordinator::run(state_for_coordinator));
+                }
                 tokio::select! {
                     _ = tls.into_future() => {}
                     _ = plain.into_future() => {}
@@ -230,15 +255,16 @@ impl FakeKube {
             .cloned()
     }
 
-    /// Writes a Lease spec as another client (client-go, say) would, through the store.
+    /// Writes a Lease spec as another client (client-go, say) would, through the store
+    /// and the API server's admission of Leases (a refusal panics: a test's mistake).
     pub fn put_lease_spec(&self, name: &str, spec: Value) {
         let ns = self.shared.namespace.clone();
         let mut store = self.store();
-        let (obj, event) = match store
+        let old = store
             .objects
             .get(&("leases", ns.clone(), name.to_owned()))
-            .cloned()
-        {
+            .cloned();
+        let (mut obj, event) = match old.clone() {
             Some(mut obj) => {
                 obj["spec"] = spec;
                 (obj, "MODIFIED")
@@ -253,7 +279,20 @@ impl FakeKube {
                 "ADDED",
             ),
         };
+        self.admit(name, old.as_ref(), &mut obj);
         write(&self.shared, &mut store, "leases", &ns, name, obj, event);
+    }
+
+    /// The API server's admission of a Lease write (fields dropped without the feature
+    /// gate, validation); panics on a 422.
+    fn admit(&self, name: &str, old: Option<&Value>, obj: &mut Value) {
+        let coordinated = self
+            .shared
+            .coordinated
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = lease_rules::admit_lease(coordinated, name, old, obj) {
+            panic!("the API server refuses this Lease write: {e}");
+        }
     }
 
     /// Merges `patch` into a Lease's spec as another client would (a coordinator
@@ -282,7 +321,9 @@ impl FakeKube {
         else {
             return;
         };
+        let old = obj.clone();
         change(&mut obj, store.version);
+        self.admit(name, Some(&old), &mut obj);
         write(
             &self.shared,
             &mut store,

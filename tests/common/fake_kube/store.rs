@@ -56,6 +56,10 @@ pub(super) struct Shared {
     /// Whether `coordination.k8s.io/v1beta1` (LeaseCandidates) is served; off, as on
     /// clusters before 1.33 or without that API enabled, its paths answer 404.
     pub(super) lease_candidates_served: std::sync::atomic::AtomicBool,
+    /// The `CoordinatedLeaderElection` feature gate (off by default up to 1.36).
+    pub(super) coordinated: std::sync::atomic::AtomicBool,
+    /// The coordinator met a Lease that crashes the real one (see `coordinator`).
+    pub(super) coordinator_crashed: std::sync::atomic::AtomicBool,
 }
 
 /// Tells the Lease's recorders who holds it now: `holderIdentity` with the
