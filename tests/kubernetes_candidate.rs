@@ -294,6 +294,20 @@ async fn a_record_with_our_name_and_an_acquire_time_is_not_adopted() {
     );
 }
 
+/// On a graceful stop the sidecar deletes its own LeaseCandidate (the coordinator would
+/// otherwise ping it and wait 5 s for an answer before the next election), within the
+/// chart's rule.
+#[test]
+fn a_graceful_stop_withdraws_the_lease_candidate() {
+    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut a = Sidecar::spawn("cand-w", dir.path(), &candidate_args(&*api, "cand"));
+    eventually(Duration::from_secs(10), || api.lease_candidate("cand-w")).expect("created");
+    a.terminate(Duration::from_secs(10));
+    assert!(api.lease_candidate("cand-w").is_none(), "{}", a.stderr());
+    assert!(api.forbidden().is_empty(), "{:?}", api.forbidden());
+}
+
 /// A LeaseCandidate written as another client (a candidate of this or another Lease).
 fn other_candidate(api: &dyn KubeApi, name: &str, lease: &str, renewed: SystemTime) {
     api.put_lease_candidate(
@@ -419,9 +433,11 @@ async fn the_fake_serves_lease_candidates_as_the_api_does() {
     assert!(matches!(gone, Err(kube::Error::Api(s)) if s.code == 404));
     let listed = candidates.list(&Default::default()).await;
     assert!(matches!(listed, Err(kube::Error::Api(s)) if s.code == 404));
-    // Outside the chart's rule (delete is not granted): 403.
+    // Outside the chart's rule (deletecollection is not granted): 403.
     api.serve_lease_candidates(true);
-    let deleted = candidates.delete("x", &Default::default()).await;
+    let deleted = candidates
+        .delete_collection(&Default::default(), &Default::default())
+        .await;
     assert!(matches!(deleted, Err(kube::Error::Api(s)) if s.code == 403));
 }
 

@@ -1008,6 +1008,12 @@ impl Backend for KubeBackend {
         std::future::pending::<()>().await;
     }
 
+    async fn retire(&mut self) {
+        if let Some(c) = self.candidate.take() {
+            c.withdraw().await;
+        }
+    }
+
     fn handover_requested(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut asked = self.handover.subscribe();
         async move {

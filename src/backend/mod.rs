@@ -269,6 +269,13 @@ pub trait Backend: Send + 'static {
     fn handover_requested(&mut self) -> impl Future<Output = ()> + Send + 'static {
         std::future::pending()
     }
+
+    /// On a graceful shutdown, after the last release: withdraw whatever else marks
+    /// this process as a candidate in the store (a Kubernetes LeaseCandidate), so the
+    /// store does not wait for it. Backends with nothing of the kind keep the default.
+    fn retire(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,13 @@ impl<B: Backend> Elector<B> {
                 self.apply(effect);
             }
             event = match step.next {
+                Next::Exit(Exit::Shutdown) => {
+                    let budget = self.machine.config().timing.backend_timeout;
+                    if timeout(budget, self.backend.retire()).await.is_err() {
+                        tracing::warn!("withdrawing the candidacy timed out");
+                    }
+                    return Exit::Shutdown;
+                }
                 Next::Exit(exit) => return exit,
                 Next::Call { id, op, budget } => {
                     let answer = self.call(op, budget).await;

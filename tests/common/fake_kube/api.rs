@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::lease_rules::admit_lease;
-use super::store::{label_selector, labels_match, write, Shared, Store};
+use super::store::{label_selector, labels_match, remove, write, Shared, Store};
 use super::watch::watch_response;
 use super::TOKEN;
 
@@ -327,7 +327,8 @@ fn verb_of(method: &Method, name: Option<&str>, watching: bool) -> Option<&'stat
         (&Method::POST, None, _) => "create",
         (&Method::PUT, Some(_), _) => "update",
         (&Method::PATCH, Some(_), _) => "patch",
-        (&Method::DELETE, _, _) => "delete",
+        (&Method::DELETE, Some(_), _) => "delete",
+        (&Method::DELETE, None, _) => "deletecollection",
         _ => return None,
     })
 }
@@ -452,6 +453,13 @@ fn serve(shared: &Shared, r: &Request<'_>) -> Response {
         "create" => create(shared, &mut store, r, parsed),
         "update" => update(shared, &mut store, r, parsed),
         "patch" => merge_patch(shared, &mut store, r, parsed, &content_type),
+        "delete" => {
+            let name = r.name.unwrap_or_default();
+            match remove(shared, &mut store, r.kind, r.ns, name) {
+                Some(obj) => ok(&obj, StatusCode::OK),
+                None => status(404, "NotFound", &format!("{} {name:?} not found", r.kind)),
+            }
+        }
         _ => status(405, "MethodNotAllowed", "not supported"),
     }
 }

@@ -55,7 +55,7 @@ use tokio::sync::{broadcast, watch as signal};
 use super::checker::ServerControl;
 use api::handle;
 pub(crate) use api::{chart_role, merge, role_rules};
-use store::{note_lease, write, Change, Shared, Store};
+use store::{remove, write, Shared, Store};
 
 pub const TOKEN: &str = "leasekeeper-test-token";
 
@@ -391,26 +391,7 @@ impl FakeKube {
     pub fn delete_lease(&self, name: &str) {
         let ns = self.shared.namespace.clone();
         let mut store = self.store();
-        let Some(mut obj) = store
-            .objects
-            .remove(&("leases", ns.clone(), name.to_owned()))
-        else {
-            return;
-        };
-        store.version += 1;
-        let version = store.version;
-        obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
-        note_lease(&store, name, None);
-        let change = Change {
-            version,
-            kind: "leases",
-            key: (ns, name.to_owned()),
-            event: "DELETED",
-            object: obj,
-            at: std::time::Instant::now(),
-        };
-        store.history.push(change.clone());
-        let _ = self.shared.changes.send(change);
+        remove(&self.shared, &mut store, "leases", &ns, name);
     }
 
     /// A store recorder for Lease `name`: every write of it, noted as it is made.

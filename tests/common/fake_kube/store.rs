@@ -124,6 +124,37 @@ pub(super) fn write(
     obj
 }
 
+/// Deletes `kind/ns/name` under a new resourceVersion and tells the watchers; the
+/// object as deleted, or `None` when there was none.
+pub(super) fn remove(
+    shared: &Shared,
+    store: &mut Store,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+) -> Option<Value> {
+    let mut obj = store
+        .objects
+        .remove(&(kind, ns.to_owned(), name.to_owned()))?;
+    store.version += 1;
+    let version = store.version;
+    obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
+    if kind == "leases" {
+        note_lease(store, name, None);
+    }
+    let change = Change {
+        version,
+        kind,
+        key: (ns.to_owned(), name.to_owned()),
+        event: "DELETED",
+        object: obj.clone(),
+        at: std::time::Instant::now(),
+    };
+    store.history.push(change.clone());
+    let _ = shared.changes.send(change);
+    Some(obj)
+}
+
 /// One requirement of a label selector.
 pub(super) enum Requirement {
     Equals(String, String),
