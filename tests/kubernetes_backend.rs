@@ -183,7 +183,7 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
     let mut ours = Sidecar::spawn(
         "ours",
         dir.path(),
-        &SidecarArgs::kubernetes(&*api.kubeconfig())
+        &SidecarArgs::kubernetes(&api.kubeconfig())
             .ttl("2s")
             .election("shared")
             .build(),
@@ -405,7 +405,7 @@ fn the_label_turns_false_before_the_lease_is_released() {
 fn a_deleted_lease_is_not_a_free_lease() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("3s")
         .election("deleted")
         .build();
@@ -509,7 +509,7 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     // A renew interval of 2 s: without a watch the old leader would claim up to 2 s on.
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("6s")
         .election("gone")
         .build();
@@ -567,7 +567,7 @@ fn a_deleted_lease_ends_the_old_claim_at_once_and_tokens_keep_growing() {
 fn a_lease_created_after_a_deletion_continues_the_token_count() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("5s")
         .election("recreated")
         .build();
@@ -599,7 +599,7 @@ fn a_lease_created_after_a_deletion_continues_the_token_count() {
 fn an_overwritten_lease_ends_the_claim_at_once() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("6s")
         .election("taken")
         .build();
@@ -632,7 +632,7 @@ fn an_overwritten_lease_ends_the_claim_at_once() {
 fn a_second_process_with_our_identity_is_a_rival() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("twins")
         .build();
@@ -834,7 +834,7 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     api.add_pod("bare", &[("app", "demo")]);
-    let mut args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("unlabelled")
         .build();
@@ -1165,7 +1165,7 @@ fn the_fake_fails_injected_requests_first(api: &FakeKube) {
 fn followers_send_no_requests_while_the_holder_renews() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("quiet")
         .build();
@@ -1231,7 +1231,7 @@ fn slow_leader(link: common::faults::Link) {
         Duration::from_secs(3),
         link,
         |endpoints| {
-            SidecarArgs::kubernetes(&*api.kubeconfig_via(&endpoints[0]))
+            SidecarArgs::kubernetes(&api.kubeconfig_via(&endpoints[0]))
                 .ttl("3s")
                 .election("slow")
                 .build()
@@ -1284,7 +1284,7 @@ fn settled_leader(sidecars: &[Sidecar]) -> Option<usize> {
 fn the_successor_takes_a_released_lease_within_a_few_ms() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("15s")
         .election("quick")
         .build();
@@ -1322,7 +1322,7 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
 fn client_go_metric_names_show_the_leader_and_the_slow_path() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("3s")
         .election("slow")
         .build();
@@ -1390,7 +1390,7 @@ fn leaders_over(sidecars: &[(&str, &Sidecar)], how_long: Duration) -> Vec<String
 fn a_preferred_holder_gets_the_lease_and_the_others_sit_out() {
     let api = kube_server::start("team", Flavor::Coordinated);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("pref")
         .build();
@@ -1449,7 +1449,7 @@ fn a_lease_with_a_strategy_is_taken_only_when_handed_over() {
         })
     };
     api.put_lease_spec("coord", spec("sb"));
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("coord")
         .build();
@@ -1502,7 +1502,7 @@ fn leadership_events(api: &dyn KubeApi) -> Vec<(String, u64)> {
 fn leadership_events_are_recorded_as_client_go_records_them() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("evt")
         .build();
@@ -1550,7 +1550,7 @@ fn leadership_events_are_recorded_as_client_go_records_them() {
 fn a_flapping_election_makes_series_not_a_flood_of_events() {
     let api = kube_server::start("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = SidecarArgs::kubernetes(&*api.kubeconfig())
+    let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
         .ttl("2s")
         .election("flap")
         .build();

@@ -39,7 +39,7 @@ fn lease_body(name: &str, spec: Value) -> Value {
 /// create and on update, silently (200/201).
 #[test]
 fn without_the_gate_the_coordination_fields_are_dropped() {
-    let api = kube_server::start("team", Flavor::GateOff);
+    let api = kube_server::start_exact("team", Flavor::GateOff);
     let spec = json!({"holderIdentity": "a", "leaseDurationSeconds": 5,
                       "strategy": "OldestEmulationVersion", "preferredHolder": "b"});
     let (code, created) = api.call("POST", LEASES, Some(lease_body("drop", spec)));
@@ -315,7 +315,7 @@ fn switchover_goes_to_the_named_candidate_with_the_gate_off_and_on() {
         (Flavor::GateOff, false),
         (Flavor::Coordinated, false),
     ] {
-        let api = kube_server::start("team", flavor);
+        let api = kube_server::start_exact("team", flavor);
         let mut args = SidecarArgs::kubernetes(&api.kubeconfig())
             .ttl("2s")
             .election("switch")

@@ -88,8 +88,18 @@ pub trait KubeApi: Send + Sync {
 }
 
 /// Serves namespace `namespace`: the real API server when `LK_KUBE_APISERVER` names
-/// one, else the fake.
+/// one, else the fake. `LK_KUBE_GATE=on` runs the tests written for the default (the
+/// gate off) on a server with the gate on instead (with the LeaseCandidates rule).
 pub fn start(namespace: &str, flavor: Flavor) -> Box<dyn KubeApi> {
+    let gate_on = std::env::var("LK_KUBE_GATE").is_ok_and(|g| g == "on");
+    start_exact(
+        namespace,
+        if gate_on { Flavor::Coordinated } else { flavor },
+    )
+}
+
+/// As [`start`], whatever `LK_KUBE_GATE` says (for tests of one flavour's rules).
+pub fn start_exact(namespace: &str, flavor: Flavor) -> Box<dyn KubeApi> {
     if let Some(binary) = real_kube::binary() {
         return Box::new(RealKube::start(&binary, namespace, flavor));
     }

@@ -302,10 +302,15 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
         assert!(super::scenarios::one_leads_the_rest_follow(&cars));
     }
     let (mut leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");
-    for round in 0..2 {
+    // More rounds by hand (`LK_SWITCHOVER_ROUNDS=30`, say, on a real API server).
+    let rounds = std::env::var("LK_SWITCHOVER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    for round in 0..rounds {
         let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-        let to = if round == 0 { others[1] } else { others[0] };
-        let bystander = if round == 0 { others[0] } else { others[1] };
+        let to = if round % 2 == 0 { others[1] } else { others[0] };
+        let bystander = if round % 2 == 0 { others[0] } else { others[1] };
         let before = tenures_begun(&cars[bystander]);
         let (port, name) = (cars[leader].port, cars[to].name.clone());
         let asked = Instant::now();

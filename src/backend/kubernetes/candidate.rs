@@ -60,6 +60,15 @@ const WATCH_SECS: u32 = 290;
 /// The first wait after a failed write, doubled up to [`RENEW_EVERY`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
+/// A ping is answered twice: at once, and again this long after. The coordinator
+/// (kube-apiserver 1.33, `reconcileElectionStep`) votes 5 s after its ping round
+/// *finished* and counts only candidates that renewed within the last 5 s; an answer
+/// written a few ms after the ping, before that round's own requests returned, falls
+/// just outside, and with no candidate left it logs "no available candidates" and
+/// waits for the next change (our next renewal: 5 minutes). The second answer is
+/// inside the window, and its write wakes the coordinator too.
+const ACK_AGAIN: Duration = Duration::from_secs(1);
+
 /// Not before this after a watch that ended at once.
 const SETTLE: Duration = Duration::from_millis(500);
 
@@ -202,6 +211,7 @@ impl Publisher {
             return;
         }
         let mut backoff = FIRST_BACKOFF;
+        let mut answer_again = false;
         loop {
             match self.ensure().await {
                 Ok(written) => {
@@ -210,7 +220,11 @@ impl Publisher {
                         tracing::info!(name = %self.name, "--lease-candidate: the LeaseCandidate is published again");
                     }
                     backoff = FIRST_BACKOFF;
-                    self.wait_for_ping(&written).await;
+                    if std::mem::take(&mut answer_again) {
+                        sleep(ACK_AGAIN).await;
+                        continue;
+                    }
+                    answer_again = self.wait_for_ping(&written).await;
                 }
                 Err((op, e)) => {
                     self.failed(op, &e);
@@ -310,8 +324,9 @@ impl Publisher {
     }
 
     /// Waits until a renewal is due: [`RENEW_EVERY`] after `written`, or a ping (or a
-    /// deletion, or a watch too old to follow) seen on the watch of the one object.
-    async fn wait_for_ping(&self, written: &LeaseCandidate) {
+    /// deletion, or a watch too old to follow) seen on the watch of the one object;
+    /// `true` for a ping.
+    async fn wait_for_ping(&self, written: &LeaseCandidate) -> bool {
         let until = Instant::now() + RENEW_EVERY;
         let mut from = written.metadata.resource_version.clone();
         let params = WatchParams::default()
@@ -319,11 +334,11 @@ impl Publisher {
             .timeout(WATCH_SECS);
         loop {
             let Some(version) = from.clone() else {
-                return;
+                return false;
             };
             let opened = Instant::now();
             let stream = match timeout_at(until, self.api.watch(&params, &version)).await {
-                Err(_) => return,
+                Err(_) => return false,
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "--lease-candidate: watching the LeaseCandidate failed");
@@ -334,19 +349,19 @@ impl Publisher {
             let mut stream = stream.boxed();
             loop {
                 let event = match timeout_at(until, stream.next()).await {
-                    Err(_) => return,
+                    Err(_) => return false,
                     Ok(Some(Ok(event))) => event,
                     Ok(Some(Err(_)) | None) => break,
                 };
                 match event {
                     WatchEvent::Added(c) | WatchEvent::Modified(c) => {
                         if pinged(&c) {
-                            return;
+                            return true;
                         }
                         from = c.metadata.resource_version;
                     }
                     WatchEvent::Bookmark(b) => from = Some(b.metadata.resource_version),
-                    WatchEvent::Deleted(_) | WatchEvent::Error(_) => return,
+                    WatchEvent::Deleted(_) | WatchEvent::Error(_) => return false,
                 }
             }
             // A watch that ends at once is not reopened in a tight loop.
