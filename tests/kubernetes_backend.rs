@@ -852,40 +852,7 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     assert_eq!(warnings, 1, "{}", s.stderr());
 }
 
-/// One raw request to the fake API: (status, JSON body).
-fn call(
-    port: u16,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    content_type: &str,
-    body: &str,
-) -> (u16, serde_json::Value) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).expect("write");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    let code = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (
-        code,
-        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
-    )
-}
+use common::kube_server::raw_call as call;
 
 /// The events of a watch that ends by itself (timeoutSeconds), one JSON value each.
 fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {

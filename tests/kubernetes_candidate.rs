@@ -148,7 +148,7 @@ fn without_v1beta1_there_is_no_lease_candidate_and_one_warning() {
 /// says what the Role lacks, and the election goes on.
 #[test]
 fn a_role_without_leasecandidates_warns_and_the_election_goes_on() {
-    let api = kube_server::start("team", Flavor::GateOff);
+    let api = kube_server::start_exact("team", Flavor::GateOff);
     let dir = tempfile::tempdir().expect("dir");
     let a = Sidecar::spawn("rbac-a", dir.path(), &candidate_args(&*api, "rbac"));
     eventually(Duration::from_secs(10), || leads(&a).then_some(())).expect("a leads");
@@ -487,7 +487,7 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
 /// through `preferredHolder`.
 #[test]
 fn switchover_goes_to_the_named_candidate() {
-    let api = kube_server::start("team", Flavor::GateOffWithCandidates);
+    let api = kube_server::start_exact("team", Flavor::GateOffWithCandidates);
     let args = candidate_args(&*api, "switch");
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }

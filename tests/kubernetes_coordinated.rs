@@ -246,8 +246,12 @@ fn coordinated_election_elects_after_every_start_and_stop() {
     );
     assert_ne!(first, second);
     // The stopped candidate withdrew its LeaseCandidate, so the coordinator did not
-    // wait 5 s for its answer to a ping (10-13 s on kube-apiserver 1.33.3 before).
-    assert!(took < Duration::from_secs(5), "{took:?} after a SIGTERM");
+    // wait 5 s for its answer to a ping (7.5 s here, 10.7-12.9 s on kube-apiserver
+    // 1.33.3 before). The real coordinator adds its own delays (a ping written from its
+    // informer's cache meets a candidate's renewal: 409, retried at its 5-s requeue or
+    // the next change), seen 0.002-2.7 s there.
+    let bound = Duration::from_secs(if api.is_real() { 8 } else { 4 });
+    assert!(took < bound, "{took:?} after a SIGTERM");
     cars[second].kill();
     let (third, took) = one_leader(&cars, limit, api.as_ref());
     eprintln!(

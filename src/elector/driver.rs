@@ -122,9 +122,7 @@ impl<B: Backend> Elector<B> {
             event = match step.next {
                 Next::Exit(Exit::Shutdown) => {
                     let budget = self.machine.config().timing.backend_timeout;
-                    if timeout(budget, self.backend.retire()).await.is_err() {
-                        tracing::warn!("withdrawing the candidacy timed out");
-                    }
+                    retire(budget, &mut self.backend).await;
                     return Exit::Shutdown;
                 }
                 Next::Exit(exit) => return exit,
@@ -139,6 +137,7 @@ impl<B: Backend> Elector<B> {
 
     /// One backend call under its budget.
     async fn call(&mut self, op: Op, budget: Duration) -> Answer {
+        let shutting_down = self.shutting_down();
         let observer = &*self.observer;
         let backend = &mut self.backend;
         match op {
@@ -151,6 +150,11 @@ impl<B: Backend> Elector<B> {
                 ttl: backend.lease_ttl(),
             },
             Op::Release => {
+                if shutting_down {
+                    // Withdraw first: a coordinator that saw the release before the
+                    // withdrawal would wait for this candidate's answer (the Lease's).
+                    retire(budget, backend).await;
+                }
                 let released = match &self.switchover {
                     Some((_, to)) => {
                         tracing::info!(to = %to, "switchover: leaving the lease to the named candidate");
@@ -548,4 +552,11 @@ fn note_holder(s: &mut Status, holder: Option<Holder>) {
         }
     }
     s.holder = holder;
+}
+
+/// [`Backend::retire`] under `budget` (a no-op the second time, and for most stores).
+async fn retire<B: Backend>(budget: Duration, backend: &mut B) {
+    if timeout(budget, backend.retire()).await.is_err() {
+        tracing::warn!("withdrawing the candidacy timed out");
+    }
 }

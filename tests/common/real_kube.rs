@@ -163,6 +163,17 @@ impl RealKube {
         path: &str,
         body: Option<Value>,
     ) -> Result<(u16, Value), String> {
+        self.call_with(self.admin.clone(), method, path, body)
+    }
+
+    /// One request with `client`: (status, JSON body), or why there is none within 10 s.
+    fn call_with(
+        &self,
+        client: kube::Client,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
         let content_type = if method == Method::PATCH {
             "application/merge-patch+json"
         } else {
@@ -175,9 +186,8 @@ impl RealKube {
             .header("content-type", content_type)
             .body(bytes)
             .map_err(|e| e.to_string())?;
-        let admin = self.admin.clone();
         let answer = self.block_on(async move {
-            tokio::time::timeout(Duration::from_secs(10), admin.request_text(request)).await
+            tokio::time::timeout(Duration::from_secs(10), client.request_text(request)).await
         });
         match answer {
             Err(_) => Err("no answer within 10 s".to_owned()),
@@ -691,29 +701,8 @@ impl RealKube {
                 .await
                 .expect("user client")
         });
-        let content_type = if method == Method::PATCH {
-            "application/merge-patch+json"
-        } else {
-            "application/json"
-        };
-        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", content_type)
-            .body(bytes)
-            .expect("request");
-        match self.block_on(async move { client.request_text(request).await }) {
-            Ok(text) => (
-                200,
-                serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            ),
-            Err(kube::Error::Api(status)) => (
-                status.code,
-                serde_json::to_value(&status).unwrap_or(Value::Null),
-            ),
-            Err(e) => panic!("{path}: {e}"),
-        }
+        self.call_with(client, method, path, body)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 }
 
