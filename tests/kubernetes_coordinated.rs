@@ -331,3 +331,154 @@ fn switchover_goes_to_the_named_candidate_with_the_gate_off_and_on() {
         common::scenarios::switchover_goes_to_the_named_candidate(&args);
     }
 }
+
+/// A client-go coordinated candidate (`leaderelection` with `Coordinated: true` and
+/// `NewCandidate`), built by the developer from the same Kubernetes release
+/// (`LK_CLIENT_GO_PEER`, docs/development.md): its `/leader` answers `is_leader`.
+struct Peer {
+    name: String,
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Peer {
+    fn start(binary: &str, api: &dyn KubeApi, name: &str, lease: &str) -> Peer {
+        let port = common::free_port();
+        // client-go's LeaseCandidate informer lists cluster-wide (kube-scheduler's RBAC
+        // allows it; the chart's namespaced Role does not): the harness's admin.
+        let kubeconfig = api
+            .kubeconfig()
+            .replace("kubeconfig-user", "kubeconfig-admin");
+        let child = std::process::Command::new(binary)
+            .args(["--kubeconfig", &kubeconfig, "--namespace", "team"])
+            .args([
+                "--lease",
+                lease,
+                "--identity",
+                name,
+                "--port",
+                &port.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(std::env::temp_dir().join(format!("lkpeer-{name}.log")))
+                    .map(std::process::Stdio::from)
+                    .unwrap_or_else(|_| std::process::Stdio::null()),
+            )
+            .spawn()
+            .expect("the client-go peer");
+        Peer {
+            name: name.to_owned(),
+            port,
+            child,
+        }
+    }
+
+    fn leads(&self) -> bool {
+        common::http::get(self.port, "/leader")
+            .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+            .is_some_and(|v| v["is_leader"] == true)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Who leads among sidecars and peers, by their own answers.
+fn mixed_leaders(cars: &[Sidecar], peers: &[Peer]) -> Vec<String> {
+    let mut out = leading(cars);
+    out.extend(peers.iter().filter(|p| p.leads()).map(|p| p.name.clone()));
+    out
+}
+
+/// Polls until one of them leads for 1.5 s on end; never two at once (a client-go
+/// candidate's answer trusts its callbacks, not a deadline: a stale `true` of a
+/// moment is possible there, so the check allows two answers within 300 ms of a
+/// change). How long it took.
+fn one_mixed_leader(cars: &[Sidecar], peers: &[Peer], limit: Duration) -> (String, Duration) {
+    let start = Instant::now();
+    let mut since: Option<(String, Instant)> = None;
+    let mut two_since: Option<Instant> = None;
+    while start.elapsed() < limit {
+        let now = mixed_leaders(cars, peers);
+        if now.len() > 1 {
+            let t = *two_since.get_or_insert_with(Instant::now);
+            assert!(
+                t.elapsed() < Duration::from_millis(300),
+                "two leaders: {now:?}"
+            );
+        } else {
+            two_since = None;
+        }
+        match (now.as_slice(), &since) {
+            ([l], Some((s, t))) if l == s && t.elapsed() >= Duration::from_millis(1500) => {
+                return (l.clone(), *t - start);
+            }
+            ([l], Some((s, _))) if l == s => {}
+            ([l], _) => since = Some((l.clone(), Instant::now())),
+            _ => since = None,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no single leader within {limit:?}");
+}
+
+/// Two client-go coordinated candidates and two sidecars on one coordinated Lease
+/// (gate on): one leads after the start and after each SIGTERM and kill -9 of the
+/// leader, whoever it is; never two. Runs only with `LK_CLIENT_GO_PEER` (and a real
+/// API server), which CI does not have.
+#[test]
+fn client_go_coordinated_candidates_and_sidecars_share_one_election() {
+    let Ok(peer) = std::env::var("LK_CLIENT_GO_PEER") else {
+        eprintln!("skipped: LK_CLIENT_GO_PEER names no client-go peer");
+        return;
+    };
+    let api = kube_server::start_exact("team", Flavor::Coordinated);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = coordinated_args(api.as_ref(), "mix");
+    // A client-go candidate first: the oldest candidate is the coordinator's pick.
+    let mut peers: Vec<Peer> = (0..2)
+        .map(|i| Peer::start(&peer, api.as_ref(), &format!("go{i}"), "mix"))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut cars: Vec<Sidecar> = (0..2)
+        .map(|i| Sidecar::spawn(&format!("lk{i}"), dir.path(), &args))
+        .collect();
+    let limit = Duration::from_secs(40);
+    let (mut leader, took) = one_mixed_leader(&cars, &peers, limit);
+    eprintln!("mixed: {leader} leads {took:?} after the start");
+    for round in 0..4 {
+        std::thread::sleep(Duration::from_secs(6));
+        let kill = round % 2 == 1;
+        if let Some(c) = cars.iter_mut().find(|c| c.name == leader) {
+            if kill {
+                c.kill()
+            } else {
+                c.terminate(Duration::from_secs(10));
+            }
+        } else if let Some(p) = peers.iter_mut().find(|p| p.name == leader) {
+            let sig = if kill { libc::SIGKILL } else { libc::SIGTERM };
+            common::send_signal(p.child.id(), sig);
+            let _ = p.child.wait();
+        }
+        let (next, took) = one_mixed_leader(&cars, &peers, limit);
+        eprintln!(
+            "mixed: {next} leads {took:?} after a {} of {leader}",
+            if kill { "kill -9" } else { "SIGTERM" }
+        );
+        // The stopped one comes back as a new candidate.
+        if leader.starts_with("lk") {
+            let i = cars.iter().position(|c| c.name == leader).expect("car");
+            cars[i] = Sidecar::spawn(&format!("{leader}r{round}"), dir.path(), &args);
+        } else {
+            let i = peers.iter().position(|p| p.name == leader).expect("peer");
+            peers[i] = Peer::start(&peer, api.as_ref(), &format!("{leader}r{round}"), "mix");
+        }
+        leader = next;
+    }
+    assert!(!api.coordinator_crashed());
+}
