@@ -116,7 +116,16 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let command = Cli::command();
+        Cli::parse_layers_with(Cli::command(), args)
+    }
+
+    /// [`Cli::parse_layers`] with a command built on [`Cli`]'s (the same flags, with
+    /// the subcommands listed in its help, or `run`'s own help).
+    pub fn parse_layers_with<I, T>(command: clap::Command, args: I) -> Result<Cli, CliError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
         let matches = command.clone().try_get_matches_from(args)?;
         let mut cli = Cli::from_arg_matches(&matches)?;
         if let Some(path) = cli.common.config.clone() {

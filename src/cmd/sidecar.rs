@@ -79,12 +79,12 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(USAGE)
     };
-    let (args, cmd) = match super::run::split(args.clone()) {
-        Ok(Some(line)) => (line.flags, Some(line.cmd)),
-        Ok(None) => (args, None),
-        Err(e) => return Err(fail(&e)),
+    // `run`'s flags are parsed before its command is looked for: `run --help` is help.
+    let (command, args, cmd) = match super::run::split(args.clone()) {
+        Some(line) => (super::run::command(), line.flags, Some(line.cmd)),
+        None => (super::help::command(), args, None),
     };
-    let cli = match Cli::parse_layers(args) {
+    let cli = match Cli::parse_layers_with(command, args) {
         Ok(cli) => cli,
         Err(CliError::Clap(e))
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) =>
@@ -98,6 +98,10 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
             return Err(fail(&line.strip_prefix("error: ").unwrap_or(&line)));
         }
         Err(CliError::Config(e)) => return Err(fail(&e)),
+    };
+    let cmd = match cmd {
+        Some(cmd) => Some(super::run::command_of(cmd).map_err(|e| fail(&e))?),
+        None => None,
     };
     let settings = Settings::from_cli(cli, cmd).map_err(|e| fail(&e))?;
     if let Some(exec) = &settings.exec {
