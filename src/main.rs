@@ -11,6 +11,14 @@ use leasekeeper::publish::exec;
 
 fn main() -> ExitCode {
     // rustls may see more than one crypto provider compiled in; pick ring explicitly.
+    // (No TLS in a build with only the file backend.)
+    #[cfg(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "kubernetes",
+        feature = "sql"
+    ))]
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let args: Vec<OsString> = std::env::args_os().collect();
