@@ -464,15 +464,15 @@ pub fn missing_feature(name: &str) -> Option<&'static str> {
 
 /// Whether this build has backend feature `feature`.
 fn built_in(feature: &str) -> bool {
-    match feature {
-        "file" => cfg!(feature = "file"),
-        "redis" => cfg!(feature = "redis"),
-        "etcd" => cfg!(feature = "etcd"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        "sql" => cfg!(feature = "sql"),
-        "kubernetes" => cfg!(feature = "kubernetes"),
-        _ => false,
-    }
+    const BUILT: [(&str, bool); 6] = [
+        ("file", cfg!(feature = "file")),
+        ("redis", cfg!(feature = "redis")),
+        ("etcd", cfg!(feature = "etcd")),
+        ("zookeeper", cfg!(feature = "zookeeper")),
+        ("sql", cfg!(feature = "sql")),
+        ("kubernetes", cfg!(feature = "kubernetes")),
+    ];
+    BUILT.iter().any(|&(f, on)| f == feature && on)
 }
 
 /// [`missing_feature`] for a build that has the features `built` says.
