@@ -2,8 +2,10 @@
 //! Dockerfile describes (image/contents.txt: the binary, the libraries distroless `cc`
 //! carries, the passwd entry of 65532, no shell) assembled as an OCI bundle and run by
 //! `runc` as user 65532 with a read-only root, a writable tmpfs on /tmp, no
-//! capabilities, and the host's network namespace (the test reaches the sidecar on
-//! loopback, as the app container of a Pod reaches it on the Pod's).
+//! capabilities and an /etc/hosts as the kubelet mounts one. Most containers use the
+//! host's network namespace (the test reaches the sidecar on loopback); one test runs
+//! the sidecar in the network namespace of an "app" container, as a Pod's containers
+//! share one, and the app asks `localhost:4040` from inside.
 //!
 //! Checked inside containers: `/leader` answers; SIGTERM (`runc kill`) releases and the
 //! next sidecar (a second container on the same lock file, through a shared bind
@@ -192,6 +194,18 @@ enum Seccomp {
     NoNewNamespaces,
 }
 
+/// A container's network namespace.
+#[derive(Clone, Copy, Debug)]
+enum Network {
+    /// The host's: the test reaches the sidecar on loopback.
+    Host,
+    /// One of its own (runc brings its loopback up), like a Pod's.
+    Own,
+    /// That of the container whose first process is this host PID, as a Pod's
+    /// containers share one.
+    Of(u32),
+}
+
 /// Adds a seccomp filter that refuses `unshare` (EPERM) to a bundle's config.json.
 fn no_new_namespaces(path: &Path) {
     let mut config: serde_json::Value =
@@ -235,7 +249,7 @@ impl Lab {
 
     /// A bundle of the runtime image (plus `app`'s programs) running `args` as the
     /// image's user.
-    fn bundle(&self, name: &str, args: &[String], app: Option<Seccomp>) -> PathBuf {
+    fn bundle(&self, name: &str, args: &[String], app: Option<Seccomp>, net: &Network) -> PathBuf {
         let c = contents();
         let bundle = self.dir.path().join(name);
         let rootfs = bundle.join("rootfs");
@@ -278,7 +292,7 @@ impl Lab {
             .status()
             .expect("runc spec");
         assert!(spec.success(), "runc spec");
-        self.write_config(&bundle, args, (*uid, *gid));
+        self.write_config(&bundle, args, (*uid, *gid), net);
         if app == Some(Seccomp::NoNewNamespaces) {
             no_new_namespaces(&bundle.join("config.json"));
         }
@@ -287,7 +301,7 @@ impl Lab {
 
     /// config.json as a Pod runs the sidecar: non-root, read-only root, tmpfs on /tmp,
     /// no capabilities, the shared folder, the host's network.
-    fn write_config(&self, bundle: &Path, args: &[String], (uid, gid): (u32, u32)) {
+    fn write_config(&self, bundle: &Path, args: &[String], (uid, gid): (u32, u32), net: &Network) {
         let path = bundle.join("config.json");
         let mut config: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("config")).expect("json");
@@ -307,16 +321,45 @@ impl Lab {
         );
         mounts.push(serde_json::json!({"destination": "/shared", "type": "bind",
             "source": self.shared, "options": ["rbind", "rw"]}));
+        // The kubelet mounts an /etc/hosts into every container (the image has none).
+        let hosts = self.dir.path().join("hosts");
+        std::fs::write(
+            &hosts,
+            "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n",
+        )
+        .expect("hosts");
+        mounts.push(
+            serde_json::json!({"destination": "/etc/hosts", "type": "bind",
+            "source": hosts, "options": ["rbind", "ro"]}),
+        );
         let namespaces = config["linux"]["namespaces"]
             .as_array_mut()
             .expect("namespaces");
-        namespaces.retain(|ns| ns["type"] != "network");
+        match net {
+            Network::Host => namespaces.retain(|ns| ns["type"] != "network"),
+            Network::Own => {}
+            Network::Of(pid) => {
+                for ns in namespaces.iter_mut().filter(|ns| ns["type"] == "network") {
+                    ns["path"] = format!("/proc/{pid}/ns/net").into();
+                }
+            }
+        }
         std::fs::write(&path, serde_json::to_vec_pretty(&config).expect("json")).expect("write");
     }
 
     /// Starts a container (`runc run`, in the foreground: its exit is the container's).
     fn start(&self, name: &str, args: &[String], app: Option<Seccomp>) -> Container {
-        let bundle = self.bundle(name, args, app);
+        self.start_in(name, args, app, Network::Host)
+    }
+
+    fn start_in(
+        &self,
+        name: &str,
+        args: &[String],
+        app: Option<Seccomp>,
+        net: Network,
+    ) -> Container {
+        let bundle = self.bundle(name, args, app, &net);
         let id = format!(
             "lk-{}-{name}-{}",
             std::process::id(),
@@ -715,4 +758,63 @@ fn exec_mode_as_pid_1(seccomp: Seccomp) {
         worker.0
     );
     let _ = c.wait_exit(Duration::from_secs(5));
+}
+
+/// As in a Pod: the app container has the network namespace, the sidecar container
+/// joins it, and the app asks `localhost:4040` (the default address) from its own
+/// container; the host cannot reach it.
+#[test]
+fn the_app_container_asks_the_sidecar_on_the_pods_localhost() {
+    if let Some(why) = cannot_run_containers() {
+        eprintln!("{why}");
+        return;
+    }
+    let lab = Lab::new();
+    let sleep = ["/bin/sleep", "1003"].map(String::from);
+    let app = lab.start_in("app", &sleep, Some(Seccomp::None), Network::Own);
+    let Some(app_pid) = eventually(Duration::from_secs(10), || app.init_pid()) else {
+        let out = app.output();
+        eprintln!("runc cannot run a container with its own network here; skipping: {out}");
+        return;
+    };
+    let args = [
+        "/usr/local/bin/leasekeeper",
+        "--backend",
+        "file",
+        "--file-path",
+        "/shared/pod.lock",
+        "--identity",
+        "pod-a",
+    ]
+    .map(String::from);
+    let mut sidecar = lab.start_in("sidecar", &args, None, Network::Of(app_pid));
+    let asked = eventually(Duration::from_secs(10), || {
+        if let Ok(Some(_)) = sidecar.child.try_wait() {
+            return Some(None);
+        }
+        let out = app.exec(&["/usr/local/bin/leasekeeper", "status", "--json"]);
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        // `status` exits 0 only when the sidecar it asked leads.
+        (answer["is_leader"] == true && out.status.code() == Some(0)).then_some(Some(answer))
+    })
+    .flatten()
+    .unwrap_or_else(|| panic!("the app never saw its sidecar lead: {}", sidecar.output()));
+    assert_eq!(asked["identity"], "pod-a", "{asked}");
+    let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).expect("ns");
+    let sidecar_pid = sidecar.init_pid().expect("sidecar runs");
+    assert_eq!(ns(sidecar_pid), ns(app_pid), "one network namespace");
+    assert_ne!(ns(sidecar_pid), ns(std::process::id()), "not the host's");
+    let killed = sidecar
+        .runc()
+        .args(["kill", &sidecar.id, "TERM"])
+        .status()
+        .expect("runc kill");
+    assert!(killed.success());
+    assert_eq!(
+        sidecar.wait_exit(Duration::from_secs(5)),
+        Some(0),
+        "{}",
+        sidecar.output()
+    );
+    let _ = app.runc().args(["kill", &app.id, "KILL"]).status();
 }
