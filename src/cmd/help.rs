@@ -123,6 +123,27 @@ mod tests {
     }
 
     #[test]
+    fn man_knows_every_other_subcommand() {
+        let top = command();
+        let man = top.find_subcommand("man").expect("man");
+        let arg = man
+            .get_arguments()
+            .find(|a| a.get_id() == "subcommand")
+            .expect("arg");
+        let pages: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_owned())
+            .collect();
+        let subs: Vec<String> = top
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .filter(|n| n != "man")
+            .collect();
+        assert_eq!(pages, subs);
+    }
+
+    #[test]
     fn every_subcommand_has_a_one_line_about() {
         let top = command();
         let names: Vec<&str> = top.get_subcommands().map(|c| c.get_name()).collect();
