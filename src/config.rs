@@ -17,7 +17,18 @@ use std::path::{Path, PathBuf};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 
-use crate::backend::{etcd, file, kubernetes, redis, redlock, sql, zookeeper};
+#[cfg(feature = "etcd")]
+use crate::backend::etcd;
+#[cfg(feature = "file")]
+use crate::backend::file;
+#[cfg(feature = "kubernetes")]
+use crate::backend::kubernetes;
+#[cfg(feature = "sql")]
+use crate::backend::sql;
+#[cfg(feature = "zookeeper")]
+use crate::backend::zookeeper;
+#[cfg(feature = "redis")]
+use crate::backend::{redis, redlock};
 use crate::kube_api;
 use crate::publish::drain::{self, DrainSettings};
 use crate::publish::events;
@@ -72,18 +83,24 @@ pub struct Cli {
     pub timing: timing::Args,
     #[command(flatten)]
     pub http: http::Args,
+    #[cfg(feature = "file")]
     #[command(flatten)]
     pub file: file::Args,
+    #[cfg(feature = "redis")]
     #[command(flatten)]
     pub redis: redis::Args,
+    #[cfg(feature = "etcd")]
     #[command(flatten)]
     pub etcd: etcd::Args,
+    #[cfg(feature = "zookeeper")]
     #[command(flatten)]
     pub zookeeper: zookeeper::Args,
+    #[cfg(feature = "sql")]
     #[command(flatten)]
     pub sql: sql::Args,
     #[command(flatten)]
     pub kube: kube_api::Args,
+    #[cfg(feature = "kubernetes")]
     #[command(flatten)]
     pub lease: kubernetes::settings::Args,
     #[command(flatten)]
@@ -116,7 +133,16 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let command = Cli::command();
+        Cli::parse_layers_with(Cli::command(), args)
+    }
+
+    /// [`Cli::parse_layers`] with a command built on [`Cli`]'s (the same flags, with
+    /// the subcommands listed in its help, or `run`'s own help).
+    pub fn parse_layers_with<I, T>(command: clap::Command, args: I) -> Result<Cli, CliError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
         let matches = command.clone().try_get_matches_from(args)?;
         let mut cli = Cli::from_arg_matches(&matches)?;
         if let Some(path) = cli.common.config.clone() {
@@ -202,16 +228,21 @@ fn yaml_values(value: &serde_yaml_ng::Value, many: bool) -> Result<Vec<String>, 
 /// Which store holds the lease, with what it needs to reach it.
 #[derive(Clone, Debug)]
 pub enum BackendSettings {
-    File {
-        path: PathBuf,
-    },
+    #[cfg(feature = "file")]
+    File { path: PathBuf },
+    #[cfg(feature = "redis")]
     Redis(Box<redis::RedisSettings>),
+    #[cfg(feature = "redis")]
     Redlock(Vec<redis::RedisSettings>),
+    #[cfg(feature = "etcd")]
     Etcd(Box<etcd::EtcdSettings>),
+    #[cfg(feature = "zookeeper")]
     Zookeeper(Box<zookeeper::ZkSettings>),
     /// A lease row in PostgreSQL or MySQL/MariaDB (see `backend::sql`).
+    #[cfg(feature = "sql")]
     Sql(Box<sql::SqlSettings>),
     /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
+    #[cfg(feature = "kubernetes")]
     Kubernetes {
         namespace: String,
         lease: kubernetes::settings::KubeSettings,
@@ -221,12 +252,19 @@ pub enum BackendSettings {
 impl BackendSettings {
     pub fn name(&self) -> &'static str {
         match self {
+            #[cfg(feature = "file")]
             BackendSettings::File { .. } => "file",
+            #[cfg(feature = "redis")]
             BackendSettings::Redis(_) => "redis",
+            #[cfg(feature = "redis")]
             BackendSettings::Redlock(_) => "redlock",
+            #[cfg(feature = "etcd")]
             BackendSettings::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
             BackendSettings::Zookeeper(_) => "zookeeper",
+            #[cfg(feature = "sql")]
             BackendSettings::Sql(sql) => sql.dialect().name(),
+            #[cfg(feature = "kubernetes")]
             BackendSettings::Kubernetes { .. } => "kubernetes",
         }
     }
@@ -291,6 +329,9 @@ impl Settings {
         let timing = cli.timing.timing()?;
         let mut warnings = Vec::new();
         let backend = backend_settings(&cli, &election, &timing, &mut warnings)?;
+        let pod_label = cli.label.settings(&cli.kube, &election)?;
+        let events = event_subject(&cli, &backend, &election)?;
+        check_kube_built(&pod_label, &events)?;
         Ok(Settings {
             http: cli.http.settings()?,
             exit_on_loss: parse_bool("--exit-on-loss", common.exit_on_loss.as_deref())?,
@@ -298,9 +339,9 @@ impl Settings {
             drain: cli.drain.settings()?,
             exec: cli.exec.settings(cmd)?,
             log_format: log_format(common.log_format.as_deref())?,
-            pod_label: cli.label.settings(&cli.kube, &election)?,
+            pod_label,
             kubeconfig: cli.kube.kubeconfig()?,
-            events: event_subject(&cli, &backend, &election)?,
+            events,
             transition_log: common.transition_log.clone(),
             election,
             identity,
@@ -308,6 +349,21 @@ impl Settings {
             backend,
             warnings,
         })
+    }
+}
+
+/// Without the `kubernetes` feature there is no API client: the Pod label and the
+/// Events are refused when they would be on (by a flag, or by default in a Pod).
+fn check_kube_built(
+    label: &Option<PodLabelSettings>,
+    events: &Option<events::Subject>,
+) -> Result<(), ConfigError> {
+    let why = "this leasekeeper was built without the Kubernetes API client; build with `cargo build --features kubernetes`";
+    match (cfg!(feature = "kubernetes"), label, events) {
+        (true, _, _) => Ok(()),
+        (false, Some(_), _) => Err(bad(format!("--pod-label: {why}, or set --pod-label=false"))),
+        (false, None, Some(_)) => Err(bad(format!("--events: {why}, or set --events=false"))),
+        (false, None, None) => Ok(()),
     }
 }
 
@@ -324,6 +380,7 @@ fn event_subject(
         return Ok(None);
     }
     let subject = match backend {
+        #[cfg(feature = "kubernetes")]
         BackendSettings::Kubernetes { namespace, .. } => Some(events::Subject::Lease {
             name: election.to_owned(),
             namespace: namespace.clone(),
@@ -356,20 +413,34 @@ fn backend_settings(
         .backend
         .clone()
         .unwrap_or_else(|| if in_a_pod() { "kubernetes" } else { "file" }.to_owned());
-    Ok(match name.trim() {
+    let name = name.trim();
+    if let Some(feature) = missing_feature(name) {
+        return Err(bad(format!(
+            "--backend {name}: this leasekeeper was built without it; build with `cargo build --features {feature}` (the default features have every backend)"
+        )));
+    }
+    Ok(match name {
+        #[cfg(feature = "file")]
         "file" => BackendSettings::File {
             path: cli.file.path(election),
         },
+        #[cfg(feature = "redis")]
         "redis" => BackendSettings::Redis(Box::new(cli.redis.single()?)),
+        #[cfg(feature = "redis")]
         "redlock" => {
             let (nodes, node_warnings) = redlock::node_settings(&cli.redis)?;
             warnings.extend(node_warnings);
             BackendSettings::Redlock(nodes)
         }
+        #[cfg(feature = "etcd")]
         "etcd" => BackendSettings::Etcd(Box::new(cli.etcd.settings()?)),
+        #[cfg(feature = "zookeeper")]
         "zookeeper" => BackendSettings::Zookeeper(Box::new(cli.zookeeper.settings()?)),
+        #[cfg(feature = "sql")]
         "postgres" => BackendSettings::Sql(Box::new(cli.sql.settings(sql::Dialect::Postgres)?)),
+        #[cfg(feature = "sql")]
         "mysql" => BackendSettings::Sql(Box::new(cli.sql.settings(sql::Dialect::Mysql)?)),
+        #[cfg(feature = "kubernetes")]
         "kubernetes" => {
             kubernetes::check_ttl(timing.ttl)?;
             BackendSettings::Kubernetes {
@@ -383,6 +454,39 @@ fn backend_settings(
             )))
         }
     })
+}
+
+/// The cargo feature that brings backend `name`, when this build lacks it (`None`
+/// for a backend that is built in, and for a name that is no backend).
+pub fn missing_feature(name: &str) -> Option<&'static str> {
+    missing_feature_in(name, built_in)
+}
+
+/// Whether this build has backend feature `feature`.
+fn built_in(feature: &str) -> bool {
+    const BUILT: [(&str, bool); 6] = [
+        ("file", cfg!(feature = "file")),
+        ("redis", cfg!(feature = "redis")),
+        ("etcd", cfg!(feature = "etcd")),
+        ("zookeeper", cfg!(feature = "zookeeper")),
+        ("sql", cfg!(feature = "sql")),
+        ("kubernetes", cfg!(feature = "kubernetes")),
+    ];
+    BUILT.iter().any(|&(f, on)| f == feature && on)
+}
+
+/// [`missing_feature`] for a build that has the features `built` says.
+fn missing_feature_in(name: &str, built: impl Fn(&str) -> bool) -> Option<&'static str> {
+    let feature = match name {
+        "file" => "file",
+        "redis" | "redlock" => "redis",
+        "etcd" => "etcd",
+        "zookeeper" => "zookeeper",
+        "postgres" | "mysql" => "sql",
+        "kubernetes" => "kubernetes",
+        _ => return None,
+    };
+    (!built(feature)).then_some(feature)
 }
 
 fn log_format(raw: Option<&str>) -> Result<LogFormat, ConfigError> {
@@ -790,6 +894,38 @@ mod tests {
             let (mut by_file, by_flag) = (format!("{by_file:?}"), format!("{by_flag:?}"));
             by_file = by_file.replace(&format!("Some({:?})", path), "None");
             assert_eq!(by_file, by_flag, "{flag}: the file and the flag disagree");
+        }
+    }
+
+    #[test]
+    fn a_backend_not_built_in_names_its_feature() {
+        let only_file = |f: &str| f == "file";
+        for (backend, feature) in [
+            ("redis", "redis"),
+            ("redlock", "redis"),
+            ("etcd", "etcd"),
+            ("zookeeper", "zookeeper"),
+            ("postgres", "sql"),
+            ("mysql", "sql"),
+            ("kubernetes", "kubernetes"),
+        ] {
+            assert_eq!(missing_feature_in(backend, only_file), Some(feature));
+            assert_eq!(missing_feature_in(backend, |_| true), None);
+        }
+        assert_eq!(missing_feature_in("file", only_file), None);
+        assert_eq!(missing_feature_in("consul", only_file), None);
+        // The default build has every backend.
+        for backend in [
+            "file",
+            "redis",
+            "redlock",
+            "etcd",
+            "zookeeper",
+            "postgres",
+            "mysql",
+            "kubernetes",
+        ] {
+            assert_eq!(missing_feature(backend), None, "{backend}");
         }
     }
 

@@ -61,7 +61,26 @@ impl Args {
 #[error("{0}")]
 pub struct ClientError(String);
 
+/// The API client (with the `kubernetes` feature).
+#[cfg(feature = "kubernetes")]
+pub type Client = kube::Client;
+
+/// No API client in a build without the `kubernetes` feature: nothing can hold one
+/// (the settings refuse whatever would need it).
+#[cfg(not(feature = "kubernetes"))]
+#[derive(Clone, Debug)]
+pub enum Client {}
+
+/// Without the `kubernetes` feature: the reason there is no client.
+#[cfg(not(feature = "kubernetes"))]
+pub async fn client(_kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    Err(ClientError(
+        "kubernetes: this leasekeeper was built without the Kubernetes API client; build with `cargo build --features kubernetes`".to_owned(),
+    ))
+}
+
 /// The API client, built once at start.
+#[cfg(feature = "kubernetes")]
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
@@ -89,6 +108,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientErr
 /// Nagle on, the request waits for it. A follower's one connection carries its watch,
 /// so its read after a release always went over a new connection: ~50 ms from the
 /// release to the successor's write, every time (`the_successor_takes_a_released_lease_within_a_few_ms`).
+#[cfg(feature = "kubernetes")]
 fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
     use hyper_util::client::legacy::connect::HttpConnector;
     use kube::client::ConfigExt;

@@ -1,6 +1,7 @@
 //! Parses the first word and dispatches: the exec guard, the init of exec mode's
-//! PID namespace, `status`, `switchover`, or the sidecar
+//! PID namespace, `status`, `switchover`, `help`, `completions`, `man`, or the sidecar
 //! (plain or `run -- CMD`), each a module of `leasekeeper::cmd` or the exec publisher.
+//! The one definition of the whole command line is `leasekeeper::cmd::help::command`.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -10,6 +11,14 @@ use leasekeeper::publish::exec;
 
 fn main() -> ExitCode {
     // rustls may see more than one crypto provider compiled in; pick ring explicitly.
+    // (No TLS in a build with only the file backend.)
+    #[cfg(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "kubernetes",
+        feature = "sql"
+    ))]
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -18,6 +27,7 @@ fn main() -> ExitCode {
         Some(exec::INIT_ARG) => exec::init_main(args[2..].to_vec()),
         Some("status") => cmd::status::main(args),
         Some("switchover") => cmd::switchover::main(args),
+        Some("help" | "completions" | "man") => cmd::help::main(args),
         _ => cmd::sidecar::main(args),
     }
 }

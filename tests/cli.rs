@@ -504,3 +504,135 @@ fn flags_beat_the_environment_which_beats_the_file() {
         assert_one_line_error(&["--config", config], &[], mention);
     }
 }
+
+const SUBCOMMANDS: [&str; 5] = ["run", "status", "switchover", "completions", "man"];
+
+/// The lines of a help text's "Commands:" list.
+fn command_lines(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn help_lists_every_subcommand_with_one_line() {
+    for args in [&["--help"][..], &["help"], &["-h"]] {
+        let (code, out, err) = run_to_exit(args, &[]);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        let lines = command_lines(&out);
+        for sub in SUBCOMMANDS {
+            let line = lines
+                .iter()
+                .find(|l| l.split_whitespace().next() == Some(sub))
+                .unwrap_or_else(|| panic!("{args:?}: {sub} not listed in {out}"));
+            assert!(
+                line.len() > sub.len() + 10,
+                "{sub}: no description: {line:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn help_of_each_subcommand_exits_zero() {
+    for sub in SUBCOMMANDS {
+        for args in [vec!["help", sub], vec![sub, "--help"]] {
+            let (code, out, err) = run_to_exit(&args, &[]);
+            assert_eq!(code, Some(0), "{args:?}: {err}");
+            assert!(
+                out.contains(&format!("leasekeeper {sub}")),
+                "{args:?}: usage does not name the subcommand: {out}"
+            );
+        }
+    }
+    // run's help: its own flags and the `-- CMD` form, not "no command".
+    let (code, out, err) = run_to_exit(&["run", "--help"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("leasekeeper run [OPTIONS] -- CMD"), "{out}");
+    for flag in ["--kill-grace", "--restart", "--ttl", "--backend"] {
+        assert!(out.contains(flag), "run --help lacks {flag}: {out}");
+    }
+    let (code, _, err) = run_to_exit(&["help", "no-such-subcommand"], &[]);
+    assert_eq!(code, Some(2));
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn completions_for_each_shell_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = run_to_exit(&["completions", shell], &[]);
+        assert_eq!(code, Some(0), "{shell}: {err}");
+        for word in ["switchover", "status", "election", "renew-interval"] {
+            assert!(out.contains(word), "{shell}: no {word} in the script");
+        }
+    }
+    // The bash script is bash.
+    let dir = tempfile::tempdir().expect("dir");
+    let script = dir.path().join("lk.bash");
+    std::fs::write(&script, run_to_exit(&["completions", "bash"], &[]).1).expect("write");
+    let checked = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .expect("bash");
+    assert!(checked.success(), "bash -n rejects the completion script");
+    assert_one_line_error(&["completions", "tcsh"], &[], "tcsh");
+    assert_one_line_error(&["completions"], &[], "SHELL");
+}
+
+#[test]
+fn the_man_page_is_roff_from_the_same_definitions() {
+    for args in [&["man"][..], &["man", "run"]] {
+        let (code, out, err) = run_to_exit(args, &[]);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(
+            out.starts_with(".ie") || out.starts_with(".TH"),
+            "{args:?}: {out:.200}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with(".TH ")),
+            "{args:?}: no .TH"
+        );
+        assert!(out.contains("election"), "{args:?}: no --election");
+        // Rendered by the roff a man page reader uses, when it is installed.
+        let Ok(mut nroff) = std::process::Command::new("nroff")
+            .args(["-man", "-Tutf8", "-ww"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("nroff is not installed: the man page is not rendered");
+            continue;
+        };
+        use std::io::Write;
+        nroff
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(out.as_bytes())
+            .expect("write");
+        let shown = nroff.wait_with_output().expect("nroff");
+        let text = String::from_utf8_lossy(&shown.stdout);
+        let warnings = String::from_utf8_lossy(&shown.stderr);
+        assert!(
+            shown.status.success() && warnings.trim().is_empty(),
+            "{warnings}"
+        );
+        assert!(
+            text.contains("NAME") && text.contains("leasekeeper"),
+            "{text}"
+        );
+    }
+    let (_, top, _) = run_to_exit(&["man"], &[]);
+    for sub in ["run", "status", "switchover"] {
+        assert!(
+            top.contains(&format!("leasekeeper\\-{sub}")) || top.contains(sub),
+            "{sub}"
+        );
+    }
+    assert_one_line_error(&["man", "bogus"], &[], "bogus");
+}

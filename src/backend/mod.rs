@@ -56,13 +56,21 @@ pub(crate) async fn wait_for_wake(
     }
 }
 
+// Each store is a cargo feature (Cargo.toml); `--backend` names the one that is missing.
+#[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+#[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
 pub mod redlock;
+#[cfg(feature = "sql")]
 pub mod sql;
 pub mod store_clock;
+#[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 /// When a candidate next lists itself as a live candidate (for a switchover's check

@@ -1,5 +1,6 @@
 //! Subcommands (DESIGN §1): one module each; `main.rs` only dispatches.
 
+pub mod help;
 pub mod run;
 pub mod sidecar;
 pub mod status;
@@ -33,9 +34,21 @@ pub fn parse_cli<T: clap::Parser>(
             Err(std::process::ExitCode::SUCCESS)
         }
         Err(e) => {
-            let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("bad command line"));
+            eprintln!("{}", one_line(&e));
             Err(std::process::ExitCode::from(usage))
         }
+    }
+}
+
+/// A clap error as one line: its first line, and the next one when the first ends in
+/// a colon ("the following required arguments were not provided:" names the argument
+/// on the next line).
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    match (lines.next(), lines.next()) {
+        (Some(first), Some(next)) if first.ends_with(':') => format!("{first} {next}"),
+        (Some(first), _) => first.to_owned(),
+        (None, _) => "error: bad command line".to_owned(),
     }
 }

@@ -1,23 +1,51 @@
 //! `leasekeeper run [flags] -- CMD ARGS…`: the command line of exec mode. The flags
-//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]; `run`-only flags are [`crate::publish::exec::Args`]); everything after
-//! the first `--` is the command.
+//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]; `run`-only flags are
+//! [`crate::publish::exec::Args`]); everything after the first `--` is the command.
 
 use std::ffi::OsString;
+
+/// `run`'s own definition, for its help, the completions and the man page: the
+/// sidecar's flags and the command after `--` (which [`split`] takes off before the
+/// flags are parsed, so it is optional here).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    crate::config::Cli::command()
+        .name("run")
+        .bin_name("leasekeeper run")
+        .about("Run CMD only while this candidate leads (exec mode)")
+        .long_about(
+            "Run CMD only while this candidate leads (exec mode). The flags are the sidecar's own; \
+             everything after the first `--` is the command and its arguments. CMD gets \
+             LEASEKEEPER_FENCING_TOKEN, LEASEKEEPER_ELECTION and LEASEKEEPER_IDENTITY; on loss or \
+             shutdown it is stopped before the claim's deadline; nothing it started outlives the \
+             sidecar.",
+        )
+        .override_usage("leasekeeper run [OPTIONS] -- CMD [ARGS]...")
+        .after_help("Example: leasekeeper run --election nightly -- /usr/bin/backup --all")
+        .arg(
+            clap::Arg::new("command")
+                .value_name("CMD")
+                .help("The command to run while leading, and its arguments (after `--`)")
+                .num_args(1..)
+                .last(true),
+        )
+}
 
 /// The command line split for exec mode.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RunLine {
     /// Program name plus the usual flags, for the ordinary parser.
     pub flags: Vec<OsString>,
-    /// CMD and its arguments.
-    pub cmd: Vec<OsString>,
+    /// CMD and its arguments (`None` without a `--`).
+    pub cmd: Option<Vec<OsString>>,
 }
 
-/// `Ok(None)` when the first argument is not `run`; a one-line error (naming what is
-/// missing) when it is but no command follows a `--`.
-pub fn split(args: Vec<OsString>) -> Result<Option<RunLine>, String> {
+/// `None` when the first argument is not `run`; else the flags and what follows the
+/// first `--`. The flags are parsed first (so `run --help` is help), then
+/// [`command_of`] says what is missing.
+pub fn split(args: Vec<OsString>) -> Option<RunLine> {
     if args.get(1).and_then(|a| a.to_str()) != Some("run") {
-        return Ok(None);
+        return None;
     }
     let mut flags = vec![args[0].clone()];
     let mut rest = args.into_iter().skip(2);
@@ -29,12 +57,17 @@ pub fn split(args: Vec<OsString>) -> Result<Option<RunLine>, String> {
         }
         flags.push(arg);
     }
+    Some(RunLine { flags, cmd })
+}
+
+/// The command of a `run` line, or a one-line error naming what is missing.
+pub fn command_of(cmd: Option<Vec<OsString>>) -> Result<Vec<OsString>, String> {
     match cmd {
         None => Err("run: no command; put it after `--`, like `leasekeeper run --election nightly -- /usr/bin/backup --all`".to_owned()),
         Some(cmd) if cmd.is_empty() || cmd[0].is_empty() => {
             Err("run: no command after `--`".to_owned())
         }
-        Some(cmd) => Ok(Some(RunLine { flags, cmd })),
+        Some(cmd) => Ok(cmd),
     }
 }
 
@@ -75,26 +108,27 @@ mod tests {
         let line = split(os(&[
             "lk", "run", "--ttl", "2s", "--", "sh", "-c", "x -- y",
         ]))
-        .unwrap()
         .unwrap();
         assert_eq!(line.flags, os(&["lk", "--ttl", "2s"]));
-        assert_eq!(line.cmd, os(&["sh", "-c", "x -- y"]));
+        assert_eq!(line.cmd, Some(os(&["sh", "-c", "x -- y"])));
     }
 
     #[test]
     fn not_run_is_left_alone() {
-        assert_eq!(split(os(&["lk", "--ttl", "2s"])).unwrap(), None);
-        assert_eq!(split(os(&["lk"])).unwrap(), None);
+        assert_eq!(split(os(&["lk", "--ttl", "2s"])), None);
+        assert_eq!(split(os(&["lk"])), None);
     }
 
     #[test]
     fn a_missing_command_is_named() {
-        assert!(split(os(&["lk", "run", "--ttl", "2s"]))
+        let cmd = |args: &[&str]| command_of(split(os(args)).unwrap().cmd);
+        assert!(cmd(&["lk", "run", "--ttl", "2s"])
             .unwrap_err()
             .contains("--"));
-        assert!(split(os(&["lk", "run", "--"]))
+        assert!(cmd(&["lk", "run", "--"])
             .unwrap_err()
             .contains("no command"));
+        assert_eq!(cmd(&["lk", "run", "--", "true"]).unwrap(), os(&["true"]));
     }
 
     #[test]

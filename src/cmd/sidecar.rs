@@ -12,13 +12,21 @@ use clap::error::ErrorKind;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "etcd")]
 use crate::backend::etcd::EtcdBackend;
+#[cfg(feature = "file")]
 use crate::backend::file::FileBackend;
+#[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes::KubeBackend;
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
+#[cfg(feature = "redis")]
 use crate::backend::redlock::RedlockBackend;
+#[cfg(feature = "sql")]
 use crate::backend::sql::mysql::MysqlBackend;
+#[cfg(feature = "sql")]
 use crate::backend::sql::postgres::PostgresBackend;
+#[cfg(feature = "sql")]
 use crate::backend::sql::{Dialect, TableError};
 use crate::backend::{Backend, Candidacy, SlowPaths};
 use crate::config::{BackendSettings, Cli, CliError, LogFormat, Settings};
@@ -26,12 +34,14 @@ use crate::elector::{
     await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
 };
 use crate::publish::drain::Drain;
+#[cfg(feature = "kubernetes")]
 use crate::publish::events::Events;
 use crate::publish::exec::{Ended, Supervisor};
 use crate::publish::hooks::Hooks;
 use crate::publish::http::{
     leadership_changes, router, ApiState, HttpSettings, Limits, HEAD_TIMEOUT,
 };
+#[cfg(feature = "kubernetes")]
 use crate::publish::label::PodLabeler;
 use crate::publish::metrics::Metrics;
 use crate::status::Status;
@@ -79,12 +89,12 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(USAGE)
     };
-    let (args, cmd) = match super::run::split(args.clone()) {
-        Ok(Some(line)) => (line.flags, Some(line.cmd)),
-        Ok(None) => (args, None),
-        Err(e) => return Err(fail(&e)),
+    // `run`'s flags are parsed before its command is looked for: `run --help` is help.
+    let (command, args, cmd) = match super::run::split(args.clone()) {
+        Some(line) => (super::run::command(), line.flags, Some(line.cmd)),
+        None => (super::help::command(), args, None),
     };
-    let cli = match Cli::parse_layers(args) {
+    let cli = match Cli::parse_layers_with(command, args) {
         Ok(cli) => cli,
         Err(CliError::Clap(e))
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) =>
@@ -98,6 +108,10 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
             return Err(fail(&line.strip_prefix("error: ").unwrap_or(&line)));
         }
         Err(CliError::Config(e)) => return Err(fail(&e)),
+    };
+    let cmd = match cmd {
+        Some(cmd) => Some(super::run::command_of(cmd).map_err(|e| fail(&e))?),
+        None => None,
     };
     let settings = Settings::from_cli(cli, cmd).map_err(|e| fail(&e))?;
     if let Some(exec) = &settings.exec {
@@ -124,10 +138,10 @@ struct Start {
     settings: Settings,
     listener: tokio::net::TcpListener,
     log: TransitionLog,
-    kube: Option<kube::Client>,
+    kube: Option<crate::kube_api::Client>,
     /// A client of its own for the Events (its own connections: an Event written at a
     /// step-down must not take the connection the release is about to use).
-    events_kube: Option<kube::Client>,
+    events_kube: Option<crate::kube_api::Client>,
     /// The backend's renewals that fell back to a read, for the metrics.
     slow_paths: SlowPaths,
 }
@@ -146,8 +160,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         )
     })?;
     // The Kubernetes API client, when the backend or the Pod label needs one.
-    let needs_kube = settings.pod_label.is_some()
-        || matches!(settings.backend, BackendSettings::Kubernetes { .. });
+    let needs_kube = settings.pod_label.is_some() || settings.backend.name() == "kubernetes";
     let kubeconfig = settings.kubeconfig.as_deref();
     let kube = match needs_kube {
         true => Some(crate::kube_api::client(kubeconfig).await?),
@@ -190,21 +203,27 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         timing: &s.timing,
     };
     match &s.backend {
+        #[cfg(feature = "file")]
         BackendSettings::File { path } => {
             serve(FileBackend::new(path.clone(), &lease), start).await
         }
+        #[cfg(feature = "redis")]
         BackendSettings::Redis(redis) => {
             let backend = RedisBackend::new(redis, &lease).context("--redis-url")?;
             serve(backend, start).await
         }
+        #[cfg(feature = "redis")]
         BackendSettings::Redlock(nodes) => {
             let backend = RedlockBackend::new(nodes, &lease).context("--redis-url")?;
             serve(backend, start).await
         }
+        #[cfg(feature = "etcd")]
         BackendSettings::Etcd(etcd) => serve(EtcdBackend::new(etcd, &lease), start).await,
+        #[cfg(feature = "zookeeper")]
         BackendSettings::Zookeeper(zk) => {
             serve(crate::backend::zookeeper::ZkBackend::new(zk, &lease), start).await
         }
+        #[cfg(feature = "kubernetes")]
         BackendSettings::Kubernetes {
             namespace,
             lease: settings,
@@ -214,6 +233,7 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
                 .with_slow_paths(start.slow_paths.clone());
             serve(backend, start).await
         }
+        #[cfg(feature = "sql")]
         BackendSettings::Sql(sql) => match sql.dialect() {
             Dialect::Postgres => {
                 let mut backend = PostgresBackend::new(sql, &lease).context("--postgres-url")?;
@@ -226,12 +246,16 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
                 serve(backend, start).await
             }
         },
+        // Only in a build without every backend (the settings refuse those first).
+        #[allow(unreachable_patterns)]
+        _ => anyhow::bail!("--backend {}: not in this build", s.backend.name()),
     }
 }
 
 /// The lease table at start: a user who may not create a missing table is bad input;
 /// a database that cannot be reached yet is not (the elector retries, and tries to
 /// create the table again then).
+#[cfg(feature = "sql")]
 async fn check_table(
     prepared: impl std::future::Future<Output = Result<(), TableError>>,
     settings: &Settings,
@@ -306,14 +330,8 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     let (release_tx, release_rx) = mpsc::channel(1);
     let heartbeat = Heartbeat::new(t);
     let metrics = Arc::new(Metrics::new(backend.name(), &settings.election, slow_paths));
-    let events = match (&settings.events, events_kube) {
-        (Some(subject), Some(client)) => {
-            Some(Events::new(client, subject.clone(), status_rx.clone()))
-        }
-        _ => None,
-    };
-    let labeler = pod_labeler(&settings, kube, &status_rx, &metrics, t.backend_timeout);
-    let label_clear: Vec<watch::Receiver<bool>> = labeler.iter().map(PodLabeler::clear).collect();
+    let kube = kube_publishers(&settings, [kube, events_kube], &status_rx, &metrics);
+    let label_clear = kube.label_clear.clone();
     let restart = settings.exec.as_ref().is_some_and(|e| e.restart);
     let (supervisor, must_stop, ended) = match settings.exec.clone() {
         Some(exec) => {
@@ -373,8 +391,8 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         ended,
         restart,
         label_clear,
-        labeler: labeler.map(|l| tokio::spawn(l.run())),
-        events: events.map(|e| tokio::spawn(e.run())),
+        labeler: kube.labeler,
+        events: kube.events,
         abort: abort.into_iter().flatten().collect(),
         hooks: hooks.map(|h| tokio::spawn(h.run())),
         http_stop,
@@ -382,22 +400,59 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     }
 }
 
-/// The Pod labeler, when the label is on (and an API client was built).
-fn pod_labeler(
+/// The publishers that talk to the Kubernetes API, started.
+#[derive(Default)]
+struct KubePublishers {
+    labeler: Option<JoinHandle<()>>,
+    /// The label's "not leader is shown" signals, for the elector's release.
+    label_clear: Vec<watch::Receiver<bool>>,
+    events: Option<JoinHandle<()>>,
+}
+
+/// The Pod labeler (when the label is on) and the Events (when recorded), each on its
+/// own client (`clients`: the label's, the Events').
+#[cfg(feature = "kubernetes")]
+fn kube_publishers(
     settings: &Settings,
-    kube: Option<kube::Client>,
+    clients: [Option<kube::Client>; 2],
     status_rx: &watch::Receiver<Status>,
     metrics: &Arc<Metrics>,
-    backend_timeout: Duration,
-) -> Option<PodLabeler> {
-    let (label, client) = (settings.pod_label.clone()?, kube?);
-    Some(PodLabeler::new(
-        client,
-        label,
-        status_rx.clone(),
-        metrics.clone(),
-        backend_timeout,
-    ))
+) -> KubePublishers {
+    let [kube, events_kube] = clients;
+    let events = match (&settings.events, events_kube) {
+        (Some(subject), Some(client)) => {
+            Some(Events::new(client, subject.clone(), status_rx.clone()))
+        }
+        _ => None,
+    };
+    let timeout = settings.timing.backend_timeout;
+    let labeler = match (settings.pod_label.clone(), kube) {
+        (Some(label), Some(client)) => Some(PodLabeler::new(
+            client,
+            label,
+            status_rx.clone(),
+            metrics.clone(),
+            timeout,
+        )),
+        _ => None,
+    };
+    KubePublishers {
+        label_clear: labeler.iter().map(PodLabeler::clear).collect(),
+        labeler: labeler.map(|l| tokio::spawn(l.run())),
+        events: events.map(|e| tokio::spawn(e.run())),
+    }
+}
+
+/// Without the `kubernetes` feature there is no client (the settings refused the
+/// label and the Events), so nothing to start.
+#[cfg(not(feature = "kubernetes"))]
+fn kube_publishers(
+    _settings: &Settings,
+    _clients: [Option<crate::kube_api::Client>; 2],
+    _status_rx: &watch::Receiver<Status>,
+    _metrics: &Arc<Metrics>,
+) -> KubePublishers {
+    KubePublishers::default()
 }
 
 /// The HTTP API's routes over what they read.

@@ -26,7 +26,8 @@ pub const DISAGREE: u8 = 5;
 #[derive(Debug, Parser)]
 #[command(
     name = "leasekeeper status",
-    about = "Ask a running leasekeeper who leads. Exit 0 leader, 3 follower, 4 unknown, 1 unreachable, 5 answers disagree (--samples)."
+    about = "Ask a running sidecar who leads (no shell or curl needed)",
+    long_about = "Ask a running leasekeeper who leads. Exit 0 leader, 3 follower, 4 unknown, 1 unreachable, 5 answers disagree (--samples)."
 )]
 pub struct StatusCli {
     /// The sidecar's HTTP listener (http:// only).

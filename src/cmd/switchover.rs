@@ -31,7 +31,8 @@ pub const NOT_TAKEN: u8 = 5;
 #[derive(Debug, Parser)]
 #[command(
     name = "leasekeeper switchover",
-    about = "Hand the lease over to a named candidate: ask the leading sidecar (POST /release?to=ID) and wait until ID leads. Exit 0 done, 3 not the leader, 4 refused, 5 not taken in time, 1 unreachable."
+    about = "Hand the lease over to a named candidate and wait until it leads",
+    long_about = "Hand the lease over to a named candidate: ask the leading sidecar (POST /release?to=ID) and wait until ID leads. Exit 0 done, 3 not the leader, 4 refused, 5 not taken in time, 1 unreachable."
 )]
 pub struct SwitchoverCli {
     /// The identity of the candidate that is to lead next (required).

@@ -26,49 +26,12 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
-use crate::settings::{parse_bool, ConfigError};
 use crate::status::{Role, Status};
 
-/// The Events' flags.
-#[derive(clap::Args, Debug, Default, Clone)]
-#[group(skip)]
-#[command(next_help_heading = "Kubernetes Events")]
-pub struct Args {
-    /// Record a Kubernetes Event on each change of leadership (about the Lease with --backend kubernetes, else the own Pod) [default: on where the sidecar can name the object: --backend kubernetes, or in a Pod].
-    #[arg(long, env = "LEASEKEEPER_EVENTS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub events: Option<String>,
-}
-
-impl Args {
-    /// `Some(choice)` when set, `None` for the default.
-    pub fn wanted(&self) -> Result<Option<bool>, ConfigError> {
-        self.events
-            .as_deref()
-            .map(|raw| parse_bool("--events", Some(raw)))
-            .transpose()
-    }
-}
-
-/// What the Events are about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Subject {
-    Lease { name: String, namespace: String },
-    Pod { name: String, namespace: String },
-}
+mod settings;
+pub use settings::{Args, Subject};
 
 impl Subject {
-    fn namespace(&self) -> &str {
-        match self {
-            Subject::Lease { namespace, .. } | Subject::Pod { namespace, .. } => namespace,
-        }
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            Subject::Lease { name, .. } | Subject::Pod { name, .. } => name,
-        }
-    }
-
     fn reference(&self, uid: Option<String>) -> ObjectReference {
         let (api_version, kind) = match self {
             Subject::Lease { .. } => ("coordination.k8s.io/v1", "Lease"),
