@@ -503,3 +503,58 @@ fn switchover_without_lease_candidates_goes_to_the_named_candidate() {
         .build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }
+
+/// The Lease's store rules, each reached directly at library level (issue: every store
+/// rule pinned by a fast test), on the fake and on a real API server alike.
+///
+/// Compare-and-act renew: with its own-record watch never polled (blind), a leader
+/// whose record another client overwrote (at the right resourceVersion) must not
+/// extend it: its renew names the version it wrote, gets 409, reads, and reports the
+/// loss; the intruder's record stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renew_never_overwrites_a_record_another_client_wrote() {
+    let api = kube_server::start("team", Flavor::GateOff);
+    let mut a = backend(&*api, "rule-a", false).await;
+    assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
+    let now = micros(SystemTime::now());
+    api.put_lease_spec(
+        "switch",
+        json!({"holderIdentity": "intruder", "leaseDurationSeconds": 30, "acquireTime": now,
+               "renewTime": now, "leaseTransitions": 100}),
+    );
+    let renewed = a.renew().await.expect("renew");
+    assert!(
+        matches!(renewed, leasekeeper::backend::Renewal::Lost),
+        "{renewed:?}"
+    );
+    let lease = api.lease("switch").expect("lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "intruder", "{lease}");
+    assert_eq!(api.blind_writes(), 0);
+}
+
+/// The expiry judgement: a candidate that never saw the record measures a whole
+/// `leaseDurationSeconds` from the moment *it* first saw it, never from `renewTime`
+/// (another host's clock): a record whose renewTime is an hour old is not taken at
+/// once, and is taken once it stood still for its duration here. The token of that
+/// new tenure is above the record's `leaseTransitions`, for a fresh candidate too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_candidate_judges_expiry_by_its_own_clock_and_tokens_grow() {
+    let api = kube_server::start("team", Flavor::GateOff);
+    let old = micros(SystemTime::now() - Duration::from_secs(3600));
+    api.put_lease_spec(
+        "switch",
+        json!({"holderIdentity": "gone", "leaseDurationSeconds": 2, "acquireTime": old,
+               "renewTime": old, "leaseTransitions": 41}),
+    );
+    let mut a = backend(&*api, "rule-f", false).await;
+    let first = a.campaign().await.expect("campaign");
+    assert!(
+        !matches!(first, Campaign::Acquired { .. }),
+        "taken at once by renewTime: {first:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    match a.campaign().await.expect("campaign") {
+        Campaign::Acquired { token } => assert!(token > 41, "token {token}"),
+        other => panic!("not taken after its duration: {other:?}"),
+    }
+}
