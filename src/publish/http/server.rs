@@ -185,6 +185,7 @@ pub async fn serve(
     mut stop: oneshot::Receiver<()>,
 ) {
     let registry = Arc::new(Mutex::new(Registry::default()));
+    let waiting = Arc::new(AtomicUsize::new(0));
     defer_accept(&listener);
     tokio::spawn(hand_back_memory(registry.clone()));
     loop {
@@ -203,17 +204,23 @@ pub async fn serve(
                 continue;
             }
         };
-        let conn = {
-            let mut r = lock(&registry);
-            let whole_head = || head_arrived(&stream);
-            if r.live.len() >= limits.max_connections
-                && !r.make_room_for(peer.ip(), Instant::now(), whole_head)
-            {
-                // Dropped at once: the cheapest answer to a crowd, which must not
-                // starve the accept loop that a probe waits on.
-                continue;
+        let Some(conn) = admit_if_room(&registry, &stream, peer, limits) else {
+            // Refused: it may still be a probe whose head is a moment behind its
+            // connect (see `HEAD_WAIT`); else dropped at once, the cheapest answer to
+            // a crowd, which must not starve the accept loop that a probe waits on.
+            if waiting.load(Ordering::Relaxed) < MAX_WAITING {
+                let waited = Waiting::new(waiting.clone());
+                let registry = registry.clone();
+                tokio::spawn(admit_after_head_wait(
+                    stream,
+                    peer,
+                    app.clone(),
+                    limits,
+                    registry,
+                    waited,
+                ));
             }
-            admit(&mut r, peer.ip())
+            continue;
         };
         tokio::spawn(connection(
             stream,
@@ -223,6 +230,62 @@ pub async fn serve(
             conn,
             registry.clone(),
         ));
+    }
+}
+
+/// A newcomer refused at the cap gets this long for its whole request head to come:
+/// the kernel may hand a connection over before its first bytes (when SYN cookies
+/// bypass `TCP_DEFER_ACCEPT`), and a probe's head follows its connect within
+/// microseconds.
+const HEAD_WAIT: Duration = Duration::from_millis(3);
+
+/// At most this many refused newcomers wait so at once; more are dropped at once.
+const MAX_WAITING: usize = 128;
+
+/// Counts a newcomer waiting for its head while it lives.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Admits `stream` when there is room, or room can be made for it (see
+/// `Registry::make_room_for`).
+fn admit_if_room(
+    registry: &Mutex<Registry>,
+    stream: &tokio::net::TcpStream,
+    peer: SocketAddr,
+    limits: Limits,
+) -> Option<Admitted> {
+    let mut r = lock(registry);
+    let room = r.live.len() < limits.max_connections
+        || r.make_room_for(peer.ip(), Instant::now(), || head_arrived(stream));
+    room.then(|| admit(&mut r, peer.ip()))
+}
+
+/// A refused newcomer, looked at again after [`HEAD_WAIT`]: served if room can be
+/// made for it now, else dropped.
+async fn admit_after_head_wait(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: Limits,
+    registry: Arc<Mutex<Registry>>,
+    waited: Waiting,
+) {
+    tokio::time::sleep(HEAD_WAIT).await;
+    drop(waited);
+    if let Some(conn) = admit_if_room(&registry, &stream, peer, limits) {
+        connection(stream, peer, app, limits, conn, registry).await;
     }
 }
 
