@@ -192,14 +192,23 @@ fn a_release_gives_back_only_our_own_lock() {
         )
         .await;
         assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
-        std::fs::remove_file(&lock).expect("delete the lock file");
+        // Replaced (another file renamed over it, on the same device): lost.
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"").expect("another file");
+        std::fs::rename(&other, &lock).expect("replace the lock file");
         assert_eq!(a.renew().await.expect("renew"), Renewal::Lost);
+        // Deleted: lost.
+        let mut b = file_candidate(&lock, "B2");
+        file_leads("B2", &mut b).await;
+        std::fs::remove_file(&lock).expect("delete the lock file");
+        assert_eq!(b.renew().await.expect("renew"), Renewal::Lost);
     });
 }
 
 /// The switchover's reservation in the lock file: after `A.release_to("C")`, B (next
 /// to get the lock, or not) lets go of it at once and stays away, and C leads; a
-/// reservation for someone else is no bar to the one it names.
+/// reservation for someone else is no bar to the one it names. A reservation for a
+/// candidate that never comes lasts a ttl (2 s here), no longer.
 #[test]
 fn a_switchover_reservation_keeps_the_others_away() {
     let dir = tempfile::tempdir().expect("dir");
@@ -218,5 +227,10 @@ fn a_switchover_reservation_keeps_the_others_away() {
         );
         let token = file_leads_within(&mut c, Duration::from_secs(1)).await;
         assert_eq!(token, Some(first + 1), "C did not lead");
+        c.release_to("nobody")
+            .await
+            .expect("C hands over to nobody");
+        let next = file_leads_within(&mut b, Duration::from_millis(3500)).await;
+        assert_eq!(next, Some(first + 2), "B did not lead after the use-by");
     });
 }

@@ -579,5 +579,9 @@ mod tests {
         let mut r = registry_of(&[(0, 0, false), (0, 1, false)]);
         assert!(r.shed_oldest_idle(Instant::now()));
         assert_eq!(ids(&r), vec![1]);
+        // A fresh connection older than an idle one stays: the idle one goes.
+        let mut r = registry_of(&[(0, 0, false), (2, 0, false), (0, 0, false)]);
+        assert!(r.shed_oldest_idle(Instant::now()));
+        assert_eq!(ids(&r), vec![0, 2]);
     }
 }
