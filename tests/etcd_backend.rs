@@ -712,3 +712,49 @@ fn the_lowest_key_leads_and_tokens_grow_for_fresh_candidates() {
         etcd_follows("D", &mut d, "E", Some(fourth)).await;
     });
 }
+
+/// When the leader's own watch broke with its connection, a renew reads the key before
+/// it vouches for it (and watches it again from that read): with the key still there,
+/// renewed; deleted while the watch was down, lost.
+#[test]
+fn a_renew_after_the_own_watch_broke_reads_the_key_first() {
+    let etcd = EtcdCluster::start(1);
+    let target: std::net::SocketAddr = etcd
+        .endpoint(0)
+        .trim_start_matches("http://")
+        .parse()
+        .expect("endpoint");
+    let proxy = common::faults::FaultProxy::start(target);
+    let through = format!("http://{}", proxy.addr());
+    backend_switchover::runtime().block_on(async {
+        let mut a = etcd_candidate(&through, "broke", "A");
+        etcd_leads("A", &mut a).await;
+        // The first renew after a cut fails (its stream is gone); the next decides.
+        let renew_after_cut = async |a: &mut EtcdBackend| {
+            for _ in 0..3 {
+                if let Ok(r) = a.renew().await {
+                    return r;
+                }
+            }
+            panic!("no renew went through after the cut");
+        };
+        proxy.reset();
+        assert_eq!(renew_after_cut(&mut a).await, Renewal::Renewed);
+        let keys = etcd.etcdctl(&["get", "--prefix", "--keys-only", "broke/"]);
+        let key = keys
+            .lines()
+            .find(|l| !l.is_empty())
+            .expect("A's key")
+            .to_owned();
+        // The delete's watch event is held, then lost with the connection.
+        proxy.set(Link::Blackhole);
+        etcd.etcdctl(&["del", &key]);
+        proxy.reset();
+        proxy.set(Link::Pass);
+        assert_eq!(
+            renew_after_cut(&mut a).await,
+            Renewal::Lost,
+            "A renewed a key deleted while its watch was down"
+        );
+    });
+}

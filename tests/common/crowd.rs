@@ -461,13 +461,17 @@ async fn slow_client(
             continue;
         };
         seen.dialed.fetch_add(1, Ordering::Relaxed);
-        let line: &[u8] = if i % 2 == 0 { b"GET /lea" } else { b"" };
+        let line: &[u8] = if i.is_multiple_of(2) {
+            b"GET /lea"
+        } else {
+            b""
+        };
         let _ = s.write_all(line).await;
         let mut buf = [0u8; 64];
         while !stop.load(Ordering::Relaxed) {
-            match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
-                Ok(Ok(0) | Err(_)) => break,
-                _ => {}
+            let read = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                break;
             }
         }
     }
