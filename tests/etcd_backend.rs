@@ -13,7 +13,7 @@ use common::etcd_server::EtcdCluster;
 use common::faults::Link;
 use common::{backend_switchover, eventually, http, Sidecar, SidecarArgs};
 use leasekeeper::backend::etcd::EtcdBackend;
-use leasekeeper::backend::Candidacy;
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
 use leasekeeper::timing::Timing;
 
 #[test]
@@ -477,13 +477,22 @@ fn followers_survive_release_requests_during_a_handover() {
 /// outlive a scenario, except D's: D is the candidate the scenarios kill (drop), and
 /// etcd lets it go when its 1 s lease runs out.
 fn etcd_candidate(endpoints: &str, election: &str, identity: &str) -> EtcdBackend {
+    let ttl = Duration::from_secs(if identity == "D" { 1 } else { 20 });
+    etcd_candidate_with_ttl(endpoints, election, identity, ttl)
+}
+
+fn etcd_candidate_with_ttl(
+    endpoints: &str,
+    election: &str,
+    identity: &str,
+    ttl: Duration,
+) -> EtcdBackend {
     let settings = leasekeeper::backend::etcd::Args {
         etcd_endpoints: endpoints.split(',').map(str::to_owned).collect(),
         ..Default::default()
     }
     .settings()
     .expect("etcd settings");
-    let ttl = Duration::from_secs(if identity == "D" { 1 } else { 20 });
     let timing = Timing::for_ttl(ttl);
     EtcdBackend::new(
         &settings,
@@ -539,4 +548,213 @@ fn switchover_goes_to_the_named_candidate() {
         .election("switch")
         .build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
+// The store's rules, one at a time, at the library level (DESIGN §2 and §7): candidates
+// built as the sidecar builds them, driven by hand against one real etcd member, with
+// every other defence in place. Each breaks alone when its rule is switched off.
+
+/// A campaign that must take the lease; its token.
+async fn etcd_leads(who: &str, b: &mut EtcdBackend) -> u64 {
+    match b.campaign().await {
+        Ok(Campaign::Acquired { token }) => token,
+        other => panic!("{who} should lead, its campaign found {other:?}"),
+    }
+}
+
+/// A campaign that must find `leader` holding the lease (with `token`, when given).
+async fn etcd_follows(who: &str, b: &mut EtcdBackend, leader: &str, token: Option<u64>) {
+    match b.campaign().await {
+        Ok(Campaign::Held(Some(h)))
+            if h.identity == leader && token.is_none_or(|t| h.token == Some(t)) => {}
+        other => panic!("{who} should follow {leader} ({token:?}), its campaign found {other:?}"),
+    }
+}
+
+/// Invariant 5 on etcd: a release revokes our own lease only. A follower's release
+/// leaves the leader's key (and its token) in place and takes the follower's own key
+/// out of the queue at once; a second release is a no-op.
+#[test]
+fn a_release_gives_back_only_our_own_key() {
+    let etcd = EtcdCluster::start(1);
+    let ep = etcd.endpoints();
+    backend_switchover::runtime().block_on(async {
+        let make = |id| etcd_candidate(&ep, "own", id);
+        let (mut a, mut b, mut c) = (make("A"), make("B"), make("C"));
+        let token = etcd_leads("A", &mut a).await;
+        etcd_follows("B", &mut b, "A", Some(token)).await;
+        etcd_follows("C", &mut c, "A", Some(token)).await;
+        b.release().await.expect("B releases");
+        b.release().await.expect("B releases again");
+        let listed = c.candidates().await.expect("list").expect("a list");
+        assert_eq!(listed, ["A", "C"], "B's release took the wrong key");
+        let mut fresh = make("F");
+        etcd_follows("a fresh candidate", &mut fresh, "A", Some(token)).await;
+        etcd_follows("C", &mut c, "A", Some(token)).await;
+        assert_eq!(a.renew().await.expect("A renews"), Renewal::Renewed);
+    });
+}
+
+/// Invariant 2 on etcd: a key that comes first in the queue claims only after a
+/// keep-alive of its own lease, so the store holds the lease for a ttl from a moment
+/// after the campaign was sent. B (ttl 3 s) queues, sends nothing for 2.2 s (no wait,
+/// no keep-alive), then comes first and claims: 2.5 s after that claim its key must
+/// still be there. Claiming on the lease as last refreshed, B's key went 0.8 s after
+/// its claim (while its deadline ran 3 s).
+#[test]
+fn a_lease_that_is_not_kept_alive_never_leads() {
+    let etcd = EtcdCluster::start(1);
+    let ep = etcd.endpoints();
+    backend_switchover::runtime().block_on(async {
+        let mut a = etcd_candidate(&ep, "fresh", "A");
+        let mut b = etcd_candidate_with_ttl(&ep, "fresh", "B", Duration::from_secs(3));
+        etcd_leads("A", &mut a).await;
+        etcd_follows("B", &mut b, "A", None).await;
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        a.release().await.expect("A releases");
+        let sent = tokio::time::Instant::now();
+        etcd_leads("B", &mut b).await;
+        tokio::time::sleep_until(sent + Duration::from_millis(2500)).await;
+        let mut observer = etcd_candidate(&ep, "fresh", "O");
+        let listed = observer.candidates().await.expect("list").expect("a list");
+        assert!(
+            listed.iter().any(|c| c == "B"),
+            "B's key expired within its claim: {listed:?}"
+        );
+    });
+}
+
+/// Invariants 5 and 9 on etcd: a renew never vouches for a key the store has told us
+/// is no longer ours, even when nobody looked at the leader's own watch since (the
+/// watch held blind: the test never polls `record_lost`). Deleted, or overwritten
+/// by another client, the key is lost at the next renew.
+#[test]
+fn a_renew_never_vouches_for_a_key_taken_behind_its_back() {
+    let etcd = EtcdCluster::start(1);
+    let ep = etcd.endpoints();
+    for (n, tamper) in ["del", "put"].into_iter().enumerate() {
+        let election = format!("taken{n}");
+        backend_switchover::runtime().block_on(async {
+            let mut a = etcd_candidate(&ep, &election, "A");
+            etcd_leads("A", &mut a).await;
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            let keys = etcd.etcdctl(&["get", "--prefix", "--keys-only", &format!("{election}/")]);
+            let key = keys
+                .lines()
+                .find(|l| !l.is_empty())
+                .expect("A's key")
+                .to_owned();
+            match tamper {
+                "del" => etcd.etcdctl(&["del", &key]),
+                _ => etcd.etcdctl(&["put", &key, "intruder"]),
+            };
+            // The watch's event has long arrived (etcd pushes it within milliseconds).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                a.renew().await.expect("renew"),
+                Renewal::Lost,
+                "A renewed a key that was {tamper}'d"
+            );
+        });
+    }
+}
+
+/// Invariant 4 and the queue order on etcd: the key of lowest create revision leads,
+/// whoever campaigns first after the leader went (C, third in line, looks before B
+/// does and still follows B); and each new tenure's token (the create revision) is
+/// greater than every earlier one, also for a fresh candidate that never saw the
+/// earlier tenures, and after a candidate that vanished without a release.
+#[test]
+fn the_lowest_key_leads_and_tokens_grow_for_fresh_candidates() {
+    let etcd = EtcdCluster::start(1);
+    let ep = etcd.endpoints();
+    backend_switchover::runtime().block_on(async {
+        let make = |id| etcd_candidate(&ep, "order", id);
+        let (mut a, mut b, mut c) = (make("A"), make("B"), make("C"));
+        let first = etcd_leads("A", &mut a).await;
+        etcd_follows("B", &mut b, "A", Some(first)).await;
+        etcd_follows("C", &mut c, "A", Some(first)).await;
+        a.release().await.expect("A releases");
+        let b_token = {
+            let listed = c.candidates().await.expect("list").expect("a list");
+            assert_eq!(listed, ["B", "C"]);
+            match c.campaign().await {
+                Ok(Campaign::Held(Some(h))) if h.identity == "B" => h.token.expect("B's token"),
+                other => panic!("C, behind B, should follow B: {other:?}"),
+            }
+        };
+        assert_eq!(etcd_leads("B", &mut b).await, b_token);
+        assert!(b_token > first, "B's token {b_token} after A's {first}");
+        b.release().await.expect("B releases");
+        let c_token = etcd_leads("C", &mut c).await;
+        assert!(c_token > b_token);
+        c.release().await.expect("C releases");
+        let mut v = etcd_candidate_with_ttl(&ep, "order", "V", Duration::from_secs(1));
+        let third = etcd_leads("V", &mut v).await;
+        assert!(third > c_token);
+        // A fresh candidate with no memory of the tenures before, after V vanished
+        // without a word (its 1 s lease runs out).
+        drop(v);
+        let mut d = etcd_candidate(&ep, "order", "D");
+        let mut fresh = make("E");
+        let fourth = loop {
+            match fresh.campaign().await.expect("campaign") {
+                Campaign::Acquired { token } => break token,
+                Campaign::Held(_) => {
+                    let _ = fresh.wait_for_change(Duration::from_millis(300)).await;
+                }
+            }
+        };
+        assert!(
+            fourth > third,
+            "the fresh candidate's token {fourth} after {third}"
+        );
+        etcd_follows("D", &mut d, "E", Some(fourth)).await;
+    });
+}
+
+/// When the leader's own watch broke with its connection, a renew reads the key before
+/// it vouches for it (and watches it again from that read): with the key still there,
+/// renewed; deleted while the watch was down, lost.
+#[test]
+fn a_renew_after_the_own_watch_broke_reads_the_key_first() {
+    let etcd = EtcdCluster::start(1);
+    let target: std::net::SocketAddr = etcd
+        .endpoint(0)
+        .trim_start_matches("http://")
+        .parse()
+        .expect("endpoint");
+    let proxy = common::faults::FaultProxy::start(target);
+    let through = format!("http://{}", proxy.addr());
+    backend_switchover::runtime().block_on(async {
+        let mut a = etcd_candidate(&through, "broke", "A");
+        etcd_leads("A", &mut a).await;
+        // The first renew after a cut fails (its stream is gone); the next decides.
+        let renew_after_cut = async |a: &mut EtcdBackend| {
+            for _ in 0..3 {
+                if let Ok(r) = a.renew().await {
+                    return r;
+                }
+            }
+            panic!("no renew went through after the cut");
+        };
+        proxy.reset();
+        assert_eq!(renew_after_cut(&mut a).await, Renewal::Renewed);
+        let keys = etcd.etcdctl(&["get", "--prefix", "--keys-only", "broke/"]);
+        let key = keys
+            .lines()
+            .find(|l| !l.is_empty())
+            .expect("A's key")
+            .to_owned();
+        // The delete's watch event is held, then lost with the connection.
+        proxy.set(Link::Blackhole);
+        etcd.etcdctl(&["del", &key]);
+        proxy.reset();
+        proxy.set(Link::Pass);
+        assert_eq!(
+            renew_after_cut(&mut a).await,
+            Renewal::Lost,
+            "A renewed a key deleted while its watch was down"
+        );
+    });
 }

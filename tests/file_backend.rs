@@ -5,7 +5,10 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault};
-use common::{http, Sidecar, SidecarArgs};
+use common::{backend_switchover, http, Sidecar, SidecarArgs};
+use leasekeeper::backend::file::FileBackend;
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+use leasekeeper::timing::Timing;
 
 #[test]
 fn file_election_survives_the_checker() {
@@ -102,4 +105,132 @@ fn switchover_goes_to_the_named_candidate() {
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::file(dir.path()).ttl("2s").build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
+// The file backend's rules, one at a time, at the library level: candidates built on
+// one lock file in this process (each its own open file description, so `flock`
+// arbitrates between them as between processes), driven by hand.
+
+fn file_candidate(path: &std::path::Path, identity: &str) -> FileBackend {
+    let timing = Timing::for_ttl(Duration::from_secs(2));
+    FileBackend::new(
+        path.to_owned(),
+        &Candidacy {
+            election: "file",
+            identity,
+            timing: &timing,
+        },
+    )
+}
+
+async fn file_leads(who: &str, b: &mut FileBackend) -> u64 {
+    match b.campaign().await {
+        Ok(Campaign::Acquired { token }) => token,
+        other => panic!("{who} should lead, its campaign found {other:?}"),
+    }
+}
+
+async fn file_follows(who: &str, b: &mut FileBackend, leader: &str, token: u64) {
+    match b.campaign().await {
+        Ok(Campaign::Held(Some(h))) if h.identity == leader && h.token == Some(token) => {}
+        other => panic!("{who} should follow {leader} ({token}), its campaign found {other:?}"),
+    }
+}
+
+/// Campaigns (waking on the lock) until `b` leads or `limit` passes.
+async fn file_leads_within(b: &mut FileBackend, limit: Duration) -> Option<u64> {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        if let Ok(Campaign::Acquired { token }) = b.campaign().await {
+            return Some(token);
+        }
+        let _ = b.wait_for_change(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Invariant 4 on the file backend: the counter lives in the lock file, so every new
+/// tenure's token is one more than the last, also for a fresh candidate that never
+/// saw the earlier tenures, and after a holder that vanished without a release.
+#[test]
+fn tokens_grow_in_the_lock_file_for_fresh_candidates() {
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("t.lock");
+    backend_switchover::runtime().block_on(async {
+        let mut a = file_candidate(&lock, "A");
+        let first = file_leads("A", &mut a).await;
+        a.release().await.expect("release");
+        let second = file_leads("B", &mut file_candidate(&lock, "B")).await;
+        assert_eq!(second, first + 1);
+        // B was dropped holding the lock (its descriptor closed): a crash.
+        let third = file_leads("C", &mut file_candidate(&lock, "C")).await;
+        assert_eq!(third, second + 1);
+    });
+}
+
+/// Invariant 5 on the file backend: a follower's release touches neither the lock nor
+/// the record, and the holder renews while the lock file is still the one it locked;
+/// deleted (or replaced) under it, the next renew is lost.
+#[test]
+fn a_release_gives_back_only_our_own_lock() {
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("r.lock");
+    backend_switchover::runtime().block_on(async {
+        let mut a = file_candidate(&lock, "A");
+        let token = file_leads("A", &mut a).await;
+        let mut b = file_candidate(&lock, "B");
+        file_follows("B", &mut b, "A", token).await;
+        b.release().await.expect("B releases");
+        b.release_to("B")
+            .await
+            .expect("B hands over what it does not hold");
+        file_follows(
+            "a fresh candidate",
+            &mut file_candidate(&lock, "F"),
+            "A",
+            token,
+        )
+        .await;
+        assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+        // Replaced (another file renamed over it, on the same device): lost.
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"").expect("another file");
+        std::fs::rename(&other, &lock).expect("replace the lock file");
+        assert_eq!(a.renew().await.expect("renew"), Renewal::Lost);
+        // Deleted: lost.
+        let mut b = file_candidate(&lock, "B2");
+        file_leads("B2", &mut b).await;
+        std::fs::remove_file(&lock).expect("delete the lock file");
+        assert_eq!(b.renew().await.expect("renew"), Renewal::Lost);
+    });
+}
+
+/// The switchover's reservation in the lock file: after `A.release_to("C")`, B (next
+/// to get the lock, or not) lets go of it at once and stays away, and C leads; a
+/// reservation for someone else is no bar to the one it names. A reservation for a
+/// candidate that never comes lasts a ttl (2 s here), no longer.
+#[test]
+fn a_switchover_reservation_keeps_the_others_away() {
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("s.lock");
+    backend_switchover::runtime().block_on(async {
+        let mut a = file_candidate(&lock, "A");
+        let first = file_leads("A", &mut a).await;
+        let (mut b, mut c) = (file_candidate(&lock, "B"), file_candidate(&lock, "C"));
+        file_follows("B", &mut b, "A", first).await;
+        file_follows("C", &mut c, "A", first).await;
+        a.release_to("C").await.expect("A hands over to C");
+        // B looks first and often; it must never lead while the reservation stands.
+        assert_eq!(
+            file_leads_within(&mut b, Duration::from_millis(500)).await,
+            None
+        );
+        let token = file_leads_within(&mut c, Duration::from_secs(1)).await;
+        assert_eq!(token, Some(first + 1), "C did not lead");
+        c.release_to("nobody")
+            .await
+            .expect("C hands over to nobody");
+        let next = file_leads_within(&mut b, Duration::from_millis(3500)).await;
+        assert_eq!(next, Some(first + 2), "B did not lead after the use-by");
+    });
 }

@@ -9,7 +9,7 @@ use common::faults::Link;
 use common::zk_server::ZkEnsemble;
 use common::{backend_switchover, SidecarArgs};
 use leasekeeper::backend::zookeeper::ZkBackend;
-use leasekeeper::backend::Candidacy;
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
 use leasekeeper::timing::Timing;
 
 #[test]
@@ -865,4 +865,168 @@ fn switchover_goes_to_the_named_candidate() {
         .election("switch")
         .build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
+}
+
+// The store's rules, one at a time, at the library level (DESIGN §2 and §7): candidates
+// built as the sidecar builds them, driven by hand against real ZooKeeper, with every
+// other defence in place. Each breaks alone when its rule is switched off.
+
+/// A campaign that must take the lease; its token.
+async fn zk_leads(who: &str, b: &mut ZkBackend) -> u64 {
+    match b.campaign().await {
+        Ok(Campaign::Acquired { token }) => token,
+        other => panic!("{who} should lead, its campaign found {other:?}"),
+    }
+}
+
+/// A campaign that must find `leader` holding the lease (with `token`, when given).
+async fn zk_follows(who: &str, b: &mut ZkBackend, leader: &str, token: Option<u64>) {
+    match b.campaign().await {
+        Ok(Campaign::Held(Some(h)))
+            if h.identity == leader && token.is_none_or(|t| h.token == Some(t)) => {}
+        other => panic!("{who} should follow {leader} ({token:?}), its campaign found {other:?}"),
+    }
+}
+
+/// Invariant 8: a renew is proven by the ensemble's leader. A leader connected only to
+/// a follower server that is cut off from the quorum: that server goes on answering
+/// reads for about a second, so a renew proven by a read there is answered at once;
+/// the `multi` check must go to the ensemble's leader and cannot be answered.
+#[test]
+fn a_renew_through_a_server_cut_off_from_the_quorum_proves_nothing() {
+    let zk = ZkEnsemble::start_partitionable(3);
+    let leader = (0..3)
+        .find(|&i| zk.server_mode(i).as_deref() == Some("leader"))
+        .expect("the ensemble has a leader");
+    let f = (0..3).find(|&i| i != leader).expect("a follower");
+    let connect = zk.connect_string_for(f);
+    backend_switchover::runtime().block_on(async {
+        let mut a = zk_candidate(&connect, "cut", "A");
+        zk_leads("A", &mut a).await;
+        assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+        zk.isolate(f);
+        let renew = tokio::time::timeout(Duration::from_millis(1500), a.renew()).await;
+        assert!(
+            !matches!(renew, Ok(Ok(Renewal::Renewed))),
+            "a server cut off from the quorum vouched for the renew: {renew:?}"
+        );
+    });
+    zk.heal(f);
+}
+
+/// A leads; then its node is deleted and created again under the same name by
+/// another session (an operator, say), with version 0 like ours. A's own watch is
+/// held blind (nobody polls `record_lost`).
+async fn leader_whose_node_was_created_again(connect: &str, election: &str) -> ZkBackend {
+    let mut a = zk_candidate(connect, election, "A");
+    zk_leads("A", &mut a).await;
+    let intruder = zookeeper_client::Client::connect(connect)
+        .await
+        .expect("connect");
+    let node = leader_node(&intruder, &format!("/leasekeeper/{election}")).await;
+    intruder.delete(&node, None).await.expect("delete A's node");
+    let options =
+        zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    intruder
+        .create(&node, b"intruder", &options)
+        .await
+        .expect("create it again");
+    // The intruder's session must outlive the test's calls.
+    std::mem::forget(intruder);
+    a
+}
+
+/// Before claiming, the lowest node must belong to the current session (DESIGN §7).
+#[test]
+fn a_node_of_another_session_never_leads() {
+    let zk = ZkEnsemble::start(1);
+    backend_switchover::runtime().block_on(async {
+        let mut a = leader_whose_node_was_created_again(&zk.connect_string(), "again1").await;
+        let found = a.campaign().await.expect("campaign");
+        assert!(
+            !matches!(found, Campaign::Acquired { .. }),
+            "A claimed another session's node: {found:?}"
+        );
+    });
+}
+
+/// Invariant 5 on ZooKeeper: a renew vouches only for our session's own node.
+#[test]
+fn a_renew_never_vouches_for_a_node_of_another_session() {
+    let zk = ZkEnsemble::start(1);
+    backend_switchover::runtime().block_on(async {
+        let mut a = leader_whose_node_was_created_again(&zk.connect_string(), "again2").await;
+        assert_eq!(
+            a.renew().await.expect("renew"),
+            Renewal::Lost,
+            "A renewed on a node created again by another session"
+        );
+    });
+}
+
+/// Invariant 5 on ZooKeeper: a release deletes our own node only. A follower's release
+/// leaves the leader's node (and its token) in place and takes the follower's node
+/// out of the queue at once; a second release is a no-op.
+#[test]
+fn a_release_gives_back_only_our_own_node() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(async {
+        let make = |id| zk_candidate(&connect, "own", id);
+        let (mut a, mut b, mut c) = (make("A"), make("B"), make("C"));
+        let token = zk_leads("A", &mut a).await;
+        zk_follows("B", &mut b, "A", Some(token)).await;
+        zk_follows("C", &mut c, "A", Some(token)).await;
+        b.release().await.expect("B releases");
+        b.release().await.expect("B releases again");
+        let listed = c.candidates().await.expect("list").expect("a list");
+        assert_eq!(listed, ["A", "C"], "B's release took the wrong node");
+        let mut fresh = make("F");
+        zk_follows("a fresh candidate", &mut fresh, "A", Some(token)).await;
+        zk_follows("C", &mut c, "A", Some(token)).await;
+        assert_eq!(a.renew().await.expect("A renews"), Renewal::Renewed);
+    });
+}
+
+/// Invariant 4 and the queue order on ZooKeeper: the node of lowest sequence leads,
+/// whoever campaigns first after the leader went (C, third in line, looks before B
+/// does and still follows B); and each new tenure's token (the czxid) is greater than
+/// every earlier one, also for a fresh candidate that never saw the earlier tenures,
+/// and after a candidate that vanished without a release.
+#[test]
+fn the_lowest_node_leads_and_tokens_grow_for_fresh_candidates() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(async {
+        let make = |id| zk_candidate(&connect, "order", id);
+        let (mut a, mut b, mut c) = (make("A"), make("B"), make("C"));
+        let first = zk_leads("A", &mut a).await;
+        zk_follows("B", &mut b, "A", Some(first)).await;
+        zk_follows("C", &mut c, "A", Some(first)).await;
+        a.release().await.expect("A releases");
+        let b_token = match c.campaign().await {
+            Ok(Campaign::Held(Some(h))) if h.identity == "B" => h.token.expect("B's token"),
+            other => panic!("C, behind B, should follow B: {other:?}"),
+        };
+        assert_eq!(zk_leads("B", &mut b).await, b_token);
+        assert!(b_token > first, "B's token {b_token} after A's {first}");
+        // B vanishes without a release (its session ends with it); a fresh
+        // candidate with no memory of the tenures before comes after C.
+        drop(b);
+        let c_token = loop {
+            match c.campaign().await.expect("campaign") {
+                Campaign::Acquired { token } => break token,
+                Campaign::Held(_) => {
+                    let _ = c.wait_for_change(Duration::from_millis(300)).await;
+                }
+            }
+        };
+        assert!(c_token > b_token, "C's token {c_token} after B's {b_token}");
+        c.release().await.expect("C releases");
+        let fresh = zk_leads("E", &mut make("E")).await;
+        assert!(
+            fresh > c_token,
+            "the fresh candidate's token {fresh} after {c_token}"
+        );
+    });
 }

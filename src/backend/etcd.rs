@@ -25,7 +25,11 @@
 //!   as the followers' watches tell them the queue moved. When that watch is not open
 //!   (it broke with its connection, or was compacted), the next renew reads the key
 //!   in the same round and opens the watch again, so a renew never vouches for a key
-//!   it has not seen since the last event.
+//!   it has not seen since the last event; and a renew first takes the events that
+//!   watch has delivered already (without waiting), so it never vouches for a key
+//!   whose loss the store has told us of while nobody looked at the watch.
+//! - **Decisions** (the place in the queue, the reservation's ask, what ends our
+//!   claim, when a keep-alive may go out) are plain functions in `rules`.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
 //! - **Switchover** (`release_to(to)`): the leader finds the first key (lowest create
 //!   revision) whose value is `to` and, in one transaction that holds only while that
@@ -59,7 +63,9 @@ use tokio::time::{sleep_until, Instant};
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::Holder;
 
+mod rules;
 mod settings;
+use rules::{Before, InFlight, Place};
 pub use settings::{Args, EtcdSettings};
 
 fn etcd(op: &'static str) -> impl FnOnce(etcd_client::Error) -> BackendError {
@@ -88,14 +94,6 @@ struct Session {
     next_keepalive: Instant,
     /// A keep-alive sent and not answered yet (see `keep_alive`).
     pending: Option<InFlight>,
-}
-
-/// An unanswered keep-alive: when it was sent, and whether on the current stream (its
-/// answer may still come) or on one that broke since (it may still reach the server).
-#[derive(Clone, Copy, Debug)]
-struct InFlight {
-    sent: Instant,
-    on_stream: bool,
 }
 
 /// What a follower watches between campaigns.
@@ -155,9 +153,7 @@ impl EtcdBackend {
         }
         // etcd leases are whole seconds; rounding up only lengthens the real lease,
         // while the local deadline keeps using the configured ttl.
-        let ttl_secs = i64::try_from(ttl.as_millis().div_ceil(1000))
-            .unwrap_or(i64::MAX)
-            .max(1);
+        let ttl_secs = rules::lease_seconds(ttl);
         EtcdBackend {
             endpoints: settings.endpoints.clone(),
             options,
@@ -240,10 +236,7 @@ impl EtcdBackend {
             }
             // A shorter grant is what the store will hold us to: the deadline must use
             // it (a longer one changes nothing, the claim keeps the configured ttl).
-            let granted_ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
-            if granted_ttl < self.ttl {
-                self.ttl = granted_ttl;
-            }
+            self.ttl = rules::granted_ttl(self.ttl, granted.ttl());
             let lease = granted.id();
             let stream = client
                 .lease_keep_alive(lease)
@@ -294,9 +287,9 @@ impl EtcdBackend {
         let until = tokio::time::Instant::now() + self.op_timeout;
         let ttl = self.ttl;
         let answer = async {
-            match s.pending {
+            match rules::before_keep_alive(s.pending, op == "renew", Instant::now(), ttl) {
                 // Its answer clears the way; it proves nothing about this call.
-                Some(p) if p.on_stream => {
+                Before::Drain => {
                     tokio::time::timeout_at(until, answers.message())
                         .await
                         .map_err(|_| None)?
@@ -304,8 +297,8 @@ impl EtcdBackend {
                 }
                 // Sent on a stream that broke since: it may still reach the server
                 // and extend the lease from there, so no other goes out meanwhile.
-                Some(p) if op == "renew" && Instant::now() < p.sent + ttl => return Err(None),
-                _ => {}
+                Before::HoldBack => return Err(None),
+                Before::Send => {}
             }
             s.pending = None;
             keeper.keep_alive().await.map_err(Some)?;
@@ -334,7 +327,7 @@ impl EtcdBackend {
                 return Err(self.after_error(op, e));
             }
         };
-        let alive = answer.is_some_and(|a| a.ttl() > 0);
+        let alive = rules::lease_alive(answer.map(|a| a.ttl()));
         if alive {
             s.next_keepalive = Instant::now() + every;
         } else {
@@ -425,8 +418,10 @@ impl EtcdBackend {
             }
         }
         let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
-        match (&queue.leader, &queue.predecessor) {
-            (Some(l), _) if l.key() == key.as_bytes() => {
+        let leader = queue.leader.as_ref().map(|l| l.key());
+        let predecessor = queue.predecessor.as_ref().map(|p| p.key());
+        match rules::place(leader, predecessor, key.as_bytes()) {
+            Place::First => {
                 // We are first. Refresh the lease before claiming (see the module doc).
                 if !self.keep_alive("campaign").await? {
                     return Ok(Some(Campaign::Held(None)));
@@ -442,22 +437,18 @@ impl EtcdBackend {
                     self.spend_reservation(client, r.mod_revision());
                 }
                 Ok(Some(Campaign::Acquired {
-                    token: u64::try_from(revision).unwrap_or(0),
+                    token: rules::token_of(revision),
                 }))
             }
-            (None, _) => {
+            Place::Gone => {
                 // Our own key is gone (lease expired between calls): start over.
                 self.forget();
                 Ok(Some(Campaign::Held(None)))
             }
-            (Some(l), p) => {
+            Place::Behind { watch, leader } => {
                 // With nobody ahead of us, the queue moved between our reads: look
                 // again soon by watching the leader only.
-                let watched = p.as_ref().unwrap_or(l).key().to_vec();
-                let leader = p
-                    .as_ref()
-                    .filter(|p| l.key() != p.key())
-                    .map(|_| l.key().to_vec());
+                let (watched, leader) = (watch.to_vec(), leader.map(<[u8]>::to_vec));
                 let predecessor = client.watch(watched, from()).await;
                 let predecessor = predecessor.map_err(etcd("campaign"))?;
                 let leader = match leader {
@@ -468,7 +459,7 @@ impl EtcdBackend {
                     predecessor,
                     leader,
                 });
-                Ok(Some(Campaign::Held(Some(holder_of(l)))))
+                Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))))
             }
         }
     }
@@ -572,10 +563,8 @@ impl EtcdBackend {
     ) -> Result<Option<String>, BackendError> {
         let mut client = self.client().await?;
         let queue = read_candidates(&mut client, &self.prefix, "release").await?;
-        let Some(named) = queue
-            .iter()
-            .find(|kv| kv.value() == to.as_bytes() && kv.key() != key.as_bytes())
-        else {
+        let entries = queue.iter().map(|kv| (kv.key(), kv.value()));
+        let Some(named) = rules::named_entry(entries, to, key.as_bytes()).map(|i| &queue[i]) else {
             return Ok(None);
         };
         let hand_over = Txn::new()
@@ -609,11 +598,11 @@ impl EtcdBackend {
             .await
             .map_err(etcd("renew"))?;
         let at = answer.header().map(|h| h.revision()).unwrap_or(0);
-        let ours = answer.kvs().first().is_some_and(|kv| {
-            kv.create_revision() == revision
-                && kv.lease() == lease
-                && kv.value() == self.identity.as_bytes()
-        });
+        let found = answer
+            .kvs()
+            .first()
+            .map(|kv| (kv.create_revision(), kv.lease(), kv.value()));
+        let ours = rules::still_ours(found, revision, lease, &self.identity);
         if !ours {
             return Ok(false);
         }
@@ -629,13 +618,40 @@ impl EtcdBackend {
     }
 }
 
+impl EtcdBackend {
+    /// Whether the watch on our own key has delivered, by now, news that it is no
+    /// longer ours (consumed here without waiting; `record_lost` would return on it).
+    /// A renew never vouches for a key whose loss the store has told us of, even when
+    /// nobody looked at the watch since (the elector polls it between renews only).
+    /// A watch that ended is dropped: the renew then reads the key again.
+    fn own_key_lost_already(&mut self) -> bool {
+        use futures_util::FutureExt;
+        let lease = self.session.as_ref().map_or(0, |s| s.lease);
+        while let Some(own) = self.own.as_mut() {
+            match own.message().now_or_never() {
+                None => return false,
+                Some(Ok(Some(resp))) if resp.canceled() || resp.compact_revision() > 0 => {
+                    self.own = None;
+                }
+                Some(Ok(Some(resp))) => {
+                    if own_key_taken(&resp, lease, &self.identity) {
+                        self.own = None;
+                        return true;
+                    }
+                }
+                Some(Ok(None) | Err(_)) => self.own = None,
+            }
+        }
+        false
+    }
+}
+
 /// Whether a watch answer on our own key says it is no longer ours.
 fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) -> bool {
-    resp.events().iter().any(|e| match e.event_type() {
-        EventType::Delete => true,
-        EventType::Put => e
-            .kv()
-            .is_none_or(|kv| kv.lease() != lease || kv.value() != identity.as_bytes()),
+    resp.events().iter().any(|e| {
+        let delete = e.event_type() == EventType::Delete;
+        let put = e.kv().map(|kv| (kv.lease(), kv.value()));
+        rules::takes_our_key(delete, put, lease, identity)
     })
 }
 
@@ -655,10 +671,13 @@ async fn ahead_of_reserved(
         .get(reserved.value(), None)
         .await
         .map_err(etcd("campaign"))?;
-    Ok(named
-        .kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() > revision))
+    let named_revision = named.kvs().first().map(|kv| kv.create_revision());
+    Ok(rules::lets_pass(
+        reserved.value(),
+        named_revision,
+        key.as_bytes(),
+        revision,
+    ))
 }
 
 /// The queue as one consistent read saw it.
@@ -790,6 +809,9 @@ impl Backend for EtcdBackend {
         self.begin();
         let result = async {
             if !self.keep_alive("renew").await? {
+                return Ok(false);
+            }
+            if self.own_key_lost_already() {
                 return Ok(false);
             }
             if self.own.is_none() {

@@ -24,6 +24,12 @@
 //!   is alive there and our node exists unchanged. Its send time extends the
 //!   deadline. It changes nothing, so no watch fires on it (a `setData` would wake
 //!   our successor at every renew). Gone, changed, or an expired session means lost.
+//!   A read of the node's stat goes right behind that check on the same session (so
+//!   it is answered from a state at least as new): the node must be owned by this
+//!   very session (a node deleted and created again under our name by another
+//!   client has version 0 too).
+//!   This is also the claim's check that the lowest node belongs to the current
+//!   session. The decisions themselves are plain functions in `rules`.
 //! - **The leader watches its own node** (invariant 9): the acquisition sets a watch
 //!   on it, and a delete or data change by another client, or the session's expiry,
 //!   ends the claim at once.
@@ -69,6 +75,7 @@ use zookeeper_client::{
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::Holder;
 
+mod rules;
 mod settings;
 mod transport;
 pub use settings::{Args, ZkSettings, ZkTls};
@@ -79,14 +86,6 @@ fn zk(op: &'static str) -> impl FnOnce(zookeeper_client::Error) -> BackendError 
         op,
         message: e.to_string(),
     }
-}
-
-/// The sequence number Curator and ZooKeeper append: the last 10 digits.
-fn sequence_of(name: &str) -> Option<u64> {
-    name.len()
-        .checked_sub(10)
-        .and_then(|i| name.get(i..))
-        .and_then(|s| s.parse().ok())
 }
 
 pub struct ZkBackend {
@@ -322,10 +321,8 @@ impl ZkBackend {
     ) -> Result<Option<String>, BackendError> {
         let (dir, reservation, options) = at;
         let queue = read_candidates(client, dir, "release").await?;
-        let Some(named) = queue
-            .into_iter()
-            .find(|e| e.identity == to && e.name != ours)
-        else {
+        let entries = queue.iter().map(|e| (e.name.as_str(), e.identity.as_str()));
+        let Some(named) = rules::named_entry(entries, to, ours).map(|i| &queue[i]) else {
             return Ok(None);
         };
         // Another switchover may write the reservation between our read of it and our
@@ -349,7 +346,7 @@ impl ZkBackend {
             .map_err(zk("release"))?;
             multi.add_delete(&path(ours), None).map_err(zk("release"))?;
             match multi.commit().await {
-                Ok(_) => return Ok(Some(named.name)),
+                Ok(_) => return Ok(Some(named.name.clone())),
                 Err(zookeeper_client::MultiWriteError::OperationFailed { index: 1, .. }) => {}
                 Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => return Ok(None),
                 Err(e) => return Err(zk("release")(e.into())),
@@ -375,15 +372,15 @@ impl ZkBackend {
         let proof = Self::prove_and_watch(client, &path, "campaign");
         let (reserved, proof) = tokio::join!(reserved, proof);
         let reserved = reservation_of(reserved)?;
-        if reserved.as_ref().is_some_and(|r| r.node != node) {
+        if rules::reserved_for_another(reserved.as_ref().map(|r| r.node.as_str()), node) {
             return Ok(None);
         }
         match proof? {
-            Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
+            Some((s, watch)) => {
                 self.own_watch = Some(watch);
                 self.spend_reservation(client, reserved);
                 Ok(Some(Campaign::Acquired {
-                    token: u64::try_from(s.czxid).unwrap_or(0),
+                    token: rules::token_of(s.czxid),
                 }))
             }
             _ => Ok(None),
@@ -407,22 +404,16 @@ impl ZkBackend {
         let listed = client.list_children(&self.dir);
         let (reserved, listed) = tokio::join!(reserved, listed);
         let reserved = reservation_of(reserved)?;
-        let mut queue: Vec<(u64, String)> = listed
-            .map_err(zk("campaign"))?
-            .into_iter()
-            .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
-            .collect();
-        queue.sort();
-        let Some(position) = queue.iter().position(|(_, c)| *c == ours) else {
+        let queue = rules::queue_of(listed.map_err(zk("campaign"))?);
+        let Some(position) = rules::position(&queue, &ours) else {
             // Our node is gone (the session expired meanwhile): start over.
             self.forget();
             return Ok(Some(Campaign::Held(None)));
         };
-        if let (true, Some(r)) = (may_requeue, &reserved) {
-            if queue[position + 1..].iter().any(|(_, c)| *c == r.node) {
-                self.requeue(client, &ours).await?;
-                return Ok(None);
-            }
+        let named = reserved.as_ref().map(|r| r.node.as_str());
+        if may_requeue && rules::must_requeue(&queue, position, named) {
+            self.requeue(client, &ours).await?;
+            return Ok(None);
         }
         if position == 0 {
             return self.claim_first(client, &ours, reserved).await.map(Some);
@@ -440,11 +431,11 @@ impl ZkBackend {
     ) -> Result<Campaign, BackendError> {
         let path = format!("{}/{ours}", self.dir);
         match Self::prove_and_watch(client, &path, "campaign").await? {
-            Some((s, watch)) if s.ephemeral_owner == client.session_id().0 => {
+            Some((s, watch)) => {
                 self.own_watch = Some(watch);
                 self.spend_reservation(client, reserved.filter(|r| r.node == ours));
                 Ok(Campaign::Acquired {
-                    token: u64::try_from(s.czxid).unwrap_or(0),
+                    token: rules::token_of(s.czxid),
                 })
             }
             _ => {
@@ -463,7 +454,8 @@ impl ZkBackend {
         queue: &[(u64, String)],
         position: usize,
     ) -> Result<Campaign, BackendError> {
-        let first_path = format!("{}/{}", self.dir, queue[0].1);
+        let (head, predecessor) = rules::watches(queue, position);
+        let first_path = format!("{}/{head}", self.dir);
         let (holder, holder_watch) = match client.get_and_watch_data(&first_path).await {
             Ok((data, stat, watcher)) => (
                 Some(Holder {
@@ -475,14 +467,14 @@ impl ZkBackend {
             Err(zookeeper_client::Error::NoNode) => (None, None),
             Err(e) => return Err(zk("campaign")(e)),
         };
-        if position == 1 {
+        let Some(predecessor) = predecessor else {
             // The head is our predecessor: one watch serves both.
             self.watched = holder_watch.is_some();
             self.head_is_predecessor = holder_watch.is_some();
             self.watching = holder_watch;
             return Ok(Campaign::Held(holder));
-        }
-        let predecessor = format!("{}/{}", self.dir, queue[position - 1].1);
+        };
+        let predecessor = format!("{}/{predecessor}", self.dir);
         let (stat, watcher) = client
             .check_and_watch_stat(&predecessor)
             .await
@@ -546,7 +538,10 @@ impl ZkBackend {
     }
 
     /// One transaction through the ensemble's leader that checks our node is there,
-    /// unchanged (see the module doc). `Ok(false)`: it is gone or not ours.
+    /// unchanged (see the module doc), and a read of its stat sent right behind it on
+    /// the same session (so answered from a state at least as new as the check's):
+    /// owned by this very session (a node deleted and created again under our name
+    /// by another client has version 0 too). `Ok(false)`: it is gone or not ours.
     async fn prove_own_node(
         client: &Client,
         path: &str,
@@ -554,15 +549,22 @@ impl ZkBackend {
     ) -> Result<bool, BackendError> {
         let mut multi = client.new_multi_writer();
         multi.add_check_version(path, OWN_VERSION).map_err(zk(op))?;
-        match multi.commit().await {
-            Ok(_) => Ok(true),
-            Err(e) => match zookeeper_client::Error::from(e) {
-                zookeeper_client::Error::NoNode
-                | zookeeper_client::Error::BadVersion
-                | zookeeper_client::Error::SessionExpired => Ok(false),
-                other => Err(zk(op)(other)),
-            },
+        let checked = multi.commit();
+        let stat = client.check_stat(path);
+        match checked.await {
+            Ok(_) => {}
+            Err(e) => {
+                return match zookeeper_client::Error::from(e) {
+                    zookeeper_client::Error::NoNode
+                    | zookeeper_client::Error::BadVersion
+                    | zookeeper_client::Error::SessionExpired => Ok(false),
+                    other => Err(zk(op)(other)),
+                }
+            }
         }
+        let found = stat.await.map_err(zk(op))?;
+        let owner = found.map(|s| s.ephemeral_owner);
+        Ok(rules::owned_by(owner, client.session_id().0))
     }
 
     /// Our node, created if needed; a lost create answer is found by its prefix.
@@ -625,14 +627,7 @@ async fn read_candidates(
     dir: &str,
     op: &'static str,
 ) -> Result<Vec<Entry>, BackendError> {
-    let mut names: Vec<(u64, String)> = client
-        .list_children(dir)
-        .await
-        .map_err(zk(op))?
-        .into_iter()
-        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
-        .collect();
-    names.sort();
+    let names = rules::queue_of(client.list_children(dir).await.map_err(zk(op))?);
     let reads: Vec<_> = names
         .iter()
         .map(|(_, name)| client.get_data(&format!("{dir}/{name}")))
@@ -676,8 +671,7 @@ impl Backend for ZkBackend {
     /// of may be our previous request, up to one renew interval before this one was
     /// sent. Measuring the claim from the send time needs that much off.
     fn lease_ttl(&self) -> Duration {
-        self.ttl
-            .saturating_sub(self.renew_interval.min(self.ttl / 3))
+        rules::claim_ttl(self.ttl, self.renew_interval)
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
@@ -708,7 +702,8 @@ impl Backend for ZkBackend {
         }
         let path = format!("{}/{node}", self.dir);
         if self.own_watch.is_some() {
-            return Ok(if Self::prove_own_node(&client, &path, "renew").await? {
+            let proven = Self::prove_own_node(&client, &path, "renew").await?;
+            return Ok(if proven {
                 Renewal::Renewed
             } else {
                 Renewal::Lost
@@ -817,15 +812,14 @@ impl Backend for ZkBackend {
         };
         let event = watch.await;
         self.own_watch = None;
-        let lost = match event.event_type {
-            // Deleted or rewritten by someone else.
-            EventType::NodeDeleted | EventType::NodeDataChanged => true,
-            // The session ended, and our node with it. A mere disconnect also ends a
-            // one-shot watch but proves nothing: the next renew watches again.
-            EventType::Session => event.session_state.is_terminated(),
-            EventType::NodeCreated | EventType::NodeChildrenChanged => false,
+        let event = match event.event_type {
+            EventType::NodeDeleted | EventType::NodeDataChanged => rules::OwnEvent::Changed,
+            EventType::Session => rules::OwnEvent::Session {
+                ended: event.session_state.is_terminated(),
+            },
+            EventType::NodeCreated | EventType::NodeChildrenChanged => rules::OwnEvent::Other,
         };
-        if !lost {
+        if !rules::ends_claim(event) {
             std::future::pending::<()>().await
         }
     }
@@ -840,10 +834,6 @@ mod tests {
         let p = new_prefix();
         assert!(p.starts_with("_c_") && p.ends_with("-latch-"), "{p}");
         assert_eq!(p.len(), "_c_".len() + 36 + "-latch-".len());
-        assert_eq!(
-            sequence_of("_c_0b1e2d3c-1111-2222-3333-444455556666-latch-0000000042"),
-            Some(42)
-        );
-        assert_eq!(sequence_of("short"), None);
+        assert_eq!(rules::sequence_of(&format!("{p}0000000042")), Some(42));
     }
 }

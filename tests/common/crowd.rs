@@ -399,3 +399,187 @@ fn probe_while_loaded(leader: &Limited, load_for: Duration, r: &mut AbuseReport)
         r.scraped += usize::from(get(leader.port, "/metrics", Duration::from_secs(2)).is_some());
     }
 }
+
+/// What fresh probes saw while a burst was being opened: for each probe, when it
+/// started (from the burst's start) and whether it was answered within 1 s.
+#[derive(Debug, Default)]
+pub struct BurstReport {
+    pub slow: usize,
+    /// Connections the burst opened in all (it dials again at once whenever the
+    /// sidecar lets one go).
+    pub dialed: usize,
+    pub probes: Vec<(Duration, bool)>,
+    /// Why probes failed.
+    pub failures: Vec<String>,
+    /// Whether the sidecar's log shows a panic.
+    pub panicked: bool,
+}
+
+impl BurstReport {
+    /// Probes answered within 1 s, per window of `width` from the burst's start:
+    /// (window start, answered, asked).
+    pub fn windows(&self, width: Duration) -> Vec<(Duration, usize, usize)> {
+        let mut out: Vec<(Duration, usize, usize)> = Vec::new();
+        for &(at, ok) in &self.probes {
+            let i = (at.as_millis() / width.as_millis()) as usize;
+            while out.len() <= i {
+                out.push((width * out.len() as u32, 0, 0));
+            }
+            out[i].1 += usize::from(ok);
+            out[i].2 += 1;
+        }
+        out
+    }
+}
+
+/// Slow connections from `from`: each sends half a request line (or nothing) and
+/// never finishes it; let go by the sidecar, it dials again at once.
+async fn slow_client(
+    addr: std::net::SocketAddr,
+    from: [u8; 4],
+    i: usize,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Seen>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let socket = match tokio::net::TcpSocket::new_v4() {
+            Ok(s) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // Never from another address than `from` (out of ports there: wait).
+        if socket.bind(std::net::SocketAddr::from((from, 0))).is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        let Ok(Ok(mut s)) =
+            tokio::time::timeout(Duration::from_secs(2), socket.connect(addr)).await
+        else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        seen.dialed.fetch_add(1, Ordering::Relaxed);
+        let line: &[u8] = if i.is_multiple_of(2) {
+            b"GET /lea"
+        } else {
+            b""
+        };
+        let _ = s.write_all(line).await;
+        let mut buf = [0u8; 64];
+        while !stop.load(Ordering::Relaxed) {
+            let read = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                break;
+            }
+        }
+    }
+}
+
+/// The burst: `slow` slow connections opened at once, one `/watch` that is never
+/// read, a kept-alive `GET /leader` flood and garbage, all from `from`, until `stop`.
+async fn burst(port: u16, from: [u8; 4], slow: usize, stop: Arc<AtomicBool>, seen: Arc<Seen>) {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut tasks = Vec::new();
+    for i in 0..slow {
+        tasks.push(tokio::spawn(slow_client(
+            addr,
+            from,
+            i,
+            stop.clone(),
+            seen.clone(),
+        )));
+    }
+    {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut held = None;
+            while !stop.load(Ordering::Relaxed) {
+                if held.is_none() {
+                    if let Ok(mut s) = dial(addr).await {
+                        let _ = s.write_all(b"GET /watch HTTP/1.1\r\nHost: x\r\n\r\n").await;
+                        held = Some(s);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+    for _ in 0..4 {
+        tasks.push(tokio::spawn(flood(addr, stop.clone(), seen.clone())));
+    }
+    tasks.push(tokio::spawn(garbage(addr, stop.clone(), seen.clone())));
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// One sidecar (open-files limit `nofile`) on Redis; `slow` slow connections opened
+/// at once against it from `from` (the crowd's own address, or the probes' own,
+/// 127.0.0.1), with the rest of the burst; a fresh `GET /leader` every 100 ms from
+/// the burst's first moment for `probe_for`, each on a new connection, answered
+/// within 1 s or failed.
+pub fn under_burst(
+    nofile: (u64, u64),
+    slow: usize,
+    from: [u8; 4],
+    probe_for: Duration,
+) -> BurstReport {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    raise_own_limit();
+    let dir = tempfile::tempdir().expect("dir");
+    let redis = RedisServer::start();
+    let leader = Limited::spawn(dir.path(), &redis.url(), "a", nofile);
+    let ready = eventually(Duration::from_secs(20), || {
+        get(leader.port, "/leader", Duration::from_secs(1))
+            .filter(|b| b.contains("\"is_leader\":true"))
+    });
+    assert!(ready.is_some(), "the sidecar did not lead");
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Seen::default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let started = Instant::now();
+    let burst_thread = {
+        let (stop, seen, port) = (stop.clone(), seen.clone(), leader.port);
+        std::thread::spawn(move || runtime.block_on(burst(port, from, slow, stop, seen)))
+    };
+    let mut probes = Vec::new();
+    let mut n = 0u32;
+    while started.elapsed() < probe_for {
+        let at = Duration::from_millis(100) * n;
+        n += 1;
+        if let Some(wait) = at.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let port = leader.port;
+        probes.push((
+            at,
+            std::thread::spawn(move || ask(port, "/leader", Duration::from_secs(1))),
+        ));
+    }
+    let mut r = BurstReport {
+        slow,
+        ..BurstReport::default()
+    };
+    for (at, probe) in probes {
+        let answer = probe
+            .join()
+            .unwrap_or_else(|_| Err("probe panicked".into()));
+        r.probes.push((at, answer.is_ok()));
+        if let Err(why) = answer {
+            r.failures.push(format!("at {at:?}: {why}"));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = burst_thread.join();
+    r.dialed = seen.dialed.load(Ordering::Relaxed);
+    r.panicked = std::fs::read_to_string(dir.path().join("a.stderr"))
+        .unwrap_or_default()
+        .contains("panicked");
+    r
+}

@@ -5,8 +5,10 @@
 //! read nothing of a stream. The server here:
 //! - holds at most `max_connections`; when a new one arrives at the cap (or the
 //!   process is out of file descriptors), the *oldest connection that is neither
-//!   inside a request nor a `/watch` stream* is shed, so a fresh probe always gets in
-//!   (kubelet's, Prometheus's) while the flood sheds itself;
+//!   inside a request nor a `/watch` stream* is shed, taken from the peer that holds
+//!   the most (a newcomer from that peer replaces one of its own), so a fresh probe
+//!   always gets in (kubelet's, Prometheus's, or one from the crowd's own address)
+//!   while the flood sheds itself;
 //! - closes a connection that does not deliver a whole request head within
 //!   `head_timeout`, also between the requests of a kept-alive connection (hyper's
 //!   header-read timer starts whenever it waits for a head), so idle and slow clients
@@ -97,6 +99,11 @@ impl Registry {
         let victim = heaviest
             .and_then(|ip| self.victim(now, Some(ip)))
             .or_else(|| self.victim(now, None));
+        self.shed(victim)
+    }
+
+    /// Closes `victim`, if any; false when there is none.
+    fn shed(&mut self, victim: Option<u64>) -> bool {
         match victim {
             Some(id) => {
                 if let Some(c) = self.remove(id) {
@@ -108,14 +115,28 @@ impl Registry {
         }
     }
 
-    /// At the cap, for a newcomer from `peer`: false when the newcomer is to be refused
-    /// (its peer already holds the most, or nothing can be shed), else true once a
-    /// connection was shed for it.
-    fn make_room_for(&mut self, peer: IpAddr, now: Instant) -> bool {
+    /// At the cap, for a newcomer from `peer`: true once a connection was shed for it,
+    /// false when the newcomer is to be refused. A newcomer from the peer that holds
+    /// the most is refused (the cheapest answer to a crowd), unless it sent a whole
+    /// request head at once (`whole_head`, asked only then): a probe may share the
+    /// crowd's address (a client on the node itself), and only that behaviour tells
+    /// it apart (refused, it got a reset). Such a newcomer takes the place of its
+    /// peer's own oldest silent (else idle, else oldest) connection, never another
+    /// peer's.
+    fn make_room_for(
+        &mut self,
+        peer: IpAddr,
+        now: Instant,
+        whole_head: impl FnOnce() -> bool,
+    ) -> bool {
         let own = self.per_peer.get(&peer).copied().unwrap_or(0);
         let most = self.per_peer.values().copied().max().unwrap_or(0);
         if own > 1 && own >= most {
-            return false;
+            if !whole_head() {
+                return false;
+            }
+            let victim = self.victim(now, Some(peer));
+            return self.shed(victim);
         }
         self.shed_oldest_idle(now)
     }
@@ -164,6 +185,8 @@ pub async fn serve(
     mut stop: oneshot::Receiver<()>,
 ) {
     let registry = Arc::new(Mutex::new(Registry::default()));
+    let waiting = Arc::new(AtomicUsize::new(0));
+    defer_accept(&listener);
     tokio::spawn(hand_back_memory(registry.clone()));
     loop {
         let accepted = tokio::select! {
@@ -181,15 +204,23 @@ pub async fn serve(
                 continue;
             }
         };
-        let conn = {
-            let mut r = lock(&registry);
-            if r.live.len() >= limits.max_connections && !r.make_room_for(peer.ip(), Instant::now())
-            {
-                // Dropped at once: the cheapest answer to a crowd, which must not
-                // starve the accept loop that a probe waits on.
-                continue;
+        let Some(conn) = admit_if_room(&registry, &stream, peer, limits) else {
+            // Refused: it may still be a probe whose head is a moment behind its
+            // connect (see `HEAD_WAIT`); else dropped at once, the cheapest answer to
+            // a crowd, which must not starve the accept loop that a probe waits on.
+            if waiting.load(Ordering::Relaxed) < MAX_WAITING {
+                let waited = Waiting::new(waiting.clone());
+                let registry = registry.clone();
+                tokio::spawn(admit_after_head_wait(
+                    stream,
+                    peer,
+                    app.clone(),
+                    limits,
+                    registry,
+                    waited,
+                ));
             }
-            admit(&mut r, peer.ip())
+            continue;
         };
         tokio::spawn(connection(
             stream,
@@ -200,6 +231,110 @@ pub async fn serve(
             registry.clone(),
         ));
     }
+}
+
+/// A newcomer refused at the cap gets this long for its whole request head to come:
+/// the kernel may hand a connection over before its first bytes (when SYN cookies
+/// bypass `TCP_DEFER_ACCEPT`), and a probe's head follows its connect within
+/// microseconds.
+const HEAD_WAIT: Duration = Duration::from_millis(3);
+
+/// At most this many refused newcomers wait so at once; more are dropped at once.
+const MAX_WAITING: usize = 128;
+
+/// Counts a newcomer waiting for its head while it lives.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Admits `stream` when there is room, or room can be made for it (see
+/// `Registry::make_room_for`).
+fn admit_if_room(
+    registry: &Mutex<Registry>,
+    stream: &tokio::net::TcpStream,
+    peer: SocketAddr,
+    limits: Limits,
+) -> Option<Admitted> {
+    let mut r = lock(registry);
+    let room = r.live.len() < limits.max_connections
+        || r.make_room_for(peer.ip(), Instant::now(), || head_arrived(stream));
+    room.then(|| admit(&mut r, peer.ip()))
+}
+
+/// A refused newcomer, looked at again after [`HEAD_WAIT`]: served if room can be
+/// made for it now, else dropped.
+async fn admit_after_head_wait(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: Limits,
+    registry: Arc<Mutex<Registry>>,
+    waited: Waiting,
+) {
+    tokio::time::sleep(HEAD_WAIT).await;
+    drop(waited);
+    if let Some(conn) = admit_if_room(&registry, &stream, peer, limits) {
+        connection(stream, peer, app, limits, conn, registry).await;
+    }
+}
+
+/// Asks the kernel to hand over a new connection only once its first bytes arrived
+/// (`TCP_DEFER_ACCEPT`, up to [`DEFER_ACCEPT_SECS`]; a silent one comes after that):
+/// so at the cap a probe's request head is there to be seen (see `make_room_for`),
+/// and a crowd that sends nothing costs no descriptor meanwhile. Best effort.
+fn defer_accept(listener: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    let secs: libc::c_int = DEFER_ACCEPT_SECS;
+    // SAFETY: setsockopt on a socket we own, with a c_int option value of its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "no TCP_DEFER_ACCEPT");
+    }
+}
+
+/// How long the kernel holds a new connection that sent nothing yet.
+const DEFER_ACCEPT_SECS: libc::c_int = 1;
+
+/// Whether a whole request head has arrived on `stream` already (looked at, not
+/// taken: hyper reads it as usual).
+fn head_arrived(stream: &tokio::net::TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut buf = [0u8; 2048];
+    // SAFETY: a non-blocking peek into a buffer of ours, on a socket we own; it takes
+    // nothing off the socket.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).is_ok_and(|n| whole_head(&buf[..n]))
+}
+
+/// Whether `bytes` hold a whole request head (its blank line).
+fn whole_head(bytes: &[u8]) -> bool {
+    bytes.windows(4).any(|w| w == b"\r\n\r\n")
 }
 
 fn lock(registry: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
@@ -393,22 +528,50 @@ mod tests {
     }
 
     #[test]
-    fn at_the_cap_the_heaviest_peer_is_refused_and_others_get_in() {
+    fn at_the_cap_the_heaviest_peer_pays_for_its_own_newcomers_and_others_get_in() {
         let mut r = Registry::default();
         let (crowd, probe) = (IpAddr::from([10, 0, 0, 9]), IpAddr::from([10, 0, 0, 1]));
+        admit(&mut r, probe); // the oldest, silent: never the crowd's victim
         for _ in 0..3 {
             admit(&mut r, crowd);
         }
         let now = Instant::now();
-        assert!(!r.make_room_for(crowd, now));
-        assert_eq!(r.live.len(), 3);
-        assert!(r.make_room_for(probe, now));
+        // A crowd's newcomer without a whole head is refused, and nothing is shed.
+        assert!(!r.make_room_for(crowd, now, || false));
+        assert_eq!(ids(&r), vec![0, 1, 2, 3]);
+        // With one (a probe from the crowd's address), it replaces the crowd's
+        // oldest, never the other peer's.
+        assert!(r.make_room_for(crowd, now, || true));
+        assert_eq!(ids(&r), vec![0, 2, 3]);
+        let later = now + FIRST_HEAD_GRACE;
+        assert!(r.make_room_for(crowd, later, || true));
+        assert_eq!(ids(&r), vec![0, 3]);
+        // Refused when none of its own can go (answering, streaming).
+        r.live[&3].busy.store(1, Ordering::Relaxed);
+        admit(&mut r, crowd).pinned.store(true, Ordering::Relaxed);
+        assert!(!r.make_room_for(crowd, later, || true));
+        assert_eq!(ids(&r), vec![0, 3, 4]);
+        // Another peer's newcomer makes room from the crowd, head or not.
+        let mut r = Registry::default();
+        for _ in 0..3 {
+            admit(&mut r, crowd);
+        }
+        assert!(r.make_room_for(probe, now, || false));
         assert_eq!(r.per_peer.get(&crowd), Some(&2));
         // A peer with one connection is not a crowd.
         let mut r = Registry::default();
         admit(&mut r, crowd);
-        assert!(r.make_room_for(crowd, now));
+        assert!(r.make_room_for(crowd, now, || false));
         assert!(r.live.is_empty());
+    }
+
+    #[test]
+    fn a_whole_head_is_one_up_to_its_blank_line() {
+        assert!(whole_head(b"GET /leader HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(whole_head(b"GET / HTTP/1.1\r\n\r\nGET"));
+        assert!(!whole_head(b"GET /lea"));
+        assert!(!whole_head(b"GET /leader HTTP/1.1\r\nHost: x\r\n"));
+        assert!(!whole_head(b""));
     }
 
     #[test]
@@ -416,5 +579,9 @@ mod tests {
         let mut r = registry_of(&[(0, 0, false), (0, 1, false)]);
         assert!(r.shed_oldest_idle(Instant::now()));
         assert_eq!(ids(&r), vec![1]);
+        // A fresh connection older than an idle one stays: the idle one goes.
+        let mut r = registry_of(&[(0, 0, false), (2, 0, false), (0, 0, false)]);
+        assert!(r.shed_oldest_idle(Instant::now()));
+        assert_eq!(ids(&r), vec![0, 2]);
     }
 }
