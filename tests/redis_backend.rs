@@ -741,12 +741,19 @@ mod rules {
                 Renewal::Lost,
                 "A's renew extended B's key"
             );
-            let pttl = server.command(&format!("PTTL {}", lock("own"))).unwrap_or_default();
+            let pttl = server
+                .command(&format!("PTTL {}", lock("own")))
+                .unwrap_or_default();
             let pttl: i64 = pttl.trim().trim_start_matches(':').parse().expect("pttl");
             assert!(pttl <= 1500, "B's key was extended to {pttl} ms by A");
             a.release().await.expect("A's release answers");
-            let value = server.command(&format!("GET {}", lock("own"))).unwrap_or_default();
-            assert!(value.contains("|B"), "A's release deleted B's key: {value:?}");
+            let value = server
+                .command(&format!("GET {}", lock("own")))
+                .unwrap_or_default();
+            assert!(
+                value.contains("|B"),
+                "A's release deleted B's key: {value:?}"
+            );
             assert_eq!(b.renew().await.expect("B renews"), Renewal::Renewed);
         });
     }
