@@ -828,3 +828,61 @@ mod rules {
         });
     }
 }
+
+/// A follower sends the server nothing at all at steady state, on any of its
+/// connections (MONITOR, attributed to each process's sockets): no script, no read, no
+/// listing of itself as a live candidate (its presence is its pub/sub subscription),
+/// for 6 s at ttl 2 s; and the leader's list of live candidates still names it.
+#[test]
+fn a_follower_sends_no_command_at_all_at_steady_state() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::redis(&server.url())
+        .ttl("2s")
+        .election("silent")
+        .build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    let mut leader_commands = 0;
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        assert!(!ports.is_empty(), "{}: no connection found", car.name);
+        let sent: Vec<&String> = seen
+            .iter()
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
+        eprintln!("{} (leader {is_leader}): {} commands in 6 s", car.name, sent.len());
+        if is_leader {
+            leader_commands = sent.len();
+        } else {
+            assert!(sent.is_empty(), "{} sent {sent:?}", car.name);
+        }
+    }
+    // The leader's renewals (every ttl/3): the monitor did see this process's traffic.
+    assert!(leader_commands >= 5, "the leader sent {leader_commands}");
+    // A switchover to a follower still finds it alive.
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}

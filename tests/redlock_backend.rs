@@ -771,3 +771,65 @@ mod rules {
         });
     }
 }
+
+/// A follower sends no node anything at all at steady state (MONITOR on every node,
+/// attributed to each process's sockets), for 6 s at ttl 2 s; a switchover to it
+/// still finds it alive.
+#[test]
+fn a_follower_sends_no_command_at_all_at_steady_state() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("silent")
+        .build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let window = Duration::from_secs(6);
+    let seen: Vec<Vec<(u16, String)>> = std::thread::scope(|s| {
+        let watches: Vec<_> = cluster
+            .nodes
+            .iter()
+            .map(|n| s.spawn(move || n.monitor(window)))
+            .collect();
+        watches.into_iter().map(|w| w.join().expect("monitor")).collect()
+    });
+    for car in &cars {
+        let sent: Vec<&String> = cluster
+            .nodes
+            .iter()
+            .zip(&seen)
+            .flat_map(|(n, seen)| {
+                let ports = common::redis_server::client_ports(car.pid, n.port);
+                seen.iter()
+                    .filter(move |(p, _)| ports.contains(p))
+                    .map(|(_, c)| c)
+            })
+            .collect();
+        let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
+        eprintln!("{} (leader {is_leader}): {} commands in 6 s", car.name, sent.len());
+        if is_leader {
+            assert!(sent.len() >= 15, "the leader sent {}", sent.len());
+        } else {
+            assert!(sent.is_empty(), "{} sent {sent:?}", car.name);
+        }
+    }
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars.iter().find(|c| c.name != leader.name).expect("follower");
+    let answer = http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}

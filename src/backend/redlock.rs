@@ -83,7 +83,7 @@ use super::redis::{
     RedisSettings, CLOCK, REFUSED,
 };
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
@@ -300,8 +300,6 @@ pub struct RedlockBackend {
     expires: Vec<Option<Instant>>,
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
-    /// When this candidate next lists itself as alive (on every node).
-    listing: Listing,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -453,7 +451,7 @@ impl RedlockBackend {
         let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
         let (nodes, pushes): (Vec<Node>, Vec<_>) = settings
             .iter()
-            .map(|s| Node::connect_tracking(s, &keys, wake.clone(), node_timeout))
+            .map(|s| Node::connect_tracking(s, &keys, identity, wake.clone(), node_timeout))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
@@ -492,7 +490,6 @@ impl RedlockBackend {
             signs: vec![None; n],
             expires: vec![None; n],
             clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
-            listing: Listing::new(lease.timing),
         })
     }
 
@@ -515,14 +512,6 @@ impl RedlockBackend {
         .await
     }
 
-    /// Lists this candidate as alive on every node, when that is due.
-    async fn list_self(&mut self) {
-        if self.listing.due(Instant::now()) {
-            let alive = self.listing.alive();
-            let pipe = switchover::listing(&self.keys.candidates, &self.identity, alive);
-            let _: Round<()> = self.on_each_plain(&pipe).await;
-        }
-    }
 
     /// Takes the pushes that arrived so far, from every node (`all`) or from the nodes
     /// a follower's wait does not look at. A disconnect notice means that node's
@@ -907,7 +896,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.list_self().await;
         let prefix = self.nonce_prefix();
         // What was pushed before this read is older than it.
         self.drain_pushes(true);
@@ -1016,7 +1004,7 @@ impl Backend for RedlockBackend {
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
         let mut ask = redis::pipe();
-        ask.add_command(switchover::live(&self.keys.candidates));
+        ask.add_command(switchover::live(&self.keys.presence));
         let answers: Round<(Vec<String>,)> = self.on_each_plain(&ask).await;
         if answers.iter().flatten().count() == 0 {
             return Err(BackendError::Store {
@@ -1024,10 +1012,10 @@ impl Backend for RedlockBackend {
                 message: "no redlock node answered".into(),
             });
         }
-        let mut live: Vec<String> = answers.into_iter().flatten().flat_map(|(l,)| l).collect();
-        live.sort();
-        live.dedup();
-        Ok(Some(live))
+        // A candidate subscribed on any node is alive (its presence on the others may
+        // be reconnecting).
+        let channels: Vec<String> = answers.into_iter().flatten().flat_map(|(l,)| l).collect();
+        Ok(Some(switchover::identities(&self.keys.presence, channels)))
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -1059,7 +1047,6 @@ impl Backend for RedlockBackend {
     /// server that refuses it) waits as before: the events channel, the holder's
     /// expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        self.list_self().await;
         let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
         self.drain_pushes(false);
         let watched: Vec<usize> = (0..self.nodes.len())
