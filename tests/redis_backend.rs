@@ -861,7 +861,11 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
             .map(|(_, c)| c)
             .collect();
         let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
-        eprintln!("{} (leader {is_leader}): {} commands in 6 s", car.name, sent.len());
+        eprintln!(
+            "{} (leader {is_leader}): {} commands in 6 s",
+            car.name,
+            sent.len()
+        );
         if is_leader {
             leader_commands = sent.len();
         } else {

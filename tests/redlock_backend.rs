@@ -799,7 +799,10 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
             .iter()
             .map(|n| s.spawn(move || n.monitor(window)))
             .collect();
-        watches.into_iter().map(|w| w.join().expect("monitor")).collect()
+        watches
+            .into_iter()
+            .map(|w| w.join().expect("monitor"))
+            .collect()
     });
     for car in &cars {
         let sent: Vec<&String> = cluster
@@ -814,7 +817,11 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
             })
             .collect();
         let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
-        eprintln!("{} (leader {is_leader}): {} commands in 6 s", car.name, sent.len());
+        eprintln!(
+            "{} (leader {is_leader}): {} commands in 6 s",
+            car.name,
+            sent.len()
+        );
         if is_leader {
             assert!(sent.len() >= 15, "the leader sent {}", sent.len());
         } else {
@@ -825,7 +832,10 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
         .iter()
         .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
         .expect("leader");
-    let to = cars.iter().find(|c| c.name != leader.name).expect("follower");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
     let answer = http::post(leader.port, &format!("/release?to={}", to.name));
     assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
     let led = eventually(Duration::from_secs(5), || {

@@ -512,7 +512,6 @@ impl RedlockBackend {
         .await
     }
 
-
     /// Takes the pushes that arrived so far, from every node (`all`) or from the nodes
     /// a follower's wait does not look at. A disconnect notice means that node's
     /// tracking is gone with its connection.

@@ -245,14 +245,13 @@ pub fn a_reservation_nobody_uses_runs_out(db: &dyn SqlDb) {
     a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("b", dir.path(), &args);
     b.settles_in("follower", Duration::from_secs(10));
-    let now = if db.backend() == "postgres" {
-        "now()"
-    } else {
-        "UTC_TIMESTAMP(6)"
-    };
-    db.admin(&format!(
-        "INSERT INTO leasekeeper_leases_cands (election, identity, alive_until) VALUES ('unused', 'ghost', {now} + INTERVAL '1' MINUTE)"
-    ));
+    // A candidate whose session lives (it is listed alive) but that never campaigns
+    // again: frozen.
+    let ghost = Sidecar::spawn("ghost", dir.path(), &args);
+    ghost.settles_in("follower", Duration::from_secs(10));
+    // (Its presence session is opened again right after its first campaign.)
+    std::thread::sleep(Duration::from_millis(500));
+    ghost.signal(libc::SIGSTOP);
     let t0 = Instant::now();
     let answer = super::http::post(a.port, "/release?to=ghost");
     assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
@@ -787,6 +786,52 @@ pub async fn live_eventually<B: Backend>(b: &mut B, expected: &[&str]) {
     }
 }
 
+/// Followers do not refresh anything to stay listed as live candidates (their presence
+/// is their session's): no candidate's row in `<table>_cands` changes over 6 s at ttl
+/// 2 s at steady state (they moved every second with the periodic listing), and a
+/// switchover to a follower still finds it alive.
+pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = db_flags(db, "lk").ttl("2s").election("quiet").build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        super::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    let rows = || {
+        db.admin(
+            "SELECT identity, alive_until FROM leasekeeper_leases_cands WHERE election = 'quiet' ORDER BY identity",
+        )
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let before = rows();
+    std::thread::sleep(Duration::from_secs(6));
+    let after = rows();
+    eprintln!("{}: {before:?} then {after:?}", db.backend());
+    assert_eq!(before.lines().count(), 3, "{before}");
+    assert_eq!(
+        before, after,
+        "the candidates' rows changed at steady state"
+    );
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = super::http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}
+
 /// The store-rule tests of one SQL suite: `new` builds a candidate of its dialect.
 #[allow(unused_macros)]
 macro_rules! sql_store_rule_tests {
@@ -809,6 +854,12 @@ macro_rules! sql_store_rule_tests {
                 runtime().block_on(
                     suite::tokens_grow_for_fresh_candidates_and_after_a_deleted_row(&db, $new),
                 );
+            }
+
+            #[test]
+            fn followers_do_not_refresh_their_listing() {
+                let db = <$server>::start();
+                suite::followers_do_not_refresh_their_listing(&db);
             }
 
             #[test]
