@@ -11,7 +11,7 @@ use common::mariadb_server::MariaServer;
 use common::recorder::Recorder;
 
 common::sql_suite::sql_backend_tests! {
-    server: MariaServer,
+    server: crate::MariaServer,
     recorder: Recorder::mysql,
     lease_row_lifecycle_and_tokens: mysql_lease_row_lifecycle_and_tokens,
     tokens_never_go_backwards_after_a_deleted_row: mysql_tokens_never_go_backwards_after_a_deleted_row,
@@ -22,6 +22,11 @@ common::sql_suite::sql_backend_tests! {
     tls_with_a_private_ca_and_a_client_certificate: mysql_tls_with_a_private_ca_and_a_client_certificate,
     switchover_goes_to_the_named_candidate: mysql_switchover_goes_to_the_named_candidate,
     a_reservation_nobody_uses_runs_out_within_a_ttl: mysql_a_reservation_nobody_uses_runs_out_within_a_ttl,
+}
+
+common::sql_suite::sql_store_rule_tests! {
+    server: crate::MariaServer,
+    new: leasekeeper::backend::sql::mysql::MysqlBackend::new,
 }
 
 /// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested

@@ -11,7 +11,7 @@ use common::pg_server::PgServer;
 use common::recorder::Recorder;
 
 common::sql_suite::sql_backend_tests! {
-    server: PgServer,
+    server: crate::PgServer,
     recorder: Recorder::postgres,
     lease_row_lifecycle_and_tokens: postgres_lease_row_lifecycle_and_tokens,
     tokens_never_go_backwards_after_a_deleted_row: postgres_tokens_never_go_backwards_after_a_deleted_row,
@@ -22,6 +22,11 @@ common::sql_suite::sql_backend_tests! {
     tls_with_a_private_ca_and_a_client_certificate: postgres_tls_with_a_private_ca_and_a_client_certificate,
     switchover_goes_to_the_named_candidate: postgres_switchover_goes_to_the_named_candidate,
     a_reservation_nobody_uses_runs_out_within_a_ttl: postgres_a_reservation_nobody_uses_runs_out_within_a_ttl,
+}
+
+common::sql_suite::sql_store_rule_tests! {
+    server: crate::PgServer,
+    new: leasekeeper::backend::sql::postgres::PostgresBackend::new,
 }
 
 /// A database that is not there yet is not bad input: the sidecar runs, unready and

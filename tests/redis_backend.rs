@@ -666,3 +666,227 @@ fn switchover_goes_to_the_named_candidate() {
         .build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }
+
+// ---------------------------------------------------------------------------------
+// The store's own rules, each reached directly: candidates built as the sidecar
+// builds them and driven through the `Backend` trait one call at a time (no elector,
+// so nobody watches a leader's own key: the rule under test is the only defence).
+
+mod rules {
+    use std::time::Duration;
+
+    use leasekeeper::backend::redis::{Args, RedisBackend};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::redis_server::RedisServer;
+
+    pub fn candidate(url: &str, election: &str, identity: &str, ttl: Duration) -> RedisBackend {
+        let settings = Args {
+            redis_url: vec![url.to_owned()],
+            ..Default::default()
+        }
+        .single()
+        .expect("redis settings");
+        let timing = Timing::for_ttl(ttl);
+        RedisBackend::new(
+            &settings,
+            &Candidacy {
+                election,
+                identity,
+                timing: &timing,
+            },
+        )
+        .expect("backend")
+    }
+
+    pub async fn leads(who: &str, b: &mut RedisBackend) -> u64 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => token,
+            other => panic!("{who} should lead now, its campaign found {other:?}"),
+        }
+    }
+
+    pub async fn does_not_lead(who: &str, b: &mut RedisBackend) {
+        let c = b.campaign().await.expect("campaign");
+        assert!(
+            !matches!(c, Campaign::Acquired { .. }),
+            "{who} must not lead now: {c:?}"
+        );
+    }
+
+    fn lock(election: &str) -> String {
+        format!("leasekeeper:{{{election}}}:lock")
+    }
+
+    /// A leader whose key expired and was taken by another (its own-key watch blind:
+    /// nobody polls it here): its renew must not extend the new holder's key (the
+    /// renew is compare-and-PEXPIRE), and its release must not delete it
+    /// (compare-and-DEL).
+    #[test]
+    fn renew_and_release_act_only_on_the_own_tenure() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let mut a = candidate(&server.url(), "own", "A", ttl);
+            let mut b = candidate(&server.url(), "own", "B", ttl);
+            leads("A", &mut a).await;
+            // A's key runs out (as if A were paused for a ttl); B takes the lease.
+            server.command(&format!("DEL {}", lock("own")));
+            leads("B", &mut b).await;
+            server.command(&format!("PEXPIRE {} 1500", lock("own")));
+            assert_eq!(
+                a.renew().await.expect("A's renew answers"),
+                Renewal::Lost,
+                "A's renew extended B's key"
+            );
+            let pttl = server
+                .command(&format!("PTTL {}", lock("own")))
+                .unwrap_or_default();
+            let pttl: i64 = pttl.trim().trim_start_matches(':').parse().expect("pttl");
+            assert!(pttl <= 1500, "B's key was extended to {pttl} ms by A");
+            a.release().await.expect("A's release answers");
+            let value = server
+                .command(&format!("GET {}", lock("own")))
+                .unwrap_or_default();
+            assert!(
+                value.contains("|B"),
+                "A's release deleted B's key: {value:?}"
+            );
+            assert_eq!(b.renew().await.expect("B renews"), Renewal::Renewed);
+        });
+    }
+
+    /// A candidate that never saw an earlier tenure (a new Pod: its floor is 0) gets a
+    /// greater token than every earlier tenure: the counter is bumped with every
+    /// acquire, in the script that takes the key.
+    #[test]
+    fn a_fresh_candidate_gets_a_greater_token_than_every_earlier_tenure() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let mut last = 0;
+            for round in 0..3 {
+                let mut fresh = candidate(&server.url(), "fence", &format!("P{round}"), ttl);
+                let token = leads("fresh", &mut fresh).await;
+                assert!(token > last, "round {round}: token {token} after {last}");
+                last = token;
+                if round == 1 {
+                    // An expiry instead of a release.
+                    server.command(&format!("DEL {}", lock("fence")));
+                } else {
+                    fresh.release().await.expect("release");
+                }
+            }
+        });
+    }
+
+    /// After the server lost its data (restart without persistence, here FLUSHALL) a
+    /// candidate that remembers a token fences the key for one ttl (a claim on the lost
+    /// key may still run) and puts its floor into the counter, so that even a fresh
+    /// candidate's token is greater afterwards.
+    #[test]
+    fn after_data_loss_the_floor_fences_for_a_ttl_and_tokens_go_on_above_it() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(1);
+        runtime().block_on(async {
+            let mut a = candidate(&server.url(), "loss", "A", ttl);
+            let mut seen = 0;
+            for _ in 0..3 {
+                seen = leads("A", &mut a).await;
+                a.release().await.expect("release");
+            }
+            server.command("FLUSHALL");
+            does_not_lead("A (with its floor, right after the loss)", &mut a).await;
+            let mut fresh = candidate(&server.url(), "loss", "F", ttl);
+            does_not_lead("a fresh candidate, within the quarantine", &mut fresh).await;
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let token = leads("the fresh candidate, a ttl later", &mut fresh).await;
+            assert!(token > seen, "token {token} after the lost tenure's {seen}");
+        });
+    }
+
+    /// A switchover's reservation: after A's `release_to("C")`, B (first to look)
+    /// cannot take the free lease; C can, and its take spends the reservation.
+    #[test]
+    fn a_switchover_reservation_keeps_the_others_out() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let mut a = candidate(&server.url(), "resv", "A", ttl);
+            let mut b = candidate(&server.url(), "resv", "B", ttl);
+            let mut c = candidate(&server.url(), "resv", "C", ttl);
+            let first = leads("A", &mut a).await;
+            does_not_lead("B", &mut b).await;
+            a.release_to("C").await.expect("release_to");
+            does_not_lead("B, while the lease is left to C", &mut b).await;
+            let token = leads("C", &mut c).await;
+            assert!(token > first);
+            c.release().await.expect("release");
+            leads("B, once the reservation is spent", &mut b).await;
+        });
+    }
+}
+
+/// A follower sends the server nothing at all at steady state, on any of its
+/// connections (MONITOR, attributed to each process's sockets): no script, no read, no
+/// listing of itself as a live candidate (its presence is its pub/sub subscription),
+/// for 6 s at ttl 2 s; and the leader's list of live candidates still names it.
+#[test]
+fn a_follower_sends_no_command_at_all_at_steady_state() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::redis(&server.url())
+        .ttl("2s")
+        .election("silent")
+        .build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    let mut leader_commands = 0;
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        assert!(!ports.is_empty(), "{}: no connection found", car.name);
+        let sent: Vec<&String> = seen
+            .iter()
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
+        eprintln!(
+            "{} (leader {is_leader}): {} commands in 6 s",
+            car.name,
+            sent.len()
+        );
+        if is_leader {
+            leader_commands = sent.len();
+        } else {
+            assert!(sent.is_empty(), "{} sent {sent:?}", car.name);
+        }
+    }
+    // The leader's renewals (every ttl/3): the monitor did see this process's traffic.
+    assert!(leader_commands >= 5, "the leader sent {leader_commands}");
+    // A switchover to a follower still finds it alive.
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}

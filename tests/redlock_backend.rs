@@ -609,3 +609,237 @@ fn switchover_goes_to_the_named_candidate() {
         .build();
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }
+
+// ---------------------------------------------------------------------------------
+// The store's own rules, each reached directly: candidates built as the sidecar
+// builds them, driven through the `Backend` trait one call at a time, and nodes
+// changed by hand between the calls.
+
+mod rules {
+    use std::time::{Duration, Instant};
+
+    use leasekeeper::backend::redis::Args;
+    use leasekeeper::backend::redlock::{node_settings, RedlockBackend};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::checker::RedisCluster;
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    fn candidate(cluster: &RedisCluster, election: &str, identity: &str) -> RedlockBackend {
+        let args = Args {
+            redis_url: cluster.nodes.iter().map(|n| n.url()).collect(),
+            ..Default::default()
+        };
+        let (nodes, _) = node_settings(&args).expect("redlock settings");
+        let timing = Timing::for_ttl(TTL);
+        RedlockBackend::new(
+            &nodes,
+            &Candidacy {
+                election,
+                identity,
+                timing: &timing,
+            },
+        )
+        .expect("backend")
+    }
+
+    async fn campaign(b: &mut RedlockBackend) -> Option<u64> {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Campaigns until it leads: a fresh set of nodes counts no vote for its first
+    /// ttl (up to a second more), the delayed-restart rule.
+    async fn settled(who: &str, b: &mut RedlockBackend) -> u64 {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(token) = campaign(b).await {
+                return token;
+            }
+            assert!(Instant::now() < until, "{who} never led");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn on_nodes(nodes: &[crate::common::redis_server::RedisServer], cmd: &str) {
+        for n in nodes {
+            assert!(n.command(cmd).is_some(), "{cmd}");
+        }
+    }
+
+    /// A leader whose keys ran out everywhere and were taken by another: its renew
+    /// must not extend the new holder's keys, its release must not delete them.
+    #[test]
+    fn renew_and_release_act_only_on_the_own_tenure() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "own", "A");
+            let mut b = candidate(&cluster, "own", "B");
+            settled("A", &mut a).await;
+            on_nodes(&cluster.nodes, "DEL leasekeeper:{own}:lock");
+            settled("B", &mut b).await;
+            let renewed = a.renew().await;
+            assert!(
+                !matches!(renewed, Ok(Renewal::Renewed)),
+                "A renewed on B's keys: {renewed:?}"
+            );
+            a.release().await.expect("A's release answers");
+            for n in &cluster.nodes {
+                let v = n.command("GET leasekeeper:{own}:lock").unwrap_or_default();
+                assert!(v.contains("|B"), "A's release deleted B's key: {v:?}");
+            }
+            assert_eq!(b.renew().await.expect("B renews"), Renewal::Renewed);
+        });
+    }
+
+    /// Another candidate's value on 2 of 4 nodes: a take of the other 2 is no
+    /// majority (3 of 4 are needed, not n/2).
+    #[test]
+    fn two_of_four_nodes_are_no_majority() {
+        let cluster = RedisCluster::start(4);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "half", "A");
+            // Once the nodes have settled (a ttl after their start).
+            let t = settled("A", &mut a).await;
+            a.release().await.expect("release");
+            let foreign = format!("SET leasekeeper:{{half}}:lock ffff|{}|X PX 5000", t + 1);
+            on_nodes(&cluster.nodes[..2], &foreign);
+            for _ in 0..3 {
+                assert_eq!(campaign(&mut a).await, None, "A led on 2 of 4 nodes");
+            }
+        });
+    }
+
+    /// A node that restarted empty less than a ttl ago is no vote: A holds nodes 0 and
+    /// 1 (its key on node 2 is gone, as if expired there), node 0 restarts and forgets
+    /// A's key, and a fresh candidate that takes nodes 0 and 2 must not lead.
+    #[test]
+    fn a_restarted_node_is_no_vote_for_a_ttl() {
+        let mut cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "restart", "A");
+            settled("A", &mut a).await;
+            on_nodes(&cluster.nodes[2..], "DEL leasekeeper:{restart}:lock");
+            cluster.nodes[0].restart();
+            let mut fresh = candidate(&cluster, "restart", "F");
+            let started = Instant::now();
+            while started.elapsed() < TTL / 2 {
+                assert_eq!(
+                    campaign(&mut fresh).await,
+                    None,
+                    "F led with a restarted node's vote while A holds a majority"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+
+    /// A candidate that never saw an earlier tenure (floor 0) gets a greater token:
+    /// the nodes' counters carry it.
+    #[test]
+    fn a_fresh_candidate_gets_a_greater_token_than_every_earlier_tenure() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut last = 0;
+            for round in 0..3 {
+                let mut fresh = candidate(&cluster, "fence", &format!("P{round}"));
+                let token = settled("fresh", &mut fresh).await;
+                assert!(token > last, "round {round}: token {token} after {last}");
+                last = token;
+                fresh.release().await.expect("release");
+            }
+        });
+    }
+
+    /// After `A.release_to("C")`, B cannot take the free lease; C can.
+    #[test]
+    fn a_switchover_reservation_keeps_the_others_out() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "resv", "A");
+            let mut b = candidate(&cluster, "resv", "B");
+            let mut c = candidate(&cluster, "resv", "C");
+            settled("A", &mut a).await;
+            a.release_to("C").await.expect("release_to");
+            assert_eq!(campaign(&mut b).await, None, "B took C's lease");
+            assert!(campaign(&mut c).await.is_some(), "C did not lead");
+        });
+    }
+}
+
+/// A follower sends no node anything at all at steady state (MONITOR on every node,
+/// attributed to each process's sockets), for 6 s at ttl 2 s; a switchover to it
+/// still finds it alive.
+#[test]
+fn a_follower_sends_no_command_at_all_at_steady_state() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("silent")
+        .build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        common::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let window = Duration::from_secs(6);
+    let seen: Vec<Vec<(u16, String)>> = std::thread::scope(|s| {
+        let watches: Vec<_> = cluster
+            .nodes
+            .iter()
+            .map(|n| s.spawn(move || n.monitor(window)))
+            .collect();
+        watches
+            .into_iter()
+            .map(|w| w.join().expect("monitor"))
+            .collect()
+    });
+    for car in &cars {
+        let sent: Vec<&String> = cluster
+            .nodes
+            .iter()
+            .zip(&seen)
+            .flat_map(|(n, seen)| {
+                let ports = common::redis_server::client_ports(car.pid, n.port);
+                seen.iter()
+                    .filter(move |(p, _)| ports.contains(p))
+                    .map(|(_, c)| c)
+            })
+            .collect();
+        let is_leader = car.leader().is_some_and(|v| v["is_leader"] == true);
+        eprintln!(
+            "{} (leader {is_leader}): {} commands in 6 s",
+            car.name,
+            sent.len()
+        );
+        if is_leader {
+            assert!(sent.len() >= 15, "the leader sent {}", sent.len());
+        } else {
+            assert!(sent.is_empty(), "{} sent {sent:?}", car.name);
+        }
+    }
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}

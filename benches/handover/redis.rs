@@ -3,11 +3,10 @@
 //! read.
 
 use std::process::Command;
-use std::time::Duration;
 
 use crate::common::redis_server::RedisServer;
 use crate::common::SidecarArgs;
-use crate::measure::{graceful_handovers_then_crash_failovers, rates_over};
+use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::peer::{
     acquired_stamp, by_signal, peer_handovers, peer_script, python_has, spawn_piped,
 };
@@ -121,19 +120,7 @@ fn calls(server: &RedisServer, counted: impl Fn(&str) -> bool) -> u64 {
         .sum()
 }
 
-/// Client requests the store has served for our sidecars: script invocations
-/// (commands run inside a script are counted by Redis too, but cost no round trip).
-fn script_calls(server: &RedisServer) -> u64 {
-    calls(server, |command| command == "evalsha" || command == "eval")
-}
-
 /// Every command the server has served, ours included.
 pub fn all_calls(server: &RedisServer) -> f64 {
     calls(server, |_| true) as f64
-}
-
-/// Script calls per second the store sees from the sidecars over `window`.
-pub fn script_call_rate(server: &RedisServer, window: Duration) -> f64 {
-    let [rate] = rates_over(window, || [script_calls(server) as f64]);
-    rate.max(0.0)
 }

@@ -73,57 +73,6 @@ pub mod store_clock;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-/// When a candidate next lists itself as a live candidate (for a switchover's check
-/// that the candidate it names is alive), and for how long a listing counts. Shared by
-/// the stores that keep such a list themselves (Redis, Redlock, SQL).
-#[derive(Debug)]
-pub(crate) struct Listing {
-    /// Once every half ttl, between 1 s and 10 s.
-    every: Duration,
-    /// How long a listing counts: three times the longer of `every` and the longest
-    /// gap between two looks of a follower (its wait, the retry interval jittered up
-    /// to 1.2 times or the sit-out of a renew interval after a release, then the
-    /// campaign itself, at most a backend timeout), so that a follower listed once
-    /// stays listed while it follows.
-    alive: Duration,
-    next: Option<tokio::time::Instant>,
-}
-
-impl Listing {
-    pub(crate) fn new(timing: &Timing) -> Self {
-        let every = (timing.ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(10));
-        let gap = timing
-            .retry_interval
-            .mul_f64(1.2)
-            .max(timing.renew_interval)
-            + timing.backend_timeout;
-        Listing {
-            every,
-            alive: 3 * every.max(gap),
-            next: None,
-        }
-    }
-
-    /// How long a listing made now counts.
-    pub(crate) fn alive(&self) -> Duration {
-        self.alive
-    }
-
-    /// Whether a listing is due at `now` (then the next one is a period later).
-    pub(crate) fn due(&mut self, now: tokio::time::Instant) -> bool {
-        if self.next.is_some_and(|n| now < n) {
-            return false;
-        }
-        self.listed(now);
-        true
-    }
-
-    /// Listed at `now` (by a switchover's reservation, say).
-    pub(crate) fn listed(&mut self, now: tokio::time::Instant) {
-        self.next = Some(now + self.every);
-    }
-}
-
 /// Logs what became of a switchover's reservation for `to` before the release: written
 /// (naming the entry `named` of the store's queue), `to` not found alive, or failed.
 pub(crate) fn log_reservation(to: &str, outcome: Result<Option<String>, BackendError>) {
@@ -283,42 +232,5 @@ pub trait Backend: Send + 'static {
     /// store does not wait for it. Backends with nothing of the kind keep the default.
     fn retire(&mut self) -> impl Future<Output = ()> + Send {
         async {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_listing_outlasts_the_longest_gap_between_a_followers_looks() {
-        // ttl 3 s: listed every 1.5 s; a follower campaigns at least every 1.2 × 1 s
-        // (the retry interval, jittered) + 0.6 s (the campaign's timeout).
-        let l = Listing::new(&Timing::for_ttl(Duration::from_secs(3)));
-        assert_eq!(l.every, Duration::from_millis(1500));
-        assert_eq!(l.alive(), Duration::from_millis(5400));
-        // A retry interval far above the period: the window follows it.
-        let mut t = Timing::for_ttl(Duration::from_secs(60));
-        t.retry_interval = Duration::from_secs(30);
-        let l = Listing::new(&t);
-        assert_eq!(l.every, Duration::from_secs(10));
-        let gap = Duration::from_secs(36) + t.backend_timeout;
-        assert!(l.alive() >= l.every + gap, "{l:?}");
-        // A short ttl: at least a second between listings.
-        let l = Listing::new(&Timing::for_ttl(Duration::from_millis(500)));
-        assert_eq!(l.every, Duration::from_secs(1));
-    }
-
-    #[test]
-    fn listings_come_once_per_period() {
-        let mut l = Listing::new(&Timing::for_ttl(Duration::from_secs(4)));
-        let t0 = tokio::time::Instant::now();
-        assert!(l.due(t0), "the first campaign lists");
-        assert!(!l.due(t0 + Duration::from_millis(1999)));
-        assert!(l.due(t0 + Duration::from_secs(2)));
-        // A switchover's reservation lists us too.
-        l.listed(t0 + Duration::from_secs(3));
-        assert!(!l.due(t0 + Duration::from_millis(4999)));
-        assert!(l.due(t0 + Duration::from_secs(5)));
     }
 }

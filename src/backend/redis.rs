@@ -4,8 +4,8 @@
 //! - `leasekeeper:{<election>}:lock`  = `<nonce>|<token>|<identity>`, with a PX ttl;
 //! - `leasekeeper:{<election>}:fence` = the fencing counter;
 //! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`;
-//! - `leasekeeper:{<election>}:candidates` and `leasekeeper:{<election>}:to`, the live
-//!   candidates and a switchover's reservation (see [`switchover`]).
+//! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
+//!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]).
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
@@ -139,8 +139,8 @@ pub struct Keys {
     pub events: String,
     /// A switchover's reservation.
     pub to: String,
-    /// The live candidates.
-    pub candidates: String,
+    /// The prefix of the candidates' presence channels.
+    pub presence: String,
 }
 
 impl Keys {
@@ -150,7 +150,7 @@ impl Keys {
             fence: format!("leasekeeper:{{{election}}}:fence"),
             events: format!("leasekeeper:{{{election}}}:events"),
             to: format!("leasekeeper:{{{election}}}:to"),
-            candidates: format!("leasekeeper:{{{election}}}:candidates"),
+            presence: format!("leasekeeper:{{{election}}}:cand:"),
         }
     }
 }
@@ -195,6 +195,7 @@ impl Node {
     pub(crate) fn connect_tracking(
         settings: &RedisSettings,
         keys: &Keys,
+        identity: &str,
         wake: Arc<Notify>,
         op_timeout: Duration,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
@@ -217,7 +218,14 @@ impl Node {
         // The listener stays on the protocol of the URL.
         let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
         let db = settings.info.redis_settings().db();
-        let listener = tokio::spawn(listen(listen_client, keys.clone(), db, wake, op_timeout));
+        let listener = tokio::spawn(listen(Listen {
+            client: listen_client,
+            keys: keys.clone(),
+            presence: switchover::presence_channel(&keys.presence, identity),
+            db,
+            wake,
+            op_timeout,
+        }));
         Ok((Node { conn, listener }, pushes))
     }
 }
@@ -262,8 +270,6 @@ pub struct RedisBackend {
     /// When the holder's key expires unless renewed, as the campaign's read found it
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
-    /// When this candidate next lists itself as alive.
-    listing: Listing,
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
@@ -309,7 +315,8 @@ impl RedisBackend {
         );
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
-        let (node, pushes) = Node::connect_tracking(settings, &keys, wake.clone(), op_timeout)?;
+        let (node, pushes) =
+            Node::connect_tracking(settings, &keys, identity, wake.clone(), op_timeout)?;
         Ok(RedisBackend {
             node,
             keys,
@@ -333,20 +340,7 @@ impl RedisBackend {
             own_push_until: None,
             last_sign: None,
             holder_expires: None,
-            listing: Listing::new(lease.timing),
         })
-    }
-
-    /// Lists this candidate as alive, when that is due (errors are the next
-    /// campaign's to find).
-    async fn list_self(&mut self) {
-        if !self.listing.due(Instant::now()) {
-            return;
-        }
-        let pipe = switchover::listing(&self.keys.candidates, &self.identity, self.listing.alive());
-        if let Err(e) = pipe.query_async::<()>(&mut self.node.conn).await {
-            tracing::debug!(error = %e, "could not list this candidate as alive");
-        }
     }
 
     /// Gives our own lock back, with a switchover's reservation for `to` written first
@@ -511,35 +505,45 @@ pub(crate) fn tracking_pipe(lock: &str) -> redis::Pipeline {
     pipe
 }
 
-/// Keeps one pub/sub connection subscribed to the election's events and to key
-/// expiry events, and wakes the follower on each. Reconnects with backoff; after
-/// every (re)subscribe it wakes once, since messages may have been missed.
-pub(crate) async fn listen(
-    client: redis::Client,
-    keys: Keys,
-    db: i64,
-    wake: Arc<Notify>,
-    op_timeout: Duration,
-) {
-    let expired = format!("__keyevent@{db}__:expired");
+/// What the pub/sub listener needs.
+pub(crate) struct Listen {
+    pub(crate) client: redis::Client,
+    pub(crate) keys: Keys,
+    /// This candidate's presence channel (see [`switchover`]).
+    pub(crate) presence: String,
+    pub(crate) db: i64,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) op_timeout: Duration,
+}
+
+/// Keeps one pub/sub connection subscribed to the election's events, to key expiry
+/// events and to this candidate's presence channel (which lists it as a live
+/// candidate while the connection lives), and wakes the follower on each event.
+/// Reconnects with backoff; after every (re)subscribe it wakes once, since messages
+/// may have been missed.
+pub(crate) async fn listen(l: Listen) {
+    let expired = format!("__keyevent@{}__:expired", l.db);
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         let subscribed = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&keys.events).await?;
+            let mut pubsub = l.client.get_async_pubsub().await?;
+            pubsub.subscribe(&l.keys.events).await?;
             pubsub.subscribe(&expired).await?;
+            pubsub.subscribe(&l.presence).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
-        match tokio::time::timeout(op_timeout, subscribed).await {
+        match tokio::time::timeout(l.op_timeout, subscribed).await {
             Ok(Ok(mut pubsub)) => {
                 backoff.reset();
-                wake.notify_one();
+                l.wake.notify_one();
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
-                    let relevant = msg.get_channel_name() != expired
-                        || msg.get_payload_bytes() == keys.lock.as_bytes();
+                    let channel = msg.get_channel_name();
+                    let relevant = channel == l.keys.events
+                        || (channel == expired
+                            && msg.get_payload_bytes() == l.keys.lock.as_bytes());
                     if relevant {
-                        wake.notify_one();
+                        l.wake.notify_one();
                     }
                 }
                 tracing::debug!("redis pub/sub connection closed; reconnecting");
@@ -571,7 +575,6 @@ impl Backend for RedisBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.list_self().await;
         let prefix = self.nonce_prefix();
         self.last_sign = None;
         if !self.tracking {
@@ -674,15 +677,14 @@ impl Backend for RedisBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        let live: Vec<String> = switchover::live(&self.keys.candidates)
+        let channels: Vec<String> = switchover::live(&self.keys.presence)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store("candidates"))?;
-        Ok(Some(live))
+        Ok(Some(switchover::identities(&self.keys.presence, channels)))
     }
 
-    /// A follower with tracking on sends nothing while the holder renews (but its listing
-    /// as a live candidate, once every [`Listing`] period): each renewal
+    /// A follower with tracking on sends nothing while the holder renews: each renewal
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
     /// It looks again (`Changed`) on an events-channel notice (acquired, released,
     /// expired), when the tracking connection is lost, when an invalidation comes
@@ -693,7 +695,6 @@ impl Backend for RedisBackend {
     /// costs one request, never safety. Without tracking: as before, the events
     /// channel, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        self.list_self().await;
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
             // Nothing to follow by pushes; drop what a past tenure left.

@@ -83,7 +83,7 @@ use super::redis::{
     RedisSettings, CLOCK, REFUSED,
 };
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
@@ -300,8 +300,6 @@ pub struct RedlockBackend {
     expires: Vec<Option<Instant>>,
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
-    /// When this candidate next lists itself as alive (on every node).
-    listing: Listing,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -344,6 +342,49 @@ fn catch_up_targets(quorum: usize, answers: &[Option<(i64, &str)>]) -> Vec<Optio
             _ => None,
         })
         .collect()
+}
+
+/// How many of `n` nodes make a majority: more than half (3 of 4, not 2).
+fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// What one renew round proves, from each node's (ours, state) answer (`None`: no
+/// answer in time; ours 1: the node still held our value and extended it, 0: it holds
+/// something else): renewed when a majority of *trusted* nodes extended our value (a
+/// restarted node's yes proves nothing, DESIGN invariant 10); lost when so many nodes
+/// hold something else that no majority can be ours again; otherwise unproven, with
+/// how many trusted nodes said yes (`Err`).
+fn renew_verdict(answers: &[Option<(i64, i64)>]) -> Result<Renewal, usize> {
+    let q = quorum(answers.len());
+    let kept = answers
+        .iter()
+        .flatten()
+        .filter(|(ours, state)| *ours == 1 && *state == TRUSTED)
+        .count();
+    let gone = answers
+        .iter()
+        .flatten()
+        .filter(|(ours, _)| *ours == 0)
+        .count();
+    if kept >= q {
+        Ok(Renewal::Renewed)
+    } else if answers.len() - gone < q {
+        Ok(Renewal::Lost)
+    } else {
+        Err(kept)
+    }
+}
+
+/// Whether a campaign's confirm round made a tenure: a majority of the `n` nodes
+/// confirmed our value while trusted (`(1, TRUSTED)`; a node that was caught up in
+/// the same request counts as trusted).
+fn confirmed_by_majority(n: usize, confirmed: &[Option<(i64, i64)>]) -> bool {
+    let yes = confirmed
+        .iter()
+        .filter(|c| **c == Some((1, TRUSTED)))
+        .count();
+    yes >= quorum(n)
 }
 
 /// The value seen most often among `seen`, and how often (the first of equals).
@@ -410,7 +451,7 @@ impl RedlockBackend {
         let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
         let (nodes, pushes): (Vec<Node>, Vec<_>) = settings
             .iter()
-            .map(|s| Node::connect_tracking(s, &keys, wake.clone(), node_timeout))
+            .map(|s| Node::connect_tracking(s, &keys, identity, wake.clone(), node_timeout))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
@@ -449,7 +490,6 @@ impl RedlockBackend {
             signs: vec![None; n],
             expires: vec![None; n],
             clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
-            listing: Listing::new(lease.timing),
         })
     }
 
@@ -470,15 +510,6 @@ impl RedlockBackend {
             }
         }))
         .await
-    }
-
-    /// Lists this candidate as alive on every node, when that is due.
-    async fn list_self(&mut self) {
-        if self.listing.due(Instant::now()) {
-            let alive = self.listing.alive();
-            let pipe = switchover::listing(&self.keys.candidates, &self.identity, alive);
-            let _: Round<()> = self.on_each_plain(&pipe).await;
-        }
     }
 
     /// Takes the pushes that arrived so far, from every node (`all`) or from the nodes
@@ -529,7 +560,7 @@ impl RedlockBackend {
     }
 
     fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        quorum(self.nodes.len())
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -807,11 +838,7 @@ impl RedlockBackend {
             })
             .collect();
         let confirmed: Round<(i64, i64)> = self.on_each(invocations).await;
-        let yes = confirmed
-            .iter()
-            .filter(|c| **c == Some((1, TRUSTED)))
-            .count();
-        if yes < self.quorum() {
+        if !confirmed_by_majority(self.nodes.len(), &confirmed) {
             return None;
         }
         self.floor = self.floor.max(token);
@@ -868,7 +895,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.list_self().await;
         let prefix = self.nonce_prefix();
         // What was pushed before this read is older than it.
         self.drain_pushes(true);
@@ -951,31 +977,18 @@ impl Backend for RedlockBackend {
         let answers = self.on_each_timed(invocations).await;
         let answers: Round<Renewed> =
             self.learn_clocks(sent, answers, |r: &Renewed| r.4, |r| r.0 == REFUSED);
-        let kept = answers
-            .iter()
-            .flatten()
-            .filter(|(ours, state, ..)| *ours == 1 && *state == TRUSTED)
-            .count();
-        let gone = answers
-            .iter()
-            .flatten()
-            .filter(|(ours, ..)| *ours == 0)
-            .count();
         for (_, _, fence, ..) in answers.iter().flatten() {
             self.floor = self.floor.max(*fence);
         }
         self.catch_up_after_renew(&answers).await;
-        if kept >= self.quorum() {
-            Ok(Renewal::Renewed)
-        } else if self.nodes.len() - gone < self.quorum() {
-            // Too many nodes say the lock is not ours: no majority can be ours again.
-            Ok(Renewal::Lost)
-        } else {
-            Err(BackendError::Store {
-                op: "renew",
-                message: format!("renewed on {kept} trusted nodes of {}", self.nodes.len()),
-            })
-        }
+        let seen: Vec<Option<(i64, i64)>> = answers
+            .iter()
+            .map(|a| a.as_ref().map(|(ours, state, ..)| (*ours, *state)))
+            .collect();
+        renew_verdict(&seen).map_err(|kept| BackendError::Store {
+            op: "renew",
+            message: format!("renewed on {kept} trusted nodes of {}", self.nodes.len()),
+        })
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
@@ -990,7 +1003,7 @@ impl Backend for RedlockBackend {
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
         let mut ask = redis::pipe();
-        ask.add_command(switchover::live(&self.keys.candidates));
+        ask.add_command(switchover::live(&self.keys.presence));
         let answers: Round<(Vec<String>,)> = self.on_each_plain(&ask).await;
         if answers.iter().flatten().count() == 0 {
             return Err(BackendError::Store {
@@ -998,10 +1011,10 @@ impl Backend for RedlockBackend {
                 message: "no redlock node answered".into(),
             });
         }
-        let mut live: Vec<String> = answers.into_iter().flatten().flat_map(|(l,)| l).collect();
-        live.sort();
-        live.dedup();
-        Ok(Some(live))
+        // A candidate subscribed on any node is alive (its presence on the others may
+        // be reconnecting).
+        let channels: Vec<String> = answers.into_iter().flatten().flat_map(|(l,)| l).collect();
+        Ok(Some(switchover::identities(&self.keys.presence, channels)))
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -1033,7 +1046,6 @@ impl Backend for RedlockBackend {
     /// server that refuses it) waits as before: the events channel, the holder's
     /// expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        self.list_self().await;
         let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
         self.drain_pushes(false);
         let watched: Vec<usize> = (0..self.nodes.len())
@@ -1149,6 +1161,100 @@ mod tests {
             Some((TRUSTED, "c")),
         ]);
         assert_eq!(t, vec![None, None, None]);
+    }
+
+    #[test]
+    fn a_majority_is_more_than_half_of_the_nodes() {
+        assert_eq!(
+            [1, 2, 3, 4, 5, 6, 7].map(quorum),
+            [1, 2, 2, 3, 3, 4, 4],
+            "n/2 would let two candidates hold 2 of 4 nodes each"
+        );
+    }
+
+    #[test]
+    fn a_renewal_counts_trusted_yes_answers_from_a_majority() {
+        let yes = Some((1, TRUSTED));
+        let no = Some((0, TRUSTED));
+        let restarted = Some((1, STALE));
+        assert_eq!(renew_verdict(&[yes, yes, None]), Ok(Renewal::Renewed));
+        assert_eq!(renew_verdict(&[yes, yes, no, None]), Err(2), "2 of 4");
+        assert_eq!(renew_verdict(&[yes, yes, yes, None]), Ok(Renewal::Renewed));
+        // A restarted node's yes is no vote, settled or not.
+        assert_eq!(renew_verdict(&[yes, restarted, None]), Err(1));
+        assert_eq!(
+            renew_verdict(&[yes, Some((1, SETTLING)), Some((1, STALE))]),
+            Err(1)
+        );
+        // Lost once no majority can be ours again; silence is no "no".
+        assert_eq!(renew_verdict(&[yes, no, no]), Ok(Renewal::Lost));
+        assert_eq!(renew_verdict(&[yes, no, None]), Err(1));
+        assert_eq!(renew_verdict(&[yes, yes, no, no]), Ok(Renewal::Lost));
+        assert_eq!(renew_verdict(&[yes, yes, no, None, None]), Err(2));
+        assert_eq!(renew_verdict(&[yes, yes, no, no, no]), Ok(Renewal::Lost));
+    }
+
+    #[test]
+    fn a_tenure_needs_a_trusted_majority_of_confirms() {
+        let yes = Some((1, TRUSTED));
+        assert!(confirmed_by_majority(3, &[yes, yes, None]));
+        assert!(!confirmed_by_majority(3, &[yes, Some((1, STALE)), None]));
+        assert!(!confirmed_by_majority(3, &[yes, Some((0, TRUSTED)), None]));
+        assert!(!confirmed_by_majority(4, &[yes, yes, None, None]));
+        assert!(confirmed_by_majority(4, &[yes, yes, yes, None]));
+    }
+
+    fn take(won: bool, value: &str, state: i64) -> Option<Take> {
+        Some(Take {
+            won,
+            refused: false,
+            value: value.to_owned(),
+            pttl: if won { -1 } else { 900 },
+            fence: 0,
+            state,
+            settle_ms: if state == SETTLING { 400 } else { 0 },
+            run_id: String::new(),
+            store_ms: 0,
+        })
+    }
+
+    #[test]
+    fn a_campaign_counts_only_trusted_or_caught_up_nodes() {
+        // Taken on a settling node and a trusted one: one vote.
+        let answers = vec![
+            take(true, "n|pending|me", SETTLING),
+            take(true, "n|pending|me", TRUSTED),
+            take(false, "o|3|other", TRUSTED),
+        ];
+        let t = Tally::of(&answers, &[None, None, None]);
+        assert_eq!((t.answered, t.usable, t.counted_taken), (3, 2, 1));
+        assert_eq!(t.taken, vec![0, 1]);
+        assert_eq!((t.settling.clone(), t.settled_in), (vec![0], Some(400)));
+        assert_eq!(t.seen, vec!["o|3|other".to_owned()]);
+        assert_eq!(t.soonest_expiry, Some(900));
+        // A settled node this round catches up counts.
+        let answers = vec![
+            take(true, "n|pending|me", STALE),
+            take(true, "n|pending|me", TRUSTED),
+            None,
+        ];
+        let t = Tally::of(&answers, &[Some("r".to_owned()), None, None]);
+        assert_eq!((t.answered, t.usable, t.counted_taken), (2, 2, 2));
+        let t = Tally::of(&answers, &[None, None, None]);
+        assert_eq!((t.usable, t.counted_taken), (1, 1));
+        // What an untrusted node holds is not seen as anyone's.
+        let answers = vec![take(false, "o|3|other", STALE), None, None];
+        let t = Tally::of(&answers, &[None, None, None]);
+        assert!(t.seen.is_empty());
+    }
+
+    #[test]
+    fn the_value_most_seen_wins_and_the_first_of_equals() {
+        let seen = ["a", "b", "b", "c"].map(str::to_owned);
+        assert_eq!(most_seen(&seen), Some(("b", 2)));
+        let seen = ["a", "b"].map(str::to_owned);
+        assert_eq!(most_seen(&seen), Some(("a", 1)));
+        assert_eq!(most_seen(&[]), None);
     }
 
     #[test]

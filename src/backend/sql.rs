@@ -80,7 +80,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Candidacy, Listing, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
 pub mod mysql;
@@ -320,8 +320,9 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Lists this candidate as alive for `alive` from now: an upsert of its own row in
-    /// the candidates' table (its reservation, if any, stays).
+    /// Registers this candidate's identity: an upsert of its own row in the
+    /// candidates' table, kept for `alive` from now at least (its reservation, if any,
+    /// stays). Whether it is alive is its session's presence (see the module doc).
     fn list(
         &mut self,
         session: &mut Session<Self::Conn>,
@@ -329,12 +330,19 @@ pub trait SqlDialect: Send + 'static {
         alive: Duration,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// The identities the candidates' table shows alive now.
+    /// The identities the candidates' table registers, each with whether its session's
+    /// presence is there now.
     fn live(
         &mut self,
         session: &mut Session<Self::Conn>,
         election: &str,
-    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(String, bool)>, BackendError>> + Send;
+
+    /// Whether this candidate's presence session was (re)opened since the last call:
+    /// then its row is registered again (a prune may have deleted it meanwhile).
+    fn presence_renewed(&mut self) -> bool {
+        false
+    }
 
     /// A switchover's reservation, before the release: `to`'s row reserved for one ttl
     /// from now, only when `to` is listed alive and the lease row's tenure is ours; our
@@ -348,12 +356,14 @@ pub trait SqlDialect: Send + 'static {
         alive: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
-    /// Deletes the election's candidates' rows that have not been alive for [`PRUNE_AFTER`]
-    /// (a candidate that is gone for good: a pod name never seen again).
+    /// Deletes the row of `identity`, whose presence is gone, once its registration is
+    /// older than [`PRUNE_AFTER`] and it holds no reservation (a candidate gone for
+    /// good: a pod name never seen again).
     fn prune(
         &mut self,
         session: &mut Session<Self::Conn>,
         election: &str,
+        identity: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// The tenure in the election's row now, if the row exists (the leader's look).
@@ -382,28 +392,47 @@ pub trait SqlDialect: Send + 'static {
     ) -> impl Future<Output = Wake> + Send;
 }
 
-/// How long a candidate's row stays in the candidates' table after it was last alive
-/// (then a listing deletes it).
+/// How long a candidate's row stays in the candidates' table after its last
+/// registration when its presence is gone (then a listing by a leader deletes it).
 pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// How many listings apart a candidate prunes the dead candidates' rows.
-const PRUNE_EVERY: u32 = 360;
+/// The name of a candidate's presence at the server (a PostgreSQL connection's
+/// `application_name`, a MySQL named lock): `lk:` and a 64-bit FNV-1a hash (hex) of
+/// `parts` joined by `/`. Short and fixed-length (PostgreSQL keeps 63 bytes of an
+/// application name, MySQL 64 characters of a lock name), the same in every version.
+pub fn presence_name(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parts.join("/").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("lk:{h:016x}")
+}
 
-/// Whether the listing numbered `count` (from 0) also prunes: the first and every
-/// [`PRUNE_EVERY`]th.
-fn prune_due(count: &mut u32) -> bool {
-    let due = count.is_multiple_of(PRUNE_EVERY);
-    *count = count.wrapping_add(1);
-    due
+/// The live candidates among the `registered` ones (sorted, with `me` added: a
+/// candidate that asks is alive), and the others.
+fn split_live(registered: Vec<(String, bool)>, me: &str) -> (Vec<String>, Vec<String>) {
+    let (live, gone): (Vec<_>, Vec<_>) = registered.into_iter().partition(|(_, up)| *up);
+    let mut live: Vec<String> = live.into_iter().map(|(id, _)| id).collect();
+    if !live.iter().any(|id| id == me) {
+        live.push(me.to_owned());
+    }
+    live.sort();
+    live.dedup();
+    let gone = gone
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| id != me)
+        .collect();
+    (live, gone)
 }
 
 /// The SQL backend over one dialect: the lease-row rules of the module doc.
 pub struct SqlBackend<D: SqlDialect> {
     session: Session<D::Conn>,
     tenancy: Tenancy,
-    listing: Listing,
-    /// Listings so far (for [`prune_due`]).
-    listings: u32,
+    /// Whether this candidate's row is registered in the candidates' table.
+    registered: bool,
     dialect: D,
 }
 
@@ -412,8 +441,7 @@ impl<D: SqlDialect> SqlBackend<D> {
         SqlBackend {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
-            listing: Listing::new(lease.timing),
-            listings: 0,
+            registered: false,
             dialect,
         }
     }
@@ -424,25 +452,25 @@ impl<D: SqlDialect> SqlBackend<D> {
         self.dialect.prepare(&mut self.session).await
     }
 
-    /// Lists this candidate as alive when due (see [`Listing`]). Best effort: a failure
-    /// is logged and the campaign goes on (the candidate only drops out of the list a
-    /// switchover checks).
-    async fn list_if_due(&mut self) {
-        if !self.listing.due(Instant::now()) {
+    /// Registers this candidate in the candidates' table at its first campaign and
+    /// after its presence session was opened again (never periodically). Best effort:
+    /// a failure is logged and the campaign goes on (the candidate only cannot be named
+    /// by a switchover until the next campaign registers it).
+    async fn register(&mut self) {
+        if self.dialect.presence_renewed() {
+            self.registered = false;
+        }
+        if self.registered {
             return;
         }
         let listed = self
             .dialect
-            .list(&mut self.session, &self.tenancy, self.listing.alive())
+            .list(&mut self.session, &self.tenancy, PRUNE_AFTER)
             .await;
-        if let Err(e) = listed {
-            tracing::warn!(error = %e, "could not list this candidate as alive; a switchover cannot name it");
-            return;
-        }
-        if prune_due(&mut self.listings) {
-            let election = self.tenancy.election.clone();
-            if let Err(e) = self.dialect.prune(&mut self.session, &election).await {
-                tracing::debug!(error = %e, "could not prune the candidates that are gone");
+        match listed {
+            Ok(()) => self.registered = true,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not register this candidate; a switchover cannot name it")
             }
         }
     }
@@ -470,7 +498,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
                 }
             });
         }
-        self.list_if_due().await;
+        self.register().await;
         let row = self.dialect.take(&mut self.session, &self.tenancy).await?;
         let campaign = self.tenancy.judge(row)?;
         if matches!(campaign, Campaign::Acquired { .. }) {
@@ -510,11 +538,18 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
         let election = self.tenancy.election.clone();
-        let mut live = self.dialect.live(&mut self.session, &election).await?;
-        // A leader does not campaign, so its own row may have run out: it is alive.
-        if !live.contains(&self.tenancy.identity) {
-            live.push(self.tenancy.identity.clone());
-            live.sort();
+        let registered = self.dialect.live(&mut self.session, &election).await?;
+        let (live, gone) = split_live(registered, &self.tenancy.identity);
+        for identity in gone {
+            // Best effort (it needs the DELETE right).
+            if let Err(e) = self
+                .dialect
+                .prune(&mut self.session, &election, &identity)
+                .await
+            {
+                tracing::debug!(error = %e, "could not prune a candidate that is gone");
+                break;
+            }
         }
         Ok(Some(live))
     }
@@ -525,11 +560,10 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             // before it cannot see the row free (see the module doc).
             let reserved = self
                 .dialect
-                .reserve(&mut self.session, &self.tenancy, to, self.listing.alive())
+                .reserve(&mut self.session, &self.tenancy, to, PRUNE_AFTER)
                 .await;
             match reserved {
                 Ok(true) => {
-                    self.listing.listed(Instant::now());
                     tracing::info!(to, "the lease is left to the named candidate for one ttl");
                 }
                 Ok(false) => tracing::warn!(
@@ -571,10 +605,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listings_prune_now_and_then() {
-        let mut count = 0;
-        let prunes: Vec<bool> = (0..=PRUNE_EVERY).map(|_| prune_due(&mut count)).collect();
-        assert!(prunes[0] && prunes[PRUNE_EVERY as usize]);
-        assert_eq!(prunes.iter().filter(|p| **p).count(), 2);
+    fn presence_names_are_short_stable_and_distinct() {
+        let n = presence_name(&["leasekeeper_leases", "my-app", "pod-1"]);
+        assert_eq!(n.len(), 19);
+        assert_ne!(n, presence_name(&["leasekeeper_leases", "my-app", "pod-2"]));
+        assert_ne!(
+            n,
+            presence_name(&["leasekeeper_leases", "my-app/pod-1"][..1])
+        );
+        // Pinned: every version must name a presence alike.
+        assert_eq!(presence_name(&[""]), "lk:cbf29ce484222325");
+        assert_eq!(presence_name(&["", "", ""]), "lk:07d69907b49d2e23");
+    }
+
+    #[test]
+    fn the_live_candidates_are_the_present_ones_and_the_asker() {
+        let registered = vec![
+            ("c".to_owned(), true),
+            ("a".to_owned(), false),
+            ("b".to_owned(), true),
+            ("me".to_owned(), false),
+        ];
+        let (live, gone) = split_live(registered, "me");
+        assert_eq!(live, ["b", "c", "me"]);
+        assert_eq!(gone, ["a"]);
+        let (live, gone) = split_live(vec![("me".to_owned(), true)], "me");
+        assert_eq!((live, gone), (vec!["me".to_owned()], Vec::<String>::new()));
     }
 }

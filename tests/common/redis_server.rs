@@ -211,3 +211,53 @@ pub fn command_at(port: u16, cmd: &str) -> Option<String> {
     let n = s.read(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
+
+/// The local ports of process `pid`'s TCP connections to 127.0.0.1:`server_port`
+/// (from `ss`), so that a server's per-client view can be told apart per process.
+pub fn client_ports(pid: u32, server_port: u16) -> Vec<u16> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnpH", "state", "established"])
+        .output()
+        .expect("ss");
+    let marker = format!("pid={pid},");
+    let peer = format!("127.0.0.1:{server_port}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&marker))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            // Recv-Q Send-Q Local Peer Process
+            let (local, remote) = (cols.get(2)?, cols.get(3)?);
+            (*remote == peer).then(|| local.rsplit(':').next()?.parse().ok())?
+        })
+        .collect()
+}
+
+impl RedisServer {
+    /// Every command the server executes for `window` (MONITOR), as (client port, the
+    /// command line); commands run inside scripts are left out (they are the script's).
+    pub fn monitor(&self, window: Duration) -> Vec<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("monitor");
+        s.write_all(b"MONITOR\r\n").expect("monitor");
+        s.set_read_timeout(Some(Duration::from_millis(100))).ok();
+        let end = std::time::Instant::now() + window;
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 65536];
+        while std::time::Instant::now() < end {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&raw)
+            .lines()
+            .filter_map(|l| {
+                // +1700000000.123456 [0 127.0.0.1:54321] "EVALSHA" …
+                let inner = l.split_once('[')?.1.split_once(']')?;
+                let port = inner.0.rsplit(':').next()?.parse().ok()?;
+                Some((port, inner.1.trim().to_owned()))
+            })
+            .collect()
+    }
+}

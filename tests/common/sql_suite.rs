@@ -245,14 +245,13 @@ pub fn a_reservation_nobody_uses_runs_out(db: &dyn SqlDb) {
     a.settles_in("leader", Duration::from_secs(10));
     let b = Sidecar::spawn("b", dir.path(), &args);
     b.settles_in("follower", Duration::from_secs(10));
-    let now = if db.backend() == "postgres" {
-        "now()"
-    } else {
-        "UTC_TIMESTAMP(6)"
-    };
-    db.admin(&format!(
-        "INSERT INTO leasekeeper_leases_cands (election, identity, alive_until) VALUES ('unused', 'ghost', {now} + INTERVAL '1' MINUTE)"
-    ));
+    // A candidate whose session lives (it is listed alive) but that never campaigns
+    // again: frozen.
+    let ghost = Sidecar::spawn("ghost", dir.path(), &args);
+    ghost.settles_in("follower", Duration::from_secs(10));
+    // (Its presence session is opened again right after its first campaign.)
+    std::thread::sleep(Duration::from_millis(500));
+    ghost.signal(libc::SIGSTOP);
     let t0 = Instant::now();
     let answer = super::http::post(a.port, "/release?to=ghost");
     assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
@@ -563,3 +562,324 @@ pub fn slow_leader(db: &dyn SqlDb, link: super::faults::Link) {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------
+// The lease row's own rules, each reached directly: candidates built as the sidecar
+// builds them (`new` is the dialect's `…Backend::new`), driven through the `Backend`
+// trait one call at a time, with the row changed by hand between the calls. No elector
+// runs, so nobody looks at a leader's own row: the rule under test is the only
+// defence.
+
+use leasekeeper::backend::sql::{Args as SqlArgs, Dialect, SqlSettings};
+use leasekeeper::backend::{Backend, BackendError, Campaign, Candidacy, Renewal};
+use leasekeeper::timing::Timing;
+
+/// The settings the sidecar reads from `--<backend>-url` for user `lk`.
+pub fn settings(db: &dyn SqlDb) -> SqlSettings {
+    let url = Some(db.url_for("lk"));
+    let (args, dialect) = if db.backend() == "postgres" {
+        let args = SqlArgs {
+            postgres_url: url,
+            ..Default::default()
+        };
+        (args, Dialect::Postgres)
+    } else {
+        let args = SqlArgs {
+            mysql_url: url,
+            ..Default::default()
+        };
+        (args, Dialect::Mysql)
+    };
+    args.settings(dialect).expect("sql settings")
+}
+
+/// One candidate of `election` with this ttl.
+pub fn candidate<B>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+    election: &str,
+    identity: &str,
+    ttl: Duration,
+) -> B {
+    let timing = Timing::for_ttl(ttl);
+    new(
+        &settings(db),
+        &Candidacy {
+            election,
+            identity,
+            timing: &timing,
+        },
+    )
+    .expect("backend")
+}
+
+/// A campaign (or two: MySQL's first look at a missing row inserts it free) that must
+/// take the row; its token.
+async fn leads<B: Backend>(who: &str, b: &mut B) -> u64 {
+    for _ in 0..2 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => return token,
+            Ok(Campaign::Held(None)) => {}
+            other => panic!("{who} should lead now, its campaign found {other:?}"),
+        }
+    }
+    panic!("{who} should lead now, its campaigns found nobody holding the row")
+}
+
+async fn does_not_lead<B: Backend>(who: &str, b: &mut B) {
+    let c = b.campaign().await.expect("campaign");
+    assert!(
+        !matches!(c, Campaign::Acquired { .. }),
+        "{who} must not lead now: {c:?}"
+    );
+}
+
+fn server_now(db: &dyn SqlDb) -> &'static str {
+    if db.backend() == "postgres" {
+        "now()"
+    } else {
+        "UTC_TIMESTAMP(6)"
+    }
+}
+
+/// The election's row expires now (as if its leader were paused for a ttl).
+fn expire_row(db: &dyn SqlDb, election: &str) {
+    db.admin(&format!(
+        "UPDATE leasekeeper_leases SET expires_at = {} WHERE election = '{election}'",
+        server_now(db)
+    ));
+}
+
+/// Renew and release touch only the row of the candidate's own tenure: a leader
+/// whose row expired and was taken by another neither extends nor frees it.
+pub async fn renew_and_release_act_only_on_the_own_tenure<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let ttl = Duration::from_secs(3);
+    let mut a = candidate(db, &new, "own", "A", ttl);
+    let mut b = candidate(db, &new, "own", "B", ttl);
+    leads("A", &mut a).await;
+    does_not_lead("B, while A's row lives", &mut b).await;
+    expire_row(db, "own");
+    leads("B", &mut b).await;
+    expire_row(db, "own");
+    assert_eq!(
+        a.renew().await.expect("A's renew answers"),
+        Renewal::Lost,
+        "A's renew moved B's row"
+    );
+    a.release().await.expect("A's release answers");
+    let (holder, _, _) = row(db, "own").expect("the row");
+    assert_eq!(holder, "B", "A's release freed B's row");
+    // B's row, expired by hand above, is still B's to renew; nobody else took it.
+    assert_eq!(b.renew().await.expect("B renews"), Renewal::Renewed);
+}
+
+/// Every new tenure gets a greater token, also for a candidate that never saw one
+/// (its floor is 0) and after the lease row was deleted: the token counter carries
+/// it, and the deleted row comes back fenced for a ttl (a leader may still claim).
+pub async fn tokens_grow_for_fresh_candidates_and_after_a_deleted_row<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let ttl = Duration::from_secs(1);
+    let mut last = 0;
+    for round in 0..3 {
+        let mut fresh = candidate(db, &new, "fence", &format!("P{round}"), ttl);
+        let token = leads("a fresh candidate", &mut fresh).await;
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+        fresh.release().await.expect("release");
+    }
+    db.admin("DELETE FROM leasekeeper_leases WHERE election = 'fence'");
+    let mut fresh = candidate(db, &new, "fence", "Q", ttl);
+    // Twice: MySQL's first look inserts the missing row, its second could take it.
+    does_not_lead(
+        "a fresh candidate right after the row was deleted",
+        &mut fresh,
+    )
+    .await;
+    does_not_lead("a fresh candidate, looking again", &mut fresh).await;
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let token = leads("the fresh candidate, a ttl later", &mut fresh).await;
+    assert!(token > last, "token {token} after the deleted row's {last}");
+}
+
+/// Candidates that campaign at once for a free row: one takes it, never two (each
+/// take is judged by the server against the row as it stands, its expiry included,
+/// not against what an earlier statement of the same campaign read).
+pub async fn one_of_concurrent_campaigns_takes_a_free_row<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let ttl = Duration::from_secs(3);
+    let mut cands: Vec<B> = ["A", "B", "C"]
+        .iter()
+        .map(|id| candidate(db, &new, "race", id, ttl))
+        .collect();
+    leads("A", &mut cands[0]).await;
+    cands[0].release().await.expect("release");
+    let mut won = 0;
+    for round in 0..20 {
+        let [a, b, c] = &mut cands[..] else {
+            unreachable!()
+        };
+        let (x, y, z) = tokio::join!(a.campaign(), b.campaign(), c.campaign());
+        let winners: Vec<usize> = [x, y, z]
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r, Ok(Campaign::Acquired { .. })))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(
+            winners.len() <= 1,
+            "round {round}: {winners:?} all took the row"
+        );
+        if let Some(&w) = winners.first() {
+            won += 1;
+            cands[w].release().await.expect("release");
+        }
+    }
+    assert!(won >= 10, "only {won} of 20 rounds had a winner");
+}
+
+/// After `A.release_to("C")`, B (first to look) cannot take the free row; C can,
+/// and once C releases, B can.
+pub async fn a_switchover_reservation_keeps_the_others_out<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let ttl = Duration::from_secs(3);
+    let mut a = candidate(db, &new, "resv", "A", ttl);
+    let mut b = candidate(db, &new, "resv", "B", ttl);
+    let mut c = candidate(db, &new, "resv", "C", ttl);
+    let first = leads("A", &mut a).await;
+    does_not_lead("B", &mut b).await;
+    does_not_lead("C", &mut c).await;
+    live_eventually(&mut a, &["A", "B", "C"]).await;
+    a.release_to("C").await.expect("release_to");
+    does_not_lead("B, while the row is left to C", &mut b).await;
+    let token = leads("C", &mut c).await;
+    assert!(token > first);
+    // The leader's first look at its own row (MySQL drops the spent reservation there).
+    let looked = tokio::time::timeout(Duration::from_millis(300), c.record_lost()).await;
+    assert!(looked.is_err(), "C's row looked lost");
+    c.release().await.expect("release");
+    leads("B, once the reservation is spent", &mut b).await;
+}
+
+/// Waits (up to 5 s) until `b` lists exactly `expected`.
+pub async fn live_eventually<B: Backend>(b: &mut B, expected: &[&str]) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut listed = b.candidates().await.expect("candidates").expect("a list");
+        listed.sort();
+        if listed == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "listed {listed:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Followers do not refresh anything to stay listed as live candidates (their presence
+/// is their session's): no candidate's row in `<table>_cands` changes over 6 s at ttl
+/// 2 s at steady state (they moved every second with the periodic listing), and a
+/// switchover to a follower still finds it alive.
+pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = db_flags(db, "lk").ttl("2s").election("quiet").build();
+    args.push("--enable-release-endpoint".into());
+    let cars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
+        .collect();
+    assert!(
+        super::scenarios::one_leads_the_rest_follow(&cars),
+        "never one leader and two followers"
+    );
+    let rows = || {
+        db.admin(
+            "SELECT identity, alive_until FROM leasekeeper_leases_cands WHERE election = 'quiet' ORDER BY identity",
+        )
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let before = rows();
+    std::thread::sleep(Duration::from_secs(6));
+    let after = rows();
+    eprintln!("{}: {before:?} then {after:?}", db.backend());
+    assert_eq!(before.lines().count(), 3, "{before}");
+    assert_eq!(
+        before, after,
+        "the candidates' rows changed at steady state"
+    );
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = super::http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}
+
+/// The store-rule tests of one SQL suite: `new` builds a candidate of its dialect.
+#[allow(unused_macros)]
+macro_rules! sql_store_rule_tests {
+    (server: $server:ty, new: $new:path $(,)?) => {
+        mod store_rules {
+            use $crate::common::backend_switchover::runtime;
+            use $crate::common::sql_suite as suite;
+
+            #[test]
+            fn renew_and_release_act_only_on_the_own_tenure() {
+                let db = <$server>::start();
+                runtime().block_on(suite::renew_and_release_act_only_on_the_own_tenure(
+                    &db, $new,
+                ));
+            }
+
+            #[test]
+            fn tokens_grow_for_fresh_candidates_and_after_a_deleted_row() {
+                let db = <$server>::start();
+                runtime().block_on(
+                    suite::tokens_grow_for_fresh_candidates_and_after_a_deleted_row(&db, $new),
+                );
+            }
+
+            #[test]
+            fn followers_do_not_refresh_their_listing() {
+                let db = <$server>::start();
+                suite::followers_do_not_refresh_their_listing(&db);
+            }
+
+            #[test]
+            fn one_of_concurrent_campaigns_takes_a_free_row() {
+                let db = <$server>::start();
+                runtime().block_on(suite::one_of_concurrent_campaigns_takes_a_free_row(
+                    &db, $new,
+                ));
+            }
+
+            #[test]
+            fn a_switchover_reservation_keeps_the_others_out() {
+                let db = <$server>::start();
+                runtime().block_on(suite::a_switchover_reservation_keeps_the_others_out(
+                    &db, $new,
+                ));
+            }
+        }
+    };
+}
+
+#[allow(unused_imports)]
+pub(crate) use sql_store_rule_tests;

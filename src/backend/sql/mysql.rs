@@ -48,7 +48,7 @@
 //! to the holder's expiry and the retry interval. The lease statements keep no
 //! session state and stay correct there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -187,6 +187,7 @@ struct CandidateStatements {
     create: String,
     list: String,
     live: String,
+    present: String,
     reserve_to: String,
     mine: String,
     clear_mine: String,
@@ -211,15 +212,15 @@ impl CandidateStatements {
                  VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL)
                  ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until)"
             ),
-            live: format!(
-                "SELECT identity FROM {p} WHERE election = ? AND alive_until > UTC_TIMESTAMP(6) ORDER BY identity"
-            ),
-            // ttl µs, election, to, tenure: `to`'s row reserved when it is alive and
-            // the lease row is ours (one matched row).
+            live: format!("SELECT identity FROM {p} WHERE election = ? ORDER BY identity"),
+            // presence lock: whether that candidate's session lives.
+            present: "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL AS SIGNED)".to_owned(),
+            // ttl µs, election, to, `to`'s presence lock, tenure: `to`'s row reserved
+            // when its session lives and the lease row is ours (one matched row).
             reserve_to: format!(
                 "UPDATE {p} AS r JOIN {t} AS l ON l.election = r.election
                  SET r.reserved_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE r.election = ? AND r.identity = ? AND r.alive_until > UTC_TIMESTAMP(6)
+                 WHERE r.election = ? AND r.identity = ? AND IS_USED_LOCK(?) IS NOT NULL
                    AND l.tenure = ?"
             ),
             // alive µs, election, identity: our own row alive, without a reservation.
@@ -233,10 +234,10 @@ impl CandidateStatements {
                 "UPDATE {p} SET reserved_until = NULL
                  WHERE election = ? AND identity = ? AND reserved_until IS NOT NULL"
             ),
-            // election, seconds.
+            // election, identity (whose session is gone).
             prune: format!(
-                "DELETE FROM {p} WHERE election = ?
-                   AND alive_until < UTC_TIMESTAMP(6) - INTERVAL ? SECOND
+                "DELETE FROM {p} WHERE election = ? AND identity = ?
+                   AND alive_until < UTC_TIMESTAMP(6)
                    AND (reserved_until IS NULL OR reserved_until < UTC_TIMESTAMP(6))"
             ),
         }
@@ -282,6 +283,9 @@ pub struct Mysql {
     check: Arc<Notify>,
     /// The signal connection's id at the server (0 while there is none).
     signal_id: Arc<AtomicU64>,
+    /// Set by the signal connection at every (re)connect, once it holds this
+    /// candidate's presence lock.
+    renewed: Arc<AtomicBool>,
     /// The tenure of the row as the last campaign saw it.
     seen_tenure: String,
     /// Whether the last campaign found the row free but left to another candidate
@@ -319,6 +323,7 @@ impl MysqlBackend {
         let timing = lease.timing;
         let lock = lock_name(&database, &settings.table.name, lease.election);
         let presence = format!("{lock}:p");
+        let renewed = Arc::new(AtomicBool::new(false));
         let statements = Statements::for_tables(
             &settings.table.quoted('`'),
             &settings.table.counter().quoted('`'),
@@ -328,6 +333,8 @@ impl MysqlBackend {
             options: options.clone(),
             name: lock.clone(),
             presence: presence.clone(),
+            candidate: candidate_lock(&lock, lease.identity),
+            renewed: renewed.clone(),
             young: statements.young.clone(),
             election: lease.election.to_owned(),
             want: want_rx,
@@ -352,6 +359,7 @@ impl MysqlBackend {
             woke,
             check: session.reconnected.clone(),
             signal_id,
+            renewed,
             seen_tenure: String::new(),
             left_to_another: false,
             clear_mine: false,
@@ -609,12 +617,14 @@ fn is_denied(e: &sqlx::Error) -> bool {
 /// The named lock of one election: short and fixed-length (MySQL allows 64
 /// characters), the same in every leasekeeper version.
 pub fn lock_name(database: &str, table: &str, election: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("{database}/{table}/{election}").bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("lk:{h:016x}")
+    super::presence_name(&[database, table, election])
+}
+
+/// The presence lock of candidate `identity` in the election whose lock is `lock`:
+/// held by its signal connection while that session lives (38 characters).
+pub fn candidate_lock(lock: &str, identity: &str) -> String {
+    let hash = super::presence_name(&[identity]);
+    format!("{lock}:c{}", &hash[3..])
 }
 
 impl SqlDialect for Mysql {
@@ -736,13 +746,28 @@ impl SqlDialect for Mysql {
         &mut self,
         session: &mut Session<MySqlConnection>,
         election: &str,
-    ) -> Result<Vec<String>, BackendError> {
+    ) -> Result<Vec<(String, bool)>, BackendError> {
         let conn = session.begin("candidates").await?;
-        let live = sqlx::query_scalar::<_, String>(&self.statements.cands.live)
+        let registered = sqlx::query_scalar::<_, String>(&self.statements.cands.live)
             .bind(election)
             .fetch_all(&mut *conn)
             .await;
-        session.end("candidates", live)
+        let registered = session.end("candidates", registered)?;
+        let mut live = Vec::with_capacity(registered.len());
+        for id in registered {
+            let conn = session.begin("candidates").await?;
+            let up = sqlx::query_scalar::<_, i64>(&self.statements.cands.present)
+                .bind(candidate_lock(&self.lock, &id))
+                .fetch_one(&mut *conn)
+                .await;
+            let up = session.end("candidates", up)? == 1;
+            live.push((id, up));
+        }
+        Ok(live)
+    }
+
+    fn presence_renewed(&mut self) -> bool {
+        self.renewed.swap(false, Ordering::SeqCst)
     }
 
     async fn reserve(
@@ -757,6 +782,7 @@ impl SqlDialect for Mysql {
             .bind(ttl_us(t))
             .bind(&t.election)
             .bind(to)
+            .bind(candidate_lock(&self.lock, to))
             .bind(&t.tenure)
             .execute(&mut *conn)
             .await;
@@ -782,11 +808,12 @@ impl SqlDialect for Mysql {
         &mut self,
         session: &mut Session<MySqlConnection>,
         election: &str,
+        identity: &str,
     ) -> Result<(), BackendError> {
         let conn = session.begin("candidates").await?;
         let done = sqlx::query(&self.statements.cands.prune)
             .bind(election)
-            .bind(i64::try_from(super::PRUNE_AFTER.as_secs()).unwrap_or(i64::MAX))
+            .bind(identity)
             .execute(&mut *conn)
             .await;
         session.end("candidates", done).map(|_| ())

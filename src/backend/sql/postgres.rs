@@ -36,6 +36,7 @@
 //! to the holder's expiry and the retry interval. The lease statements themselves keep
 //! no session state (autocommit, one statement each) and stay correct there.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ struct Statements {
     seed: String,
     list: String,
     live: String,
+    present: String,
     reserve: String,
     prune: String,
     take: String,
@@ -104,19 +106,23 @@ impl Statements {
                  VALUES ($1::text, $2::text, now() + $3::bigint * interval '1 millisecond')
                  ON CONFLICT (election, identity) DO UPDATE SET alive_until = EXCLUDED.alive_until"
             ),
-            live: format!(
-                "SELECT identity FROM {k} WHERE election = $1::text AND alive_until > now() ORDER BY identity"
-            ),
-            // $1 election, $2 to, $3 ttl ms, $4 our tenure, $5 identity, $6 alive ms:
-            // `to`'s row reserved when it is alive and the lease row is ours; our own
-            // row alive and without a reservation. The count of rows reserved.
+            live: format!("SELECT identity FROM {k} WHERE election = $1::text ORDER BY identity"),
+            // The presences (listener connections' names) in this database.
+            present: "SELECT application_name::text FROM pg_stat_activity
+                      WHERE application_name LIKE 'lk:%' AND datname = current_database()"
+                .to_owned(),
+            // $1 election, $2 to, $3 ttl ms, $4 our tenure, $5 identity, $6 alive ms,
+            // $7 `to`'s presence: `to`'s row reserved when its presence is there and
+            // the lease row is ours; our own row kept and without a reservation. The
+            // count of rows reserved.
             reserve: format!(
                 "WITH held AS (
                    SELECT 1 FROM {t} WHERE election = $1::text AND tenure = $4::text
                  ),
                  marked AS (
                    UPDATE {k} SET reserved_until = now() + $3::bigint * interval '1 millisecond'
-                   WHERE election = $1::text AND identity = $2::text AND alive_until > now()
+                   WHERE election = $1::text AND identity = $2::text
+                     AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $7::text)
                      AND EXISTS (SELECT 1 FROM held)
                    RETURNING identity
                  ),
@@ -127,10 +133,10 @@ impl Statements {
                  )
                  SELECT count(*)::bigint FROM marked"
             ),
-            // $1 election, $2 seconds.
+            // $1 election, $2 identity (whose presence is gone).
             prune: format!(
-                "DELETE FROM {k} WHERE election = $1::text
-                   AND alive_until < now() - $2::bigint * interval '1 second'
+                "DELETE FROM {k} WHERE election = $1::text AND identity = $2::text
+                   AND alive_until < now()
                    AND (reserved_until IS NULL OR reserved_until < now())"
             ),
             // $1 election: the counter at least as high as the row's token.
@@ -238,6 +244,8 @@ pub struct Postgres {
     wake: Arc<Notify>,
     /// Woken by the listener for the leader's look at its own row.
     own_changed: Arc<Notify>,
+    /// Set by the listener at every (re)connect (see [`SqlDialect::presence_renewed`]).
+    renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
 }
@@ -255,8 +263,13 @@ impl PostgresBackend {
         let wake = Arc::new(Notify::new());
         let own_changed = Arc::new(Notify::new());
         let channel = settings.table.name.clone();
+        let renewed = Arc::new(AtomicBool::new(false));
+        // The listener's connection is this candidate's presence (its name is listed
+        // in `pg_stat_activity` while it lives).
+        let presence = presence(&settings.table, lease.election, lease.identity);
         let listener = tokio::spawn(listen(Listener {
-            options: options.clone(),
+            options: options.clone().application_name(&presence),
+            renewed: renewed.clone(),
             channel: channel.clone(),
             election: lease.election.to_owned(),
             wake: wake.clone(),
@@ -278,6 +291,7 @@ impl PostgresBackend {
             channel,
             wake,
             own_changed,
+            renewed,
             listener,
             table_ready: false,
         };
@@ -368,9 +382,15 @@ fn is_denied(e: &sqlx::Error) -> bool {
     code_of(e).is_some_and(|c| c == "42501")
 }
 
+/// The `application_name` of `identity`'s listener connection (see [`super::presence_name`]).
+fn presence(table: &Table, election: &str, identity: &str) -> String {
+    super::presence_name(&[&table.display(), election, identity])
+}
+
 /// What the listener task needs.
 struct Listener {
     options: PgConnectOptions,
+    renewed: Arc<AtomicBool>,
     channel: String,
     election: String,
     wake: Arc<Notify>,
@@ -397,6 +417,7 @@ async fn listen(p: Listener) {
         match tokio::time::timeout(p.op_timeout, listening).await {
             Ok(Ok(mut l)) => {
                 backoff.reset();
+                p.renewed.store(true, Ordering::SeqCst);
                 p.wake.notify_one();
                 p.own_changed.notify_one();
                 relay(&mut l, &p).await;
@@ -537,13 +558,29 @@ impl SqlDialect for Postgres {
         &mut self,
         session: &mut Session<PgConnection>,
         election: &str,
-    ) -> Result<Vec<String>, BackendError> {
+    ) -> Result<Vec<(String, bool)>, BackendError> {
         let conn = session.begin("candidates").await?;
-        let live = sqlx::query_scalar::<_, String>(&self.statements.live)
+        let registered = sqlx::query_scalar::<_, String>(&self.statements.live)
             .bind(election)
             .fetch_all(&mut *conn)
             .await;
-        session.end("candidates", live)
+        let registered = session.end("candidates", registered)?;
+        let conn = session.begin("candidates").await?;
+        let present = sqlx::query_scalar::<_, String>(&self.statements.present)
+            .fetch_all(&mut *conn)
+            .await;
+        let present = session.end("candidates", present)?;
+        Ok(registered
+            .into_iter()
+            .map(|id| {
+                let up = present.contains(&presence(&self.table, election, &id));
+                (id, up)
+            })
+            .collect())
+    }
+
+    fn presence_renewed(&mut self) -> bool {
+        self.renewed.swap(false, Ordering::SeqCst)
     }
 
     async fn reserve(
@@ -561,6 +598,7 @@ impl SqlDialect for Postgres {
             .bind(&t.tenure)
             .bind(&t.identity)
             .bind(millis(alive))
+            .bind(presence(&self.table, &t.election, to))
             .fetch_one(&mut *conn)
             .await;
         Ok(session.end("release", reserved)? > 0)
@@ -570,11 +608,12 @@ impl SqlDialect for Postgres {
         &mut self,
         session: &mut Session<PgConnection>,
         election: &str,
+        identity: &str,
     ) -> Result<(), BackendError> {
         let conn = session.begin("candidates").await?;
         let done = sqlx::query(&self.statements.prune)
             .bind(election)
-            .bind(i64::try_from(super::PRUNE_AFTER.as_secs()).unwrap_or(i64::MAX))
+            .bind(identity)
             .execute(&mut *conn)
             .await;
         session.end("candidates", done).map(|_| ())

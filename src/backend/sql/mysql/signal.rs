@@ -21,7 +21,7 @@
 //!   back in the queue, wakes and takes it; passes in quick succession pause like
 //!   yields.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +63,11 @@ pub(super) struct SignalParts {
     pub name: String,
     /// The leader's presence lock (on its statement connection).
     pub presence: String,
+    /// This candidate's presence lock, held by the signal connection for its whole
+    /// life: it lists the candidate as alive (see the parent module).
+    pub candidate: String,
+    /// Set once a (re)connected signal connection holds `candidate`.
+    pub renewed: Arc<AtomicBool>,
     /// `SELECT` of whether a tenure is young (binds election, tenure; see [`YOUNG_TENURE`]).
     pub young: String,
     pub election: String,
@@ -116,9 +121,14 @@ pub(super) async fn signal(mut p: SignalParts) {
 
 async fn connect(p: &SignalParts) -> Result<(MySqlConnection, u64), sqlx::Error> {
     let mut conn = MySqlConnection::connect_with(&p.options).await?;
-    let id = sqlx::query_scalar::<_, i64>("SELECT CAST(CONNECTION_ID() AS SIGNED)")
-        .fetch_one(&mut conn)
-        .await?;
+    // 0 when another session of the same identity holds it: that one is alive too.
+    let id = sqlx::query_scalar::<_, i64>(
+        "SELECT CAST(CONNECTION_ID() AS SIGNED) FROM (SELECT GET_LOCK(?, 0)) AS presence",
+    )
+    .bind(&p.candidate)
+    .fetch_one(&mut conn)
+    .await?;
+    p.renewed.store(true, Ordering::SeqCst);
     Ok((conn, u64::try_from(id).unwrap_or(0)))
 }
 
