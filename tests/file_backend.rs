@@ -197,10 +197,11 @@ fn a_release_gives_back_only_our_own_lock() {
         std::fs::write(&other, b"").expect("another file");
         std::fs::rename(&other, &lock).expect("replace the lock file");
         assert_eq!(a.renew().await.expect("renew"), Renewal::Lost);
-        // Deleted: lost.
-        let mut b = file_candidate(&lock, "B2");
+        // Deleted: lost (on a lock file of its own, away from the followers' waiters).
+        let lock2 = dir.path().join("r2.lock");
+        let mut b = file_candidate(&lock2, "B2");
         file_leads("B2", &mut b).await;
-        std::fs::remove_file(&lock).expect("delete the lock file");
+        std::fs::remove_file(&lock2).expect("delete the lock file");
         assert_eq!(b.renew().await.expect("renew"), Renewal::Lost);
     });
 }
