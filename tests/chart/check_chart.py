@@ -506,11 +506,12 @@ def test_rbac_follows_backend_and_label():
 
 def test_lease_candidate_adds_its_rule_and_flag():
     """leaseCandidate.enabled (kubernetes backend only): the leasecandidates rule with
-    client-go's candidate verbs, and LEASEKEEPER_LEASE_CANDIDATE; off by default."""
+    client-go's candidate verbs plus delete (the own LeaseCandidate, withdrawn on a
+    graceful shutdown), and LEASEKEEPER_LEASE_CANDIDATE; off by default."""
     assert "LEASEKEEPER_LEASE_CANDIDATE" not in env_of(sidecar("default"))
     objects = render_objects({"leaseCandidate": {"enabled": True}})
     rules = [(r["apiGroups"], r["resources"], sorted(r["verbs"])) for r in one(objects, "Role")["rules"]]
-    assert (["coordination.k8s.io"], ["leasecandidates"], ["create", "list", "update", "watch"]) in rules, rules
+    assert (["coordination.k8s.io"], ["leasecandidates"], ["create", "delete", "list", "update", "watch"]) in rules, rules
     assert env_of(sidecar_of(one(objects, "Deployment")))["LEASEKEEPER_LEASE_CANDIDATE"] == "true"
     objects = render_objects({**ETCD, "leaseCandidate": {"enabled": True}})
     rules = [r["resources"] for r in one(objects, "Role")["rules"]]
