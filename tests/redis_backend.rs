@@ -875,18 +875,5 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
     // The leader's renewals (every ttl/3): the monitor did see this process's traffic.
     assert!(leader_commands >= 5, "the leader sent {leader_commands}");
     // A switchover to a follower still finds it alive.
-    let leader = cars
-        .iter()
-        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let to = cars
-        .iter()
-        .find(|c| c.name != leader.name)
-        .expect("follower");
-    let answer = http::post(leader.port, &format!("/release?to={}", to.name));
-    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
-    let led = eventually(Duration::from_secs(5), || {
-        to.leader().filter(|v| v["is_leader"] == true)
-    });
-    assert!(led.is_some(), "{} did not take over", to.name);
+    common::scenarios::a_switchover_to_a_follower_works(&cars);
 }

@@ -36,10 +36,6 @@ impl Flavor {
     pub fn lease_candidates(self) -> bool {
         self != Flavor::GateOff
     }
-
-    pub fn lease_candidates_served(self) -> bool {
-        true
-    }
 }
 
 /// What the suites ask of an API server besides serving the sidecars.

@@ -467,9 +467,8 @@ fn start_server(binary: &Path, dir: &Path, etcd: &str, port: u16, flavor: Flavor
         format!("--audit-log-path={}", d("audit.log")),
         "--audit-log-mode=blocking".into(),
     ]);
-    if flavor.lease_candidates_served() {
-        cmd.arg("--runtime-config=coordination.k8s.io/v1beta1=true");
-    }
+    // Every flavour serves LeaseCandidates (v1beta1 is off by default in 1.33).
+    cmd.arg("--runtime-config=coordination.k8s.io/v1beta1=true");
     if flavor.coordinated() {
         cmd.arg("--feature-gates=CoordinatedLeaderElection=true");
     }

@@ -341,3 +341,23 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
         leader = to;
     }
 }
+
+/// The leader of `cars` hands over to one of its followers (`POST /release?to=`), which
+/// leads within 5 s: a follower the store shows no traffic from is still a live
+/// candidate.
+pub fn a_switchover_to_a_follower_works(cars: &[Sidecar]) {
+    let leader = cars
+        .iter()
+        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .expect("leader");
+    let to = cars
+        .iter()
+        .find(|c| c.name != leader.name)
+        .expect("follower");
+    let answer = super::http::post(leader.port, &format!("/release?to={}", to.name));
+    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
+    let led = eventually(Duration::from_secs(5), || {
+        to.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(led.is_some(), "{} did not take over", to.name);
+}

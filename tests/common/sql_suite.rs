@@ -816,20 +816,7 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
         before, after,
         "the candidates' rows changed at steady state"
     );
-    let leader = cars
-        .iter()
-        .find(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
-        .expect("leader");
-    let to = cars
-        .iter()
-        .find(|c| c.name != leader.name)
-        .expect("follower");
-    let answer = super::http::post(leader.port, &format!("/release?to={}", to.name));
-    assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
-    let led = eventually(Duration::from_secs(5), || {
-        to.leader().filter(|v| v["is_leader"] == true)
-    });
-    assert!(led.is_some(), "{} did not take over", to.name);
+    super::scenarios::a_switchover_to_a_follower_works(&cars);
 }
 
 /// The store-rule tests of one SQL suite: `new` builds a candidate of its dialect.
