@@ -23,6 +23,7 @@
 //! reconnect reached the server (docs/safety.md, "Slow links").
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -108,10 +109,13 @@ impl Drop for Relay {
 
 async fn accept_loop(listener: TcpListener, server: String, shared: Arc<Shared>) {
     loop {
-        let Ok((client, _)) = listener.accept().await else {
+        let Ok((client, library)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
+        if let Ok(relay_end) = client.local_addr() {
+            nodelay_on_library_end(library, relay_end);
+        }
         let mut closed = shared.closed.subscribe();
         if *closed.borrow() {
             return;
@@ -154,6 +158,55 @@ async fn relay(client: TcpStream, server: &str, shared: &Shared) -> io::Result<(
         client_w.shutdown().await
     };
     tokio::try_join!(requests, replies).map(|_| ())
+}
+
+/// Sets `TCP_NODELAY` on the client library's end of a relayed connection: the socket
+/// of this process connected from `library` to `relay_end` (found among our open file
+/// descriptors by both addresses). zookeeper-client leaves Nagle's algorithm on, so a
+/// request written while another is unanswered waited for that answer's ACK: the
+/// requests we send together (the claim's reads and proof, the release's unwatch and
+/// delete) went out one round trip apart. A descriptor reused meanwhile matches
+/// neither address and is left alone.
+fn nodelay_on_library_end(library: SocketAddr, relay_end: SocketAddr) {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for fd in fds.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        if socket_addr(fd, libc::getsockname) == Some(library)
+            && socket_addr(fd, libc::getpeername) == Some(relay_end)
+        {
+            let on: libc::c_int = 1;
+            // SAFETY: a plain setsockopt on a descriptor of this process with a valid
+            // pointer to an int of the size given.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    std::ptr::addr_of!(on).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+            return;
+        }
+    }
+}
+
+type NameFn =
+    unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
+
+/// The IPv4 address `name` (getsockname or getpeername) gives for `fd`, if it is one.
+fn socket_addr(fd: i32, name: NameFn) -> Option<SocketAddr> {
+    // SAFETY: sockaddr_in is plain data; the length passed is its size, and the call
+    // writes at most that much.
+    let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let got = unsafe { name(fd, std::ptr::addr_of_mut!(sin).cast(), &mut len) };
+    if got != 0 || i32::from(sin.sin_family) != libc::AF_INET {
+        return None;
+    }
+    let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+    Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
 }
 
 /// Reads one length-prefixed frame's payload.
@@ -239,6 +292,20 @@ async fn close_session(session: Session) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_library_end_of_a_relayed_connection_gets_nodelay() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let library =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, from) = listener.accept().expect("accept");
+        let other =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        assert!(!library.nodelay().expect("nodelay"), "off by default");
+        nodelay_on_library_end(from, accepted.local_addr().expect("addr"));
+        assert!(library.nodelay().expect("nodelay"));
+        assert!(!other.nodelay().expect("nodelay"), "only that connection");
+    }
 
     #[test]
     fn a_connect_response_gives_the_session() {
