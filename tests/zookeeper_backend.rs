@@ -9,7 +9,7 @@ use common::faults::Link;
 use common::zk_server::ZkEnsemble;
 use common::{backend_switchover, SidecarArgs};
 use leasekeeper::backend::zookeeper::ZkBackend;
-use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
 use leasekeeper::timing::Timing;
 
 #[test]
@@ -909,6 +909,40 @@ fn a_renew_through_a_server_cut_off_from_the_quorum_proves_nothing() {
         assert!(
             !matches!(renew, Ok(Ok(Renewal::Renewed))),
             "a server cut off from the quorum vouched for the renew: {renew:?}"
+        );
+    });
+    zk.heal(f);
+}
+
+/// Invariant 8 for a claim: the next in line, connected to a follower server, hears
+/// that the head was deleted, and that server is then cut off from the quorum. Its
+/// claim (one round trip, see `claim_next_in_line`) needs the ensemble's leader (the
+/// `multi` check) and cannot be answered; a claim proven by reads alone (our node,
+/// owned by this session) was answered at once by the cut-off server.
+#[test]
+fn a_claim_through_a_server_cut_off_from_the_quorum_proves_nothing() {
+    let zk = ZkEnsemble::start_partitionable(3);
+    let leader = (0..3)
+        .find(|&i| zk.server_mode(i).as_deref() == Some("leader"))
+        .expect("the ensemble has a leader");
+    let f = (0..3).find(|&i| i != leader).expect("a follower");
+    backend_switchover::runtime().block_on(async {
+        let mut a = zk_candidate(&zk.connect_string_for(leader), "cutclaim", "A");
+        zk_leads("A", &mut a).await;
+        let mut b = zk_candidate(&zk.connect_string_for(f), "cutclaim", "B");
+        zk_follows("B", &mut b, "A", None).await;
+        a.release().await.expect("release");
+        let woke = tokio::time::timeout(
+            Duration::from_secs(5),
+            b.wait_for_change(Duration::from_secs(5)),
+        )
+        .await;
+        assert_eq!(woke, Ok(Wake::Changed), "B never heard of the release");
+        zk.isolate(f);
+        let claim = tokio::time::timeout(Duration::from_millis(1500), b.campaign()).await;
+        assert!(
+            !matches!(claim, Ok(Ok(Campaign::Acquired { .. }))),
+            "a server cut off from the quorum vouched for the claim: {claim:?}"
         );
     });
     zk.heal(f);
