@@ -33,8 +33,21 @@
 //! - **The leader watches its own node** (invariant 9): the acquisition sets a watch
 //!   on it, and a delete or data change by another client, or the session's expiry,
 //!   ends the claim at once.
-//! - **Followers** watch only their predecessor (no herd); a vanished predecessor means
-//!   list again and re-check, never "I lead" without checking.
+//! - **Followers** watch their predecessor (their turn); a vanished predecessor means
+//!   list again and re-check, never "I lead" without checking. For `/leader` they also
+//!   need news of a new holder, without a herd at a handover (`rules::holder_news`):
+//!   the next in line watches the head anyway (its predecessor); a follower further
+//!   back watches the *announcement* `/<root>/<election>.leader` (a persistent node
+//!   beside the election's, never listed by Curator) and the next in line's node, and
+//!   reads the head without a watch. A leasekeeper candidate writes its node's name
+//!   to the announcement right after it claims (in the background), so a handover
+//!   wakes the next in line alone, and the others look once the claim is made. Only
+//!   a leasekeeper candidate announces: our nodes carry a tag as the first group of
+//!   their Curator-shaped uuid (`rules::OUR_TAG`). Behind a next in line without it
+//!   (a Curator `LeaderLatch`), or while the announcement does not name the holder
+//!   (none written yet, or ACLs that refuse it), followers watch the head as before,
+//!   and look 50 to 500 ms after it changes (`super::stagger`), so that the
+//!   successor goes first.
 //! - **Session expiry** ends everything at once: the next campaign opens a new session
 //!   and a new node.
 //! - **Fencing token**: the creation zxid (`czxid`) of the leader's node. zxids grow
@@ -93,6 +106,8 @@ pub struct ZkBackend {
     dir: String,
     /// `<dir>.switchover`: the switchover's reservation (see the module doc).
     reservation: String,
+    /// `<dir>.leader`: the announcement a new leader writes (see the module doc).
+    announcement: String,
     identity: String,
     requested: Duration,
     /// The negotiated session timeout.
@@ -110,7 +125,7 @@ pub struct ZkBackend {
     /// when it goes) and, unless the predecessor is the head, on the head of the queue
     /// (the holder; a follower's `/leader` names it). Kept across the elector's waits.
     watching: Option<OwnWatch>,
-    holder_watch: Option<OwnWatch>,
+    holder_watch: Option<News>,
     /// Both watches are set: nothing about the holder or our turn can change unseen.
     watched: bool,
     /// Our predecessor is the head of the queue (one watch serves both).
@@ -129,6 +144,11 @@ pub struct ZkBackend {
 
 /// A pending watch on our own node (pinned, so polling it again loses nothing).
 type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+
+/// A follower's pending news of a new holder (see `rules::holder_news`): `true` when
+/// it says to look at once (an announcement: the claim is made), `false` when the
+/// head changed (the successor may not have claimed yet).
+type News = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// Our node is created once and never written: its version stays 0.
 const OWN_VERSION: i32 = 0;
@@ -151,6 +171,7 @@ impl ZkBackend {
             renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
             reservation: format!("{dir}.switchover"),
+            announcement: format!("{dir}.leader"),
             dir,
             identity: identity.to_owned(),
             requested: ttl,
@@ -379,6 +400,7 @@ impl ZkBackend {
             Some((s, watch)) => {
                 self.own_watch = Some(watch);
                 self.spend_reservation(client, reserved);
+                self.announce(client, node);
                 Ok(Some(Campaign::Acquired {
                     token: rules::token_of(s.czxid),
                 }))
@@ -387,8 +409,8 @@ impl ZkBackend {
         }
     }
 
-    /// One full campaign round: our node (created if needed), the queue and the
-    /// switchover's reservation (read together), then a claim if we are first, or
+    /// One full campaign round: our node (created if needed), the queue, the
+    /// switchover's reservation and the leader's announcement (read together), then a claim if we are first, or
     /// the watches of a follower. `None` when the round gave our place up to a
     /// switchover's named candidate (only when `may_requeue`): look again at once.
     async fn campaign_round(
@@ -402,9 +424,15 @@ impl ZkBackend {
         // from the list (the reservation is void then).
         let reserved = client.get_data(&self.reservation);
         let listed = client.list_children(&self.dir);
-        let (reserved, listed) = tokio::join!(reserved, listed);
+        let announced = client.get_data(&self.announcement);
+        let (reserved, listed, announced) = tokio::join!(reserved, listed, announced);
         let reserved = reservation_of(reserved)?;
         let queue = rules::queue_of(listed.map_err(zk("campaign"))?);
+        let announced = match announced {
+            Ok((data, stat)) => Some((String::from_utf8_lossy(&data).into_owned(), stat.mzxid)),
+            Err(zookeeper_client::Error::NoNode) => None,
+            Err(e) => return Err(zk("campaign")(e)),
+        };
         let Some(position) = rules::position(&queue, &ours) else {
             // Our node is gone (the session expired meanwhile): start over.
             self.forget();
@@ -418,7 +446,9 @@ impl ZkBackend {
         if position == 0 {
             return self.claim_first(client, &ours, reserved).await.map(Some);
         }
-        self.follow(client, &queue, position).await.map(Some)
+        self.follow(client, &queue, position, announced)
+            .await
+            .map(Some)
     }
 
     /// Our node is the first: ours, owned by this very session (CURATOR-1211), and
@@ -434,6 +464,7 @@ impl ZkBackend {
             Some((s, watch)) => {
                 self.own_watch = Some(watch);
                 self.spend_reservation(client, reserved.filter(|r| r.node == ours));
+                self.announce(client, ours);
                 Ok(Campaign::Acquired {
                     token: rules::token_of(s.czxid),
                 })
@@ -445,45 +476,140 @@ impl ZkBackend {
         }
     }
 
-    /// A follower's watches: the head's data (its deletion — a release, an expired
-    /// session — or a rewrite reaches every follower once, as one event each) and our
-    /// predecessor, unless that is the head.
+    /// A follower's watches, sent together with the read of the holder (the head):
+    /// our predecessor (our turn may come when it goes) and the news of a new holder
+    /// (`rules::holder_news`): the head's data itself (its deletion — a release, an
+    /// expired session — or a rewrite reaches each such follower once), or the
+    /// election's announcement and the next in line's node.
     async fn follow(
         &mut self,
         client: &Client,
         queue: &[(u64, String)],
         position: usize,
+        announced: Option<(String, i64)>,
     ) -> Result<Campaign, BackendError> {
         let (head, predecessor) = rules::watches(queue, position);
-        let first_path = format!("{}/{head}", self.dir);
-        let (holder, holder_watch) = match client.get_and_watch_data(&first_path).await {
+        let head = format!("{}/{head}", self.dir);
+        let predecessor = predecessor.map(|p| format!("{}/{p}", self.dir));
+        let seen = announced.as_ref().map(|a| a.1);
+        match rules::holder_news(queue, position, announced.as_ref().map(|a| a.0.as_str())) {
+            rules::HolderNews::Head => self.follow_head(client, &head, predecessor, seen).await,
+            rules::HolderNews::Announcement => {
+                let next = format!("{}/{}", self.dir, queue[1].1);
+                let predecessor = predecessor.unwrap_or_else(|| next.clone());
+                self.follow_announcement(client, (&head, &next, &predecessor), seen)
+                    .await
+            }
+        }
+    }
+
+    /// Watches on the head's data and our predecessor (`None`: the head is our
+    /// predecessor, and one watch serves both), and, behind the next in line, on the
+    /// announcement (once it names the holder, we may leave the head alone).
+    /// (`seen`: the announcement's mzxid as the campaign read it.)
+    async fn follow_head(
+        &mut self,
+        client: &Client,
+        head: &str,
+        predecessor: Option<String>,
+        seen: Option<i64>,
+    ) -> Result<Campaign, BackendError> {
+        let head_read = client.get_and_watch_data(head);
+        let turn = predecessor
+            .as_deref()
+            .map(|p| client.check_and_watch_stat(p));
+        let announced = turn
+            .as_ref()
+            .map(|_| client.check_and_watch_stat(&self.announcement));
+        let (holder, head_watch) = match head_read.await {
             Ok((data, stat, watcher)) => (
-                Some(Holder {
-                    identity: String::from_utf8_lossy(&data).into_owned(),
-                    token: u64::try_from(stat.czxid).ok(),
-                }),
+                holder_of(&data, &stat),
                 Some(Box::pin(watcher.changed()) as OwnWatch),
             ),
             Err(zookeeper_client::Error::NoNode) => (None, None),
             Err(e) => return Err(zk("campaign")(e)),
         };
-        let Some(predecessor) = predecessor else {
-            // The head is our predecessor: one watch serves both.
-            self.watched = holder_watch.is_some();
-            self.head_is_predecessor = holder_watch.is_some();
-            self.watching = holder_watch;
+        let Some(turn) = turn else {
+            self.watched = head_watch.is_some();
+            self.head_is_predecessor = head_watch.is_some();
+            self.watching = head_watch;
             return Ok(Campaign::Held(holder));
         };
-        let predecessor = format!("{}/{predecessor}", self.dir);
-        let (stat, watcher) = client
-            .check_and_watch_stat(&predecessor)
-            .await
-            .map_err(zk("campaign"))?;
+        let (stat, watcher) = turn.await.map_err(zk("campaign"))?;
         if stat.is_some() {
             self.watching = Some(Box::pin(watcher.changed()));
         }
-        self.watched = self.watching.is_some() && holder_watch.is_some();
-        self.holder_watch = holder_watch;
+        let announced = match announced {
+            Some(a) => Some(announcement_watch(a.await.map_err(zk("campaign"))?, seen)),
+            None => None,
+        };
+        self.watched = self.watching.is_some() && head_watch.is_some();
+        self.holder_watch = head_watch.map(|head| {
+            Box::pin(async move {
+                match announced {
+                    Some(a) => tokio::select! {
+                        _ = head => false,
+                        _ = a => true,
+                    },
+                    None => {
+                        head.await;
+                        false
+                    }
+                }
+            }) as News
+        });
+        Ok(Campaign::Held(holder))
+    }
+
+    /// Behind a next in line that announces its claims: watches on our predecessor,
+    /// the announcement and the next in line's node (one watch when it is our
+    /// predecessor), and a plain read of the head. The head's deletion wakes the next
+    /// in line alone; we hear of the new holder from its announcement.
+    /// (`at`: the head, the next in line, our predecessor; `seen`: the
+    /// announcement's mzxid as the campaign read it.)
+    async fn follow_announcement(
+        &mut self,
+        client: &Client,
+        at: (&str, &str, &str),
+        seen: Option<i64>,
+    ) -> Result<Campaign, BackendError> {
+        let (head, next, predecessor) = at;
+        let head_read = client.get_data(head);
+        let announced = client.check_and_watch_stat(&self.announcement);
+        let turn = client.check_and_watch_stat(predecessor);
+        let next_watch = (next != predecessor).then(|| client.check_and_watch_stat(next));
+        let holder = match head_read.await {
+            Ok((data, stat)) => holder_of(&data, &stat),
+            Err(zookeeper_client::Error::NoNode) => None,
+            Err(e) => return Err(zk("campaign")(e)),
+        };
+        let announced = announcement_watch(announced.await.map_err(zk("campaign"))?, seen);
+        let (stat, watcher) = turn.await.map_err(zk("campaign"))?;
+        if stat.is_some() {
+            self.watching = Some(Box::pin(watcher.changed()));
+        }
+        let next_watch: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = match next_watch {
+            None => None,
+            Some(w) => Some(match w.await.map_err(zk("campaign"))? {
+                (Some(_), watcher) => Box::pin(async move {
+                    watcher.changed().await;
+                }),
+                // Gone already: look again at once.
+                (None, _) => Box::pin(std::future::ready(())),
+            }),
+        };
+        let news: News = Box::pin(async move {
+            match next_watch {
+                Some(next) => tokio::select! {
+                    _ = announced => {}
+                    _ = next => {}
+                },
+                None => announced.await,
+            }
+            true
+        });
+        self.watched = self.watching.is_some();
+        self.holder_watch = Some(news);
         Ok(Campaign::Held(holder))
     }
 
@@ -516,6 +642,36 @@ impl ZkBackend {
         tokio::spawn(async move {
             if let Err(e) = client.delete(&path, Some(r.version)).await {
                 tracing::debug!(error = %e, "switchover: the spent reservation stays");
+            }
+        });
+    }
+
+    /// Tells the followers behind the next in line that we lead now: our node's name
+    /// written to the announcement (`rules::HolderNews`). In the background, after the
+    /// claim: their looks follow this write, so they never compete with a claim.
+    fn announce(&self, client: &Client, ours: &str) {
+        let (client, path, data) = (
+            client.clone(),
+            self.announcement.clone(),
+            ours.as_bytes().to_vec(),
+        );
+        let acls = self.acls();
+        tokio::spawn(async move {
+            let options = CreateMode::Persistent.with_acls(acls);
+            // Created by the first leader of the election, rewritten by every next one.
+            for _ in 0..2 {
+                let done = match client.set_data(&path, &data, None).await {
+                    Err(zookeeper_client::Error::NoNode) => {
+                        client.create(&path, &data, &options).await.map(|_| ())
+                    }
+                    written => written.map(|_| ()),
+                };
+                match done {
+                    Err(zookeeper_client::Error::NodeExists) => continue,
+                    Err(e) => tracing::debug!(error = %e, "the leader's announcement failed"),
+                    Ok(()) => {}
+                }
+                return;
             }
         });
     }
@@ -592,6 +748,32 @@ impl ZkBackend {
     }
 }
 
+/// The watch on the announcement as an exists-watch set it (its stat, the watcher):
+/// resolves when the announcement changes, or at once when it changed already since
+/// the campaign's read found it at `seen` (its mzxid; `None`: not there).
+fn announcement_watch(
+    (stat, watcher): (
+        Option<zookeeper_client::Stat>,
+        zookeeper_client::OneshotWatcher,
+    ),
+    seen: Option<i64>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    if stat.map(|s| s.mzxid) != seen {
+        return Box::pin(std::future::ready(()));
+    }
+    Box::pin(async move {
+        watcher.changed().await;
+    })
+}
+
+/// The holder a latch node names: its data (the identity), its czxid (the token).
+fn holder_of(data: &[u8], stat: &zookeeper_client::Stat) -> Option<Holder> {
+    Some(Holder {
+        identity: String::from_utf8_lossy(data).into_owned(),
+        token: u64::try_from(stat.czxid).ok(),
+    })
+}
+
 /// A switchover's reservation: the name of the latch node it leaves the lease to, and
 /// its version (it is deleted only as it was read).
 struct Reservation {
@@ -649,10 +831,11 @@ async fn read_candidates(
 fn new_prefix() -> String {
     let n: u128 = rand::random();
     let hex = format!("{n:032x}");
-    // Curator: _c_<uuid>-latch- (the uuid in its usual 8-4-4-4-12 form).
+    // Curator: _c_<uuid>-latch- (the uuid in its usual 8-4-4-4-12 form), ours with
+    // our tag as the first group (96 random bits left).
     format!(
         "_c_{}-{}-{}-{}-{}-latch-",
-        &hex[0..8],
+        rules::OUR_TAG,
         &hex[8..12],
         &hex[12..16],
         &hex[16..20],
@@ -757,10 +940,8 @@ impl Backend for ZkBackend {
         };
         let holder = async {
             match holder_watch.as_mut() {
-                Some(w) => {
-                    w.await;
-                }
-                None => std::future::pending::<()>().await,
+                Some(w) => w.await,
+                None => std::future::pending::<bool>().await,
             }
         };
         // An expired session (our node is gone), a disconnect, or a reconnect within the
@@ -779,7 +960,12 @@ impl Backend for ZkBackend {
                     self.next_in_line = true;
                 }
             }
-            _ = holder => {
+            now = holder => {
+                // Announced: the new holder has claimed already; look now.
+                if now {
+                    self.unwatch();
+                    return Wake::Changed;
+                }
                 // The head changed, and we are not next in line (the head is not our
                 // predecessor): let the successor go first, unless our own turn comes.
                 // The spent watch goes first: a wait dropped during the stagger must
@@ -833,6 +1019,7 @@ mod tests {
     fn curator_names_and_sequences() {
         let p = new_prefix();
         assert!(p.starts_with("_c_") && p.ends_with("-latch-"), "{p}");
+        assert!(rules::announces(&format!("{p}0000000042")), "{p}");
         assert_eq!(p.len(), "_c_".len() + 36 + "-latch-".len());
         assert_eq!(rules::sequence_of(&format!("{p}0000000042")), Some(42));
     }

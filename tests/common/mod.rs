@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod backend_herd;
 pub mod backend_switchover;
 pub mod checker;
 pub mod crowd;

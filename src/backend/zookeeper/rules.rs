@@ -1,5 +1,5 @@
 //! The ZooKeeper backend's decisions, apart from its I/O: the queue order of the latch
-//! nodes, whom a follower watches, whether a switchover's reservation asks us to let
+//! nodes, whom a follower watches and how it hears of a new holder, whether a switchover's reservation asks us to let
 //! its candidate pass, whether a node is ours to claim or renew, which watch events
 //! end a claim, and the claim's ttl. Plain functions, driven by unit tests.
 
@@ -36,6 +36,49 @@ pub(super) fn watches(queue: &[(u64, String)], position: usize) -> (&str, Option
     let head = queue[0].1.as_str();
     let predecessor = (position > 1).then(|| queue[position - 1].1.as_str());
     (head, predecessor)
+}
+
+/// The first group of the uuid in our nodes' protection prefix
+/// (`_c_1ea5ee4e-…-latch-`): a Curator-shaped name that tells other leasekeeper
+/// candidates this node's candidate announces its claims (see [`holder_news`]).
+/// Curator's own uuids are random, version 4.
+pub(super) const OUR_TAG: &str = "1ea5ee4e";
+
+/// Whether the latch node `name` is a leasekeeper candidate's (which announces its
+/// claims), by the tag in its name.
+pub(super) fn announces(name: &str) -> bool {
+    name.strip_prefix("_c_")
+        .is_some_and(|rest| rest.starts_with(OUR_TAG) && rest[OUR_TAG.len()..].starts_with('-'))
+}
+
+/// How a follower hears of a new holder, for its `/leader`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum HolderNews {
+    /// A watch on the head of the queue: the next in line (for whom the head is the
+    /// predecessor anyway), and followers whose next in line does not announce (a
+    /// Curator `LeaderLatch`).
+    Head,
+    /// The election's announcement, which a leasekeeper candidate writes once it has
+    /// claimed, and the next in line's node (should it leave, the next one may not
+    /// announce). A handover then wakes the next in line alone; the others hear of
+    /// the new holder after its claim.
+    Announcement,
+}
+
+/// How the follower at `position` (> 0) hears of a new holder, given the node the
+/// announcement names (`announced`): by the announcement when it is behind the next
+/// in line, the next in line announces, and the holder has announced itself (so the
+/// announcement can be written here: ACLs allow it, and leasekeeper writes it).
+pub(super) fn holder_news(
+    queue: &[(u64, String)],
+    position: usize,
+    announced: Option<&str>,
+) -> HolderNews {
+    if position >= 2 && announces(&queue[1].1) && announced == Some(queue[0].1.as_str()) {
+        HolderNews::Announcement
+    } else {
+        HolderNews::Head
+    }
 }
 
 /// Whether a switchover's reservation naming the node `reserved` asks us (at
@@ -150,6 +193,49 @@ mod tests {
         assert_eq!(
             watches(&queue, 2),
             ("_c_1-latch-0000000001", Some("_c_2-latch-0000000002"))
+        );
+    }
+
+    #[test]
+    fn only_followers_behind_an_announcing_next_in_line_leave_the_head_alone() {
+        let ours = |i: u64| format!("_c_{OUR_TAG}-1111-2222-3333-444455556666-latch-{i:010}");
+        let curator = |i: u64| format!("_c_0b1e2d3c-1111-4222-8333-444455556666-latch-{i:010}");
+        assert!(announces(&ours(1)));
+        assert!(!announces(&curator(1)));
+        assert!(!announces(&format!("_c_{OUR_TAG}0-1111-latch-0000000001")));
+        assert!(!announces(&format!("{OUR_TAG}-1111-latch-0000000001")));
+        let queue = queue_of(vec![curator(1), ours(2), ours(3), ours(4)]);
+        let head = Some(queue[0].1.as_str());
+        assert_eq!(
+            holder_news(&queue, 1, head),
+            HolderNews::Head,
+            "next in line"
+        );
+        assert_eq!(holder_news(&queue, 2, head), HolderNews::Announcement);
+        assert_eq!(holder_news(&queue, 3, head), HolderNews::Announcement);
+        let old = Some("_c_x-latch-0000000000");
+        assert_eq!(
+            holder_news(&queue, 3, old),
+            HolderNews::Head,
+            "not announced"
+        );
+        assert_eq!(
+            holder_news(&queue, 3, None),
+            HolderNews::Head,
+            "never announced"
+        );
+        let queue = queue_of(vec![ours(1), curator(2), ours(3), ours(4)]);
+        let head = Some(queue[0].1.as_str());
+        assert_eq!(holder_news(&queue, 1, head), HolderNews::Head);
+        assert_eq!(
+            holder_news(&queue, 2, head),
+            HolderNews::Head,
+            "Curator next"
+        );
+        assert_eq!(
+            holder_news(&queue, 3, head),
+            HolderNews::Head,
+            "Curator next"
         );
     }
 
