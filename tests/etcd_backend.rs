@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::checker::{self, ElectionSpec, Fault};
 use common::etcd_server::EtcdCluster;
 use common::faults::Link;
-use common::{backend_switchover, eventually, http, Sidecar, SidecarArgs};
+use common::{backend_herd, backend_switchover, eventually, http, Sidecar, SidecarArgs};
 use leasekeeper::backend::etcd::EtcdBackend;
 use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
 use leasekeeper::timing::Timing;
@@ -502,6 +502,18 @@ fn etcd_candidate_with_ttl(
             timing: &timing,
         },
     )
+}
+
+/// See [`backend_herd::a_follower_behind_the_next_in_line_sleeps_through_a_release`].
+#[test]
+fn a_follower_behind_the_next_in_line_sleeps_through_a_release() {
+    let etcd = EtcdCluster::start(1);
+    let endpoints = etcd.endpoints();
+    backend_switchover::runtime().block_on(
+        backend_herd::a_follower_behind_the_next_in_line_sleeps_through_a_release(|id| {
+            etcd_candidate(&endpoints, "herdlib", id)
+        }),
+    );
 }
 
 /// See [`backend_switchover::passes_the_lease_to_the_named_candidate`].

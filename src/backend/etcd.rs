@@ -9,9 +9,21 @@
 //! - **Fencing token**: the create revision of the leader's key (etcd revisions only
 //!   grow, so every later tenure has a greater one).
 //! - **Followers** watch only the key just ahead of theirs for a delete, from the
-//!   revision of the read that found it (no missed events, no herd), and the leader's
-//!   key (to keep `/leader` current). A follower's only periodic request is the lease
-//!   keep-alive, which every candidate needs to keep its place in the queue.
+//!   revision of the read that found it (no missed events, no herd), and news of a
+//!   new holder (to keep `/leader` current; `rules::holder_news`): the next in line
+//!   watches the leader's key anyway (its predecessor); a follower further back
+//!   watches the *announcement* `<election>.leader` (outside the prefix, so
+//!   `concurrency.Election` never counts it) and the next in line's key. A
+//!   leasekeeper candidate puts its key there right after it claims (in the
+//!   background), so a handover wakes the next in line alone, and the others look
+//!   once the claim is made. Only a leasekeeper candidate announces: it asks for a
+//!   lease id with a tag in its upper bits (`rules::LEASE_TAG`; etcd's own ids start
+//!   with bits of the member's id). Behind a next in line without it (`etcdctl
+//!   elect`, a Go elector), or while the announcement does not name the leader's key
+//!   (none put yet, or a role that may not write it), followers watch the leader's
+//!   key as before, and look 50 to 500 ms after it goes (`super::stagger`). A
+//!   follower's only periodic request is the lease keep-alive, which every candidate
+//!   needs to keep its place in the queue.
 //! - **Acquire**: when our key is the first, one keep-alive round trip is made before
 //!   claiming. The lease is then guaranteed for a ttl from a moment after the
 //!   campaign was sent, which is what the elector's deadline assumes; without it a
@@ -55,8 +67,8 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, TlsOptions, Txn, TxnOp,
-    TxnOpResponse, WatchOptions, WatchStream,
+    LeaseGrantOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget,
+    TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 use tokio::time::{sleep_until, Instant};
 
@@ -65,7 +77,7 @@ use crate::status::Holder;
 
 mod rules;
 mod settings;
-use rules::{Before, InFlight, Place};
+use rules::{Before, HolderNews, InFlight, Place};
 pub use settings::{Args, EtcdSettings};
 
 fn etcd(op: &'static str) -> impl FnOnce(etcd_client::Error) -> BackendError {
@@ -96,10 +108,16 @@ struct Session {
     pending: Option<InFlight>,
 }
 
-/// What a follower watches between campaigns.
+/// What a follower watches between campaigns: the key just ahead of ours, and the
+/// news of a new holder (`rules::HolderNews`).
 struct Watching {
     predecessor: WatchStream,
+    /// The leader's key, unless it is our predecessor (its delete: a stagger, then a
+    /// look).
     leader: Option<WatchStream>,
+    /// The announcement, and the next in line's key: any event means look now.
+    announcement: Option<WatchStream>,
+    next: Option<WatchStream>,
 }
 
 pub struct EtcdBackend {
@@ -116,6 +134,8 @@ pub struct EtcdBackend {
     prefix: String,
     /// `<election>.switchover`: the switchover's reservation (see the module doc).
     reservation: String,
+    /// `<election>.leader`: the announcement a new leader puts (see the module doc).
+    announcement: String,
     identity: String,
     ttl: Duration,
     ttl_secs: i64,
@@ -163,6 +183,7 @@ impl EtcdBackend {
             op_timeout,
             prefix: format!("{election}/"),
             reservation: format!("{election}.switchover"),
+            announcement: format!("{election}.leader"),
             identity: identity.to_owned(),
             ttl,
             ttl_secs,
@@ -223,10 +244,16 @@ impl EtcdBackend {
     async fn session(&mut self) -> Result<&mut Session, BackendError> {
         if self.session.is_none() {
             let mut client = self.client().await?;
-            let granted = client
-                .lease_grant(self.ttl_secs, None)
-                .await
-                .map_err(etcd("campaign"))?;
+            // A tagged id (see `rules::holder_news`); taken already (1 in 2^40), or
+            // refused: one that etcd picks.
+            let tagged = LeaseGrantOptions::new().with_id(rules::tagged_lease_id(rand::random()));
+            let granted = match client.lease_grant(self.ttl_secs, Some(tagged)).await {
+                Ok(g) => g,
+                Err(_) => client
+                    .lease_grant(self.ttl_secs, None)
+                    .await
+                    .map_err(etcd("campaign"))?,
+            };
             if granted.ttl() != self.ttl_secs {
                 tracing::warn!(
                     requested = self.ttl_secs,
@@ -400,7 +427,7 @@ impl EtcdBackend {
         let revision = self.session.as_ref().map_or(0, |s| s.revision);
         let queue = read_queue(
             &mut client,
-            (&self.prefix, &self.reservation),
+            (&self.prefix, &self.reservation, &self.announcement),
             &key,
             revision,
         )
@@ -429,6 +456,7 @@ impl EtcdBackend {
                 // Every event on our key since the read that found us first.
                 let own = client.watch(key.as_bytes().to_vec(), from()).await;
                 self.own = Some(own.map_err(etcd("campaign"))?);
+                self.announce(client.clone(), &key);
                 if let Some(r) = queue
                     .reserved
                     .as_ref()
@@ -446,19 +474,36 @@ impl EtcdBackend {
                 Ok(Some(Campaign::Held(None)))
             }
             Place::Behind { watch, leader } => {
-                // With nobody ahead of us, the queue moved between our reads: look
-                // again soon by watching the leader only.
-                let (watched, leader) = (watch.to_vec(), leader.map(<[u8]>::to_vec));
-                let predecessor = client.watch(watched, from()).await;
-                let predecessor = predecessor.map_err(etcd("campaign"))?;
-                let leader = match leader {
-                    Some(l) => Some(client.watch(l, from()).await.map_err(etcd("campaign"))?),
-                    None => None,
-                };
-                self.watching = Some(Watching {
-                    predecessor,
-                    leader,
+                let news = queue.leader.as_ref().map_or(HolderNews::Leader, |l| {
+                    rules::holder_news(
+                        l.key(),
+                        queue.next.as_ref().map(|n| n.key()),
+                        key.as_bytes(),
+                        queue.announced.as_ref().map(|a| a.value()),
+                        &self.prefix,
+                    )
                 });
+                let announcement = Some(self.announcement.clone().into_bytes());
+                let news = match news {
+                    // Behind the next in line, the announcement too: once it names
+                    // the leader, we may leave the leader's key alone.
+                    HolderNews::Leader => News {
+                        announcement: leader.and(announcement),
+                        leader: leader.map(<[u8]>::to_vec),
+                        next: None,
+                    },
+                    HolderNews::Announcement => News {
+                        leader: None,
+                        announcement,
+                        next: queue
+                            .next
+                            .as_ref()
+                            .map(|n| n.key().to_vec())
+                            .filter(|n| n.as_slice() != watch),
+                    },
+                };
+                let watching = follower_watches(&client, queue.at + 1, watch.to_vec(), news);
+                self.watching = Some(watching.await?);
                 Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))))
             }
         }
@@ -503,6 +548,19 @@ impl EtcdBackend {
                 .and_then([TxnOp::delete(key.as_str(), None)]);
             if let Err(e) = client.txn(delete).await {
                 tracing::debug!(error = %e, "switchover: the spent reservation stays");
+            }
+        });
+    }
+
+    /// Tells the followers behind the next in line that we lead now: our key put in
+    /// the announcement (`rules::HolderNews`), with no lease (its delete would wake
+    /// them at the next release). In the background, after the claim: their looks
+    /// follow it, so they never compete with a claim.
+    fn announce(&self, mut client: Client, ours: &str) {
+        let (at, ours) = (self.announcement.clone(), ours.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = client.put(at, ours, None).await {
+                tracing::debug!(error = %e, "the leader's announcement failed");
             }
         });
     }
@@ -680,6 +738,49 @@ async fn ahead_of_reserved(
     ))
 }
 
+/// The keys a follower watches for news of a new holder, besides its predecessor
+/// (see [`Watching`]).
+struct News {
+    leader: Option<Vec<u8>>,
+    announcement: Option<Vec<u8>>,
+    next: Option<Vec<u8>>,
+}
+
+/// A follower's watches from revision `from` (the read that placed us): the key just
+/// ahead of ours (`watch`) and the news; opened together.
+async fn follower_watches(
+    client: &Client,
+    from: i64,
+    watch: Vec<u8>,
+    news: News,
+) -> Result<Watching, BackendError> {
+    let open = |key: Option<Vec<u8>>| {
+        let mut client = client.clone();
+        async move {
+            match key {
+                Some(k) => client
+                    .watch(k, Some(WatchOptions::new().with_start_revision(from)))
+                    .await
+                    .map(Some)
+                    .map_err(etcd("campaign")),
+                None => Ok(None),
+            }
+        }
+    };
+    let (predecessor, leader, announcement, next) = tokio::join!(
+        open(Some(watch)),
+        open(news.leader),
+        open(news.announcement),
+        open(news.next)
+    );
+    Ok(Watching {
+        predecessor: predecessor?.ok_or_else(|| failed("campaign", "no watch"))?,
+        leader: leader?,
+        announcement: announcement?,
+        next: next?,
+    })
+}
+
 /// The queue as one consistent read saw it.
 struct Queue {
     /// The revision of the read.
@@ -688,25 +789,30 @@ struct Queue {
     leader: Option<etcd_client::KeyValue>,
     /// The key just ahead of ours.
     predecessor: Option<etcd_client::KeyValue>,
+    /// The second key of the queue: the next in line.
+    next: Option<etcd_client::KeyValue>,
+    /// The announcement: its value is the key of the leader that put it.
+    announced: Option<etcd_client::KeyValue>,
     /// Whether our key is still there.
     ours: bool,
     /// A switchover's reservation: its value is the key of the candidate named.
     reserved: Option<etcd_client::KeyValue>,
 }
 
-/// One consistent read: the leader, the key just ahead of ours, ours, and the
-/// reservation (`at`: the queue's prefix and the reservation's key).
+/// One consistent read: the leader and the next in line, the key just ahead of ours,
+/// ours, the reservation and the announcement (`at`: the queue's prefix, the
+/// reservation's key and the announcement's).
 async fn read_queue(
     client: &mut Client,
-    at: (&str, &str),
+    at: (&str, &str, &str),
     key: &str,
     revision: i64,
 ) -> Result<Queue, BackendError> {
-    let (prefix, reservation) = at;
+    let (prefix, reservation, announcement) = at;
     let first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1);
+        .with_limit(2);
     let ahead = GetOptions::new()
         .with_prefix()
         .with_max_create_revision(revision - 1)
@@ -717,12 +823,19 @@ async fn read_queue(
         TxnOp::get(prefix, Some(ahead)),
         TxnOp::get(key, None),
         TxnOp::get(reservation, None),
+        TxnOp::get(announcement, None),
     ]);
     let answer = client.txn(read).await.map_err(etcd("campaign"))?;
     let responses = answer.op_responses();
+    let second = |r: &TxnOpResponse| match r {
+        TxnOpResponse::Get(g) => g.kvs().get(1).cloned(),
+        _ => None,
+    };
     Ok(Queue {
         at: answer.header().map(|h| h.revision()).unwrap_or(0),
         leader: responses.first().and_then(first_kv).cloned(),
+        next: responses.first().and_then(second),
+        announced: responses.get(4).and_then(first_kv).cloned(),
         predecessor: responses.get(1).and_then(first_kv).cloned(),
         ours: responses
             .get(2)
@@ -923,20 +1036,22 @@ impl Backend for EtcdBackend {
                     _ => return Wake::Changed,
                 }
             };
-            let (from_leader, event) = tokio::select! {
-                m = w.predecessor.message() => (false, Some(m)),
-                m = async {
-                    match w.leader.as_mut() {
-                        Some(l) => l.message().await,
-                        None => std::future::pending().await,
-                    }
-                } => (true, Some(m)),
-                _ = sleep_until(until.min(keepalive_due)) => (false, None),
+            let (from_leader, news, event) = tokio::select! {
+                m = w.predecessor.message() => (false, false, Some(m)),
+                m = next_message(w.leader.as_mut()) => (true, false, Some(m)),
+                m = next_message(w.announcement.as_mut()) => (false, true, Some(m)),
+                m = next_message(w.next.as_mut()) => (false, true, Some(m)),
+                _ = sleep_until(until.min(keepalive_due)) => (false, false, None),
             };
             match event {
                 Some(Ok(Some(resp))) => {
                     if resp.canceled() || resp.compact_revision() > 0 {
                         // Compacted or cancelled: read again and watch anew.
+                        return Wake::Changed;
+                    }
+                    if news && !resp.events().is_empty() {
+                        // A new leader announced itself (its claim is made), or the
+                        // next in line went: look now.
                         return Wake::Changed;
                     }
                     if resp
@@ -975,6 +1090,16 @@ impl Backend for EtcdBackend {
                 }
             }
         }
+    }
+}
+
+/// The next message of a watch that may not be open (then never).
+async fn next_message(
+    w: Option<&mut WatchStream>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    match w {
+        Some(w) => w.message().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -43,6 +43,60 @@ pub(super) fn place<'a>(
     }
 }
 
+/// The tag in the upper bits of the lease ids we ask for (`tagged_lease_id`): a key
+/// `<election>/<lease id in hex>` with it is a leasekeeper candidate's, which
+/// announces its claims (see [`holder_news`]). etcd's own ids start with bits of the
+/// member's id instead.
+pub(super) const LEASE_TAG: i64 = 0x1e_a5e4;
+const TAG_SHIFT: u32 = 40;
+
+/// A lease id with our tag and 40 bits of `random` (positive, as etcd wants).
+pub(super) fn tagged_lease_id(random: u64) -> i64 {
+    let low = i64::try_from(random & ((1 << TAG_SHIFT) - 1)).unwrap_or(0);
+    (LEASE_TAG << TAG_SHIFT) | low
+}
+
+/// Whether the queue's key `key` (under `prefix`) is a leasekeeper candidate's, by
+/// the tag of its lease id.
+pub(super) fn announces(key: &[u8], prefix: &str) -> bool {
+    key.strip_prefix(prefix.as_bytes())
+        .and_then(|hex| std::str::from_utf8(hex).ok())
+        .and_then(|hex| i64::from_str_radix(hex, 16).ok())
+        .is_some_and(|id| id >> TAG_SHIFT == LEASE_TAG)
+}
+
+/// How a follower hears of a new holder, for its `/leader`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum HolderNews {
+    /// A watch on the leader's key: the next in line (whose predecessor it is), and
+    /// followers whose next in line does not announce (`etcdctl elect`, a Go
+    /// `concurrency.Election`).
+    Leader,
+    /// The election's announcement, which a leasekeeper candidate puts once it has
+    /// claimed, and the next in line's key (should it go, the next one may not
+    /// announce): a handover wakes the next in line alone.
+    Announcement,
+}
+
+/// How a follower hears of a new holder: by the announcement when it is behind the
+/// next in line (`next`, the second key of the queue, not `ours`), that key announces,
+/// and the announcement names the leader's key (`announced`: so it can be written
+/// here, the role allows it).
+pub(super) fn holder_news(
+    leader: &[u8],
+    next: Option<&[u8]>,
+    ours: &[u8],
+    announced: Option<&[u8]>,
+    prefix: &str,
+) -> HolderNews {
+    match next {
+        Some(n) if n != ours && announces(n, prefix) && announced == Some(leader) => {
+            HolderNews::Announcement
+        }
+        _ => HolderNews::Leader,
+    }
+}
+
 /// Whether a switchover's reservation, naming the key `named` (its create revision
 /// `named_revision`, `None` when that key is gone), asks us (our key `ours`, created
 /// at `our_revision`) to give our place up: only while the named key is alive, not
@@ -159,6 +213,43 @@ pub(super) fn token_of(create_revision: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_followers_behind_an_announcing_next_in_line_leave_the_leader_alone() {
+        let key = |id: i64| format!("e/{id:x}").into_bytes();
+        let ours = |r: u64| key(tagged_lease_id(r));
+        assert!(tagged_lease_id(u64::MAX) > 0);
+        assert!(announces(&ours(7), "e/"));
+        assert!(announces(&ours(u64::MAX), "e/"));
+        assert!(
+            !announces(&key(0x694d_9b2e_5b6c_1f0a), "e/"),
+            "an etcd-made id"
+        );
+        assert!(!announces(&ours(7), "f/"), "another election");
+        assert!(!announces(b"e/zz", "e/"));
+        let (leader, next, me) = (key(0x694d_9b2e_5b6c_1f0a), ours(2), ours(3));
+        let news = |next: &[u8], announced: Option<&[u8]>| {
+            holder_news(&leader, Some(next), &me, announced, "e/")
+        };
+        assert_eq!(news(&next, Some(&leader)), HolderNews::Announcement);
+        assert_eq!(news(&me, Some(&leader)), HolderNews::Leader, "we are next");
+        assert_eq!(
+            news(&next, Some(&next)),
+            HolderNews::Leader,
+            "not announced"
+        );
+        assert_eq!(news(&next, None), HolderNews::Leader, "never announced");
+        let go = key(0x694d_9b2e_5b6c_1f0b);
+        assert_eq!(
+            news(&go, Some(&leader)),
+            HolderNews::Leader,
+            "a Go candidate next"
+        );
+        assert_eq!(
+            holder_news(&leader, None, &me, Some(&leader), "e/"),
+            HolderNews::Leader
+        );
+    }
 
     #[test]
     fn only_the_first_key_leads_and_a_follower_watches_the_key_just_ahead() {
