@@ -410,9 +410,10 @@ impl ZkBackend {
     }
 
     /// One full campaign round: our node (created if needed), the queue, the
-    /// switchover's reservation and the leader's announcement (read together), then a claim if we are first, or
-    /// the watches of a follower. `None` when the round gave our place up to a
-    /// switchover's named candidate (only when `may_requeue`): look again at once.
+    /// switchover's reservation and the leader's announcement (read together), then a
+    /// claim if we are first, or the watches of a follower. `None` when the round gave
+    /// our place up to a switchover's named candidate (only when `may_requeue`): look
+    /// again at once.
     async fn campaign_round(
         &mut self,
         client: &Client,

@@ -1,7 +1,8 @@
 //! The ZooKeeper backend's decisions, apart from its I/O: the queue order of the latch
-//! nodes, whom a follower watches and how it hears of a new holder, whether a switchover's reservation asks us to let
-//! its candidate pass, whether a node is ours to claim or renew, which watch events
-//! end a claim, and the claim's ttl. Plain functions, driven by unit tests.
+//! nodes, whom a follower watches and how it hears of a new holder, whether a
+//! switchover's reservation asks us to let its candidate pass, whether a node is ours
+//! to claim or renew, which watch events end a claim, and the claim's ttl. Plain
+//! functions, driven by unit tests.
 
 use std::time::Duration;
 
