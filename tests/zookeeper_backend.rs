@@ -812,13 +812,22 @@ fn followers_survive_release_requests_during_a_handover() {
 
 /// A ZooKeeper candidate built as the sidecar builds it (flags → settings → backend).
 fn zk_candidate(connect: &str, election: &str, identity: &str) -> ZkBackend {
+    zk_candidate_with_ttl(connect, election, identity, Duration::from_secs(2))
+}
+
+fn zk_candidate_with_ttl(
+    connect: &str,
+    election: &str,
+    identity: &str,
+    ttl: Duration,
+) -> ZkBackend {
     let settings = leasekeeper::backend::zookeeper::Args {
         zk_connect: Some(connect.to_owned()),
         ..Default::default()
     }
     .settings()
     .expect("zookeeper settings");
-    let timing = Timing::for_ttl(Duration::from_secs(2));
+    let timing = Timing::for_ttl(ttl);
     ZkBackend::new(
         &settings,
         &Candidacy {
@@ -966,6 +975,51 @@ fn a_claim_through_a_server_cut_off_from_the_quorum_proves_nothing() {
         );
     });
     zk.heal(f);
+}
+
+/// Invariant 8 when the ensemble's leader itself is cut off from its quorum: it goes on
+/// answering the `sync` of a claim until it steps down (a deposed leader's answer), but
+/// the claim's `multi` check, sent with it, never commits there. B, next in line and
+/// connected to that server only, claims on the `sync`; its claim must end when the
+/// check fails (the server steps down after syncLimit × tickTime, about 1 s here, and
+/// drops its connections), not only when B's 4 s session is given up, since the new
+/// leader may expire that session a session timeout after it starts.
+#[test]
+fn a_claim_that_only_a_deposed_leader_vouched_for_ends_when_it_steps_down() {
+    let zk = ZkEnsemble::start_partitionable(3);
+    let leader = (0..3)
+        .find(|&i| zk.server_mode(i).as_deref() == Some("leader"))
+        .expect("the ensemble has a leader");
+    let f = (0..3).find(|&i| i != leader).expect("a follower");
+    let ttl = Duration::from_secs(4);
+    backend_switchover::runtime().block_on(async {
+        let mut a = zk_candidate_with_ttl(&zk.connect_string_for(f), "deposed", "A", ttl);
+        zk_leads("A", &mut a).await;
+        let mut b = zk_candidate_with_ttl(&zk.connect_string_for(leader), "deposed", "B", ttl);
+        zk_follows("B", &mut b, "A", None).await;
+        a.release().await.expect("release");
+        let woke = tokio::time::timeout(
+            Duration::from_secs(5),
+            b.wait_for_change(Duration::from_secs(5)),
+        )
+        .await;
+        assert_eq!(woke, Ok(Wake::Changed), "B never heard of the release");
+        zk.isolate(leader);
+        let claim = tokio::time::timeout(Duration::from_secs(3), b.campaign()).await;
+        assert!(
+            matches!(claim, Ok(Ok(Campaign::Acquired { .. }))),
+            "the deposed leader did not answer B's claim: {claim:?}"
+        );
+        let started = std::time::Instant::now();
+        b.record_lost().await;
+        let took = started.elapsed();
+        eprintln!("B's claim ended {took:?} after it was made");
+        assert!(
+            took < Duration::from_millis(3500),
+            "B kept a claim that only a deposed leader vouched for for {took:?}"
+        );
+    });
+    zk.heal(leader);
 }
 
 /// A leads; then its node is deleted and created again under the same name by

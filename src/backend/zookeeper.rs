@@ -30,6 +30,16 @@
 //!   client has version 0 too).
 //!   This is also the claim's check that the lowest node belongs to the current
 //!   session. The decisions themselves are plain functions in `rules`.
+//!   A *claim* does not wait for the check's disk write (every server logs and syncs
+//!   a transaction before it answers): it is made on a `sync` (passed to the
+//!   ensemble's leader, which checks our session there) and the stat read behind it,
+//!   with the `multi` sent right after them in the same round trip. Its answer is the
+//!   claim's confirmation: a failed check, or a connection dropped before it answered,
+//!   ends the claim (`record_lost`), as a renew proven by the ensemble's leader
+//!   replaces it. A `sync` proves less than a transaction only when the server that
+//!   answers it is a leader cut off from its quorum; it steps down within about
+//!   syncLimit × tickTime and drops its connections, which fails the check, before a
+//!   new leader can expire our session (a session timeout after the new one starts).
 //! - **The leader watches its own node** (invariant 9): the acquisition sets a watch
 //!   on it, and a delete or data change by another client, or the session's expiry,
 //!   ends the claim at once.
@@ -137,6 +147,8 @@ pub struct ZkBackend {
     session_events: Option<StateWatcher>,
     /// While leading: the watch on our own node, kept across the elector's polls.
     own_watch: Option<OwnWatch>,
+    /// After a claim: its `multi` check, still on its way (see `sync_prove_and_watch`).
+    confirming: Option<Confirmation>,
     /// The head changed and we are not next in line: look once this passes (or our
     /// turn comes). Kept in the struct so that a wait dropped meanwhile resumes it.
     stagger_until: Option<tokio::time::Instant>,
@@ -149,6 +161,9 @@ type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
 /// it says to look at once (an announcement: the claim is made), `false` when the
 /// head changed (the successor may not have claimed yet).
 type News = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// A claim's `multi` check on its way: `true` once the ensemble's leader ran it.
+type Confirmation = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// Our node is created once and never written: its version stays 0.
 const OWN_VERSION: i32 = 0;
@@ -187,6 +202,7 @@ impl ZkBackend {
             stagger_until: None,
             session_events: None,
             own_watch: None,
+            confirming: None,
             relay: None,
         }
     }
@@ -293,6 +309,7 @@ impl ZkBackend {
         self.unwatch();
         self.session_events = None;
         self.own_watch = None;
+        self.confirming = None;
         self.prefix = new_prefix();
     }
 
@@ -390,15 +407,16 @@ impl ZkBackend {
     ) -> Result<Option<Campaign>, BackendError> {
         let path = format!("{}/{node}", self.dir);
         let reserved = client.get_data(&self.reservation);
-        let proof = Self::prove_and_watch(client, &path, "campaign");
+        let proof = Self::sync_prove_and_watch(client, &self.dir, &path);
         let (reserved, proof) = tokio::join!(reserved, proof);
         let reserved = reservation_of(reserved)?;
         if rules::reserved_for_another(reserved.as_ref().map(|r| r.node.as_str()), node) {
             return Ok(None);
         }
         match proof? {
-            Some((s, watch)) => {
+            Some((s, watch, confirmation)) => {
                 self.own_watch = Some(watch);
+                self.confirming = Some(confirmation);
                 self.spend_reservation(client, reserved);
                 self.announce(client, node);
                 Ok(Some(Campaign::Acquired {
@@ -461,9 +479,10 @@ impl ZkBackend {
         reserved: Option<Reservation>,
     ) -> Result<Campaign, BackendError> {
         let path = format!("{}/{ours}", self.dir);
-        match Self::prove_and_watch(client, &path, "campaign").await? {
-            Some((s, watch)) => {
+        match Self::sync_prove_and_watch(client, &self.dir, &path).await? {
+            Some((s, watch, confirmation)) => {
                 self.own_watch = Some(watch);
+                self.confirming = Some(confirmation);
                 self.spend_reservation(client, reserved.filter(|r| r.node == ours));
                 self.announce(client, ours);
                 Ok(Campaign::Acquired {
@@ -677,6 +696,51 @@ impl ZkBackend {
         });
     }
 
+    /// A claim's proof, in one round trip without waiting for a disk write: a `sync`
+    /// (the server we are connected to passes it to the ensemble's leader, which checks
+    /// our session, and answers once it has applied what that leader committed before
+    /// it), then our node's stat with a watch, read behind it on the same session: there,
+    /// unwritten, and owned by this very session. The `multi` check of `prove_own_node`
+    /// goes out right behind them, and its answer (a disk write later) is the
+    /// confirmation: `record_lost` ends the claim when it fails or its connection
+    /// drops. That covers the one case where a `sync` proves less than a transaction:
+    /// a ZooKeeper leader cut off from its quorum answers syncs until it steps down,
+    /// and it closes its client connections when it does, before a new leader can
+    /// expire our session (that takes a session timeout from the new leader's start).
+    async fn sync_prove_and_watch(
+        client: &Client,
+        dir: &str,
+        path: &str,
+    ) -> Result<Option<(zookeeper_client::Stat, OwnWatch, Confirmation)>, BackendError> {
+        let synced = client.sync(dir);
+        let watched = client.check_and_watch_stat(path);
+        // Sent after the two above (the session's requests are served in order, so
+        // their answers never wait for this one's disk write).
+        let (confirming, check) = (client.clone(), path.to_owned());
+        let confirmation = tokio::spawn(async move {
+            let mut multi = confirming.new_multi_writer();
+            if multi.add_check_version(&check, OWN_VERSION).is_err() {
+                return false;
+            }
+            multi.commit().await.is_ok()
+        });
+        let confirmation: Confirmation =
+            Box::pin(async move { confirmation.await.unwrap_or(false) });
+        let (synced, watched) = tokio::join!(synced, watched);
+        match synced {
+            Ok(()) => {}
+            Err(zookeeper_client::Error::SessionExpired) => return Ok(None),
+            Err(e) => return Err(zk("campaign")(e)),
+        }
+        let (stat, watcher) = watched.map_err(zk("campaign"))?;
+        let session = client.session_id().0;
+        Ok(stat
+            .filter(|s| {
+                rules::owned_by(Some(s.ephemeral_owner), session) && s.version == OWN_VERSION
+            })
+            .map(|s| (s, Box::pin(watcher.changed()) as OwnWatch, confirmation)))
+    }
+
     /// The proof below and a watch on our node, sent together (one round trip): the
     /// node's stat and the watch when the proof holds and the node is there.
     async fn prove_and_watch(
@@ -765,6 +829,17 @@ fn announcement_watch(
     Box::pin(async move {
         watcher.changed().await;
     })
+}
+
+/// What an event on our own node's watch says (see `rules::ends_claim`).
+fn own_event(event: &WatchedEvent) -> rules::OwnEvent {
+    match event.event_type {
+        EventType::NodeDeleted | EventType::NodeDataChanged => rules::OwnEvent::Changed,
+        EventType::Session => rules::OwnEvent::Session {
+            ended: event.session_state.is_terminated(),
+        },
+        EventType::NodeCreated | EventType::NodeChildrenChanged => rules::OwnEvent::Other,
+    }
 }
 
 /// The holder a latch node names: its data (the identity), its czxid (the token).
@@ -887,6 +962,10 @@ impl Backend for ZkBackend {
         let path = format!("{}/{node}", self.dir);
         if self.own_watch.is_some() {
             let proven = Self::prove_own_node(&client, &path, "renew").await?;
+            if proven {
+                // Proven through the ensemble's leader after the claim: it confirms it.
+                self.confirming = None;
+            }
             return Ok(if proven {
                 Renewal::Renewed
             } else {
@@ -899,6 +978,7 @@ impl Backend for ZkBackend {
             return Ok(Renewal::Lost);
         };
         self.own_watch = Some(watch);
+        self.confirming = None;
         Ok(Renewal::Renewed)
     }
 
@@ -994,20 +1074,39 @@ impl Backend for ZkBackend {
     }
 
     async fn record_lost(&mut self) {
-        let Some(watch) = self.own_watch.as_mut() else {
-            return std::future::pending().await;
-        };
-        let event = watch.await;
-        self.own_watch = None;
-        let event = match event.event_type {
-            EventType::NodeDeleted | EventType::NodeDataChanged => rules::OwnEvent::Changed,
-            EventType::Session => rules::OwnEvent::Session {
-                ended: event.session_state.is_terminated(),
-            },
-            EventType::NodeCreated | EventType::NodeChildrenChanged => rules::OwnEvent::Other,
-        };
-        if !rules::ends_claim(event) {
-            std::future::pending::<()>().await
+        loop {
+            let Self {
+                own_watch,
+                confirming,
+                ..
+            } = self;
+            let changed = async {
+                match own_watch.as_mut() {
+                    Some(w) => w.await,
+                    None => std::future::pending().await,
+                }
+            };
+            let confirmed = async {
+                match confirming.as_mut() {
+                    Some(c) => c.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = changed => {
+                    self.own_watch = None;
+                    if rules::ends_claim(own_event(&event)) {
+                        return;
+                    }
+                }
+                confirmed = confirmed => {
+                    self.confirming = None;
+                    if !confirmed {
+                        tracing::warn!("the claim's check through the ZooKeeper ensemble's leader failed");
+                        return;
+                    }
+                }
+            }
         }
     }
 }
