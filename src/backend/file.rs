@@ -53,6 +53,20 @@ impl Args {
     }
 }
 
+/// The lock file of slot `slot` of `count` (`--holders`): `-<slot>` before the
+/// extension (`leasekeeper-e.lock` → `leasekeeper-e-2.lock`); one slot keeps the path.
+pub fn slot_path(path: &Path, slot: u32, count: u32) -> PathBuf {
+    if count <= 1 {
+        return path.to_owned();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{slot}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{slot}"),
+    };
+    path.with_file_name(name)
+}
+
 #[derive(Serialize, Deserialize, Default, Debug)]
 struct LockRecord {
     token: FencingToken,
@@ -256,6 +270,10 @@ impl FileBackend {
     /// Unlocks our own lock, if held, emptying the holder (and reserving the lock for
     /// `to` for a ttl).
     fn release_for(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        // A lock the waiter took, or may still take, is let go of too (a candidate
+        // of several slots withdraws from the ones it does not hold this way).
+        self.arrived = None;
+        self.waiter = None;
         if let Some(file) = self.held.take() {
             let mut record = read_record(&file);
             record.holder.clear();

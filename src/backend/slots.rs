@@ -1,0 +1,360 @@
+//! An election of N holders (`--holders N`): N slots, each its own lease on the store.
+//!
+//! Slot `i` of election `E` is the lease `E-i`, built by the store's own backend, so
+//! each slot has everything a lease has (the conservative deadline, compare-and-act,
+//! its own growing fencing token, the own-record watch, the release on shutdown).
+//! [`Slots`] is one [`Backend`] over those N: the elector above it is unchanged and
+//! runs one claim at a time, so a candidate holds at most one slot, and at most one
+//! candidate holds each slot because each is a lease.
+//!
+//! - A campaign tries the slots that may have changed, from the one the identity picks
+//!   ([`start_slot`]: a StatefulSet ordinal, else a hash), in order; the first taken
+//!   ends it. A slot whose campaign was cut off (the future dropped) is asked first
+//!   next time, so a take the store did make is recognised as ours.
+//! - A follower waits on every slot's own wait at once (a watch per slot where the
+//!   store has watches), so any slot freed wakes it, without polling.
+//! - Once a slot is taken, the candidate withdraws from the others (their queue
+//!   entries, waiters and sessions): a place it kept in another slot's queue would
+//!   become that slot's holder in the store's eyes without ever being claimed.
+
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use super::{Backend, BackendError, Campaign, Renewal, Wake};
+use crate::settings::{bad, ConfigError};
+use crate::status::{Holder, SlotHolder};
+
+/// The most slots an election may have: each is a lease of its own, with its own
+/// connection or session per candidate on most stores.
+pub const MAX_HOLDERS: u32 = 64;
+
+/// The flag of an election of several holders.
+#[derive(clap::Args, Debug, Default, Clone)]
+#[group(skip)]
+pub struct Args {
+    /// How many candidates may lead at once, each in its own numbered slot (0..N-1, each a lease named <election>-<slot>) [default: 1, the election itself].
+    #[arg(long, env = "LEASEKEEPER_HOLDERS")]
+    pub holders: Option<String>,
+}
+
+impl Args {
+    /// N, from 1 to [`MAX_HOLDERS`].
+    pub fn count(&self) -> Result<u32, ConfigError> {
+        let Some(raw) = self.holders.as_deref() else {
+            return Ok(1);
+        };
+        match raw.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_HOLDERS).contains(&n) => Ok(n),
+            _ => Err(bad(format!(
+                "--holders {raw:?} is not a number of slots from 1 to {MAX_HOLDERS}"
+            ))),
+        }
+    }
+}
+
+/// The store's lease name of slot `slot` of `election` (N = 1: the election itself,
+/// unchanged on the wire).
+pub fn slot_election(election: &str, slot: u32, count: u32) -> String {
+    if count <= 1 {
+        election.to_owned()
+    } else {
+        format!("{election}-{slot}")
+    }
+}
+
+/// The slot a candidate tries first: a StatefulSet Pod's ordinal (`name-3` → 3 mod
+/// N), so a Pod comes back to its own slot; else a stable hash of the identity
+/// (FNV-1a), so candidates spread over the slots.
+pub fn start_slot(identity: &str, count: u32) -> u32 {
+    let count = count.max(1);
+    let ordinal = identity
+        .rsplit_once('-')
+        .and_then(|(_, tail)| tail.parse::<u64>().ok());
+    let key = ordinal.unwrap_or_else(|| {
+        identity.bytes().fold(0xcbf2_9ce4_8422_2325, |h: u64, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    });
+    (key % u64::from(count)) as u32
+}
+
+/// The order in which a candidate starting at `start` tries `count` slots.
+fn preference(start: u32, count: u32) -> Vec<usize> {
+    (0..count).map(|k| ((start + k) % count) as usize).collect()
+}
+
+/// N slots of one election, as one backend.
+pub struct Slots<B: Backend> {
+    slots: Vec<B>,
+    identity: String,
+    order: Vec<usize>,
+    /// The slot we hold (from its campaign until a renew, release or loss says no).
+    held: Option<usize>,
+    /// The slot whose campaign is under way (it may have taken the slot if cut off).
+    in_flight: Option<usize>,
+    /// Slots that may have changed since their last campaign.
+    dirty: Vec<bool>,
+    /// Slots to withdraw from once one is held.
+    withdraw: Vec<usize>,
+    observed: Vec<Option<Holder>>,
+    last_own: Option<u32>,
+}
+
+impl<B: Backend> Slots<B> {
+    /// `slots[i]` is the backend of the lease `slot_election(election, i, N)`.
+    pub fn new(slots: Vec<B>, identity: &str) -> Self {
+        let count = slots.len() as u32;
+        Slots {
+            order: preference(start_slot(identity, count), count),
+            identity: identity.to_owned(),
+            held: None,
+            in_flight: None,
+            dirty: vec![true; slots.len()],
+            withdraw: Vec::new(),
+            observed: vec![None; slots.len()],
+            last_own: None,
+            slots,
+        }
+    }
+
+    /// The slots one campaign tries, in order: a held or cut-off one first, then the
+    /// ones that may have changed (all of them when none is marked).
+    fn round(&self) -> Vec<usize> {
+        let first = self.held.or(self.in_flight);
+        let any_dirty = self.dirty.iter().any(|d| *d);
+        let rest = (self.order.iter().copied())
+            .filter(|&i| Some(i) != first && (!any_dirty || self.dirty[i]));
+        first.into_iter().chain(rest).collect()
+    }
+
+    fn taken(&mut self, i: usize, token: u64) {
+        self.held = Some(i);
+        self.last_own = Some(i as u32);
+        self.observed[i] = Some(Holder {
+            identity: self.identity.clone(),
+            token: Some(token),
+        });
+        self.withdraw = (0..self.slots.len()).filter(|&j| j != i).collect();
+    }
+
+    /// Withdraws from every slot but the held one (each a release of what the
+    /// candidate may have left there); resumable if dropped.
+    async fn withdraw_from_others(&mut self) {
+        while let Some(&j) = self.withdraw.last() {
+            if let Err(e) = self.slots[j].release().await {
+                tracing::debug!(slot = j, error = %e, "could not withdraw from a slot");
+            }
+            self.dirty[j] = true;
+            self.withdraw.pop();
+        }
+    }
+
+    fn first_holder(&self) -> Option<Holder> {
+        self.order.iter().find_map(|&i| self.observed[i].clone())
+    }
+
+    fn held_slot(&mut self) -> Option<&mut B> {
+        self.held.map(|i| &mut self.slots[i])
+    }
+}
+
+/// One slot's wait, handing the slot back so it can wait again.
+async fn wait_one<B: Backend>(i: usize, slot: &mut B, max: Duration) -> (usize, Wake, &mut B) {
+    let wake = slot.wait_for_change(max).await;
+    (i, wake, slot)
+}
+
+impl<B: Backend> Backend for Slots<B> {
+    fn name(&self) -> &'static str {
+        self.slots[0].name()
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.slots[self.held.unwrap_or(0)].lease_ttl()
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        let mut failed = None;
+        for i in self.round() {
+            self.in_flight = Some(i);
+            let answer = self.slots[i].campaign().await;
+            self.in_flight = None;
+            match answer {
+                Ok(Campaign::Acquired { token }) => {
+                    self.dirty[i] = false;
+                    self.taken(i, token);
+                    return Ok(Campaign::Acquired { token });
+                }
+                Ok(Campaign::Held(holder)) => {
+                    self.dirty[i] = false;
+                    if self.held == Some(i) {
+                        self.held = None;
+                    }
+                    self.observed[i] = holder;
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(Campaign::Held(self.first_holder())),
+        }
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        let Some(slot) = self.held_slot() else {
+            return Ok(Renewal::Lost);
+        };
+        let renewed = slot.renew().await;
+        if matches!(renewed, Ok(Renewal::Lost)) {
+            self.held = None;
+        }
+        renewed
+    }
+
+    async fn release(&mut self) -> Result<(), BackendError> {
+        let mut result = Ok(());
+        for i in self.held.into_iter().chain(self.in_flight) {
+            result = result.and(self.slots[i].release().await);
+        }
+        self.held = None;
+        self.in_flight = None;
+        result
+    }
+
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        if self.dirty.iter().any(|d| *d) {
+            return Wake::Changed;
+        }
+        if let [one] = self.slots.as_mut_slice() {
+            let wake = one.wait_for_change(max).await;
+            self.dirty[0] = wake == Wake::Changed;
+            return wake;
+        }
+        let until = tokio::time::Instant::now() + max;
+        let mut waits: FuturesUnordered<_> = (self.slots.iter_mut().enumerate())
+            .map(|(i, slot)| wait_one(i, slot, max))
+            .collect();
+        let mut heard = true;
+        while let Some((i, wake, slot)) = waits.next().await {
+            match wake {
+                Wake::Changed => {
+                    drop(waits);
+                    self.dirty[i] = true;
+                    return Wake::Changed;
+                }
+                Wake::Waiting => heard = false,
+                Wake::Quiet => {}
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if !left.is_zero() {
+                waits.push(wait_one(i, slot, left));
+            }
+        }
+        if heard {
+            Wake::Quiet
+        } else {
+            Wake::Waiting
+        }
+    }
+
+    async fn record_lost(&mut self) {
+        self.withdraw_from_others().await;
+        match self.held_slot() {
+            Some(slot) => slot.record_lost().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        self.slots[self.held.unwrap_or(0)].candidates().await
+    }
+
+    async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        let released = match self.held_slot() {
+            Some(slot) => slot.release_to(to).await,
+            None => Ok(()),
+        };
+        self.held = None;
+        released
+    }
+
+    fn handover_requested(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let requested = self.held_slot().map(|slot| slot.handover_requested());
+        async move {
+            match requested {
+                Some(requested) => requested.await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    async fn retire(&mut self) {
+        for slot in &mut self.slots {
+            slot.retire().await;
+        }
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        let list = (self.observed.iter().enumerate())
+            .filter_map(|(i, h)| {
+                h.clone().map(|holder| SlotHolder {
+                    slot: i as u32,
+                    holder,
+                })
+            })
+            .collect();
+        Some(crate::status::Slots {
+            count: self.slots.len() as u32,
+            own: self.last_own,
+            list,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statefulset_ordinal_picks_its_own_slot_and_other_names_spread() {
+        assert_eq!(start_slot("web-0", 3), 0);
+        assert_eq!(start_slot("web-4", 3), 1);
+        assert_eq!(start_slot("anything", 1), 0);
+        let picked: std::collections::HashSet<u32> = (0..40)
+            .map(|k| start_slot(&format!("pod-{k}x"), 4))
+            .collect();
+        assert_eq!(
+            picked.len(),
+            4,
+            "a hash of 40 names misses a slot: {picked:?}"
+        );
+    }
+
+    #[test]
+    fn one_slot_keeps_the_election_name_and_several_get_a_suffix() {
+        assert_eq!(slot_election("e", 0, 1), "e");
+        assert_eq!(slot_election("e", 2, 3), "e-2");
+    }
+
+    #[test]
+    fn the_preference_goes_round_from_the_start() {
+        assert_eq!(preference(2, 4), vec![2, 3, 0, 1]);
+        assert_eq!(preference(0, 1), vec![0]);
+    }
+
+    #[test]
+    fn the_hash_ranges_tile_the_space() {
+        use crate::status::hash_range;
+        assert_eq!(hash_range(0, 1), (0, 1u128 << 64));
+        let mut at = 0;
+        for s in 0..7 {
+            let (start, end) = hash_range(s, 7);
+            assert_eq!(start, at);
+            assert!(end > start);
+            at = end;
+        }
+        assert_eq!(at, 1u128 << 64);
+    }
+}
