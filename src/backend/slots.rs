@@ -84,6 +84,9 @@ fn preference(start: u32, count: u32) -> Vec<usize> {
     (0..count).map(|k| ((start + k) % count) as usize).collect()
 }
 
+/// How close to the end of its `max` a slot's "changed" counts as "time is up".
+const AT_MAX: Duration = Duration::from_millis(20);
+
 /// N slots of one election, as one backend.
 pub struct Slots<B: Backend> {
     slots: Vec<B>,
@@ -242,6 +245,13 @@ impl<B: Backend> Backend for Slots<B> {
                 Wake::Changed => {
                     drop(waits);
                     self.dirty[i] = true;
+                    // A slot that says "changed" when its time is up says "ask again"
+                    // (a store without pushed news): so would every other slot now,
+                    // and their waits end here, so all are asked, or a slot that
+                    // always came second would never be.
+                    if tokio::time::Instant::now() + AT_MAX >= until {
+                        self.dirty.iter_mut().for_each(|d| *d = true);
+                    }
                     return Wake::Changed;
                 }
                 Wake::Waiting => heard = false,

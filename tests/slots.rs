@@ -1,0 +1,194 @@
+//! Elections of several holders (`--holders N`) on every store, against the real
+//! servers (the Kubernetes API: the real kube-apiserver when `LK_KUBE_APISERVER`
+//! names one, else the fake): the slots scenario of `common/slots.rs` with SIGTERM,
+//! kill -9 and SIGSTOP, checked on the transition logs; and the non-blocking `run`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::checker::RedisCluster;
+use common::etcd_server::EtcdCluster;
+use common::kube_server::{self, Flavor};
+use common::mariadb_server::MariaServer;
+use common::pg_server::PgServer;
+use common::redis_server::RedisServer;
+use common::slots::{
+    all_slots_held, two_slots_five_candidates, two_slots_five_candidates_no_pause,
+};
+use common::zk_server::ZkEnsemble;
+use common::{run_to_exit, Sidecar, SidecarArgs};
+
+const GRACEFUL: Duration = Duration::from_secs(2);
+
+#[test]
+fn slots_on_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::file(dir.path()).ttl("2s").election("slots");
+    two_slots_five_candidates_no_pause(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_redis() {
+    let redis = RedisServer::start();
+    let args = SidecarArgs::redis(&redis.url()).ttl("2s").election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_redlock() {
+    let cluster = RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_etcd() {
+    let etcd = EtcdCluster::start(1);
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("2s")
+        .election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("2s")
+        .election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_kubernetes() {
+    let api = kube_server::start("team", Flavor::GateOff);
+    let args = SidecarArgs::kubernetes(&api.kubeconfig())
+        .ttl("2s")
+        .election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    // One Lease per slot, named <election>-<slot>, each a client-go Lease.
+    for slot in 0..2 {
+        let lease = api
+            .lease(&format!("slots-{slot}"))
+            .expect("a Lease per slot");
+        assert!(lease["spec"]["holderIdentity"].is_string(), "{lease}");
+        assert!(
+            lease["spec"]["leaseTransitions"].as_u64().is_some(),
+            "{lease}"
+        );
+    }
+}
+
+#[test]
+fn slots_on_postgres() {
+    let db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn slots_on_mysql() {
+    let db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("slots");
+    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+}
+
+/// `run --wait-timeout`: with every slot held, `0` tries once and exits 75 at once,
+/// a duration waits that long and exits 75; with a slot free, CMD runs with its slot
+/// in the environment and `run` exits with CMD's code.
+#[test]
+fn run_with_a_wait_timeout_is_a_non_blocking_lock() {
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("job.lock").display().to_string();
+    let base = [
+        "--backend",
+        "file",
+        "--file-path",
+        &lock,
+        "--election",
+        "job",
+        "--holders",
+        "2",
+        "--ttl",
+        "3s",
+    ];
+    let holder_args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+    let first = Sidecar::spawn("job-0", dir.path(), &holder_args);
+    first.settles_in("leader", Duration::from_secs(10));
+
+    // One slot free: CMD runs in it.
+    let port = common::free_port().to_string();
+    let mut run: Vec<&str> = vec!["run"];
+    run.extend(base);
+    run.extend(["--identity", "job-1", "--http-addr"]);
+    let addr = format!("127.0.0.1:{port}");
+    run.push(&addr);
+    let with_cmd = |wait: &'static str, cmd: &'static str| {
+        let mut a = run.clone();
+        a.extend(["--wait-timeout", wait, "--", "sh", "-c", cmd]);
+        a
+    };
+    let (code, out, err) = run_to_exit(
+        &with_cmd(
+            "0",
+            "echo slot=$LEASEKEEPER_SLOT/$LEASEKEEPER_HOLDERS; exit 7",
+        ),
+        &[],
+    );
+    assert_eq!(code, Some(7), "{out}\n{err}");
+    assert!(out.contains("slot=1/2"), "{out}");
+
+    // Both slots held: 0 gives up after one round, a duration after that long.
+    let holders = [first, Sidecar::spawn("job-2", dir.path(), &holder_args)];
+    all_slots_held(&holders, 2, Duration::from_secs(10));
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = run_to_exit(&with_cmd("0", "echo ran"), &[]);
+    assert_eq!(code, Some(75), "{out}\n{err}");
+    assert!(!out.contains("ran"), "{out}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "one try took {:?}",
+        t0.elapsed()
+    );
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = run_to_exit(&with_cmd("1500ms", "echo ran"), &[]);
+    assert_eq!(code, Some(75), "{out}\n{err}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(err.contains("--wait-timeout"), "{err}");
+}
+
+/// Bad `--holders` values, `--wait-timeout` without `run`, and several slots with the
+/// API server's coordinated election are refused with one line naming the setting.
+#[test]
+fn bad_slot_settings_are_refused_with_one_line() {
+    for (args, needle) in [
+        (vec!["--holders", "0"], "--holders"),
+        (vec!["--holders", "65"], "--holders"),
+        (vec!["--holders", "two"], "--holders"),
+        (vec!["--wait-timeout", "1s"], "--wait-timeout"),
+        (
+            vec![
+                "--backend",
+                "kubernetes",
+                "--namespace",
+                "team",
+                "--holders",
+                "2",
+                "--lease-candidate",
+            ],
+            "--holders above 1 with --lease-candidate",
+        ),
+    ] {
+        let (code, _, err) = run_to_exit(&args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
