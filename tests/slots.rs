@@ -14,7 +14,8 @@ use common::mariadb_server::MariaServer;
 use common::pg_server::PgServer;
 use common::redis_server::RedisServer;
 use common::slots::{
-    all_slots_held, two_slots_five_candidates, two_slots_five_candidates_no_pause,
+    all_slots_held, check_slot_claims, logged_claims, slot_leaders, two_slots_five_candidates,
+    two_slots_five_candidates_no_pause,
 };
 use common::zk_server::ZkEnsemble;
 use common::{run_to_exit, Sidecar, SidecarArgs};
@@ -69,11 +70,10 @@ fn slots_on_kubernetes() {
         .ttl("2s")
         .election("slots");
     two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
-    // One Lease per slot, named <election>-<slot>, each a client-go Lease.
-    for slot in 0..2 {
-        let lease = api
-            .lease(&format!("slots-{slot}"))
-            .expect("a Lease per slot");
+    // One Lease per slot (slot 0 the election's own, then <election>-<slot>), each a
+    // client-go Lease.
+    for name in ["slots", "slots-1"] {
+        let lease = api.lease(name).expect("a Lease per slot");
         assert!(lease["spec"]["holderIdentity"].is_string(), "{lease}");
         assert!(
             lease["spec"]["leaseTransitions"].as_u64().is_some(),
@@ -191,4 +191,57 @@ fn bad_slot_settings_are_refused_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+/// A rollout that changes `--holders`: from 1 to 2 and back. Slot 0 is the election's
+/// own lease, so the old single leader and the new slots share it: there are never
+/// more claims than the larger N, never two on one lease; the new slot is taken at
+/// once; the holders of slots past the new N hand over as their Pods stop (SIGTERM),
+/// and nobody takes those slots again.
+#[test]
+fn changing_the_number_of_holders_in_a_rollout() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |name: &str, holders: &str| {
+        let log = dir
+            .path()
+            .join(format!("{name}.jsonl"))
+            .display()
+            .to_string();
+        let args = SidecarArgs::redis(&redis.url())
+            .ttl("2s")
+            .election("roll")
+            .flag("--holders", holders)
+            .flag("--transition-log", &log);
+        Sidecar::spawn(name, dir.path(), &args.build())
+    };
+    let bound = Duration::from_secs(15);
+    let mut cars = vec![spawn("a-0", "1"), spawn("a-1", "1")];
+    all_slots_held(&cars, 1, bound);
+    // Up to 2: the new slot is taken by a new Pod, slot 0 stays with its holder.
+    cars.extend([spawn("b-0", "2"), spawn("b-1", "2")]);
+    let held = all_slots_held(&cars, 2, bound);
+    assert!(held[0].0 < 2 && held[1].0 >= 2, "{held:?}");
+    for old in 0..2 {
+        cars[old].terminate(Duration::from_secs(10));
+    }
+    let held = all_slots_held(&cars, 2, bound);
+    assert!(held.iter().all(|h| h.0 >= 2), "{held:?}");
+    // Back to 1: slot 1's holder goes with its Pod, and nobody takes slot 1 again.
+    cars.extend([spawn("c-0", "1"), spawn("c-1", "1")]);
+    std::thread::sleep(Duration::from_secs(1));
+    for old in 2..4 {
+        cars[old].terminate(Duration::from_secs(10));
+    }
+    let held = all_slots_held(&cars, 1, bound);
+    assert!(held[0].0 >= 4, "{held:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    let now = slot_leaders(&cars);
+    assert_eq!(now.len(), 1, "one leader after the rollout to 1: {now:?}");
+    for c in &mut cars {
+        c.terminate(Duration::from_secs(10));
+    }
+    let claims = logged_claims(dir.path());
+    assert!(claims.len() >= 4, "{claims:?}");
+    check_slot_claims(&claims, 2);
 }

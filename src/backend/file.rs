@@ -53,10 +53,11 @@ impl Args {
     }
 }
 
-/// The lock file of slot `slot` of `count` (`--holders`): `-<slot>` before the
-/// extension (`leasekeeper-e.lock` → `leasekeeper-e-2.lock`); one slot keeps the path.
-pub fn slot_path(path: &Path, slot: u32, count: u32) -> PathBuf {
-    if count <= 1 {
+/// The lock file of slot `slot` (`--holders`): slot 0 the path itself, slot `i`
+/// with `-<i>` before the extension (`leasekeeper-e.lock` → `leasekeeper-e-2.lock`),
+/// as the lease names of the other stores (`backend::slots::slot_election`).
+pub fn slot_path(path: &Path, slot: u32) -> PathBuf {
+    if slot == 0 {
         return path.to_owned();
     }
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();

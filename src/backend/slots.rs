@@ -1,6 +1,7 @@
 //! An election of N holders (`--holders N`): N slots, each its own lease on the store.
 //!
-//! Slot `i` of election `E` is the lease `E-i`, built by the store's own backend, so
+//! Slot 0 of election `E` is the lease `E` (today's single lease), slot `i > 0` the
+//! lease `E-i`, each built by the store's own backend, so
 //! each slot has everything a lease has (the conservative deadline, compare-and-act,
 //! its own growing fencing token, the own-record watch, the release on shutdown).
 //! [`Slots`] is one [`Backend`] over those N: the elector above it is unchanged and
@@ -33,7 +34,7 @@ pub const MAX_HOLDERS: u32 = 64;
 #[derive(clap::Args, Debug, Default, Clone)]
 #[group(skip)]
 pub struct Args {
-    /// How many candidates may lead at once, each in its own numbered slot (0..N-1, each a lease named <election>-<slot>) [default: 1, the election itself].
+    /// How many candidates may lead at once, each in its own numbered slot 0..N-1, each a lease (slot 0 the election's own, slot i <election>-<i>) [default: 1].
     #[arg(long, env = "LEASEKEEPER_HOLDERS")]
     pub holders: Option<String>,
 }
@@ -53,10 +54,13 @@ impl Args {
     }
 }
 
-/// The store's lease name of slot `slot` of `election` (N = 1: the election itself,
-/// unchanged on the wire).
-pub fn slot_election(election: &str, slot: u32, count: u32) -> String {
-    if count <= 1 {
+/// The store's lease name of slot `slot` of `election`: slot 0 is the election itself
+/// (so one slot, the default, is unchanged on the wire, and a rollout from one holder
+/// to several, or back, shares the one lease that both sides know), slot `i` is
+/// `<election>-<i>`. The name does not depend on N, so every N agrees on every slot's
+/// lease.
+pub fn slot_election(election: &str, slot: u32) -> String {
+    if slot == 0 {
         election.to_owned()
     } else {
         format!("{election}-{slot}")
@@ -105,7 +109,7 @@ pub struct Slots<B: Backend> {
 }
 
 impl<B: Backend> Slots<B> {
-    /// `slots[i]` is the backend of the lease `slot_election(election, i, N)`.
+    /// `slots[i]` is the backend of the lease `slot_election(election, i)`.
     pub fn new(slots: Vec<B>, identity: &str) -> Self {
         let count = slots.len() as u32;
         Slots {
@@ -343,9 +347,9 @@ mod tests {
     }
 
     #[test]
-    fn one_slot_keeps_the_election_name_and_several_get_a_suffix() {
-        assert_eq!(slot_election("e", 0, 1), "e");
-        assert_eq!(slot_election("e", 2, 3), "e-2");
+    fn slot_zero_is_the_election_itself_and_the_others_get_a_suffix() {
+        assert_eq!(slot_election("e", 0), "e");
+        assert_eq!(slot_election("e", 2), "e-2");
     }
 
     #[test]

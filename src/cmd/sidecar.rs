@@ -203,7 +203,7 @@ fn slots_of<B: Backend, E>(
 ) -> Result<Vec<B>, E> {
     (0..s.holders)
         .map(|slot| {
-            let election = slot_election(&s.election, slot, s.holders);
+            let election = slot_election(&s.election, slot);
             let lease = Candidacy {
                 election: &election,
                 identity: &s.identity,
@@ -220,9 +220,8 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
     match &s.backend {
         #[cfg(feature = "file")]
         BackendSettings::File { path } => {
-            let n = s.holders;
             let slots = slots_of(s, |lease, i| {
-                anyhow::Ok(FileBackend::new(slot_path(path, i, n), lease))
+                anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
             })?;
             serve(slots, start).await
         }
