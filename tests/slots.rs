@@ -18,7 +18,7 @@ use common::slots::{
     two_slots_five_candidates_no_pause,
 };
 use common::zk_server::ZkEnsemble;
-use common::{run_to_exit, Sidecar, SidecarArgs};
+use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);
 
@@ -244,4 +244,74 @@ fn changing_the_number_of_holders_in_a_rollout() {
     let claims = logged_claims(dir.path());
     assert!(claims.len() >= 4, "{claims:?}");
     check_slot_claims(&claims, 2);
+}
+
+/// The Pod label with two slots: each leader's Pod shows `leasekeeper.io/leader: true`
+/// and `leasekeeper.io/slot: <its slot>`, a follower's `false` and no slot; a new
+/// tenure in one slot clears stale leader labels of that slot only, never the other
+/// slot's leader (no "false" is ever written on its Pod while it leads).
+#[test]
+fn the_pod_labels_name_each_slot_and_a_new_tenure_clears_only_its_own() {
+    const KEY: &str = "leasekeeper.io/leader";
+    const SLOT: &str = "leasekeeper.io/slot";
+    let api = kube_server::start("team", Flavor::GateOff);
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |pod: &str| {
+        api.add_pod(pod, &[("leasekeeper.io/election", "labelled")]);
+        let args = SidecarArgs::kubernetes(&api.kubeconfig())
+            .ttl("2s")
+            .election("labelled")
+            .flag("--holders", "2")
+            .flag("--pod-name", pod)
+            .build();
+        let mut args = args;
+        args.push("--pod-label".to_owned());
+        Sidecar::spawn(pod, dir.path(), &args)
+    };
+    let mut cars = vec![spawn("pod-0"), spawn("pod-1"), spawn("pod-2")];
+    let labels = |pod: &str| (api.pod_label(pod, KEY), api.pod_label(pod, SLOT));
+    // Every running sidecar's Pod shows what `held` says, within 5 s.
+    let shown = |cars: &[Sidecar], held: &[(usize, u64, u64)]| {
+        let want = |i: usize| match held.iter().find(|h| h.0 == i) {
+            Some(h) => (Some("true".to_owned()), Some(h.1.to_string())),
+            None => (Some("false".to_owned()), None),
+        };
+        let all = || {
+            (0..cars.len())
+                .filter(|&i| cars[i].is_running())
+                .all(|i| labels(&cars[i].name) == want(i))
+                .then_some(())
+        };
+        eventually(Duration::from_secs(5), all).is_some()
+    };
+    let held = all_slots_held(&cars, 2, Duration::from_secs(20));
+    assert!(
+        shown(&cars, &held),
+        "{:?}",
+        (0..3)
+            .map(|i| labels(&format!("pod-{i}")))
+            .collect::<Vec<_>>()
+    );
+    let stays = held[0].0;
+    let before = api.changes().last().map_or(0, |c| c.0);
+    cars[held[1].0].terminate(Duration::from_secs(10));
+    let held = all_slots_held(&cars, 2, Duration::from_secs(10));
+    assert!(
+        shown(&cars, &held),
+        "{:?}",
+        (0..3)
+            .map(|i| labels(&format!("pod-{i}")))
+            .collect::<Vec<_>>()
+    );
+    let cleared_wrongly = api.changes().iter().any(|(v, kind, name, obj)| {
+        *v > before
+            && *kind == "pods"
+            && *name == cars[stays].name
+            && obj["metadata"]["labels"][KEY] == "false"
+    });
+    assert!(
+        !cleared_wrongly,
+        "the other slot's leader {} was labelled false",
+        cars[stays].name
+    );
 }
