@@ -129,6 +129,13 @@ pub fn two_slots_five_candidates_no_pause(args: SidecarArgs, ttl: Duration, grac
 }
 
 fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
+    let built = args.clone().build();
+    let backend = built
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| built.get(i + 1))
+        .cloned()
+        .unwrap_or_default();
     let dir = tempfile::tempdir().expect("dir");
     let args = args.flag("--holders", "2");
     let spawn = |i: usize| {
@@ -184,7 +191,7 @@ fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: b
         "slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
         slot_leaders(&cars)
     );
-    eprintln!("slot {slot} handed over on SIGTERM in {took:?}");
+    eprintln!("{backend}: slot {slot} handed over on SIGTERM in {took:?}");
     assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
 
     // kill -9: after the ttl.
