@@ -222,16 +222,16 @@ fn changing_the_number_of_holders_in_a_rollout() {
     cars.extend([spawn("b-0", "2"), spawn("b-1", "2")]);
     let held = all_slots_held(&cars, 2, bound);
     assert!(held[0].0 < 2 && held[1].0 >= 2, "{held:?}");
-    for old in 0..2 {
-        cars[old].terminate(Duration::from_secs(10));
+    for old in &mut cars[0..2] {
+        old.terminate(Duration::from_secs(10));
     }
     let held = all_slots_held(&cars, 2, bound);
     assert!(held.iter().all(|h| h.0 >= 2), "{held:?}");
     // Back to 1: slot 1's holder goes with its Pod, and nobody takes slot 1 again.
     cars.extend([spawn("c-0", "1"), spawn("c-1", "1")]);
     std::thread::sleep(Duration::from_secs(1));
-    for old in 2..4 {
-        cars[old].terminate(Duration::from_secs(10));
+    for old in &mut cars[2..4] {
+        old.terminate(Duration::from_secs(10));
     }
     let held = all_slots_held(&cars, 1, bound);
     assert!(held[0].0 >= 4, "{held:?}");
@@ -314,4 +314,52 @@ fn the_pod_labels_name_each_slot_and_a_new_tenure_clears_only_its_own() {
         "the other slot's leader {} was labelled false",
         cars[stays].name
     );
+}
+
+/// A waiting candidate that stops (SIGTERM) leaves every slot's queue, as a single
+/// lease's follower does: when a slot's holder goes next, a candidate that still waits
+/// takes the slot at once, not after the stopped one's place expires (ttl 10 s here).
+fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = args.ttl("10s").election("leaving").flag("--holders", "2");
+    let spawn = |name: &str| Sidecar::spawn(name, dir.path(), &args.clone().build());
+    let bound = Duration::from_secs(20);
+    let mut cars = vec![spawn("w-0")];
+    cars[0].settles_in("leader", bound);
+    cars.push(spawn("w-2"));
+    all_slots_held(&cars, 2, bound);
+    // w-1 queues behind both holders, then w-3 behind it.
+    cars.push(spawn("w-1"));
+    cars[2].settles_in("follower", bound);
+    std::thread::sleep(Duration::from_millis(500));
+    cars.push(spawn("w-3"));
+    cars[3].settles_in("follower", bound);
+    std::thread::sleep(Duration::from_millis(500));
+    cars[2].terminate(Duration::from_secs(10));
+    let held = all_slots_held(&cars, 2, bound);
+    let (gone, slot, token) = held[0];
+    cars[gone].terminate(Duration::from_secs(10));
+    let next = eventually(Duration::from_secs(3), || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 == 3 && h.1 == slot && h.2 > token)
+    });
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken by the waiting w-3 within 3 s of its holder's SIGTERM: {:?}\n{}",
+        slot_leaders(&cars),
+        cars[3].stderr()
+    );
+}
+
+#[test]
+fn a_stopping_follower_leaves_every_queue_on_etcd() {
+    let etcd = EtcdCluster::start(1);
+    a_stopping_follower_leaves_every_queue(SidecarArgs::etcd(&etcd.endpoints()));
+}
+
+#[test]
+fn a_stopping_follower_leaves_every_queue_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    a_stopping_follower_leaves_every_queue(SidecarArgs::zookeeper(&zk.connect_string()));
 }

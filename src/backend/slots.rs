@@ -220,13 +220,20 @@ impl<B: Backend> Backend for Slots<B> {
         renewed
     }
 
+    /// The held slot first (the handover), then every other one: a follower that
+    /// stops (or whose campaign was cut off) leaves every slot's queue, as a single
+    /// lease's follower does, so no slot waits for its place to expire.
     async fn release(&mut self) -> Result<(), BackendError> {
+        let first = self.held.or(self.in_flight);
+        let rest = (0..self.slots.len()).filter(|&i| Some(i) != first);
         let mut result = Ok(());
-        for i in self.held.into_iter().chain(self.in_flight) {
+        for i in first.into_iter().chain(rest) {
             result = result.and(self.slots[i].release().await);
+            self.dirty[i] = true;
         }
         self.held = None;
         self.in_flight = None;
+        self.withdraw.clear();
         result
     }
 
