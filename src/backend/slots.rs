@@ -91,9 +91,10 @@ fn preference(start: u32, count: u32) -> Vec<usize> {
 /// How close to the end of its `max` a slot's "changed" counts as "time is up".
 const AT_MAX: Duration = Duration::from_millis(20);
 
-/// N slots of one election, as one backend.
-pub struct Slots<B: Backend> {
-    slots: Vec<B>,
+/// Which slot a candidate asks next, holds, and must leave: the decisions of
+/// [`Slots`], without its I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Picker {
     identity: String,
     order: Vec<usize>,
     /// The slot we hold (from its campaign until a renew, release or loss says no).
@@ -108,26 +109,23 @@ pub struct Slots<B: Backend> {
     last_own: Option<u32>,
 }
 
-impl<B: Backend> Slots<B> {
-    /// `slots[i]` is the backend of the lease `slot_election(election, i)`.
-    pub fn new(slots: Vec<B>, identity: &str) -> Self {
-        let count = slots.len() as u32;
-        Slots {
-            order: preference(start_slot(identity, count), count),
+impl Picker {
+    pub fn new(count: usize, identity: &str) -> Picker {
+        Picker {
+            order: preference(start_slot(identity, count as u32), count as u32),
             identity: identity.to_owned(),
             held: None,
             in_flight: None,
-            dirty: vec![true; slots.len()],
+            dirty: vec![true; count],
             withdraw: Vec::new(),
-            observed: vec![None; slots.len()],
+            observed: vec![None; count],
             last_own: None,
-            slots,
         }
     }
 
     /// The slots one campaign tries, in order: a held or cut-off one first, then the
     /// ones that may have changed (all of them when none is marked).
-    fn round(&self) -> Vec<usize> {
+    pub fn round(&self) -> Vec<usize> {
         let first = self.held.or(self.in_flight);
         let any_dirty = self.dirty.iter().any(|d| *d);
         let rest = (self.order.iter().copied())
@@ -135,34 +133,137 @@ impl<B: Backend> Slots<B> {
         first.into_iter().chain(rest).collect()
     }
 
-    fn taken(&mut self, i: usize, token: u64) {
-        self.held = Some(i);
-        self.last_own = Some(i as u32);
-        self.observed[i] = Some(Holder {
-            identity: self.identity.clone(),
-            token: Some(token),
-        });
-        self.withdraw = (0..self.slots.len()).filter(|&j| j != i).collect();
+    /// Slot `i`'s campaign is about to be sent.
+    pub fn asking(&mut self, i: usize) {
+        self.in_flight = Some(i);
     }
 
-    /// Withdraws from every slot but the held one (each a release of what the
-    /// candidate may have left there); resumable if dropped.
-    async fn withdraw_from_others(&mut self) {
-        while let Some(&j) = self.withdraw.last() {
-            if let Err(e) = self.slots[j].release().await {
-                tracing::debug!(slot = j, error = %e, "could not withdraw from a slot");
+    /// Slot `i`'s campaign answered: true when it was taken (the round ends, and the
+    /// candidate is to withdraw from every other slot).
+    pub fn answered(&mut self, i: usize, answer: &Result<Campaign, BackendError>) -> bool {
+        self.in_flight = None;
+        match answer {
+            Ok(Campaign::Acquired { token }) => {
+                self.dirty[i] = false;
+                self.held = Some(i);
+                self.last_own = Some(i as u32);
+                self.observed[i] = Some(Holder {
+                    identity: self.identity.clone(),
+                    token: Some(*token),
+                });
+                self.withdraw = (0..self.dirty.len()).filter(|&j| j != i).collect();
+                true
             }
-            self.dirty[j] = true;
-            self.withdraw.pop();
+            Ok(Campaign::Held(holder)) => {
+                self.dirty[i] = false;
+                if self.held == Some(i) {
+                    self.held = None;
+                }
+                self.observed[i] = holder.clone();
+                false
+            }
+            // Asked again next round.
+            Err(_) => false,
         }
+    }
+
+    /// Slot `i`'s wait said "changed"; `time_is_up`: it said so at the end of its
+    /// `max`, which means "ask again" for a store without pushed news: so would
+    /// every other slot's wait now, and those waits end here, so every slot is asked
+    /// (or a slot whose wait always came second would never be).
+    pub fn changed(&mut self, i: usize, time_is_up: bool) {
+        self.dirty[i] = true;
+        if time_is_up {
+            self.dirty.iter_mut().for_each(|d| *d = true);
+        }
+    }
+
+    /// A wait must not start before the slots marked changed are asked.
+    pub fn must_ask(&self) -> bool {
+        self.dirty.iter().any(|d| *d)
+    }
+
+    /// The held slot's renew said it is lost.
+    pub fn lost(&mut self) {
+        self.held = None;
+    }
+
+    /// What a release lets go of, in order: the held (or cut-off) slot first, then
+    /// every other one; afterwards nothing is held and every slot is asked again.
+    pub fn release_order(&mut self) -> Vec<usize> {
+        let first = self.held.or(self.in_flight);
+        let rest = (0..self.dirty.len()).filter(|&i| Some(i) != first);
+        let order = first.into_iter().chain(rest).collect();
+        self.held = None;
+        self.in_flight = None;
+        self.withdraw.clear();
+        self.dirty.iter_mut().for_each(|d| *d = true);
+        order
+    }
+
+    /// The next slot to withdraw from, while one is held.
+    pub fn to_withdraw(&self) -> Option<usize> {
+        self.withdraw.last().copied()
+    }
+
+    pub fn withdrawn(&mut self, j: usize) {
+        self.dirty[j] = true;
+        self.withdraw.retain(|&k| k != j);
+    }
+
+    pub fn held(&self) -> Option<usize> {
+        self.held
     }
 
     fn first_holder(&self) -> Option<Holder> {
         self.order.iter().find_map(|&i| self.observed[i].clone())
     }
 
+    fn view(&self) -> crate::status::Slots {
+        let list = (self.observed.iter().enumerate())
+            .filter_map(|(i, h)| {
+                h.clone().map(|holder| SlotHolder {
+                    slot: i as u32,
+                    holder,
+                })
+            })
+            .collect();
+        crate::status::Slots {
+            count: self.dirty.len() as u32,
+            own: self.last_own,
+            list,
+        }
+    }
+}
+
+/// N slots of one election, as one backend.
+pub struct Slots<B: Backend> {
+    slots: Vec<B>,
+    picker: Picker,
+}
+
+impl<B: Backend> Slots<B> {
+    /// `slots[i]` is the backend of the lease `slot_election(election, i)`.
+    pub fn new(slots: Vec<B>, identity: &str) -> Self {
+        Slots {
+            picker: Picker::new(slots.len(), identity),
+            slots,
+        }
+    }
+
+    /// Withdraws from every slot but the held one (each a release of what the
+    /// candidate may have left there); resumable if dropped.
+    async fn withdraw_from_others(&mut self) {
+        while let Some(j) = self.picker.to_withdraw() {
+            if let Err(e) = self.slots[j].release().await {
+                tracing::debug!(slot = j, error = %e, "could not withdraw from a slot");
+            }
+            self.picker.withdrawn(j);
+        }
+    }
+
     fn held_slot(&mut self) -> Option<&mut B> {
-        self.held.map(|i| &mut self.slots[i])
+        self.picker.held().map(|i| &mut self.slots[i])
     }
 }
 
@@ -178,34 +279,24 @@ impl<B: Backend> Backend for Slots<B> {
     }
 
     fn lease_ttl(&self) -> Duration {
-        self.slots[self.held.unwrap_or(0)].lease_ttl()
+        self.slots[self.picker.held().unwrap_or(0)].lease_ttl()
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let mut failed = None;
-        for i in self.round() {
-            self.in_flight = Some(i);
+        for i in self.picker.round() {
+            self.picker.asking(i);
             let answer = self.slots[i].campaign().await;
-            self.in_flight = None;
-            match answer {
-                Ok(Campaign::Acquired { token }) => {
-                    self.dirty[i] = false;
-                    self.taken(i, token);
-                    return Ok(Campaign::Acquired { token });
-                }
-                Ok(Campaign::Held(holder)) => {
-                    self.dirty[i] = false;
-                    if self.held == Some(i) {
-                        self.held = None;
-                    }
-                    self.observed[i] = holder;
-                }
-                Err(e) => failed = failed.or(Some(e)),
+            if self.picker.answered(i, &answer) {
+                return answer;
+            }
+            if let Err(e) = answer {
+                failed = failed.or(Some(e));
             }
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(Campaign::Held(self.first_holder())),
+            None => Ok(Campaign::Held(self.picker.first_holder())),
         }
     }
 
@@ -215,7 +306,7 @@ impl<B: Backend> Backend for Slots<B> {
         };
         let renewed = slot.renew().await;
         if matches!(renewed, Ok(Renewal::Lost)) {
-            self.held = None;
+            self.picker.lost();
         }
         renewed
     }
@@ -224,26 +315,22 @@ impl<B: Backend> Backend for Slots<B> {
     /// stops (or whose campaign was cut off) leaves every slot's queue, as a single
     /// lease's follower does, so no slot waits for its place to expire.
     async fn release(&mut self) -> Result<(), BackendError> {
-        let first = self.held.or(self.in_flight);
-        let rest = (0..self.slots.len()).filter(|&i| Some(i) != first);
         let mut result = Ok(());
-        for i in first.into_iter().chain(rest) {
+        for i in self.picker.release_order() {
             result = result.and(self.slots[i].release().await);
-            self.dirty[i] = true;
         }
-        self.held = None;
-        self.in_flight = None;
-        self.withdraw.clear();
         result
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        if self.dirty.iter().any(|d| *d) {
+        if self.picker.must_ask() {
             return Wake::Changed;
         }
         if let [one] = self.slots.as_mut_slice() {
             let wake = one.wait_for_change(max).await;
-            self.dirty[0] = wake == Wake::Changed;
+            if wake == Wake::Changed {
+                self.picker.changed(0, false);
+            }
             return wake;
         }
         let until = tokio::time::Instant::now() + max;
@@ -255,14 +342,8 @@ impl<B: Backend> Backend for Slots<B> {
             match wake {
                 Wake::Changed => {
                     drop(waits);
-                    self.dirty[i] = true;
-                    // A slot that says "changed" when its time is up says "ask again"
-                    // (a store without pushed news): so would every other slot now,
-                    // and their waits end here, so all are asked, or a slot that
-                    // always came second would never be.
-                    if tokio::time::Instant::now() + AT_MAX >= until {
-                        self.dirty.iter_mut().for_each(|d| *d = true);
-                    }
+                    let time_is_up = tokio::time::Instant::now() + AT_MAX >= until;
+                    self.picker.changed(i, time_is_up);
                     return Wake::Changed;
                 }
                 Wake::Waiting => heard = false,
@@ -289,7 +370,9 @@ impl<B: Backend> Backend for Slots<B> {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        self.slots[self.held.unwrap_or(0)].candidates().await
+        self.slots[self.picker.held().unwrap_or(0)]
+            .candidates()
+            .await
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
@@ -297,7 +380,7 @@ impl<B: Backend> Backend for Slots<B> {
             Some(slot) => slot.release_to(to).await,
             None => Ok(()),
         };
-        self.held = None;
+        self.picker.lost();
         released
     }
 
@@ -318,19 +401,7 @@ impl<B: Backend> Backend for Slots<B> {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
-        let list = (self.observed.iter().enumerate())
-            .filter_map(|(i, h)| {
-                h.clone().map(|holder| SlotHolder {
-                    slot: i as u32,
-                    holder,
-                })
-            })
-            .collect();
-        Some(crate::status::Slots {
-            count: self.slots.len() as u32,
-            own: self.last_own,
-            list,
-        })
+        Some(self.picker.view())
     }
 }
 
@@ -363,6 +434,112 @@ mod tests {
     fn the_preference_goes_round_from_the_start() {
         assert_eq!(preference(2, 4), vec![2, 3, 0, 1]);
         assert_eq!(preference(0, 1), vec![0]);
+    }
+
+    fn held_by(who: &str, token: u64) -> Result<Campaign, BackendError> {
+        Ok(Campaign::Held(Some(Holder {
+            identity: who.into(),
+            token: Some(token),
+        })))
+    }
+
+    fn acquired(token: u64) -> Result<Campaign, BackendError> {
+        Ok(Campaign::Acquired { token })
+    }
+
+    fn failed() -> Result<Campaign, BackendError> {
+        Err(BackendError::Store {
+            op: "campaign",
+            message: "down".into(),
+        })
+    }
+
+    /// web-1 of 3 slots starts at slot 1: a first round asks every slot from there;
+    /// answered, a round asks only what changed since.
+    #[test]
+    fn a_round_asks_from_the_own_slot_then_only_what_changed() {
+        let mut p = Picker::new(3, "web-1");
+        assert_eq!(p.round(), vec![1, 2, 0]);
+        for (i, who) in [(1, "a"), (2, "b"), (0, "c")] {
+            p.asking(i);
+            assert!(!p.answered(i, &held_by(who, 1)));
+        }
+        assert!(!p.must_ask());
+        // Nothing marked: a round (after a timer, say) asks them all again.
+        assert_eq!(p.round(), vec![1, 2, 0]);
+        p.changed(0, false);
+        assert!(p.must_ask());
+        assert_eq!(p.round(), vec![0]);
+        // A failed answer leaves its slot to be asked again.
+        p.asking(0);
+        assert!(!p.answered(0, &failed()));
+        assert_eq!(p.round(), vec![0]);
+        assert_eq!(p.first_holder().map(|h| h.identity), Some("a".to_owned()));
+    }
+
+    /// "Changed" at the end of a wait's time marks every slot: the others' waits end
+    /// with it, unheard.
+    #[test]
+    fn changed_when_the_time_is_up_marks_every_slot() {
+        let mut p = Picker::new(3, "x-0");
+        for i in p.round() {
+            p.asking(i);
+            p.answered(i, &held_by("h", 1));
+        }
+        p.changed(2, false);
+        assert_eq!(p.round(), vec![2]);
+        p.asking(2);
+        p.answered(2, &held_by("h", 1));
+        p.changed(2, true);
+        assert_eq!(p.round(), vec![0, 1, 2]);
+    }
+
+    /// Taking a slot: held, reported as ours, every other slot to withdraw from (and
+    /// asked again afterwards); a campaign cut off is asked first next round.
+    #[test]
+    fn a_taken_slot_is_held_and_every_other_is_left() {
+        let mut p = Picker::new(3, "x-0");
+        p.asking(0);
+        p.answered(0, &held_by("h", 4));
+        p.asking(1);
+        assert!(p.answered(1, &acquired(9)));
+        assert_eq!(p.held(), Some(1));
+        let mut left = Vec::new();
+        while let Some(j) = p.to_withdraw() {
+            left.push(j);
+            p.withdrawn(j);
+        }
+        left.sort();
+        assert_eq!(left, vec![0, 2]);
+        assert!(
+            p.must_ask(),
+            "the slots left are asked again after the tenure"
+        );
+        let v = p.view();
+        assert_eq!((v.count, v.own), (3, Some(1)));
+        assert!(v
+            .list
+            .iter()
+            .any(|s| s.slot == 1 && s.holder.identity == "x-0"));
+        // A renew says lost: nothing held; a cut-off campaign of slot 2 comes first.
+        p.lost();
+        assert_eq!(p.held(), None);
+        p.asking(2);
+        assert_eq!(p.round()[0], 2);
+    }
+
+    /// A release lets go of the held slot first, then of every other (a follower's
+    /// places in the queues too), and holds nothing after.
+    #[test]
+    fn a_release_lets_go_of_the_held_slot_first_then_of_all() {
+        let mut p = Picker::new(3, "x-0");
+        p.asking(2);
+        p.answered(2, &acquired(1));
+        assert_eq!(p.release_order(), vec![2, 0, 1]);
+        assert_eq!(p.held(), None);
+        assert_eq!(p.to_withdraw(), None);
+        let mut follower = Picker::new(2, "y-1");
+        assert_eq!(follower.release_order(), vec![0, 1]);
     }
 
     #[test]
