@@ -51,6 +51,12 @@ use super::{
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
 
+mod wake;
+
+/// How many ttls a follower's silent wait lasts at most: then it campaigns once (a
+/// check that its wait's connection still stands).
+const BACKSTOP_TTLS: u32 = 20;
+
 /// The statements for one table (and its token counters and candidates), written once.
 struct Statements {
     exists: String,
@@ -248,6 +254,16 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
+    /// The election's advisory lock (see [`wake`]).
+    key: i64,
+    /// The leader's `idle_session_timeout`, ms: the ttl.
+    idle_limit: String,
+    /// The statement connection on which we hold the lock, while we lead.
+    guard: Option<u64>,
+    /// The leader's looks at its own row, on a connection of their own: the
+    /// statement connection idles between renewals, for its idle limit.
+    look: Session<PgConnection>,
+    waiter: wake::Waiter,
 }
 
 impl PostgresBackend {
@@ -277,7 +293,19 @@ impl PostgresBackend {
             reconnected: session.reconnected.clone(),
             op_timeout: lease.timing.backend_timeout,
         }));
+        let key = wake::lock_key(&settings.table.display(), lease.election);
+        let waiter = wake::Waiter::spawn(
+            options.clone(),
+            key,
+            lease.timing.ttl * BACKSTOP_TTLS,
+            lease.timing.backend_timeout,
+        );
         let dialect = Postgres {
+            key,
+            idle_limit: millis(lease.timing.ttl).to_string(),
+            guard: None,
+            look: Session::new(options.clone()),
+            waiter,
             statements: Statements::for_tables(
                 &settings.table.quoted('"'),
                 &settings.table.counter().quoted('"'),
@@ -357,6 +385,42 @@ impl Postgres {
                 tracing::info!(table = %table.display(), "created the table");
                 Ok(())
             }
+        }
+    }
+}
+
+impl Postgres {
+    /// While we lead: the election's lock on the statement connection, with its idle
+    /// limit (see [`wake`]); once per connection. Best effort: without it followers
+    /// fall back to the row's expiry.
+    async fn hold(&mut self, session: &mut Session<PgConnection>) {
+        if self.guard.is_some_and(|g| session.still(g)) {
+            return;
+        }
+        self.guard = None;
+        let Ok(conn) = session.begin("hold").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, Option<bool>>(wake::HOLD)
+            .bind(self.key)
+            .bind(&self.idle_limit)
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("hold", held) {
+            Ok(Some(true)) => self.guard = Some(session.generation()),
+            Ok(_) => tracing::debug!("the election's lock is busy; trying again at the next renew"),
+            Err(e) => tracing::debug!(error = %e, "could not hold the election's lock"),
+        }
+    }
+
+    /// Lets the lock and the idle limit go, if we hold them.
+    async fn let_go(&mut self, session: &mut Session<PgConnection>) {
+        if !self.guard.take().is_some_and(|g| session.still(g)) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let done = sqlx::query(wake::LET_GO).execute(&mut *conn).await;
+            let _ = session.end("release", done);
         }
     }
 }
@@ -501,10 +565,17 @@ impl SqlDialect for Postgres {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end("campaign", row)?;
-        row.as_ref()
+        let row = row
+            .as_ref()
             .map(LeaseRow::from_row)
             .transpose()
-            .map_err(super::sql("campaign"))
+            .map_err(super::sql("campaign"))?;
+        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(row)
     }
 
     async fn renew(
@@ -519,7 +590,13 @@ impl SqlDialect for Postgres {
             .bind(t.ttl_ms())
             .execute(&mut *conn)
             .await;
-        Ok(session.end("renew", done)?.rows_affected() == 1)
+        let ours = session.end("renew", done)?.rows_affected() == 1;
+        if ours {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(ours)
     }
 
     async fn release(
@@ -621,15 +698,20 @@ impl SqlDialect for Postgres {
 
     async fn own_tenure(
         &mut self,
-        session: &mut Session<PgConnection>,
+        _session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
-        let conn = session.begin("watch").await?;
+        // On the look connection: see `look`.
+        let conn = self.look.begin("watch").await?;
         let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
             .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
-        session.end("watch", tenure)
+        self.look.end("watch", tenure)
+    }
+
+    async fn released(&mut self, session: &mut Session<PgConnection>) {
+        self.let_go(session).await;
     }
 
     async fn next_look(&mut self) {
@@ -642,7 +724,9 @@ impl SqlDialect for Postgres {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        crate::backend::wait_for_wake(&self.wake, &mut tenancy.expiry_hint, max).await;
-        Wake::Changed
+        let held = tenancy.held_by_other;
+        self.waiter
+            .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
+            .await
     }
 }
