@@ -69,8 +69,10 @@
 //! its own (deleted, overwritten, taken).
 //!
 //! How followers learn of a change (PostgreSQL `LISTEN/NOTIFY`, a MySQL/MariaDB named
-//! lock) is each dialect's own; both also wake at the observed holder's expiry, and
-//! at the retry interval at the latest.
+//! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
+//! live leader sends nothing until then (the retry interval passing is
+//! [`Wake::Waiting`]); a MySQL one also wakes at the observed holder's expiry and at
+//! the retry interval.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -410,6 +412,10 @@ pub trait SqlDialect: Send + 'static {
         max: Duration,
     ) -> impl Future<Output = Wake> + Send;
 }
+
+/// How many ttls a follower's silent wait lasts at most: then it looks once (a check
+/// that its wait's connection still stands).
+pub(crate) const BACKSTOP_TTLS: u32 = 20;
 
 /// How long a candidate's row stays in the candidates' table after its last
 /// registration when its presence is gone (then a listing by a leader deletes it).

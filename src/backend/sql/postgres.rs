@@ -20,9 +20,12 @@
 //!   named one's take, which notifies too.
 //!
 //! **Wake-ups**: a second connection `LISTEN`s on the channel named like the table,
-//! with the election as payload. Followers wake on every take and release there, at
-//! the observed holder's expiry (a crashed leader sends nothing), and at the retry
-//! interval at the latest. The listener is opened again whenever the statement
+//! with the election as payload. Followers wake on every take and release there, and
+//! when the leader's session ends (see [`wake`]: the leader holds the election's
+//! advisory lock on its statement connection, idle-limited to the ttl by the server, and
+//! a follower that found the row held waits for it on a connection of its own, sending
+//! nothing while the leader lives; after such a wake it waits for the row's expiry, a
+//! crashed leader's row standing until then). The listener is opened again whenever the statement
 //! connection had to be (a partition that broke one may have left the other
 //! half-open), and wakes the follower once after every (re)connect, since
 //! notifications may have been missed meanwhile. While leading, a notification for
@@ -52,10 +55,6 @@ use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
 
 mod wake;
-
-/// How many ttls a follower's silent wait lasts at most: then it campaigns once (a
-/// check that its wait's connection still stands).
-const BACKSTOP_TTLS: u32 = 20;
 
 /// The statements for one table (and its token counters and candidates), written once.
 struct Statements {
@@ -297,7 +296,7 @@ impl PostgresBackend {
         let waiter = wake::Waiter::spawn(
             options.clone(),
             key,
-            lease.timing.ttl * BACKSTOP_TTLS,
+            lease.timing.ttl * super::BACKSTOP_TTLS,
             lease.timing.backend_timeout,
         );
         let dialect = Postgres {
