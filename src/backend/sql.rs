@@ -71,7 +71,8 @@
 //! How followers learn of a change (PostgreSQL `LISTEN/NOTIFY`, a MySQL/MariaDB named
 //! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
 //! live leader sends nothing until then (the retry interval passing is
-//! [`Wake::Waiting`]); a MySQL one also wakes at the observed holder's expiry and at
+//! [`Wake::Quiet`]: the leader's session still holds the lock, so the observation is
+//! current); a MySQL one also wakes at the observed holder's expiry and at
 //! the retry interval.
 
 use std::future::Future;

@@ -848,6 +848,14 @@ pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb, statements: &
         "the follower sent {sent} statements in 3 ttl; its stderr: {}",
         follower.stderr()
     );
+    // Silent, and still current: a follower that reported nothing current for a ttl
+    // would answer `unknown` (seen: every silent PostgreSQL follower did, 3 ttl in).
+    let view = follower.leader().expect("the follower answers");
+    assert_eq!(
+        (view["state"].as_str(), view["leader"].as_str()),
+        (Some("follower"), Some("hush-a")),
+        "a silent follower no longer names the leader: {view}"
+    );
     leader.signal(libc::SIGKILL);
     let took = eventually(Duration::from_secs(6), || {
         follower.leader().filter(|v| v["is_leader"] == true)

@@ -74,9 +74,13 @@ impl Waiter {
         }
     }
 
-    /// The follower's wait: by the lock while another candidate holds the row (then
-    /// `max` passing is [`Wake::Waiting`]: nothing to look at), else as before by the
-    /// notification, the row's expiry and `max`.
+    /// The follower's wait: by the lock while another candidate holds the row, else as
+    /// before by the notification, the row's expiry and `max`. `max` passing while the
+    /// lock is still waited for is [`Wake::Quiet`]: nothing to look at, and the
+    /// observation is current (the holder's session holds the lock, so it has run a
+    /// statement within its idle limit, the ttl; a follower reporting nothing current
+    /// after a ttl would read `unknown` in `GET /leader`, and the checker's "every
+    /// follower follows the leader" never held: seen in the soak's PauseLeader round).
     pub(super) async fn wait(
         &mut self,
         wake: &Notify,
@@ -107,7 +111,7 @@ impl Waiter {
         if ended {
             self.ended()
         } else {
-            Wake::Waiting
+            Wake::Quiet
         }
     }
 
