@@ -43,6 +43,8 @@ soak: deps
 	status=0; cargo test --test soak -- --ignored --test-threads=1 --nocapture || status=$$?; \
 	echo; echo "## leasekeeper soak, $$(date -u +%Y-%m-%d), LK_SOAK_TRANSITIONS=$${LK_SOAK_TRANSITIONS:-1000}"; echo; \
 	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
+	echo; echo "Slots (LK_SOAK_SLOT_RUNS=$${LK_SOAK_SLOT_RUNS:-10}):"; echo; \
+	cat target/soak/slots.md 2>/dev/null || echo "(no results)"; \
 	exit $$status
 
 # The elector's deterministic simulator, long run (not part of `make test`, which runs

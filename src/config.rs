@@ -23,6 +23,7 @@ use crate::backend::etcd;
 use crate::backend::file;
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes;
+use crate::backend::slots;
 #[cfg(feature = "sql")]
 use crate::backend::sql;
 #[cfg(feature = "zookeeper")]
@@ -81,6 +82,8 @@ pub struct Cli {
     pub common: CommonArgs,
     #[command(flatten)]
     pub timing: timing::Args,
+    #[command(flatten)]
+    pub slots: slots::Args,
     #[command(flatten)]
     pub http: http::Args,
     #[cfg(feature = "file")]
@@ -282,6 +285,8 @@ pub struct Settings {
     pub election: String,
     pub identity: String,
     pub timing: Timing,
+    /// `--holders`: the number of slots (1: one leader).
+    pub holders: u32,
     pub backend: BackendSettings,
     pub exit_on_loss: bool,
     pub http: HttpSettings,
@@ -329,7 +334,12 @@ impl Settings {
         let timing = cli.timing.timing()?;
         let mut warnings = Vec::new();
         let backend = backend_settings(&cli, &election, &timing, &mut warnings)?;
-        let pod_label = cli.label.settings(&cli.kube, &election)?;
+        let holders = cli.slots.count()?;
+        check_holders(holders, &backend)?;
+        let mut pod_label = cli.label.settings(&cli.kube, &election)?;
+        if let Some(label) = pod_label.as_mut() {
+            label.slots = holders > 1;
+        }
         let events = event_subject(&cli, &backend, &election)?;
         check_kube_built(&pod_label, &events)?;
         Ok(Settings {
@@ -346,9 +356,25 @@ impl Settings {
             election,
             identity,
             timing,
+            holders,
             backend,
             warnings,
         })
+    }
+}
+
+/// Several slots where a store's own machinery would elect for each Lease (the
+/// coordinated election picks a holder per Lease among all candidates, so a candidate
+/// holding one slot could be named for another) are refused.
+fn check_holders(holders: u32, backend: &BackendSettings) -> Result<(), ConfigError> {
+    match backend {
+        #[cfg(feature = "kubernetes")]
+        BackendSettings::Kubernetes { lease, .. } if holders > 1 && lease.lease_candidate => {
+            Err(bad(
+                "--holders above 1 with --lease-candidate: the API server's coordinated election picks each slot's holder among all candidates, and could name one that holds another slot; use one of them",
+            ))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -144,6 +144,9 @@ struct TransitionRecord<'a> {
     deadline_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'a str>,
+    /// With several slots (`--holders`): the slot of the tenure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slot: Option<u32>,
 }
 
 /// Append-only JSON-lines log of claims, for the election checker and post-mortems.
@@ -155,6 +158,7 @@ struct TransitionRecord<'a> {
 pub struct TransitionLog {
     file: Option<std::fs::File>,
     identity: String,
+    slot: Option<u32>,
 }
 
 impl TransitionLog {
@@ -171,6 +175,7 @@ impl TransitionLog {
         Ok(TransitionLog {
             file,
             identity: identity.to_owned(),
+            slot: None,
         })
     }
 
@@ -178,7 +183,13 @@ impl TransitionLog {
         TransitionLog {
             file: None,
             identity: String::new(),
+            slot: None,
         }
+    }
+
+    /// The slot the following lines are about (an election of several holders).
+    pub(crate) fn set_slot(&mut self, slot: Option<u32>) {
+        self.slot = slot;
     }
 
     pub(crate) fn record(
@@ -202,6 +213,7 @@ impl TransitionLog {
             sent_ns: sent.map(to_monotonic_ns),
             deadline_ns: deadline.map(to_monotonic_ns),
             reason,
+            slot: self.slot,
         };
         let Ok(mut line) = serde_json::to_vec(&rec) else {
             return;

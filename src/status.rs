@@ -21,6 +21,40 @@ pub struct Holder {
     pub token: Option<FencingToken>,
 }
 
+/// Who holds one slot of an election of several (`--holders N`), as last observed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SlotHolder {
+    pub slot: u32,
+    pub holder: Holder,
+}
+
+/// The election's slots as this candidate knows them: how many, which one it took
+/// last, and who held each as last observed. With one slot (the default), `list`
+/// stays empty and the holder is `Status::holder`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slots {
+    /// N; 0 is read as 1.
+    pub count: u32,
+    /// The slot of this candidate's latest tenure (reported only while it leads).
+    pub own: Option<u32>,
+    pub list: Vec<SlotHolder>,
+}
+
+impl Slots {
+    pub fn count(&self) -> u32 {
+        self.count.max(1)
+    }
+}
+
+/// The share of a 64-bit hash space that slot `slot` of `count` owns:
+/// `[slot·2⁶⁴/count, (slot+1)·2⁶⁴/count)`, the form of Kubernetes' sharded list/watch
+/// proposal, so a controller can filter its objects by the hash of their key.
+pub fn hash_range(slot: u32, count: u32) -> (u128, u128) {
+    let (slot, count) = (u128::from(slot), u128::from(count.max(1)));
+    let space = 1u128 << 64;
+    (slot * space / count, (slot + 1) * space / count)
+}
+
 /// The role of this candidate as the elector last decided it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,6 +117,8 @@ pub struct Status {
     /// is renewed meanwhile). `None` once the elector ended the drain, acknowledged or
     /// not (the app answered, the timeout passed, or the lease was lost first).
     pub drain_until: Option<Instant>,
+    /// The election's slots (`--holders`), as the backend last reported them.
+    pub slots: Slots,
 }
 
 /// The JSON shape of DESIGN §3; field names are part of the contract.
@@ -99,6 +135,32 @@ pub struct StatusView {
     pub lease_expires_in_ms: Option<u64>,
     pub observed_at: Option<String>,
     pub transitions: u64,
+    /// The slot this candidate holds (null when it does not lead).
+    pub slot: Option<u32>,
+    /// The number of slots (`--holders`).
+    pub slots: u32,
+    /// `exclusive`: one holder per slot.
+    pub mode: &'static str,
+    /// Who held each slot, as last observed (empty when nothing current is known).
+    pub holders: Vec<HolderView>,
+    /// While leading: the own slot's share of a 64-bit hash space, as decimal strings
+    /// (`end` exclusive, and 2⁶⁴ for the last slot, past a JSON reader's integers).
+    pub hash_range: Option<HashRange>,
+}
+
+/// One entry of `StatusView::holders`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HolderView {
+    pub slot: u32,
+    pub identity: String,
+    pub fencing_token: Option<FencingToken>,
+}
+
+/// `StatusView::hash_range`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HashRange {
+    pub start: String,
+    pub end: String,
 }
 
 impl Status {
@@ -124,7 +186,38 @@ impl Status {
             draining: false,
             drain_until: None,
             stale_after,
+            slots: Slots::default(),
         }
+    }
+
+    /// The slot this candidate holds at `now`, if it leads.
+    pub fn slot_at(&self, now: Instant) -> Option<u32> {
+        if !self.is_leader_at(now) {
+            return None;
+        }
+        Some(self.slots.own.unwrap_or(0))
+    }
+
+    /// Who holds which slot, as may be reported at `now`: with one slot, the holder;
+    /// with several, the backend's list (our own slot is ours while we lead, and
+    /// nobody's after).
+    pub fn holders_at(&self, now: Instant) -> Vec<HolderView> {
+        let view = |slot: u32, h: &Holder| HolderView {
+            slot,
+            identity: h.identity.clone(),
+            fencing_token: h.token,
+        };
+        if self.role_at(now) == Role::Unknown {
+            return Vec::new();
+        }
+        if self.slots.count() == 1 {
+            return self.holder.iter().map(|h| view(0, h)).collect();
+        }
+        let mine = self.slot_at(now);
+        (self.slots.list.iter())
+            .filter(|s| s.holder.identity != self.identity || Some(s.slot) == mine)
+            .map(|s| view(s.slot, &s.holder))
+            .collect()
     }
 
     /// Invariant 3: leading means the elector decided so *and* the deadline has not passed now.
@@ -183,6 +276,17 @@ impl Status {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             observed_at: self.heard_at.map(|(_, wall)| rfc3339(wall)),
             transitions: self.transitions,
+            slot: self.slot_at(now),
+            slots: self.slots.count(),
+            mode: "exclusive",
+            holders: self.holders_at(now),
+            hash_range: self.slot_at(now).map(|slot| {
+                let (start, end) = hash_range(slot, self.slots.count());
+                HashRange {
+                    start: start.to_string(),
+                    end: end.to_string(),
+                }
+            }),
         }
     }
 }

@@ -490,11 +490,11 @@ fn flags_beat_the_environment_which_beats_the_file() {
         ("drain-timeout: 0s\n", "--drain-timeout"),
         (
             "kill-grace: 5s\n",
-            "--kill-grace and --restart are for `leasekeeper run",
+            "--kill-grace, --restart and --wait-timeout are for `leasekeeper run",
         ),
         (
             "restart: true\n",
-            "--kill-grace and --restart are for `leasekeeper run",
+            "--kill-grace, --restart and --wait-timeout are for `leasekeeper run",
         ),
         ("ttl: [1s, 2s]\n", "ttl: takes one value"),
         ("frobnicate: 1\n", "unknown key \"frobnicate\""),

@@ -436,6 +436,12 @@ impl Container {
     }
 
     /// The host PID of the container's first process.
+    /// The container's init, once `runc state` says it runs (asked for up to 5 s: a
+    /// busy machine's `runc state` can fail while `runc run` still holds its state).
+    fn running_pid(&self) -> Option<u32> {
+        eventually(Duration::from_secs(5), || self.init_pid())
+    }
+
     fn init_pid(&self) -> Option<u32> {
         let out = self.runc().args(["state", &self.id]).output().ok()?;
         let state: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -571,7 +577,7 @@ fn the_sidecar_in_a_container_answers_and_hands_over_on_sigterm() {
     let first = eventually(Duration::from_secs(5), || is_leader(pa))
         .unwrap_or_else(|| panic!("a never led: {}", a.output()));
     assert_eq!(first["leader"], "a", "{first}");
-    let pid = a.init_pid().expect("a runs");
+    let pid = a.running_pid().expect("a runs");
     assert_runs_as_a_pod_would(pid, contents().user.1);
     let mut b = lab.start("b", &sidecar_args("b", pb, "/shared/lk.lock"), None);
     await_leader_json(&mut b, pb).expect("b answers");
@@ -715,7 +721,7 @@ fn exec_mode_as_pid_1(seccomp: Seccomp) {
         eprintln!("runc cannot run a container on this machine; skipping: {why}");
         return;
     }
-    let init = c.init_pid().expect("c runs");
+    let init = c.running_pid().expect("c runs");
     let worker = eventually(Duration::from_secs(5), || {
         processes_under(init)
             .into_iter()
@@ -801,7 +807,7 @@ fn the_app_container_asks_the_sidecar_on_the_pods_localhost() {
     .unwrap_or_else(|| panic!("the app never saw its sidecar lead: {}", sidecar.output()));
     assert_eq!(asked["identity"], "pod-a", "{asked}");
     let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).expect("ns");
-    let sidecar_pid = sidecar.init_pid().expect("sidecar runs");
+    let sidecar_pid = sidecar.running_pid().expect("sidecar runs");
     assert_eq!(ns(sidecar_pid), ns(app_pid), "one network namespace");
     assert_ne!(ns(sidecar_pid), ns(std::process::id()), "not the host's");
     let killed = sidecar

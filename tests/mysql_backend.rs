@@ -220,3 +220,22 @@ fn mysql_switchover_passes_the_named_lock_on_to_the_named_candidate() {
         cars[1].stderr()
     );
 }
+
+/// See [`common::sql_suite::followers_send_no_statement_at_steady_state`]: the
+/// server's general log (as a table) counts every statement of the follower's user.
+#[test]
+#[ignore = "MySQL followers are not silent yet (39 statements in 6 s at ttl 2 s; docs/backends-sql.md)"]
+fn mysql_followers_send_no_statement_at_steady_state() {
+    let db = MariaServer::start();
+    db.sql(
+        "CREATE USER 'quiet'@'127.0.0.1'; GRANT ALL ON lk.* TO 'quiet'@'127.0.0.1';
+         SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;",
+    );
+    let statements = || {
+        db.sql("SELECT COUNT(*) FROM mysql.general_log WHERE user_host LIKE 'quiet[quiet]%' AND command_type IN ('Query', 'Execute')")
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    };
+    common::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
+}

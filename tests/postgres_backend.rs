@@ -29,6 +29,21 @@ common::sql_suite::sql_store_rule_tests! {
     new: leasekeeper::backend::sql::postgres::PostgresBackend::new,
 }
 
+/// See [`common::sql_suite::followers_send_no_statement_at_steady_state`]: the
+/// follower's role logs every statement it runs (`log_statement = all`).
+#[test]
+fn postgres_followers_send_no_statement_at_steady_state() {
+    let db = PgServer::start();
+    db.psql("CREATE ROLE quiet LOGIN SUPERUSER; ALTER ROLE quiet SET log_statement = 'all'");
+    let statements = || {
+        db.log()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    common::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
+}
+
 /// A database that is not there yet is not bad input: the sidecar runs, unready and
 /// "unknown", and leads (creating the table) once the server appears on that port.
 #[test]

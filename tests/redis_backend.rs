@@ -807,6 +807,66 @@ mod rules {
         });
     }
 
+    /// `candidates()` lists every live candidate (its presence: a subscription), whoever
+    /// asks, and no longer one that was dropped.
+    #[test]
+    fn the_live_candidates_are_listed() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(2);
+        runtime().block_on(async {
+            let make = |id| candidate(&server.url(), "live", id, ttl);
+            let (mut a, mut b, mut c) = (make("A"), make("B"), make("C"));
+            leads("A", &mut a).await;
+            does_not_lead("B", &mut b).await;
+            does_not_lead("C", &mut c).await;
+            let listed = |x: Option<Vec<String>>| x.expect("a list");
+            let until = tokio::time::Instant::now() + Duration::from_secs(3);
+            loop {
+                let seen = listed(a.candidates().await.expect("list"));
+                if seen == ["A", "B", "C"] {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < until, "listed {seen:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(listed(b.candidates().await.expect("list")), ["A", "B", "C"]);
+            drop(c);
+            loop {
+                let seen = listed(a.candidates().await.expect("list"));
+                if seen == ["A", "B"] {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < until, "listed {seen:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+
+    /// Invariant 9 on Redis, reached directly: the leader's own-key watch
+    /// (`record_lost`) ends when another client overwrites or deletes the key, and not
+    /// on the leader's own renewals.
+    #[test]
+    fn the_leader_hears_its_key_taken_but_not_its_own_renewals() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let within = Duration::from_millis(800);
+            for tamper in ["SET {} 1|intruder|x PX 3000", "DEL {}"] {
+                let mut a = candidate(&server.url(), "heard", "A", ttl);
+                leads("A", &mut a).await;
+                for _ in 0..2 {
+                    assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+                    let own = tokio::time::timeout(within, a.record_lost()).await;
+                    assert!(own.is_err(), "A's own renewal read as its key lost");
+                }
+                server.command(&tamper.replace("{}", &lock("heard")));
+                let heard = tokio::time::timeout(within, a.record_lost()).await;
+                assert!(heard.is_ok(), "A never heard of {tamper:?}");
+                server.command(&format!("DEL {}", lock("heard")));
+            }
+        });
+    }
+
     /// A switchover's reservation: after A's `release_to("C")`, B (first to look)
     /// cannot take the free lease; C can, and its take spends the reservation.
     #[test]

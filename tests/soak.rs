@@ -884,3 +884,107 @@ fn soak_10_postgres() {
 fn soak_11_mysql() {
     sql_soak("mysql", common::mariadb_server::MariaServer::start());
 }
+
+/// The slots scenario (`tests/common/slots.rs`: two slots, five candidates, SIGTERM,
+/// kill -9 and SIGSTOP of slot holders, every logged claim checked per slot)
+/// `LK_SOAK_SLOT_RUNS` times (default 10) on every store, one store at a time, each run
+/// on an election of its own; one row per store in `target/soak/slots.md`.
+#[test]
+#[ignore = "long: make soak"]
+fn soak_12_slots_every_store() {
+    let runs: usize = std::env::var("LK_SOAK_SLOT_RUNS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(10);
+    let ttl = Duration::from_secs(2);
+    let graceful = Duration::from_secs(2);
+    let run_on = |name: &str, args: &dyn Fn(usize) -> SidecarArgs, pause: bool| {
+        let t0 = Instant::now();
+        for run in 0..runs {
+            let a = args(run).ttl("2s");
+            if pause {
+                common::slots::two_slots_five_candidates(a, ttl, graceful);
+            } else {
+                common::slots::two_slots_five_candidates_no_pause(a, ttl, graceful);
+            }
+        }
+        let row = format!(
+            "| {name} | {runs} | none | {:.1} min |\n",
+            t0.elapsed().as_secs_f64() / 60.0
+        );
+        eprint!("{row}");
+        let path = results_path().with_file_name("slots.md");
+        std::fs::create_dir_all(path.parent().expect("target/soak")).expect("create target/soak");
+        let new = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open slots.md");
+        if new {
+            let header =
+                "| store (2 slots, 5 candidates) | runs | violations | wall |\n|---|---|---|---|\n";
+            f.write_all(header.as_bytes()).expect("write slots.md");
+        }
+        f.write_all(row.as_bytes()).expect("write slots.md");
+    };
+    let election = |run: usize| format!("slots-{run}");
+    let dir = tempfile::tempdir().expect("dir");
+    run_on(
+        "file",
+        &|r| {
+            let own = dir.path().join(format!("r{r}"));
+            std::fs::create_dir_all(&own).expect("dir");
+            SidecarArgs::file(&own).election(&election(r))
+        },
+        false,
+    );
+    let redis = RedisServer::start();
+    run_on(
+        "redis",
+        &|r| SidecarArgs::redis(&redis.url()).election(&election(r)),
+        true,
+    );
+    drop(redis);
+    let cluster = RedisCluster::start(3);
+    run_on(
+        "redlock (3)",
+        &|r| SidecarArgs::redlock(&cluster.urls()).election(&election(r)),
+        true,
+    );
+    drop(cluster);
+    let etcd = EtcdCluster::start(1);
+    run_on(
+        "etcd",
+        &|r| SidecarArgs::etcd(&etcd.endpoints()).election(&election(r)),
+        true,
+    );
+    drop(etcd);
+    let zk = ZkEnsemble::start(1);
+    run_on(
+        "zookeeper",
+        &|r| SidecarArgs::zookeeper(&zk.connect_string()).election(&election(r)),
+        true,
+    );
+    drop(zk);
+    let api = FakeKube::start("team");
+    run_on(
+        "kubernetes (fake API)",
+        &|r| SidecarArgs::kubernetes(&api.kubeconfig()).election(&election(r)),
+        true,
+    );
+    drop(api);
+    let pg = common::pg_server::PgServer::start();
+    run_on(
+        "postgres",
+        &|r| SidecarArgs::postgres(&pg.url()).election(&election(r)),
+        true,
+    );
+    drop(pg);
+    let maria = common::mariadb_server::MariaServer::start();
+    run_on(
+        "mysql",
+        &|r| SidecarArgs::mysql(&maria.url()).election(&election(r)),
+        true,
+    );
+}

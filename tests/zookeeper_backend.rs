@@ -1072,6 +1072,41 @@ fn a_renew_never_vouches_for_a_node_of_another_session() {
     });
 }
 
+/// Invariant 5 on ZooKeeper: a release is compare-and-act too. A leader whose node
+/// was deleted and created again under the same name by another session (its own
+/// watch held blind) must not delete that node on release.
+#[test]
+fn a_release_never_deletes_a_node_of_another_session() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(async {
+        let mut a = leader_whose_node_was_created_again(&connect, "again3").await;
+        let look = zookeeper_client::Client::connect(&connect)
+            .await
+            .expect("connect");
+        let before = look
+            .list_children("/leasekeeper/again3")
+            .await
+            .expect("list");
+        assert_eq!(before.len(), 1, "the other session's node is there");
+        a.release().await.expect("A's release answers");
+        let left = look
+            .list_children("/leasekeeper/again3")
+            .await
+            .expect("list");
+        assert_eq!(
+            left.len(),
+            1,
+            "A's release deleted the other session's node"
+        );
+        let (data, _) = look
+            .get_data(&format!("/leasekeeper/again3/{}", left[0]))
+            .await
+            .expect("read");
+        assert_eq!(data, b"intruder");
+    });
+}
+
 /// Invariant 5 on ZooKeeper: a release deletes our own node only. A follower's release
 /// leaves the leader's node (and its token) in place and takes the follower's node
 /// out of the queue at once; a second release is a no-op.

@@ -9,7 +9,7 @@
 //! One module per section (`LK_BENCH_ONLY=<section>` runs it alone, see `SECTIONS`):
 //! `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with `LK_SQL_PEER`),
 //! `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in `client_go`),
-//! `zookeeper`, `steady`, `abuse` (the hostile-client crowd). Shared: `group` (sidecars and their handovers), `measure`
+//! `zookeeper`, `steady`, `abuse` (the hostile-client crowd), `slots` (`--holders 2`). Shared: `group` (sidecars and their handovers), `measure`
 //! (what every backend measures alike), `peer` (other clients' processes), `footprint`
 //! (/proc), `stats`, `report` (the table) and `settings` (the environment).
 
@@ -30,6 +30,7 @@ mod redis;
 mod report;
 mod scale;
 mod settings;
+mod slots;
 mod sql;
 mod sql_peer;
 mod stats;
@@ -42,7 +43,7 @@ use report::Report;
 type Section = fn(&mut Report, usize);
 
 /// The sections in the order they run, each by its `LK_BENCH_ONLY` name.
-const SECTIONS: [(&str, Section); 11] = [
+const SECTIONS: [(&str, Section); 12] = [
     ("postgres", sql::postgres),
     ("mysql", sql::mysql),
     ("file", file::measure),
@@ -54,6 +55,7 @@ const SECTIONS: [(&str, Section); 11] = [
     ("zookeeper", zookeeper::measure),
     ("steady", steady::measure),
     ("abuse", abuse::measure),
+    ("slots", slots::measure),
 ];
 
 fn main() {

@@ -53,6 +53,21 @@ impl Args {
     }
 }
 
+/// The lock file of slot `slot` (`--holders`): slot 0 the path itself, slot `i`
+/// with `-<i>` before the extension (`leasekeeper-e.lock` → `leasekeeper-e-2.lock`),
+/// as the lease names of the other stores (`backend::slots::slot_election`).
+pub fn slot_path(path: &Path, slot: u32) -> PathBuf {
+    if slot == 0 {
+        return path.to_owned();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{slot}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{slot}"),
+    };
+    path.with_file_name(name)
+}
+
 #[derive(Serialize, Deserialize, Default, Debug)]
 struct LockRecord {
     token: FencingToken,
@@ -256,6 +271,10 @@ impl FileBackend {
     /// Unlocks our own lock, if held, emptying the holder (and reserving the lock for
     /// `to` for a ttl).
     fn release_for(&mut self, to: Option<&str>) -> Result<(), BackendError> {
+        // A lock the waiter took, or may still take, is let go of too (a candidate
+        // of several slots withdraws from the ones it does not hold this way).
+        self.arrived = None;
+        self.waiter = None;
         if let Some(file) = self.held.take() {
             let mut record = read_record(&file);
             record.holder.clear();

@@ -67,6 +67,7 @@ pub mod kubernetes;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
+pub mod slots;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod store_clock;
@@ -232,5 +233,11 @@ pub trait Backend: Send + 'static {
     /// store does not wait for it. Backends with nothing of the kind keep the default.
     fn retire(&mut self) -> impl Future<Output = ()> + Send {
         async {}
+    }
+
+    /// The election's slots as last observed, for an election of several holders
+    /// ([`slots::Slots`]); `None` for one lease (the holder is the campaign's).
+    fn slots(&self) -> Option<crate::status::Slots> {
+        None
     }
 }

@@ -69,8 +69,11 @@
 //! its own (deleted, overwritten, taken).
 //!
 //! How followers learn of a change (PostgreSQL `LISTEN/NOTIFY`, a MySQL/MariaDB named
-//! lock) is each dialect's own; both also wake at the observed holder's expiry, and
-//! at the retry interval at the latest.
+//! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
+//! live leader sends nothing until then (the retry interval passing is
+//! [`Wake::Quiet`]: the leader's session still holds the lock, so the observation is
+//! current); a MySQL one also wakes at the observed holder's expiry and at
+//! the retry interval.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -144,6 +147,8 @@ pub struct Tenancy {
     pub floor: FencingToken,
     /// When the observed holder's row expires, if known.
     pub expiry_hint: Option<Instant>,
+    /// Whether the last campaign found the row held by another candidate.
+    pub held_by_other: bool,
 }
 
 impl Tenancy {
@@ -156,6 +161,7 @@ impl Tenancy {
             holding: false,
             floor: 0,
             expiry_hint: None,
+            held_by_other: false,
         }
     }
 
@@ -169,6 +175,7 @@ impl Tenancy {
 
     /// Turns the row a take statement left into the campaign's answer.
     pub fn judge(&mut self, row: Option<LeaseRow>) -> Result<Campaign, BackendError> {
+        self.held_by_other = false;
         let Some(row) = row else {
             // Inserted meanwhile by someone whose row our snapshot did not show: the
             // notification (or the retry) brings the next look.
@@ -188,6 +195,7 @@ impl Tenancy {
         let left = u64::try_from(row.left_ms).unwrap_or(0);
         self.expiry_hint = Some(Instant::now() + Duration::from_millis(left + 2));
         let held = left > 0 && !row.holder.is_empty();
+        self.held_by_other = held;
         Ok(Campaign::Held(held.then_some(Holder {
             identity: row.holder,
             token: Some(token),
@@ -212,6 +220,8 @@ pub struct Session<C: sqlx::Connection> {
     options: <C as sqlx::Connection>::Options,
     conn: Option<C>,
     in_flight: bool,
+    /// How many connections were opened: a session-level lock lives as long as one.
+    generation: u64,
     pub reconnected: Arc<Notify>,
 }
 
@@ -221,8 +231,19 @@ impl<C: sqlx::Connection> Session<C> {
             options,
             conn: None,
             in_flight: false,
+            generation: 0,
             reconnected: Arc::new(Notify::new()),
         }
+    }
+
+    /// The connection now in use (it changes at every reconnect; 0 before the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether connection `generation` is still the one in use, idle and sound.
+    pub fn still(&self, generation: u64) -> bool {
+        self.conn.is_some() && !self.in_flight && self.generation == generation
     }
 
     /// Starts a request: the connection, opened if needed.
@@ -233,6 +254,7 @@ impl<C: sqlx::Connection> Session<C> {
         if self.conn.is_none() {
             let conn = C::connect_with(&self.options).await.map_err(sql(op))?;
             self.reconnected.notify_one();
+            self.generation += 1;
             self.conn = Some(conn);
         }
         self.conn.as_mut().ok_or_else(|| BackendError::Store {
@@ -392,6 +414,10 @@ pub trait SqlDialect: Send + 'static {
     ) -> impl Future<Output = Wake> + Send;
 }
 
+/// How many ttls a follower's silent wait lasts at most: then it looks once (a check
+/// that its wait's connection still stands).
+pub(crate) const BACKSTOP_TTLS: u32 = 20;
+
 /// How long a candidate's row stays in the candidates' table after its last
 /// registration when its presence is gone (then a listing by a leader deletes it).
 pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -486,6 +512,8 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        // Only a campaign that found another holder lets a follower wait silently.
+        self.tenancy.held_by_other = false;
         if let Err(e) = self.prepare().await {
             return Err(match e {
                 TableError::Backend(b) => b,

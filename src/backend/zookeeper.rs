@@ -333,7 +333,7 @@ impl ZkBackend {
             super::log_reservation(to, reserved);
         }
         // Gone already after a reservation (NoNode).
-        let deleted = client.delete(&format!("{}/{node}", self.dir), None).await;
+        let deleted = delete_own(&client, &format!("{}/{node}", self.dir)).await;
         // Closing the session removes any node of ours the delete may have missed
         // (and, when this future is dropped at the await above, the relay's drop
         // closes it all the same).
@@ -848,6 +848,26 @@ fn holder_of(data: &[u8], stat: &zookeeper_client::Stat) -> Option<Holder> {
         identity: String::from_utf8_lossy(data).into_owned(),
         token: u64::try_from(stat.czxid).ok(),
     })
+}
+
+/// Release's delete, compare-and-act (invariant 5): the node at `path` only when this
+/// session owns it, and only at the version read (a node deleted and created again
+/// under our name by another client is left alone, even with version 0 like ours).
+async fn delete_own(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
+    let Some(stat) = client.check_stat(path).await? else {
+        return Ok(());
+    };
+    if !rules::owned_by(Some(stat.ephemeral_owner), client.session_id().0) {
+        tracing::warn!(
+            path,
+            "our node was replaced by another session's; leaving it"
+        );
+        return Ok(());
+    }
+    match client.delete(path, Some(stat.version)).await {
+        Err(zookeeper_client::Error::BadVersion) => Ok(()),
+        other => other,
+    }
 }
 
 /// A switchover's reservation: the name of the latch node it leaves the lease to, and

@@ -15,13 +15,14 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "etcd")]
 use crate::backend::etcd::EtcdBackend;
 #[cfg(feature = "file")]
-use crate::backend::file::FileBackend;
+use crate::backend::file::{slot_path, FileBackend};
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes::KubeBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redis::RedisBackend;
 #[cfg(feature = "redis")]
 use crate::backend::redlock::RedlockBackend;
+use crate::backend::slots::{slot_election, Slots};
 #[cfg(feature = "sql")]
 use crate::backend::sql::mysql::MysqlBackend;
 #[cfg(feature = "sql")]
@@ -36,7 +37,7 @@ use crate::elector::{
 use crate::publish::drain::Drain;
 #[cfg(feature = "kubernetes")]
 use crate::publish::events::Events;
-use crate::publish::exec::{Ended, Supervisor};
+use crate::publish::exec::{self, Ended, Supervisor};
 use crate::publish::hooks::Hooks;
 use crate::publish::http::{
     leadership_changes, router, ApiState, HttpSettings, Limits, HEAD_TIMEOUT,
@@ -194,34 +195,57 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(4096)
 }
 
-/// Builds the chosen backend and serves with it.
+/// One backend per slot of the election (`--holders`; one slot is the election
+/// itself), each built by `make` for its own lease name and slot number.
+fn slots_of<B: Backend, E>(
+    s: &Settings,
+    mut make: impl FnMut(&Candidacy, u32) -> Result<B, E>,
+) -> Result<Vec<B>, E> {
+    (0..s.holders)
+        .map(|slot| {
+            let election = slot_election(&s.election, slot);
+            let lease = Candidacy {
+                election: &election,
+                identity: &s.identity,
+                timing: &s.timing,
+            };
+            make(&lease, slot)
+        })
+        .collect()
+}
+
+/// Builds the chosen backend (one per slot) and serves with it.
 async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
     let s = &start.settings;
-    let lease = Candidacy {
-        election: &s.election,
-        identity: &s.identity,
-        timing: &s.timing,
-    };
     match &s.backend {
         #[cfg(feature = "file")]
         BackendSettings::File { path } => {
-            serve(FileBackend::new(path.clone(), &lease), start).await
+            let slots = slots_of(s, |lease, i| {
+                anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
+            })?;
+            serve(slots, start).await
         }
         #[cfg(feature = "redis")]
         BackendSettings::Redis(redis) => {
-            let backend = RedisBackend::new(redis, &lease).context("--redis-url")?;
-            serve(backend, start).await
+            let slots = slots_of(s, |lease, _| RedisBackend::new(redis, lease));
+            serve(slots.context("--redis-url")?, start).await
         }
         #[cfg(feature = "redis")]
         BackendSettings::Redlock(nodes) => {
-            let backend = RedlockBackend::new(nodes, &lease).context("--redis-url")?;
-            serve(backend, start).await
+            let slots = slots_of(s, |lease, _| RedlockBackend::new(nodes, lease));
+            serve(slots.context("--redis-url")?, start).await
         }
         #[cfg(feature = "etcd")]
-        BackendSettings::Etcd(etcd) => serve(EtcdBackend::new(etcd, &lease), start).await,
+        BackendSettings::Etcd(etcd) => {
+            let slots = slots_of(s, |lease, _| anyhow::Ok(EtcdBackend::new(etcd, lease)))?;
+            serve(slots, start).await
+        }
         #[cfg(feature = "zookeeper")]
         BackendSettings::Zookeeper(zk) => {
-            serve(crate::backend::zookeeper::ZkBackend::new(zk, &lease), start).await
+            let slots = slots_of(s, |lease, _| {
+                anyhow::Ok(crate::backend::zookeeper::ZkBackend::new(zk, lease))
+            })?;
+            serve(slots, start).await
         }
         #[cfg(feature = "kubernetes")]
         BackendSettings::Kubernetes {
@@ -229,21 +253,27 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
             lease: settings,
         } => {
             let client = start.kube.clone().context("kubernetes client")?;
-            let backend = KubeBackend::new(client, namespace, &lease, *settings)
-                .with_slow_paths(start.slow_paths.clone());
-            serve(backend, start).await
+            let slots = slots_of(s, |lease, _| {
+                anyhow::Ok(
+                    KubeBackend::new(client.clone(), namespace, lease, *settings)
+                        .with_slow_paths(start.slow_paths.clone()),
+                )
+            })?;
+            serve(slots, start).await
         }
         #[cfg(feature = "sql")]
         BackendSettings::Sql(sql) => match sql.dialect() {
             Dialect::Postgres => {
-                let mut backend = PostgresBackend::new(sql, &lease).context("--postgres-url")?;
-                check_table(backend.prepare(), s).await?;
-                serve(backend, start).await
+                let mut slots = slots_of(s, |lease, _| PostgresBackend::new(sql, lease))
+                    .context("--postgres-url")?;
+                check_table(slots[0].prepare(), s).await?;
+                serve(slots, start).await
             }
             Dialect::Mysql => {
-                let mut backend = MysqlBackend::new(sql, &lease).context("--mysql-url")?;
-                check_table(backend.prepare(), s).await?;
-                serve(backend, start).await
+                let mut slots =
+                    slots_of(s, |lease, _| MysqlBackend::new(sql, lease)).context("--mysql-url")?;
+                check_table(slots[0].prepare(), s).await?;
+                serve(slots, start).await
             }
         },
         // Only in a build without every backend (the settings refuse those first).
@@ -290,10 +320,13 @@ struct Running {
     hooks: Option<JoinHandle<()>>,
     http_stop: oneshot::Sender<()>,
     http: JoinHandle<()>,
+    /// `run --wait-timeout`: resolves when no slot was taken in time.
+    gave_up: Option<JoinHandle<()>>,
 }
 
-async fn serve<B: Backend>(backend: B, start: Start) -> anyhow::Result<ExitCode> {
+async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCode> {
     let settings = start.settings.clone();
+    let backend = Slots::new(slots, &settings.identity);
     let backend_name = backend.name();
     let mut running = spawn_all(backend, start);
     tracing::info!(
@@ -378,6 +411,10 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         .http
         .enable_release_endpoint
         .then(|| release_tx.clone());
+    let gave_up = (settings.exec.as_ref().and_then(|e| e.wait_timeout)).map(|wait| {
+        let unanswered = t.backend_timeout * 2;
+        tokio::spawn(exec::gave_up_waiting(status_rx.clone(), wait, unanswered))
+    });
     let api = api(&settings.http, t, status_rx, heartbeat, metrics, releases);
     let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
     let abort = [
@@ -385,6 +422,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         drain.map(|d| tokio::spawn(d.run())),
     ];
     Running {
+        gave_up,
         elector: tokio::spawn(elector.run()),
         shutdown,
         own_releases: release_tx,
@@ -588,8 +626,19 @@ async fn wait_for_the_end(r: &mut Running) -> (Result<Exit, tokio::task::JoinErr
                 None => std::future::pending().await,
             }
         };
+        let gave_up = async {
+            match r.gave_up.as_mut() {
+                Some(task) => task.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             exit = &mut r.elector => return (exit, None),
+            Ok(()) = gave_up => {
+                tracing::warn!("no slot was taken within --wait-timeout; exiting {}", exec::GAVE_UP);
+                let _ = r.shutdown.send(true);
+                return ((&mut r.elector).await, Some(i32::from(exec::GAVE_UP)));
+            }
             () = &mut shutdown => {
                 tracing::info!("shutting down: stepping down and releasing");
                 let _ = r.shutdown.send(true);

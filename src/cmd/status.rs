@@ -192,7 +192,31 @@ pub fn table(status: &Value) -> String {
         ("backend", text(status.get("backend"))),
         ("observed at", text(status.get("observed_at"))),
     ];
-    rows.iter().map(|(k, v)| format!("{k:<15}{v}\n")).collect()
+    let mut out: String = rows.iter().map(|(k, v)| format!("{k:<15}{v}\n")).collect();
+    if slots_of(status) > 1 {
+        out.push_str(&slot_rows(status));
+    }
+    out
+}
+
+fn slots_of(status: &Value) -> u64 {
+    status.get("slots").and_then(Value::as_u64).unwrap_or(1)
+}
+
+/// An election of several slots: the own slot and every slot's holder as observed.
+fn slot_rows(status: &Value) -> String {
+    let slots = slots_of(status);
+    let mut out = format!("{:<15}{} of {slots}\n", "slot", text(status.get("slot")));
+    let holders = status.get("holders").and_then(Value::as_array);
+    for h in holders.into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<15}{} (token {})\n",
+            format!("  slot {}", text(h.get("slot"))),
+            text(h.get("identity")),
+            text(h.get("fencing_token"))
+        ));
+    }
+    out
 }
 
 /// Who an answer says leads, and with which token.
@@ -206,19 +230,37 @@ fn named_leader(status: &Value) -> (String, String) {
 /// The verdict over several answers (see the module doc).
 pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
     let mut leaders: Vec<(String, String)> = Vec::new();
+    // With several slots, several leaders are the point: two leaders of one slot are
+    // the disagreement (each leader says its own slot; a follower's view is older).
+    let per_slot = answers.iter().any(|a| slots_of(a) > 1);
+    let mut slots: Vec<(String, (String, String))> = Vec::new();
     for a in answers {
         if code_of(a) == LEADER {
             let named = (text(a.get("identity")), text(a.get("fencing_token")));
+            let slot = text(a.get("slot"));
+            let other = slots
+                .iter()
+                .find(|(s, n)| per_slot && *s == slot && *n != named);
+            if let Some((_, first)) = other {
+                return (
+                    DISAGREE,
+                    Some(format!(
+                        "two answers claim slot {slot}: {} (token {}) and {} (token {})",
+                        first.0, first.1, named.0, named.1
+                    )),
+                );
+            }
+            slots.push((slot, named.clone()));
             if !leaders.contains(&named) {
                 leaders.push(named);
             }
         }
         let named = named_leader(a);
-        if named.0 != "-" && !leaders.contains(&named) {
+        if !per_slot && named.0 != "-" && !leaders.contains(&named) {
             leaders.push(named);
         }
     }
-    if leaders.len() > 1 {
+    if leaders.len() > 1 && !per_slot {
         let list: Vec<String> = leaders
             .iter()
             .map(|(who, token)| format!("{who} (token {token})"))

@@ -128,6 +128,7 @@ impl<B: Backend> Elector<B> {
                 Next::Exit(exit) => return exit,
                 Next::Call { id, op, budget } => {
                     let answer = self.call(op, budget).await;
+                    self.note_slots();
                     Event::Answer { id, answer }
                 }
                 Next::Wait { until, on } => self.wait(until, on).await,
@@ -167,6 +168,18 @@ impl<B: Backend> Elector<B> {
                 }
                 Answer::Release
             }
+        }
+    }
+
+    /// The slots the backend reports (an election of several holders), into `Status`.
+    fn note_slots(&mut self) {
+        if let Some(slots) = self.backend.slots() {
+            self.log.set_slot(slots.own.filter(|_| slots.count() > 1));
+            self.status.send_if_modified(|s| {
+                let changed = s.slots != slots;
+                s.slots = slots;
+                changed
+            });
         }
     }
 

@@ -25,7 +25,8 @@
 //! The elector releases the lease only after CMD is proven gone
 //! ([`Supervisor::stopped`] is one of the elector's `must_stop` signals) or the
 //! claim's deadline has passed. CMD gets `LEASEKEEPER_FENCING_TOKEN`,
-//! `LEASEKEEPER_ELECTION` and `LEASEKEEPER_IDENTITY`; its stdout and stderr are the
+//! `LEASEKEEPER_ELECTION`, `LEASEKEEPER_IDENTITY`, and its slot of the election
+//! (`LEASEKEEPER_SLOT` of `LEASEKEEPER_HOLDERS`, `LEASEKEEPER_MODE`); its stdout and stderr are the
 //! sidecar's, its stdin is empty.
 
 mod contain;
@@ -43,7 +44,7 @@ pub use contain::{init_main, INIT_ARG};
 pub use guard::{guard_main, GUARD_ARG};
 
 use crate::clock::to_monotonic_ns;
-use crate::settings::{bad, duration_or, parse_bool, ConfigError};
+use crate::settings::{bad, duration_or, parse_bool, parse_duration, ConfigError};
 use crate::status::{FencingToken, Role, Status};
 
 /// The flags of `run` (an error without it).
@@ -57,7 +58,24 @@ pub struct Args {
     /// `run` only: campaign again when the command exits by itself, instead of exiting with its code.
     #[arg(long, env = "LEASEKEEPER_RESTART", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub restart: Option<String>,
+    /// `run` only: give up and exit 75 when no slot was taken within this time (0: one try, a non-blocking lock) [default: wait for ever].
+    #[arg(long, env = "LEASEKEEPER_WAIT_TIMEOUT", allow_hyphen_values = true)]
+    pub wait_timeout: Option<String>,
 }
+
+/// `--wait-timeout`: a duration, or 0 (one try).
+fn wait_timeout(raw: &str) -> Result<Duration, ConfigError> {
+    let zero =
+        raw.trim() == "0" || humantime::parse_duration(raw.trim()).is_ok_and(|d| d.is_zero());
+    if zero {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration("--wait-timeout", raw)
+}
+
+/// `leasekeeper run`'s exit code when `--wait-timeout` passed without a slot taken
+/// (EX_TEMPFAIL: try again later).
+pub const GAVE_UP: u8 = 75;
 
 impl Args {
     /// The settings for CMD, or `None` without `run`; a `run`-only flag without
@@ -67,9 +85,9 @@ impl Args {
         cmd: Option<Vec<OsString>>,
     ) -> Result<Option<ExecSettings>, ConfigError> {
         let Some(cmd) = cmd else {
-            if self.kill_grace.is_some() || self.restart.is_some() {
+            if self.kill_grace.is_some() || self.restart.is_some() || self.wait_timeout.is_some() {
                 return Err(bad(
-                    "--kill-grace and --restart are for `leasekeeper run [flags] -- CMD` only",
+                    "--kill-grace, --restart and --wait-timeout are for `leasekeeper run [flags] -- CMD` only",
                 ));
             }
             return Ok(None);
@@ -82,6 +100,7 @@ impl Args {
                 Duration::from_secs(10),
             )?,
             restart: parse_bool("--restart", self.restart.as_deref())?,
+            wait_timeout: self.wait_timeout.as_deref().map(wait_timeout).transpose()?,
         }))
     }
 }
@@ -95,6 +114,42 @@ pub struct ExecSettings {
     pub kill_grace: Duration,
     /// Campaign again after CMD exits by itself (else exit with its code).
     pub restart: bool,
+    /// Give up when no tenure began within this time (`Some(0)`: after one round).
+    pub wait_timeout: Option<Duration>,
+}
+
+/// Resolves when `run --wait-timeout` should give up: no tenure began, and either the
+/// first round against the store was answered and `wait` has passed, or `wait` plus
+/// `unanswered` passed without an answer. Never resolves once a tenure began.
+pub async fn gave_up_waiting(
+    mut status: watch::Receiver<Status>,
+    wait: Duration,
+    unanswered: Duration,
+) {
+    let start = tokio::time::Instant::now();
+    let (limit, hard) = (start + wait, start + wait + unanswered);
+    loop {
+        let (led, ready) = {
+            let s = status.borrow_and_update();
+            (s.own_tenures > 0, s.ready)
+        };
+        if led {
+            return std::future::pending().await;
+        }
+        let now = tokio::time::Instant::now();
+        if (ready && now >= limit) || now >= hard {
+            return;
+        }
+        let until = if ready { limit } else { hard };
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            () = tokio::time::sleep_until(until) => {}
+        }
+    }
 }
 
 /// How a run of CMD ended, when the tenure did not end first.
@@ -247,9 +302,15 @@ impl Supervisor {
         &self,
         token: FencingToken,
     ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
-        let (identity, election) = {
+        let (identity, election, slot, holders) = {
             let s = self.status.borrow();
-            (s.identity.clone(), s.election.clone())
+            let slot = s.slots.own.unwrap_or(0);
+            (
+                s.identity.clone(),
+                s.election.clone(),
+                slot,
+                s.slots.count(),
+            )
         };
         let exe = std::env::current_exe()
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
@@ -264,6 +325,9 @@ impl Supervisor {
             .env("LEASEKEEPER_FENCING_TOKEN", token.to_string())
             .env("LEASEKEEPER_ELECTION", election)
             .env("LEASEKEEPER_IDENTITY", identity)
+            .env("LEASEKEEPER_SLOT", slot.to_string())
+            .env("LEASEKEEPER_HOLDERS", holders.to_string())
+            .env("LEASEKEEPER_MODE", "exclusive")
             .process_group(0)
             .kill_on_drop(false);
         // The guard's stdin is one end of a socket pair: deadlines go in, its verdict

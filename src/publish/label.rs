@@ -48,6 +48,23 @@ pub use settings::{Args, PodLabelSettings};
 /// The label every candidate Pod carries, with its election's name as the value.
 pub const ELECTION_LABEL: &str = "leasekeeper.io/election";
 
+/// With several slots (`--holders`): the leader's slot, beside the leader value.
+pub const SLOT_LABEL: &str = "leasekeeper.io/slot";
+
+/// What the labeler writes and reads as one value: the leader label's value, and with
+/// several slots the slot label's after an `@` (no label value can hold one):
+/// `true@2`, `false`.
+fn shown(
+    labels: &Option<std::collections::BTreeMap<String, String>>,
+    s: &PodLabelSettings,
+) -> Option<String> {
+    let value = label_value_of(labels, &s.key)?;
+    match label_value_of(labels, SLOT_LABEL).filter(|_| s.slots) {
+        Some(slot) => Some(format!("{value}@{slot}")),
+        None => Some(value.clone()),
+    }
+}
+
 /// What the own Pod carries, as read from the API.
 #[derive(Clone, Debug)]
 struct Seen {
@@ -60,10 +77,10 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(pod: &Pod, key: &str) -> Seen {
+    fn of(pod: &Pod, settings: &PodLabelSettings) -> Seen {
         Seen {
             rv: pod.metadata.resource_version.clone(),
-            value: label_value(pod, key),
+            value: shown(&pod.metadata.labels, settings),
             election: label_value(pod, ELECTION_LABEL),
         }
     }
@@ -141,6 +158,8 @@ impl Default for Known {
 /// One decision to write: the value, whether to patch it and clear the others.
 struct Wanted {
     value: String,
+    /// The tenure's slot (several slots only).
+    slot: Option<u32>,
     patch: bool,
     clear: bool,
     leading: bool,
@@ -191,7 +210,7 @@ impl PodLabeler {
     }
 
     fn label_of(&self, pod: &Pod) -> Option<String> {
-        label_value(pod, &self.settings.key)
+        shown(&pod.metadata.labels, &self.settings)
     }
 
     /// Runs until the status sender is gone.
@@ -202,16 +221,22 @@ impl PodLabeler {
         let mut st = Known::default();
         loop {
             let now = Instant::now();
-            let (leading, deadline, token) = {
+            let (leading, deadline, token, slot) = {
                 let s = self.status.borrow_and_update();
                 let leading = s.is_leader_at(now);
                 let claim = s.claim.filter(|_| leading);
-                (leading, claim.map(|c| c.deadline), claim.map(|c| c.token))
+                let slot = s.slot_at(now);
+                (
+                    leading,
+                    claim.map(|c| c.deadline),
+                    claim.map(|c| c.token),
+                    slot,
+                )
             };
-            let desired = if leading {
-                self.settings.leader_value.clone()
-            } else {
-                self.settings.follower_value.clone()
+            let desired = match slot.filter(|_| self.settings.slots) {
+                Some(slot) => format!("{}@{slot}", self.settings.leader_value),
+                None if leading => self.settings.leader_value.clone(),
+                None => self.settings.follower_value.clone(),
             };
             let needs_patch = st.applied.as_ref() != Some(&desired);
             // A new tenure clears the others' stale leader labels before its own.
@@ -225,6 +250,7 @@ impl PodLabeler {
             let live = if (needs_patch || needs_clear) && st.retry_at.is_none_or(|t| now >= t) {
                 let want = Wanted {
                     value: desired,
+                    slot: slot.filter(|_| self.settings.slots),
                     patch: needs_patch,
                     clear: needs_clear,
                     leading,
@@ -248,7 +274,7 @@ impl PodLabeler {
         // unnoticed: give up on it then (or when the lead is lost before).
         let far = Instant::now() + Duration::from_secs(3600);
         let mut moved_on = self.status.clone();
-        let write = self.write(&want.value, want.clear, want.patch, st.applied_rv.clone());
+        let write = self.write(&want, st.applied_rv.clone());
         let outcome = tokio::select! {
             r = write => Some(r),
             () = sleep_until(want.deadline.unwrap_or(far)) => None,
@@ -292,7 +318,7 @@ impl PodLabeler {
             st.cleared_for = want.token;
         }
         if let (Some(t), Some(from)) = (want.token, listed) {
-            let task = tokio::spawn(self.clearer().guard(from));
+            let task = tokio::spawn(self.clearer(want.slot).guard(from));
             st.guard = Some((t, AbortOnDrop(task)));
         }
         if let Some(pod) = written {
@@ -303,7 +329,7 @@ impl PodLabeler {
                 value = %want.value,
                 "labelled the pod"
             );
-            let seen = Seen::of(&pod, &self.settings.key);
+            let seen = Seen::of(&pod, &self.settings);
             st.applied = seen.value;
             st.applied_rv = seen.rv;
         }
@@ -321,7 +347,7 @@ impl PodLabeler {
         );
         match self.read().await {
             Ok(pod) => {
-                let seen = Seen::of(&pod, &self.settings.key);
+                let seen = Seen::of(&pod, &self.settings);
                 st.applied = seen.value;
                 st.applied_rv = seen.rv;
             }
@@ -397,20 +423,19 @@ impl PodLabeler {
     /// Pod as written, when it was, and the version of the list the clearing read.
     async fn write(
         &self,
-        value: &str,
-        clear_others: bool,
-        patch: bool,
+        want: &Wanted,
         rv: Option<String>,
     ) -> Result<(Option<Pod>, Option<String>), LabelError> {
-        let listed = if clear_others {
-            Some(self.clearer().clear_listed().await?)
+        let value = want.value.as_str();
+        let listed = if want.clear {
+            Some(self.clearer(want.slot).clear_listed().await?)
         } else {
             None
         };
-        if !patch {
+        if !want.patch {
             return Ok((None, listed));
         }
-        if value != self.settings.leader_value {
+        if value.split('@').next() != Some(self.settings.leader_value.as_str()) {
             return Ok((Some(self.patch(value, None).await?), listed));
         }
         let rv = match rv {
@@ -425,8 +450,9 @@ impl PodLabeler {
         Ok((Some(self.patch(value, Some(&rv)).await?), listed))
     }
 
-    fn clearer(&self) -> Clearer {
+    fn clearer(&self, slot: Option<u32>) -> Clearer {
         Clearer {
+            slot,
             api: self.api.clone(),
             settings: self.settings.clone(),
             metrics: self.metrics.clone(),
@@ -444,9 +470,17 @@ impl PodLabeler {
 
     /// A merge patch of our label; with `rv`, only over that version of the Pod.
     async fn patch(&self, value: &str, rv: Option<&str>) -> Result<Pod, LabelError> {
+        let (label, slot) = match value.split_once('@') {
+            Some((label, slot)) => (label, Some(slot)),
+            None => (value, None),
+        };
         let mut body = serde_json::json!({
-            "metadata": { "labels": { self.settings.key.as_str(): value } }
+            "metadata": { "labels": { self.settings.key.as_str(): label } }
         });
+        if self.settings.slots {
+            body["metadata"]["labels"][SLOT_LABEL] =
+                slot.map_or(serde_json::Value::Null, Into::into);
+        }
         if let Some(rv) = rv {
             body["metadata"]["resourceVersion"] = serde_json::Value::String(rv.to_owned());
         }
@@ -467,8 +501,10 @@ impl PodLabeler {
     }
 }
 
-/// What clears stale leader labels of the other Pods of the election (invariant 12).
+/// What clears stale leader labels of the other Pods of the election (invariant 12);
+/// with several slots, of the other Pods showing the same slot.
 struct Clearer {
+    slot: Option<u32>,
     api: Api<Pod>,
     settings: PodLabelSettings,
     metrics: Arc<Metrics>,
@@ -480,9 +516,13 @@ impl Clearer {
     /// The Pods of the election that show the leader value.
     fn selector(&self) -> String {
         let s = &self.settings;
+        let slot = self.slot.map(|i| format!(",{SLOT_LABEL}={i}"));
         format!(
-            "{ELECTION_LABEL}={},{}={}",
-            s.election, s.key, s.leader_value
+            "{ELECTION_LABEL}={},{}={}{}",
+            s.election,
+            s.key,
+            s.leader_value,
+            slot.unwrap_or_default()
         )
     }
 
@@ -510,12 +550,15 @@ impl Clearer {
         if name == s.pod || label_value_of(&pod.metadata.labels, &s.key) != Some(&s.leader_value) {
             return Ok(());
         }
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "metadata": {
                 "resourceVersion": rv,
                 "labels": { s.key.as_str(): s.follower_value.as_str() },
             }
         });
+        if s.slots {
+            body["metadata"]["labels"][SLOT_LABEL] = serde_json::Value::Null;
+        }
         let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
         let call = self.api.patch(&name, &params, &patch);
         match timeout(self.call_timeout, call)
@@ -617,7 +660,7 @@ impl Drop for AbortOnDrop {
 
 /// Reads the own Pod and watches it, reporting every label value it carries.
 async fn watch_pod(api: Api<Pod>, settings: PodLabelSettings, seen: mpsc::Sender<Seen>) {
-    let seen_of = |pod: &Pod| Seen::of(pod, &settings.key);
+    let seen_of = |pod: &Pod| Seen::of(pod, &settings);
     let mut backoff = backoff();
     loop {
         let pod = match api.get(&settings.pod).await {

@@ -47,6 +47,62 @@ pub struct Metrics {
     state: Family<Labels, Gauge>,
     /// client-go's names, without our prefix.
     drop_in: DropIn,
+    per_slot: PerSlot,
+}
+
+/// One series per slot of the election (`--holders`; one slot, `slot="0"`, by default).
+struct PerSlot {
+    /// This candidate's own slot, while it leads.
+    held: Family<Vec<(&'static str, String)>, Gauge>,
+    /// The fencing token of each slot's holder as last observed (0 when unknown).
+    token: Family<Vec<(&'static str, String)>, Gauge>,
+    count: Gauge,
+}
+
+impl PerSlot {
+    fn new(registry: &mut Registry) -> PerSlot {
+        let per_slot = PerSlot {
+            held: Family::default(),
+            token: Family::default(),
+            count: Gauge::default(),
+        };
+        registry.register(
+            "slots",
+            "Number of slots of the election (--holders)",
+            per_slot.count.clone(),
+        );
+        registry.register(
+            "slot_held",
+            "1 for the slot this candidate leads in (checked against its deadline), 0 for the others",
+            per_slot.held.clone(),
+        );
+        registry.register(
+            "slot_fencing_token",
+            "Fencing token of each slot's holder as last observed (0 when unknown)",
+            per_slot.token.clone(),
+        );
+        per_slot
+    }
+
+    fn update(&self, status: &Status, now: Instant) {
+        let count = status.slots.count();
+        self.count.set(i64::from(count));
+        let mine = status.slot_at(now);
+        let holders = status.holders_at(now);
+        for slot in 0..count {
+            let label = vec![("slot", slot.to_string())];
+            self.held
+                .get_or_create(&label)
+                .set(i64::from(mine == Some(slot)));
+            let token = (holders.iter())
+                .find(|h| h.slot == slot)
+                .and_then(|h| h.fencing_token)
+                .unwrap_or(0);
+            self.token
+                .get_or_create(&label)
+                .set(i64::try_from(token).unwrap_or(i64::MAX));
+        }
+    }
 }
 
 /// `leader_election_master_status` and `leader_election_slowpath_total`.
@@ -182,7 +238,9 @@ impl Metrics {
         for op in ["campaign", "renew", "release"] {
             let _ = backend_errors.get_or_create(&vec![("op", op)]);
         }
+        let per_slot = PerSlot::new(&mut registry);
         Metrics {
+            per_slot,
             registry,
             is_leader,
             transitions,
@@ -213,6 +271,7 @@ impl Metrics {
                 .set(i64::from(r == role));
         }
         self.drop_in.update(status.is_leader_at(now));
+        self.per_slot.update(status, now);
         let mut out = String::new();
         let encoded = encode_registry(&mut out, &self.registry)
             .and_then(|()| encode_registry(&mut out, &self.drop_in.registry))

@@ -151,6 +151,11 @@ impl PgServer {
         self.url_for("lk")
     }
 
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+    }
+
     /// Runs SQL as the superuser in database `lk`; the output of `psql -At`.
     pub fn psql(&self, sql: &str) -> String {
         self.psql_db("lk", sql)

@@ -703,6 +703,7 @@ mod self_test {
             sent: Some(sent),
             deadline: until,
             end: None,
+            slot: None,
         }
     }
 

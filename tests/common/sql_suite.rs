@@ -819,6 +819,54 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
     super::scenarios::a_switchover_to_a_follower_works(&cars);
 }
 
+/// Followers send the server nothing at steady state (DESIGN §9): a follower,
+/// connected as its own user `quiet` whose every statement the server counts
+/// (`statements`), sends none over 3 ttl (ttl 2 s) while the leader renews; before,
+/// it campaigned at every retry interval (about 9 statements here). Then the leader
+/// is killed (-9) and the follower still takes over (its wait ends with the leader's
+/// session).
+pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb, statements: &dyn Fn() -> usize) {
+    let dir = tempfile::tempdir().expect("dir");
+    let lead_args = db_flags(db, "lk").ttl("2s").election("hush").build();
+    let leader = Sidecar::spawn("hush-a", dir.path(), &lead_args);
+    leader.settles_in("leader", Duration::from_secs(10));
+    let follow_args = db_flags(db, "quiet").ttl("2s").election("hush").build();
+    let follower = Sidecar::spawn("hush-b", dir.path(), &follow_args);
+    follower.settles_in("follower", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(1));
+    let before = statements();
+    assert!(before > 0, "the follower's statements are not counted");
+    std::thread::sleep(Duration::from_secs(6));
+    let sent = statements() - before;
+    eprintln!(
+        "{}: the follower sent {sent} statements in 6 s",
+        db.backend()
+    );
+    assert_eq!(
+        sent,
+        0,
+        "the follower sent {sent} statements in 3 ttl; its stderr: {}",
+        follower.stderr()
+    );
+    // Silent, and still current: a follower that reported nothing current for a ttl
+    // would answer `unknown` (seen: every silent PostgreSQL follower did, 3 ttl in).
+    let view = follower.leader().expect("the follower answers");
+    assert_eq!(
+        (view["state"].as_str(), view["leader"].as_str()),
+        (Some("follower"), Some("hush-a")),
+        "a silent follower no longer names the leader: {view}"
+    );
+    leader.signal(libc::SIGKILL);
+    let took = eventually(Duration::from_secs(6), || {
+        follower.leader().filter(|v| v["is_leader"] == true)
+    });
+    assert!(
+        took.is_some(),
+        "the follower never took over after kill -9: {}",
+        follower.stderr()
+    );
+}
+
 /// The store-rule tests of one SQL suite: `new` builds a candidate of its dialect.
 #[allow(unused_macros)]
 macro_rules! sql_store_rule_tests {

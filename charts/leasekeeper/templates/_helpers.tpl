@@ -213,6 +213,10 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
   value: {{ printf "0.0.0.0:%d" (int .Values.sidecar.port) | quote }}
 - name: LEASEKEEPER_TTL
   value: {{ .Values.election.ttl | quote }}
+{{- if gt (int (.Values.election.holders | default 1)) 1 }}
+- name: LEASEKEEPER_HOLDERS
+  value: {{ .Values.election.holders | quote }}
+{{- end }}
 {{- with .Values.election.renewInterval }}
 - name: LEASEKEEPER_RENEW_INTERVAL
   value: {{ . | quote }}

@@ -20,9 +20,12 @@
 //!   named one's take, which notifies too.
 //!
 //! **Wake-ups**: a second connection `LISTEN`s on the channel named like the table,
-//! with the election as payload. Followers wake on every take and release there, at
-//! the observed holder's expiry (a crashed leader sends nothing), and at the retry
-//! interval at the latest. The listener is opened again whenever the statement
+//! with the election as payload. Followers wake on every take and release there, and
+//! when the leader's session ends (see [`wake`]: the leader holds the election's
+//! advisory lock on its statement connection, idle-limited to the ttl by the server, and
+//! a follower that found the row held waits for it on a connection of its own, sending
+//! nothing while the leader lives; after such a wake it waits for the row's expiry, a
+//! crashed leader's row standing until then). The listener is opened again whenever the statement
 //! connection had to be (a partition that broke one may have left the other
 //! half-open), and wakes the follower once after every (re)connect, since
 //! notifications may have been missed meanwhile. While leading, a notification for
@@ -50,6 +53,8 @@ use super::{
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
+
+mod wake;
 
 /// The statements for one table (and its token counters and candidates), written once.
 struct Statements {
@@ -248,6 +253,16 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
+    /// The election's advisory lock (see [`wake`]).
+    key: i64,
+    /// The leader's `idle_session_timeout`, ms: the ttl.
+    idle_limit: String,
+    /// The statement connection on which we hold the lock, while we lead.
+    guard: Option<u64>,
+    /// The leader's looks at its own row, on a connection of their own: the
+    /// statement connection idles between renewals, for its idle limit.
+    look: Session<PgConnection>,
+    waiter: wake::Waiter,
 }
 
 impl PostgresBackend {
@@ -277,7 +292,19 @@ impl PostgresBackend {
             reconnected: session.reconnected.clone(),
             op_timeout: lease.timing.backend_timeout,
         }));
+        let key = wake::lock_key(&settings.table.display(), lease.election);
+        let waiter = wake::Waiter::spawn(
+            options.clone(),
+            key,
+            lease.timing.ttl * super::BACKSTOP_TTLS,
+            lease.timing.backend_timeout,
+        );
         let dialect = Postgres {
+            key,
+            idle_limit: millis(lease.timing.ttl).to_string(),
+            guard: None,
+            look: Session::new(options.clone()),
+            waiter,
             statements: Statements::for_tables(
                 &settings.table.quoted('"'),
                 &settings.table.counter().quoted('"'),
@@ -357,6 +384,42 @@ impl Postgres {
                 tracing::info!(table = %table.display(), "created the table");
                 Ok(())
             }
+        }
+    }
+}
+
+impl Postgres {
+    /// While we lead: the election's lock on the statement connection, with its idle
+    /// limit (see [`wake`]); once per connection. Best effort: without it followers
+    /// fall back to the row's expiry.
+    async fn hold(&mut self, session: &mut Session<PgConnection>) {
+        if self.guard.is_some_and(|g| session.still(g)) {
+            return;
+        }
+        self.guard = None;
+        let Ok(conn) = session.begin("hold").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, Option<bool>>(wake::HOLD)
+            .bind(self.key)
+            .bind(&self.idle_limit)
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("hold", held) {
+            Ok(Some(true)) => self.guard = Some(session.generation()),
+            Ok(_) => tracing::debug!("the election's lock is busy; trying again at the next renew"),
+            Err(e) => tracing::debug!(error = %e, "could not hold the election's lock"),
+        }
+    }
+
+    /// Lets the lock and the idle limit go, if we hold them.
+    async fn let_go(&mut self, session: &mut Session<PgConnection>) {
+        if !self.guard.take().is_some_and(|g| session.still(g)) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let done = sqlx::query(wake::LET_GO).execute(&mut *conn).await;
+            let _ = session.end("release", done);
         }
     }
 }
@@ -501,10 +564,17 @@ impl SqlDialect for Postgres {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end("campaign", row)?;
-        row.as_ref()
+        let row = row
+            .as_ref()
             .map(LeaseRow::from_row)
             .transpose()
-            .map_err(super::sql("campaign"))
+            .map_err(super::sql("campaign"))?;
+        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(row)
     }
 
     async fn renew(
@@ -519,7 +589,13 @@ impl SqlDialect for Postgres {
             .bind(t.ttl_ms())
             .execute(&mut *conn)
             .await;
-        Ok(session.end("renew", done)?.rows_affected() == 1)
+        let ours = session.end("renew", done)?.rows_affected() == 1;
+        if ours {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(ours)
     }
 
     async fn release(
@@ -621,15 +697,20 @@ impl SqlDialect for Postgres {
 
     async fn own_tenure(
         &mut self,
-        session: &mut Session<PgConnection>,
+        _session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
-        let conn = session.begin("watch").await?;
+        // On the look connection: see `look`.
+        let conn = self.look.begin("watch").await?;
         let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
             .bind(&t.election)
             .fetch_optional(&mut *conn)
             .await;
-        session.end("watch", tenure)
+        self.look.end("watch", tenure)
+    }
+
+    async fn released(&mut self, session: &mut Session<PgConnection>) {
+        self.let_go(session).await;
     }
 
     async fn next_look(&mut self) {
@@ -642,7 +723,9 @@ impl SqlDialect for Postgres {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        crate::backend::wait_for_wake(&self.wake, &mut tenancy.expiry_hint, max).await;
-        Wake::Changed
+        let held = tenancy.held_by_other;
+        self.waiter
+            .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
+            .await
     }
 }

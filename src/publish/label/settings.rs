@@ -35,6 +35,10 @@ pub struct PodLabelSettings {
     pub key: String,
     pub leader_value: String,
     pub follower_value: String,
+    /// An election of several slots (`--holders` above 1): the leader also carries
+    /// `leasekeeper.io/slot: <slot>`, and a new tenure clears only its own slot's
+    /// stale leader labels.
+    pub slots: bool,
 }
 
 impl Args {
@@ -73,6 +77,7 @@ impl Args {
             election: election.to_owned(),
             key,
             leader_value,
+            slots: false,
             follower_value,
         }))
     }

@@ -15,6 +15,8 @@ pub struct LoggedClaim {
     pub sent: Option<u64>,
     pub deadline: u64,
     pub end: Option<u64>,
+    /// The slot of an election of several holders (`--holders`).
+    pub slot: Option<u64>,
 }
 
 impl LoggedClaim {
@@ -57,6 +59,7 @@ pub fn parse_claims(text: &str, out: &mut BTreeMap<(u64, u64), LoggedClaim>) {
                         sent: v["sent_ns"].as_u64(),
                         deadline,
                         end: None,
+                        slot: v["slot"].as_u64(),
                     },
                 );
             }
@@ -190,6 +193,7 @@ mod self_test {
             sent: None,
             deadline,
             end,
+            slot: None,
         }
     }
 

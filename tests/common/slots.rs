@@ -1,0 +1,264 @@
+//! Elections of several holders (`--holders N`): the scenario every store runs, and
+//! the checks on what the sidecars logged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::checker::{parse_claims, LoggedClaim};
+use super::{eventually, send_signal, Sidecar, SidecarArgs};
+
+/// The slots each sidecar says it holds now: (sidecar index, slot, token).
+pub fn slot_leaders(cars: &[Sidecar]) -> Vec<(usize, u64, u64)> {
+    cars.iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_running())
+        .filter_map(|(i, c)| {
+            let v = c.leader()?;
+            (v["is_leader"] == true).then(|| {
+                let slot = v["slot"].as_u64().expect("a leader names its slot");
+                (i, slot, v["fencing_token"].as_u64().unwrap_or(0))
+            })
+        })
+        .collect()
+}
+
+/// Waits until every slot of `n` is held by one of `cars`, each by a different one.
+pub fn all_slots_held(cars: &[Sidecar], n: u64, limit: Duration) -> Vec<(usize, u64, u64)> {
+    eventually(limit, || {
+        let mut held = slot_leaders(cars);
+        held.sort_by_key(|h| h.1);
+        let slots: Vec<u64> = held.iter().map(|h| h.1).collect();
+        (slots == (0..n).collect::<Vec<_>>()).then_some(held)
+    })
+    .unwrap_or_else(|| {
+        for c in cars {
+            eprintln!("==== {} {:?}\n{}", c.name, c.leader(), c.stderr());
+        }
+        panic!(
+            "the {n} slots were never all held: {:?}",
+            slot_leaders(cars)
+        )
+    })
+}
+
+/// Every claim the sidecars logged in `dir` (`<name>.jsonl`), by start.
+pub fn logged_claims(dir: &Path) -> Vec<LoggedClaim> {
+    let mut all = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            parse_claims(
+                &std::fs::read_to_string(&path).unwrap_or_default(),
+                &mut all,
+            );
+        }
+    }
+    let mut claims: Vec<LoggedClaim> = all.into_values().collect();
+    claims.sort_by_key(|c| c.start);
+    claims
+}
+
+/// The safety of an election of `n` slots, from the claims: every claim names a slot
+/// below `n` (a claim of a sidecar with one slot names none: it is slot 0's); no two claims of one slot overlap; no process holds two at once; never
+/// more than `n` claims at one instant; each slot's tokens strictly grow.
+pub fn check_slot_claims(claims: &[LoggedClaim], n: u64) {
+    let mut by_slot: BTreeMap<u64, Vec<&LoggedClaim>> = BTreeMap::new();
+    let mut by_pid: BTreeMap<u64, Vec<&LoggedClaim>> = BTreeMap::new();
+    for c in claims {
+        let slot = c.slot.unwrap_or(0);
+        assert!(slot < n, "a claim of slot {slot} of {n}: {c:?}");
+        by_slot.entry(slot).or_default().push(c);
+        by_pid.entry(c.pid).or_default().push(c);
+    }
+    for (slot, list) in &by_slot {
+        for w in list.windows(2) {
+            assert!(
+                w[1].start >= w[0].until(),
+                "two claims of slot {slot} overlap: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+            assert!(
+                w[1].token > w[0].token,
+                "slot {slot}'s token did not grow: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    for (pid, list) in &by_pid {
+        for w in list.windows(2) {
+            assert!(
+                w[1].start >= w[0].until(),
+                "process {pid} held two slots at once: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    let mut edges: Vec<(u64, i64)> = claims
+        .iter()
+        .flat_map(|c| [(c.start, 1), (c.until(), -1)])
+        .collect();
+    edges.sort();
+    let mut open = 0;
+    for (at, d) in edges {
+        open += d;
+        assert!(
+            open <= n as i64,
+            "{open} claims at once at {at} ns, of {n} slots"
+        );
+    }
+}
+
+/// Two slots, five candidates: both slots held by two of them, each a different slot;
+/// a holder's SIGTERM hands its slot to a waiting one within `graceful` (at once,
+/// short of a store's own delay); a holder's kill -9 and a holder's SIGSTOP each
+/// lose their slot to a waiting one after the ttl; the stopped one, continued, does
+/// not lead in that slot again while its successor does; and the logged claims keep
+/// every rule of [`check_slot_claims`].
+pub fn two_slots_five_candidates(args: SidecarArgs, ttl: Duration, graceful: Duration) {
+    slots_scenario(args, ttl, graceful, true);
+}
+
+/// [`two_slots_five_candidates`] without the SIGSTOP part, for the file backend: a
+/// stopped process keeps its lock (the kernel's), so its slot is not lost.
+pub fn two_slots_five_candidates_no_pause(args: SidecarArgs, ttl: Duration, graceful: Duration) {
+    slots_scenario(args, ttl, graceful, false);
+}
+
+fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
+    let built = args.clone().build();
+    let backend = built
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| built.get(i + 1))
+        .cloned()
+        .unwrap_or_default();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = args.flag("--holders", "2");
+    let spawn = |i: usize| {
+        let name = format!("w-{i}");
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let a = args
+            .clone()
+            .flag("--transition-log", &log.display().to_string());
+        Sidecar::spawn(&name, dir.path(), &a.build())
+    };
+    let start_bound = ttl * 3 + Duration::from_secs(15);
+    // w-0 takes slot 0 (its ordinal's); w-2, whose ordinal also picks slot 0, tries it
+    // first (a place in its queue, where the store keeps one) and takes slot 1: it
+    // must leave slot 0's queue then, or slot 0 would pass to it, unclaimed, when w-0
+    // goes, and stay stuck while w-2 lives.
+    let mut cars = vec![spawn(0)];
+    cars[0].settles_in("leader", start_bound);
+    cars.push(spawn(2));
+    let held = all_slots_held(&cars, 2, start_bound);
+    assert_eq!(
+        (held[0].0, held[1].0),
+        (0, 1),
+        "w-0 in slot 0, w-2 in slot 1: {held:?}"
+    );
+    cars.extend([spawn(1), spawn(3), spawn(4)]);
+    let held = all_slots_held(&cars, 2, start_bound);
+    // A follower lists both holders.
+    let follower = (0..5)
+        .find(|i| !held.iter().any(|h| h.0 == *i))
+        .expect("a follower");
+    let listed = eventually(ttl * 2, || {
+        let v = cars[follower].leader()?;
+        (v["holders"].as_array()?.len() == 2).then_some(v)
+    });
+    assert!(
+        listed.is_some(),
+        "a follower does not list both holders: {:?}",
+        cars[follower].leader()
+    );
+
+    // SIGTERM: the slot goes to a waiting candidate, fast.
+    let (gone, slot, token) = held[0];
+    let t0 = Instant::now();
+    cars[gone].signal(libc::SIGTERM);
+    let next = eventually(graceful, || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 != gone && h.1 == slot && h.2 > token)
+    });
+    let took = t0.elapsed();
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
+        slot_leaders(&cars)
+    );
+    eprintln!("{backend}: slot {slot} handed over on SIGTERM in {took:?}");
+    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+
+    // kill -9: after the ttl.
+    let held = all_slots_held(&cars, 2, start_bound);
+    let (victim, slot, token) = held[1];
+    // A killed process's claim ends with it (the lock of a file or a session may go
+    // at once): its last deadline is not its end.
+    let killed = (
+        u64::from(cars[victim].pid),
+        leasekeeper::clock::monotonic_now_ns(),
+    );
+    cars[victim].kill();
+    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.1 == slot && h.2 > token)
+    });
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken after its holder's kill -9: {:?}",
+        slot_leaders(&cars)
+    );
+
+    // SIGSTOP: the slot goes on without the stopped one, which does not come back.
+    let held = all_slots_held(&cars, 2, start_bound);
+    if !pause {
+        return finish(cars, dir.path(), killed);
+    }
+    let (stopped, slot, token) = held[0];
+    send_signal(cars[stopped].pid, libc::SIGSTOP);
+    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 != stopped && h.1 == slot && h.2 > token)
+    });
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken while its holder was stopped: {:?}",
+        slot_leaders(&cars)
+    );
+    send_signal(cars[stopped].pid, libc::SIGCONT);
+    std::thread::sleep(ttl);
+    all_slots_held(&cars, 2, start_bound);
+    finish(cars, dir.path(), killed);
+}
+
+/// Stops every sidecar and checks what they logged (`killed`: the pid killed, and
+/// when, CLOCK_MONOTONIC ns).
+fn finish(mut cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
+    for c in &mut cars {
+        c.terminate(Duration::from_secs(10));
+    }
+    let mut claims = logged_claims(dir);
+    for c in claims
+        .iter_mut()
+        .filter(|c| c.pid == killed.0 && c.start < killed.1)
+    {
+        c.end = Some(c.end.map_or(killed.1, |e| e.min(killed.1)));
+    }
+    let checked = std::panic::catch_unwind(|| {
+        assert!(claims.len() >= 4, "too few tenures logged: {claims:?}");
+        check_slot_claims(&claims, 2);
+    });
+    if let Err(e) = checked {
+        for c in &cars {
+            eprintln!("==== {} (pid {})\n{}", c.name, c.pid, c.stderr());
+        }
+        std::panic::resume_unwind(e);
+    }
+}
