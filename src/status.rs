@@ -55,6 +55,9 @@ pub fn hash_range(slot: u32, count: u32) -> (u128, u128) {
     (slot * space / count, (slot + 1) * space / count)
 }
 
+/// The lock mode every holder has today (one holder per slot); `--mode` is not built.
+pub const MODE: &str = "exclusive";
+
 /// The role of this candidate as the elector last decided it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -278,7 +281,7 @@ impl Status {
             transitions: self.transitions,
             slot: self.slot_at(now),
             slots: self.slots.count(),
-            mode: "exclusive",
+            mode: MODE,
             holders: self.holders_at(now),
             hash_range: self.slot_at(now).map(|slot| {
                 let (start, end) = hash_range(slot, self.slots.count());

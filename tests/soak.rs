@@ -211,19 +211,24 @@ fn report_row(name: &str, ttl: Duration, store: bool, t: &Totals, wall: Duration
 /// Appends a row to `target/soak/results.md`, with the header first when the file is
 /// new, and prints it.
 fn append_row(row: &str) {
-    eprint!("{HEADER}{row}");
-    let path = results_path();
+    append_row_to(&results_path(), HEADER, row);
+}
+
+/// Appends `row` to the Markdown table at `path`, with `header` first when the file is
+/// new, and prints it.
+fn append_row_to(path: &Path, header: &str, row: &str) {
+    eprint!("{header}{row}");
     std::fs::create_dir_all(path.parent().expect("target/soak")).expect("create target/soak");
-    let new = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
+    let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&path)
-        .expect("open results.md");
+        .open(path)
+        .expect("open the results");
     if new {
-        f.write_all(HEADER.as_bytes()).expect("write results.md");
+        f.write_all(header.as_bytes()).expect("write the results");
     }
-    f.write_all(row.as_bytes()).expect("write results.md");
+    f.write_all(row.as_bytes()).expect("write the results");
 }
 
 fn humantime(d: Duration) -> String {
@@ -912,21 +917,9 @@ fn soak_12_slots_every_store() {
             "| {name} | {runs} | none | {:.1} min |\n",
             t0.elapsed().as_secs_f64() / 60.0
         );
-        eprint!("{row}");
-        let path = results_path().with_file_name("slots.md");
-        std::fs::create_dir_all(path.parent().expect("target/soak")).expect("create target/soak");
-        let new = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("open slots.md");
-        if new {
-            let header =
-                "| store (2 slots, 5 candidates) | runs | violations | wall |\n|---|---|---|---|\n";
-            f.write_all(header.as_bytes()).expect("write slots.md");
-        }
-        f.write_all(row.as_bytes()).expect("write slots.md");
+        let header =
+            "| store (2 slots, 5 candidates) | runs | violations | wall |\n|---|---|---|---|\n";
+        append_row_to(&results_path().with_file_name("slots.md"), header, &row);
     };
     let election = |run: usize| format!("slots-{run}");
     let dir = tempfile::tempdir().expect("dir");

@@ -327,7 +327,7 @@ impl Supervisor {
             .env("LEASEKEEPER_IDENTITY", identity)
             .env("LEASEKEEPER_SLOT", slot.to_string())
             .env("LEASEKEEPER_HOLDERS", holders.to_string())
-            .env("LEASEKEEPER_MODE", "exclusive")
+            .env("LEASEKEEPER_MODE", crate::status::MODE)
             .process_group(0)
             .kill_on_drop(false);
         // The guard's stdin is one end of a socket pair: deadlines go in, its verdict
