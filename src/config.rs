@@ -23,13 +23,13 @@ use crate::backend::etcd;
 use crate::backend::file;
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes;
-use crate::backend::slots;
 #[cfg(feature = "sql")]
 use crate::backend::sql;
 #[cfg(feature = "zookeeper")]
 use crate::backend::zookeeper;
 #[cfg(feature = "redis")]
 use crate::backend::{redis, redlock};
+use crate::backend::{slots, LockMode};
 use crate::kube_api;
 use crate::publish::drain::{self, DrainSettings};
 use crate::publish::events;
@@ -287,6 +287,8 @@ pub struct Settings {
     pub timing: Timing,
     /// `--holders`: the number of slots (1: one leader).
     pub holders: u32,
+    /// `--mode`: the election, or a side of its read-write lock.
+    pub mode: LockMode,
     pub backend: BackendSettings,
     pub exit_on_loss: bool,
     pub http: HttpSettings,
@@ -336,9 +338,12 @@ impl Settings {
         let backend = backend_settings(&cli, &election, &timing, &mut warnings)?;
         let holders = cli.slots.count()?;
         check_holders(holders, &backend)?;
+        let mode = cli.slots.mode()?;
+        check_mode(mode, holders, &backend)?;
         let mut pod_label = cli.label.settings(&cli.kube, &election)?;
         if let Some(label) = pod_label.as_mut() {
             label.slots = holders > 1;
+            label.shared = mode == LockMode::Shared;
         }
         let events = event_subject(&cli, &backend, &election)?;
         check_kube_built(&pod_label, &events)?;
@@ -357,6 +362,7 @@ impl Settings {
             identity,
             timing,
             holders,
+            mode,
             backend,
             warnings,
         })
@@ -375,6 +381,25 @@ fn check_holders(holders: u32, backend: &BackendSettings) -> Result<(), ConfigEr
             ))
         }
         _ => Ok(()),
+    }
+}
+
+/// `--mode` where a store has a read-write lock (file, etcd, ZooKeeper), with one
+/// slot; elsewhere refused, naming why.
+fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result<(), ConfigError> {
+    let Some(flag) = mode.flag() else {
+        return Ok(());
+    };
+    if holders > 1 {
+        return Err(bad(format!(
+            "--mode {flag} with --holders above 1: a read-write lock has one slot; use one of them"
+        )));
+    }
+    match backend.name() {
+        "file" | "etcd" | "zookeeper" => Ok(()),
+        other => Err(bad(format!(
+            "--mode {flag}: the {other} backend has no shared/exclusive lock (file, etcd and zookeeper have one); leave --mode out for the election's single holder"
+        ))),
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Holder {
 pub struct SlotHolder {
     pub slot: u32,
     pub holder: Holder,
+    /// How it holds (`--mode`): several shared holders share slot 0.
+    pub mode: Mode,
 }
 
 /// The election's slots as this candidate knows them: how many, which one it took
@@ -55,8 +57,24 @@ pub fn hash_range(slot: u32, count: u32) -> (u128, u128) {
     (slot * space / count, (slot + 1) * space / count)
 }
 
-/// The lock mode every holder has today (one holder per slot); `--mode` is not built.
-pub const MODE: &str = "exclusive";
+/// How a holder holds the election (`--mode`): alone (`exclusive`: every election
+/// without `--mode`, and each slot of several), or beside other `shared` holders.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    Shared,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
 
 /// The role of this candidate as the elector last decided it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -122,6 +140,8 @@ pub struct Status {
     pub drain_until: Option<Instant>,
     /// The election's slots (`--holders`), as the backend last reported them.
     pub slots: Slots,
+    /// How this candidate holds when it leads (`--mode`).
+    pub mode: Mode,
 }
 
 /// The JSON shape of DESIGN §3; field names are part of the contract.
@@ -142,8 +162,9 @@ pub struct StatusView {
     pub slot: Option<u32>,
     /// The number of slots (`--holders`).
     pub slots: u32,
-    /// `exclusive`: one holder per slot.
-    pub mode: &'static str,
+    /// How this candidate holds when it leads: `exclusive` (alone in its slot) or
+    /// `shared` (beside other shared holders, `--mode shared`).
+    pub mode: Mode,
     /// Who held each slot, as last observed (empty when nothing current is known).
     pub holders: Vec<HolderView>,
     /// While leading: the own slot's share of a 64-bit hash space, as decimal strings
@@ -155,6 +176,7 @@ pub struct StatusView {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct HolderView {
     pub slot: u32,
+    pub mode: Mode,
     pub identity: String,
     pub fencing_token: Option<FencingToken>,
 }
@@ -190,6 +212,7 @@ impl Status {
             drain_until: None,
             stale_after,
             slots: Slots::default(),
+            mode: Mode::Exclusive,
         }
     }
 
@@ -205,21 +228,26 @@ impl Status {
     /// with several, the backend's list (our own slot is ours while we lead, and
     /// nobody's after).
     pub fn holders_at(&self, now: Instant) -> Vec<HolderView> {
-        let view = |slot: u32, h: &Holder| HolderView {
+        let view = |slot: u32, mode: Mode, h: &Holder| HolderView {
             slot,
+            mode,
             identity: h.identity.clone(),
             fencing_token: h.token,
         };
         if self.role_at(now) == Role::Unknown {
             return Vec::new();
         }
-        if self.slots.count() == 1 {
-            return self.holder.iter().map(|h| view(0, h)).collect();
-        }
         let mine = self.slot_at(now);
+        if self.slots.count() == 1 && self.slots.list.is_empty() {
+            return self
+                .holder
+                .iter()
+                .map(|h| view(0, Mode::Exclusive, h))
+                .collect();
+        }
         (self.slots.list.iter())
             .filter(|s| s.holder.identity != self.identity || Some(s.slot) == mine)
-            .map(|s| view(s.slot, &s.holder))
+            .map(|s| view(s.slot, s.mode, &s.holder))
             .collect()
     }
 
@@ -281,7 +309,7 @@ impl Status {
             transitions: self.transitions,
             slot: self.slot_at(now),
             slots: self.slots.count(),
-            mode: MODE,
+            mode: self.mode,
             holders: self.holders_at(now),
             hash_range: self.slot_at(now).map(|slot| {
                 let (start, end) = hash_range(slot, self.slots.count());

@@ -504,6 +504,7 @@ fn etcd_candidate_with_ttl(
             election,
             identity,
             timing: &timing,
+            mode: Default::default(),
         },
     )
 }

@@ -119,6 +119,7 @@ fn file_candidate(path: &std::path::Path, identity: &str) -> FileBackend {
             election: "file",
             identity,
             timing: &timing,
+            mode: Default::default(),
         },
     )
 }

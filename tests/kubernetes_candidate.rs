@@ -185,6 +185,7 @@ async fn backend(api: &dyn KubeApi, identity: &str, lease_candidate: bool) -> Ku
         election: "switch",
         identity,
         timing: &timing,
+        mode: Default::default(),
     };
     let settings = KubeSettings {
         lease_candidate,

@@ -696,6 +696,7 @@ mod rules {
                 election,
                 identity,
                 timing: &timing,
+                mode: Default::default(),
             },
         )
         .expect("backend")

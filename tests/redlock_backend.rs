@@ -641,6 +641,7 @@ mod rules {
                 election,
                 identity,
                 timing: &timing,
+                mode: Default::default(),
             },
         )
         .expect("backend")

@@ -834,6 +834,7 @@ fn zk_candidate_with_ttl(
             election,
             identity,
             timing: &timing,
+            mode: Default::default(),
         },
     )
 }

@@ -18,6 +18,17 @@
 //! ahead into the record as it releases; a candidate that gets the lock meanwhile and
 //! is not `to` lets go of it at once and stays away until the use-by (or until it
 //! sees the record no longer reserved), so `to`, waiting on the lock too, gets it.
+//!
+//! **Shared and exclusive** (`--mode`): a shared holder holds a `LOCK_SH` on the lock
+//! file, so shared holders coexist and any exclusive holder (`--mode exclusive` or
+//! the election's, `LOCK_EX`) excludes them. Writers go first: a writer that must
+//! wait holds the *gate* `<lock file>.gate` (`LOCK_EX`) while it waits for the lock,
+//! and a shared candidate passes the gate (`LOCK_SH`) before it takes its lock, so
+//! new shared holders stay out while a writer waits. The fencing counter stays in
+//! the record: an exclusive holder bumps it alone; shared holders bump it under a
+//! short `LOCK_EX` on `<lock file>.count` (never while waiting for anything else), so
+//! every tenure gets its own token and a tenure that begins after another ended has a
+//! greater one. A shared holder names no successor: a switchover is refused.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -27,8 +38,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
-use crate::status::{FencingToken, Holder};
+use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::status::{FencingToken, Holder, Mode, SlotHolder};
 
 /// The file backend's flag.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -81,6 +92,13 @@ struct LockRecord {
     reserved_for: String,
     #[serde(default, skip_serializing_if = "is_zero")]
     reserved_until_unix_ms: u64,
+    /// The holder named is a shared one (`--mode shared`), maybe among others.
+    #[serde(default, skip_serializing_if = "is_false")]
+    shared: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -107,6 +125,9 @@ pub struct FileBackend {
     path: PathBuf,
     identity: String,
     ttl: Duration,
+    mode: LockMode,
+    /// The record's holder and how it held, as last read.
+    observed: Option<(Holder, Mode)>,
     held: Option<File>,
     waiter: Option<oneshot::Receiver<std::io::Result<File>>>,
     /// What the waiter delivered while `wait_for_change` was listening.
@@ -160,6 +181,57 @@ fn read_record(file: &File) -> LockRecord {
         .unwrap_or_default()
 }
 
+/// `<lock file><suffix>`: the gate (`.gate`) and the counter's lock (`.count`).
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Takes the lock file the blocking way (the waiter thread): a writer holds the gate
+/// while it waits, so no new shared holder gets in meanwhile; a shared candidate
+/// passes the gate first. The gate is let go of once the lock is ours.
+fn lock_blocking(path: &Path, shared: bool) -> std::io::Result<File> {
+    let gate = open_lock_file(&beside(path, ".gate"))?;
+    let file = open_lock_file(path)?;
+    if shared {
+        gate.lock_shared()?;
+        file.lock_shared()?;
+    } else {
+        gate.lock()?;
+        file.lock()?;
+    }
+    drop(gate);
+    Ok(file)
+}
+
+/// One try at the lock file, never waiting: `None` while it is taken, or, for a
+/// shared candidate, while a writer waits at the gate.
+fn try_lock(path: &Path, shared: bool) -> std::io::Result<Option<File>> {
+    let got = |r: Result<(), TryLockError>| match r {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
+    };
+    let file = open_lock_file(path)?;
+    if !shared {
+        return Ok(got(file.try_lock())?.then_some(file));
+    }
+    let gate = open_lock_file(&beside(path, ".gate"))?;
+    if !got(gate.try_lock_shared())? {
+        return Ok(None);
+    }
+    Ok(got(file.try_lock_shared())?.then_some(file))
+}
+
+/// The counter's lock, for a shared holder's read-modify-write of the record (held
+/// for that alone: never while waiting for anything else).
+fn lock_counter(path: &Path) -> std::io::Result<File> {
+    let counter = open_lock_file(&beside(path, ".count"))?;
+    counter.lock()?;
+    Ok(counter)
+}
+
 fn read_record_at(path: &Path) -> LockRecord {
     match File::open(path) {
         Ok(f) => read_record(&f),
@@ -193,6 +265,8 @@ impl FileBackend {
             path,
             identity: lease.identity.to_owned(),
             ttl: lease.timing.ttl,
+            mode: lease.mode,
+            observed: None,
             held: None,
             waiter: None,
             arrived: None,
@@ -229,6 +303,11 @@ impl FileBackend {
             // We locked a file that was unlinked meanwhile: worthless, try again.
             return Ok(Campaign::Held(None));
         }
+        let shared = self.shared();
+        let _counter = match shared {
+            true => Some(lock_counter(&self.path).map_err(io("campaign"))?),
+            false => None,
+        };
         let previous = read_record(&file);
         if let Some(left) = previous.reserved_against(&self.identity, unix_ms()) {
             // Left to another candidate by a switchover: let go at once (dropping
@@ -243,29 +322,45 @@ impl FileBackend {
             holder: self.identity.clone(),
             pid: std::process::id(),
             acquired_unix_ms: unix_ms(),
+            shared,
             ..LockRecord::default()
         };
         write_record(&file, &record).map_err(io("campaign"))?;
         self.held = Some(file);
+        let mine = Holder {
+            identity: self.identity.clone(),
+            token: Some(token),
+        };
+        self.observed = Some((mine, self.mode.held_as()));
         Ok(Campaign::Acquired { token })
     }
 
-    fn holder(&self) -> Option<Holder> {
+    fn holder(&mut self) -> Option<Holder> {
         let record = read_record_at(&self.path);
-        (!record.holder.is_empty()).then_some(Holder {
+        let mode = if record.shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        let holder = (!record.holder.is_empty()).then_some(Holder {
             identity: record.holder,
             token: Some(record.token),
-        })
+        });
+        self.observed = holder.clone().map(|h| (h, mode));
+        holder
     }
 
     fn start_waiter(&mut self) {
         let (tx, rx) = oneshot::channel();
-        let path = self.path.clone();
+        let (path, shared) = (self.path.clone(), self.shared());
         std::thread::spawn(move || {
-            let result = open_lock_file(&path).and_then(|f| f.lock().map(|()| f));
-            let _ = tx.send(result);
+            let _ = tx.send(lock_blocking(&path, shared));
         });
         self.waiter = Some(rx);
+    }
+
+    fn shared(&self) -> bool {
+        self.mode == LockMode::Shared
     }
 
     /// Unlocks our own lock, if held, emptying the holder (and reserving the lock for
@@ -276,8 +371,15 @@ impl FileBackend {
         self.arrived = None;
         self.waiter = None;
         if let Some(file) = self.held.take() {
+            let _counter = match self.shared() {
+                true => Some(lock_counter(&self.path).map_err(io("release"))?),
+                false => None,
+            };
             let mut record = read_record(&file);
-            record.holder.clear();
+            // A shared holder leaves another shared holder's name in place.
+            if !self.shared() || record.holder == self.identity {
+                record.holder.clear();
+            }
             if let Some(to) = to {
                 record.reserved_for = to.to_owned();
                 record.reserved_until_unix_ms = unix_ms() + self.ttl.as_millis() as u64;
@@ -336,14 +438,12 @@ impl Backend for FileBackend {
                 }
             };
         }
-        let file = open_lock_file(&self.path).map_err(io("campaign"))?;
-        match file.try_lock() {
-            Ok(()) => self.take(file),
-            Err(TryLockError::WouldBlock) => {
+        match try_lock(&self.path, self.shared()).map_err(io("campaign"))? {
+            Some(file) => self.take(file),
+            None => {
                 self.start_waiter();
                 Ok(Campaign::Held(self.holder()))
             }
-            Err(TryLockError::Error(e)) => Err(io("campaign")(e)),
         }
     }
 
@@ -365,6 +465,9 @@ impl Backend for FileBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        if self.shared() {
+            return Err(super::shared_names_no_successor());
+        }
         let dir = self.candidates_dir();
         let entries = std::fs::read_dir(&dir).map_err(io("candidates"))?;
         let mut live = Vec::new();
@@ -411,6 +514,19 @@ impl Backend for FileBackend {
             }
         }
         Wake::Changed
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        let (holder, mode) = self.observed.clone()?;
+        (mode == Mode::Shared).then(|| crate::status::Slots {
+            count: 1,
+            own: None,
+            list: vec![SlotHolder {
+                slot: 0,
+                holder,
+                mode,
+            }],
+        })
     }
 }
 

@@ -26,6 +26,43 @@ pub struct Candidacy<'a> {
     pub election: &'a str,
     pub identity: &'a str,
     pub timing: &'a Timing,
+    /// How it joins the election (`--mode`).
+    pub mode: LockMode,
+}
+
+/// How a candidate joins its election (`--mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// No `--mode`: the election's lease, as before `--mode` existed (one holder).
+    #[default]
+    Election,
+    /// `--mode exclusive`: the write side of the election's read-write lock, on the
+    /// store's read-write layout (etcd's `recipes.RWMutex`, Curator's
+    /// `InterProcessReadWriteLock`). It excludes every other holder, an election's
+    /// included, as an election's holder does.
+    Exclusive,
+    /// `--mode shared`: the read side. Shared holders coexist; any other holder
+    /// excludes them, and a waiting exclusive candidate keeps new shared ones out.
+    Shared,
+}
+
+impl LockMode {
+    /// How a holder of this mode holds, as published.
+    pub fn held_as(self) -> crate::status::Mode {
+        match self {
+            LockMode::Shared => crate::status::Mode::Shared,
+            _ => crate::status::Mode::Exclusive,
+        }
+    }
+
+    /// The flag's value (`None` without `--mode`).
+    pub fn flag(self) -> Option<&'static str> {
+        match self {
+            LockMode::Election => None,
+            LockMode::Exclusive => Some("exclusive"),
+            LockMode::Shared => Some("shared"),
+        }
+    }
 }
 
 /// How long a follower that is not next in line waits before it looks at a new holder
@@ -134,6 +171,15 @@ impl BackendError {
     /// True when the request went unanswered in time, so it may still have acted.
     pub fn timed_out(&self) -> bool {
         matches!(self, BackendError::TimedOut { .. })
+    }
+}
+
+/// A switchover asked of a shared holder: refused (other shared holders go on
+/// beside it, and nobody is next).
+pub(crate) fn shared_names_no_successor() -> BackendError {
+    BackendError::Refused {
+        op: "switchover",
+        reason: "a shared holder (--mode shared) has no successor to name; stop it instead".into(),
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::{Backend, BackendError, Campaign, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, LockMode, Renewal, Wake};
 use crate::settings::{bad, ConfigError};
 use crate::status::{Holder, SlotHolder};
 
@@ -37,6 +37,9 @@ pub struct Args {
     /// How many candidates may lead at once, each in its own numbered slot 0..N-1, each a lease (slot 0 the election's own, slot i <election>-<i>) [default: 1].
     #[arg(long, env = "LEASEKEEPER_HOLDERS")]
     pub holders: Option<String>,
+    /// Join the election's read-write lock: `shared` holders coexist, an `exclusive` one excludes every other holder (and an election's one); a waiting exclusive candidate keeps new shared ones out [default: the election, one exclusive holder].
+    #[arg(long, env = "LEASEKEEPER_MODE")]
+    pub mode: Option<String>,
 }
 
 impl Args {
@@ -49,6 +52,18 @@ impl Args {
             Ok(n) if (1..=MAX_HOLDERS).contains(&n) => Ok(n),
             _ => Err(bad(format!(
                 "--holders {raw:?} is not a number of slots from 1 to {MAX_HOLDERS}"
+            ))),
+        }
+    }
+
+    /// `--mode`: the election (not given), or a side of its read-write lock.
+    pub fn mode(&self) -> Result<LockMode, ConfigError> {
+        match self.mode.as_deref().map(str::trim) {
+            None => Ok(LockMode::Election),
+            Some("exclusive") => Ok(LockMode::Exclusive),
+            Some("shared") => Ok(LockMode::Shared),
+            Some(other) => Err(bad(format!(
+                "--mode {other:?} is not one of: shared, exclusive"
             ))),
         }
     }
@@ -225,6 +240,7 @@ impl Picker {
                 h.clone().map(|holder| SlotHolder {
                     slot: i as u32,
                     holder,
+                    mode: crate::status::Mode::Exclusive,
                 })
             })
             .collect();
@@ -401,6 +417,12 @@ impl<B: Backend> Backend for Slots<B> {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
+        // One lease shared by several holders (`--mode shared`): its own list.
+        if let [one] = self.slots.as_slice() {
+            if let Some(shared) = one.slots() {
+                return Some(shared);
+            }
+        }
         Some(self.picker.view())
     }
 }

@@ -208,6 +208,7 @@ fn slots_of<B: Backend, E>(
                 election: &election,
                 identity: &s.identity,
                 timing: &s.timing,
+                mode: s.mode,
             };
             make(&lease, slot)
         })
@@ -353,12 +354,14 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         slow_paths,
     } = start;
     let t = &settings.timing;
-    let (status_tx, status_rx) = watch::channel(Status::new(
+    let mut status = Status::new(
         &settings.election,
         &settings.identity,
         backend.name(),
         t.ttl,
-    ));
+    );
+    status.mode = settings.mode.held_as();
+    let (status_tx, status_rx) = watch::channel(status);
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
     let heartbeat = Heartbeat::new(t);

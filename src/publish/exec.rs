@@ -302,7 +302,7 @@ impl Supervisor {
         &self,
         token: FencingToken,
     ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
-        let (identity, election, slot, holders) = {
+        let (identity, election, slot, holders, mode) = {
             let s = self.status.borrow();
             let slot = s.slots.own.unwrap_or(0);
             (
@@ -310,6 +310,7 @@ impl Supervisor {
                 s.election.clone(),
                 slot,
                 s.slots.count(),
+                s.mode,
             )
         };
         let exe = std::env::current_exe()
@@ -327,7 +328,7 @@ impl Supervisor {
             .env("LEASEKEEPER_IDENTITY", identity)
             .env("LEASEKEEPER_SLOT", slot.to_string())
             .env("LEASEKEEPER_HOLDERS", holders.to_string())
-            .env("LEASEKEEPER_MODE", crate::status::MODE)
+            .env("LEASEKEEPER_MODE", mode.as_str())
             .process_group(0)
             .kill_on_drop(false);
         // The guard's stdin is one end of a socket pair: deadlines go in, its verdict

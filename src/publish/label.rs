@@ -239,8 +239,9 @@ impl PodLabeler {
                 None => self.settings.follower_value.clone(),
             };
             let needs_patch = st.applied.as_ref() != Some(&desired);
-            // A new tenure clears the others' stale leader labels before its own.
-            let needs_clear = token.is_some() && st.cleared_for != token;
+            // A new tenure clears the others' stale leader labels before its own; a
+            // shared holder's does not (other shared holders lead beside it).
+            let needs_clear = token.is_some() && st.cleared_for != token && !self.settings.shared;
             if st.guard.as_ref().is_some_and(|(t, _)| Some(*t) != token) {
                 st.guard = None;
             }

@@ -15,6 +15,7 @@ pub mod faults;
 pub mod http;
 pub mod kube_server;
 pub mod mariadb_server;
+pub mod modes;
 pub mod netns;
 pub mod pg_server;
 pub mod procs;

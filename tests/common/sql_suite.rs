@@ -608,6 +608,7 @@ pub fn candidate<B>(
             election,
             identity,
             timing: &timing,
+            mode: Default::default(),
         },
     )
     .expect("backend")

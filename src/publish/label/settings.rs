@@ -39,6 +39,9 @@ pub struct PodLabelSettings {
     /// `leasekeeper.io/slot: <slot>`, and a new tenure clears only its own slot's
     /// stale leader labels.
     pub slots: bool,
+    /// A shared holder (`--mode shared`): other Pods may show the leader value
+    /// beside it by right, so its tenure clears no other Pod's label.
+    pub shared: bool,
 }
 
 impl Args {
@@ -78,6 +81,7 @@ impl Args {
             key,
             leader_value,
             slots: false,
+            shared: false,
             follower_value,
         }))
     }

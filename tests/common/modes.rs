@@ -1,0 +1,187 @@
+//! Shared and exclusive holders (`--mode`): the scenario every store with a
+//! read-write lock runs, and the checks on what the sidecars logged.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::checker::LoggedClaim;
+use super::slots::logged_claims;
+use super::{eventually, send_signal, Sidecar, SidecarArgs};
+
+/// The sidecars that say they lead now (their indices).
+pub fn leading(cars: &[Sidecar]) -> Vec<usize> {
+    (cars.iter().enumerate())
+        .filter(|(_, c)| c.is_running())
+        .filter(|(_, c)| c.leader().is_some_and(|v| v["is_leader"] == true))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Waits until exactly the sidecars `want` lead (sorted indices).
+fn lead_exactly(cars: &[Sidecar], want: &[usize], limit: Duration, what: &str) {
+    if eventually(limit, || (leading(cars) == want).then_some(())).is_none() {
+        for c in cars {
+            eprintln!("==== {} {:?}\n{}", c.name, c.leader(), c.stderr());
+        }
+        panic!("{what}: {want:?} should lead, {:?} do", leading(cars));
+    }
+}
+
+/// For `hold` long, none of `cars` at `nobody` may say it leads.
+fn never_lead(cars: &[Sidecar], nobody: &[usize], hold: Duration, what: &str) {
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        let now = leading(cars);
+        assert!(
+            !now.iter().any(|i| nobody.contains(i)),
+            "{what}: {now:?} lead"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The safety of a read-write lock, from the claims (`shared(identity)`: whether that
+/// candidate held shared): an exclusive claim overlaps no other claim; a claim that
+/// ended before an exclusive one began has a smaller token, one that began after it
+/// ended a greater one; a process's claims never overlap.
+pub fn check_mode_claims(claims: &[LoggedClaim], shared: impl Fn(&str) -> bool) {
+    for x in claims.iter().filter(|c| !shared(&c.identity)) {
+        for t in claims.iter().filter(|t| !std::ptr::eq(*t, x)) {
+            let apart = t.until() <= x.start || t.start >= x.until();
+            assert!(apart, "an exclusive claim beside another: {x:?} and {t:?}");
+            if t.until() <= x.start {
+                assert!(t.token < x.token, "token did not grow: {t:?} then {x:?}");
+            } else {
+                assert!(t.token > x.token, "token did not grow: {x:?} then {t:?}");
+            }
+        }
+    }
+    for a in claims {
+        for b in claims
+            .iter()
+            .filter(|b| b.pid == a.pid && b.start > a.start)
+        {
+            assert!(b.start >= a.until(), "one process, two claims: {a:?} {b:?}");
+        }
+    }
+}
+
+/// Three shared holders at once; an exclusive candidate waits for all of them and
+/// keeps a later shared one out meanwhile (writers go first); the last shared
+/// holder's SIGTERM lets it in within `graceful`; its own SIGTERM lets the waiting
+/// shared one in; an election's candidate (no `--mode`) is exclusive too; a shared
+/// holder's kill -9 and (with `pause`) SIGSTOP free the lock after the ttl. The
+/// logged claims keep every rule of [`check_mode_claims`].
+pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |name: &str, mode: Option<&str>| {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let mut a = args
+            .clone()
+            .flag("--transition-log", &log.display().to_string());
+        if let Some(m) = mode {
+            a = a.flag("--mode", m);
+        }
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let start = ttl * 3 + Duration::from_secs(15);
+    let mut cars: Vec<Sidecar> = (0..3)
+        .map(|i| spawn(&format!("r-{i}"), Some("shared")))
+        .collect();
+    lead_exactly(&cars, &[0, 1, 2], start, "three shared holders");
+    let v = cars[0].leader().expect("/leader");
+    assert_eq!(v["mode"], "shared", "{v}");
+
+    // A writer waits behind them, and keeps a later reader out.
+    cars.push(spawn("w-0", Some("exclusive")));
+    cars[3].settles_in("follower", start);
+    cars.push(spawn("r-3", Some("shared")));
+    cars[4].settles_in("follower", start);
+    never_lead(&cars, &[3, 4], ttl, "beside the shared holders");
+
+    // kill -9 of one reader, SIGTERM of the others: the writer gets in.
+    let killed = (
+        u64::from(cars[2].pid),
+        leasekeeper::clock::monotonic_now_ns(),
+    );
+    cars[2].kill();
+    cars[1].terminate(Duration::from_secs(10));
+    let t0 = Instant::now();
+    cars[0].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[3], ttl * 3 + graceful, "the writer alone");
+    eprintln!(
+        "exclusive lock taken {:?} after the last shared holder's SIGTERM",
+        t0.elapsed()
+    );
+    assert!(cars[0].wait_exit(Duration::from_secs(10)).is_some());
+    never_lead(&cars, &[4], ttl / 2, "beside the writer");
+
+    // The writer goes: the waiting reader gets in; an election's candidate waits.
+    cars.push(spawn("e-0", None));
+    cars[5].settles_in("follower", start);
+    cars[3].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[4], start, "the reader after the writer");
+    never_lead(
+        &cars,
+        &[5],
+        ttl / 2,
+        "an election's candidate beside a reader",
+    );
+    cars[4].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[5], start, "the election's candidate");
+    if pause {
+        paused_reader(&mut cars, &spawn, ttl, start);
+    }
+    finish(cars, dir.path(), killed);
+}
+
+/// A reader's SIGSTOP: a waiting writer gets in after the ttl, and the reader,
+/// continued, does not lead beside it.
+fn paused_reader(
+    cars: &mut Vec<Sidecar>,
+    spawn: &dyn Fn(&str, Option<&str>) -> Sidecar,
+    ttl: Duration,
+    start: Duration,
+) {
+    cars.push(spawn("r-4", Some("shared")));
+    cars[5].signal(libc::SIGTERM);
+    let r = cars.len() - 1;
+    lead_exactly(cars, &[r], start, "a reader after the election's holder");
+    cars.push(spawn("w-1", Some("exclusive")));
+    let w = cars.len() - 1;
+    cars[w].settles_in("follower", start);
+    send_signal(cars[r].pid, libc::SIGSTOP);
+    lead_exactly(
+        cars,
+        &[w],
+        ttl * 3 + Duration::from_secs(5),
+        "the writer past a stopped reader",
+    );
+    send_signal(cars[r].pid, libc::SIGCONT);
+    never_lead(cars, &[r], ttl, "the reader, continued, beside the writer");
+}
+
+/// Stops every sidecar and checks what they logged (`killed`: the pid killed, and
+/// when, CLOCK_MONOTONIC ns).
+fn finish(mut cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
+    for c in &mut cars {
+        c.terminate(Duration::from_secs(10));
+    }
+    let mut claims = logged_claims(dir);
+    for c in claims
+        .iter_mut()
+        .filter(|c| c.pid == killed.0 && c.start < killed.1)
+    {
+        c.end = Some(c.end.map_or(killed.1, |e| e.min(killed.1)));
+    }
+    let checked = std::panic::catch_unwind(|| {
+        assert!(claims.len() >= 6, "too few tenures logged: {claims:?}");
+        check_mode_claims(&claims, |id| id.starts_with("r-"));
+    });
+    if let Err(e) = checked {
+        for c in &cars {
+            eprintln!("==== {} (pid {})\n{}", c.name, c.pid, c.stderr());
+        }
+        std::panic::resume_unwind(e);
+    }
+}
