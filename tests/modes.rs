@@ -8,8 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::modes::shared_and_exclusive;
-use common::{run_to_exit, SidecarArgs};
+use common::etcd_server::EtcdCluster;
+use common::modes::{leading, shared_and_exclusive};
+use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);
 
@@ -18,6 +19,79 @@ fn shared_and_exclusive_on_file() {
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::file(dir.path()).ttl("2s").election("rw");
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, false);
+}
+
+#[test]
+fn shared_and_exclusive_on_etcd() {
+    let etcd = EtcdCluster::start(1);
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("2s")
+        .election("rw");
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
+}
+
+/// The key layout of etcd's `recipes.RWMutex` (prefix = the election): a Go writer's
+/// key `<prefix>/write/<n>` (attached to its session's lease) keeps our shared
+/// candidate out until it goes, and a Go reader's `<prefix>/read/<n>` keeps our
+/// exclusive candidate out, while our shared candidate holds beside it. Put here by
+/// etcdctl, as the recipe puts them.
+#[test]
+fn etcd_shares_the_lock_with_the_rwmutex_layout() {
+    let etcd = EtcdCluster::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("2s")
+        .election("rw");
+    let lease = |ttl: &str| {
+        let out = etcd.etcdctl(&["lease", "grant", ttl]);
+        out.split_whitespace().nth(1).expect("lease id").to_owned()
+    };
+    let (go_writer, go_reader) = (lease("30"), lease("30"));
+    etcd.etcdctl(&["put", "rw/write/1", "", "--lease", &go_writer]);
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars = vec![spawn("r-0", "shared")];
+    cars[0].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(leading(&cars).is_empty(), "a reader beside a Go writer");
+    etcd.etcdctl(&["lease", "revoke", &go_writer]);
+    let led = eventually(Duration::from_secs(5), || {
+        (leading(&cars) == [0]).then_some(())
+    });
+    assert!(
+        led.is_some(),
+        "the reader never led after the Go writer went"
+    );
+    cars[0].terminate(Duration::from_secs(10));
+
+    etcd.etcdctl(&["put", "rw/read/2", "", "--lease", &go_reader]);
+    cars.push(spawn("w-0", "exclusive"));
+    cars.push(spawn("r-1", "shared"));
+    cars[1].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        leading(&cars).is_empty(),
+        "beside a Go reader, a writer, and a reader behind it"
+    );
+    let keys = etcd.etcdctl(&["get", "rw/", "--prefix", "--keys-only"]);
+    assert!(
+        keys.contains("rw/write/") && keys.contains("rw/read/"),
+        "{keys}"
+    );
+    etcd.etcdctl(&["lease", "revoke", &go_reader]);
+    let led = eventually(Duration::from_secs(5), || {
+        (leading(&cars) == [1]).then_some(())
+    });
+    assert!(
+        led.is_some(),
+        "the writer never led after the Go reader went"
+    );
+    cars[1].terminate(Duration::from_secs(10));
+    let led = eventually(Duration::from_secs(5), || {
+        (leading(&cars) == [2]).then_some(())
+    });
+    assert!(led.is_some(), "the reader never led after the writer went");
 }
 
 /// Bad `--mode` values, `--mode` with several slots, and `--mode` on a store without

@@ -72,8 +72,8 @@ use etcd_client::{
 };
 use tokio::time::{sleep_until, Instant};
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
-use crate::status::Holder;
+use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::status::{Holder, Mode, SlotHolder};
 
 mod rules;
 mod settings;
@@ -132,6 +132,12 @@ pub struct EtcdBackend {
     in_flight: bool,
     op_timeout: Duration,
     prefix: String,
+    /// Where our key goes: the prefix (the election), or its `write/` or `read/`
+    /// directory (`--mode`, the layout of etcd's `recipes.RWMutex`).
+    key_dir: String,
+    mode: LockMode,
+    /// The first key's holder and how it holds, as last read (`--mode` only).
+    observed: Option<(Holder, Mode)>,
     /// `<election>.switchover`: the switchover's reservation (see the module doc).
     reservation: String,
     /// `<election>.leader`: the announcement a new leader puts (see the module doc).
@@ -182,6 +188,13 @@ impl EtcdBackend {
             in_flight: false,
             op_timeout,
             prefix: format!("{election}/"),
+            key_dir: match lease.mode {
+                LockMode::Election => format!("{election}/"),
+                LockMode::Exclusive => format!("{election}/write/"),
+                LockMode::Shared => format!("{election}/read/"),
+            },
+            mode: lease.mode,
+            observed: None,
             reservation: format!("{election}.switchover"),
             announcement: format!("{election}.leader"),
             identity: identity.to_owned(),
@@ -272,7 +285,7 @@ impl EtcdBackend {
             self.session = Some(Session {
                 lease,
                 stream: Some(stream),
-                key: format!("{}{lease:x}", self.prefix),
+                key: format!("{}{lease:x}", self.key_dir),
                 revision: 0,
                 next_keepalive: Instant::now() + self.keepalive_every,
                 pending: None,
@@ -425,13 +438,14 @@ impl EtcdBackend {
             }
         }
         let revision = self.session.as_ref().map_or(0, |s| s.revision);
+        let reader = self.mode == LockMode::Shared;
         let queue = read_queue(
             &mut client,
             (&self.prefix, &self.reservation, &self.announcement),
-            &key,
-            revision,
+            (&key, revision, reader),
         )
         .await?;
+        self.observe(&queue, &key);
         if !queue.ours {
             // Our lease expired (the store was unreachable for a ttl, say) and took our
             // key with it: queueing behind others with a vanished key would wait forever.
@@ -447,7 +461,11 @@ impl EtcdBackend {
         let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
         let leader = queue.leader.as_ref().map(|l| l.key());
         let predecessor = queue.predecessor.as_ref().map(|p| p.key());
-        match rules::place(leader, predecessor, key.as_bytes()) {
+        let place = match reader {
+            true => rules::place_shared(leader, predecessor),
+            false => rules::place(leader, predecessor, key.as_bytes()),
+        };
+        match place {
             Place::First => {
                 // We are first. Refresh the lease before claiming (see the module doc).
                 if !self.keep_alive("campaign").await? {
@@ -456,7 +474,9 @@ impl EtcdBackend {
                 // Every event on our key since the read that found us first.
                 let own = client.watch(key.as_bytes().to_vec(), from()).await;
                 self.own = Some(own.map_err(etcd("campaign"))?);
-                self.announce(client.clone(), &key);
+                if !reader {
+                    self.announce(client.clone(), &key);
+                }
                 if let Some(r) = queue
                     .reserved
                     .as_ref()
@@ -474,7 +494,8 @@ impl EtcdBackend {
                 Ok(Some(Campaign::Held(None)))
             }
             Place::Behind { watch, leader } => {
-                let news = queue.leader.as_ref().map_or(HolderNews::Leader, |l| {
+                let news = queue.leader.as_ref().filter(|_| !reader);
+                let news = news.map_or(HolderNews::Leader, |l| {
                     rules::holder_news(
                         l.key(),
                         queue.next.as_ref().map(|n| n.key()),
@@ -799,44 +820,64 @@ struct Queue {
     reserved: Option<etcd_client::KeyValue>,
 }
 
-/// One consistent read: the leader and the next in line, the key just ahead of ours,
-/// ours, the reservation and the announcement (`at`: the queue's prefix, the
-/// reservation's key and the announcement's).
+/// One consistent read: the leader and the next in line, the key just ahead of ours
+/// (for a shared candidate, `reader`: the last key ahead of ours that is not a
+/// reader's), ours, the reservation and the announcement (`at`: the queue's prefix,
+/// the reservation's key and the announcement's; `ours`: our key, its create
+/// revision, and whether we are a reader).
 async fn read_queue(
     client: &mut Client,
     at: (&str, &str, &str),
-    key: &str,
-    revision: i64,
+    ours: (&str, i64, bool),
 ) -> Result<Queue, BackendError> {
     let (prefix, reservation, announcement) = at;
+    let (key, revision, reader) = ours;
     let first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(2);
-    let ahead = GetOptions::new()
-        .with_prefix()
-        .with_max_create_revision(revision - 1)
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(1);
-    let read = Txn::new().and_then([
+    let ahead = || {
+        GetOptions::new()
+            .with_max_create_revision(revision - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+    };
+    let (readers, end) = (format!("{prefix}read/"), rules::prefix_end(prefix));
+    let mut ops = vec![
         TxnOp::get(prefix, Some(first)),
-        TxnOp::get(prefix, Some(ahead)),
+        match reader {
+            // The keys before the readers' directory, and those after it.
+            true => TxnOp::get(prefix, Some(ahead().with_range(readers.clone()))),
+            false => TxnOp::get(prefix, Some(ahead().with_prefix())),
+        },
         TxnOp::get(key, None),
         TxnOp::get(reservation, None),
         TxnOp::get(announcement, None),
-    ]);
-    let answer = client.txn(read).await.map_err(etcd("campaign"))?;
+    ];
+    if reader {
+        let after = rules::prefix_end(&readers);
+        ops.push(TxnOp::get(after, Some(ahead().with_range(end))));
+    }
+    let answer = client
+        .txn(Txn::new().and_then(ops))
+        .await
+        .map_err(etcd("campaign"))?;
     let responses = answer.op_responses();
     let second = |r: &TxnOpResponse| match r {
         TxnOpResponse::Get(g) => g.kvs().get(1).cloned(),
         _ => None,
     };
+    let predecessor = [responses.get(1), responses.get(5)]
+        .into_iter()
+        .flatten()
+        .filter_map(first_kv)
+        .max_by_key(|kv| kv.create_revision());
     Ok(Queue {
         at: answer.header().map(|h| h.revision()).unwrap_or(0),
         leader: responses.first().and_then(first_kv).cloned(),
         next: responses.first().and_then(second),
         announced: responses.get(4).and_then(first_kv).cloned(),
-        predecessor: responses.get(1).and_then(first_kv).cloned(),
+        predecessor: predecessor.cloned(),
         ours: responses
             .get(2)
             .and_then(first_kv)
@@ -874,6 +915,28 @@ fn holder_of(kv: &etcd_client::KeyValue) -> Holder {
 }
 
 impl EtcdBackend {
+    /// Notes the first key's holder and how it holds (`--mode` only, for `/leader`'s
+    /// holders): a key in the readers' directory holds shared.
+    fn observe(&mut self, queue: &Queue, ours: &str) {
+        if self.mode == LockMode::Election {
+            return;
+        }
+        self.observed = queue.leader.as_ref().map(|kv| {
+            let shared = match kv.key() == ours.as_bytes() {
+                true => self.mode == LockMode::Shared,
+                false => kv
+                    .key()
+                    .starts_with(format!("{}read/", self.prefix).as_bytes()),
+            };
+            let mode = if shared {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            };
+            (holder_of(kv), mode)
+        });
+    }
+
     /// The rest of a follower's stagger: until it passes or our predecessor's watch
     /// fires, then a look. Cancel-safe: dropped, the next wait resumes it.
     async fn finish_stagger(&mut self) -> Wake {
@@ -896,6 +959,19 @@ impl EtcdBackend {
 impl Backend for EtcdBackend {
     fn name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        let (holder, mode) = self.observed.clone()?;
+        Some(crate::status::Slots {
+            count: 1,
+            own: None,
+            list: vec![SlotHolder {
+                slot: 0,
+                holder,
+                mode,
+            }],
+        })
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -984,6 +1060,9 @@ impl Backend for EtcdBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        if let Some(flag) = self.mode.flag() {
+            return Err(super::no_switchover_with(flag));
+        }
         self.begin();
         let result = async {
             let mut client = self.client().await?;

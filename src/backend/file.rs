@@ -466,7 +466,7 @@ impl Backend for FileBackend {
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
         if self.shared() {
-            return Err(super::shared_names_no_successor());
+            return Err(super::no_switchover_with("shared"));
         }
         let dir = self.candidates_dir();
         let entries = std::fs::read_dir(&dir).map_err(io("candidates"))?;

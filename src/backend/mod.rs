@@ -174,12 +174,13 @@ impl BackendError {
     }
 }
 
-/// A switchover asked of a shared holder: refused (other shared holders go on
-/// beside it, and nobody is next).
-pub(crate) fn shared_names_no_successor() -> BackendError {
+/// A switchover asked of a holder of the read-write lock (`--mode`): refused. A
+/// shared holder has no successor to name (others go on beside it); the stores'
+/// reservations know the election's queue only.
+pub(crate) fn no_switchover_with(mode: &str) -> BackendError {
     BackendError::Refused {
         op: "switchover",
-        reason: "a shared holder (--mode shared) has no successor to name; stop it instead".into(),
+        reason: format!("no switchover with --mode {mode} on this store: stop the holder instead"),
     }
 }
 

@@ -43,6 +43,38 @@ pub(super) fn place<'a>(
     }
 }
 
+/// A shared candidate's place (`--mode shared`), from the first key of the queue
+/// (`leader`) and the last key ahead of ours that is not a reader's
+/// (`writer_ahead`): it holds when no such key is ahead (readers ahead hold beside
+/// it), else it watches that key, and the leader too when it is another.
+pub(super) fn place_shared<'a>(
+    leader: Option<&'a [u8]>,
+    writer_ahead: Option<&'a [u8]>,
+) -> Place<'a> {
+    match (leader, writer_ahead) {
+        (None, _) => Place::Gone,
+        (Some(_), None) => Place::First,
+        (Some(l), Some(w)) => Place::Behind {
+            watch: w,
+            leader: (l != w).then_some(l),
+        },
+    }
+}
+
+/// The end of the key range of `prefix`: its last byte plus one (etcd's
+/// `GetPrefixRangeEnd`; our prefixes end in `/`, so `<election>/` ends at
+/// `<election>0`).
+pub(super) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// The tag in the upper bits of the lease ids we ask for (`tagged_lease_id`): a key
 /// `<election>/<lease id in hex>` with it is a leasekeeper candidate's, which
 /// announces its claims (see [`holder_news`]). etcd's own ids start with bits of the
@@ -213,6 +245,33 @@ pub(super) fn token_of(create_revision: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_holds_beside_readers_and_waits_for_the_last_writer_ahead() {
+        let (l, w) = (b"e/read/1".as_slice(), b"e/write/3".as_slice());
+        assert_eq!(place_shared(Some(l), None), Place::First);
+        assert_eq!(
+            place_shared(Some(l), Some(w)),
+            Place::Behind {
+                watch: w,
+                leader: Some(l)
+            }
+        );
+        assert_eq!(
+            place_shared(Some(w), Some(w)),
+            Place::Behind {
+                watch: w,
+                leader: None
+            }
+        );
+        assert_eq!(place_shared(None, None), Place::Gone);
+    }
+
+    #[test]
+    fn a_prefix_ends_at_its_last_byte_plus_one() {
+        assert_eq!(prefix_end("e/"), b"e0");
+        assert_eq!(prefix_end("e/read/"), b"e/read0");
+    }
 
     #[test]
     fn only_followers_behind_an_announcing_next_in_line_leave_the_leader_alone() {
