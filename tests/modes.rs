@@ -8,8 +8,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
 use common::modes::{leading, shared_and_exclusive};
+use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);
@@ -92,6 +94,84 @@ fn etcd_shares_the_lock_with_the_rwmutex_layout() {
         (leading(&cars) == [2]).then_some(())
     });
     assert!(led.is_some(), "the reader never led after the writer went");
+}
+
+#[test]
+fn shared_and_exclusive_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let args = SidecarArgs::zookeeper(&zk.connect_string())
+        .ttl("2s")
+        .election("rw");
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
+}
+
+/// Curator's `InterProcessReadWriteLock` on the election's node (the names
+/// `_c_<uuid>-__READ__<n>` / `__WRIT__`, ordered by sequence): its write lock keeps
+/// our shared candidate out until released; its read lock is held beside ours; our
+/// exclusive holder keeps its read lock out until it goes.
+#[test]
+fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
+    let classes = compile("CuratorRwLock");
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::zookeeper(&connect).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut curator = Jvm::start(
+        classes.path(),
+        "CuratorRwLock",
+        &[&connect, "/leasekeeper/rw"],
+    );
+    let said = |c: &mut Jvm, want: &str| {
+        let line = c.line(Duration::from_secs(10));
+        assert_eq!(line.as_deref(), Some(want), "Curator");
+    };
+    curator.send("write");
+    said(&mut curator, "held");
+    let mut cars = vec![spawn("r-0", "shared")];
+    cars[0].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        leading(&cars).is_empty(),
+        "a reader beside Curator's writer"
+    );
+    curator.send("release");
+    said(&mut curator, "released");
+    let led = eventually(Duration::from_secs(5), || {
+        (leading(&cars) == [0]).then_some(())
+    });
+    assert!(
+        led.is_some(),
+        "the reader never led after Curator's writer went"
+    );
+    curator.send("read");
+    said(&mut curator, "held");
+
+    cars.push(spawn("w-0", "exclusive"));
+    cars[1].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(leading(&cars), [0], "a writer beside two readers");
+    curator.send("release");
+    said(&mut curator, "released");
+    cars[0].terminate(Duration::from_secs(10));
+    let led = eventually(Duration::from_secs(5), || {
+        (leading(&cars) == [1]).then_some(())
+    });
+    assert!(
+        led.is_some(),
+        "the writer never led after both readers went"
+    );
+    curator.send("read");
+    assert_eq!(
+        curator.line(Duration::from_secs(2)),
+        None,
+        "Curator read beside our writer"
+    );
+    cars[1].terminate(Duration::from_secs(10));
+    said(&mut curator, "held");
+    curator.close();
 }
 
 /// Bad `--mode` values, `--mode` with several slots, and `--mode` on a store without

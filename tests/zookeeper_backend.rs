@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::checker::{self, ElectionSpec, Fault};
+use common::curator::{compile, Jvm};
 use common::faults::Link;
 use common::zk_server::ZkEnsemble;
 use common::{backend_herd, backend_switchover, SidecarArgs};
@@ -63,44 +64,19 @@ fn zookeeper_ensemble_survives_the_checker() {
     eprintln!("zookeeper(3): {report:?}");
 }
 
-/// Classpath of Debian's Curator (its jars name their dependencies in their manifests).
-const CURATOR_CP: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
-
 /// A Curator `LeaderLatch` participant in a JVM, driven over stdin.
-struct Curator {
-    child: std::process::Child,
-    out: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
-}
+struct Curator(Jvm);
 
 impl Curator {
     fn start(classes: &std::path::Path, connect: &str, latch: &str, id: &str) -> Curator {
-        use std::io::BufRead;
-        let cp = format!("{}:{CURATOR_CP}", classes.display());
-        let mut child = std::process::Command::new("java")
-            .args(["-cp", &cp, "CuratorLatch", connect, latch, id])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("java");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut out = std::io::BufReader::new(stdout).lines();
-        assert_eq!(
-            out.next().and_then(Result::ok).as_deref(),
-            Some("started"),
-            "Curator did not start"
-        );
-        Curator { child, out }
+        Curator(Jvm::start(classes, "CuratorLatch", &[connect, latch, id]))
     }
 
     /// (leads, holder id) as Curator sees it.
     fn state(&mut self) -> (bool, String) {
-        use std::io::Write;
-        let stdin = self.child.stdin.as_mut().expect("stdin");
-        writeln!(stdin, "state").expect("write");
-        stdin.flush().expect("flush");
+        self.0.send("state");
         let line = loop {
-            let line = self.out.next().and_then(Result::ok).expect("state line");
+            let line = self.0.line(Duration::from_secs(30)).expect("state line");
             if !line.starts_with("leader ") {
                 break line;
             }
@@ -113,39 +89,13 @@ impl Curator {
     }
 
     fn close(&mut self) {
-        use std::io::Write;
-        if let Some(stdin) = self.child.stdin.as_mut() {
-            let _ = writeln!(stdin, "close");
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Curator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.close();
     }
 }
 
 #[test]
 fn curator_leader_latch_and_leasekeeper_share_one_election() {
-    let classes = tempfile::tempdir().expect("dir");
-    let source = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/interop/CuratorLatch.java"
-    );
-    let javac = std::process::Command::new("javac")
-        .args(["-cp", CURATOR_CP, "-d"])
-        .arg(classes.path())
-        .arg(source)
-        .output()
-        .expect("javac");
-    assert!(
-        javac.status.success(),
-        "javac: {}",
-        String::from_utf8_lossy(&javac.stderr)
-    );
+    let classes = compile("CuratorLatch");
 
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();

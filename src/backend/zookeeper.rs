@@ -95,8 +95,8 @@ use zookeeper_client::{
     Acls, Client, CreateMode, EventType, SessionState, StateWatcher, TlsOptions, WatchedEvent,
 };
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
-use crate::status::Holder;
+use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::status::{Holder, Mode, SlotHolder};
 
 mod rules;
 mod settings;
@@ -127,8 +127,14 @@ pub struct ZkBackend {
     /// The session's own transport (plaintext only): dropped, the session ends at the
     /// server and the library can no longer reach it (see `transport`).
     relay: Option<Relay>,
-    /// `_c_<uuid>-latch-`: our protection prefix for this session.
+    /// `_c_<uuid>-latch-`: our protection prefix for this session (`__READ__` or
+    /// `__WRIT__` for `--mode`, as Curator's `InterProcessReadWriteLock` names them).
     prefix: String,
+    mode: LockMode,
+    /// The head's holder and how it holds, as last found (`--mode` only).
+    observed: Option<(Holder, Mode)>,
+    /// How the head of the queue holds, by its name, as last listed.
+    head_mode: Option<Mode>,
     /// Our node's name (not the path), once created.
     node: Option<String>,
     /// While following: the watch on our predecessor in the queue (our turn may come
@@ -192,7 +198,10 @@ impl ZkBackend {
             requested: ttl,
             ttl,
             client: None,
-            prefix: new_prefix(),
+            prefix: new_prefix(lease.mode),
+            mode: lease.mode,
+            observed: None,
+            head_mode: None,
             node: None,
             watching: None,
             holder_watch: None,
@@ -310,7 +319,7 @@ impl ZkBackend {
         self.session_events = None;
         self.own_watch = None;
         self.confirming = None;
-        self.prefix = new_prefix();
+        self.prefix = new_prefix(self.mode);
     }
 
     /// Release, after a switchover's reservation for the candidate `to` when one is
@@ -418,7 +427,9 @@ impl ZkBackend {
                 self.own_watch = Some(watch);
                 self.confirming = Some(confirmation);
                 self.spend_reservation(client, reserved);
-                self.announce(client, node);
+                if self.mode != LockMode::Shared {
+                    self.announce(client, node);
+                }
                 Ok(Some(Campaign::Acquired {
                     token: rules::token_of(s.czxid),
                 }))
@@ -462,12 +473,53 @@ impl ZkBackend {
             self.requeue(client, &ours).await?;
             return Ok(None);
         }
+        self.observe(&queue);
+        if self.mode == LockMode::Shared {
+            // A reader holds when no writer's node is ahead; else it watches the last
+            // one ahead (its turn may come when that goes), and the head for news.
+            return match rules::writer_ahead(&queue, position) {
+                None => self.claim_first(client, &ours, reserved).await.map(Some),
+                Some(w) => {
+                    let head = format!("{}/{}", self.dir, queue[0].1);
+                    let writer = (w > 0).then(|| format!("{}/{}", self.dir, queue[w].1));
+                    self.follow_head(client, &head, writer, None)
+                        .await
+                        .map(Some)
+                }
+            };
+        }
         if position == 0 {
             return self.claim_first(client, &ours, reserved).await.map(Some);
         }
         self.follow(client, &queue, position, announced)
             .await
             .map(Some)
+    }
+
+    /// Notes how the head holds (`--mode` only, for `/leader`'s holders), by its
+    /// node's name; the campaign's answer names the holder (`observed`).
+    fn observe(&mut self, queue: &[(u64, String)]) {
+        self.head_mode = queue.first().map(|(_, head)| match rules::reads(head) {
+            true => Mode::Shared,
+            false => Mode::Exclusive,
+        });
+    }
+
+    /// What a campaign found, for `/leader`'s holders (`--mode` only).
+    fn observed(&mut self, found: &Campaign) {
+        if self.mode == LockMode::Election {
+            return;
+        }
+        self.observed = match found {
+            Campaign::Acquired { token } => Some((
+                Holder {
+                    identity: self.identity.clone(),
+                    token: Some(*token),
+                },
+                self.mode.held_as(),
+            )),
+            Campaign::Held(h) => h.clone().zip(self.head_mode),
+        };
     }
 
     /// Our node is the first: ours, owned by this very session (CURATOR-1211), and
@@ -484,7 +536,9 @@ impl ZkBackend {
                 self.own_watch = Some(watch);
                 self.confirming = Some(confirmation);
                 self.spend_reservation(client, reserved.filter(|r| r.node == ours));
-                self.announce(client, ours);
+                if self.mode != LockMode::Shared {
+                    self.announce(client, ours);
+                }
                 Ok(Campaign::Acquired {
                     token: rules::token_of(s.czxid),
                 })
@@ -924,19 +978,54 @@ async fn read_candidates(
     Ok(entries)
 }
 
-fn new_prefix() -> String {
+fn new_prefix(mode: LockMode) -> String {
+    let kind = match mode {
+        LockMode::Election => "latch-",
+        LockMode::Exclusive => rules::WRITE,
+        LockMode::Shared => rules::READ,
+    };
     let n: u128 = rand::random();
     let hex = format!("{n:032x}");
     // Curator: _c_<uuid>-latch- (the uuid in its usual 8-4-4-4-12 form), ours with
     // our tag as the first group (96 random bits left).
     format!(
-        "_c_{}-{}-{}-{}-{}-latch-",
+        "_c_{}-{}-{}-{}-{}-{kind}",
         rules::OUR_TAG,
         &hex[8..12],
         &hex[12..16],
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+impl ZkBackend {
+    /// The campaign's rounds: the next in line's one-round-trip claim, else a full
+    /// round (twice when it queued again behind a switchover's named candidate).
+    async fn campaign_rounds(&mut self) -> Result<Campaign, BackendError> {
+        let next_in_line = std::mem::take(&mut self.next_in_line);
+
+        self.stagger_until = None;
+        self.unwatch();
+        let client = self.client().await?;
+        if let (true, Some(node)) = (next_in_line, self.node.clone()) {
+            if let Some(acquired) = self.claim_next_in_line(&client, &node).await? {
+                return Ok(acquired);
+            }
+        }
+        if let Some(found) = self.campaign_round(&client, true).await? {
+            return Ok(found);
+        }
+        // We queued again behind a switchover's named candidate: one more round finds
+        // our new place (and never queues again).
+        let found = self.campaign_round(&client, false).await?;
+        Ok(found.unwrap_or(Campaign::Held(None)))
+    }
+
+    async fn candidates_now(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        let client = self.client().await?;
+        let queue = read_candidates(&client, &self.dir, "candidates").await?;
+        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
+    }
 }
 
 impl Backend for ZkBackend {
@@ -954,22 +1043,31 @@ impl Backend for ZkBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        let next_in_line = std::mem::take(&mut self.next_in_line);
-        self.stagger_until = None;
-        self.unwatch();
-        let client = self.client().await?;
-        if let (true, Some(node)) = (next_in_line, self.node.clone()) {
-            if let Some(acquired) = self.claim_next_in_line(&client, &node).await? {
-                return Ok(acquired);
-            }
+        let found = self.campaign_rounds().await;
+        if let Ok(found) = &found {
+            self.observed(found);
         }
-        if let Some(found) = self.campaign_round(&client, true).await? {
-            return Ok(found);
+        found
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        let (holder, mode) = self.observed.clone()?;
+        Some(crate::status::Slots {
+            count: 1,
+            own: None,
+            list: vec![SlotHolder {
+                slot: 0,
+                holder,
+                mode,
+            }],
+        })
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        if let Some(flag) = self.mode.flag() {
+            return Err(super::no_switchover_with(flag));
         }
-        // We queued again behind a switchover's named candidate: one more round finds
-        // our new place (and never queues again).
-        let found = self.campaign_round(&client, false).await?;
-        Ok(found.unwrap_or(Campaign::Held(None)))
+        self.candidates_now().await
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
@@ -1008,12 +1106,6 @@ impl Backend for ZkBackend {
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
         self.release_to_next(Some(to)).await
-    }
-
-    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        let client = self.client().await?;
-        let queue = read_candidates(&client, &self.dir, "candidates").await?;
-        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
     }
 
     /// A follower wakes when its predecessor's node or the holder's changes (one event
@@ -1137,7 +1229,7 @@ mod tests {
 
     #[test]
     fn curator_names_and_sequences() {
-        let p = new_prefix();
+        let p = new_prefix(LockMode::Election);
         assert!(p.starts_with("_c_") && p.ends_with("-latch-"), "{p}");
         assert!(rules::announces(&format!("{p}0000000042")), "{p}");
         assert_eq!(p.len(), "_c_".len() + 36 + "-latch-".len());

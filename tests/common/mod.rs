@@ -9,6 +9,7 @@ pub mod backend_herd;
 pub mod backend_switchover;
 pub mod checker;
 pub mod crowd;
+pub mod curator;
 pub mod etcd_server;
 pub mod fake_kube;
 pub mod faults;

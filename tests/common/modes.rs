@@ -129,13 +129,19 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
     );
     cars[4].signal(libc::SIGTERM);
     lead_exactly(&cars, &[5], start, "the election's candidate");
+    // A reader waits for the election's holder too.
+    cars.push(spawn("r-4", Some("shared")));
+    cars[6].settles_in("follower", start);
+    never_lead(&cars, &[6], ttl / 2, "a reader beside an election's holder");
+    cars[5].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[6], start, "a reader after the election's holder");
     if pause {
         paused_reader(&mut cars, &spawn, ttl, start);
     }
     finish(cars, dir.path(), killed);
 }
 
-/// A reader's SIGSTOP: a waiting writer gets in after the ttl, and the reader,
+/// The last reader's SIGSTOP: a waiting writer gets in after the ttl, and the reader,
 /// continued, does not lead beside it.
 fn paused_reader(
     cars: &mut Vec<Sidecar>,
@@ -143,10 +149,7 @@ fn paused_reader(
     ttl: Duration,
     start: Duration,
 ) {
-    cars.push(spawn("r-4", Some("shared")));
-    cars[5].signal(libc::SIGTERM);
     let r = cars.len() - 1;
-    lead_exactly(cars, &[r], start, "a reader after the election's holder");
     cars.push(spawn("w-1", Some("exclusive")));
     let w = cars.len() - 1;
     cars[w].settles_in("follower", start);

@@ -30,6 +30,25 @@ pub(super) fn position(queue: &[(u64, String)], ours: &str) -> Option<usize> {
     queue.iter().position(|(_, c)| c == ours)
 }
 
+/// The kind in the names of Curator's `InterProcessReadWriteLock` nodes
+/// (`_c_<uuid>-__READ__<sequence>`), which `--mode shared` and `--mode exclusive`
+/// use too.
+pub(super) const READ: &str = "__READ__";
+pub(super) const WRITE: &str = "__WRIT__";
+
+/// Whether the node `name` is a shared holder's (a reader's).
+pub(super) fn reads(name: &str) -> bool {
+    name.contains(READ)
+}
+
+/// Where a reader at `position` stands: the last node ahead of it that is not a
+/// reader's (`None`: none, so it holds beside the readers ahead). Any node but a
+/// reader's excludes it: a writer's, and an election's (a Curator `LeaderLatch`,
+/// or leasekeeper without `--mode`).
+pub(super) fn writer_ahead(queue: &[(u64, String)], position: usize) -> Option<usize> {
+    queue[..position].iter().rposition(|(_, c)| !reads(c))
+}
+
 /// What a follower at `position` (> 0) watches: the head of the queue (the holder,
 /// named by its `/leader`) and the node just ahead of ours, `None` when that is the
 /// head (one watch serves both). Never any other node: no herd at a handover.
@@ -48,8 +67,10 @@ pub(super) const OUR_TAG: &str = "1ea5ee4e";
 /// Whether the latch node `name` is a leasekeeper candidate's (which announces its
 /// claims), by the tag in its name.
 pub(super) fn announces(name: &str) -> bool {
-    name.strip_prefix("_c_")
-        .is_some_and(|rest| rest.starts_with(OUR_TAG) && rest[OUR_TAG.len()..].starts_with('-'))
+    !reads(name)
+        && name
+            .strip_prefix("_c_")
+            .is_some_and(|rest| rest.starts_with(OUR_TAG) && rest[OUR_TAG.len()..].starts_with('-'))
 }
 
 /// How a follower hears of a new holder, for its `/leader`.
@@ -156,6 +177,25 @@ pub(super) fn token_of(czxid: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_waits_for_the_last_node_ahead_that_is_not_a_readers() {
+        let q = |names: &[&str]| -> Vec<(u64, String)> {
+            (names.iter().enumerate())
+                .map(|(i, n)| (i as u64, format!("_c_x-{n}{i:010}")))
+                .collect()
+        };
+        let queue = q(&[READ, READ, READ]);
+        assert_eq!(writer_ahead(&queue, 2), None);
+        let queue = q(&[READ, WRITE, READ, READ]);
+        assert_eq!(writer_ahead(&queue, 3), Some(1));
+        assert_eq!(writer_ahead(&queue, 0), None);
+        // An election's node (a LeaderLatch's, or leasekeeper's without --mode) is a writer.
+        let queue = q(&["latch-", READ]);
+        assert_eq!(writer_ahead(&queue, 1), Some(0));
+        assert!(!announces(&format!("_c_{OUR_TAG}-a-{READ}0000000001")));
+        assert!(announces(&format!("_c_{OUR_TAG}-a-{WRITE}0000000001")));
+    }
 
     fn names(queue: &[(u64, String)]) -> Vec<&str> {
         queue.iter().map(|(_, c)| c.as_str()).collect()
