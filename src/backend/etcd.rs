@@ -494,39 +494,47 @@ impl EtcdBackend {
                 Ok(Some(Campaign::Held(None)))
             }
             Place::Behind { watch, leader } => {
-                let news = queue.leader.as_ref().filter(|_| !reader);
-                let news = news.map_or(HolderNews::Leader, |l| {
-                    rules::holder_news(
-                        l.key(),
-                        queue.next.as_ref().map(|n| n.key()),
-                        key.as_bytes(),
-                        queue.announced.as_ref().map(|a| a.value()),
-                        &self.prefix,
-                    )
-                });
-                let announcement = Some(self.announcement.clone().into_bytes());
-                let news = match news {
-                    // Behind the next in line, the announcement too: once it names
-                    // the leader, we may leave the leader's key alone.
-                    HolderNews::Leader => News {
-                        announcement: leader.and(announcement),
-                        leader: leader.map(<[u8]>::to_vec),
-                        next: None,
-                    },
-                    HolderNews::Announcement => News {
-                        leader: None,
-                        announcement,
-                        next: queue
-                            .next
-                            .as_ref()
-                            .map(|n| n.key().to_vec())
-                            .filter(|n| n.as_slice() != watch),
-                    },
-                };
+                let news = self.news_for(&queue, &key, watch, leader);
                 let watching = follower_watches(&client, queue.at + 1, watch.to_vec(), news);
                 self.watching = Some(watching.await?);
                 Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))))
             }
+        }
+    }
+
+    /// What a follower (our key `key`, watching `watch`) watches for news of a new
+    /// holder (`leader`: the leader's key, when it is not `watch`): see
+    /// `rules::holder_news`; a reader watches the leader's key.
+    fn news_for(&self, queue: &Queue, key: &str, watch: &[u8], leader: Option<&[u8]>) -> News {
+        let reader = self.mode == LockMode::Shared;
+        let news = queue.leader.as_ref().filter(|_| !reader);
+        let news = news.map_or(HolderNews::Leader, |l| {
+            rules::holder_news(
+                l.key(),
+                queue.next.as_ref().map(|n| n.key()),
+                key.as_bytes(),
+                queue.announced.as_ref().map(|a| a.value()),
+                &self.prefix,
+            )
+        });
+        let announcement = Some(self.announcement.clone().into_bytes());
+        match news {
+            // Behind the next in line, the announcement too: once it names the
+            // leader, we may leave the leader's key alone.
+            HolderNews::Leader => News {
+                announcement: leader.and(announcement),
+                leader: leader.map(<[u8]>::to_vec),
+                next: None,
+            },
+            HolderNews::Announcement => News {
+                leader: None,
+                announcement,
+                next: queue
+                    .next
+                    .as_ref()
+                    .map(|n| n.key().to_vec())
+                    .filter(|n| n.as_slice() != watch),
+            },
         }
     }
 
