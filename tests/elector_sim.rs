@@ -8,7 +8,8 @@
 //! - `big_sweep` (ignored; `make sim`): `LK_SIM_SEEDS` seeds (default 100,000) on every
 //!   family.
 //! - `replay`: `LK_SIM_SEED=<n> LK_SIM_FAMILY=<ttl|session|lease|redlock>` prints the
-//!   full trace of one run (`LK_SIM_FLAWS=deadline_from_reply,...` to replay a flawed
+//!   full trace of one run (`LK_SIM_FAMILY=rw` too: the read-write lock of `--mode`;
+//!   `LK_SIM_FLAWS=deadline_from_reply,...` to replay a flawed
 //!   machine).
 //! - one test per known-wrong variant of the machine, each expecting its violation.
 
@@ -292,5 +293,21 @@ fn every_interleaving_to_deeper_bounds_is_safe() {
     for b in [bounds(2, 12), bounds(3, 9)] {
         let found = exhaustive(b, Flaws::default());
         assert_eq!(found.violation, None);
+    }
+}
+
+/// The read-write family's known-wrong rules (`--mode`): each caught by the default
+/// sweep on that family alone, as an overlap of an exclusive claim and another.
+#[test]
+fn wrong_read_write_rules_are_caught() {
+    use sim::store::RwRule;
+    for rule in [RwRule::ReadersIgnoreWriters, RwRule::WritersIgnoreReaders] {
+        let s = Sweep::run(0..DEFAULT_SEEDS, &[Family::Rw(rule)], Flaws::default(), 2);
+        let first = s
+            .failures
+            .iter()
+            .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
+        let first = first.unwrap_or_else(|| panic!("{rule:?} not caught: {}", s.counts()));
+        println!("{rule:?}: {}; first: {}", s.counts(), sim::explain(first));
     }
 }

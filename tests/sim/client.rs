@@ -8,7 +8,7 @@ use leasekeeper::backend::{Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
 
-use super::store::{LeaseRec, Push, Req, Resp, RlState};
+use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
 
 /// The store families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +21,18 @@ pub enum Family {
     Lease,
     /// A majority of N independent TTL stores (Redlock).
     Redlock(usize),
+    /// The session family's read-write lock (`--mode`): node `i` is a reader when
+    /// `i % 3 != 0`, a writer otherwise; the rule decides who may hold.
+    Rw(RwRule),
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Ttl,
         Family::Session,
         Family::Lease,
         Family::Redlock(3),
+        Family::Rw(RwRule::Right),
     ];
 
     pub fn name(self) -> String {
@@ -37,6 +41,8 @@ impl Family {
             Family::Session => "session".into(),
             Family::Lease => "lease".into(),
             Family::Redlock(n) => format!("redlock{n}"),
+            Family::Rw(RwRule::Right) => "rw".into(),
+            Family::Rw(rule) => format!("rw-{rule:?}"),
         }
     }
 
@@ -47,6 +53,9 @@ impl Family {
             "lease" => Some(Family::Lease),
             "redlock" | "redlock3" => Some(Family::Redlock(3)),
             "redlock5" => Some(Family::Redlock(5)),
+            "rw" => Some(Family::Rw(RwRule::Right)),
+            "rw-ReadersIgnoreWriters" => Some(Family::Rw(RwRule::ReadersIgnoreWriters)),
+            "rw-WritersIgnoreReaders" => Some(Family::Rw(RwRule::WritersIgnoreReaders)),
             _ => None,
         }
     }
@@ -126,8 +135,16 @@ pub struct Client {
 }
 
 impl Client {
+    /// A reader's client (the read-write family).
+    pub fn shared(&self) -> bool {
+        self.key_base & SHARED != 0
+    }
+
     pub fn new(fam: Family, ttl: Duration, drift: f64, node: usize, incarnation: u32) -> Self {
-        let key_base = ((node as u64 + 1) << 40) | ((incarnation as u64) << 24);
+        let mut key_base = ((node as u64 + 1) << 40) | ((incarnation as u64) << 24);
+        if matches!(fam, Family::Rw(_)) && node % 3 != 0 {
+            key_base |= SHARED;
+        }
         Client {
             fam,
             ttl,
@@ -231,7 +248,7 @@ impl Client {
             return self.late(id, resp);
         }
         match self.fam {
-            Family::Ttl | Family::Session => {
+            Family::Ttl | Family::Session | Family::Rw(_) => {
                 let op = self.run.as_ref().map(|r| r.op).expect("a call");
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
@@ -244,10 +261,10 @@ impl Client {
     /// A reply to a call no longer current: a single-request family's late answer.
     fn late(&mut self, id: u64, resp: Resp) -> Vec<Out> {
         match (self.fam, &resp) {
-            (Family::Ttl | Family::Session, Resp::Acquired(_) | Resp::Held(_)) => {
+            (Family::Ttl | Family::Session | Family::Rw(_), Resp::Acquired(_) | Resp::Held(_)) => {
                 vec![Out::Late(id, self.single(Op::Campaign, resp))]
             }
-            (Family::Ttl | Family::Session, Resp::Renewed(_)) => {
+            (Family::Ttl | Family::Session | Family::Rw(_), Resp::Renewed(_)) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
             (Family::Lease, Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {

@@ -19,6 +19,8 @@ pub struct Claim {
     pub start: Ns,
     pub deadline: Ns,
     pub end: Option<Ns>,
+    /// A shared holder's (the read-write family's readers).
+    pub shared: bool,
 }
 
 impl Claim {
@@ -119,9 +121,10 @@ impl fmt::Display for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "n{}#{} token {} [{} .. {})",
+            "n{}#{}{} token {} [{} .. {})",
             self.node,
             self.incarnation,
+            if self.shared { " (shared)" } else { "" },
             self.token,
             ms(self.start),
             ms(self.until())
@@ -144,7 +147,9 @@ impl Oracle {
         }
     }
 
-    pub fn start(&mut self, node: usize, incarnation: u32, token: u64, now: Ns, deadline: Ns) {
+    /// A claim begins (`at`: now and its deadline).
+    pub fn start(&mut self, node: usize, incarnation: u32, token: u64, at: (Ns, Ns), shared: bool) {
+        let (now, deadline) = at;
         self.end(node, now);
         self.active[node] = Some(self.claims.len());
         self.claims.push(Claim {
@@ -154,7 +159,13 @@ impl Oracle {
             start: now,
             deadline,
             end: None,
+            shared,
         });
+    }
+
+    /// Whether a node other than `node` claims at `t`.
+    pub fn other_claim_at(&self, node: usize, t: Ns) -> bool {
+        (self.claims.iter()).any(|c| c.node != node && c.start <= t && t < c.until())
     }
 
     pub fn deadline(&mut self, node: usize, deadline: Ns) {
@@ -181,6 +192,9 @@ impl Oracle {
 
     /// The safety checks over the whole run: no overlap, tokens strictly growing.
     pub fn check_safety(&self) -> Vec<Violation> {
+        if self.claims.iter().any(|c| c.shared) {
+            return self.check_read_write();
+        }
         let mut found = Vec::new();
         let mut by_start: Vec<&Claim> =
             self.claims.iter().filter(|c| c.start < c.until()).collect();
@@ -206,6 +220,39 @@ impl Oracle {
             top_token = Some(top_token.map_or(c.token, |t| t.max(c.token)));
             if latest.is_none_or(|l| c.until() > l.until()) {
                 latest = Some(c);
+            }
+        }
+        found
+    }
+
+    /// The safety of a read-write lock: an exclusive claim overlaps no other claim; a
+    /// claim that ended before an exclusive one began has a smaller token, one that
+    /// began after it ended a greater one (shared claims may overlap each other, and
+    /// their tokens say nothing of each other's order).
+    fn check_read_write(&self) -> Vec<Violation> {
+        let mut found = Vec::new();
+        let live = || self.claims.iter().filter(|c| c.start < c.until());
+        for x in live().filter(|c| !c.shared) {
+            for t in live().filter(|t| !std::ptr::eq(*t, x)) {
+                let (before, after) = (t.until() <= x.start, t.start >= x.until());
+                // Two exclusive claims are reported once, from the earlier.
+                if !before && !after && (t.shared || t.start >= x.start) {
+                    let at = x.start.max(t.start);
+                    found.push(Violation::Overlap {
+                        first: x.to_string(),
+                        second: t.to_string(),
+                        for_ns: x.until().min(t.until()) - at,
+                        at,
+                    });
+                }
+                let (earlier, later) = if before { (t, x) } else { (x, t) };
+                if (before || after) && later.token <= earlier.token {
+                    found.push(Violation::TokenNotGreater {
+                        claim: later.to_string(),
+                        earlier: earlier.token,
+                        at: later.start,
+                    });
+                }
             }
         }
         found

@@ -187,14 +187,51 @@ pub struct Session {
     pub node: Option<u64>,
 }
 
+/// The bit of a session id that marks a shared holder's (`--mode shared`, the
+/// read-write family): the store tells readers from writers by it, as ZooKeeper and
+/// etcd do by the node's name.
+pub const SHARED: u64 = 1 << 62;
+
+/// The read-write lock's rule of who may hold, right or known-wrong (each wrong one
+/// must be caught by the oracle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RwRule {
+    /// A reader holds when no writer's node is ahead of its own; a writer when its
+    /// node is the first.
+    #[default]
+    Right,
+    /// Wrong: a reader holds whatever is ahead.
+    ReadersIgnoreWriters,
+    /// Wrong: a writer holds when no writer's node is ahead (readers ignored).
+    WritersIgnoreReaders,
+}
+
 /// ZooKeeper / etcd: sessions with a server-side timeout, ephemeral-sequential nodes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SessionStore {
     pub sessions: Vec<Session>,
     pub seq: u64,
+    /// Who may hold beside whom, for readers' sessions ([`SHARED`]).
+    pub rule: RwRule,
 }
 
 impl SessionStore {
+    /// The live node ahead of `me`'s that keeps it from holding (by [`RwRule`]): any
+    /// node for a writer, a writer's for a reader.
+    fn blocker(&self, me: Session) -> Option<&Session> {
+        let reader = me.id & SHARED != 0;
+        self.sessions
+            .iter()
+            .filter(|s| s.alive && s.node.is_some() && s.node < me.node)
+            .filter(|s| match (reader, self.rule) {
+                (true, RwRule::ReadersIgnoreWriters) => false,
+                (true, _) => s.id & SHARED == 0,
+                (false, RwRule::WritersIgnoreReaders) => s.id & SHARED == 0,
+                (false, _) => true,
+            })
+            .min_by_key(|s| s.node)
+    }
+
     fn lowest(&self) -> Option<&Session> {
         self.sessions
             .iter()
@@ -256,11 +293,10 @@ impl SessionStore {
                     self.seq += 1;
                     self.sessions[i].node = Some(self.seq);
                 }
-                let low = self.lowest().expect("our node is live");
-                if low.id == key {
-                    Resp::Acquired(low.node.expect("a node"))
-                } else {
-                    Resp::Held(low.node)
+                let me = self.sessions[i];
+                match self.blocker(me) {
+                    None => Resp::Acquired(me.node.expect("a node")),
+                    Some(_) => Resp::Held(self.lowest().and_then(|l| l.node)),
                 }
             }
             Req::Renew { .. } => Resp::Renewed(self.sessions[i].node.is_some()),

@@ -253,6 +253,10 @@ impl World {
             let kind = match fam {
                 Family::Ttl => Kind::Ttl(TtlStore::default()),
                 Family::Session => Kind::Session(SessionStore::default()),
+                Family::Rw(rule) => Kind::Session(SessionStore {
+                    rule,
+                    ..SessionStore::default()
+                }),
                 Family::Lease => Kind::Lease(LeaseStore::default()),
                 Family::Redlock(_) => Kind::Redlock(RlNode::new(local)),
             };
@@ -467,9 +471,10 @@ impl World {
         match effect {
             Effect::Log(LogLine::ClaimStart {
                 token, deadline, ..
-            }) => self
-                .oracle
-                .start(i, inc, token, self.now, clock.real(deadline)),
+            }) => {
+                let shared = self.nodes[i].client.shared();
+                (self.oracle).start(i, inc, token, (self.now, clock.real(deadline)), shared)
+            }
             Effect::Log(LogLine::Deadline { deadline, .. }) => {
                 self.oracle.deadline(i, clock.real(deadline))
             }
@@ -858,7 +863,9 @@ impl World {
                 .oracle
                 .other_claim_after(node, asked)
                 .map(|d| asked + d);
-            if taken.is_none_or(|t| t > answered + bound) {
+            // A shared holder's release leaves the others holding: nothing to take.
+            let others_hold = self.oracle.other_claim_at(node, answered);
+            if !others_hold && taken.is_none_or(|t| t > answered + bound) {
                 found.push(Violation::ReleaseNotTaken {
                     node,
                     released_at: answered,
