@@ -142,7 +142,7 @@ impl Client {
 
     pub fn new(fam: Family, ttl: Duration, drift: f64, node: usize, incarnation: u32) -> Self {
         let mut key_base = ((node as u64 + 1) << 40) | ((incarnation as u64) << 24);
-        if matches!(fam, Family::Rw(_)) && node % 3 != 0 {
+        if matches!(fam, Family::Rw(_)) && !node.is_multiple_of(3) {
             key_base |= SHARED;
         }
         Client {
