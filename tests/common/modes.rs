@@ -68,10 +68,11 @@ pub fn check_mode_claims(claims: &[LoggedClaim], shared: impl Fn(&str) -> bool) 
 
 /// Three shared holders at once; an exclusive candidate waits for all of them and
 /// keeps a later shared one out meanwhile (writers go first); the last shared
-/// holder's SIGTERM lets it in within `graceful`; its own SIGTERM lets the waiting
-/// shared one in; an election's candidate (no `--mode`) is exclusive too; a shared
-/// holder's kill -9 and (with `pause`) SIGSTOP free the lock after the ttl. The
-/// logged claims keep every rule of [`check_mode_claims`].
+/// holder's SIGTERM lets it in within `graceful`; its kill -9 lets the waiting shared
+/// one in after the ttl; an election's candidate (no `--mode`) is exclusive too, for
+/// the readers queued before it and after it; with `pause`, the last reader's
+/// SIGSTOP lets a waiting writer in after the ttl. The logged claims keep every rule
+/// of [`check_mode_claims`].
 pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |name: &str, mode: Option<&str>| {
@@ -99,16 +100,12 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
     cars[4].settles_in("follower", start);
     never_lead(&cars, &[3, 4], ttl, "beside the shared holders");
 
-    // kill -9 of one reader, SIGTERM of the others: the writer gets in.
-    let killed = (
-        u64::from(cars[2].pid),
-        leasekeeper::clock::monotonic_now_ns(),
-    );
-    cars[2].kill();
+    // The readers' SIGTERMs: the writer gets in as the last one leaves.
+    cars[2].terminate(Duration::from_secs(10));
     cars[1].terminate(Duration::from_secs(10));
     let t0 = Instant::now();
     cars[0].signal(libc::SIGTERM);
-    lead_exactly(&cars, &[3], ttl * 3 + graceful, "the writer alone");
+    lead_exactly(&cars, &[3], graceful, "the writer alone");
     eprintln!(
         "exclusive lock taken {:?} after the last shared holder's SIGTERM",
         t0.elapsed()
@@ -116,10 +113,15 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
     assert!(cars[0].wait_exit(Duration::from_secs(10)).is_some());
     never_lead(&cars, &[4], ttl / 2, "beside the writer");
 
-    // The writer goes: the waiting reader gets in; an election's candidate waits.
+    // The writer's kill -9: the waiting reader gets in after the ttl; an election's
+    // candidate, queued behind it, waits.
     cars.push(spawn("e-0", None));
     cars[5].settles_in("follower", start);
-    cars[3].signal(libc::SIGTERM);
+    let killed = (
+        u64::from(cars[3].pid),
+        leasekeeper::clock::monotonic_now_ns(),
+    );
+    cars[3].kill();
     lead_exactly(&cars, &[4], start, "the reader after the writer");
     never_lead(
         &cars,
