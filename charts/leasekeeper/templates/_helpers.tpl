@@ -217,6 +217,10 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
 - name: LEASEKEEPER_HOLDERS
   value: {{ .Values.election.holders | quote }}
 {{- end }}
+{{- with .Values.election.mode }}
+- name: LEASEKEEPER_MODE
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.election.renewInterval }}
 - name: LEASEKEEPER_RENEW_INTERVAL
   value: {{ . | quote }}
