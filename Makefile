@@ -45,6 +45,8 @@ soak: deps
 	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
 	echo; echo "Slots (LK_SOAK_SLOT_RUNS=$${LK_SOAK_SLOT_RUNS:-10}):"; echo; \
 	cat target/soak/slots.md 2>/dev/null || echo "(no results)"; \
+	echo; echo "Shared and exclusive (LK_SOAK_MODE_RUNS=$${LK_SOAK_MODE_RUNS:-10}):"; echo; \
+	cat target/soak/modes.md 2>/dev/null || echo "(no results)"; \
 	exit $$status
 
 # The elector's deterministic simulator, long run (not part of `make test`, which runs

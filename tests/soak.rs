@@ -981,3 +981,53 @@ fn soak_12_slots_every_store() {
         true,
     );
 }
+
+/// The shared/exclusive scenario of `tests/modes.rs` (three readers, a writer that
+/// waits and keeps a later reader out, an election's candidate, SIGTERM, kill -9 and
+/// SIGSTOP, every logged claim checked) `LK_SOAK_MODE_RUNS` times (default 10) on every
+/// store with a read-write lock; one row per store in `target/soak/modes.md`.
+#[test]
+#[ignore = "long: make soak"]
+fn soak_13_shared_and_exclusive() {
+    let runs: usize = std::env::var("LK_SOAK_MODE_RUNS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(10);
+    let ttl = Duration::from_secs(2);
+    let run_on = |name: &str, args: &dyn Fn(usize) -> SidecarArgs, pause: bool| {
+        let t0 = Instant::now();
+        for run in 0..runs {
+            common::modes::shared_and_exclusive(args(run).ttl("2s"), ttl, ttl, pause);
+        }
+        let row = format!(
+            "| {name} | {runs} | none | {:.1} min |\n",
+            t0.elapsed().as_secs_f64() / 60.0
+        );
+        let header = "| store (3 readers, 2 writers, 1 election candidate) | runs | violations | wall |\n|---|---|---|---|\n";
+        append_row_to(&results_path().with_file_name("modes.md"), header, &row);
+    };
+    let election = |run: usize| format!("rw-{run}");
+    let dir = tempfile::tempdir().expect("dir");
+    run_on(
+        "file",
+        &|r| {
+            let own = dir.path().join(format!("r{r}"));
+            std::fs::create_dir_all(&own).expect("dir");
+            SidecarArgs::file(&own).election(&election(r))
+        },
+        false,
+    );
+    let etcd = EtcdCluster::start(1);
+    run_on(
+        "etcd",
+        &|r| SidecarArgs::etcd(&etcd.endpoints()).election(&election(r)),
+        true,
+    );
+    drop(etcd);
+    let zk = ZkEnsemble::start(1);
+    run_on(
+        "zookeeper",
+        &|r| SidecarArgs::zookeeper(&zk.connect_string()).election(&election(r)),
+        true,
+    );
+}
