@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
 use common::modes::{leading, shared_and_exclusive};
@@ -172,6 +173,47 @@ fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
     cars[1].terminate(Duration::from_secs(10));
     said(&mut curator, "held");
     curator.close();
+}
+
+/// The election checker's faults (kill -9, SIGSTOP of the leader and of the store,
+/// release, graceful stops) on three `--mode exclusive` candidates: the writer's side
+/// of the read-write lock keeps invariant 1, tokens grow, and a new leader follows
+/// every fault.
+fn exclusive_under_the_checker(args: SidecarArgs, server: &mut dyn checker::ServerControl) {
+    let rounds = (0..18)
+        .map(|i| match i % 6 {
+            1 => Fault::Kill9,
+            2 => Fault::PauseLeader,
+            3 => Fault::PauseServer,
+            4 => Fault::Release,
+            _ => Fault::Graceful,
+        })
+        .collect();
+    let report = checker::run(ElectionSpec::three_candidates(
+        args.ttl("1s")
+            .election("checker")
+            .flag("--mode", "exclusive")
+            .build(),
+        Duration::from_secs(1),
+        rounds,
+        Some(server),
+    ));
+    eprintln!("{report:?}");
+    assert!(report.claims >= 14, "only {} tenures", report.claims);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_etcd() {
+    let mut etcd = EtcdCluster::start(1);
+    let args = SidecarArgs::etcd(&etcd.endpoints());
+    exclusive_under_the_checker(args, &mut etcd);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_zookeeper() {
+    let mut zk = ZkEnsemble::start(1);
+    let args = SidecarArgs::zookeeper(&zk.connect_string());
+    exclusive_under_the_checker(args, &mut zk);
 }
 
 /// Bad `--mode` values, `--mode` with several slots, and `--mode` on a store without
