@@ -193,6 +193,9 @@ pub fn table(status: &Value) -> String {
         ("observed at", text(status.get("observed_at"))),
     ];
     let mut out: String = rows.iter().map(|(k, v)| format!("{k:<15}{v}\n")).collect();
+    if text(status.get("mode")) == "shared" {
+        out.push_str(&format!("{:<15}shared\n", "mode"));
+    }
     if slots_of(status) > 1 {
         out.push_str(&slot_rows(status));
     }
@@ -229,6 +232,9 @@ fn named_leader(status: &Value) -> (String, String) {
 
 /// The verdict over several answers (see the module doc).
 pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
+    if answers.iter().any(|a| text(a.get("mode")) == "shared") {
+        return shared_verdict(answers);
+    }
     let mut leaders: Vec<(String, String)> = Vec::new();
     // With several slots, several leaders are the point: two leaders of one slot are
     // the disagreement (each leader says its own slot; a follower's view is older).
@@ -274,8 +280,12 @@ pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
             )),
         );
     }
-    // Every answer must come from a leader: the worst code wins (unknown over follower).
-    let code = answers
+    (worst_code(answers), None)
+}
+
+/// Every answer must come from a leader: the worst code wins (unknown over follower).
+fn worst_code(answers: &[Value]) -> u8 {
+    answers
         .iter()
         .map(code_of)
         .max_by_key(|c| match *c {
@@ -283,8 +293,26 @@ pub fn verdict(answers: &[Value]) -> (u8, Option<String>) {
             FOLLOWER => 1,
             _ => 2,
         })
-        .unwrap_or(UNKNOWN);
-    (code, None)
+        .unwrap_or(UNKNOWN)
+}
+
+/// The verdict over the answers of a read-write lock (`--mode`): shared holders lead
+/// at once by right; an exclusive holder beside another holder is the disagreement.
+fn shared_verdict(answers: &[Value]) -> (u8, Option<String>) {
+    let leading: Vec<&Value> = answers.iter().filter(|a| code_of(a) == LEADER).collect();
+    let who = |a: &Value| (text(a.get("identity")), text(a.get("fencing_token")));
+    for x in leading.iter().filter(|a| text(a.get("mode")) != "shared") {
+        if let Some(other) = leading.iter().find(|b| who(b) != who(x)) {
+            let ((xi, xt), (oi, ot)) = (who(x), who(other));
+            return (
+                DISAGREE,
+                Some(format!(
+                    "an exclusive holder beside another: {xi} (token {xt}) and {oi} (token {ot})"
+                )),
+            );
+        }
+    }
+    (worst_code(answers), None)
 }
 
 /// The subcommand; `args` is the whole command line (`leasekeeper status …`).
@@ -387,5 +415,24 @@ mod tests {
         let unknown = json!({"identity": "d", "state": "unknown", "is_leader": false,
                              "leader": null, "fencing_token": null});
         assert_eq!(verdict(&[unknown]).0, UNKNOWN);
+    }
+
+    #[test]
+    fn shared_holders_agree_and_an_exclusive_one_beside_them_does_not() {
+        let held = |id: &str, mode: &str, token: u64| {
+            let mut a = answer(id, "leader", id, token);
+            a["mode"] = json!(mode);
+            a
+        };
+        let (r1, r2) = (held("r1", "shared", 3), held("r2", "shared", 4));
+        assert_eq!(verdict(&[r1.clone(), r2.clone()]).0, LEADER);
+        assert_eq!(
+            verdict(&[r1.clone(), held("w", "exclusive", 5)]).0,
+            DISAGREE
+        );
+        assert_eq!(verdict(&[held("w", "exclusive", 5), r2]).0, DISAGREE);
+        let mut f = answer("f", "follower", "r1", 3);
+        f["mode"] = json!("shared");
+        assert_eq!(verdict(&[r1, f]).0, FOLLOWER);
     }
 }
