@@ -25,6 +25,7 @@ mod footprint;
 mod group;
 mod kubernetes;
 mod measure;
+mod modes;
 mod peer;
 mod redis;
 mod report;
@@ -56,6 +57,7 @@ const SECTIONS: [(&str, Section); 12] = [
     ("steady", steady::measure),
     ("abuse", abuse::measure),
     ("slots", slots::measure),
+    ("modes", modes::measure),
 ];
 
 fn main() {

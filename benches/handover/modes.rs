@@ -1,0 +1,71 @@
+//! `LK_BENCH_ONLY=modes`: the read-write lock (`--mode`) on file, etcd and ZooKeeper:
+//! an exclusive lock taken after the last shared holder leaves (two readers hold, a
+//! writer waits; the first reader stops, then the second's SIGTERM → the writer's
+//! claim, from the transition logs).
+
+use std::time::Duration;
+
+use leasekeeper::clock::monotonic_now_ns;
+
+use crate::common::etcd_server::EtcdCluster;
+use crate::common::modes::leading;
+use crate::common::slots::logged_claims;
+use crate::common::zk_server::ZkEnsemble;
+use crate::common::{eventually, Sidecar, SidecarArgs};
+use crate::report::Report;
+
+pub fn measure(report: &mut Report, rounds: usize) {
+    let dir = tempfile::tempdir().expect("dir");
+    let row = "an exclusive lock taken after the last shared holder's SIGTERM";
+    let args = SidecarArgs::file(dir.path()).ttl("15s");
+    report.latency(&format!("file: {row}"), handovers(args, rounds));
+    let etcd = EtcdCluster::start(1);
+    let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
+    report.latency(&format!("etcd: {row}"), handovers(args, rounds));
+    drop(etcd);
+    let zk = ZkEnsemble::start(1);
+    let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
+    report.latency(&format!("zookeeper: {row}"), handovers(args, rounds));
+}
+
+/// `rounds` times, each with new processes: two readers hold, a writer waits behind
+/// them; the first reader stops, the second's SIGTERM is timed to the writer's claim.
+fn handovers(args: SidecarArgs, rounds: usize) -> Vec<f64> {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = args.election("bench-modes");
+    let spawn = |name: String, mode: &str| {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let a = (args.clone().flag("--mode", mode))
+            .flag("--transition-log", &log.display().to_string());
+        Sidecar::spawn(&name, dir.path(), &a.build())
+    };
+    let mut took = Vec::new();
+    for round in 0..rounds {
+        let mut cars = vec![
+            spawn(format!("r{round}a"), "shared"),
+            spawn(format!("r{round}b"), "shared"),
+        ];
+        let both = eventually(Duration::from_secs(60), || {
+            (leading(&cars) == [0, 1]).then_some(())
+        });
+        both.expect("both readers hold");
+        cars.push(spawn(format!("w{round}"), "exclusive"));
+        cars[2].settles_in("follower", Duration::from_secs(60));
+        cars[0].terminate(Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = monotonic_now_ns();
+        cars[1].signal(libc::SIGTERM);
+        let writer = cars[2].pid as u64;
+        let claim = eventually(Duration::from_secs(30), || {
+            logged_claims(dir.path())
+                .into_iter()
+                .find(|c| c.pid == writer && c.start > t0)
+        })
+        .expect("the writer's claim");
+        took.push((claim.start - t0) as f64 / 1e6);
+        for c in &mut cars {
+            c.terminate(Duration::from_secs(10));
+        }
+    }
+    took
+}
