@@ -44,7 +44,7 @@ use report::Report;
 type Section = fn(&mut Report, usize);
 
 /// The sections in the order they run, each by its `LK_BENCH_ONLY` name.
-const SECTIONS: [(&str, Section); 12] = [
+const SECTIONS: [(&str, Section); 13] = [
     ("postgres", sql::postgres),
     ("mysql", sql::mysql),
     ("file", file::measure),
