@@ -33,6 +33,43 @@ fn shared_and_exclusive_on_etcd() {
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
+/// A waiting writer lists every shared holder (`holders`, each `mode: shared`), and a
+/// reader the writer once it holds.
+#[test]
+fn etcd_lists_the_shared_holders() {
+    let etcd = EtcdCluster::start(1);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::etcd(&etcd.endpoints())
+        .ttl("2s")
+        .election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars: Vec<Sidecar> = (0..3).map(|i| spawn(&format!("r-{i}"), "shared")).collect();
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0, 1, 2]).then_some(())
+    });
+    assert!(held.is_some(), "three readers");
+    cars.push(spawn("w-0", "exclusive"));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[3].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 3 && list.iter().all(|h| h["mode"] == "shared")).then_some(list)
+    });
+    assert!(listed.is_some(), "the writer lists: {:?}", cars[3].leader());
+    for c in &mut cars[..3] {
+        c.terminate(Duration::from_secs(10));
+    }
+    cars.push(spawn("r-3", "shared"));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[4].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 1 && list[0]["identity"] == "w-0" && list[0]["mode"] == "exclusive")
+            .then_some(())
+    });
+    assert!(listed.is_some(), "the reader lists: {:?}", cars[4].leader());
+}
+
 /// The key layout of etcd's `recipes.RWMutex` (prefix = the election): a Go writer's
 /// key `<prefix>/write/<n>` (attached to its session's lease) keeps our shared
 /// candidate out until it goes, and a Go reader's `<prefix>/read/<n>` keeps our
@@ -70,8 +107,9 @@ fn etcd_shares_the_lock_with_the_rwmutex_layout() {
 
     etcd.etcdctl(&["put", "rw/read/2", "", "--lease", &go_reader]);
     cars.push(spawn("w-0", "exclusive"));
-    cars.push(spawn("r-1", "shared"));
     cars[1].settles_in("follower", Duration::from_secs(20));
+    cars.push(spawn("r-1", "shared"));
+    cars[2].settles_in("follower", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         leading(&cars).is_empty(),

@@ -136,8 +136,9 @@ pub struct EtcdBackend {
     /// directory (`--mode`, the layout of etcd's `recipes.RWMutex`).
     key_dir: String,
     mode: LockMode,
-    /// The first key's holder and how it holds, as last read (`--mode` only).
-    observed: Option<(Holder, Mode)>,
+    /// The holders at the head of the queue and how they hold, as last read
+    /// (`--mode` only): the first key's, or the readers' keys before any other.
+    observed: Vec<(Holder, Mode)>,
     /// `<election>.switchover`: the switchover's reservation (see the module doc).
     reservation: String,
     /// `<election>.leader`: the announcement a new leader puts (see the module doc).
@@ -194,7 +195,7 @@ impl EtcdBackend {
                 LockMode::Shared => format!("{election}/read/"),
             },
             mode: lease.mode,
-            observed: None,
+            observed: Vec::new(),
             reservation: format!("{election}.switchover"),
             announcement: format!("{election}.leader"),
             identity: identity.to_owned(),
@@ -442,10 +443,10 @@ impl EtcdBackend {
         let queue = read_queue(
             &mut client,
             (&self.prefix, &self.reservation, &self.announcement),
-            (&key, revision, reader),
+            (&key, revision, self.mode),
         )
         .await?;
-        self.observe(&queue, &key);
+        self.observe(&queue);
         if !queue.ours {
             // Our lease expired (the store was unreachable for a ttl, say) and took our
             // key with it: queueing behind others with a vanished key would wait forever.
@@ -820,6 +821,8 @@ struct Queue {
     predecessor: Option<etcd_client::KeyValue>,
     /// The second key of the queue: the next in line.
     next: Option<etcd_client::KeyValue>,
+    /// The first keys of the queue (two; [`HOLDERS_SHOWN`] with `--mode`).
+    heads: Vec<etcd_client::KeyValue>,
     /// The announcement: its value is the key of the leader that put it.
     announced: Option<etcd_client::KeyValue>,
     /// Whether our key is still there.
@@ -827,6 +830,10 @@ struct Queue {
     /// A switchover's reservation: its value is the key of the candidate named.
     reserved: Option<etcd_client::KeyValue>,
 }
+
+/// How many holders a read-write lock's candidate lists (`/leader`'s `holders`): the
+/// first keys of the queue it reads, readers' while no other key is ahead.
+const HOLDERS_SHOWN: i64 = 16;
 
 /// One consistent read: the leader and the next in line, the key just ahead of ours
 /// (for a shared candidate, `reader`: the last key ahead of ours that is not a
@@ -836,14 +843,18 @@ struct Queue {
 async fn read_queue(
     client: &mut Client,
     at: (&str, &str, &str),
-    ours: (&str, i64, bool),
+    ours: (&str, i64, LockMode),
 ) -> Result<Queue, BackendError> {
     let (prefix, reservation, announcement) = at;
-    let (key, revision, reader) = ours;
+    let (key, revision, mode) = ours;
+    let reader = mode == LockMode::Shared;
     let first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(2);
+        .with_limit(match mode {
+            LockMode::Election => 2,
+            _ => HOLDERS_SHOWN,
+        });
     let ahead = || {
         GetOptions::new()
             .with_max_create_revision(revision - 1)
@@ -884,6 +895,10 @@ async fn read_queue(
         at: answer.header().map(|h| h.revision()).unwrap_or(0),
         leader: responses.first().and_then(first_kv).cloned(),
         next: responses.first().and_then(second),
+        heads: match responses.first() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().to_vec(),
+            _ => Vec::new(),
+        },
         announced: responses.get(4).and_then(first_kv).cloned(),
         predecessor: predecessor.cloned(),
         ours: responses
@@ -923,26 +938,26 @@ fn holder_of(kv: &etcd_client::KeyValue) -> Holder {
 }
 
 impl EtcdBackend {
-    /// Notes the first key's holder and how it holds (`--mode` only, for `/leader`'s
-    /// holders): a key in the readers' directory holds shared.
-    fn observe(&mut self, queue: &Queue, ours: &str) {
+    /// Notes who holds and how (`--mode` only, for `/leader`'s holders): the first
+    /// key's holder, or, when it is a reader's, every reader's key before any other.
+    fn observe(&mut self, queue: &Queue) {
         if self.mode == LockMode::Election {
             return;
         }
-        self.observed = queue.leader.as_ref().map(|kv| {
-            let shared = match kv.key() == ours.as_bytes() {
-                true => self.mode == LockMode::Shared,
-                false => kv
-                    .key()
-                    .starts_with(format!("{}read/", self.prefix).as_bytes()),
-            };
-            let mode = if shared {
-                Mode::Shared
-            } else {
-                Mode::Exclusive
-            };
-            (holder_of(kv), mode)
-        });
+        let readers = format!("{}read/", self.prefix);
+        let reads = |kv: &etcd_client::KeyValue| kv.key().starts_with(readers.as_bytes());
+        let first_reads = queue.heads.first().is_some_and(reads);
+        self.observed = (queue.heads.iter())
+            .take_while(|kv| first_reads && reads(kv))
+            .map(|kv| (holder_of(kv), Mode::Shared))
+            .collect();
+        if !first_reads {
+            let first = queue.heads.first();
+            self.observed = first
+                .map(|kv| (holder_of(kv), Mode::Exclusive))
+                .into_iter()
+                .collect();
+        }
     }
 
     /// The rest of a follower's stagger: until it passes or our predecessor's watch
@@ -970,15 +985,17 @@ impl Backend for EtcdBackend {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
-        let (holder, mode) = self.observed.clone()?;
-        Some(crate::status::Slots {
+        let list = (self.observed.iter())
+            .map(|(holder, mode)| SlotHolder {
+                slot: 0,
+                holder: holder.clone(),
+                mode: *mode,
+            })
+            .collect();
+        (self.mode != LockMode::Election).then_some(crate::status::Slots {
             count: 1,
             own: None,
-            list: vec![SlotHolder {
-                slot: 0,
-                holder,
-                mode,
-            }],
+            list,
         })
     }
 
