@@ -275,6 +275,17 @@ fn bad_mode_settings_are_refused_with_one_line() {
             ],
             "--mode exclusive: the redis backend",
         ),
+        (
+            vec![
+                "--backend",
+                "kubernetes",
+                "--namespace",
+                "team",
+                "--mode",
+                "shared",
+            ],
+            "--mode shared: a Kubernetes Lease has one holder",
+        ),
     ] {
         let (code, _, err) = run_to_exit(&args, &[]);
         assert_eq!(code, Some(2), "{args:?}: {err}");
