@@ -254,6 +254,28 @@ fn exclusive_mode_survives_the_checker_on_zookeeper() {
     exclusive_under_the_checker(args, &mut zk);
 }
 
+/// `leasekeeper run --mode shared`: two commands run at once, each told its mode.
+#[test]
+fn run_passes_the_mode_and_shared_commands_run_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::file(dir.path())
+        .ttl("2s")
+        .election("rw")
+        .flag("--mode", "shared")
+        .build();
+    let cmd: Vec<String> = ["sh", "-c", "echo mode=$LEASEKEEPER_MODE; sleep 30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let _a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
+    let _b = Sidecar::spawn_run("b", dir.path(), &args, &cmd);
+    let both = eventually(Duration::from_secs(20), || {
+        let out = |n: &str| std::fs::read_to_string(dir.path().join(format!("{n}.stdout")));
+        (out("a").ok()? == "mode=shared\n" && out("b").ok()? == "mode=shared\n").then_some(())
+    });
+    assert!(both.is_some(), "both commands should run, told mode=shared");
+}
+
 /// Bad `--mode` values, `--mode` with several slots, and `--mode` on a store without
 /// a read-write lock are refused with one line naming the setting.
 #[test]
