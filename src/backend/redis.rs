@@ -52,6 +52,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
+pub(crate) mod baton;
 mod settings;
 pub(crate) mod switchover;
 pub use settings::{Args, RedisSettings};
@@ -104,6 +105,7 @@ if token <= floor then
 end
 local value = ARGV[1] .. token .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+redis.call('DEL', KEYS[4])
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1, now}
 "#;
@@ -121,11 +123,26 @@ end
 return {0, now}
 "#;
 
-pub(crate) const RELEASE: &str = r#"
+/// Compare-and-DEL. A switchover (`ARGV[3]` = `all`) announces the release to every
+/// follower; a plain release hands one follower the baton (`KEYS[2]`, PX `ARGV[4]`),
+/// also when the lock is already gone (someone should look), see [`baton`].
+/// Returns 1 when it released our lock.
+const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+local mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+if mine then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+end
+if ARGV[3] == 'all' then
+  if mine then
+    redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+  end
+elseif mine or not cur then
+"#;
+
+const RELEASE_END: &str = r#"
+end
+if mine then
   return 1
 end
 return 0
@@ -141,6 +158,8 @@ pub struct Keys {
     pub to: String,
     /// The prefix of the candidates' presence channels.
     pub presence: String,
+    /// The list a release hands the baton on (see [`baton`]).
+    pub baton: String,
 }
 
 impl Keys {
@@ -151,6 +170,7 @@ impl Keys {
             events: format!("leasekeeper:{{{election}}}:events"),
             to: format!("leasekeeper:{{{election}}}:to"),
             presence: format!("leasekeeper:{{{election}}}:cand:"),
+            baton: format!("leasekeeper:{{{election}}}:baton"),
         }
     }
 }
@@ -184,6 +204,8 @@ pub(crate) fn new_nonce() -> String {
 /// and a pub/sub listener that wakes `wake` on the election's events.
 pub(crate) struct Node {
     pub(crate) conn: ConnectionManager,
+    /// What the listener heard besides the wake-up (see [`baton::Notices`]).
+    pub(crate) notices: Arc<baton::Notices>,
     listener: JoinHandle<()>,
 }
 
@@ -218,15 +240,24 @@ impl Node {
         // The listener stays on the protocol of the URL.
         let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
         let db = settings.info.redis_settings().db();
+        let notices = Arc::new(baton::Notices::default());
         let listener = tokio::spawn(listen(Listen {
             client: listen_client,
             keys: keys.clone(),
             presence: switchover::presence_channel(&keys.presence, identity),
             db,
             wake,
+            notices: notices.clone(),
             op_timeout,
         }));
-        Ok((Node { conn, listener }, pushes))
+        Ok((
+            Node {
+                conn,
+                notices,
+                listener,
+            },
+            pushes,
+        ))
     }
 }
 
@@ -270,7 +301,21 @@ pub struct RedisBackend {
     /// When the holder's key expires unless renewed, as the campaign's read found it
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
+    /// This follower's wait for the baton (see [`baton`]).
+    waiter: baton::Waiter,
+    /// The release script, with the baton's hand-out.
+    release: String,
+    /// An announced new holder (`<value>`) the next campaign follows without a request.
+    announced: Option<String>,
+    /// A follower that saw the lock change looks by itself at this time, unless an
+    /// announcement comes first.
+    grace: Option<Instant>,
+    /// Until when an invalidation is taken for the announced holder's own `SET`.
+    expect_set: Option<Instant>,
 }
+
+/// How long after an announcement its holder's `SET` may still be pushed to us.
+const EXPECT_SET_WINDOW: Duration = Duration::from_millis(250);
 
 /// How soon after a renewal's answer its own invalidation is expected.
 const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
@@ -317,6 +362,13 @@ impl RedisBackend {
         let wake = Arc::new(Notify::new());
         let (node, pushes) =
             Node::connect_tracking(settings, &keys, identity, wake.clone(), op_timeout)?;
+        let waiter = baton::Waiter::spawn(
+            redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
+            keys.baton.clone(),
+            node.notices.clone(),
+            wake.clone(),
+            op_timeout,
+        );
         Ok(RedisBackend {
             node,
             keys,
@@ -340,6 +392,14 @@ impl RedisBackend {
             own_push_until: None,
             last_sign: None,
             holder_expires: None,
+            waiter,
+            release: format!(
+                "{RELEASE}{}{RELEASE_END}",
+                baton::hand_out("KEYS[2]", "ARGV[4]")
+            ),
+            announced: None,
+            grace: None,
+            expect_set: None,
         })
     }
 
@@ -363,11 +423,14 @@ impl RedisBackend {
         }
         release
             .cmd("EVAL")
-            .arg(RELEASE)
-            .arg(1)
+            .arg(&self.release)
+            .arg(2)
             .arg(&self.keys.lock)
+            .arg(&self.keys.baton)
             .arg(&prefix)
-            .arg(&self.keys.events);
+            .arg(&self.keys.events)
+            .arg(if to.is_some() { "all" } else { "one" })
+            .arg(self.ttl_ms().max(1));
         // A release is the one request a graceful stop depends on: if it met a connection
         // that died since the last use (a restarted server), it is worth one more try on
         // the fresh connection, or the followers wait a whole ttl.
@@ -384,6 +447,8 @@ impl RedisBackend {
             }
         }
         self.stop_tracking().await;
+        // What was heard during the tenure is of it or older.
+        self.node.notices.clear();
         Ok(())
     }
 
@@ -426,8 +491,12 @@ impl RedisBackend {
         };
         // What arrived before tracking was on is from an earlier tenure.
         self.drain_pushes();
-        let (current,): (Option<String>,) = self
-            .tracking_pipe()
+        let mut pipe = self.tracking_pipe();
+        // A leader waits for no baton: end a follower's wait that may still be open.
+        if let Some(unblock) = self.waiter.disarm() {
+            pipe.add_command(unblock).ignore();
+        }
+        let (current,): (Option<String>,) = pipe
             .cmd("GET")
             .arg(&self.keys.lock)
             .query_async(&mut self.node.conn)
@@ -461,6 +530,100 @@ impl RedisBackend {
                 .await;
         }
         self.drain_pushes();
+    }
+
+    /// Whether a take sent with tracking on for its connection is proven by its own
+    /// answer, without a second read: every later change of the key by anyone else is
+    /// pushed to us. Not when a push since says the connection was lost (the take may
+    /// have gone on a new one, which tracks nothing), nor when invalidations came
+    /// besides the one of our own `SET` (Redis 7.0.15 pushes it, NOLOOP or not): then
+    /// `track_own_key` reads the key again. (As for a renewal's own push, a change by
+    /// someone else pushed in the same flush as our take's, with no push of our own,
+    /// is taken for ours; the next renewal's compare finds it.)
+    fn tracked_take(&mut self) -> bool {
+        let mut invalidations = 0;
+        while let Ok(push) = self.pushes.try_recv() {
+            match push.kind {
+                PushKind::Disconnection => self.tracking = false,
+                PushKind::Invalidate => invalidations += 1,
+                _ => {}
+            }
+        }
+        if !self.tracking || invalidations > 1 {
+            return false;
+        }
+        if invalidations == 0 {
+            self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
+        }
+        if let Some(unblock) = self.waiter.disarm() {
+            let mut conn = self.node.conn.clone();
+            tokio::spawn(async move {
+                let _: redis::RedisResult<i64> = unblock.query_async(&mut conn).await;
+            });
+        }
+        true
+    }
+
+    /// A follower takes an announced holder as its observation, without a request (the
+    /// take script published it in the same step as the take). `None` for a value that
+    /// names nobody, which a look settles instead.
+    fn follow_announced(&mut self, value: &str) -> Option<Campaign> {
+        let parsed = parse_value(value);
+        let token = parsed.token?;
+        if parsed.identity.is_empty() || self.value.is_some() {
+            return None;
+        }
+        self.floor = self.floor.max(token);
+        let now = Instant::now();
+        self.grace = None;
+        // Pushes so far are the release's `DEL` and the new holder's `SET`, which the
+        // announcement explains; when the `SET`'s has not come yet, it is expected.
+        let seen = self.drain_pushes();
+        self.expect_set = (!seen).then(|| now + EXPECT_SET_WINDOW);
+        self.last_sign = self.tracking.then_some(now);
+        self.holder_expires = Some(now + self.ttl);
+        self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
+        Some(Campaign::Held(Some(Holder {
+            identity: parsed.identity.to_owned(),
+            token: Some(token),
+        })))
+    }
+
+    /// What a wake-up of the listener or the baton waiter asks for: a look (`Changed`,
+    /// the campaign runs the script), an announced holder to follow (`Changed`, the
+    /// campaign follows it without a request), or nothing new (`None`).
+    fn on_notice(&mut self) -> Option<Wake> {
+        if self.node.notices.take_look() {
+            self.announced = None;
+            return Some(Wake::Changed);
+        }
+        let (_, value) = self.node.notices.take_announcement()?;
+        self.announced = Some(value);
+        Some(Wake::Changed)
+    }
+
+    /// A tracking invalidation while following a holder whose last sign was at `last`:
+    /// `Some(wake)` to return, `None` to keep waiting.
+    fn on_invalidation(&mut self, last: Instant, due: Instant) -> Option<Wake> {
+        let now = Instant::now();
+        if self.expect_set.take().is_some_and(|until| now <= until) {
+            // The announced holder's own `SET`.
+            return None;
+        }
+        let (too_soon, _) = self.cadence.bounds();
+        if now >= due {
+            return Some(Wake::Changed);
+        }
+        if now.saturating_duration_since(last) < too_soon {
+            // Someone else's change: a release (whose baton went to one follower), a
+            // new holder's take (announced next), or a change by hand. Look only if no
+            // announcement comes within the grace.
+            self.grace.get_or_insert_with(|| now + baton::grace());
+            return None;
+        }
+        self.last_sign = Some(now);
+        self.holder_expires = None;
+        Some(Wake::Quiet)
     }
 }
 
@@ -513,14 +676,16 @@ pub(crate) struct Listen {
     pub(crate) presence: String,
     pub(crate) db: i64,
     pub(crate) wake: Arc<Notify>,
+    pub(crate) notices: Arc<baton::Notices>,
     pub(crate) op_timeout: Duration,
 }
 
 /// Keeps one pub/sub connection subscribed to the election's events, to key expiry
 /// events and to this candidate's presence channel (which lists it as a live
-/// candidate while the connection lives), and wakes the follower on each event.
-/// Reconnects with backoff; after every (re)subscribe it wakes once, since messages
-/// may have been missed.
+/// candidate while the connection lives), and wakes the follower on each event, with
+/// what it heard in `notices`: an announcement's value, or a request to look (a
+/// release announced to everyone, an expiry). Reconnects with backoff; after every
+/// (re)subscribe it asks to look once, since messages may have been missed.
 pub(crate) async fn listen(l: Listen) {
     let expired = format!("__keyevent@{}__:expired", l.db);
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
@@ -535,14 +700,11 @@ pub(crate) async fn listen(l: Listen) {
         match tokio::time::timeout(l.op_timeout, subscribed).await {
             Ok(Ok(mut pubsub)) => {
                 backoff.reset();
+                l.notices.look();
                 l.wake.notify_one();
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
-                    let channel = msg.get_channel_name();
-                    let relevant = channel == l.keys.events
-                        || (channel == expired
-                            && msg.get_payload_bytes() == l.keys.lock.as_bytes());
-                    if relevant {
+                    if heard(&l, &expired, &msg) {
                         l.wake.notify_one();
                     }
                 }
@@ -552,6 +714,24 @@ pub(crate) async fn listen(l: Listen) {
             Err(_) => tracing::debug!("redis pub/sub subscribe timed out"),
         }
         tokio::time::sleep(backoff.next_wait()).await;
+    }
+}
+
+/// Notes what one pub/sub message says; `true` when it concerns the election.
+fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
+    let channel = msg.get_channel_name();
+    let payload = msg.get_payload_bytes();
+    if channel == l.keys.events {
+        match payload.strip_prefix(b"acquired|") {
+            Some(value) => l.notices.announce(&String::from_utf8_lossy(value)),
+            None => l.notices.look(),
+        }
+        true
+    } else if channel == expired && payload == l.keys.lock.as_bytes() {
+        l.notices.look();
+        true
+    } else {
+        false
     }
 }
 
@@ -575,6 +755,15 @@ impl Backend for RedisBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        if let Some(held) = self
+            .announced
+            .take()
+            .and_then(|v| self.follow_announced(&v))
+        {
+            return Ok(held);
+        }
+        self.grace = None;
+        self.expect_set = None;
         let prefix = self.nonce_prefix();
         self.last_sign = None;
         if !self.tracking {
@@ -584,12 +773,16 @@ impl Backend for RedisBackend {
             self.drain_pushes();
             self.tracking = self.start_tracking().await.is_ok();
         }
+        // Pushes from now on came after the take was sent (see `tracked_take`).
+        self.drain_pushes();
+        let tracked = self.tracking;
         let read_at = Instant::now();
         let (won, value, pttl, store_ms): (i64, String, i64, u64) = self
             .acquire
             .key(&self.keys.lock)
             .key(&self.keys.fence)
             .key(&self.keys.to)
+            .key(&self.keys.baton)
             .arg(&prefix)
             .arg(&self.identity)
             .arg(self.ttl_ms())
@@ -614,7 +807,8 @@ impl Backend for RedisBackend {
             })?;
             self.value = Some(value);
             self.expiry_hint = None;
-            if !self.track_own_key("campaign").await? {
+            self.node.notices.clear();
+            if !(tracked && self.tracked_take()) && !self.track_own_key("campaign").await? {
                 // Taken or deleted between our two requests: not ours to claim.
                 self.value = None;
                 return Ok(Campaign::Held(None));
@@ -686,22 +880,30 @@ impl Backend for RedisBackend {
 
     /// A follower with tracking on sends nothing while the holder renews: each renewal
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
-    /// It looks again (`Changed`) on an events-channel notice (acquired, released,
-    /// expired), when the tracking connection is lost, when an invalidation comes
-    /// sooner than a renewal would (`ttl/6` after the last sign with the default renew
-    /// interval: someone else changed the key) or later than one would (`3/4 ttl`, or
+    /// It looks again (`Changed`, the script) when it got the baton (see [`baton`]), on
+    /// a release announced to everyone or an expiry event, when the tracking connection
+    /// is lost, when an invalidation comes later than a renewal would (`3/4 ttl`, or
     /// past the expiry the last read found: likely the key's expiry; see `Cadence`),
-    /// and when nothing came by then. The script decides on every look, so a wrong guess
-    /// costs one request, never safety. Without tracking: as before, the events
-    /// channel, the holder's expiry, or `max`.
+    /// when nothing came by then, and [`baton::grace`] after an invalidation that came
+    /// sooner than a renewal would (`ttl/6` after the last sign with the default renew
+    /// interval: someone else changed the key) unless an announcement came meanwhile.
+    /// An announcement (`acquired|<value>`) is followed without a request (`Changed`,
+    /// and the campaign takes the announced holder). The script decides on every take,
+    /// so a wrong guess costs one request, never safety. Without tracking: the events
+    /// channel, the baton, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        if self.value.is_none() {
+            self.waiter.arm();
+        }
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
             // Nothing to follow by pushes; drop what a past tenure left.
             self.drain_pushes();
-            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            let wake = wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            self.on_notice();
+            return wake;
         };
-        let (too_soon, late) = self.cadence.bounds();
+        let (_, late) = self.cadence.bounds();
         let due = last + late;
         // The key's own expiry, as read (pushed too, but only once the server gets
         // round to expiring it).
@@ -709,8 +911,13 @@ impl Backend for RedisBackend {
         let due = expires.map_or(due, |e| due.min(e));
         let until = (Instant::now() + max).min(due);
         loop {
+            let until = self.grace.map_or(until, |g| until.min(g));
             tokio::select! {
-                _ = self.wake.notified() => return Wake::Changed,
+                _ = self.wake.notified() => {
+                    if let Some(wake) = self.on_notice() {
+                        return wake;
+                    }
+                }
                 push = self.pushes.recv() => {
                     let Some(push) = push else { return Wake::Changed };
                     match push.kind {
@@ -719,20 +926,20 @@ impl Backend for RedisBackend {
                             return Wake::Changed;
                         }
                         PushKind::Invalidate => {
-                            let now = Instant::now();
-                            let since = now.saturating_duration_since(last);
-                            if since < too_soon || now >= due {
-                                return Wake::Changed;
+                            if let Some(wake) = self.on_invalidation(last, due) {
+                                return wake;
                             }
-                            self.last_sign = Some(now);
-                            self.holder_expires = None;
-                            return Wake::Quiet;
                         }
                         _ => {}
                     }
                 }
                 _ = tokio::time::sleep_until(until) => {
-                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                    let now = Instant::now();
+                    if self.grace.is_some_and(|g| now >= g) {
+                        self.grace = None;
+                        return Wake::Changed;
+                    }
+                    return if now >= due { Wake::Changed } else { Wake::Waiting };
                 }
             }
         }
