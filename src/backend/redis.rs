@@ -3,7 +3,10 @@
 //! Keys (hash-tagged so that a cluster keeps them in one slot):
 //! - `leasekeeper:{<election>}:lock`  = `<nonce>|<token>|<identity>`, with a PX ttl;
 //! - `leasekeeper:{<election>}:fence` = the fencing counter;
-//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`;
+//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` (every take) and
+//!   `released|…` (a switchover's release);
+//! - `leasekeeper:{<election>}:baton`, `…:alive` and channel `…:leader`: the handover
+//!   without a herd (see [`baton`]);
 //! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
 //!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]).
 //!
@@ -20,9 +23,13 @@
 //! lock with a placeholder for one ttl, so that claim runs out before anyone else's
 //! starts.
 //!
-//! Followers wake on the events channel and on `__keyevent@<db>__:expired` (when the
-//! server has keyspace notifications on), at the observed holder's expiry when it is
-//! close, and otherwise at the jittered retry interval.
+//! Followers do not herd (see [`baton`]): a graceful release hands one follower a
+//! baton, the new leader announces itself once it has claimed, and the others name it
+//! from the announcement without a request. Followers track the renewals through
+//! `CLIENT TRACKING` of the key every renewal writes (below), and look by themselves
+//! on a release announced to everyone (a switchover), on
+//! `__keyevent@<db>__:expired` (when the server has keyspace notifications on), when
+//! the holder's renewals stop, and otherwise at the jittered retry interval.
 //!
 //! **The leader hears about its own key** (invariant 9) through server-assisted
 //! client-side caching, which needs no server configuration: the command connection
@@ -118,6 +125,9 @@ if late then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[2] then
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  end
   return {1, now}
 end
 return {0, now}
@@ -160,6 +170,10 @@ pub struct Keys {
     pub presence: String,
     /// The list a release hands the baton on (see [`baton`]).
     pub baton: String,
+    /// Written by every renewal: what followers track (see [`baton`]).
+    pub alive: String,
+    /// Where a new leader announces itself once it has claimed (see [`baton`]).
+    pub leader: String,
 }
 
 impl Keys {
@@ -171,6 +185,8 @@ impl Keys {
             to: format!("leasekeeper:{{{election}}}:to"),
             presence: format!("leasekeeper:{{{election}}}:cand:"),
             baton: format!("leasekeeper:{{{election}}}:baton"),
+            alive: format!("leasekeeper:{{{election}}}:alive"),
+            leader: format!("leasekeeper:{{{election}}}:leader"),
         }
     }
 }
@@ -221,6 +237,36 @@ impl Node {
         wake: Arc<Notify>,
         op_timeout: Duration,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Events)
+    }
+
+    /// As [`Node::connect_tracking`], for a `redis` candidate, whose listener hears the
+    /// new leaders on their announcement channel (see [`baton`]).
+    fn connect_announced(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(
+            settings,
+            keys,
+            identity,
+            wake,
+            op_timeout,
+            Hears::Announcements,
+        )
+    }
+
+    fn connect(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+        hears: Hears,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
         let (pushed, pushes) = mpsc::unbounded_channel();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(op_timeout))
@@ -248,6 +294,7 @@ impl Node {
             db,
             wake,
             notices: notices.clone(),
+            hears,
             op_timeout,
         }));
         Ok((
@@ -310,12 +357,11 @@ pub struct RedisBackend {
     /// A follower that saw the lock change looks by itself at this time, unless an
     /// announcement comes first.
     grace: Option<Instant>,
-    /// Until when an invalidation is taken for the announced holder's own `SET`.
-    expect_set: Option<Instant>,
+    /// Whether tracking is on the lock key (a leader's) rather than the renewals'.
+    tracks_lock: bool,
+    /// Our value, to announce once we lead (see `record_lost`).
+    announce: Option<String>,
 }
-
-/// How long after an announcement its holder's `SET` may still be pushed to us.
-const EXPECT_SET_WINDOW: Duration = Duration::from_millis(250);
 
 /// How soon after a renewal's answer its own invalidation is expected.
 const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
@@ -361,7 +407,7 @@ impl RedisBackend {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         let (node, pushes) =
-            Node::connect_tracking(settings, &keys, identity, wake.clone(), op_timeout)?;
+            Node::connect_announced(settings, &keys, identity, wake.clone(), op_timeout)?;
         let waiter = baton::Waiter::spawn(
             redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
             keys.baton.clone(),
@@ -399,7 +445,8 @@ impl RedisBackend {
             ),
             announced: None,
             grace: None,
-            expect_set: None,
+            tracks_lock: false,
+            announce: None,
         })
     }
 
@@ -411,6 +458,7 @@ impl RedisBackend {
         let prefix = self.nonce_prefix();
         self.nonce = new_nonce();
         self.value = None;
+        self.announce = None;
         // EVAL with the script's text, not EVALSHA: one round trip whatever the server
         // has cached (a server that never ran the release script, or restarted, would
         // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
@@ -503,6 +551,7 @@ impl RedisBackend {
             .await
             .map_err(store(op))?;
         self.tracking = true;
+        self.tracks_lock = true;
         Ok(current.as_deref() == Some(value.as_str()))
     }
 
@@ -510,9 +559,10 @@ impl RedisBackend {
         tracking_pipe(&self.keys.lock)
     }
 
+    /// A follower's tracking: the key every renewal writes (see [`baton`]).
     async fn start_tracking(&mut self) -> Result<(), BackendError> {
-        let () = self
-            .tracking_pipe()
+        self.tracks_lock = false;
+        let () = tracking_pipe(&self.keys.alive)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
@@ -532,36 +582,23 @@ impl RedisBackend {
         self.drain_pushes();
     }
 
-    /// Whether a take sent with tracking on for its connection is proven by its own
-    /// answer, without a second read: every later change of the key by anyone else is
-    /// pushed to us. Not when a push since says the connection was lost (the take may
-    /// have gone on a new one, which tracks nothing), nor when invalidations came
-    /// besides the one of our own `SET` (Redis 7.0.15 pushes it, NOLOOP or not): then
-    /// `track_own_key` reads the key again. (As for a renewal's own push, a change by
-    /// someone else pushed in the same flush as our take's, with no push of our own,
-    /// is taken for ours; the next renewal's compare finds it.)
-    fn tracked_take(&mut self) -> bool {
-        let mut invalidations = 0;
-        while let Ok(push) = self.pushes.try_recv() {
-            match push.kind {
-                PushKind::Disconnection => self.tracking = false,
-                PushKind::Invalidate => invalidations += 1,
-                _ => {}
-            }
+    /// A new leader's announcement (`acquired|<value>` on the announcement channel),
+    /// once, after its claim began: followers wake after the claim, not during it.
+    /// Sent again before the next renewal until the server has taken it (twice is
+    /// harmless); a follower whose subscription was down meanwhile looks once it is
+    /// back (see [`listen`]).
+    async fn announce_once(&mut self) {
+        let Some(value) = self.announce.clone() else {
+            return;
+        };
+        let sent: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&self.keys.leader)
+            .arg(format!("acquired|{value}"))
+            .query_async(&mut self.node.conn)
+            .await;
+        if sent.is_ok() {
+            self.announce = None;
         }
-        if !self.tracking || invalidations > 1 {
-            return false;
-        }
-        if invalidations == 0 {
-            self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
-        }
-        if let Some(unblock) = self.waiter.disarm() {
-            let mut conn = self.node.conn.clone();
-            tokio::spawn(async move {
-                let _: redis::RedisResult<i64> = unblock.query_async(&mut conn).await;
-            });
-        }
-        true
     }
 
     /// A follower takes an announced holder as its observation, without a request (the
@@ -576,10 +613,7 @@ impl RedisBackend {
         self.floor = self.floor.max(token);
         let now = Instant::now();
         self.grace = None;
-        // Pushes so far are the release's `DEL` and the new holder's `SET`, which the
-        // announcement explains; when the `SET`'s has not come yet, it is expected.
-        let seen = self.drain_pushes();
-        self.expect_set = (!seen).then(|| now + EXPECT_SET_WINDOW);
+        self.drain_pushes();
         self.last_sign = self.tracking.then_some(now);
         self.holder_expires = Some(now + self.ttl);
         self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
@@ -606,18 +640,14 @@ impl RedisBackend {
     /// `Some(wake)` to return, `None` to keep waiting.
     fn on_invalidation(&mut self, last: Instant, due: Instant) -> Option<Wake> {
         let now = Instant::now();
-        if self.expect_set.take().is_some_and(|until| now <= until) {
-            // The announced holder's own `SET`.
-            return None;
-        }
         let (too_soon, _) = self.cadence.bounds();
         if now >= due {
             return Some(Wake::Changed);
         }
         if now.saturating_duration_since(last) < too_soon {
-            // Someone else's change: a release (whose baton went to one follower), a
-            // new holder's take (announced next), or a change by hand. Look only if no
-            // announcement comes within the grace.
+            // Not a renewal at its cadence: two holders' renewals (one about to find
+            // its key gone), or a change by hand. Look only if no announcement comes
+            // within the grace.
             self.grace.get_or_insert_with(|| now + baton::grace());
             return None;
         }
@@ -677,7 +707,18 @@ pub(crate) struct Listen {
     pub(crate) db: i64,
     pub(crate) wake: Arc<Notify>,
     pub(crate) notices: Arc<baton::Notices>,
+    pub(crate) hears: Hears,
     pub(crate) op_timeout: Duration,
+}
+
+/// Which message names a new holder for the listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hears {
+    /// `acquired|…` on the events channel, published by the take itself (`redlock`).
+    Events,
+    /// `acquired|…` on the announcement channel, published by the new leader once it
+    /// has claimed (`redis`); the take's own `acquired|…` wakes nobody.
+    Announcements,
 }
 
 /// Keeps one pub/sub connection subscribed to the election's events, to key expiry
@@ -693,6 +734,9 @@ pub(crate) async fn listen(l: Listen) {
         let subscribed = async {
             let mut pubsub = l.client.get_async_pubsub().await?;
             pubsub.subscribe(&l.keys.events).await?;
+            if l.hears == Hears::Announcements {
+                pubsub.subscribe(&l.keys.leader).await?;
+            }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -721,12 +765,21 @@ pub(crate) async fn listen(l: Listen) {
 fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
     let channel = msg.get_channel_name();
     let payload = msg.get_payload_bytes();
+    let announced = |value: &[u8]| {
+        l.notices.announce(&String::from_utf8_lossy(value));
+        true
+    };
     if channel == l.keys.events {
         match payload.strip_prefix(b"acquired|") {
-            Some(value) => l.notices.announce(&String::from_utf8_lossy(value)),
-            None => l.notices.look(),
+            Some(_) if l.hears == Hears::Announcements => false,
+            Some(value) => announced(value),
+            None => {
+                l.notices.look();
+                true
+            }
         }
-        true
+    } else if channel == l.keys.leader {
+        payload.strip_prefix(b"acquired|").is_some_and(announced)
     } else if channel == expired && payload == l.keys.lock.as_bytes() {
         l.notices.look();
         true
@@ -763,19 +816,15 @@ impl Backend for RedisBackend {
             return Ok(held);
         }
         self.grace = None;
-        self.expect_set = None;
         let prefix = self.nonce_prefix();
         self.last_sign = None;
-        if !self.tracking {
-            // Before the read: a follower then hears of every later change of the key
-            // without asking (see `wait_for_change`). A server without tracking (before
-            // Redis 6) refuses; its followers wait as they did before.
+        if !self.tracking || self.tracks_lock {
+            // Before the read: a follower then hears of every renewal without asking
+            // (see `wait_for_change`). A server without tracking (before Redis 6)
+            // refuses; its followers wait as they did before.
             self.drain_pushes();
             self.tracking = self.start_tracking().await.is_ok();
         }
-        // Pushes from now on came after the take was sent (see `tracked_take`).
-        self.drain_pushes();
-        let tracked = self.tracking;
         let read_at = Instant::now();
         let (won, value, pttl, store_ms): (i64, String, i64, u64) = self
             .acquire
@@ -808,11 +857,13 @@ impl Backend for RedisBackend {
             self.value = Some(value);
             self.expiry_hint = None;
             self.node.notices.clear();
-            if !(tracked && self.tracked_take()) && !self.track_own_key("campaign").await? {
+            if !self.track_own_key("campaign").await? {
                 // Taken or deleted between our two requests: not ours to claim.
                 self.value = None;
                 return Ok(Campaign::Held(None));
             }
+            // Followers hear of us once we lead (see `record_lost`).
+            self.announce = self.value.clone();
             return Ok(Campaign::Acquired { token });
         }
         self.expiry_hint =
@@ -841,9 +892,11 @@ impl Backend for RedisBackend {
             return Ok(Renewal::Lost);
         }
         let sent = Instant::now();
+        self.announce_once().await;
         let (kept, store_ms): (i64, u64) = self
             .renew
             .key(&self.keys.lock)
+            .key(&self.keys.alive)
             .arg(&value)
             .arg(self.ttl_ms())
             .arg(self.clock.use_by(sent, self.patience))
@@ -952,6 +1005,7 @@ impl Backend for RedisBackend {
     /// looked at before concluding. (On a server that does not push our own changes,
     /// someone else's change within that window is found by the next renewal instead.)
     async fn record_lost(&mut self) {
+        self.announce_once().await;
         while let Some(push) = self.pushes.recv().await {
             if !self.note_push(&push) {
                 continue;

@@ -7,17 +7,25 @@
 //!   waited longest. That follower looks at once (the take script); the others are not
 //!   woken by the release. The baton only decides who looks first, never who leads:
 //!   every take is still the script's compare-and-act with its fencing counter.
-//! - **The announcement**: the take script publishes `acquired|<value>` on the events
-//!   channel, as before; a follower reads the new holder from that message itself
-//!   ([`Notices`]), so it names the new leader right after the claim without a request.
-//! - **Fallbacks**: a baton can be lost (its follower died holding it, or the release
-//!   came from an older leasekeeper that publishes `released|…` instead, which still
-//!   makes every follower look). A follower that sees the lock change (a tracking
-//!   invalidation that is no renewal) and hears no announcement within
-//!   [`grace`] (250–500 ms) looks by itself. A crashed holder sends nothing at all:
-//!   followers look when its renewals stop (the cadence of `wait_for_change`).
-//!   A switchover (`release_to`) announces its release to everyone, since the named
-//!   candidate must look whoever holds the baton.
+//! - **What followers track**: every renewal also writes `leasekeeper:{<election>}:alive`
+//!   (the holder's value, PX one ttl), and a follower's `CLIENT TRACKING` watches that
+//!   key, not the lock: each renewal is pushed to it (the holder lives), but a
+//!   release's `DEL` and a new holder's `SET` of the lock wake nobody.
+//! - **The announcement**: a new leader publishes `acquired|<value>` on
+//!   `leasekeeper:{<election>}:leader` once its claim has begun (again before its next
+//!   renewal until the server took it), and a follower reads the new holder from that
+//!   message itself ([`Notices`]), without a request. So 99 followers wake after the
+//!   claim, not during it. (The take script still publishes `acquired|…` on the events
+//!   channel, which older candidates and outside observers follow; a `redis` follower's
+//!   listener drops it without waking the backend.)
+//! - **Fallbacks**: a baton is lost when its follower dies between the pop and its look
+//!   (a follower whose look fails looks again after its backoff). Then, as after a
+//!   crashed holder, followers look when the renewals they track stop (3/4 ttl with the
+//!   default renew interval, or the holder's expiry). An older leasekeeper's release
+//!   publishes `released|…`, which makes every follower look at once; so does a
+//!   switchover (`release_to`), since the named candidate must look whoever holds the
+//!   baton. A push of the tracked key that is no renewal at its cadence makes a
+//!   follower look after [`grace`] (250–500 ms) unless an announcement comes first.
 //!
 //! A follower's `BLPOP` is sent once when it starts to wait and again only after it
 //! got a baton, so it sends nothing at steady state. A leader keeps none open: the
