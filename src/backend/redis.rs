@@ -607,7 +607,8 @@ impl RedisBackend {
     fn follow_announced(&mut self, value: &str) -> Option<Campaign> {
         let parsed = parse_value(value);
         let token = parsed.token?;
-        if parsed.identity.is_empty() || self.value.is_some() {
+        // A former leader still tracking the lock looks once (which tracks the renewals).
+        if parsed.identity.is_empty() || self.value.is_some() || self.tracks_lock {
             return None;
         }
         self.floor = self.floor.max(token);
