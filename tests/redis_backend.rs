@@ -587,6 +587,62 @@ fn followers_send_no_requests_while_the_holder_renews() {
     common::scenarios::handover_and_crash_still_followed(&mut cars);
 }
 
+/// No herd: a graceful handover wakes one follower (the one a release hands the baton
+/// to), and the others name the new leader from its announcement without asking. With
+/// 8 candidates, the handover (the release, the one look that takes the lock, and
+/// whatever looks come up to a second after every follower names the new leader) runs
+/// a few scripts, not one or two per follower; and every follower names the new leader
+/// within 3 s (a generous bound; docs/backends.md states the real one).
+#[test]
+fn a_graceful_handover_wakes_one_follower_not_all() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("15s")
+        .election("baton")
+        .build();
+    let mut cars: Vec<Sidecar> = (0..8)
+        .map(|i| Sidecar::spawn(&format!("baton-{i}"), dir.path(), &args))
+        .collect();
+    for round in 0..2 {
+        assert!(
+            common::scenarios::one_leads_the_rest_follow(&cars),
+            "never one leader and the rest following"
+        );
+        let li = cars
+            .iter()
+            .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
+            .expect("leader");
+        // Every follower has looked since it joined (and names the holder).
+        std::thread::sleep(Duration::from_secs(1));
+        let scripts = || server.calls("evalsha") + server.calls("eval");
+        let before = scripts();
+        let mut old = cars.remove(li);
+        old.terminate(Duration::from_secs(5)).expect("stopped");
+        let named = eventually(Duration::from_secs(3), || {
+            let new = cars
+                .iter()
+                .find_map(|c| c.leader().filter(|v| v["is_leader"] == true))?;
+            let holder = new["identity"].clone();
+            cars.iter()
+                .all(|c| c.leader().is_some_and(|v| v["leader"] == holder))
+                .then_some(())
+        });
+        assert!(
+            named.is_some(),
+            "round {round}: the followers did not all name the new leader within 3 s"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        let ran = scripts() - before;
+        eprintln!("round {round}: {ran} scripts for a handover among 8");
+        // The release, the take, and a spare look; one per follower would be 8 or more.
+        assert!(
+            ran <= 4,
+            "round {round}: {ran} scripts run for one handover"
+        );
+    }
+}
+
 /// Followers read the holder's pushes at the renew interval the fleet is configured
 /// with, not at the default's ttl/3. With the thresholds fixed at ttl/6 and 3/4 ttl, a
 /// renew interval of 300 ms at ttl 3 s made every renewal look "too soon" (someone

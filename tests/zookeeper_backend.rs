@@ -1082,6 +1082,37 @@ fn a_release_gives_back_only_our_own_node() {
     });
 }
 
+/// A graceful release is one transaction on the server: the close of the session,
+/// which deletes our ephemeral node with it. A delete of the node and then the close
+/// were two, and the successor's first requests queued behind the second's disk
+/// write (issue 36). The node is gone at once: the next candidate leads.
+#[test]
+fn a_release_is_one_transaction_the_close_of_the_session() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(async {
+        let look = zookeeper_client::Client::connect(&connect)
+            .await
+            .expect("connect");
+        let mut a = zk_candidate(&connect, "close", "A");
+        zk_leads("A", &mut a).await;
+        // The leader's own writes after its claim (its announcement) are done.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = zk.last_zxid();
+        a.release().await.expect("A releases");
+        let left = look
+            .list_children("/leasekeeper/close")
+            .await
+            .expect("list");
+        assert!(left.is_empty(), "A's node outlived its release: {left:?}");
+        // A session left open instead of closed would end by the server's expiry, a
+        // transaction of its own, a session timeout (2 s) later.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let spent = zk.last_zxid() - before;
+        assert_eq!(spent, 1, "the release took {spent} transactions");
+    });
+}
+
 /// Invariant 4 and the queue order on ZooKeeper: the node of lowest sequence leads,
 /// whoever campaigns first after the leader went (C, third in line, looks before B
 /// does and still follows B); and each new tenure's token (the czxid) is greater than

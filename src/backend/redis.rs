@@ -3,7 +3,10 @@
 //! Keys (hash-tagged so that a cluster keeps them in one slot):
 //! - `leasekeeper:{<election>}:lock`  = `<nonce>|<token>|<identity>`, with a PX ttl;
 //! - `leasekeeper:{<election>}:fence` = the fencing counter;
-//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` and `released|…`;
+//! - channel `leasekeeper:{<election>}:events` carries `acquired|…` (every take) and
+//!   `released|…` (a switchover's release);
+//! - `leasekeeper:{<election>}:baton`, `…:alive` and channel `…:leader`: the handover
+//!   without a herd (see [`baton`]);
 //! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
 //!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]).
 //!
@@ -20,9 +23,13 @@
 //! lock with a placeholder for one ttl, so that claim runs out before anyone else's
 //! starts.
 //!
-//! Followers wake on the events channel and on `__keyevent@<db>__:expired` (when the
-//! server has keyspace notifications on), at the observed holder's expiry when it is
-//! close, and otherwise at the jittered retry interval.
+//! Followers do not herd (see [`baton`]): a graceful release hands one follower a
+//! baton, the new leader announces itself once it has claimed, and the others name it
+//! from the announcement without a request. Followers track the renewals through
+//! `CLIENT TRACKING` of the key every renewal writes (below), and look by themselves
+//! on a release announced to everyone (a switchover), on
+//! `__keyevent@<db>__:expired` (when the server has keyspace notifications on), when
+//! the holder's renewals stop, and otherwise at the jittered retry interval.
 //!
 //! **The leader hears about its own key** (invariant 9) through server-assisted
 //! client-side caching, which needs no server configuration: the command connection
@@ -52,6 +59,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
+pub(crate) mod baton;
 mod settings;
 pub(crate) mod switchover;
 pub use settings::{Args, RedisSettings};
@@ -104,6 +112,7 @@ if token <= floor then
 end
 local value = ARGV[1] .. token .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+redis.call('DEL', KEYS[4])
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1, now}
 "#;
@@ -116,16 +125,34 @@ if late then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[2] then
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  end
   return {1, now}
 end
 return {0, now}
 "#;
 
-pub(crate) const RELEASE: &str = r#"
+/// Compare-and-DEL. A switchover (`ARGV[3]` = `all`) announces the release to every
+/// follower; a plain release hands one follower the baton (`KEYS[2]`, PX `ARGV[4]`),
+/// also when the lock is already gone (someone should look), see [`baton`].
+/// Returns 1 when it released our lock.
+const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+local mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+if mine then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+end
+if ARGV[3] == 'all' then
+  if mine then
+    redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
+  end
+elseif mine or not cur then
+"#;
+
+const RELEASE_END: &str = r#"
+end
+if mine then
   return 1
 end
 return 0
@@ -141,6 +168,12 @@ pub struct Keys {
     pub to: String,
     /// The prefix of the candidates' presence channels.
     pub presence: String,
+    /// The list a release hands the baton on (see [`baton`]).
+    pub baton: String,
+    /// Written by every renewal: what followers track (see [`baton`]).
+    pub alive: String,
+    /// Where a new leader announces itself once it has claimed (see [`baton`]).
+    pub leader: String,
 }
 
 impl Keys {
@@ -151,6 +184,9 @@ impl Keys {
             events: format!("leasekeeper:{{{election}}}:events"),
             to: format!("leasekeeper:{{{election}}}:to"),
             presence: format!("leasekeeper:{{{election}}}:cand:"),
+            baton: format!("leasekeeper:{{{election}}}:baton"),
+            alive: format!("leasekeeper:{{{election}}}:alive"),
+            leader: format!("leasekeeper:{{{election}}}:leader"),
         }
     }
 }
@@ -184,6 +220,8 @@ pub(crate) fn new_nonce() -> String {
 /// and a pub/sub listener that wakes `wake` on the election's events.
 pub(crate) struct Node {
     pub(crate) conn: ConnectionManager,
+    /// What the listener heard besides the wake-up (see [`baton::Notices`]).
+    pub(crate) notices: Arc<baton::Notices>,
     listener: JoinHandle<()>,
 }
 
@@ -198,6 +236,36 @@ impl Node {
         identity: &str,
         wake: Arc<Notify>,
         op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Events)
+    }
+
+    /// As [`Node::connect_tracking`], for a `redis` candidate, whose listener hears the
+    /// new leaders on their announcement channel (see [`baton`]).
+    fn connect_announced(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(
+            settings,
+            keys,
+            identity,
+            wake,
+            op_timeout,
+            Hears::Announcements,
+        )
+    }
+
+    fn connect(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+        hears: Hears,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
         let (pushed, pushes) = mpsc::unbounded_channel();
         let config = ConnectionManagerConfig::new()
@@ -218,15 +286,25 @@ impl Node {
         // The listener stays on the protocol of the URL.
         let listen_client = redis::Client::open(settings.info.clone()).map_err(store("connect"))?;
         let db = settings.info.redis_settings().db();
+        let notices = Arc::new(baton::Notices::default());
         let listener = tokio::spawn(listen(Listen {
             client: listen_client,
             keys: keys.clone(),
             presence: switchover::presence_channel(&keys.presence, identity),
             db,
             wake,
+            notices: notices.clone(),
+            hears,
             op_timeout,
         }));
-        Ok((Node { conn, listener }, pushes))
+        Ok((
+            Node {
+                conn,
+                notices,
+                listener,
+            },
+            pushes,
+        ))
     }
 }
 
@@ -270,6 +348,19 @@ pub struct RedisBackend {
     /// When the holder's key expires unless renewed, as the campaign's read found it
     /// (a renewal seen since makes it unknown).
     holder_expires: Option<Instant>,
+    /// This follower's wait for the baton (see [`baton`]).
+    waiter: baton::Waiter,
+    /// The release script, with the baton's hand-out.
+    release: String,
+    /// An announced new holder (`<value>`) the next campaign follows without a request.
+    announced: Option<String>,
+    /// A follower that saw the lock change looks by itself at this time, unless an
+    /// announcement comes first.
+    grace: Option<Instant>,
+    /// Whether tracking is on the lock key (a leader's) rather than the renewals'.
+    tracks_lock: bool,
+    /// Our value, to announce once we lead (see `record_lost`).
+    announce: Option<String>,
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
@@ -316,7 +407,14 @@ impl RedisBackend {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         let (node, pushes) =
-            Node::connect_tracking(settings, &keys, identity, wake.clone(), op_timeout)?;
+            Node::connect_announced(settings, &keys, identity, wake.clone(), op_timeout)?;
+        let waiter = baton::Waiter::spawn(
+            redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
+            keys.baton.clone(),
+            node.notices.clone(),
+            wake.clone(),
+            op_timeout,
+        );
         Ok(RedisBackend {
             node,
             keys,
@@ -340,6 +438,15 @@ impl RedisBackend {
             own_push_until: None,
             last_sign: None,
             holder_expires: None,
+            waiter,
+            release: format!(
+                "{RELEASE}{}{RELEASE_END}",
+                baton::hand_out("KEYS[2]", "ARGV[4]")
+            ),
+            announced: None,
+            grace: None,
+            tracks_lock: false,
+            announce: None,
         })
     }
 
@@ -351,6 +458,7 @@ impl RedisBackend {
         let prefix = self.nonce_prefix();
         self.nonce = new_nonce();
         self.value = None;
+        self.announce = None;
         // EVAL with the script's text, not EVALSHA: one round trip whatever the server
         // has cached (a server that never ran the release script, or restarted, would
         // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
@@ -363,11 +471,14 @@ impl RedisBackend {
         }
         release
             .cmd("EVAL")
-            .arg(RELEASE)
-            .arg(1)
+            .arg(&self.release)
+            .arg(2)
             .arg(&self.keys.lock)
+            .arg(&self.keys.baton)
             .arg(&prefix)
-            .arg(&self.keys.events);
+            .arg(&self.keys.events)
+            .arg(if to.is_some() { "all" } else { "one" })
+            .arg(self.ttl_ms().max(1));
         // A release is the one request a graceful stop depends on: if it met a connection
         // that died since the last use (a restarted server), it is worth one more try on
         // the fresh connection, or the followers wait a whole ttl.
@@ -384,6 +495,8 @@ impl RedisBackend {
             }
         }
         self.stop_tracking().await;
+        // What was heard during the tenure is of it or older.
+        self.node.notices.clear();
         Ok(())
     }
 
@@ -426,14 +539,19 @@ impl RedisBackend {
         };
         // What arrived before tracking was on is from an earlier tenure.
         self.drain_pushes();
-        let (current,): (Option<String>,) = self
-            .tracking_pipe()
+        let mut pipe = self.tracking_pipe();
+        // A leader waits for no baton: end a follower's wait that may still be open.
+        if let Some(unblock) = self.waiter.disarm() {
+            pipe.add_command(unblock).ignore();
+        }
+        let (current,): (Option<String>,) = pipe
             .cmd("GET")
             .arg(&self.keys.lock)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store(op))?;
         self.tracking = true;
+        self.tracks_lock = true;
         Ok(current.as_deref() == Some(value.as_str()))
     }
 
@@ -441,9 +559,10 @@ impl RedisBackend {
         tracking_pipe(&self.keys.lock)
     }
 
+    /// A follower's tracking: the key every renewal writes (see [`baton`]).
     async fn start_tracking(&mut self) -> Result<(), BackendError> {
-        let () = self
-            .tracking_pipe()
+        self.tracks_lock = false;
+        let () = tracking_pipe(&self.keys.alive)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
@@ -461,6 +580,81 @@ impl RedisBackend {
                 .await;
         }
         self.drain_pushes();
+    }
+
+    /// A new leader's announcement (`acquired|<value>` on the announcement channel),
+    /// once, after its claim began: followers wake after the claim, not during it.
+    /// Sent again before the next renewal until the server has taken it (twice is
+    /// harmless); a follower whose subscription was down meanwhile looks once it is
+    /// back (see [`listen`]).
+    async fn announce_once(&mut self) {
+        let Some(value) = self.announce.clone() else {
+            return;
+        };
+        let sent: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&self.keys.leader)
+            .arg(format!("acquired|{value}"))
+            .query_async(&mut self.node.conn)
+            .await;
+        if sent.is_ok() {
+            self.announce = None;
+        }
+    }
+
+    /// A follower takes an announced holder as its observation, without a request (the
+    /// take script published it in the same step as the take). `None` for a value that
+    /// names nobody, which a look settles instead.
+    fn follow_announced(&mut self, value: &str) -> Option<Campaign> {
+        let parsed = parse_value(value);
+        let token = parsed.token?;
+        // A former leader still tracking the lock looks once (which tracks the renewals).
+        if parsed.identity.is_empty() || self.value.is_some() || self.tracks_lock {
+            return None;
+        }
+        self.floor = self.floor.max(token);
+        let now = Instant::now();
+        self.grace = None;
+        self.drain_pushes();
+        self.last_sign = self.tracking.then_some(now);
+        self.holder_expires = Some(now + self.ttl);
+        self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
+        Some(Campaign::Held(Some(Holder {
+            identity: parsed.identity.to_owned(),
+            token: Some(token),
+        })))
+    }
+
+    /// What a wake-up of the listener or the baton waiter asks for: a look (`Changed`,
+    /// the campaign runs the script), an announced holder to follow (`Changed`, the
+    /// campaign follows it without a request), or nothing new (`None`).
+    fn on_notice(&mut self) -> Option<Wake> {
+        if self.node.notices.take_look() {
+            self.announced = None;
+            return Some(Wake::Changed);
+        }
+        let (_, value) = self.node.notices.take_announcement()?;
+        self.announced = Some(value);
+        Some(Wake::Changed)
+    }
+
+    /// A tracking invalidation while following a holder whose last sign was at `last`:
+    /// `Some(wake)` to return, `None` to keep waiting.
+    fn on_invalidation(&mut self, last: Instant, due: Instant) -> Option<Wake> {
+        let now = Instant::now();
+        let (too_soon, _) = self.cadence.bounds();
+        if now >= due {
+            return Some(Wake::Changed);
+        }
+        if now.saturating_duration_since(last) < too_soon {
+            // Not a renewal at its cadence: two holders' renewals (one about to find
+            // its key gone), or a change by hand. Look only if no announcement comes
+            // within the grace.
+            self.grace.get_or_insert_with(|| now + baton::grace());
+            return None;
+        }
+        self.last_sign = Some(now);
+        self.holder_expires = None;
+        Some(Wake::Quiet)
     }
 }
 
@@ -513,14 +707,27 @@ pub(crate) struct Listen {
     pub(crate) presence: String,
     pub(crate) db: i64,
     pub(crate) wake: Arc<Notify>,
+    pub(crate) notices: Arc<baton::Notices>,
+    pub(crate) hears: Hears,
     pub(crate) op_timeout: Duration,
+}
+
+/// Which message names a new holder for the listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hears {
+    /// `acquired|…` on the events channel, published by the take itself (`redlock`).
+    Events,
+    /// `acquired|…` on the announcement channel, published by the new leader once it
+    /// has claimed (`redis`); the take's own `acquired|…` wakes nobody.
+    Announcements,
 }
 
 /// Keeps one pub/sub connection subscribed to the election's events, to key expiry
 /// events and to this candidate's presence channel (which lists it as a live
-/// candidate while the connection lives), and wakes the follower on each event.
-/// Reconnects with backoff; after every (re)subscribe it wakes once, since messages
-/// may have been missed.
+/// candidate while the connection lives), and wakes the follower on each event, with
+/// what it heard in `notices`: an announcement's value, or a request to look (a
+/// release announced to everyone, an expiry). Reconnects with backoff; after every
+/// (re)subscribe it asks to look once, since messages may have been missed.
 pub(crate) async fn listen(l: Listen) {
     let expired = format!("__keyevent@{}__:expired", l.db);
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
@@ -528,6 +735,9 @@ pub(crate) async fn listen(l: Listen) {
         let subscribed = async {
             let mut pubsub = l.client.get_async_pubsub().await?;
             pubsub.subscribe(&l.keys.events).await?;
+            if l.hears == Hears::Announcements {
+                pubsub.subscribe(&l.keys.leader).await?;
+            }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -535,14 +745,11 @@ pub(crate) async fn listen(l: Listen) {
         match tokio::time::timeout(l.op_timeout, subscribed).await {
             Ok(Ok(mut pubsub)) => {
                 backoff.reset();
+                l.notices.look();
                 l.wake.notify_one();
                 let mut messages = pubsub.on_message();
                 while let Some(msg) = messages.next().await {
-                    let channel = msg.get_channel_name();
-                    let relevant = channel == l.keys.events
-                        || (channel == expired
-                            && msg.get_payload_bytes() == l.keys.lock.as_bytes());
-                    if relevant {
+                    if heard(&l, &expired, &msg) {
                         l.wake.notify_one();
                     }
                 }
@@ -552,6 +759,33 @@ pub(crate) async fn listen(l: Listen) {
             Err(_) => tracing::debug!("redis pub/sub subscribe timed out"),
         }
         tokio::time::sleep(backoff.next_wait()).await;
+    }
+}
+
+/// Notes what one pub/sub message says; `true` when it concerns the election.
+fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
+    let channel = msg.get_channel_name();
+    let payload = msg.get_payload_bytes();
+    let announced = |value: &[u8]| {
+        l.notices.announce(&String::from_utf8_lossy(value));
+        true
+    };
+    if channel == l.keys.events {
+        match payload.strip_prefix(b"acquired|") {
+            Some(_) if l.hears == Hears::Announcements => false,
+            Some(value) => announced(value),
+            None => {
+                l.notices.look();
+                true
+            }
+        }
+    } else if channel == l.keys.leader {
+        payload.strip_prefix(b"acquired|").is_some_and(announced)
+    } else if channel == expired && payload == l.keys.lock.as_bytes() {
+        l.notices.look();
+        true
+    } else {
+        false
     }
 }
 
@@ -575,12 +809,20 @@ impl Backend for RedisBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        if let Some(held) = self
+            .announced
+            .take()
+            .and_then(|v| self.follow_announced(&v))
+        {
+            return Ok(held);
+        }
+        self.grace = None;
         let prefix = self.nonce_prefix();
         self.last_sign = None;
-        if !self.tracking {
-            // Before the read: a follower then hears of every later change of the key
-            // without asking (see `wait_for_change`). A server without tracking (before
-            // Redis 6) refuses; its followers wait as they did before.
+        if !self.tracking || self.tracks_lock {
+            // Before the read: a follower then hears of every renewal without asking
+            // (see `wait_for_change`). A server without tracking (before Redis 6)
+            // refuses; its followers wait as they did before.
             self.drain_pushes();
             self.tracking = self.start_tracking().await.is_ok();
         }
@@ -590,6 +832,7 @@ impl Backend for RedisBackend {
             .key(&self.keys.lock)
             .key(&self.keys.fence)
             .key(&self.keys.to)
+            .key(&self.keys.baton)
             .arg(&prefix)
             .arg(&self.identity)
             .arg(self.ttl_ms())
@@ -614,11 +857,14 @@ impl Backend for RedisBackend {
             })?;
             self.value = Some(value);
             self.expiry_hint = None;
+            self.node.notices.clear();
             if !self.track_own_key("campaign").await? {
                 // Taken or deleted between our two requests: not ours to claim.
                 self.value = None;
                 return Ok(Campaign::Held(None));
             }
+            // Followers hear of us once we lead (see `record_lost`).
+            self.announce = self.value.clone();
             return Ok(Campaign::Acquired { token });
         }
         self.expiry_hint =
@@ -647,9 +893,11 @@ impl Backend for RedisBackend {
             return Ok(Renewal::Lost);
         }
         let sent = Instant::now();
+        self.announce_once().await;
         let (kept, store_ms): (i64, u64) = self
             .renew
             .key(&self.keys.lock)
+            .key(&self.keys.alive)
             .arg(&value)
             .arg(self.ttl_ms())
             .arg(self.clock.use_by(sent, self.patience))
@@ -686,22 +934,30 @@ impl Backend for RedisBackend {
 
     /// A follower with tracking on sends nothing while the holder renews: each renewal
     /// (a `PEXPIRE`) pushes an invalidation, which shows the holder alive (`Quiet`).
-    /// It looks again (`Changed`) on an events-channel notice (acquired, released,
-    /// expired), when the tracking connection is lost, when an invalidation comes
-    /// sooner than a renewal would (`ttl/6` after the last sign with the default renew
-    /// interval: someone else changed the key) or later than one would (`3/4 ttl`, or
+    /// It looks again (`Changed`, the script) when it got the baton (see [`baton`]), on
+    /// a release announced to everyone or an expiry event, when the tracking connection
+    /// is lost, when an invalidation comes later than a renewal would (`3/4 ttl`, or
     /// past the expiry the last read found: likely the key's expiry; see `Cadence`),
-    /// and when nothing came by then. The script decides on every look, so a wrong guess
-    /// costs one request, never safety. Without tracking: as before, the events
-    /// channel, the holder's expiry, or `max`.
+    /// when nothing came by then, and [`baton::grace`] after an invalidation that came
+    /// sooner than a renewal would (`ttl/6` after the last sign with the default renew
+    /// interval: someone else changed the key) unless an announcement came meanwhile.
+    /// An announcement (`acquired|<value>`) is followed without a request (`Changed`,
+    /// and the campaign takes the announced holder). The script decides on every take,
+    /// so a wrong guess costs one request, never safety. Without tracking: the events
+    /// channel, the baton, the holder's expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        if self.value.is_none() {
+            self.waiter.arm();
+        }
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
             // Nothing to follow by pushes; drop what a past tenure left.
             self.drain_pushes();
-            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            let wake = wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            self.on_notice();
+            return wake;
         };
-        let (too_soon, late) = self.cadence.bounds();
+        let (_, late) = self.cadence.bounds();
         let due = last + late;
         // The key's own expiry, as read (pushed too, but only once the server gets
         // round to expiring it).
@@ -709,8 +965,13 @@ impl Backend for RedisBackend {
         let due = expires.map_or(due, |e| due.min(e));
         let until = (Instant::now() + max).min(due);
         loop {
+            let until = self.grace.map_or(until, |g| until.min(g));
             tokio::select! {
-                _ = self.wake.notified() => return Wake::Changed,
+                _ = self.wake.notified() => {
+                    if let Some(wake) = self.on_notice() {
+                        return wake;
+                    }
+                }
                 push = self.pushes.recv() => {
                     let Some(push) = push else { return Wake::Changed };
                     match push.kind {
@@ -719,20 +980,20 @@ impl Backend for RedisBackend {
                             return Wake::Changed;
                         }
                         PushKind::Invalidate => {
-                            let now = Instant::now();
-                            let since = now.saturating_duration_since(last);
-                            if since < too_soon || now >= due {
-                                return Wake::Changed;
+                            if let Some(wake) = self.on_invalidation(last, due) {
+                                return wake;
                             }
-                            self.last_sign = Some(now);
-                            self.holder_expires = None;
-                            return Wake::Quiet;
                         }
                         _ => {}
                     }
                 }
                 _ = tokio::time::sleep_until(until) => {
-                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                    let now = Instant::now();
+                    if self.grace.is_some_and(|g| now >= g) {
+                        self.grace = None;
+                        return Wake::Changed;
+                    }
+                    return if now >= due { Wake::Changed } else { Wake::Waiting };
                 }
             }
         }
@@ -745,6 +1006,7 @@ impl Backend for RedisBackend {
     /// looked at before concluding. (On a server that does not push our own changes,
     /// someone else's change within that window is found by the next renewal instead.)
     async fn record_lost(&mut self) {
+        self.announce_once().await;
         while let Some(push) = self.pushes.recv().await {
             if !self.note_push(&push) {
                 continue;

@@ -63,11 +63,13 @@
 //! - **Fencing token**: the creation zxid (`czxid`) of the leader's node. zxids grow
 //!   across the whole ensemble, so they keep growing even if the election's parent node
 //!   is deleted and recreated (a sequence number would start again at 0).
-//! - **Release** forgets the node *before* it awaits the delete, then closes the
-//!   session: a release cut short (its answer never came, the elector gave up on it)
-//!   must not leave the node for the next campaign to find by its prefix and claim
-//!   again with the same czxid — two tenures never share a token. The next campaign
-//!   opens a new session with a new prefix.
+//! - **Release** forgets the node, then closes the session, which deletes our
+//!   ephemeral node in the close's own transaction (one transaction and no read, where
+//!   a delete and then a close were two; the successor's first requests no longer
+//!   queue behind the second): a release cut short (its answer never came, the
+//!   elector gave up on it) must not leave the node for the next campaign to find by
+//!   its prefix and claim again with the same czxid — two tenures never share a
+//!   token. The next campaign opens a new session with a new prefix.
 //! - **Switchover** (`release_to(to)`): forgotten first, as a release. The leader finds
 //!   the latch node of lowest sequence whose data is `to`, and in one `multi` checks
 //!   that node exists, creates (or rewrites, at the version read) the *reservation*
@@ -328,6 +330,7 @@ impl ZkBackend {
         // Forget first: if this future is dropped at an await below, the next
         // campaign must not find this node again (see the module doc).
         let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
+        let events = self.session_events.take();
         self.forget();
         let (Some(client), Some(node)) = (client, node) else {
             if let Some(to) = to {
@@ -341,16 +344,25 @@ impl ZkBackend {
             let reserved = Self::reserve(&client, (dir, reservation, &options), to, &node).await;
             super::log_reservation(to, reserved);
         }
-        // Gone already after a reservation (NoNode).
-        let deleted = delete_own(&client, &format!("{}/{node}", self.dir)).await;
-        // Closing the session removes any node of ours the delete may have missed
-        // (and, when this future is dropped at the await above, the relay's drop
-        // closes it all the same).
+        // Closing the session deletes our ephemeral node in the close's own
+        // transaction: one transaction on the server where a delete and then a close
+        // were two (the successor's first requests queued behind the second), and no
+        // read before it. The library closes the session once its last handle is gone.
+        // (When this future is dropped before the close is answered, the relay's drop
+        // ends the connection, and the node goes with the session's expiry.)
         drop(client);
+        let closed = match events {
+            Some(mut events) => session_closed(&mut events).await,
+            None => false,
+        };
         drop(relay);
-        match deleted {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-            Err(e) => Err(zk("release")(e)),
+        if closed {
+            Ok(())
+        } else {
+            Err(BackendError::Store {
+                op: "release",
+                message: "the session ended without closing; our node goes with its expiry".into(),
+            })
         }
     }
 
@@ -907,20 +919,16 @@ fn holder_of(data: &[u8], stat: &zookeeper_client::Stat) -> Option<Holder> {
 /// Release's delete, compare-and-act (invariant 5): the node at `path` only when this
 /// session owns it, and only at the version read (a node deleted and created again
 /// under our name by another client is left alone, even with version 0 like ours).
-async fn delete_own(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
-    let Some(stat) = client.check_stat(path).await? else {
-        return Ok(());
-    };
-    if !rules::owned_by(Some(stat.ephemeral_owner), client.session_id().0) {
-        tracing::warn!(
-            path,
-            "our node was replaced by another session's; leaving it"
-        );
-        return Ok(());
-    }
-    match client.delete(path, Some(stat.version)).await {
-        Err(zookeeper_client::Error::BadVersion) => Ok(()),
-        other => other,
+/// Waits for the session to end; `true` when the library closed it (the server
+/// answered the close), `false` when it ended otherwise (expired, or refused).
+async fn session_closed(events: &mut StateWatcher) -> bool {
+    let mut state = events.peek_state();
+    loop {
+        match state {
+            SessionState::Closed => return true,
+            SessionState::Expired | SessionState::AuthFailed => return false,
+            _ => state = events.changed().await,
+        }
     }
 }
 

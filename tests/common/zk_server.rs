@@ -299,6 +299,15 @@ impl ZkEnsemble {
             .unwrap_or(0.0)
     }
 
+    /// The first server's last committed zxid (`srvr`): one more per transaction.
+    pub fn last_zxid(&self) -> u64 {
+        let text = four_letters(self.servers[0].client, "srvr").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("Zxid: 0x"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .expect("srvr names the zxid")
+    }
+
     /// Requests received so far per client session on the first server (`cons`),
     /// pings included: session id → count.
     pub fn received_by_session(&self) -> std::collections::BTreeMap<String, u64> {
