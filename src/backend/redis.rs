@@ -464,6 +464,11 @@ impl RedisBackend {
         // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
         // on a slow link they miss the release budget, and the followers wait a ttl).
         let mut release = redis::pipe();
+        // Nor does a candidate that lets go (a stop, or a slot withdrawn from while it
+        // holds another) wait for a baton: a baton it popped would wake nobody else.
+        if let Some(unblock) = self.waiter.disarm() {
+            release.add_command(unblock).ignore();
+        }
         if let Some(to) = to {
             release
                 .add_command(switchover::reserve(&self.keys.to, to, self.ttl))

@@ -114,7 +114,7 @@ pub fn check_slot_claims(claims: &[LoggedClaim], n: u64) {
 
 /// Two slots, five candidates: both slots held by two of them, each a different slot;
 /// a holder's SIGTERM hands its slot to a waiting one within `graceful` (at once,
-/// short of a store's own delay); a holder's kill -9 and a holder's SIGSTOP each
+/// short of a store's own delay), and then the other slot's holder's SIGTERM too; a holder's kill -9 and a holder's SIGSTOP each
 /// lose their slot to a waiting one after the ttl; the stopped one, continued, does
 /// not lead in that slot again while its successor does; and the logged claims keep
 /// every rule of [`check_slot_claims`].
@@ -193,6 +193,25 @@ fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: b
     );
     eprintln!("{backend}: slot {slot} handed over on SIGTERM in {took:?}");
     assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+
+    // SIGTERM of the other slot's holder: that slot too goes to a waiting candidate
+    // at once, never lost to the one that took the first slot while it still waited
+    // on this one.
+    let held = all_slots_held(&cars, 2, start_bound);
+    let &(gone, slot, token) = held.iter().find(|h| h.1 != slot).expect("the other slot");
+    cars[gone].signal(libc::SIGTERM);
+    let next = eventually(graceful, || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 != gone && h.1 == slot && h.2 > token)
+    });
+    assert!(
+        next.is_some(),
+        "the other slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
+        slot_leaders(&cars)
+    );
+    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+    cars[gone] = spawn(5);
 
     // kill -9: after the ttl.
     let held = all_slots_held(&cars, 2, start_bound);
