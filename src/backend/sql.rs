@@ -72,8 +72,8 @@
 //! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
 //! live leader sends nothing until then (the retry interval passing is
 //! [`Wake::Quiet`]: the leader's session still holds the lock, so the observation is
-//! current); a MySQL one also wakes at the observed holder's expiry and at
-//! the retry interval.
+//! current); a MySQL one likewise while it is queued for the named lock that the
+//! holder's session holds (see [`mysql`]).
 
 use std::future::Future;
 use std::sync::Arc;
