@@ -720,31 +720,6 @@ mod rules {
         format!("leasekeeper:{{{election}}}:lock")
     }
 
-    /// A release is the one request a graceful stop depends on: one that meets a
-    /// connection the server closed since its last use (a killed client, a restarted
-    /// server) is tried once more on a fresh connection, so the key is freed at once
-    /// and the followers do not wait for its expiry.
-    #[test]
-    fn a_release_on_a_connection_the_server_closed_is_tried_again() {
-        let server = RedisServer::start();
-        let ttl = Duration::from_secs(30);
-        runtime().block_on(async {
-            let mut a = candidate(&server.url(), "again", "A", ttl);
-            leads("A", &mut a).await;
-            // Every client connection but this command's own.
-            server.command("CLIENT KILL TYPE normal");
-            server.command("CLIENT KILL TYPE pubsub");
-            a.release().await.expect("A's release answers");
-            let value = server
-                .command(&format!("GET {}", lock("again")))
-                .unwrap_or_default();
-            assert!(
-                !value.contains("|A"),
-                "A's release did not free its key: {value:?}"
-            );
-        });
-    }
-
     /// A key taken by another between the take and the tracking read (two requests:
     /// the read also turns tracking on, so that every later change is pushed) is not
     /// claimed: the leader's link is slow (300 ms each way), and the key is
