@@ -777,6 +777,42 @@ mod rules {
         format!("leasekeeper:{{{election}}}:lock")
     }
 
+    /// A key taken by another between the take and the tracking read (two requests:
+    /// the read also turns tracking on, so that every later change is pushed) is not
+    /// claimed: the leader's link is slow (300 ms each way), and the key is
+    /// overwritten right after the take ran at the server.
+    #[test]
+    fn a_key_taken_between_the_take_and_the_tracking_read_is_not_claimed() {
+        use crate::common::faults::{FaultProxy, Link};
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let ttl = Duration::from_secs(30);
+        let rt = runtime();
+        let mut a = rt.block_on(async {
+            let mut a = candidate(&format!("redis://{}", proxy.addr()), "between", "A", ttl);
+            // A follower first: its tracking is on before the slow campaign.
+            let mut b = candidate(&server.url(), "between", "B", ttl);
+            leads("B", &mut b).await;
+            does_not_lead("A", &mut a).await;
+            b.release().await.expect("release");
+            a
+        });
+        proxy.set(Link::Delay(Duration::from_millis(300)));
+        let campaign = rt.spawn(async move { a.campaign().await });
+        let key = lock("between");
+        let took = crate::common::eventually(Duration::from_secs(5), || {
+            let v = server.command(&format!("GET {key}")).unwrap_or_default();
+            v.contains("|A").then_some(())
+        });
+        assert!(took.is_some(), "A's take never ran");
+        server.command(&format!("SET {key} ffff|999|C PX 30000"));
+        let found = rt.block_on(campaign).expect("campaign task");
+        assert!(
+            !matches!(found, Ok(Campaign::Acquired { .. })),
+            "A claimed a key C took between A's take and its tracking read: {found:?}"
+        );
+    }
+
     /// A leader whose key expired and was taken by another (its own-key watch blind:
     /// nobody polls it here): its renew must not extend the new holder's key (the
     /// renew is compare-and-PEXPIRE), and its release must not delete it

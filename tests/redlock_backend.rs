@@ -757,6 +757,70 @@ mod rules {
         });
     }
 
+    /// Another candidate's value on 2 of 3 nodes, the third free: A's campaign takes
+    /// the free node, which is no majority. It must name the holder a majority
+    /// agrees on, with its token (a follower that named nobody would report no
+    /// leader), give the node it took back (left, it would keep every candidate
+    /// from a majority until it expires), and say nothing about it on the events
+    /// channel (only a value on a majority can have been seen as the holder: an
+    /// announcement would wake every follower for nothing).
+    #[test]
+    fn a_minority_take_is_given_back_quietly_and_the_majority_holder_named() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "minority", "A");
+            let t = settled("A", &mut a).await;
+            a.release().await.expect("release");
+            let foreign = format!("SET leasekeeper:{{minority}}:lock ffff|{}|X PX 5000", t + 1);
+            on_nodes(&cluster.nodes[1..], &foreign);
+            let published = cluster.nodes[0].calls("publish");
+            let found = a.campaign().await;
+            match &found {
+                Ok(Campaign::Held(Some(h))) => {
+                    assert_eq!(
+                        (h.identity.as_str(), h.token),
+                        ("X", Some(t + 1)),
+                        "{found:?}"
+                    );
+                }
+                other => panic!("A's campaign should name X, found {other:?}"),
+            }
+            let left = cluster.nodes[0]
+                .command("GET leasekeeper:{minority}:lock")
+                .unwrap_or_default();
+            assert!(!left.contains("|A"), "A kept the node it took: {left:?}");
+            assert_eq!(
+                cluster.nodes[0].calls("publish"),
+                published,
+                "A announced the give-back of a minority take"
+            );
+        });
+    }
+
+    /// With one node of three down, a follower still names the holder (two answers
+    /// are a majority); with two down, its campaign is an error, not "nobody leads".
+    #[test]
+    fn a_follower_needs_answers_from_a_majority() {
+        let mut cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            let mut a = candidate(&cluster, "answers", "A");
+            let mut b = candidate(&cluster, "answers", "B");
+            let t = settled("A", &mut a).await;
+            cluster.nodes[2].kill();
+            let found = b.campaign().await;
+            assert!(
+                matches!(&found, Ok(Campaign::Held(Some(h))) if h.identity == "A" && h.token == Some(t)),
+                "with 2 of 3 nodes B should name A: {found:?}"
+            );
+            cluster.nodes[1].kill();
+            let found = b.campaign().await;
+            assert!(
+                found.is_err(),
+                "with 1 of 3 nodes B's campaign should fail: {found:?}"
+            );
+        });
+    }
+
     /// After `A.release_to("C")`, B cannot take the free lease; C can.
     #[test]
     fn a_switchover_reservation_keeps_the_others_out() {

@@ -72,8 +72,8 @@
 //! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
 //! live leader sends nothing until then (the retry interval passing is
 //! [`Wake::Quiet`]: the leader's session still holds the lock, so the observation is
-//! current); a MySQL one also wakes at the observed holder's expiry and at
-//! the retry interval.
+//! current); a MySQL one likewise while it is queued for the named lock that the
+//! holder's session holds (see [`mysql`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -631,6 +631,71 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(holder: &str, tenure: &str, token: i64, left_ms: i64) -> LeaseRow {
+        LeaseRow {
+            holder: holder.to_owned(),
+            tenure: tenure.to_owned(),
+            token,
+            left_ms,
+        }
+    }
+
+    /// The campaign's answer from the row the take left: ours (with its token), held
+    /// by a live other (named, with the wait until its expiry), or held by nobody (an
+    /// expired or free row, or none); the floor only grows, and a negative token is
+    /// an error.
+    #[tokio::test(start_paused = true)]
+    async fn a_campaign_is_judged_by_the_row_the_take_left() {
+        let mut t = Tenancy::new("e", "me", Duration::from_secs(10));
+        let mine = t.tenure.clone();
+        let c = t.judge(Some(row("me", &mine, 7, 10_000)));
+        assert!(matches!(c, Ok(Campaign::Acquired { token: 7 })), "{c:?}");
+        assert!(t.holding && !t.held_by_other);
+        assert_eq!((t.floor, t.expiry_hint), (7, None));
+        let now = Instant::now();
+        match t.judge(Some(row("b", "x", 9, 500))) {
+            Ok(Campaign::Held(Some(h))) => {
+                assert_eq!((h.identity.as_str(), h.token), ("b", Some(9)));
+            }
+            other => panic!("b holds: {other:?}"),
+        }
+        assert!(t.held_by_other);
+        assert_eq!(t.floor, 9);
+        assert_eq!(t.expiry_hint, Some(now + Duration::from_millis(502)));
+        // Expired, or free: nobody is named, and nobody holds it.
+        for (holder, left) in [("b", 0), ("", 300)] {
+            let c = t.judge(Some(row(holder, "x", 3, left)));
+            assert!(
+                matches!(c, Ok(Campaign::Held(None))),
+                "{holder:?} {left}: {c:?}"
+            );
+            assert!(!t.held_by_other, "{holder:?} {left}");
+        }
+        // A lower token never lowers the floor.
+        assert_eq!(t.floor, 9);
+        assert!(t.judge(Some(row("b", "x", -1, 500))).is_err());
+        let c = t.judge(None);
+        assert!(matches!(c, Ok(Campaign::Held(None))), "{c:?}");
+        assert_eq!(t.expiry_hint, None);
+        assert!(!t.held_by_other);
+    }
+
+    #[test]
+    fn a_tenure_ends_with_a_fresh_id_and_the_floor_is_bound_as_it_is() {
+        let mut t = Tenancy::new("e", "me", Duration::from_secs(10));
+        let first = t.tenure.clone();
+        t.holding = true;
+        assert_eq!(t.rotate(), first);
+        assert!(!t.holding);
+        assert_ne!(t.tenure, first);
+        assert_eq!(t.tenure.len(), 32);
+        t.floor = 41;
+        assert_eq!(t.floor_param(), 41);
+        t.floor = u64::MAX;
+        assert_eq!(t.floor_param(), i64::MAX);
+        assert_eq!(t.ttl_ms(), 10_000);
+    }
 
     #[test]
     fn presence_names_are_short_stable_and_distinct() {

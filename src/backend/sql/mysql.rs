@@ -26,27 +26,35 @@
 //! **Wake-ups** (MySQL has no notifications): a MySQL/MariaDB named lock,
 //! `GET_LOCK`, is used purely as a signal, on a connection of its own; the row alone
 //! decides who leads. The leader holds the lock for its whole tenure. Followers wait
-//! for it in `GET_LOCK(name, retry interval)`: when the leader releases (after its
-//! row is free) or its session ends (a killed process's connection closes), the
-//! first follower in the lock's queue gets it, campaigns at once while holding it,
-//! and keeps it if it wins — the other followers stay asleep (no herd). A follower
-//! that got the lock and found the row still held hands it on and queues again when
+//! for it in `GET_LOCK(name, 20 ttl)`, queued only while the row's tenure is the one
+//! their last campaign saw (one statement: a take they did not see wakes them at
+//! once), and send nothing meanwhile: a follower queued behind a live holder answers
+//! `Quiet` at the retry interval. When the leader releases (after its row is free) or
+//! its session ends (a killed process's connection closes; a frozen one's sessions
+//! are ended by the server, whose idle limit `wait_timeout` is the ttl on the
+//! leader's connections, which ping well within it), the first follower in the
+//! lock's queue gets it, campaigns at once while holding it, and keeps it if it
+//! wins. A new leader that got the lock as a follower lets it go once and queues
+//! again (a *roll call*): each follower queued behind it gets the lock in turn,
+//! looks (it learns of the new tenure), and hands it on, so every follower wakes
+//! once per new tenure and no follower keeps naming the old leader. A follower that
+//! got the lock and found the row still held hands it on and queues again when
 //! the holder's session lives (the leader's *presence lock* `<name>:p`, which it
 //! holds on its statement connection), and keeps it for the row's expiry when it
 //! does not (a crash); see [`signal`]. A follower that got the lock and found the
 //! free row left to another candidate (a switchover) hands the lock on in any case,
 //! so that the named candidate, further back in the queue, wakes and takes the row
-//! holding it. Followers also wake at the observed holder's
-//! expiry and at the retry interval at the latest, so a lock that is held by nobody
-//! useful (a paused old leader's session) only slows a handover down to the row's
-//! expiry. Named locks are server-wide: the name is `lk:` and a 64-bit FNV-1a hash
-//! (hex) of `<database>/<table>/<election>`.
+//! holding it. A follower that is not queued (its lock connection is being renewed,
+//! or it holds the lock) wakes at the observed holder's expiry and at the retry
+//! interval, as before. Named locks are server-wide: the name is `lk:` and a 64-bit
+//! FNV-1a hash (hex) of `<database>/<table>/<election>`.
 //!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a
-//! transaction-mode pooler would not) the wake-ups are lost and followers fall back
-//! to the holder's expiry and the retry interval. The lease statements keep no
-//! session state and stay correct there.
+//! transaction-mode pooler would not) the wake-ups are lost, and a silent follower
+//! would learn of a new leader only at its 20-ttl backstop: connect directly or
+//! through a proxy that pins the session. The lease statements keep no session
+//! state and stay correct there.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,7 +63,7 @@ use std::time::Duration;
 use sqlx::mysql::MySqlConnection;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
@@ -83,6 +91,7 @@ struct Statements {
     release: String,
     own: String,
     young: String,
+    queue: String,
 }
 
 impl Statements {
@@ -177,6 +186,12 @@ impl Statements {
                    SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
                      AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
                 signal::YOUNG_TENURE.as_micros()
+            ),
+            // election, tenure, lock, wait: a follower's wait for the named lock,
+            // queued only while the row's tenure is the one it saw (see `signal`).
+            queue: format!(
+                "SELECT CAST(IF(COALESCE((SELECT tenure FROM {t} WHERE election = ?), '') = ?,
+                                GET_LOCK(?, ?), -1) AS SIGNED)"
             ),
         }
     }
@@ -283,11 +298,19 @@ pub struct Mysql {
     check: Arc<Notify>,
     /// The signal connection's id at the server (0 while there is none).
     signal_id: Arc<AtomicU64>,
+    /// Whether the signal connection is queued for the lock as a follower.
+    queued: watch::Receiver<bool>,
+    /// The server's idle limit on a leader's sessions (`wait_timeout`, whole seconds:
+    /// the ttl, rounded up), and the statement connection that has it.
+    idle_limit: u64,
+    idle_limited: Option<u64>,
     /// Set by the signal connection at every (re)connect, once it holds this
     /// candidate's presence lock.
     renewed: Arc<AtomicBool>,
-    /// The tenure of the row as the last campaign saw it.
+    /// The tenure of the row as the last campaign saw it, and as the signal
+    /// connection queues with it.
     seen_tenure: String,
+    seen: watch::Sender<String>,
     /// Whether the last campaign found the row free but left to another candidate
     /// (a switchover's reservation).
     left_to_another: bool,
@@ -318,6 +341,9 @@ impl MysqlBackend {
             .unwrap_or_default();
         let (want, want_rx) = watch::channel(Want::Rest);
         let (held_tx, held) = watch::channel(false);
+        let (queued_tx, queued) = watch::channel(false);
+        let (seen, seen_rx) = watch::channel(String::new());
+        let idle_limit = idle_limit(lease.timing.ttl);
         let woke = Arc::new(Notify::new());
         let signal_id = Arc::new(AtomicU64::new(0));
         let timing = lease.timing;
@@ -336,15 +362,20 @@ impl MysqlBackend {
             candidate: candidate_lock(&lock, lease.identity),
             renewed: renewed.clone(),
             young: statements.young.clone(),
+            queue: statements.queue.clone(),
+            seen: seen_rx,
             election: lease.election.to_owned(),
             want: want_rx,
             held: held_tx,
             woke: woke.clone(),
             check: session.reconnected.clone(),
             conn_id: signal_id.clone(),
+            queued: queued_tx,
             op_timeout: timing.backend_timeout,
             follow_wait: timing.retry_interval,
+            backstop: timing.ttl * super::BACKSTOP_TTLS,
             check_every: timing.renew_interval,
+            idle_limit,
         }));
         let dialect = Mysql {
             statements,
@@ -359,8 +390,12 @@ impl MysqlBackend {
             woke,
             check: session.reconnected.clone(),
             signal_id,
+            queued,
+            idle_limit,
+            idle_limited: None,
             renewed,
             seen_tenure: String::new(),
+            seen,
             left_to_another: false,
             clear_mine: false,
             look_now: false,
@@ -369,6 +404,18 @@ impl MysqlBackend {
         };
         Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
+}
+
+/// The server's idle limit for a leader's sessions: the ttl in whole seconds, rounded
+/// up (`wait_timeout` counts seconds, 1 at least).
+fn idle_limit(ttl: Duration) -> u64 {
+    let whole = ttl.as_secs();
+    (if ttl.subsec_nanos() > 0 {
+        whole + 1
+    } else {
+        whole
+    })
+    .max(1)
 }
 
 fn ttl_us(t: &Tenancy) -> i64 {
@@ -546,6 +593,45 @@ impl Mysql {
         self.read(session, t).await
     }
 
+    /// The leader's statement connection ends when it idles for a ttl, like its lock
+    /// connection: a frozen leader's presence lock goes with its named lock, so that
+    /// the follower that gets the lock keeps it for the row's expiry.
+    async fn limit_idle(&mut self, session: &mut Session<MySqlConnection>) {
+        if self.idle_limited == Some(session.generation()) {
+            return;
+        }
+        let Ok(conn) = session.begin("watch").await else {
+            return;
+        };
+        let set = format!("SET SESSION wait_timeout = {}", self.idle_limit);
+        let done = sqlx::query(&set).execute(&mut *conn).await;
+        match session.end("watch", done) {
+            Ok(_) => self.idle_limited = Some(session.generation()),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not limit the idle time of the leader's session")
+            }
+        }
+    }
+
+    /// The server's default idle limit again, on a follower's statement connection.
+    async fn lift_idle_limit(&mut self, session: &mut Session<MySqlConnection>) {
+        let Some(generation) = self.idle_limited.take() else {
+            return;
+        };
+        if !session.still(generation) {
+            return;
+        }
+        let Ok(conn) = session.begin("release").await else {
+            return;
+        };
+        let done = sqlx::query("SET SESSION wait_timeout = DEFAULT")
+            .execute(&mut *conn)
+            .await;
+        if let Err(e) = session.end("release", done) {
+            tracing::debug!(error = %e, "could not lift the idle limit of the statement connection");
+        }
+    }
+
     /// Drops our reservation, used up by our take (best effort: left over, it would
     /// only keep the others from the row for the rest of its ttl after our release).
     async fn drop_reservation(&self, session: &mut Session<MySqlConnection>, t: &Tenancy) {
@@ -661,6 +747,8 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
+        // Left over from a tenure that ended without a release (best effort).
+        self.lift_idle_limit(session).await;
         let reserved = self.count_token(session, t).await?;
         self.left_to_another = false;
         match self.update_take(session, t, reserved.unwrap_or(0)).await? {
@@ -837,6 +925,12 @@ impl SqlDialect for Mysql {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end("watch", row)?;
+        if row
+            .as_ref()
+            .is_some_and(|(tenure, _, _)| *tenure == t.tenure)
+        {
+            self.limit_idle(session).await;
+        }
         if let Some((_, _, lock_holder)) = &row {
             let ours = self.signal_id.load(Ordering::SeqCst);
             let holder = lock_holder.and_then(|h| u64::try_from(h).ok());
@@ -866,6 +960,7 @@ impl SqlDialect for Mysql {
                 .await;
             let _ = session.end("release", freed);
         }
+        self.lift_idle_limit(session).await;
     }
 
     async fn next_look(&mut self) {
@@ -888,15 +983,51 @@ impl SqlDialect for Mysql {
         } else {
             Want::Follow
         };
+        self.seen.send_replace(self.seen_tenure.clone());
         self.want.send_replace(want);
-        crate::backend::wait_for_wake(&self.woke, &mut tenancy.expiry_hint, max).await;
-        Wake::Changed
+        let until = Instant::now() + max;
+        let mut queue_known = true;
+        loop {
+            // Silent while queued for the lock and the row's holder lives: it holds
+            // the lock (a release, a crash or a freeze, by the server's idle limit,
+            // ends its session and wakes the first in the queue), or a follower does
+            // that took it over and will take the row at its expiry (a new leader
+            // that got the lock as a follower lets it go once: every follower in the
+            // queue gets it and looks).
+            let silent = tenancy.held_by_other && *self.queued.borrow();
+            let wake_at = match tenancy.expiry_hint {
+                Some(hint) if !silent => hint.min(until),
+                _ => until,
+            };
+            tokio::select! {
+                _ = self.woke.notified() => return Wake::Changed,
+                changed = self.queued.changed(), if queue_known => {
+                    queue_known = changed.is_ok();
+                    continue;
+                }
+                _ = sleep_until(wake_at) => {}
+            }
+            if silent {
+                return Wake::Quiet;
+            }
+            tenancy.expiry_hint = None;
+            return Wake::Changed;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_idle_limit_is_the_ttl_in_whole_seconds_rounded_up() {
+        assert_eq!(idle_limit(Duration::from_secs(2)), 2);
+        assert_eq!(idle_limit(Duration::from_millis(2001)), 3);
+        assert_eq!(idle_limit(Duration::from_millis(1500)), 2);
+        assert_eq!(idle_limit(Duration::from_millis(300)), 1);
+        assert_eq!(idle_limit(Duration::ZERO), 1);
+    }
 
     #[test]
     fn lock_names_are_short_and_stable() {

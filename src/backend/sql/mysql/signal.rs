@@ -20,6 +20,18 @@
 //!   without looking at any session ("pass"), so that the named candidate, further
 //!   back in the queue, wakes and takes it; passes in quick succession pause like
 //!   yields.
+//!
+//! Three things keep silent followers current (they send nothing while queued):
+//!
+//! - a follower queues only while the row's tenure is the one it saw last, in the same
+//!   statement ([`SignalParts::queue`]), so a take between its look and its queueing
+//!   wakes it at once;
+//! - a new leader that got the lock from its wait as a follower lets it go once and
+//!   queues again as the leader ([`roll_call`]): every follower queued behind it gets
+//!   the lock, looks and hands it on;
+//! - the server ends a session of this connection that idles for a ttl
+//!   (`wait_timeout`; it pings while it holds the lock or rests), so a frozen holder's
+//!   lock goes to the next in the queue.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,6 +82,12 @@ pub(super) struct SignalParts {
     pub renewed: Arc<AtomicBool>,
     /// `SELECT` of whether a tenure is young (binds election, tenure; see [`YOUNG_TENURE`]).
     pub young: String,
+    /// A follower's wait for the lock, queued only while the row's tenure is still
+    /// the one it saw last (binds election, that tenure, the lock, the wait):
+    /// 1 got, 0 timed out, -1 the row changed meanwhile.
+    pub queue: String,
+    /// The row's tenure as the follower's last campaign saw it.
+    pub seen: watch::Receiver<String>,
     pub election: String,
     pub want: watch::Receiver<Want>,
     pub held: watch::Sender<bool>,
@@ -80,9 +98,18 @@ pub(super) struct SignalParts {
     pub check: Arc<Notify>,
     /// The signal connection's id at the server (0 while there is none).
     pub conn_id: Arc<AtomicU64>,
+    /// Whether a follower's `GET_LOCK` is queued now (see [`Want::Follow`]).
+    pub queued: watch::Sender<bool>,
     pub op_timeout: Duration,
+    /// The longest pause between two hand-ons (the retry interval).
     pub follow_wait: Duration,
+    /// How long a follower's `GET_LOCK` waits at most: then it wakes the follower
+    /// once (a campaign, which also proves the statement connection stands).
+    pub backstop: Duration,
     pub check_every: Duration,
+    /// The server ends this session when it idles this long (`wait_timeout`, whole
+    /// seconds): a frozen holder's lock is freed a ttl after it froze.
+    pub idle_limit: u64,
 }
 
 /// Keeps the signal connection, reconnecting with backoff; at once after a connection
@@ -121,6 +148,11 @@ pub(super) async fn signal(mut p: SignalParts) {
 
 async fn connect(p: &SignalParts) -> Result<(MySqlConnection, u64), sqlx::Error> {
     let mut conn = MySqlConnection::connect_with(&p.options).await?;
+    // Idle for a ttl: the process froze (it pings while it holds the lock, and a
+    // follower waits inside a statement, which is no idling).
+    sqlx::query(&format!("SET SESSION wait_timeout = {}", p.idle_limit))
+        .execute(&mut conn)
+        .await?;
     // 0 when another session of the same identity holds it: that one is alive too.
     let id = sqlx::query_scalar::<_, i64>(
         "SELECT CAST(CONNECTION_ID() AS SIGNED) FROM (SELECT GET_LOCK(?, 0)) AS presence",
@@ -132,22 +164,38 @@ async fn connect(p: &SignalParts) -> Result<(MySqlConnection, u64), sqlx::Error>
     Ok((conn, u64::try_from(id).unwrap_or(0)))
 }
 
+/// How often a session that holds the lock, or rests, shows the server it lives:
+/// well within its idle limit.
+fn ping_every(p: &SignalParts) -> Duration {
+    p.check_every
+        .min(Duration::from_secs(p.idle_limit) / 2)
+        .max(Duration::from_millis(10))
+}
+
 /// Drives the named lock on one connection; returns when the connection must be
 /// renewed.
 async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yields) {
     let mut want = p.want.borrow_and_update().clone();
+    // Whether the lock held now was asked for as the leader.
+    let mut as_leader = false;
     loop {
         let held = *p.held.borrow();
         let next = match (&want, held) {
             (Want::Rest, true) => release(conn, p).await.then(|| want.clone()),
-            (Want::Rest, false) => changed(p).await,
+            (Want::Rest, false) => rest(conn, p).await,
             (Want::Yield(tenure), true) => {
                 let tenure = tenure.clone();
                 yield_or_keep(conn, p, &tenure, yields).await
             }
             (Want::Pass, true) => hand_on(conn, p, PASSED, yields).await,
+            (Want::Lead, true) if !as_leader => roll_call(conn, p).await,
             (_, true) => hold(conn, p).await,
-            (_, false) => wait_for_lock(conn, p, &want).await,
+            (_, false) => {
+                let asked = want.clone();
+                let next = wait_for_lock(conn, p, &asked).await;
+                as_leader = asked == Want::Lead;
+                next
+            }
         };
         match next {
             Some(w) => want = w,
@@ -156,10 +204,33 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
     }
 }
 
-/// The next want (`None`: the task is going away).
-async fn changed(p: &mut SignalParts) -> Option<Want> {
-    p.want.changed().await.ok()?;
-    Some(p.want.borrow_and_update().clone())
+/// The next want, pinging meanwhile (`None`: the task is going away, or the
+/// connection must be renewed).
+async fn rest(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+    let every = ping_every(p);
+    loop {
+        tokio::select! {
+            changed = p.want.changed() => {
+                changed.ok()?;
+                return Some(p.want.borrow_and_update().clone());
+            }
+            _ = sleep(every) => {}
+        }
+        let pinged = timeout(p.op_timeout, sqlx::query("SELECT 1").execute(&mut *conn)).await;
+        if !matches!(pinged, Ok(Ok(_))) {
+            return None;
+        }
+    }
+}
+
+/// A new leader that holds the lock from its wait as a follower: the other followers,
+/// queued for the lock, still follow the tenure they saw last. It lets the lock go
+/// and queues again as the leader, so that each of them gets the lock once, campaigns
+/// (it learns of the new tenure), finds the leader alive and hands the lock on: a
+/// roll call through the lock's queue, back to the leader.
+async fn roll_call(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+    tracing::debug!("letting the named lock go once, so that every follower looks");
+    release(conn, p).await.then_some(Want::Lead)
 }
 
 /// Lets the lock go; false when the connection must be renewed.
@@ -175,39 +246,66 @@ async fn release(conn: &mut MySqlConnection, p: &SignalParts) -> bool {
     matches!(freed, Ok(Ok(_)))
 }
 
-/// Queues for the lock; once got, holds it (see [`hold`]) and, for a follower, wakes it.
+/// Queues for the lock; once got, wakes a follower. A follower queues only while
+/// the row is as it saw it last (a take it did not see wakes it at once), waits
+/// silently for the backstop, then wakes once.
 async fn wait_for_lock(
     conn: &mut MySqlConnection,
     p: &mut SignalParts,
     want: &Want,
 ) -> Option<Want> {
-    let wait = if *want == Want::Lead {
-        p.check_every
+    let follower = *want != Want::Lead;
+    let got = if follower {
+        let seen = p.seen.borrow().clone();
+        p.queued.send_replace(true);
+        let got = timeout(
+            p.backstop + p.op_timeout,
+            sqlx::query_scalar::<_, Option<i64>>(&p.queue)
+                .bind(&p.election)
+                .bind(seen)
+                .bind(&p.name)
+                .bind(p.backstop.as_secs_f64())
+                .fetch_one(&mut *conn),
+        )
+        .await;
+        p.queued.send_replace(false);
+        got
     } else {
-        p.follow_wait
+        timeout(
+            p.check_every + p.op_timeout,
+            sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
+                .bind(&p.name)
+                .bind(p.check_every.as_secs_f64())
+                .fetch_one(&mut *conn),
+        )
+        .await
     };
-    let got = timeout(
-        wait + p.op_timeout,
-        sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
-            .bind(&p.name)
-            .bind(wait.as_secs_f64())
-            .fetch_one(&mut *conn),
-    )
-    .await;
+    let next = if p.want.has_changed().unwrap_or(false) {
+        p.want.borrow_and_update().clone()
+    } else {
+        want.clone()
+    };
     match got {
         Ok(Ok(Some(1))) => {
             p.held.send_replace(true);
-            if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_) | Want::Pass) {
+            if matches!(next, Want::Follow | Want::Yield(_) | Want::Pass) {
                 p.woke.notify_one();
             }
-            // A follower's next want comes from the campaign the wake-up starts.
-            hold(conn, p).await
+            Some(next)
         }
-        Ok(Ok(_)) => Some(if p.want.has_changed().unwrap_or(false) {
-            p.want.borrow_and_update().clone()
-        } else {
-            want.clone()
-        }),
+        Ok(Ok(Some(-1))) => {
+            // The row changed since the follower looked: it looks again, and queues
+            // with what it saw then.
+            p.woke.notify_one();
+            rest(conn, p).await
+        }
+        Ok(Ok(_)) => {
+            if follower {
+                // The backstop: one look.
+                p.woke.notify_one();
+            }
+            Some(next)
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "GET_LOCK failed");
             None
@@ -219,6 +317,7 @@ async fn wait_for_lock(
 /// Holds the lock until the want changes, looking now and then (and when asked) that
 /// it is still ours; it is not when the connection was cut and replaced in between.
 async fn hold(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+    let every = ping_every(p);
     loop {
         tokio::select! {
             changed = p.want.changed() => {
@@ -226,7 +325,7 @@ async fn hold(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
                 return Some(p.want.borrow_and_update().clone());
             }
             _ = p.check.notified() => {}
-            _ = sleep(p.check_every) => {}
+            _ = sleep(every) => {}
         }
         let ours = timeout(
             p.op_timeout,
