@@ -46,6 +46,23 @@ impl Slots {
     pub fn count(&self) -> u32 {
         self.count.max(1)
     }
+
+    /// One lock held by `holders` (a read-write lock's, `--mode`): each in slot 0,
+    /// with how it holds.
+    pub fn one_lock(holders: impl IntoIterator<Item = (Holder, Mode)>) -> Slots {
+        let list = (holders.into_iter())
+            .map(|(holder, mode)| SlotHolder {
+                slot: 0,
+                holder,
+                mode,
+            })
+            .collect();
+        Slots {
+            count: 1,
+            own: None,
+            list,
+        }
+    }
 }
 
 /// The share of a 64-bit hash space that slot `slot` of `count` owns:

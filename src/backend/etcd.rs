@@ -73,7 +73,7 @@ use etcd_client::{
 use tokio::time::{sleep_until, Instant};
 
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
-use crate::status::{Holder, Mode, SlotHolder};
+use crate::status::{Holder, Mode};
 
 mod rules;
 mod settings;
@@ -985,18 +985,8 @@ impl Backend for EtcdBackend {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
-        let list = (self.observed.iter())
-            .map(|(holder, mode)| SlotHolder {
-                slot: 0,
-                holder: holder.clone(),
-                mode: *mode,
-            })
-            .collect();
-        (self.mode != LockMode::Election).then_some(crate::status::Slots {
-            count: 1,
-            own: None,
-            list,
-        })
+        (self.mode != LockMode::Election)
+            .then(|| crate::status::Slots::one_lock(self.observed.iter().cloned()))
     }
 
     fn lease_ttl(&self) -> Duration {

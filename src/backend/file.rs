@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
-use crate::status::{FencingToken, Holder, Mode, SlotHolder};
+use crate::status::{FencingToken, Holder, Mode};
 
 /// The file backend's flag.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -517,16 +517,8 @@ impl Backend for FileBackend {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
-        let (holder, mode) = self.observed.clone()?;
-        (mode == Mode::Shared).then(|| crate::status::Slots {
-            count: 1,
-            own: None,
-            list: vec![SlotHolder {
-                slot: 0,
-                holder,
-                mode,
-            }],
-        })
+        let observed = self.observed.clone()?;
+        (observed.1 == Mode::Shared).then(|| crate::status::Slots::one_lock([observed]))
     }
 }
 

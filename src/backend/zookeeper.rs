@@ -98,7 +98,7 @@ use zookeeper_client::{
 };
 
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
-use crate::status::{Holder, Mode, SlotHolder};
+use crate::status::{Holder, Mode};
 
 mod rules;
 mod settings;
@@ -1059,16 +1059,7 @@ impl Backend for ZkBackend {
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
-        let (holder, mode) = self.observed.clone()?;
-        Some(crate::status::Slots {
-            count: 1,
-            own: None,
-            list: vec![SlotHolder {
-                slot: 0,
-                holder,
-                mode,
-            }],
-        })
+        Some(crate::status::Slots::one_lock([self.observed.clone()?]))
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {

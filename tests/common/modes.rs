@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::checker::LoggedClaim;
-use super::slots::logged_claims;
+use super::slots::finish_and_check;
 use super::{eventually, send_signal, Sidecar, SidecarArgs};
 
 /// The sidecars that say they lead now (their indices).
@@ -168,25 +168,9 @@ fn paused_reader(
 
 /// Stops every sidecar and checks what they logged (`killed`: the pid killed, and
 /// when, CLOCK_MONOTONIC ns).
-fn finish(mut cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
-    for c in &mut cars {
-        c.terminate(Duration::from_secs(10));
-    }
-    let mut claims = logged_claims(dir);
-    for c in claims
-        .iter_mut()
-        .filter(|c| c.pid == killed.0 && c.start < killed.1)
-    {
-        c.end = Some(c.end.map_or(killed.1, |e| e.min(killed.1)));
-    }
-    let checked = std::panic::catch_unwind(|| {
+fn finish(cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
+    finish_and_check(cars, dir, killed, |claims| {
         assert!(claims.len() >= 6, "too few tenures logged: {claims:?}");
-        check_mode_claims(&claims, |id| id.starts_with("r-"));
+        check_mode_claims(claims, |id| id.starts_with("r-"));
     });
-    if let Err(e) = checked {
-        for c in &cars {
-            eprintln!("==== {} (pid {})\n{}", c.name, c.pid, c.stderr());
-        }
-        std::panic::resume_unwind(e);
-    }
 }

@@ -259,7 +259,22 @@ fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: b
 
 /// Stops every sidecar and checks what they logged (`killed`: the pid killed, and
 /// when, CLOCK_MONOTONIC ns).
-fn finish(mut cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
+fn finish(cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
+    finish_and_check(cars, dir, killed, |claims| {
+        assert!(claims.len() >= 4, "too few tenures logged: {claims:?}");
+        check_slot_claims(claims, 2);
+    });
+}
+
+/// Stops every sidecar, reads the claims they logged in `dir` (a killed process's
+/// claims end when it was killed: `killed`, its pid and when, CLOCK_MONOTONIC ns) and
+/// runs `check` on them; a failed check prints every sidecar's log first.
+pub fn finish_and_check(
+    mut cars: Vec<Sidecar>,
+    dir: &Path,
+    killed: (u64, u64),
+    check: impl FnOnce(&[LoggedClaim]) + std::panic::UnwindSafe,
+) {
     for c in &mut cars {
         c.terminate(Duration::from_secs(10));
     }
@@ -270,11 +285,7 @@ fn finish(mut cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
     {
         c.end = Some(c.end.map_or(killed.1, |e| e.min(killed.1)));
     }
-    let checked = std::panic::catch_unwind(|| {
-        assert!(claims.len() >= 4, "too few tenures logged: {claims:?}");
-        check_slot_claims(&claims, 2);
-    });
-    if let Err(e) = checked {
+    if let Err(e) = std::panic::catch_unwind(|| check(&claims)) {
         for c in &cars {
             eprintln!("==== {} (pid {})\n{}", c.name, c.pid, c.stderr());
         }
