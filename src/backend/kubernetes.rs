@@ -186,6 +186,10 @@ impl FollowWatch {
     }
 }
 
+/// How long a candidate whose write lost to another's waits for that write's event
+/// before it reads the Lease instead.
+const OUTRUN_WAIT: Duration = Duration::from_secs(1);
+
 /// How long the API server keeps a follower's watch open (kube refuses 295 s or more).
 const FOLLOW_WATCH_SECS: u32 = 290;
 
@@ -211,6 +215,13 @@ pub struct KubeBackend {
     written: VecDeque<Record>,
     /// The Lease was deleted after `observed` was seen (whose version is the deletion's).
     deleted: bool,
+    /// `observed` came from the follower's watch as the event that ended the last
+    /// wait: the next campaign writes over it without reading the Lease again (a
+    /// stale version only makes the write fail with a conflict).
+    fresh_from_watch: bool,
+    /// Our last campaign's write lost to another's (a conflict): its write is on the
+    /// way to our watch, so the next wait waits for it instead of reading at once.
+    outrun: bool,
     /// While leading: the watch on our own record.
     own_watch: OwnWatch,
     /// While following: the watch on the holder's record.
@@ -320,6 +331,7 @@ impl KubeBackend {
                     // The same tenure renewed: the observation is fresh, nothing to do.
                     return Some(Wake::Quiet);
                 }
+                self.fresh_from_watch = true;
                 Some(Wake::Changed)
             }
             WatchEvent::Deleted(lease) => {
@@ -371,6 +383,8 @@ impl KubeBackend {
             held: None,
             written: VecDeque::new(),
             deleted: false,
+            fresh_from_watch: false,
+            outrun: false,
             own_watch: OwnWatch::default(),
             follow_watch: FollowWatch::default(),
             version_warned: false,
@@ -796,6 +810,18 @@ impl KubeBackend {
         Ok(current)
     }
 
+    /// The Lease as it stands: the watch's event that ended the last wait, or a read.
+    /// A write over the event's version is compare-and-act like one over a read's; the
+    /// event spares a herd of followers a read each on a release.
+    async fn current(&mut self) -> Result<Option<Lease>, BackendError> {
+        if std::mem::take(&mut self.fresh_from_watch) && !self.deleted {
+            if let Some(o) = &self.observed {
+                return Ok(Some(o.lease.clone()));
+            }
+        }
+        self.read().await
+    }
+
     /// Reads the Lease again after a conflict; `Some` when it is still our tenure.
     async fn still_ours(&mut self, token: i32) -> Result<Option<Lease>, BackendError> {
         let Some(current) = self.read().await? else {
@@ -908,7 +934,7 @@ impl Backend for KubeBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        let Some(current) = self.read().await? else {
+        let Some(current) = self.current().await? else {
             return self.create().await;
         };
         self.observe(current.clone());
@@ -942,6 +968,7 @@ impl Backend for KubeBackend {
             }
             Err(e) if status_code(&e) == Some(409) => {
                 // Somebody wrote since we read: they are the holder now (or will tell).
+                self.outrun = true;
                 Ok(Campaign::Held(None))
             }
             Err(e) => Err(kube_err("update lease")(e)),
@@ -1030,15 +1057,20 @@ impl Backend for KubeBackend {
             return Wake::Changed;
         };
         let left = self.left_to_others_until().filter(|t| *t > start);
-        // No holder: nothing to wait for (unless the Lease is left to another); handed
-        // to us: take it.
-        if (observed.record.holder.is_empty() && left.is_none()) || self.handed(&observed.record) {
+        let outrun = std::mem::take(&mut self.outrun);
+        // No holder: nothing to wait for (unless the Lease is left to another, or our
+        // write just lost to another's, which the watch is about to bring); handed to
+        // us: take it.
+        let free = observed.record.holder.is_empty() && left.is_none();
+        if !outrun && (free || self.handed(&observed.record)) {
             return Wake::Changed;
         }
         let mut until = start + max;
         // Until then nothing can change without an event on the watch.
         let mut expires = start;
-        if !self.is_ours(&observed.record) {
+        if outrun {
+            until = until.min(start + OUTRUN_WAIT);
+        } else if !self.is_ours(&observed.record) {
             // A rival's record may be taken over once it has stood still for its
             // duration, and a Lease left to another once that time is over.
             expires = observed.expires_at().max(left.unwrap_or(start));
