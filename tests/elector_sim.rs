@@ -9,6 +9,7 @@
 //!   family.
 //! - `replay`: `LK_SIM_SEED=<n> LK_SIM_FAMILY=<ttl|session|lease|redlock>` prints the
 //!   full trace of one run (`LK_SIM_FAMILY=rw` too: the read-write lock of `--mode`;
+//!   `slots`: two slots of `--holders 2`;
 //!   `LK_SIM_FLAWS=deadline_from_reply,...` to replay a flawed
 //!   machine).
 //! - one test per known-wrong variant of the machine, each expecting its violation.
@@ -70,7 +71,8 @@ fn big_sweep() {
     // LK_SIM_FAMILY narrows the sweep to one family (redlock5 too).
     let families: Vec<Family> = match std::env::var("LK_SIM_FAMILY") {
         Ok(f) => {
-            vec![Family::parse(&f).expect("LK_SIM_FAMILY: ttl, session, lease, redlock or redlock5")]
+            vec![Family::parse(&f)
+                .expect("LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw or slots")]
         }
         Err(_) => Family::ALL.to_vec(),
     };
@@ -88,7 +90,8 @@ fn replay() {
     };
     let seed: u64 = seed.parse().expect("LK_SIM_SEED: a number");
     let fam = std::env::var("LK_SIM_FAMILY").unwrap_or_else(|_| "ttl".into());
-    let fam = Family::parse(&fam).expect("LK_SIM_FAMILY: ttl, session, lease, redlock or redlock5");
+    let fam = Family::parse(&fam)
+        .expect("LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw or slots");
     let (outcome, trace) = sim::run(seed, fam, env_flaws(), true);
     for line in &trace {
         println!("{line}");
@@ -135,6 +138,7 @@ fn a_release_kept_for_a_command_not_proven_gone_is_not_answered_released() {
     let answer = Answer::Campaign {
         result: Ok(Campaign::Acquired { token: 1 }),
         ttl: Duration::from_secs(1),
+        lease: 0,
     };
     m.on(ms(1), Event::Answer { id, answer });
     let release = Event::ReleaseRequested {
@@ -307,6 +311,36 @@ fn wrong_read_write_rules_are_caught() {
             .failures
             .iter()
             .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
+        let first = first.unwrap_or_else(|| panic!("{rule:?} not caught: {}", s.counts()));
+        println!("{rule:?}: {}; first: {}", s.counts(), sim::explain(first));
+    }
+}
+
+/// The slots family's known-wrong rules (`--holders`): each caught by the default
+/// sweep on that family alone. The machine not told which slot answered compares
+/// a slot's token with another's: a candidate that moves to a slot whose counter
+/// is lower refuses it again and again, and the slot stays unclaimed after the
+/// faults heal (the bug found on 2026-11-27, `slots.rs`
+/// `a_candidate_that_lost_a_slot_leads_another_with_its_lower_token`). Publishers
+/// naming the slot asked first instead of the slot taken show two holders of one
+/// slot.
+#[test]
+fn wrong_slot_rules_are_caught() {
+    use sim::client::SlotRule;
+    for (rule, kind) in [
+        (SlotRule::OneLease, "slot-not-held"),
+        (SlotRule::WrongSlotNamed, "overlap"),
+    ] {
+        let s = Sweep::run(
+            0..DEFAULT_SEEDS,
+            &[Family::Slots(rule)],
+            Flaws::default(),
+            2,
+        );
+        let first = s
+            .failures
+            .iter()
+            .find(|o| o.violations.iter().any(|v| v.kind() == kind));
         let first = first.unwrap_or_else(|| panic!("{rule:?} not caught: {}", s.counts()));
         println!("{rule:?}: {}; first: {}", s.counts(), sim::explain(first));
     }

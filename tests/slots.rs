@@ -366,3 +366,64 @@ fn a_stopping_follower_leaves_every_queue_on_zookeeper() {
     let zk = ZkEnsemble::start(1);
     a_stopping_follower_leaves_every_queue(SidecarArgs::zookeeper(&zk.connect_string()));
 }
+
+/// Slots keep their own fencing counters, so a candidate that lost one slot may take
+/// another with a token below the one it held: it must lead there. Before, the
+/// elector refused any token not above the last it had claimed (a rule meant for one
+/// lease), so it took the slot, let go of it at once, backed off and tried again: the
+/// slot churned and it never led, until the other slot's counter caught up (here a
+/// thousand takes). Redis: slot 0's counter is set to 1000 first.
+#[test]
+fn a_candidate_that_lost_a_slot_leads_another_with_its_lower_token() {
+    let redis = RedisServer::start();
+    redis
+        .command("SET leasekeeper:{move}:fence 1000")
+        .expect("set the counter");
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&redis.url())
+        .ttl("2s")
+        .election("move")
+        .flag("--holders", "2")
+        .build();
+    let spawn = |name: &str| Sidecar::spawn(name, dir.path(), &args);
+    // m-0 takes slot 0 (token above 1000), m-1 slot 1, m-2 (slot 0 first) waits.
+    let mut cars = vec![spawn("m-0")];
+    cars[0].settles_in("leader", Duration::from_secs(20));
+    cars.push(spawn("m-1"));
+    let held = all_slots_held(&cars, 2, Duration::from_secs(20));
+    assert!(
+        held[0].0 == 0 && held[0].2 > 1000,
+        "m-0 in slot 0: {held:?}"
+    );
+    cars.push(spawn("m-2"));
+    cars[2].settles_in("follower", Duration::from_secs(20));
+    // m-0 stops past its ttl: m-2 takes slot 0; m-0 resumes and follows.
+    cars[0].signal(libc::SIGSTOP);
+    let taken = eventually(Duration::from_secs(10), || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 == 2 && h.1 == 0)
+    });
+    cars[0].signal(libc::SIGCONT);
+    assert!(
+        taken.is_some(),
+        "m-2 never took slot 0: {:?}",
+        slot_leaders(&cars)
+    );
+    cars[0].settles_in("follower", Duration::from_secs(10));
+    // m-1 goes: slot 1 is m-0's, with slot 1's own (lower) token.
+    cars[1].terminate(Duration::from_secs(10));
+    let moved = eventually(Duration::from_secs(10), || {
+        slot_leaders(&cars)
+            .into_iter()
+            .find(|h| h.0 == 0 && h.1 == 1)
+    });
+    assert!(
+        moved.is_some(),
+        "m-0 never led slot 1 after losing slot 0: {:?}\n{}",
+        slot_leaders(&cars),
+        cars[0].stderr()
+    );
+    let (_, _, token) = moved.expect("moved");
+    assert!(token < 1000, "slot 1's own counter: {token}");
+}

@@ -223,6 +223,12 @@ pub trait Backend: Send + 'static {
     /// The lease ttl this backend grants (it may differ from the requested one).
     fn lease_ttl(&self) -> Duration;
 
+    /// Which of its leases the last campaign answered for: the slot of an election of
+    /// several holders (each slot's tokens grow on their own), 0 for one lease.
+    fn lease_index(&self) -> u32 {
+        0
+    }
+
     /// One attempt to take the lease, or learn who holds it.
     fn campaign(&mut self) -> impl Future<Output = Result<Campaign, BackendError>> + Send;
 

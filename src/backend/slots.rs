@@ -298,6 +298,10 @@ impl<B: Backend> Backend for Slots<B> {
         self.slots[self.picker.held().unwrap_or(0)].lease_ttl()
     }
 
+    fn lease_index(&self) -> u32 {
+        self.picker.held().unwrap_or(0) as u32
+    }
+
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let mut failed = None;
         for i in self.picker.round() {

@@ -145,6 +145,7 @@ impl<B: Backend> Elector<B> {
             Op::Campaign => Answer::Campaign {
                 result: failure(timed(observer, "campaign", budget, backend.campaign()).await),
                 ttl: backend.lease_ttl(),
+                lease: backend.lease_index(),
             },
             Op::Renew => Answer::Renew {
                 result: failure(timed(observer, "renew", budget, backend.renew()).await),

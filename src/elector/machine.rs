@@ -123,6 +123,11 @@ pub enum Answer {
     Campaign {
         result: Result<Campaign, Failure>,
         ttl: Duration,
+        /// Which of the backend's leases answered: a slot of an election of several
+        /// holders, 0 for one lease. Tokens grow per lease (each slot has its own
+        /// counter), so the token rule compares a tenure's token with the earlier
+        /// tenures of the same lease only.
+        lease: u32,
     },
     Renew {
         result: Result<Renewal, Failure>,
@@ -418,7 +423,12 @@ pub struct State {
     shutdown: bool,
     /// A release request that came while a renewal was on its way.
     release: Option<(u64, Option<Duration>)>,
+    /// The highest token claimed on the current lease (`lease`).
     last_token: Option<FencingToken>,
+    /// The lease of the last campaign's answer, and the highest token claimed on each
+    /// other lease this candidate has held.
+    lease: u32,
+    other_tokens: std::collections::BTreeMap<u32, FencingToken>,
     backoff: Backoff,
     campaign_started: Time,
     tenure_ended: bool,
@@ -471,6 +481,8 @@ impl Machine {
             shutdown: false,
             release: None,
             last_token: None,
+            lease: 0,
+            other_tokens: std::collections::BTreeMap::new(),
             backoff: Backoff::new(FIRST_RETRY, cfg.timing.retry_interval),
             campaign_started: Duration::ZERO,
             tenure_ended: false,
@@ -611,13 +623,27 @@ impl Machine {
         match event {
             Event::Answer {
                 id: got,
-                answer: Answer::Campaign { result, ttl },
+                answer: Answer::Campaign { result, ttl, lease },
             } if got == id => {
                 self.st.ttl = ttl;
+                self.switch_lease(lease);
                 self.campaign_answered(now, sent, result, out)
             }
             _ => self.wait_again(now, out),
         }
+    }
+
+    /// The campaign answered for `lease`: from now on the token rule looks at that
+    /// lease's tokens.
+    fn switch_lease(&mut self, lease: u32) {
+        if lease == self.st.lease {
+            return;
+        }
+        if let Some(t) = self.st.last_token {
+            self.st.other_tokens.insert(self.st.lease, t);
+        }
+        self.st.last_token = self.st.other_tokens.remove(&lease);
+        self.st.lease = lease;
     }
 
     fn campaign_answered(

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use leasekeeper::backend::{Campaign, Renewal};
+use leasekeeper::backend::slots::Picker;
+use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
 
@@ -24,15 +25,36 @@ pub enum Family {
     /// The session family's read-write lock (`--mode`): node `i` is a reader when
     /// `i % 3 != 0`, a writer otherwise; the rule decides who may hold.
     Rw(RwRule),
+    /// An election of [`SLOTS`] holders (`--holders`): one TTL store per slot, the
+    /// real [`Picker`] choosing which slot a campaign asks; the rule says what the
+    /// backend tells the machine and the publishers.
+    Slots(SlotRule),
+}
+
+/// The slots of the slots family.
+pub const SLOTS: usize = 2;
+
+/// What a slots backend tells of the slot it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRule {
+    /// The slot taken, to the machine (whose token rule is per slot) and to the
+    /// publishers.
+    Right,
+    /// Known-wrong: the machine is not told the slot, so its token rule compares a
+    /// slot's token with another slot's (the elector before 2026-11-27).
+    OneLease,
+    /// Known-wrong: the publishers name the slot asked first, not the slot taken.
+    WrongSlotNamed,
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Ttl,
         Family::Session,
         Family::Lease,
         Family::Redlock(3),
         Family::Rw(RwRule::Right),
+        Family::Slots(SlotRule::Right),
     ];
 
     pub fn name(self) -> String {
@@ -43,6 +65,8 @@ impl Family {
             Family::Redlock(n) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
+            Family::Slots(SlotRule::Right) => "slots".into(),
+            Family::Slots(rule) => format!("slots-{rule:?}"),
         }
     }
 
@@ -56,6 +80,9 @@ impl Family {
             "rw" => Some(Family::Rw(RwRule::Right)),
             "rw-ReadersIgnoreWriters" => Some(Family::Rw(RwRule::ReadersIgnoreWriters)),
             "rw-WritersIgnoreReaders" => Some(Family::Rw(RwRule::WritersIgnoreReaders)),
+            "slots" => Some(Family::Slots(SlotRule::Right)),
+            "slots-OneLease" => Some(Family::Slots(SlotRule::OneLease)),
+            "slots-WrongSlotNamed" => Some(Family::Slots(SlotRule::WrongSlotNamed)),
             _ => None,
         }
     }
@@ -63,6 +90,7 @@ impl Family {
     pub fn stores(self) -> usize {
         match self {
             Family::Redlock(n) => n,
+            Family::Slots(_) => SLOTS,
             _ => 1,
         }
     }
@@ -100,6 +128,10 @@ struct Run {
     waiting: usize,
     token: u64,
     done: bool,
+    /// Slots: the slot asked now, the first one asked, and those left to ask.
+    asked: usize,
+    first: usize,
+    round: Vec<usize>,
 }
 
 /// A Lease candidate's memory: the object as last seen, and since when (own clock).
@@ -132,6 +164,9 @@ pub struct Client {
     pub split: bool,
     /// The latest calls' operations, to read a late reply.
     ops: Vec<(u64, Op)>,
+    /// Slots: the real picker, and the slot the last tenure claims (for the oracle).
+    picker: Option<Picker>,
+    pub slot: Option<u32>,
 }
 
 impl Client {
@@ -160,6 +195,9 @@ impl Client {
             run: None,
             split: false,
             ops: Vec::new(),
+            picker: matches!(fam, Family::Slots(_))
+                .then(|| Picker::new(SLOTS, &format!("n-{node}"))),
+            slot: None,
         }
     }
 
@@ -195,7 +233,13 @@ impl Client {
             waiting: n,
             token: 0,
             done: false,
+            asked: 0,
+            first: 0,
+            round: Vec::new(),
         });
+        if let Family::Slots(_) = self.fam {
+            return self.slots_start(op);
+        }
         let key = self.key;
         let mut out = match (self.fam, op) {
             (Family::Lease, Op::Campaign | Op::Release) => vec![Out::Send(0, Req::Get)],
@@ -255,6 +299,7 @@ impl Client {
             }
             Family::Lease => self.lease_reply(resp, now),
             Family::Redlock(_) => self.redlock_reply(store, resp),
+            Family::Slots(rule) => self.slots_reply(store, resp, rule),
         }
     }
 
@@ -297,16 +342,19 @@ impl Client {
             (Op::Campaign, Resp::Acquired(token)) => Answer::Campaign {
                 result: Ok(Campaign::Acquired { token }),
                 ttl,
+                lease: 0,
             },
             (Op::Campaign, Resp::Held(token)) => Answer::Campaign {
                 result: Ok(Campaign::Held(other(token))),
                 ttl,
+                lease: 0,
             },
             (Op::Campaign, _) => {
                 self.new_key();
                 Answer::Campaign {
                     result: Err(Failure { timed_out: false }),
                     ttl,
+                    lease: 0,
                 }
             }
             (Op::Renew, Resp::Renewed(true)) => Answer::Renew {
@@ -349,6 +397,7 @@ impl Client {
                     return self.finish(Answer::Campaign {
                         result: Ok(held),
                         ttl,
+                        lease: 0,
                     });
                 }
                 let transitions = if rec.holder == self.key {
@@ -367,11 +416,16 @@ impl Client {
                 self.transitions = token;
                 self.highest_rv = self.highest_rv.max(rv);
                 let result = Ok(Campaign::Acquired { token });
-                self.finish(Answer::Campaign { result, ttl })
+                self.finish(Answer::Campaign {
+                    result,
+                    ttl,
+                    lease: 0,
+                })
             }
             (Op::Campaign, _, _) => self.finish(Answer::Campaign {
                 result: Ok(Campaign::Held(None)),
                 ttl,
+                lease: 0,
             }),
             (Op::Renew, _, Resp::Updated(Ok(rv))) => {
                 self.last_rv = rv;
@@ -477,6 +531,7 @@ impl Client {
                 return self.finish(Answer::Campaign {
                     result: Ok(Campaign::Acquired { token }),
                     ttl,
+                    lease: 0,
                 });
             }
             let key = self.key;
@@ -566,12 +621,20 @@ impl Client {
         out.extend(self.finish(Answer::Campaign {
             result: Ok(held),
             ttl: self.ttl,
+            lease: 0,
         }));
         out
     }
 
     /// What a push means to this node.
-    pub fn push(&mut self, push: &Push, now: Time) -> Heard {
+    pub fn push(&mut self, store: usize, push: &Push, now: Time) -> Heard {
+        if let (Some(p), Push::Gone { key }) = (self.picker.as_mut(), push) {
+            p.changed(store, false);
+            return Heard {
+                changed: true,
+                own_lost: *key == self.key && p.held() == Some(store),
+            };
+        }
         match *push {
             Push::Gone { key } => Heard {
                 changed: true,
@@ -600,6 +663,98 @@ impl Client {
                 Some(o.at + o.rec.duration)
             }
             _ => None,
+        }
+    }
+
+    // ---- slots ---------------------------------------------------------------------
+
+    /// A slots call begins: a campaign asks the picker's first slot (the others one
+    /// by one as the answers come), a renew the held slot, a release every slot.
+    fn slots_start(&mut self, op: Op) -> Vec<Out> {
+        let key = self.key;
+        let picker = self.picker.as_mut().expect("the slots family has a picker");
+        match op {
+            Op::Campaign => {
+                let mut round = picker.round();
+                let first = round.remove(0);
+                picker.asking(first);
+                if let Some(r) = self.run.as_mut() {
+                    (r.asked, r.first, r.round) = (first, first, round);
+                }
+                vec![Out::Send(first, Req::Campaign { key })]
+            }
+            Op::Renew => vec![Out::Send(picker.held().unwrap_or(0), Req::Renew { key })],
+            Op::Release => {
+                picker.release_order();
+                self.new_key();
+                self.all(Req::Release { key })
+            }
+        }
+    }
+
+    /// A slot's answer: a campaign goes on to the next slot until one is taken (then
+    /// it gives back whatever an earlier ask may have taken elsewhere, as the real
+    /// backend withdraws); a renew's or release's first answer decides.
+    fn slots_reply(&mut self, store: usize, resp: Resp, rule: SlotRule) -> Vec<Out> {
+        let Some(run) = self.run.as_ref() else {
+            return Vec::new();
+        };
+        let (op, asked, first) = (run.op, run.asked, run.first);
+        if op != Op::Campaign {
+            let answer = self.single(op, resp);
+            if let Answer::Renew {
+                result: Ok(Renewal::Lost),
+                ..
+            } = answer
+            {
+                self.picker.as_mut().map(Picker::lost);
+            }
+            return self.finish(answer);
+        }
+        if store != asked {
+            // A duplicate answer from a slot asked before.
+            return Vec::new();
+        }
+        let Answer::Campaign { result, ttl, .. } = self.single(op, resp) else {
+            unreachable!("a campaign's answer");
+        };
+        let seen = result.clone().map_err(|_| BackendError::Store {
+            op: "campaign",
+            message: "refused".into(),
+        });
+        let key = self.key;
+        let picker = self.picker.as_mut().expect("the slots family has a picker");
+        if picker.answered(store, &seen) {
+            self.slot = Some(match rule {
+                SlotRule::WrongSlotNamed => first as u32,
+                _ => store as u32,
+            });
+            let lease = match rule {
+                SlotRule::OneLease => 0,
+                _ => store as u32,
+            };
+            let mut out: Vec<Out> = (0..SLOTS)
+                .filter(|&j| j != store)
+                .map(|j| Out::Send(j, Req::Release { key }))
+                .collect();
+            out.extend(self.finish(Answer::Campaign { result, ttl, lease }));
+            return out;
+        }
+        let next = self.run.as_mut().and_then(|r| {
+            let next = (!r.round.is_empty()).then(|| r.round.remove(0))?;
+            r.asked = next;
+            Some(next)
+        });
+        match next {
+            Some(j) => {
+                picker.asking(j);
+                vec![Out::Send(j, Req::Campaign { key })]
+            }
+            None => self.finish(Answer::Campaign {
+                result,
+                ttl,
+                lease: 0,
+            }),
         }
     }
 }

@@ -267,6 +267,7 @@ fn deliver(s: &mut State, m: Msg, v: &mut Option<String>) {
         (Req::Campaign { .. }, Resp::Acquired(token)) => Answer::Campaign {
             result: Ok(Campaign::Acquired { token }),
             ttl,
+            lease: 0,
         },
         (Req::Campaign { .. }, Resp::Held(token)) => Answer::Campaign {
             result: Ok(Campaign::Held(Some(Holder {
@@ -274,6 +275,7 @@ fn deliver(s: &mut State, m: Msg, v: &mut Option<String>) {
                 token,
             }))),
             ttl,
+            lease: 0,
         },
         (Req::Renew { .. }, Resp::Renewed(ok)) => Answer::Renew {
             result: Ok(if ok { Renewal::Renewed } else { Renewal::Lost }),

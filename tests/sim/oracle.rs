@@ -21,6 +21,8 @@ pub struct Claim {
     pub end: Option<Ns>,
     /// A shared holder's (the read-write family's readers).
     pub shared: bool,
+    /// The slot claimed (the slots family).
+    pub slot: Option<u32>,
 }
 
 impl Claim {
@@ -44,6 +46,8 @@ pub enum Violation {
     TokenNotGreater { claim: String, earlier: u64, at: Ns },
     /// Nobody led within the bound after the faults healed.
     NoLeaderAfterHeal { healed_at: Ns, bound: Ns },
+    /// A slot nobody claimed within the bound after the faults healed.
+    SlotNotHeld { slot: u32, healed_at: Ns, bound: Ns },
     /// A released lease was not taken by another node within the bound.
     ReleaseNotTaken {
         node: usize,
@@ -60,6 +64,7 @@ impl Violation {
             Violation::TokenNotGreater { .. } => "token",
             Violation::NoLeaderAfterHeal { .. } => "no-leader-after-heal",
             Violation::ReleaseNotTaken { .. } => "release-not-taken",
+            Violation::SlotNotHeld { .. } => "slot-not-held",
         }
     }
 
@@ -67,7 +72,10 @@ impl Violation {
     pub fn at(&self) -> Ns {
         match self {
             Violation::Overlap { at, .. } | Violation::TokenNotGreater { at, .. } => *at,
-            Violation::NoLeaderAfterHeal { healed_at, bound } => healed_at + bound,
+            Violation::NoLeaderAfterHeal { healed_at, bound }
+            | Violation::SlotNotHeld {
+                healed_at, bound, ..
+            } => healed_at + bound,
             Violation::ReleaseNotTaken {
                 released_at, bound, ..
             } => released_at + bound,
@@ -103,6 +111,16 @@ impl fmt::Display for Violation {
                 ms(*bound),
                 ms(*healed_at)
             ),
+            Violation::SlotNotHeld {
+                slot,
+                healed_at,
+                bound,
+            } => write!(
+                f,
+                "slot {slot} not claimed within {} of the faults healing at {}",
+                ms(*bound),
+                ms(*healed_at)
+            ),
             Violation::ReleaseNotTaken {
                 node,
                 released_at,
@@ -121,10 +139,11 @@ impl fmt::Display for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "n{}#{}{} token {} [{} .. {})",
+            "n{}#{}{}{} token {} [{} .. {})",
             self.node,
             self.incarnation,
             if self.shared { " (shared)" } else { "" },
+            self.slot.map_or(String::new(), |s| format!(" slot {s}")),
             self.token,
             ms(self.start),
             ms(self.until())
@@ -148,8 +167,17 @@ impl Oracle {
     }
 
     /// A claim begins (`at`: now and its deadline).
-    pub fn start(&mut self, node: usize, incarnation: u32, token: u64, at: (Ns, Ns), shared: bool) {
+    /// (`how`: a shared claim, and the slot claimed.)
+    pub fn start(
+        &mut self,
+        node: usize,
+        incarnation: u32,
+        token: u64,
+        at: (Ns, Ns),
+        how: (bool, Option<u32>),
+    ) {
         let (now, deadline) = at;
+        let (shared, slot) = how;
         self.end(node, now);
         self.active[node] = Some(self.claims.len());
         self.claims.push(Claim {
@@ -160,6 +188,7 @@ impl Oracle {
             deadline,
             end: None,
             shared,
+            slot,
         });
     }
 
@@ -195,9 +224,19 @@ impl Oracle {
         if self.claims.iter().any(|c| c.shared) {
             return self.check_read_write();
         }
+        let mut slots: Vec<Option<u32>> = self.claims.iter().map(|c| c.slot).collect();
+        slots.sort();
+        slots.dedup();
+        // Each slot is a lease of its own: one holder at a time, its own tokens.
+        (slots.into_iter())
+            .flat_map(|s| Self::check_exclusive(self.claims.iter().filter(|c| c.slot == s)))
+            .collect()
+    }
+
+    /// One lease's claims: no overlap, tokens strictly growing.
+    fn check_exclusive<'a>(claims: impl Iterator<Item = &'a Claim>) -> Vec<Violation> {
         let mut found = Vec::new();
-        let mut by_start: Vec<&Claim> =
-            self.claims.iter().filter(|c| c.start < c.until()).collect();
+        let mut by_start: Vec<&Claim> = claims.filter(|c| c.start < c.until()).collect();
         by_start.sort_by_key(|c| c.start);
         let mut latest: Option<&Claim> = None;
         let mut top_token: Option<u64> = None;
@@ -256,6 +295,22 @@ impl Oracle {
             }
         }
         found
+    }
+
+    /// The slots of `count` that nobody claimed within `bound` of `healed_at`.
+    pub fn slots_unheld(&self, healed_at: Ns, bound: Ns, count: u32) -> Vec<Violation> {
+        (0..count)
+            .filter(|&s| {
+                !self.claims.iter().any(|c| {
+                    c.slot == Some(s) && c.until() > healed_at && c.start <= healed_at + bound
+                })
+            })
+            .map(|slot| Violation::SlotNotHeld {
+                slot,
+                healed_at,
+                bound,
+            })
+            .collect()
     }
 
     /// How long after `t` someone first claimed (0 when a claim was running at `t`).

@@ -14,7 +14,7 @@ use leasekeeper::elector::machine::{
 };
 use leasekeeper::timing::Timing;
 
-use super::client::{Client, Family, Out};
+use super::client::{Client, Family, Out, SLOTS};
 use super::oracle::{ms, Ns, Oracle, Violation};
 use super::store::{LeaseStore, Push, Req, Resp, RlData, RlNode, SessionStore, TtlStore};
 
@@ -252,6 +252,11 @@ impl World {
             let local = clock.local(0);
             let kind = match fam {
                 Family::Ttl => Kind::Ttl(TtlStore::default()),
+                // Each slot counts its own tokens, from wherever its history left it.
+                Family::Slots(_) => Kind::Ttl(TtlStore {
+                    counter: w.rng.random_range(0..1000),
+                    ..TtlStore::default()
+                }),
                 Family::Session => Kind::Session(SessionStore::default()),
                 Family::Rw(rule) => Kind::Session(SessionStore {
                     rule,
@@ -472,8 +477,9 @@ impl World {
             Effect::Log(LogLine::ClaimStart {
                 token, deadline, ..
             }) => {
-                let shared = self.nodes[i].client.shared();
-                (self.oracle).start(i, inc, token, (self.now, clock.real(deadline)), shared)
+                let (shared, slot) = (self.nodes[i].client.shared(), self.nodes[i].client.slot);
+                let at = (self.now, clock.real(deadline));
+                (self.oracle).start(i, inc, token, at, (shared, slot))
             }
             Effect::Log(LogLine::Deadline { deadline, .. }) => {
                 self.oracle.deadline(i, clock.real(deadline))
@@ -622,8 +628,8 @@ impl World {
                 let outs = self.nodes[i].client.reply(call, store, resp, local);
                 self.client_outs(i, call, outs);
             }
-            Msg::Push { push, .. } => {
-                let heard = self.nodes[i].client.push(&push, local);
+            Msg::Push { store, push, .. } => {
+                let heard = self.nodes[i].client.push(store, &push, local);
                 match self.nodes[i].wait {
                     Some(WaitOn::Change { .. }) if heard.changed => {
                         self.feed(i, Event::Woke(Wake::Changed))
@@ -857,6 +863,9 @@ impl World {
                 bound,
             }),
         }
+        if let Family::Slots(_) = self.fam {
+            found.extend(self.oracle.slots_unheld(self.heal_at, bound, SLOTS as u32));
+        }
         if let Some((node, _, asked, Some(answered))) = self.release {
             let bound = super::faults::release_bound(&self.timing);
             let taken = self
@@ -888,6 +897,7 @@ pub fn timed_out(op: Op, ttl: Duration) -> Answer {
         Op::Campaign => Answer::Campaign {
             result: Err(failed),
             ttl,
+            lease: 0,
         },
         Op::Renew => Answer::Renew {
             result: Err(failed),

@@ -44,7 +44,11 @@ fn call_id(next: &Next, want: Op) -> u64 {
 fn campaign_answer(id: u64, result: Result<Campaign, Failure>) -> Event {
     Event::Answer {
         id,
-        answer: Answer::Campaign { result, ttl: TTL },
+        answer: Answer::Campaign {
+            result,
+            ttl: TTL,
+            lease: 0,
+        },
     }
 }
 
@@ -213,6 +217,65 @@ fn a_token_not_greater_than_one_claimed_before_is_not_claimed() {
         until >= ms(130) + ms(40) && until <= ms(130) + ms(60),
         "{until:?}"
     );
+}
+
+/// Each slot of an election of several holders has its own counter: a tenure on
+/// another lease (slot) is judged against that lease's earlier tokens only, and each
+/// lease's memory is kept while the candidate holds another.
+#[test]
+fn the_token_rule_holds_per_lease() {
+    let on = |id, token, lease| Event::Answer {
+        id,
+        answer: Answer::Campaign {
+            result: Ok(Campaign::Acquired { token }),
+            ttl: TTL,
+            lease,
+        },
+    };
+    let lose_then_campaign = |m: &mut Machine, at: u64| {
+        let s = m.on(ms(at), Event::RecordLost);
+        let id = call_id(&s.next, Op::Release);
+        let s = m.on(ms(at + 10), released(id));
+        call_id(&s.next, Op::Campaign)
+    };
+    let (mut m, _) = leader(config());
+    // Lease 1, token 2 (below lease 0's 5): claimed.
+    let id = lose_then_campaign(&mut m, 100);
+    let s = m.on(ms(120), on(id, 2, 1));
+    assert!(
+        s.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Publish(Publish::Acquired { token: 2, .. }))),
+        "{:?}",
+        s.effects
+    );
+    // Back on lease 0: its own token 5 again is refused, 6 is claimed.
+    let id = lose_then_campaign(&mut m, 200);
+    let s = m.on(ms(220), on(id, 5, 0));
+    assert!(has(
+        &s,
+        &Effect::Say(Say::TokenNotGreater { token: 5, last: 5 })
+    ));
+    let id = call_id(&s.next, Op::Release);
+    let s = m.on(ms(230), released(id));
+    let until = pause_until(&s.next);
+    let s = m.on(until, Event::Timer);
+    let id = call_id(&s.next, Op::Campaign);
+    let s = m.on(until + ms(10), on(id, 6, 0));
+    assert!(
+        s.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Publish(Publish::Acquired { token: 6, .. }))),
+        "{:?}",
+        s.effects
+    );
+    // And lease 1's memory was kept: its token 2 again is refused.
+    let id = lose_then_campaign(&mut m, 400);
+    let s = m.on(ms(420), on(id, 2, 1));
+    assert!(has(
+        &s,
+        &Effect::Say(Say::TokenNotGreater { token: 2, last: 2 })
+    ));
 }
 
 #[test]
@@ -498,6 +561,7 @@ fn a_store_that_grants_a_short_ttl_gets_renewed_more_often() {
             answer: Answer::Campaign {
                 result: Ok(Campaign::Acquired { token: 1 }),
                 ttl: ms(1500),
+                lease: 0,
             },
         },
     );
