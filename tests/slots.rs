@@ -15,7 +15,7 @@ use common::pg_server::PgServer;
 use common::redis_server::RedisServer;
 use common::slots::{
     all_slots_held, check_slot_claims, logged_claims, slot_leaders, two_slots_five_candidates,
-    two_slots_five_candidates_no_pause,
+    two_slots_five_candidates_and_the_store_paused, two_slots_five_candidates_no_pause,
 };
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
@@ -34,36 +34,40 @@ fn slots_on_file() {
 /// are missed, 3/4 ttl later, and fails the bound.
 #[test]
 fn slots_on_redis() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let args = SidecarArgs::redis(&redis.url()).ttl("5s").election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(5), GRACEFUL);
+    let ttl = Duration::from_secs(5);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut redis);
 }
 
 #[test]
 fn slots_on_redlock() {
-    let cluster = RedisCluster::start(3);
+    let mut cluster = RedisCluster::start(3);
     let args = SidecarArgs::redlock(&cluster.urls())
         .ttl("2s")
         .election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    let ttl = Duration::from_secs(2);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut cluster);
 }
 
 #[test]
 fn slots_on_etcd() {
-    let etcd = EtcdCluster::start(1);
+    let mut etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints())
         .ttl("2s")
         .election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    let ttl = Duration::from_secs(2);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut etcd);
 }
 
 #[test]
 fn slots_on_zookeeper() {
-    let zk = ZkEnsemble::start(1);
+    let mut zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string())
         .ttl("2s")
         .election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    let ttl = Duration::from_secs(2);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut zk);
 }
 
 #[test]
@@ -87,16 +91,18 @@ fn slots_on_kubernetes() {
 
 #[test]
 fn slots_on_postgres() {
-    let db = PgServer::start();
+    let mut db = PgServer::start();
     let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    let ttl = Duration::from_secs(2);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut db);
 }
 
 #[test]
 fn slots_on_mysql() {
-    let db = MariaServer::start();
+    let mut db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("slots");
-    two_slots_five_candidates(args, Duration::from_secs(2), GRACEFUL);
+    let ttl = Duration::from_secs(2);
+    two_slots_five_candidates_and_the_store_paused(args, ttl, GRACEFUL, &mut db);
 }
 
 /// `run --wait-timeout`: with every slot held, `0` tries once and exits 75 at once,

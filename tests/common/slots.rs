@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::checker::{parse_claims, LoggedClaim};
+use super::checker::{parse_claims, LoggedClaim, ServerControl};
 use super::{eventually, send_signal, Sidecar, SidecarArgs};
 
 /// The slots each sidecar says it holds now: (sidecar index, slot, token).
@@ -119,16 +119,35 @@ pub fn check_slot_claims(claims: &[LoggedClaim], n: u64) {
 /// not lead in that slot again while its successor does; and the logged claims keep
 /// every rule of [`check_slot_claims`].
 pub fn two_slots_five_candidates(args: SidecarArgs, ttl: Duration, graceful: Duration) {
-    slots_scenario(args, ttl, graceful, true);
+    slots_scenario(args, ttl, graceful, true, None);
+}
+
+/// [`two_slots_five_candidates`], then the store's own fault, as the election
+/// checker strikes it: the store paused past the ttl (a majority of its nodes, for a
+/// store of several), during which no slot is held, then resumed: every slot is held
+/// again, and the transition logs are checked over the whole run.
+pub fn two_slots_five_candidates_and_the_store_paused(
+    args: SidecarArgs,
+    ttl: Duration,
+    graceful: Duration,
+    store: &mut dyn ServerControl,
+) {
+    slots_scenario(args, ttl, graceful, true, Some(store));
 }
 
 /// [`two_slots_five_candidates`] without the SIGSTOP part, for the file backend: a
 /// stopped process keeps its lock (the kernel's), so its slot is not lost.
 pub fn two_slots_five_candidates_no_pause(args: SidecarArgs, ttl: Duration, graceful: Duration) {
-    slots_scenario(args, ttl, graceful, false);
+    slots_scenario(args, ttl, graceful, false, None);
 }
 
-fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
+fn slots_scenario(
+    args: SidecarArgs,
+    ttl: Duration,
+    graceful: Duration,
+    pause: bool,
+    store: Option<&mut dyn ServerControl>,
+) {
     let built = args.clone().build();
     let backend = built
         .iter()
@@ -254,7 +273,32 @@ fn slots_scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: b
     send_signal(cars[stopped].pid, libc::SIGCONT);
     std::thread::sleep(ttl);
     all_slots_held(&cars, 2, start_bound);
+    if let Some(store) = store {
+        the_store_paused(&cars, ttl, store, start_bound);
+    }
     finish(cars, dir.path(), killed);
+}
+
+/// The store paused past the ttl: every slot's holder steps down by its deadline, so
+/// no slot is held a second after the ttl; once the store resumes, every slot is held
+/// again (the logs' check at the end: each by a new tenure with a greater token).
+fn the_store_paused(
+    cars: &[Sidecar],
+    ttl: Duration,
+    store: &mut dyn ServerControl,
+    start_bound: Duration,
+) {
+    store.pause();
+    std::thread::sleep(ttl + Duration::from_secs(1));
+    let during = slot_leaders(cars);
+    std::thread::sleep(Duration::from_millis(500));
+    let later = slot_leaders(cars);
+    store.resume();
+    assert!(
+        during.is_empty() && later.is_empty(),
+        "slots held while the store was paused past the ttl: {during:?}, then {later:?}"
+    );
+    all_slots_held(cars, 2, start_bound);
 }
 
 /// Stops every sidecar and checks what they logged (`killed`: the pid killed, and
