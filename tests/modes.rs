@@ -468,6 +468,16 @@ mod redis_rules {
     const READERS: &str = "leasekeeper:{rw}:readers";
     const LOCK: &str = "leasekeeper:{rw}:lock";
 
+    /// Puts the entry of reader `id` in the past, as if it had not renewed for a ttl.
+    fn expire_reader(server: &RedisServer, id: &str) {
+        let listed = server.command(&format!("ZRANGE {READERS} 0 -1"));
+        let listed = listed.unwrap_or_default();
+        let member = (listed.lines())
+            .find(|l| l.ends_with(&format!("|{id}")))
+            .expect("the reader's entry");
+        server.command(&format!("ZADD {READERS} XX 1 {member}"));
+    }
+
     /// A live shared holder keeps out a writer and an election's candidate; once it
     /// expired (its score in the past, as if it were stopped for a ttl) it no longer
     /// does.
@@ -482,12 +492,7 @@ mod redis_rules {
             leads("R", &mut r).await;
             does_not_lead("W beside a reader", &mut w).await;
             does_not_lead("E beside a reader", &mut e).await;
-            let member = server.command(&format!("ZRANGE {READERS} 0 0"));
-            let member = member.unwrap_or_default();
-            let member = (member.lines())
-                .rfind(|l| !l.is_empty() && !l.starts_with(['*', '$']))
-                .expect("a reader's entry");
-            server.command(&format!("ZADD {READERS} XX 1 {member}"));
+            expire_reader(&server, "R");
             leads("E past an expired reader", &mut e).await;
             assert_eq!(r.renew().await.expect("renew"), Renewal::Lost, "R renewed");
         });
@@ -553,6 +558,11 @@ mod redis_rules {
             a.release().await.expect("release");
             assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed, "B");
             assert_eq!(a.renew().await.expect("renew"), Renewal::Lost, "A revived");
+            let mut c = reader(&server.url(), "C", ttl);
+            leads("C", &mut c).await;
+            expire_reader(&server, "C");
+            assert_eq!(c.renew().await.expect("renew"), Renewal::Lost, "C expired");
+            c.release().await.expect("release");
             let count = || {
                 server
                     .command(&format!("ZCARD {READERS}"))
@@ -608,6 +618,18 @@ mod redis_rules {
         });
     }
 
+    /// Waits on `b` until nothing is pending (notices heard before now, such as the
+    /// listener's look after it subscribed, wake a wait at once).
+    async fn settle(b: &mut impl Backend) {
+        for _ in 0..20 {
+            let short = Duration::from_millis(100);
+            if b.wait_for_change(short).await != Wake::Changed {
+                return;
+            }
+        }
+        panic!("a follower's wait never settled");
+    }
+
     /// Followers wait without polling and wake at once: the last reader's release wakes
     /// a waiting writer and (the baton) a waiting election's candidate; a writer's and
     /// an election holder's release wake a waiting reader. (The ttl is long: any
@@ -623,6 +645,7 @@ mod redis_rules {
             let mut w = writer(&server.url(), "W", ttl);
             leads("R", &mut r).await;
             does_not_lead("W", &mut w).await;
+            settle(&mut w).await;
             let waited = tokio::join!(tokio::time::timeout(soon, w.wait_for_change(max)), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 r.release().await.expect("release")
@@ -630,6 +653,7 @@ mod redis_rules {
             assert_eq!(waited.0.ok(), Some(Wake::Changed), "the writer slept on");
             leads("W", &mut w).await;
             does_not_lead("R", &mut r).await;
+            settle(&mut r).await;
             let waited = tokio::join!(tokio::time::timeout(soon, r.wait_for_change(max)), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 w.release().await.expect("release")
@@ -639,6 +663,7 @@ mod redis_rules {
             let mut e = elector(&server.url(), "E", ttl);
             leads("E", &mut e).await;
             does_not_lead("R", &mut r).await;
+            settle(&mut r).await;
             let waited = tokio::join!(tokio::time::timeout(soon, r.wait_for_change(max)), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 e.release().await.expect("release")
@@ -646,6 +671,7 @@ mod redis_rules {
             assert_eq!(waited.0.ok(), Some(Wake::Changed), "the reader slept on E");
             leads("R", &mut r).await;
             does_not_lead("E", &mut e).await;
+            settle(&mut e).await;
             let waited = tokio::join!(tokio::time::timeout(soon, e.wait_for_change(max)), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 r.release().await.expect("release")

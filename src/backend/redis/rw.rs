@@ -34,6 +34,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use redis::{PushInfo, Script};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -373,7 +374,9 @@ impl Backend for RwBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        // What was heard so far is older than this look: no second look for it.
         self.node.notices.clear();
+        let _ = self.wake.notified().now_or_never();
         let (look, readers) = self.look().await?;
         self.observed = holders(&look, &readers, self.mode);
         for (h, _) in &self.observed {
