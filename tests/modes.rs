@@ -681,3 +681,39 @@ mod redis_rules {
         });
     }
 }
+
+/// What a waiting `--mode` candidate costs Redis at steady state (docs/slots.md): it
+/// looks when what keeps it out would expire and at the latest 3/4 ttl after its last
+/// look, so at most two script calls per ttl (MONITOR, 6 s at ttl 2 s); an election's
+/// follower waiting for the same reader sends its usual looks only.
+#[test]
+fn a_waiting_candidate_looks_at_most_twice_a_ttl_on_redis() {
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars = vec![spawn("r-0", "shared")];
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0]).then_some(())
+    });
+    assert!(held.is_some(), "the reader never led");
+    cars.push(spawn("w-0", "exclusive"));
+    cars[1].settles_in("follower", Duration::from_secs(20));
+    cars.push(spawn("r-1", "shared"));
+    cars[2].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent = seen.iter().filter(|(p, _)| ports.contains(p)).count();
+        eprintln!("{}: {sent} commands in 6 s", car.name);
+        if car.name == "r-0" {
+            assert!(sent >= 5, "the holder's renewals: {sent}");
+        } else {
+            assert!((1..=6).contains(&sent), "{}: {sent} commands", car.name);
+        }
+    }
+    assert_eq!(leading(&cars), [0], "only the reader holds");
+}
