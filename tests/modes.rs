@@ -582,6 +582,40 @@ mod redis_rules {
         });
     }
 
+    /// Invariant 9 for an exclusive holder: its own-key watch (`record_lost`) ends
+    /// when another client overwrites or deletes the key, and not on its own renewals.
+    #[test]
+    fn a_writer_hears_its_key_taken_but_not_its_own_renewals() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let within = Duration::from_millis(800);
+            for tamper in ["SET {} 1|intruder|x PX 3000", "DEL {}"] {
+                let mut w = writer(&server.url(), "W", ttl);
+                leads("W", &mut w).await;
+                for _ in 0..2 {
+                    assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
+                    let own = tokio::time::timeout(within, w.record_lost()).await;
+                    assert!(own.is_err(), "W's own renewal read as its key lost");
+                }
+                server.command(&tamper.replace("{}", LOCK));
+                let heard = tokio::time::timeout(within, w.record_lost()).await;
+                assert!(heard.is_ok(), "W never heard of {tamper:?}");
+                server.command(&format!("DEL {LOCK}"));
+                // From the take on, before any renewal.
+                let mut v = writer(&server.url(), "V", ttl);
+                leads("V", &mut v).await;
+                server.command(&tamper.replace("{}", LOCK));
+                let heard = tokio::time::timeout(within, v.record_lost()).await;
+                assert!(
+                    heard.is_ok(),
+                    "V never heard of {tamper:?} before a renewal"
+                );
+                server.command(&format!("DEL {LOCK}"));
+            }
+        });
+    }
+
     /// Tokens grow across every tenure, shared or exclusive, for candidates that
     /// never saw an earlier one (a fresh process each time).
     #[test]

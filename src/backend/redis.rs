@@ -414,7 +414,7 @@ pub struct RedisBackend {
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
-const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
 
 /// What a script answers when the request came after its use-by and did nothing.
 pub(crate) const REFUSED: i64 = 2;

@@ -30,18 +30,23 @@
 //! election's followers keep sending nothing. The election's release also hands the
 //! baton, and so does the last shared holder's, so an election's candidate waiting for
 //! readers wakes at once.
+//!
+//! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
+//! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
+//! holder does not (every reader's renewal changes the one sorted set), so a tampered
+//! entry is found by its next renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use redis::{PushInfo, Script};
+use redis::{PushInfo, PushKind, Script};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::{
     baton, new_nonce, parse_value, store, switchover, too_late, Keys, Node, RedisSettings, CLOCK,
-    READERS, REFUSED, RENEW,
+    OWN_PUSH_WINDOW, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -255,7 +260,8 @@ pub fn next_look(look: &Look, ttl: Duration) -> Duration {
 /// A candidate of the read-write lock on one Redis server.
 pub struct RwBackend {
     node: Node,
-    /// Pushes of the command connection (only its disconnect notices: no tracking).
+    /// Pushes of the command connection: an exclusive holder's tracking of its key,
+    /// the library's disconnect notices.
     pushes: mpsc::UnboundedReceiver<PushInfo>,
     keys: Keys,
     identity: String,
@@ -277,6 +283,10 @@ pub struct RwBackend {
     patience: Duration,
     /// Who holds, as last observed (for `/leader`'s holders).
     observed: Vec<(Holder, Mode)>,
+    /// Whether `CLIENT TRACKING` of the lock key is on (an exclusive holder's).
+    tracking: bool,
+    /// Until when a push is taken for the invalidation of our own last renewal.
+    own_push_until: Option<Instant>,
 }
 
 impl RwBackend {
@@ -315,11 +325,53 @@ impl RwBackend {
             clock: StoreClock::new(lease.timing.clock_drift),
             patience: op_timeout,
             observed: Vec::new(),
+            tracking: false,
+            own_push_until: None,
         })
+    }
+
+    /// An exclusive holder's watch of its own key, as the election's holder's (see
+    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
+    /// one round trip; `true` when it still holds our value, so that every later
+    /// change by anyone else is pushed to us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        self.drain_pushes();
+        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    /// Best effort, at a release: followers need no pushes.
+    async fn stop_tracking(&mut self) {
+        if std::mem::take(&mut self.tracking) {
+            let _: Result<(), _> = redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("OFF")
+                .query_async(&mut self.node.conn)
+                .await;
+        }
+        self.drain_pushes();
     }
 
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Takes the pushes so far; a disconnect notice means the tracking is gone.
+    fn drain_pushes(&mut self) {
+        while let Ok(push) = self.pushes.try_recv() {
+            if push.kind == PushKind::Disconnection {
+                self.tracking = false;
+            }
+        }
     }
 
     fn flag(&self) -> &'static str {
@@ -328,7 +380,7 @@ impl RwBackend {
 
     /// One take script: what it said, and the shared holders it listed.
     async fn look(&mut self) -> Result<(Look, Vec<String>), BackendError> {
-        while self.pushes.try_recv().is_ok() {}
+        self.drain_pushes();
         let sent = Instant::now();
         let (code, value, pttl, store_ms, readers): (i64, String, i64, u64, Vec<String>) = self
             .take
@@ -395,6 +447,11 @@ impl Backend for RwBackend {
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
                 self.look_at = None;
+                if self.mode == LockMode::Exclusive && !self.track_own_key("campaign").await? {
+                    // Taken or deleted between our two requests: not ours to claim.
+                    self.value = None;
+                    return Ok(Campaign::Held(None));
+                }
                 Ok(Campaign::Acquired { token })
             }
             Look::Exclusive { value, .. } => {
@@ -413,6 +470,13 @@ impl Backend for RwBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
+        if self.mode == LockMode::Exclusive {
+            // The script checks our value itself: pushes so far say nothing more.
+            self.drain_pushes();
+            if !self.tracking && !self.track_own_key("renew").await? {
+                return Ok(Renewal::Lost);
+            }
+        }
         let sent = Instant::now();
         let mut call = self.renew.prepare_invoke();
         if self.mode == LockMode::Shared {
@@ -429,10 +493,51 @@ impl Backend for RwBackend {
             .map_err(store("renew"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
         match kept {
-            1 => Ok(Renewal::Renewed),
+            1 => {
+                // Its own invalidation follows the answer (see `record_lost`).
+                self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
+                Ok(Renewal::Renewed)
+            }
             REFUSED => Err(too_late("renew")),
             _ => Ok(Renewal::Lost),
         }
+    }
+
+    /// An exclusive holder hears of its key taken or deleted by anyone else at once,
+    /// as the election's holder does (invariant 9): the first push within
+    /// [`OWN_PUSH_WINDOW`] of a renewal's answer is that renewal's own, any other is
+    /// checked by a read. A shared holder does not watch its entry (every other
+    /// reader's renewal changes the same key): a tampered entry is found by its next
+    /// renewal.
+    async fn record_lost(&mut self) {
+        if self.mode != LockMode::Exclusive {
+            return std::future::pending().await;
+        }
+        while let Some(push) = self.pushes.recv().await {
+            match push.kind {
+                PushKind::Disconnection => {
+                    self.tracking = false;
+                    continue;
+                }
+                PushKind::Invalidate if self.tracking => {}
+                _ => continue,
+            }
+            let own = self.own_push_until.take();
+            if own.is_some_and(|u| Instant::now() <= u) {
+                continue;
+            }
+            let Some(value) = self.value.clone() else {
+                return;
+            };
+            let current: Result<Option<String>, _> = redis::cmd("GET")
+                .arg(&self.keys.lock)
+                .query_async(&mut self.node.conn)
+                .await;
+            if matches!(current, Ok(ref v) if v.as_deref() != Some(value.as_str())) {
+                return;
+            }
+        }
+        std::future::pending().await
     }
 
     /// One request (`EVAL` with the text: a server that lost its script cache costs no
@@ -464,6 +569,7 @@ impl Backend for RwBackend {
                 other.map_err(store("release"))?;
             }
         }
+        self.stop_tracking().await;
         self.node.notices.clear();
         Ok(())
     }
