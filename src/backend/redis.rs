@@ -8,7 +8,9 @@
 //! - `leasekeeper:{<election>}:baton`, `…:alive` and channel `…:leader`: the handover
 //!   without a herd (see [`baton`]);
 //! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
-//!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]).
+//!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]);
+//! - `leasekeeper:{<election>}:readers`, `…:writer-waits` and channel `…:rw`: the
+//!   read-write lock (`--mode`, see [`rw`]); the take refuses while live readers exist.
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
