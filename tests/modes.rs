@@ -289,13 +289,24 @@ fn bad_mode_settings_are_refused_with_one_line() {
         (
             vec![
                 "--backend",
-                "redis",
+                "redlock",
                 "--redis-url",
-                "redis://127.0.0.1:1",
+                "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3",
                 "--mode",
                 "exclusive",
             ],
-            "--mode exclusive: the redis backend",
+            "--mode exclusive: the redlock backend",
+        ),
+        (
+            vec![
+                "--backend",
+                "mysql",
+                "--mysql-url",
+                "mysql://lk@127.0.0.1:1/lk",
+                "--mode",
+                "shared",
+            ],
+            "--mode shared: the mysql backend",
         ),
         (
             vec![
@@ -314,4 +325,429 @@ fn bad_mode_settings_are_refused_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn shared_and_exclusive_on_redis() {
+    let server = common::redis_server::RedisServer::start();
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    common::modes::shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_redis() {
+    let mut server = common::redis_server::RedisServer::start_persistent();
+    let args = SidecarArgs::redis(&server.url());
+    exclusive_under_the_checker(args, &mut server);
+}
+
+/// A waiting writer lists every shared holder (`holders`, each `mode: shared`), and a
+/// reader the writer once it holds; an election's follower names a shared holder.
+#[test]
+fn redis_lists_the_shared_holders() {
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: Option<&str>| {
+        let mut a = args.clone();
+        if let Some(m) = mode {
+            a = a.flag("--mode", m);
+        }
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let mut cars: Vec<Sidecar> = (0..3)
+        .map(|i| spawn(&format!("r-{i}"), Some("shared")))
+        .collect();
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0, 1, 2]).then_some(())
+    });
+    assert!(held.is_some(), "three readers");
+    cars.push(spawn("w-0", Some("exclusive")));
+    cars.push(spawn("e-0", None));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[3].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 3 && list.iter().all(|h| h["mode"] == "shared")).then_some(list)
+    });
+    assert!(listed.is_some(), "the writer lists: {:?}", cars[3].leader());
+    let named = eventually(Duration::from_secs(10), || {
+        let v = cars[4].leader()?;
+        let name = v["leader"].as_str()?.to_owned();
+        name.starts_with("r-").then_some(())
+    });
+    assert!(
+        named.is_some(),
+        "the election's follower: {:?}",
+        cars[4].leader()
+    );
+    for c in &mut cars[..3] {
+        c.terminate(Duration::from_secs(10));
+    }
+    cars.push(spawn("r-3", Some("shared")));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[5].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 1 && list[0]["mode"] == "exclusive").then_some(())
+    });
+    assert!(listed.is_some(), "the reader lists: {:?}", cars[5].leader());
+}
+
+// The Redis read-write lock's rules, each reached directly: candidates built by the
+// library and driven through the `Backend` trait one call at a time (no elector), so
+// the script's condition under test is the only defence.
+mod redis_rules {
+    use std::time::Duration;
+
+    use leasekeeper::backend::redis::rw::RwBackend;
+    use leasekeeper::backend::redis::{Args, RedisBackend};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal, Wake};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::redis_server::RedisServer;
+
+    fn candidacy<T>(
+        url: &str,
+        election: &str,
+        identity: &str,
+        ttl: Duration,
+        mode: LockMode,
+        make: impl FnOnce(&leasekeeper::backend::redis::RedisSettings, &Candidacy) -> T,
+    ) -> T {
+        let settings = Args {
+            redis_url: vec![url.to_owned()],
+            ..Default::default()
+        }
+        .single()
+        .expect("redis settings");
+        let timing = Timing::for_ttl(ttl);
+        make(
+            &settings,
+            &Candidacy {
+                election,
+                identity,
+                timing: &timing,
+                mode,
+            },
+        )
+    }
+
+    fn reader(url: &str, id: &str, ttl: Duration) -> RwBackend {
+        candidacy(url, "rw", id, ttl, LockMode::Shared, |s, c| {
+            RwBackend::new(s, c).expect("backend")
+        })
+    }
+
+    fn writer(url: &str, id: &str, ttl: Duration) -> RwBackend {
+        candidacy(url, "rw", id, ttl, LockMode::Exclusive, |s, c| {
+            RwBackend::new(s, c).expect("backend")
+        })
+    }
+
+    fn elector(url: &str, id: &str, ttl: Duration) -> RedisBackend {
+        candidacy(url, "rw", id, ttl, LockMode::Election, |s, c| {
+            RedisBackend::new(s, c).expect("backend")
+        })
+    }
+
+    async fn leads(who: &str, b: &mut impl Backend) -> u64 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => token,
+            other => panic!("{who} should lead now, its campaign found {other:?}"),
+        }
+    }
+
+    async fn does_not_lead(who: &str, b: &mut impl Backend) {
+        let c = b.campaign().await.expect("campaign");
+        assert!(
+            !matches!(c, Campaign::Acquired { .. }),
+            "{who} must not lead now: {c:?}"
+        );
+    }
+
+    const READERS: &str = "leasekeeper:{rw}:readers";
+    const LOCK: &str = "leasekeeper:{rw}:lock";
+
+    /// Puts the entry of reader `id` in the past, as if it had not renewed for a ttl.
+    fn expire_reader(server: &RedisServer, id: &str) {
+        let listed = server.command(&format!("ZRANGE {READERS} 0 -1"));
+        let listed = listed.unwrap_or_default();
+        let member = (listed.lines())
+            .find(|l| l.ends_with(&format!("|{id}")))
+            .expect("the reader's entry");
+        server.command(&format!("ZADD {READERS} XX 1 {member}"));
+    }
+
+    /// A live shared holder keeps out a writer and an election's candidate; once it
+    /// expired (its score in the past, as if it were stopped for a ttl) it no longer
+    /// does.
+    #[test]
+    fn readers_keep_writers_out_until_they_expire() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W beside a reader", &mut w).await;
+            does_not_lead("E beside a reader", &mut e).await;
+            expire_reader(&server, "R");
+            leads("E past an expired reader", &mut e).await;
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Lost, "R renewed");
+        });
+    }
+
+    /// An exclusive holder (a writer, or an election's) keeps every reader out.
+    #[test]
+    fn writers_and_election_holders_keep_readers_out() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("W", &mut w).await;
+            does_not_lead("R beside a writer", &mut r).await;
+            does_not_lead("E beside a writer", &mut e).await;
+            w.release().await.expect("release");
+            leads("E", &mut e).await;
+            does_not_lead("R beside an election's holder", &mut r).await;
+            does_not_lead("W beside an election's holder", &mut w).await;
+            e.release().await.expect("release");
+            leads("W, marked as waiting before R", &mut w).await;
+        });
+    }
+
+    /// A waiting writer (and a waiting election's candidate) keeps new readers out,
+    /// while the readers in keep renewing; its release takes its mark away.
+    #[test]
+    fn a_waiting_writer_keeps_new_readers_out() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut a = reader(&server.url(), "A", ttl);
+            let mut b = reader(&server.url(), "B", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("A", &mut a).await;
+            does_not_lead("W", &mut w).await;
+            does_not_lead("B behind a waiting writer", &mut b).await;
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            w.release().await.expect("W stops waiting");
+            leads("B once the writer stopped waiting", &mut b).await;
+            b.release().await.expect("release");
+            does_not_lead("E", &mut e).await;
+            does_not_lead("B behind a waiting election's candidate", &mut b).await;
+            e.release().await.expect("E stops waiting");
+            leads("B once the election's candidate stopped waiting", &mut b).await;
+        });
+    }
+
+    /// A shared holder renews only its own live entry, and only while nobody holds the
+    /// lock exclusively; its release removes its own entry, not another reader's.
+    #[test]
+    fn a_reader_renews_and_releases_only_its_own_entry() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut a = reader(&server.url(), "A", ttl);
+            let mut b = reader(&server.url(), "B", ttl);
+            leads("A", &mut a).await;
+            leads("B", &mut b).await;
+            a.release().await.expect("release");
+            assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed, "B");
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Lost, "A revived");
+            let mut c = reader(&server.url(), "C", ttl);
+            leads("C", &mut c).await;
+            expire_reader(&server, "C");
+            assert_eq!(c.renew().await.expect("renew"), Renewal::Lost, "C expired");
+            c.release().await.expect("release");
+            let count = || {
+                server
+                    .command(&format!("ZCARD {READERS}"))
+                    .unwrap_or_default()
+            };
+            assert_eq!(count().trim(), ":1", "entries left");
+            server.command(&format!("SET {LOCK} ffff|99|X PX 30000"));
+            assert_eq!(b.renew().await.expect("renew"), Renewal::Lost, "beside X");
+            server.command(&format!("DEL {LOCK}"));
+            server.command(&format!("DEL {READERS}"));
+            assert_eq!(
+                b.renew().await.expect("renew"),
+                Renewal::Lost,
+                "B's entry gone"
+            );
+            assert_eq!(count().trim(), ":0", "renew re-added");
+        });
+    }
+
+    /// Invariant 9 for an exclusive holder: its own-key watch (`record_lost`) ends
+    /// when another client overwrites or deletes the key, and not on its own renewals.
+    #[test]
+    fn a_writer_hears_its_key_taken_but_not_its_own_renewals() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        runtime().block_on(async {
+            let within = Duration::from_millis(800);
+            for tamper in ["SET {} 1|intruder|x PX 3000", "DEL {}"] {
+                let mut w = writer(&server.url(), "W", ttl);
+                leads("W", &mut w).await;
+                for _ in 0..2 {
+                    assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
+                    let own = tokio::time::timeout(within, w.record_lost()).await;
+                    assert!(own.is_err(), "W's own renewal read as its key lost");
+                }
+                server.command(&tamper.replace("{}", LOCK));
+                let heard = tokio::time::timeout(within, w.record_lost()).await;
+                assert!(heard.is_ok(), "W never heard of {tamper:?}");
+                server.command(&format!("DEL {LOCK}"));
+                // From the take on, before any renewal.
+                let mut v = writer(&server.url(), "V", ttl);
+                leads("V", &mut v).await;
+                server.command(&tamper.replace("{}", LOCK));
+                let heard = tokio::time::timeout(within, v.record_lost()).await;
+                assert!(
+                    heard.is_ok(),
+                    "V never heard of {tamper:?} before a renewal"
+                );
+                server.command(&format!("DEL {LOCK}"));
+            }
+        });
+    }
+
+    /// Tokens grow across every tenure, shared or exclusive, for candidates that
+    /// never saw an earlier one (a fresh process each time).
+    #[test]
+    fn tokens_grow_across_shared_and_exclusive_tenures() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut last = 0;
+            for round in 0..6 {
+                let id = format!("P{round}");
+                let token = match round % 3 {
+                    0 => {
+                        let mut b = reader(&server.url(), &id, ttl);
+                        let t = leads(&id, &mut b).await;
+                        b.release().await.expect("release");
+                        t
+                    }
+                    1 => {
+                        let mut b = writer(&server.url(), &id, ttl);
+                        let t = leads(&id, &mut b).await;
+                        b.release().await.expect("release");
+                        t
+                    }
+                    _ => {
+                        let mut b = elector(&server.url(), &id, ttl);
+                        let t = leads(&id, &mut b).await;
+                        b.release().await.expect("release");
+                        t
+                    }
+                };
+                assert!(token > last, "round {round}: token {token} after {last}");
+                last = token;
+            }
+        });
+    }
+
+    /// Waits on `b` until nothing is pending (notices heard before now, such as the
+    /// listener's look after it subscribed, wake a wait at once).
+    async fn settle(b: &mut impl Backend) {
+        for _ in 0..20 {
+            let short = Duration::from_millis(100);
+            if b.wait_for_change(short).await != Wake::Changed {
+                return;
+            }
+        }
+        panic!("a follower's wait never settled");
+    }
+
+    /// Followers wait without polling and wake at once: the last reader's release wakes
+    /// a waiting writer and (the baton) a waiting election's candidate; a writer's and
+    /// an election holder's release wake a waiting reader. (The ttl is long: any
+    /// other way to wake is many seconds away.)
+    #[test]
+    fn releases_wake_the_waiting_side_at_once() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(60);
+        let soon = Duration::from_secs(3);
+        let max = Duration::from_secs(40);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W", &mut w).await;
+            settle(&mut w).await;
+            let waited = tokio::join!(tokio::time::timeout(soon, w.wait_for_change(max)), async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                r.release().await.expect("release")
+            });
+            assert_eq!(waited.0.ok(), Some(Wake::Changed), "the writer slept on");
+            leads("W", &mut w).await;
+            does_not_lead("R", &mut r).await;
+            settle(&mut r).await;
+            let waited = tokio::join!(tokio::time::timeout(soon, r.wait_for_change(max)), async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                w.release().await.expect("release")
+            });
+            assert_eq!(waited.0.ok(), Some(Wake::Changed), "the reader slept on");
+
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("E", &mut e).await;
+            does_not_lead("R", &mut r).await;
+            settle(&mut r).await;
+            let waited = tokio::join!(tokio::time::timeout(soon, r.wait_for_change(max)), async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                e.release().await.expect("release")
+            });
+            assert_eq!(waited.0.ok(), Some(Wake::Changed), "the reader slept on E");
+            leads("R", &mut r).await;
+            does_not_lead("E", &mut e).await;
+            settle(&mut e).await;
+            let waited = tokio::join!(tokio::time::timeout(soon, e.wait_for_change(max)), async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                r.release().await.expect("release")
+            });
+            assert_eq!(waited.0.ok(), Some(Wake::Changed), "E slept on");
+            leads("E", &mut e).await;
+        });
+    }
+}
+
+/// What a waiting `--mode` candidate costs Redis at steady state (docs/slots.md): it
+/// looks when what keeps it out would expire and at the latest 3/4 ttl after its last
+/// look, so at most two script calls per ttl (MONITOR, 6 s at ttl 2 s); an election's
+/// follower waiting for the same reader sends its usual looks only.
+#[test]
+fn a_waiting_candidate_looks_at_most_twice_a_ttl_on_redis() {
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars = vec![spawn("r-0", "shared")];
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0]).then_some(())
+    });
+    assert!(held.is_some(), "the reader never led");
+    cars.push(spawn("w-0", "exclusive"));
+    cars[1].settles_in("follower", Duration::from_secs(20));
+    cars.push(spawn("r-1", "shared"));
+    cars[2].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent = seen.iter().filter(|(p, _)| ports.contains(p)).count();
+        eprintln!("{}: {sent} commands in 6 s", car.name);
+        if car.name == "r-0" {
+            assert!(sent >= 5, "the holder's renewals: {sent}");
+        } else {
+            assert!((1..=6).contains(&sent), "{}: {sent} commands", car.name);
+        }
+    }
+    assert_eq!(leading(&cars), [0], "only the reader holds");
 }

@@ -994,10 +994,11 @@ fn soak_13_shared_and_exclusive() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(10);
     let ttl = Duration::from_secs(2);
-    let run_on = |name: &str, args: &dyn Fn(usize) -> SidecarArgs, pause: bool| {
+    type Scenario = fn(SidecarArgs, Duration, Duration);
+    let run_on = |name: &str, args: &dyn Fn(usize) -> SidecarArgs, scenario: Scenario| {
         let t0 = Instant::now();
         for run in 0..runs {
-            common::modes::shared_and_exclusive(args(run).ttl("2s"), ttl, ttl, pause);
+            scenario(args(run).ttl("2s"), ttl, ttl);
         }
         let row = format!(
             "| {name} | {runs} | none | {:.1} min |\n",
@@ -1015,19 +1016,27 @@ fn soak_13_shared_and_exclusive() {
             std::fs::create_dir_all(&own).expect("dir");
             SidecarArgs::file(&own).election(&election(r))
         },
-        false,
+        |a, t, g| common::modes::shared_and_exclusive(a, t, g, false),
     );
+    let queued: Scenario = |a, t, g| common::modes::shared_and_exclusive(a, t, g, true);
+    let redis = common::redis_server::RedisServer::start();
+    run_on(
+        "redis",
+        &|r| SidecarArgs::redis(&redis.url()).election(&election(r)),
+        common::modes::shared_and_exclusive_without_a_queue,
+    );
+    drop(redis);
     let etcd = EtcdCluster::start(1);
     run_on(
         "etcd",
         &|r| SidecarArgs::etcd(&etcd.endpoints()).election(&election(r)),
-        true,
+        queued,
     );
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     run_on(
         "zookeeper",
         &|r| SidecarArgs::zookeeper(&zk.connect_string()).election(&election(r)),
-        true,
+        queued,
     );
 }

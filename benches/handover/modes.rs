@@ -1,4 +1,4 @@
-//! `LK_BENCH_ONLY=modes`: the read-write lock (`--mode`) on file, etcd and ZooKeeper:
+//! `LK_BENCH_ONLY=modes`: the read-write lock (`--mode`) on file, Redis, etcd and ZooKeeper:
 //! an exclusive lock taken after the last shared holder leaves (two readers hold, a
 //! writer waits; the first reader stops, then the second's SIGTERM → the writer's
 //! claim, from the transition logs).
@@ -9,6 +9,7 @@ use leasekeeper::clock::monotonic_now_ns;
 
 use crate::common::etcd_server::EtcdCluster;
 use crate::common::modes::leading;
+use crate::common::redis_server::RedisServer;
 use crate::common::slots::logged_claims;
 use crate::common::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
@@ -19,6 +20,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let row = "an exclusive lock taken after the last shared holder's SIGTERM";
     let args = SidecarArgs::file(dir.path()).ttl("15s");
     report.latency(&format!("file: {row}"), handovers(args, rounds));
+    let redis = RedisServer::start();
+    let args = SidecarArgs::redis(&redis.url()).ttl("15s");
+    report.latency(&format!("redis: {row}"), handovers(args, rounds));
+    drop(redis);
     let etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
     report.latency(&format!("etcd: {row}"), handovers(args, rounds));

@@ -8,7 +8,9 @@
 //! - `leasekeeper:{<election>}:baton`, `…:alive` and channel `…:leader`: the handover
 //!   without a herd (see [`baton`]);
 //! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
-//!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]).
+//!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]);
+//! - `leasekeeper:{<election>}:readers`, `…:writer-waits` and channel `…:rw`: the
+//!   read-write lock (`--mode`, see [`rw`]); the take refuses while live readers exist.
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -60,6 +62,7 @@ use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
 pub(crate) mod baton;
+pub mod rw;
 mod settings;
 pub(crate) mod switchover;
 pub use settings::{Args, RedisSettings};
@@ -80,7 +83,10 @@ end
 "#;
 
 /// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
-/// lock, store ms}.
+/// lock, store ms}. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
+/// it out as a holder would: the answer names the first of them, with the time until
+/// the last one's expiry, and marks this candidate as a waiting writer (`KEYS[6]`,
+/// for two ttl) so that no new shared holder comes in meanwhile.
 const ACQUIRE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
@@ -98,6 +104,11 @@ local left = reserved(KEYS[3], ARGV[2])
 if left then
   return {0, '', left, now}
 end
+local reader, last = live_readers(KEYS[5], now)
+if reader then
+  redis.call('ZADD', KEYS[6], now + 2 * tonumber(ARGV[3]), ARGV[1])
+  return {0, reader, last - now, now}
+end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], floor)
@@ -113,12 +124,28 @@ end
 local value = ARGV[1] .. token .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 redis.call('DEL', KEYS[4])
+redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1, now}
 "#;
 
+/// Lua prelude of the take scripts: `live_readers(key, now)` drops the shared holders
+/// whose expiry (score, the store's ms) has passed, and returns the first one left
+/// with the latest expiry, or nil when there is none (see [`rw`]).
+pub(crate) const READERS: &str = r#"
+local function live_readers(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local first = redis.call('ZRANGE', key, 0, 0)
+  if #first == 0 then
+    return nil, now
+  end
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return first[1], tonumber(last[2])
+end
+"#;
+
 /// Compare-and-PEXPIRE. Returns {kept (2: refused, too late), store ms}.
-const RENEW: &str = r#"
+pub(crate) const RENEW: &str = r#"
 local late, now = too_late(ARGV[3])
 if late then
   return {2, now}
@@ -135,13 +162,17 @@ return {0, now}
 
 /// Compare-and-DEL. A switchover (`ARGV[3]` = `all`) announces the release to every
 /// follower; a plain release hands one follower the baton (`KEYS[2]`, PX `ARGV[4]`),
-/// also when the lock is already gone (someone should look), see [`baton`].
+/// also when the lock is already gone (someone should look), see [`baton`]. It also
+/// withdraws our mark as a waiting writer (`KEYS[3]`) and tells the read-write lock's
+/// followers (channel `ARGV[5]`, see [`rw`]) that the lock is free.
 /// Returns 1 when it released our lock.
 const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 local mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+redis.call('ZREM', KEYS[3], ARGV[1])
 if mine then
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[5], 'released')
 end
 if ARGV[3] == 'all' then
   if mine then
@@ -174,6 +205,12 @@ pub struct Keys {
     pub alive: String,
     /// Where a new leader announces itself once it has claimed (see [`baton`]).
     pub leader: String,
+    /// The shared holders of the read-write lock (see [`rw`]).
+    pub readers: String,
+    /// The exclusive candidates waiting for the shared holders (see [`rw`]).
+    pub writer_waits: String,
+    /// Where the read-write lock's followers hear that it may be free (see [`rw`]).
+    pub rw: String,
 }
 
 impl Keys {
@@ -187,6 +224,9 @@ impl Keys {
             baton: format!("leasekeeper:{{{election}}}:baton"),
             alive: format!("leasekeeper:{{{election}}}:alive"),
             leader: format!("leasekeeper:{{{election}}}:leader"),
+            readers: format!("leasekeeper:{{{election}}}:readers"),
+            writer_waits: format!("leasekeeper:{{{election}}}:writer-waits"),
+            rw: format!("leasekeeper:{{{election}}}:rw"),
         }
     }
 }
@@ -238,6 +278,18 @@ impl Node {
         op_timeout: Duration,
     ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
         Self::connect(settings, keys, identity, wake, op_timeout, Hears::Events)
+    }
+
+    /// As [`Node::connect_tracking`], for a candidate of the read-write lock
+    /// (`--mode`), whose listener asks for a look on every message (see [`rw`]).
+    pub(crate) fn connect_rw(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(settings, keys, identity, wake, op_timeout, Hears::ReadWrite)
     }
 
     /// As [`Node::connect_tracking`], for a `redis` candidate, whose listener hears the
@@ -364,7 +416,7 @@ pub struct RedisBackend {
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
-const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
 
 /// What a script answers when the request came after its use-by and did nothing.
 pub(crate) const REFUSED: i64 = 2;
@@ -429,7 +481,10 @@ impl RedisBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            acquire: Script::new(&format!("{CLOCK}{}{ACQUIRE}", switchover::RESERVED)),
+            acquire: Script::new(&format!(
+                "{CLOCK}{}{READERS}{ACQUIRE}",
+                switchover::RESERVED
+            )),
             renew: Script::new(&format!("{CLOCK}{RENEW}")),
             clock: StoreClock::new(lease.timing.clock_drift),
             patience: op_timeout,
@@ -477,13 +532,15 @@ impl RedisBackend {
         release
             .cmd("EVAL")
             .arg(&self.release)
-            .arg(2)
+            .arg(3)
             .arg(&self.keys.lock)
             .arg(&self.keys.baton)
+            .arg(&self.keys.writer_waits)
             .arg(&prefix)
             .arg(&self.keys.events)
             .arg(if to.is_some() { "all" } else { "one" })
-            .arg(self.ttl_ms().max(1));
+            .arg(self.ttl_ms().max(1))
+            .arg(&self.keys.rw);
         // A release is the one request a graceful stop depends on: if it met a connection
         // that died since the last use (a restarted server), it is worth one more try on
         // the fresh connection, or the followers wait a whole ttl.
@@ -725,6 +782,9 @@ pub(crate) enum Hears {
     /// `acquired|…` on the announcement channel, published by the new leader once it
     /// has claimed (`redis`); the take's own `acquired|…` wakes nobody.
     Announcements,
+    /// None: every message on the events channel and on the read-write lock's channel
+    /// asks for a look (`redis --mode`, see [`rw`]).
+    ReadWrite,
 }
 
 /// Keeps one pub/sub connection subscribed to the election's events, to key expiry
@@ -740,8 +800,10 @@ pub(crate) async fn listen(l: Listen) {
         let subscribed = async {
             let mut pubsub = l.client.get_async_pubsub().await?;
             pubsub.subscribe(&l.keys.events).await?;
-            if l.hears == Hears::Announcements {
-                pubsub.subscribe(&l.keys.leader).await?;
+            match l.hears {
+                Hears::Announcements => pubsub.subscribe(&l.keys.leader).await?,
+                Hears::ReadWrite => pubsub.subscribe(&l.keys.rw).await?,
+                Hears::Events => {}
             }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
@@ -775,20 +837,22 @@ fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
         l.notices.announce(&String::from_utf8_lossy(value));
         true
     };
+    let look = || {
+        l.notices.look();
+        true
+    };
     if channel == l.keys.events {
-        match payload.strip_prefix(b"acquired|") {
-            Some(_) if l.hears == Hears::Announcements => false,
-            Some(value) => announced(value),
-            None => {
-                l.notices.look();
-                true
-            }
+        match (payload.strip_prefix(b"acquired|"), l.hears) {
+            (Some(_), Hears::Announcements) => false,
+            (Some(value), Hears::Events) => announced(value),
+            _ => look(),
         }
+    } else if channel == l.keys.rw && l.hears == Hears::ReadWrite {
+        look()
     } else if channel == l.keys.leader {
         payload.strip_prefix(b"acquired|").is_some_and(announced)
     } else if channel == expired && payload == l.keys.lock.as_bytes() {
-        l.notices.look();
-        true
+        look()
     } else {
         false
     }
@@ -838,6 +902,8 @@ impl Backend for RedisBackend {
             .key(&self.keys.fence)
             .key(&self.keys.to)
             .key(&self.keys.baton)
+            .key(&self.keys.readers)
+            .key(&self.keys.writer_waits)
             .arg(&prefix)
             .arg(&self.identity)
             .arg(self.ttl_ms())

@@ -19,7 +19,7 @@ use crate::backend::file::{slot_path, FileBackend};
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes::KubeBackend;
 #[cfg(feature = "redis")]
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{rw::RwBackend, RedisBackend};
 #[cfg(feature = "redis")]
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::slots::{slot_election, Slots};
@@ -225,6 +225,11 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
                 anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
             })?;
             serve(slots, start).await
+        }
+        #[cfg(feature = "redis")]
+        BackendSettings::Redis(redis) if s.mode != crate::backend::LockMode::Election => {
+            let slots = slots_of(s, |lease, _| RwBackend::new(redis, lease));
+            serve(slots.context("--redis-url")?, start).await
         }
         #[cfg(feature = "redis")]
         BackendSettings::Redis(redis) => {

@@ -74,6 +74,18 @@ pub fn check_mode_claims(claims: &[LoggedClaim], shared: impl Fn(&str) -> bool) 
 /// SIGSTOP lets a waiting writer in after the ttl. The logged claims keep every rule
 /// of [`check_mode_claims`].
 pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
+    scenario(args, ttl, graceful, pause, true);
+}
+
+/// [`shared_and_exclusive`] on a store whose waiting candidates form no queue (Redis:
+/// whoever looks first after a crashed holder's expiry takes the lock): the
+/// election's candidate comes once the reader leads after the writer's kill -9, not
+/// before (queued behind the reader, it would race it), and then waits for it.
+pub fn shared_and_exclusive_without_a_queue(args: SidecarArgs, ttl: Duration, graceful: Duration) {
+    scenario(args, ttl, graceful, true, false);
+}
+
+fn scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool, queue: bool) {
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |name: &str, mode: Option<&str>| {
         let log = dir.path().join(format!("{name}.jsonl"));
@@ -114,15 +126,21 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
     never_lead(&cars, &[4], ttl / 2, "beside the writer");
 
     // The writer's kill -9: the waiting reader gets in after the ttl; an election's
-    // candidate, queued behind it, waits.
-    cars.push(spawn("e-0", None));
-    cars[5].settles_in("follower", start);
+    // candidate, queued behind it (or come after it), waits.
+    if queue {
+        cars.push(spawn("e-0", None));
+        cars[5].settles_in("follower", start);
+    }
     let killed = (
         u64::from(cars[3].pid),
         leasekeeper::clock::monotonic_now_ns(),
     );
     cars[3].kill();
     lead_exactly(&cars, &[4], start, "the reader after the writer");
+    if !queue {
+        cars.push(spawn("e-0", None));
+        cars[5].settles_in("follower", start);
+    }
     never_lead(
         &cars,
         &[5],

@@ -1,0 +1,676 @@
+//! The read-write lock on one Redis server (`--mode shared|exclusive`).
+//!
+//! Keys, beside the election's (all hash-tagged with `{<election>}`):
+//! - the **exclusive holder** is the election's own lock key, `…:lock` =
+//!   `<nonce>|<token>|<identity>` with a PX ttl: a `--mode exclusive` holder and an
+//!   election's holder (no `--mode`) are the same thing on the wire, so each keeps the
+//!   other out, and the election's followers see a writer as a holder;
+//! - the **shared holders**: the sorted set `…:readers`, member = the holder's value
+//!   `<nonce>|<token>|<identity>`, score = its expiry in the server's milliseconds;
+//!   every script drops the members whose expiry has passed before it decides;
+//! - the **waiting writers**: the sorted set `…:writer-waits`, member = the writer's
+//!   `<nonce>|`, score = two ttl after its last look (the server's ms). While one lives,
+//!   no new shared holder comes in (writers are not starved); a writer's look refreshes
+//!   it, its take or its release removes it, and a crashed writer's runs out;
+//! - the fencing counter `…:fence`, bumped by every take, shared or exclusive, so
+//!   tokens grow across every tenure of the election.
+//!
+//! Every decision is one Lua script judged by the server's clock ([`TAKE`], the
+//! shared holder's compare-and-act [`RENEW_SHARED`], the exclusive holder's renewal
+//! the election's, and [`RELEASE`]); the election's own take refuses while shared
+//! holders live, and marks its candidate as a waiting writer, as [`TAKE`] does.
+//!
+//! **Waiting.** A follower's listener hears the events channel and `…:rw`: every
+//! release of the exclusive lock (the election's too) and the release of the last
+//! shared holder publish there, and every follower of the read-write lock looks then
+//! (one script call each). It also looks by itself when what kept it out would expire
+//! (a crashed or stopped holder), and at the latest 3/4 ttl after its last look, so
+//! its `/leader` stays current and a waiting writer's mark never lapses: about 1.3
+//! script calls per ttl per waiting candidate (0.09/s at the default 15 s ttl); the
+//! election's followers keep sending nothing. The election's release also hands the
+//! baton, and so does the last shared holder's, so an election's candidate waiting for
+//! readers wakes at once.
+//!
+//! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
+//! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
+//! holder does not (every reader's renewal changes the one sorted set), so a tampered
+//! entry is found by its next renewal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use redis::{PushInfo, PushKind, Script};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::{
+    baton, new_nonce, parse_value, store, switchover, too_late, Keys, Node, RedisSettings, CLOCK,
+    OWN_PUSH_WINDOW, READERS, REFUSED, RENEW,
+};
+use crate::backend::store_clock::StoreClock;
+use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::status::{FencingToken, Holder, Mode};
+
+/// How many shared holders a look lists for `/leader` (as etcd's).
+const SHOWN: usize = 16;
+
+/// Take or adopt, shared (`ARGV[7]` = `shared`) or exclusive. KEYS: lock, fence,
+/// readers, writer-waits, switchover reservation, baton. ARGV: our `<nonce>|`,
+/// identity, ttl ms, floor, events channel, use-by, mode, how many readers to list.
+/// Returns {code, value, pttl, store ms, readers listed}; code 1 taken (value ours),
+/// 0 held exclusively (value the holder's, pttl its expiry), 3 kept out by the shared
+/// holders (a writer) or by a waiting writer (a reader), pttl until the last expires,
+/// 2 too late (nothing done).
+pub const TAKE: &str = r#"
+local late, now = too_late(ARGV[6])
+if late then
+  return {2, '', -1, now, {}}
+end
+local prefix, ttl = ARGV[1], tonumber(ARGV[3])
+local shared = ARGV[7] == 'shared'
+local function mine(v)
+  return string.sub(v, 1, #prefix) == prefix
+end
+local reader, last = live_readers(KEYS[3], now)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local shown = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[8]) - 1)
+local cur = redis.call('GET', KEYS[1])
+if shared and reader then
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if mine(m) then
+      redis.call('ZADD', KEYS[3], now + ttl, m)
+      return {1, m, -1, now, shown}
+    end
+  end
+end
+if cur and not shared and mine(cur) then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('ZREM', KEYS[4], prefix)
+  return {1, cur, -1, now, {}}
+end
+if not shared and (cur or reader) then
+  redis.call('ZADD', KEYS[4], now + 2 * ttl, prefix)
+end
+if cur then
+  return {0, cur, redis.call('PTTL', KEYS[1]), now, {}}
+end
+local left = reserved(KEYS[5], ARGV[2])
+if left then
+  return {0, '', left, now, {}}
+end
+if shared then
+  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if #w > 0 then
+    return {3, '', tonumber(w[2]) - now, now, shown}
+  end
+elseif reader then
+  return {3, '', last - now, now, shown}
+end
+local floor = tonumber(ARGV[4])
+if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], floor)
+  local fenced = 'quarantine|' .. floor .. '|'
+  redis.call('SET', KEYS[1], fenced, 'PX', ttl)
+  return {0, fenced, ttl, now, {}}
+end
+local token = redis.call('INCR', KEYS[2])
+if token <= floor then
+  token = floor + 1
+  redis.call('SET', KEYS[2], token)
+end
+local value = prefix .. token .. '|' .. ARGV[2]
+if shared then
+  redis.call('ZADD', KEYS[3], now + ttl, value)
+  return {1, value, -1, now, shown}
+end
+redis.call('SET', KEYS[1], value, 'PX', ttl)
+redis.call('DEL', KEYS[6])
+redis.call('ZREM', KEYS[4], prefix)
+redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
+return {1, value, -1, now, {}}
+"#;
+
+/// A shared holder's compare-and-act renewal: only its own entry, only while it has
+/// not expired, and only while nobody holds the lock exclusively. KEYS: readers, lock.
+/// ARGV: our value, ttl ms, use-by. Returns {kept (2: too late), store ms}.
+pub const RENEW_SHARED: &str = r#"
+local late, now = too_late(ARGV[3])
+if late then
+  return {2, now}
+end
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  return {1, now}
+end
+return {0, now}
+"#;
+
+/// Give back whatever of ours the lock holds (compare-and-DEL of the exclusive lock,
+/// our shared entries, our waiting mark). When the lock is then free of every holder,
+/// hand the baton to one of the election's followers and tell the read-write lock's
+/// followers (`ARGV[2]`). KEYS: lock, readers, writer-waits, baton. ARGV: our
+/// `<nonce>|`, channel, the baton's PX. Returns 1 when it released a tenure of ours.
+pub const RELEASE: &str = r#"
+local prefix = ARGV[1]
+local function mine(v)
+  return string.sub(v, 1, #prefix) == prefix
+end
+redis.call('ZREM', KEYS[3], prefix)
+local cur = redis.call('GET', KEYS[1])
+local released, free = 0, false
+if cur and mine(cur) then
+  redis.call('DEL', KEYS[1])
+  released, free = 1, true
+end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if mine(m) then
+    redis.call('ZREM', KEYS[2], m)
+    released = 1
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', store_ms())
+    free = redis.call('ZCARD', KEYS[2]) == 0 and not redis.call('GET', KEYS[1])
+  end
+end
+if free then
+"#;
+
+const RELEASE_END: &str = r#"
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return released
+"#;
+
+/// What one take script said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// We hold the lock (taken, or our earlier take adopted), with this value.
+    Took(String),
+    /// Held exclusively (an exclusive or an election's holder, a quarantine, or left to
+    /// a switchover's candidate: value empty), for `pttl` ms more (-1: unknown).
+    Exclusive { value: String, pttl: i64 },
+    /// Kept out by the shared holders (a writer) or by a waiting writer (a reader),
+    /// for `pttl` ms at most unless renewed.
+    KeptOut { pttl: i64 },
+    /// The request came after its use-by and did nothing.
+    TooLate,
+}
+
+/// Reads a take script's answer.
+pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
+    match code {
+        1 => Ok(Look::Took(value)),
+        0 => Ok(Look::Exclusive { value, pttl }),
+        3 => Ok(Look::KeptOut { pttl }),
+        REFUSED => Ok(Look::TooLate),
+        other => Err(format!("unknown answer {other} of the take script")),
+    }
+}
+
+fn holder(value: &str) -> Option<Holder> {
+    let parsed = parse_value(value);
+    (!parsed.identity.is_empty()).then(|| Holder {
+        identity: parsed.identity.to_owned(),
+        token: parsed.token,
+    })
+}
+
+/// Who holds the lock, as a look found it (`readers`: the shared holders it listed;
+/// `mode`: how we asked), for `/leader`: the exclusive holder alone, or the shared
+/// holders (ours among them when we took shared).
+pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, Mode)> {
+    let shared = |vs: &[String]| -> Vec<(Holder, Mode)> {
+        (vs.iter().filter_map(|v| holder(v)))
+            .map(|h| (h, Mode::Shared))
+            .take(SHOWN)
+            .collect()
+    };
+    match look {
+        Look::Took(own) if mode == LockMode::Shared => {
+            let mut all = readers.to_vec();
+            if !all.contains(own) {
+                all.insert(0, own.clone());
+            }
+            shared(&all)
+        }
+        Look::Took(own) | Look::Exclusive { value: own, .. } => holder(own)
+            .map(|h| (h, Mode::Exclusive))
+            .into_iter()
+            .collect(),
+        Look::KeptOut { .. } => shared(readers),
+        Look::TooLate => Vec::new(),
+    }
+}
+
+/// When a follower looks again by itself after a look that found `look`: when what
+/// kept it out would expire unless renewed (2 ms after), at the latest 3/4 ttl later
+/// (its `/leader` stays current, and a writer's mark, two ttl, never lapses).
+pub fn next_look(look: &Look, ttl: Duration) -> Duration {
+    let latest = ttl * 3 / 4;
+    let pttl = match look {
+        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } => *pttl,
+        Look::Took(_) | Look::TooLate => -1,
+    };
+    match u64::try_from(pttl) {
+        Ok(ms) => latest.min(Duration::from_millis(ms.saturating_add(2))),
+        Err(_) => latest,
+    }
+}
+
+/// A candidate of the read-write lock on one Redis server.
+pub struct RwBackend {
+    node: Node,
+    /// Pushes of the command connection: an exclusive holder's tracking of its key,
+    /// the library's disconnect notices.
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    keys: Keys,
+    identity: String,
+    mode: LockMode,
+    ttl: Duration,
+    /// This tenure's nonce; rotated on every release.
+    nonce: String,
+    /// Our value while we hold.
+    value: Option<String>,
+    /// The highest token seen; new tokens never go below it.
+    floor: FencingToken,
+    wake: Arc<Notify>,
+    /// When a follower looks by itself.
+    look_at: Option<Instant>,
+    take: Script,
+    renew: Script,
+    release: String,
+    clock: StoreClock,
+    patience: Duration,
+    /// Who holds, as last observed (for `/leader`'s holders).
+    observed: Vec<(Holder, Mode)>,
+    /// Whether `CLIENT TRACKING` of the lock key is on (an exclusive holder's).
+    tracking: bool,
+    /// Until when a push is taken for the invalidation of our own last renewal.
+    own_push_until: Option<Instant>,
+}
+
+impl RwBackend {
+    /// Connects lazily: an unreachable server is not an error here, the elector retries.
+    pub fn new(settings: &RedisSettings, lease: &Candidacy) -> Result<Self, BackendError> {
+        let keys = Keys::for_election(lease.election);
+        let wake = Arc::new(Notify::new());
+        let op_timeout = lease.timing.backend_timeout;
+        let (node, pushes) =
+            Node::connect_rw(settings, &keys, lease.identity, wake.clone(), op_timeout)?;
+        Ok(RwBackend {
+            node,
+            pushes,
+            keys,
+            identity: lease.identity.to_owned(),
+            mode: lease.mode,
+            ttl: lease.timing.ttl,
+            nonce: new_nonce(),
+            value: None,
+            floor: 0,
+            wake,
+            look_at: None,
+            take: Script::new(&format!("{CLOCK}{}{READERS}{TAKE}", switchover::RESERVED)),
+            renew: Script::new(&format!(
+                "{CLOCK}{}",
+                if lease.mode == LockMode::Shared {
+                    RENEW_SHARED
+                } else {
+                    RENEW
+                }
+            )),
+            release: format!(
+                "{CLOCK}{RELEASE}{}{RELEASE_END}",
+                baton::hand_out("KEYS[4]", "ARGV[3]")
+            ),
+            clock: StoreClock::new(lease.timing.clock_drift),
+            patience: op_timeout,
+            observed: Vec::new(),
+            tracking: false,
+            own_push_until: None,
+        })
+    }
+
+    /// An exclusive holder's watch of its own key, as the election's holder's (see
+    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
+    /// one round trip; `true` when it still holds our value, so that every later
+    /// change by anyone else is pushed to us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        self.drain_pushes();
+        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    /// Best effort, at a release: followers need no pushes.
+    async fn stop_tracking(&mut self) {
+        if std::mem::take(&mut self.tracking) {
+            let _: Result<(), _> = redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("OFF")
+                .query_async(&mut self.node.conn)
+                .await;
+        }
+        self.drain_pushes();
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Takes the pushes so far; a disconnect notice means the tracking is gone.
+    fn drain_pushes(&mut self) {
+        while let Ok(push) = self.pushes.try_recv() {
+            if push.kind == PushKind::Disconnection {
+                self.tracking = false;
+            }
+        }
+    }
+
+    fn flag(&self) -> &'static str {
+        self.mode.flag().unwrap_or("exclusive")
+    }
+
+    /// One take script: what it said, and the shared holders it listed.
+    async fn look(&mut self) -> Result<(Look, Vec<String>), BackendError> {
+        self.drain_pushes();
+        let sent = Instant::now();
+        let (code, value, pttl, store_ms, readers): (i64, String, i64, u64, Vec<String>) = self
+            .take
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .key(&self.keys.readers)
+            .key(&self.keys.writer_waits)
+            .key(&self.keys.to)
+            .key(&self.keys.baton)
+            .arg(format!("{}|", self.nonce))
+            .arg(&self.identity)
+            .arg(self.ttl_ms())
+            .arg(self.floor)
+            .arg(&self.keys.events)
+            .arg(self.clock.use_by(sent, self.patience))
+            .arg(self.flag())
+            .arg(SHOWN)
+            .invoke_async(&mut self.node.conn)
+            .await
+            .map_err(store("campaign"))?;
+        self.clock.learn(sent, Instant::now(), store_ms);
+        let look = judge(code, value, pttl).map_err(|message| BackendError::Store {
+            op: "campaign",
+            message,
+        })?;
+        Ok((look, readers))
+    }
+}
+
+impl Backend for RwBackend {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        Some(crate::status::Slots::one_lock(
+            self.observed.iter().cloned(),
+        ))
+    }
+
+    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        // What was heard so far is older than this look: no second look for it.
+        self.node.notices.clear();
+        let _ = self.wake.notified().now_or_never();
+        let (look, readers) = self.look().await?;
+        self.observed = holders(&look, &readers, self.mode);
+        for (h, _) in &self.observed {
+            self.floor = self.floor.max(h.token.unwrap_or(0));
+        }
+        self.look_at = Some(Instant::now() + next_look(&look, self.ttl));
+        match look {
+            Look::TooLate => Err(too_late("campaign")),
+            Look::Took(value) => {
+                let token = parse_value(&value)
+                    .token
+                    .ok_or_else(|| BackendError::Store {
+                        op: "campaign",
+                        message: format!("lock value without a token: {value:?}"),
+                    })?;
+                self.floor = self.floor.max(token);
+                self.value = Some(value);
+                self.look_at = None;
+                if self.mode == LockMode::Exclusive && !self.track_own_key("campaign").await? {
+                    // Taken or deleted between our two requests: not ours to claim.
+                    self.value = None;
+                    return Ok(Campaign::Held(None));
+                }
+                Ok(Campaign::Acquired { token })
+            }
+            Look::Exclusive { value, .. } => {
+                if let Some(t) = parse_value(&value).token {
+                    self.floor = self.floor.max(t);
+                }
+                Ok(Campaign::Held(holder(&value)))
+            }
+            Look::KeptOut { .. } => Ok(Campaign::Held(
+                self.observed.first().map(|(h, _)| h.clone()),
+            )),
+        }
+    }
+
+    async fn renew(&mut self) -> Result<Renewal, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(Renewal::Lost);
+        };
+        if self.mode == LockMode::Exclusive {
+            // The script checks our value itself: pushes so far say nothing more.
+            self.drain_pushes();
+            if !self.tracking && !self.track_own_key("renew").await? {
+                return Ok(Renewal::Lost);
+            }
+        }
+        let sent = Instant::now();
+        let mut call = self.renew.prepare_invoke();
+        if self.mode == LockMode::Shared {
+            call.key(&self.keys.readers).key(&self.keys.lock);
+        } else {
+            call.key(&self.keys.lock).key(&self.keys.alive);
+        }
+        let (kept, store_ms): (i64, u64) = call
+            .arg(&value)
+            .arg(self.ttl_ms())
+            .arg(self.clock.use_by(sent, self.patience))
+            .invoke_async(&mut self.node.conn)
+            .await
+            .map_err(store("renew"))?;
+        self.clock.learn(sent, Instant::now(), store_ms);
+        match kept {
+            1 => {
+                // Its own invalidation follows the answer (see `record_lost`).
+                self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
+                Ok(Renewal::Renewed)
+            }
+            REFUSED => Err(too_late("renew")),
+            _ => Ok(Renewal::Lost),
+        }
+    }
+
+    /// An exclusive holder hears of its key taken or deleted by anyone else at once,
+    /// as the election's holder does (invariant 9): the first push within
+    /// [`OWN_PUSH_WINDOW`] of a renewal's answer is that renewal's own, any other is
+    /// checked by a read. A shared holder does not watch its entry (every other
+    /// reader's renewal changes the same key): a tampered entry is found by its next
+    /// renewal.
+    async fn record_lost(&mut self) {
+        if self.mode != LockMode::Exclusive {
+            return std::future::pending().await;
+        }
+        while let Some(push) = self.pushes.recv().await {
+            match push.kind {
+                PushKind::Disconnection => {
+                    self.tracking = false;
+                    continue;
+                }
+                PushKind::Invalidate if self.tracking => {}
+                _ => continue,
+            }
+            let own = self.own_push_until.take();
+            if own.is_some_and(|u| Instant::now() <= u) {
+                continue;
+            }
+            let Some(value) = self.value.clone() else {
+                return;
+            };
+            let current: Result<Option<String>, _> = redis::cmd("GET")
+                .arg(&self.keys.lock)
+                .query_async(&mut self.node.conn)
+                .await;
+            if matches!(current, Ok(ref v) if v.as_deref() != Some(value.as_str())) {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// One request (`EVAL` with the text: a server that lost its script cache costs no
+    /// second round trip), tried once more on a fresh connection when the last one died.
+    async fn release(&mut self) -> Result<(), BackendError> {
+        let prefix = format!("{}|", self.nonce);
+        self.nonce = new_nonce();
+        self.value = None;
+        let mut release = redis::cmd("EVAL");
+        release
+            .arg(&self.release)
+            .arg(4)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.readers)
+            .arg(&self.keys.writer_waits)
+            .arg(&self.keys.baton)
+            .arg(&prefix)
+            .arg(&self.keys.rw)
+            .arg(self.ttl_ms().max(1));
+        let first: Result<i64, _> = release.query_async(&mut self.node.conn).await;
+        match first {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                let _: i64 = release
+                    .query_async(&mut self.node.conn)
+                    .await
+                    .map_err(store("release"))?;
+            }
+            other => {
+                other.map_err(store("release"))?;
+            }
+        }
+        self.stop_tracking().await;
+        self.node.notices.clear();
+        Ok(())
+    }
+
+    async fn release_to(&mut self, _to: &str) -> Result<(), BackendError> {
+        Err(crate::backend::no_switchover_with(self.flag()))
+    }
+
+    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        Err(crate::backend::no_switchover_with(self.flag()))
+    }
+
+    /// A notice of the listener (a release, a take, an expiry), or the time to look by
+    /// itself ([`next_look`]): `Changed`, a look. `max` first: `Waiting`.
+    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        let until = Instant::now() + max;
+        let look_at = self.look_at.unwrap_or(until);
+        tokio::select! {
+            _ = self.wake.notified() => Wake::Changed,
+            _ = tokio::time::sleep_until(until.min(look_at)) => {
+                if Instant::now() >= look_at { Wake::Changed } else { Wake::Waiting }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read_by_their_code() {
+        assert_eq!(judge(1, "n|3|a".into(), -1), Ok(Look::Took("n|3|a".into())));
+        assert_eq!(
+            judge(0, "n|3|a".into(), 900),
+            Ok(Look::Exclusive {
+                value: "n|3|a".into(),
+                pttl: 900
+            })
+        );
+        assert_eq!(judge(3, String::new(), 40), Ok(Look::KeptOut { pttl: 40 }));
+        assert_eq!(judge(2, String::new(), -1), Ok(Look::TooLate));
+        assert!(judge(7, String::new(), -1).is_err());
+    }
+
+    #[test]
+    fn holders_are_the_exclusive_one_or_the_shared_ones() {
+        let readers = vec!["a|1|r-a".to_owned(), "b|2|r-b".to_owned()];
+        let ids = |v: Vec<(Holder, Mode)>| -> Vec<(String, Option<u64>, Mode)> {
+            v.into_iter()
+                .map(|(h, m)| (h.identity, h.token, m))
+                .collect()
+        };
+        let w = Look::Exclusive {
+            value: "w|9|w-0".into(),
+            pttl: 5,
+        };
+        assert_eq!(
+            ids(holders(&w, &[], LockMode::Shared)),
+            [("w-0".into(), Some(9), Mode::Exclusive)]
+        );
+        let kept = Look::KeptOut { pttl: 5 };
+        assert_eq!(
+            ids(holders(&kept, &readers, LockMode::Exclusive)),
+            [
+                ("r-a".into(), Some(1), Mode::Shared),
+                ("r-b".into(), Some(2), Mode::Shared)
+            ]
+        );
+        let took = Look::Took("c|3|r-c".into());
+        assert_eq!(holders(&took, &readers, LockMode::Shared).len(), 3);
+        assert_eq!(
+            ids(holders(&took, &readers, LockMode::Exclusive)),
+            [("r-c".into(), Some(3), Mode::Exclusive)]
+        );
+        let quarantine = Look::Exclusive {
+            value: "quarantine|4|".into(),
+            pttl: 5,
+        };
+        assert!(holders(&quarantine, &[], LockMode::Shared).is_empty());
+        let many: Vec<String> = (0..40).map(|i| format!("n{i}|{i}|r-{i}")).collect();
+        assert_eq!(holders(&kept, &many, LockMode::Exclusive).len(), SHOWN);
+    }
+
+    #[test]
+    fn a_follower_looks_when_the_blocker_expires_and_at_least_every_three_quarters_ttl() {
+        let ttl = Duration::from_secs(2);
+        let ex = |pttl| Look::Exclusive {
+            value: String::new(),
+            pttl,
+        };
+        assert_eq!(next_look(&ex(100), ttl), Duration::from_millis(102));
+        assert_eq!(next_look(&ex(1_900), ttl), Duration::from_millis(1_500));
+        assert_eq!(next_look(&ex(-1), ttl), Duration::from_millis(1_500));
+        assert_eq!(
+            next_look(&Look::KeptOut { pttl: 3_000 }, ttl),
+            Duration::from_millis(1_500)
+        );
+        assert_eq!(
+            next_look(&Look::KeptOut { pttl: 0 }, ttl),
+            Duration::from_millis(2)
+        );
+    }
+}
