@@ -310,6 +310,24 @@ fn mysql_concurrent_shared_and_exclusive() {
     ));
 }
 
+#[test]
+fn postgres_a_release_racing_a_join_keeps_the_row() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_a_release_racing_a_join_keeps_the_row() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
+        &db,
+        MysqlBackend::new,
+    ));
+}
+
 /// `leasekeeper run --mode shared`: two commands run at once, each told its mode.
 #[test]
 fn run_passes_the_mode_and_shared_commands_run_at_once() {

@@ -87,9 +87,17 @@ pub async fn shared_and_exclusive_rows<B: Backend>(
     kept_out("E beside shared holders", &mut e).await;
     kept_out("R3 while writers wait", &mut r3).await;
 
-    // R1's row deleted by hand: R1 renews nothing, R2 still does; R1's release
+    // R1's row expired by hand (as if R1 had been paused): R1 renews nothing (no
+    // shared tenure comes back past the waiting writers), R2 still does; R1's release
     // leaves the row to R2.
-    db.admin("DELETE FROM leasekeeper_leases_shared WHERE holder = 'R1'");
+    db.admin(&format!(
+        "UPDATE leasekeeper_leases_shared SET expires_at = {} WHERE holder = 'R1'",
+        if db.backend() == "postgres" {
+            "now()"
+        } else {
+            "UTC_TIMESTAMP(6)"
+        }
+    ));
     assert_eq!(r1.renew().await.expect("renew"), Renewal::Lost, "R1");
     assert_eq!(r2.renew().await.expect("renew"), Renewal::Renewed, "R2");
     r1.release().await.expect("release");
@@ -155,4 +163,71 @@ async fn step<B: Backend>(b: &mut B, holds: bool) -> Result<bool, BackendError> 
     } else {
         (b.campaign().await).map(|c| matches!(c, Campaign::Acquired { .. }))
     }
+}
+
+/// Statements on a connection of the test's own (the lease row locked in a
+/// transaction, a shared holder's rows written by hand).
+async fn on_own_connection(db: &dyn SqlDb, conn: &mut Own, sql: &str) {
+    use sqlx::Executor;
+    let done = match conn {
+        Own::Pg(c) => c.execute(sql).await.map(|_| ()),
+        Own::My(c) => c.execute(sql).await.map(|_| ()),
+    };
+    done.unwrap_or_else(|e| panic!("{} {sql}: {e}", db.backend()));
+}
+
+enum Own {
+    Pg(sqlx::PgConnection),
+    My(sqlx::MySqlConnection),
+}
+
+/// A shared holder's release that races another's join: R1's release reads the row
+/// and the other shared rows, and is held up at the lease row (locked by the test)
+/// while R9 joins (its row written, the row's version moved, committed); R1's release
+/// must then leave the row shared, and the writer stays out beside R9.
+pub async fn a_release_racing_a_join_keeps_the_row<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    use sqlx::Connection;
+    let mut r1 = moded(db, &new, "ver", "R1", LockMode::Shared);
+    let mut w = moded(db, &new, "ver", "W", LockMode::Election);
+    takes("R1", &mut r1).await;
+    let url = db.url_for("lk");
+    let pg = db.backend() == "postgres";
+    let mut own = if pg {
+        Own::Pg(sqlx::PgConnection::connect(&url).await.expect("connect"))
+    } else {
+        Own::My(sqlx::MySqlConnection::connect(&url).await.expect("connect"))
+    };
+    let (now, ten_s, one_ms) = if pg {
+        ("now()", "interval '10 seconds'", "interval '1 millisecond'")
+    } else {
+        (
+            "UTC_TIMESTAMP(6)",
+            "INTERVAL 10 SECOND",
+            "INTERVAL 1000 MICROSECOND",
+        )
+    };
+    on_own_connection(db, &mut own, "BEGIN").await;
+    let lock = "SELECT 1 FROM leasekeeper_leases WHERE election = 'ver' FOR UPDATE";
+    on_own_connection(db, &mut own, lock).await;
+    let release = tokio::spawn(async move {
+        r1.release().await.expect("release");
+        r1
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let joined = format!(
+        "INSERT INTO leasekeeper_leases_shared (election, tenure, holder, kind, token, expires_at)
+         VALUES ('ver', 't9', 'R9', 'r', 99, {now} + {ten_s})"
+    );
+    on_own_connection(db, &mut own, &joined).await;
+    let moved = format!(
+        "UPDATE leasekeeper_leases SET token = token + 1, renewed_at = renewed_at + {one_ms},
+           expires_at = {now} + {ten_s} WHERE election = 'ver'"
+    );
+    on_own_connection(db, &mut own, &moved).await;
+    on_own_connection(db, &mut own, "COMMIT").await;
+    let _r1 = release.await.expect("the release task");
+    kept_out("W beside R9, who joined during R1's release", &mut w).await;
 }
