@@ -651,7 +651,8 @@ impl<D: SqlDialect> SqlBackend<D> {
     /// may join while the writer waits.
     async fn mark(&mut self, marks: bool, done: bool) {
         let on = marks && !done;
-        if !on && !(done && self.marked) {
+        let unmark = done && self.marked;
+        if !on && !unmark {
             return;
         }
         let marked = (self.dialect)

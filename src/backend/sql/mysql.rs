@@ -49,6 +49,9 @@
 //! interval, as before. Named locks are server-wide: the name is `lk:` and a 64-bit
 //! FNV-1a hash (hex) of `<database>/<table>/<election>`.
 //!
+//! **Shared and exclusive** (`--mode`): see [`shared`]; a shared holder takes neither
+//! the named lock nor the presence lock.
+//!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a
 //! transaction-mode pooler would not) the wake-ups are lost, and a silent follower

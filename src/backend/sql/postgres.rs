@@ -34,6 +34,10 @@
 //! Changes made without a notification (an operator's plain `UPDATE`) are seen by the
 //! leader's look at its own row every [`super::OWN_ROW_EVERY`] (DESIGN invariant 9).
 //!
+//! **Shared and exclusive** (`--mode`): see [`shared`] for the shared holders'
+//! statements; a shared holder takes no advisory lock (followers wait for shared
+//! holders by the notifications, the row's expiry and the retry interval).
+//!
 //! `LISTEN` needs a session: through a transaction-mode pooler (PgBouncer
 //! `pool_mode=transaction`) notifications are never delivered and followers fall back
 //! to the holder's expiry and the retry interval. The lease statements themselves keep
