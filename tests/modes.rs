@@ -278,6 +278,20 @@ fn shared_and_exclusive_on_mysql() {
 }
 
 #[test]
+fn exclusive_mode_survives_the_checker_on_postgres() {
+    let mut db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url());
+    exclusive_under_the_checker(args, &mut db);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_mysql() {
+    let mut db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url());
+    exclusive_under_the_checker(args, &mut db);
+}
+
+#[test]
 fn postgres_shared_and_exclusive_rows() {
     let db = PgServer::start();
     runtime().block_on(sql_modes::shared_and_exclusive_rows(
