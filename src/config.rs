@@ -396,7 +396,7 @@ fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result
         )));
     }
     match backend.name() {
-        "file" | "etcd" | "zookeeper" | "redis" => Ok(()),
+        "file" | "etcd" | "zookeeper" | "redis" | "postgres" | "mysql" => Ok(()),
         "kubernetes" => Err(bad(format!(
             "--mode {flag}: a Kubernetes Lease has one holder (holderIdentity), and client-go and the API server's coordinated election know no shared ones; use --backend etcd or zookeeper for a read-write lock, or leave --mode out"
         ))),
@@ -404,7 +404,7 @@ fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result
             "--mode {flag}: the redlock backend has no shared/exclusive lock yet (its two-phase take over a majority of masters is built for one holder); use --backend redis, etcd or zookeeper for a read-write lock, or leave --mode out"
         ))),
         other => Err(bad(format!(
-            "--mode {flag}: the {other} backend has no shared/exclusive lock yet (file, redis, etcd and zookeeper have one); leave --mode out for the election's single holder"
+            "--mode {flag}: the {other} backend has no shared/exclusive lock yet (file, redis, etcd, zookeeper, postgres and mysql have one); leave --mode out for the election's single holder"
         ))),
     }
 }

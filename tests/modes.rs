@@ -11,9 +11,16 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
-use common::modes::{leading, shared_and_exclusive};
+use common::modes::{leading, shared_and_exclusive, shared_and_exclusive_without_a_queue};
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
+// The SQL stores' runs.
+use common::backend_switchover::runtime;
+use common::mariadb_server::MariaServer;
+use common::pg_server::PgServer;
+use common::sql_modes;
+use leasekeeper::backend::sql::mysql::MysqlBackend;
+use leasekeeper::backend::sql::postgres::PostgresBackend;
 
 const GRACEFUL: Duration = Duration::from_secs(2);
 
@@ -252,6 +259,87 @@ fn exclusive_mode_survives_the_checker_on_zookeeper() {
     let mut zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string());
     exclusive_under_the_checker(args, &mut zk);
+}
+
+// ---- PostgreSQL and MySQL (the shared holders' rows beside the lease row) ----
+
+#[test]
+fn shared_and_exclusive_on_postgres() {
+    let db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("rw");
+    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn shared_and_exclusive_on_mysql() {
+    let db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("rw");
+    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_postgres() {
+    let mut db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url());
+    exclusive_under_the_checker(args, &mut db);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_mysql() {
+    let mut db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url());
+    exclusive_under_the_checker(args, &mut db);
+}
+
+#[test]
+fn postgres_shared_and_exclusive_rows() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::shared_and_exclusive_rows(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_shared_and_exclusive_rows() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::shared_and_exclusive_rows(&db, MysqlBackend::new));
+}
+
+#[test]
+fn postgres_concurrent_shared_and_exclusive() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::concurrent_shared_and_exclusive(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_concurrent_shared_and_exclusive() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::concurrent_shared_and_exclusive(
+        &db,
+        MysqlBackend::new,
+    ));
+}
+
+#[test]
+fn postgres_a_release_racing_a_join_keeps_the_row() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_a_release_racing_a_join_keeps_the_row() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
+        &db,
+        MysqlBackend::new,
+    ));
 }
 
 /// `leasekeeper run --mode shared`: two commands run at once, each told its mode.

@@ -64,6 +64,54 @@
 //!   which drops its own reservation: PostgreSQL in the take statement, MySQL at the
 //!   new leader's first look at its row, best effort).
 //!
+//! **Shared and exclusive** (`--mode`): the **shared holders' table** `<table>_shared`,
+//! created beside the others by a candidate with `--mode` (never by one without, so a
+//! deployment without `--mode` needs no new table), has one row per shared tenure and
+//! per waiting writer:
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `election`, `tenure` | primary key (`tenure`: the shared holder's or the waiting writer's tenure id) |
+//! | `holder` | its identity |
+//! | `kind` | `r`: a shared holder; `w`: a writer waiting for the shared holders |
+//! | `token` | a shared holder's fencing token (0 for a waiting writer) |
+//! | `expires_at` | database server time at which the row means nothing any more |
+//!
+//! While shared holders hold, **the election's lease row is theirs together**: its
+//! `tenure` is [`SHARED`] (never a candidate's id), `holder` the latest to join, `token`
+//! the latest token handed out, and `expires_at` at least every shared holder's row's
+//! `expires_at`. So the writers' take (an election's candidate or `--mode exclusive`,
+//! the same statement as without `--mode`, unchanged) finds the row held until the last
+//! shared holder's expiry, by the row it locks, and no writer can take it beside a
+//! shared holder — older leasekeeper versions included.
+//!
+//! - **shared take**: the lease row becomes (or stays) [`SHARED`] when it is shared
+//!   already, or has expired (a writer's tenure that ended), and no writer waits (no
+//!   live `w` row) and no switchover's reservation lasts; a new shared tenure gets
+//!   `greatest(row token, floor, counter) + 1`, the row's token and the counter follow
+//!   it (the same counter as the writers'), the row's expiry is raised to a ttl from
+//!   now at least, and the holder's own `r` row is written. Its own live `r` row is
+//!   adopted with its token (a campaign whose answer was lost).
+//! - **shared renew**: the own `r` row and the lease row's expiry (raised, never
+//!   lowered) move a ttl ahead, only while the own row is live and the lease row still
+//!   shared and live — compare-and-act on the own tenure, as a writer's.
+//! - **shared release**: the own `r` row is deleted (with every expired row of the
+//!   election), by a statement of its own; then the last live shared holder frees the
+//!   lease row, only when the row's version (`token`, `renewed_at`, which every join and
+//!   renew changes: a strictly growing `renewed_at`) is still the one it read with the
+//!   others' rows: a shared holder that joined or renewed meanwhile keeps the row
+//!   (optimistic concurrency). Of two last shared holders leaving at once, the later
+//!   one's read sees the other's row gone. A shared holder that is not the last
+//!   leaves the row's expiry as it is.
+//! - **a waiting writer**: a writer whose take found the row shared and live writes its
+//!   `w` row (a ttl from now; again at every campaign, every retry interval while it
+//!   waits), so that no new shared holder joins meanwhile: writers are not starved. It
+//!   deletes it once it holds, and at its release. A stale `w` row keeps new shared
+//!   holders out for a ttl at most.
+//! - **the holders** (`GET /leader`'s `holders`): after each campaign, the writer that
+//!   holds the row, or up to [`HOLDERS_SHOWN`] live shared holders.
+//! - A switchover is refused with `--mode` ([`super::no_switchover_with`]).
+//!
 //! **The leader watches its own row** (invariant 9): between renewals it reads the
 //! row's `tenure` every [`OWN_ROW_EVERY`] and steps down as soon as it is no longer
 //! its own (deleted, overwritten, taken).
@@ -83,8 +131,8 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
-use crate::status::{FencingToken, Holder};
+use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::status::{FencingToken, Holder, Mode};
 
 pub mod mysql;
 pub mod postgres;
@@ -104,6 +152,40 @@ pub(crate) const OWN_ROW_EVERY: Duration = Duration::from_millis(50);
 
 /// The tenure of a row inserted to fence a deleted one (never a candidate's id).
 pub(crate) const QUARANTINE: &str = "quarantine";
+
+/// The tenure of the lease row while shared holders hold it (`--mode shared`; never a
+/// candidate's id, which is 32 hex digits).
+pub(crate) const SHARED: &str = "shared";
+
+/// How many shared holders `GET /leader` lists at most (as etcd's).
+pub(crate) const HOLDERS_SHOWN: i64 = 16;
+
+/// Whether a writer (an election's candidate or `--mode exclusive`) whose take left
+/// `row` marks itself waiting: refused while shared holders hold the row (its tenure
+/// is [`SHARED`] and it has not expired), so that no new shared holder joins while it
+/// waits. A shared candidate never marks, nor a writer kept out by another writer.
+pub(crate) fn writer_marks(mode: LockMode, row: Option<&LeaseRow>) -> bool {
+    mode != LockMode::Shared && row.is_some_and(|r| r.tenure == SHARED && r.left_ms > 0)
+}
+
+/// `GET /leader`'s holders from the listing (identity, token, whether shared); a
+/// negative token is shown as unknown.
+pub(crate) fn observed_holders(listed: Vec<(String, i64, bool)>) -> Vec<(Holder, Mode)> {
+    (listed.into_iter())
+        .map(|(identity, token, shared)| {
+            let holder = Holder {
+                identity,
+                token: FencingToken::try_from(token).ok(),
+            };
+            let mode = if shared {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            };
+            (holder, mode)
+        })
+        .collect()
+}
 
 /// The row as one statement saw it.
 #[derive(Debug, Clone)]
@@ -195,7 +277,9 @@ impl Tenancy {
         let left = u64::try_from(row.left_ms).unwrap_or(0);
         self.expiry_hint = Some(Instant::now() + Duration::from_millis(left + 2));
         let held = left > 0 && !row.holder.is_empty();
-        self.held_by_other = held;
+        // Shared holders hold no session-long signal (see the dialects): a follower
+        // waits for them by the notifications, the row's expiry and the retry interval.
+        self.held_by_other = held && row.tenure != SHARED;
         Ok(Campaign::Held(held.then_some(Holder {
             identity: row.holder,
             token: Some(token),
@@ -412,6 +496,56 @@ pub trait SqlDialect: Send + 'static {
         tenancy: &mut Tenancy,
         max: Duration,
     ) -> impl Future<Output = Wake> + Send;
+
+    /// `--mode shared`: the shared take (see the module doc); our own row (our tenure,
+    /// our token, a ttl left) when we hold, else the lease row as it stands, with the
+    /// time until a waiting writer's or a reservation's end when that is later.
+    fn take_shared(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+    ) -> impl Future<Output = Result<Option<LeaseRow>, BackendError>> + Send;
+
+    /// Moves our shared row's expiry and the lease row's; true when both were ours
+    /// to move (our row live, the lease row shared and live).
+    fn renew_shared(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Deletes our shared row `tenure`; the last live shared holder frees the lease row
+    /// (see the module doc).
+    fn release_shared(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+        tenure: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// A writer's waiting row: written for a ttl from now (`on`), or deleted.
+    fn mark_waiting(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+        on: bool,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Whether our shared row is there and the lease row still shared (a shared
+    /// holder's look at its own rows).
+    fn own_shared(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        tenancy: &Tenancy,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Who holds now: the writer that holds the lease row, or up to [`HOLDERS_SHOWN`]
+    /// live shared holders (identity, token, whether shared).
+    fn holders(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<Vec<(String, i64, bool)>, BackendError>> + Send;
 }
 
 /// How many ttls a follower's silent wait lasts at most: then it looks once (a check
@@ -459,6 +593,12 @@ pub struct SqlBackend<D: SqlDialect> {
     tenancy: Tenancy,
     /// Whether this candidate's row is registered in the candidates' table.
     registered: bool,
+    /// How it joins the election (`--mode`).
+    mode: LockMode,
+    /// Whether our waiting writer's row may be in the shared holders' table.
+    marked: bool,
+    /// Who holds, and how, as the last campaign saw it (`--mode` only).
+    observed: Vec<(Holder, Mode)>,
     dialect: D,
 }
 
@@ -468,6 +608,9 @@ impl<D: SqlDialect> SqlBackend<D> {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, lease.timing.ttl),
             registered: false,
+            mode: lease.mode,
+            marked: false,
+            observed: Vec::new(),
             dialect,
         }
     }
@@ -502,9 +645,49 @@ impl<D: SqlDialect> SqlBackend<D> {
     }
 }
 
+impl<D: SqlDialect> SqlBackend<D> {
+    /// A writer's waiting row (see the module doc): written when `marks`, deleted once
+    /// it holds (`done`) or releases. Best effort: without it, only new shared holders
+    /// may join while the writer waits.
+    async fn mark(&mut self, marks: bool, done: bool) {
+        let on = marks && !done;
+        let unmark = done && self.marked;
+        if !on && !unmark {
+            return;
+        }
+        let marked = (self.dialect)
+            .mark_waiting(&mut self.session, &self.tenancy, on)
+            .await;
+        match marked {
+            Ok(()) => self.marked = on,
+            Err(e) => {
+                tracing::debug!(error = %e, on, "could not mark (or unmark) this writer waiting")
+            }
+        }
+    }
+
+    /// Notes who holds and how (`--mode` only, for `GET /leader`'s holders); a failed
+    /// listing keeps the last one.
+    async fn observe(&mut self) {
+        if self.mode == LockMode::Election {
+            return;
+        }
+        let election = self.tenancy.election.clone();
+        match self.dialect.holders(&mut self.session, &election).await {
+            Ok(listed) => self.observed = observed_holders(listed),
+            Err(e) => tracing::debug!(error = %e, "could not list the holders"),
+        }
+    }
+}
+
 impl<D: SqlDialect> Backend for SqlBackend<D> {
     fn name(&self) -> &'static str {
         D::NAME
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        (self.mode != LockMode::Election)
+            .then(|| crate::status::Slots::one_lock(self.observed.iter().cloned()))
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -527,11 +710,21 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             });
         }
         self.register().await;
-        let row = self.dialect.take(&mut self.session, &self.tenancy).await?;
+        let row = if self.mode == LockMode::Shared {
+            self.dialect
+                .take_shared(&mut self.session, &self.tenancy)
+                .await?
+        } else {
+            self.dialect.take(&mut self.session, &self.tenancy).await?
+        };
+        let marks = writer_marks(self.mode, row.as_ref());
         let campaign = self.tenancy.judge(row)?;
-        if matches!(campaign, Campaign::Acquired { .. }) {
+        let acquired = matches!(campaign, Campaign::Acquired { .. });
+        if acquired {
             self.dialect.acquired();
         }
+        self.mark(marks, acquired).await;
+        self.observe().await;
         Ok(campaign)
     }
 
@@ -539,7 +732,13 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
         if !self.tenancy.holding {
             return Ok(Renewal::Lost);
         }
-        let ours = self.dialect.renew(&mut self.session, &self.tenancy).await?;
+        let ours = if self.mode == LockMode::Shared {
+            (self.dialect)
+                .renew_shared(&mut self.session, &self.tenancy)
+                .await?
+        } else {
+            self.dialect.renew(&mut self.session, &self.tenancy).await?
+        };
         Ok(if ours {
             Renewal::Renewed
         } else {
@@ -548,12 +747,18 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
+        self.mark(false, true).await;
         let tenure = self.tenancy.rotate();
         let election = self.tenancy.election.clone();
-        let freed = self
-            .dialect
-            .release(&mut self.session, &election, &tenure)
-            .await;
+        let freed = if self.mode == LockMode::Shared {
+            (self.dialect)
+                .release_shared(&mut self.session, &election, &tenure)
+                .await
+        } else {
+            (self.dialect)
+                .release(&mut self.session, &election, &tenure)
+                .await
+        };
         // The row first, then the dialect's signal: a follower woken by it finds the
         // row free.
         self.dialect.released(&mut self.session).await;
@@ -565,6 +770,9 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        if let Some(flag) = self.mode.flag() {
+            return Err(super::no_switchover_with(flag));
+        }
         let election = self.tenancy.election.clone();
         let registered = self.dialect.live(&mut self.session, &election).await?;
         let (live, gone) = split_live(registered, &self.tenancy.identity);
@@ -612,6 +820,16 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
         loop {
             self.dialect.next_look().await;
             if !self.tenancy.holding {
+                continue;
+            }
+            if self.mode == LockMode::Shared {
+                // A read that fails says nothing; the renewals decide then.
+                let own = (self.dialect)
+                    .own_shared(&mut self.session, &self.tenancy)
+                    .await;
+                if matches!(own, Ok(false)) {
+                    return;
+                }
                 continue;
             }
             // A read that fails says nothing; the renewals decide then.
@@ -679,6 +897,62 @@ mod tests {
         assert!(matches!(c, Ok(Campaign::Held(None))), "{c:?}");
         assert_eq!(t.expiry_hint, None);
         assert!(!t.held_by_other);
+    }
+
+    /// A row that shared holders hold is held, and named, but nobody's session-long
+    /// signal: the follower waits by the notifications and the row's expiry.
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_row_is_held_without_a_silent_wait() {
+        let mut t = Tenancy::new("e", "me", Duration::from_secs(10));
+        match t.judge(Some(row("r-1", SHARED, 5, 800))) {
+            Ok(Campaign::Held(Some(h))) => assert_eq!(h.identity, "r-1"),
+            other => panic!("shared: {other:?}"),
+        }
+        assert!(!t.held_by_other);
+        assert_eq!(
+            t.expiry_hint,
+            Some(Instant::now() + Duration::from_millis(802))
+        );
+        assert!(t.judge(Some(row("w", "x", 6, 800))).is_ok());
+        assert!(t.held_by_other, "a writer's row is");
+    }
+
+    /// A writer marks itself waiting only when shared holders hold the row now; a
+    /// shared candidate never does.
+    #[test]
+    fn writers_mark_themselves_waiting_for_shared_holders_only() {
+        let shared = row("r", SHARED, 3, 500);
+        for mode in [LockMode::Election, LockMode::Exclusive] {
+            assert!(writer_marks(mode, Some(&shared)), "{mode:?}");
+            assert!(
+                !writer_marks(mode, Some(&row("r", SHARED, 3, 0))),
+                "expired"
+            );
+            assert!(
+                !writer_marks(mode, Some(&row("w", "x", 3, 500))),
+                "a writer's"
+            );
+            assert!(!writer_marks(mode, None));
+        }
+        assert!(!writer_marks(LockMode::Shared, Some(&shared)));
+    }
+
+    #[test]
+    fn the_holders_listed_keep_their_mode_and_token() {
+        let listed = vec![
+            ("a".to_owned(), 4, true),
+            ("b".to_owned(), -1, true),
+            ("w".to_owned(), 9, false),
+        ];
+        let held = observed_holders(listed);
+        assert_eq!(held.len(), 3);
+        assert_eq!(
+            (held[0].0.identity.as_str(), held[0].0.token),
+            ("a", Some(4))
+        );
+        assert_eq!(held[0].1, Mode::Shared);
+        assert_eq!(held[1].0.token, None);
+        assert_eq!(held[2].1, Mode::Exclusive);
     }
 
     #[test]

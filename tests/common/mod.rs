@@ -27,6 +27,7 @@ pub mod redis_server;
 pub mod scenarios;
 pub mod server;
 pub mod slots;
+pub mod sql_modes;
 pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;

@@ -49,6 +49,9 @@
 //! interval, as before. Named locks are server-wide: the name is `lk:` and a 64-bit
 //! FNV-1a hash (hex) of `<database>/<table>/<election>`.
 //!
+//! **Shared and exclusive** (`--mode`): see [`shared`]; a shared holder takes neither
+//! the named lock nor the presence lock.
+//!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a
 //! transaction-mode pooler would not) the wake-ups are lost, and a silent follower
@@ -71,6 +74,7 @@ use super::{
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 
+mod shared;
 mod signal;
 use signal::{SignalParts, Want};
 
@@ -92,15 +96,18 @@ struct Statements {
     own: String,
     young: String,
     queue: String,
+    /// The shared holders' table's (`--mode`).
+    shared: shared::SharedStatements,
 }
 
 impl Statements {
-    fn for_tables(t: &str, c: &str, p: &str) -> Statements {
+    fn for_tables(t: &str, c: &str, p: &str, s: &str) -> Statements {
         // election, identity: whether another candidate's reservation lasts.
         let reserved_for_another = format!(
             "EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6))"
         );
         Statements {
+            shared: shared::SharedStatements::for_tables(t, c, p, s),
             exists: "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables
                      WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
                 .to_owned(),
@@ -179,14 +186,7 @@ impl Statements {
                         CAST(IS_USED_LOCK(?) AS SIGNED)
                  FROM {t} WHERE election = ?"
             ),
-            // presence, election, tenure: whether the session of the tenure's leader
-            // lives (see `signal`).
-            young: format!(
-                "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
-                   SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
-                     AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
-                signal::YOUNG_TENURE.as_micros()
-            ),
+            young: young(t),
             // election, tenure, lock, wait: a follower's wait for the named lock,
             // queued only while the row's tenure is the one it saw (see `signal`).
             queue: format!(
@@ -195,6 +195,17 @@ impl Statements {
             ),
         }
     }
+}
+
+/// Binds presence, election, tenure: whether the session of the tenure's leader lives
+/// (see `signal`).
+fn young(t: &str) -> String {
+    format!(
+        "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
+           SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
+             AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
+        signal::YOUNG_TENURE.as_micros()
+    )
 }
 
 /// The statements of the candidates' table `p` (beside the lease table `t`).
@@ -282,6 +293,11 @@ pub type MysqlBackend = SqlBackend<Mysql>;
 /// MySQL's side of the lease row: its statements and its signal connection.
 pub struct Mysql {
     table: Table,
+    /// The shared holders' table beside it, when this candidate has `--mode`.
+    shared: Option<Table>,
+    /// Whether this candidate holds shared (`--mode shared`): it never takes the
+    /// election's named lock nor the presence lock.
+    reader: bool,
     election: String,
     user: String,
     statements: Statements,
@@ -354,6 +370,7 @@ impl MysqlBackend {
             &settings.table.quoted('`'),
             &settings.table.counter().quoted('`'),
             &settings.table.candidates().quoted('`'),
+            &settings.table.shared().quoted('`'),
         );
         let signal = tokio::spawn(signal::signal(SignalParts {
             options: options.clone(),
@@ -378,6 +395,8 @@ impl MysqlBackend {
             idle_limit,
         }));
         let dialect = Mysql {
+            shared: lease.mode.flag().map(|_| settings.table.shared()),
+            reader: lease.mode == crate::backend::LockMode::Shared,
             statements,
             election: lease.election.to_owned(),
             table: settings.table.clone(),
@@ -735,6 +754,10 @@ impl SqlDialect for Mysql {
             &self.statements.cands.create,
         )
         .await?;
+        if let Some(shared) = &self.shared {
+            self.ensure(session, shared, &self.statements.shared.create)
+                .await?;
+        }
         // The counter's row, at least as high as the lease row (a table from before
         // the counter, a counter row deleted while the lease row stayed).
         self.seed(session, 0).await?;
@@ -943,6 +966,12 @@ impl SqlDialect for Mysql {
     }
 
     fn acquired(&mut self) {
+        if self.reader {
+            // A shared holder holds no lock: one it got as a follower goes on to the
+            // next in the queue (each wakes and looks in turn).
+            self.want.send_replace(Want::Rest);
+            return;
+        }
         self.look_now = true;
         self.want.send_replace(Want::Lead);
     }
@@ -967,6 +996,56 @@ impl SqlDialect for Mysql {
         if !std::mem::take(&mut self.look_now) {
             sleep(super::OWN_ROW_EVERY).await;
         }
+    }
+
+    async fn take_shared(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        self.join(session, t).await
+    }
+
+    async fn renew_shared(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        self.renew_share(session, t).await
+    }
+
+    async fn release_shared(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+        tenure: &str,
+    ) -> Result<(), BackendError> {
+        self.leave(session, election, tenure).await
+    }
+
+    async fn mark_waiting(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+        on: bool,
+    ) -> Result<(), BackendError> {
+        self.mark(session, t, on).await
+    }
+
+    async fn own_shared(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        self.still_shared(session, t).await
+    }
+
+    async fn holders(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<Vec<(String, i64, bool)>, BackendError> {
+        self.list_holders(session, election).await
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {

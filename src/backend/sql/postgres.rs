@@ -34,6 +34,10 @@
 //! Changes made without a notification (an operator's plain `UPDATE`) are seen by the
 //! leader's look at its own row every [`super::OWN_ROW_EVERY`] (DESIGN invariant 9).
 //!
+//! **Shared and exclusive** (`--mode`): see [`shared`] for the shared holders'
+//! statements; a shared holder takes no advisory lock (followers wait for shared
+//! holders by the notifications, the row's expiry and the retry interval).
+//!
 //! `LISTEN` needs a session: through a transaction-mode pooler (PgBouncer
 //! `pool_mode=transaction`) notifications are never delivered and followers fall back
 //! to the holder's expiry and the retry interval. The lease statements themselves keep
@@ -54,6 +58,7 @@ use super::{
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
 
+mod shared;
 mod wake;
 
 /// The statements for one table (and its token counters and candidates), written once.
@@ -72,11 +77,14 @@ struct Statements {
     renew: String,
     release: String,
     own: String,
+    /// The shared holders' table's (`--mode`).
+    shared: shared::SharedStatements,
 }
 
 impl Statements {
-    fn for_tables(t: &str, c: &str, k: &str) -> Statements {
+    fn for_tables(t: &str, c: &str, k: &str, s: &str) -> Statements {
         Statements {
+            shared: shared::SharedStatements::for_tables(t, c, k, s),
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
@@ -241,6 +249,8 @@ pub struct Postgres {
     counter: Table,
     /// The live candidates' table beside it.
     candidates: Table,
+    /// The shared holders' table beside it, when this candidate has `--mode`.
+    shared: Option<Table>,
     election: String,
     user: String,
     channel: String,
@@ -309,7 +319,9 @@ impl PostgresBackend {
                 &settings.table.quoted('"'),
                 &settings.table.counter().quoted('"'),
                 &settings.table.candidates().quoted('"'),
+                &settings.table.shared().quoted('"'),
             ),
+            shared: lease.mode.flag().map(|_| settings.table.shared()),
             table: settings.table.clone(),
             counter: settings.table.counter(),
             candidates: settings.table.candidates(),
@@ -536,6 +548,10 @@ impl SqlDialect for Postgres {
             &self.statements.create_candidates,
         )
         .await?;
+        if let Some(shared) = &self.shared {
+            self.ensure(session, shared, &self.statements.shared.create)
+                .await?;
+        }
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
         let conn = session.begin("prepare").await?;
@@ -727,5 +743,119 @@ impl SqlDialect for Postgres {
         self.waiter
             .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
             .await
+    }
+
+    async fn take_shared(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        // A shared holder takes no advisory lock: followers wait for shared holders
+        // by the notifications, the row's expiry and the retry interval.
+        let conn = session.begin("campaign").await?;
+        let row = sqlx::query(&self.statements.shared.take)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .bind(&t.identity)
+            .bind(t.ttl_ms())
+            .bind(t.floor_param())
+            .fetch_optional(&mut *conn)
+            .await;
+        let row = session.end("campaign", row)?;
+        row.as_ref()
+            .map(LeaseRow::from_row)
+            .transpose()
+            .map_err(super::sql("campaign"))
+    }
+
+    async fn renew_shared(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("renew").await?;
+        let done = sqlx::query_scalar::<_, i64>(&self.statements.shared.renew)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .bind(t.ttl_ms())
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(session.end("renew", done)? == 1)
+    }
+
+    async fn release_shared(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+        tenure: &str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("release").await?;
+        let swept = sqlx::query(&self.statements.shared.sweep)
+            .bind(election)
+            .bind(tenure)
+            .execute(&mut *conn)
+            .await;
+        session.end("release", swept)?;
+        let conn = session.begin("release").await?;
+        let done = sqlx::query(&self.statements.shared.release)
+            .bind(election)
+            .bind(tenure)
+            .bind(&self.channel)
+            .execute(&mut *conn)
+            .await;
+        session.end("release", done).map(|_| ())
+    }
+
+    async fn mark_waiting(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+        on: bool,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = if on {
+            sqlx::query(&self.statements.shared.mark)
+                .bind(&t.election)
+                .bind(&t.tenure)
+                .bind(&t.identity)
+                .bind(t.ttl_ms())
+                .execute(&mut *conn)
+                .await
+        } else {
+            sqlx::query(&self.statements.shared.unmark)
+                .bind(&t.election)
+                .bind(&t.tenure)
+                .execute(&mut *conn)
+                .await
+        };
+        session.end("campaign", done).map(|_| ())
+    }
+
+    async fn own_shared(
+        &mut self,
+        _session: &mut Session<PgConnection>,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        // On the look connection, as the writers' look.
+        let conn = self.look.begin("watch").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(self.look.end("watch", found)? > 0)
+    }
+
+    async fn holders(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<Vec<(String, i64, bool)>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let listed = sqlx::query_as::<_, (String, i64, bool)>(&self.statements.shared.holders)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        session.end("campaign", listed)
     }
 }

@@ -45,6 +45,10 @@ const COUNTER_SUFFIX: &str = "_tokens";
 /// [`COUNTER_SUFFIX`], so that every lease table name allowed before still fits 63).
 const CANDIDATES_SUFFIX: &str = "_cands";
 
+/// What the shared holders' table (`--mode`) adds to the lease table's name (no longer
+/// than [`COUNTER_SUFFIX`] either).
+const SHARED_SUFFIX: &str = "_shared";
+
 /// The two SQL dialects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -92,8 +96,11 @@ impl Table {
             None => (None, raw),
         };
         // The token counters' table is named `<name>_tokens` and the candidates'
-        // `<name>_cands`, which must fit 63 too.
-        let longest_name = 63 - COUNTER_SUFFIX.len().max(CANDIDATES_SUFFIX.len());
+        // `<name>_cands` and the shared holders' `<name>_shared`, which must fit 63 too.
+        let longest_name = 63
+            - (COUNTER_SUFFIX.len())
+                .max(CANDIDATES_SUFFIX.len())
+                .max(SHARED_SUFFIX.len());
         if !ident_ok(name, longest_name) || schema.is_some_and(|s| !ident_ok(s, 63)) {
             return Err(bad(format!(
                 "--sql-table {raw:?} is not a table name; use lowercase letters, digits and '_' (at most {longest_name} for the table, 63 for a schema, not starting with a digit), optionally as schema.table"
@@ -120,6 +127,15 @@ impl Table {
         Table {
             schema: self.schema.clone(),
             name: format!("{}{CANDIDATES_SUFFIX}", self.name),
+        }
+    }
+
+    /// The table of the election's shared holders and waiting writers beside it
+    /// (`--mode`): `<name>_shared`, in the same schema (see the parent module).
+    pub fn shared(&self) -> Table {
+        Table {
+            schema: self.schema.clone(),
+            name: format!("{}{SHARED_SUFFIX}", self.name),
         }
     }
 

@@ -1,0 +1,459 @@
+//! `--mode` on MySQL/MariaDB: the statements of the shared holders' table (see
+//! [`crate::backend::sql`]), judged by the server's `UTC_TIMESTAMP(6)`.
+//!
+//! InnoDB's `UPDATE` reads the latest committed version of the rows it changes and
+//! locks them, whatever the statement's snapshot: every step that decides on the lease
+//! row is one such `UPDATE` of it.
+//!
+//! - **shared take**: our live shared row adopted (the renew below); else the next
+//!   token counted (a multi-table `UPDATE` of the counter joined with the lease row,
+//!   only while the row is shared or expired and no writer waits and no reservation
+//!   lasts), our shared row written, and the lease row joined (shared, its expiry
+//!   raised, its version moved) by one conditional `UPDATE`; when that does not apply
+//!   (a writer took the row meanwhile) our shared row is deleted again. Our row is
+//!   written before the lease row is joined, so a shared holder releasing meanwhile
+//!   sees it live and does not free the row.
+//! - **shared renew**: one multi-table `UPDATE` of the lease row joined with our shared
+//!   row, only while both are live and the lease row shared.
+//! - **shared release**: our row (and every expired one) deleted; then the lease row's
+//!   version and the count of other live shared rows read, and, when no other is live,
+//!   the lease row freed by an `UPDATE` that applies only at that version.
+//!
+//! Shared holders take neither the election's named lock nor the presence lock (see
+//! [`super::signal`]): a writer waiting for them wakes at the row's expiry and at the
+//! retry interval, which is when it writes its waiting row again.
+
+use super::super::{HOLDERS_SHOWN, QUARANTINE, SHARED};
+
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// The statements for the shared holders' table `s` beside lease table `t`,
+/// counters `c` and candidates `p`.
+pub(super) struct SharedStatements {
+    pub create: String,
+    pub mine: String,
+    pub count: String,
+    pub insert: String,
+    pub join: String,
+    pub drop: String,
+    pub renew: String,
+    pub version: String,
+    pub sweep: String,
+    pub free: String,
+    pub read: String,
+    pub mark: String,
+    pub unmark: String,
+    pub own: String,
+    pub holders: String,
+}
+
+impl SharedStatements {
+    pub(super) fn for_tables(t: &str, c: &str, p: &str, s: &str) -> SharedStatements {
+        // election, identity: whether a writer waits or another's reservation lasts.
+        let kept = format!(
+            "(EXISTS (SELECT 1 FROM {s} WHERE election = ? AND kind = 'w' AND expires_at > {NOW})
+              OR EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > {NOW}))"
+        );
+        SharedStatements {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {s} (
+                   election   VARCHAR(253) NOT NULL,
+                   tenure     VARCHAR(64) NOT NULL,
+                   holder     VARCHAR(253) NOT NULL,
+                   kind       CHAR(1) NOT NULL,
+                   token      BIGINT NOT NULL,
+                   expires_at DATETIME(6) NOT NULL,
+                   PRIMARY KEY (election, tenure)
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            // election, tenure: our live shared row's token.
+            mine: format!(
+                "SELECT token FROM {s}
+                 WHERE election = ? AND tenure = ? AND kind = 'r' AND expires_at > {NOW}"
+            ),
+            // floor, election, election, election, identity: the next token,
+            // counted before it is handed out, only when the lease row may be joined.
+            count: format!(
+                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
+                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
+                 WHERE k.election = ? AND (l.tenure = '{SHARED}' OR l.expires_at <= {NOW})
+                   AND NOT {kept}"
+            ),
+            // election, tenure, identity, token, ttl µs: our shared row.
+            insert: format!(
+                "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
+                 VALUES (?, ?, ?, 'r', ?, {NOW} + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE holder = VALUES(holder), kind = 'r',
+                   token = VALUES(token), expires_at = VALUES(expires_at)"
+            ),
+            join: join(t),
+            // election, tenure.
+            drop: format!("DELETE FROM {s} WHERE election = ? AND tenure = ?"),
+            // ttl µs, ttl µs, election, tenure: both rows, or neither.
+            renew: format!(
+                "UPDATE {t} AS l JOIN {s} AS r ON r.election = l.election
+                 SET l.renewed_at = GREATEST({NOW}, l.renewed_at + INTERVAL 1 MICROSECOND),
+                     l.expires_at = GREATEST(l.expires_at, {NOW} + INTERVAL ? MICROSECOND),
+                     r.expires_at = {NOW} + INTERVAL ? MICROSECOND
+                 WHERE l.election = ? AND l.tenure = '{SHARED}' AND l.expires_at > {NOW}
+                   AND r.tenure = ? AND r.kind = 'r' AND r.expires_at > {NOW}"
+            ),
+            // election, tenure, election: the shared lease row's version, and how many
+            // other shared rows are live.
+            version: format!(
+                "SELECT l.token, CAST(TIMESTAMPDIFF(MICROSECOND, '2000-01-01', l.renewed_at) AS SIGNED),
+                        CAST((SELECT COUNT(*) FROM {s} WHERE election = ? AND kind = 'r'
+                                AND tenure <> ? AND expires_at > {NOW}) AS SIGNED)
+                 FROM {t} AS l WHERE l.election = ? AND l.tenure = '{SHARED}'"
+            ),
+            // election, tenure: our row and every expired one.
+            sweep: format!(
+                "DELETE FROM {s} WHERE election = ? AND (tenure = ? OR expires_at <= {NOW})"
+            ),
+            // election, token, version: the lease row freed, at that version only.
+            free: format!(
+                "UPDATE {t} SET holder = '', expires_at = {NOW}, tenure = ''
+                 WHERE election = ? AND tenure = '{SHARED}' AND token = ?
+                   AND TIMESTAMPDIFF(MICROSECOND, '2000-01-01', renewed_at) = ?"
+            ),
+            read: read(t, p, s),
+            // election, tenure, identity, ttl µs.
+            mark: format!(
+                "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
+                 VALUES (?, ?, ?, 'w', 0, {NOW} + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
+            ),
+            // election, tenure.
+            unmark: format!("DELETE FROM {s} WHERE election = ? AND tenure = ? AND kind = 'w'"),
+            // election, tenure.
+            own: format!(
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM {s} AS r JOIN {t} AS l ON l.election = r.election
+                 WHERE r.election = ? AND r.tenure = ? AND r.kind = 'r' AND l.tenure = '{SHARED}'"
+            ),
+            // election, election: the writer that holds, or the live shared holders.
+            holders: format!(
+                "(SELECT holder, token, CAST(0 AS SIGNED) FROM {t}
+                  WHERE election = ? AND expires_at > {NOW} AND holder <> ''
+                    AND tenure NOT IN ('{SHARED}', '{QUARANTINE}'))
+                 UNION ALL
+                 (SELECT holder, token, CAST(1 AS SIGNED) FROM {s}
+                  WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
+                  ORDER BY token LIMIT {HOLDERS_SHOWN})"
+            ),
+        }
+    }
+}
+
+/// Binds token, identity, ttl µs, election: the lease row joined (assignments run left
+/// to right: `tenure` last, `expires_at` after `acquired_at`).
+fn join(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET
+           token = GREATEST(token, ?),
+           holder = ?,
+           acquired_at = IF(tenure = '{SHARED}' AND expires_at > {NOW}, acquired_at, {NOW}),
+           renewed_at = GREATEST({NOW}, renewed_at + INTERVAL 1 MICROSECOND),
+           expires_at = GREATEST(expires_at, {NOW} + INTERVAL ? MICROSECOND),
+           tenure = '{SHARED}'
+         WHERE election = ? AND (tenure = '{SHARED}' OR expires_at <= {NOW})"
+    )
+}
+
+/// A shared candidate's read of the lease row (binds election, election, identity,
+/// election): as the writers' read, with the time until a waiting writer's row or
+/// another's reservation ends when that is later, and whether either keeps it out.
+fn read(t: &str, p: &str, s: &str) -> String {
+    format!(
+        "SELECT IF(l.expires_at > {NOW}, l.holder, ''), l.tenure, l.token,
+                CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, {NOW},
+                  GREATEST(l.expires_at, COALESCE(k.until, l.expires_at))) / 1000)) AS SIGNED),
+                CAST(k.until IS NOT NULL AS SIGNED)
+         FROM {t} AS l CROSS JOIN (
+           SELECT MAX(until) AS until FROM (
+             SELECT expires_at AS until FROM {s}
+             WHERE election = ? AND kind = 'w' AND expires_at > {NOW}
+             UNION ALL
+             SELECT reserved_until FROM {p}
+             WHERE election = ? AND identity <> ? AND reserved_until > {NOW}
+           ) AS w
+         ) AS k
+         WHERE l.election = ?"
+    )
+}
+
+use sqlx::mysql::MySqlConnection;
+
+use super::super::{LeaseRow, Session, Tenancy};
+use super::{micros, ours, ttl_us, Mysql};
+use crate::backend::BackendError;
+
+type Conn = Session<MySqlConnection>;
+
+impl Mysql {
+    /// The shared take (see the module doc).
+    pub(super) async fn join(
+        &mut self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        self.left_to_another = false;
+        if let Some(token) = self.own_share(session, t).await? {
+            if self.renew_share(session, t).await? {
+                return Ok(Some(ours(t, token)));
+            }
+        }
+        if let Some(token) = self.count_share(session, t).await? {
+            if self.join_lease(session, t, token).await? {
+                return Ok(Some(ours(t, token)));
+            }
+        }
+        let Some((row, kept)) = self.read_shared(session, t).await? else {
+            let found = self.insert_missing(session, t).await?;
+            let row = found.map(|(row, _)| row);
+            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            return Ok(row);
+        };
+        self.seen_tenure.clone_from(&row.tenure);
+        self.left_to_another = kept;
+        if !kept && row.left_ms == 0 && row.tenure != t.tenure {
+            // Free, yet no token was counted: the counter's row is gone (see `take`).
+            self.seed(session, t.floor_param()).await?;
+        }
+        Ok(Some(row))
+    }
+
+    /// Our live shared row's token.
+    async fn own_share(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<Option<i64>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let token = sqlx::query_scalar::<_, i64>(&self.statements.shared.mine)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .fetch_optional(&mut *conn)
+            .await;
+        session.end("campaign", token)
+    }
+
+    /// The next token, counted, when the lease row may be joined.
+    async fn count_share(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<Option<i64>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.shared.count)
+            .bind(t.floor_param())
+            .bind(&t.election)
+            .bind(&t.election)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .execute(&mut *conn)
+            .await;
+        let done = session.end("campaign", done)?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        match i64::try_from(done.last_insert_id()) {
+            Ok(token) if token > 0 => Ok(Some(token)),
+            _ => {
+                let conn = session.begin("campaign").await?;
+                let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                    .fetch_one(&mut *conn)
+                    .await;
+                session.end("campaign", token).map(Some)
+            }
+        }
+    }
+
+    /// Our shared row, then the lease row joined; our row deleted again when the
+    /// lease row could not be joined (a writer took it meanwhile).
+    async fn join_lease(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+        token: i64,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.shared.insert)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .bind(&t.identity)
+            .bind(token)
+            .bind(ttl_us(t))
+            .execute(&mut *conn)
+            .await;
+        session.end("campaign", done)?;
+        let conn = session.begin("campaign").await?;
+        let done = sqlx::query(&self.statements.shared.join)
+            .bind(token)
+            .bind(&t.identity)
+            .bind(ttl_us(t))
+            .bind(&t.election)
+            .execute(&mut *conn)
+            .await;
+        if session.end("campaign", done)?.rows_affected() == 1 {
+            return Ok(true);
+        }
+        self.drop_share(session, &t.election, &t.tenure, "campaign")
+            .await?;
+        Ok(false)
+    }
+
+    async fn drop_share(
+        &self,
+        session: &mut Conn,
+        election: &str,
+        tenure: &str,
+        op: &'static str,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin(op).await?;
+        let done = sqlx::query(&self.statements.shared.drop)
+            .bind(election)
+            .bind(tenure)
+            .execute(&mut *conn)
+            .await;
+        session.end(op, done).map(|_| ())
+    }
+
+    /// Both our shared row and the lease row a ttl ahead, or neither.
+    pub(super) async fn renew_share(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("renew").await?;
+        let done = sqlx::query(&self.statements.shared.renew)
+            .bind(ttl_us(t))
+            .bind(ttl_us(t))
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .execute(&mut *conn)
+            .await;
+        // Matched rows (the client asks for found rows): both, or none.
+        Ok(session.end("renew", done)?.rows_affected() > 0)
+    }
+
+    /// The lease row for a shared candidate, and whether a waiting writer or another's
+    /// reservation keeps it out.
+    async fn read_shared(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
+        let op = "campaign";
+        let conn = session.begin(op).await?;
+        let row = sqlx::query(&self.statements.shared.read)
+            .bind(&t.election)
+            .bind(&t.election)
+            .bind(&t.identity)
+            .bind(&t.election)
+            .fetch_optional(&mut *conn)
+            .await;
+        let Some(row) = session.end(op, row)? else {
+            return Ok(None);
+        };
+        let kept = sqlx::Row::try_get::<i64, _>(&row, 4).map_err(super::super::sql(op))? != 0;
+        let row = LeaseRow::from_row(&row).map_err(super::super::sql(op))?;
+        Ok(Some((row, kept)))
+    }
+
+    /// The shared release (see the module doc): our row (and every expired one)
+    /// deleted first, then the version read with the others' rows, so that of two last
+    /// shared holders leaving at once the later one sees the other's row gone.
+    pub(super) async fn leave(
+        &self,
+        session: &mut Conn,
+        election: &str,
+        tenure: &str,
+    ) -> Result<(), BackendError> {
+        let op = "release";
+        let conn = session.begin(op).await?;
+        let done = sqlx::query(&self.statements.shared.sweep)
+            .bind(election)
+            .bind(tenure)
+            .execute(&mut *conn)
+            .await;
+        session.end(op, done)?;
+        let conn = session.begin(op).await?;
+        let version = sqlx::query_as::<_, (i64, i64, i64)>(&self.statements.shared.version)
+            .bind(election)
+            .bind(tenure)
+            .bind(election)
+            .fetch_optional(&mut *conn)
+            .await;
+        let Some((token, at, 0)) = session.end(op, version)? else {
+            return Ok(());
+        };
+        let conn = session.begin(op).await?;
+        let done = sqlx::query(&self.statements.shared.free)
+            .bind(election)
+            .bind(token)
+            .bind(at)
+            .execute(&mut *conn)
+            .await;
+        session.end(op, done).map(|_| ())
+    }
+
+    /// A writer's waiting row, written for a ttl (`on`) or deleted.
+    pub(super) async fn mark(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+        on: bool,
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("campaign").await?;
+        let done = if on {
+            sqlx::query(&self.statements.shared.mark)
+                .bind(&t.election)
+                .bind(&t.tenure)
+                .bind(&t.identity)
+                .bind(micros(t.ttl))
+                .execute(&mut *conn)
+                .await
+        } else {
+            sqlx::query(&self.statements.shared.unmark)
+                .bind(&t.election)
+                .bind(&t.tenure)
+                .execute(&mut *conn)
+                .await
+        };
+        session.end("campaign", done).map(|_| ())
+    }
+
+    /// Whether our shared row is there and the lease row still shared.
+    pub(super) async fn still_shared(
+        &self,
+        session: &mut Conn,
+        t: &Tenancy,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("watch").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
+            .bind(&t.election)
+            .bind(&t.tenure)
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(session.end("watch", found)? > 0)
+    }
+
+    /// Who holds now (identity, token, whether shared).
+    pub(super) async fn list_holders(
+        &self,
+        session: &mut Conn,
+        election: &str,
+    ) -> Result<Vec<(String, i64, bool)>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let listed = sqlx::query_as::<_, (String, i64, i64)>(&self.statements.shared.holders)
+            .bind(election)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        let listed = session.end("campaign", listed)?;
+        Ok(listed
+            .into_iter()
+            .map(|(holder, token, shared)| (holder, token, shared != 0))
+            .collect())
+    }
+}

@@ -1,0 +1,233 @@
+//! `--mode` on the SQL stores, on the backend itself (no sidecar, no timing): the
+//! rules of the shared holders' rows (`backend::sql`'s module doc), each checked so
+//! that it fails with the rule broken.
+
+use std::time::Duration;
+
+use leasekeeper::backend::sql::SqlSettings;
+use leasekeeper::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal};
+use leasekeeper::status::Mode;
+use leasekeeper::timing::Timing;
+
+use super::sql_suite::{settings, SqlDb};
+
+/// One candidate of `election` joining with `mode`.
+pub fn moded<B>(
+    db: &dyn SqlDb,
+    new: &impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+    election: &str,
+    identity: &str,
+    mode: LockMode,
+) -> B {
+    let timing = Timing::for_ttl(Duration::from_secs(5));
+    new(
+        &settings(db),
+        &Candidacy {
+            election,
+            identity,
+            timing: &timing,
+            mode,
+        },
+    )
+    .expect("backend")
+}
+
+/// A campaign (or two: MySQL's first look at a missing row inserts it free) that must
+/// take the lock; its token.
+async fn takes<B: Backend>(who: &str, b: &mut B) -> u64 {
+    for _ in 0..2 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => return token,
+            Ok(Campaign::Held(None)) => {}
+            other => panic!("{who} should hold now, its campaign found {other:?}"),
+        }
+    }
+    panic!("{who} should hold now, its campaigns found nobody holding")
+}
+
+async fn kept_out<B: Backend>(who: &str, b: &mut B) {
+    let c = b.campaign().await.expect("campaign");
+    assert!(
+        !matches!(c, Campaign::Acquired { .. }),
+        "{who} must not hold now: {c:?}"
+    );
+}
+
+/// The holders `b` lists after its last campaign (identity, shared).
+fn listed<B: Backend>(b: &B) -> Vec<(String, bool)> {
+    let slots = b.slots().expect("--mode lists its holders");
+    let mut l: Vec<(String, bool)> = (slots.list.iter())
+        .map(|h| (h.holder.identity.clone(), h.mode == Mode::Shared))
+        .collect();
+    l.sort();
+    l
+}
+
+/// Shared holders coexist; a writer (`--mode exclusive`, and an election's candidate)
+/// is kept out by them and, waiting, keeps a new shared candidate out; a shared
+/// holder's release frees the row for the writer only when it is the last; a shared
+/// holder whose row was deleted renews nothing (and the other still renews); shared
+/// candidates are kept out by a writer that holds and by one that waits; tokens grow
+/// across every tenure.
+pub async fn shared_and_exclusive_rows<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut r1 = moded(db, &new, "rw", "R1", LockMode::Shared);
+    let mut r2 = moded(db, &new, "rw", "R2", LockMode::Shared);
+    let mut r3 = moded(db, &new, "rw", "R3", LockMode::Shared);
+    let mut w = moded(db, &new, "rw", "W", LockMode::Exclusive);
+    let mut e = moded(db, &new, "rw", "E", LockMode::Election);
+    let t1 = takes("R1", &mut r1).await;
+    let t2 = takes("R2 beside R1", &mut r2).await;
+    assert!(t2 > t1, "shared tokens {t1} then {t2}");
+    kept_out("W beside shared holders", &mut w).await;
+    let both = [("R1".to_owned(), true), ("R2".to_owned(), true)];
+    assert_eq!(listed(&w), both, "the waiting writer's holders");
+    kept_out("E beside shared holders", &mut e).await;
+    kept_out("R3 while writers wait", &mut r3).await;
+
+    // R1's row expired by hand (as if R1 had been paused): R1 renews nothing (no
+    // shared tenure comes back past the waiting writers), R2 still does; R1's release
+    // leaves the row to R2.
+    db.admin(&format!(
+        "UPDATE leasekeeper_leases_shared SET expires_at = {} WHERE holder = 'R1'",
+        if db.backend() == "postgres" {
+            "now()"
+        } else {
+            "UTC_TIMESTAMP(6)"
+        }
+    ));
+    assert_eq!(r1.renew().await.expect("renew"), Renewal::Lost, "R1");
+    assert_eq!(r2.renew().await.expect("renew"), Renewal::Renewed, "R2");
+    r1.release().await.expect("release");
+    kept_out("W beside R2, after R1 left", &mut w).await;
+    r2.release().await.expect("release");
+
+    let tw = takes("W after the last shared holder", &mut w).await;
+    assert!(tw > t2, "the writer's token {tw} after {t2}");
+    assert_eq!(
+        listed(&w),
+        [("W".to_owned(), false)],
+        "the writer's holders"
+    );
+    kept_out("R3 beside the writer", &mut r3).await;
+    kept_out("E beside the writer", &mut e).await;
+    w.release().await.expect("release");
+    // E still waits (it marked itself): R3 stays out, E takes the row.
+    kept_out("R3 while E waits", &mut r3).await;
+    let te = takes("E after W", &mut e).await;
+    assert!(te > tw, "E's token {te} after {tw}");
+    kept_out("R3 beside E", &mut r3).await;
+    e.release().await.expect("release");
+    let t3 = takes("R3 after every writer", &mut r3).await;
+    assert!(t3 > te, "R3's token {t3} after {te}");
+    kept_out("E beside R3", &mut e).await;
+    r3.release().await.expect("release");
+    takes("E after R3", &mut e).await;
+}
+
+/// Shared holders and a writer campaigning and releasing at once, round after round:
+/// the writer never holds while a shared holder does (each take and release is judged
+/// by the server against the row as it stands, not as a statement's snapshot showed it).
+pub async fn concurrent_shared_and_exclusive<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut r1 = moded(db, &new, "race", "R1", LockMode::Shared);
+    let mut r2 = moded(db, &new, "race", "R2", LockMode::Shared);
+    let mut w = moded(db, &new, "race", "W", LockMode::Election);
+    let (mut held, mut writer_held) = ([false; 2], 0);
+    for round in 0..40 {
+        // Each shared holder alternates between joining and leaving; the writer
+        // campaigns meanwhile (and releases once it got in).
+        let (a, b, c) = tokio::join!(step(&mut r1, held[0]), step(&mut r2, held[1]), w.campaign());
+        held = [a.expect("r1"), b.expect("r2")];
+        if matches!(c, Ok(Campaign::Acquired { .. })) {
+            writer_held += 1;
+            assert!(
+                held == [false, false],
+                "round {round}: the writer holds beside {held:?}"
+            );
+            w.release().await.expect("release");
+        }
+    }
+    eprintln!("the writer held in {writer_held} of 40 rounds");
+}
+
+/// A shared candidate's next step: leave when it holds, else campaign; whether it
+/// holds afterwards.
+async fn step<B: Backend>(b: &mut B, holds: bool) -> Result<bool, BackendError> {
+    if holds {
+        b.release().await.map(|()| false)
+    } else {
+        (b.campaign().await).map(|c| matches!(c, Campaign::Acquired { .. }))
+    }
+}
+
+/// Statements on a connection of the test's own (the lease row locked in a
+/// transaction, a shared holder's rows written by hand).
+async fn on_own_connection(db: &dyn SqlDb, conn: &mut Own, sql: &str) {
+    use sqlx::Executor;
+    let done = match conn {
+        Own::Pg(c) => c.execute(sql).await.map(|_| ()),
+        Own::My(c) => c.execute(sql).await.map(|_| ()),
+    };
+    done.unwrap_or_else(|e| panic!("{} {sql}: {e}", db.backend()));
+}
+
+enum Own {
+    Pg(sqlx::PgConnection),
+    My(sqlx::MySqlConnection),
+}
+
+/// A shared holder's release that races another's join: R1's release reads the row
+/// and the other shared rows, and is held up at the lease row (locked by the test)
+/// while R9 joins (its row written, the row's version moved, committed); R1's release
+/// must then leave the row shared, and the writer stays out beside R9.
+pub async fn a_release_racing_a_join_keeps_the_row<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    use sqlx::Connection;
+    let mut r1 = moded(db, &new, "ver", "R1", LockMode::Shared);
+    let mut w = moded(db, &new, "ver", "W", LockMode::Election);
+    takes("R1", &mut r1).await;
+    let url = db.url_for("lk");
+    let pg = db.backend() == "postgres";
+    let mut own = if pg {
+        Own::Pg(sqlx::PgConnection::connect(&url).await.expect("connect"))
+    } else {
+        Own::My(sqlx::MySqlConnection::connect(&url).await.expect("connect"))
+    };
+    let (now, ten_s, one_ms) = if pg {
+        ("now()", "interval '10 seconds'", "interval '1 millisecond'")
+    } else {
+        (
+            "UTC_TIMESTAMP(6)",
+            "INTERVAL 10 SECOND",
+            "INTERVAL 1000 MICROSECOND",
+        )
+    };
+    on_own_connection(db, &mut own, "BEGIN").await;
+    let lock = "SELECT 1 FROM leasekeeper_leases WHERE election = 'ver' FOR UPDATE";
+    on_own_connection(db, &mut own, lock).await;
+    let release = tokio::spawn(async move {
+        r1.release().await.expect("release");
+        r1
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let joined = format!(
+        "INSERT INTO leasekeeper_leases_shared (election, tenure, holder, kind, token, expires_at)
+         VALUES ('ver', 't9', 'R9', 'r', 99, {now} + {ten_s})"
+    );
+    on_own_connection(db, &mut own, &joined).await;
+    let moved = format!(
+        "UPDATE leasekeeper_leases SET token = token + 1, renewed_at = renewed_at + {one_ms},
+           expires_at = {now} + {ten_s} WHERE election = 'ver'"
+    );
+    on_own_connection(db, &mut own, &moved).await;
+    on_own_connection(db, &mut own, "COMMIT").await;
+    let _r1 = release.await.expect("the release task");
+    kept_out("W beside R9, who joined during R1's release", &mut w).await;
+}
