@@ -388,17 +388,6 @@ fn bad_mode_settings_are_refused_with_one_line() {
         (
             vec![
                 "--backend",
-                "mysql",
-                "--mysql-url",
-                "mysql://lk@127.0.0.1:1/lk",
-                "--mode",
-                "shared",
-            ],
-            "--mode shared: the mysql backend",
-        ),
-        (
-            vec![
-                "--backend",
                 "kubernetes",
                 "--namespace",
                 "team",
