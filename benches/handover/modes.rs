@@ -1,4 +1,5 @@
-//! `LK_BENCH_ONLY=modes`: the read-write lock (`--mode`) on file, Redis, etcd and ZooKeeper:
+//! `LK_BENCH_ONLY=modes`: the read-write lock (`--mode`) on file, Redis, etcd, ZooKeeper,
+//! PostgreSQL and MySQL:
 //! an exclusive lock taken after the last shared holder leaves (two readers hold, a
 //! writer waits; the first reader stops, then the second's SIGTERM → the writer's
 //! claim, from the transition logs).
@@ -8,7 +9,9 @@ use std::time::Duration;
 use leasekeeper::clock::monotonic_now_ns;
 
 use crate::common::etcd_server::EtcdCluster;
+use crate::common::mariadb_server::MariaServer;
 use crate::common::modes::leading;
+use crate::common::pg_server::PgServer;
 use crate::common::redis_server::RedisServer;
 use crate::common::slots::logged_claims;
 use crate::common::zk_server::ZkEnsemble;
@@ -31,6 +34,14 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
     report.latency(&format!("zookeeper: {row}"), handovers(args, rounds));
+    drop(zk);
+    let pg = PgServer::start();
+    let args = SidecarArgs::postgres(&pg.url()).ttl("15s");
+    report.latency(&format!("postgres: {row}"), handovers(args, rounds));
+    drop(pg);
+    let db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url()).ttl("15s");
+    report.latency(&format!("mysql: {row}"), handovers(args, rounds));
 }
 
 /// `rounds` times, each with new processes: two readers hold, a writer waits behind
