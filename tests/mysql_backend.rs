@@ -321,3 +321,119 @@ fn mysql_every_silent_follower_learns_of_the_next_leader() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// MySQL's own store rules beyond `common::sql_suite`'s, reached directly.
+
+mod mysql_store_rules {
+    use std::time::Duration;
+
+    use leasekeeper::backend::sql::mysql::MysqlBackend;
+    use leasekeeper::backend::sql::{Args as SqlArgs, Dialect};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::faults::{FaultProxy, Link};
+    use crate::common::sql_suite::SqlDb;
+    use crate::MariaServer;
+
+    fn candidate(url: &str, election: &str, identity: &str, ttl: Duration) -> MysqlBackend {
+        let settings = SqlArgs {
+            mysql_url: Some(url.to_owned()),
+            ..Default::default()
+        }
+        .settings(Dialect::Mysql)
+        .expect("sql settings");
+        let timing = Timing::for_ttl(ttl);
+        MysqlBackend::new(
+            &settings,
+            &Candidacy {
+                election,
+                identity,
+                timing: &timing,
+                mode: Default::default(),
+            },
+        )
+        .expect("backend")
+    }
+
+    fn counter(db: &MariaServer, election: &str) -> u64 {
+        db.admin(&format!(
+            "SELECT token FROM leasekeeper_leases_tokens WHERE election = '{election}'"
+        ))
+        .trim()
+        .parse()
+        .unwrap_or(0)
+    }
+
+    /// A campaign's token is reserved (the counter) and then handed out by the take,
+    /// two statements: when the row's token was raised between them (by hand here, on a
+    /// slow link: 300 ms each way), the take hands out a token above the reserved one,
+    /// and the counter must catch up with it. Else, once the row is deleted, a fresh
+    /// candidate (no floor) would be counted a token the earlier tenure already had.
+    #[test]
+    fn a_token_raised_between_the_reservation_and_the_take_raises_the_counter() {
+        let db = MariaServer::start();
+        let direct = format!("127.0.0.1:{}", db.port);
+        let proxy = FaultProxy::start(direct.parse().expect("addr"));
+        let url = db.url_for("lk").replace(&direct, &proxy.addr());
+        assert!(url.contains(&proxy.addr()), "{url}");
+        let rt = runtime();
+        let (mut a, first) = rt.block_on(async {
+            let mut a = candidate(&url, "between", "A", Duration::from_secs(10));
+            // The first look inserts the missing row, free; the second takes it.
+            let mut first = 0;
+            for _ in 0..2 {
+                if let Campaign::Acquired { token } = a.campaign().await.expect("campaign") {
+                    first = token;
+                    break;
+                }
+            }
+            assert!(first > 0, "A never took the free row");
+            a.release().await.expect("release");
+            (a, first)
+        });
+        proxy.set(Link::Delay(Duration::from_millis(300)));
+        let campaign = rt.spawn(async move {
+            let c = a.campaign().await;
+            (a, c)
+        });
+        let reserved = crate::common::eventually(Duration::from_secs(8), || {
+            (counter(&db, "between") > first).then_some(())
+        });
+        assert!(reserved.is_some(), "A's reservation never ran");
+        db.admin("UPDATE leasekeeper_leases SET token = token + 100 WHERE election = 'between'");
+        let (mut a, took) = rt.block_on(campaign).expect("campaign task");
+        let Ok(Campaign::Acquired { token }) = took else {
+            panic!("A should lead, its campaign found {took:?}");
+        };
+        assert!(token > first + 100, "token {token} after the raised row");
+        proxy.set(Link::Pass);
+        rt.block_on(async {
+            a.release().await.expect("release");
+            drop(a);
+            db.admin("DELETE FROM leasekeeper_leases WHERE election = 'between'");
+            let ttl = Duration::from_secs(1);
+            let mut fresh = candidate(&db.url_for("lk"), "between", "F", ttl);
+            // The missing row comes back fenced for a ttl.
+            for _ in 0..2 {
+                let c = fresh.campaign().await.expect("campaign");
+                assert!(!matches!(c, Campaign::Acquired { .. }), "{c:?}");
+            }
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let mut next = None;
+            for _ in 0..2 {
+                if let Campaign::Acquired { token } = fresh.campaign().await.expect("campaign") {
+                    next = Some(token);
+                    break;
+                }
+            }
+            let next = next.expect("the fresh candidate never took the row");
+            assert!(
+                next > token,
+                "a fresh candidate got token {next} after the tenure of {token}"
+            );
+        });
+    }
+}

@@ -960,6 +960,99 @@ mod rules {
         });
     }
 
+    /// A leader whose tracking connection was lost (killed at the server; the client
+    /// reconnects on its own, without tracking) turns tracking on again at its next
+    /// renew, with a read of its key: the renew of a key still its own renews (no step-down for a
+    /// reconnect), and a takeover afterwards is heard at once by the own-key watch
+    /// (`record_lost`), not a renewal later.
+    #[test]
+    fn a_renew_after_a_lost_connection_tracks_the_key_again() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut a = candidate(&server.url(), "retrack", "A", ttl);
+            leads("A", &mut a).await;
+            let clients = server.command("CLIENT LIST").unwrap_or_default();
+            // The tracking connection: flag `t`.
+            let tracking = clients
+                .lines()
+                .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
+                .and_then(|l| field(l, "id")?.parse::<u64>().ok())
+                .expect("A's tracking connection");
+            server.command(&format!("CLIENT KILL ID {tracking}"));
+            // The client has noticed (and said so on its push channel) once its new
+            // connection shows at the server.
+            let back = crate::common::eventually(Duration::from_secs(5), || {
+                let clients = server.command("CLIENT LIST").unwrap_or_default();
+                clients
+                    .lines()
+                    // Not this test's own connections (the kill's may linger).
+                    .filter(|l| !matches!(field(l, "cmd"), Some("client|list" | "client|kill")))
+                    .filter_map(|l| field(l, "id")?.parse::<u64>().ok())
+                    .any(|id| id > tracking)
+                    .then_some(())
+            });
+            assert!(back.is_some(), "A never reconnected");
+            assert_eq!(
+                a.renew().await.expect("A's renew answers"),
+                Renewal::Renewed,
+                "A's key is still its own"
+            );
+            server.command(&format!("SET {} 1|intruder|x PX 30000", lock("retrack")));
+            let within = Duration::from_secs(2);
+            let heard = tokio::time::timeout(within, a.record_lost()).await;
+            assert!(heard.is_ok(), "A's tracking was not turned on again");
+        });
+    }
+
+    /// `key=value` of one `CLIENT LIST` line.
+    fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// A release whose connection dies while it is on its way (the server restarted:
+    /// the request is held on the link meanwhile, so the client learns of the dead
+    /// connection only from the release's own failure) is sent again on a fresh
+    /// connection: the key is gone and a follower takes over at once, not a ttl (30 s)
+    /// later.
+    #[test]
+    fn a_release_cut_by_a_server_restart_is_sent_again() {
+        use crate::common::faults::{FaultProxy, Link};
+        let mut server = RedisServer::start_persistent();
+        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let ttl = Duration::from_secs(30);
+        let rt = runtime();
+        let mut a = rt.block_on(async {
+            let mut a = candidate(&format!("redis://{}", proxy.addr()), "again", "A", ttl);
+            leads("A", &mut a).await;
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            a
+        });
+        proxy.set(Link::HoldRequests);
+        let release = rt.spawn(async move {
+            let r = a.release().await;
+            (a, r)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        server.restart();
+        proxy.set(Link::Pass);
+        let (_a, released) = rt.block_on(release).expect("release task");
+        released.expect("A's release, sent again");
+        let exists = server.command(&format!("EXISTS {}", lock("again")));
+        assert_eq!(
+            exists.as_deref().map(str::trim),
+            Some(":0"),
+            "A's key was left to expire"
+        );
+        rt.block_on(async {
+            let mut b = candidate(&server.url(), "again", "B", ttl);
+            tokio::time::timeout(Duration::from_secs(5), leads("B", &mut b))
+                .await
+                .expect("B's campaign answers");
+        });
+    }
+
     /// A switchover's reservation: after A's `release_to("C")`, B (first to look)
     /// cannot take the free lease; C can, and its take spends the reservation.
     #[test]

@@ -1155,3 +1155,28 @@ fn the_lowest_node_leads_and_tokens_grow_for_fresh_candidates() {
         );
     });
 }
+
+/// Invariant 9 on ZooKeeper, reached directly: the leader's own-node watch
+/// (`record_lost`) does not end while the node is its own (its renewals included), and
+/// ends soon after another client deletes the node.
+#[test]
+fn the_leader_hears_its_node_deleted_but_not_its_own_renewals() {
+    let zk = ZkEnsemble::start(1);
+    let connect = zk.connect_string();
+    backend_switchover::runtime().block_on(async {
+        let mut a = zk_candidate(&connect, "heard", "A");
+        zk_leads("A", &mut a).await;
+        for _ in 0..2 {
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            let own = tokio::time::timeout(Duration::from_millis(500), a.record_lost()).await;
+            assert!(own.is_err(), "A's own node read as lost");
+        }
+        let intruder = zookeeper_client::Client::connect(&connect)
+            .await
+            .expect("connect");
+        let node = leader_node(&intruder, "/leasekeeper/heard").await;
+        intruder.delete(&node, None).await.expect("delete A's node");
+        let heard = tokio::time::timeout(Duration::from_secs(2), a.record_lost()).await;
+        assert!(heard.is_ok(), "A never heard of its node's deletion");
+    });
+}

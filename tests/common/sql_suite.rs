@@ -721,6 +721,32 @@ pub async fn tokens_grow_for_fresh_candidates_and_after_a_deleted_row<B: Backend
     assert!(again > token, "token {again} after {token}");
 }
 
+/// The leader's own-row watch (`record_lost`) ends soon after another candidate or a
+/// person overwrites or deletes the row, and not while the row is its own (its
+/// renewals included).
+pub async fn the_leader_hears_its_row_taken_but_not_its_own_renewals<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let ttl = Duration::from_secs(3);
+    let delete = |e: &str| format!("DELETE FROM leasekeeper_leases WHERE election = '{e}'");
+    for (election, tamper) in [
+        ("heard1", db.overwrite_sql("heard1")),
+        ("heard2", delete("heard2")),
+    ] {
+        let mut a = candidate(db, &new, election, "A", ttl);
+        leads("A", &mut a).await;
+        for _ in 0..2 {
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            let own = tokio::time::timeout(Duration::from_millis(500), a.record_lost()).await;
+            assert!(own.is_err(), "A's own row read as lost ({election})");
+        }
+        db.admin(&tamper);
+        let heard = tokio::time::timeout(Duration::from_secs(2), a.record_lost()).await;
+        assert!(heard.is_ok(), "A never heard of {tamper:?}");
+    }
+}
+
 /// Candidates that campaign at once for a free row: one takes it, never two (each
 /// take is judged by the server against the row as it stands, its expiry included,
 /// not against what an earlier statement of the same campaign read).
@@ -910,6 +936,14 @@ macro_rules! sql_store_rule_tests {
             fn followers_do_not_refresh_their_listing() {
                 let db = <$server>::start();
                 suite::followers_do_not_refresh_their_listing(&db);
+            }
+
+            #[test]
+            fn the_leader_hears_its_row_taken_but_not_its_own_renewals() {
+                let db = <$server>::start();
+                runtime().block_on(
+                    suite::the_leader_hears_its_row_taken_but_not_its_own_renewals(&db, $new),
+                );
             }
 
             #[test]
