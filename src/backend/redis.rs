@@ -415,6 +415,22 @@ pub struct RedisBackend {
     announce: Option<String>,
 }
 
+/// What a renew script's answer (`kept`) means. A renewal's own invalidation follows
+/// its answer: expected until `own_push_until` (see `record_lost`).
+pub(crate) fn renewal_of(
+    kept: i64,
+    own_push_until: &mut Option<Instant>,
+) -> Result<Renewal, BackendError> {
+    match kept {
+        1 => {
+            *own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
+            Ok(Renewal::Renewed)
+        }
+        REFUSED => Err(too_late("renew")),
+        _ => Ok(Renewal::Lost),
+    }
+}
+
 /// How soon after a renewal's answer its own invalidation is expected.
 pub(crate) const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
 
@@ -976,15 +992,7 @@ impl Backend for RedisBackend {
             .await
             .map_err(store("renew"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
-        match kept {
-            1 => {
-                // Its own invalidation follows the answer (see `record_lost`).
-                self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
-                Ok(Renewal::Renewed)
-            }
-            REFUSED => Err(too_late("renew")),
-            _ => Ok(Renewal::Lost),
-        }
+        renewal_of(kept, &mut self.own_push_until)
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {

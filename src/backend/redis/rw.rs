@@ -46,7 +46,7 @@ use tokio::time::Instant;
 
 use super::{
     baton, new_nonce, parse_value, store, switchover, too_late, Keys, Node, RedisSettings, CLOCK,
-    OWN_PUSH_WINDOW, READERS, REFUSED, RENEW,
+    READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -492,21 +492,13 @@ impl Backend for RwBackend {
             .await
             .map_err(store("renew"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
-        match kept {
-            1 => {
-                // Its own invalidation follows the answer (see `record_lost`).
-                self.own_push_until = Some(Instant::now() + OWN_PUSH_WINDOW);
-                Ok(Renewal::Renewed)
-            }
-            REFUSED => Err(too_late("renew")),
-            _ => Ok(Renewal::Lost),
-        }
+        super::renewal_of(kept, &mut self.own_push_until)
     }
 
     /// An exclusive holder hears of its key taken or deleted by anyone else at once,
     /// as the election's holder does (invariant 9): the first push within
-    /// [`OWN_PUSH_WINDOW`] of a renewal's answer is that renewal's own, any other is
-    /// checked by a read. A shared holder does not watch its entry (every other
+    /// [`OWN_PUSH_WINDOW`](super::OWN_PUSH_WINDOW) of a renewal's answer is that
+    /// renewal's own, any other is checked by a read. A shared holder does not watch its entry (every other
     /// reader's renewal changes the same key): a tampered entry is found by its next
     /// renewal.
     async fn record_lost(&mut self) {

@@ -497,20 +497,7 @@ impl Mysql {
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
-        if done.rows_affected() != 1 {
-            return Ok(None);
-        }
-        match i64::try_from(done.last_insert_id()) {
-            Ok(token) if token > 0 => Ok(Some(token)),
-            // A server that does not pass the value on: it is the session's still.
-            _ => {
-                let conn = session.begin("campaign").await?;
-                let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
-                    .fetch_one(&mut *conn)
-                    .await;
-                session.end("campaign", token).map(Some)
-            }
-        }
+        counted(session, &done).await
     }
 
     /// The conditional take (ours already, or free with a `reserved` token); the
@@ -1091,6 +1078,28 @@ impl SqlDialect for Mysql {
             }
             tenancy.expiry_hint = None;
             return Wake::Changed;
+        }
+    }
+}
+
+/// The token a counting statement (`LAST_INSERT_ID(expr)`) handed out, `None` when it
+/// counted nothing: from its answer, or, from a server that does not pass the value
+/// on, from the session (it is the session's still).
+async fn counted(
+    session: &mut Session<MySqlConnection>,
+    done: &sqlx::mysql::MySqlQueryResult,
+) -> Result<Option<i64>, BackendError> {
+    if done.rows_affected() != 1 {
+        return Ok(None);
+    }
+    match i64::try_from(done.last_insert_id()) {
+        Ok(token) if token > 0 => Ok(Some(token)),
+        _ => {
+            let conn = session.begin("campaign").await?;
+            let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+                .fetch_one(&mut *conn)
+                .await;
+            session.end("campaign", token).map(Some)
         }
     }
 }

@@ -436,6 +436,26 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// A release statement (`statement`: the lease row's, or the shared holders' last
+    /// step) for `(election, tenure)`, which notifies the waiting on our channel.
+    async fn release_by(
+        &self,
+        session: &mut Session<PgConnection>,
+        statement: &str,
+        (election, tenure): (&str, &str),
+    ) -> Result<(), BackendError> {
+        let conn = session.begin("release").await?;
+        let done = sqlx::query(statement)
+            .bind(election)
+            .bind(tenure)
+            .bind(&self.channel)
+            .execute(&mut *conn)
+            .await;
+        session.end("release", done).map(|_| ())
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.listener.abort();
@@ -620,14 +640,8 @@ impl SqlDialect for Postgres {
         election: &str,
         tenure: &str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("release").await?;
-        let done = sqlx::query(&self.statements.release)
-            .bind(election)
-            .bind(tenure)
-            .bind(&self.channel)
-            .execute(&mut *conn)
-            .await;
-        session.end("release", done).map(|_| ())
+        self.release_by(session, &self.statements.release, (election, tenure))
+            .await
     }
 
     async fn list(
@@ -796,14 +810,8 @@ impl SqlDialect for Postgres {
             .execute(&mut *conn)
             .await;
         session.end("release", swept)?;
-        let conn = session.begin("release").await?;
-        let done = sqlx::query(&self.statements.shared.release)
-            .bind(election)
-            .bind(tenure)
-            .bind(&self.channel)
-            .execute(&mut *conn)
-            .await;
-        session.end("release", done).map(|_| ())
+        self.release_by(session, &self.statements.shared.release, (election, tenure))
+            .await
     }
 
     async fn mark_waiting(

@@ -253,19 +253,7 @@ impl Mysql {
             .execute(&mut *conn)
             .await;
         let done = session.end("campaign", done)?;
-        if done.rows_affected() != 1 {
-            return Ok(None);
-        }
-        match i64::try_from(done.last_insert_id()) {
-            Ok(token) if token > 0 => Ok(Some(token)),
-            _ => {
-                let conn = session.begin("campaign").await?;
-                let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
-                    .fetch_one(&mut *conn)
-                    .await;
-                session.end("campaign", token).map(Some)
-            }
-        }
+        super::counted(session, &done).await
     }
 
     /// Our shared row, then the lease row joined; our row deleted again when the
