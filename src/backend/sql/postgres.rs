@@ -338,6 +338,13 @@ impl PostgresBackend {
     }
 }
 
+/// The SQLSTATEs of a `CREATE TABLE IF NOT EXISTS` that lost to another session's
+/// creation of the same table: the catalog's unique index (23505), the table (42P07),
+/// or its row type ("type … already exists", 42710).
+fn lost_a_creation_race(code: &str) -> bool {
+    matches!(code, "23505" | "42P07" | "42710")
+}
+
 impl Postgres {
     fn not_allowed(&self, table: &Table, e: &sqlx::Error) -> TableError {
         TableError::NotAllowed {
@@ -387,7 +394,7 @@ impl Postgres {
                 Err(self.not_allowed(table, &e))
             }
             // Two candidates creating it at once: one loses a catalog race.
-            Err(e) if code_of(&e).is_some_and(|c| c == "23505" || c == "42P07") => {
+            Err(e) if code_of(&e).is_some_and(|c| lost_a_creation_race(&c)) => {
                 session.end("prepare", Ok(()))?;
                 Ok(())
             }
