@@ -13,7 +13,7 @@ use common::etcd_server::EtcdCluster;
 use common::faults::Link;
 use common::{backend_herd, backend_switchover, eventually, http, Sidecar, SidecarArgs};
 use leasekeeper::backend::etcd::EtcdBackend;
-use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
 use leasekeeper::timing::Timing;
 
 #[test]
@@ -671,6 +671,45 @@ fn a_renew_never_vouches_for_a_key_taken_behind_its_back() {
                 a.renew().await.expect("renew"),
                 Renewal::Lost,
                 "A renewed a key that was {tamper}'d"
+            );
+        });
+    }
+}
+
+/// Invariant 9 for a leader that came through a handover: the next in line opens the
+/// watch on its own key while it follows (so its claim after the release needs none),
+/// and that watch is the leader's from then on. Deleted, or overwritten, the key is
+/// lost at the next renew and `record_lost` returns.
+#[test]
+fn a_successor_hears_its_key_taken_on_the_watch_it_opened_as_next_in_line() {
+    let etcd = EtcdCluster::start(1);
+    let ep = etcd.endpoints();
+    for (n, tamper) in ["del", "put"].into_iter().enumerate() {
+        let election = format!("early{n}");
+        backend_switchover::runtime().block_on(async {
+            let (mut a, mut b) = (
+                etcd_candidate(&ep, &election, "A"),
+                etcd_candidate(&ep, &election, "B"),
+            );
+            etcd_leads("A", &mut a).await;
+            etcd_follows("B", &mut b, "A", None).await;
+            a.release().await.expect("A's release");
+            let woke = b.wait_for_change(Duration::from_secs(5)).await;
+            assert_eq!(woke, Wake::Changed, "B not woken by A's release");
+            etcd_leads("B", &mut b).await;
+            assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed);
+            let keys = etcd.etcdctl(&["get", "--prefix", "--keys-only", &format!("{election}/")]);
+            let key = keys.lines().find(|l| !l.is_empty()).expect("B's key");
+            match tamper {
+                "del" => etcd.etcdctl(&["del", key]),
+                _ => etcd.etcdctl(&["put", key, "intruder"]),
+            };
+            let heard = tokio::time::timeout(Duration::from_secs(2), b.record_lost()).await;
+            assert!(heard.is_ok(), "B's watch missed its key {tamper}'d");
+            assert_eq!(
+                b.renew().await.expect("renew"),
+                Renewal::Lost,
+                "B renewed a key that was {tamper}'d"
             );
         });
     }

@@ -28,6 +28,9 @@
 //!   claiming. The lease is then guaranteed for a ttl from a moment after the
 //!   campaign was sent, which is what the elector's deadline assumes; without it a
 //!   follower that moved to the front could claim on a lease last refreshed long ago.
+//!   The next in line (its predecessor leads) sends that keep-alive beside the read
+//!   of the queue, and has watched its own key since it became the next in line: its
+//!   claim after a release is one round trip, the read, as `concurrency.Election`'s.
 //! - **Renew** is a keep-alive (answered by the etcd leader, so it proves the lease
 //!   where it would expire); an answer with TTL 0 means the lease (and our key) is
 //!   gone: step down at once, and the next campaign grants a new lease.
@@ -118,6 +121,10 @@ struct Watching {
     /// The announcement, and the next in line's key: any event means look now.
     announcement: Option<WatchStream>,
     next: Option<WatchStream>,
+    /// The next in line only (our predecessor leads): the watch on our own key,
+    /// opened with the others, so the claim that follows the leader's release
+    /// needs none of its own (it is the leader's watch from then on).
+    own: Option<WatchStream>,
 }
 
 pub struct EtcdBackend {
@@ -428,7 +435,8 @@ impl EtcdBackend {
     /// One campaign round (see the module doc); `None` when it gave up our place to a
     /// switchover's named candidate (only when `may_requeue`): look again at once.
     async fn campaign_once(&mut self, may_requeue: bool) -> Result<Option<Campaign>, BackendError> {
-        self.watching = None;
+        // Our own key's watch, when we were the next in line: we are likely first now.
+        let early_own = self.watching.take().and_then(|w| w.own);
         let mut client = self.client().await?;
         let session = self.session().await?;
         let (key, lease, placed) = (session.key.clone(), session.lease, session.revision);
@@ -440,12 +448,17 @@ impl EtcdBackend {
         }
         let revision = self.session.as_ref().map_or(0, |s| s.revision);
         let reader = self.mode == LockMode::Shared;
-        let queue = read_queue(
-            &mut client,
-            (&self.prefix, &self.reservation, &self.announcement),
-            (&key, revision, self.mode),
-        )
-        .await?;
+        let (at, mode) = (self.queue_keys(), self.mode);
+        let read = read_queue(&mut client, (&at.0, &at.1, &at.2), (&key, revision, mode));
+        // The next in line refreshes its lease with the read, not after it: sent after
+        // the campaign began either way, which is all the claim's deadline assumes.
+        let (refreshed, queue) = match early_own.is_some() {
+            true => {
+                let (alive, queue) = tokio::join!(self.keep_alive("campaign"), read);
+                (Some(alive?), queue?)
+            }
+            false => (None, read.await?),
+        };
         self.observe(&queue);
         if !queue.ours {
             // Our lease expired (the store was unreachable for a ttl, say) and took our
@@ -469,12 +482,22 @@ impl EtcdBackend {
         match place {
             Place::First => {
                 // We are first. Refresh the lease before claiming (see the module doc).
-                if !self.keep_alive("campaign").await? {
+                let alive = match refreshed {
+                    Some(alive) => alive,
+                    None => self.keep_alive("campaign").await?,
+                };
+                if !alive {
                     return Ok(Some(Campaign::Held(None)));
                 }
-                // Every event on our key since the read that found us first.
-                let own = client.watch(key.as_bytes().to_vec(), from()).await;
-                self.own = Some(own.map_err(etcd("campaign"))?);
+                // Every event on our key since the read that found us first (or
+                // since the earlier read that made us the next in line).
+                self.own = match early_own {
+                    Some(own) => Some(own),
+                    None => {
+                        let own = client.watch(key.as_bytes().to_vec(), from()).await;
+                        Some(own.map_err(etcd("campaign"))?)
+                    }
+                };
                 if !reader {
                     self.announce(client.clone(), &key);
                 }
@@ -495,12 +518,21 @@ impl EtcdBackend {
                 Ok(Some(Campaign::Held(None)))
             }
             Place::Behind { watch, leader } => {
-                let news = self.news_for(&queue, &key, watch, leader);
+                let mut news = self.news_for(&queue, &key, watch, leader);
+                // Next in line: our predecessor leads.
+                news.own = leader.is_none().then(|| key.clone().into_bytes());
                 let watching = follower_watches(&client, queue.at + 1, watch.to_vec(), news);
                 self.watching = Some(watching.await?);
                 Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))))
             }
         }
+    }
+
+    /// What a campaign reads beside the queue: the prefix, the reservation and the
+    /// announcement (owned, so the read may run beside a keep-alive).
+    fn queue_keys(&self) -> (String, String, String) {
+        let at = (&self.prefix, &self.reservation, &self.announcement);
+        (at.0.clone(), at.1.clone(), at.2.clone())
     }
 
     /// What a follower (our key `key`, watching `watch`) watches for news of a new
@@ -526,6 +558,7 @@ impl EtcdBackend {
                 announcement: leader.and(announcement),
                 leader: leader.map(<[u8]>::to_vec),
                 next: None,
+                own: None,
             },
             HolderNews::Announcement => News {
                 leader: None,
@@ -535,6 +568,7 @@ impl EtcdBackend {
                     .as_ref()
                     .map(|n| n.key().to_vec())
                     .filter(|n| n.as_slice() != watch),
+                own: None,
             },
         }
     }
@@ -774,6 +808,8 @@ struct News {
     leader: Option<Vec<u8>>,
     announcement: Option<Vec<u8>>,
     next: Option<Vec<u8>>,
+    /// Our own key (the next in line only): see [`Watching::own`].
+    own: Option<Vec<u8>>,
 }
 
 /// A follower's watches from revision `from` (the read that placed us): the key just
@@ -797,17 +833,19 @@ async fn follower_watches(
             }
         }
     };
-    let (predecessor, leader, announcement, next) = tokio::join!(
+    let (predecessor, leader, announcement, next, own) = tokio::join!(
         open(Some(watch)),
         open(news.leader),
         open(news.announcement),
-        open(news.next)
+        open(news.next),
+        open(news.own)
     );
     Ok(Watching {
         predecessor: predecessor?.ok_or_else(|| failed("campaign", "no watch"))?,
         leader: leader?,
         announcement: announcement?,
         next: next?,
+        own: own?,
     })
 }
 
