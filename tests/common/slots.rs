@@ -2,10 +2,12 @@
 //! the checks on what the sidecars logged.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::checker::{parse_claims, LoggedClaim, ServerControl};
+use super::faults::{FaultProxy, Link};
 use super::{eventually, send_signal, Sidecar, SidecarArgs};
 
 /// The slots each sidecar says it holds now: (sidecar index, slot, token).
@@ -122,17 +124,30 @@ pub fn two_slots_five_candidates(args: SidecarArgs, ttl: Duration, graceful: Dur
     slots_scenario(args, ttl, graceful, true, None);
 }
 
-/// [`two_slots_five_candidates`], then the store's own fault, as the election
-/// checker strikes it: the store paused past the ttl (a majority of its nodes, for a
-/// store of several), during which no slot is held, then resumed: every slot is held
+/// The store's faults for [`two_slots_five_candidates_and_the_store_struck`].
+pub struct Strikes<'a> {
+    pub store: &'a mut dyn ServerControl,
+    /// The store's nodes (client addresses): every sidecar reaches each through a
+    /// proxy of its own, so a holder can be cut off alone.
+    pub nodes: Vec<SocketAddr>,
+    /// Whether the store keeps its data across a kill -9 (then it is restarted too).
+    pub restart: bool,
+}
+
+/// [`two_slots_five_candidates`], then the faults the election checker strikes an
+/// election with: the store paused past the ttl (a majority of its nodes, for a store
+/// of several), during which no slot is held, then resumed; a slot's holder cut off
+/// from the store (every byte held both ways, its connections kept open) past the
+/// ttl, its slot taken by a waiting candidate, then healed; and the store killed
+/// (-9) and started again, when it keeps its data. After each, every slot is held
 /// again, and the transition logs are checked over the whole run.
-pub fn two_slots_five_candidates_and_the_store_paused(
+pub fn two_slots_five_candidates_and_the_store_struck(
     args: SidecarArgs,
     ttl: Duration,
     graceful: Duration,
-    store: &mut dyn ServerControl,
+    strikes: Strikes,
 ) {
-    slots_scenario(args, ttl, graceful, true, Some(store));
+    slots_scenario(args, ttl, graceful, true, Some(strikes));
 }
 
 /// [`two_slots_five_candidates`] without the SIGSTOP part, for the file backend: a
@@ -146,7 +161,7 @@ fn slots_scenario(
     ttl: Duration,
     graceful: Duration,
     pause: bool,
-    store: Option<&mut dyn ServerControl>,
+    mut strikes: Option<Strikes>,
 ) {
     let built = args.clone().build();
     let backend = built
@@ -157,13 +172,21 @@ fn slots_scenario(
         .unwrap_or_default();
     let dir = tempfile::tempdir().expect("dir");
     let args = args.flag("--holders", "2");
+    let nodes = strikes
+        .as_ref()
+        .map(|s| s.nodes.clone())
+        .unwrap_or_default();
+    let proxies = Proxies::default();
     let spawn = |i: usize| {
         let name = format!("w-{i}");
         let log = dir.path().join(format!("{name}.jsonl"));
         let a = args
             .clone()
             .flag("--transition-log", &log.display().to_string());
-        Sidecar::spawn(&name, dir.path(), &a.build())
+        let (built, links) = through_proxies(a.build(), &nodes);
+        let car = Sidecar::spawn(&name, dir.path(), &built);
+        proxies.borrow_mut().insert(car.pid, links);
+        car
     };
     let start_bound = ttl * 3 + Duration::from_secs(15);
     // w-0 takes slot 0 (its ordinal's); w-2, whose ordinal also picks slot 0, tries it
@@ -273,10 +296,83 @@ fn slots_scenario(
     send_signal(cars[stopped].pid, libc::SIGCONT);
     std::thread::sleep(ttl);
     all_slots_held(&cars, 2, start_bound);
-    if let Some(store) = store {
-        the_store_paused(&cars, ttl, store, start_bound);
+    if let Some(strikes) = strikes.as_mut() {
+        the_store_paused(&cars, ttl, strikes.store, start_bound);
+        a_holder_cut_off(&cars, &proxies, ttl, start_bound);
+        if strikes.restart {
+            strikes.store.restart();
+            all_slots_held(&cars, 2, start_bound);
+        }
     }
     finish(cars, dir.path(), killed);
+}
+
+/// Each sidecar's proxies to the store's nodes, by pid.
+type Proxies = std::cell::RefCell<BTreeMap<u32, Vec<FaultProxy>>>;
+
+/// `args` with every store node's address (`127.0.0.1:<port>`) turned into a proxy's
+/// of its own; the proxies.
+fn through_proxies(args: Vec<String>, nodes: &[SocketAddr]) -> (Vec<String>, Vec<FaultProxy>) {
+    let proxies: Vec<FaultProxy> = nodes.iter().map(|n| FaultProxy::start(*n)).collect();
+    let args = args
+        .into_iter()
+        .map(|mut a| {
+            for (node, proxy) in nodes.iter().zip(&proxies) {
+                a = replace_address(&a, &node.to_string(), &proxy.addr());
+            }
+            a
+        })
+        .collect();
+    (args, proxies)
+}
+
+/// `text` with `from` (an address) replaced by `to` wherever no digit follows it (a
+/// port `1234` is not the start of `12345`).
+fn replace_address(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let after = &rest[i + from.len()..];
+        let whole = !after.starts_with(|c: char| c.is_ascii_digit());
+        out.push_str(&rest[..i]);
+        out.push_str(if whole { to } else { from });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A slot's holder cut off from the store past the ttl (its links hold every byte
+/// both ways): it steps down by its deadline and a waiting candidate takes its slot;
+/// healed, it leads no slot its successor holds (the logs' check at the end), and
+/// every slot is held again.
+fn a_holder_cut_off(cars: &[Sidecar], proxies: &Proxies, ttl: Duration, start_bound: Duration) {
+    let held = all_slots_held(cars, 2, start_bound);
+    let (cut, slot, token) = held[0];
+    let links = |link: Link| {
+        for p in proxies.borrow().get(&cars[cut].pid).into_iter().flatten() {
+            p.set(link);
+        }
+    };
+    links(Link::Blackhole);
+    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
+        slot_leaders(cars)
+            .into_iter()
+            .find(|h| h.0 != cut && h.1 == slot && h.2 > token)
+    });
+    let still = slot_leaders(cars).into_iter().find(|h| h.0 == cut);
+    links(Link::Pass);
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken while its holder was cut off: {:?}",
+        slot_leaders(cars)
+    );
+    assert!(
+        still.is_none(),
+        "the cut-off holder still says it holds {still:?} beside {next:?}"
+    );
+    std::thread::sleep(ttl);
+    all_slots_held(cars, 2, start_bound);
 }
 
 /// The store paused past the ttl: every slot's holder steps down by its deadline, so
