@@ -1005,6 +1005,39 @@ mod rules {
         });
     }
 
+    /// The tracking connection killed while A leads, and no renewal after it: A's wait
+    /// for news of its key (`record_lost`) turns tracking on again by itself, so a
+    /// takeover right after is heard at once, not at A's next renewal (ttl 30 s).
+    /// Before, the disconnect notice only switched tracking off, and the wait heard
+    /// nothing until a renewal tracked again.
+    #[test]
+    fn a_leader_tracks_its_key_again_when_the_tracking_connection_dies() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut a = candidate(&server.url(), "retrack2", "A", ttl);
+            leads("A", &mut a).await;
+            let clients = server.command("CLIENT LIST").unwrap_or_default();
+            let tracking = clients
+                .lines()
+                .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
+                .and_then(|l| field(l, "id")?.parse::<u64>().ok())
+                .expect("A's tracking connection");
+            server.command(&format!("CLIENT KILL ID {tracking}"));
+            let waiting = a.record_lost();
+            tokio::pin!(waiting);
+            // A waits (and hears of the lost connection) before anyone else writes.
+            let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+            assert!(early.is_err(), "A's wait ended with its key untouched");
+            server.command(&format!("SET {} 1|intruder|x PX 30000", lock("retrack2")));
+            let heard = tokio::time::timeout(Duration::from_secs(2), waiting).await;
+            assert!(
+                heard.is_ok(),
+                "A did not hear its key taken after its tracking died"
+            );
+        });
+    }
+
     /// `key=value` of one `CLIENT LIST` line.
     fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         line.split_whitespace()

@@ -1084,9 +1084,23 @@ impl Backend for RedisBackend {
     /// so the leader sends one request per renewal. Any other push for our key is
     /// looked at before concluding. (On a server that does not push our own changes,
     /// someone else's change within that window is found by the next renewal instead.)
+    ///
+    /// A disconnect notice (the tracking went with its connection) turns tracking on
+    /// again at once, on the connection the client opened since, with a read of our
+    /// key: waiting for the next renewal to do it left us blind to a takeover until
+    /// then, and when the notice came after a renewal had gone out on the new
+    /// connection, that renewal had not done it either.
     async fn record_lost(&mut self) {
         self.announce_once().await;
         while let Some(push) = self.pushes.recv().await {
+            if push.kind == PushKind::Disconnection {
+                self.tracking = false;
+                // Refused (the connection still down): the next renewal tracks again.
+                if let Ok(false) = self.track_own_key("record_lost").await {
+                    return;
+                }
+                continue;
+            }
             if !self.note_push(&push) {
                 continue;
             }
