@@ -71,8 +71,9 @@ fn big_sweep() {
     // LK_SIM_FAMILY narrows the sweep to one family (redlock5 too).
     let families: Vec<Family> = match std::env::var("LK_SIM_FAMILY") {
         Ok(f) => {
-            vec![Family::parse(&f)
-                .expect("LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw or slots")]
+            vec![Family::parse(&f).expect(
+                "LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw, slots or slots-session",
+            )]
         }
         Err(_) => Family::ALL.to_vec(),
     };
@@ -326,14 +327,15 @@ fn wrong_read_write_rules_are_caught() {
 /// slot.
 #[test]
 fn wrong_slot_rules_are_caught() {
-    use sim::client::SlotRule;
-    for (rule, kind) in [
-        (SlotRule::OneLease, "slot-not-held"),
-        (SlotRule::WrongSlotNamed, "overlap"),
+    use sim::client::{SlotRule, SlotStore};
+    for (rule, store, kind) in [
+        (SlotRule::OneLease, SlotStore::Ttl, "slot-not-held"),
+        (SlotRule::WrongSlotNamed, SlotStore::Ttl, "overlap"),
+        (SlotRule::NoWithdraw, SlotStore::Session, "slot-not-held"),
     ] {
         let s = Sweep::run(
             0..DEFAULT_SEEDS,
-            &[Family::Slots(rule)],
+            &[Family::Slots(rule, store)],
             Flaws::default(),
             2,
         );

@@ -25,10 +25,22 @@ pub enum Family {
     /// The session family's read-write lock (`--mode`): node `i` is a reader when
     /// `i % 3 != 0`, a writer otherwise; the rule decides who may hold.
     Rw(RwRule),
-    /// An election of [`SLOTS`] holders (`--holders`): one TTL store per slot, the
-    /// real [`Picker`] choosing which slot a campaign asks; the rule says what the
-    /// backend tells the machine and the publishers.
-    Slots(SlotRule),
+    /// An election of [`SLOTS`] holders (`--holders`): one store per slot (a TTL
+    /// store or a session store), the real [`Picker`] choosing which slot a campaign
+    /// asks; the rule says what the backend tells the machine and the publishers.
+    Slots(SlotRule, SlotStore),
+}
+
+/// The stores of the slots family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotStore {
+    /// A TTL record per slot (Redis, SQL).
+    Ttl,
+    /// A session store per slot (ZooKeeper, etcd): a campaign leaves a node in the
+    /// slot's queue, and the client keeps every session it has alive by itself (a
+    /// ZooKeeper client's pings, an etcd follower's keep-alives), whatever the
+    /// elector does.
+    Session,
 }
 
 /// The slots of the slots family.
@@ -45,16 +57,21 @@ pub enum SlotRule {
     OneLease,
     /// Known-wrong: the publishers name the slot asked first, not the slot taken.
     WrongSlotNamed,
+    /// Known-wrong: a candidate that took a slot keeps its places in the others'
+    /// queues (the session store's nodes), so a slot freed passes, in the store's
+    /// eyes, to a candidate that never claims it.
+    NoWithdraw,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Ttl,
         Family::Session,
         Family::Lease,
         Family::Redlock(3),
         Family::Rw(RwRule::Right),
-        Family::Slots(SlotRule::Right),
+        Family::Slots(SlotRule::Right, SlotStore::Ttl),
+        Family::Slots(SlotRule::Right, SlotStore::Session),
     ];
 
     pub fn name(self) -> String {
@@ -65,8 +82,10 @@ impl Family {
             Family::Redlock(n) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
-            Family::Slots(SlotRule::Right) => "slots".into(),
-            Family::Slots(rule) => format!("slots-{rule:?}"),
+            Family::Slots(SlotRule::Right, SlotStore::Ttl) => "slots".into(),
+            Family::Slots(SlotRule::Right, SlotStore::Session) => "slots-session".into(),
+            Family::Slots(rule, SlotStore::Ttl) => format!("slots-{rule:?}"),
+            Family::Slots(rule, SlotStore::Session) => format!("slots-session-{rule:?}"),
         }
     }
 
@@ -80,9 +99,13 @@ impl Family {
             "rw" => Some(Family::Rw(RwRule::Right)),
             "rw-ReadersIgnoreWriters" => Some(Family::Rw(RwRule::ReadersIgnoreWriters)),
             "rw-WritersIgnoreReaders" => Some(Family::Rw(RwRule::WritersIgnoreReaders)),
-            "slots" => Some(Family::Slots(SlotRule::Right)),
-            "slots-OneLease" => Some(Family::Slots(SlotRule::OneLease)),
-            "slots-WrongSlotNamed" => Some(Family::Slots(SlotRule::WrongSlotNamed)),
+            "slots" => Some(Family::Slots(SlotRule::Right, SlotStore::Ttl)),
+            "slots-OneLease" => Some(Family::Slots(SlotRule::OneLease, SlotStore::Ttl)),
+            "slots-WrongSlotNamed" => Some(Family::Slots(SlotRule::WrongSlotNamed, SlotStore::Ttl)),
+            "slots-session" => Some(Family::Slots(SlotRule::Right, SlotStore::Session)),
+            "slots-session-NoWithdraw" => {
+                Some(Family::Slots(SlotRule::NoWithdraw, SlotStore::Session))
+            }
             _ => None,
         }
     }
@@ -90,7 +113,7 @@ impl Family {
     pub fn stores(self) -> usize {
         match self {
             Family::Redlock(n) => n,
-            Family::Slots(_) => SLOTS,
+            Family::Slots(..) => SLOTS,
             _ => 1,
         }
     }
@@ -167,6 +190,8 @@ pub struct Client {
     /// Slots: the real picker, and the slot the last tenure claims (for the oracle).
     picker: Option<Picker>,
     pub slot: Option<u32>,
+    /// Slots: the slots whose session the client keeps alive (see [`Client::ping`]).
+    kept: [bool; SLOTS],
 }
 
 impl Client {
@@ -195,10 +220,22 @@ impl Client {
             run: None,
             split: false,
             ops: Vec::new(),
-            picker: matches!(fam, Family::Slots(_))
+            picker: matches!(fam, Family::Slots(..))
                 .then(|| Picker::new(SLOTS, &format!("n-{node}"))),
             slot: None,
+            kept: [false; SLOTS],
         }
+    }
+
+    /// What the client sends by itself, whatever the elector does, and to which
+    /// stores: the session store's keep-alive (the slots family on session stores),
+    /// to every slot whose session it keeps (asked, and not withdrawn from since).
+    pub fn ping(&self) -> Option<(Req, Vec<usize>)> {
+        if !matches!(self.fam, Family::Slots(_, SlotStore::Session)) {
+            return None;
+        }
+        let kept = (0..SLOTS).filter(|&j| self.kept[j]).collect();
+        Some((Req::Renew { key: self.key }, kept))
     }
 
     fn new_key(&mut self) {
@@ -237,7 +274,7 @@ impl Client {
             first: 0,
             round: Vec::new(),
         });
-        if let Family::Slots(_) = self.fam {
+        if let Family::Slots(..) = self.fam {
             return self.slots_start(op);
         }
         let key = self.key;
@@ -299,7 +336,7 @@ impl Client {
             }
             Family::Lease => self.lease_reply(resp, now),
             Family::Redlock(_) => self.redlock_reply(store, resp),
-            Family::Slots(rule) => self.slots_reply(store, resp, rule),
+            Family::Slots(rule, _) => self.slots_reply(store, resp, rule),
         }
     }
 
@@ -678,6 +715,7 @@ impl Client {
                 let mut round = picker.round();
                 let first = round.remove(0);
                 picker.asking(first);
+                self.kept[first] = true;
                 if let Some(r) = self.run.as_mut() {
                     (r.asked, r.first, r.round) = (first, first, round);
                 }
@@ -686,6 +724,7 @@ impl Client {
             Op::Renew => vec![Out::Send(picker.held().unwrap_or(0), Req::Renew { key })],
             Op::Release => {
                 picker.release_order();
+                self.kept = [false; SLOTS];
                 self.new_key();
                 self.all(Req::Release { key })
             }
@@ -733,8 +772,13 @@ impl Client {
                 SlotRule::OneLease => 0,
                 _ => store as u32,
             };
-            let mut out: Vec<Out> = (0..SLOTS)
-                .filter(|&j| j != store)
+            let withdraw: Vec<usize> = (0..SLOTS)
+                .filter(|&j| j != store && rule != SlotRule::NoWithdraw)
+                .collect();
+            // Withdrawn, a slot's session is given up (a ZooKeeper client closed, an
+            // etcd lease no longer kept alive) even when the release is lost.
+            withdraw.iter().for_each(|&j| self.kept[j] = false);
+            let mut out: Vec<Out> = (withdraw.into_iter())
                 .map(|j| Out::Send(j, Req::Release { key }))
                 .collect();
             out.extend(self.finish(Answer::Campaign { result, ttl, lease }));
@@ -748,6 +792,7 @@ impl Client {
         match next {
             Some(j) => {
                 picker.asking(j);
+                self.kept[j] = true;
                 vec![Out::Send(j, Req::Campaign { key })]
             }
             None => self.finish(Answer::Campaign {

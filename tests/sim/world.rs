@@ -14,7 +14,7 @@ use leasekeeper::elector::machine::{
 };
 use leasekeeper::timing::Timing;
 
-use super::client::{Client, Family, Out, SLOTS};
+use super::client::{Client, Family, Out, SlotStore, SLOTS};
 use super::oracle::{ms, Ns, Oracle, Violation};
 use super::store::{LeaseStore, Push, Req, Resp, RlData, RlNode, SessionStore, TtlStore};
 
@@ -125,7 +125,15 @@ pub enum Ev {
     Restart(usize),
     Heal,
     ReleaseCheck,
+    /// The client's own keep-alive to every store (see [`Client::ping`]).
+    Ping {
+        node: usize,
+        inc: u32,
+    },
 }
+
+/// The call id of a client's own keep-alives: never a machine's call.
+const PING: u64 = u64::MAX;
 
 /// What one store is.
 #[derive(Clone, Debug)]
@@ -253,9 +261,13 @@ impl World {
             let kind = match fam {
                 Family::Ttl => Kind::Ttl(TtlStore::default()),
                 // Each slot counts its own tokens, from wherever its history left it.
-                Family::Slots(_) => Kind::Ttl(TtlStore {
+                Family::Slots(_, SlotStore::Ttl) => Kind::Ttl(TtlStore {
                     counter: w.rng.random_range(0..1000),
                     ..TtlStore::default()
+                }),
+                Family::Slots(_, SlotStore::Session) => Kind::Session(SessionStore {
+                    seq: w.rng.random_range(0..1000),
+                    ..SessionStore::default()
                 }),
                 Family::Session => Kind::Session(SessionStore::default()),
                 Family::Rw(rule) => Kind::Session(SessionStore {
@@ -369,6 +381,8 @@ impl World {
     pub fn run(&mut self) -> Vec<Violation> {
         for i in 0..self.nodes.len() {
             self.feed(i, Event::Start);
+            let inc = self.nodes[i].inc;
+            self.at(self.now, Ev::Ping { node: i, inc });
         }
         while let Some(((t, _), ev)) = self.queue.pop_first() {
             if self.end_at != 0 && t > self.end_at {
@@ -388,7 +402,8 @@ impl World {
             | Ev::Wake { node, inc, .. }
             | Ev::Budget { node, inc, .. }
             | Ev::Phase { node, inc, .. }
-            | Ev::Done { node, inc, .. } => self.node_event(node, inc, ev),
+            | Ev::Done { node, inc, .. }
+            | Ev::Ping { node, inc } => self.node_event(node, inc, ev),
             Ev::StoreTick(s) => self.store_tick(s),
             Ev::ResumeNode(i) => self.resume_node(i),
             Ev::ResumeStore(s) => self.resume_store(s),
@@ -428,8 +443,28 @@ impl World {
                 self.client_outs(i, id, outs);
             }
             Ev::Deliver(msg) => self.at_node(i, msg),
+            Ev::Ping { .. } => self.ping(i),
             _ => {}
         }
+    }
+
+    /// Node `i`'s client keeps its sessions alive by itself, every ttl / 3.
+    fn ping(&mut self, i: usize) {
+        let Some((req, stores)) = self.nodes[i].client.ping() else {
+            return;
+        };
+        let inc = self.nodes[i].inc;
+        for store in stores {
+            self.send(Msg::ToStore {
+                store,
+                node: i,
+                inc,
+                call: PING,
+                req: req.clone(),
+            });
+        }
+        let every = self.timing.ttl / 3;
+        self.at(self.now + every.as_nanos() as Ns, Ev::Ping { node: i, inc });
     }
 
     pub fn local(&self, i: usize) -> Time {
@@ -791,6 +826,7 @@ impl World {
         self.nodes[i] = node;
         self.note(|| format!("n{i} restarted as #{inc}"));
         self.feed(i, Event::Start);
+        self.at(self.now, Ev::Ping { node: i, inc });
     }
 
     /// A crash (`kill -9`): the claim ends now, nothing more is processed.
@@ -863,7 +899,7 @@ impl World {
                 bound,
             }),
         }
-        if let Family::Slots(_) = self.fam {
+        if let Family::Slots(..) = self.fam {
             found.extend(self.oracle.slots_unheld(self.heal_at, bound, SLOTS as u32));
         }
         if let Some((node, _, asked, Some(answered))) = self.release {
