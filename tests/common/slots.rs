@@ -189,70 +189,8 @@ fn slots_scenario(
         car
     };
     let start_bound = ttl * 3 + Duration::from_secs(15);
-    // w-0 takes slot 0 (its ordinal's); w-2, whose ordinal also picks slot 0, tries it
-    // first (a place in its queue, where the store keeps one) and takes slot 1: it
-    // must leave slot 0's queue then, or slot 0 would pass to it, unclaimed, when w-0
-    // goes, and stay stuck while w-2 lives.
-    let mut cars = vec![spawn(0)];
-    cars[0].settles_in("leader", start_bound);
-    cars.push(spawn(2));
-    let held = all_slots_held(&cars, 2, start_bound);
-    assert_eq!(
-        (held[0].0, held[1].0),
-        (0, 1),
-        "w-0 in slot 0, w-2 in slot 1: {held:?}"
-    );
-    cars.extend([spawn(1), spawn(3), spawn(4)]);
-    let held = all_slots_held(&cars, 2, start_bound);
-    // A follower lists both holders.
-    let follower = (0..5)
-        .find(|i| !held.iter().any(|h| h.0 == *i))
-        .expect("a follower");
-    let listed = eventually(ttl * 2, || {
-        let v = cars[follower].leader()?;
-        (v["holders"].as_array()?.len() == 2).then_some(v)
-    });
-    assert!(
-        listed.is_some(),
-        "a follower does not list both holders: {:?}",
-        cars[follower].leader()
-    );
-
-    // SIGTERM: the slot goes to a waiting candidate, fast.
-    let (gone, slot, token) = held[0];
-    let t0 = Instant::now();
-    cars[gone].signal(libc::SIGTERM);
-    let next = eventually(graceful, || {
-        slot_leaders(&cars)
-            .into_iter()
-            .find(|h| h.0 != gone && h.1 == slot && h.2 > token)
-    });
-    let took = t0.elapsed();
-    assert!(
-        next.is_some(),
-        "slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
-        slot_leaders(&cars)
-    );
-    eprintln!("{backend}: slot {slot} handed over on SIGTERM in {took:?}");
-    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
-
-    // SIGTERM of the other slot's holder: that slot too goes to a waiting candidate
-    // at once, never lost to the one that took the first slot while it still waited
-    // on this one.
-    let held = all_slots_held(&cars, 2, start_bound);
-    let &(gone, slot, token) = held.iter().find(|h| h.1 != slot).expect("the other slot");
-    cars[gone].signal(libc::SIGTERM);
-    let next = eventually(graceful, || {
-        slot_leaders(&cars)
-            .into_iter()
-            .find(|h| h.0 != gone && h.1 == slot && h.2 > token)
-    });
-    assert!(
-        next.is_some(),
-        "the other slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
-        slot_leaders(&cars)
-    );
-    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+    let mut cars = both_slots_filled(&spawn, ttl, start_bound);
+    let gone = sigterm_each_holder(&mut cars, graceful, start_bound, &backend);
     cars[gone] = spawn(5);
 
     // kill -9: after the ttl.
@@ -265,11 +203,8 @@ fn slots_scenario(
         leasekeeper::clock::monotonic_now_ns(),
     );
     cars[victim].kill();
-    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
-        slot_leaders(&cars)
-            .into_iter()
-            .find(|h| h.1 == slot && h.2 > token)
-    });
+    let within = ttl * 3 + Duration::from_secs(5);
+    let next = taken(&cars, None, (slot, token), within);
     assert!(
         next.is_some(),
         "slot {slot} not taken after its holder's kill -9: {:?}",
@@ -283,11 +218,7 @@ fn slots_scenario(
     }
     let (stopped, slot, token) = held[0];
     send_signal(cars[stopped].pid, libc::SIGSTOP);
-    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
-        slot_leaders(&cars)
-            .into_iter()
-            .find(|h| h.0 != stopped && h.1 == slot && h.2 > token)
-    });
+    let next = taken(&cars, Some(stopped), (slot, token), within);
     assert!(
         next.is_some(),
         "slot {slot} not taken while its holder was stopped: {:?}",
@@ -305,6 +236,94 @@ fn slots_scenario(
         }
     }
     finish(cars, dir.path(), killed);
+}
+
+/// A holder of `slot` other than `not` with a token above `token` (the slot's new
+/// tenure), within `within`.
+fn taken(
+    cars: &[Sidecar],
+    not: Option<usize>,
+    (slot, token): (u64, u64),
+    within: Duration,
+) -> Option<(usize, u64, u64)> {
+    eventually(within, || {
+        slot_leaders(cars)
+            .into_iter()
+            .find(|h| Some(h.0) != not && h.1 == slot && h.2 > token)
+    })
+}
+
+/// Five candidates, both slots held, a follower listing both holders. w-0 takes slot 0
+/// (its ordinal's); w-2, whose ordinal also picks slot 0, tries it first (a place in
+/// its queue, where the store keeps one) and takes slot 1: it must leave slot 0's
+/// queue then, or slot 0 would pass to it, unclaimed, when w-0 goes, and stay stuck
+/// while w-2 lives.
+fn both_slots_filled(
+    spawn: &dyn Fn(usize) -> Sidecar,
+    ttl: Duration,
+    start_bound: Duration,
+) -> Vec<Sidecar> {
+    let mut cars = vec![spawn(0)];
+    cars[0].settles_in("leader", start_bound);
+    cars.push(spawn(2));
+    let held = all_slots_held(&cars, 2, start_bound);
+    assert_eq!(
+        (held[0].0, held[1].0),
+        (0, 1),
+        "w-0 in slot 0, w-2 in slot 1: {held:?}"
+    );
+    cars.extend([spawn(1), spawn(3), spawn(4)]);
+    let held = all_slots_held(&cars, 2, start_bound);
+    let follower = (0..5)
+        .find(|i| !held.iter().any(|h| h.0 == *i))
+        .expect("a follower");
+    let listed = eventually(ttl * 2, || {
+        let v = cars[follower].leader()?;
+        (v["holders"].as_array()?.len() == 2).then_some(v)
+    });
+    assert!(
+        listed.is_some(),
+        "a follower does not list both holders: {:?}",
+        cars[follower].leader()
+    );
+    cars
+}
+
+/// SIGTERM to one slot's holder: the slot goes to a waiting candidate, fast; then to
+/// the other slot's holder: that slot too goes to a waiting candidate at once, never
+/// lost to the one that took the first slot while it still waited on this one. Both
+/// have exited at the end; the second one's index.
+fn sigterm_each_holder(
+    cars: &mut [Sidecar],
+    graceful: Duration,
+    bound: Duration,
+    backend: &str,
+) -> usize {
+    let held = all_slots_held(cars, 2, bound);
+    let (gone, slot, token) = held[0];
+    let t0 = Instant::now();
+    cars[gone].signal(libc::SIGTERM);
+    let next = taken(cars, Some(gone), (slot, token), graceful);
+    let took = t0.elapsed();
+    assert!(
+        next.is_some(),
+        "slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
+        slot_leaders(cars)
+    );
+    eprintln!("{backend}: slot {slot} handed over on SIGTERM in {took:?}");
+    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+
+    let held = all_slots_held(cars, 2, bound);
+    let &(gone, slot, token) = held.iter().find(|h| h.1 != slot).expect("the other slot");
+    cars[gone].signal(libc::SIGTERM);
+    let next = taken(cars, Some(gone), (slot, token), graceful);
+    assert!(
+        next.is_some(),
+        "the other slot {slot} not taken within {graceful:?} of its holder's SIGTERM: {:?}",
+        slot_leaders(cars)
+    );
+    assert!(cars[gone].wait_exit(Duration::from_secs(10)).is_some());
+    gone
 }
 
 /// Each sidecar's proxies to the store's nodes, by pid.
@@ -355,11 +374,12 @@ fn a_holder_cut_off(cars: &[Sidecar], proxies: &Proxies, ttl: Duration, start_bo
         }
     };
     links(Link::Blackhole);
-    let next = eventually(ttl * 3 + Duration::from_secs(5), || {
-        slot_leaders(cars)
-            .into_iter()
-            .find(|h| h.0 != cut && h.1 == slot && h.2 > token)
-    });
+    let next = taken(
+        cars,
+        Some(cut),
+        (slot, token),
+        ttl * 3 + Duration::from_secs(5),
+    );
     let still = slot_leaders(cars).into_iter().find(|h| h.0 == cut);
     links(Link::Pass);
     assert!(
