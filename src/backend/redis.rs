@@ -9,8 +9,9 @@
 //!   without a herd (see [`baton`]);
 //! - channels `leasekeeper:{<election>}:cand:<identity>`, each candidate's presence, and
 //!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]);
-//! - `leasekeeper:{<election>}:readers`, `…:writer-waits` and channel `…:rw`: the
-//!   read-write lock (`--mode`, see [`rw`]); the take refuses while live readers exist.
+//! - `leasekeeper:{<election>}:readers`, `…:writer-waits`, `…:busy` and channel `…:rw`:
+//!   the read-write lock (`--mode`, see [`rw`]); the take refuses while live readers
+//!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]).
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -85,18 +86,33 @@ end
 /// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
 /// lock, store ms}. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
 /// it out as a holder would: the answer names the first of them, with the time until
-/// the last one's expiry, and marks this candidate as a waiting writer (`KEYS[6]`,
-/// for two ttl) so that no new shared holder comes in meanwhile.
+/// the last one's expiry, and queues this candidate as a waiting writer (`KEYS[6]`,
+/// see [`QUEUE`]) so that no later shared holder comes in meanwhile. While `--mode`
+/// candidates wait in the queue, it queues too (behind a holder), and takes only
+/// when nobody came before it (answer: nobody named, with the time until the one
+/// ahead lapses unless its holders keep it).
 const ACQUIRE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
   return {2, '', -1, now}
 end
+local ttl = tonumber(ARGV[3])
 local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, cur, -1, now}
+end
+local live, own = {}, nil
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8])
+end
+local function wait(value, pttl)
+  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl)
+  return {0, value, pttl, now}
+end
 if cur then
-  if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, cur, -1, now}
+  if #live > 0 then
+    return wait(cur, redis.call('PTTL', KEYS[1]))
   end
   return {0, cur, redis.call('PTTL', KEYS[1]), now}
 end
@@ -106,15 +122,18 @@ if left then
 end
 local reader, last = live_readers(KEYS[5], now)
 if reader then
-  redis.call('ZADD', KEYS[6], now + 2 * tonumber(ARGV[3]), ARGV[1])
-  return {0, reader, last - now, now}
+  return wait(reader, last - now)
+end
+local first = ahead(live, own, false)
+if first then
+  return wait('', lapse_left(KEYS[6], KEYS[7], first, now))
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], floor)
   local fenced = 'quarantine|' .. floor .. '|'
   redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, tonumber(ARGV[3]), now}
+  return {0, fenced, ttl, now}
 end
 local token = redis.call('INCR', KEYS[2])
 if token <= floor then
@@ -124,9 +143,92 @@ end
 local value = ARGV[1] .. token .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 redis.call('DEL', KEYS[4])
-redis.call('ZREM', KEYS[6], ARGV[1])
+if own then
+  dequeue(KEYS[6], ARGV[1])
+end
+keep_queue(KEYS[6], KEYS[7], ttl)
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1, now}
+"#;
+
+/// Lua prelude of the scripts that read or change the queue of waiting candidates
+/// (`…:writer-waits`, see [`rw`]). An entry is `<arrival µs, 16 digits>|<r or w>|
+/// <nonce>|<identity>` (a reader or a writer; an election's candidate is a writer),
+/// scored with its lapse (the server's ms, two ttl after its candidate's last look).
+/// The queue's order is the arrival. An entry is dropped (`queue`) when its lapse
+/// has passed while no holder keeps the queue (`…:busy`, set for two ttl by every
+/// take and renewal while the queue is not empty: waiting candidates send nothing,
+/// the holders they wait for keep their places), or when its candidate's presence
+/// channel (see [`switchover`]) has had no subscriber since a second after its
+/// arrival (its process is gone); a script that drops one tells the read-write
+/// lock's followers (`channel`), since what kept them out may be gone.
+pub(crate) const QUEUE: &str = r#"
+local function queue(waits, busy, presence, now, me, channel)
+  local held = redis.call('EXISTS', busy) == 1
+  local live, own, dropped = {}, nil, false
+  local all = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    local m, lapse = all[i], tonumber(all[i + 1])
+    local arrival, nonce, id = string.match(m, '^(%d+)|%a|([^|]*)|(.*)$')
+    local mine = nonce ~= nil and nonce .. '|' == me
+    local gone = arrival == nil or (lapse <= now and not held)
+    if not gone and not mine and tonumber(arrival) < (now - 1000) * 1000 then
+      gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
+    end
+    if gone then
+      redis.call('ZREM', waits, m)
+      dropped = true
+    else
+      live[#live + 1] = m
+      if mine then
+        own = m
+      end
+    end
+  end
+  if dropped then
+    redis.call('PUBLISH', channel, 'released')
+  end
+  table.sort(live)
+  return live, own
+end
+local function ahead(live, own, writers)
+  for _, m in ipairs(live) do
+    if m == own then
+      return nil
+    end
+    if not writers or string.match(m, '^%d+|w|') then
+      return m
+    end
+  end
+  return nil
+end
+local function enqueue(waits, own, kind, me, id, now, ttl)
+  if not own then
+    local t = redis.call('TIME')
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    own = string.format('%016d', us) .. '|' .. kind .. '|' .. me .. id
+  end
+  redis.call('ZADD', waits, now + 2 * ttl, own)
+  return own
+end
+local function dequeue(waits, me)
+  local gone = 0
+  for _, m in ipairs(redis.call('ZRANGE', waits, 0, -1)) do
+    if string.find(m, '|' .. me, 1, true) then
+      gone = gone + redis.call('ZREM', waits, m)
+    end
+  end
+  return gone
+end
+local function lapse_left(waits, busy, m, now)
+  local left = tonumber(redis.call('ZSCORE', waits, m)) - now
+  return math.max(left, redis.call('PTTL', busy))
+end
+local function keep_queue(waits, busy, ttl)
+  if redis.call('EXISTS', waits) == 1 then
+    redis.call('SET', busy, '1', 'PX', 2 * ttl)
+  end
+end
 "#;
 
 /// Lua prelude of the take scripts: `live_readers(key, now)` drops the shared holders
@@ -144,7 +246,9 @@ local function live_readers(key, now)
 end
 "#;
 
-/// Compare-and-PEXPIRE. Returns {kept (2: refused, too late), store ms}.
+/// Compare-and-PEXPIRE; also writes `KEYS[2]` (what followers track, see [`baton`])
+/// and keeps the queue of waiting candidates (`KEYS[3]`, `KEYS[4]`, see [`QUEUE`])
+/// when given. Returns {kept (2: refused, too late), store ms}.
 pub(crate) const RENEW: &str = r#"
 local late, now = too_late(ARGV[3])
 if late then
@@ -155,6 +259,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if KEYS[2] then
     redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   end
+  if KEYS[4] then
+    keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
+  end
   return {1, now}
 end
 return {0, now}
@@ -163,13 +270,16 @@ return {0, now}
 /// Compare-and-DEL. A switchover (`ARGV[3]` = `all`) announces the release to every
 /// follower; a plain release hands one follower the baton (`KEYS[2]`, PX `ARGV[4]`),
 /// also when the lock is already gone (someone should look), see [`baton`]. It also
-/// withdraws our mark as a waiting writer (`KEYS[3]`) and tells the read-write lock's
-/// followers (channel `ARGV[5]`, see [`rw`]) that the lock is free.
+/// withdraws our place in the queue (`KEYS[3]`, see [`QUEUE`]) and tells the
+/// read-write lock's followers (channel `ARGV[5]`, see [`rw`]) that the lock is free
+/// or that one who waited before them is gone.
 /// Returns 1 when it released our lock.
 const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 local mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
-redis.call('ZREM', KEYS[3], ARGV[1])
+if dequeue(KEYS[3], ARGV[1]) > 0 and not mine then
+  redis.call('PUBLISH', ARGV[5], 'released')
+end
 if mine then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[5], 'released')
@@ -207,8 +317,11 @@ pub struct Keys {
     pub leader: String,
     /// The shared holders of the read-write lock (see [`rw`]).
     pub readers: String,
-    /// The exclusive candidates waiting for the shared holders (see [`rw`]).
+    /// The queue of waiting candidates (see [`QUEUE`]; named for its first use, the
+    /// writers waiting for the shared holders).
     pub writer_waits: String,
+    /// Set by the holders while candidates wait: their places are kept (see [`QUEUE`]).
+    pub busy: String,
     /// Where the read-write lock's followers hear that it may be free (see [`rw`]).
     pub rw: String,
 }
@@ -226,6 +339,7 @@ impl Keys {
             leader: format!("leasekeeper:{{{election}}}:leader"),
             readers: format!("leasekeeper:{{{election}}}:readers"),
             writer_waits: format!("leasekeeper:{{{election}}}:writer-waits"),
+            busy: format!("leasekeeper:{{{election}}}:busy"),
             rw: format!("leasekeeper:{{{election}}}:rw"),
         }
     }
@@ -498,10 +612,10 @@ impl RedisBackend {
             wake,
             expiry_hint: None,
             acquire: Script::new(&format!(
-                "{CLOCK}{}{READERS}{ACQUIRE}",
+                "{CLOCK}{}{READERS}{QUEUE}{ACQUIRE}",
                 switchover::RESERVED
             )),
-            renew: Script::new(&format!("{CLOCK}{RENEW}")),
+            renew: Script::new(&format!("{CLOCK}{QUEUE}{RENEW}")),
             clock: StoreClock::new(lease.timing.clock_drift),
             patience: op_timeout,
             pushes,
@@ -511,7 +625,7 @@ impl RedisBackend {
             holder_expires: None,
             waiter,
             release: format!(
-                "{RELEASE}{}{RELEASE_END}",
+                "{QUEUE}{RELEASE}{}{RELEASE_END}",
                 baton::hand_out("KEYS[2]", "ARGV[4]")
             ),
             announced: None,
@@ -920,12 +1034,15 @@ impl Backend for RedisBackend {
             .key(&self.keys.baton)
             .key(&self.keys.readers)
             .key(&self.keys.writer_waits)
+            .key(&self.keys.busy)
             .arg(&prefix)
             .arg(&self.identity)
             .arg(self.ttl_ms())
             .arg(self.floor)
             .arg(&self.keys.events)
             .arg(self.clock.use_by(read_at, self.patience))
+            .arg(&self.keys.presence)
+            .arg(&self.keys.rw)
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
@@ -985,6 +1102,8 @@ impl Backend for RedisBackend {
             .renew
             .key(&self.keys.lock)
             .key(&self.keys.alive)
+            .key(&self.keys.writer_waits)
+            .key(&self.keys.busy)
             .arg(&value)
             .arg(self.ttl_ms())
             .arg(self.clock.use_by(sent, self.patience))

@@ -8,28 +8,40 @@
 //! - the **shared holders**: the sorted set `…:readers`, member = the holder's value
 //!   `<nonce>|<token>|<identity>`, score = its expiry in the server's milliseconds;
 //!   every script drops the members whose expiry has passed before it decides;
-//! - the **waiting writers**: the sorted set `…:writer-waits`, member = the writer's
-//!   `<nonce>|`, score = two ttl after its last look (the server's ms). While one lives,
-//!   no new shared holder comes in (writers are not starved); a writer's look refreshes
-//!   it, its take or its release removes it, and a crashed writer's runs out;
+//! - the **queue**: the sorted set `…:writer-waits` (named for its first use), one
+//!   entry per waiting candidate, `<arrival µs>|<r or w>|<nonce>|<identity>`, scored
+//!   with its lapse (see [`super::QUEUE`]). A reader takes unless an exclusive holder
+//!   holds or a writer waits ahead of it; a writer takes when nobody holds and nobody
+//!   waits ahead of it; an election's candidate queues as a writer while `--mode`
+//!   candidates wait. So writers are not starved, and a reader that came before a
+//!   writer goes before it. A take or a release removes the own entry; the entry of
+//!   a candidate that is gone (its presence channel has no subscriber) or silent past
+//!   its lapse (two ttl after its last look, or after the holders last kept the queue
+//!   by `…:busy`) is dropped;
 //! - the fencing counter `…:fence`, bumped by every take, shared or exclusive, so
 //!   tokens grow across every tenure of the election.
 //!
 //! Every decision is one Lua script judged by the server's clock ([`TAKE`], the
 //! shared holder's compare-and-act [`RENEW_SHARED`], the exclusive holder's renewal
 //! the election's, and [`RELEASE`]); the election's own take refuses while shared
-//! holders live, and marks its candidate as a waiting writer, as [`TAKE`] does.
+//! holders live or a `--mode` candidate waits ahead of it, and queues its candidate
+//! as a waiting writer, as [`TAKE`] does. A stopped (SIGSTOP) waiting candidate keeps
+//! its place while the holders renew (its connections stay open); once they are gone
+//! its place lapses within two ttl.
 //!
-//! **Waiting.** A follower's listener hears the events channel and `…:rw`: every
-//! release of the exclusive lock (the election's too) and the release of the last
-//! shared holder publish there, and every follower of the read-write lock looks then
-//! (one script call each). It also looks by itself when what kept it out would expire
-//! (a crashed or stopped holder), and at the latest 3/4 ttl after its last look, so
-//! its `/leader` stays current and a waiting writer's mark never lapses: about 1.3
-//! script calls per ttl per waiting candidate (0.09/s at the default 15 s ttl); the
-//! election's followers keep sending nothing. The election's release also hands the
-//! baton, and so does the last shared holder's, so an election's candidate waiting for
-//! readers wakes at once.
+//! **Waiting** sends nothing at steady state. A follower's listener hears the events
+//! channel and `…:rw`: every release of the exclusive lock (the election's too), the
+//! release of the last shared holder, a waiting candidate's withdrawal and the drop of
+//! a gone one's entry publish there, and every follower of the read-write lock looks
+//! then (one script call each). Otherwise it hears the holders without asking: its
+//! command connection tracks (`CLIENT TRACKING BCAST`) the readers' set, the
+//! exclusive holder's `…:alive` and `…:busy`, so each renewal of what keeps it out
+//! is pushed to it ([`heard_until`]); it looks by itself only when that would have
+//! expired unheard-of (a crashed or stopped holder, a lapsed place ahead). Its own
+//! place is kept by the holders it waits for (every take and renewal sets `…:busy`
+//! for two ttl while the queue is not empty), not by its own looks. The election's
+//! release also hands the baton, and so does the last shared holder's, so an
+//! election's candidate waiting for readers wakes at once.
 //!
 //! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
 //! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
@@ -46,7 +58,7 @@ use tokio::time::Instant;
 
 use super::{
     baton, new_nonce, parse_value, store, switchover, too_late, Keys, Node, RedisSettings, CLOCK,
-    READERS, REFUSED, RENEW,
+    QUEUE, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -56,12 +68,15 @@ use crate::status::{FencingToken, Holder, Mode};
 const SHOWN: usize = 16;
 
 /// Take or adopt, shared (`ARGV[7]` = `shared`) or exclusive. KEYS: lock, fence,
-/// readers, writer-waits, switchover reservation, baton. ARGV: our `<nonce>|`,
-/// identity, ttl ms, floor, events channel, use-by, mode, how many readers to list.
+/// readers, queue (writer-waits), switchover reservation, baton, busy. ARGV: our
+/// `<nonce>|`, identity, ttl ms, floor, events channel, use-by, mode, how many readers
+/// to list, the presence channels' prefix, the read-write lock's channel.
 /// Returns {code, value, pttl, store ms, readers listed}; code 1 taken (value ours),
 /// 0 held exclusively (value the holder's, pttl its expiry), 3 kept out by the shared
-/// holders (a writer) or by a waiting writer (a reader), pttl until the last expires,
-/// 2 too late (nothing done).
+/// holders (a writer), pttl until the last one expires, 4 kept out by a candidate
+/// ahead in the queue (a writer for a reader, anyone for a writer), pttl until its
+/// place lapses unless kept, 2 too late (nothing done). A candidate kept out takes (or keeps) its
+/// place in the queue (see [`super::QUEUE`]).
 pub const TAKE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
@@ -73,39 +88,40 @@ local function mine(v)
   return string.sub(v, 1, #prefix) == prefix
 end
 local reader, last = live_readers(KEYS[3], now)
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local shown = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[8]) - 1)
 local cur = redis.call('GET', KEYS[1])
 if shared and reader then
   for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     if mine(m) then
       redis.call('ZADD', KEYS[3], now + ttl, m)
+      dequeue(KEYS[4], prefix)
       return {1, m, -1, now, shown}
     end
   end
 end
 if cur and not shared and mine(cur) then
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('ZREM', KEYS[4], prefix)
+  dequeue(KEYS[4], prefix)
   return {1, cur, -1, now, {}}
 end
-if not shared and (cur or reader) then
-  redis.call('ZADD', KEYS[4], now + 2 * ttl, prefix)
+local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10])
+local function wait(code, value, pttl, listed)
+  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl)
+  return {code, value, pttl, now, listed}
 end
 if cur then
-  return {0, cur, redis.call('PTTL', KEYS[1]), now, {}}
+  return wait(0, cur, redis.call('PTTL', KEYS[1]), {})
 end
 local left = reserved(KEYS[5], ARGV[2])
 if left then
-  return {0, '', left, now, {}}
+  return wait(0, '', left, {})
 end
-if shared then
-  local w = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  if #w > 0 then
-    return {3, '', tonumber(w[2]) - now, now, shown}
-  end
-elseif reader then
-  return {3, '', last - now, now, shown}
+if reader and not shared then
+  return wait(3, '', last - now, shown)
+end
+local first = ahead(live, own, shared)
+if first then
+  return wait(4, '', lapse_left(KEYS[4], KEYS[7], first, now), shown)
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -120,20 +136,24 @@ if token <= floor then
   redis.call('SET', KEYS[2], token)
 end
 local value = prefix .. token .. '|' .. ARGV[2]
+dequeue(KEYS[4], prefix)
+keep_queue(KEYS[4], KEYS[7], ttl)
 if shared then
   redis.call('ZADD', KEYS[3], now + ttl, value)
   return {1, value, -1, now, shown}
 end
 redis.call('SET', KEYS[1], value, 'PX', ttl)
 redis.call('DEL', KEYS[6])
-redis.call('ZREM', KEYS[4], prefix)
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
 return {1, value, -1, now, {}}
 "#;
 
 /// A shared holder's compare-and-act renewal: only its own entry, only while it has
-/// not expired, and only while nobody holds the lock exclusively. KEYS: readers, lock.
-/// ARGV: our value, ttl ms, use-by. Returns {kept (2: too late), store ms}.
+/// not expired, and only while nobody holds the lock exclusively. It keeps the queue
+/// (the waiting candidates' places, see [`super::QUEUE`]) and drops the entries of
+/// candidates that are gone, telling the followers (`ARGV[5]`). KEYS: readers, lock,
+/// queue, busy. ARGV: our value, ttl ms, use-by, the presence channels' prefix, the
+/// read-write lock's channel. Returns {kept (2: too late), store ms}.
 pub const RENEW_SHARED: &str = r#"
 local late, now = too_late(ARGV[3])
 if late then
@@ -142,22 +162,27 @@ end
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
+  queue(KEYS[3], KEYS[4], ARGV[4], now, '', ARGV[5])
   return {1, now}
 end
 return {0, now}
 "#;
 
 /// Give back whatever of ours the lock holds (compare-and-DEL of the exclusive lock,
-/// our shared entries, our waiting mark). When the lock is then free of every holder,
-/// hand the baton to one of the election's followers and tell the read-write lock's
-/// followers (`ARGV[2]`). KEYS: lock, readers, writer-waits, baton. ARGV: our
-/// `<nonce>|`, channel, the baton's PX. Returns 1 when it released a tenure of ours.
+/// our shared entries, our place in the queue). When the lock is then free of every
+/// holder, or we left the queue, hand the baton to one of the election's followers
+/// (when free) and tell the read-write lock's followers (`ARGV[2]`). KEYS: lock,
+/// readers, queue (writer-waits), baton. ARGV: our `<nonce>|`, channel, the baton's
+/// PX. Returns 1 when it released a tenure of ours.
 pub const RELEASE: &str = r#"
 local prefix = ARGV[1]
 local function mine(v)
   return string.sub(v, 1, #prefix) == prefix
 end
-redis.call('ZREM', KEYS[3], prefix)
+if dequeue(KEYS[3], prefix) > 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
 local cur = redis.call('GET', KEYS[1])
 local released, free = 0, false
 if cur and mine(cur) then
@@ -189,9 +214,11 @@ pub enum Look {
     /// Held exclusively (an exclusive or an election's holder, a quarantine, or left to
     /// a switchover's candidate: value empty), for `pttl` ms more (-1: unknown).
     Exclusive { value: String, pttl: i64 },
-    /// Kept out by the shared holders (a writer) or by a waiting writer (a reader),
-    /// for `pttl` ms at most unless renewed.
+    /// Kept out by the shared holders (a writer), for `pttl` ms at most unless renewed.
     KeptOut { pttl: i64 },
+    /// Kept out by a candidate ahead in the queue (a writer for a reader, anyone for a
+    /// writer), whose place lapses in `pttl` ms unless the holders keep it.
+    Queued { pttl: i64 },
     /// The request came after its use-by and did nothing.
     TooLate,
 }
@@ -202,6 +229,7 @@ pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
         1 => Ok(Look::Took(value)),
         0 => Ok(Look::Exclusive { value, pttl }),
         3 => Ok(Look::KeptOut { pttl }),
+        4 => Ok(Look::Queued { pttl }),
         REFUSED => Ok(Look::TooLate),
         other => Err(format!("unknown answer {other} of the take script")),
     }
@@ -237,23 +265,39 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
             .map(|h| (h, Mode::Exclusive))
             .into_iter()
             .collect(),
-        Look::KeptOut { .. } => shared(readers),
+        Look::KeptOut { .. } | Look::Queued { .. } => shared(readers),
         Look::TooLate => Vec::new(),
     }
 }
 
 /// When a follower looks again by itself after a look that found `look`: when what
-/// kept it out would expire unless renewed (2 ms after), at the latest 3/4 ttl later
-/// (its `/leader` stays current, and a writer's mark, two ttl, never lapses).
-pub fn next_look(look: &Look, ttl: Duration) -> Duration {
-    let latest = ttl * 3 / 4;
+/// kept it out would expire unless renewed (2 ms after). A follower that hears the
+/// renewals (`tracked`, see [`RwBackend::wait_for_change`]) moves that time on with
+/// each one and sends nothing else; one that does not (a server without `CLIENT
+/// TRACKING`) looks at the latest 3/4 ttl later, so its `/leader` stays current.
+pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
+    let latest = if tracked { ttl * 2 } else { ttl * 3 / 4 };
     let pttl = match look {
-        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } => *pttl,
+        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } | Look::Queued { pttl } => *pttl,
         Look::Took(_) | Look::TooLate => -1,
     };
     match u64::try_from(pttl) {
         Ok(ms) => latest.min(Duration::from_millis(ms.saturating_add(2))),
         Err(_) => latest,
+    }
+}
+
+/// How far a push for `key` moves a follower's look on (from when it is heard): for
+/// one kept out by a holder, a holder's renewal (the readers' set, the exclusive
+/// holder's `alive`) by one ttl; for one kept out by a place ahead in the queue
+/// (`queued`), the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
+/// `None`: a change that says nothing about what keeps it out.
+pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, queued: bool) -> Option<Duration> {
+    let spare = Duration::from_millis(2);
+    match (key == busy.as_bytes(), queued) {
+        (true, true) => Some(ttl * 2 + spare),
+        (false, false) => Some(ttl + spare),
+        _ => None,
     }
 }
 
@@ -287,6 +331,12 @@ pub struct RwBackend {
     tracking: bool,
     /// Until when a push is taken for the invalidation of our own last renewal.
     own_push_until: Option<Instant>,
+    /// Whether a follower's `CLIENT TRACKING` of the holders' renewals is on.
+    follows: bool,
+    /// Until when a push is taken for our own look's change (not a renewal).
+    own_look_until: Option<Instant>,
+    /// Whether the last look found a place ahead in the queue (not a holder).
+    queued: bool,
 }
 
 impl RwBackend {
@@ -309,9 +359,12 @@ impl RwBackend {
             floor: 0,
             wake,
             look_at: None,
-            take: Script::new(&format!("{CLOCK}{}{READERS}{TAKE}", switchover::RESERVED)),
+            take: Script::new(&format!(
+                "{CLOCK}{}{READERS}{QUEUE}{TAKE}",
+                switchover::RESERVED
+            )),
             renew: Script::new(&format!(
-                "{CLOCK}{}",
+                "{CLOCK}{QUEUE}{}",
                 if lease.mode == LockMode::Shared {
                     RENEW_SHARED
                 } else {
@@ -319,7 +372,7 @@ impl RwBackend {
                 }
             )),
             release: format!(
-                "{CLOCK}{RELEASE}{}{RELEASE_END}",
+                "{CLOCK}{QUEUE}{RELEASE}{}{RELEASE_END}",
                 baton::hand_out("KEYS[4]", "ARGV[3]")
             ),
             clock: StoreClock::new(lease.timing.clock_drift),
@@ -327,6 +380,9 @@ impl RwBackend {
             observed: Vec::new(),
             tracking: false,
             own_push_until: None,
+            follows: false,
+            own_look_until: None,
+            queued: false,
         })
     }
 
@@ -339,6 +395,7 @@ impl RwBackend {
             return Ok(false);
         };
         self.drain_pushes();
+        self.follows = false;
         let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
             .cmd("GET")
             .arg(&self.keys.lock)
@@ -347,6 +404,66 @@ impl RwBackend {
             .map_err(store(op))?;
         self.tracking = true;
         Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    /// A follower's tracking (before its look): every change of the holders'
+    /// renewals (`readers`, `alive`) and of their keeping of the queue (`busy`) is
+    /// pushed to it, so that it needs to ask nothing while they renew. A server that
+    /// refuses (before Redis 6) leaves it looking by itself (see [`next_look`]).
+    async fn follow(&mut self) {
+        if self.follows {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+        pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+        for key in [&self.keys.readers, &self.keys.alive, &self.keys.busy] {
+            pipe.arg("PREFIX").arg(key);
+        }
+        pipe.arg("NOLOOP").ignore();
+        let on: Result<(), _> = pipe.query_async(&mut self.node.conn).await;
+        self.follows = on.is_ok();
+    }
+
+    /// Best effort, at a take or a release: a holder needs no follower's pushes.
+    async fn stop_following(&mut self) {
+        if std::mem::take(&mut self.follows) {
+            let _: Result<(), _> = redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("OFF")
+                .query_async(&mut self.node.conn)
+                .await;
+        }
+        self.drain_pushes();
+    }
+
+    /// A push while following: `Some(wake)` to return. A renewal heard moves the
+    /// look on ([`heard_until`]) and refreshes the observation (`Quiet`); a lost
+    /// connection (its tracking gone) asks for a look, which turns it on again.
+    fn on_push(&mut self, push: &PushInfo) -> Option<Wake> {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                self.follows = false;
+                Some(Wake::Changed)
+            }
+            PushKind::Invalidate if self.follows => {
+                let now = Instant::now();
+                if self.own_look_until.is_some_and(|u| now <= u) {
+                    return None;
+                }
+                let (mut until, mut heard) = (self.look_at?, false);
+                for key in invalidated(push) {
+                    if let Some(by) = heard_until(&key, &self.keys.busy, self.ttl, self.queued) {
+                        until = until.max(now + by);
+                        heard = true;
+                    }
+                }
+                self.look_at = Some(until);
+                heard.then_some(Wake::Quiet)
+            }
+            _ => None,
+        }
     }
 
     /// Best effort, at a release: followers need no pushes.
@@ -370,6 +487,7 @@ impl RwBackend {
         while let Ok(push) = self.pushes.try_recv() {
             if push.kind == PushKind::Disconnection {
                 self.tracking = false;
+                self.follows = false;
             }
         }
     }
@@ -390,6 +508,7 @@ impl RwBackend {
             .key(&self.keys.writer_waits)
             .key(&self.keys.to)
             .key(&self.keys.baton)
+            .key(&self.keys.busy)
             .arg(format!("{}|", self.nonce))
             .arg(&self.identity)
             .arg(self.ttl_ms())
@@ -398,10 +517,14 @@ impl RwBackend {
             .arg(self.clock.use_by(sent, self.patience))
             .arg(self.flag())
             .arg(SHOWN)
+            .arg(&self.keys.presence)
+            .arg(&self.keys.rw)
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
+        // Our own script's change of a tracked key is pushed right after its answer.
+        self.own_look_until = Some(Instant::now() + super::OWN_PUSH_WINDOW);
         let look = judge(code, value, pttl).map_err(|message| BackendError::Store {
             op: "campaign",
             message,
@@ -429,12 +552,16 @@ impl Backend for RwBackend {
         // What was heard so far is older than this look: no second look for it.
         self.node.notices.clear();
         let _ = self.wake.notified().now_or_never();
+        if self.value.is_none() {
+            self.follow().await;
+        }
         let (look, readers) = self.look().await?;
         self.observed = holders(&look, &readers, self.mode);
         for (h, _) in &self.observed {
             self.floor = self.floor.max(h.token.unwrap_or(0));
         }
-        self.look_at = Some(Instant::now() + next_look(&look, self.ttl));
+        self.look_at = Some(Instant::now() + next_look(&look, self.ttl, self.follows));
+        self.queued = matches!(look, Look::Queued { .. });
         match look {
             Look::TooLate => Err(too_late("campaign")),
             Look::Took(value) => {
@@ -447,6 +574,9 @@ impl Backend for RwBackend {
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
                 self.look_at = None;
+                if self.mode == LockMode::Shared {
+                    self.stop_following().await;
+                }
                 if self.mode == LockMode::Exclusive && !self.track_own_key("campaign").await? {
                     // Taken or deleted between our two requests: not ours to claim.
                     self.value = None;
@@ -460,7 +590,7 @@ impl Backend for RwBackend {
                 }
                 Ok(Campaign::Held(holder(&value)))
             }
-            Look::KeptOut { .. } => Ok(Campaign::Held(
+            Look::KeptOut { .. } | Look::Queued { .. } => Ok(Campaign::Held(
                 self.observed.first().map(|(h, _)| h.clone()),
             )),
         }
@@ -484,10 +614,13 @@ impl Backend for RwBackend {
         } else {
             call.key(&self.keys.lock).key(&self.keys.alive);
         }
+        call.key(&self.keys.writer_waits).key(&self.keys.busy);
         let (kept, store_ms): (i64, u64) = call
             .arg(&value)
             .arg(self.ttl_ms())
             .arg(self.clock.use_by(sent, self.patience))
+            .arg(&self.keys.presence)
+            .arg(&self.keys.rw)
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("renew"))?;
@@ -574,18 +707,46 @@ impl Backend for RwBackend {
         Err(crate::backend::no_switchover_with(self.flag()))
     }
 
-    /// A notice of the listener (a release, a take, an expiry), or the time to look by
-    /// itself ([`next_look`]): `Changed`, a look. `max` first: `Waiting`.
+    /// A notice of the listener (a release, a take, a candidate gone from the queue,
+    /// an expiry), or the time to look by itself ([`next_look`], moved on by every
+    /// renewal heard: `Quiet`): `Changed`, a look. `max` first: `Waiting`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let until = Instant::now() + max;
-        let look_at = self.look_at.unwrap_or(until);
-        tokio::select! {
-            _ = self.wake.notified() => Wake::Changed,
-            _ = tokio::time::sleep_until(until.min(look_at)) => {
-                if Instant::now() >= look_at { Wake::Changed } else { Wake::Waiting }
+        loop {
+            let look_at = self.look_at.unwrap_or(until);
+            tokio::select! {
+                _ = self.wake.notified() => return Wake::Changed,
+                push = self.pushes.recv(), if self.value.is_none() => {
+                    let Some(push) = push else { return Wake::Changed };
+                    if let Some(wake) = self.on_push(&push) {
+                        return wake;
+                    }
+                }
+                _ = tokio::time::sleep_until(until.min(look_at)) => {
+                    return if Instant::now() >= look_at { Wake::Changed } else { Wake::Waiting };
+                }
             }
         }
     }
+}
+
+/// The keys an invalidation push names (none for a flush of everything).
+fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    for v in &push.data {
+        match v {
+            redis::Value::Array(items) | redis::Value::Set(items) => {
+                for item in items {
+                    if let redis::Value::BulkString(k) = item {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+            redis::Value::BulkString(k) => keys.push(k.clone()),
+            _ => {}
+        }
+    }
+    keys
 }
 
 #[cfg(test)]
@@ -603,6 +764,7 @@ mod tests {
             })
         );
         assert_eq!(judge(3, String::new(), 40), Ok(Look::KeptOut { pttl: 40 }));
+        assert_eq!(judge(4, String::new(), 40), Ok(Look::Queued { pttl: 40 }));
         assert_eq!(judge(2, String::new(), -1), Ok(Look::TooLate));
         assert!(judge(7, String::new(), -1).is_err());
     }
@@ -647,22 +809,54 @@ mod tests {
     }
 
     #[test]
-    fn a_follower_looks_when_the_blocker_expires_and_at_least_every_three_quarters_ttl() {
+    fn a_follower_looks_when_the_blocker_expires() {
         let ttl = Duration::from_secs(2);
         let ex = |pttl| Look::Exclusive {
             value: String::new(),
             pttl,
         };
-        assert_eq!(next_look(&ex(100), ttl), Duration::from_millis(102));
-        assert_eq!(next_look(&ex(1_900), ttl), Duration::from_millis(1_500));
-        assert_eq!(next_look(&ex(-1), ttl), Duration::from_millis(1_500));
+        for tracked in [true, false] {
+            assert_eq!(
+                next_look(&ex(100), ttl, tracked),
+                Duration::from_millis(102)
+            );
+            assert_eq!(
+                next_look(&Look::KeptOut { pttl: 0 }, ttl, tracked),
+                Duration::from_millis(2)
+            );
+        }
+        // Untracked, at the latest 3/4 ttl later; tracked, at the blocker's expiry
+        // (two ttl at most: a queue's place kept by the holders).
         assert_eq!(
-            next_look(&Look::KeptOut { pttl: 3_000 }, ttl),
+            next_look(&ex(1_900), ttl, false),
             Duration::from_millis(1_500)
         );
+        assert_eq!(next_look(&ex(-1), ttl, false), Duration::from_millis(1_500));
         assert_eq!(
-            next_look(&Look::KeptOut { pttl: 0 }, ttl),
-            Duration::from_millis(2)
+            next_look(&ex(1_900), ttl, true),
+            Duration::from_millis(1_902)
         );
+        assert_eq!(
+            next_look(&Look::KeptOut { pttl: 3_500 }, ttl, true),
+            Duration::from_millis(3_502)
+        );
+        assert_eq!(next_look(&ex(-1), ttl, true), Duration::from_millis(4_000));
+    }
+
+    #[test]
+    fn a_renewal_heard_moves_the_look_by_a_ttl_and_the_queues_keeping_by_two() {
+        let ttl = Duration::from_secs(2);
+        let busy = "leasekeeper:{e}:busy";
+        let readers = b"leasekeeper:{e}:readers";
+        assert_eq!(
+            heard_until(busy.as_bytes(), busy, ttl, true),
+            Some(Duration::from_millis(4_002))
+        );
+        assert_eq!(heard_until(readers, busy, ttl, true), None);
+        assert_eq!(
+            heard_until(readers, busy, ttl, false),
+            Some(Duration::from_millis(2_002))
+        );
+        assert_eq!(heard_until(busy.as_bytes(), busy, ttl, false), None);
     }
 }
