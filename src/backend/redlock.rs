@@ -57,6 +57,10 @@
 //! above to within one second, and a node counts as started at that bound (never
 //! early, at most a second late). The ttl is stretched by the 1% drift allowance.
 //!
+//! **Handovers** wake one follower, not all of them: one baton on the first configured
+//! node, followers tracking the renewal-only `alive` key, and the new leader's
+//! announcement (see [`handover`]).
+//!
 //! Costs: no extra round trip, except one request to a restarted node after the
 //! renew that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
