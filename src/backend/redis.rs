@@ -380,21 +380,7 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// Connects lazily (an unreachable server is not an error here, the elector
-    /// retries), with the command connection on RESP3 and its server pushes (tracking
-    /// invalidations, and the library's own disconnect notices) sent to the returned
-    /// receiver.
-    pub(crate) fn connect_tracking(
-        settings: &RedisSettings,
-        keys: &Keys,
-        identity: &str,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
-        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Events)
-    }
-
-    /// As [`Node::connect_tracking`], for a candidate of the read-write lock
+    /// As [`Node::connect_announced`], for a candidate of the read-write lock
     /// (`--mode`), whose listener asks for a look on every message (see [`rw`]).
     pub(crate) fn connect_rw(
         settings: &RedisSettings,
@@ -406,9 +392,12 @@ impl Node {
         Self::connect(settings, keys, identity, wake, op_timeout, Hears::ReadWrite)
     }
 
-    /// As [`Node::connect_tracking`], for a `redis` candidate, whose listener hears the
-    /// new leaders on their announcement channel (see [`baton`]).
-    fn connect_announced(
+    /// Connects lazily (an unreachable server is not an error here, the elector
+    /// retries), with the command connection on RESP3 and its server pushes (tracking
+    /// invalidations, and the library's own disconnect notices) sent to the returned
+    /// receiver; the listener hears the new leaders on their announcement channel (see
+    /// [`baton`]): a `redis` candidate, and a `redlock` one on every node.
+    pub(crate) fn connect_announced(
         settings: &RedisSettings,
         keys: &Keys,
         identity: &str,
@@ -907,10 +896,9 @@ pub(crate) struct Listen {
 /// Which message names a new holder for the listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Hears {
-    /// `acquired|…` on the events channel, published by the take itself (`redlock`).
-    Events,
     /// `acquired|…` on the announcement channel, published by the new leader once it
-    /// has claimed (`redis`); the take's own `acquired|…` wakes nobody.
+    /// has claimed (`redis`, `redlock`); the take's own `acquired|…` on the events
+    /// channel wakes nobody.
     Announcements,
     /// None: every message on the events channel and on the read-write lock's channel
     /// asks for a look (`redis --mode`, see [`rw`]).
@@ -933,7 +921,6 @@ pub(crate) async fn listen(l: Listen) {
             match l.hears {
                 Hears::Announcements => pubsub.subscribe(&l.keys.leader).await?,
                 Hears::ReadWrite => pubsub.subscribe(&l.keys.rw).await?,
-                Hears::Events => {}
             }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
@@ -974,7 +961,6 @@ fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
     if channel == l.keys.events {
         match (payload.strip_prefix(b"acquired|"), l.hears) {
             (Some(_), Hears::Announcements) => false,
-            (Some(value), Hears::Events) => announced(value),
             _ => look(),
         }
     } else if channel == l.keys.rw && l.hears == Hears::ReadWrite {

@@ -57,6 +57,10 @@
 //! above to within one second, and a node counts as started at that bound (never
 //! early, at most a second late). The ttl is stretched by the 1% drift allowance.
 //!
+//! **Handovers** wake one follower, not all of them: one baton on the first configured
+//! node, followers tracking the renewal-only `alive` key, and the new leader's
+//! announcement (see [`handover`]).
+//!
 //! Costs: no extra round trip, except one request to a restarted node after the
 //! renew that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
@@ -79,13 +83,16 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    new_nonce, parse_value, switchover, tracking_pipe, wait_for_notice, Args, Keys, Node,
-    RedisSettings, CLOCK, REFUSED,
+    baton, new_nonce, parse_value, store, switchover, tracking_pipe, wait_for_notice, Args, Keys,
+    Node, RedisSettings, CLOCK, REFUSED,
 };
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
+
+mod handover;
+use handover::{holder_due, BATON_NODE};
 
 /// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
 /// election's counter on it is trusted (2: the marker holds this `run_id`), the server
@@ -178,7 +185,8 @@ end
 return {0, 0}
 "#;
 
-/// Compare-and-PEXPIRE. Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
+/// Compare-and-PEXPIRE, and the renewal's sign of life for followers (`KEYS[4]`, the
+/// `alive` key, see [`handover`]). Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
 /// state, fence, run_id, store ms}: the state and counter of every node, so that the
 /// leader can catch up a restarted node too.
 const RENEW: &str = r#"
@@ -190,6 +198,7 @@ if late then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
   return {1, state, fence, run_id, now}
 end
 return {0, state, fence, run_id, now}
@@ -300,6 +309,16 @@ pub struct RedlockBackend {
     expires: Vec<Option<Instant>>,
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
+    /// This follower's wait for the baton on the baton node (see [`handover`]).
+    waiter: baton::Waiter,
+    /// A release's baton hand-out.
+    hand_out: Script,
+    /// An announced new holder (`<value>`) the next campaign follows without a request.
+    announced: Option<String>,
+    /// The holder's value a follower follows (an announcement of it is nothing new).
+    followed: Option<String>,
+    /// Our value, to announce once we lead (see `record_lost`).
+    announce: Option<String>,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -451,11 +470,24 @@ impl RedlockBackend {
         let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
         let (nodes, pushes): (Vec<Node>, Vec<_>) = settings
             .iter()
-            .map(|s| Node::connect_tracking(s, &keys, identity, wake.clone(), node_timeout))
+            .map(|s| Node::connect_announced(s, &keys, identity, wake.clone(), node_timeout))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
         let n = nodes.len();
+        let baton_node = settings
+            .get(BATON_NODE)
+            .ok_or_else(|| BackendError::Store {
+                op: "connect",
+                message: "redlock needs at least 3 nodes".into(),
+            })?;
+        let waiter = baton::Waiter::spawn(
+            redis::Client::open(baton_node.info.clone()).map_err(store("connect"))?,
+            keys.baton.clone(),
+            nodes[BATON_NODE].notices.clone(),
+            wake.clone(),
+            op_timeout,
+        );
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let with_prelude = |body: &str| {
             Script::new(&format!(
@@ -490,6 +522,11 @@ impl RedlockBackend {
             signs: vec![None; n],
             expires: vec![None; n],
             clocks: vec![StoreClock::new(lease.timing.clock_drift); n],
+            waiter,
+            hand_out: Script::new(&baton::hand_out("KEYS[1]", "ARGV[1]")),
+            announced: None,
+            followed: None,
+            announce: None,
         })
     }
 
@@ -537,7 +574,7 @@ impl RedlockBackend {
         let calls = self.nodes.iter().enumerate().map(|(i, node)| {
             let wanted = holds[i] && !self.tracking[i];
             let mut conn = node.conn.clone();
-            let pipe = tracking_pipe(&self.keys.lock);
+            let pipe = tracking_pipe(&self.keys.alive);
             let limit = self.node_timeout;
             async move {
                 if !wanted {
@@ -625,7 +662,7 @@ impl RedlockBackend {
     /// Releases our nonce on the nodes `release_on` names, whatever each said before
     /// (and then never uses that nonce again), and catches up the nodes `targets`
     /// names (with the `run_id` a round saw there) to `counter`, in one request per
-    /// node. Returns how many nodes answered.
+    /// node. Returns how many nodes answered, and on how many it released a lock.
     ///
     /// `announce` publishes the release, which wakes every waiting candidate. Only a
     /// value held on a majority needs it: anyone who saw a value on fewer nodes saw no
@@ -639,7 +676,7 @@ impl RedlockBackend {
         announce: bool,
         targets: &[Option<String>],
         counter: FencingToken,
-    ) -> usize {
+    ) -> (usize, usize) {
         let prefix = self.nonce_prefix();
         if release_on.iter().any(|r| *r) {
             self.nonce = new_nonce();
@@ -667,7 +704,8 @@ impl RedlockBackend {
             })
             .collect();
         let answers: Round<i64> = self.on_each(invocations).await;
-        answers.iter().filter(|a| a.is_some()).count()
+        let released = answers.iter().filter(|a| **a == Some(1)).count();
+        (answers.iter().filter(|a| a.is_some()).count(), released)
     }
 
     /// A leader's part in catching up restarted nodes (no follower may campaign for
@@ -773,6 +811,31 @@ impl Tally {
 }
 
 impl RedlockBackend {
+    /// Gives our lock back on every node: announced to everyone (`released|…` on the
+    /// events channel, a switchover), or followed by one baton for one follower (see
+    /// [`handover`]) when we led or released a lock anywhere.
+    async fn release_for(&mut self, to_everyone: bool) -> Result<(), BackendError> {
+        // A candidate that lets go waits for no baton: one it popped would wake nobody.
+        self.stop_waiting().await;
+        let led = self.value.is_some();
+        self.announce = None;
+        let none = vec![None; self.nodes.len()];
+        let everywhere = vec![true; self.nodes.len()];
+        let (answered, released) = self.give_back(&everywhere, to_everyone, &none, 0).await;
+        if answered == 0 {
+            return Err(BackendError::Store {
+                op: "release",
+                message: "no redlock node answered".into(),
+            });
+        }
+        if !to_everyone && (led || released > 0) {
+            self.hand_baton().await;
+        }
+        // What was heard during the tenure is of it or older.
+        self.clear_notices();
+        Ok(())
+    }
+
     /// Phase one: the TAKE script on every node at once.
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
         let sent = Instant::now();
@@ -852,6 +915,7 @@ impl RedlockBackend {
     fn follow(&mut self, answers: &Round<Take>, tally: &Tally, read_at: Instant) -> Option<Holder> {
         let top = most_seen(&tally.seen);
         let holder = self.majority_holder(top);
+        self.followed = holder.as_ref().and(top).map(|(value, _)| value.to_owned());
         if let (Some(_), Some((value, _))) = (&holder, top) {
             // The nodes that hold the holder's value, for a follower's wait.
             for (i, a) in answers.iter().enumerate() {
@@ -895,6 +959,9 @@ impl Backend for RedlockBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
+        if let Some(held) = self.follow_announced() {
+            return Ok(held);
+        }
         let prefix = self.nonce_prefix();
         // What was pushed before this read is older than it.
         self.drain_pushes(true);
@@ -914,6 +981,7 @@ impl Backend for RedlockBackend {
         }
         if tally.counted_taken >= self.quorum() {
             if let Some(token) = self.confirm_everywhere(&answers, &targets, &prefix).await {
+                self.on_acquired().await;
                 return Ok(Campaign::Acquired { token });
             }
         }
@@ -957,6 +1025,7 @@ impl Backend for RedlockBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
+        self.announce_once().await;
         let sent = Instant::now();
         let invocations = self
             .use_bys(sent)
@@ -967,6 +1036,7 @@ impl Backend for RedlockBackend {
                     .key(&self.keys.lock)
                     .key(&self.keys.fence)
                     .key(&self.marker)
+                    .key(&self.keys.alive)
                     .arg(&value)
                     .arg(self.ttl_ms())
                     .arg(self.settle_ms)
@@ -998,7 +1068,8 @@ impl Backend for RedlockBackend {
         if reserved.iter().flatten().count() < self.quorum() {
             tracing::warn!(to, "the switchover's reservation reached fewer than a majority of the nodes; another candidate may take the lease");
         }
-        self.release().await
+        // The named candidate must look, whoever would get a baton: tell everyone.
+        self.release_for(true).await
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
@@ -1018,100 +1089,133 @@ impl Backend for RedlockBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let none = vec![None; self.nodes.len()];
-        let everywhere = vec![true; self.nodes.len()];
-        let answered = self.give_back(&everywhere, true, &none, 0).await;
-        if answered == 0 {
-            return Err(BackendError::Store {
-                op: "release",
-                message: "no redlock node answered".into(),
-            });
-        }
-        Ok(())
+        self.release_for(false).await
+    }
+
+    /// A new leader's announcement first (see [`handover`]); then nothing until the
+    /// renewals decide (a leader hears of no change of its key between them).
+    async fn record_lost(&mut self) {
+        self.announce_once().await;
+        std::future::pending().await
     }
 
     /// A follower sends nothing while the holder renews, as on the `redis` backend:
-    /// with `CLIENT TRACKING` on every node that holds the holder's value (at least a
-    /// majority), each renewal pushes an invalidation from each such node, which shows
-    /// the holder alive there (`Quiet`). It looks again (`Changed`) on an events-channel
-    /// notice (acquired, released), when one of those nodes' connection is lost, when an
-    /// invalidation from one of them comes sooner than a renewal would (half the renew
-    /// interval after that node's last sign, `ttl/6` by default: someone else changed
-    /// the key) or later than one would (9/4 of it, `3/4 ttl` by default, or past that
-    /// node's expiry as read: likely the key's expiry; see `Cadence`), and
-    /// when nothing came from one of them by then. Pushes from the other nodes (a node
-    /// the holder does not hold, where other candidates' looks come and go) are not
+    /// with `CLIENT TRACKING` of the `alive` key (which only renewals write, see
+    /// [`handover`]) on every node that holds the holder's value (at least a majority),
+    /// each renewal pushes an invalidation from each such node, which shows the holder
+    /// alive there (`Quiet`). It looks again (`Changed`) when it got the baton, on a
+    /// `released|…` notice on the events channel (a switchover), when one of those
+    /// nodes' connection is lost, when an invalidation from one of them comes sooner
+    /// than a renewal would (half the renew interval after that node's last sign,
+    /// `ttl/6` by default: someone else wrote the key) or later than one would (9/4 of
+    /// it, `3/4 ttl` by default, or past that node's expiry as read; see `Cadence`), and
+    /// once nothing came by then from all but a minority of them. A new leader's
+    /// announcement (`acquired|<value>`) is followed without a request (`Changed`, and
+    /// the campaign takes the announced holder). Pushes from the other nodes are not
     /// looked at. Campaigns decide, so a wrong guess costs a look, never safety.
     /// Without tracking on enough of them, it turns it on and looks again, or (a
-    /// server that refuses it) waits as before: the events channel, the holder's
-    /// expiry, or `max`.
+    /// server that refuses it) waits as before: the notices, the holder's expiry, or
+    /// `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
+        if self.value.is_none() {
+            self.waiter.arm();
+        }
         let holds: Vec<bool> = self.signs.iter().map(Option::is_some).collect();
         self.drain_pushes(false);
         let watched: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| holds[i] && self.tracking[i])
             .collect();
         if self.value.is_some() || holds.iter().filter(|h| **h).count() < self.quorum() {
-            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            return self.wait_for_notice(max).await;
         }
         if watched.len() < self.quorum() {
             if self.start_tracking(&holds).await {
                 return Wake::Changed;
             }
-            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+            return self.wait_for_notice(max).await;
         }
-        let (too_soon, late) = self.cadence.bounds();
-        let node_due = |sign: Instant, expires: Option<Instant>| {
-            let due = sign + late;
-            expires.map_or(due, |e| due.min(e))
-        };
-        let due = watched
+        let dues = watched
             .iter()
-            .filter_map(|&i| Some(node_due(self.signs[i]?, self.expires[i])))
-            .min()
-            .unwrap_or_else(Instant::now);
+            .filter_map(|&i| Some(self.node_due(self.signs[i]?, self.expires[i])))
+            .collect();
+        let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
         let until = (Instant::now() + max).min(due);
-        let wake = &self.wake;
-        let pushes = &mut self.pushes;
-        let next_push = select_all(pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
-            watched
-                .contains(&i)
-                .then(|| Box::pin(async move { (i, rx.recv().await) }))
-        }));
-        let (i, push) = tokio::select! {
-            _ = wake.notified() => return Wake::Changed,
-            ((i, push), _, _) = next_push => (i, push),
-            _ = tokio::time::sleep_until(until) => {
-                return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+        let wake = self.wake.clone();
+        loop {
+            let pushes = &mut self.pushes;
+            let next_push = select_all(pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
+                watched
+                    .contains(&i)
+                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
+            }));
+            let (i, push) = tokio::select! {
+                _ = wake.notified() => (None, None),
+                ((i, push), _, _) = next_push => (Some(i), push),
+                _ = tokio::time::sleep_until(until) => {
+                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                }
+            };
+            let Some(i) = i else {
+                match self.on_notice() {
+                    Some(w) => return w,
+                    None => continue,
+                }
+            };
+            let Some(push) = push else {
+                // The connection's push channel is gone: no pushes from this node again.
+                self.tracking[i] = false;
+                self.signs[i] = None;
+                return self.wait_for_notice(max).await;
+            };
+            if let Some(w) = self.on_push(i, &push) {
+                return w;
             }
-        };
-        let Some(push) = push else {
-            // The connection's push channel is gone: no pushes from this node again.
-            self.tracking[i] = false;
-            self.signs[i] = None;
-            return wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
-        };
+        }
+    }
+}
+
+impl RedlockBackend {
+    /// A follower's wait without pushes to follow: the notices, the holder's expiry,
+    /// or `max`. What woke it is noted for the campaign (an announced holder).
+    async fn wait_for_notice(&mut self, max: Duration) -> Wake {
+        let wake = wait_for_notice(&self.wake, &mut self.expiry_hint, max).await;
+        self.on_notice();
+        wake
+    }
+
+    /// When a node whose last sign of the holder was at `sign` should have shown
+    /// another one (or its key expires, as read).
+    fn node_due(&self, sign: Instant, expires: Option<Instant>) -> Instant {
+        let (_, late) = self.cadence.bounds();
+        let due = sign + late;
+        expires.map_or(due, |e| due.min(e))
+    }
+
+    /// What one push from node `i` means for a follower: `Some(wake)` to return,
+    /// `None` to keep waiting.
+    fn on_push(&mut self, i: usize, push: &PushInfo) -> Option<Wake> {
         match push.kind {
             PushKind::Disconnection => {
                 self.tracking[i] = false;
                 self.signs[i] = None;
-                Wake::Changed
+                Some(Wake::Changed)
             }
             PushKind::Invalidate => {
                 let now = Instant::now();
                 let Some(sign) = self.signs[i] else {
-                    return Wake::Changed;
+                    return Some(Wake::Changed);
                 };
+                let (too_soon, _) = self.cadence.bounds();
                 if now.saturating_duration_since(sign) < too_soon
-                    || now >= node_due(sign, self.expires[i])
+                    || now >= self.node_due(sign, self.expires[i])
                 {
-                    return Wake::Changed;
+                    return Some(Wake::Changed);
                 }
                 self.signs[i] = Some(now);
                 self.expires[i] = None;
-                Wake::Quiet
+                Some(Wake::Quiet)
             }
-            _ => Wake::Waiting,
+            _ => None,
         }
     }
 }
