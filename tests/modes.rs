@@ -11,7 +11,10 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
-use common::modes::{leading, shared_and_exclusive, shared_and_exclusive_without_a_queue};
+use common::modes::{
+    a_waiting_writer_is_silent_and_woken, leading, shared_and_exclusive,
+    shared_and_exclusive_without_a_queue,
+};
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 // The SQL stores' runs.
@@ -19,6 +22,7 @@ use common::backend_switchover::runtime;
 use common::mariadb_server::MariaServer;
 use common::pg_server::PgServer;
 use common::sql_modes;
+use common::sql_suite::{db_flags, SqlDb};
 use leasekeeper::backend::sql::mysql::MysqlBackend;
 use leasekeeper::backend::sql::postgres::PostgresBackend;
 
@@ -275,6 +279,53 @@ fn shared_and_exclusive_on_mysql() {
     let db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("rw");
     shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+}
+
+/// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the writer's role
+/// logs every statement it runs (`log_statement = all`).
+#[test]
+fn postgres_a_waiting_writer_is_silent_and_woken() {
+    let db = PgServer::start();
+    db.psql("CREATE ROLE quiet LOGIN SUPERUSER; ALTER ROLE quiet SET log_statement = 'all'");
+    let statements = || {
+        db.log()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    let (reader, writer) = waiting_writer_args(&db);
+    a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
+}
+
+/// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the server's general
+/// log (as a table) counts every command of the writer's user.
+#[test]
+fn mysql_a_waiting_writer_is_silent_and_woken() {
+    let db = MariaServer::start();
+    db.sql(
+        "CREATE USER 'quiet'@'127.0.0.1'; GRANT ALL ON lk.* TO 'quiet'@'127.0.0.1';
+         SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;",
+    );
+    let statements = || {
+        db.sql("SELECT COUNT(*) FROM mysql.general_log WHERE user_host LIKE 'quiet[quiet]%'")
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    };
+    let (reader, writer) = waiting_writer_args(&db);
+    a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
+}
+
+/// The shared holders' flags (user `lk`) and the writer's (user `quiet`): ttl 4 s,
+/// retry interval 2 s.
+fn waiting_writer_args(db: &dyn SqlDb) -> (SidecarArgs, SidecarArgs) {
+    let args = |user: &str| {
+        db_flags(db, user)
+            .ttl("4s")
+            .election("quiet-rw")
+            .flag("--retry-interval", "2s")
+    };
+    (args("lk"), args("quiet"))
 }
 
 #[test]

@@ -71,7 +71,7 @@
 //!
 //! | column | meaning |
 //! |---|---|
-//! | `election`, `tenure` | primary key (`tenure`: the shared holder's or the waiting writer's tenure id) |
+//! | `election`, `tenure` | primary key (`tenure`: the shared holder's tenure id, or the waiting writer's presence) |
 //! | `holder` | its identity |
 //! | `kind` | `r`: a shared holder; `w`: a writer waiting for the shared holders |
 //! | `token` | a shared holder's fencing token (0 for a waiting writer) |
@@ -104,10 +104,18 @@
 //!   one's read sees the other's row gone. A shared holder that is not the last
 //!   leaves the row's expiry as it is.
 //! - **a waiting writer**: a writer whose take found the row shared and live writes its
-//!   `w` row (a ttl from now; again at every campaign, every retry interval while it
-//!   waits), so that no new shared holder joins meanwhile: writers are not starved. It
-//!   deletes it once it holds, and at its release. A stale `w` row keeps new shared
-//!   holders out for a ttl at most.
+//!   `w` row, keyed by its presence (a PostgreSQL listener's `application_name`, a
+//!   MySQL presence lock), so that no new shared holder joins meanwhile: writers are
+//!   not starved. The row keeps them out while its `expires_at` (a ttl after the
+//!   write) lies ahead or its presence is there: it needs no rewrite while the writer
+//!   waits, and ends with the writer's session. It deletes it once it holds, and at
+//!   its release.
+//! - **the waiting writer's signal**: every shared holder holds a lock of its own
+//!   session (PostgreSQL: the election's readers' advisory lock, shared; MySQL: a
+//!   named lock of its own), and a writer kept out by live shared holders waits for
+//!   those sessions to let go, silently (see the dialects): the last one's release
+//!   wakes it, and a crashed or frozen one's session's end does, after which it waits
+//!   by the row's expiry.
 //! - **the holders** (`GET /leader`'s `holders`): after each campaign, the writer that
 //!   holds the row, or up to [`HOLDERS_SHOWN`] live shared holders.
 //! - A switchover is refused with `--mode` ([`super::no_switchover_with`]).
@@ -231,6 +239,9 @@ pub struct Tenancy {
     pub expiry_hint: Option<Instant>,
     /// Whether the last campaign found the row held by another candidate.
     pub held_by_other: bool,
+    /// Whether the last campaign found the row held by shared holders ([`SHARED`],
+    /// live): a writer waits for their sessions (see the dialects).
+    pub held_by_readers: bool,
 }
 
 impl Tenancy {
@@ -244,6 +255,7 @@ impl Tenancy {
             floor: 0,
             expiry_hint: None,
             held_by_other: false,
+            held_by_readers: false,
         }
     }
 
@@ -258,6 +270,7 @@ impl Tenancy {
     /// Turns the row a take statement left into the campaign's answer.
     pub fn judge(&mut self, row: Option<LeaseRow>) -> Result<Campaign, BackendError> {
         self.held_by_other = false;
+        self.held_by_readers = false;
         let Some(row) = row else {
             // Inserted meanwhile by someone whose row our snapshot did not show: the
             // notification (or the retry) brings the next look.
@@ -277,9 +290,11 @@ impl Tenancy {
         let left = u64::try_from(row.left_ms).unwrap_or(0);
         self.expiry_hint = Some(Instant::now() + Duration::from_millis(left + 2));
         let held = left > 0 && !row.holder.is_empty();
-        // Shared holders hold no session-long signal (see the dialects): a follower
-        // waits for them by the notifications, the row's expiry and the retry interval.
+        // Shared holders hold no election's signal: a writer waits for their own
+        // sessions' signal instead (see the dialects), a shared candidate by the
+        // notifications, the row's expiry and the retry interval.
         self.held_by_other = held && row.tenure != SHARED;
+        self.held_by_readers = held && row.tenure == SHARED;
         Ok(Campaign::Held(held.then_some(Holder {
             identity: row.holder,
             token: Some(token),
@@ -333,6 +348,7 @@ impl<C: sqlx::Connection> Session<C> {
     /// Starts a request: the connection, opened if needed.
     pub async fn begin(&mut self, op: &'static str) -> Result<&mut C, BackendError> {
         if std::mem::replace(&mut self.in_flight, true) {
+            tracing::debug!(op, "a request did not finish: a fresh connection");
             self.conn = None;
         }
         if self.conn.is_none() {
@@ -361,6 +377,7 @@ impl<C: sqlx::Connection> Session<C> {
                     | sqlx::Error::RowNotFound
                     | sqlx::Error::ColumnDecode { .. }
             ) {
+                tracing::debug!(op, error = %e, "the connection failed: a fresh one next");
                 self.conn = None;
             }
         }
@@ -697,6 +714,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         // Only a campaign that found another holder lets a follower wait silently.
         self.tenancy.held_by_other = false;
+        self.tenancy.held_by_readers = false;
         if let Err(e) = self.prepare().await {
             return Err(match e {
                 TableError::Backend(b) => b,
@@ -909,12 +927,16 @@ mod tests {
             other => panic!("shared: {other:?}"),
         }
         assert!(!t.held_by_other);
+        assert!(t.held_by_readers);
         assert_eq!(
             t.expiry_hint,
             Some(Instant::now() + Duration::from_millis(802))
         );
         assert!(t.judge(Some(row("w", "x", 6, 800))).is_ok());
         assert!(t.held_by_other, "a writer's row is");
+        assert!(!t.held_by_readers, "a writer's row is not the readers'");
+        assert!(t.judge(Some(row("r-1", SHARED, 6, 0))).is_ok());
+        assert!(!t.held_by_readers, "an expired shared row holds nobody");
     }
 
     /// A writer marks itself waiting only when shared holders hold the row now; a

@@ -193,3 +193,76 @@ fn finish(cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
         check_mode_claims(claims, |id| id.starts_with("r-"));
     });
 }
+
+/// A writer waiting for shared holders sends the store nothing, and is woken by the
+/// last one's release (issue 33: target 0 steady requests per waiting candidate).
+/// `writer`'s every statement is counted by `statements` (its own database user);
+/// `reader` and `writer` share the election, with `ttl` and a retry interval of half
+/// a ttl. Two shared holders lead; the writer waits; a later shared candidate comes
+/// and must stay out for 3 ttl while the writer sends nothing (its waiting mark
+/// lives as long as its session, not its last write) and still names a holder.
+/// Then, right after the writer's next statement if it sends one within a ttl (a
+/// writer that looks now and then: its next look is then about a retry interval
+/// away), both shared holders get SIGTERM: the writer must lead within ttl/4 of the
+/// last one's.
+pub fn a_waiting_writer_is_silent_and_woken(
+    reader: SidecarArgs,
+    writer: SidecarArgs,
+    ttl: Duration,
+    statements: &dyn Fn() -> usize,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let start = ttl * 3 + Duration::from_secs(15);
+    let mut cars = vec![
+        spawn("r-0", &reader, "shared"),
+        spawn("r-1", &reader, "shared"),
+    ];
+    lead_exactly(&cars, &[0, 1], start, "two shared holders");
+    cars.push(spawn("w-0", &writer, "exclusive"));
+    cars[2].settles_in("follower", start);
+    cars.push(spawn("r-2", &reader, "shared"));
+    cars[3].settles_in("follower", start);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = statements();
+    assert!(before > 0, "the writer's statements are not counted");
+    never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
+    let sent = statements() - before;
+    eprintln!("the waiting writer sent {sent} statements in 3 ttl ({ttl:?} each)");
+    let view = cars[2].leader().expect("/leader");
+    assert_eq!(
+        view["state"],
+        "follower",
+        "the silent writer: {view}\n{}",
+        cars[2].stderr()
+    );
+
+    // Right after a look, if the writer looks at all.
+    let seen = statements();
+    let looked = eventually(ttl, || (statements() > seen).then_some(())).is_some();
+    if looked {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cars[1].terminate(Duration::from_secs(10));
+    let t0 = Instant::now();
+    cars[0].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[2], start, "the writer after the shared holders");
+    let took = t0.elapsed();
+    eprintln!("exclusive lock taken {took:?} after the last shared holder's SIGTERM");
+    if sent != 0 || looked {
+        for c in &cars {
+            eprintln!("==== {}\n{}", c.name, c.stderr());
+        }
+    }
+    assert_eq!(
+        sent, 0,
+        "the waiting writer sent {sent} statements in 3 ttl"
+    );
+    assert!(!looked, "the waiting writer looked at the store");
+    assert!(
+        took < ttl / 4,
+        "the writer took the lock {took:?} after the last shared holder's SIGTERM"
+    );
+}

@@ -50,7 +50,8 @@
 //! FNV-1a hash (hex) of `<database>/<table>/<election>`.
 //!
 //! **Shared and exclusive** (`--mode`): see [`shared`]; a shared holder takes neither
-//! the named lock nor the presence lock.
+//! the named lock nor the presence lock, but a named lock of its own, for which a
+//! writer kept out by shared holders waits on its signal connection (see [`signal`]).
 //!
 //! Named locks need a session: through a proxy that multiplexes statements over
 //! shared connections (ProxySQL pins a connection that takes a named lock; a
@@ -305,6 +306,13 @@ pub struct Mysql {
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
+    /// This candidate's presence lock (held by its signal connection): the key of
+    /// its waiting writer's row.
+    candidate: String,
+    /// Our shared holder's lock, and the statement connection that holds it.
+    reader_lock: Option<(String, u64)>,
+    /// A shared holder's looks at its own row, on a connection of their own.
+    look: Session<MySqlConnection>,
     want: watch::Sender<Want>,
     /// Whether the signal connection holds the named lock now.
     held: watch::Receiver<bool>,
@@ -372,11 +380,13 @@ impl MysqlBackend {
             &settings.table.candidates().quoted('`'),
             &settings.table.shared().quoted('`'),
         );
+        let candidate = candidate_lock(&lock, lease.identity);
         let signal = tokio::spawn(signal::signal(SignalParts {
             options: options.clone(),
             name: lock.clone(),
             presence: presence.clone(),
-            candidate: candidate_lock(&lock, lease.identity),
+            candidate: candidate.clone(),
+            readers: statements.shared.readers.clone(),
             renewed: renewed.clone(),
             young: statements.young.clone(),
             queue: statements.queue.clone(),
@@ -404,6 +414,9 @@ impl MysqlBackend {
             table_ready: false,
             lock,
             presence,
+            candidate,
+            reader_lock: None,
+            look: Session::new(options.clone()),
             want,
             held,
             woke,
@@ -976,6 +989,7 @@ impl SqlDialect for Mysql {
                 .await;
             let _ = session.end("release", freed);
         }
+        self.let_reader_lock_go(session).await;
         self.lift_idle_limit(session).await;
     }
 
@@ -998,7 +1012,11 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        self.renew_share(session, t).await
+        let ours = self.renew_share(session, t).await?;
+        if ours {
+            self.hold_reader_lock(session, t).await;
+        }
+        Ok(ours)
     }
 
     async fn release_shared(
@@ -1021,10 +1039,10 @@ impl SqlDialect for Mysql {
 
     async fn own_shared(
         &mut self,
-        session: &mut Session<MySqlConnection>,
+        _session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        self.still_shared(session, t).await
+        self.still_shared(t).await
     }
 
     async fn holders(
@@ -1036,7 +1054,12 @@ impl SqlDialect for Mysql {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        let want = if *self.held.borrow() && self.left_to_another {
+        // A writer kept out by live shared holders waits for their sessions (see
+        // `signal`), the election's named lock let go.
+        let readers = tenancy.held_by_readers && !self.reader;
+        let want = if readers {
+            Want::Readers
+        } else if *self.held.borrow() && self.left_to_another {
             // Woken by the lock, and the free row is left to another candidate (a
             // switchover): the signal connection hands the lock on, so that the named
             // candidate, queued behind us, wakes (see `signal`).
@@ -1060,7 +1083,7 @@ impl SqlDialect for Mysql {
             // that took it over and will take the row at its expiry (a new leader
             // that got the lock as a follower lets it go once: every follower in the
             // queue gets it and looks).
-            let silent = tenancy.held_by_other && *self.queued.borrow();
+            let silent = (tenancy.held_by_other || readers) && *self.queued.borrow();
             let wake_at = match tenancy.expiry_hint {
                 Some(hint) if !silent => hint.min(until),
                 _ => until,

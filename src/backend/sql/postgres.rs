@@ -35,8 +35,10 @@
 //! leader's look at its own row every [`super::OWN_ROW_EVERY`] (DESIGN invariant 9).
 //!
 //! **Shared and exclusive** (`--mode`): see [`shared`] for the shared holders'
-//! statements; a shared holder takes no advisory lock (followers wait for shared
-//! holders by the notifications, the row's expiry and the retry interval).
+//! statements; a shared holder holds the election's readers' advisory lock, shared, on
+//! its statement connection, and a writer waits for those holds to end on a waiter
+//! connection of its own ([`wake::WAIT_READERS`]), silently; shared candidates wait
+//! by the notifications, the row's expiry and the retry interval.
 //!
 //! `LISTEN` needs a session: through a transaction-mode pooler (PgBouncer
 //! `pool_mode=transaction`) notifications are never delivered and followers fall back
@@ -265,6 +267,13 @@ pub struct Postgres {
     table_ready: bool,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
+    /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
+    readers_key: i64,
+    /// Whether this candidate holds shared (`--mode shared`).
+    reader: bool,
+    /// This candidate's presence (its listener's `application_name`): the key of its
+    /// waiting writer's row.
+    presence: String,
     /// The leader's `idle_session_timeout`, ms: the ttl.
     idle_limit: String,
     /// The statement connection on which we hold the lock, while we lead.
@@ -273,6 +282,8 @@ pub struct Postgres {
     /// statement connection idles between renewals, for its idle limit.
     look: Session<PgConnection>,
     waiter: wake::Waiter,
+    /// A writer's wait for the shared holders.
+    readers: wake::Waiter,
 }
 
 impl PostgresBackend {
@@ -305,12 +316,23 @@ impl PostgresBackend {
         let key = wake::lock_key(&settings.table.display(), lease.election);
         let waiter = wake::Waiter::spawn(
             options.clone(),
-            key,
+            (key, wake::WAIT),
+            lease.timing.ttl * super::BACKSTOP_TTLS,
+            lease.timing.backend_timeout,
+        );
+        let readers_key = wake::readers_key(&settings.table.display(), lease.election);
+        let readers = wake::Waiter::spawn(
+            options.clone(),
+            (readers_key, wake::WAIT_READERS),
             lease.timing.ttl * super::BACKSTOP_TTLS,
             lease.timing.backend_timeout,
         );
         let dialect = Postgres {
             key,
+            readers_key,
+            reader: lease.mode == crate::backend::LockMode::Shared,
+            presence,
+            readers,
             idle_limit: millis(lease.timing.ttl).to_string(),
             guard: None,
             look: Session::new(options.clone()),
@@ -419,8 +441,14 @@ impl Postgres {
         let Ok(conn) = session.begin("hold").await else {
             return;
         };
-        let held = sqlx::query_scalar::<_, Option<bool>>(wake::HOLD)
-            .bind(self.key)
+        // A shared holder holds the readers' lock, shared; a writer the election's.
+        let (hold, key) = if self.reader {
+            (wake::HOLD_SHARED, self.readers_key)
+        } else {
+            (wake::HOLD, self.key)
+        };
+        let held = sqlx::query_scalar::<_, Option<bool>>(hold)
+            .bind(key)
             .bind(&self.idle_limit)
             .fetch_one(&mut *conn)
             .await;
@@ -760,6 +788,12 @@ impl SqlDialect for Postgres {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
+        if tenancy.held_by_readers && !self.reader {
+            // A writer kept out by shared holders waits for their sessions.
+            return (self.readers)
+                .wait(&self.wake, &mut tenancy.expiry_hint, true, max)
+                .await;
+        }
         let held = tenancy.held_by_other;
         self.waiter
             .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
@@ -771,8 +805,7 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        // A shared holder takes no advisory lock: followers wait for shared holders
-        // by the notifications, the row's expiry and the retry interval.
+        // A shared holder holds the readers' lock (shared): writers wait for it.
         let conn = session.begin("campaign").await?;
         let row = sqlx::query(&self.statements.shared.take)
             .bind(&t.election)
@@ -783,10 +816,17 @@ impl SqlDialect for Postgres {
             .fetch_optional(&mut *conn)
             .await;
         let row = session.end("campaign", row)?;
-        row.as_ref()
+        let row = row
+            .as_ref()
             .map(LeaseRow::from_row)
             .transpose()
-            .map_err(super::sql("campaign"))
+            .map_err(super::sql("campaign"))?;
+        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(row)
     }
 
     async fn renew_shared(
@@ -801,7 +841,13 @@ impl SqlDialect for Postgres {
             .bind(t.ttl_ms())
             .fetch_one(&mut *conn)
             .await;
-        Ok(session.end("renew", done)? == 1)
+        let ours = session.end("renew", done)? == 1;
+        if ours {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(ours)
     }
 
     async fn release_shared(
@@ -829,9 +875,11 @@ impl SqlDialect for Postgres {
     ) -> Result<(), BackendError> {
         let conn = session.begin("campaign").await?;
         let done = if on {
+            // Keyed by our presence: the row keeps shared candidates out while our
+            // listener's session lives, without writes (see `shared`).
             sqlx::query(&self.statements.shared.mark)
                 .bind(&t.election)
-                .bind(&t.tenure)
+                .bind(&self.presence)
                 .bind(&t.identity)
                 .bind(t.ttl_ms())
                 .execute(&mut *conn)
@@ -839,7 +887,7 @@ impl SqlDialect for Postgres {
         } else {
             sqlx::query(&self.statements.shared.unmark)
                 .bind(&t.election)
-                .bind(&t.tenure)
+                .bind(&self.presence)
                 .execute(&mut *conn)
                 .await
         };

@@ -19,13 +19,22 @@
 //!   version and the count of other live shared rows read, and, when no other is live,
 //!   the lease row freed by an `UPDATE` that applies only at that version.
 //!
+//! - **a waiting writer's row** is keyed by its presence lock, and keeps shared
+//!   candidates out while that lock is held (`IS_USED_LOCK`) or its expiry lies ahead.
+//!
 //! Shared holders take neither the election's named lock nor the presence lock (see
-//! [`super::signal`]): a writer waiting for them wakes at the row's expiry and at the
-//! retry interval, which is when it writes its waiting row again.
+//! [`super::signal`]); each holds a named lock of its own, `<lock>:r<tenure>`, on its
+//! statement connection, and a writer waiting for them waits, silently, for one of
+//! those at a time ([`readers`]).
 
 use super::super::{HOLDERS_SHOWN, QUARANTINE, SHARED};
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// Whether a waiting writer's row (`kind = 'w'`) still keeps shared candidates out:
+/// until its expiry, and for as long as the session holding the lock its `tenure`
+/// names lives (the writer's presence lock: it waits silently, writing nothing).
+const WAITS: &str = "(expires_at > UTC_TIMESTAMP(6) OR IS_USED_LOCK(tenure) IS NOT NULL)";
 
 /// The statements for the shared holders' table `s` beside lease table `t`,
 /// counters `c` and candidates `p`.
@@ -45,13 +54,14 @@ pub(super) struct SharedStatements {
     pub unmark: String,
     pub own: String,
     pub holders: String,
+    pub readers: String,
 }
 
 impl SharedStatements {
     pub(super) fn for_tables(t: &str, c: &str, p: &str, s: &str) -> SharedStatements {
         // election, identity: whether a writer waits or another's reservation lasts.
         let kept = format!(
-            "(EXISTS (SELECT 1 FROM {s} WHERE election = ? AND kind = 'w' AND expires_at > {NOW})
+            "(EXISTS (SELECT 1 FROM {s} WHERE election = ? AND kind = 'w' AND {WAITS})
               OR EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > {NOW}))"
         );
         SharedStatements {
@@ -106,9 +116,11 @@ impl SharedStatements {
                                 AND tenure <> ? AND expires_at > {NOW}) AS SIGNED)
                  FROM {t} AS l WHERE l.election = ? AND l.tenure = '{SHARED}'"
             ),
-            // election, tenure: our row and every expired one.
+            // election, tenure: our row and every expired one (a waiting writer's
+            // stays while its session lives).
             sweep: format!(
-                "DELETE FROM {s} WHERE election = ? AND (tenure = ? OR expires_at <= {NOW})"
+                "DELETE FROM {s} WHERE election = ? AND (tenure = ?
+                   OR (expires_at <= {NOW} AND NOT (kind = 'w' AND {WAITS})))"
             ),
             // election, token, version: the lease row freed, at that version only.
             free: format!(
@@ -117,13 +129,13 @@ impl SharedStatements {
                    AND TIMESTAMPDIFF(MICROSECOND, '2000-01-01', renewed_at) = ?"
             ),
             read: read(t, p, s),
-            // election, tenure, identity, ttl µs.
+            // election, the writer's presence lock (as its tenure), identity, ttl µs.
             mark: format!(
                 "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
                  VALUES (?, ?, ?, 'w', 0, {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
             ),
-            // election, tenure.
+            // election, the writer's presence lock.
             unmark: format!("DELETE FROM {s} WHERE election = ? AND tenure = ? AND kind = 'w'"),
             // election, tenure.
             own: format!(
@@ -140,6 +152,7 @@ impl SharedStatements {
                   WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
                   ORDER BY token LIMIT {HOLDERS_SHOWN})"
             ),
+readers: readers(s),
         }
     }
 }
@@ -159,6 +172,35 @@ fn join(t: &str) -> String {
     )
 }
 
+/// A waiting writer's wait for the shared holders (binds wait s, election's lock,
+/// election, election's lock): one live shared holder's lock (`<lock>:r<tenure>`,
+/// held on its statement connection while it holds), got once its session lets it
+/// go (a release, a crash, or the server ending a frozen one's idle session) and let
+/// go in the same statement: 1; 0 when the wait ran out; -1 when no live shared
+/// holder holds its lock (then the writer waits by the row's expiry).
+fn readers(s: &str) -> String {
+    format!(
+        "SELECT CAST(COALESCE((
+           SELECT IF(GET_LOCK(x.n, ?) = 1, RELEASE_LOCK(x.n), 0) FROM (
+             SELECT CONCAT(?, ':r', tenure) AS n FROM {s}
+             WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
+               AND IS_USED_LOCK(CONCAT(?, ':r', tenure)) IS NOT NULL
+             ORDER BY tenure LIMIT 1
+           ) AS x
+         ), -1) AS SIGNED)"
+    )
+}
+
+/// Binds the reader lock twice: a shared holder's own lock, taken (kept) on its
+/// statement connection.
+const HOLD: &str =
+    "SELECT CAST(IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)) AS SIGNED)";
+
+/// A shared holder's own lock (see [`readers`]): 53 characters.
+pub(super) fn reader_lock(lock: &str, tenure: &str) -> String {
+    format!("{lock}:r{tenure}")
+}
+
 /// A shared candidate's read of the lease row (binds election, election, identity,
 /// election): as the writers' read, with the time until a waiting writer's row or
 /// another's reservation ends when that is later, and whether either keeps it out.
@@ -171,7 +213,7 @@ fn read(t: &str, p: &str, s: &str) -> String {
          FROM {t} AS l CROSS JOIN (
            SELECT MAX(until) AS until FROM (
              SELECT expires_at AS until FROM {s}
-             WHERE election = ? AND kind = 'w' AND expires_at > {NOW}
+             WHERE election = ? AND kind = 'w' AND {WAITS}
              UNION ALL
              SELECT reserved_until FROM {p}
              WHERE election = ? AND identity <> ? AND reserved_until > {NOW}
@@ -199,11 +241,13 @@ impl Mysql {
         self.left_to_another = false;
         if let Some(token) = self.own_share(session, t).await? {
             if self.renew_share(session, t).await? {
+                self.hold_reader_lock(session, t).await;
                 return Ok(Some(ours(t, token)));
             }
         }
         if let Some(token) = self.count_share(session, t).await? {
             if self.join_lease(session, t, token).await? {
+                self.hold_reader_lock(session, t).await;
                 return Ok(Some(ours(t, token)));
             }
         }
@@ -392,11 +436,13 @@ impl Mysql {
         t: &Tenancy,
         on: bool,
     ) -> Result<(), BackendError> {
+        // Keyed by our presence lock, which our signal connection holds while we
+        // live: the row keeps shared candidates out for that long (see `WAITS`).
         let conn = session.begin("campaign").await?;
         let done = if on {
             sqlx::query(&self.statements.shared.mark)
                 .bind(&t.election)
-                .bind(&t.tenure)
+                .bind(&self.candidate)
                 .bind(&t.identity)
                 .bind(micros(t.ttl))
                 .execute(&mut *conn)
@@ -404,7 +450,7 @@ impl Mysql {
         } else {
             sqlx::query(&self.statements.shared.unmark)
                 .bind(&t.election)
-                .bind(&t.tenure)
+                .bind(&self.candidate)
                 .execute(&mut *conn)
                 .await
         };
@@ -412,18 +458,62 @@ impl Mysql {
     }
 
     /// Whether our shared row is there and the lease row still shared.
-    pub(super) async fn still_shared(
-        &self,
-        session: &mut Conn,
-        t: &Tenancy,
-    ) -> Result<bool, BackendError> {
-        let conn = session.begin("watch").await?;
+    pub(super) async fn still_shared(&mut self, t: &Tenancy) -> Result<bool, BackendError> {
+        // On a connection of its own: a look cut off by the elector (at a renewal's
+        // time) renews that connection, not the one that holds our lock.
+        let conn = self.look.begin("watch").await?;
         let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
             .bind(&t.election)
             .bind(&t.tenure)
             .fetch_one(&mut *conn)
             .await;
-        Ok(session.end("watch", found)? > 0)
+        Ok(self.look.end("watch", found)? > 0)
+    }
+
+    /// While we hold shared: our own lock on the statement connection (idle-limited
+    /// to the ttl, as a leader's), once per connection, so that a writer waiting for
+    /// us wakes when our session lets it go (see `readers`). Best effort: without it
+    /// the writer waits by the row's expiry.
+    pub(super) async fn hold_reader_lock(&mut self, session: &mut Conn, t: &Tenancy) {
+        self.limit_idle(session).await;
+        let name = reader_lock(&self.lock, &t.tenure);
+        let generation = session.generation();
+        if self.reader_lock.as_ref() == Some(&(name.clone(), generation))
+            && session.still(generation)
+        {
+            return;
+        }
+        let Ok(conn) = session.begin("watch").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
+            .bind(&name)
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("watch", held) {
+            Ok(Some(1)) => self.reader_lock = Some((name, session.generation())),
+            Ok(_) => tracing::debug!("a shared holder's own lock is busy"),
+            Err(e) => tracing::debug!(error = %e, "could not take a shared holder's own lock"),
+        }
+    }
+
+    /// Lets our shared holder's lock go, after the release (best effort: it goes
+    /// with the session anyway).
+    pub(super) async fn let_reader_lock_go(&mut self, session: &mut Conn) {
+        let Some((name, generation)) = self.reader_lock.take() else {
+            return;
+        };
+        if !session.still(generation) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(&name)
+                .execute(&mut *conn)
+                .await;
+            let _ = session.end("release", freed);
+        }
     }
 
     /// Who holds now (identity, token, whether shared).

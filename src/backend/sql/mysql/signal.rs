@@ -63,6 +63,9 @@ pub(super) enum Want {
     Pass,
     /// Get it and hold it (we lead).
     Lead,
+    /// A writer kept out by shared holders: let the lock go, and wait for the shared
+    /// holders' own locks instead ([`wait_for_readers`]).
+    Readers,
 }
 
 /// What consecutive passes count under in [`Yields`] (never a tenure id).
@@ -80,6 +83,9 @@ pub(super) struct SignalParts {
     pub candidate: String,
     /// Set once a (re)connected signal connection holds `candidate`.
     pub renewed: Arc<AtomicBool>,
+    /// A writer's wait for one shared holder's lock (binds the wait, the lock, the
+    /// election, the lock; see `shared::readers`): 1 got, 0 timed out, -1 none held.
+    pub readers: String,
     /// `SELECT` of whether a tenure is young (binds election, tenure; see [`YOUNG_TENURE`]).
     pub young: String,
     /// A follower's wait for the lock, queued only while the row's tenure is still
@@ -124,7 +130,10 @@ pub(super) async fn signal(mut p: SignalParts) {
         match timeout(p.op_timeout, connect(&p)).await {
             Ok(Ok((mut conn, id))) => {
                 p.conn_id.store(id, Ordering::SeqCst);
-                if matches!(*p.want.borrow(), Want::Follow | Want::Yield(_) | Want::Pass) {
+                if matches!(
+                    *p.want.borrow(),
+                    Want::Follow | Want::Yield(_) | Want::Pass | Want::Readers
+                ) {
                     // Releases may have happened while we were away.
                     p.woke.notify_one();
                 }
@@ -188,6 +197,8 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
                 yield_or_keep(conn, p, &tenure, yields).await
             }
             (Want::Pass, true) => hand_on(conn, p, PASSED, yields).await,
+            (Want::Readers, true) => release(conn, p).await.then(|| want.clone()),
+            (Want::Readers, false) => wait_for_readers(conn, p).await,
             (Want::Lead, true) if !as_leader => roll_call(conn, p).await,
             (_, true) => hold(conn, p).await,
             (_, false) => {
@@ -308,6 +319,47 @@ async fn wait_for_lock(
         }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "GET_LOCK failed");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// A writer waiting for the shared holders: waits, silently, for one live shared
+/// holder's lock, which its session lets go when it releases, crashes or is ended by
+/// the server's idle limit (a freeze); then wakes the writer (it looks, and waits
+/// for the next one), and once when the wait ran out (the backstop). When no live
+/// shared holder holds its lock (one that crashed, or an older version) it wakes
+/// nobody: the writer waits by the row's expiry. Then the connection rests, pinging,
+/// until the writer's next want.
+async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+    p.queued.send_replace(true);
+    let got = timeout(
+        p.backstop + p.op_timeout,
+        sqlx::query_scalar::<_, Option<i64>>(&p.readers)
+            .bind(p.backstop.as_secs_f64())
+            .bind(&p.name)
+            .bind(&p.election)
+            .bind(&p.name)
+            .fetch_one(&mut *conn),
+    )
+    .await;
+    p.queued.send_replace(false);
+    match got {
+        Ok(Ok(n)) => {
+            tracing::debug!(result = ?n, "the wait for the shared holders ended");
+            // None held (-1): no look now (it would find the same), the row's expiry.
+            if matches!(n, Some(0 | 1)) {
+                p.woke.notify_one();
+            }
+            rest(conn, p).await
+        }
+        Ok(Err(sqlx::Error::Database(e))) => {
+            tracing::debug!(error = %e, "could not wait for the shared holders");
+            rest(conn, p).await
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "the wait for the shared holders failed");
             None
         }
         Err(_) => None,

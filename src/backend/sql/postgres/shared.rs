@@ -10,7 +10,10 @@
 //! condition again on the latest version of a row that changed meanwhile). The last
 //! shared holder's release calls `pg_notify` in the same statement, so a waiting writer
 //! wakes when it commits; a writer's take notifies as before, and waiting shared
-//! candidates wake then.
+//! candidates wake then. A waiting writer's row is keyed by its presence and keeps
+//! shared candidates out while that session is in `pg_stat_activity` or its expiry
+//! lies ahead; the writer waits silently for the shared holders' sessions (see
+//! [`super::wake::WAIT_READERS`]).
 
 use super::super::{HOLDERS_SHOWN, QUARANTINE, SHARED};
 
@@ -27,6 +30,13 @@ pub(super) struct SharedStatements {
     pub own: String,
     pub holders: String,
 }
+
+/// Whether a waiting writer's row (`kind = 'w'`) still keeps shared candidates out:
+/// until its expiry, and for as long as the session its `tenure` names lives (the
+/// writer's listener's `application_name`, its presence: it waits silently, writing
+/// nothing).
+const WAITS: &str = "(expires_at > now() OR EXISTS (
+  SELECT 1 FROM pg_stat_activity AS a WHERE a.application_name = tenure))";
 
 /// A ttl from now, the ttl in ms bound as `$n`.
 fn ahead(n: u8) -> String {
@@ -70,19 +80,22 @@ impl SharedStatements {
                  SELECT count(*)::bigint FROM mine",
                 ttl = ahead(3)
             ),
-            // $1 election, $2 tenure: our row and every expired one.
+            // $1 election, $2 tenure: our row and every expired one (a waiting
+            // writer's stays while its session lives).
             sweep: format!(
-                "DELETE FROM {s} WHERE election = $1::text AND (tenure = $2::text OR expires_at <= now())"
+                "DELETE FROM {s} WHERE election = $1::text AND (tenure = $2::text
+                   OR (expires_at <= now() AND NOT (kind = 'w' AND {WAITS})))"
             ),
             release: release(t, s),
-            // $1 election, $2 tenure, $3 identity, $4 ttl ms.
+            // $1 election, $2 the writer's presence (as its tenure), $3 identity,
+            // $4 ttl ms.
             mark: format!(
                 "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
                  VALUES ($1::text, $2::text, $3::text, 'w', 0, {})
                  ON CONFLICT (election, tenure) DO UPDATE SET expires_at = EXCLUDED.expires_at",
                 ahead(4)
             ),
-            // $1 election, $2 tenure.
+            // $1 election, $2 the writer's presence.
             unmark: format!(
                 "DELETE FROM {s} WHERE election = $1::text AND tenure = $2::text AND kind = 'w'"
             ),
@@ -125,7 +138,7 @@ fn take(t: &str, c: &str, k: &str, s: &str) -> String {
          kept AS (
            SELECT MAX(until) AS until FROM (
              SELECT expires_at AS until FROM {s}
-             WHERE election = $1::text AND kind = 'w' AND expires_at > now()
+             WHERE election = $1::text AND kind = 'w' AND {WAITS}
              UNION ALL
              SELECT reserved_until FROM {k}
              WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()

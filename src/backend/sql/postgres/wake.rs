@@ -21,12 +21,25 @@ use crate::backend::Wake;
 /// The statement a follower waits in: a shared hold of the election's lock, let go
 /// in the same statement (`CASE` orders the two calls), so that no follower ever
 /// keeps it (a follower frozen holding it would keep the next leader from it).
-const WAIT: &str = "SELECT CASE WHEN pg_advisory_lock_shared($1) IS NULL THEN NULL ELSE pg_advisory_unlock_shared($1) END";
+pub(super) const WAIT: &str = "SELECT CASE WHEN pg_advisory_lock_shared($1) IS NULL THEN NULL ELSE pg_advisory_unlock_shared($1) END";
+
+/// A writer's wait for the shared holders (`--mode`): an exclusive hold of the
+/// readers' lock, which every shared holder holds shared on its statement connection
+/// ([`HOLD_SHARED`]), let go in the same statement. It returns when every shared
+/// holder's session let it go (their releases, crashes, or freezes ended by the idle
+/// limit). While it waits, PostgreSQL grants no new shared hold (a conflicting
+/// request waits in the queue): a shared holder whose connection was renewed holds
+/// none until the writer's wait ends, and the writer then waits by the row's expiry.
+pub(super) const WAIT_READERS: &str =
+    "SELECT CASE WHEN pg_advisory_lock($1) IS NULL THEN NULL ELSE pg_advisory_unlock($1) END";
 
 /// The leader's hold: the idle limit first, then the lock (`CASE` orders them; a
 /// server without `idle_session_timeout`, before PostgreSQL 14, fails the statement
 /// and no lock is taken, so no frozen leader can keep followers asleep there).
 pub(super) const HOLD: &str = "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL THEN pg_try_advisory_lock($1) END";
+
+/// A shared holder's hold of the readers' lock, as the leader's [`HOLD`] (shared).
+pub(super) const HOLD_SHARED: &str = "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL THEN pg_try_advisory_lock_shared($1) END";
 
 /// The leader lets go: the lock and the idle limit.
 pub(super) const LET_GO: &str =
@@ -34,7 +47,16 @@ pub(super) const LET_GO: &str =
 
 /// The election's lock key: the 64 bits of its presence-style hash.
 pub(super) fn lock_key(table: &str, election: &str) -> i64 {
-    let name = super::super::presence_name(&["lease", table, election]);
+    key_of("lease", table, election)
+}
+
+/// The election's readers' lock key (`--mode shared` holders; see [`WAIT_READERS`]).
+pub(super) fn readers_key(table: &str, election: &str) -> i64 {
+    key_of("readers", table, election)
+}
+
+fn key_of(kind: &str, table: &str, election: &str) -> i64 {
+    let name = super::super::presence_name(&[kind, table, election]);
     let bits = u64::from_str_radix(name.trim_start_matches("lk:"), 16).unwrap_or(0);
     i64::from_ne_bytes(bits.to_ne_bytes())
 }
@@ -54,17 +76,24 @@ pub(super) struct Waiter {
 
 impl Waiter {
     /// `backstop`: how long one wait lasts at most (then the follower campaigns once:
-    /// it also proves the connection is still there).
+    /// it also proves the connection is still there). `wait`: the statement waited
+    /// in, on lock `key` ([`WAIT`], or [`WAIT_READERS`]).
     pub(super) fn spawn(
         options: PgConnectOptions,
-        key: i64,
+        (key, wait): (i64, &'static str),
         backstop: Duration,
         op_timeout: Duration,
     ) -> Waiter {
         let (arm, arm_rx) = watch::channel(0);
         let (done_tx, done) = watch::channel(0);
         let options = options.options([("lock_timeout", format!("{}ms", backstop.as_millis()))]);
-        let task = tokio::spawn(run(options, key, backstop + op_timeout, arm_rx, done_tx));
+        let task = tokio::spawn(run(
+            options,
+            (key, wait),
+            backstop + op_timeout,
+            arm_rx,
+            done_tx,
+        ));
         Waiter {
             arm,
             done,
@@ -132,7 +161,7 @@ impl Drop for Waiter {
 /// wait that failed or ran past `limit` ends too (the connection is renewed then).
 async fn run(
     options: PgConnectOptions,
-    key: i64,
+    (key, wait): (i64, &'static str),
     limit: Duration,
     mut arm: watch::Receiver<u64>,
     done: watch::Sender<u64>,
@@ -156,7 +185,7 @@ async fn run(
             }
         }
         if let Some(c) = conn.as_mut() {
-            let waited = timeout(limit, sqlx::query(WAIT).bind(key).execute(c)).await;
+            let waited = timeout(limit, sqlx::query(wait).bind(key).execute(c)).await;
             match waited {
                 Ok(Ok(_)) | Ok(Err(sqlx::Error::Database(_))) => {}
                 Ok(Err(e)) => {
@@ -182,5 +211,6 @@ mod tests {
         assert_ne!(k, lock_key("leasekeeper_leases", "my-app2"));
         assert_ne!(k, lock_key("other", "my-app"));
         assert_eq!(k, lock_key("leasekeeper_leases", "my-app"));
+        assert_ne!(k, readers_key("leasekeeper_leases", "my-app"));
     }
 }
