@@ -972,14 +972,7 @@ mod rules {
         runtime().block_on(async {
             let mut a = candidate(&server.url(), "retrack", "A", ttl);
             leads("A", &mut a).await;
-            let clients = server.command("CLIENT LIST").unwrap_or_default();
-            // The tracking connection: flag `t`.
-            let tracking = clients
-                .lines()
-                .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
-                .and_then(|l| field(l, "id")?.parse::<u64>().ok())
-                .expect("A's tracking connection");
-            server.command(&format!("CLIENT KILL ID {tracking}"));
+            let tracking = kill_the_tracking_connection(&server);
             // The client has noticed (and said so on its push channel) once its new
             // connection shows at the server.
             let back = crate::common::eventually(Duration::from_secs(5), || {
@@ -1017,13 +1010,7 @@ mod rules {
         runtime().block_on(async {
             let mut a = candidate(&server.url(), "retrack2", "A", ttl);
             leads("A", &mut a).await;
-            let clients = server.command("CLIENT LIST").unwrap_or_default();
-            let tracking = clients
-                .lines()
-                .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
-                .and_then(|l| field(l, "id")?.parse::<u64>().ok())
-                .expect("A's tracking connection");
-            server.command(&format!("CLIENT KILL ID {tracking}"));
+            kill_the_tracking_connection(&server);
             let waiting = a.record_lost();
             tokio::pin!(waiting);
             // A waits (and hears of the lost connection) before anyone else writes.
@@ -1036,6 +1023,18 @@ mod rules {
                 "A did not hear its key taken after its tracking died"
             );
         });
+    }
+
+    /// Kills the one tracking connection (flag `t`) at the server; its client id.
+    fn kill_the_tracking_connection(server: &RedisServer) -> u64 {
+        let clients = server.command("CLIENT LIST").unwrap_or_default();
+        let tracking = clients
+            .lines()
+            .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
+            .and_then(|l| field(l, "id")?.parse::<u64>().ok())
+            .expect("A's tracking connection");
+        server.command(&format!("CLIENT KILL ID {tracking}"));
+        tracking
     }
 
     /// `key=value` of one `CLIENT LIST` line.

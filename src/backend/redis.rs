@@ -534,6 +534,14 @@ pub(crate) fn renewal_of(
     }
 }
 
+/// After a push for the lock key: whether a read shows it holding another value than
+/// our tenure's `value` (taken). A read that fails says nothing (`false`): the
+/// renewals decide then.
+pub(crate) async fn lock_taken(conn: &mut ConnectionManager, lock: &str, value: &str) -> bool {
+    let current: Result<Option<String>, _> = redis::cmd("GET").arg(lock).query_async(conn).await;
+    matches!(current, Ok(ref v) if v.as_deref() != Some(value))
+}
+
 /// How soon after a renewal's answer its own invalidation is expected.
 pub(crate) const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
 
@@ -1213,15 +1221,10 @@ impl Backend for RedisBackend {
             if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
                 continue;
             }
-            // A read that fails says nothing; the renewals decide then.
             let Some(value) = self.value.clone() else {
                 return;
             };
-            let current: Result<Option<String>, _> = redis::cmd("GET")
-                .arg(&self.keys.lock)
-                .query_async(&mut self.node.conn)
-                .await;
-            if matches!(current, Ok(ref v) if v.as_deref() != Some(value.as_str())) {
+            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
                 return;
             }
         }

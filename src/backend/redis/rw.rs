@@ -57,8 +57,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::{
-    baton, new_nonce, parse_value, store, switchover, too_late, Keys, Node, RedisSettings, CLOCK,
-    QUEUE, READERS, REFUSED, RENEW,
+    baton, lock_taken, new_nonce, parse_value, store, switchover, too_late, Keys, Node,
+    RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -654,11 +654,7 @@ impl Backend for RwBackend {
             let Some(value) = self.value.clone() else {
                 return;
             };
-            let current: Result<Option<String>, _> = redis::cmd("GET")
-                .arg(&self.keys.lock)
-                .query_async(&mut self.node.conn)
-                .await;
-            if matches!(current, Ok(ref v) if v.as_deref() != Some(value.as_str())) {
+            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
                 return;
             }
         }

@@ -469,6 +469,28 @@ impl Postgres {
             let _ = session.end("release", done);
         }
     }
+
+    /// What a take statement's answer (`row`) found; our tenure in it holds the
+    /// advisory lock that goes with it (see [`Postgres::hold`]), any other lets it go.
+    async fn after_take(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        t: &Tenancy,
+        row: Result<Option<sqlx::postgres::PgRow>, sqlx::Error>,
+    ) -> Result<Option<LeaseRow>, BackendError> {
+        let row = session.end("campaign", row)?;
+        let row = row
+            .as_ref()
+            .map(LeaseRow::from_row)
+            .transpose()
+            .map_err(super::sql("campaign"))?;
+        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
+            self.hold(session).await;
+        } else {
+            self.let_go(session).await;
+        }
+        Ok(row)
+    }
 }
 
 impl Postgres {
@@ -634,18 +656,7 @@ impl SqlDialect for Postgres {
             .bind(&self.channel)
             .fetch_optional(&mut *conn)
             .await;
-        let row = session.end("campaign", row)?;
-        let row = row
-            .as_ref()
-            .map(LeaseRow::from_row)
-            .transpose()
-            .map_err(super::sql("campaign"))?;
-        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
-            self.hold(session).await;
-        } else {
-            self.let_go(session).await;
-        }
-        Ok(row)
+        self.after_take(session, t, row).await
     }
 
     async fn renew(
@@ -815,18 +826,7 @@ impl SqlDialect for Postgres {
             .bind(t.floor_param())
             .fetch_optional(&mut *conn)
             .await;
-        let row = session.end("campaign", row)?;
-        let row = row
-            .as_ref()
-            .map(LeaseRow::from_row)
-            .transpose()
-            .map_err(super::sql("campaign"))?;
-        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
-            self.hold(session).await;
-        } else {
-            self.let_go(session).await;
-        }
-        Ok(row)
+        self.after_take(session, t, row).await
     }
 
     async fn renew_shared(
