@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::checker::{RedisCluster, ServerControl};
 use common::etcd_server::EtcdCluster;
+use common::faults::Link;
 use common::kube_server::{self, Flavor};
 use common::mariadb_server::MariaServer;
 use common::pg_server::PgServer;
@@ -23,13 +24,26 @@ use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);
 
-/// The store's faults, its nodes at `nodes` (restarted too when `restart`).
-fn strikes(store: &mut dyn ServerControl, nodes: Vec<SocketAddr>, restart: bool) -> Strikes<'_> {
-    Strikes {
-        store,
-        nodes,
-        restart,
-    }
+/// The store's faults, its nodes at `nodes` (restarted too when `restart`), and a
+/// holder's links slowed to `slowed`: a link late past the backend timeout on some
+/// stores, a congested one on the others (`make soak` runs both on every store).
+fn strikes(
+    store: &mut dyn ServerControl,
+    nodes: Vec<SocketAddr>,
+    restart: bool,
+    slowed: Link,
+) -> Strikes<'_> {
+    Strikes::new(store, nodes, restart).slowed(&[slowed])
+}
+
+/// Every byte of a link half a ttl late each way: a round trip past the backend timeout.
+fn late(ttl: Duration) -> Link {
+    Link::Delay(ttl / 2)
+}
+
+/// Every chunk queued 0.4 ttl behind the one before it.
+fn congested(ttl: Duration) -> Link {
+    Link::Congested(ttl.mul_f64(0.4))
 }
 
 fn local(port: u16) -> SocketAddr {
@@ -61,7 +75,7 @@ fn slots_on_redis() {
     let args = SidecarArgs::redis(&redis.url()).ttl("5s").election("slots");
     let ttl = Duration::from_secs(5);
     let nodes = vec![local(redis.port)];
-    let strikes = strikes(&mut redis, nodes, true);
+    let strikes = strikes(&mut redis, nodes, true, congested(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
@@ -74,7 +88,7 @@ fn slots_on_redlock() {
     let ttl = Duration::from_secs(2);
     let nodes = cluster.links("2s", "slots").nodes;
     // Its nodes keep no data: a restart is the Redlock checker's own (restart fencing).
-    let strikes = strikes(&mut cluster, nodes, false);
+    let strikes = strikes(&mut cluster, nodes, false, late(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
@@ -86,7 +100,7 @@ fn slots_on_etcd() {
         .election("slots");
     let ttl = Duration::from_secs(2);
     let nodes = addresses(&etcd.endpoints());
-    let strikes = strikes(&mut etcd, nodes, true);
+    let strikes = strikes(&mut etcd, nodes, true, congested(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
@@ -98,7 +112,7 @@ fn slots_on_zookeeper() {
         .election("slots");
     let ttl = Duration::from_secs(2);
     let nodes = addresses(&zk.connect_string());
-    let strikes = strikes(&mut zk, nodes, true);
+    let strikes = strikes(&mut zk, nodes, true, late(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
@@ -127,7 +141,7 @@ fn slots_on_postgres() {
     let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("slots");
     let ttl = Duration::from_secs(2);
     let nodes = vec![local(db.port)];
-    let strikes = strikes(&mut db, nodes, true);
+    let strikes = strikes(&mut db, nodes, true, late(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
@@ -137,7 +151,7 @@ fn slots_on_mysql() {
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("slots");
     let ttl = Duration::from_secs(2);
     let nodes = vec![local(db.port)];
-    let strikes = strikes(&mut db, nodes, true);
+    let strikes = strikes(&mut db, nodes, true, congested(ttl));
     two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 

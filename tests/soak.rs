@@ -39,8 +39,10 @@ use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster, Re
 use common::etcd_server::EtcdCluster;
 use common::eventually;
 use common::fake_kube::FakeKube;
+use common::faults::Link;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
+use common::slots::Strikes;
 use common::zk_server::ZkEnsemble;
 use common::SidecarArgs;
 
@@ -893,7 +895,10 @@ fn soak_11_mysql() {
 /// The slots scenario (`tests/common/slots.rs`: two slots, five candidates, SIGTERM,
 /// kill -9 and SIGSTOP of slot holders, every logged claim checked per slot)
 /// `LK_SOAK_SLOT_RUNS` times (default 10) on every store, one store at a time, each run
-/// on an election of its own; one row per store in `target/soak/slots.md`.
+/// on an election of its own; the first run on each store with a server also strikes
+/// the store (paused, a holder cut off, late and congested, each node of etcd's and
+/// ZooKeeper's three cut off from the others, restarted from its data); one row per
+/// store in `target/soak/slots.md`.
 #[test]
 #[ignore = "long: make soak"]
 fn soak_12_slots_every_store() {
@@ -901,85 +906,112 @@ fn soak_12_slots_every_store() {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(10);
-    let ttl = Duration::from_secs(2);
-    let graceful = Duration::from_secs(2);
-    let run_on = |name: &str, args: &dyn Fn(usize) -> SidecarArgs, pause: bool| {
-        let t0 = Instant::now();
-        for run in 0..runs {
-            let a = args(run).ttl("2s");
-            if pause {
-                common::slots::two_slots_five_candidates(a, ttl, graceful);
-            } else {
-                common::slots::two_slots_five_candidates_no_pause(a, ttl, graceful);
-            }
-        }
-        let row = format!(
-            "| {name} | {runs} | none | {:.1} min |\n",
-            t0.elapsed().as_secs_f64() / 60.0
-        );
-        let header =
-            "| store (2 slots, 5 candidates) | runs | violations | wall |\n|---|---|---|---|\n";
-        append_row_to(&results_path().with_file_name("slots.md"), header, &row);
-    };
-    let election = |run: usize| format!("slots-{run}");
     let dir = tempfile::tempdir().expect("dir");
-    run_on(
-        "file",
-        &|r| {
-            let own = dir.path().join(format!("r{r}"));
-            std::fs::create_dir_all(&own).expect("dir");
-            SidecarArgs::file(&own).election(&election(r))
-        },
-        false,
-    );
-    let redis = RedisServer::start();
-    run_on(
-        "redis",
-        &|r| SidecarArgs::redis(&redis.url()).election(&election(r)),
-        true,
-    );
+    slot_runs("file", runs, None, &|r| {
+        let own = dir.path().join(format!("r{r}"));
+        std::fs::create_dir_all(&own).expect("dir");
+        SidecarArgs::file(&own).election(&slots_election(r))
+    });
+    let mut redis = RedisServer::start_persistent();
+    let (url, nodes) = (redis.url(), vec![local(redis.port)]);
+    let strikes = Strikes::new(&mut redis, nodes, true);
+    slot_runs("redis", runs, Some(strikes), &|r| {
+        SidecarArgs::redis(&url).election(&slots_election(r))
+    });
     drop(redis);
-    let cluster = RedisCluster::start(3);
-    run_on(
-        "redlock (3)",
-        &|r| SidecarArgs::redlock(&cluster.urls()).election(&election(r)),
-        true,
-    );
+    let mut cluster = RedisCluster::start(3);
+    let (urls, nodes) = (cluster.urls(), cluster.links("2s", "slots").nodes);
+    let strikes = Strikes::new(&mut cluster, nodes, false);
+    slot_runs("redlock (3)", runs, Some(strikes), &|r| {
+        SidecarArgs::redlock(&urls).election(&slots_election(r))
+    });
     drop(cluster);
-    let etcd = EtcdCluster::start(1);
-    run_on(
-        "etcd",
-        &|r| SidecarArgs::etcd(&etcd.endpoints()).election(&election(r)),
-        true,
-    );
+    let mut etcd = EtcdCluster::start_partitionable(3);
+    let endpoints = etcd.endpoints();
+    let strikes = Strikes::new(&mut etcd, addresses(&endpoints), true).isolated();
+    slot_runs("etcd (3)", runs, Some(strikes), &|r| {
+        SidecarArgs::etcd(&endpoints).election(&slots_election(r))
+    });
     drop(etcd);
-    let zk = ZkEnsemble::start(1);
-    run_on(
-        "zookeeper",
-        &|r| SidecarArgs::zookeeper(&zk.connect_string()).election(&election(r)),
-        true,
-    );
+    let mut zk = ZkEnsemble::start_partitionable(3);
+    let connect = zk.connect_string();
+    let strikes = Strikes::new(&mut zk, addresses(&connect), true).isolated();
+    slot_runs("zookeeper (3)", runs, Some(strikes), &|r| {
+        SidecarArgs::zookeeper(&connect).election(&slots_election(r))
+    });
     drop(zk);
     let api = FakeKube::start("team");
-    run_on(
-        "kubernetes (fake API)",
-        &|r| SidecarArgs::kubernetes(&api.kubeconfig()).election(&election(r)),
-        true,
-    );
+    slot_runs("kubernetes (fake API)", runs, None, &|r| {
+        SidecarArgs::kubernetes(&api.kubeconfig()).election(&slots_election(r))
+    });
     drop(api);
-    let pg = common::pg_server::PgServer::start();
-    run_on(
-        "postgres",
-        &|r| SidecarArgs::postgres(&pg.url()).election(&election(r)),
-        true,
-    );
+    let mut pg = common::pg_server::PgServer::start();
+    let (url, nodes) = (pg.url(), vec![local(pg.port)]);
+    let strikes = Strikes::new(&mut pg, nodes, true);
+    slot_runs("postgres", runs, Some(strikes), &|r| {
+        SidecarArgs::postgres(&url).election(&slots_election(r))
+    });
     drop(pg);
-    let maria = common::mariadb_server::MariaServer::start();
-    run_on(
-        "mysql",
-        &|r| SidecarArgs::mysql(&maria.url()).election(&election(r)),
-        true,
+    let mut maria = common::mariadb_server::MariaServer::start();
+    let (url, nodes) = (maria.url(), vec![local(maria.port)]);
+    let strikes = Strikes::new(&mut maria, nodes, true);
+    slot_runs("mysql", runs, Some(strikes), &|r| {
+        SidecarArgs::mysql(&url).election(&slots_election(r))
+    });
+}
+
+fn slots_election(run: usize) -> String {
+    format!("slots-{run}")
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The `<host>:<port>` addresses in a list of endpoints (`http://…`, `host:port`).
+fn addresses(endpoints: &str) -> Vec<SocketAddr> {
+    endpoints
+        .split(',')
+        .map(|e| e.trim_start_matches("http://"))
+        .map(|e| e.parse().expect("<ip>:<port>"))
+        .collect()
+}
+
+/// `runs` runs of the slots scenario on one store (ttl 2 s), the first struck by
+/// `strikes` (with both slowed links) when given; a row in `target/soak/slots.md`.
+/// The file backend runs without SIGSTOP: a stopped process keeps its kernel lock.
+fn slot_runs(
+    name: &str,
+    runs: usize,
+    strikes: Option<Strikes>,
+    args: &dyn Fn(usize) -> SidecarArgs,
+) {
+    use common::slots::{
+        two_slots_five_candidates, two_slots_five_candidates_and_the_store_struck,
+        two_slots_five_candidates_no_pause,
+    };
+    let ttl = Duration::from_secs(2);
+    let graceful = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let mut strikes = strikes;
+    for run in 0..runs {
+        let a = args(run).ttl("2s");
+        match strikes.take() {
+            Some(s) => {
+                let links = [Link::Delay(ttl / 2), Link::Congested(ttl.mul_f64(0.4))];
+                two_slots_five_candidates_and_the_store_struck(a, ttl, graceful, s.slowed(&links));
+            }
+            None if name == "file" => two_slots_five_candidates_no_pause(a, ttl, graceful),
+            None => two_slots_five_candidates(a, ttl, graceful),
+        }
+    }
+    let row = format!(
+        "| {name} | {runs} | none | {:.1} min |\n",
+        t0.elapsed().as_secs_f64() / 60.0
     );
+    let header =
+        "| store (2 slots, 5 candidates) | runs | violations | wall |\n|---|---|---|---|\n";
+    append_row_to(&results_path().with_file_name("slots.md"), header, &row);
 }
 
 /// The shared/exclusive scenario of `tests/modes.rs` (three readers, a writer that

@@ -300,6 +300,13 @@ impl Members for EtcdCluster {
     fn consensus_leader(&self) -> Option<usize> {
         self.raft_leader()
     }
+    fn cut_off(&self, i: usize, cut: bool) {
+        if cut {
+            self.isolate(i);
+        } else {
+            self.heal(i);
+        }
+    }
 }
 
 impl Drop for EtcdCluster {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::checker::{parse_claims, LoggedClaim, ServerControl};
@@ -132,15 +133,49 @@ pub struct Strikes<'a> {
     pub nodes: Vec<SocketAddr>,
     /// Whether the store keeps its data across a kill -9 (then it is restarted too).
     pub restart: bool,
+    /// The slowed links a holder gets in turn, each for its own phase (`Link::Delay`,
+    /// `Link::Congested`).
+    pub slowed: Vec<Link>,
+    /// Whether each store node is cut off from the others in turn
+    /// ([`ServerControl::isolate_node`]: a store of several nodes in network namespaces).
+    pub isolate: bool,
+}
+
+impl<'a> Strikes<'a> {
+    /// The store paused, a holder cut off, and the store restarted when `restart`.
+    pub fn new(store: &'a mut dyn ServerControl, nodes: Vec<SocketAddr>, restart: bool) -> Self {
+        Strikes {
+            store,
+            nodes,
+            restart,
+            slowed: Vec::new(),
+            isolate: false,
+        }
+    }
+
+    /// A holder's links slowed too, each `link` in a phase of its own.
+    pub fn slowed(mut self, links: &[Link]) -> Self {
+        self.slowed = links.to_vec();
+        self
+    }
+
+    /// Each store node in turn cut off from the others too.
+    pub fn isolated(mut self) -> Self {
+        self.isolate = true;
+        self
+    }
 }
 
 /// [`two_slots_five_candidates`], then the faults the election checker strikes an
 /// election with: the store paused past the ttl (a majority of its nodes, for a store
 /// of several), during which no slot is held, then resumed; a slot's holder cut off
 /// from the store (every byte held both ways, its connections kept open) past the
-/// ttl, its slot taken by a waiting candidate, then healed; and the store killed
-/// (-9) and started again, when it keeps its data. After each, every slot is held
-/// again, and the transition logs are checked over the whole run.
+/// ttl, its slot taken by a waiting candidate, then healed; a holder's links slowed
+/// (each of `Strikes::slowed`: late past the backend timeout, or congested) until a
+/// waiting candidate takes its slot; each store node cut off from the others, while
+/// both slots stay held (`Strikes::isolate`); and the store killed (-9) and started
+/// again, when it keeps its data. After each, every slot is held again, and the
+/// transition logs are checked over the whole run.
 pub fn two_slots_five_candidates_and_the_store_struck(
     args: SidecarArgs,
     ttl: Duration,
@@ -229,7 +264,13 @@ fn slots_scenario(
     all_slots_held(&cars, 2, start_bound);
     if let Some(strikes) = strikes.as_mut() {
         the_store_paused(&cars, ttl, strikes.store, start_bound);
-        a_holder_cut_off(&cars, &proxies, ttl, start_bound);
+        a_holder_cut_off(&cars, &proxies, ttl, Link::Blackhole, start_bound);
+        for link in strikes.slowed.clone() {
+            a_holder_cut_off(&cars, &proxies, ttl, link, start_bound);
+        }
+        if strikes.isolate {
+            each_store_node_cut_off(&cars, ttl, strikes.store, start_bound);
+        }
         if strikes.restart {
             strikes.store.restart();
             all_slots_held(&cars, 2, start_bound);
@@ -361,19 +402,26 @@ fn replace_address(text: &str, from: &str, to: &str) -> String {
     out
 }
 
-/// A slot's holder cut off from the store past the ttl (its links hold every byte
-/// both ways): it steps down by its deadline and a waiting candidate takes its slot;
-/// healed, it leads no slot its successor holds (the logs' check at the end), and
-/// every slot is held again.
-fn a_holder_cut_off(cars: &[Sidecar], proxies: &Proxies, ttl: Duration, start_bound: Duration) {
+/// A slot's holder cut off from the store past the ttl (`link`: its links hold every
+/// byte both ways, or are slowed past the backend timeout or congested): it steps down
+/// by its deadline and a waiting candidate takes its slot; healed, it leads no slot
+/// its successor holds (the logs' check at the end), and every slot is held again.
+fn a_holder_cut_off(
+    cars: &[Sidecar],
+    proxies: &Proxies,
+    ttl: Duration,
+    link: Link,
+    start_bound: Duration,
+) {
     let held = all_slots_held(cars, 2, start_bound);
-    let (cut, slot, token) = held[0];
+    // The slot of the first holder, then the other's: each phase strikes another.
+    let (cut, slot, token) = held[CUTS.fetch_add(1, Ordering::Relaxed) % held.len()];
     let links = |link: Link| {
         for p in proxies.borrow().get(&cars[cut].pid).into_iter().flatten() {
             p.set(link);
         }
     };
-    links(Link::Blackhole);
+    links(link);
     let next = taken(
         cars,
         Some(cut),
@@ -384,14 +432,44 @@ fn a_holder_cut_off(cars: &[Sidecar], proxies: &Proxies, ttl: Duration, start_bo
     links(Link::Pass);
     assert!(
         next.is_some(),
-        "slot {slot} not taken while its holder was cut off: {:?}",
+        "slot {slot} not taken while its holder's links were {link:?}: {:?}",
         slot_leaders(cars)
     );
     assert!(
         still.is_none(),
-        "the cut-off holder still says it holds {still:?} beside {next:?}"
+        "the holder whose links were {link:?} still says it holds {still:?} beside {next:?}"
     );
     std::thread::sleep(ttl);
+    all_slots_held(cars, 2, start_bound);
+}
+
+/// Which holder the next [`a_holder_cut_off`] strikes.
+static CUTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Each of the store's nodes in turn cut off from the others past the ttl: the others
+/// are a majority, so both slots stay held (or are held again within the bound, by
+/// whoever reaches the majority); then healed.
+fn each_store_node_cut_off(
+    cars: &[Sidecar],
+    ttl: Duration,
+    store: &mut dyn ServerControl,
+    start_bound: Duration,
+) {
+    for node in 0..store.nodes() {
+        all_slots_held(cars, 2, start_bound);
+        eprintln!("store node {node} cut off from the others");
+        store.isolate_node(node, true);
+        std::thread::sleep(ttl + Duration::from_millis(300));
+        let during = eventually(ttl * 3 + Duration::from_secs(5), || {
+            (slot_leaders(cars).len() == 2).then_some(())
+        });
+        store.isolate_node(node, false);
+        assert!(
+            during.is_some(),
+            "the slots were not both held while store node {node} was cut off: {:?}",
+            slot_leaders(cars)
+        );
+    }
     all_slots_held(cars, 2, start_bound);
 }
 

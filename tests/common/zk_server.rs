@@ -472,6 +472,13 @@ impl Members for ZkEnsemble {
     fn consensus_leader(&self) -> Option<usize> {
         self.ensemble_leader()
     }
+    fn cut_off(&self, i: usize, cut: bool) {
+        if cut {
+            self.isolate(i);
+        } else {
+            self.heal(i);
+        }
+    }
 }
 
 impl Drop for ZkEnsemble {

@@ -18,6 +18,11 @@ pub trait ServerControl {
     fn pause_node(&mut self, _node: usize) {}
     fn resume_node(&mut self, _node: usize) {}
     fn restart_node(&mut self, _node: usize) {}
+    /// Cuts node `node` off from the store's other nodes (`cut`) or heals it; its
+    /// clients still reach it. Only stores of several nodes in network namespaces.
+    fn isolate_node(&mut self, _node: usize, _cut: bool) {
+        panic!("this store cannot cut a node off from the others");
+    }
     /// The node that currently leads the store's own consensus, if it has one.
     fn leader_node(&self) -> Option<usize> {
         None
@@ -39,6 +44,8 @@ pub trait Members {
     fn wait_ready(&self, i: usize);
     /// The member that leads the store's own consensus, if any does.
     fn consensus_leader(&self) -> Option<usize>;
+    /// Cuts member `i` off from the others (`cut`) or heals it (a partitionable store).
+    fn cut_off(&self, i: usize, cut: bool);
 }
 
 fn signal_member(m: &impl Members, i: usize, sig: i32) {
@@ -93,6 +100,9 @@ impl<T: Members> ServerControl for T {
     }
     fn leader_node(&self) -> Option<usize> {
         self.consensus_leader()
+    }
+    fn isolate_node(&mut self, node: usize, cut: bool) {
+        self.cut_off(node, cut);
     }
 }
 
