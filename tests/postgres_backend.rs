@@ -106,3 +106,34 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
         common::faults::Link::Congested(std::time::Duration::from_millis(1200)),
     );
 }
+
+/// A SIGTERM that comes while the sidecar is still starting (here: waiting for a
+/// server that accepts the connection and never answers, up to the backend timeout,
+/// to check the lease table) is a graceful stop: exit 0 once it runs, not a death by
+/// the signal's default action (a Pod stopped during its start; the election
+/// checker's respawned candidates stopped at the end of a run).
+#[test]
+fn a_sigterm_while_starting_is_a_clean_stop() {
+    use common::{Sidecar, SidecarArgs};
+    use std::time::Duration;
+    // Connections complete in the backlog; nothing ever answers them.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = mute.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("postgres://lk@127.0.0.1:{port}/lk");
+    let args = SidecarArgs::postgres(&url)
+        .ttl("15s")
+        .flag("--backend-timeout", "4s")
+        .election("starting")
+        .build();
+    let mut car = Sidecar::spawn("starting", dir.path(), &args);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Nothing is held yet: the stop needs no backend timeout (4 s) to pass.
+    let status = car.terminate(Duration::from_secs(3));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a SIGTERM while starting: {status:?}\n{}",
+        car.stderr()
+    );
+    drop(mute);
+}

@@ -145,9 +145,14 @@ struct Start {
     events_kube: Option<crate::kube_api::Client>,
     /// The backend's renewals that fell back to a read, for the metrics.
     slow_paths: SlowPaths,
+    /// True once SIGTERM or SIGINT came (listened for since the start).
+    stop: watch::Receiver<bool>,
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    // From here on SIGTERM and SIGINT are ours: one that comes while the sidecar is
+    // still starting is a graceful stop too (before the elector runs: at once).
+    let stop = Signals::listen().stop();
     // Everything that can be bad input is checked before the backend is touched.
     let addr = settings.http.addr;
     let listener = listen(addr).with_context(|| format!("--http-addr {addr}: cannot listen"))?;
@@ -178,6 +183,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         kube,
         events_kube,
         slow_paths: SlowPaths::default(),
+        stop,
     })
     .await
 }
@@ -272,13 +278,13 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
             Dialect::Postgres => {
                 let mut slots = slots_of(s, |lease, _| PostgresBackend::new(sql, lease))
                     .context("--postgres-url")?;
-                check_table(slots[0].prepare(), s).await?;
+                check_table(slots[0].prepare(), s, start.stop.clone()).await?;
                 serve(slots, start).await
             }
             Dialect::Mysql => {
                 let mut slots =
                     slots_of(s, |lease, _| MysqlBackend::new(sql, lease)).context("--mysql-url")?;
-                check_table(slots[0].prepare(), s).await?;
+                check_table(slots[0].prepare(), s, start.stop.clone()).await?;
                 serve(slots, start).await
             }
         },
@@ -290,13 +296,19 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
 
 /// The lease table at start: a user who may not create a missing table is bad input;
 /// a database that cannot be reached yet is not (the elector retries, and tries to
-/// create the table again then).
+/// create the table again then). A stop (SIGTERM) ends the wait at once.
 #[cfg(feature = "sql")]
 async fn check_table(
     prepared: impl std::future::Future<Output = Result<(), TableError>>,
     settings: &Settings,
+    mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    match tokio::time::timeout(settings.timing.backend_timeout, prepared).await {
+    let checked = tokio::time::timeout(settings.timing.backend_timeout, prepared);
+    let checked = tokio::select! {
+        checked = checked => checked,
+        _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
+    };
+    match checked {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e @ TableError::NotAllowed { .. })) => Err(e.into()),
         Ok(Err(e)) => {
@@ -331,6 +343,11 @@ struct Running {
 }
 
 async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCode> {
+    let mut stop = start.stop.clone();
+    if *stop.borrow() {
+        tracing::info!("stopped before the elector started: nothing held, nothing to release");
+        return Ok(ExitCode::SUCCESS);
+    }
     let settings = start.settings.clone();
     let backend = Slots::new(slots, &settings.identity);
     let backend_name = backend.name();
@@ -343,7 +360,7 @@ async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCo
         ttl = %humantime::format_duration(settings.timing.ttl),
         "leasekeeper started"
     );
-    let (exit, exec_code) = wait_for_the_end(&mut running).await;
+    let (exit, exec_code) = wait_for_the_end(&mut running, &mut stop).await;
     stop_publishers(running, &settings).await;
     exit_code(exit, exec_code)
 }
@@ -357,6 +374,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         kube,
         events_kube,
         slow_paths,
+        stop: _,
     } = start;
     let t = &settings.timing;
     let mut status = Status::new(
@@ -624,8 +642,11 @@ fn open_files() -> Option<libc::rlimit> {
 
 /// Waits for the elector to end, a signal, or CMD's end (exec mode). Returns how the
 /// elector ended and CMD's own exit code when `run` ends because CMD did.
-async fn wait_for_the_end(r: &mut Running) -> (Result<Exit, tokio::task::JoinError>, Option<i32>) {
-    let shutdown = shutdown_signal();
+async fn wait_for_the_end(
+    r: &mut Running,
+    stop: &mut watch::Receiver<bool>,
+) -> (Result<Exit, tokio::task::JoinError>, Option<i32>) {
+    let shutdown = stop.wait_for(|stopped| *stopped);
     tokio::pin!(shutdown);
     loop {
         let command_ended = async {
@@ -647,7 +668,7 @@ async fn wait_for_the_end(r: &mut Running) -> (Result<Exit, tokio::task::JoinErr
                 let _ = r.shutdown.send(true);
                 return ((&mut r.elector).await, Some(i32::from(exec::GAVE_UP)));
             }
-            () = &mut shutdown => {
+            _ = &mut shutdown => {
                 tracing::info!("shutting down: stepping down and releasing");
                 let _ = r.shutdown.send(true);
                 return ((&mut r.elector).await, None);
@@ -751,20 +772,49 @@ async fn request_release(releases: &mpsc::Sender<ReleaseRequest>) {
         .await;
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+/// SIGTERM and SIGINT, each kept from the moment it is listened for (a signal that
+/// came before `recv` is answered by it).
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn listen() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        if let Err(e) = term.as_ref().and(int.as_ref()) {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the sidecar gracefully");
         }
-        _ => {
-            // Without signal handlers we can still stop on Ctrl-C.
-            let _ = tokio::signal::ctrl_c().await;
+        Signals {
+            term: term.ok(),
+            int: int.ok(),
+        }
+    }
+
+    /// A flag raised by the first SIGTERM or SIGINT, from now on.
+    fn stop(mut self) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            self.recv().await;
+            let _ = tx.send(true);
+        });
+        rx
+    }
+
+    /// The next SIGTERM or SIGINT (Ctrl-C, without the handlers).
+    async fn recv(&mut self) {
+        match (self.term.as_mut(), self.int.as_mut()) {
+            (Some(term), Some(int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }
