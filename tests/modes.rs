@@ -428,17 +428,6 @@ fn bad_mode_settings_are_refused_with_one_line() {
         (
             vec![
                 "--backend",
-                "redlock",
-                "--redis-url",
-                "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3",
-                "--mode",
-                "exclusive",
-            ],
-            "--mode exclusive: the redlock backend",
-        ),
-        (
-            vec![
-                "--backend",
                 "kubernetes",
                 "--namespace",
                 "team",
@@ -467,6 +456,15 @@ fn exclusive_mode_survives_the_checker_on_redis() {
     let mut server = common::redis_server::RedisServer::start_persistent();
     let args = SidecarArgs::redis(&server.url());
     exclusive_under_the_checker(args, &mut server);
+}
+
+#[test]
+fn shared_and_exclusive_on_redlock() {
+    let cluster = common::checker::RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("rw");
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 /// A waiting writer lists every shared holder (`holders`, each `mode: shared`), and a
