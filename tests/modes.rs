@@ -1024,3 +1024,276 @@ fn a_waiting_candidate_sends_nothing_on_redis() {
     }
     assert_eq!(leading(&cars), [0], "only the reader holds");
 }
+
+// The Redlock read-write lock's rules, each reached directly on three real nodes:
+// candidates built by the library and driven through the `Backend` trait one call at
+// a time (no elector), and nodes changed by hand between the calls.
+mod redlock_rules {
+    use std::time::{Duration, Instant};
+
+    use leasekeeper::backend::redis::Args;
+    use leasekeeper::backend::redlock::{node_settings, RedlockBackend};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::checker::RedisCluster;
+    use crate::common::redis_server::RedisServer;
+
+    const TTL: Duration = Duration::from_secs(30);
+    const READERS: &str = "leasekeeper:{rw}:readers";
+    const LOCK: &str = "leasekeeper:{rw}:lock";
+
+    fn candidate(
+        cluster: &RedisCluster,
+        id: &str,
+        mode: LockMode,
+        ttl: Duration,
+    ) -> RedlockBackend {
+        let args = Args {
+            redis_url: cluster.nodes.iter().map(|n| n.url()).collect(),
+            ..Default::default()
+        };
+        let (nodes, _) = node_settings(&args).expect("redlock settings");
+        let timing = Timing::for_ttl(ttl);
+        let lease = Candidacy {
+            election: "rw",
+            identity: id,
+            timing: &timing,
+            mode,
+        };
+        RedlockBackend::new(&nodes, &lease).expect("backend")
+    }
+
+    fn reader(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Shared, TTL)
+    }
+
+    fn writer(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Exclusive, TTL)
+    }
+
+    fn elector(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Election, TTL)
+    }
+
+    /// Fresh nodes count for nothing for a ttl (Redlock's delayed restart): a
+    /// candidate with a one-second ttl campaigns until it leads, which catches every
+    /// node up, and lets go.
+    async fn trust_the_nodes(cluster: &RedisCluster) {
+        let mut b = candidate(
+            cluster,
+            "settler",
+            LockMode::Election,
+            Duration::from_secs(1),
+        );
+        let until = Instant::now() + Duration::from_secs(6);
+        while !matches!(b.campaign().await, Ok(Campaign::Acquired { .. })) {
+            assert!(Instant::now() < until, "the nodes never settled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        b.release().await.expect("release");
+    }
+
+    async fn leads(who: &str, b: &mut RedlockBackend) -> u64 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => token,
+            other => panic!("{who} should lead now, its campaign found {other:?}"),
+        }
+    }
+
+    async fn does_not_lead(who: &str, b: &mut RedlockBackend) {
+        let c = b.campaign().await;
+        assert!(
+            !matches!(c, Ok(Campaign::Acquired { .. })),
+            "{who} must not lead now: {c:?}"
+        );
+    }
+
+    fn on_nodes(nodes: &[RedisServer], cmd: &str) {
+        for n in nodes {
+            assert!(n.command(cmd).is_some(), "{cmd}");
+        }
+    }
+
+    /// Shared holders hold together and keep writers and election candidates out; a
+    /// waiting writer keeps later readers out; an exclusive holder (a writer or an
+    /// election's) keeps every reader out; each release lets the next in.
+    #[test]
+    fn readers_and_writers_exclude_each_other() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut r, mut s, mut t) = (
+                reader(&cluster, "R"),
+                reader(&cluster, "S"),
+                reader(&cluster, "T"),
+            );
+            let (mut w, mut e) = (writer(&cluster, "W"), elector(&cluster, "E"));
+            leads("R", &mut r).await;
+            leads("S beside R", &mut s).await;
+            does_not_lead("W beside readers", &mut w).await;
+            does_not_lead("T behind a waiting writer", &mut t).await;
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            r.release().await.expect("release");
+            does_not_lead("W beside S", &mut w).await;
+            s.release().await.expect("release");
+            leads("W once the readers left", &mut w).await;
+            does_not_lead("T beside W", &mut t).await;
+            does_not_lead("E beside W", &mut e).await;
+            w.release().await.expect("release");
+            leads("T, queued before E", &mut t).await;
+            does_not_lead("E beside T", &mut e).await;
+            t.release().await.expect("release");
+            leads("E once T left", &mut e).await;
+            does_not_lead("R beside an election's holder", &mut r).await;
+        });
+    }
+
+    /// A writer that stops waiting takes its mark away: the reader behind it takes.
+    #[test]
+    fn a_waiting_writer_keeps_new_readers_out_until_it_leaves() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut a, mut b, mut w) = (
+                reader(&cluster, "A"),
+                reader(&cluster, "B"),
+                writer(&cluster, "W"),
+            );
+            leads("A", &mut a).await;
+            does_not_lead("W", &mut w).await;
+            for _ in 0..3 {
+                does_not_lead("B behind the waiting writer", &mut b).await;
+                assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            }
+            w.release().await.expect("W stops waiting");
+            leads("B once W stopped waiting", &mut b).await;
+        });
+    }
+
+    /// What another holds on a majority keeps each kind out though the rest of the
+    /// nodes are free: a writer's lock on nodes 1 and 2 keeps a reader out (node 0
+    /// alone is no tenure); a reader's entry on nodes 1 and 2 keeps a writer and an
+    /// election's candidate out, not a reader.
+    #[test]
+    fn a_minority_is_no_tenure_for_either_kind() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut r, mut w, mut e) = (
+                reader(&cluster, "R"),
+                writer(&cluster, "W"),
+                elector(&cluster, "E"),
+            );
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("SET {LOCK} ffff|900|X PX 60000"),
+            );
+            for _ in 0..3 {
+                does_not_lead("R beside X's lock on 2 of 3", &mut r).await;
+            }
+            on_nodes(&cluster.nodes, &format!("DEL {LOCK}"));
+            let far = "99999999999999";
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("ZADD {READERS} {far} ffff|901|Y"),
+            );
+            for _ in 0..3 {
+                does_not_lead("W beside Y's share on 2 of 3", &mut w).await;
+                does_not_lead("E beside Y's share on 2 of 3", &mut e).await;
+            }
+            w.release().await.expect("W stops waiting");
+            e.release().await.expect("E stops waiting");
+            let t = leads("R beside Y", &mut r).await;
+            assert!(t > 900, "a token above X's, which it saw: {t}");
+        });
+    }
+
+    /// Tokens, for candidates that never saw an earlier tenure: an exclusive tenure's
+    /// exceeds every earlier one's, a shared tenure's every earlier exclusive one's.
+    #[test]
+    fn tokens_grow_across_shared_and_exclusive_tenures() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut all_before, mut exclusive_before) = (0, 0);
+            let kinds = [LockMode::Shared, LockMode::Exclusive, LockMode::Shared];
+            let kinds = kinds.iter().chain(&[LockMode::Election, LockMode::Shared]);
+            for (round, mode) in kinds.enumerate() {
+                let id = format!("P{round}");
+                let mut b = candidate(&cluster, &id, *mode, TTL);
+                let token = leads(&id, &mut b).await;
+                b.release().await.expect("release");
+                if *mode == LockMode::Shared {
+                    assert!(
+                        token > exclusive_before,
+                        "{id}: {token} after {exclusive_before}"
+                    );
+                } else {
+                    assert!(token > all_before, "{id}: {token} after {all_before}");
+                    exclusive_before = token;
+                }
+                all_before = all_before.max(token);
+            }
+        });
+    }
+
+    /// Redlock's restart rule holds for both kinds: a holder keeps a bare majority
+    /// (its value on node 2 gone, as if expired there), node 0 restarts empty, and a
+    /// fresh candidate of the other kind, which could take nodes 0 and 2, must not
+    /// lead while the holder's claim may still run.
+    #[test]
+    fn a_node_restarted_empty_is_no_vote_for_either_kind() {
+        let mut cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            for (holds, other) in [
+                (LockMode::Shared, LockMode::Exclusive),
+                (LockMode::Exclusive, LockMode::Shared),
+            ] {
+                let mut h = candidate(&cluster, "H", holds, TTL);
+                leads("H", &mut h).await;
+                let forget = match holds {
+                    LockMode::Shared => format!("DEL {READERS}"),
+                    _ => format!("DEL {LOCK}"),
+                };
+                on_nodes(&cluster.nodes[2..], &forget);
+                cluster.nodes[0].restart();
+                let mut fresh = candidate(&cluster, "F", other, TTL);
+                for _ in 0..5 {
+                    does_not_lead("F with a restarted node's vote", &mut fresh).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                fresh.release().await.expect("release");
+                h.release().await.expect("release");
+                trust_the_nodes(&cluster).await;
+            }
+        });
+    }
+
+    /// A shared holder renews only its own live entry, and not beside an exclusive
+    /// value; its release takes its own entry only.
+    #[test]
+    fn a_reader_renews_only_its_own_entry() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut a, mut b) = (reader(&cluster, "A"), reader(&cluster, "B"));
+            leads("A", &mut a).await;
+            leads("B", &mut b).await;
+            a.release().await.expect("release");
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Lost, "A revived");
+            assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed, "B");
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("SET {LOCK} ffff|900|X PX 60000"),
+            );
+            let renewed = b.renew().await;
+            assert!(
+                !matches!(renewed, Ok(Renewal::Renewed)),
+                "B renewed beside X on 2 of 3: {renewed:?}"
+            );
+        });
+    }
+}
