@@ -16,7 +16,7 @@ use common::modes::{
     shared_and_exclusive_without_a_queue,
 };
 use common::zk_server::ZkEnsemble;
-use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
+use common::{eventually, run_to_exit, send_signal, Sidecar, SidecarArgs};
 // The SQL stores' runs.
 use common::backend_switchover::runtime;
 use common::mariadb_server::MariaServer;
@@ -465,6 +465,101 @@ fn shared_and_exclusive_on_redlock() {
         .ttl("2s")
         .election("rw");
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_redlock() {
+    let mut cluster = common::checker::RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls());
+    exclusive_under_the_checker(args, &mut cluster);
+}
+
+/// The safety attack on Redlock's read-write lock: two shared and two exclusive
+/// candidates (and an election's) compete on three nodes at ttl 1 s while, round
+/// after round, whoever leads is stopped gracefully and replaced, and a node is
+/// paused, restarted empty, or down for a while, a leading reader is frozen
+/// (SIGSTOP) past its claim, a leading writer killed (-9). From the transition logs:
+/// never an exclusive claim beside any other claim, tokens growing around every
+/// exclusive claim ([`common::modes::check_mode_claims`]); and both kinds led often.
+#[test]
+fn redlock_readers_and_writers_under_node_faults() {
+    let mut cluster = common::checker::RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("1s")
+        .election("rw-faults");
+    let spawn = |name: &str| {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let mut a = args
+            .clone()
+            .flag("--transition-log", &log.display().to_string());
+        match &name[..1] {
+            "r" => a = a.flag("--mode", "shared"),
+            "w" => a = a.flag("--mode", "exclusive"),
+            _ => {}
+        }
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let mut cars: Vec<Sidecar> = ["r-0", "r-1", "w-0", "w-1", "e-0"]
+        .iter()
+        .map(|n| spawn(n))
+        .collect();
+    let mut killed = (0, 0);
+    for round in 0..16 {
+        std::thread::sleep(Duration::from_millis(1_200));
+        let now = leading(&cars);
+        let node = round % 3;
+        match round % 5 {
+            0 => {
+                cluster.nodes[node].pause();
+                std::thread::sleep(Duration::from_millis(1_500));
+                cluster.nodes[node].resume();
+            }
+            1 => cluster.nodes[node].restart(),
+            2 => {
+                cluster.nodes[node].kill();
+                std::thread::sleep(Duration::from_millis(1_500));
+                cluster.nodes[node].restart();
+            }
+            3 => {
+                if let Some(&i) = now.iter().find(|&&i| cars[i].name.starts_with('r')) {
+                    send_signal(cars[i].pid, libc::SIGSTOP);
+                    std::thread::sleep(Duration::from_millis(2_500));
+                    send_signal(cars[i].pid, libc::SIGCONT);
+                }
+            }
+            _ => {
+                let writer = now.iter().find(|&&i| cars[i].name.starts_with('w'));
+                if let (Some(&i), (0, _)) = (writer, killed) {
+                    killed = (
+                        u64::from(cars[i].pid),
+                        leasekeeper::clock::monotonic_now_ns(),
+                    );
+                    cars[i].kill();
+                }
+            }
+        }
+        // Whoever leads now steps down gracefully; a fresh one of its kind comes.
+        for i in leading(&cars) {
+            cars[i].terminate(Duration::from_secs(10));
+            let kind = cars[i].name[..1].to_owned();
+            cars.push(spawn(&format!("{kind}-{}", cars.len())));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    common::slots::finish_and_check(cars, dir.path(), killed, |claims| {
+        common::modes::check_mode_claims(claims, |id| id.starts_with("r-"));
+        let shared = claims
+            .iter()
+            .filter(|c| c.identity.starts_with("r-"))
+            .count();
+        let exclusive = claims.len() - shared;
+        eprintln!("{shared} shared and {exclusive} exclusive claims");
+        assert!(
+            shared >= 4 && exclusive >= 4,
+            "too few tenures of a kind: {claims:?}"
+        );
+    });
 }
 
 /// A waiting writer lists every shared holder (`holders`, each `mode: shared`), and a
