@@ -83,8 +83,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    baton, new_nonce, parse_value, store, switchover, tracking_pipe, wait_for_notice, Args, Keys,
-    Node, RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
+    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Keys, Node,
+    RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
 };
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -313,6 +313,9 @@ pub struct RedlockBackend {
     queue_id: String,
     /// Our place in the queues while we wait (see [`rw::queue_entry`]).
     entry: Option<String>,
+    /// Per node that the last campaign found kept out by shared holders: the last
+    /// sign of them there (that read, or a change of the readers' set pushed since).
+    shared_signs: Vec<Option<Instant>>,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -529,6 +532,7 @@ impl RedlockBackend {
             mode: lease.mode,
             queue_id: new_nonce(),
             entry: None,
+            shared_signs: vec![None; n],
         })
     }
 
@@ -557,7 +561,8 @@ impl RedlockBackend {
     fn drain_pushes(&mut self, all: bool) {
         for (i, pushes) in self.pushes.iter_mut().enumerate() {
             // A follower's wait reads the pushes of the nodes it watches itself.
-            if !all && self.signs[i].is_some() && self.tracking[i] {
+            let follows = self.signs[i].is_some() || self.shared_signs[i].is_some();
+            if !all && follows && self.tracking[i] {
                 continue;
             }
             while let Ok(push) = pushes.try_recv() {
@@ -576,7 +581,7 @@ impl RedlockBackend {
         let calls = self.nodes.iter().enumerate().map(|(i, node)| {
             let wanted = holds[i] && !self.tracking[i];
             let mut conn = node.conn.clone();
-            let pipe = tracking_pipe(&self.keys.alive);
+            let pipe = rw::follower_tracking(&self.keys);
             let limit = self.node_timeout;
             async move {
                 if !wanted {
@@ -1003,6 +1008,7 @@ impl Backend for RedlockBackend {
         self.drain_pushes(true);
         self.signs.fill(None);
         self.expires.fill(None);
+        self.shared_signs.fill(None);
         let read_at = Instant::now();
         let answers = self.take_everywhere(&prefix).await;
         self.learn_tokens(&answers);
@@ -1055,6 +1061,9 @@ impl Backend for RedlockBackend {
             });
         }
         let holder = self.follow(&answers, &tally, read_at);
+        if holder.is_none() {
+            self.follow_shared(&answers, read_at);
+        }
         Ok(Campaign::Held(holder.or_else(|| tally.shared_holder())))
     }
 
@@ -1168,6 +1177,10 @@ impl Backend for RedlockBackend {
         let watched: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| holds[i] && self.tracking[i])
             .collect();
+        let beside_shared = self.shared_signs.iter().flatten().count() >= self.quorum();
+        if self.value.is_none() && beside_shared {
+            return self.wait_beside_shared(max).await;
+        }
         if self.value.is_some() || holds.iter().filter(|h| **h).count() < self.quorum() {
             return self.wait_for_notice(max).await;
         }

@@ -62,11 +62,16 @@
 //! keeps them out would expire unrenewed (the latest reader's expiry as read, under a
 //! ttl; a place's lapse, two ttl): a bounded look, about one take per ttl, not zero.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{most_seen, RedlockBackend, Tally};
-use crate::backend::redis::parse_value;
-use crate::backend::{no_switchover_with, BackendError, LockMode};
+use futures_util::future::select_all;
+use redis::PushKind;
+use tokio::time::Instant;
+
+use super::handover::holder_due;
+use super::{most_seen, RedlockBackend, Round, Take, Tally, TRUSTED};
+use crate::backend::redis::{parse_value, Keys};
+use crate::backend::{no_switchover_with, BackendError, LockMode, Wake};
 use crate::status::Holder;
 
 /// Lua prelude of the take scripts: `before(live, entry, writers)`, the first entry of
@@ -278,6 +283,21 @@ end
 return released
 "#;
 
+/// A follower's tracking on one node's command connection: every change of the
+/// exclusive holder's renewals (`…:alive`, see [`super::handover`]) and of the shared
+/// holders' set (`…:readers`) is pushed to it. Off first, as
+/// [`tracking_pipe`](crate::backend::redis::tracking_pipe).
+pub(super) fn follower_tracking(keys: &Keys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+    for key in [&keys.alive, &keys.readers] {
+        pipe.arg("PREFIX").arg(key);
+    }
+    pipe.arg("NOLOOP").ignore();
+    pipe
+}
+
 /// A candidate's place in the nodes' queues: `<arrival µs, 16 digits>|<r or w>|<queue
 /// id>|<identity>`, the same on every node (see the module doc). An election's
 /// candidate queues as a writer.
@@ -345,6 +365,81 @@ impl RedlockBackend {
         self.entry = None;
         if self.mode == LockMode::Shared {
             self.announce = None;
+        }
+    }
+
+    /// After a campaign that found nobody holding the lock on a majority: the nodes
+    /// whose trusted answer was "kept out by shared holders", for a follower's wait
+    /// ([`RedlockBackend::wait_beside_shared`]).
+    pub(super) fn follow_shared(&mut self, answers: &Round<Take>, read_at: Instant) {
+        for (i, a) in answers.iter().enumerate() {
+            if a.as_ref()
+                .is_some_and(|a| a.beside_shared && a.state == TRUSTED)
+            {
+                self.shared_signs[i] = Some(read_at);
+            }
+        }
+    }
+
+    /// A follower kept out by shared holders sends nothing while they renew: each
+    /// change of the readers' set on a node it follows them on (a renewal, at the
+    /// latest a ttl after the last one) is pushed to it (`Quiet`). It looks
+    /// (`Changed`) on a notice (the last reader's release, a place withdrawn), on a
+    /// lost connection, and once all but a minority of those nodes went a ttl
+    /// without a change (the readers crashed or stopped: their entries have expired).
+    /// Without tracking on enough of them, it turns it on and looks again, or waits
+    /// for the notices and the expiry the campaign read.
+    pub(super) async fn wait_beside_shared(&mut self, max: Duration) -> Wake {
+        let holds: Vec<bool> = self.shared_signs.iter().map(Option::is_some).collect();
+        self.drain_pushes(false);
+        let watched: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| holds[i] && self.tracking[i])
+            .collect();
+        if watched.len() < self.quorum() {
+            if self.start_tracking(&holds).await {
+                return Wake::Changed;
+            }
+            return self.wait_for_notice(max).await;
+        }
+        let spare = Duration::from_millis(2);
+        let dues = watched
+            .iter()
+            .filter_map(|&i| Some(self.shared_signs[i]? + self.ttl + spare))
+            .collect();
+        let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
+        let until = (Instant::now() + max).min(due);
+        let wake = self.wake.clone();
+        loop {
+            let next_push = select_all(self.pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
+                watched
+                    .contains(&i)
+                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
+            }));
+            let (i, push) = tokio::select! {
+                _ = wake.notified() => (None, None),
+                ((i, push), _, _) = next_push => (Some(i), push),
+                _ = tokio::time::sleep_until(until) => {
+                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                }
+            };
+            let Some(i) = i else {
+                match self.on_notice() {
+                    Some(w) => return w,
+                    None => continue,
+                }
+            };
+            match push.map(|p| p.kind) {
+                Some(PushKind::Invalidate) => {
+                    self.shared_signs[i] = Some(Instant::now());
+                    return Wake::Quiet;
+                }
+                Some(PushKind::Disconnection) | None => {
+                    self.tracking[i] = false;
+                    self.shared_signs[i] = None;
+                    return Wake::Changed;
+                }
+                Some(_) => {}
+            }
         }
     }
 
