@@ -1367,6 +1367,7 @@ mod tests {
     fn take(won: bool, value: &str, state: i64) -> Option<Take> {
         Some(Take {
             won,
+            beside_shared: false,
             refused: false,
             value: value.to_owned(),
             pttl: if won { -1 } else { 900 },

@@ -52,15 +52,20 @@
 //! each other forever (with node-chosen arrivals they could, while a node is down). A
 //! place is liveness only: the lock key and the readers' set alone decide safety.
 //!
-//! **Waiting.** A candidate kept out by an exclusive holder follows it as the
-//! election's followers do (tracking the renewals' `…:alive` on a majority: no request
-//! while it renews, see [`super::handover`]). A release of the lock while candidates
-//! wait, the last shared holder's release on a node, and a waiting candidate's
-//! withdrawal publish on the events channel, which makes every follower look. A writer
-//! kept out by shared holders (whose renewals change one sorted set) and a reader kept
-//! out by a place ahead are not pushed the renewals: they look by themselves when what
-//! keeps them out would expire unrenewed (the latest reader's expiry as read, under a
-//! ttl; a place's lapse, two ttl): a bounded look, about one take per ttl, not zero.
+//! **Waiting** sends nothing at steady state. A candidate kept out by an exclusive
+//! holder follows it as the election's followers do (tracking the renewals' `…:alive`
+//! on a majority, see [`super::handover`]). One kept out by shared holders (a writer,
+//! an election's candidate, or a reader behind a writer waiting for them: the take
+//! names one of them, [`BESIDE_SHARED`]) tracks the readers' set `…:readers` on the
+//! nodes that said so (`CLIENT TRACKING BCAST`, with `…:alive`, see
+//! [`follower_tracking`]): every renewal there is pushed to it, and it looks by itself
+//! only once all but a minority of those nodes went a ttl without a change (the
+//! readers crashed or stopped, so their entries have expired). A release of the lock
+//! while candidates wait, the last shared holder's release on a node, and a waiting
+//! candidate's withdrawal publish on the events channel, which makes every follower
+//! look at once. Left with a bounded look: a candidate kept out by a place ahead while
+//! no shared holder holds (a writer about to take) looks at that place's lapse or its
+//! retry interval.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -454,7 +459,51 @@ impl RedlockBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{REFUSED, STALE};
     use super::*;
+
+    fn beside(value: &str, state: i64) -> Option<Take> {
+        Some(Take {
+            won: false,
+            beside_shared: true,
+            refused: false,
+            value: value.to_owned(),
+            pttl: 700,
+            fence: 0,
+            state,
+            settle_ms: 0,
+            run_id: String::new(),
+            store_ms: 0,
+        })
+    }
+
+    #[test]
+    fn shared_holders_keep_a_writer_out_without_holding_the_lock() {
+        let answers = vec![
+            beside("a|3|r-a", TRUSTED),
+            beside("b|4|r-b", TRUSTED),
+            beside("a|3|r-a", TRUSTED),
+        ];
+        let t = Tally::of(&answers, &[None, None, None]);
+        // Nobody holds the lock itself, but something does on every node: a wait for
+        // the expiry, not a split vote's quick retry.
+        assert_eq!(t.seen, vec![String::new(); 3]);
+        assert_eq!(t.counted_taken, 0);
+        assert_eq!(t.soonest_expiry, Some(700));
+        let named = t.shared_holder().expect("a shared holder named");
+        assert_eq!((named.identity.as_str(), named.token), ("r-a", Some(3)));
+        // What an untrusted node says names nobody.
+        let t = Tally::of(
+            &vec![beside("a|3|r-a", STALE), None, None],
+            &[None, None, None],
+        );
+        assert!(t.seen.is_empty() && t.shared_holder().is_none());
+    }
+
+    #[test]
+    fn the_shared_answer_is_no_other_answer() {
+        assert!(![0, 1, REFUSED].contains(&BESIDE_SHARED));
+    }
 
     #[test]
     fn entries_sort_by_arrival_on_every_node_alike() {
