@@ -384,7 +384,7 @@ fn check_holders(holders: u32, backend: &BackendSettings) -> Result<(), ConfigEr
     }
 }
 
-/// `--mode` where a store has a read-write lock (file, etcd, ZooKeeper), with one
+/// `--mode` where a store has a read-write lock (file, etcd, ZooKeeper, Redis, Redlock, SQL), with one
 /// slot; elsewhere refused, naming why.
 fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result<(), ConfigError> {
     let Some(flag) = mode.flag() else {
@@ -396,15 +396,12 @@ fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result
         )));
     }
     match backend.name() {
-        "file" | "etcd" | "zookeeper" | "redis" | "postgres" | "mysql" => Ok(()),
+        "file" | "etcd" | "zookeeper" | "redis" | "redlock" | "postgres" | "mysql" => Ok(()),
         "kubernetes" => Err(bad(format!(
             "--mode {flag}: a Kubernetes Lease has one holder (holderIdentity), and client-go and the API server's coordinated election know no shared ones; use --backend etcd or zookeeper for a read-write lock, or leave --mode out"
         ))),
-        "redlock" => Err(bad(format!(
-            "--mode {flag}: the redlock backend has no shared/exclusive lock yet (its two-phase take over a majority of masters is built for one holder); use --backend redis, etcd or zookeeper for a read-write lock, or leave --mode out"
-        ))),
         other => Err(bad(format!(
-            "--mode {flag}: the {other} backend has no shared/exclusive lock yet (file, redis, etcd, zookeeper, postgres and mysql have one); leave --mode out for the election's single holder"
+            "--mode {flag}: the {other} backend has no shared/exclusive lock yet (file, redis, redlock, etcd, zookeeper, postgres and mysql have one); leave --mode out for the election's single holder"
         ))),
     }
 }

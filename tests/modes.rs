@@ -16,7 +16,7 @@ use common::modes::{
     shared_and_exclusive_without_a_queue,
 };
 use common::zk_server::ZkEnsemble;
-use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
+use common::{eventually, run_to_exit, send_signal, Sidecar, SidecarArgs};
 // The SQL stores' runs.
 use common::backend_switchover::runtime;
 use common::mariadb_server::MariaServer;
@@ -428,17 +428,6 @@ fn bad_mode_settings_are_refused_with_one_line() {
         (
             vec![
                 "--backend",
-                "redlock",
-                "--redis-url",
-                "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3",
-                "--mode",
-                "exclusive",
-            ],
-            "--mode exclusive: the redlock backend",
-        ),
-        (
-            vec![
-                "--backend",
                 "kubernetes",
                 "--namespace",
                 "team",
@@ -467,6 +456,110 @@ fn exclusive_mode_survives_the_checker_on_redis() {
     let mut server = common::redis_server::RedisServer::start_persistent();
     let args = SidecarArgs::redis(&server.url());
     exclusive_under_the_checker(args, &mut server);
+}
+
+#[test]
+fn shared_and_exclusive_on_redlock() {
+    let cluster = common::checker::RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("rw");
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
+}
+
+#[test]
+fn exclusive_mode_survives_the_checker_on_redlock() {
+    let mut cluster = common::checker::RedisCluster::start(3);
+    let args = SidecarArgs::redlock(&cluster.urls());
+    exclusive_under_the_checker(args, &mut cluster);
+}
+
+/// The safety attack on Redlock's read-write lock: two shared and two exclusive
+/// candidates (and an election's) compete on three nodes at ttl 1 s while, round
+/// after round, whoever leads is stopped gracefully and replaced, and a node is
+/// paused, restarted empty, or down for a while, a leading reader is frozen
+/// (SIGSTOP) past its claim, a leading writer killed (-9). From the transition logs:
+/// never an exclusive claim beside any other claim, tokens growing around every
+/// exclusive claim ([`common::modes::check_mode_claims`]); and both kinds led often.
+#[test]
+fn redlock_readers_and_writers_under_node_faults() {
+    let mut cluster = common::checker::RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("1s")
+        .election("rw-faults");
+    let spawn = |name: &str| {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let mut a = args
+            .clone()
+            .flag("--transition-log", &log.display().to_string());
+        match &name[..1] {
+            "r" => a = a.flag("--mode", "shared"),
+            "w" => a = a.flag("--mode", "exclusive"),
+            _ => {}
+        }
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let mut cars: Vec<Sidecar> = ["r-0", "r-1", "w-0", "w-1", "e-0"]
+        .iter()
+        .map(|n| spawn(n))
+        .collect();
+    let mut killed = (0, 0);
+    for round in 0..16 {
+        std::thread::sleep(Duration::from_millis(1_200));
+        let now = leading(&cars);
+        let node = round % 3;
+        match round % 5 {
+            0 => {
+                cluster.nodes[node].pause();
+                std::thread::sleep(Duration::from_millis(1_500));
+                cluster.nodes[node].resume();
+            }
+            1 => cluster.nodes[node].restart(),
+            2 => {
+                cluster.nodes[node].kill();
+                std::thread::sleep(Duration::from_millis(1_500));
+                cluster.nodes[node].restart();
+            }
+            3 => {
+                if let Some(&i) = now.iter().find(|&&i| cars[i].name.starts_with('r')) {
+                    send_signal(cars[i].pid, libc::SIGSTOP);
+                    std::thread::sleep(Duration::from_millis(2_500));
+                    send_signal(cars[i].pid, libc::SIGCONT);
+                }
+            }
+            _ => {
+                let writer = now.iter().find(|&&i| cars[i].name.starts_with('w'));
+                if let (Some(&i), (0, _)) = (writer, killed) {
+                    killed = (
+                        u64::from(cars[i].pid),
+                        leasekeeper::clock::monotonic_now_ns(),
+                    );
+                    cars[i].kill();
+                }
+            }
+        }
+        // Whoever leads now steps down gracefully; a fresh one of its kind comes.
+        for i in leading(&cars) {
+            cars[i].terminate(Duration::from_secs(10));
+            let kind = cars[i].name[..1].to_owned();
+            cars.push(spawn(&format!("{kind}-{}", cars.len())));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    common::slots::finish_and_check(cars, dir.path(), killed, |claims| {
+        common::modes::check_mode_claims(claims, |id| id.starts_with("r-"));
+        let shared = claims
+            .iter()
+            .filter(|c| c.identity.starts_with("r-"))
+            .count();
+        let exclusive = claims.len() - shared;
+        eprintln!("{shared} shared and {exclusive} exclusive claims");
+        assert!(
+            shared >= 4 && exclusive >= 4,
+            "too few tenures of a kind: {claims:?}"
+        );
+    });
 }
 
 /// A waiting writer lists every shared holder (`holders`, each `mode: shared`), and a
@@ -1025,4 +1118,355 @@ fn a_waiting_candidate_sends_nothing_on_redis() {
         }
     }
     assert_eq!(leading(&cars), [0], "only the reader holds");
+}
+
+// The Redlock read-write lock's rules, each reached directly on three real nodes:
+// candidates built by the library and driven through the `Backend` trait one call at
+// a time (no elector), and nodes changed by hand between the calls.
+mod redlock_rules {
+    use std::time::{Duration, Instant};
+
+    use leasekeeper::backend::redis::Args;
+    use leasekeeper::backend::redlock::{node_settings, RedlockBackend};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal};
+    use leasekeeper::timing::Timing;
+
+    use crate::common::backend_switchover::runtime;
+    use crate::common::checker::RedisCluster;
+    use crate::common::redis_server::RedisServer;
+
+    const TTL: Duration = Duration::from_secs(30);
+    const READERS: &str = "leasekeeper:{rw}:readers";
+    const LOCK: &str = "leasekeeper:{rw}:lock";
+
+    fn candidate(
+        cluster: &RedisCluster,
+        id: &str,
+        mode: LockMode,
+        ttl: Duration,
+    ) -> RedlockBackend {
+        let args = Args {
+            redis_url: cluster.nodes.iter().map(|n| n.url()).collect(),
+            ..Default::default()
+        };
+        let (nodes, _) = node_settings(&args).expect("redlock settings");
+        let timing = Timing::for_ttl(ttl);
+        let lease = Candidacy {
+            election: "rw",
+            identity: id,
+            timing: &timing,
+            mode,
+        };
+        RedlockBackend::new(&nodes, &lease).expect("backend")
+    }
+
+    fn reader(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Shared, TTL)
+    }
+
+    fn writer(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Exclusive, TTL)
+    }
+
+    fn elector(cluster: &RedisCluster, id: &str) -> RedlockBackend {
+        candidate(cluster, id, LockMode::Election, TTL)
+    }
+
+    /// Fresh nodes count for nothing for a ttl (Redlock's delayed restart): a
+    /// candidate with a one-second ttl campaigns until it leads, which catches every
+    /// node up, and lets go.
+    async fn trust_the_nodes(cluster: &RedisCluster) {
+        let mut b = candidate(
+            cluster,
+            "settler",
+            LockMode::Election,
+            Duration::from_secs(1),
+        );
+        let until = Instant::now() + Duration::from_secs(6);
+        while !matches!(b.campaign().await, Ok(Campaign::Acquired { .. })) {
+            assert!(Instant::now() < until, "the nodes never settled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        b.release().await.expect("release");
+    }
+
+    async fn leads(who: &str, b: &mut RedlockBackend) -> u64 {
+        match b.campaign().await {
+            Ok(Campaign::Acquired { token }) => token,
+            other => panic!("{who} should lead now, its campaign found {other:?}"),
+        }
+    }
+
+    async fn does_not_lead(who: &str, b: &mut RedlockBackend) {
+        let c = b.campaign().await;
+        assert!(
+            !matches!(c, Ok(Campaign::Acquired { .. })),
+            "{who} must not lead now: {c:?}"
+        );
+    }
+
+    fn on_nodes(nodes: &[RedisServer], cmd: &str) {
+        for n in nodes {
+            assert!(n.command(cmd).is_some(), "{cmd}");
+        }
+    }
+
+    /// Shared holders hold together and keep writers and election candidates out; a
+    /// waiting writer keeps later readers out; an exclusive holder (a writer or an
+    /// election's) keeps every reader out; each release lets the next in.
+    #[test]
+    fn readers_and_writers_exclude_each_other() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut r, mut s, mut t) = (
+                reader(&cluster, "R"),
+                reader(&cluster, "S"),
+                reader(&cluster, "T"),
+            );
+            let (mut w, mut e) = (writer(&cluster, "W"), elector(&cluster, "E"));
+            leads("R", &mut r).await;
+            leads("S beside R", &mut s).await;
+            does_not_lead("W beside readers", &mut w).await;
+            does_not_lead("T behind a waiting writer", &mut t).await;
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            r.release().await.expect("release");
+            does_not_lead("W beside S", &mut w).await;
+            s.release().await.expect("release");
+            leads("W once the readers left", &mut w).await;
+            does_not_lead("T beside W", &mut t).await;
+            does_not_lead("E beside W", &mut e).await;
+            w.release().await.expect("release");
+            leads("T, queued before E", &mut t).await;
+            does_not_lead("E beside T", &mut e).await;
+            t.release().await.expect("release");
+            leads("E once T left", &mut e).await;
+            does_not_lead("R beside an election's holder", &mut r).await;
+        });
+    }
+
+    /// A writer that stops waiting takes its mark away: the reader behind it takes.
+    #[test]
+    fn a_waiting_writer_keeps_new_readers_out_until_it_leaves() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut a, mut b, mut w) = (
+                reader(&cluster, "A"),
+                reader(&cluster, "B"),
+                writer(&cluster, "W"),
+            );
+            leads("A", &mut a).await;
+            does_not_lead("W", &mut w).await;
+            for _ in 0..3 {
+                does_not_lead("B behind the waiting writer", &mut b).await;
+                assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
+            }
+            w.release().await.expect("W stops waiting");
+            leads("B once W stopped waiting", &mut b).await;
+        });
+    }
+
+    /// What another holds on a majority keeps each kind out though the rest of the
+    /// nodes are free: a writer's lock on nodes 1 and 2 keeps a reader out (node 0
+    /// alone is no tenure); a reader's entry on nodes 1 and 2 keeps a writer and an
+    /// election's candidate out, not a reader.
+    #[test]
+    fn a_minority_is_no_tenure_for_either_kind() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut r, mut w, mut e) = (
+                reader(&cluster, "R"),
+                writer(&cluster, "W"),
+                elector(&cluster, "E"),
+            );
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("SET {LOCK} ffff|900|X PX 60000"),
+            );
+            for _ in 0..3 {
+                does_not_lead("R beside X's lock on 2 of 3", &mut r).await;
+            }
+            on_nodes(&cluster.nodes, &format!("DEL {LOCK}"));
+            // R's place in the queues would keep the writers out by itself.
+            r.release().await.expect("R stops waiting");
+            let far = "99999999999999";
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("ZADD {READERS} {far} ffff|901|Y"),
+            );
+            for _ in 0..3 {
+                does_not_lead("W beside Y's share on 2 of 3", &mut w).await;
+            }
+            w.release().await.expect("W stops waiting");
+            for _ in 0..3 {
+                does_not_lead("E beside Y's share on 2 of 3", &mut e).await;
+            }
+            e.release().await.expect("E stops waiting");
+            let t = leads("R beside Y", &mut r).await;
+            assert!(t > 900, "a token above X's, which it saw: {t}");
+        });
+    }
+
+    /// Tokens, for candidates that never saw an earlier tenure: an exclusive tenure's
+    /// exceeds every earlier one's, a shared tenure's every earlier exclusive one's.
+    #[test]
+    fn tokens_grow_across_shared_and_exclusive_tenures() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut all_before, mut exclusive_before) = (0, 0);
+            let kinds = [LockMode::Shared, LockMode::Exclusive, LockMode::Shared];
+            let kinds = kinds.iter().chain(&[LockMode::Election, LockMode::Shared]);
+            for (round, mode) in kinds.enumerate() {
+                let id = format!("P{round}");
+                let mut b = candidate(&cluster, &id, *mode, TTL);
+                let token = leads(&id, &mut b).await;
+                b.release().await.expect("release");
+                if *mode == LockMode::Shared {
+                    assert!(
+                        token > exclusive_before,
+                        "{id}: {token} after {exclusive_before}"
+                    );
+                } else {
+                    assert!(token > all_before, "{id}: {token} after {all_before}");
+                    exclusive_before = token;
+                }
+                all_before = all_before.max(token);
+            }
+        });
+    }
+
+    /// Redlock's restart rule holds for both kinds: a holder keeps a bare majority
+    /// (its value on node 2 gone, as if expired there), node 0 restarts empty, and a
+    /// fresh candidate of the other kind, which could take nodes 0 and 2, must not
+    /// lead while the holder's claim may still run.
+    #[test]
+    fn a_node_restarted_empty_is_no_vote_for_either_kind() {
+        let mut cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            for (holds, other) in [
+                (LockMode::Shared, LockMode::Exclusive),
+                (LockMode::Exclusive, LockMode::Shared),
+            ] {
+                let mut h = candidate(&cluster, "H", holds, TTL);
+                leads("H", &mut h).await;
+                let forget = match holds {
+                    LockMode::Shared => format!("DEL {READERS}"),
+                    _ => format!("DEL {LOCK}"),
+                };
+                on_nodes(&cluster.nodes[2..], &forget);
+                cluster.nodes[0].restart();
+                let mut fresh = candidate(&cluster, "F", other, TTL);
+                for _ in 0..5 {
+                    does_not_lead("F with a restarted node's vote", &mut fresh).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                fresh.release().await.expect("release");
+                h.release().await.expect("release");
+                trust_the_nodes(&cluster).await;
+            }
+        });
+    }
+
+    /// A shared holder renews only its own live entry, and not beside an exclusive
+    /// value; its release takes its own entry only.
+    #[test]
+    fn a_reader_renews_only_its_own_entry() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            let (mut a, mut b) = (reader(&cluster, "A"), reader(&cluster, "B"));
+            leads("A", &mut a).await;
+            leads("B", &mut b).await;
+            a.release().await.expect("release");
+            assert_eq!(a.renew().await.expect("renew"), Renewal::Lost, "A revived");
+            assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed, "B");
+            on_nodes(
+                &cluster.nodes[1..],
+                &format!("SET {LOCK} ffff|900|X PX 60000"),
+            );
+            let renewed = b.renew().await;
+            assert!(
+                !matches!(renewed, Ok(Renewal::Renewed)),
+                "B renewed beside X on 2 of 3: {renewed:?}"
+            );
+        });
+    }
+}
+
+/// What a waiting `--mode` candidate costs Redlock at steady state: nothing. A reader
+/// waiting behind a writer tracks the writer's renewals; a writer waiting for a shared
+/// holder, and a reader waiting behind that writer, track the readers' set. MONITOR
+/// on the three nodes over 8 s (four ttl), every command of each candidate's
+/// connections counted; then the reader's SIGTERM wakes the writer within ttl/4.
+#[test]
+fn what_a_waiting_candidate_sends_on_redlock() {
+    let cluster = common::checker::RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let count = |cars: &[Sidecar]| -> Vec<usize> {
+        let window = Duration::from_secs(8);
+        let seen: Vec<Vec<(u16, String)>> = std::thread::scope(|s| {
+            let watches: Vec<_> = (cluster.nodes.iter())
+                .map(|n| s.spawn(move || n.monitor(window)))
+                .collect();
+            (watches.into_iter())
+                .map(|w| w.join().expect("monitor"))
+                .collect()
+        });
+        (cars.iter())
+            .map(|car| {
+                let sent = cluster.nodes.iter().zip(&seen).map(|(n, seen)| {
+                    let ports = common::redis_server::client_ports(car.pid, n.port);
+                    seen.iter().filter(|(p, _)| ports.contains(p)).count()
+                });
+                let sent: usize = sent.sum();
+                eprintln!("{}: {sent} commands in 8 s", car.name);
+                sent
+            })
+            .collect()
+    };
+    let start = Duration::from_secs(20);
+    // A writer holds; a reader waits behind it.
+    let mut cars = vec![spawn("w-0", "exclusive")];
+    let held = eventually(start, || (leading(&cars) == [0]).then_some(()));
+    assert!(held.is_some(), "the writer never led");
+    cars.push(spawn("r-0", "shared"));
+    cars[1].settles_in("follower", start);
+    std::thread::sleep(Duration::from_secs(1));
+    let sent = count(&cars);
+    assert!(sent[0] >= 7, "the writer's renewals: {sent:?}");
+    assert_eq!(sent[1], 0, "the reader waiting behind a writer: {sent:?}");
+    // The reader holds; a writer waits for it and a second reader behind the writer.
+    cars[0].terminate(Duration::from_secs(10));
+    let held = eventually(start, || (leading(&cars) == [1]).then_some(()));
+    assert!(held.is_some(), "the reader never led");
+    cars.push(spawn("w-1", "exclusive"));
+    cars[2].settles_in("follower", start);
+    cars.push(spawn("r-1", "shared"));
+    cars[3].settles_in("follower", start);
+    std::thread::sleep(Duration::from_secs(1));
+    let sent = count(&cars[1..]);
+    assert_eq!(leading(&cars), [1], "only the first reader holds");
+    assert!(sent[0] >= 7, "the reader's renewals: {sent:?}");
+    assert_eq!(sent[1..], [0, 0], "the waiting writer and reader: {sent:?}");
+    // Silent, and still woken at once by the last reader's release.
+    let t0 = std::time::Instant::now();
+    cars[1].signal(libc::SIGTERM);
+    let led = eventually(Duration::from_millis(500), || {
+        (leading(&cars) == [2]).then_some(())
+    });
+    eprintln!(
+        "the writer led {:?} after the reader's SIGTERM",
+        t0.elapsed()
+    );
+    assert!(led.is_some(), "the writer slept on: {:?}", leading(&cars));
 }

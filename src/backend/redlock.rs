@@ -83,16 +83,17 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    baton, new_nonce, parse_value, store, switchover, tracking_pipe, wait_for_notice, Args, Keys,
-    Node, RedisSettings, CLOCK, REFUSED,
+    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Keys, Node,
+    RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
 };
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
 mod handover;
 use handover::{holder_due, BATON_NODE};
+mod rw;
 
 /// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
 /// election's counter on it is trusted (2: the marker holds this `run_id`), the server
@@ -135,34 +136,9 @@ const SETTLING: i64 = 0;
 const STALE: i64 = 1;
 const TRUSTED: i64 = 2;
 
-/// Phase 1 on one node: take the lock with a pending value (or adopt our own value
-/// left by a campaign whose answer was lost), report the fence counter and the node's
-/// incarnation. Returns {taken (2: refused, it came after its use-by `ARGV[5]`), value,
-/// pttl of a held lock, fence, state, ms until settled, run_id, store ms}.
-const TAKE: &str = r#"
-local run_id, state, wait = incarnation(KEYS[3], tonumber(ARGV[4]))
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local late, now = too_late(ARGV[5])
-if late then
-  return {2, '', -1, fence, state, wait, run_id, now}
-end
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, cur, -1, fence, state, wait, run_id, now}
-  end
-  return {0, cur, redis.call('PTTL', KEYS[1]), fence, state, wait, run_id, now}
-end
-local left = reserved(KEYS[4], ARGV[2])
-if left then
-  return {0, '', left, fence, state, wait, run_id, now}
-end
-local value = ARGV[1] .. 'pending|' .. ARGV[2]
-redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-return {1, value, -1, fence, state, wait, run_id, now}
-"#;
-
+/// Phase 1 on one node: [`rw::TAKE_EXCLUSIVE`] (the lock with a pending value, or our
+/// own value left by a campaign whose answer was lost, adopted; refused beside shared
+/// holders), or [`rw::TAKE_SHARED`] for `--mode shared`.
 /// Phase 2 on one node: if the lock is still ours, record the token and announce it.
 /// With `ARGV[6]` = the `run_id` seen in phase 1, a settled node that is not trusted
 /// yet is caught up: its counter now holds the token, and the marker its `run_id`.
@@ -186,7 +162,8 @@ return {0, 0}
 "#;
 
 /// Compare-and-PEXPIRE, and the renewal's sign of life for followers (`KEYS[4]`, the
-/// `alive` key, see [`handover`]). Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
+/// `alive` key, see [`handover`]); keeps the places of the candidates waiting in the
+/// queue (`KEYS[5]`, `KEYS[6]`, see [`rw`]). Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
 /// state, fence, run_id, store ms}: the state and counter of every node, so that the
 /// leader can catch up a restarted node too.
 const RENEW: &str = r#"
@@ -199,23 +176,31 @@ end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
+  keep_queue(KEYS[5], KEYS[6], tonumber(ARGV[2]))
   return {1, state, fence, run_id, now}
 end
 return {0, state, fence, run_id, now}
 "#;
 
 /// Compare-and-DEL of our nonce's lock, announced on the events channel when
-/// `ARGV[6]` is `1`; with `ARGV[3]` = a `run_id` a round saw, also catches the node up
+/// `ARGV[6]` is `1`, or on a release (`ARGV[7]`: our queue id, whose places in the
+/// queue `KEYS[4]` go) while candidates wait in the queue (see [`rw`]); with `ARGV[3]` = a `run_id` a round saw, also catches the node up
 /// to counter `ARGV[4]`. Returns 1 when it released a lock.
 const GIVE_BACK: &str = r#"
-local released = 0
+local released, left = 0, 0
+if ARGV[7] ~= '' then
+  left = dequeue(KEYS[4], ARGV[7])
+end
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[6] == '1' then
+  local waiting = ARGV[7] ~= '' and redis.call('EXISTS', KEYS[4]) == 1
+  if ARGV[6] == '1' or waiting then
     redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
   end
   released = 1
+elseif left > 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
 end
 if ARGV[3] ~= '' then
   catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
@@ -231,6 +216,8 @@ return catch_up(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 /// One node's answer to phase 1.
 struct Take {
     won: bool,
+    /// Kept out beside shared holders, `value` one of them (see [`rw`]).
+    beside_shared: bool,
     /// It came after its use-by and did nothing.
     refused: bool,
     value: String,
@@ -256,6 +243,7 @@ impl redis::FromRedisValue for Take {
         ) = redis::FromRedisValue::from_redis_value(v)?;
         Ok(Take {
             won: won == 1,
+            beside_shared: won == rw::BESIDE_SHARED,
             refused: won == REFUSED,
             value,
             pttl,
@@ -319,6 +307,15 @@ pub struct RedlockBackend {
     followed: Option<String>,
     /// Our value, to announce once we lead (see `record_lost`).
     announce: Option<String>,
+    /// How we join the election (`--mode`, see [`rw`]).
+    mode: LockMode,
+    /// This process's id in the nodes' queues (see [`rw`]).
+    queue_id: String,
+    /// Our place in the queues while we wait (see [`rw::queue_entry`]).
+    entry: Option<String>,
+    /// Per node that the last campaign found kept out by shared holders: the last
+    /// sign of them there (that read, or a change of the readers' set pushed since).
+    shared_signs: Vec<Option<Instant>>,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -491,9 +488,14 @@ impl RedlockBackend {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let with_prelude = |body: &str| {
             Script::new(&format!(
-                "{CLOCK}{INCARNATION}{}{body}",
-                switchover::RESERVED
+                "{CLOCK}{INCARNATION}{}{READERS}{QUEUE}{}{body}",
+                switchover::RESERVED,
+                rw::ORDER
             ))
+        };
+        let shared = lease.mode == LockMode::Shared;
+        let pick = |shared_one: &'static str, exclusive_one: &'static str| {
+            with_prelude(if shared { shared_one } else { exclusive_one })
         };
         Ok(RedlockBackend {
             nodes,
@@ -512,10 +514,10 @@ impl RedlockBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            take: with_prelude(TAKE),
-            confirm: with_prelude(CONFIRM),
-            renew: with_prelude(RENEW),
-            give_back: with_prelude(GIVE_BACK),
+            take: pick(rw::TAKE_SHARED, rw::TAKE_EXCLUSIVE),
+            confirm: pick(rw::CONFIRM_SHARED, CONFIRM),
+            renew: pick(rw::RENEW_SHARED, RENEW),
+            give_back: pick(rw::GIVE_BACK_SHARED, GIVE_BACK),
             catch_up: with_prelude(CATCH_UP),
             pushes,
             tracking: vec![false; n],
@@ -527,6 +529,10 @@ impl RedlockBackend {
             announced: None,
             followed: None,
             announce: None,
+            mode: lease.mode,
+            queue_id: new_nonce(),
+            entry: None,
+            shared_signs: vec![None; n],
         })
     }
 
@@ -555,7 +561,8 @@ impl RedlockBackend {
     fn drain_pushes(&mut self, all: bool) {
         for (i, pushes) in self.pushes.iter_mut().enumerate() {
             // A follower's wait reads the pushes of the nodes it watches itself.
-            if !all && self.signs[i].is_some() && self.tracking[i] {
+            let follows = self.signs[i].is_some() || self.shared_signs[i].is_some();
+            if !all && follows && self.tracking[i] {
                 continue;
             }
             while let Ok(push) = pushes.try_recv() {
@@ -574,7 +581,7 @@ impl RedlockBackend {
         let calls = self.nodes.iter().enumerate().map(|(i, node)| {
             let wanted = holds[i] && !self.tracking[i];
             let mut conn = node.conn.clone();
-            let pipe = tracking_pipe(&self.keys.alive);
+            let pipe = rw::follower_tracking(&self.keys);
             let limit = self.node_timeout;
             async move {
                 if !wanted {
@@ -660,7 +667,8 @@ impl RedlockBackend {
     }
 
     /// Releases our nonce on the nodes `release_on` names, whatever each said before
-    /// (and then never uses that nonce again), and catches up the nodes `targets`
+    /// (and then never uses that nonce again), with `leave` our places in the queues
+    /// too (see [`rw`]), and catches up the nodes `targets`
     /// names (with the `run_id` a round saw there) to `counter`, in one request per
     /// node. Returns how many nodes answered, and on how many it released a lock.
     ///
@@ -676,8 +684,16 @@ impl RedlockBackend {
         announce: bool,
         targets: &[Option<String>],
         counter: FencingToken,
+        leave: bool,
     ) -> (usize, usize) {
         let prefix = self.nonce_prefix();
+        // A release leaves the queues too (a failed campaign still waits).
+        let leave = if leave {
+            self.entry = None;
+            format!("{}|", self.queue_id)
+        } else {
+            String::new()
+        };
         if release_on.iter().any(|r| *r) {
             self.nonce = new_nonce();
             self.value = None;
@@ -691,15 +707,18 @@ impl RedlockBackend {
                 }
                 let mut invocation = self.give_back.prepare_invoke();
                 invocation
-                    .key(&self.keys.lock)
+                    .key(self.held_key())
                     .key(&self.keys.fence)
                     .key(&self.marker)
+                    .key(&self.keys.writer_waits)
+                    .key(&self.keys.lock)
                     .arg(&prefix)
                     .arg(&self.keys.events)
                     .arg(target.as_deref().unwrap_or(""))
                     .arg(counter)
                     .arg(self.settle_ms)
-                    .arg(if announce { "1" } else { "0" });
+                    .arg(if announce { "1" } else { "0" })
+                    .arg(&leave);
                 Some(invocation)
             })
             .collect();
@@ -766,6 +785,8 @@ struct Tally {
     /// The values trusted nodes hold (someone else's).
     seen: Vec<String>,
     soonest_expiry: Option<i64>,
+    /// The shared holders trusted nodes named (see [`rw`]).
+    shared: Vec<String>,
 }
 
 impl Tally {
@@ -784,6 +805,7 @@ impl Tally {
             settled_in: None,
             seen: Vec::new(),
             soonest_expiry: None,
+            shared: Vec::new(),
         };
         for (i, answer) in answers.iter().enumerate() {
             let Some(a) = answer else {
@@ -798,7 +820,11 @@ impl Tally {
                 t.taken.push(i);
                 continue;
             }
-            if a.state == TRUSTED {
+            if a.state == TRUSTED && a.beside_shared {
+                // Kept out by the shared holders: nobody holds the lock itself.
+                t.seen.push(String::new());
+                t.shared.push(a.value.clone());
+            } else if a.state == TRUSTED {
                 t.seen.push(a.value.clone());
             }
             if a.pttl > 0 {
@@ -821,7 +847,9 @@ impl RedlockBackend {
         self.announce = None;
         let none = vec![None; self.nodes.len()];
         let everywhere = vec![true; self.nodes.len()];
-        let (answered, released) = self.give_back(&everywhere, to_everyone, &none, 0).await;
+        let (answered, released) = self
+            .give_back(&everywhere, to_everyone, &none, 0, true)
+            .await;
         if answered == 0 {
             return Err(BackendError::Store {
                 op: "release",
@@ -838,6 +866,7 @@ impl RedlockBackend {
 
     /// Phase one: the TAKE script on every node at once.
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
+        let entry = self.queue_entry();
         let sent = Instant::now();
         let invocations = self
             .use_bys(sent)
@@ -848,11 +877,23 @@ impl RedlockBackend {
                     .key(&self.keys.fence)
                     .key(&self.marker)
                     .key(&self.keys.to)
+                    .key(&self.keys.readers)
+                    .key(&self.keys.writer_waits)
+                    .key(&self.keys.busy)
                     .arg(prefix)
                     .arg(&self.identity)
                     .arg(self.ttl_ms())
                     .arg(self.settle_ms)
-                    .arg(use_by);
+                    .arg(use_by)
+                    .arg(&entry)
+                    .arg(format!("{}|", self.queue_id))
+                    .arg(&self.keys.presence)
+                    .arg(&self.keys.events)
+                    .arg(if self.mode == LockMode::Election {
+                        "0"
+                    } else {
+                        "1"
+                    });
                 Some(take)
             })
             .collect();
@@ -888,7 +929,7 @@ impl RedlockBackend {
                 answer.as_ref().filter(|a| a.won)?;
                 let mut confirm = self.confirm.prepare_invoke();
                 confirm
-                    .key(&self.keys.lock)
+                    .key(self.held_key())
                     .key(&self.keys.fence)
                     .key(&self.marker)
                     .arg(prefix)
@@ -967,6 +1008,7 @@ impl Backend for RedlockBackend {
         self.drain_pushes(true);
         self.signs.fill(None);
         self.expires.fill(None);
+        self.shared_signs.fill(None);
         let read_at = Instant::now();
         let answers = self.take_everywhere(&prefix).await;
         self.learn_tokens(&answers);
@@ -982,6 +1024,7 @@ impl Backend for RedlockBackend {
         if tally.counted_taken >= self.quorum() {
             if let Some(token) = self.confirm_everywhere(&answers, &targets, &prefix).await {
                 self.on_acquired().await;
+                self.on_acquired_rw();
                 return Ok(Campaign::Acquired { token });
             }
         }
@@ -1003,7 +1046,8 @@ impl Backend for RedlockBackend {
             // reach one node announce every look, and wake itself and every other
             // candidate into the storm again.)
             let announce = tally.taken.len() >= self.quorum();
-            self.give_back(&maybe_ours, announce, &targets, floor).await;
+            self.give_back(&maybe_ours, announce, &targets, floor, false)
+                .await;
         }
         if tally.answered < self.quorum() {
             return Err(BackendError::Store {
@@ -1016,7 +1060,11 @@ impl Backend for RedlockBackend {
                 ),
             });
         }
-        Ok(Campaign::Held(self.follow(&answers, &tally, read_at)))
+        let holder = self.follow(&answers, &tally, read_at);
+        if holder.is_none() {
+            self.follow_shared(&answers, read_at);
+        }
+        Ok(Campaign::Held(holder.or_else(|| tally.shared_holder())))
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
@@ -1033,10 +1081,12 @@ impl Backend for RedlockBackend {
             .map(|use_by| {
                 let mut renew = self.renew.prepare_invoke();
                 renew
-                    .key(&self.keys.lock)
+                    .key(self.held_key())
                     .key(&self.keys.fence)
                     .key(&self.marker)
-                    .key(&self.keys.alive)
+                    .key(self.beside_key())
+                    .key(&self.keys.writer_waits)
+                    .key(&self.keys.busy)
                     .arg(&value)
                     .arg(self.ttl_ms())
                     .arg(self.settle_ms)
@@ -1062,6 +1112,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.no_switchover()?;
         let mut reserve = redis::pipe();
         reserve.add_command(switchover::reserve(&self.keys.to, to, self.ttl));
         let reserved: Round<()> = self.on_each_plain(&reserve).await;
@@ -1073,6 +1124,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        self.no_switchover()?;
         let mut ask = redis::pipe();
         ask.add_command(switchover::live(&self.keys.presence));
         let answers: Round<(Vec<String>,)> = self.on_each_plain(&ask).await;
@@ -1125,6 +1177,10 @@ impl Backend for RedlockBackend {
         let watched: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| holds[i] && self.tracking[i])
             .collect();
+        let beside_shared = self.shared_signs.iter().flatten().count() >= self.quorum();
+        if self.value.is_none() && beside_shared {
+            return self.wait_beside_shared(max).await;
+        }
         if self.value.is_some() || holds.iter().filter(|h| **h).count() < self.quorum() {
             return self.wait_for_notice(max).await;
         }
@@ -1311,6 +1367,7 @@ mod tests {
     fn take(won: bool, value: &str, state: i64) -> Option<Take> {
         Some(Take {
             won,
+            beside_shared: false,
             refused: false,
             value: value.to_owned(),
             pttl: if won { -1 } else { 900 },

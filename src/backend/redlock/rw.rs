@@ -1,0 +1,522 @@
+//! The read-write lock over N Redis masters (`--backend redlock --mode
+//! shared|exclusive`), on the keys of the one-server lock ([`crate::backend::redis::rw`])
+//! held on each node, and Redlock's rules on top (see [`super`]).
+//!
+//! **On each node** one script decides, judged by that node's clock:
+//! - an **exclusive** take (a `--mode exclusive` candidate, and an election's candidate
+//!   without `--mode`: the same thing on the wire) sets the lock key `…:lock`, as the
+//!   election's take always did, and now also only while no shared holder lives there
+//!   (`…:readers`, a sorted set scored with each member's expiry in the node's ms);
+//! - a **shared** take adds a member `<nonce>|pending|<identity>` to `…:readers` (score:
+//!   now + ttl) only while the lock key is absent (whatever it holds: a pending or
+//!   confirmed writer, a switchover's reservation) and no writer waits ahead of it.
+//!
+//! So on one node an exclusive value and a live shared member never exist at once, and
+//! the rest is Redlock's argument, unchanged for both kinds: a tenure (shared or
+//! exclusive) is made by two phases, the take (pending) on every node, then, when a
+//! majority of **trusted** nodes took, the confirm with the token on the nodes taken;
+//! it exists only once a majority of trusted nodes confirmed it while its value was
+//! still there. Its claim (the elector's deadline, from the take's send time) ends
+//! before its value can expire on any node of that majority. An exclusive tenure's
+//! majority and any other tenure's majority share a node X; on X one of the two values
+//! was taken only after the other was gone, so the two claims do not overlap and are
+//! ordered as their values on X. Two shared tenures may overlap: on X both members
+//! live side by side. A failed campaign gives back on every node, as for the election.
+//! Restarted nodes count for nothing until they have been up a ttl and their counter is
+//! caught up (the incarnation marker, see [`super`]); they have forgotten the shared
+//! members and the lock alike, so the restart argument holds for both kinds.
+//!
+//! **Tokens.** Every confirm, shared or exclusive, raises each node's fence counter to
+//! its token, and every take reads the counters: the token is one more than the highest
+//! counter of the nodes read (and than the highest token this candidate has seen). On
+//! X above, the later tenure's take read the counter after the earlier one's confirm
+//! wrote its token there (that confirm needed its value on X, and the later take needed
+//! it gone), so an exclusive tenure's token exceeds every earlier tenure's, and a
+//! shared tenure's exceeds every earlier exclusive one's (and is below every later
+//! exclusive one's). **Between shared holders nothing is promised**: two that overlap,
+//! or follow each other closely, may carry the same token or any order of tokens
+//! (neither excludes the other, so neither reads the other's counter after it).
+//!
+//! **Writers are not starved.** A candidate kept out on a node (by a holder, a
+//! reservation, or a place ahead) leaves its place in that node's queue
+//! (`…:writer-waits`, the entries of [`QUEUE`](crate::backend::redis::QUEUE): arrival,
+//! `r` or `w`, a per-process queue id, the identity; a place lapses when its candidate's
+//! presence channel has no subscriber on that node, or two ttl after its last look
+//! unless the holders keep the queue by `…:busy`). A shared take is refused on a node
+//! while a writer waits there ahead of it; an exclusive take (of a `--mode` candidate,
+//! or of an election's candidate while the queue exists or readers hold) while anyone
+//! waits ahead of it. Unlike on one server, the arrival in an entry is chosen by the
+//! candidate (its clock, once per wait) and is the same on every node, so every node
+//! orders two candidates alike: the first of those waiting is kept out by no place on
+//! any node, and no two candidates can each be ahead on a different node and block
+//! each other forever (with node-chosen arrivals they could, while a node is down). A
+//! place is liveness only: the lock key and the readers' set alone decide safety.
+//!
+//! **Waiting** sends nothing at steady state. A candidate kept out by an exclusive
+//! holder follows it as the election's followers do (tracking the renewals' `…:alive`
+//! on a majority, see [`super::handover`]). One kept out by shared holders (a writer,
+//! an election's candidate, or a reader behind a writer waiting for them: the take
+//! names one of them, [`BESIDE_SHARED`]) tracks the readers' set `…:readers` on the
+//! nodes that said so (`CLIENT TRACKING BCAST`, with `…:alive`, see
+//! [`follower_tracking`]): every renewal there is pushed to it, and it looks by itself
+//! only once all but a minority of those nodes went a ttl without a change (the
+//! readers crashed or stopped, so their entries have expired). A release of the lock
+//! while candidates wait, the last shared holder's release on a node, and a waiting
+//! candidate's withdrawal publish on the events channel, which makes every follower
+//! look at once. Left with a bounded look: a candidate kept out by a place ahead while
+//! no shared holder holds (a writer about to take) looks at that place's lapse or its
+//! retry interval.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::select_all;
+use redis::PushKind;
+use tokio::time::Instant;
+
+use super::handover::holder_due;
+use super::{most_seen, RedlockBackend, Round, Take, Tally, TRUSTED};
+use crate::backend::redis::{parse_value, Keys};
+use crate::backend::{no_switchover_with, BackendError, LockMode, Wake};
+use crate::status::Holder;
+
+/// Lua prelude of the take scripts: `before(live, entry, writers)`, the first entry of
+/// the sorted queue `live` ahead of `entry` (a writer's, with `writers`), or nil.
+/// Entries sort by their arrival, which the candidate chose (16 digits), so this is
+/// the same on every node.
+pub(super) const ORDER: &str = r#"
+local function before(live, entry, writers)
+  for _, m in ipairs(live) do
+    if m >= entry then
+      return nil
+    end
+    if not writers or string.match(m, '^%d+|w|') then
+      return m
+    end
+  end
+  return nil
+end
+"#;
+
+/// A take's answer: kept out while shared holders hold; its value names one of them.
+pub(super) const BESIDE_SHARED: i64 = 3;
+
+/// Phase 1 of an exclusive (or an election's) take on one node. KEYS: lock, fence,
+/// marker, switchover reservation, readers, queue (writer-waits), busy. ARGV: our
+/// `<nonce>|`, identity, ttl ms, settle ms, use-by, our queue entry, our queue id
+/// `<id>|`, the presence channels' prefix, the events channel, `1` for a `--mode`
+/// candidate (always queues when kept out). Returns as [`super::TAKE`] did: {taken (2:
+/// refused as late; [`BESIDE_SHARED`]: kept out while shared holders hold, value one
+/// of them), value, pttl of what keeps it out, fence, state, ms until settled, run_id,
+/// store ms}; kept out by a place ahead, the value is empty.
+pub(super) const TAKE_EXCLUSIVE: &str = r#"
+local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local late, now = too_late(ARGV[5])
+if late then
+  return {2, '', -1, fence, state, settle_left, run_id, now}
+end
+local ttl = tonumber(ARGV[3])
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, cur, -1, fence, state, settle_left, run_id, now}
+end
+local reader, last = live_readers(KEYS[5], now)
+local queued = reader ~= nil or ARGV[10] == '1' or redis.call('EXISTS', KEYS[6]) == 1
+local live = {}
+if queued then
+  live = queue(KEYS[6], KEYS[7], ARGV[8], now, ARGV[7], ARGV[9])
+end
+local function kept(value, pttl, code)
+  if queued then
+    enqueue(KEYS[6], ARGV[6], 'w', '', '', now, ttl)
+  end
+  return {code or 0, value, pttl, fence, state, settle_left, run_id, now}
+end
+if cur then
+  return kept(cur, redis.call('PTTL', KEYS[1]))
+end
+local left = reserved(KEYS[4], ARGV[2])
+if left then
+  return kept('', left)
+end
+if reader then
+  return kept(reader, last - now, 3)
+end
+if queued then
+  local first = before(live, ARGV[6], false)
+  if first then
+    return kept('', lapse_left(KEYS[6], KEYS[7], first, now))
+  end
+  dequeue(KEYS[6], ARGV[7])
+end
+local value = ARGV[1] .. 'pending|' .. ARGV[2]
+redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+keep_queue(KEYS[6], KEYS[7], ttl)
+return {1, value, -1, fence, state, settle_left, run_id, now}
+"#;
+
+/// Phase 1 of a shared take on one node: adopt our own live member, or add a pending
+/// one while the lock key is absent, no reservation is left to another and no writer
+/// waits ahead. KEYS and ARGV as [`TAKE_EXCLUSIVE`]'s; the answer too.
+pub(super) const TAKE_SHARED: &str = r#"
+local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local late, now = too_late(ARGV[5])
+if late then
+  return {2, '', -1, fence, state, settle_left, run_id, now}
+end
+local ttl, prefix = tonumber(ARGV[3]), ARGV[1]
+local reader = live_readers(KEYS[5], now)
+for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  if string.sub(m, 1, #prefix) == prefix then
+    redis.call('ZADD', KEYS[5], now + ttl, m)
+    dequeue(KEYS[6], ARGV[7])
+    return {1, m, -1, fence, state, settle_left, run_id, now}
+  end
+end
+local live = {}
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  live = queue(KEYS[6], KEYS[7], ARGV[8], now, ARGV[7], ARGV[9])
+end
+local function kept(value, pttl, code)
+  enqueue(KEYS[6], ARGV[6], 'r', '', '', now, ttl)
+  return {code or 0, value, pttl, fence, state, settle_left, run_id, now}
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  return kept(cur, redis.call('PTTL', KEYS[1]))
+end
+local left = reserved(KEYS[4], ARGV[2])
+if left then
+  return kept('', left)
+end
+local first = before(live, ARGV[6], true)
+if first and reader then
+  return kept(reader, lapse_left(KEYS[6], KEYS[7], first, now), 3)
+elseif first then
+  return kept('', lapse_left(KEYS[6], KEYS[7], first, now))
+end
+dequeue(KEYS[6], ARGV[7])
+local value = prefix .. 'pending|' .. ARGV[2]
+redis.call('ZADD', KEYS[5], now + ttl, value)
+keep_queue(KEYS[6], KEYS[7], ttl)
+return {1, value, -1, fence, state, settle_left, run_id, now}
+"#;
+
+/// Phase 2 of a shared take on one node: if our member is still there and live, raise
+/// the counter to the token and put our value with the token in its place (same
+/// expiry), catching the node up as [`super::CONFIRM`] does. KEYS: readers, fence,
+/// marker. ARGV: our `<nonce>|`, token, value, (unused), settle ms, run_id to catch
+/// up. Returns {ours, state}.
+pub(super) const CONFIRM_SHARED: &str = r#"
+local now = store_ms()
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if string.sub(m, 1, #ARGV[1]) == ARGV[1] then
+    local expiry = tonumber(redis.call('ZSCORE', KEYS[1], m))
+    if expiry <= now then
+      return {0, 0}
+    end
+    local token = tonumber(ARGV[2])
+    if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
+      redis.call('SET', KEYS[2], token)
+    end
+    local _, state = incarnation(KEYS[3], tonumber(ARGV[5]))
+    if ARGV[6] ~= '' then
+      state = catch_up(KEYS[2], KEYS[3], ARGV[6], ARGV[2], tonumber(ARGV[5]))
+    end
+    if m ~= ARGV[3] then
+      redis.call('ZREM', KEYS[1], m)
+      redis.call('ZADD', KEYS[1], expiry, ARGV[3])
+    end
+    return {1, state}
+  end
+end
+return {0, 0}
+"#;
+
+/// A shared holder's renewal on one node: its own live member only, and only while
+/// the lock key is absent; keeps the queue's places. KEYS: readers, fence, marker,
+/// lock, queue, busy. ARGV: our value, ttl ms, settle ms, use-by. Returns as
+/// [`super::RENEW`]: {ours (2: refused as late), state, fence, run_id, store ms}.
+pub(super) const RENEW_SHARED: &str = r#"
+local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local late, now = too_late(ARGV[4])
+if late then
+  return {2, state, fence, run_id, now}
+end
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[4]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  keep_queue(KEYS[5], KEYS[6], tonumber(ARGV[2]))
+  return {1, state, fence, run_id, now}
+end
+return {0, state, fence, run_id, now}
+"#;
+
+/// A shared holder's give-back on one node: our members go; with `ARGV[7]` (our queue
+/// id, on a release) our place too, and then the release of the last shared holder
+/// there (or the withdrawal of a place) is published on the events channel, so the
+/// candidates waiting look. Catches up as [`super::GIVE_BACK`]. KEYS: readers, fence,
+/// marker, queue, lock. ARGV: our `<nonce>|`, events channel, run_id to catch up,
+/// counter, settle ms, (unused), our queue id `<id>|` or empty. Returns 1 when it
+/// released a member.
+pub(super) const GIVE_BACK_SHARED: &str = r#"
+local left = 0
+if ARGV[7] ~= '' then
+  left = dequeue(KEYS[4], ARGV[7])
+end
+local released = 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if string.sub(m, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('ZREM', KEYS[1], m)
+    released = 1
+  end
+end
+if released == 1 and ARGV[7] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', store_ms())
+  if redis.call('ZCARD', KEYS[1]) == 0 and not redis.call('GET', KEYS[5]) then
+    redis.call('PUBLISH', ARGV[2], 'released|')
+  end
+elseif left > 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+if ARGV[3] ~= '' then
+  catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+end
+return released
+"#;
+
+/// A follower's tracking on one node's command connection: every change of the
+/// exclusive holder's renewals (`…:alive`, see [`super::handover`]) and of the shared
+/// holders' set (`…:readers`) is pushed to it. Off first, as
+/// [`tracking_pipe`](crate::backend::redis::tracking_pipe).
+pub(super) fn follower_tracking(keys: &Keys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+    for key in [&keys.alive, &keys.readers] {
+        pipe.arg("PREFIX").arg(key);
+    }
+    pipe.arg("NOLOOP").ignore();
+    pipe
+}
+
+/// A candidate's place in the nodes' queues: `<arrival µs, 16 digits>|<r or w>|<queue
+/// id>|<identity>`, the same on every node (see the module doc). An election's
+/// candidate queues as a writer.
+pub(super) fn queue_entry(
+    arrival_us: u128,
+    mode: LockMode,
+    queue_id: &str,
+    identity: &str,
+) -> String {
+    let kind = if mode == LockMode::Shared { 'r' } else { 'w' };
+    format!("{arrival_us:016}|{kind}|{queue_id}|{identity}")
+}
+
+/// Now, in µs of the wall clock, for a new place in the queues.
+pub(super) fn arrival_now() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+impl Tally {
+    /// A shared holder the trusted nodes named (the one named most), for a follower
+    /// kept out by them: nobody holds the lock itself.
+    pub(super) fn shared_holder(&self) -> Option<Holder> {
+        let (value, _) = most_seen(&self.shared)?;
+        let parsed = parse_value(value);
+        (!parsed.identity.is_empty()).then(|| Holder {
+            identity: parsed.identity.to_owned(),
+            token: parsed.token,
+        })
+    }
+}
+
+impl RedlockBackend {
+    /// The key our tenure's value lives in on each node: the lock, or the readers' set.
+    pub(super) fn held_key(&self) -> &str {
+        match self.mode {
+            LockMode::Shared => &self.keys.readers,
+            _ => &self.keys.lock,
+        }
+    }
+
+    /// The renewal's fourth key: the followers' `alive` (exclusive), or the lock that
+    /// a shared renewal must find absent.
+    pub(super) fn beside_key(&self) -> &str {
+        match self.mode {
+            LockMode::Shared => &self.keys.lock,
+            _ => &self.keys.alive,
+        }
+    }
+
+    /// Our place in the queues: kept from the first look that did not take until we
+    /// take or release, so every node orders us by the same arrival.
+    pub(super) fn queue_entry(&mut self) -> String {
+        let (mode, id, identity) = (self.mode, &self.queue_id, &self.identity);
+        self.entry
+            .get_or_insert_with(|| queue_entry(arrival_now(), mode, id, identity))
+            .clone()
+    }
+
+    /// A new tenure waits no more; a shared holder announces nothing (the election's
+    /// followers would follow it as the one holder, and wait for renewals of `alive`
+    /// that it does not write).
+    pub(super) fn on_acquired_rw(&mut self) {
+        self.entry = None;
+        if self.mode == LockMode::Shared {
+            self.announce = None;
+        }
+    }
+
+    /// After a campaign that found nobody holding the lock on a majority: the nodes
+    /// whose trusted answer was "kept out by shared holders", for a follower's wait
+    /// ([`RedlockBackend::wait_beside_shared`]).
+    pub(super) fn follow_shared(&mut self, answers: &Round<Take>, read_at: Instant) {
+        for (i, a) in answers.iter().enumerate() {
+            if a.as_ref()
+                .is_some_and(|a| a.beside_shared && a.state == TRUSTED)
+            {
+                self.shared_signs[i] = Some(read_at);
+            }
+        }
+    }
+
+    /// A follower kept out by shared holders sends nothing while they renew: each
+    /// change of the readers' set on a node it follows them on (a renewal, at the
+    /// latest a ttl after the last one) is pushed to it (`Quiet`). It looks
+    /// (`Changed`) on a notice (the last reader's release, a place withdrawn), on a
+    /// lost connection, and once all but a minority of those nodes went a ttl
+    /// without a change (the readers crashed or stopped: their entries have expired).
+    /// Without tracking on enough of them, it turns it on and looks again, or waits
+    /// for the notices and the expiry the campaign read.
+    pub(super) async fn wait_beside_shared(&mut self, max: Duration) -> Wake {
+        let holds: Vec<bool> = self.shared_signs.iter().map(Option::is_some).collect();
+        self.drain_pushes(false);
+        let watched: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| holds[i] && self.tracking[i])
+            .collect();
+        if watched.len() < self.quorum() {
+            if self.start_tracking(&holds).await {
+                return Wake::Changed;
+            }
+            return self.wait_for_notice(max).await;
+        }
+        let spare = Duration::from_millis(2);
+        let dues = watched
+            .iter()
+            .filter_map(|&i| Some(self.shared_signs[i]? + self.ttl + spare))
+            .collect();
+        let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
+        let until = (Instant::now() + max).min(due);
+        let wake = self.wake.clone();
+        loop {
+            let next_push = select_all(self.pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
+                watched
+                    .contains(&i)
+                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
+            }));
+            let (i, push) = tokio::select! {
+                _ = wake.notified() => (None, None),
+                ((i, push), _, _) = next_push => (Some(i), push),
+                _ = tokio::time::sleep_until(until) => {
+                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
+                }
+            };
+            let Some(i) = i else {
+                match self.on_notice() {
+                    Some(w) => return w,
+                    None => continue,
+                }
+            };
+            match push.map(|p| p.kind) {
+                Some(PushKind::Invalidate) => {
+                    self.shared_signs[i] = Some(Instant::now());
+                    return Wake::Quiet;
+                }
+                Some(PushKind::Disconnection) | None => {
+                    self.tracking[i] = false;
+                    self.shared_signs[i] = None;
+                    return Wake::Changed;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// A switchover names one successor: with `--mode` there is none to name.
+    pub(super) fn no_switchover(&self) -> Result<(), BackendError> {
+        match self.mode.flag() {
+            Some(flag) => Err(no_switchover_with(flag)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{REFUSED, STALE};
+    use super::*;
+
+    fn beside(value: &str, state: i64) -> Option<Take> {
+        Some(Take {
+            won: false,
+            beside_shared: true,
+            refused: false,
+            value: value.to_owned(),
+            pttl: 700,
+            fence: 0,
+            state,
+            settle_ms: 0,
+            run_id: String::new(),
+            store_ms: 0,
+        })
+    }
+
+    #[test]
+    fn shared_holders_keep_a_writer_out_without_holding_the_lock() {
+        let answers = vec![
+            beside("a|3|r-a", TRUSTED),
+            beside("b|4|r-b", TRUSTED),
+            beside("a|3|r-a", TRUSTED),
+        ];
+        let t = Tally::of(&answers, &[None, None, None]);
+        // Nobody holds the lock itself, but something does on every node: a wait for
+        // the expiry, not a split vote's quick retry.
+        assert_eq!(t.seen, vec![String::new(); 3]);
+        assert_eq!(t.counted_taken, 0);
+        assert_eq!(t.soonest_expiry, Some(700));
+        let named = t.shared_holder().expect("a shared holder named");
+        assert_eq!((named.identity.as_str(), named.token), ("r-a", Some(3)));
+        // What an untrusted node says names nobody.
+        let t = Tally::of(
+            &vec![beside("a|3|r-a", STALE), None, None],
+            &[None, None, None],
+        );
+        assert!(t.seen.is_empty() && t.shared_holder().is_none());
+    }
+
+    #[test]
+    fn the_shared_answer_is_no_other_answer() {
+        assert!(![0, 1, REFUSED].contains(&BESIDE_SHARED));
+    }
+
+    #[test]
+    fn entries_sort_by_arrival_on_every_node_alike() {
+        let early = queue_entry(9_000_000, LockMode::Shared, "q2", "r");
+        let late = queue_entry(10_000_000, LockMode::Exclusive, "q1", "w");
+        assert_eq!(early, "0000000009000000|r|q2|r");
+        assert_eq!(late, "0000000010000000|w|q1|w");
+        // Zero-padded: the string order (Lua's `<`) is the arrival's order.
+        assert!(early < late);
+        assert_eq!(
+            queue_entry(1, LockMode::Election, "q", "e"),
+            "0000000000000001|w|q|e",
+            "an election's candidate waits as a writer"
+        );
+    }
+}
