@@ -1055,9 +1055,16 @@ fn soak_13_shared_and_exclusive() {
     run_on(
         "redis",
         &|r| SidecarArgs::redis(&redis.url()).election(&election(r)),
-        common::modes::shared_and_exclusive_without_a_queue,
+        queued,
     );
     drop(redis);
+    let cluster = RedisCluster::start(3);
+    run_on(
+        "redlock (3)",
+        &|r| SidecarArgs::redlock(&cluster.urls()).election(&election(r)),
+        queued,
+    );
+    drop(cluster);
     let etcd = EtcdCluster::start(1);
     run_on(
         "etcd",
