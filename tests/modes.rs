@@ -749,6 +749,34 @@ mod redis_rules {
         });
     }
 
+    /// The writer's twin of the election's
+    /// `a_leader_tracks_its_key_again_when_the_tracking_connection_dies`
+    /// (tests/redis_backend.rs): the tracking connection killed while W holds, and no
+    /// renewal after it (ttl 30 s): W's wait for news of its key (`record_lost`) turns
+    /// tracking on again by itself, so a takeover right after is heard at once, not at
+    /// W's next renewal.
+    #[test]
+    fn a_writer_tracks_its_key_again_when_the_tracking_connection_dies() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut w = writer(&server.url(), "W", ttl);
+            leads("W", &mut w).await;
+            server.kill_the_tracking_connection();
+            let waiting = w.record_lost();
+            tokio::pin!(waiting);
+            // W waits (and hears of the lost connection) before anyone else writes.
+            let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+            assert!(early.is_err(), "W's wait ended with its key untouched");
+            server.command(&format!("SET {LOCK} 1|intruder|x PX 30000"));
+            let heard = tokio::time::timeout(Duration::from_secs(2), waiting).await;
+            assert!(
+                heard.is_ok(),
+                "W did not hear its key taken after its tracking died"
+            );
+        });
+    }
+
     /// Tokens grow across every tenure, shared or exclusive, for candidates that
     /// never saw an earlier one (a fresh process each time).
     #[test]

@@ -518,6 +518,67 @@ pub struct RedisBackend {
     announce: Option<String>,
 }
 
+/// An exclusive holder of the lock key, which hears of the key's changes by others
+/// through `CLIENT TRACKING` (invariant 9): the election's holder and the read-write
+/// lock's exclusive one (see [`own_key_lost`]).
+pub(crate) trait OwnKey: Send {
+    /// The pushes of the command connection.
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo>;
+    /// Records what one push means; `true` for a change of our key (tracking on).
+    /// A disconnect notice means the tracking is gone with its connection.
+    fn note_push(&mut self, push: &PushInfo) -> bool;
+    /// Turns tracking of our key on and reads it in the same round trip: `true` while
+    /// it holds our tenure's value.
+    fn track_own_key(
+        &mut self,
+        op: &'static str,
+    ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send;
+    /// Until when a push is taken for the invalidation of our own last renewal.
+    fn own_push_until(&mut self) -> &mut Option<Instant>;
+    /// A read of the key after a push: whether it holds another value than ours.
+    fn taken(&mut self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// An exclusive holder's wait for news of its key (`record_lost`), resolving once the
+/// key is gone or no longer ours.
+///
+/// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
+/// connection changed, NOLOOP or not, right after the script's answer: the first
+/// push within [`OWN_PUSH_WINDOW`] of a renewal's answer is taken for that one,
+/// so the holder sends one request per renewal. Any other push for our key is
+/// looked at before concluding. (On a server that does not push our own changes,
+/// someone else's change within that window is found by the next renewal instead.)
+///
+/// A disconnect notice (the tracking went with its connection) turns tracking on
+/// again at once, on the connection the client opened since, with a read of our
+/// key: waiting for the next renewal to do it left us blind to a takeover until
+/// then, and when the notice came after a renewal had gone out on the new
+/// connection, that renewal had not done it either. Cancel-safe: a wait dropped
+/// during that read leaves tracking off, and the next renewal turns it on.
+pub(crate) async fn own_key_lost(holder: &mut impl OwnKey) {
+    while let Some(push) = holder.pushes().recv().await {
+        if push.kind == PushKind::Disconnection {
+            holder.note_push(&push);
+            // Refused (the connection still down): the next renewal tracks again.
+            if let Ok(false) = holder.track_own_key("record_lost").await {
+                return;
+            }
+            continue;
+        }
+        if !holder.note_push(&push) {
+            continue;
+        }
+        let own = holder.own_push_until().take();
+        if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
+            continue;
+        }
+        if holder.taken().await {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
 /// What a renew script's answer (`kept`) means. A renewal's own invalidation follows
 /// its answer: expected until `own_push_until` (see `record_lost`).
 pub(crate) fn renewal_of(
@@ -705,43 +766,6 @@ impl RedisBackend {
             changed |= self.note_push(&push);
         }
         changed
-    }
-
-    /// Records what one push means; `true` for a change of our key.
-    fn note_push(&mut self, push: &PushInfo) -> bool {
-        match push.kind {
-            PushKind::Disconnection => {
-                self.tracking = false;
-                false
-            }
-            PushKind::Invalidate => self.tracking,
-            _ => false,
-        }
-    }
-
-    /// Turns tracking of our key on (when it is off) and reads the key in the same
-    /// round trip: `true` when the key still holds our tenure's value, so that every
-    /// later change of it by anyone else will be pushed to us.
-    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(false);
-        };
-        // What arrived before tracking was on is from an earlier tenure.
-        self.drain_pushes();
-        let mut pipe = self.tracking_pipe();
-        // A leader waits for no baton: end a follower's wait that may still be open.
-        if let Some(unblock) = self.waiter.disarm() {
-            pipe.add_command(unblock).ignore();
-        }
-        let (current,): (Option<String>,) = pipe
-            .cmd("GET")
-            .arg(&self.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
-        self.tracking = true;
-        self.tracks_lock = true;
-        Ok(current.as_deref() == Some(value.as_str()))
     }
 
     fn tracking_pipe(&self) -> redis::Pipeline {
@@ -992,6 +1016,59 @@ pub(crate) async fn wait_for_notice(
     Wake::Changed
 }
 
+impl OwnKey for RedisBackend {
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
+        &mut self.pushes
+    }
+
+    fn note_push(&mut self, push: &PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                false
+            }
+            PushKind::Invalidate => self.tracking,
+            _ => false,
+        }
+    }
+
+    /// Turns tracking of our key on (when it is off) and reads the key in the same
+    /// round trip, so that every later change of it by anyone else will be pushed to
+    /// us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        // What arrived before tracking was on is from an earlier tenure.
+        self.drain_pushes();
+        let mut pipe = self.tracking_pipe();
+        // A leader waits for no baton: end a follower's wait that may still be open.
+        if let Some(unblock) = self.waiter.disarm() {
+            pipe.add_command(unblock).ignore();
+        }
+        let (current,): (Option<String>,) = pipe
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        self.tracks_lock = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    fn own_push_until(&mut self) -> &mut Option<Instant> {
+        &mut self.own_push_until
+    }
+
+    async fn taken(&mut self) -> bool {
+        let Some(value) = self.value.clone() else {
+            return true;
+        };
+        lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
+    }
+}
+
 impl Backend for RedisBackend {
     fn name(&self) -> &'static str {
         "redis"
@@ -1191,44 +1268,10 @@ impl Backend for RedisBackend {
         }
     }
 
-    /// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
-    /// connection changed, NOLOOP or not, right after the script's answer: the first
-    /// push within [`OWN_PUSH_WINDOW`] of a renewal's answer is taken for that one,
-    /// so the leader sends one request per renewal. Any other push for our key is
-    /// looked at before concluding. (On a server that does not push our own changes,
-    /// someone else's change within that window is found by the next renewal instead.)
-    ///
-    /// A disconnect notice (the tracking went with its connection) turns tracking on
-    /// again at once, on the connection the client opened since, with a read of our
-    /// key: waiting for the next renewal to do it left us blind to a takeover until
-    /// then, and when the notice came after a renewal had gone out on the new
-    /// connection, that renewal had not done it either.
+    /// Once it announced itself, [`own_key_lost`].
     async fn record_lost(&mut self) {
         self.announce_once().await;
-        while let Some(push) = self.pushes.recv().await {
-            if push.kind == PushKind::Disconnection {
-                self.tracking = false;
-                // Refused (the connection still down): the next renewal tracks again.
-                if let Ok(false) = self.track_own_key("record_lost").await {
-                    return;
-                }
-                continue;
-            }
-            if !self.note_push(&push) {
-                continue;
-            }
-            let own = self.own_push_until.take();
-            if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
-                continue;
-            }
-            let Some(value) = self.value.clone() else {
-                return;
-            };
-            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
-                return;
-            }
-        }
-        std::future::pending().await
+        own_key_lost(self).await
     }
 }
 

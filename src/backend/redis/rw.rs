@@ -57,8 +57,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::{
-    baton, lock_taken, new_nonce, parse_value, store, switchover, too_late, Keys, Node,
-    RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
+    baton, lock_taken, new_nonce, own_key_lost, parse_value, store, switchover, too_late, Keys,
+    Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -386,26 +386,6 @@ impl RwBackend {
         })
     }
 
-    /// An exclusive holder's watch of its own key, as the election's holder's (see
-    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
-    /// one round trip; `true` when it still holds our value, so that every later
-    /// change by anyone else is pushed to us.
-    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(false);
-        };
-        self.drain_pushes();
-        self.follows = false;
-        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
-            .cmd("GET")
-            .arg(&self.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
-        self.tracking = true;
-        Ok(current.as_deref() == Some(value.as_str()))
-    }
-
     /// A follower's tracking (before its look): every change of the holders'
     /// renewals (`readers`, `alive`) and of their keeping of the queue (`busy`) is
     /// pushed to it, so that it needs to ask nothing while they renew. A server that
@@ -485,10 +465,7 @@ impl RwBackend {
     /// Takes the pushes so far; a disconnect notice means the tracking is gone.
     fn drain_pushes(&mut self) {
         while let Ok(push) = self.pushes.try_recv() {
-            if push.kind == PushKind::Disconnection {
-                self.tracking = false;
-                self.follows = false;
-            }
+            self.note_push(&push);
         }
     }
 
@@ -530,6 +507,55 @@ impl RwBackend {
             message,
         })?;
         Ok((look, readers))
+    }
+}
+
+impl OwnKey for RwBackend {
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
+        &mut self.pushes
+    }
+
+    fn note_push(&mut self, push: &PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                self.follows = false;
+                false
+            }
+            PushKind::Invalidate => self.tracking,
+            _ => false,
+        }
+    }
+
+    /// An exclusive holder's watch of its own key, as the election's holder's (see
+    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
+    /// one round trip; `true` when it still holds our value, so that every later
+    /// change by anyone else is pushed to us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        self.drain_pushes();
+        self.follows = false;
+        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    fn own_push_until(&mut self) -> &mut Option<Instant> {
+        &mut self.own_push_until
+    }
+
+    async fn taken(&mut self) -> bool {
+        let Some(value) = self.value.clone() else {
+            return true;
+        };
+        lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
     }
 }
 
@@ -629,36 +655,16 @@ impl Backend for RwBackend {
     }
 
     /// An exclusive holder hears of its key taken or deleted by anyone else at once,
-    /// as the election's holder does (invariant 9): the first push within
-    /// [`OWN_PUSH_WINDOW`](super::OWN_PUSH_WINDOW) of a renewal's answer is that
-    /// renewal's own, any other is checked by a read. A shared holder does not watch its entry (every other
+    /// as the election's holder does (invariant 9), by the same watch
+    /// ([`own_key_lost`]), which also tracks the key again as soon as the tracking
+    /// connection is lost. A shared holder does not watch its entry (every other
     /// reader's renewal changes the same key): a tampered entry is found by its next
     /// renewal.
     async fn record_lost(&mut self) {
         if self.mode != LockMode::Exclusive {
             return std::future::pending().await;
         }
-        while let Some(push) = self.pushes.recv().await {
-            match push.kind {
-                PushKind::Disconnection => {
-                    self.tracking = false;
-                    continue;
-                }
-                PushKind::Invalidate if self.tracking => {}
-                _ => continue,
-            }
-            let own = self.own_push_until.take();
-            if own.is_some_and(|u| Instant::now() <= u) {
-                continue;
-            }
-            let Some(value) = self.value.clone() else {
-                return;
-            };
-            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
-                return;
-            }
-        }
-        std::future::pending().await
+        own_key_lost(self).await
     }
 
     /// One request (`EVAL` with the text: a server that lost its script cache costs no
