@@ -939,6 +939,36 @@ mod redis_rules {
         });
     }
 
+    /// An election's candidate queued behind a writer (the reader gone, the writer not
+    /// come yet) wakes at once when that writer stops waiting: a withdrawal hands no
+    /// baton, only the read-write lock's channel tells (ttl 60 s: its own look is two
+    /// ttl away, at the writer's place's lapse).
+    #[test]
+    fn an_election_candidate_queued_behind_a_writer_wakes_when_it_stops_waiting() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(60);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W", &mut w).await;
+            does_not_lead("E", &mut e).await;
+            r.release().await.expect("release");
+            does_not_lead("E behind W", &mut e).await;
+            settle(&mut e).await;
+            let (woke, ()) = tokio::join!(
+                tokio::time::timeout(Duration::from_secs(3), wakes(&mut e, ttl)),
+                async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    w.release().await.expect("release")
+                }
+            );
+            assert_eq!(woke.ok(), Some(Wake::Changed), "E slept on");
+            leads("E once W stopped waiting", &mut e).await;
+        });
+    }
+
     /// Waits on `b` until nothing is pending (notices heard before now, such as the
     /// listener's look after it subscribed, wake a wait at once).
     async fn settle(b: &mut impl Backend) {
@@ -1053,4 +1083,89 @@ fn a_waiting_candidate_sends_nothing_on_redis() {
         }
     }
     assert_eq!(leading(&cars), [0], "only the reader holds");
+}
+
+/// An election's candidate (no `--mode`) waiting for shared holders costs Redis
+/// nothing either (issue 33): it hears the readers' renewals (tracking pushes of the
+/// readers' set) as a `--mode exclusive` waiter does, and looks only when they would
+/// expire unheard-of. No command of it in 8 s (four ttl) of MONITOR while two readers
+/// renew; then the last reader's SIGTERM lets it in within a second (the release
+/// hands it the baton and tells the read-write lock's channel; a look at 3/4 ttl
+/// would be up to 1.5 s late, but this bound only asks that it be woken at all).
+/// Then a writer and a second election's candidate wait for it, and send nothing in
+/// 6 s either.
+#[test]
+fn a_waiting_election_candidate_sends_nothing_on_redis() {
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: Option<&str>| {
+        let a = match mode {
+            Some(m) => args.clone().flag("--mode", m),
+            None => args.clone(),
+        };
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let mut cars = vec![spawn("r-0", Some("shared")), spawn("r-1", Some("shared"))];
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0, 1]).then_some(())
+    });
+    assert!(held.is_some(), "the readers never led");
+    cars.push(spawn("e-0", None));
+    cars[2].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(8));
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent: Vec<&String> = (seen.iter())
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        eprintln!("{}: {} commands in 8 s", car.name, sent.len());
+        if car.name.starts_with("r-") {
+            assert!(sent.len() >= 7, "{}'s renewals: {sent:?}", car.name);
+        } else {
+            assert!(sent.is_empty(), "{}: {sent:?}", car.name);
+        }
+    }
+    assert_eq!(leading(&cars), [0, 1], "only the readers hold");
+    let view = cars[2].leader().expect("/leader");
+    let named = view["leader"].as_str().unwrap_or("");
+    assert!(
+        named.starts_with("r-"),
+        "the waiting candidate names a reader: {view}"
+    );
+    cars[1].terminate(Duration::from_secs(10));
+    let t0 = std::time::Instant::now();
+    cars[0].signal(libc::SIGTERM);
+    let led = eventually(Duration::from_secs(10), || {
+        (leading(&cars) == [2]).then_some(())
+    });
+    let took = t0.elapsed();
+    eprintln!("the election's candidate led {took:?} after the last reader's SIGTERM");
+    assert!(led.is_some(), "the election's candidate never led");
+    assert!(
+        took < Duration::from_secs(1),
+        "led {took:?} after the SIGTERM"
+    );
+
+    // The other way round: a writer waits for the election's holder, whose renewals
+    // now also keep the queue (`busy`); an election's follower tracks that key too
+    // (for when readers hold), but follows the holder by its `alive` alone.
+    cars.push(spawn("w-0", Some("exclusive")));
+    cars[3].settles_in("follower", Duration::from_secs(20));
+    cars.push(spawn("e-1", None));
+    cars[4].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    for car in &cars[3..] {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent: Vec<&String> = (seen.iter())
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        eprintln!("{}: {} commands in 6 s", car.name, sent.len());
+        assert!(sent.is_empty(), "{}: {sent:?}", car.name);
+    }
+    assert_eq!(leading(&cars), [2], "only the election's holder holds");
 }

@@ -11,7 +11,10 @@
 //!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]);
 //! - `leasekeeper:{<election>}:readers`, `…:writer-waits`, `…:busy` and channel `…:rw`:
 //!   the read-write lock (`--mode`, see [`rw`]); the take refuses while live readers
-//!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]).
+//!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]). A candidate
+//!   kept out by the shared holders or by a place ahead in the queue waits as a
+//!   `--mode` one does (see [`quiet`]): it tracks the readers' set and `…:busy` too,
+//!   and its listener hears `…:rw` while it waits so.
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -63,6 +66,7 @@ use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
 pub(crate) mod baton;
+mod quiet;
 pub mod rw;
 mod settings;
 pub(crate) mod switchover;
@@ -84,7 +88,9 @@ end
 "#;
 
 /// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
-/// lock, store ms}. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
+/// lock, store ms, why}, `why` saying what kept it out as [`rw::judge`]'s codes do: 0
+/// a holder of the lock key (or nothing: taken, refused), 3 the shared holders, 4 a
+/// place ahead in the queue. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
 /// it out as a holder would: the answer names the first of them, with the time until
 /// the last one's expiry, and queues this candidate as a waiting writer (`KEYS[6]`,
 /// see [`QUEUE`]) so that no later shared holder comes in meanwhile. While `--mode`
@@ -94,46 +100,46 @@ end
 const ACQUIRE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
-  return {2, '', -1, now}
+  return {2, '', -1, now, 0}
 end
 local ttl = tonumber(ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, cur, -1, now}
+  return {1, cur, -1, now, 0}
 end
 local live, own = {}, nil
 if redis.call('EXISTS', KEYS[6]) == 1 then
   live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8])
 end
-local function wait(value, pttl)
+local function wait(value, pttl, why)
   enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl)
-  return {0, value, pttl, now}
+  return {0, value, pttl, now, why}
 end
 if cur then
   if #live > 0 then
-    return wait(cur, redis.call('PTTL', KEYS[1]))
+    return wait(cur, redis.call('PTTL', KEYS[1]), 0)
   end
-  return {0, cur, redis.call('PTTL', KEYS[1]), now}
+  return {0, cur, redis.call('PTTL', KEYS[1]), now, 0}
 end
 local left = reserved(KEYS[3], ARGV[2])
 if left then
-  return {0, '', left, now}
+  return {0, '', left, now, 0}
 end
 local reader, last = live_readers(KEYS[5], now)
 if reader then
-  return wait(reader, last - now)
+  return wait(reader, last - now, 3)
 end
 local first = ahead(live, own, false)
 if first then
-  return wait('', lapse_left(KEYS[6], KEYS[7], first, now))
+  return wait('', lapse_left(KEYS[6], KEYS[7], first, now), 4)
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], floor)
   local fenced = 'quarantine|' .. floor .. '|'
   redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, ttl, now}
+  return {0, fenced, ttl, now, 0}
 end
 local token = redis.call('INCR', KEYS[2])
 if token <= floor then
@@ -148,7 +154,7 @@ if own then
 end
 keep_queue(KEYS[6], KEYS[7], ttl)
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
-return {1, value, -1, now}
+return {1, value, -1, now, 0}
 "#;
 
 /// Lua prelude of the scripts that read or change the queue of waiting candidates
@@ -414,6 +420,18 @@ impl Node {
         )
     }
 
+    /// As [`Node::connect_announced`], for an election's candidate on one server,
+    /// whose listener also notes the read-write lock's channel (see [`Hears::Election`]).
+    fn connect_election(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Election)
+    }
+
     fn connect(
         settings: &RedisSettings,
         keys: &Keys,
@@ -516,6 +534,8 @@ pub struct RedisBackend {
     tracks_lock: bool,
     /// Our value, to announce once we lead (see `record_lost`).
     announce: Option<String>,
+    /// Kept out of the read-write lock: when it looks by itself (see [`quiet`]).
+    quiet: quiet::Wait,
 }
 
 /// An exclusive holder of the lock key, which hears of the key's changes by others
@@ -647,7 +667,7 @@ impl RedisBackend {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         let (node, pushes) =
-            Node::connect_announced(settings, &keys, identity, wake.clone(), op_timeout)?;
+            Node::connect_election(settings, &keys, identity, wake.clone(), op_timeout)?;
         let waiter = baton::Waiter::spawn(
             redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
             keys.baton.clone(),
@@ -690,6 +710,7 @@ impl RedisBackend {
             grace: None,
             tracks_lock: false,
             announce: None,
+            quiet: quiet::Wait::default(),
         })
     }
 
@@ -702,6 +723,7 @@ impl RedisBackend {
         self.nonce = new_nonce();
         self.value = None;
         self.announce = None;
+        self.wait_quietly_after(0, -1);
         // EVAL with the script's text, not EVALSHA: one round trip whatever the server
         // has cached (a server that never ran the release script, or restarted, would
         // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
@@ -772,10 +794,11 @@ impl RedisBackend {
         tracking_pipe(&self.keys.lock)
     }
 
-    /// A follower's tracking: the key every renewal writes (see [`baton`]).
+    /// A follower's tracking: the key every renewal writes (see [`baton`]), and what
+    /// keeps a candidate of the read-write lock out ([`follower_tracking`]).
     async fn start_tracking(&mut self) -> Result<(), BackendError> {
         self.tracks_lock = false;
-        let () = tracking_pipe(&self.keys.alive)
+        let () = follower_tracking(&self.keys)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
@@ -827,6 +850,7 @@ impl RedisBackend {
         self.floor = self.floor.max(token);
         let now = Instant::now();
         self.grace = None;
+        self.wait_quietly_after(0, -1);
         self.drain_pushes();
         self.last_sign = self.tracking.then_some(now);
         self.holder_expires = Some(now + self.ttl);
@@ -837,11 +861,85 @@ impl RedisBackend {
         })))
     }
 
+    /// After a look: an election's candidate kept out by the shared holders (`why` 3)
+    /// or by a place ahead in the queue (4) waits as a `--mode` candidate does (see
+    /// [`quiet`], [`RedisBackend::wait_quietly`]), woken by the read-write lock's
+    /// channel; one kept out by a holder of the lock key follows it (see
+    /// [`baton`]).
+    fn wait_quietly_after(&mut self, why: i64, pttl: i64) {
+        let look = match why {
+            3 => quiet::Look::KeptOut { pttl },
+            4 => quiet::Look::Queued { pttl },
+            _ => {
+                self.quiet.stop();
+                self.node.notices.want_rw(false);
+                return;
+            }
+        };
+        let (ttl, tracked) = (self.ttl, self.tracking);
+        (self.quiet).looked(&look, ttl, tracked, Instant::now(), OWN_PUSH_WINDOW);
+        self.node.notices.want_rw(true);
+    }
+
+    /// An election's candidate kept out by the shared holders or by a place ahead in
+    /// the queue (see [`RedisBackend::wait_quietly_after`]) waits as a `--mode
+    /// exclusive` one does: it sends nothing while what keeps it out is renewed (each
+    /// renewal pushed to it, `Quiet`), and looks (`Changed`) on the baton, on a message
+    /// of the read-write lock's channel (also one heard since its last look began), on
+    /// a lost tracking connection, or when what keeps it out would have expired
+    /// unheard-of; `max` first: `Waiting`.
+    async fn wait_quietly(&mut self, max: Duration) -> Wake {
+        if self.node.notices.take_rw() {
+            return Wake::Changed;
+        }
+        let until = Instant::now() + max;
+        loop {
+            let look_at = self.quiet.look_at().unwrap_or(until);
+            tokio::select! {
+                _ = self.wake.notified() => {
+                    if let Some(wake) = self.on_notice() {
+                        return wake;
+                    }
+                }
+                push = self.pushes.recv() => {
+                    let Some(push) = push else { return Wake::Changed };
+                    match push.kind {
+                        PushKind::Disconnection => {
+                            self.tracking = false;
+                            return Wake::Changed;
+                        }
+                        PushKind::Invalidate => {
+                            let keys = quiet::invalidated(&push);
+                            let now = Instant::now();
+                            if self.quiet.heard(&keys, &self.keys.busy, self.ttl, now) {
+                                return Wake::Quiet;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                _ = tokio::time::sleep_until(until.min(look_at)) => {
+                    let now = Instant::now();
+                    return if now >= look_at { Wake::Changed } else { Wake::Waiting };
+                }
+            }
+        }
+    }
+
+    /// Whether an invalidation concerns the holder of the lock key a follower follows
+    /// (its `alive`; a flush of everything too), not the read-write lock's keys.
+    fn names_alive(&self, push: &PushInfo) -> bool {
+        let keys = quiet::invalidated(push);
+        keys.is_empty() || keys.iter().any(|k| k == self.keys.alive.as_bytes())
+    }
+
     /// What a wake-up of the listener or the baton waiter asks for: a look (`Changed`,
     /// the campaign runs the script), an announced holder to follow (`Changed`, the
     /// campaign follows it without a request), or nothing new (`None`).
     fn on_notice(&mut self) -> Option<Wake> {
-        if self.node.notices.take_look() {
+        // The read-write lock's channel asks for a look only while we wait for it.
+        let rw = self.node.notices.take_rw() && self.quiet.look_at().is_some();
+        if self.node.notices.take_look() || rw {
             self.announced = None;
             return Some(Wake::Changed);
         }
@@ -912,6 +1010,22 @@ pub(crate) fn tracking_pipe(lock: &str) -> redis::Pipeline {
     pipe
 }
 
+/// A follower's `CLIENT TRACKING` (restarted, as [`tracking_pipe`]): every change of
+/// the holders' renewals (the exclusive holder's `alive`, the readers' set) and of
+/// their keeping of the queue (`busy`) is pushed to it, so that it needs to ask
+/// nothing while they renew: an election's follower (see [`baton`], [`quiet`]) and a
+/// `--mode` one (see [`rw`]).
+pub(crate) fn follower_tracking(keys: &Keys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+    for key in [&keys.readers, &keys.alive, &keys.busy] {
+        pipe.arg("PREFIX").arg(key);
+    }
+    pipe.arg("NOLOOP").ignore();
+    pipe
+}
+
 /// What the pub/sub listener needs.
 pub(crate) struct Listen {
     pub(crate) client: redis::Client,
@@ -929,9 +1043,13 @@ pub(crate) struct Listen {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Hears {
     /// `acquired|…` on the announcement channel, published by the new leader once it
-    /// has claimed (`redis`, `redlock`); the take's own `acquired|…` on the events
-    /// channel wakes nobody.
+    /// has claimed (`redlock`); the take's own `acquired|…` on the events channel
+    /// wakes nobody.
     Announcements,
+    /// As `Announcements` (`redis`, an election's candidate), and the read-write
+    /// lock's channel too, noted in [`baton::Notices`] and waking only while the
+    /// candidate waits for the read-write lock (see [`RedisBackend::wait_quietly`]).
+    Election,
     /// None: every message on the events channel and on the read-write lock's channel
     /// asks for a look (`redis --mode`, see [`rw`]).
     ReadWrite,
@@ -950,9 +1068,11 @@ pub(crate) async fn listen(l: Listen) {
         let subscribed = async {
             let mut pubsub = l.client.get_async_pubsub().await?;
             pubsub.subscribe(&l.keys.events).await?;
-            match l.hears {
-                Hears::Announcements => pubsub.subscribe(&l.keys.leader).await?,
-                Hears::ReadWrite => pubsub.subscribe(&l.keys.rw).await?,
+            if l.hears != Hears::ReadWrite {
+                pubsub.subscribe(&l.keys.leader).await?;
+            }
+            if l.hears != Hears::Announcements {
+                pubsub.subscribe(&l.keys.rw).await?;
             }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
@@ -992,11 +1112,15 @@ fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
     };
     if channel == l.keys.events {
         match (payload.strip_prefix(b"acquired|"), l.hears) {
-            (Some(_), Hears::Announcements) => false,
+            (Some(_), Hears::Announcements | Hears::Election) => false,
             _ => look(),
         }
-    } else if channel == l.keys.rw && l.hears == Hears::ReadWrite {
-        look()
+    } else if channel == l.keys.rw {
+        match l.hears {
+            Hears::ReadWrite => look(),
+            Hears::Election => l.notices.rw_news(),
+            Hears::Announcements => false,
+        }
     } else if channel == l.keys.leader {
         payload.strip_prefix(b"acquired|").is_some_and(announced)
     } else if channel == expired && payload == l.keys.lock.as_bytes() {
@@ -1096,8 +1220,10 @@ impl Backend for RedisBackend {
             self.drain_pushes();
             self.tracking = self.start_tracking().await.is_ok();
         }
+        // What the read-write lock's channel said so far is older than this look.
+        self.node.notices.take_rw();
         let read_at = Instant::now();
-        let (won, value, pttl, store_ms): (i64, String, i64, u64) = self
+        let (won, value, pttl, store_ms, why): (i64, String, i64, u64, i64) = self
             .acquire
             .key(&self.keys.lock)
             .key(&self.keys.fence)
@@ -1125,6 +1251,7 @@ impl Backend for RedisBackend {
         if let Some(token) = parsed.token {
             self.floor = self.floor.max(token);
         }
+        self.wait_quietly_after(why, pttl);
         if won == 1 {
             let token = parsed.token.ok_or_else(|| BackendError::Store {
                 op: "campaign",
@@ -1217,6 +1344,9 @@ impl Backend for RedisBackend {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         if self.value.is_none() {
             self.waiter.arm();
+            if self.quiet.look_at().is_some() {
+                return self.wait_quietly(max).await;
+            }
         }
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
@@ -1248,7 +1378,7 @@ impl Backend for RedisBackend {
                             self.tracking = false;
                             return Wake::Changed;
                         }
-                        PushKind::Invalidate => {
+                        PushKind::Invalidate if self.names_alive(&push) => {
                             if let Some(wake) = self.on_invalidation(last, due) {
                                 return wake;
                             }

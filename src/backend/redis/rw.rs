@@ -39,9 +39,11 @@
 //! is pushed to it ([`heard_until`]); it looks by itself only when that would have
 //! expired unheard-of (a crashed or stopped holder, a lapsed place ahead). Its own
 //! place is kept by the holders it waits for (every take and renewal sets `…:busy`
-//! for two ttl while the queue is not empty), not by its own looks. The election's
-//! release also hands the baton, and so does the last shared holder's, so an
-//! election's candidate waiting for readers wakes at once.
+//! for two ttl while the queue is not empty), not by its own looks (the decisions:
+//! [`super::quiet`]). An election's candidate (no `--mode`) kept out by the shared
+//! holders or by a place ahead waits the same way, by the same decisions (see
+//! [`super::RedisBackend`]); the election's release also hands the baton, and so does
+//! the last shared holder's, so it wakes at once.
 //!
 //! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
 //! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
@@ -56,9 +58,10 @@ use redis::{PushInfo, PushKind, Script};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+pub use super::quiet::{heard_until, next_look, Look};
 use super::{
-    baton, lock_taken, new_nonce, own_key_lost, parse_value, store, switchover, too_late, Keys,
-    Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
+    baton, follower_tracking, lock_taken, new_nonce, own_key_lost, parse_value, quiet, store,
+    switchover, too_late, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -206,23 +209,6 @@ end
 return released
 "#;
 
-/// What one take script said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Look {
-    /// We hold the lock (taken, or our earlier take adopted), with this value.
-    Took(String),
-    /// Held exclusively (an exclusive or an election's holder, a quarantine, or left to
-    /// a switchover's candidate: value empty), for `pttl` ms more (-1: unknown).
-    Exclusive { value: String, pttl: i64 },
-    /// Kept out by the shared holders (a writer), for `pttl` ms at most unless renewed.
-    KeptOut { pttl: i64 },
-    /// Kept out by a candidate ahead in the queue (a writer for a reader, anyone for a
-    /// writer), whose place lapses in `pttl` ms unless the holders keep it.
-    Queued { pttl: i64 },
-    /// The request came after its use-by and did nothing.
-    TooLate,
-}
-
 /// Reads a take script's answer.
 pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
     match code {
@@ -270,37 +256,6 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
     }
 }
 
-/// When a follower looks again by itself after a look that found `look`: when what
-/// kept it out would expire unless renewed (2 ms after). A follower that hears the
-/// renewals (`tracked`, see [`RwBackend::wait_for_change`]) moves that time on with
-/// each one and sends nothing else; one that does not (a server without `CLIENT
-/// TRACKING`) looks at the latest 3/4 ttl later, so its `/leader` stays current.
-pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
-    let latest = if tracked { ttl * 2 } else { ttl * 3 / 4 };
-    let pttl = match look {
-        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } | Look::Queued { pttl } => *pttl,
-        Look::Took(_) | Look::TooLate => -1,
-    };
-    match u64::try_from(pttl) {
-        Ok(ms) => latest.min(Duration::from_millis(ms.saturating_add(2))),
-        Err(_) => latest,
-    }
-}
-
-/// How far a push for `key` moves a follower's look on (from when it is heard): for
-/// one kept out by a holder, a holder's renewal (the readers' set, the exclusive
-/// holder's `alive`) by one ttl; for one kept out by a place ahead in the queue
-/// (`queued`), the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
-/// `None`: a change that says nothing about what keeps it out.
-pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, queued: bool) -> Option<Duration> {
-    let spare = Duration::from_millis(2);
-    match (key == busy.as_bytes(), queued) {
-        (true, true) => Some(ttl * 2 + spare),
-        (false, false) => Some(ttl + spare),
-        _ => None,
-    }
-}
-
 /// A candidate of the read-write lock on one Redis server.
 pub struct RwBackend {
     node: Node,
@@ -318,8 +273,8 @@ pub struct RwBackend {
     /// The highest token seen; new tokens never go below it.
     floor: FencingToken,
     wake: Arc<Notify>,
-    /// When a follower looks by itself.
-    look_at: Option<Instant>,
+    /// A follower's silent wait: when it looks by itself (see [`super::quiet`]).
+    quiet: quiet::Wait,
     take: Script,
     renew: Script,
     release: String,
@@ -333,10 +288,6 @@ pub struct RwBackend {
     own_push_until: Option<Instant>,
     /// Whether a follower's `CLIENT TRACKING` of the holders' renewals is on.
     follows: bool,
-    /// Until when a push is taken for our own look's change (not a renewal).
-    own_look_until: Option<Instant>,
-    /// Whether the last look found a place ahead in the queue (not a holder).
-    queued: bool,
 }
 
 impl RwBackend {
@@ -358,7 +309,7 @@ impl RwBackend {
             value: None,
             floor: 0,
             wake,
-            look_at: None,
+            quiet: quiet::Wait::default(),
             take: Script::new(&format!(
                 "{CLOCK}{}{READERS}{QUEUE}{TAKE}",
                 switchover::RESERVED
@@ -381,8 +332,6 @@ impl RwBackend {
             tracking: false,
             own_push_until: None,
             follows: false,
-            own_look_until: None,
-            queued: false,
         })
     }
 
@@ -394,14 +343,9 @@ impl RwBackend {
         if self.follows {
             return;
         }
-        let mut pipe = redis::pipe();
-        pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
-        pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
-        for key in [&self.keys.readers, &self.keys.alive, &self.keys.busy] {
-            pipe.arg("PREFIX").arg(key);
-        }
-        pipe.arg("NOLOOP").ignore();
-        let on: Result<(), _> = pipe.query_async(&mut self.node.conn).await;
+        let on: Result<(), _> = follower_tracking(&self.keys)
+            .query_async(&mut self.node.conn)
+            .await;
         self.follows = on.is_ok();
     }
 
@@ -428,18 +372,8 @@ impl RwBackend {
                 Some(Wake::Changed)
             }
             PushKind::Invalidate if self.follows => {
-                let now = Instant::now();
-                if self.own_look_until.is_some_and(|u| now <= u) {
-                    return None;
-                }
-                let (mut until, mut heard) = (self.look_at?, false);
-                for key in invalidated(push) {
-                    if let Some(by) = heard_until(&key, &self.keys.busy, self.ttl, self.queued) {
-                        until = until.max(now + by);
-                        heard = true;
-                    }
-                }
-                self.look_at = Some(until);
+                let keys = quiet::invalidated(push);
+                let heard = (self.quiet).heard(&keys, &self.keys.busy, self.ttl, Instant::now());
                 heard.then_some(Wake::Quiet)
             }
             _ => None,
@@ -500,8 +434,6 @@ impl RwBackend {
             .await
             .map_err(store("campaign"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
-        // Our own script's change of a tracked key is pushed right after its answer.
-        self.own_look_until = Some(Instant::now() + super::OWN_PUSH_WINDOW);
         let look = judge(code, value, pttl).map_err(|message| BackendError::Store {
             op: "campaign",
             message,
@@ -586,8 +518,9 @@ impl Backend for RwBackend {
         for (h, _) in &self.observed {
             self.floor = self.floor.max(h.token.unwrap_or(0));
         }
-        self.look_at = Some(Instant::now() + next_look(&look, self.ttl, self.follows));
-        self.queued = matches!(look, Look::Queued { .. });
+        // Our own script's change of a tracked key is pushed right after its answer.
+        let (ttl, follows) = (self.ttl, self.follows);
+        (self.quiet).looked(&look, ttl, follows, Instant::now(), super::OWN_PUSH_WINDOW);
         match look {
             Look::TooLate => Err(too_late("campaign")),
             Look::Took(value) => {
@@ -599,7 +532,7 @@ impl Backend for RwBackend {
                     })?;
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
-                self.look_at = None;
+                self.quiet.stop();
                 if self.mode == LockMode::Shared {
                     self.stop_following().await;
                 }
@@ -715,7 +648,7 @@ impl Backend for RwBackend {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let until = Instant::now() + max;
         loop {
-            let look_at = self.look_at.unwrap_or(until);
+            let look_at = self.quiet.look_at().unwrap_or(until);
             tokio::select! {
                 _ = self.wake.notified() => return Wake::Changed,
                 push = self.pushes.recv(), if self.value.is_none() => {
@@ -730,25 +663,6 @@ impl Backend for RwBackend {
             }
         }
     }
-}
-
-/// The keys an invalidation push names (none for a flush of everything).
-fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
-    let mut keys = Vec::new();
-    for v in &push.data {
-        match v {
-            redis::Value::Array(items) | redis::Value::Set(items) => {
-                for item in items {
-                    if let redis::Value::BulkString(k) = item {
-                        keys.push(k.clone());
-                    }
-                }
-            }
-            redis::Value::BulkString(k) => keys.push(k.clone()),
-            _ => {}
-        }
-    }
-    keys
 }
 
 #[cfg(test)]
@@ -808,57 +722,5 @@ mod tests {
         assert!(holders(&quarantine, &[], LockMode::Shared).is_empty());
         let many: Vec<String> = (0..40).map(|i| format!("n{i}|{i}|r-{i}")).collect();
         assert_eq!(holders(&kept, &many, LockMode::Exclusive).len(), SHOWN);
-    }
-
-    #[test]
-    fn a_follower_looks_when_the_blocker_expires() {
-        let ttl = Duration::from_secs(2);
-        let ex = |pttl| Look::Exclusive {
-            value: String::new(),
-            pttl,
-        };
-        for tracked in [true, false] {
-            assert_eq!(
-                next_look(&ex(100), ttl, tracked),
-                Duration::from_millis(102)
-            );
-            assert_eq!(
-                next_look(&Look::KeptOut { pttl: 0 }, ttl, tracked),
-                Duration::from_millis(2)
-            );
-        }
-        // Untracked, at the latest 3/4 ttl later; tracked, at the blocker's expiry
-        // (two ttl at most: a queue's place kept by the holders).
-        assert_eq!(
-            next_look(&ex(1_900), ttl, false),
-            Duration::from_millis(1_500)
-        );
-        assert_eq!(next_look(&ex(-1), ttl, false), Duration::from_millis(1_500));
-        assert_eq!(
-            next_look(&ex(1_900), ttl, true),
-            Duration::from_millis(1_902)
-        );
-        assert_eq!(
-            next_look(&Look::KeptOut { pttl: 3_500 }, ttl, true),
-            Duration::from_millis(3_502)
-        );
-        assert_eq!(next_look(&ex(-1), ttl, true), Duration::from_millis(4_000));
-    }
-
-    #[test]
-    fn a_renewal_heard_moves_the_look_by_a_ttl_and_the_queues_keeping_by_two() {
-        let ttl = Duration::from_secs(2);
-        let busy = "leasekeeper:{e}:busy";
-        let readers = b"leasekeeper:{e}:readers";
-        assert_eq!(
-            heard_until(busy.as_bytes(), busy, ttl, true),
-            Some(Duration::from_millis(4_002))
-        );
-        assert_eq!(heard_until(readers, busy, ttl, true), None);
-        assert_eq!(
-            heard_until(readers, busy, ttl, false),
-            Some(Duration::from_millis(2_002))
-        );
-        assert_eq!(heard_until(busy.as_bytes(), busy, ttl, false), None);
     }
 }
