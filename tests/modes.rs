@@ -969,6 +969,105 @@ mod redis_rules {
         });
     }
 
+    /// A killed candidate at the head of the queue, with nobody holding (the reader
+    /// left just before it went), is found within half a ttl by the one behind it,
+    /// although its place (its last look two ttl ago at most) would last longer: a
+    /// queued candidate looks again within half a ttl when no holder's keeping of the
+    /// queue is heard, and its look drops a place whose presence channel has no
+    /// subscriber (ttl 8 s: W's place lasts until 16 s after its look).
+    #[test]
+    fn a_killed_head_of_the_queue_is_found_within_half_a_ttl() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(8);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut s = reader(&server.url(), "S", ttl);
+            leads("R", &mut r).await;
+            let mut w = writer(&server.url(), "W", ttl);
+            does_not_lead("W", &mut w).await;
+            does_not_lead("S behind W", &mut s).await;
+            // Places younger than a second are not checked for presence.
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            r.release().await.expect("release");
+            settle(&mut s).await;
+            does_not_lead("S behind W", &mut s).await;
+            drop(w);
+            let woke =
+                tokio::time::timeout(ttl / 2 + Duration::from_secs(1), wakes(&mut s, ttl * 2))
+                    .await;
+            assert_eq!(woke.ok(), Some(Wake::Changed), "S slept on");
+            leads("S once W is found gone", &mut s).await;
+        });
+    }
+
+    /// The queue's two lifetimes, read at the server (ttl 30 s): a waiting candidate's
+    /// place lapses one and a half ttl after its look (unless the holders keep the
+    /// queue), and a release that leaves the lock free, a reader's or a writer's or an
+    /// election holder's, cuts the holders' keeping (`busy`, two ttl from their last
+    /// renewal) to half a ttl.
+    #[test]
+    fn a_place_lasts_a_ttl_and_a_half_and_a_release_lets_the_queue_go() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        let busy_ms = || {
+            let r = server
+                .command("PTTL leasekeeper:{rw}:busy")
+                .unwrap_or_default();
+            r.trim()
+                .trim_start_matches(':')
+                .parse::<i64>()
+                .expect("PTTL")
+        };
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut s = reader(&server.url(), "S", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W", &mut w).await;
+            let places = server.command("ZRANGE leasekeeper:{rw}:writer-waits 0 -1 WITHSCORES");
+            let time = server.command("TIME").unwrap_or_default();
+            let secs: Vec<i64> = (time.lines()).filter_map(|l| l.parse().ok()).collect();
+            let now_ms = secs[0] * 1000 + secs[1] / 1000;
+            let score: i64 = (places.unwrap_or_default().lines())
+                .filter_map(|l| l.parse().ok())
+                .next()
+                .expect("W's place");
+            let life = score - now_ms;
+            assert!(
+                (44_000..=45_000).contains(&life),
+                "W's place lasts {life} ms"
+            );
+            for (what, holder) in [("R", 0), ("W", 1), ("E", 2)] {
+                match holder {
+                    1 => {
+                        leads("W", &mut w).await;
+                        does_not_lead("S behind W", &mut s).await;
+                        assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
+                    }
+                    2 => {
+                        s.release().await.expect("S stops waiting");
+                        leads("E", &mut e).await;
+                        does_not_lead("S behind E", &mut s).await;
+                        assert_eq!(e.renew().await.expect("renew"), Renewal::Renewed);
+                    }
+                    _ => assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed),
+                }
+                assert!(busy_ms() > 55_000, "{what} keeps the queue: {}", busy_ms());
+                match holder {
+                    1 => w.release().await.expect("release"),
+                    2 => e.release().await.expect("release"),
+                    _ => r.release().await.expect("release"),
+                }
+                let left = busy_ms();
+                assert!(
+                    (1..=15_000).contains(&left),
+                    "after {what}'s release: {left}"
+                );
+            }
+        });
+    }
+
     /// Waits on `b` until nothing is pending (notices heard before now, such as the
     /// listener's look after it subscribed, wake a wait at once).
     async fn settle(b: &mut impl Backend) {
@@ -1168,4 +1267,62 @@ fn a_waiting_election_candidate_sends_nothing_on_redis() {
         assert!(sent.is_empty(), "{}: {sent:?}", car.name);
     }
     assert_eq!(leading(&cars), [2], "only the election's holder holds");
+}
+
+/// A queued writer that is gone keeps the readers out only briefly (issue 33), ttl 2 s:
+/// a reader holds, a writer waits, a second reader waits behind the writer.
+/// - Killed while the reader renews: the reader's next renewal (every ttl/3) finds the
+///   writer's presence channel without a subscriber, drops its place and wakes the
+///   reader behind it, which leads beside the first within a ttl.
+/// - Stopped (SIGSTOP: its connections stay open, so the server cannot tell it from a
+///   live silent waiter), then the holder's SIGTERM: the release cuts the holders'
+///   keeping of the queue to half a ttl, the stopped writer's place (silent since it
+///   came) lapses then, and the reader behind it, which looks at that lapse, leads
+///   within a ttl of the SIGTERM (half a ttl, one look, the margin). Before, the
+///   keeping lasted two ttl from the last renewal: 3.5–3.9 s.
+#[test]
+fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
+    let ttl = Duration::from_secs(2);
+    for stopped in [false, true] {
+        let server = common::redis_server::RedisServer::start();
+        let dir = tempfile::tempdir().expect("dir");
+        let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+        let spawn = |name: &str, mode: &str| {
+            Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+        };
+        let mut cars = vec![spawn("r-0", "shared")];
+        let held = eventually(Duration::from_secs(20), || {
+            (leading(&cars) == [0]).then_some(())
+        });
+        assert!(held.is_some(), "the reader never led");
+        cars.push(spawn("w-0", "exclusive"));
+        cars[1].settles_in("follower", Duration::from_secs(20));
+        cars.push(spawn("r-1", "shared"));
+        cars[2].settles_in("follower", Duration::from_secs(20));
+        // Places younger than a second are not checked for presence; the writer's own
+        // place (one and a half ttl after its look) has lapsed by the SIGTERM.
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(leading(&cars), [0], "r-1 waits behind the writer");
+        let (t0, want) = if stopped {
+            cars[1].signal(libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(300));
+            let t0 = std::time::Instant::now();
+            cars[0].signal(libc::SIGTERM);
+            (t0, vec![2])
+        } else {
+            let t0 = std::time::Instant::now();
+            cars[1].kill();
+            (t0, vec![0, 2])
+        };
+        let led = eventually(Duration::from_secs(10), || {
+            (leading(&cars) == want).then_some(())
+        });
+        let took = t0.elapsed();
+        eprintln!("stopped {stopped}: r-1 led {took:?} after");
+        if stopped {
+            cars[1].signal(libc::SIGCONT);
+        }
+        assert!(led.is_some(), "stopped {stopped}: r-1 never led");
+        assert!(took < ttl, "stopped {stopped}: r-1 led {took:?} after");
+    }
 }

@@ -113,7 +113,7 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8])
 end
 local function wait(value, pttl, why)
-  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl)
+  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
   return {0, value, pttl, now, why}
 end
 if cur then
@@ -160,14 +160,19 @@ return {1, value, -1, now, 0}
 /// Lua prelude of the scripts that read or change the queue of waiting candidates
 /// (`…:writer-waits`, see [`rw`]). An entry is `<arrival µs, 16 digits>|<r or w>|
 /// <nonce>|<identity>` (a reader or a writer; an election's candidate is a writer),
-/// scored with its lapse (the server's ms, two ttl after its candidate's last look).
+/// scored with its lapse (the server's ms, `life` after its candidate's last look: one
+/// and a half ttl for the one-server scripts, two ttl when not given).
 /// The queue's order is the arrival. An entry is dropped (`queue`) when its lapse
 /// has passed while no holder keeps the queue (`…:busy`, set for two ttl by every
 /// take and renewal while the queue is not empty: waiting candidates send nothing,
 /// the holders they wait for keep their places), or when its candidate's presence
 /// channel (see [`switchover`]) has had no subscriber since a second after its
 /// arrival (its process is gone); a script that drops one tells the read-write
-/// lock's followers (`channel`), since what kept them out may be gone.
+/// lock's followers (`channel`), since what kept them out may be gone. A release that
+/// leaves the lock free cuts the keeping to half a ttl (`let_queue_go`): the waiting
+/// candidates it wakes look at once and so keep their own places, while one that is
+/// stopped (SIGSTOP: its presence channel still has its subscriber) loses its place
+/// then, not two ttl after the holders' last renewal.
 pub(crate) const QUEUE: &str = r#"
 local function queue(waits, busy, presence, now, me, channel)
   local held = redis.call('EXISTS', busy) == 1
@@ -208,13 +213,13 @@ local function ahead(live, own, writers)
   end
   return nil
 end
-local function enqueue(waits, own, kind, me, id, now, ttl)
+local function enqueue(waits, own, kind, me, id, now, ttl, life)
   if not own then
     local t = redis.call('TIME')
     local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     own = string.format('%016d', us) .. '|' .. kind .. '|' .. me .. id
   end
-  redis.call('ZADD', waits, now + 2 * ttl, own)
+  redis.call('ZADD', waits, now + (life or 2 * ttl), own)
   return own
 end
 local function dequeue(waits, me)
@@ -233,6 +238,12 @@ end
 local function keep_queue(waits, busy, ttl)
   if redis.call('EXISTS', waits) == 1 then
     redis.call('SET', busy, '1', 'PX', 2 * ttl)
+  end
+end
+local function let_queue_go(busy, ttl)
+  local keep = math.floor(ttl / 2)
+  if redis.call('PTTL', busy) > keep then
+    redis.call('PEXPIRE', busy, math.max(keep, 1))
   end
 end
 "#;
@@ -278,7 +289,8 @@ return {0, now}
 /// also when the lock is already gone (someone should look), see [`baton`]. It also
 /// withdraws our place in the queue (`KEYS[3]`, see [`QUEUE`]) and tells the
 /// read-write lock's followers (channel `ARGV[5]`, see [`rw`]) that the lock is free
-/// or that one who waited before them is gone.
+/// (cutting the queue's keeping `KEYS[4]`, see [`QUEUE`]) or that one who waited
+/// before them is gone.
 /// Returns 1 when it released our lock.
 const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -288,6 +300,7 @@ if dequeue(KEYS[3], ARGV[1]) > 0 and not mine then
 end
 if mine then
   redis.call('DEL', KEYS[1])
+  let_queue_go(KEYS[4], tonumber(ARGV[4]))
   redis.call('PUBLISH', ARGV[5], 'released')
 end
 if ARGV[3] == 'all' then
@@ -742,10 +755,11 @@ impl RedisBackend {
         release
             .cmd("EVAL")
             .arg(&self.release)
-            .arg(3)
+            .arg(4)
             .arg(&self.keys.lock)
             .arg(&self.keys.baton)
             .arg(&self.keys.writer_waits)
+            .arg(&self.keys.busy)
             .arg(&prefix)
             .arg(&self.keys.events)
             .arg(if to.is_some() { "all" } else { "one" })

@@ -36,9 +36,17 @@ pub enum Look {
 /// kept it out would expire unless renewed (2 ms after). A follower that hears the
 /// renewals (`tracked`, see [`Wait::heard`]) moves that time on with each one and
 /// sends nothing else; one that does not (a server without `CLIENT TRACKING`) looks at
-/// the latest 3/4 ttl later, so its `/leader` stays current.
+/// the latest 3/4 ttl later, so its `/leader` stays current. One queued behind another
+/// candidate looks at the latest half a ttl later unless it hears the holders keep
+/// the queue meanwhile: with nobody holding, the one ahead should have taken by then,
+/// and the look drops its place if its process is gone (its presence channel without
+/// a subscriber), where its place could otherwise last two ttl after its last look.
 pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
     let latest = if tracked { ttl * 2 } else { ttl * 3 / 4 };
+    let latest = match look {
+        Look::Queued { .. } => latest.min(ttl / 2),
+        _ => latest,
+    };
     let pttl = match look {
         Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } | Look::Queued { pttl } => *pttl,
         Look::Took(_) | Look::TooLate => -1,
@@ -184,6 +192,17 @@ mod tests {
             Duration::from_millis(3_502)
         );
         assert_eq!(next_look(&ex(-1), ttl, true), Duration::from_millis(4_000));
+        // Queued behind another candidate: half a ttl at the latest.
+        for tracked in [true, false] {
+            assert_eq!(
+                next_look(&Look::Queued { pttl: 3_500 }, ttl, tracked),
+                Duration::from_millis(1_000)
+            );
+            assert_eq!(
+                next_look(&Look::Queued { pttl: 300 }, ttl, tracked),
+                Duration::from_millis(302)
+            );
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //!   candidates wait. So writers are not starved, and a reader that came before a
 //!   writer goes before it. A take or a release removes the own entry; the entry of
 //!   a candidate that is gone (its presence channel has no subscriber) or silent past
-//!   its lapse (two ttl after its last look, or after the holders last kept the queue
-//!   by `…:busy`) is dropped;
+//!   its lapse (one and a half ttl after its last look, or two ttl after the holders
+//!   last kept the queue by `…:busy`, half a ttl after a release that left the lock
+//!   free) is dropped;
 //! - the fencing counter `…:fence`, bumped by every take, shared or exclusive, so
 //!   tokens grow across every tenure of the election.
 //!
@@ -26,8 +27,12 @@
 //! the election's, and [`RELEASE`]); the election's own take refuses while shared
 //! holders live or a `--mode` candidate waits ahead of it, and queues its candidate
 //! as a waiting writer, as [`TAKE`] does. A stopped (SIGSTOP) waiting candidate keeps
-//! its place while the holders renew (its connections stay open); once they are gone
-//! its place lapses within two ttl.
+//! its place while the holders renew (its connections stay open, and it sends nothing
+//! while it waits: the server cannot tell it from a live one); once they are gone its
+//! place lapses half a ttl after their release (two ttl after the last renewal of a
+//! crashed holder), or one and a half ttl after its last look if that is later. A
+//! killed one's place goes at the next script that reads the queue (a shared holder's
+//! renewal, a look: a candidate queued behind another looks within half a ttl).
 //!
 //! **Waiting** sends nothing at steady state. A follower's listener hears the events
 //! channel and `…:rw`: every release of the exclusive lock (the election's too), the
@@ -109,7 +114,7 @@ if cur and not shared and mine(cur) then
 end
 local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10])
 local function wait(code, value, pttl, listed)
-  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl)
+  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
   return {code, value, pttl, now, listed}
 end
 if cur then
@@ -175,9 +180,10 @@ return {0, now}
 /// Give back whatever of ours the lock holds (compare-and-DEL of the exclusive lock,
 /// our shared entries, our place in the queue). When the lock is then free of every
 /// holder, or we left the queue, hand the baton to one of the election's followers
-/// (when free) and tell the read-write lock's followers (`ARGV[2]`). KEYS: lock,
-/// readers, queue (writer-waits), baton. ARGV: our `<nonce>|`, channel, the baton's
-/// PX. Returns 1 when it released a tenure of ours.
+/// and cut the queue's keeping to half a ttl (when free, see [`super::QUEUE`]) and
+/// tell the read-write lock's followers (`ARGV[2]`). KEYS: lock, readers, queue
+/// (writer-waits), baton, busy. ARGV: our `<nonce>|`, channel, the baton's PX (the
+/// ttl). Returns 1 when it released a tenure of ours.
 pub const RELEASE: &str = r#"
 local prefix = ARGV[1]
 local function mine(v)
@@ -204,6 +210,7 @@ if free then
 "#;
 
 const RELEASE_END: &str = r#"
+  let_queue_go(KEYS[5], tonumber(ARGV[3]))
   redis.call('PUBLISH', ARGV[2], 'released')
 end
 return released
@@ -609,11 +616,12 @@ impl Backend for RwBackend {
         let mut release = redis::cmd("EVAL");
         release
             .arg(&self.release)
-            .arg(4)
+            .arg(5)
             .arg(&self.keys.lock)
             .arg(&self.keys.readers)
             .arg(&self.keys.writer_waits)
             .arg(&self.keys.baton)
+            .arg(&self.keys.busy)
             .arg(&prefix)
             .arg(&self.keys.rw)
             .arg(self.ttl_ms().max(1));
