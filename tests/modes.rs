@@ -1068,6 +1068,44 @@ mod redis_rules {
         });
     }
 
+    /// A shared holder's renewal checks the presence of the first two queued
+    /// candidates at most, in arrival order, whatever the queue's length (20 writers
+    /// here: it checked every one of them before, 20 `PUBSUB NUMSUB` per renewal): the
+    /// head is what keeps the readers behind it out while readers hold, and the places
+    /// behind it are checked as they come to the head, and by every look. A killed
+    /// head is still dropped by the next renewal.
+    #[test]
+    fn a_renewal_checks_the_presence_of_the_queues_head_only() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            leads("R", &mut r).await;
+            let mut writers = Vec::new();
+            for i in 0..20 {
+                let id = format!("W{i:02}");
+                let mut w = writer(&server.url(), &id, ttl);
+                does_not_lead(&id, &mut w).await;
+                writers.push(w);
+            }
+            // Places younger than a second are not checked for presence.
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            let before = server.calls("pubsub|numsub");
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            let checked = server.calls("pubsub|numsub") - before;
+            eprintln!("one renewal checked {checked} places of 20");
+            assert!(checked <= 2, "one renewal checked {checked} places of 20");
+            // The head gone: the next renewal drops its place.
+            drop(writers.remove(0));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            let places = server
+                .command("ZCARD leasekeeper:{rw}:writer-waits")
+                .unwrap_or_default();
+            assert_eq!(places.trim(), ":19", "the killed head's place");
+        });
+    }
+
     /// Waits on `b` until nothing is pending (notices heard before now, such as the
     /// listener's look after it subscribed, wake a wait at once).
     async fn settle(b: &mut impl Backend) {

@@ -172,7 +172,11 @@ return {1, value, -1, now, 0}
 /// leaves the lock free cuts the keeping to half a ttl (`let_queue_go`): the waiting
 /// candidates it wakes look at once and so keep their own places, while one that is
 /// stopped (SIGSTOP: its presence channel still has its subscriber) loses its place
-/// then, not two ttl after the holders' last renewal.
+/// then, not two ttl after the holders' last renewal. A shared holder's renewal checks
+/// the presence of the first `k` places only, in arrival order (`check_heads`): while
+/// readers hold, the first writer keeps the readers behind it out, and the places
+/// behind it are checked as they come to the head and by every look (`queue`), so a
+/// renewal's cost does not grow with the queue.
 pub(crate) const QUEUE: &str = r#"
 local function queue(waits, busy, presence, now, me, channel)
   local held = redis.call('EXISTS', busy) == 1
@@ -238,6 +242,25 @@ end
 local function keep_queue(waits, busy, ttl)
   if redis.call('EXISTS', waits) == 1 then
     redis.call('SET', busy, '1', 'PX', 2 * ttl)
+  end
+end
+local function check_heads(waits, presence, now, k, channel)
+  local all = redis.call('ZRANGE', waits, 0, -1)
+  table.sort(all)
+  local dropped = false
+  for i = 1, math.min(k, #all) do
+    local arrival, id = string.match(all[i], '^(%d+)|%a|[^|]*|(.*)$')
+    local gone = arrival == nil
+    if not gone and tonumber(arrival) < (now - 1000) * 1000 then
+      gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
+    end
+    if gone then
+      redis.call('ZREM', waits, all[i])
+      dropped = true
+    end
+  end
+  if dropped then
+    redis.call('PUBLISH', channel, 'released')
   end
 end
 local function let_queue_go(busy, ttl)

@@ -159,7 +159,8 @@ return {1, value, -1, now, {}}
 /// A shared holder's compare-and-act renewal: only its own entry, only while it has
 /// not expired, and only while nobody holds the lock exclusively. It keeps the queue
 /// (the waiting candidates' places, see [`super::QUEUE`]) and drops the entries of
-/// candidates that are gone, telling the followers (`ARGV[5]`). KEYS: readers, lock,
+/// candidates that are gone among the first two in arrival order, telling the
+/// followers (`ARGV[5]`). KEYS: readers, lock,
 /// queue, busy. ARGV: our value, ttl ms, use-by, the presence channels' prefix, the
 /// read-write lock's channel. Returns {kept (2: too late), store ms}.
 pub const RENEW_SHARED: &str = r#"
@@ -171,7 +172,7 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  queue(KEYS[3], KEYS[4], ARGV[4], now, '', ARGV[5])
+  check_heads(KEYS[3], ARGV[4], now, 2, ARGV[5])
   return {1, now}
 end
 return {0, now}
