@@ -842,6 +842,34 @@ mod redis_rules {
         });
     }
 
+    /// The writer's twin of the election's
+    /// `a_leader_tracks_its_key_again_when_the_tracking_connection_dies`
+    /// (tests/redis_backend.rs): the tracking connection killed while W holds, and no
+    /// renewal after it (ttl 30 s): W's wait for news of its key (`record_lost`) turns
+    /// tracking on again by itself, so a takeover right after is heard at once, not at
+    /// W's next renewal.
+    #[test]
+    fn a_writer_tracks_its_key_again_when_the_tracking_connection_dies() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut w = writer(&server.url(), "W", ttl);
+            leads("W", &mut w).await;
+            server.kill_the_tracking_connection();
+            let waiting = w.record_lost();
+            tokio::pin!(waiting);
+            // W waits (and hears of the lost connection) before anyone else writes.
+            let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+            assert!(early.is_err(), "W's wait ended with its key untouched");
+            server.command(&format!("SET {LOCK} 1|intruder|x PX 30000"));
+            let heard = tokio::time::timeout(Duration::from_secs(2), waiting).await;
+            assert!(
+                heard.is_ok(),
+                "W did not hear its key taken after its tracking died"
+            );
+        });
+    }
+
     /// Tokens grow across every tenure, shared or exclusive, for candidates that
     /// never saw an earlier one (a fresh process each time).
     #[test]
@@ -1001,6 +1029,173 @@ mod redis_rules {
             );
             assert_eq!(woke.ok(), Some(Wake::Changed), "B slept on");
             leads("B once W stopped waiting", &mut b).await;
+        });
+    }
+
+    /// An election's candidate queued behind a writer (the reader gone, the writer not
+    /// come yet) wakes at once when that writer stops waiting: a withdrawal hands no
+    /// baton, only the read-write lock's channel tells (ttl 60 s: its own look is two
+    /// ttl away, at the writer's place's lapse).
+    #[test]
+    fn an_election_candidate_queued_behind_a_writer_wakes_when_it_stops_waiting() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(60);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W", &mut w).await;
+            does_not_lead("E", &mut e).await;
+            r.release().await.expect("release");
+            does_not_lead("E behind W", &mut e).await;
+            settle(&mut e).await;
+            let (woke, ()) = tokio::join!(
+                tokio::time::timeout(Duration::from_secs(3), wakes(&mut e, ttl)),
+                async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    w.release().await.expect("release")
+                }
+            );
+            assert_eq!(woke.ok(), Some(Wake::Changed), "E slept on");
+            leads("E once W stopped waiting", &mut e).await;
+        });
+    }
+
+    /// A killed candidate at the head of the queue, with nobody holding (the reader
+    /// left just before it went), is found within half a ttl by the one behind it,
+    /// although its place (its last look two ttl ago at most) would last longer: a
+    /// queued candidate looks again within half a ttl when no holder's keeping of the
+    /// queue is heard, and its look drops a place whose presence channel has no
+    /// subscriber (ttl 8 s: W's place lasts until 16 s after its look).
+    #[test]
+    fn a_killed_head_of_the_queue_is_found_within_half_a_ttl() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(8);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut s = reader(&server.url(), "S", ttl);
+            leads("R", &mut r).await;
+            let mut w = writer(&server.url(), "W", ttl);
+            does_not_lead("W", &mut w).await;
+            does_not_lead("S behind W", &mut s).await;
+            // Places younger than a second are not checked for presence.
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            r.release().await.expect("release");
+            settle(&mut s).await;
+            does_not_lead("S behind W", &mut s).await;
+            drop(w);
+            let woke =
+                tokio::time::timeout(ttl / 2 + Duration::from_secs(1), wakes(&mut s, ttl * 2))
+                    .await;
+            assert_eq!(woke.ok(), Some(Wake::Changed), "S slept on");
+            leads("S once W is found gone", &mut s).await;
+        });
+    }
+
+    /// The queue's two lifetimes, read at the server (ttl 30 s): a waiting candidate's
+    /// place lapses one and a half ttl after its look (unless the holders keep the
+    /// queue), and a release that leaves the lock free, a reader's or a writer's or an
+    /// election holder's, cuts the holders' keeping (`busy`, two ttl from their last
+    /// renewal) to half a ttl.
+    #[test]
+    fn a_place_lasts_a_ttl_and_a_half_and_a_release_lets_the_queue_go() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        let busy_ms = || {
+            let r = server
+                .command("PTTL leasekeeper:{rw}:busy")
+                .unwrap_or_default();
+            r.trim()
+                .trim_start_matches(':')
+                .parse::<i64>()
+                .expect("PTTL")
+        };
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut s = reader(&server.url(), "S", ttl);
+            let mut e = elector(&server.url(), "E", ttl);
+            leads("R", &mut r).await;
+            does_not_lead("W", &mut w).await;
+            let places = server.command("ZRANGE leasekeeper:{rw}:writer-waits 0 -1 WITHSCORES");
+            let time = server.command("TIME").unwrap_or_default();
+            let secs: Vec<i64> = (time.lines()).filter_map(|l| l.parse().ok()).collect();
+            let now_ms = secs[0] * 1000 + secs[1] / 1000;
+            let score: i64 = (places.unwrap_or_default().lines())
+                .filter_map(|l| l.parse().ok())
+                .next()
+                .expect("W's place");
+            let life = score - now_ms;
+            assert!(
+                (44_000..=45_000).contains(&life),
+                "W's place lasts {life} ms"
+            );
+            for (what, holder) in [("R", 0), ("W", 1), ("E", 2)] {
+                match holder {
+                    1 => {
+                        leads("W", &mut w).await;
+                        does_not_lead("S behind W", &mut s).await;
+                        assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
+                    }
+                    2 => {
+                        s.release().await.expect("S stops waiting");
+                        leads("E", &mut e).await;
+                        does_not_lead("S behind E", &mut s).await;
+                        assert_eq!(e.renew().await.expect("renew"), Renewal::Renewed);
+                    }
+                    _ => assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed),
+                }
+                assert!(busy_ms() > 55_000, "{what} keeps the queue: {}", busy_ms());
+                match holder {
+                    1 => w.release().await.expect("release"),
+                    2 => e.release().await.expect("release"),
+                    _ => r.release().await.expect("release"),
+                }
+                let left = busy_ms();
+                assert!(
+                    (1..=15_000).contains(&left),
+                    "after {what}'s release: {left}"
+                );
+            }
+        });
+    }
+
+    /// A shared holder's renewal checks the presence of the first two queued
+    /// candidates at most, in arrival order, whatever the queue's length (20 writers
+    /// here: it checked every one of them before, 20 `PUBSUB NUMSUB` per renewal): the
+    /// head is what keeps the readers behind it out while readers hold, and the places
+    /// behind it are checked as they come to the head, and by every look. A killed
+    /// head is still dropped by the next renewal.
+    #[test]
+    fn a_renewal_checks_the_presence_of_the_queues_head_only() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            leads("R", &mut r).await;
+            let mut writers = Vec::new();
+            for i in 0..20 {
+                let id = format!("W{i:02}");
+                let mut w = writer(&server.url(), &id, ttl);
+                does_not_lead(&id, &mut w).await;
+                writers.push(w);
+            }
+            // Places younger than a second are not checked for presence.
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            let before = server.calls("pubsub|numsub");
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            let checked = server.calls("pubsub|numsub") - before;
+            eprintln!("one renewal checked {checked} places of 20");
+            assert!(checked <= 2, "one renewal checked {checked} places of 20");
+            // The head gone: the next renewal drops its place.
+            drop(writers.remove(0));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+            let places = server
+                .command("ZCARD leasekeeper:{rw}:writer-waits")
+                .unwrap_or_default();
+            assert_eq!(places.trim(), ":19", "the killed head's place");
         });
     }
 
@@ -1469,4 +1664,147 @@ fn what_a_waiting_candidate_sends_on_redlock() {
         t0.elapsed()
     );
     assert!(led.is_some(), "the writer slept on: {:?}", leading(&cars));
+}
+
+/// An election's candidate (no `--mode`) waiting for shared holders costs Redis
+/// nothing either (issue 33): it hears the readers' renewals (tracking pushes of the
+/// readers' set) as a `--mode exclusive` waiter does, and looks only when they would
+/// expire unheard-of. No command of it in 8 s (four ttl) of MONITOR while two readers
+/// renew; then the last reader's SIGTERM lets it in within a second (the release
+/// hands it the baton and tells the read-write lock's channel; a look at 3/4 ttl
+/// would be up to 1.5 s late, but this bound only asks that it be woken at all).
+/// Then a writer and a second election's candidate wait for it, and send nothing in
+/// 6 s either.
+#[test]
+fn a_waiting_election_candidate_sends_nothing_on_redis() {
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+    let spawn = |name: &str, mode: Option<&str>| {
+        let a = match mode {
+            Some(m) => args.clone().flag("--mode", m),
+            None => args.clone(),
+        };
+        Sidecar::spawn(name, dir.path(), &a.build())
+    };
+    let mut cars = vec![spawn("r-0", Some("shared")), spawn("r-1", Some("shared"))];
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0, 1]).then_some(())
+    });
+    assert!(held.is_some(), "the readers never led");
+    cars.push(spawn("e-0", None));
+    cars[2].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(8));
+    for car in &cars {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent: Vec<&String> = (seen.iter())
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        eprintln!("{}: {} commands in 8 s", car.name, sent.len());
+        if car.name.starts_with("r-") {
+            assert!(sent.len() >= 7, "{}'s renewals: {sent:?}", car.name);
+        } else {
+            assert!(sent.is_empty(), "{}: {sent:?}", car.name);
+        }
+    }
+    assert_eq!(leading(&cars), [0, 1], "only the readers hold");
+    let view = cars[2].leader().expect("/leader");
+    let named = view["leader"].as_str().unwrap_or("");
+    assert!(
+        named.starts_with("r-"),
+        "the waiting candidate names a reader: {view}"
+    );
+    cars[1].terminate(Duration::from_secs(10));
+    let t0 = std::time::Instant::now();
+    cars[0].signal(libc::SIGTERM);
+    let led = eventually(Duration::from_secs(10), || {
+        (leading(&cars) == [2]).then_some(())
+    });
+    let took = t0.elapsed();
+    eprintln!("the election's candidate led {took:?} after the last reader's SIGTERM");
+    assert!(led.is_some(), "the election's candidate never led");
+    assert!(
+        took < Duration::from_secs(1),
+        "led {took:?} after the SIGTERM"
+    );
+
+    // The other way round: a writer waits for the election's holder, whose renewals
+    // now also keep the queue (`busy`); an election's follower tracks that key too
+    // (for when readers hold), but follows the holder by its `alive` alone.
+    cars.push(spawn("w-0", Some("exclusive")));
+    cars[3].settles_in("follower", Duration::from_secs(20));
+    cars.push(spawn("e-1", None));
+    cars[4].settles_in("follower", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let seen = server.monitor(Duration::from_secs(6));
+    for car in &cars[3..] {
+        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let sent: Vec<&String> = (seen.iter())
+            .filter(|(p, _)| ports.contains(p))
+            .map(|(_, c)| c)
+            .collect();
+        eprintln!("{}: {} commands in 6 s", car.name, sent.len());
+        assert!(sent.is_empty(), "{}: {sent:?}", car.name);
+    }
+    assert_eq!(leading(&cars), [2], "only the election's holder holds");
+}
+
+/// A queued writer that is gone keeps the readers out only briefly (issue 33), ttl 2 s:
+/// a reader holds, a writer waits, a second reader waits behind the writer.
+/// - Killed while the reader renews: the reader's next renewal (every ttl/3) finds the
+///   writer's presence channel without a subscriber, drops its place and wakes the
+///   reader behind it, which leads beside the first within a ttl.
+/// - Stopped (SIGSTOP: its connections stay open, so the server cannot tell it from a
+///   live silent waiter), then the holder's SIGTERM: the release cuts the holders'
+///   keeping of the queue to half a ttl, the stopped writer's place (silent since it
+///   came) lapses then, and the reader behind it, which looks at that lapse, leads
+///   within a ttl of the SIGTERM (half a ttl, one look, the margin). Before, the
+///   keeping lasted two ttl from the last renewal: 3.5–3.9 s.
+#[test]
+fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
+    let ttl = Duration::from_secs(2);
+    for stopped in [false, true] {
+        let server = common::redis_server::RedisServer::start();
+        let dir = tempfile::tempdir().expect("dir");
+        let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
+        let spawn = |name: &str, mode: &str| {
+            Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+        };
+        let mut cars = vec![spawn("r-0", "shared")];
+        let held = eventually(Duration::from_secs(20), || {
+            (leading(&cars) == [0]).then_some(())
+        });
+        assert!(held.is_some(), "the reader never led");
+        cars.push(spawn("w-0", "exclusive"));
+        cars[1].settles_in("follower", Duration::from_secs(20));
+        cars.push(spawn("r-1", "shared"));
+        cars[2].settles_in("follower", Duration::from_secs(20));
+        // Places younger than a second are not checked for presence; the writer's own
+        // place (one and a half ttl after its look) has lapsed by the SIGTERM.
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(leading(&cars), [0], "r-1 waits behind the writer");
+        let (t0, want) = if stopped {
+            cars[1].signal(libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(300));
+            let t0 = std::time::Instant::now();
+            cars[0].signal(libc::SIGTERM);
+            (t0, vec![2])
+        } else {
+            let t0 = std::time::Instant::now();
+            cars[1].kill();
+            (t0, vec![0, 2])
+        };
+        let led = eventually(Duration::from_secs(10), || {
+            (leading(&cars) == want).then_some(())
+        });
+        let took = t0.elapsed();
+        eprintln!("stopped {stopped}: r-1 led {took:?} after");
+        if stopped {
+            cars[1].signal(libc::SIGCONT);
+        }
+        assert!(led.is_some(), "stopped {stopped}: r-1 never led");
+        assert!(took < ttl, "stopped {stopped}: r-1 led {took:?} after");
+    }
 }

@@ -736,7 +736,7 @@ mod rules {
     use leasekeeper::timing::Timing;
 
     use crate::common::backend_switchover::runtime;
-    use crate::common::redis_server::RedisServer;
+    use crate::common::redis_server::{client_field, RedisServer};
 
     pub fn candidate(url: &str, election: &str, identity: &str, ttl: Duration) -> RedisBackend {
         let settings = Args {
@@ -972,7 +972,7 @@ mod rules {
         runtime().block_on(async {
             let mut a = candidate(&server.url(), "retrack", "A", ttl);
             leads("A", &mut a).await;
-            let tracking = kill_the_tracking_connection(&server);
+            let tracking = server.kill_the_tracking_connection();
             // The client has noticed (and said so on its push channel) once its new
             // connection shows at the server.
             let back = crate::common::eventually(Duration::from_secs(5), || {
@@ -980,8 +980,10 @@ mod rules {
                 clients
                     .lines()
                     // Not this test's own connections (the kill's may linger).
-                    .filter(|l| !matches!(field(l, "cmd"), Some("client|list" | "client|kill")))
-                    .filter_map(|l| field(l, "id")?.parse::<u64>().ok())
+                    .filter(|l| {
+                        !matches!(client_field(l, "cmd"), Some("client|list" | "client|kill"))
+                    })
+                    .filter_map(|l| client_field(l, "id")?.parse::<u64>().ok())
                     .any(|id| id > tracking)
                     .then_some(())
             });
@@ -1010,7 +1012,7 @@ mod rules {
         runtime().block_on(async {
             let mut a = candidate(&server.url(), "retrack2", "A", ttl);
             leads("A", &mut a).await;
-            kill_the_tracking_connection(&server);
+            server.kill_the_tracking_connection();
             let waiting = a.record_lost();
             tokio::pin!(waiting);
             // A waits (and hears of the lost connection) before anyone else writes.
@@ -1023,24 +1025,6 @@ mod rules {
                 "A did not hear its key taken after its tracking died"
             );
         });
-    }
-
-    /// Kills the one tracking connection (flag `t`) at the server; its client id.
-    fn kill_the_tracking_connection(server: &RedisServer) -> u64 {
-        let clients = server.command("CLIENT LIST").unwrap_or_default();
-        let tracking = clients
-            .lines()
-            .find(|l| field(l, "flags").is_some_and(|f| f.contains('t')))
-            .and_then(|l| field(l, "id")?.parse::<u64>().ok())
-            .expect("A's tracking connection");
-        server.command(&format!("CLIENT KILL ID {tracking}"));
-        tracking
-    }
-
-    /// `key=value` of one `CLIENT LIST` line.
-    fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
     }
 
     /// A release whose connection dies while it is on its way (the server restarted:

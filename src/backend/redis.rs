@@ -11,7 +11,10 @@
 //!   `leasekeeper:{<election>}:to`, a switchover's reservation (see [`switchover`]);
 //! - `leasekeeper:{<election>}:readers`, `…:writer-waits`, `…:busy` and channel `…:rw`:
 //!   the read-write lock (`--mode`, see [`rw`]); the take refuses while live readers
-//!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]).
+//!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]). A candidate
+//!   kept out by the shared holders or by a place ahead in the queue waits as a
+//!   `--mode` one does (see [`quiet`]): it tracks the readers' set and `…:busy` too,
+//!   and its listener hears `…:rw` while it waits so.
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -63,6 +66,7 @@ use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
 pub(crate) mod baton;
+mod quiet;
 pub mod rw;
 mod settings;
 pub(crate) mod switchover;
@@ -84,7 +88,9 @@ end
 "#;
 
 /// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
-/// lock, store ms}. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
+/// lock, store ms, why}, `why` saying what kept it out as [`rw::judge`]'s codes do: 0
+/// a holder of the lock key (or nothing: taken, refused), 3 the shared holders, 4 a
+/// place ahead in the queue. Live shared holders (`--mode shared`, `KEYS[5]`, see [`rw`]) keep
 /// it out as a holder would: the answer names the first of them, with the time until
 /// the last one's expiry, and queues this candidate as a waiting writer (`KEYS[6]`,
 /// see [`QUEUE`]) so that no later shared holder comes in meanwhile. While `--mode`
@@ -94,46 +100,46 @@ end
 const ACQUIRE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
-  return {2, '', -1, now}
+  return {2, '', -1, now, 0}
 end
 local ttl = tonumber(ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, cur, -1, now}
+  return {1, cur, -1, now, 0}
 end
 local live, own = {}, nil
 if redis.call('EXISTS', KEYS[6]) == 1 then
   live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8])
 end
-local function wait(value, pttl)
-  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl)
-  return {0, value, pttl, now}
+local function wait(value, pttl, why)
+  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
+  return {0, value, pttl, now, why}
 end
 if cur then
   if #live > 0 then
-    return wait(cur, redis.call('PTTL', KEYS[1]))
+    return wait(cur, redis.call('PTTL', KEYS[1]), 0)
   end
-  return {0, cur, redis.call('PTTL', KEYS[1]), now}
+  return {0, cur, redis.call('PTTL', KEYS[1]), now, 0}
 end
 local left = reserved(KEYS[3], ARGV[2])
 if left then
-  return {0, '', left, now}
+  return {0, '', left, now, 0}
 end
 local reader, last = live_readers(KEYS[5], now)
 if reader then
-  return wait(reader, last - now)
+  return wait(reader, last - now, 3)
 end
 local first = ahead(live, own, false)
 if first then
-  return wait('', lapse_left(KEYS[6], KEYS[7], first, now))
+  return wait('', lapse_left(KEYS[6], KEYS[7], first, now), 4)
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], floor)
   local fenced = 'quarantine|' .. floor .. '|'
   redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, ttl, now}
+  return {0, fenced, ttl, now, 0}
 end
 local token = redis.call('INCR', KEYS[2])
 if token <= floor then
@@ -148,20 +154,29 @@ if own then
 end
 keep_queue(KEYS[6], KEYS[7], ttl)
 redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
-return {1, value, -1, now}
+return {1, value, -1, now, 0}
 "#;
 
 /// Lua prelude of the scripts that read or change the queue of waiting candidates
 /// (`…:writer-waits`, see [`rw`]). An entry is `<arrival µs, 16 digits>|<r or w>|
 /// <nonce>|<identity>` (a reader or a writer; an election's candidate is a writer),
-/// scored with its lapse (the server's ms, two ttl after its candidate's last look).
+/// scored with its lapse (the server's ms, `life` after its candidate's last look: one
+/// and a half ttl for the one-server scripts, two ttl when not given).
 /// The queue's order is the arrival. An entry is dropped (`queue`) when its lapse
 /// has passed while no holder keeps the queue (`…:busy`, set for two ttl by every
 /// take and renewal while the queue is not empty: waiting candidates send nothing,
 /// the holders they wait for keep their places), or when its candidate's presence
 /// channel (see [`switchover`]) has had no subscriber since a second after its
 /// arrival (its process is gone); a script that drops one tells the read-write
-/// lock's followers (`channel`), since what kept them out may be gone.
+/// lock's followers (`channel`), since what kept them out may be gone. A release that
+/// leaves the lock free cuts the keeping to half a ttl (`let_queue_go`): the waiting
+/// candidates it wakes look at once and so keep their own places, while one that is
+/// stopped (SIGSTOP: its presence channel still has its subscriber) loses its place
+/// then, not two ttl after the holders' last renewal. A shared holder's renewal checks
+/// the presence of the first `k` places only, in arrival order (`check_heads`): while
+/// readers hold, the first writer keeps the readers behind it out, and the places
+/// behind it are checked as they come to the head and by every look (`queue`), so a
+/// renewal's cost does not grow with the queue.
 pub(crate) const QUEUE: &str = r#"
 local function queue(waits, busy, presence, now, me, channel)
   local held = redis.call('EXISTS', busy) == 1
@@ -202,13 +217,13 @@ local function ahead(live, own, writers)
   end
   return nil
 end
-local function enqueue(waits, own, kind, me, id, now, ttl)
+local function enqueue(waits, own, kind, me, id, now, ttl, life)
   if not own then
     local t = redis.call('TIME')
     local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     own = string.format('%016d', us) .. '|' .. kind .. '|' .. me .. id
   end
-  redis.call('ZADD', waits, now + 2 * ttl, own)
+  redis.call('ZADD', waits, now + (life or 2 * ttl), own)
   return own
 end
 local function dequeue(waits, me)
@@ -227,6 +242,31 @@ end
 local function keep_queue(waits, busy, ttl)
   if redis.call('EXISTS', waits) == 1 then
     redis.call('SET', busy, '1', 'PX', 2 * ttl)
+  end
+end
+local function check_heads(waits, presence, now, k, channel)
+  local all = redis.call('ZRANGE', waits, 0, -1)
+  table.sort(all)
+  local dropped = false
+  for i = 1, math.min(k, #all) do
+    local arrival, id = string.match(all[i], '^(%d+)|%a|[^|]*|(.*)$')
+    local gone = arrival == nil
+    if not gone and tonumber(arrival) < (now - 1000) * 1000 then
+      gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
+    end
+    if gone then
+      redis.call('ZREM', waits, all[i])
+      dropped = true
+    end
+  end
+  if dropped then
+    redis.call('PUBLISH', channel, 'released')
+  end
+end
+local function let_queue_go(busy, ttl)
+  local keep = math.floor(ttl / 2)
+  if redis.call('PTTL', busy) > keep then
+    redis.call('PEXPIRE', busy, math.max(keep, 1))
   end
 end
 "#;
@@ -272,7 +312,8 @@ return {0, now}
 /// also when the lock is already gone (someone should look), see [`baton`]. It also
 /// withdraws our place in the queue (`KEYS[3]`, see [`QUEUE`]) and tells the
 /// read-write lock's followers (channel `ARGV[5]`, see [`rw`]) that the lock is free
-/// or that one who waited before them is gone.
+/// (cutting the queue's keeping `KEYS[4]`, see [`QUEUE`]) or that one who waited
+/// before them is gone.
 /// Returns 1 when it released our lock.
 const RELEASE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -282,6 +323,7 @@ if dequeue(KEYS[3], ARGV[1]) > 0 and not mine then
 end
 if mine then
   redis.call('DEL', KEYS[1])
+  let_queue_go(KEYS[4], tonumber(ARGV[4]))
   redis.call('PUBLISH', ARGV[5], 'released')
 end
 if ARGV[3] == 'all' then
@@ -414,6 +456,18 @@ impl Node {
         )
     }
 
+    /// As [`Node::connect_announced`], for an election's candidate on one server,
+    /// whose listener also notes the read-write lock's channel (see [`Hears::Election`]).
+    fn connect_election(
+        settings: &RedisSettings,
+        keys: &Keys,
+        identity: &str,
+        wake: Arc<Notify>,
+        op_timeout: Duration,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
+        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Election)
+    }
+
     fn connect(
         settings: &RedisSettings,
         keys: &Keys,
@@ -516,6 +570,69 @@ pub struct RedisBackend {
     tracks_lock: bool,
     /// Our value, to announce once we lead (see `record_lost`).
     announce: Option<String>,
+    /// Kept out of the read-write lock: when it looks by itself (see [`quiet`]).
+    quiet: quiet::Wait,
+}
+
+/// An exclusive holder of the lock key, which hears of the key's changes by others
+/// through `CLIENT TRACKING` (invariant 9): the election's holder and the read-write
+/// lock's exclusive one (see [`own_key_lost`]).
+pub(crate) trait OwnKey: Send {
+    /// The pushes of the command connection.
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo>;
+    /// Records what one push means; `true` for a change of our key (tracking on).
+    /// A disconnect notice means the tracking is gone with its connection.
+    fn note_push(&mut self, push: &PushInfo) -> bool;
+    /// Turns tracking of our key on and reads it in the same round trip: `true` while
+    /// it holds our tenure's value.
+    fn track_own_key(
+        &mut self,
+        op: &'static str,
+    ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send;
+    /// Until when a push is taken for the invalidation of our own last renewal.
+    fn own_push_until(&mut self) -> &mut Option<Instant>;
+    /// A read of the key after a push: whether it holds another value than ours.
+    fn taken(&mut self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// An exclusive holder's wait for news of its key (`record_lost`), resolving once the
+/// key is gone or no longer ours.
+///
+/// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
+/// connection changed, NOLOOP or not, right after the script's answer: the first
+/// push within [`OWN_PUSH_WINDOW`] of a renewal's answer is taken for that one,
+/// so the holder sends one request per renewal. Any other push for our key is
+/// looked at before concluding. (On a server that does not push our own changes,
+/// someone else's change within that window is found by the next renewal instead.)
+///
+/// A disconnect notice (the tracking went with its connection) turns tracking on
+/// again at once, on the connection the client opened since, with a read of our
+/// key: waiting for the next renewal to do it left us blind to a takeover until
+/// then, and when the notice came after a renewal had gone out on the new
+/// connection, that renewal had not done it either. Cancel-safe: a wait dropped
+/// during that read leaves tracking off, and the next renewal turns it on.
+pub(crate) async fn own_key_lost(holder: &mut impl OwnKey) {
+    while let Some(push) = holder.pushes().recv().await {
+        if push.kind == PushKind::Disconnection {
+            holder.note_push(&push);
+            // Refused (the connection still down): the next renewal tracks again.
+            if let Ok(false) = holder.track_own_key("record_lost").await {
+                return;
+            }
+            continue;
+        }
+        if !holder.note_push(&push) {
+            continue;
+        }
+        let own = holder.own_push_until().take();
+        if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
+            continue;
+        }
+        if holder.taken().await {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// What a renew script's answer (`kept`) means. A renewal's own invalidation follows
@@ -586,7 +703,7 @@ impl RedisBackend {
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
         let (node, pushes) =
-            Node::connect_announced(settings, &keys, identity, wake.clone(), op_timeout)?;
+            Node::connect_election(settings, &keys, identity, wake.clone(), op_timeout)?;
         let waiter = baton::Waiter::spawn(
             redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
             keys.baton.clone(),
@@ -629,6 +746,7 @@ impl RedisBackend {
             grace: None,
             tracks_lock: false,
             announce: None,
+            quiet: quiet::Wait::default(),
         })
     }
 
@@ -641,6 +759,7 @@ impl RedisBackend {
         self.nonce = new_nonce();
         self.value = None;
         self.announce = None;
+        self.wait_quietly_after(0, -1);
         // EVAL with the script's text, not EVALSHA: one round trip whatever the server
         // has cached (a server that never ran the release script, or restarted, would
         // answer EVALSHA with NOSCRIPT, and SCRIPT LOAD and EVALSHA again make three:
@@ -659,10 +778,11 @@ impl RedisBackend {
         release
             .cmd("EVAL")
             .arg(&self.release)
-            .arg(3)
+            .arg(4)
             .arg(&self.keys.lock)
             .arg(&self.keys.baton)
             .arg(&self.keys.writer_waits)
+            .arg(&self.keys.busy)
             .arg(&prefix)
             .arg(&self.keys.events)
             .arg(if to.is_some() { "all" } else { "one" })
@@ -707,51 +827,15 @@ impl RedisBackend {
         changed
     }
 
-    /// Records what one push means; `true` for a change of our key.
-    fn note_push(&mut self, push: &PushInfo) -> bool {
-        match push.kind {
-            PushKind::Disconnection => {
-                self.tracking = false;
-                false
-            }
-            PushKind::Invalidate => self.tracking,
-            _ => false,
-        }
-    }
-
-    /// Turns tracking of our key on (when it is off) and reads the key in the same
-    /// round trip: `true` when the key still holds our tenure's value, so that every
-    /// later change of it by anyone else will be pushed to us.
-    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(false);
-        };
-        // What arrived before tracking was on is from an earlier tenure.
-        self.drain_pushes();
-        let mut pipe = self.tracking_pipe();
-        // A leader waits for no baton: end a follower's wait that may still be open.
-        if let Some(unblock) = self.waiter.disarm() {
-            pipe.add_command(unblock).ignore();
-        }
-        let (current,): (Option<String>,) = pipe
-            .cmd("GET")
-            .arg(&self.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
-        self.tracking = true;
-        self.tracks_lock = true;
-        Ok(current.as_deref() == Some(value.as_str()))
-    }
-
     fn tracking_pipe(&self) -> redis::Pipeline {
         tracking_pipe(&self.keys.lock)
     }
 
-    /// A follower's tracking: the key every renewal writes (see [`baton`]).
+    /// A follower's tracking: the key every renewal writes (see [`baton`]), and what
+    /// keeps a candidate of the read-write lock out ([`follower_tracking`]).
     async fn start_tracking(&mut self) -> Result<(), BackendError> {
         self.tracks_lock = false;
-        let () = tracking_pipe(&self.keys.alive)
+        let () = follower_tracking(&self.keys)
             .query_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
@@ -803,6 +887,7 @@ impl RedisBackend {
         self.floor = self.floor.max(token);
         let now = Instant::now();
         self.grace = None;
+        self.wait_quietly_after(0, -1);
         self.drain_pushes();
         self.last_sign = self.tracking.then_some(now);
         self.holder_expires = Some(now + self.ttl);
@@ -813,11 +898,85 @@ impl RedisBackend {
         })))
     }
 
+    /// After a look: an election's candidate kept out by the shared holders (`why` 3)
+    /// or by a place ahead in the queue (4) waits as a `--mode` candidate does (see
+    /// [`quiet`], [`RedisBackend::wait_quietly`]), woken by the read-write lock's
+    /// channel; one kept out by a holder of the lock key follows it (see
+    /// [`baton`]).
+    fn wait_quietly_after(&mut self, why: i64, pttl: i64) {
+        let look = match why {
+            3 => quiet::Look::KeptOut { pttl },
+            4 => quiet::Look::Queued { pttl },
+            _ => {
+                self.quiet.stop();
+                self.node.notices.want_rw(false);
+                return;
+            }
+        };
+        let (ttl, tracked) = (self.ttl, self.tracking);
+        (self.quiet).looked(&look, ttl, tracked, Instant::now(), OWN_PUSH_WINDOW);
+        self.node.notices.want_rw(true);
+    }
+
+    /// An election's candidate kept out by the shared holders or by a place ahead in
+    /// the queue (see [`RedisBackend::wait_quietly_after`]) waits as a `--mode
+    /// exclusive` one does: it sends nothing while what keeps it out is renewed (each
+    /// renewal pushed to it, `Quiet`), and looks (`Changed`) on the baton, on a message
+    /// of the read-write lock's channel (also one heard since its last look began), on
+    /// a lost tracking connection, or when what keeps it out would have expired
+    /// unheard-of; `max` first: `Waiting`.
+    async fn wait_quietly(&mut self, max: Duration) -> Wake {
+        if self.node.notices.take_rw() {
+            return Wake::Changed;
+        }
+        let until = Instant::now() + max;
+        loop {
+            let look_at = self.quiet.look_at().unwrap_or(until);
+            tokio::select! {
+                _ = self.wake.notified() => {
+                    if let Some(wake) = self.on_notice() {
+                        return wake;
+                    }
+                }
+                push = self.pushes.recv() => {
+                    let Some(push) = push else { return Wake::Changed };
+                    match push.kind {
+                        PushKind::Disconnection => {
+                            self.tracking = false;
+                            return Wake::Changed;
+                        }
+                        PushKind::Invalidate => {
+                            let keys = quiet::invalidated(&push);
+                            let now = Instant::now();
+                            if self.quiet.heard(&keys, &self.keys.busy, self.ttl, now) {
+                                return Wake::Quiet;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                _ = tokio::time::sleep_until(until.min(look_at)) => {
+                    let now = Instant::now();
+                    return if now >= look_at { Wake::Changed } else { Wake::Waiting };
+                }
+            }
+        }
+    }
+
+    /// Whether an invalidation concerns the holder of the lock key a follower follows
+    /// (its `alive`; a flush of everything too), not the read-write lock's keys.
+    fn names_alive(&self, push: &PushInfo) -> bool {
+        let keys = quiet::invalidated(push);
+        keys.is_empty() || keys.iter().any(|k| k == self.keys.alive.as_bytes())
+    }
+
     /// What a wake-up of the listener or the baton waiter asks for: a look (`Changed`,
     /// the campaign runs the script), an announced holder to follow (`Changed`, the
     /// campaign follows it without a request), or nothing new (`None`).
     fn on_notice(&mut self) -> Option<Wake> {
-        if self.node.notices.take_look() {
+        // The read-write lock's channel asks for a look only while we wait for it.
+        let rw = self.node.notices.take_rw() && self.quiet.look_at().is_some();
+        if self.node.notices.take_look() || rw {
             self.announced = None;
             return Some(Wake::Changed);
         }
@@ -888,6 +1047,22 @@ pub(crate) fn tracking_pipe(lock: &str) -> redis::Pipeline {
     pipe
 }
 
+/// A follower's `CLIENT TRACKING` (restarted, as [`tracking_pipe`]): every change of
+/// the holders' renewals (the exclusive holder's `alive`, the readers' set) and of
+/// their keeping of the queue (`busy`) is pushed to it, so that it needs to ask
+/// nothing while they renew: an election's follower (see [`baton`], [`quiet`]) and a
+/// `--mode` one (see [`rw`]).
+pub(crate) fn follower_tracking(keys: &Keys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+    for key in [&keys.readers, &keys.alive, &keys.busy] {
+        pipe.arg("PREFIX").arg(key);
+    }
+    pipe.arg("NOLOOP").ignore();
+    pipe
+}
+
 /// What the pub/sub listener needs.
 pub(crate) struct Listen {
     pub(crate) client: redis::Client,
@@ -905,9 +1080,13 @@ pub(crate) struct Listen {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Hears {
     /// `acquired|…` on the announcement channel, published by the new leader once it
-    /// has claimed (`redis`, `redlock`); the take's own `acquired|…` on the events
-    /// channel wakes nobody.
+    /// has claimed (`redlock`); the take's own `acquired|…` on the events channel
+    /// wakes nobody.
     Announcements,
+    /// As `Announcements` (`redis`, an election's candidate), and the read-write
+    /// lock's channel too, noted in [`baton::Notices`] and waking only while the
+    /// candidate waits for the read-write lock (see [`RedisBackend::wait_quietly`]).
+    Election,
     /// None: every message on the events channel and on the read-write lock's channel
     /// asks for a look (`redis --mode`, see [`rw`]).
     ReadWrite,
@@ -926,9 +1105,11 @@ pub(crate) async fn listen(l: Listen) {
         let subscribed = async {
             let mut pubsub = l.client.get_async_pubsub().await?;
             pubsub.subscribe(&l.keys.events).await?;
-            match l.hears {
-                Hears::Announcements => pubsub.subscribe(&l.keys.leader).await?,
-                Hears::ReadWrite => pubsub.subscribe(&l.keys.rw).await?,
+            if l.hears != Hears::ReadWrite {
+                pubsub.subscribe(&l.keys.leader).await?;
+            }
+            if l.hears != Hears::Announcements {
+                pubsub.subscribe(&l.keys.rw).await?;
             }
             pubsub.subscribe(&expired).await?;
             pubsub.subscribe(&l.presence).await?;
@@ -968,11 +1149,15 @@ fn heard(l: &Listen, expired: &str, msg: &redis::Msg) -> bool {
     };
     if channel == l.keys.events {
         match (payload.strip_prefix(b"acquired|"), l.hears) {
-            (Some(_), Hears::Announcements) => false,
+            (Some(_), Hears::Announcements | Hears::Election) => false,
             _ => look(),
         }
-    } else if channel == l.keys.rw && l.hears == Hears::ReadWrite {
-        look()
+    } else if channel == l.keys.rw {
+        match l.hears {
+            Hears::ReadWrite => look(),
+            Hears::Election => l.notices.rw_news(),
+            Hears::Announcements => false,
+        }
     } else if channel == l.keys.leader {
         payload.strip_prefix(b"acquired|").is_some_and(announced)
     } else if channel == expired && payload == l.keys.lock.as_bytes() {
@@ -990,6 +1175,59 @@ pub(crate) async fn wait_for_notice(
 ) -> Wake {
     super::wait_for_wake(wake, hint, max).await;
     Wake::Changed
+}
+
+impl OwnKey for RedisBackend {
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
+        &mut self.pushes
+    }
+
+    fn note_push(&mut self, push: &PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                false
+            }
+            PushKind::Invalidate => self.tracking,
+            _ => false,
+        }
+    }
+
+    /// Turns tracking of our key on (when it is off) and reads the key in the same
+    /// round trip, so that every later change of it by anyone else will be pushed to
+    /// us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        // What arrived before tracking was on is from an earlier tenure.
+        self.drain_pushes();
+        let mut pipe = self.tracking_pipe();
+        // A leader waits for no baton: end a follower's wait that may still be open.
+        if let Some(unblock) = self.waiter.disarm() {
+            pipe.add_command(unblock).ignore();
+        }
+        let (current,): (Option<String>,) = pipe
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        self.tracks_lock = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    fn own_push_until(&mut self) -> &mut Option<Instant> {
+        &mut self.own_push_until
+    }
+
+    async fn taken(&mut self) -> bool {
+        let Some(value) = self.value.clone() else {
+            return true;
+        };
+        lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
+    }
 }
 
 impl Backend for RedisBackend {
@@ -1019,8 +1257,10 @@ impl Backend for RedisBackend {
             self.drain_pushes();
             self.tracking = self.start_tracking().await.is_ok();
         }
+        // What the read-write lock's channel said so far is older than this look.
+        self.node.notices.take_rw();
         let read_at = Instant::now();
-        let (won, value, pttl, store_ms): (i64, String, i64, u64) = self
+        let (won, value, pttl, store_ms, why): (i64, String, i64, u64, i64) = self
             .acquire
             .key(&self.keys.lock)
             .key(&self.keys.fence)
@@ -1048,6 +1288,7 @@ impl Backend for RedisBackend {
         if let Some(token) = parsed.token {
             self.floor = self.floor.max(token);
         }
+        self.wait_quietly_after(why, pttl);
         if won == 1 {
             let token = parsed.token.ok_or_else(|| BackendError::Store {
                 op: "campaign",
@@ -1140,6 +1381,9 @@ impl Backend for RedisBackend {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         if self.value.is_none() {
             self.waiter.arm();
+            if self.quiet.look_at().is_some() {
+                return self.wait_quietly(max).await;
+            }
         }
         let tracked = self.tracking && self.value.is_none();
         let Some(last) = self.last_sign.filter(|_| tracked) else {
@@ -1171,7 +1415,7 @@ impl Backend for RedisBackend {
                             self.tracking = false;
                             return Wake::Changed;
                         }
-                        PushKind::Invalidate => {
+                        PushKind::Invalidate if self.names_alive(&push) => {
                             if let Some(wake) = self.on_invalidation(last, due) {
                                 return wake;
                             }
@@ -1191,44 +1435,10 @@ impl Backend for RedisBackend {
         }
     }
 
-    /// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
-    /// connection changed, NOLOOP or not, right after the script's answer: the first
-    /// push within [`OWN_PUSH_WINDOW`] of a renewal's answer is taken for that one,
-    /// so the leader sends one request per renewal. Any other push for our key is
-    /// looked at before concluding. (On a server that does not push our own changes,
-    /// someone else's change within that window is found by the next renewal instead.)
-    ///
-    /// A disconnect notice (the tracking went with its connection) turns tracking on
-    /// again at once, on the connection the client opened since, with a read of our
-    /// key: waiting for the next renewal to do it left us blind to a takeover until
-    /// then, and when the notice came after a renewal had gone out on the new
-    /// connection, that renewal had not done it either.
+    /// Once it announced itself, [`own_key_lost`].
     async fn record_lost(&mut self) {
         self.announce_once().await;
-        while let Some(push) = self.pushes.recv().await {
-            if push.kind == PushKind::Disconnection {
-                self.tracking = false;
-                // Refused (the connection still down): the next renewal tracks again.
-                if let Ok(false) = self.track_own_key("record_lost").await {
-                    return;
-                }
-                continue;
-            }
-            if !self.note_push(&push) {
-                continue;
-            }
-            let own = self.own_push_until.take();
-            if push.kind == PushKind::Invalidate && own.is_some_and(|u| Instant::now() <= u) {
-                continue;
-            }
-            let Some(value) = self.value.clone() else {
-                return;
-            };
-            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
-                return;
-            }
-        }
-        std::future::pending().await
+        own_key_lost(self).await
     }
 }
 

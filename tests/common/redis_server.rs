@@ -180,6 +180,18 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Kills the one tracking connection (flag `t`) at the server; its client id.
+    pub fn kill_the_tracking_connection(&self) -> u64 {
+        let clients = self.command("CLIENT LIST").unwrap_or_default();
+        let tracking = clients
+            .lines()
+            .find(|l| client_field(l, "flags").is_some_and(|f| f.contains('t')))
+            .and_then(|l| client_field(l, "id")?.parse::<u64>().ok())
+            .expect("the tracking connection");
+        self.command(&format!("CLIENT KILL ID {tracking}"));
+        tracking
+    }
+
     /// `INFO server`'s `run_id`: a new one every time the process starts.
     pub fn run_id(&self) -> Option<String> {
         let info = self.command("INFO server")?;
@@ -200,6 +212,12 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(entry.path(), &target).expect("copy data file");
         }
     }
+}
+
+/// `key=value` of one `CLIENT LIST` line.
+pub fn client_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// Sends one inline command to the server on `port` and returns the raw reply.

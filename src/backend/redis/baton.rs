@@ -66,6 +66,12 @@ pub(crate) struct Notices {
     look: AtomicBool,
     /// The last `acquired|<value>` announcement, with when it arrived.
     announced: Mutex<Option<(Instant, String)>>,
+    /// A message on the read-write lock's channel since the last look (an election's
+    /// candidate, see [`super::RedisBackend`]: a release of the last shared holder, a
+    /// waiting candidate's withdrawal, the drop of a gone one's place).
+    rw: AtomicBool,
+    /// Whether such a message wakes the backend (it waits for the read-write lock).
+    wants_rw: AtomicBool,
 }
 
 impl Notices {
@@ -87,6 +93,22 @@ impl Notices {
     /// Takes the last announcement, if any.
     pub(crate) fn take_announcement(&self) -> Option<(Instant, String)> {
         self.announced.lock().ok()?.take()
+    }
+
+    /// Notes a message on the read-write lock's channel; `true` when it wakes.
+    pub(crate) fn rw_news(&self) -> bool {
+        self.rw.store(true, Ordering::SeqCst);
+        self.wants_rw.load(Ordering::SeqCst)
+    }
+
+    /// Takes the note of a message on the read-write lock's channel, if any.
+    pub(crate) fn take_rw(&self) -> bool {
+        self.rw.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether the read-write lock's channel wakes the backend from now on.
+    pub(crate) fn want_rw(&self, wanted: bool) {
+        self.wants_rw.store(wanted, Ordering::SeqCst);
     }
 
     /// Forgets what is pending (a tenure of our own begins or ends: the announcements

@@ -16,8 +16,9 @@
 //!   candidates wait. So writers are not starved, and a reader that came before a
 //!   writer goes before it. A take or a release removes the own entry; the entry of
 //!   a candidate that is gone (its presence channel has no subscriber) or silent past
-//!   its lapse (two ttl after its last look, or after the holders last kept the queue
-//!   by `…:busy`) is dropped;
+//!   its lapse (one and a half ttl after its last look, or two ttl after the holders
+//!   last kept the queue by `…:busy`, half a ttl after a release that left the lock
+//!   free) is dropped;
 //! - the fencing counter `…:fence`, bumped by every take, shared or exclusive, so
 //!   tokens grow across every tenure of the election.
 //!
@@ -26,8 +27,12 @@
 //! the election's, and [`RELEASE`]); the election's own take refuses while shared
 //! holders live or a `--mode` candidate waits ahead of it, and queues its candidate
 //! as a waiting writer, as [`TAKE`] does. A stopped (SIGSTOP) waiting candidate keeps
-//! its place while the holders renew (its connections stay open); once they are gone
-//! its place lapses within two ttl.
+//! its place while the holders renew (its connections stay open, and it sends nothing
+//! while it waits: the server cannot tell it from a live one); once they are gone its
+//! place lapses half a ttl after their release (two ttl after the last renewal of a
+//! crashed holder), or one and a half ttl after its last look if that is later. A
+//! killed one's place goes at the next script that reads the queue (a shared holder's
+//! renewal, a look: a candidate queued behind another looks within half a ttl).
 //!
 //! **Waiting** sends nothing at steady state. A follower's listener hears the events
 //! channel and `…:rw`: every release of the exclusive lock (the election's too), the
@@ -39,9 +44,11 @@
 //! is pushed to it ([`heard_until`]); it looks by itself only when that would have
 //! expired unheard-of (a crashed or stopped holder, a lapsed place ahead). Its own
 //! place is kept by the holders it waits for (every take and renewal sets `…:busy`
-//! for two ttl while the queue is not empty), not by its own looks. The election's
-//! release also hands the baton, and so does the last shared holder's, so an
-//! election's candidate waiting for readers wakes at once.
+//! for two ttl while the queue is not empty), not by its own looks (the decisions:
+//! [`super::quiet`]). An election's candidate (no `--mode`) kept out by the shared
+//! holders or by a place ahead waits the same way, by the same decisions (see
+//! [`super::RedisBackend`]); the election's release also hands the baton, and so does
+//! the last shared holder's, so it wakes at once.
 //!
 //! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
 //! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
@@ -56,9 +63,10 @@ use redis::{PushInfo, PushKind, Script};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+pub use super::quiet::{heard_until, next_look, Look};
 use super::{
-    baton, lock_taken, new_nonce, parse_value, store, switchover, too_late, Keys, Node,
-    RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
+    baton, follower_tracking, lock_taken, new_nonce, own_key_lost, parse_value, quiet, store,
+    switchover, too_late, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
 };
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -106,7 +114,7 @@ if cur and not shared and mine(cur) then
 end
 local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10])
 local function wait(code, value, pttl, listed)
-  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl)
+  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
   return {code, value, pttl, now, listed}
 end
 if cur then
@@ -151,7 +159,8 @@ return {1, value, -1, now, {}}
 /// A shared holder's compare-and-act renewal: only its own entry, only while it has
 /// not expired, and only while nobody holds the lock exclusively. It keeps the queue
 /// (the waiting candidates' places, see [`super::QUEUE`]) and drops the entries of
-/// candidates that are gone, telling the followers (`ARGV[5]`). KEYS: readers, lock,
+/// candidates that are gone among the first two in arrival order, telling the
+/// followers (`ARGV[5]`). KEYS: readers, lock,
 /// queue, busy. ARGV: our value, ttl ms, use-by, the presence channels' prefix, the
 /// read-write lock's channel. Returns {kept (2: too late), store ms}.
 pub const RENEW_SHARED: &str = r#"
@@ -163,7 +172,7 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  queue(KEYS[3], KEYS[4], ARGV[4], now, '', ARGV[5])
+  check_heads(KEYS[3], ARGV[4], now, 2, ARGV[5])
   return {1, now}
 end
 return {0, now}
@@ -172,9 +181,10 @@ return {0, now}
 /// Give back whatever of ours the lock holds (compare-and-DEL of the exclusive lock,
 /// our shared entries, our place in the queue). When the lock is then free of every
 /// holder, or we left the queue, hand the baton to one of the election's followers
-/// (when free) and tell the read-write lock's followers (`ARGV[2]`). KEYS: lock,
-/// readers, queue (writer-waits), baton. ARGV: our `<nonce>|`, channel, the baton's
-/// PX. Returns 1 when it released a tenure of ours.
+/// and cut the queue's keeping to half a ttl (when free, see [`super::QUEUE`]) and
+/// tell the read-write lock's followers (`ARGV[2]`). KEYS: lock, readers, queue
+/// (writer-waits), baton, busy. ARGV: our `<nonce>|`, channel, the baton's PX (the
+/// ttl). Returns 1 when it released a tenure of ours.
 pub const RELEASE: &str = r#"
 local prefix = ARGV[1]
 local function mine(v)
@@ -201,27 +211,11 @@ if free then
 "#;
 
 const RELEASE_END: &str = r#"
+  let_queue_go(KEYS[5], tonumber(ARGV[3]))
   redis.call('PUBLISH', ARGV[2], 'released')
 end
 return released
 "#;
-
-/// What one take script said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Look {
-    /// We hold the lock (taken, or our earlier take adopted), with this value.
-    Took(String),
-    /// Held exclusively (an exclusive or an election's holder, a quarantine, or left to
-    /// a switchover's candidate: value empty), for `pttl` ms more (-1: unknown).
-    Exclusive { value: String, pttl: i64 },
-    /// Kept out by the shared holders (a writer), for `pttl` ms at most unless renewed.
-    KeptOut { pttl: i64 },
-    /// Kept out by a candidate ahead in the queue (a writer for a reader, anyone for a
-    /// writer), whose place lapses in `pttl` ms unless the holders keep it.
-    Queued { pttl: i64 },
-    /// The request came after its use-by and did nothing.
-    TooLate,
-}
 
 /// Reads a take script's answer.
 pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
@@ -270,37 +264,6 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
     }
 }
 
-/// When a follower looks again by itself after a look that found `look`: when what
-/// kept it out would expire unless renewed (2 ms after). A follower that hears the
-/// renewals (`tracked`, see [`RwBackend::wait_for_change`]) moves that time on with
-/// each one and sends nothing else; one that does not (a server without `CLIENT
-/// TRACKING`) looks at the latest 3/4 ttl later, so its `/leader` stays current.
-pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
-    let latest = if tracked { ttl * 2 } else { ttl * 3 / 4 };
-    let pttl = match look {
-        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } | Look::Queued { pttl } => *pttl,
-        Look::Took(_) | Look::TooLate => -1,
-    };
-    match u64::try_from(pttl) {
-        Ok(ms) => latest.min(Duration::from_millis(ms.saturating_add(2))),
-        Err(_) => latest,
-    }
-}
-
-/// How far a push for `key` moves a follower's look on (from when it is heard): for
-/// one kept out by a holder, a holder's renewal (the readers' set, the exclusive
-/// holder's `alive`) by one ttl; for one kept out by a place ahead in the queue
-/// (`queued`), the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
-/// `None`: a change that says nothing about what keeps it out.
-pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, queued: bool) -> Option<Duration> {
-    let spare = Duration::from_millis(2);
-    match (key == busy.as_bytes(), queued) {
-        (true, true) => Some(ttl * 2 + spare),
-        (false, false) => Some(ttl + spare),
-        _ => None,
-    }
-}
-
 /// A candidate of the read-write lock on one Redis server.
 pub struct RwBackend {
     node: Node,
@@ -318,8 +281,8 @@ pub struct RwBackend {
     /// The highest token seen; new tokens never go below it.
     floor: FencingToken,
     wake: Arc<Notify>,
-    /// When a follower looks by itself.
-    look_at: Option<Instant>,
+    /// A follower's silent wait: when it looks by itself (see [`super::quiet`]).
+    quiet: quiet::Wait,
     take: Script,
     renew: Script,
     release: String,
@@ -333,10 +296,6 @@ pub struct RwBackend {
     own_push_until: Option<Instant>,
     /// Whether a follower's `CLIENT TRACKING` of the holders' renewals is on.
     follows: bool,
-    /// Until when a push is taken for our own look's change (not a renewal).
-    own_look_until: Option<Instant>,
-    /// Whether the last look found a place ahead in the queue (not a holder).
-    queued: bool,
 }
 
 impl RwBackend {
@@ -358,7 +317,7 @@ impl RwBackend {
             value: None,
             floor: 0,
             wake,
-            look_at: None,
+            quiet: quiet::Wait::default(),
             take: Script::new(&format!(
                 "{CLOCK}{}{READERS}{QUEUE}{TAKE}",
                 switchover::RESERVED
@@ -381,29 +340,7 @@ impl RwBackend {
             tracking: false,
             own_push_until: None,
             follows: false,
-            own_look_until: None,
-            queued: false,
         })
-    }
-
-    /// An exclusive holder's watch of its own key, as the election's holder's (see
-    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
-    /// one round trip; `true` when it still holds our value, so that every later
-    /// change by anyone else is pushed to us.
-    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(false);
-        };
-        self.drain_pushes();
-        self.follows = false;
-        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
-            .cmd("GET")
-            .arg(&self.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
-        self.tracking = true;
-        Ok(current.as_deref() == Some(value.as_str()))
     }
 
     /// A follower's tracking (before its look): every change of the holders'
@@ -414,14 +351,9 @@ impl RwBackend {
         if self.follows {
             return;
         }
-        let mut pipe = redis::pipe();
-        pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
-        pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
-        for key in [&self.keys.readers, &self.keys.alive, &self.keys.busy] {
-            pipe.arg("PREFIX").arg(key);
-        }
-        pipe.arg("NOLOOP").ignore();
-        let on: Result<(), _> = pipe.query_async(&mut self.node.conn).await;
+        let on: Result<(), _> = follower_tracking(&self.keys)
+            .query_async(&mut self.node.conn)
+            .await;
         self.follows = on.is_ok();
     }
 
@@ -448,18 +380,8 @@ impl RwBackend {
                 Some(Wake::Changed)
             }
             PushKind::Invalidate if self.follows => {
-                let now = Instant::now();
-                if self.own_look_until.is_some_and(|u| now <= u) {
-                    return None;
-                }
-                let (mut until, mut heard) = (self.look_at?, false);
-                for key in invalidated(push) {
-                    if let Some(by) = heard_until(&key, &self.keys.busy, self.ttl, self.queued) {
-                        until = until.max(now + by);
-                        heard = true;
-                    }
-                }
-                self.look_at = Some(until);
+                let keys = quiet::invalidated(push);
+                let heard = (self.quiet).heard(&keys, &self.keys.busy, self.ttl, Instant::now());
                 heard.then_some(Wake::Quiet)
             }
             _ => None,
@@ -485,10 +407,7 @@ impl RwBackend {
     /// Takes the pushes so far; a disconnect notice means the tracking is gone.
     fn drain_pushes(&mut self) {
         while let Ok(push) = self.pushes.try_recv() {
-            if push.kind == PushKind::Disconnection {
-                self.tracking = false;
-                self.follows = false;
-            }
+            self.note_push(&push);
         }
     }
 
@@ -523,13 +442,60 @@ impl RwBackend {
             .await
             .map_err(store("campaign"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
-        // Our own script's change of a tracked key is pushed right after its answer.
-        self.own_look_until = Some(Instant::now() + super::OWN_PUSH_WINDOW);
         let look = judge(code, value, pttl).map_err(|message| BackendError::Store {
             op: "campaign",
             message,
         })?;
         Ok((look, readers))
+    }
+}
+
+impl OwnKey for RwBackend {
+    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
+        &mut self.pushes
+    }
+
+    fn note_push(&mut self, push: &PushInfo) -> bool {
+        match push.kind {
+            PushKind::Disconnection => {
+                self.tracking = false;
+                self.follows = false;
+                false
+            }
+            PushKind::Invalidate => self.tracking,
+            _ => false,
+        }
+    }
+
+    /// An exclusive holder's watch of its own key, as the election's holder's (see
+    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
+    /// one round trip; `true` when it still holds our value, so that every later
+    /// change by anyone else is pushed to us.
+    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+        let Some(value) = self.value.clone() else {
+            return Ok(false);
+        };
+        self.drain_pushes();
+        self.follows = false;
+        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
+            .cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(&mut self.node.conn)
+            .await
+            .map_err(store(op))?;
+        self.tracking = true;
+        Ok(current.as_deref() == Some(value.as_str()))
+    }
+
+    fn own_push_until(&mut self) -> &mut Option<Instant> {
+        &mut self.own_push_until
+    }
+
+    async fn taken(&mut self) -> bool {
+        let Some(value) = self.value.clone() else {
+            return true;
+        };
+        lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
     }
 }
 
@@ -560,8 +526,9 @@ impl Backend for RwBackend {
         for (h, _) in &self.observed {
             self.floor = self.floor.max(h.token.unwrap_or(0));
         }
-        self.look_at = Some(Instant::now() + next_look(&look, self.ttl, self.follows));
-        self.queued = matches!(look, Look::Queued { .. });
+        // Our own script's change of a tracked key is pushed right after its answer.
+        let (ttl, follows) = (self.ttl, self.follows);
+        (self.quiet).looked(&look, ttl, follows, Instant::now(), super::OWN_PUSH_WINDOW);
         match look {
             Look::TooLate => Err(too_late("campaign")),
             Look::Took(value) => {
@@ -573,7 +540,7 @@ impl Backend for RwBackend {
                     })?;
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
-                self.look_at = None;
+                self.quiet.stop();
                 if self.mode == LockMode::Shared {
                     self.stop_following().await;
                 }
@@ -629,36 +596,16 @@ impl Backend for RwBackend {
     }
 
     /// An exclusive holder hears of its key taken or deleted by anyone else at once,
-    /// as the election's holder does (invariant 9): the first push within
-    /// [`OWN_PUSH_WINDOW`](super::OWN_PUSH_WINDOW) of a renewal's answer is that
-    /// renewal's own, any other is checked by a read. A shared holder does not watch its entry (every other
+    /// as the election's holder does (invariant 9), by the same watch
+    /// ([`own_key_lost`]), which also tracks the key again as soon as the tracking
+    /// connection is lost. A shared holder does not watch its entry (every other
     /// reader's renewal changes the same key): a tampered entry is found by its next
     /// renewal.
     async fn record_lost(&mut self) {
         if self.mode != LockMode::Exclusive {
             return std::future::pending().await;
         }
-        while let Some(push) = self.pushes.recv().await {
-            match push.kind {
-                PushKind::Disconnection => {
-                    self.tracking = false;
-                    continue;
-                }
-                PushKind::Invalidate if self.tracking => {}
-                _ => continue,
-            }
-            let own = self.own_push_until.take();
-            if own.is_some_and(|u| Instant::now() <= u) {
-                continue;
-            }
-            let Some(value) = self.value.clone() else {
-                return;
-            };
-            if lock_taken(&mut self.node.conn, &self.keys.lock, &value).await {
-                return;
-            }
-        }
-        std::future::pending().await
+        own_key_lost(self).await
     }
 
     /// One request (`EVAL` with the text: a server that lost its script cache costs no
@@ -670,11 +617,12 @@ impl Backend for RwBackend {
         let mut release = redis::cmd("EVAL");
         release
             .arg(&self.release)
-            .arg(4)
+            .arg(5)
             .arg(&self.keys.lock)
             .arg(&self.keys.readers)
             .arg(&self.keys.writer_waits)
             .arg(&self.keys.baton)
+            .arg(&self.keys.busy)
             .arg(&prefix)
             .arg(&self.keys.rw)
             .arg(self.ttl_ms().max(1));
@@ -709,7 +657,7 @@ impl Backend for RwBackend {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let until = Instant::now() + max;
         loop {
-            let look_at = self.look_at.unwrap_or(until);
+            let look_at = self.quiet.look_at().unwrap_or(until);
             tokio::select! {
                 _ = self.wake.notified() => return Wake::Changed,
                 push = self.pushes.recv(), if self.value.is_none() => {
@@ -724,25 +672,6 @@ impl Backend for RwBackend {
             }
         }
     }
-}
-
-/// The keys an invalidation push names (none for a flush of everything).
-fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
-    let mut keys = Vec::new();
-    for v in &push.data {
-        match v {
-            redis::Value::Array(items) | redis::Value::Set(items) => {
-                for item in items {
-                    if let redis::Value::BulkString(k) = item {
-                        keys.push(k.clone());
-                    }
-                }
-            }
-            redis::Value::BulkString(k) => keys.push(k.clone()),
-            _ => {}
-        }
-    }
-    keys
 }
 
 #[cfg(test)]
@@ -802,57 +731,5 @@ mod tests {
         assert!(holders(&quarantine, &[], LockMode::Shared).is_empty());
         let many: Vec<String> = (0..40).map(|i| format!("n{i}|{i}|r-{i}")).collect();
         assert_eq!(holders(&kept, &many, LockMode::Exclusive).len(), SHOWN);
-    }
-
-    #[test]
-    fn a_follower_looks_when_the_blocker_expires() {
-        let ttl = Duration::from_secs(2);
-        let ex = |pttl| Look::Exclusive {
-            value: String::new(),
-            pttl,
-        };
-        for tracked in [true, false] {
-            assert_eq!(
-                next_look(&ex(100), ttl, tracked),
-                Duration::from_millis(102)
-            );
-            assert_eq!(
-                next_look(&Look::KeptOut { pttl: 0 }, ttl, tracked),
-                Duration::from_millis(2)
-            );
-        }
-        // Untracked, at the latest 3/4 ttl later; tracked, at the blocker's expiry
-        // (two ttl at most: a queue's place kept by the holders).
-        assert_eq!(
-            next_look(&ex(1_900), ttl, false),
-            Duration::from_millis(1_500)
-        );
-        assert_eq!(next_look(&ex(-1), ttl, false), Duration::from_millis(1_500));
-        assert_eq!(
-            next_look(&ex(1_900), ttl, true),
-            Duration::from_millis(1_902)
-        );
-        assert_eq!(
-            next_look(&Look::KeptOut { pttl: 3_500 }, ttl, true),
-            Duration::from_millis(3_502)
-        );
-        assert_eq!(next_look(&ex(-1), ttl, true), Duration::from_millis(4_000));
-    }
-
-    #[test]
-    fn a_renewal_heard_moves_the_look_by_a_ttl_and_the_queues_keeping_by_two() {
-        let ttl = Duration::from_secs(2);
-        let busy = "leasekeeper:{e}:busy";
-        let readers = b"leasekeeper:{e}:readers";
-        assert_eq!(
-            heard_until(busy.as_bytes(), busy, ttl, true),
-            Some(Duration::from_millis(4_002))
-        );
-        assert_eq!(heard_until(readers, busy, ttl, true), None);
-        assert_eq!(
-            heard_until(readers, busy, ttl, false),
-            Some(Duration::from_millis(2_002))
-        );
-        assert_eq!(heard_until(busy.as_bytes(), busy, ttl, false), None);
     }
 }

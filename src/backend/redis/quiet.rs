@@ -1,0 +1,254 @@
+//! How a candidate kept out of the read-write lock waits without asking (issue 33):
+//! a `--mode` follower (see [`super::rw`]), and an election's candidate (no `--mode`)
+//! kept out by the shared holders or by a place ahead in the queue (see
+//! [`super::RedisBackend`]).
+//!
+//! Its command connection tracks (`CLIENT TRACKING BCAST`) the readers' set, the
+//! exclusive holder's `…:alive` and the queue's keeping `…:busy`, so each renewal of
+//! what keeps it out is pushed to it ([`heard_until`]); it looks by itself only when
+//! that would have expired unheard-of ([`next_look`]: a crashed or stopped holder, a
+//! lapsed place ahead), or when the read-write lock's channel says something changed.
+//! Decisions only: the callers do the I/O and pass the time.
+
+use std::time::Duration;
+
+use redis::PushInfo;
+use tokio::time::Instant;
+
+/// What one take script said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// We hold the lock (taken, or our earlier take adopted), with this value.
+    Took(String),
+    /// Held exclusively (an exclusive or an election's holder, a quarantine, or left to
+    /// a switchover's candidate: value empty), for `pttl` ms more (-1: unknown).
+    Exclusive { value: String, pttl: i64 },
+    /// Kept out by the shared holders (a writer), for `pttl` ms at most unless renewed.
+    KeptOut { pttl: i64 },
+    /// Kept out by a candidate ahead in the queue (a writer for a reader, anyone for a
+    /// writer), whose place lapses in `pttl` ms unless the holders keep it.
+    Queued { pttl: i64 },
+    /// The request came after its use-by and did nothing.
+    TooLate,
+}
+
+/// When a follower looks again by itself after a look that found `look`: when what
+/// kept it out would expire unless renewed (2 ms after). A follower that hears the
+/// renewals (`tracked`, see [`Wait::heard`]) moves that time on with each one and
+/// sends nothing else; one that does not (a server without `CLIENT TRACKING`) looks at
+/// the latest 3/4 ttl later, so its `/leader` stays current. One queued behind another
+/// candidate looks at the latest half a ttl later unless it hears the holders keep
+/// the queue meanwhile: with nobody holding, the one ahead should have taken by then,
+/// and the look drops its place if its process is gone (its presence channel without
+/// a subscriber), where its place could otherwise last two ttl after its last look.
+pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
+    let latest = if tracked { ttl * 2 } else { ttl * 3 / 4 };
+    let latest = match look {
+        Look::Queued { .. } => latest.min(ttl / 2),
+        _ => latest,
+    };
+    let pttl = match look {
+        Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } | Look::Queued { pttl } => *pttl,
+        Look::Took(_) | Look::TooLate => -1,
+    };
+    match u64::try_from(pttl) {
+        Ok(ms) => latest.min(Duration::from_millis(ms.saturating_add(2))),
+        Err(_) => latest,
+    }
+}
+
+/// How far a push for `key` moves a follower's look on (from when it is heard): for
+/// one kept out by a holder, a holder's renewal (the readers' set, the exclusive
+/// holder's `alive`) by one ttl; for one kept out by a place ahead in the queue
+/// (`queued`), the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
+/// `None`: a change that says nothing about what keeps it out.
+pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, queued: bool) -> Option<Duration> {
+    let spare = Duration::from_millis(2);
+    match (key == busy.as_bytes(), queued) {
+        (true, true) => Some(ttl * 2 + spare),
+        (false, false) => Some(ttl + spare),
+        _ => None,
+    }
+}
+
+/// The keys an invalidation push names (none for a flush of everything).
+pub(crate) fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
+    for v in &push.data {
+        match v {
+            redis::Value::Array(items) | redis::Value::Set(items) => {
+                for item in items {
+                    if let redis::Value::BulkString(k) = item {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+            redis::Value::BulkString(k) => keys.push(k.clone()),
+            _ => {}
+        }
+    }
+    keys
+}
+
+/// One follower's silent wait: when it looks by itself, moved on by what it hears.
+#[derive(Debug, Default)]
+pub(crate) struct Wait {
+    /// When it looks by itself; `None`: not waiting this way.
+    look_at: Option<Instant>,
+    /// Whether the last look found a place ahead in the queue (not a holder).
+    queued: bool,
+    /// Until when a push is taken for our own look's change (a script of this very
+    /// connection pushes its own changes of a tracked key, NOLOOP or not).
+    own_look_until: Option<Instant>,
+}
+
+impl Wait {
+    /// After a look, answered at `now`, that found `look` (`tracked`: whether the
+    /// renewals are pushed to us; `own`: how soon the look's own pushes come).
+    pub(crate) fn looked(
+        &mut self,
+        look: &Look,
+        ttl: Duration,
+        tracked: bool,
+        now: Instant,
+        own: Duration,
+    ) {
+        self.look_at = Some(now + next_look(look, ttl, tracked));
+        self.queued = matches!(look, Look::Queued { .. });
+        self.own_look_until = Some(now + own);
+    }
+
+    /// Not waiting this way any more (we hold, or follow an exclusive holder).
+    pub(crate) fn stop(&mut self) {
+        self.look_at = None;
+    }
+
+    /// When it looks by itself (`None`: not waiting this way).
+    pub(crate) fn look_at(&self) -> Option<Instant> {
+        self.look_at
+    }
+
+    /// An invalidation naming `keys`, heard at `now`: `true` when it was a renewal of
+    /// what keeps us out ([`heard_until`]), which moved the look on.
+    pub(crate) fn heard(
+        &mut self,
+        keys: &[Vec<u8>],
+        busy: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> bool {
+        if self.own_look_until.is_some_and(|u| now <= u) {
+            return false;
+        }
+        let Some(mut until) = self.look_at else {
+            return false;
+        };
+        let mut heard = false;
+        for key in keys {
+            if let Some(by) = heard_until(key, busy, ttl, self.queued) {
+                until = until.max(now + by);
+                heard = true;
+            }
+        }
+        self.look_at = Some(until);
+        heard
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_looks_when_the_blocker_expires() {
+        let ttl = Duration::from_secs(2);
+        let ex = |pttl| Look::Exclusive {
+            value: String::new(),
+            pttl,
+        };
+        for tracked in [true, false] {
+            assert_eq!(
+                next_look(&ex(100), ttl, tracked),
+                Duration::from_millis(102)
+            );
+            assert_eq!(
+                next_look(&Look::KeptOut { pttl: 0 }, ttl, tracked),
+                Duration::from_millis(2)
+            );
+        }
+        // Untracked, at the latest 3/4 ttl later; tracked, at the blocker's expiry
+        // (two ttl at most: a queue's place kept by the holders).
+        assert_eq!(
+            next_look(&ex(1_900), ttl, false),
+            Duration::from_millis(1_500)
+        );
+        assert_eq!(next_look(&ex(-1), ttl, false), Duration::from_millis(1_500));
+        assert_eq!(
+            next_look(&ex(1_900), ttl, true),
+            Duration::from_millis(1_902)
+        );
+        assert_eq!(
+            next_look(&Look::KeptOut { pttl: 3_500 }, ttl, true),
+            Duration::from_millis(3_502)
+        );
+        assert_eq!(next_look(&ex(-1), ttl, true), Duration::from_millis(4_000));
+        // Queued behind another candidate: half a ttl at the latest.
+        for tracked in [true, false] {
+            assert_eq!(
+                next_look(&Look::Queued { pttl: 3_500 }, ttl, tracked),
+                Duration::from_millis(1_000)
+            );
+            assert_eq!(
+                next_look(&Look::Queued { pttl: 300 }, ttl, tracked),
+                Duration::from_millis(302)
+            );
+        }
+    }
+
+    #[test]
+    fn a_renewal_heard_moves_the_look_by_a_ttl_and_the_queues_keeping_by_two() {
+        let ttl = Duration::from_secs(2);
+        let busy = "leasekeeper:{e}:busy";
+        let readers = b"leasekeeper:{e}:readers";
+        assert_eq!(
+            heard_until(busy.as_bytes(), busy, ttl, true),
+            Some(Duration::from_millis(4_002))
+        );
+        assert_eq!(heard_until(readers, busy, ttl, true), None);
+        assert_eq!(
+            heard_until(readers, busy, ttl, false),
+            Some(Duration::from_millis(2_002))
+        );
+        assert_eq!(heard_until(busy.as_bytes(), busy, ttl, false), None);
+    }
+
+    #[test]
+    fn a_wait_moves_on_with_renewals_but_not_with_its_own_look() {
+        let ttl = Duration::from_secs(2);
+        let own = Duration::from_millis(50);
+        let busy = "leasekeeper:{e}:busy";
+        let readers = [b"leasekeeper:{e}:readers".to_vec()];
+        let t0 = Instant::now();
+        let mut w = Wait::default();
+        assert!(!w.heard(&readers, busy, ttl, t0), "not waiting");
+        w.looked(&Look::KeptOut { pttl: 1_000 }, ttl, true, t0, own);
+        assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(1_002)));
+        // The look's own change of the readers' set moves nothing.
+        let soon = t0 + Duration::from_millis(10);
+        assert!(!w.heard(&readers, busy, ttl, soon));
+        assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(1_002)));
+        // A reader's renewal moves the look a ttl on from when it is heard.
+        let later = t0 + Duration::from_millis(600);
+        assert!(w.heard(&readers, busy, ttl, later));
+        assert_eq!(w.look_at(), Some(later + Duration::from_millis(2_002)));
+        // The queue's keeping says nothing to one kept out by the readers.
+        assert!(!w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
+        // Queued: only the keeping moves it, by two ttl.
+        w.looked(&Look::Queued { pttl: 300 }, ttl, true, t0, own);
+        assert!(!w.heard(&readers, busy, ttl, later));
+        assert!(w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
+        assert_eq!(w.look_at(), Some(later + Duration::from_millis(4_002)));
+        w.stop();
+        assert_eq!(w.look_at(), None);
+    }
+}
