@@ -11,10 +11,7 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
-use common::modes::{
-    a_waiting_writer_is_silent_and_woken, leading, shared_and_exclusive,
-    shared_and_exclusive_without_a_queue,
-};
+use common::modes::{a_waiting_writer_is_silent_and_woken, leading, shared_and_exclusive};
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 // The SQL stores' runs.
@@ -271,14 +268,14 @@ fn exclusive_mode_survives_the_checker_on_zookeeper() {
 fn shared_and_exclusive_on_postgres() {
     let db = PgServer::start();
     let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("rw");
-    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 #[test]
 fn shared_and_exclusive_on_mysql() {
     let db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("rw");
-    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 /// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the writer's role
@@ -355,6 +352,24 @@ fn postgres_shared_and_exclusive_rows() {
 fn mysql_shared_and_exclusive_rows() {
     let db = MariaServer::start();
     runtime().block_on(sql_modes::shared_and_exclusive_rows(&db, MysqlBackend::new));
+}
+
+#[test]
+fn postgres_the_queue_admits_in_arrival_order() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_the_queue_admits_in_arrival_order() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
+        &db,
+        MysqlBackend::new,
+    ));
 }
 
 #[test]

@@ -78,8 +78,9 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
 }
 
 /// [`shared_and_exclusive`] on a store whose waiting candidates form no queue
-/// (PostgreSQL, MySQL: whoever looks first after a crashed holder's expiry takes the
-/// lock; Redis too until it got its queue on 2026-11-27): the
+/// (whoever looks first after a crashed holder's expiry takes the lock: Redis until
+/// it got its queue on 2026-11-27, PostgreSQL and MySQL until they got theirs on
+/// 2026-11-27; only the soak's Redis row still runs it): the
 /// election's candidate comes once the reader leads after the writer's kill -9, not
 /// before (queued behind the reader, it would race it), and then waits for it.
 pub fn shared_and_exclusive_without_a_queue(args: SidecarArgs, ttl: Duration, graceful: Duration) {

@@ -71,7 +71,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    QUARANTINE,
+    Waiting, QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 
@@ -303,6 +303,9 @@ pub struct Mysql {
     user: String,
     statements: Statements,
     table_ready: bool,
+    /// Whether the shared holders' table is there: this candidate takes its turn in
+    /// the waiting candidates' queue (see [`super::queue`]).
+    queue: bool,
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
@@ -412,6 +415,7 @@ impl MysqlBackend {
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
+            queue: false,
             lock,
             presence,
             candidate,
@@ -667,6 +671,21 @@ impl Mysql {
         }
     }
 
+    /// Whether `table` is there.
+    async fn found(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        table: &Table,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("prepare").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
+            .bind(table.schema.as_deref())
+            .bind(&table.name)
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(session.end("prepare", found)? > 0)
+    }
+
     /// Creates `table` with `create` if it is missing; a user who may not is bad input.
     async fn ensure(
         &self,
@@ -674,13 +693,7 @@ impl Mysql {
         table: &Table,
         create: &str,
     ) -> Result<(), TableError> {
-        let conn = session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(table.schema.as_deref())
-            .bind(&table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        if session.end("prepare", found)? > 0 {
+        if self.found(session, table).await? {
             return Ok(());
         }
         let conn = session.begin("prepare").await?;
@@ -757,6 +770,11 @@ impl SqlDialect for Mysql {
         if let Some(shared) = &self.shared {
             self.ensure(session, shared, &self.statements.shared.create)
                 .await?;
+            self.queue = true;
+        } else {
+            // An election's candidate takes its turn too once `--mode` candidates
+            // created the table.
+            self.queue = self.found(session, &self.table.shared()).await?;
         }
         // The counter's row, at least as high as the lease row (a table from before
         // the counter, a counter row deleted while the lease row stayed).
@@ -1051,6 +1069,33 @@ impl SqlDialect for Mysql {
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
         self.list_holders(session, election).await
+    }
+
+    fn queued(&self) -> bool {
+        self.queue
+    }
+
+    fn look_for_queue(&mut self) {
+        self.table_ready = false;
+    }
+
+    fn queue_key(&self) -> &str {
+        &self.candidate
+    }
+
+    async fn waiting(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
+        self.read_queue(session, election).await
+    }
+
+    fn kept_by_queue(&mut self, row: &LeaseRow, _writer: Option<String>) {
+        // As a take that found the row: the signal connection queues with its tenure;
+        // a free row left to the candidates ahead hands the lock on to them.
+        self.seen_tenure.clone_from(&row.tenure);
+        self.left_to_another = row.holder.is_empty();
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {

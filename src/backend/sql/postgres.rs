@@ -55,7 +55,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    QUARANTINE,
+    Waiting, QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
@@ -265,6 +265,9 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
+    /// Whether the shared holders' table is there: this candidate takes its turn in
+    /// the waiting candidates' queue (see [`super::queue`]).
+    queue: bool,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
     /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
@@ -355,6 +358,7 @@ impl PostgresBackend {
             renewed,
             listener,
             table_ready: false,
+            queue: false,
         };
         Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
@@ -628,6 +632,11 @@ impl SqlDialect for Postgres {
         if let Some(shared) = &self.shared {
             self.ensure(session, shared, &self.statements.shared.create)
                 .await?;
+            self.queue = true;
+        } else {
+            // An election's candidate takes its turn too once `--mode` candidates
+            // created the table.
+            self.queue = self.exists(session, &self.table.shared()).await?;
         }
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
@@ -882,6 +891,7 @@ impl SqlDialect for Postgres {
                 .bind(&self.presence)
                 .bind(&t.identity)
                 .bind(t.ttl_ms())
+                .bind(if self.reader { "q" } else { "w" })
                 .execute(&mut *conn)
                 .await
         } else {
@@ -907,6 +917,32 @@ impl SqlDialect for Postgres {
             .fetch_one(&mut *conn)
             .await;
         Ok(self.look.end("watch", found)? > 0)
+    }
+
+    fn queued(&self) -> bool {
+        self.queue
+    }
+
+    fn look_for_queue(&mut self) {
+        self.table_ready = false;
+    }
+
+    fn queue_key(&self) -> &str {
+        &self.presence
+    }
+
+    async fn waiting(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let rows = sqlx::query(&self.statements.shared.queue)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        let rows = session.end("campaign", rows)?;
+        super::queue_from_rows(&rows).map_err(super::sql("campaign"))
     }
 
     async fn holders(
