@@ -11,7 +11,10 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
-use common::modes::{a_waiting_writer_is_silent_and_woken, leading, shared_and_exclusive};
+use common::modes::{
+    a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
+    leading, shared_and_exclusive,
+};
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 // The SQL stores' runs.
@@ -311,6 +314,51 @@ fn mysql_a_waiting_writer_is_silent_and_woken() {
     };
     let (reader, writer) = waiting_writer_args(&db);
     a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
+}
+
+/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// late reader's role logs every statement it runs (`log_statement = all`).
+#[test]
+fn postgres_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
+    let db = PgServer::start();
+    db.psql("CREATE ROLE quiet LOGIN SUPERUSER; ALTER ROLE quiet SET log_statement = 'all'");
+    let statements = || {
+        db.log()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    let (plain, late) = waiting_writer_args(&db);
+    a_reader_behind_a_waiting_writer_is_silent_and_woken(
+        plain,
+        late,
+        Duration::from_secs(4),
+        &statements,
+    );
+}
+
+/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// server's general log (as a table) counts every command of the late reader's user.
+#[test]
+fn mysql_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
+    let db = MariaServer::start();
+    db.sql(
+        "CREATE USER 'quiet'@'127.0.0.1'; GRANT ALL ON lk.* TO 'quiet'@'127.0.0.1';
+         SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;",
+    );
+    let statements = || {
+        db.sql("SELECT COUNT(*) FROM mysql.general_log WHERE user_host LIKE 'quiet[quiet]%'")
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    };
+    let (plain, late) = waiting_writer_args(&db);
+    a_reader_behind_a_waiting_writer_is_silent_and_woken(
+        plain,
+        late,
+        Duration::from_secs(4),
+        &statements,
+    );
 }
 
 /// The shared holders' flags (user `lk`) and the writer's (user `quiet`): ttl 4 s,

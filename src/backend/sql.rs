@@ -604,9 +604,11 @@ pub trait SqlDialect: Send + 'static {
         election: &str,
     ) -> impl Future<Output = Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError>> + Send;
 
-    /// The take was skipped: the queue keeps this candidate out, the row as `row`
-    /// (`writer`: the nearest waiting writer ahead of it).
-    fn kept_by_queue(&mut self, _row: &LeaseRow, _writer: Option<String>) {}
+    /// What the queue said at this campaign: `None`, take; `Some`, the take was
+    /// skipped, the queue keeps this candidate out, the row as it stands (`writer`:
+    /// the queue key of the nearest waiting writer ahead of it, whose tenure a shared
+    /// candidate waits to end).
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>);
 
     /// Our waiting row in the queue (a writer's `w`, a shared candidate's `q`): written
     /// for a ttl from now, its arrival kept (`on`), or deleted.
@@ -760,6 +762,7 @@ impl<D: SqlDialect> SqlBackend<D> {
             return Ok(None);
         }
         let election = self.tenancy.election.clone();
+        self.dialect.kept_by_queue(None);
         let seen = self.dialect.waiting(&mut self.session, &election).await?;
         let Some((row, free_ms, waiting)) = seen else {
             return Ok(None);
@@ -774,7 +777,7 @@ impl<D: SqlDialect> SqlBackend<D> {
             return Ok(None);
         };
         let row = kept_row(row, grace_left(free_ms, grace));
-        self.dialect.kept_by_queue(&row, writer);
+        self.dialect.kept_by_queue(Some((&row, writer.as_deref())));
         Ok(Some(row))
     }
 

@@ -207,6 +207,14 @@ fn readers(s: &str) -> String {
 const HOLD: &str =
     "SELECT CAST(IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)) AS SIGNED)";
 
+/// A waiting writer's turn lock (`key`: its presence lock, 38 characters, the key of
+/// its waiting row): held on its statement connection from its first wait in the
+/// queue until its tenure ends; a shared candidate queued behind it waits for it (see
+/// `super::signal::wait_for_turn`). 40 characters.
+pub(super) fn turn_lock(key: &str) -> String {
+    format!("{key}:t")
+}
+
 /// A shared holder's own lock (see [`readers`]): 53 characters.
 pub(super) fn reader_lock(lock: &str, tenure: &str) -> String {
     format!("{lock}:r{tenure}")
@@ -452,7 +460,7 @@ impl Mysql {
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
     pub(super) async fn mark(
-        &self,
+        &mut self,
         session: &mut Conn,
         t: &Tenancy,
         on: bool,
@@ -476,7 +484,11 @@ impl Mysql {
                 .execute(&mut *conn)
                 .await
         };
-        session.end("campaign", done).map(|_| ())
+        session.end("campaign", done)?;
+        if on && !self.reader {
+            self.hold_turn(session).await;
+        }
+        Ok(())
     }
 
     /// Whether our shared row is there and the lease row still shared.
@@ -517,6 +529,44 @@ impl Mysql {
             Ok(Some(1)) => self.reader_lock = Some((name, session.generation())),
             Ok(_) => tracing::debug!("a shared holder's own lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take a shared holder's own lock"),
+        }
+    }
+
+    /// A waiting writer's turn lock (see [`turn_lock`]) on the statement connection,
+    /// once per connection. Best effort: without it, the shared candidates behind it
+    /// wait by the retry interval.
+    pub(super) async fn hold_turn(&mut self, session: &mut Conn) {
+        let name = turn_lock(&self.candidate);
+        if self.turn.is_some_and(|g| session.still(g)) {
+            return;
+        }
+        self.turn = None;
+        let Ok(conn) = session.begin("campaign").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
+            .bind(&name)
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("campaign", held) {
+            Ok(Some(1)) => self.turn = Some(session.generation()),
+            Ok(_) => tracing::debug!("our turn lock is busy"),
+            Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
+        }
+    }
+
+    /// Lets our turn lock go, if we hold it: our tenure (or our wait) ended.
+    pub(super) async fn let_turn_go(&mut self, session: &mut Conn) {
+        if !self.turn.take().is_some_and(|g| session.still(g)) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(turn_lock(&self.candidate))
+                .execute(&mut *conn)
+                .await;
+            let _ = session.end("release", freed);
         }
     }
 
