@@ -67,14 +67,14 @@
 //! **Shared and exclusive** (`--mode`): the **shared holders' table** `<table>_shared`,
 //! created beside the others by a candidate with `--mode` (never by one without, so a
 //! deployment without `--mode` needs no new table), has one row per shared tenure and
-//! per waiting writer:
+//! per waiting candidate (the queue, see [`queue`]):
 //!
 //! | column | meaning |
 //! |---|---|
-//! | `election`, `tenure` | primary key (`tenure`: the shared holder's tenure id, or the waiting writer's presence) |
+//! | `election`, `tenure` | primary key (`tenure`: the shared holder's tenure id, or the waiting candidate's presence) |
 //! | `holder` | its identity |
-//! | `kind` | `r`: a shared holder; `w`: a writer waiting for the shared holders |
-//! | `token` | a shared holder's fencing token (0 for a waiting writer) |
+//! | `kind` | `r`: a shared holder; `w`: a waiting writer; `q`: a waiting shared candidate |
+//! | `token` | a shared holder's fencing token (a waiting candidate's arrival, server µs) |
 //! | `expires_at` | database server time at which the row means nothing any more |
 //!
 //! While shared holders hold, **the election's lease row is theirs together**: its
@@ -86,8 +86,9 @@
 //! shared holder — older leasekeeper versions included.
 //!
 //! - **shared take**: the lease row becomes (or stays) [`SHARED`] when it is shared
-//!   already, or has expired (a writer's tenure that ended), and no writer waits (no
-//!   live `w` row) and no switchover's reservation lasts; a new shared tenure gets
+//!   already, or has expired (a writer's tenure that ended), and no switchover's
+//!   reservation lasts (the queue, read before, let it in: no live waiting writer
+//!   ahead of it); a new shared tenure gets
 //!   `greatest(row token, floor, counter) + 1`, the row's token and the counter follow
 //!   it (the same counter as the writers'), the row's expiry is raised to a ttl from
 //!   now at least, and the holder's own `r` row is written. Its own live `r` row is
@@ -103,13 +104,20 @@
 //!   (optimistic concurrency). Of two last shared holders leaving at once, the later
 //!   one's read sees the other's row gone. A shared holder that is not the last
 //!   leaves the row's expiry as it is.
-//! - **a waiting writer**: a writer whose take found the row shared and live writes its
-//!   `w` row, keyed by its presence (a PostgreSQL listener's `application_name`, a
-//!   MySQL presence lock), so that no new shared holder joins meanwhile: writers are
-//!   not starved. The row keeps them out while its `expires_at` (a ttl after the
-//!   write) lies ahead or its presence is there: it needs no rewrite while the writer
-//!   waits, and ends with the writer's session. It deletes it once it holds, and at
-//!   its release.
+//! - **the queue** ([`queue`]): a candidate kept out (by the row, or by the queue)
+//!   writes its waiting row (`w`, `q`), keyed by its presence (a PostgreSQL listener's
+//!   `application_name`, a MySQL presence lock) and stamped with its arrival, so that
+//!   candidates go in their order of arrival and writers are not starved. The row
+//!   counts while its `expires_at` (a ttl after the write) lies ahead or its presence
+//!   is there: it needs no rewrite while the candidate waits, and ends with its
+//!   session. It deletes it once it holds, and at its release. Before each take, one
+//!   read of the lease row and the live waiting rows, and the plain decision
+//!   [`queue::turn`]; a candidate it refuses skips the take. An election's candidate
+//!   (no `--mode`) takes its turn once the table is there.
+//! - **a waiting writer's turn lock**: a writer that waits in the queue holds a lock of
+//!   its own session from then until its tenure ends (PostgreSQL: an advisory lock
+//!   keyed by its presence; MySQL: a named lock), and a shared candidate kept out
+//!   behind it, the row held, waits for that lock silently (see the dialects).
 //! - **the waiting writer's signal**: every shared holder holds a lock of its own
 //!   session (PostgreSQL: the election's readers' advisory lock, shared; MySQL: a
 //!   named lock of its own), and a writer kept out by live shared holders waits for

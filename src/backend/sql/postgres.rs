@@ -37,8 +37,10 @@
 //! **Shared and exclusive** (`--mode`): see [`shared`] for the shared holders'
 //! statements; a shared holder holds the election's readers' advisory lock, shared, on
 //! its statement connection, and a writer waits for those holds to end on a waiter
-//! connection of its own ([`wake::WAIT_READERS`]), silently; shared candidates wait
-//! by the notifications, the row's expiry and the retry interval.
+//! connection of its own ([`wake::WAIT_READERS`]), silently; a shared candidate kept
+//! out by the queue behind a waiting writer waits for that writer's turn lock
+//! ([`wake::turn_key`]) on its waiter connection, silently; else shared candidates
+//! wait as the election's followers do.
 //!
 //! `LISTEN` needs a session: through a transaction-mode pooler (PgBouncer
 //! `pool_mode=transaction`) notifications are never delivered and followers fall back

@@ -7,8 +7,8 @@
 //!
 //! - **shared take**: our live shared row adopted (the renew below); else the next
 //!   token counted (a multi-table `UPDATE` of the counter joined with the lease row,
-//!   only while the row is shared or expired and no writer waits and no reservation
-//!   lasts), our shared row written, and the lease row joined (shared, its expiry
+//!   only while the row is shared or expired and no reservation lasts), our shared
+//!   row written, and the lease row joined (shared, its expiry
 //!   raised, its version moved) by one conditional `UPDATE`; when that does not apply
 //!   (a writer took the row meanwhile) our shared row is deleted again. Our row is
 //!   written before the lease row is joined, so a shared holder releasing meanwhile
@@ -19,8 +19,10 @@
 //!   version and the count of other live shared rows read, and, when no other is live,
 //!   the lease row freed by an `UPDATE` that applies only at that version.
 //!
-//! - **a waiting writer's row** is keyed by its presence lock, and keeps shared
-//!   candidates out while that lock is held (`IS_USED_LOCK`) or its expiry lies ahead.
+//! - **a waiting candidate's row** (the queue, judged before the take:
+//!   `crate::backend::sql`) is keyed by its presence lock, and keeps its place while
+//!   that lock is held (`IS_USED_LOCK`) or its expiry lies ahead; a waiting writer
+//!   holds its turn lock ([`turn_lock`]) until its tenure ends.
 //!
 //! Shared holders take neither the election's named lock nor the presence lock (see
 //! [`super::signal`]); each holds a named lock of its own, `<lock>:r<tenure>`, on its
@@ -153,19 +155,23 @@ impl SharedStatements {
                 "SELECT CAST(COUNT(*) AS SIGNED) FROM {s} AS r JOIN {t} AS l ON l.election = r.election
                  WHERE r.election = ? AND r.tenure = ? AND r.kind = 'r' AND l.tenure = '{SHARED}'"
             ),
-            // election, election: the writer that holds, or the live shared holders.
-            holders: format!(
-                "(SELECT holder, token, CAST(0 AS SIGNED) FROM {t}
-                  WHERE election = ? AND expires_at > {NOW} AND holder <> ''
-                    AND tenure NOT IN ('{SHARED}', '{QUARANTINE}'))
-                 UNION ALL
-                 (SELECT holder, token, CAST(1 AS SIGNED) FROM {s}
-                  WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
-                  ORDER BY token LIMIT {HOLDERS_SHOWN})"
-            ),
+            holders: holders(t, s),
             readers: readers(s),
         }
     }
+}
+
+/// Binds election, election: the writer that holds, or the live shared holders.
+fn holders(t: &str, s: &str) -> String {
+    format!(
+        "(SELECT holder, token, CAST(0 AS SIGNED) FROM {t}
+          WHERE election = ? AND expires_at > {NOW} AND holder <> ''
+            AND tenure NOT IN ('{SHARED}', '{QUARANTINE}'))
+         UNION ALL
+         (SELECT holder, token, CAST(1 AS SIGNED) FROM {s}
+          WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
+          ORDER BY token LIMIT {HOLDERS_SHOWN})"
+    )
 }
 
 /// Binds token, identity, ttl µs, election: the lease row joined (assignments run left
