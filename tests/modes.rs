@@ -361,6 +361,26 @@ fn mysql_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
     );
 }
 
+/// An election's candidate whose user may not read the shared holders' table (rights
+/// granted before `--mode` came to the election) still leads once the shared holder
+/// left: the queue is best effort, it costs only the order.
+#[test]
+fn postgres_an_election_candidate_that_may_not_read_the_queue_still_leads() {
+    let db = PgServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let reader = db_flags(&db, "lk")
+        .ttl("2s")
+        .election("rw")
+        .flag("--mode", "shared");
+    let mut r = Sidecar::spawn("r-0", dir.path(), &reader.build());
+    r.settles_in("leader", Duration::from_secs(15));
+    r.terminate(Duration::from_secs(10));
+    db.grant_limited();
+    let limited = db_flags(&db, "limited").ttl("2s").election("rw");
+    let e = Sidecar::spawn("e-0", dir.path(), &limited.build());
+    e.settles_in("leader", Duration::from_secs(15));
+}
+
 /// The shared holders' flags (user `lk`) and the writer's (user `quiet`): ttl 4 s,
 /// retry interval 2 s.
 fn waiting_writer_args(db: &dyn SqlDb) -> (SidecarArgs, SidecarArgs) {

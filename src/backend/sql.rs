@@ -771,7 +771,16 @@ impl<D: SqlDialect> SqlBackend<D> {
         }
         let election = self.tenancy.election.clone();
         self.dialect.kept_by_queue(None);
-        let seen = self.dialect.waiting(&mut self.session, &election).await?;
+        // Best effort: a queue that cannot be read (a user without the right to read
+        // the shared holders' table, an election's candidate among them) costs only
+        // the order, never the take.
+        let seen = match self.dialect.waiting(&mut self.session, &election).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the queue of waiting candidates");
+                None
+            }
+        };
         let Some((row, free_ms, waiting)) = seen else {
             return Ok(None);
         };
