@@ -12,8 +12,8 @@ use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
 use common::modes::{
-    a_waiting_writer_is_silent_and_woken, leading, shared_and_exclusive,
-    shared_and_exclusive_without_a_queue,
+    a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
+    leading, shared_and_exclusive,
 };
 use common::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, send_signal, Sidecar, SidecarArgs};
@@ -271,14 +271,14 @@ fn exclusive_mode_survives_the_checker_on_zookeeper() {
 fn shared_and_exclusive_on_postgres() {
     let db = PgServer::start();
     let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("rw");
-    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 #[test]
 fn shared_and_exclusive_on_mysql() {
     let db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("rw");
-    shared_and_exclusive_without_a_queue(args, Duration::from_secs(2), GRACEFUL);
+    shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 /// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the writer's role
@@ -314,6 +314,71 @@ fn mysql_a_waiting_writer_is_silent_and_woken() {
     };
     let (reader, writer) = waiting_writer_args(&db);
     a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
+}
+
+/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// late reader's role logs every statement it runs (`log_statement = all`).
+#[test]
+fn postgres_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
+    let db = PgServer::start();
+    db.psql("CREATE ROLE quiet LOGIN SUPERUSER; ALTER ROLE quiet SET log_statement = 'all'");
+    let statements = || {
+        db.log()
+            .lines()
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    };
+    let (plain, late) = waiting_writer_args(&db);
+    a_reader_behind_a_waiting_writer_is_silent_and_woken(
+        plain,
+        late,
+        Duration::from_secs(4),
+        &statements,
+    );
+}
+
+/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// server's general log (as a table) counts every command of the late reader's user.
+#[test]
+fn mysql_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
+    let db = MariaServer::start();
+    db.sql(
+        "CREATE USER 'quiet'@'127.0.0.1'; GRANT ALL ON lk.* TO 'quiet'@'127.0.0.1';
+         SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;",
+    );
+    let statements = || {
+        db.sql("SELECT COUNT(*) FROM mysql.general_log WHERE user_host LIKE 'quiet[quiet]%'")
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    };
+    let (plain, late) = waiting_writer_args(&db);
+    a_reader_behind_a_waiting_writer_is_silent_and_woken(
+        plain,
+        late,
+        Duration::from_secs(4),
+        &statements,
+    );
+}
+
+/// An election's candidate whose user may not read the shared holders' table (rights
+/// granted before `--mode` came to the election) still leads once the shared holder
+/// left: the queue is best effort, it costs only the order.
+#[test]
+fn postgres_an_election_candidate_that_may_not_read_the_queue_still_leads() {
+    let db = PgServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let reader = db_flags(&db, "lk")
+        .ttl("2s")
+        .election("rw")
+        .flag("--mode", "shared");
+    let mut r = Sidecar::spawn("r-0", dir.path(), &reader.build());
+    r.settles_in("leader", Duration::from_secs(15));
+    r.terminate(Duration::from_secs(10));
+    db.grant_limited();
+    let limited = db_flags(&db, "limited").ttl("2s").election("rw");
+    let e = Sidecar::spawn("e-0", dir.path(), &limited.build());
+    e.settles_in("leader", Duration::from_secs(15));
 }
 
 /// The shared holders' flags (user `lk`) and the writer's (user `quiet`): ttl 4 s,
@@ -355,6 +420,24 @@ fn postgres_shared_and_exclusive_rows() {
 fn mysql_shared_and_exclusive_rows() {
     let db = MariaServer::start();
     runtime().block_on(sql_modes::shared_and_exclusive_rows(&db, MysqlBackend::new));
+}
+
+#[test]
+fn postgres_the_queue_admits_in_arrival_order() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_the_queue_admits_in_arrival_order() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
+        &db,
+        MysqlBackend::new,
+    ));
 }
 
 #[test]

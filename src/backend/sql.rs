@@ -67,14 +67,14 @@
 //! **Shared and exclusive** (`--mode`): the **shared holders' table** `<table>_shared`,
 //! created beside the others by a candidate with `--mode` (never by one without, so a
 //! deployment without `--mode` needs no new table), has one row per shared tenure and
-//! per waiting writer:
+//! per waiting candidate (the queue, see [`queue`]):
 //!
 //! | column | meaning |
 //! |---|---|
-//! | `election`, `tenure` | primary key (`tenure`: the shared holder's tenure id, or the waiting writer's presence) |
+//! | `election`, `tenure` | primary key (`tenure`: the shared holder's tenure id, or the waiting candidate's presence) |
 //! | `holder` | its identity |
-//! | `kind` | `r`: a shared holder; `w`: a writer waiting for the shared holders |
-//! | `token` | a shared holder's fencing token (0 for a waiting writer) |
+//! | `kind` | `r`: a shared holder; `w`: a waiting writer; `q`: a waiting shared candidate |
+//! | `token` | a shared holder's fencing token (a waiting candidate's arrival, server µs) |
 //! | `expires_at` | database server time at which the row means nothing any more |
 //!
 //! While shared holders hold, **the election's lease row is theirs together**: its
@@ -86,8 +86,9 @@
 //! shared holder — older leasekeeper versions included.
 //!
 //! - **shared take**: the lease row becomes (or stays) [`SHARED`] when it is shared
-//!   already, or has expired (a writer's tenure that ended), and no writer waits (no
-//!   live `w` row) and no switchover's reservation lasts; a new shared tenure gets
+//!   already, or has expired (a writer's tenure that ended), and no switchover's
+//!   reservation lasts (the queue, read before, let it in: no live waiting writer
+//!   ahead of it); a new shared tenure gets
 //!   `greatest(row token, floor, counter) + 1`, the row's token and the counter follow
 //!   it (the same counter as the writers'), the row's expiry is raised to a ttl from
 //!   now at least, and the holder's own `r` row is written. Its own live `r` row is
@@ -103,13 +104,20 @@
 //!   (optimistic concurrency). Of two last shared holders leaving at once, the later
 //!   one's read sees the other's row gone. A shared holder that is not the last
 //!   leaves the row's expiry as it is.
-//! - **a waiting writer**: a writer whose take found the row shared and live writes its
-//!   `w` row, keyed by its presence (a PostgreSQL listener's `application_name`, a
-//!   MySQL presence lock), so that no new shared holder joins meanwhile: writers are
-//!   not starved. The row keeps them out while its `expires_at` (a ttl after the
-//!   write) lies ahead or its presence is there: it needs no rewrite while the writer
-//!   waits, and ends with the writer's session. It deletes it once it holds, and at
-//!   its release.
+//! - **the queue** ([`queue`]): a candidate kept out (by the row, or by the queue)
+//!   writes its waiting row (`w`, `q`), keyed by its presence (a PostgreSQL listener's
+//!   `application_name`, a MySQL presence lock) and stamped with its arrival, so that
+//!   candidates go in their order of arrival and writers are not starved. The row
+//!   counts while its `expires_at` (a ttl after the write) lies ahead or its presence
+//!   is there: it needs no rewrite while the candidate waits, and ends with its
+//!   session. It deletes it once it holds, and at its release. Before each take, one
+//!   read of the lease row and the live waiting rows, and the plain decision
+//!   [`queue::turn`]; a candidate it refuses skips the take. An election's candidate
+//!   (no `--mode`) takes its turn once the table is there.
+//! - **a waiting writer's turn lock**: a writer that waits in the queue holds a lock of
+//!   its own session from then until its tenure ends (PostgreSQL: an advisory lock
+//!   keyed by its presence; MySQL: a named lock), and a shared candidate kept out
+//!   behind it, the row held, waits for that lock silently (see the dialects).
 //! - **the waiting writer's signal**: every shared holder holds a lock of its own
 //!   session (PostgreSQL: the election's readers' advisory lock, shared; MySQL: a
 //!   named lock of its own), and a writer kept out by live shared holders waits for
@@ -144,7 +152,9 @@ use crate::status::{FencingToken, Holder, Mode};
 
 pub mod mysql;
 pub mod postgres;
+mod queue;
 mod settings;
+use queue::{grace_left, turn, Turn, Waiting};
 pub use settings::{Args, Dialect, SqlConnect, SqlSettings, Table, DEFAULT_TABLE};
 
 /// A fresh tenure id.
@@ -168,12 +178,24 @@ pub(crate) const SHARED: &str = "shared";
 /// How many shared holders `GET /leader` lists at most (as etcd's).
 pub(crate) const HOLDERS_SHOWN: i64 = 16;
 
-/// Whether a writer (an election's candidate or `--mode exclusive`) whose take left
-/// `row` marks itself waiting: refused while shared holders hold the row (its tenure
-/// is [`SHARED`] and it has not expired), so that no new shared holder joins while it
-/// waits. A shared candidate never marks, nor a writer kept out by another writer.
-pub(crate) fn writer_marks(mode: LockMode, row: Option<&LeaseRow>) -> bool {
-    mode != LockMode::Shared && row.is_some_and(|r| r.tenure == SHARED && r.left_ms > 0)
+/// Whether a candidate whose campaign left `row` writes (or keeps) its waiting row in
+/// the queue (see [`queue`]): when it uses the queue (`queued`) and the row is not
+/// its own tenure's (refused by the row or by the queue).
+pub(crate) fn enqueues(queued: bool, row: Option<&LeaseRow>, tenure: &str) -> bool {
+    queued && row.is_some_and(|r| r.tenure != tenure)
+}
+
+/// The row a take refused by the queue leaves: as it stands, but free for nobody
+/// until the grace ends when it is free (`grace_left`; see [`queue::grace_left`]).
+pub(crate) fn kept_row(row: LeaseRow, grace_left: Option<i64>) -> LeaseRow {
+    match grace_left {
+        Some(left_ms) => LeaseRow {
+            holder: String::new(),
+            left_ms,
+            ..row
+        },
+        None => row,
+    }
 }
 
 /// `GET /leader`'s holders from the listing (identity, token, whether shared); a
@@ -220,6 +242,34 @@ impl LeaseRow {
             left_ms: r.try_get(3)?,
         })
     }
+}
+
+/// The queue's read from its answer (see [`SqlDialect::waiting`]): one row per live
+/// waiting row, each with the lease row's four columns, the ms it has been free, and
+/// the waiting row's presence, whether a writer's (0/1) and arrival (NULL when the
+/// queue is empty: one row then).
+#[allow(clippy::type_complexity)]
+pub fn queue_from_rows<R: sqlx::Row>(
+    rows: &[R],
+) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, sqlx::Error>
+where
+    usize: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut seen = None;
+    let mut queue = Vec::new();
+    for r in rows {
+        if let Some(presence) = r.try_get::<Option<String>, _>(5)? {
+            queue.push(Waiting {
+                presence,
+                writer: r.try_get::<Option<i64>, _>(6)?.unwrap_or(1) != 0,
+                arrived: r.try_get::<Option<i64>, _>(7)?.unwrap_or(0),
+            });
+        }
+        seen = Some((LeaseRow::from_row(r)?, r.try_get::<i64, _>(4)?));
+    }
+    Ok(seen.map(|(row, free_ms)| (row, free_ms, queue)))
 }
 
 /// This candidate's side of the lease row: its tenure id, the highest token it has
@@ -540,7 +590,36 @@ pub trait SqlDialect: Send + 'static {
         tenure: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// A writer's waiting row: written for a ttl from now (`on`), or deleted.
+    /// Whether this candidate takes its turn in the waiting candidates' queue (see
+    /// [`queue`]): the shared holders' table is there (a `--mode` candidate creates
+    /// it; an election's candidate looks for it when it prepares).
+    fn queued(&self) -> bool;
+
+    /// Looks for the shared holders' table again at the next campaign (an election's
+    /// candidate that found shared holders while it knew of no queue).
+    fn look_for_queue(&mut self);
+
+    /// This candidate's presence: the key of its waiting row.
+    fn queue_key(&self) -> &str;
+
+    /// The queue's read: the lease row (as a refused take returns it), how long it has
+    /// been free (ms; negative while it is held), and the live waiting candidates;
+    /// `None` without a lease row.
+    #[allow(clippy::type_complexity)]
+    fn waiting(
+        &mut self,
+        session: &mut Session<Self::Conn>,
+        election: &str,
+    ) -> impl Future<Output = Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError>> + Send;
+
+    /// What the queue said at this campaign: `None`, take; `Some`, the take was
+    /// skipped, the queue keeps this candidate out, the row as it stands (`writer`:
+    /// the queue key of the nearest waiting writer ahead of it, whose tenure a shared
+    /// candidate waits to end).
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>);
+
+    /// Our waiting row in the queue (a writer's `w`, a shared candidate's `q`): written
+    /// for a ttl from now, its arrival kept (`on`), or deleted.
     fn mark_waiting(
         &mut self,
         session: &mut Session<Self::Conn>,
@@ -683,6 +762,42 @@ impl<D: SqlDialect> SqlBackend<D> {
         }
     }
 
+    /// The queue's verdict (see [`queue`]): `Some(row)`, the row as a take refused by
+    /// it leaves it, when candidates ahead go first; `None`: take. A candidate whose
+    /// tenure the row is goes on (a campaign whose answer was lost).
+    async fn queue_turn(&mut self) -> Result<Option<LeaseRow>, BackendError> {
+        if !self.dialect.queued() {
+            return Ok(None);
+        }
+        let election = self.tenancy.election.clone();
+        self.dialect.kept_by_queue(None);
+        // Best effort: a queue that cannot be read (a user without the right to read
+        // the shared holders' table, an election's candidate among them) costs only
+        // the order, never the take.
+        let seen = match self.dialect.waiting(&mut self.session, &election).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the queue of waiting candidates");
+                None
+            }
+        };
+        let Some((row, free_ms, waiting)) = seen else {
+            return Ok(None);
+        };
+        if row.tenure == self.tenancy.tenure {
+            return Ok(None);
+        }
+        let grace = self.tenancy.ttl_ms();
+        let shared = self.mode == LockMode::Shared;
+        let me = self.dialect.queue_key();
+        let Turn::Wait { writer } = turn(shared, me, &waiting, free_ms, grace) else {
+            return Ok(None);
+        };
+        let row = kept_row(row, grace_left(free_ms, grace));
+        self.dialect.kept_by_queue(Some((&row, writer.as_deref())));
+        Ok(Some(row))
+    }
+
     /// Notes who holds and how (`--mode` only, for `GET /leader`'s holders); a failed
     /// listing keeps the last one.
     async fn observe(&mut self) {
@@ -728,14 +843,20 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             });
         }
         self.register().await;
-        let row = if self.mode == LockMode::Shared {
-            self.dialect
-                .take_shared(&mut self.session, &self.tenancy)
-                .await?
-        } else {
-            self.dialect.take(&mut self.session, &self.tenancy).await?
+        let row = match self.queue_turn().await? {
+            Some(kept) => Some(kept),
+            None if self.mode == LockMode::Shared => {
+                self.dialect
+                    .take_shared(&mut self.session, &self.tenancy)
+                    .await?
+            }
+            None => self.dialect.take(&mut self.session, &self.tenancy).await?,
         };
-        let marks = writer_marks(self.mode, row.as_ref());
+        if !self.dialect.queued() && row.as_ref().is_some_and(|r| r.tenure == SHARED) {
+            // Shared holders, and we knew of no queue (an election's candidate).
+            self.dialect.look_for_queue();
+        }
+        let marks = enqueues(self.dialect.queued(), row.as_ref(), &self.tenancy.tenure);
         let campaign = self.tenancy.judge(row)?;
         let acquired = matches!(campaign, Campaign::Acquired { .. });
         if acquired {
@@ -939,24 +1060,32 @@ mod tests {
         assert!(!t.held_by_readers, "an expired shared row holds nobody");
     }
 
-    /// A writer marks itself waiting only when shared holders hold the row now; a
-    /// shared candidate never does.
+    /// A candidate that uses the queue writes its waiting row whenever its campaign
+    /// left a row that is not its tenure's; never without the queue, nor without a row.
     #[test]
-    fn writers_mark_themselves_waiting_for_shared_holders_only() {
-        let shared = row("r", SHARED, 3, 500);
-        for mode in [LockMode::Election, LockMode::Exclusive] {
-            assert!(writer_marks(mode, Some(&shared)), "{mode:?}");
-            assert!(
-                !writer_marks(mode, Some(&row("r", SHARED, 3, 0))),
-                "expired"
-            );
-            assert!(
-                !writer_marks(mode, Some(&row("w", "x", 3, 500))),
-                "a writer's"
-            );
-            assert!(!writer_marks(mode, None));
+    fn refused_candidates_queue_up() {
+        let mine = "t".repeat(32);
+        for other in [row("r", SHARED, 3, 500), row("w", "x", 3, 0)] {
+            assert!(enqueues(true, Some(&other), &mine), "{other:?}");
+            assert!(!enqueues(false, Some(&other), &mine), "{other:?}");
         }
-        assert!(!writer_marks(LockMode::Shared, Some(&shared)));
+        assert!(!enqueues(true, Some(&row("me", &mine, 3, 500)), &mine));
+        assert!(!enqueues(true, None, &mine));
+    }
+
+    /// A row kept by the queue: a free one is nobody's until the grace ends; a held
+    /// one stays as it is.
+    #[test]
+    fn a_row_kept_by_the_queue_is_free_for_nobody_until_the_grace_ends() {
+        let kept = kept_row(row("", "", 4, 0), Some(700));
+        assert_eq!(
+            (kept.holder.as_str(), kept.left_ms, kept.token),
+            ("", 700, 4)
+        );
+        let kept = kept_row(row("b", "x", 4, 0), Some(700));
+        assert_eq!((kept.holder.as_str(), kept.left_ms), ("", 700));
+        let held = kept_row(row("b", "x", 4, 300), None);
+        assert_eq!((held.holder.as_str(), held.left_ms), ("b", 300));
     }
 
     #[test]

@@ -78,8 +78,9 @@ pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration
 }
 
 /// [`shared_and_exclusive`] on a store whose waiting candidates form no queue
-/// (PostgreSQL, MySQL: whoever looks first after a crashed holder's expiry takes the
-/// lock; Redis too until it got its queue on 2026-11-27): the
+/// (whoever looks first after a crashed holder's expiry takes the lock: Redis until
+/// it got its queue on 2026-11-27, PostgreSQL and MySQL until they got theirs on
+/// 2026-11-27; only the soak's Redis row still runs it): the
 /// election's candidate comes once the reader leads after the writer's kill -9, not
 /// before (queued behind the reader, it would race it), and then waits for it.
 pub fn shared_and_exclusive_without_a_queue(args: SidecarArgs, ttl: Duration, graceful: Duration) {
@@ -264,5 +265,73 @@ pub fn a_waiting_writer_is_silent_and_woken(
     assert!(
         took < ttl / 4,
         "the writer took the lock {took:?} after the last shared holder's SIGTERM"
+    );
+}
+
+/// A shared candidate kept out by a waiting writer sends the store nothing, through
+/// the writer's wait and its tenure, and is woken by the writer's release (issue 33).
+/// `late`'s every statement is counted by `statements` (its own database user); the
+/// others run `plain`; all share the election, with `ttl` and a retry interval of
+/// half a ttl. Two shared holders lead; a writer waits; the late shared candidate
+/// comes and must stay out for 3 ttl sending nothing. The shared holders leave: the
+/// writer leads; a second after it took, the late one must send nothing for 2 ttl
+/// more. The writer's SIGTERM: the late one must lead within ttl/4.
+pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
+    plain: SidecarArgs,
+    late: SidecarArgs,
+    ttl: Duration,
+    statements: &dyn Fn() -> usize,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let start = ttl * 3 + Duration::from_secs(15);
+    let mut cars = vec![
+        spawn("r-0", &plain, "shared"),
+        spawn("r-1", &plain, "shared"),
+    ];
+    lead_exactly(&cars, &[0, 1], start, "two shared holders");
+    cars.push(spawn("w-0", &plain, "exclusive"));
+    cars[2].settles_in("follower", start);
+    cars.push(spawn("r-2", &late, "shared"));
+    cars[3].settles_in("follower", start);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = statements();
+    assert!(before > 0, "the late reader's statements are not counted");
+    never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
+    let waiting = statements() - before;
+    eprintln!("the reader behind the waiting writer sent {waiting} statements in 3 ttl");
+
+    cars[1].terminate(Duration::from_secs(10));
+    cars[0].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[2], start, "the writer after the shared holders");
+    std::thread::sleep(Duration::from_secs(1));
+    let before = statements();
+    never_lead(&cars, &[3], ttl * 2, "beside the writer");
+    let behind = statements() - before;
+    eprintln!("the reader behind the writer that holds sent {behind} statements in 2 ttl");
+
+    let t0 = Instant::now();
+    cars[2].signal(libc::SIGTERM);
+    lead_exactly(&cars, &[3], start, "the reader after the writer");
+    let took = t0.elapsed();
+    eprintln!("shared lock taken {took:?} after the writer's SIGTERM");
+    if waiting != 0 || behind != 0 {
+        for c in &cars {
+            eprintln!("==== {}\n{}", c.name, c.stderr());
+        }
+    }
+    assert_eq!(
+        waiting, 0,
+        "the reader behind the waiting writer sent {waiting} statements in 3 ttl"
+    );
+    assert_eq!(
+        behind, 0,
+        "the reader behind the writer sent {behind} statements in 2 ttl"
+    );
+    assert!(
+        took < ttl / 4,
+        "the reader took the lock {took:?} after the writer's SIGTERM"
     );
 }

@@ -127,6 +127,53 @@ pub async fn shared_and_exclusive_rows<B: Backend>(
     takes("E after R3", &mut e).await;
 }
 
+/// The waiting candidates' queue (`backend::sql`'s `queue`): candidates kept out go
+/// in the order they arrived once the row is free: a shared candidate queued before
+/// the writers joins first (they are kept out of the free row), a writer queued before
+/// another takes first, an election's candidate takes its turn as a writer, a newcomer
+/// comes after every one; a row free for longer than the grace (a ttl) lets anyone in
+/// past a candidate that does not take its turn (as if frozen).
+pub async fn the_queue_admits_in_arrival_order<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut w = moded(db, &new, "q", "W", LockMode::Exclusive);
+    let mut r = moded(db, &new, "q", "R", LockMode::Shared);
+    let mut e = moded(db, &new, "q", "E", LockMode::Election);
+    let mut x = moded(db, &new, "q", "X", LockMode::Exclusive);
+    takes("W", &mut w).await;
+    kept_out("R beside W", &mut r).await;
+    kept_out("E beside W", &mut e).await;
+    kept_out("X beside W", &mut x).await;
+    w.release().await.expect("release");
+    kept_out("X, behind R and E, on the free row", &mut x).await;
+    kept_out("E, behind R, on the free row", &mut e).await;
+    takes("R, first in the queue", &mut r).await;
+    kept_out("E beside R", &mut e).await;
+    kept_out("X beside R", &mut x).await;
+    r.release().await.expect("release");
+    kept_out("X, behind E, on the free row", &mut x).await;
+    takes("E, next in the queue", &mut e).await;
+    let mut n = moded(db, &new, "q", "N", LockMode::Shared);
+    kept_out("N beside E", &mut n).await;
+    e.release().await.expect("release");
+    kept_out("N, behind X, on the free row", &mut n).await;
+    // X does not take its turn: once the row has been free for longer than the grace,
+    // N goes past it.
+    db.admin(&format!(
+        "UPDATE leasekeeper_leases SET expires_at = {} WHERE election = 'q'",
+        if db.backend() == "postgres" {
+            "now() - interval '6 seconds'"
+        } else {
+            "UTC_TIMESTAMP(6) - INTERVAL 6 SECOND"
+        }
+    ));
+    takes("N, past X after the grace", &mut n).await;
+    kept_out("X beside N", &mut x).await;
+    n.release().await.expect("release");
+    takes("X after N", &mut x).await;
+}
+
 /// Shared holders and a writer campaigning and releasing at once, round after round:
 /// the writer never holds while a shared holder does (each take and release is judged
 /// by the server against the row as it stands, not as a statement's snapshot showed it).

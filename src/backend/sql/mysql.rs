@@ -71,7 +71,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    QUARANTINE,
+    Waiting, QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 
@@ -303,6 +303,15 @@ pub struct Mysql {
     user: String,
     statements: Statements,
     table_ready: bool,
+    /// Whether the shared holders' table is there: this candidate takes its turn in
+    /// the waiting candidates' queue (see [`super::queue`]).
+    queue: bool,
+    /// A waiting writer's turn lock ([`shared::turn_lock`]): the statement
+    /// connection that holds it.
+    turn: Option<u64>,
+    /// A shared candidate kept out by the queue behind a waiting writer, the row
+    /// held: that writer's turn lock, which it waits for.
+    behind: Option<String>,
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
@@ -412,6 +421,9 @@ impl MysqlBackend {
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
+            queue: false,
+            turn: None,
+            behind: None,
             lock,
             presence,
             candidate,
@@ -667,6 +679,21 @@ impl Mysql {
         }
     }
 
+    /// Whether `table` is there.
+    async fn found(
+        &self,
+        session: &mut Session<MySqlConnection>,
+        table: &Table,
+    ) -> Result<bool, BackendError> {
+        let conn = session.begin("prepare").await?;
+        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
+            .bind(table.schema.as_deref())
+            .bind(&table.name)
+            .fetch_one(&mut *conn)
+            .await;
+        Ok(session.end("prepare", found)? > 0)
+    }
+
     /// Creates `table` with `create` if it is missing; a user who may not is bad input.
     async fn ensure(
         &self,
@@ -674,13 +701,7 @@ impl Mysql {
         table: &Table,
         create: &str,
     ) -> Result<(), TableError> {
-        let conn = session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(table.schema.as_deref())
-            .bind(&table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        if session.end("prepare", found)? > 0 {
+        if self.found(session, table).await? {
             return Ok(());
         }
         let conn = session.begin("prepare").await?;
@@ -757,6 +778,11 @@ impl SqlDialect for Mysql {
         if let Some(shared) = &self.shared {
             self.ensure(session, shared, &self.statements.shared.create)
                 .await?;
+            self.queue = true;
+        } else {
+            // An election's candidate takes its turn too once `--mode` candidates
+            // created the table.
+            self.queue = self.found(session, &self.table.shared()).await?;
         }
         // The counter's row, at least as high as the lease row (a table from before
         // the counter, a counter row deleted while the lease row stayed).
@@ -990,6 +1016,7 @@ impl SqlDialect for Mysql {
             let _ = session.end("release", freed);
         }
         self.let_reader_lock_go(session).await;
+        self.let_turn_go(session).await;
         self.lift_idle_limit(session).await;
     }
 
@@ -1053,11 +1080,51 @@ impl SqlDialect for Mysql {
         self.list_holders(session, election).await
     }
 
+    fn queued(&self) -> bool {
+        self.queue
+    }
+
+    fn look_for_queue(&mut self) {
+        self.table_ready = false;
+    }
+
+    fn queue_key(&self) -> &str {
+        &self.candidate
+    }
+
+    async fn waiting(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+        election: &str,
+    ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
+        self.read_queue(session, election).await
+    }
+
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>) {
+        self.behind = None;
+        let Some((row, writer)) = kept else {
+            return;
+        };
+        // As a take that found the row: the signal connection queues with its tenure;
+        // a free row left to the candidates ahead hands the lock on to them.
+        self.seen_tenure.clone_from(&row.tenure);
+        self.left_to_another = row.holder.is_empty();
+        // A shared candidate behind a waiting writer, the row held: it waits for the
+        // writer's tenure to end (see `shared::turn_lock`).
+        if self.reader && !row.holder.is_empty() && row.left_ms > 0 {
+            self.behind = writer.map(shared::turn_lock);
+        }
+    }
+
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
         // A writer kept out by live shared holders waits for their sessions (see
         // `signal`), the election's named lock let go.
         let readers = tenancy.held_by_readers && !self.reader;
-        let want = if readers {
+        let turn = self.behind.is_some();
+        let want = if let Some(name) = &self.behind {
+            // Kept out by the queue behind a waiting writer: its turn lock (`signal`).
+            Want::Turn(name.clone())
+        } else if readers {
             Want::Readers
         } else if *self.held.borrow() && self.left_to_another {
             // Woken by the lock, and the free row is left to another candidate (a
@@ -1083,7 +1150,7 @@ impl SqlDialect for Mysql {
             // that took it over and will take the row at its expiry (a new leader
             // that got the lock as a follower lets it go once: every follower in the
             // queue gets it and looks).
-            let silent = (tenancy.held_by_other || readers) && *self.queued.borrow();
+            let silent = (tenancy.held_by_other || readers || turn) && *self.queued.borrow();
             let wake_at = match tenancy.expiry_hint {
                 Some(hint) if !silent => hint.min(until),
                 _ => until,

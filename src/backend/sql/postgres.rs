@@ -37,8 +37,10 @@
 //! **Shared and exclusive** (`--mode`): see [`shared`] for the shared holders'
 //! statements; a shared holder holds the election's readers' advisory lock, shared, on
 //! its statement connection, and a writer waits for those holds to end on a waiter
-//! connection of its own ([`wake::WAIT_READERS`]), silently; shared candidates wait
-//! by the notifications, the row's expiry and the retry interval.
+//! connection of its own ([`wake::WAIT_READERS`]), silently; a shared candidate kept
+//! out by the queue behind a waiting writer waits for that writer's turn lock
+//! ([`wake::turn_key`]) on its waiter connection, silently; else shared candidates
+//! wait as the election's followers do.
 //!
 //! `LISTEN` needs a session: through a transaction-mode pooler (PgBouncer
 //! `pool_mode=transaction`) notifications are never delivered and followers fall back
@@ -55,7 +57,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    QUARANTINE,
+    Waiting, QUARANTINE,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 use crate::backoff::Backoff;
@@ -265,6 +267,15 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
+    /// Whether the shared holders' table is there: this candidate takes its turn in
+    /// the waiting candidates' queue (see [`super::queue`]).
+    queue: bool,
+    /// A waiting writer's turn lock ([`wake::turn_key`]): the statement connection
+    /// that holds it.
+    turn: Option<u64>,
+    /// A shared candidate kept out by the queue behind a waiting writer, the row
+    /// held: that writer's turn lock, which it waits for.
+    behind: Option<i64>,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
     /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
@@ -316,14 +327,14 @@ impl PostgresBackend {
         let key = wake::lock_key(&settings.table.display(), lease.election);
         let waiter = wake::Waiter::spawn(
             options.clone(),
-            (key, wake::WAIT),
+            wake::WAIT,
             lease.timing.ttl * super::BACKSTOP_TTLS,
             lease.timing.backend_timeout,
         );
         let readers_key = wake::readers_key(&settings.table.display(), lease.election);
         let readers = wake::Waiter::spawn(
             options.clone(),
-            (readers_key, wake::WAIT_READERS),
+            wake::WAIT_READERS,
             lease.timing.ttl * super::BACKSTOP_TTLS,
             lease.timing.backend_timeout,
         );
@@ -355,6 +366,9 @@ impl PostgresBackend {
             renewed,
             listener,
             table_ready: false,
+            queue: false,
+            turn: None,
+            behind: None,
         };
         Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
@@ -459,13 +473,51 @@ impl Postgres {
         }
     }
 
-    /// Lets the lock and the idle limit go, if we hold them.
+    /// Lets the lock and the idle limit go, if we hold them (and our turn lock with
+    /// every other).
     async fn let_go(&mut self, session: &mut Session<PgConnection>) {
         if !self.guard.take().is_some_and(|g| session.still(g)) {
             return;
         }
         if let Ok(conn) = session.begin("release").await {
             let done = sqlx::query(wake::LET_GO).execute(&mut *conn).await;
+            let _ = session.end("release", done);
+        }
+        self.turn = None;
+    }
+
+    /// A waiting writer's turn lock on the statement connection, once per
+    /// connection, kept until its tenure ends (see [`wake::turn_key`]). Best effort:
+    /// without it, the shared candidates behind it wait by the retry interval.
+    async fn hold_turn(&mut self, session: &mut Session<PgConnection>) {
+        if self.turn.is_some_and(|g| session.still(g)) {
+            return;
+        }
+        self.turn = None;
+        let Ok(conn) = session.begin("campaign").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, bool>(wake::HOLD_TURN)
+            .bind(wake::turn_key(&self.presence))
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("campaign", held) {
+            Ok(true) => self.turn = Some(session.generation()),
+            Ok(false) => tracing::debug!("our turn lock is busy"),
+            Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
+        }
+    }
+
+    /// Lets our turn lock go, if we hold it: our tenure (or our wait) ended.
+    async fn let_turn_go(&mut self, session: &mut Session<PgConnection>) {
+        if !self.turn.take().is_some_and(|g| session.still(g)) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let done = sqlx::query(wake::LET_TURN_GO)
+                .bind(wake::turn_key(&self.presence))
+                .execute(&mut *conn)
+                .await;
             let _ = session.end("release", done);
         }
     }
@@ -628,6 +680,11 @@ impl SqlDialect for Postgres {
         if let Some(shared) = &self.shared {
             self.ensure(session, shared, &self.statements.shared.create)
                 .await?;
+            self.queue = true;
+        } else {
+            // An election's candidate takes its turn too once `--mode` candidates
+            // created the table.
+            self.queue = self.exists(session, &self.table.shared()).await?;
         }
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
@@ -787,6 +844,7 @@ impl SqlDialect for Postgres {
 
     async fn released(&mut self, session: &mut Session<PgConnection>) {
         self.let_go(session).await;
+        self.let_turn_go(session).await;
     }
 
     async fn next_look(&mut self) {
@@ -799,13 +857,20 @@ impl SqlDialect for Postgres {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        if tenancy.held_by_readers && !self.reader {
-            // A writer kept out by shared holders waits for their sessions.
-            return (self.readers)
-                .wait(&self.wake, &mut tenancy.expiry_hint, true, max)
+        if let Some(turn) = self.behind {
+            // A shared candidate behind a waiting writer waits for its tenure's end.
+            return (self.waiter)
+                .wait(&self.wake, &mut tenancy.expiry_hint, (true, turn), max)
                 .await;
         }
-        let held = tenancy.held_by_other;
+        if tenancy.held_by_readers && !self.reader {
+            // A writer kept out by shared holders waits for their sessions.
+            let readers = (true, self.readers_key);
+            return (self.readers)
+                .wait(&self.wake, &mut tenancy.expiry_hint, readers, max)
+                .await;
+        }
+        let held = (tenancy.held_by_other, self.key);
         self.waiter
             .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
             .await
@@ -882,6 +947,7 @@ impl SqlDialect for Postgres {
                 .bind(&self.presence)
                 .bind(&t.identity)
                 .bind(t.ttl_ms())
+                .bind(if self.reader { "q" } else { "w" })
                 .execute(&mut *conn)
                 .await
         } else {
@@ -891,7 +957,11 @@ impl SqlDialect for Postgres {
                 .execute(&mut *conn)
                 .await
         };
-        session.end("campaign", done).map(|_| ())
+        session.end("campaign", done)?;
+        if on && !self.reader {
+            self.hold_turn(session).await;
+        }
+        Ok(())
     }
 
     async fn own_shared(
@@ -907,6 +977,40 @@ impl SqlDialect for Postgres {
             .fetch_one(&mut *conn)
             .await;
         Ok(self.look.end("watch", found)? > 0)
+    }
+
+    fn queued(&self) -> bool {
+        self.queue
+    }
+
+    fn look_for_queue(&mut self) {
+        self.table_ready = false;
+    }
+
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>) {
+        // Only a shared candidate behind a waiting writer, the row held, waits for the
+        // writer's turn lock; a free row is the candidates' ahead until the grace ends.
+        self.behind = kept
+            .filter(|(row, _)| self.reader && !row.holder.is_empty() && row.left_ms > 0)
+            .and_then(|(_, writer)| writer.map(wake::turn_key));
+    }
+
+    fn queue_key(&self) -> &str {
+        &self.presence
+    }
+
+    async fn waiting(
+        &mut self,
+        session: &mut Session<PgConnection>,
+        election: &str,
+    ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
+        let conn = session.begin("campaign").await?;
+        let rows = sqlx::query(&self.statements.shared.queue)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        let rows = session.end("campaign", rows)?;
+        super::queue_from_rows(&rows).map_err(super::sql("campaign"))
     }
 
     async fn holders(

@@ -7,8 +7,8 @@
 //!
 //! - **shared take**: our live shared row adopted (the renew below); else the next
 //!   token counted (a multi-table `UPDATE` of the counter joined with the lease row,
-//!   only while the row is shared or expired and no writer waits and no reservation
-//!   lasts), our shared row written, and the lease row joined (shared, its expiry
+//!   only while the row is shared or expired and no reservation lasts), our shared
+//!   row written, and the lease row joined (shared, its expiry
 //!   raised, its version moved) by one conditional `UPDATE`; when that does not apply
 //!   (a writer took the row meanwhile) our shared row is deleted again. Our row is
 //!   written before the lease row is joined, so a shared holder releasing meanwhile
@@ -19,8 +19,10 @@
 //!   version and the count of other live shared rows read, and, when no other is live,
 //!   the lease row freed by an `UPDATE` that applies only at that version.
 //!
-//! - **a waiting writer's row** is keyed by its presence lock, and keeps shared
-//!   candidates out while that lock is held (`IS_USED_LOCK`) or its expiry lies ahead.
+//! - **a waiting candidate's row** (the queue, judged before the take:
+//!   `crate::backend::sql`) is keyed by its presence lock, and keeps its place while
+//!   that lock is held (`IS_USED_LOCK`) or its expiry lies ahead; a waiting writer
+//!   holds its turn lock ([`turn_lock`]) until its tenure ends.
 //!
 //! Shared holders take neither the election's named lock nor the presence lock (see
 //! [`super::signal`]); each holds a named lock of its own, `<lock>:r<tenure>`, on its
@@ -35,6 +37,12 @@ const NOW: &str = "UTC_TIMESTAMP(6)";
 /// until its expiry, and for as long as the session holding the lock its `tenure`
 /// names lives (the writer's presence lock: it waits silently, writing nothing).
 const WAITS: &str = "(expires_at > UTC_TIMESTAMP(6) OR IS_USED_LOCK(tenure) IS NOT NULL)";
+
+/// [`WAITS`] for the waiting row `q` of a join.
+const Q_WAITS: &str = "(q.expires_at > UTC_TIMESTAMP(6) OR IS_USED_LOCK(q.tenure) IS NOT NULL)";
+
+/// The server's clock in µs: a waiting row's arrival.
+const ARRIVAL: &str = "CAST(TIMESTAMPDIFF(MICROSECOND, '2000-01-01', UTC_TIMESTAMP(6)) AS SIGNED)";
 
 /// The statements for the shared holders' table `s` beside lease table `t`,
 /// counters `c` and candidates `p`.
@@ -55,14 +63,15 @@ pub(super) struct SharedStatements {
     pub own: String,
     pub holders: String,
     pub readers: String,
+    pub queue: String,
 }
 
 impl SharedStatements {
     pub(super) fn for_tables(t: &str, c: &str, p: &str, s: &str) -> SharedStatements {
-        // election, identity: whether a writer waits or another's reservation lasts.
+        // election, identity: whether another's reservation lasts (the queue, a
+        // waiting writer among it, is judged before: `super::super::queue`).
         let kept = format!(
-            "(EXISTS (SELECT 1 FROM {s} WHERE election = ? AND kind = 'w' AND {WAITS})
-              OR EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > {NOW}))"
+            "EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > {NOW})"
         );
         SharedStatements {
             create: format!(
@@ -81,7 +90,7 @@ impl SharedStatements {
                 "SELECT token FROM {s}
                  WHERE election = ? AND tenure = ? AND kind = 'r' AND expires_at > {NOW}"
             ),
-            // floor, election, election, election, identity: the next token,
+            // floor, election, election, identity: the next token,
             // counted before it is handed out, only when the lease row may be joined.
             count: format!(
                 "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
@@ -120,7 +129,7 @@ impl SharedStatements {
             // stays while its session lives).
             sweep: format!(
                 "DELETE FROM {s} WHERE election = ? AND (tenure = ?
-                   OR (expires_at <= {NOW} AND NOT (kind = 'w' AND {WAITS})))"
+                   OR (expires_at <= {NOW} AND NOT (kind IN ('w', 'q') AND {WAITS})))"
             ),
             // election, token, version: the lease row freed, at that version only.
             free: format!(
@@ -128,33 +137,41 @@ impl SharedStatements {
                  WHERE election = ? AND tenure = '{SHARED}' AND token = ?
                    AND TIMESTAMPDIFF(MICROSECOND, '2000-01-01', renewed_at) = ?"
             ),
-            read: read(t, p, s),
-            // election, the writer's presence lock (as its tenure), identity, ttl µs.
+            read: read(t, p),
+            // election, our presence lock (as its tenure), identity, kind (`w`, `q`),
+            // ttl µs: our waiting row, its arrival (the token) kept.
             mark: format!(
                 "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
-                 VALUES (?, ?, ?, 'w', 0, {NOW} + INTERVAL ? MICROSECOND)
+                 VALUES (?, ?, ?, ?, {ARRIVAL}, {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
             ),
-            // election, the writer's presence lock.
-            unmark: format!("DELETE FROM {s} WHERE election = ? AND tenure = ? AND kind = 'w'"),
+            // election, our presence lock.
+            unmark: format!(
+                "DELETE FROM {s} WHERE election = ? AND tenure = ? AND kind IN ('w', 'q')"
+            ),
+            queue: queue(t, s),
             // election, tenure.
             own: format!(
                 "SELECT CAST(COUNT(*) AS SIGNED) FROM {s} AS r JOIN {t} AS l ON l.election = r.election
                  WHERE r.election = ? AND r.tenure = ? AND r.kind = 'r' AND l.tenure = '{SHARED}'"
             ),
-            // election, election: the writer that holds, or the live shared holders.
-            holders: format!(
-                "(SELECT holder, token, CAST(0 AS SIGNED) FROM {t}
-                  WHERE election = ? AND expires_at > {NOW} AND holder <> ''
-                    AND tenure NOT IN ('{SHARED}', '{QUARANTINE}'))
-                 UNION ALL
-                 (SELECT holder, token, CAST(1 AS SIGNED) FROM {s}
-                  WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
-                  ORDER BY token LIMIT {HOLDERS_SHOWN})"
-            ),
-readers: readers(s),
+            holders: holders(t, s),
+            readers: readers(s),
         }
     }
+}
+
+/// Binds election, election: the writer that holds, or the live shared holders.
+fn holders(t: &str, s: &str) -> String {
+    format!(
+        "(SELECT holder, token, CAST(0 AS SIGNED) FROM {t}
+          WHERE election = ? AND expires_at > {NOW} AND holder <> ''
+            AND tenure NOT IN ('{SHARED}', '{QUARANTINE}'))
+         UNION ALL
+         (SELECT holder, token, CAST(1 AS SIGNED) FROM {s}
+          WHERE election = ? AND kind = 'r' AND expires_at > {NOW}
+          ORDER BY token LIMIT {HOLDERS_SHOWN})"
+    )
 }
 
 /// Binds token, identity, ttl µs, election: the lease row joined (assignments run left
@@ -196,15 +213,23 @@ fn readers(s: &str) -> String {
 const HOLD: &str =
     "SELECT CAST(IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)) AS SIGNED)";
 
+/// A waiting writer's turn lock (`key`: its presence lock, 38 characters, the key of
+/// its waiting row): held on its statement connection from its first wait in the
+/// queue until its tenure ends; a shared candidate queued behind it waits for it (see
+/// `super::signal::wait_for_turn`). 40 characters.
+pub(super) fn turn_lock(key: &str) -> String {
+    format!("{key}:t")
+}
+
 /// A shared holder's own lock (see [`readers`]): 53 characters.
 pub(super) fn reader_lock(lock: &str, tenure: &str) -> String {
     format!("{lock}:r{tenure}")
 }
 
-/// A shared candidate's read of the lease row (binds election, election, identity,
-/// election): as the writers' read, with the time until a waiting writer's row or
-/// another's reservation ends when that is later, and whether either keeps it out.
-fn read(t: &str, p: &str, s: &str) -> String {
+/// A shared candidate's read of the lease row (binds election, identity, election): as
+/// the writers' read, with the time until another's reservation ends when that is
+/// later, and whether it keeps it out.
+fn read(t: &str, p: &str) -> String {
     format!(
         "SELECT IF(l.expires_at > {NOW}, l.holder, ''), l.tenure, l.token,
                 CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, {NOW},
@@ -212,10 +237,7 @@ fn read(t: &str, p: &str, s: &str) -> String {
                 CAST(k.until IS NOT NULL AS SIGNED)
          FROM {t} AS l CROSS JOIN (
            SELECT MAX(until) AS until FROM (
-             SELECT expires_at AS until FROM {s}
-             WHERE election = ? AND kind = 'w' AND {WAITS}
-             UNION ALL
-             SELECT reserved_until FROM {p}
+             SELECT reserved_until AS until FROM {p}
              WHERE election = ? AND identity <> ? AND reserved_until > {NOW}
            ) AS w
          ) AS k
@@ -223,9 +245,24 @@ fn read(t: &str, p: &str, s: &str) -> String {
     )
 }
 
+/// The queue's read (binds election): the lease row (as a refused take's read returns
+/// it), how long it has been free (ms, negative while held), and each live waiting
+/// row (presence, whether a writer's, arrival), NULL when there is none.
+fn queue(t: &str, s: &str) -> String {
+    format!(
+        "SELECT IF(l.expires_at > {NOW}, l.holder, ''), l.tenure, l.token,
+                CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, {NOW}, l.expires_at) / 1000)) AS SIGNED),
+                CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, l.expires_at, {NOW}) / 1000) AS SIGNED),
+                q.tenure, CAST(q.kind = 'w' AS SIGNED), q.token
+         FROM {t} AS l LEFT JOIN {s} AS q ON q.election = l.election
+           AND q.kind IN ('w', 'q') AND {Q_WAITS}
+         WHERE l.election = ?"
+    )
+}
+
 use sqlx::mysql::MySqlConnection;
 
-use super::super::{LeaseRow, Session, Tenancy};
+use super::super::{LeaseRow, Session, Tenancy, Waiting};
 use super::{micros, ours, ttl_us, Mysql};
 use crate::backend::BackendError;
 
@@ -290,7 +327,6 @@ impl Mysql {
         let conn = session.begin("campaign").await?;
         let done = sqlx::query(&self.statements.shared.count)
             .bind(t.floor_param())
-            .bind(&t.election)
             .bind(&t.election)
             .bind(&t.election)
             .bind(&t.identity)
@@ -379,7 +415,6 @@ impl Mysql {
         let conn = session.begin(op).await?;
         let row = sqlx::query(&self.statements.shared.read)
             .bind(&t.election)
-            .bind(&t.election)
             .bind(&t.identity)
             .bind(&t.election)
             .fetch_optional(&mut *conn)
@@ -429,21 +464,22 @@ impl Mysql {
         session.end(op, done).map(|_| ())
     }
 
-    /// A writer's waiting row, written for a ttl (`on`) or deleted.
+    /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
     pub(super) async fn mark(
-        &self,
+        &mut self,
         session: &mut Conn,
         t: &Tenancy,
         on: bool,
     ) -> Result<(), BackendError> {
         // Keyed by our presence lock, which our signal connection holds while we
-        // live: the row keeps shared candidates out for that long (see `WAITS`).
+        // live: the row keeps its place for that long (see `WAITS`).
         let conn = session.begin("campaign").await?;
         let done = if on {
             sqlx::query(&self.statements.shared.mark)
                 .bind(&t.election)
                 .bind(&self.candidate)
                 .bind(&t.identity)
+                .bind(if self.reader { "q" } else { "w" })
                 .bind(micros(t.ttl))
                 .execute(&mut *conn)
                 .await
@@ -454,7 +490,11 @@ impl Mysql {
                 .execute(&mut *conn)
                 .await
         };
-        session.end("campaign", done).map(|_| ())
+        session.end("campaign", done)?;
+        if on && !self.reader {
+            self.hold_turn(session).await;
+        }
+        Ok(())
     }
 
     /// Whether our shared row is there and the lease row still shared.
@@ -498,6 +538,44 @@ impl Mysql {
         }
     }
 
+    /// A waiting writer's turn lock (see [`turn_lock`]) on the statement connection,
+    /// once per connection. Best effort: without it, the shared candidates behind it
+    /// wait by the retry interval.
+    pub(super) async fn hold_turn(&mut self, session: &mut Conn) {
+        let name = turn_lock(&self.candidate);
+        if self.turn.is_some_and(|g| session.still(g)) {
+            return;
+        }
+        self.turn = None;
+        let Ok(conn) = session.begin("campaign").await else {
+            return;
+        };
+        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
+            .bind(&name)
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await;
+        match session.end("campaign", held) {
+            Ok(Some(1)) => self.turn = Some(session.generation()),
+            Ok(_) => tracing::debug!("our turn lock is busy"),
+            Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
+        }
+    }
+
+    /// Lets our turn lock go, if we hold it: our tenure (or our wait) ended.
+    pub(super) async fn let_turn_go(&mut self, session: &mut Conn) {
+        if !self.turn.take().is_some_and(|g| session.still(g)) {
+            return;
+        }
+        if let Ok(conn) = session.begin("release").await {
+            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
+                .bind(turn_lock(&self.candidate))
+                .execute(&mut *conn)
+                .await;
+            let _ = session.end("release", freed);
+        }
+    }
+
     /// Lets our shared holder's lock go, after the release (best effort: it goes
     /// with the session anyway).
     pub(super) async fn let_reader_lock_go(&mut self, session: &mut Conn) {
@@ -514,6 +592,23 @@ impl Mysql {
                 .await;
             let _ = session.end("release", freed);
         }
+    }
+
+    /// The queue's read (see [`SqlDialect::waiting`](super::super::SqlDialect::waiting)).
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn read_queue(
+        &self,
+        session: &mut Conn,
+        election: &str,
+    ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
+        let op = "campaign";
+        let conn = session.begin(op).await?;
+        let rows = sqlx::query(&self.statements.shared.queue)
+            .bind(election)
+            .fetch_all(&mut *conn)
+            .await;
+        let rows = session.end(op, rows)?;
+        super::super::queue_from_rows(&rows).map_err(super::super::sql(op))
     }
 
     /// Who holds now (identity, token, whether shared).

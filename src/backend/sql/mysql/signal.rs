@@ -66,6 +66,9 @@ pub(super) enum Want {
     /// A writer kept out by shared holders: let the lock go, and wait for the shared
     /// holders' own locks instead ([`wait_for_readers`]).
     Readers,
+    /// A shared candidate kept out by the queue behind a waiting writer: let the lock
+    /// go, and wait for that writer's turn lock (named here) instead ([`wait_for_turn`]).
+    Turn(String),
 }
 
 /// What consecutive passes count under in [`Yields`] (never a tenure id).
@@ -132,7 +135,7 @@ pub(super) async fn signal(mut p: SignalParts) {
                 p.conn_id.store(id, Ordering::SeqCst);
                 if matches!(
                     *p.want.borrow(),
-                    Want::Follow | Want::Yield(_) | Want::Pass | Want::Readers
+                    Want::Follow | Want::Yield(_) | Want::Pass | Want::Readers | Want::Turn(_)
                 ) {
                     // Releases may have happened while we were away.
                     p.woke.notify_one();
@@ -199,6 +202,11 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
             (Want::Pass, true) => hand_on(conn, p, PASSED, yields).await,
             (Want::Readers, true) => release(conn, p).await.then(|| want.clone()),
             (Want::Readers, false) => wait_for_readers(conn, p).await,
+            (Want::Turn(_), true) => release(conn, p).await.then(|| want.clone()),
+            (Want::Turn(turn), false) => {
+                let turn = turn.clone();
+                wait_for_turn(conn, p, &turn).await
+            }
             (Want::Lead, true) if !as_leader => roll_call(conn, p).await,
             (_, true) => hold(conn, p).await,
             (_, false) => {
@@ -363,6 +371,48 @@ async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Op
             None
         }
         Err(_) => None,
+    }
+}
+
+/// A shared candidate behind a waiting writer: waits, silently, for the writer's turn
+/// lock, which its session lets go when its tenure ends (a release, a crash, the
+/// server ending a frozen one's idle session); then wakes the candidate (it looks),
+/// and once when the wait ran out (the backstop). When nobody holds the turn lock it
+/// wakes nobody: the candidate waits by the row's expiry and the retry interval. Then
+/// the connection rests, pinging, until the next want.
+async fn wait_for_turn(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    turn: &str,
+) -> Option<Want> {
+    p.queued.send_replace(true);
+    let got = timeout(
+        p.backstop + p.op_timeout,
+        sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
+                IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
+        )
+        .bind(turn)
+        .bind(turn)
+        .bind(p.backstop.as_secs_f64())
+        .bind(turn)
+        .fetch_one(&mut *conn),
+    )
+    .await;
+    p.queued.send_replace(false);
+    match got {
+        Ok(Ok(n)) => {
+            tracing::debug!(result = ?n, "the wait for a waiting writer's turn ended");
+            if matches!(n, Some(0 | 1)) {
+                p.woke.notify_one();
+            }
+            rest(conn, p).await
+        }
+        Ok(Err(sqlx::Error::Database(e))) => {
+            tracing::debug!(error = %e, "could not wait for a waiting writer's turn");
+            rest(conn, p).await
+        }
+        Ok(Err(_)) | Err(_) => None,
     }
 }
 

@@ -10,10 +10,10 @@
 //! condition again on the latest version of a row that changed meanwhile). The last
 //! shared holder's release calls `pg_notify` in the same statement, so a waiting writer
 //! wakes when it commits; a writer's take notifies as before, and waiting shared
-//! candidates wake then. A waiting writer's row is keyed by its presence and keeps
-//! shared candidates out while that session is in `pg_stat_activity` or its expiry
-//! lies ahead; the writer waits silently for the shared holders' sessions (see
-//! [`super::wake::WAIT_READERS`]).
+//! candidates wake then. A waiting candidate's row (the queue, judged before the take:
+//! `crate::backend::sql`) is keyed by its presence and keeps its place while that
+//! session is in `pg_stat_activity` or its expiry lies ahead; a waiting writer waits
+//! silently for the shared holders' sessions (see [`super::wake::WAIT_READERS`]).
 
 use super::super::{HOLDERS_SHOWN, QUARANTINE, SHARED};
 
@@ -29,14 +29,22 @@ pub(super) struct SharedStatements {
     pub unmark: String,
     pub own: String,
     pub holders: String,
+    pub queue: String,
 }
 
-/// Whether a waiting writer's row (`kind = 'w'`) still keeps shared candidates out:
-/// until its expiry, and for as long as the session its `tenure` names lives (the
-/// writer's listener's `application_name`, its presence: it waits silently, writing
-/// nothing).
+/// Whether a waiting row (`kind` `w` or `q`, see [`crate::backend::sql`]'s queue)
+/// still stands: until its expiry, and for as long as the session its `tenure` names
+/// lives (the candidate's listener's `application_name`, its presence: it waits
+/// silently, writing nothing).
 const WAITS: &str = "(expires_at > now() OR EXISTS (
   SELECT 1 FROM pg_stat_activity AS a WHERE a.application_name = tenure))";
+
+/// [`WAITS`] for the waiting row `q` of a join.
+const Q_WAITS: &str = "(q.expires_at > now() OR EXISTS (
+  SELECT 1 FROM pg_stat_activity AS a WHERE a.application_name = q.tenure))";
+
+/// The server's clock in µs: a waiting row's arrival.
+const ARRIVAL: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint";
 
 /// A ttl from now, the ttl in ms bound as `$n`.
 fn ahead(n: u8) -> String {
@@ -81,24 +89,26 @@ impl SharedStatements {
                 ttl = ahead(3)
             ),
             // $1 election, $2 tenure: our row and every expired one (a waiting
-            // writer's stays while its session lives).
+            // row stays while its session lives).
             sweep: format!(
                 "DELETE FROM {s} WHERE election = $1::text AND (tenure = $2::text
-                   OR (expires_at <= now() AND NOT (kind = 'w' AND {WAITS})))"
+                   OR (expires_at <= now() AND NOT (kind IN ('w', 'q') AND {WAITS})))"
             ),
             release: release(t, s),
-            // $1 election, $2 the writer's presence (as its tenure), $3 identity,
-            // $4 ttl ms.
+            // $1 election, $2 our presence (as its tenure), $3 identity, $4 ttl ms,
+            // $5 kind (`w`, `q`): our waiting row, its arrival (the token) kept.
             mark: format!(
                 "INSERT INTO {s} (election, tenure, holder, kind, token, expires_at)
-                 VALUES ($1::text, $2::text, $3::text, 'w', 0, {})
+                 VALUES ($1::text, $2::text, $3::text, $5::text, {ARRIVAL}, {})
                  ON CONFLICT (election, tenure) DO UPDATE SET expires_at = EXCLUDED.expires_at",
                 ahead(4)
             ),
-            // $1 election, $2 the writer's presence.
+            // $1 election, $2 our presence.
             unmark: format!(
-                "DELETE FROM {s} WHERE election = $1::text AND tenure = $2::text AND kind = 'w'"
+                "DELETE FROM {s} WHERE election = $1::text AND tenure = $2::text
+                   AND kind IN ('w', 'q')"
             ),
+            queue: queue(t, s),
             // $1 election, $2 tenure.
             own: format!(
                 "SELECT count(*)::bigint FROM {s} AS r JOIN {t} AS l ON l.election = r.election
@@ -122,8 +132,8 @@ impl SharedStatements {
 /// The shared take. $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor.
 fn take(t: &str, c: &str, k: &str, s: &str) -> String {
     // `mine`: our live shared row (a campaign whose answer was lost: adopted with its
-    // token). `kept`: until when a waiting writer or another's reservation keeps new
-    // shared holders out. The lease row is joined when it is shared already, or has
+    // token). `kept`: until when another's reservation keeps new shared holders out
+    // (the queue, a waiting writer among it, is judged before: `super::super::queue`). The lease row is joined when it is shared already, or has
     // expired, and nothing keeps us out (or we hold already); a missing row is
     // inserted as the writers' take does (ours only when no token was ever handed
     // out, else a quarantine row). The row's version (`renewed_at`) grows strictly.
@@ -137,10 +147,7 @@ fn take(t: &str, c: &str, k: &str, s: &str) -> String {
          ),
          kept AS (
            SELECT MAX(until) AS until FROM (
-             SELECT expires_at AS until FROM {s}
-             WHERE election = $1::text AND kind = 'w' AND {WAITS}
-             UNION ALL
-             SELECT reserved_until FROM {k}
+             SELECT reserved_until AS until FROM {k}
              WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()
            ) AS w
          ),
@@ -211,5 +218,20 @@ fn release(t: &str, s: &str) -> String {
            RETURNING l.election
          )
          SELECT pg_notify($3::text, election)::text FROM freed"
+    )
+}
+
+/// The queue's read. $1 election: the lease row (as a refused take returns it), how
+/// long it has been free (ms, negative while held), and each live waiting row
+/// (presence, whether a writer's, arrival), NULL when there is none.
+fn queue(t: &str, s: &str) -> String {
+    format!(
+        "SELECT CASE WHEN l.expires_at > now() THEN l.holder ELSE '' END, l.tenure, l.token,
+                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (l.expires_at - now())) * 1000))::bigint,
+                FLOOR(EXTRACT(EPOCH FROM (now() - l.expires_at)) * 1000)::bigint,
+                q.tenure, CASE WHEN q.kind = 'w' THEN 1 ELSE 0 END::bigint, q.token
+         FROM {t} AS l LEFT JOIN {s} AS q ON q.election = l.election
+           AND q.kind IN ('w', 'q') AND {Q_WAITS}
+         WHERE l.election = $1::text"
     )
 }

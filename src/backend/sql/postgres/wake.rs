@@ -45,6 +45,20 @@ pub(super) const HOLD_SHARED: &str = "SELECT CASE WHEN set_config('idle_session_
 pub(super) const LET_GO: &str =
     "SELECT pg_advisory_unlock_all()::text || set_config('idle_session_timeout', '0', false)";
 
+/// A waiting candidate's turn lock (`presence`: its waiting row's key): a writer
+/// holds it on its statement connection from its first wait in the queue until its
+/// tenure ends, and a shared candidate queued behind it waits for it in [`WAIT`]
+/// (see `super::super::queue`).
+pub(super) fn turn_key(presence: &str) -> i64 {
+    key_of("turn", presence, "")
+}
+
+/// A waiting writer takes its turn lock (`$1`), at once or not at all.
+pub(super) const HOLD_TURN: &str = "SELECT pg_try_advisory_lock($1)";
+
+/// The writer lets its turn lock (`$1`) go.
+pub(super) const LET_TURN_GO: &str = "SELECT pg_advisory_unlock($1)";
+
 /// The election's lock key: the 64 bits of its presence-style hash.
 pub(super) fn lock_key(table: &str, election: &str) -> i64 {
     key_of("lease", table, election)
@@ -62,9 +76,10 @@ fn key_of(kind: &str, table: &str, election: &str) -> i64 {
 }
 
 /// The follower's side: a task with its own connection that waits in [`WAIT`] when
-/// asked (`arm`), and counts the waits that ended (`done`).
+/// asked (`arm`: the wait's number and lock key), and counts the waits that ended
+/// (`done`).
 pub(super) struct Waiter {
-    arm: watch::Sender<u64>,
+    arm: watch::Sender<(u64, i64)>,
     done: watch::Receiver<u64>,
     /// The wait asked for and not yet seen to end.
     armed: Option<u64>,
@@ -77,23 +92,17 @@ pub(super) struct Waiter {
 impl Waiter {
     /// `backstop`: how long one wait lasts at most (then the follower campaigns once:
     /// it also proves the connection is still there). `wait`: the statement waited
-    /// in, on lock `key` ([`WAIT`], or [`WAIT_READERS`]).
+    /// in ([`WAIT`], or [`WAIT_READERS`]), on the lock key each wait names.
     pub(super) fn spawn(
         options: PgConnectOptions,
-        (key, wait): (i64, &'static str),
+        wait: &'static str,
         backstop: Duration,
         op_timeout: Duration,
     ) -> Waiter {
-        let (arm, arm_rx) = watch::channel(0);
+        let (arm, arm_rx) = watch::channel((0, 0));
         let (done_tx, done) = watch::channel(0);
         let options = options.options([("lock_timeout", format!("{}ms", backstop.as_millis()))]);
-        let task = tokio::spawn(run(
-            options,
-            (key, wait),
-            backstop + op_timeout,
-            arm_rx,
-            done_tx,
-        ));
+        let task = tokio::spawn(run(options, wait, backstop + op_timeout, arm_rx, done_tx));
         Waiter {
             arm,
             done,
@@ -114,7 +123,7 @@ impl Waiter {
         &mut self,
         wake: &Notify,
         hint: &mut Option<Instant>,
-        held_by_other: bool,
+        (held_by_other, key): (bool, i64),
         max: Duration,
     ) -> Wake {
         if let Some(n) = self.armed {
@@ -127,8 +136,8 @@ impl Waiter {
                 crate::backend::wait_for_wake(wake, hint, max).await;
                 return Wake::Changed;
             }
-            let n = *self.arm.borrow() + 1;
-            self.arm.send_replace(n);
+            let n = self.arm.borrow().0 + 1;
+            self.arm.send_replace((n, key));
             self.armed = Some(n);
         }
         let n = self.armed.unwrap_or_default();
@@ -161,16 +170,16 @@ impl Drop for Waiter {
 /// wait that failed or ran past `limit` ends too (the connection is renewed then).
 async fn run(
     options: PgConnectOptions,
-    (key, wait): (i64, &'static str),
+    wait: &'static str,
     limit: Duration,
-    mut arm: watch::Receiver<u64>,
+    mut arm: watch::Receiver<(u64, i64)>,
     done: watch::Sender<u64>,
 ) {
     let mut conn: Option<PgConnection> = None;
     loop {
-        let asked = loop {
+        let (asked, key) = loop {
             let a = *arm.borrow_and_update();
-            if a > *done.borrow() {
+            if a.0 > *done.borrow() {
                 break a;
             }
             if arm.changed().await.is_err() {
@@ -212,5 +221,7 @@ mod tests {
         assert_ne!(k, lock_key("other", "my-app"));
         assert_eq!(k, lock_key("leasekeeper_leases", "my-app"));
         assert_ne!(k, readers_key("leasekeeper_leases", "my-app"));
+        assert_ne!(turn_key("lk:1"), turn_key("lk:2"));
+        assert_eq!(turn_key("lk:1"), turn_key("lk:1"));
     }
 }

@@ -1,0 +1,161 @@
+//! The waiting candidates' queue on the SQL stores (`--mode`, issue 33): whose turn it
+//! is to take (or join) the lease row, from what one read saw. A plain decision; the
+//! reads and writes are the dialects'.
+//!
+//! Every candidate refused by the row or by this queue writes a waiting row of its own
+//! in the shared holders' table (kind `w` for a writer, `q` for a shared candidate),
+//! keyed by its presence and stamped with its arrival (the server's clock, in µs, kept
+//! while the row stays): its place in the queue. The row lives for as long as its
+//! presence does, without rewrites, and is deleted once its candidate holds.
+//!
+//! - a **writer** (`--mode exclusive`, or an election's candidate when the table is
+//!   there) takes a free row only when no live waiting candidate is ahead of it;
+//! - a **shared candidate** joins only when no live waiting writer is ahead of it
+//!   (the shared candidates ahead of it join too);
+//! - a candidate that has no waiting row yet (its first look) comes after every one;
+//! - a row free for longer than the grace (a ttl) lets anyone in: the candidates ahead
+//!   had their turn and did not take it (a frozen process's presence lives on).
+
+/// One live waiting candidate, as the queue read saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// Its presence (the key of its waiting row).
+    pub presence: String,
+    /// A writer (`w`), or a shared candidate (`q`).
+    pub writer: bool,
+    /// When it arrived (server µs; the order of the queue, ties by presence).
+    pub arrived: i64,
+}
+
+/// Whether this candidate may take (or join) the row now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// Take (or join) now: no one it must let go first is ahead.
+    Go,
+    /// Wait: candidates ahead go first. `writer`: the nearest waiting writer ahead,
+    /// whose tenure a shared candidate waits to end.
+    Wait { writer: Option<String> },
+}
+
+/// Whose turn it is, for the candidate whose presence is `me` (`shared`: a shared
+/// candidate), from the live waiting candidates and how long the row has been free
+/// (`free_ms`, negative while it is held), with a grace of `grace_ms`.
+pub fn turn(shared: bool, me: &str, waiting: &[Waiting], free_ms: i64, grace_ms: i64) -> Turn {
+    if free_ms > grace_ms {
+        return Turn::Go;
+    }
+    let place = |w: &Waiting| (w.arrived, w.presence.clone());
+    let mine = waiting.iter().find(|w| w.presence == me).map(place);
+    let mut ahead: Vec<&Waiting> = (waiting.iter())
+        .filter(|w| w.presence != me)
+        .filter(|w| mine.as_ref().is_none_or(|m| place(w) < *m))
+        .collect();
+    ahead.sort_by_key(|w| place(w));
+    let writer = ahead.iter().rev().find(|w| w.writer);
+    let blocked = if shared {
+        writer.is_some()
+    } else {
+        !ahead.is_empty()
+    };
+    if !blocked {
+        return Turn::Go;
+    }
+    Turn::Wait {
+        writer: writer.map(|w| w.presence.clone()),
+    }
+}
+
+/// How long a candidate refused by the queue waits before it looks again, when the
+/// row is free (`free_ms` ≥ 0): until the grace ends. `None` while the row is held
+/// (its holder's expiry and signal decide).
+pub fn grace_left(free_ms: i64, grace_ms: i64) -> Option<i64> {
+    (free_ms >= 0).then(|| (grace_ms - free_ms).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(presence: &str, writer: bool, arrived: i64) -> Waiting {
+        Waiting {
+            presence: presence.to_owned(),
+            writer,
+            arrived,
+        }
+    }
+
+    const GRACE: i64 = 2000;
+
+    /// A writer goes only when no one is ahead of it; a newcomer is behind everyone.
+    #[test]
+    fn a_writer_waits_for_everyone_ahead() {
+        let q = [w("r1", false, 10), w("me", true, 20), w("w2", true, 30)];
+        let wait = turn(false, "me", &q, -5, GRACE);
+        assert_eq!(wait, Turn::Wait { writer: None });
+        let q = [w("me", true, 20), w("w2", true, 30), w("r3", false, 40)];
+        assert_eq!(turn(false, "me", &q, -5, GRACE), Turn::Go);
+        assert_eq!(turn(false, "me", &[], 5, GRACE), Turn::Go);
+        let newcomer = turn(false, "new", &q, 5, GRACE);
+        assert_eq!(
+            newcomer,
+            Turn::Wait {
+                writer: Some("w2".to_owned())
+            }
+        );
+    }
+
+    /// A shared candidate waits only for writers ahead of it, and names the nearest.
+    #[test]
+    fn a_shared_candidate_waits_for_writers_ahead_only() {
+        let q = [w("r1", false, 10), w("me", false, 20), w("w2", true, 30)];
+        assert_eq!(turn(true, "me", &q, 0, GRACE), Turn::Go);
+        let q = [
+            w("w1", true, 5),
+            w("w0", true, 7),
+            w("r1", false, 10),
+            w("me", false, 20),
+        ];
+        let wait = turn(true, "me", &q, -1, GRACE);
+        assert_eq!(
+            wait,
+            Turn::Wait {
+                writer: Some("w0".to_owned())
+            }
+        );
+        assert_eq!(
+            turn(true, "new", &[w("w1", true, 5)], -1, GRACE),
+            Turn::Wait {
+                writer: Some("w1".to_owned())
+            }
+        );
+        assert_eq!(turn(true, "new", &[w("r1", false, 5)], -1, GRACE), Turn::Go);
+    }
+
+    /// Equal arrivals are ordered by presence; one's own row never keeps it out.
+    #[test]
+    fn ties_go_by_presence_and_a_candidate_is_not_ahead_of_itself() {
+        let q = [w("b", true, 10), w("a", true, 10)];
+        assert_eq!(turn(false, "a", &q, -1, GRACE), Turn::Go);
+        assert_eq!(
+            turn(false, "b", &q, -1, GRACE),
+            Turn::Wait {
+                writer: Some("a".to_owned())
+            }
+        );
+        assert_eq!(turn(false, "a", &[w("a", true, 10)], -1, GRACE), Turn::Go);
+    }
+
+    /// A row free for longer than the grace lets anyone in; at the grace's end
+    /// exactly, the queue still holds.
+    #[test]
+    fn a_row_free_past_the_grace_lets_anyone_in() {
+        let q = [w("w1", true, 5)];
+        assert_eq!(turn(false, "new", &q, GRACE + 1, GRACE), Turn::Go);
+        assert_eq!(turn(true, "new", &q, GRACE + 1, GRACE), Turn::Go);
+        assert_ne!(turn(false, "new", &q, GRACE, GRACE), Turn::Go);
+        assert_eq!(grace_left(0, GRACE), Some(GRACE));
+        assert_eq!(grace_left(500, GRACE), Some(GRACE - 500));
+        assert_eq!(grace_left(GRACE + 9, GRACE), Some(1));
+        assert_eq!(grace_left(-1, GRACE), None);
+    }
+}
