@@ -1078,4 +1078,18 @@ fn soak_13_shared_and_exclusive() {
         &|r| SidecarArgs::zookeeper(&zk.connect_string()).election(&election(r)),
         queued,
     );
+    drop(zk);
+    let pg = common::pg_server::PgServer::start();
+    run_on(
+        "postgres",
+        &|r| SidecarArgs::postgres(&pg.url()).election(&election(r)),
+        queued,
+    );
+    drop(pg);
+    let maria = common::mariadb_server::MariaServer::start();
+    run_on(
+        "mysql",
+        &|r| SidecarArgs::mysql(&maria.url()).election(&election(r)),
+        queued,
+    );
 }

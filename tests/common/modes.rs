@@ -74,20 +74,10 @@ pub fn check_mode_claims(claims: &[LoggedClaim], shared: impl Fn(&str) -> bool) 
 /// SIGSTOP lets a waiting writer in after the ttl. The logged claims keep every rule
 /// of [`check_mode_claims`].
 pub fn shared_and_exclusive(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
-    scenario(args, ttl, graceful, pause, true);
+    scenario(args, ttl, graceful, pause);
 }
 
-/// [`shared_and_exclusive`] on a store whose waiting candidates form no queue
-/// (whoever looks first after a crashed holder's expiry takes the lock: Redis until
-/// it got its queue on 2026-11-27, PostgreSQL and MySQL until they got theirs on
-/// 2026-11-27; only the soak's Redis row still runs it): the
-/// election's candidate comes once the reader leads after the writer's kill -9, not
-/// before (queued behind the reader, it would race it), and then waits for it.
-pub fn shared_and_exclusive_without_a_queue(args: SidecarArgs, ttl: Duration, graceful: Duration) {
-    scenario(args, ttl, graceful, true, false);
-}
-
-fn scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool, queue: bool) {
+fn scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool) {
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |name: &str, mode: Option<&str>| {
         let log = dir.path().join(format!("{name}.jsonl"));
@@ -129,20 +119,14 @@ fn scenario(args: SidecarArgs, ttl: Duration, graceful: Duration, pause: bool, q
 
     // The writer's kill -9: the waiting reader gets in after the ttl; an election's
     // candidate, queued behind it (or come after it), waits.
-    if queue {
-        cars.push(spawn("e-0", None));
-        cars[5].settles_in("follower", start);
-    }
+    cars.push(spawn("e-0", None));
+    cars[5].settles_in("follower", start);
     let killed = (
         u64::from(cars[3].pid),
         leasekeeper::clock::monotonic_now_ns(),
     );
     cars[3].kill();
     lead_exactly(&cars, &[4], start, "the reader after the writer");
-    if !queue {
-        cars.push(spawn("e-0", None));
-        cars[5].settles_in("follower", start);
-    }
     never_lead(
         &cars,
         &[5],
