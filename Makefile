@@ -9,6 +9,13 @@ QUICK = --profile quick --no-default-features --features file
 run:
 	cargo run $(QUICK) -- $(ARGS)
 
+# The suites that keep the CPU busy (the simulator's sweep, the crowd of clients, the
+# checker's faked clocks) run with libtest's default of one test per core; every other
+# suite, whose tests mostly wait on ttls and servers, runs three at a time (docs/
+# development.md, "The test suite's time"). Every file in tests/ is in one of the two.
+CPU_BOUND = checker_self_test elector_sim hostile_clients
+WAITING = $(filter-out $(CPU_BOUND),$(sort $(basename $(notdir $(wildcard tests/*.rs)))))
+
 # Installs the test servers when missing, then runs the whole test suite.
 test: deps
 	python3 tests/chart/check_chart.py
@@ -16,7 +23,10 @@ test: deps
 	python3 tests/docs/check_links.py
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
-	cargo test
+	cargo test --no-run
+	cargo test --lib --bins $(addprefix --test ,$(CPU_BOUND))
+	RUST_TEST_THREADS=3 cargo test $(addprefix --test ,$(WAITING))
+	cargo test --doc
 
 deps:
 	bash scripts/install-test-deps
