@@ -1196,26 +1196,10 @@ impl Backend for RedlockBackend {
             .collect();
         let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
         let until = (Instant::now() + max).min(due);
-        let wake = self.wake.clone();
         loop {
-            let pushes = &mut self.pushes;
-            let next_push = select_all(pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
-                watched
-                    .contains(&i)
-                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
-            }));
-            let (i, push) = tokio::select! {
-                _ = wake.notified() => (None, None),
-                ((i, push), _, _) = next_push => (Some(i), push),
-                _ = tokio::time::sleep_until(until) => {
-                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
-                }
-            };
-            let Some(i) = i else {
-                match self.on_notice() {
-                    Some(w) => return w,
-                    None => continue,
-                }
+            let (i, push) = match self.next_push_from(&watched, until, due).await {
+                Ok(heard) => heard,
+                Err(wake) => return wake,
             };
             let Some(push) = push else {
                 // The connection's push channel is gone: no pushes from this node again.
@@ -1231,6 +1215,41 @@ impl Backend for RedlockBackend {
 }
 
 impl RedlockBackend {
+    /// The next push from one of the `watched` nodes (which node, and `None` when its
+    /// push channel is gone), unless a notice settles the wait first (`Err(wake)`) or
+    /// `until` passes (`Err`: `Changed` once `due` has passed, else `Waiting`).
+    async fn next_push_from(
+        &mut self,
+        watched: &[usize],
+        until: Instant,
+        due: Instant,
+    ) -> Result<(usize, Option<PushInfo>), Wake> {
+        let wake = self.wake.clone();
+        loop {
+            let pushes = &mut self.pushes;
+            let next_push = select_all(pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
+                watched
+                    .contains(&i)
+                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
+            }));
+            let (i, push) = tokio::select! {
+                _ = wake.notified() => (None, None),
+                ((i, push), _, _) = next_push => (Some(i), push),
+                _ = tokio::time::sleep_until(until) => {
+                    return Err(if Instant::now() >= due { Wake::Changed } else { Wake::Waiting });
+                }
+            };
+            match i {
+                Some(i) => return Ok((i, push)),
+                None => {
+                    if let Some(w) = self.on_notice() {
+                        return Err(w);
+                    }
+                }
+            }
+        }
+    }
+
     /// A follower's wait without pushes to follow: the notices, the holder's expiry,
     /// or `max`. What woke it is noted for the campaign (an announced holder).
     async fn wait_for_notice(&mut self, max: Duration) -> Wake {

@@ -69,7 +69,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::future::select_all;
 use redis::PushKind;
 use tokio::time::Instant;
 
@@ -413,25 +412,10 @@ impl RedlockBackend {
             .collect();
         let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
         let until = (Instant::now() + max).min(due);
-        let wake = self.wake.clone();
         loop {
-            let next_push = select_all(self.pushes.iter_mut().enumerate().filter_map(|(i, rx)| {
-                watched
-                    .contains(&i)
-                    .then(|| Box::pin(async move { (i, rx.recv().await) }))
-            }));
-            let (i, push) = tokio::select! {
-                _ = wake.notified() => (None, None),
-                ((i, push), _, _) = next_push => (Some(i), push),
-                _ = tokio::time::sleep_until(until) => {
-                    return if Instant::now() >= due { Wake::Changed } else { Wake::Waiting };
-                }
-            };
-            let Some(i) = i else {
-                match self.on_notice() {
-                    Some(w) => return w,
-                    None => continue,
-                }
+            let (i, push) = match self.next_push_from(&watched, until, due).await {
+                Ok(heard) => heard,
+                Err(wake) => return wake,
             };
             match push.map(|p| p.kind) {
                 Some(PushKind::Invalidate) => {
