@@ -179,6 +179,30 @@ fn finish(cars: Vec<Sidecar>, dir: &Path, killed: (u64, u64)) {
     });
 }
 
+/// Two shared holders (`args[0]`) leading, a writer (`args[1]`) waiting behind them,
+/// and a later shared candidate (`args[2]`) following, each settled within `start`,
+/// then a second more: `r-0`, `r-1`, `w-0`, `r-2`.
+fn a_writer_waiting_behind_two_readers(
+    dir: &Path,
+    args: [&SidecarArgs; 3],
+    start: Duration,
+) -> Vec<Sidecar> {
+    let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
+        Sidecar::spawn(name, dir, &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars = vec![
+        spawn("r-0", args[0], "shared"),
+        spawn("r-1", args[0], "shared"),
+    ];
+    lead_exactly(&cars, &[0, 1], start, "two shared holders");
+    cars.push(spawn("w-0", args[1], "exclusive"));
+    cars[2].settles_in("follower", start);
+    cars.push(spawn("r-2", args[2], "shared"));
+    cars[3].settles_in("follower", start);
+    std::thread::sleep(Duration::from_secs(1));
+    cars
+}
+
 /// A writer waiting for shared holders sends the store nothing, and is woken by the
 /// last one's release (issue 33: target 0 steady requests per waiting candidate).
 /// `writer`'s every statement is counted by `statements` (its own database user);
@@ -197,20 +221,9 @@ pub fn a_waiting_writer_is_silent_and_woken(
     statements: &dyn Fn() -> usize,
 ) {
     let dir = tempfile::tempdir().expect("dir");
-    let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
-        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
-    };
     let start = ttl * 3 + Duration::from_secs(15);
-    let mut cars = vec![
-        spawn("r-0", &reader, "shared"),
-        spawn("r-1", &reader, "shared"),
-    ];
-    lead_exactly(&cars, &[0, 1], start, "two shared holders");
-    cars.push(spawn("w-0", &writer, "exclusive"));
-    cars[2].settles_in("follower", start);
-    cars.push(spawn("r-2", &reader, "shared"));
-    cars[3].settles_in("follower", start);
-    std::thread::sleep(Duration::from_secs(1));
+    let mut cars =
+        a_writer_waiting_behind_two_readers(dir.path(), [&reader, &writer, &reader], start);
     let before = statements();
     assert!(before > 0, "the writer's statements are not counted");
     never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
@@ -267,20 +280,8 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
     statements: &dyn Fn() -> usize,
 ) {
     let dir = tempfile::tempdir().expect("dir");
-    let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
-        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
-    };
     let start = ttl * 3 + Duration::from_secs(15);
-    let mut cars = vec![
-        spawn("r-0", &plain, "shared"),
-        spawn("r-1", &plain, "shared"),
-    ];
-    lead_exactly(&cars, &[0, 1], start, "two shared holders");
-    cars.push(spawn("w-0", &plain, "exclusive"));
-    cars[2].settles_in("follower", start);
-    cars.push(spawn("r-2", &late, "shared"));
-    cars[3].settles_in("follower", start);
-    std::thread::sleep(Duration::from_secs(1));
+    let mut cars = a_writer_waiting_behind_two_readers(dir.path(), [&plain, &plain, &late], start);
     let before = statements();
     assert!(before > 0, "the late reader's statements are not counted");
     never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
