@@ -541,6 +541,50 @@ fn exclusive_mode_survives_the_checker_on_redis() {
     exclusive_under_the_checker(args, &mut server);
 }
 
+/// Invariant 9 for a shared holder, seen from outside: its entry removed or the
+/// readers' set deleted behind its back, and a writer started right after, which
+/// takes the free lock at its first campaign. The reader's claim must end within
+/// 100 ms of the writer's first (before it watched its entry, it claimed on until its
+/// next renewal, up to the 3 s renew interval), and the writer's token is higher.
+#[test]
+fn a_tampered_shared_entry_ends_the_readers_claim_on_redis() {
+    use common::tamper::{assert_recovered, outcome, Observer};
+    let server = common::redis_server::RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("6s")
+        .election("rw")
+        .flag("--renew-interval", "3s");
+    let readers = "leasekeeper:{rw}:readers";
+    for (round, tamper) in ["ZREMRANGEBYRANK {} 0 -1", "DEL {}"].iter().enumerate() {
+        let spawn = |name: String, mode: &str| {
+            Sidecar::spawn(
+                &name,
+                dir.path(),
+                &args.clone().flag("--mode", mode).build(),
+            )
+        };
+        let reader = spawn(format!("r-{round}"), "shared");
+        let token = eventually(Duration::from_secs(15), || {
+            let v = reader.leader()?;
+            (v["is_leader"] == true).then(|| v["fencing_token"].as_u64().unwrap_or(0))
+        })
+        .expect("the reader leads");
+        let on_reader = Observer::start(&[reader.port]);
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        server.command(&tamper.replace("{}", readers));
+        let writer = spawn(format!("w-{round}"), "exclusive");
+        let on_writer = Observer::start(&[writer.port]);
+        std::thread::sleep(Duration::from_secs(3));
+        let mut seen = on_reader.finish();
+        seen.extend(on_writer.finish());
+        let outcome = outcome(&seen, reader.port, token, t0);
+        eprintln!("{tamper}: {outcome:?}");
+        assert_recovered(&outcome, Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn shared_and_exclusive_on_redlock() {
     let cluster = common::checker::RedisCluster::start(3);
@@ -774,11 +818,7 @@ mod redis_rules {
 
     /// Puts the entry of reader `id` in the past, as if it had not renewed for a ttl.
     fn expire_reader(server: &RedisServer, id: &str) {
-        let listed = server.command(&format!("ZRANGE {READERS} 0 -1"));
-        let listed = listed.unwrap_or_default();
-        let member = (listed.lines())
-            .find(|l| l.ends_with(&format!("|{id}")))
-            .expect("the reader's entry");
+        let member = entry_of(server, id);
         server.command(&format!("ZADD {READERS} XX 1 {member}"));
     }
 
@@ -922,6 +962,83 @@ mod redis_rules {
                 );
                 server.command(&format!("DEL {LOCK}"));
             }
+        });
+    }
+
+    /// The entry of reader `id` in the readers' set.
+    fn entry_of(server: &RedisServer, id: &str) -> String {
+        let listed = server.command(&format!("ZRANGE {READERS} 0 -1"));
+        (listed.unwrap_or_default().lines())
+            .find(|l| l.ends_with(&format!("|{id}")))
+            .expect("the reader's entry")
+            .to_owned()
+    }
+
+    /// Invariant 9 for a shared holder: its own-record watch (`record_lost`) ends
+    /// when another client removes its entry, sets a lock value beside it or deletes
+    /// the readers' set, and neither on its own renewals nor on another reader's
+    /// (which change the same sorted set).
+    #[test]
+    fn a_reader_hears_its_entry_taken_but_not_the_renewals() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(3);
+        let within = Duration::from_millis(800);
+        let tampers = [
+            "ZREM {readers} {own}",
+            "SET {lock} 1|intruder|x PX 3000",
+            "DEL {readers}",
+        ];
+        let tamper = |how: &str, id: &str| {
+            let own = entry_of(&server, id);
+            let how = how.replace("{readers}", READERS).replace("{lock}", LOCK);
+            server.command(&how.replace("{own}", &own));
+        };
+        runtime().block_on(async {
+            for how in tampers {
+                let mut r = reader(&server.url(), "R", ttl);
+                let mut s = reader(&server.url(), "S", ttl);
+                leads("R", &mut r).await;
+                leads("S", &mut s).await;
+                for _ in 0..2 {
+                    assert_eq!(r.renew().await.expect("renew"), Renewal::Renewed);
+                    assert_eq!(s.renew().await.expect("renew"), Renewal::Renewed);
+                    let own = tokio::time::timeout(within, r.record_lost()).await;
+                    assert!(own.is_err(), "R read a renewal as its entry lost");
+                }
+                tamper(how, "R");
+                let heard = tokio::time::timeout(within, r.record_lost()).await;
+                assert!(heard.is_ok(), "R never heard of {how:?}");
+                server.command(&format!("DEL {LOCK} {READERS}"));
+                // From the take on, before any renewal.
+                let mut v = reader(&server.url(), "V", ttl);
+                leads("V", &mut v).await;
+                tamper(how, "V");
+                let heard = tokio::time::timeout(within, v.record_lost()).await;
+                assert!(heard.is_ok(), "V never heard of {how:?} before a renewal");
+                server.command(&format!("DEL {LOCK} {READERS}"));
+            }
+        });
+    }
+
+    /// The tracking connection of a shared holder killed, and no renewal after it
+    /// (ttl 30 s): its wait for news of its entry tracks again by itself, so the
+    /// entry's removal right after is heard at once, not at its next renewal.
+    #[test]
+    fn a_reader_tracks_its_entry_again_when_the_tracking_connection_dies() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(30);
+        runtime().block_on(async {
+            let mut r = reader(&server.url(), "R", ttl);
+            leads("R", &mut r).await;
+            server.kill_the_tracking_connection();
+            let waiting = r.record_lost();
+            tokio::pin!(waiting);
+            let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+            assert!(early.is_err(), "R's wait ended with its entry untouched");
+            let own = entry_of(&server, "R");
+            server.command(&format!("ZREM {READERS} {own}"));
+            let heard = tokio::time::timeout(Duration::from_secs(2), waiting).await;
+            assert!(heard.is_ok(), "R did not hear its entry removed");
         });
     }
 

@@ -828,7 +828,7 @@ impl RedisBackend {
     }
 
     fn tracking_pipe(&self) -> redis::Pipeline {
-        tracking_pipe(&self.keys.lock)
+        tracking_pipe(&[&self.keys.lock])
     }
 
     /// A follower's tracking: the key every renewal writes (see [`baton`]), and what
@@ -1027,23 +1027,18 @@ impl Cadence {
     }
 }
 
-/// `CLIENT TRACKING` (re)started on the lock key. Off first: switching on again with
-/// the same prefix is refused by some servers when tracking was left on (a failed
-/// turn-off at a step-down).
-pub(crate) fn tracking_pipe(lock: &str) -> redis::Pipeline {
+/// `CLIENT TRACKING` (re)started on a holder's own keys (the lock key; a shared
+/// holder's also the readers' set). Off first: switching on again with the same prefix
+/// is refused by some servers when tracking was left on (a failed turn-off at a
+/// step-down).
+pub(crate) fn tracking_pipe(own: &[&str]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    pipe.cmd("CLIENT")
-        .arg("TRACKING")
-        .arg("OFF")
-        .ignore()
-        .cmd("CLIENT")
-        .arg("TRACKING")
-        .arg("ON")
-        .arg("BCAST")
-        .arg("PREFIX")
-        .arg(lock)
-        .arg("NOLOOP")
-        .ignore();
+    pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
+    let on = pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
+    for key in own {
+        on.arg("PREFIX").arg(*key);
+    }
+    on.arg("NOLOOP").ignore();
     pipe
 }
 

@@ -50,10 +50,16 @@
 //! [`super::RedisBackend`]); the election's release also hands the baton, and so does
 //! the last shared holder's, so it wakes at once.
 //!
-//! **Own record** (invariant 9): an exclusive holder tracks the lock key as an
-//! election's holder does (`CLIENT TRACKING`, see [`super::RedisBackend`]); a shared
-//! holder does not (every reader's renewal changes the one sorted set), so a tampered
-//! entry is found by its next renewal.
+//! **Own record** (invariant 9): every holder tracks what its tenure is made of
+//! (`CLIENT TRACKING`, see [`super::RedisBackend`], by the one watch
+//! [`own_key_lost`]): an exclusive holder the lock key, as an election's holder does; a
+//! shared holder its entry in the readers' set and the lock key (a value there beside
+//! a shared entry is a tenure that excludes it). A change by anyone else is pushed and
+//! read at once ([`shared_entry_lost`]), so a tampered record ends the claim within a
+//! round trip, not at the next renewal. The price for shared holders: every reader's
+//! renewal changes the one sorted set, so each of N shared holders reads once after
+//! each other one's renewal (N·(N−1) reads per renew interval, one round trip each);
+//! waiting candidates still send nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -264,6 +270,35 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
     }
 }
 
+/// Whether a holder's record, as one read found it, is still its tenure's: an
+/// exclusive holder's the lock key holding `value`; a shared holder's its entry
+/// (`score`: the member's, when present) with no lock value beside it.
+pub fn still_ours(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> bool {
+    match mode {
+        LockMode::Shared => score.is_some() && lock.is_none(),
+        _ => lock == Some(value),
+    }
+}
+
+/// After a push for a shared holder's keys: whether a read shows its entry gone or a
+/// lock value beside it (one round trip). A read that fails says nothing (`false`):
+/// the renewals decide then.
+async fn shared_entry_lost(
+    conn: &mut redis::aio::ConnectionManager,
+    keys: &Keys,
+    value: &str,
+) -> bool {
+    let read: Result<(Option<f64>, Option<String>), _> = redis::pipe()
+        .cmd("ZSCORE")
+        .arg(&keys.readers)
+        .arg(value)
+        .cmd("GET")
+        .arg(&keys.lock)
+        .query_async(conn)
+        .await;
+    matches!(read, Ok((score, lock)) if !still_ours(LockMode::Shared, value, score, lock.as_deref()))
+}
+
 /// A candidate of the read-write lock on one Redis server.
 pub struct RwBackend {
     node: Node,
@@ -290,7 +325,7 @@ pub struct RwBackend {
     patience: Duration,
     /// Who holds, as last observed (for `/leader`'s holders).
     observed: Vec<(Holder, Mode)>,
-    /// Whether `CLIENT TRACKING` of the lock key is on (an exclusive holder's).
+    /// Whether `CLIENT TRACKING` of our own record is on (a holder's).
     tracking: bool,
     /// Until when a push is taken for the invalidation of our own last renewal.
     own_push_until: Option<Instant>,
@@ -355,18 +390,6 @@ impl RwBackend {
             .query_async(&mut self.node.conn)
             .await;
         self.follows = on.is_ok();
-    }
-
-    /// Best effort, at a take or a release: a holder needs no follower's pushes.
-    async fn stop_following(&mut self) {
-        if std::mem::take(&mut self.follows) {
-            let _: Result<(), _> = redis::cmd("CLIENT")
-                .arg("TRACKING")
-                .arg("OFF")
-                .query_async(&mut self.node.conn)
-                .await;
-        }
-        self.drain_pushes();
     }
 
     /// A push while following: `Some(wake)` to return. A renewal heard moves the
@@ -467,24 +490,39 @@ impl OwnKey for RwBackend {
         }
     }
 
-    /// An exclusive holder's watch of its own key, as the election's holder's (see
-    /// [`super::RedisBackend`]): tracking of the lock key turned on and the key read in
-    /// one round trip; `true` when it still holds our value, so that every later
-    /// change by anyone else is pushed to us.
+    /// A holder's watch of its own record, as the election's holder's (see
+    /// [`super::RedisBackend`]): tracking turned on (it replaces a follower's) and the
+    /// record read in one round trip; `true` while it is still ours, so that every
+    /// later change by anyone else is pushed to us. An exclusive holder's record is the
+    /// lock key; a shared holder's its entry in the readers' set, and the lock key's
+    /// absence.
     async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
         let Some(value) = self.value.clone() else {
             return Ok(false);
         };
         self.drain_pushes();
         self.follows = false;
-        let (current,): (Option<String>,) = super::tracking_pipe(&self.keys.lock)
-            .cmd("GET")
-            .arg(&self.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
+        let keys = &self.keys;
+        let (score, current): (Option<f64>, Option<String>) = if self.mode == LockMode::Shared {
+            super::tracking_pipe(&[&keys.lock, &keys.readers])
+                .cmd("ZSCORE")
+                .arg(&keys.readers)
+                .arg(&value)
+                .cmd("GET")
+                .arg(&keys.lock)
+                .query_async(&mut self.node.conn)
+                .await
+        } else {
+            let got: Result<(Option<String>,), _> = super::tracking_pipe(&[&keys.lock])
+                .cmd("GET")
+                .arg(&keys.lock)
+                .query_async(&mut self.node.conn)
+                .await;
+            got.map(|(current,)| (None, current))
+        }
+        .map_err(store(op))?;
         self.tracking = true;
-        Ok(current.as_deref() == Some(value.as_str()))
+        Ok(still_ours(self.mode, &value, score, current.as_deref()))
     }
 
     fn own_push_until(&mut self) -> &mut Option<Instant> {
@@ -495,6 +533,9 @@ impl OwnKey for RwBackend {
         let Some(value) = self.value.clone() else {
             return true;
         };
+        if self.mode == LockMode::Shared {
+            return shared_entry_lost(&mut self.node.conn, &self.keys, &value).await;
+        }
         lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
     }
 }
@@ -541,10 +582,7 @@ impl Backend for RwBackend {
                 self.floor = self.floor.max(token);
                 self.value = Some(value);
                 self.quiet.stop();
-                if self.mode == LockMode::Shared {
-                    self.stop_following().await;
-                }
-                if self.mode == LockMode::Exclusive && !self.track_own_key("campaign").await? {
+                if !self.track_own_key("campaign").await? {
                     // Taken or deleted between our two requests: not ours to claim.
                     self.value = None;
                     return Ok(Campaign::Held(None));
@@ -567,12 +605,10 @@ impl Backend for RwBackend {
         let Some(value) = self.value.clone() else {
             return Ok(Renewal::Lost);
         };
-        if self.mode == LockMode::Exclusive {
-            // The script checks our value itself: pushes so far say nothing more.
-            self.drain_pushes();
-            if !self.tracking && !self.track_own_key("renew").await? {
-                return Ok(Renewal::Lost);
-            }
+        // The script checks our value itself: pushes so far say nothing more.
+        self.drain_pushes();
+        if !self.tracking && !self.track_own_key("renew").await? {
+            return Ok(Renewal::Lost);
         }
         let sent = Instant::now();
         let mut call = self.renew.prepare_invoke();
@@ -595,16 +631,12 @@ impl Backend for RwBackend {
         super::renewal_of(kept, &mut self.own_push_until)
     }
 
-    /// An exclusive holder hears of its key taken or deleted by anyone else at once,
-    /// as the election's holder does (invariant 9), by the same watch
-    /// ([`own_key_lost`]), which also tracks the key again as soon as the tracking
-    /// connection is lost. A shared holder does not watch its entry (every other
-    /// reader's renewal changes the same key): a tampered entry is found by its next
-    /// renewal.
+    /// A holder hears of its record taken or deleted by anyone else at once, as the
+    /// election's holder does (invariant 9), by the same watch ([`own_key_lost`]),
+    /// which also tracks the record again as soon as the tracking connection is lost:
+    /// an exclusive holder's key overwritten or deleted, a shared holder's entry
+    /// removed or a lock value set beside it.
     async fn record_lost(&mut self) {
-        if self.mode != LockMode::Exclusive {
-            return std::future::pending().await;
-        }
         own_key_lost(self).await
     }
 
