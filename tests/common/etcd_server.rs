@@ -31,15 +31,6 @@ pub struct EtcdCluster {
     lab: Option<NetLab>,
 }
 
-fn temp_dir() -> tempfile::TempDir {
-    if std::path::Path::new("/dev/shm").is_dir() {
-        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
-            return d;
-        }
-    }
-    tempfile::tempdir().expect("temp dir")
-}
-
 /// GET on a member's client port; the body.
 fn http_get(host: &str, port: u16, path: &str) -> Option<String> {
     let addr = std::net::SocketAddr::new(host.parse().ok()?, port);
@@ -65,7 +56,7 @@ impl EtcdCluster {
     }
 
     fn start_in(n: usize, lab: Option<NetLab>) -> EtcdCluster {
-        let mut dir = temp_dir();
+        let mut dir = super::store_data_dir();
         if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
             dir.disable_cleanup(true);
             eprintln!("etcd dir: {}", dir.path().display());

@@ -146,6 +146,18 @@ pub fn leasekeeper_bin() -> PathBuf {
 
 /// A loopback port that was free a moment ago, below the ephemeral range (which
 /// starts at 32768 here) so that outgoing connections never take it meanwhile.
+/// A data directory for a store server: in /dev/shm when it exists (fsync there is
+/// about 300 times cheaper than on this machine's disk), so etcd and ZooKeeper pay
+/// the same for their writes.
+pub fn store_data_dir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("temp dir")
+}
+
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);

@@ -1,6 +1,7 @@
 //! Real ZooKeeper servers (Debian's `zookeeper` package) on loopback, started without
 //! their init scripts, killed on drop. tickTime is 200 ms, so session timeouts can be
-//! short (the server caps them at 20 × tickTime = 4 s).
+//! short (the server caps them at 20 × tickTime = 4 s). Data in /dev/shm when it exists,
+//! as etcd's ([`super::store_data_dir`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -153,7 +154,7 @@ impl ZkEnsemble {
     }
 
     fn start_with(n: usize, certs: Option<&std::path::Path>, partitionable: bool) -> ZkEnsemble {
-        let dir = tempfile::tempdir().expect("zk dir");
+        let dir = super::store_data_dir();
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
