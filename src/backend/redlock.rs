@@ -61,6 +61,10 @@
 //! node, followers tracking the renewal-only `alive` key, and the new leader's
 //! announcement (see [`handover`]).
 //!
+//! **The holder hears of its own record** between renewals (DESIGN invariant 9):
+//! tracking of its record on every node, a read of a node that pushes a change, and a
+//! step-down once the nodes that said "not ours" leave no majority (see [`own`]).
+//!
 //! Costs: no extra round trip, except one request to a restarted node after the
 //! renew that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
