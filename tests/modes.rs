@@ -1855,6 +1855,33 @@ mod redlock_rules {
             });
         }
     }
+
+    /// A node that does not answer is no proof of loss: node 2 killed while H holds
+    /// (its connection lost: the watch's try to track it again fails), then H's record
+    /// taken on node 0: H keeps its tenure (node 1 holds it, node 2 may), for each kind
+    /// of holder; taken on node 1 too, it is heard at once.
+    #[test]
+    fn a_node_that_does_not_answer_is_no_proof_of_loss() {
+        for (mode, how) in [
+            (LockMode::Election, "del"),
+            (LockMode::Exclusive, "set"),
+            (LockMode::Shared, "zrem"),
+        ] {
+            let mut cluster = RedisCluster::start(3);
+            runtime().block_on(async {
+                trust_the_nodes(&cluster).await;
+                let mut h = candidate(&cluster, "H", mode, TTL);
+                leads("H", &mut h).await;
+                quiet(&mut h, "its record untouched").await;
+                cluster.nodes[2].kill();
+                quiet(&mut h, &format!("{mode:?}: node 2 down")).await;
+                tamper(&cluster.nodes[0], how, "H");
+                quiet(&mut h, &format!("{mode:?}: {how} on node 0, node 2 down")).await;
+                tamper(&cluster.nodes[1], how, "H");
+                heard(&mut h, &format!("{mode:?}: {how} on nodes 0 and 1")).await;
+            });
+        }
+    }
 }
 
 /// What a waiting `--mode` candidate costs Redlock at steady state: nothing. A reader
