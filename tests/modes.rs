@@ -740,6 +740,45 @@ fn redis_lists_the_shared_holders() {
     assert!(listed.is_some(), "the reader lists: {:?}", cars[5].leader());
 }
 
+/// `/leader`'s holders on Redlock's read-write lock: a waiting writer lists every
+/// shared holder (each `mode: shared`, confirmed on a majority of the nodes), not the
+/// one a campaign names; once the readers left and the writer holds, a reader lists
+/// the writer alone.
+#[test]
+fn redlock_lists_the_shared_holders() {
+    let cluster = common::checker::RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("rw");
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars: Vec<Sidecar> = (0..3).map(|i| spawn(&format!("r-{i}"), "shared")).collect();
+    let held = eventually(Duration::from_secs(20), || {
+        (leading(&cars) == [0, 1, 2]).then_some(())
+    });
+    assert!(held.is_some(), "three readers");
+    cars.push(spawn("w-0", "exclusive"));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[3].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 3 && list.iter().all(|h| h["mode"] == "shared")).then_some(list)
+    });
+    assert!(listed.is_some(), "the writer lists: {:?}", cars[3].leader());
+    for c in &mut cars[..3] {
+        c.terminate(Duration::from_secs(10));
+    }
+    cars.push(spawn("r-3", "shared"));
+    let listed = eventually(Duration::from_secs(10), || {
+        let v = cars[4].leader()?;
+        let list = v["holders"].as_array()?.clone();
+        (list.len() == 1 && list[0]["mode"] == "exclusive" && list[0]["identity"] == "w-0")
+            .then_some(())
+    });
+    assert!(listed.is_some(), "the reader lists: {:?}", cars[4].leader());
+}
+
 // The Redis read-write lock's rules, each reached directly: candidates built by the
 // library and driven through the `Backend` trait one call at a time (no elector), so
 // the script's condition under test is the only defence.
@@ -1789,6 +1828,176 @@ mod redlock_rules {
                 "B renewed beside X on 2 of 3: {renewed:?}"
             );
         });
+    }
+
+    // Invariant 9 on Redlock, reached directly: a holder's watch of its own record
+    // (`record_lost`, see src/backend/redlock/own.rs) ends once its record was taken
+    // on a majority of the nodes, not on a minority, not on its own renewals nor on
+    // another shared holder's, and still after a tracking connection died. Ttl 30 s:
+    // no renewal of the elector's can be what noticed.
+    const WITHIN: Duration = Duration::from_millis(800);
+
+    /// `MGET`s run on the nodes so far: the holders' reads of their record (no script
+    /// sends one).
+    fn reads(cluster: &RedisCluster) -> u64 {
+        cluster.nodes.iter().map(|n| n.calls("mget")).sum()
+    }
+
+    async fn quiet(b: &mut RedlockBackend, why: &str) {
+        let waited = tokio::time::timeout(WITHIN, b.record_lost()).await;
+        assert!(waited.is_err(), "the watch ended: {why}");
+    }
+
+    async fn heard(b: &mut RedlockBackend, why: &str) {
+        let waited = tokio::time::timeout(WITHIN, b.record_lost()).await;
+        assert!(waited.is_ok(), "the watch went on: {why}");
+    }
+
+    /// Takes the record of the holder `id` on `node`: `del` or `set` its lock key,
+    /// `zrem` its shared member, or `set` a lock key beside it.
+    fn tamper(node: &RedisServer, how: &str, id: &str) {
+        let cmd = match how {
+            "del" => format!("DEL {LOCK}"),
+            "set" => format!("SET {LOCK} ffff|900|X PX 30000"),
+            _ => {
+                let members = node.command(&format!("ZRANGE {READERS} 0 -1"));
+                let members = members.unwrap_or_default();
+                let m = (members.lines())
+                    .find(|l| l.ends_with(&format!("|{id}")))
+                    .unwrap_or_else(|| panic!("{id}'s member: {members:?}"));
+                format!("ZREM {READERS} {m}")
+            }
+        };
+        assert!(node.command(&cmd).is_some(), "{cmd}");
+    }
+
+    async fn renews(who: &str, b: &mut RedlockBackend) {
+        assert_eq!(b.renew().await.expect("renew"), Renewal::Renewed, "{who}");
+    }
+
+    /// A holder of `mode` (with a second shared holder beside it when shared) whose
+    /// record is taken by `how` on node 0, then node 1.
+    async fn hears_its_record_taken(cluster: &RedisCluster, mode: LockMode, how: &str) {
+        let mut h = candidate(cluster, "H", mode, TTL);
+        leads("H", &mut h).await;
+        quiet(&mut h, "its record untouched").await;
+        let before = reads(cluster);
+        for _ in 0..2 {
+            renews("H", &mut h).await;
+            quiet(&mut h, "after its own renewal").await;
+        }
+        assert_eq!(
+            reads(cluster),
+            before,
+            "H read its record after its own renewals"
+        );
+        let mut s = reader(cluster, "S");
+        if mode == LockMode::Shared {
+            leads("S beside H", &mut s).await;
+            for _ in 0..2 {
+                renews("S", &mut s).await;
+                quiet(&mut h, "after another shared holder's renewal").await;
+            }
+        }
+        tamper(&cluster.nodes[0], how, "H");
+        quiet(&mut h, &format!("{how} on 1 of 3 nodes")).await;
+        renews("H on 2 of 3", &mut h).await;
+        quiet(&mut h, &format!("{how} on 1 of 3 nodes, after a renewal")).await;
+        tamper(&cluster.nodes[1], how, "H");
+        heard(&mut h, &format!("{how} on 2 of 3 nodes")).await;
+        assert_eq!(h.renew().await.expect("renew"), Renewal::Lost);
+        h.release().await.expect("release");
+        s.release().await.expect("release");
+        on_nodes(&cluster.nodes, &format!("DEL {LOCK} {READERS}"));
+    }
+
+    #[test]
+    fn the_election_leader_hears_its_key_taken_on_a_majority_only() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            for how in ["del", "set"] {
+                hears_its_record_taken(&cluster, LockMode::Election, how).await;
+            }
+        });
+    }
+
+    #[test]
+    fn a_writer_hears_its_key_taken_on_a_majority_only() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            for how in ["del", "set"] {
+                hears_its_record_taken(&cluster, LockMode::Exclusive, how).await;
+            }
+        });
+    }
+
+    #[test]
+    fn a_reader_hears_its_entry_taken_on_a_majority_only() {
+        let cluster = RedisCluster::start(3);
+        runtime().block_on(async {
+            trust_the_nodes(&cluster).await;
+            for how in ["zrem", "set"] {
+                hears_its_record_taken(&cluster, LockMode::Shared, how).await;
+            }
+        });
+    }
+
+    /// Node 0's tracking connection killed while H holds, no renewal after it: the
+    /// watch turns tracking on there again by itself, so a change on nodes 0 and 1
+    /// is heard at once, for each kind of holder.
+    #[test]
+    fn a_holder_tracks_its_record_again_when_a_tracking_connection_dies() {
+        for (mode, how) in [
+            (LockMode::Election, "set"),
+            (LockMode::Exclusive, "del"),
+            (LockMode::Shared, "zrem"),
+        ] {
+            let cluster = RedisCluster::start(3);
+            runtime().block_on(async {
+                trust_the_nodes(&cluster).await;
+                let mut h = candidate(&cluster, "H", mode, TTL);
+                leads("H", &mut h).await;
+                quiet(&mut h, "its record untouched").await;
+                cluster.nodes[0].kill_the_tracking_connection();
+                quiet(&mut h, "its connection lost, its record untouched").await;
+                tamper(&cluster.nodes[0], how, "H");
+                tamper(&cluster.nodes[1], how, "H");
+                heard(
+                    &mut h,
+                    &format!("{mode:?}: {how} on 2 of 3 after a lost connection"),
+                )
+                .await;
+            });
+        }
+    }
+
+    /// A node that does not answer is no proof of loss: node 2 killed while H holds
+    /// (its connection lost: the watch's try to track it again fails), then H's record
+    /// taken on node 0: H keeps its tenure (node 1 holds it, node 2 may), for each kind
+    /// of holder; taken on node 1 too, it is heard at once.
+    #[test]
+    fn a_node_that_does_not_answer_is_no_proof_of_loss() {
+        for (mode, how) in [
+            (LockMode::Election, "del"),
+            (LockMode::Exclusive, "set"),
+            (LockMode::Shared, "zrem"),
+        ] {
+            let mut cluster = RedisCluster::start(3);
+            runtime().block_on(async {
+                trust_the_nodes(&cluster).await;
+                let mut h = candidate(&cluster, "H", mode, TTL);
+                leads("H", &mut h).await;
+                quiet(&mut h, "its record untouched").await;
+                cluster.nodes[2].kill();
+                quiet(&mut h, &format!("{mode:?}: node 2 down")).await;
+                tamper(&cluster.nodes[0], how, "H");
+                quiet(&mut h, &format!("{mode:?}: {how} on node 0, node 2 down")).await;
+                tamper(&cluster.nodes[1], how, "H");
+                heard(&mut h, &format!("{mode:?}: {how} on nodes 0 and 1")).await;
+            });
+        }
     }
 }
 

@@ -1038,3 +1038,42 @@ fn with_the_baton_node_down_a_graceful_handover_still_finds_a_leader() {
         "no new leader named by all within ttl + 2 s of a release with the baton's node down"
     );
 }
+
+/// Invariant 9 on Redlock, seen from outside (the tamper observer polls every
+/// sidecar's `/leader` every few ms): the leader's lock key is deleted on two of the
+/// three nodes, and the followers are told at once that the record may be free (a
+/// `released|` notice on the events channel, as a switchover's: they do not track
+/// the lock key itself, only the renewals' `alive`). A follower takes the two free
+/// nodes and leads; the old leader must stop claiming within 100 ms of that, not at
+/// its next renewal (renew interval 3 s here, ttl 6 s), and the new token is higher.
+/// Measured before the leader watched its own record: the old leader went on
+/// claiming beside the new one until its renewal (see docs/safety.md, "Faults").
+#[test]
+fn a_leader_whose_key_is_deleted_on_a_majority_steps_down_at_once() {
+    use common::tamper::{assert_recovered, tamper_with_leader};
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("6s")
+        .election("tamper")
+        .build();
+    args.extend(common::args(&[
+        "--renew-interval",
+        "3s",
+        "--retry-interval",
+        "500ms",
+    ]));
+    let sidecars: Vec<Sidecar> = (0..3)
+        .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
+        .collect();
+    let deleted = tamper_with_leader(&sidecars, Duration::from_millis(2500), |_| {
+        for n in &cluster.nodes[..2] {
+            n.command("DEL leasekeeper:{tamper}:lock");
+        }
+        for n in &cluster.nodes {
+            n.command("PUBLISH leasekeeper:{tamper}:events released|");
+        }
+    });
+    eprintln!("deleted on 2 of 3 nodes: {deleted:?}");
+    assert_recovered(&deleted, Duration::from_millis(100));
+}

@@ -61,6 +61,10 @@
 //! node, followers tracking the renewal-only `alive` key, and the new leader's
 //! announcement (see [`handover`]).
 //!
+//! **The holder hears of its own record** between renewals (DESIGN invariant 9):
+//! tracking of its record on every node, a read of a node that pushes a change, and a
+//! step-down once the nodes that said "not ours" leave no majority (see [`own`]).
+//!
 //! Costs: no extra round trip, except one request to a restarted node after the
 //! renew that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
@@ -93,6 +97,7 @@ use crate::status::{FencingToken, Holder};
 
 mod handover;
 use handover::{holder_due, BATON_NODE};
+mod own;
 mod rw;
 
 /// Lua prelude of every script. `incarnation`: this server's `run_id` and whether the
@@ -227,11 +232,13 @@ struct Take {
     settle_ms: i64,
     run_id: String,
     store_ms: u64,
+    /// The shared holders' members on the node, live (up to [`rw::SHOWN`]).
+    readers: Vec<String>,
 }
 
 impl redis::FromRedisValue for Take {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
-        let (won, value, pttl, fence, state, settle_ms, run_id, store_ms): (
+        let (won, value, pttl, fence, state, settle_ms, run_id, store_ms, readers): (
             i64,
             String,
             i64,
@@ -240,6 +247,7 @@ impl redis::FromRedisValue for Take {
             i64,
             String,
             u64,
+            Vec<String>,
         ) = redis::FromRedisValue::from_redis_value(v)?;
         Ok(Take {
             won: won == 1,
@@ -252,6 +260,7 @@ impl redis::FromRedisValue for Take {
             settle_ms,
             run_id,
             store_ms,
+            readers,
         })
     }
 }
@@ -316,6 +325,11 @@ pub struct RedlockBackend {
     /// Per node that the last campaign found kept out by shared holders: the last
     /// sign of them there (that read, or a change of the readers' set pushed since).
     shared_signs: Vec<Option<Instant>>,
+    /// A holder's watch of its own record, per node (see [`own`]).
+    own: Vec<own::OwnNode>,
+    /// Who holds the read-write lock, as the last campaign found it (for `/leader`'s
+    /// holders with `--mode`, see [`rw`]).
+    observed: Vec<(Holder, crate::status::Mode)>,
 }
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
@@ -385,7 +399,7 @@ fn renew_verdict(answers: &[Option<(i64, i64)>]) -> Result<Renewal, usize> {
         .count();
     if kept >= q {
         Ok(Renewal::Renewed)
-    } else if answers.len() - gone < q {
+    } else if own::lost(gone, answers.len()) {
         Ok(Renewal::Lost)
     } else {
         Err(kept)
@@ -533,6 +547,8 @@ impl RedlockBackend {
             queue_id: new_nonce(),
             entry: None,
             shared_signs: vec![None; n],
+            own: vec![own::OwnNode::default(); n],
+            observed: Vec::new(),
         })
     }
 
@@ -569,6 +585,7 @@ impl RedlockBackend {
                 if push.kind == PushKind::Disconnection {
                     self.tracking[i] = false;
                     self.signs[i] = None;
+                    self.own[i].on_push(&push.kind, Instant::now());
                 }
             }
         }
@@ -893,7 +910,8 @@ impl RedlockBackend {
                         "0"
                     } else {
                         "1"
-                    });
+                    })
+                    .arg(rw::SHOWN);
                 Some(take)
             })
             .collect();
@@ -1025,6 +1043,8 @@ impl Backend for RedlockBackend {
             if let Some(token) = self.confirm_everywhere(&answers, &targets, &prefix).await {
                 self.on_acquired().await;
                 self.on_acquired_rw();
+                self.own_reset();
+                self.observe(&answers, None, Some(token));
                 return Ok(Campaign::Acquired { token });
             }
         }
@@ -1064,6 +1084,7 @@ impl Backend for RedlockBackend {
         if holder.is_none() {
             self.follow_shared(&answers, read_at);
         }
+        self.observe(&answers, holder.clone(), None);
         Ok(Campaign::Held(holder.or_else(|| tally.shared_holder())))
     }
 
@@ -1101,6 +1122,12 @@ impl Backend for RedlockBackend {
             self.floor = self.floor.max(*fence);
         }
         self.catch_up_after_renew(&answers).await;
+        self.own_renewed(
+            &answers
+                .iter()
+                .map(|a| a.as_ref().map(|r| r.0))
+                .collect::<Vec<_>>(),
+        );
         let seen: Vec<Option<(i64, i64)>> = answers
             .iter()
             .map(|a| a.as_ref().map(|(ours, state, ..)| (*ours, *state)))
@@ -1144,11 +1171,16 @@ impl Backend for RedlockBackend {
         self.release_for(false).await
     }
 
-    /// A new leader's announcement first (see [`handover`]); then nothing until the
-    /// renewals decide (a leader hears of no change of its key between them).
+    /// A new leader's announcement first (see [`handover`]); then the watch of our
+    /// own record on every node (see [`own`]).
     async fn record_lost(&mut self) {
         self.announce_once().await;
-        std::future::pending().await
+        self.own_record_lost().await
+    }
+
+    fn slots(&self) -> Option<crate::status::Slots> {
+        (self.mode != LockMode::Election)
+            .then(|| crate::status::Slots::one_lock(self.observed.iter().cloned()))
     }
 
     /// A follower sends nothing while the holder renews, as on the `redis` backend:
@@ -1395,6 +1427,7 @@ mod tests {
             settle_ms: if state == SETTLING { 400 } else { 0 },
             run_id: String::new(),
             store_ms: 0,
+            readers: Vec::new(),
         })
     }
 

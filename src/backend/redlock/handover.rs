@@ -108,6 +108,8 @@ impl RedlockBackend {
         self.expires.fill(None);
         self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
         self.followed = Some(value);
+        // Only exclusive holders announce themselves (see `rw::on_acquired_rw`).
+        self.observed = vec![(holder.clone(), crate::status::Mode::Exclusive)];
         Some(Campaign::Held(Some(holder)))
     }
 

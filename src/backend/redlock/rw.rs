@@ -76,7 +76,39 @@ use super::handover::holder_due;
 use super::{most_seen, RedlockBackend, Round, Take, Tally, TRUSTED};
 use crate::backend::redis::{parse_value, Keys};
 use crate::backend::{no_switchover_with, BackendError, LockMode, Wake};
-use crate::status::Holder;
+use crate::status::{FencingToken, Holder, Mode};
+
+/// How many shared holders `/leader` lists (as on Redis, and etcd).
+pub(super) const SHOWN: usize = 16;
+
+/// The shared holders `/leader` lists, from the members each trusted node's take
+/// listed (`lists`, one per node that answered): every *confirmed* member (with a
+/// token, not `pending`) that a majority (`quorum`) of the N nodes listed, in the
+/// order first listed, at most [`SHOWN`]. A shared tenure exists once a majority
+/// confirmed it, so this lists every live one the nodes that answered can show; a
+/// member on a minority only (a failed campaign's, or one whose other copies
+/// expired) is no tenure.
+pub(super) fn shared_holders(lists: &[&[String]], quorum: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for m in lists.iter().flat_map(|l| l.iter()) {
+        if out.contains(m) || parse_value(m).token.is_none() {
+            continue;
+        }
+        if lists.iter().filter(|l| l.contains(m)).count() >= quorum {
+            out.push(m.clone());
+        }
+    }
+    out.truncate(SHOWN);
+    out
+}
+
+fn holder(value: &str) -> Option<Holder> {
+    let parsed = parse_value(value);
+    (!parsed.identity.is_empty()).then(|| Holder {
+        identity: parsed.identity.to_owned(),
+        token: parsed.token,
+    })
+}
 
 /// Lua prelude of the take scripts: `before(live, entry, writers)`, the first entry of
 /// the sorted queue `live` ahead of `entry` (a writer's, with `writers`), or nil.
@@ -103,24 +135,26 @@ pub(super) const BESIDE_SHARED: i64 = 3;
 /// marker, switchover reservation, readers, queue (writer-waits), busy. ARGV: our
 /// `<nonce>|`, identity, ttl ms, settle ms, use-by, our queue entry, our queue id
 /// `<id>|`, the presence channels' prefix, the events channel, `1` for a `--mode`
-/// candidate (always queues when kept out). Returns as [`super::TAKE`] did: {taken (2:
-/// refused as late; [`BESIDE_SHARED`]: kept out while shared holders hold, value one
-/// of them), value, pttl of what keeps it out, fence, state, ms until settled, run_id,
-/// store ms}; kept out by a place ahead, the value is empty.
+/// candidate (always queues when kept out), how many shared holders to list. Returns
+/// as [`super::TAKE`] did: {taken (2: refused as late; [`BESIDE_SHARED`]: kept out
+/// while shared holders hold, value one of them), value, pttl of what keeps it out,
+/// fence, state, ms until settled, run_id, store ms}, and the live shared holders'
+/// members (up to `ARGV[11]`); kept out by a place ahead, the value is empty.
 pub(super) const TAKE_EXCLUSIVE: &str = r#"
 local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 local late, now = too_late(ARGV[5])
 if late then
-  return {2, '', -1, fence, state, settle_left, run_id, now}
+  return {2, '', -1, fence, state, settle_left, run_id, now, {}}
 end
 local ttl = tonumber(ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, cur, -1, fence, state, settle_left, run_id, now}
+  return {1, cur, -1, fence, state, settle_left, run_id, now, {}}
 end
 local reader, last = live_readers(KEYS[5], now)
+local shown = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[11]) - 1)
 local queued = reader ~= nil or ARGV[10] == '1' or redis.call('EXISTS', KEYS[6]) == 1
 local live = {}
 if queued then
@@ -130,7 +164,7 @@ local function kept(value, pttl, code)
   if queued then
     enqueue(KEYS[6], ARGV[6], 'w', '', '', now, ttl)
   end
-  return {code or 0, value, pttl, fence, state, settle_left, run_id, now}
+  return {code or 0, value, pttl, fence, state, settle_left, run_id, now, shown}
 end
 if cur then
   return kept(cur, redis.call('PTTL', KEYS[1]))
@@ -152,7 +186,7 @@ end
 local value = ARGV[1] .. 'pending|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 keep_queue(KEYS[6], KEYS[7], ttl)
-return {1, value, -1, fence, state, settle_left, run_id, now}
+return {1, value, -1, fence, state, settle_left, run_id, now, shown}
 "#;
 
 /// Phase 1 of a shared take on one node: adopt our own live member, or add a pending
@@ -163,15 +197,16 @@ local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
 local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
 local late, now = too_late(ARGV[5])
 if late then
-  return {2, '', -1, fence, state, settle_left, run_id, now}
+  return {2, '', -1, fence, state, settle_left, run_id, now, {}}
 end
 local ttl, prefix = tonumber(ARGV[3]), ARGV[1]
 local reader = live_readers(KEYS[5], now)
+local shown = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[11]) - 1)
 for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
   if string.sub(m, 1, #prefix) == prefix then
     redis.call('ZADD', KEYS[5], now + ttl, m)
     dequeue(KEYS[6], ARGV[7])
-    return {1, m, -1, fence, state, settle_left, run_id, now}
+    return {1, m, -1, fence, state, settle_left, run_id, now, shown}
   end
 end
 local live = {}
@@ -180,7 +215,7 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
 end
 local function kept(value, pttl, code)
   enqueue(KEYS[6], ARGV[6], 'r', '', '', now, ttl)
-  return {code or 0, value, pttl, fence, state, settle_left, run_id, now}
+  return {code or 0, value, pttl, fence, state, settle_left, run_id, now, shown}
 end
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -200,7 +235,7 @@ dequeue(KEYS[6], ARGV[7])
 local value = prefix .. 'pending|' .. ARGV[2]
 redis.call('ZADD', KEYS[5], now + ttl, value)
 keep_queue(KEYS[6], KEYS[7], ttl)
-return {1, value, -1, fence, state, settle_left, run_id, now}
+return {1, value, -1, fence, state, settle_left, run_id, now, shown}
 "#;
 
 /// Phase 2 of a shared take on one node: if our member is still there and live, raise
@@ -432,6 +467,37 @@ impl RedlockBackend {
         }
     }
 
+    /// Who holds, for `/leader`'s holders with `--mode` ([`RedlockBackend::slots`]):
+    /// after our take (`took`), we alone (exclusive) or we and the shared holders
+    /// listed; else the `exclusive` holder a majority names, or the shared holders
+    /// ([`shared_holders`]).
+    pub(super) fn observe(
+        &mut self,
+        answers: &Round<Take>,
+        exclusive: Option<Holder>,
+        took: Option<FencingToken>,
+    ) {
+        let lists: Vec<&[String]> = (answers.iter().flatten())
+            .filter(|a| a.state == TRUSTED)
+            .map(|a| a.readers.as_slice())
+            .collect();
+        let mut shared = shared_holders(&lists, self.quorum());
+        shared.retain(|m| Some(m) != self.value.as_ref());
+        let shared = shared.iter().filter_map(|m| holder(m));
+        let me = took.map(|token| Holder {
+            identity: self.identity.clone(),
+            token: Some(token),
+        });
+        self.observed = match (me, exclusive) {
+            (Some(me), _) if self.mode == LockMode::Shared => (std::iter::once(me).chain(shared))
+                .take(SHOWN)
+                .map(|h| (h, Mode::Shared))
+                .collect(),
+            (Some(h), _) | (None, Some(h)) => vec![(h, Mode::Exclusive)],
+            (None, None) => shared.map(|h| (h, Mode::Shared)).collect(),
+        };
+    }
+
     /// A switchover names one successor: with `--mode` there is none to name.
     pub(super) fn no_switchover(&self) -> Result<(), BackendError> {
         match self.mode.flag() {
@@ -458,6 +524,7 @@ mod tests {
             settle_ms: 0,
             run_id: String::new(),
             store_ms: 0,
+            readers: Vec::new(),
         })
     }
 
@@ -482,6 +549,23 @@ mod tests {
             &[None, None, None],
         );
         assert!(t.seen.is_empty() && t.shared_holder().is_none());
+    }
+
+    #[test]
+    fn a_shared_holder_is_listed_once_confirmed_on_a_majority() {
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (n0, n1, n2) = (
+            l(&["a|3|r-a", "b|4|r-b", "c|pending|r-c", "d|5|r-d"]),
+            l(&["b|4|r-b", "a|3|r-a", "c|pending|r-c"]),
+            l(&["a|3|r-a", "e|6|r-e"]),
+        );
+        let lists = [n0.as_slice(), n1.as_slice(), n2.as_slice()];
+        assert_eq!(shared_holders(&lists, 2), l(&["a|3|r-a", "b|4|r-b"]));
+        // Two nodes answered: each member still needs a majority of all three.
+        assert_eq!(shared_holders(&lists[..2], 2), l(&["a|3|r-a", "b|4|r-b"]));
+        assert_eq!(shared_holders(&lists[2..], 2), l(&[]));
+        let many: Vec<String> = (0..40).map(|i| format!("n{i}|{i}|r-{i}")).collect();
+        assert_eq!(shared_holders(&[&many, &many], 2).len(), SHOWN);
     }
 
     #[test]
