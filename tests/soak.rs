@@ -475,10 +475,12 @@ fn soak_2_redis() {
 }
 
 /// Redlock over `n` nodes (without persistence, as the suite runs it): no store
-/// recorder (no single node's record is the lease) and no tampering (DESIGN invariant
-/// 9 is not claimed for Redlock, whose leader hears of its record at its next renew).
+/// recorder (no single node's record is the lease). Tampering deletes or overwrites
+/// the lock key on a majority of the nodes (the leader hears of it on each, DESIGN
+/// invariant 9, since 2026-11-27; on a minority it must go on leading).
 fn redlock(n: usize) {
     let mut cluster = RedisCluster::start(n);
+    let majority: Vec<u16> = cluster.nodes.iter().take(n / 2 + 1).map(|s| s.port).collect();
     let nodes: Vec<SocketAddr> = cluster
         .nodes
         .iter()
@@ -496,14 +498,26 @@ fn redlock(n: usize) {
                 Fault::PauseMinority,
                 Fault::RestartOneNode,
                 Fault::MinorityCut,
+                Fault::TamperDelete,
+                Fault::TamperOverwrite,
             ],
             &LINK_FAULTS,
         ]),
         false,
         |rounds| {
+            let majority = majority.clone();
             checker::run_with(
                 spec(Vec::new(), ttl, rounds, Some(&mut cluster), true),
                 Extras {
+                    tamper: Some(Box::new(move |fault| {
+                        let command = match fault {
+                            Fault::TamperDelete => "DEL leasekeeper:{soak}:lock",
+                            _ => "SET leasekeeper:{soak}:lock x|0|intruder PX 1000",
+                        };
+                        for &port in &majority {
+                            common::redis_server::command_at(port, command);
+                        }
+                    })),
                     clock_rate: batch_clock_rate(),
                     links: Some(Links {
                         nodes: nodes.clone(),
