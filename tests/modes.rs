@@ -476,6 +476,24 @@ fn mysql_a_release_racing_a_join_keeps_the_row() {
     ));
 }
 
+#[test]
+fn postgres_a_writer_lets_its_turn_lock_go_at_its_release() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_a_writer_lets_its_turn_lock_go_at_its_release() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
+        &db,
+        MysqlBackend::new,
+    ));
+}
+
 /// `leasekeeper run --mode shared`: two commands run at once, each told its mode.
 #[test]
 fn run_passes_the_mode_and_shared_commands_run_at_once() {
