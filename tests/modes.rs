@@ -12,6 +12,7 @@ use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
 use common::modes::{
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly,
     a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
     leading, shared_and_exclusive,
 };
@@ -474,6 +475,24 @@ fn mysql_a_release_racing_a_join_keeps_the_row() {
         &db,
         MysqlBackend::new,
     ));
+}
+
+/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+#[test]
+fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
+    let db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url())
+        .ttl("2s")
+        .election("frozen");
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
+}
+
+/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+#[test]
+fn mysql_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
+    let db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("frozen");
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
 }
 
 #[test]

@@ -335,10 +335,16 @@ pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + '
         after < Duration::from_secs(8),
         "R, queued behind W while W waited, joined {after:?} after W's release"
     );
-    assert!(
-        lock_free(&mut own, &turn).await,
-        "W's turn lock must be free after its release"
-    );
+    // Within 2 s: R's wait in it may hold it for an instant as W lets it go.
+    let mut free = false;
+    for _ in 0..20 {
+        free = lock_free(&mut own, &turn).await;
+        if free {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(free, "W's turn lock must be free after its release");
 }
 
 /// The 64-bit advisory lock key the PostgreSQL dialect names by `parts` (see
