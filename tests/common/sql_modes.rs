@@ -389,3 +389,84 @@ async fn lock_free(own: &mut Own, name: &str) -> bool {
     }
     .expect("the turn lock's state")
 }
+
+/// A shared candidate that finds a free row and a waiting writer ahead of it goes
+/// past that writer once the row has been free for the grace (a ttl), when the writer
+/// does not take its turn (as if frozen; here it only sends nothing): on a free row it
+/// waits by the grace, not in the writer's turn lock (which the writer holds until its
+/// tenure ends). As its elector runs it (wait at most 20 s, look), it must join within
+/// 10 s of the row's release (ttl 5 s).
+pub async fn past_a_writer_that_does_not_take_a_free_row<B: Backend + Send + 'static>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut s = moded(db, &new, "idle", "S", LockMode::Shared);
+    let mut w = moded(db, &new, "idle", "W", LockMode::Exclusive);
+    let mut r = moded(db, &new, "idle", "R", LockMode::Shared);
+    takes("S", &mut s).await;
+    kept_out("W beside S", &mut w).await;
+    let released = std::time::Instant::now();
+    s.release().await.expect("release");
+    kept_out("R behind the waiting W, on the free row", &mut r).await;
+    let joined = tokio::spawn(async move {
+        for _ in 0..50 {
+            r.wait_for_change(Duration::from_secs(20)).await;
+            if let Campaign::Acquired { .. } = r.campaign().await.expect("R's campaign") {
+                return std::time::Instant::now();
+            }
+        }
+        panic!("R never joined")
+    });
+    let after = joined.await.expect("R's wait").duration_since(released);
+    assert!(
+        after < Duration::from_secs(10),
+        "R joined {after:?} after the free row's grace began, past a W that did not take it"
+    );
+    drop(w);
+}
+
+/// An election's candidate (no `--mode`) that prepared before any `--mode` candidate
+/// created the queue's table takes its turn from the campaign after it found shared
+/// holders: it then waits in the queue, and a shared candidate that comes after it
+/// is kept out.
+pub async fn an_election_candidate_from_before_the_queue_takes_its_turn<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut e = moded(db, &new, "pre", "E", LockMode::Election);
+    takes("E, before any --mode candidate", &mut e).await;
+    e.release().await.expect("release");
+    let mut r = moded(db, &new, "pre", "R", LockMode::Shared);
+    takes("R", &mut r).await;
+    kept_out("E beside R (it learns of the queue)", &mut e).await;
+    kept_out("E beside R (it queues)", &mut e).await;
+    let mut n = moded(db, &new, "pre", "N", LockMode::Shared);
+    kept_out("N behind the waiting E", &mut n).await;
+    r.release().await.expect("release");
+    takes("E after R", &mut e).await;
+}
+
+/// A release does not wait for a lock its candidate does not hold: a shared holder
+/// (which holds no election's lock) releases in well under its backend timeout (ttl
+/// 20 s: 4 s; bound 2 s, typically milliseconds).
+pub async fn a_shared_release_does_not_wait_for_the_election_lock<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let timing = Timing::for_ttl(Duration::from_secs(20));
+    let lease = Candidacy {
+        election: "quick",
+        identity: "S",
+        timing: &timing,
+        mode: LockMode::Shared,
+    };
+    let mut s = new(&settings(db), &lease).expect("backend");
+    takes("S", &mut s).await;
+    let started = std::time::Instant::now();
+    s.release().await.expect("release");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "a shared holder's release took {took:?} (backend timeout 4 s)"
+    );
+}
