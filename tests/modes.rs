@@ -12,6 +12,7 @@ use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::etcd_server::EtcdCluster;
 use common::modes::{
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly,
     a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
     leading, shared_and_exclusive,
 };
@@ -471,6 +472,156 @@ fn postgres_a_release_racing_a_join_keeps_the_row() {
 fn mysql_a_release_racing_a_join_keeps_the_row() {
     let db = MariaServer::start();
     runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
+        &db,
+        MysqlBackend::new,
+    ));
+}
+
+/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+#[test]
+fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
+    let db = PgServer::start();
+    let args = SidecarArgs::postgres(&db.url())
+        .ttl("2s")
+        .election("frozen");
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
+}
+
+/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+#[test]
+fn mysql_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
+    let db = MariaServer::start();
+    let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("frozen");
+    a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
+}
+
+#[test]
+fn postgres_past_a_writer_that_does_not_take_a_free_row() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::past_a_writer_that_does_not_take_a_free_row(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_past_a_writer_that_does_not_take_a_free_row() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::past_a_writer_that_does_not_take_a_free_row(
+        &db,
+        MysqlBackend::new,
+    ));
+}
+
+#[test]
+fn postgres_an_election_candidate_from_before_the_queue_takes_its_turn() {
+    let db = PgServer::start();
+    runtime().block_on(
+        sql_modes::an_election_candidate_from_before_the_queue_takes_its_turn(
+            &db,
+            PostgresBackend::new,
+        ),
+    );
+}
+
+#[test]
+fn mysql_an_election_candidate_from_before_the_queue_takes_its_turn() {
+    let db = MariaServer::start();
+    runtime().block_on(
+        sql_modes::an_election_candidate_from_before_the_queue_takes_its_turn(
+            &db,
+            MysqlBackend::new,
+        ),
+    );
+}
+
+/// An election without `--mode` (the shared holders' table was never created) sends
+/// no statement about the queue: its candidates' campaigns, taken and refused, leave
+/// no error naming `<table>_shared` in the server's log.
+#[test]
+fn postgres_an_election_without_mode_leaves_the_queue_alone() {
+    use leasekeeper::backend::{Backend, LockMode};
+    let db = PgServer::start();
+    runtime().block_on(async {
+        let new = PostgresBackend::new;
+        let mut a = sql_modes::moded(&db, &new, "plain", "A", LockMode::Election);
+        let mut b = sql_modes::moded(&db, &new, "plain", "B", LockMode::Election);
+        for _ in 0..2 {
+            a.campaign().await.expect("A's campaign");
+            b.campaign().await.expect("B's campaign");
+        }
+    });
+    let log = db.log();
+    assert!(!log.is_empty(), "the server logs");
+    assert!(
+        !log.contains("leasekeeper_leases_shared"),
+        "a plain election touched the queue's table:\n{log}"
+    );
+}
+
+/// The same on MySQL: the server's general log (as a table) holds no statement on
+/// `<table>_shared` (the look for it names it as a value, not as a table).
+#[test]
+fn mysql_an_election_without_mode_leaves_the_queue_alone() {
+    use leasekeeper::backend::{Backend, LockMode};
+    let db = MariaServer::start();
+    db.sql("SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;");
+    runtime().block_on(async {
+        let new = MysqlBackend::new;
+        let mut a = sql_modes::moded(&db, &new, "plain", "A", LockMode::Election);
+        let mut b = sql_modes::moded(&db, &new, "plain", "B", LockMode::Election);
+        for _ in 0..2 {
+            a.campaign().await.expect("A's campaign");
+            b.campaign().await.expect("B's campaign");
+        }
+    });
+    // The log off first: the counts' own statements name the table too.
+    db.sql("SET GLOBAL general_log = 0");
+    let count = |like: &str| {
+        db.sql(&format!(
+            "SELECT COUNT(*) FROM mysql.general_log WHERE argument LIKE '{like}'"
+        ))
+        .trim()
+        .parse::<usize>()
+        .unwrap_or(0)
+    };
+    assert!(count("%leasekeeper_leases%") > 0, "the general log counts");
+    let touched = count("%`leasekeeper_leases_shared`%");
+    assert_eq!(
+        touched, 0,
+        "a plain election's statements on the queue's table"
+    );
+}
+
+#[test]
+fn postgres_a_shared_release_does_not_wait_for_the_election_lock() {
+    let db = PgServer::start();
+    runtime().block_on(
+        sql_modes::a_shared_release_does_not_wait_for_the_election_lock(&db, PostgresBackend::new),
+    );
+}
+
+#[test]
+fn mysql_a_shared_release_does_not_wait_for_the_election_lock() {
+    let db = MariaServer::start();
+    runtime().block_on(
+        sql_modes::a_shared_release_does_not_wait_for_the_election_lock(&db, MysqlBackend::new),
+    );
+}
+
+#[test]
+fn postgres_a_writer_lets_its_turn_lock_go_at_its_release() {
+    let db = PgServer::start();
+    runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
+        &db,
+        PostgresBackend::new,
+    ));
+}
+
+#[test]
+fn mysql_a_writer_lets_its_turn_lock_go_at_its_release() {
+    let db = MariaServer::start();
+    runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
         &db,
         MysqlBackend::new,
     ));

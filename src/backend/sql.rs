@@ -154,6 +154,7 @@ pub mod mysql;
 pub mod postgres;
 mod queue;
 mod settings;
+pub use queue::Ahead;
 use queue::{grace_left, turn, Turn, Waiting};
 pub use settings::{Args, Dialect, SqlConnect, SqlSettings, Table, DEFAULT_TABLE};
 
@@ -246,8 +247,8 @@ impl LeaseRow {
 
 /// The queue's read from its answer (see [`SqlDialect::waiting`]): one row per live
 /// waiting row, each with the lease row's four columns, the ms it has been free, and
-/// the waiting row's presence, whether a writer's (0/1) and arrival (NULL when the
-/// queue is empty: one row then).
+/// the waiting row's presence, whether a writer's (0/1), arrival and the ms since its
+/// expiry (NULL when the queue is empty: one row then).
 #[allow(clippy::type_complexity)]
 pub fn queue_from_rows<R: sqlx::Row>(
     rows: &[R],
@@ -265,6 +266,7 @@ where
                 presence,
                 writer: r.try_get::<Option<i64>, _>(6)?.unwrap_or(1) != 0,
                 arrived: r.try_get::<Option<i64>, _>(7)?.unwrap_or(0),
+                lapsed_ms: r.try_get::<Option<i64>, _>(8)?.unwrap_or(0),
             });
         }
         seen = Some((LeaseRow::from_row(r)?, r.try_get::<i64, _>(4)?));
@@ -614,9 +616,9 @@ pub trait SqlDialect: Send + 'static {
 
     /// What the queue said at this campaign: `None`, take; `Some`, the take was
     /// skipped, the queue keeps this candidate out, the row as it stands (`writer`:
-    /// the queue key of the nearest waiting writer ahead of it, whose tenure a shared
-    /// candidate waits to end).
-    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>);
+    /// the nearest waiting writer ahead of it, whose tenure a shared candidate waits
+    /// to end, or until its row goes stale, whichever comes first).
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&Ahead>)>);
 
     /// Our waiting row in the queue (a writer's `w`, a shared candidate's `q`): written
     /// for a ttl from now, its arrival kept (`on`), or deleted.
@@ -647,6 +649,36 @@ pub trait SqlDialect: Send + 'static {
 /// How many ttls a follower's silent wait lasts at most: then it looks once (a check
 /// that its wait's connection still stands).
 pub(crate) const BACKSTOP_TTLS: u32 = 20;
+
+/// How many ttls a waiting candidate's silent wait beside shared holders lasts at most
+/// (a writer's wait for them, a shared candidate's for a waiting writer's turn): then
+/// it looks once, which writes its waiting row again. While shared holders hold, a
+/// waiting row whose expiry passed more than this many ttls ago keeps nobody out
+/// ([`queue::turn`]): its candidate stopped looking (frozen), so new shared
+/// candidates wait behind a frozen waiting writer for about `QUEUE_TTLS + 1` ttls at
+/// most, where before they waited for as long as the shared holders held.
+pub(crate) const QUEUE_TTLS: u32 = 6;
+
+/// When a shared candidate waiting behind a writer's turn looks anyway, from `now`:
+/// when the writer's waiting row goes stale (`stale_in_ms`; see [`queue::turn`]).
+pub(crate) fn stale_at(now: Instant, ahead: Option<&Ahead>) -> Option<Instant> {
+    let ms = ahead.and_then(|a| a.stale_in_ms)?;
+    Some(now + Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0) + 1))
+}
+
+/// A wait behind a writer's turn lasts until `stale_at` at most (`max` otherwise).
+pub(crate) fn behind_for(max: Duration, stale_at: Option<Instant>, now: Instant) -> Duration {
+    stale_at.map_or(max, |at| at.saturating_duration_since(now).min(max))
+}
+
+/// A wait behind a writer's turn that ran out (`Quiet`) once the writer's row went
+/// stale is a change: the candidate looks (and goes past a frozen writer).
+pub(crate) fn behind_woke(wake: Wake, stale_at: Option<Instant>, now: Instant) -> Wake {
+    match (wake, stale_at) {
+        (Wake::Quiet, Some(at)) if now >= at => Wake::Changed,
+        _ => wake,
+    }
+}
 
 /// How long a candidate's row stays in the candidates' table after its last
 /// registration when its presence is gone (then a listing by a leader deletes it).
@@ -790,11 +822,12 @@ impl<D: SqlDialect> SqlBackend<D> {
         let grace = self.tenancy.ttl_ms();
         let shared = self.mode == LockMode::Shared;
         let me = self.dialect.queue_key();
-        let Turn::Wait { writer } = turn(shared, me, &waiting, free_ms, grace) else {
+        let stale = (row.tenure == SHARED && free_ms < 0).then(|| grace * i64::from(QUEUE_TTLS));
+        let Turn::Wait { writer } = turn(shared, me, &waiting, (free_ms, grace), stale) else {
             return Ok(None);
         };
         let row = kept_row(row, grace_left(free_ms, grace));
-        self.dialect.kept_by_queue(Some((&row, writer.as_deref())));
+        self.dialect.kept_by_queue(Some((&row, writer.as_ref())));
         Ok(Some(row))
     }
 
@@ -988,6 +1021,39 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shared candidate behind a waiting writer waits until that writer's row goes
+    /// stale at most, and then looks (a wait that ran out is a change then); without
+    /// staleness (the row not held by shared holders) it waits as before.
+    #[test]
+    fn a_wait_behind_a_waiting_writer_ends_when_its_row_goes_stale() {
+        let now = Instant::now();
+        let ahead = |stale_in_ms| Ahead {
+            presence: "w".to_owned(),
+            stale_in_ms,
+        };
+        let max = Duration::from_secs(10);
+        let at = stale_at(now, Some(&ahead(Some(3000))));
+        assert_eq!(at, Some(now + Duration::from_millis(3001)));
+        assert_eq!(stale_at(now, Some(&ahead(None))), None);
+        assert_eq!(stale_at(now, None), None);
+        let past = stale_at(now, Some(&ahead(Some(-50))));
+        assert_eq!(past, Some(now + Duration::from_millis(1)));
+        assert_eq!(behind_for(max, at, now), Duration::from_millis(3001));
+        assert_eq!(
+            behind_for(Duration::from_secs(2), at, now),
+            Duration::from_secs(2)
+        );
+        assert_eq!(behind_for(max, None, now), max);
+        let later = now + Duration::from_secs(4);
+        assert_eq!(behind_for(max, at, later), Duration::ZERO);
+        assert_eq!(behind_woke(Wake::Quiet, at, later), Wake::Changed);
+        assert_eq!(behind_woke(Wake::Quiet, at, now), Wake::Quiet);
+        assert_eq!(behind_woke(Wake::Quiet, None, later), Wake::Quiet);
+        assert_eq!(behind_woke(Wake::Waiting, at, later), Wake::Waiting);
+        let exactly = now + Duration::from_millis(3001);
+        assert_eq!(behind_woke(Wake::Quiet, at, exactly), Wake::Changed);
+    }
 
     fn row(holder: &str, tenure: &str, token: i64, left_ms: i64) -> LeaseRow {
         LeaseRow {

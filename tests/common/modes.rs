@@ -320,3 +320,53 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
         "the reader took the lock {took:?} after the writer's SIGTERM"
     );
 }
+
+/// A frozen (SIGSTOP) waiting writer keeps shared candidates out for a few ttl at
+/// most while a shared holder holds (`backend::sql::QUEUE_TTLS`): a live waiting
+/// writer looks at least every 6 ttl, writing its waiting row again, and a row not
+/// written for 6 ttl past its expiry keeps nobody out beside shared holders. A shared
+/// holder leads; a writer waits; a shared candidate queues behind it (in its turn
+/// lock) and stays out for 9 ttl (a live waiting writer keeps its place past the
+/// staleness limit); the writer is stopped and a second shared candidate comes: both
+/// must lead within 8 ttl of the stop (the bound is 7 ttl after the writer's last
+/// look; the queued one's own 6-ttl backstop alone would let it in at about 9 ttl
+/// here), and not within a ttl (the frozen writer still has its place then).
+/// Continued, the writer does not lead beside them.
+pub fn a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(
+    args: SidecarArgs,
+    ttl: Duration,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let start = ttl * 3 + Duration::from_secs(15);
+    let spawn = |name: &str, mode: &str| {
+        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
+    };
+    let mut cars = vec![spawn("r-0", "shared")];
+    lead_exactly(&cars, &[0], start, "the shared holder");
+    cars.push(spawn("w-0", "exclusive"));
+    cars[1].settles_in("follower", start);
+    cars.push(spawn("r-1", "shared"));
+    cars[2].settles_in("follower", start);
+    never_lead(&cars, &[1, 2], ttl * 9, "behind the live waiting writer");
+    send_signal(cars[1].pid, libc::SIGSTOP);
+    let stopped = Instant::now();
+    cars.push(spawn("r-2", "shared"));
+    never_lead(&cars, &[2, 3], ttl, "behind the frozen writer, at first");
+    lead_exactly(
+        &cars,
+        &[0, 2, 3],
+        (ttl * 8).saturating_sub(stopped.elapsed()),
+        "the shared candidates past the frozen writer",
+    );
+    eprintln!(
+        "shared candidates past the frozen waiting writer {:?} after its SIGSTOP",
+        stopped.elapsed()
+    );
+    send_signal(cars[1].pid, libc::SIGCONT);
+    never_lead(
+        &cars,
+        &[1],
+        ttl * 2,
+        "the writer, continued, beside shared holders",
+    );
+}

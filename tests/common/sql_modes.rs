@@ -278,3 +278,195 @@ pub async fn a_release_racing_a_join_keeps_the_row<B: Backend>(
     let _r1 = release.await.expect("the release task");
     kept_out("W beside R9, who joined during R1's release", &mut w).await;
 }
+
+/// A waiting writer's turn lock ends with its tenure: a writer that waited behind a
+/// shared holder (holding its turn lock), then took the row and released it, lets the
+/// lock go. A shared candidate that queued behind it while it waited (MySQL: waiting in
+/// that lock) joins soon after its release, and the lock is free at the server then.
+/// On PostgreSQL the election's lock is held by the test's own session meanwhile (as a
+/// frozen former leader's session would hold it): the writer's hold of it fails, so
+/// the release's letting go of every advisory lock is not what frees the turn lock.
+pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + 'static>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    use sqlx::Connection;
+    let mut s = moded(db, &new, "turn", "S", LockMode::Shared);
+    let mut w = moded(db, &new, "turn", "W", LockMode::Exclusive);
+    let mut r = moded(db, &new, "turn", "R", LockMode::Shared);
+    let url = db.url_for("lk");
+    let pg = db.backend() == "postgres";
+    let mut own = if pg {
+        Own::Pg(sqlx::PgConnection::connect(&url).await.expect("connect"))
+    } else {
+        Own::My(sqlx::MySqlConnection::connect(&url).await.expect("connect"))
+    };
+    if pg {
+        let key = advisory_key(&["lease", "leasekeeper_leases", "turn"]);
+        on_own_connection(db, &mut own, &format!("SELECT pg_advisory_lock({key})")).await;
+    }
+    takes("S", &mut s).await;
+    kept_out("W beside S", &mut w).await;
+    kept_out("R behind the waiting W", &mut r).await;
+    let turn = turn_lock_of(db, &mut own).await;
+    assert!(
+        !lock_free(&mut own, &turn).await,
+        "W waits: its turn lock is held"
+    );
+    // R as its elector runs it: wait (at most 20 s), look, until it holds.
+    let joined = tokio::spawn(async move {
+        for _ in 0..50 {
+            r.wait_for_change(Duration::from_secs(20)).await;
+            if let Campaign::Acquired { .. } = r.campaign().await.expect("R's campaign") {
+                return std::time::Instant::now();
+            }
+        }
+        panic!("R never joined")
+    });
+    s.release().await.expect("release");
+    takes("W after S", &mut w).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!joined.is_finished(), "R must not join beside W");
+    let released = std::time::Instant::now();
+    w.release().await.expect("release");
+    let at = joined.await.expect("R's wait");
+    let after = at.duration_since(released);
+    assert!(
+        after < Duration::from_secs(8),
+        "R, queued behind W while W waited, joined {after:?} after W's release"
+    );
+    // Within 2 s: R's wait in it may hold it for an instant as W lets it go.
+    let mut free = false;
+    for _ in 0..20 {
+        free = lock_free(&mut own, &turn).await;
+        if free {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(free, "W's turn lock must be free after its release");
+}
+
+/// The 64-bit advisory lock key the PostgreSQL dialect names by `parts` (see
+/// `leasekeeper::backend::sql::presence_name`).
+fn advisory_key(parts: &[&str]) -> i64 {
+    let name = leasekeeper::backend::sql::presence_name(parts);
+    let bits = u64::from_str_radix(name.trim_start_matches("lk:"), 16).expect("hex");
+    i64::from_ne_bytes(bits.to_ne_bytes())
+}
+
+/// The turn lock of the waiting writer `W` of election `turn`, as the server names it:
+/// PostgreSQL's advisory key (as text), MySQL's lock name.
+async fn turn_lock_of(db: &dyn SqlDb, own: &mut Own) -> String {
+    let sql = "SELECT tenure FROM leasekeeper_leases_shared
+               WHERE election = 'turn' AND holder = 'W' AND kind = 'w'";
+    let key: String = match own {
+        Own::Pg(c) => sqlx::query_scalar(sql).fetch_one(c).await,
+        Own::My(c) => sqlx::query_scalar(sql).fetch_one(c).await,
+    }
+    .unwrap_or_else(|e| panic!("{}: W's waiting row: {e}", db.backend()));
+    match own {
+        Own::Pg(_) => advisory_key(&["turn", &key, ""]).to_string(),
+        Own::My(_) => format!("{key}:t"),
+    }
+}
+
+/// Whether no session holds the lock `name` (see [`turn_lock_of`]); PostgreSQL's is
+/// tried and let go again at once.
+async fn lock_free(own: &mut Own, name: &str) -> bool {
+    match own {
+        Own::Pg(c) => {
+            let sql = format!(
+                "SELECT CASE WHEN pg_try_advisory_lock({name}) THEN pg_advisory_unlock({name}) ELSE false END"
+            );
+            sqlx::query_scalar::<_, bool>(&sql).fetch_one(c).await
+        }
+        Own::My(c) => sqlx::query_scalar::<_, i64>("SELECT CAST(IS_FREE_LOCK(?) AS SIGNED)")
+            .bind(name)
+            .fetch_one(c)
+            .await
+            .map(|n| n == 1),
+    }
+    .expect("the turn lock's state")
+}
+
+/// A shared candidate that finds a free row and a waiting writer ahead of it goes
+/// past that writer once the row has been free for the grace (a ttl), when the writer
+/// does not take its turn (as if frozen; here it only sends nothing): on a free row it
+/// waits by the grace, not in the writer's turn lock (which the writer holds until its
+/// tenure ends). As its elector runs it (wait at most 20 s, look), it must join within
+/// 10 s of the row's release (ttl 5 s).
+pub async fn past_a_writer_that_does_not_take_a_free_row<B: Backend + Send + 'static>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut s = moded(db, &new, "idle", "S", LockMode::Shared);
+    let mut w = moded(db, &new, "idle", "W", LockMode::Exclusive);
+    let mut r = moded(db, &new, "idle", "R", LockMode::Shared);
+    takes("S", &mut s).await;
+    kept_out("W beside S", &mut w).await;
+    let released = std::time::Instant::now();
+    s.release().await.expect("release");
+    kept_out("R behind the waiting W, on the free row", &mut r).await;
+    let joined = tokio::spawn(async move {
+        for _ in 0..50 {
+            r.wait_for_change(Duration::from_secs(20)).await;
+            if let Campaign::Acquired { .. } = r.campaign().await.expect("R's campaign") {
+                return std::time::Instant::now();
+            }
+        }
+        panic!("R never joined")
+    });
+    let after = joined.await.expect("R's wait").duration_since(released);
+    assert!(
+        after < Duration::from_secs(10),
+        "R joined {after:?} after the free row's grace began, past a W that did not take it"
+    );
+    drop(w);
+}
+
+/// An election's candidate (no `--mode`) that prepared before any `--mode` candidate
+/// created the queue's table takes its turn from the campaign after it found shared
+/// holders: it then waits in the queue, and a shared candidate that comes after it
+/// is kept out.
+pub async fn an_election_candidate_from_before_the_queue_takes_its_turn<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let mut e = moded(db, &new, "pre", "E", LockMode::Election);
+    takes("E, before any --mode candidate", &mut e).await;
+    e.release().await.expect("release");
+    let mut r = moded(db, &new, "pre", "R", LockMode::Shared);
+    takes("R", &mut r).await;
+    kept_out("E beside R (it learns of the queue)", &mut e).await;
+    kept_out("E beside R (it queues)", &mut e).await;
+    let mut n = moded(db, &new, "pre", "N", LockMode::Shared);
+    kept_out("N behind the waiting E", &mut n).await;
+    r.release().await.expect("release");
+    takes("E after R", &mut e).await;
+}
+
+/// A release does not wait for a lock its candidate does not hold: a shared holder
+/// (which holds no election's lock) releases in well under its backend timeout (ttl
+/// 20 s: 4 s; bound 2 s, typically milliseconds).
+pub async fn a_shared_release_does_not_wait_for_the_election_lock<B: Backend>(
+    db: &dyn SqlDb,
+    new: impl Fn(&SqlSettings, &Candidacy) -> Result<B, BackendError>,
+) {
+    let timing = Timing::for_ttl(Duration::from_secs(20));
+    let lease = Candidacy {
+        election: "quick",
+        identity: "S",
+        timing: &timing,
+        mode: LockMode::Shared,
+    };
+    let mut s = new(&settings(db), &lease).expect("backend");
+    takes("S", &mut s).await;
+    let started = std::time::Instant::now();
+    s.release().await.expect("release");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "a shared holder's release took {took:?} (backend timeout 4 s)"
+    );
+}

@@ -312,6 +312,8 @@ pub struct Mysql {
     /// A shared candidate kept out by the queue behind a waiting writer, the row
     /// held: that writer's turn lock, which it waits for.
     behind: Option<String>,
+    /// When the waiting writer that `behind` names goes stale (it looks then).
+    stale_at: Option<Instant>,
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
@@ -410,6 +412,7 @@ impl MysqlBackend {
             op_timeout: timing.backend_timeout,
             follow_wait: timing.retry_interval,
             backstop: timing.ttl * super::BACKSTOP_TTLS,
+            queue_backstop: timing.ttl * super::QUEUE_TTLS,
             check_every: timing.renew_interval,
             idle_limit,
         }));
@@ -424,6 +427,7 @@ impl MysqlBackend {
             queue: false,
             turn: None,
             behind: None,
+            stale_at: None,
             lock,
             presence,
             candidate,
@@ -1100,8 +1104,9 @@ impl SqlDialect for Mysql {
         self.read_queue(session, election).await
     }
 
-    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>) {
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&super::Ahead>)>) {
         self.behind = None;
+        self.stale_at = None;
         let Some((row, writer)) = kept else {
             return;
         };
@@ -1112,7 +1117,8 @@ impl SqlDialect for Mysql {
         // A shared candidate behind a waiting writer, the row held: it waits for the
         // writer's tenure to end (see `shared::turn_lock`).
         if self.reader && !row.holder.is_empty() && row.left_ms > 0 {
-            self.behind = writer.map(shared::turn_lock);
+            self.behind = writer.map(|w| shared::turn_lock(&w.presence));
+            self.stale_at = super::stale_at(Instant::now(), writer);
         }
     }
 
@@ -1141,7 +1147,8 @@ impl SqlDialect for Mysql {
         };
         self.seen.send_replace(self.seen_tenure.clone());
         self.want.send_replace(want);
-        let until = Instant::now() + max;
+        let now = Instant::now();
+        let until = now + super::behind_for(max, self.stale_at.filter(|_| turn), now);
         let mut queue_known = true;
         loop {
             // Silent while queued for the lock and the row's holder lives: it holds
@@ -1164,7 +1171,8 @@ impl SqlDialect for Mysql {
                 _ = sleep_until(wake_at) => {}
             }
             if silent {
-                return Wake::Quiet;
+                let stale_at = self.stale_at.filter(|_| turn);
+                return super::behind_woke(Wake::Quiet, stale_at, Instant::now());
             }
             tenancy.expiry_hint = None;
             return Wake::Changed;

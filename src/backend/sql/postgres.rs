@@ -274,8 +274,9 @@ pub struct Postgres {
     /// that holds it.
     turn: Option<u64>,
     /// A shared candidate kept out by the queue behind a waiting writer, the row
-    /// held: that writer's turn lock, which it waits for.
-    behind: Option<i64>,
+    /// held: that writer's turn lock, which it waits for, and when that writer's
+    /// waiting row goes stale (it looks then).
+    behind: Option<(i64, Option<tokio::time::Instant>)>,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
     /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
@@ -335,7 +336,7 @@ impl PostgresBackend {
         let readers = wake::Waiter::spawn(
             options.clone(),
             wake::WAIT_READERS,
-            lease.timing.ttl * super::BACKSTOP_TTLS,
+            lease.timing.ttl * super::QUEUE_TTLS,
             lease.timing.backend_timeout,
         );
         let dialect = Postgres {
@@ -857,11 +858,14 @@ impl SqlDialect for Postgres {
     }
 
     async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        if let Some(turn) = self.behind {
-            // A shared candidate behind a waiting writer waits for its tenure's end.
-            return (self.waiter)
+        if let Some((turn, stale_at)) = self.behind {
+            // A shared candidate behind a waiting writer waits for its tenure's end,
+            // or until its waiting row goes stale.
+            let max = super::behind_for(max, stale_at, tokio::time::Instant::now());
+            let woke = (self.waiter)
                 .wait(&self.wake, &mut tenancy.expiry_hint, (true, turn), max)
                 .await;
+            return super::behind_woke(woke, stale_at, tokio::time::Instant::now());
         }
         if tenancy.held_by_readers && !self.reader {
             // A writer kept out by shared holders waits for their sessions.
@@ -987,12 +991,15 @@ impl SqlDialect for Postgres {
         self.table_ready = false;
     }
 
-    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&str>)>) {
+    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&super::Ahead>)>) {
         // Only a shared candidate behind a waiting writer, the row held, waits for the
         // writer's turn lock; a free row is the candidates' ahead until the grace ends.
+        let now = tokio::time::Instant::now();
         self.behind = kept
             .filter(|(row, _)| self.reader && !row.holder.is_empty() && row.left_ms > 0)
-            .and_then(|(_, writer)| writer.map(wake::turn_key));
+            .and_then(|(_, writer)| {
+                writer.map(|w| (wake::turn_key(&w.presence), super::stale_at(now, Some(w))))
+            });
     }
 
     fn queue_key(&self) -> &str {

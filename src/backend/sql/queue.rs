@@ -14,7 +14,10 @@
 //!   (the shared candidates ahead of it join too);
 //! - a candidate that has no waiting row yet (its first look) comes after every one;
 //! - a row free for longer than the grace (a ttl) lets anyone in: the candidates ahead
-//!   had their turn and did not take it (a frozen process's presence lives on).
+//!   had their turn and did not take it (a frozen process's presence lives on);
+//! - while shared holders hold the row, a waiting row not written again for a while
+//!   (`stale_ms` past its expiry: its candidate looks at least every few ttl while it
+//!   waits, a frozen one does not) keeps nobody out.
 
 /// One live waiting candidate, as the queue read saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +28,19 @@ pub struct Waiting {
     pub writer: bool,
     /// When it arrived (server µs; the order of the queue, ties by presence).
     pub arrived: i64,
+    /// How long ago its row's expiry passed (ms, server clock; negative while ahead):
+    /// the row is written again at each of its candidate's looks.
+    pub lapsed_ms: i64,
+}
+
+/// The nearest waiting writer ahead of a shared candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ahead {
+    /// Its presence (whose turn lock the shared candidate waits for).
+    pub presence: String,
+    /// In how many ms its row goes stale unless written again (`None`: no staleness
+    /// counts, the row is not held by shared holders).
+    pub stale_in_ms: Option<i64>,
 }
 
 /// Whether this candidate may take (or join) the row now.
@@ -34,13 +50,21 @@ pub enum Turn {
     Go,
     /// Wait: candidates ahead go first. `writer`: the nearest waiting writer ahead,
     /// whose tenure a shared candidate waits to end.
-    Wait { writer: Option<String> },
+    Wait { writer: Option<Ahead> },
 }
 
 /// Whose turn it is, for the candidate whose presence is `me` (`shared`: a shared
 /// candidate), from the live waiting candidates and how long the row has been free
-/// (`free_ms`, negative while it is held), with a grace of `grace_ms`.
-pub fn turn(shared: bool, me: &str, waiting: &[Waiting], free_ms: i64, grace_ms: i64) -> Turn {
+/// (`free_ms`, negative while it is held), with a grace of `grace_ms`. `stale_ms`:
+/// while shared holders hold the row, how long past its expiry a waiting row still
+/// counts (`None` otherwise).
+pub fn turn(
+    shared: bool,
+    me: &str,
+    waiting: &[Waiting],
+    (free_ms, grace_ms): (i64, i64),
+    stale_ms: Option<i64>,
+) -> Turn {
     if free_ms > grace_ms {
         return Turn::Go;
     }
@@ -48,6 +72,7 @@ pub fn turn(shared: bool, me: &str, waiting: &[Waiting], free_ms: i64, grace_ms:
     let mine = waiting.iter().find(|w| w.presence == me).map(place);
     let mut ahead: Vec<&Waiting> = (waiting.iter())
         .filter(|w| w.presence != me)
+        .filter(|w| stale_ms.is_none_or(|limit| w.lapsed_ms <= limit))
         .filter(|w| mine.as_ref().is_none_or(|m| place(w) < *m))
         .collect();
     ahead.sort_by_key(|w| place(w));
@@ -61,7 +86,10 @@ pub fn turn(shared: bool, me: &str, waiting: &[Waiting], free_ms: i64, grace_ms:
         return Turn::Go;
     }
     Turn::Wait {
-        writer: writer.map(|w| w.presence.clone()),
+        writer: writer.map(|w| Ahead {
+            presence: w.presence.clone(),
+            stale_in_ms: stale_ms.map(|limit| limit - w.lapsed_ms),
+        }),
     }
 }
 
@@ -81,7 +109,16 @@ mod tests {
             presence: presence.to_owned(),
             writer,
             arrived,
+            lapsed_ms: 0,
         }
+    }
+
+    /// The nearest waiting writer ahead, no staleness counting.
+    fn ahead(presence: &str) -> Option<Ahead> {
+        Some(Ahead {
+            presence: presence.to_owned(),
+            stale_in_ms: None,
+        })
     }
 
     const GRACE: i64 = 2000;
@@ -90,16 +127,16 @@ mod tests {
     #[test]
     fn a_writer_waits_for_everyone_ahead() {
         let q = [w("r1", false, 10), w("me", true, 20), w("w2", true, 30)];
-        let wait = turn(false, "me", &q, -5, GRACE);
+        let wait = turn(false, "me", &q, (-5, GRACE), None);
         assert_eq!(wait, Turn::Wait { writer: None });
         let q = [w("me", true, 20), w("w2", true, 30), w("r3", false, 40)];
-        assert_eq!(turn(false, "me", &q, -5, GRACE), Turn::Go);
-        assert_eq!(turn(false, "me", &[], 5, GRACE), Turn::Go);
-        let newcomer = turn(false, "new", &q, 5, GRACE);
+        assert_eq!(turn(false, "me", &q, (-5, GRACE), None), Turn::Go);
+        assert_eq!(turn(false, "me", &[], (5, GRACE), None), Turn::Go);
+        let newcomer = turn(false, "new", &q, (5, GRACE), None);
         assert_eq!(
             newcomer,
             Turn::Wait {
-                writer: Some("w2".to_owned())
+                writer: ahead("w2")
             }
         );
     }
@@ -108,41 +145,45 @@ mod tests {
     #[test]
     fn a_shared_candidate_waits_for_writers_ahead_only() {
         let q = [w("r1", false, 10), w("me", false, 20), w("w2", true, 30)];
-        assert_eq!(turn(true, "me", &q, 0, GRACE), Turn::Go);
+        assert_eq!(turn(true, "me", &q, (0, GRACE), None), Turn::Go);
         let q = [
             w("w1", true, 5),
             w("w0", true, 7),
             w("r1", false, 10),
             w("me", false, 20),
         ];
-        let wait = turn(true, "me", &q, -1, GRACE);
+        let wait = turn(true, "me", &q, (-1, GRACE), None);
         assert_eq!(
             wait,
             Turn::Wait {
-                writer: Some("w0".to_owned())
+                writer: ahead("w0")
             }
         );
         assert_eq!(
-            turn(true, "new", &[w("w1", true, 5)], -1, GRACE),
+            turn(true, "new", &[w("w1", true, 5)], (-1, GRACE), None),
             Turn::Wait {
-                writer: Some("w1".to_owned())
+                writer: ahead("w1")
             }
         );
-        assert_eq!(turn(true, "new", &[w("r1", false, 5)], -1, GRACE), Turn::Go);
+        assert_eq!(
+            turn(true, "new", &[w("r1", false, 5)], (-1, GRACE), None),
+            Turn::Go
+        );
     }
 
     /// Equal arrivals are ordered by presence; one's own row never keeps it out.
     #[test]
     fn ties_go_by_presence_and_a_candidate_is_not_ahead_of_itself() {
         let q = [w("b", true, 10), w("a", true, 10)];
-        assert_eq!(turn(false, "a", &q, -1, GRACE), Turn::Go);
+        assert_eq!(turn(false, "a", &q, (-1, GRACE), None), Turn::Go);
         assert_eq!(
-            turn(false, "b", &q, -1, GRACE),
-            Turn::Wait {
-                writer: Some("a".to_owned())
-            }
+            turn(false, "b", &q, (-1, GRACE), None),
+            Turn::Wait { writer: ahead("a") }
         );
-        assert_eq!(turn(false, "a", &[w("a", true, 10)], -1, GRACE), Turn::Go);
+        assert_eq!(
+            turn(false, "a", &[w("a", true, 10)], (-1, GRACE), None),
+            Turn::Go
+        );
     }
 
     /// A row free for longer than the grace lets anyone in; at the grace's end
@@ -150,12 +191,48 @@ mod tests {
     #[test]
     fn a_row_free_past_the_grace_lets_anyone_in() {
         let q = [w("w1", true, 5)];
-        assert_eq!(turn(false, "new", &q, GRACE + 1, GRACE), Turn::Go);
-        assert_eq!(turn(true, "new", &q, GRACE + 1, GRACE), Turn::Go);
-        assert_ne!(turn(false, "new", &q, GRACE, GRACE), Turn::Go);
+        assert_eq!(turn(false, "new", &q, (GRACE + 1, GRACE), None), Turn::Go);
+        assert_eq!(turn(true, "new", &q, (GRACE + 1, GRACE), None), Turn::Go);
+        assert_ne!(turn(false, "new", &q, (GRACE, GRACE), None), Turn::Go);
         assert_eq!(grace_left(0, GRACE), Some(GRACE));
         assert_eq!(grace_left(500, GRACE), Some(GRACE - 500));
         assert_eq!(grace_left(GRACE + 9, GRACE), Some(1));
         assert_eq!(grace_left(-1, GRACE), None);
+    }
+
+    /// While shared holders hold, a waiting row lapsed for longer than `stale_ms`
+    /// keeps nobody out (its candidate did not look: frozen); up to it exactly, it
+    /// still does, and a shared candidate learns when the writer ahead goes stale.
+    /// Without `stale_ms` (the row not held by shared holders) it counts however old.
+    #[test]
+    fn a_waiting_row_not_written_again_goes_stale_beside_shared_holders() {
+        const STALE: i64 = 12_000;
+        let at = |lapsed_ms| Waiting {
+            lapsed_ms,
+            ..w("w1", true, 5)
+        };
+        let q = [at(STALE + 1)];
+        assert_eq!(turn(true, "new", &q, (-1, GRACE), Some(STALE)), Turn::Go);
+        assert_eq!(turn(false, "new", &q, (-1, GRACE), Some(STALE)), Turn::Go);
+        let old = turn(true, "new", &q, (-1, GRACE), None);
+        assert_eq!(
+            old,
+            Turn::Wait {
+                writer: ahead("w1")
+            }
+        );
+        let q = [at(STALE), w("me", false, 9)];
+        let wait = turn(true, "me", &q, (-1, GRACE), Some(STALE));
+        let writer = Some(Ahead {
+            presence: "w1".to_owned(),
+            stale_in_ms: Some(0),
+        });
+        assert_eq!(wait, Turn::Wait { writer });
+        let q = [at(-300)];
+        let Turn::Wait { writer: Some(w1) } = turn(true, "new", &q, (-1, GRACE), Some(STALE))
+        else {
+            panic!("a fresh waiting writer keeps a shared candidate out");
+        };
+        assert_eq!(w1.stale_in_ms, Some(STALE + 300));
     }
 }

@@ -247,13 +247,15 @@ fn read(t: &str, p: &str) -> String {
 
 /// The queue's read (binds election): the lease row (as a refused take's read returns
 /// it), how long it has been free (ms, negative while held), and each live waiting
-/// row (presence, whether a writer's, arrival), NULL when there is none.
+/// row (presence, whether a writer's, arrival, ms since its expiry), NULL when there
+/// is none.
 fn queue(t: &str, s: &str) -> String {
     format!(
         "SELECT IF(l.expires_at > {NOW}, l.holder, ''), l.tenure, l.token,
                 CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, {NOW}, l.expires_at) / 1000)) AS SIGNED),
                 CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, l.expires_at, {NOW}) / 1000) AS SIGNED),
-                q.tenure, CAST(q.kind = 'w' AS SIGNED), q.token
+                q.tenure, CAST(q.kind = 'w' AS SIGNED), q.token,
+                CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, q.expires_at, {NOW}) / 1000) AS SIGNED)
          FROM {t} AS l LEFT JOIN {s} AS q ON q.election = l.election
            AND q.kind IN ('w', 'q') AND {Q_WAITS}
          WHERE l.election = ?"

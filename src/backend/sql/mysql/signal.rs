@@ -115,6 +115,10 @@ pub(super) struct SignalParts {
     /// How long a follower's `GET_LOCK` waits at most: then it wakes the follower
     /// once (a campaign, which also proves the statement connection stands).
     pub backstop: Duration,
+    /// How long a waiting candidate's wait beside shared holders lasts at most (for
+    /// them, or for a waiting writer's turn): then it looks, which writes its waiting
+    /// row again (see `super::super::QUEUE_TTLS`).
+    pub queue_backstop: Duration,
     pub check_every: Duration,
     /// The server ends this session when it idles this long (`wait_timeout`, whole
     /// seconds): a frozen holder's lock is freed a ttl after it froze.
@@ -343,9 +347,9 @@ async fn wait_for_lock(
 async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
     p.queued.send_replace(true);
     let got = timeout(
-        p.backstop + p.op_timeout,
+        p.queue_backstop + p.op_timeout,
         sqlx::query_scalar::<_, Option<i64>>(&p.readers)
-            .bind(p.backstop.as_secs_f64())
+            .bind(p.queue_backstop.as_secs_f64())
             .bind(&p.name)
             .bind(&p.election)
             .bind(&p.name)
@@ -387,14 +391,14 @@ async fn wait_for_turn(
 ) -> Option<Want> {
     p.queued.send_replace(true);
     let got = timeout(
-        p.backstop + p.op_timeout,
+        p.queue_backstop + p.op_timeout,
         sqlx::query_scalar::<_, Option<i64>>(
             "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
                 IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
         )
         .bind(turn)
         .bind(turn)
-        .bind(p.backstop.as_secs_f64())
+        .bind(p.queue_backstop.as_secs_f64())
         .bind(turn)
         .fetch_one(&mut *conn),
     )

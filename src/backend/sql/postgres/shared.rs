@@ -223,13 +223,15 @@ fn release(t: &str, s: &str) -> String {
 
 /// The queue's read. $1 election: the lease row (as a refused take returns it), how
 /// long it has been free (ms, negative while held), and each live waiting row
-/// (presence, whether a writer's, arrival), NULL when there is none.
+/// (presence, whether a writer's, arrival, ms since its expiry), NULL when there is
+/// none.
 fn queue(t: &str, s: &str) -> String {
     format!(
         "SELECT CASE WHEN l.expires_at > now() THEN l.holder ELSE '' END, l.tenure, l.token,
                 GREATEST(0, CEIL(EXTRACT(EPOCH FROM (l.expires_at - now())) * 1000))::bigint,
                 FLOOR(EXTRACT(EPOCH FROM (now() - l.expires_at)) * 1000)::bigint,
-                q.tenure, CASE WHEN q.kind = 'w' THEN 1 ELSE 0 END::bigint, q.token
+                q.tenure, CASE WHEN q.kind = 'w' THEN 1 ELSE 0 END::bigint, q.token,
+                FLOOR(EXTRACT(EPOCH FROM (now() - q.expires_at)) * 1000)::bigint
          FROM {t} AS l LEFT JOIN {s} AS q ON q.election = l.election
            AND q.kind IN ('w', 'q') AND {Q_WAITS}
          WHERE l.election = $1::text"
