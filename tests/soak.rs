@@ -480,7 +480,12 @@ fn soak_2_redis() {
 /// invariant 9, since 2026-11-27; on a minority it must go on leading).
 fn redlock(n: usize) {
     let mut cluster = RedisCluster::start(n);
-    let majority: Vec<u16> = cluster.nodes.iter().take(n / 2 + 1).map(|s| s.port).collect();
+    let majority: Vec<u16> = cluster
+        .nodes
+        .iter()
+        .take(n / 2 + 1)
+        .map(|s| s.port)
+        .collect();
     let nodes: Vec<SocketAddr> = cluster
         .nodes
         .iter()
