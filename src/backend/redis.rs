@@ -96,7 +96,7 @@ end
 /// see [`QUEUE`]) so that no later shared holder comes in meanwhile. While `--mode`
 /// candidates wait in the queue, it queues too (behind a holder), and takes only
 /// when nobody came before it (answer: nobody named, with the time until the one
-/// ahead lapses unless its holders keep it).
+/// ahead goes stale, see [`QUEUE`]).
 const ACQUIRE: &str = r#"
 local late, now = too_late(ARGV[6])
 if late then
@@ -110,7 +110,7 @@ if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
 end
 local live, own = {}, nil
 if redis.call('EXISTS', KEYS[6]) == 1 then
-  live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8])
+  live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8], ttl)
 end
 local function wait(value, pttl, why)
   enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
@@ -132,7 +132,7 @@ if reader then
 end
 local first = ahead(live, own, false)
 if first then
-  return wait('', lapse_left(KEYS[6], KEYS[7], first, now), 4)
+  return wait('', cutoff_left(KEYS[6], first, now, ttl), 4)
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -164,8 +164,13 @@ return {1, value, -1, now, 0}
 /// and a half ttl for the one-server scripts, two ttl when not given).
 /// The queue's order is the arrival. An entry is dropped (`queue`) when its lapse
 /// has passed while no holder keeps the queue (`…:busy`, set for two ttl by every
-/// take and renewal while the queue is not empty: waiting candidates send nothing,
-/// the holders they wait for keep their places), or when its candidate's presence
+/// take and renewal while the queue is not empty: the holders that waiting
+/// candidates wait for keep their places), when it is stale (`stale`: `ttl * 9 / 2`
+/// past its lapse, six ttl after its candidate's last look, `busy` or not, so that a
+/// frozen one keeps nobody out for long; the scripts that pass their `ttl` only, not
+/// Redlock's; a live one looks by itself before, see [`quiet::QUEUE_TTLS`], and one
+/// queued behind it is told when it would go stale, `cutoff_left`), or when its
+/// candidate's presence
 /// channel (see [`switchover`]) has had no subscriber since a second after its
 /// arrival (its process is gone); a script that drops one tells the read-write
 /// lock's followers (`channel`), since what kept them out may be gone. A release that
@@ -173,12 +178,18 @@ return {1, value, -1, now, 0}
 /// candidates it wakes look at once and so keep their own places, while one that is
 /// stopped (SIGSTOP: its presence channel still has its subscriber) loses its place
 /// then, not two ttl after the holders' last renewal. A shared holder's renewal checks
-/// the presence of the first `k` places only, in arrival order (`check_heads`): while
+/// the presence and staleness of the first `k` places only, in arrival order (`check_heads`): while
 /// readers hold, the first writer keeps the readers behind it out, and the places
 /// behind it are checked as they come to the head and by every look (`queue`), so a
 /// renewal's cost does not grow with the queue.
 pub(crate) const QUEUE: &str = r#"
-local function queue(waits, busy, presence, now, me, channel)
+local function stale(lapse, now, ttl)
+  return ttl ~= nil and lapse + math.floor(ttl * 9 / 2) <= now
+end
+local function cutoff_left(waits, m, now, ttl)
+  return tonumber(redis.call('ZSCORE', waits, m)) + math.floor(ttl * 9 / 2) - now
+end
+local function queue(waits, busy, presence, now, me, channel, ttl)
   local held = redis.call('EXISTS', busy) == 1
   local live, own, dropped = {}, nil, false
   local all = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
@@ -186,7 +197,7 @@ local function queue(waits, busy, presence, now, me, channel)
     local m, lapse = all[i], tonumber(all[i + 1])
     local arrival, nonce, id = string.match(m, '^(%d+)|%a|([^|]*)|(.*)$')
     local mine = nonce ~= nil and nonce .. '|' == me
-    local gone = arrival == nil or (lapse <= now and not held)
+    local gone = arrival == nil or (lapse <= now and not held) or stale(lapse, now, ttl)
     if not gone and not mine and tonumber(arrival) < (now - 1000) * 1000 then
       gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
     end
@@ -244,13 +255,18 @@ local function keep_queue(waits, busy, ttl)
     redis.call('SET', busy, '1', 'PX', 2 * ttl)
   end
 end
-local function check_heads(waits, presence, now, k, channel)
-  local all = redis.call('ZRANGE', waits, 0, -1)
+local function check_heads(waits, presence, now, k, channel, ttl)
+  local all, lapses = {}, {}
+  local scored = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
+  for i = 1, #scored, 2 do
+    all[#all + 1] = scored[i]
+    lapses[scored[i]] = tonumber(scored[i + 1])
+  end
   table.sort(all)
   local dropped = false
   for i = 1, math.min(k, #all) do
     local arrival, id = string.match(all[i], '^(%d+)|%a|[^|]*|(.*)$')
-    local gone = arrival == nil
+    local gone = arrival == nil or stale(lapses[all[i]], now, ttl)
     if not gone and tonumber(arrival) < (now - 1000) * 1000 then
       gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
     end

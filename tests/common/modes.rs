@@ -324,7 +324,10 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
 /// A frozen (SIGSTOP) waiting writer keeps shared candidates out for a few ttl at
 /// most while a shared holder holds (`backend::sql::QUEUE_TTLS`): a live waiting
 /// writer looks at least every 6 ttl, writing its waiting row again, and a row not
-/// written for 6 ttl past its expiry keeps nobody out beside shared holders. A shared
+/// written for 6 ttl past its expiry keeps nobody out beside shared holders (on
+/// Redis, `backend::redis::quiet::QUEUE_TTLS`: a live one looks at least every 5 ttl,
+/// and its place goes stale 6 ttl after its last look, while the readers keep the
+/// queue too). A shared
 /// holder leads; a writer waits; a shared candidate queues behind it (in its turn
 /// lock) and stays out for 9 ttl (a live waiting writer keeps its place past the
 /// staleness limit); the writer is stopped and a second shared candidate comes: both

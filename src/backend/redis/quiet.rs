@@ -7,7 +7,9 @@
 //! exclusive holder's `…:alive` and the queue's keeping `…:busy`, so each renewal of
 //! what keeps it out is pushed to it ([`heard_until`]); it looks by itself only when
 //! that would have expired unheard-of ([`next_look`]: a crashed or stopped holder, a
-//! lapsed place ahead), or when the read-write lock's channel says something changed.
+//! lapsed place ahead), or when the read-write lock's channel says something changed;
+//! and at the latest before its own place or the one ahead goes stale
+//! ([`latest_look`], [`QUEUE_TTLS`]): one look per five ttl beside renewing holders.
 //! Decisions only: the callers do the I/O and pass the time.
 
 use std::time::Duration;
@@ -26,10 +28,35 @@ pub enum Look {
     /// Kept out by the shared holders (a writer), for `pttl` ms at most unless renewed.
     KeptOut { pttl: i64 },
     /// Kept out by a candidate ahead in the queue (a writer for a reader, anyone for a
-    /// writer), whose place lapses in `pttl` ms unless the holders keep it.
+    /// writer), whose place goes stale in `pttl` ms unless it looks ([`QUEUE_TTLS`]).
     Queued { pttl: i64 },
     /// The request came after its use-by and did nothing.
     TooLate,
+}
+
+/// How many ttl after its candidate's last look a place in the queue keeps anyone
+/// out at most, even while the holders keep the queue (`…:busy`): past it the place
+/// is stale, and `queue` (every take script) or a shared holder's renewal
+/// (`check_heads`) drops it (see [`super::QUEUE`]: the lapse, the score, is one and a
+/// half ttl after the look, the cutoff `ttl * 9 / 2` after the lapse). The SQL
+/// backends' figure: a frozen (SIGSTOP) waiting candidate keeps the ones behind it
+/// out for about `QUEUE_TTLS` + 1 ttl at most.
+pub const QUEUE_TTLS: u32 = 6;
+
+/// The latest a waiting candidate looks after a look that found `look`, whatever it
+/// hears: `QUEUE_TTLS - 1` ttl (its look rewrites its place before the place goes
+/// stale), and, queued behind another candidate, when the place ahead goes stale
+/// (the `pttl` of [`Look::Queued`]), 2 ms after, so that it learns of a frozen one's
+/// drop without polling.
+pub fn latest_look(look: &Look, ttl: Duration) -> Duration {
+    let own = ttl * (QUEUE_TTLS - 1);
+    match look {
+        Look::Queued { pttl } => match u64::try_from(*pttl) {
+            Ok(ms) => own.min(Duration::from_millis(ms.saturating_add(2))),
+            Err(_) => own,
+        },
+        _ => own,
+    }
 }
 
 /// When a follower looks again by itself after a look that found `look`: when what
@@ -95,6 +122,8 @@ pub(crate) fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
 pub(crate) struct Wait {
     /// When it looks by itself; `None`: not waiting this way.
     look_at: Option<Instant>,
+    /// The latest it looks, whatever it hears ([`latest_look`]).
+    cap: Option<Instant>,
     /// Whether the last look found a place ahead in the queue (not a holder).
     queued: bool,
     /// Until when a push is taken for our own look's change (a script of this very
@@ -113,7 +142,9 @@ impl Wait {
         now: Instant,
         own: Duration,
     ) {
-        self.look_at = Some(now + next_look(look, ttl, tracked));
+        let cap = now + latest_look(look, ttl);
+        self.cap = Some(cap);
+        self.look_at = Some(cap.min(now + next_look(look, ttl, tracked)));
         self.queued = matches!(look, Look::Queued { .. });
         self.own_look_until = Some(now + own);
     }
@@ -150,7 +181,7 @@ impl Wait {
                 heard = true;
             }
         }
-        self.look_at = Some(until);
+        self.look_at = Some(self.cap.map_or(until, |cap| until.min(cap)));
         heard
     }
 }
@@ -244,11 +275,61 @@ mod tests {
         // The queue's keeping says nothing to one kept out by the readers.
         assert!(!w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
         // Queued: only the keeping moves it, by two ttl.
-        w.looked(&Look::Queued { pttl: 300 }, ttl, true, t0, own);
+        w.looked(&Look::Queued { pttl: 11_000 }, ttl, true, t0, own);
         assert!(!w.heard(&readers, busy, ttl, later));
         assert!(w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
         assert_eq!(w.look_at(), Some(later + Duration::from_millis(4_002)));
         w.stop();
         assert_eq!(w.look_at(), None);
+    }
+
+    #[test]
+    fn the_scripts_stale_cutoff_is_queue_ttls_after_the_look() {
+        // The score is the lapse, one and a half ttl after the look; the scripts add
+        // the rest (`stale`, `cutoff_left`).
+        let added = format!("ttl * {} / 2", QUEUE_TTLS * 2 - 3);
+        assert_eq!(super::super::QUEUE.matches(&added).count(), 2, "{added}");
+    }
+
+    #[test]
+    fn a_waiting_candidate_looks_before_its_place_or_the_one_ahead_goes_stale() {
+        let ttl = Duration::from_secs(2);
+        let s = Duration::from_secs;
+        // Its own place: five ttl after its look, whatever it was kept out by.
+        for look in [
+            Look::KeptOut { pttl: 1_000 },
+            Look::Exclusive {
+                value: String::new(),
+                pttl: -1,
+            },
+            Look::Queued { pttl: -1 },
+            Look::Queued { pttl: 60_000 },
+        ] {
+            assert_eq!(latest_look(&look, ttl), s(10), "{look:?}");
+        }
+        // The place ahead goes stale sooner: then, 2 ms after.
+        assert_eq!(
+            latest_look(&Look::Queued { pttl: 3_000 }, ttl),
+            Duration::from_millis(3_002)
+        );
+        let busy = "leasekeeper:{e}:busy";
+        let keeping = [busy.as_bytes().to_vec()];
+        let readers = [b"leasekeeper:{e}:readers".to_vec()];
+        let own = Duration::from_millis(50);
+        let t0 = Instant::now();
+        // Beside renewing readers, renewals heard move the look on up to five ttl.
+        let mut w = Wait::default();
+        w.looked(&Look::KeptOut { pttl: 2_000 }, ttl, true, t0, own);
+        for at in [1, 3, 5, 7, 9, 11, 13] {
+            assert!(w.heard(&readers, busy, ttl, t0 + s(at)));
+        }
+        assert_eq!(w.look_at(), Some(t0 + s(10)));
+        // Queued behind a place stale in 7 s: the keeping heard moves it to then.
+        w.looked(&Look::Queued { pttl: 7_000 }, ttl, true, t0, own);
+        assert_eq!(w.look_at(), Some(t0 + s(1)));
+        for at in [1, 3, 5, 7] {
+            assert!(w.heard(&keeping, busy, ttl, t0 + s(at)));
+        }
+        assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(7_002)));
     }
 }

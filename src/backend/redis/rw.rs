@@ -18,7 +18,7 @@
 //!   a candidate that is gone (its presence channel has no subscriber) or silent past
 //!   its lapse (one and a half ttl after its last look, or two ttl after the holders
 //!   last kept the queue by `…:busy`, half a ttl after a release that left the lock
-//!   free) is dropped;
+//!   free), or stale (six ttl after its last look, `…:busy` or not) is dropped;
 //! - the fencing counter `…:fence`, bumped by every take, shared or exclusive, so
 //!   tokens grow across every tenure of the election.
 //!
@@ -27,14 +27,16 @@
 //! the election's, and [`RELEASE`]); the election's own take refuses while shared
 //! holders live or a `--mode` candidate waits ahead of it, and queues its candidate
 //! as a waiting writer, as [`TAKE`] does. A stopped (SIGSTOP) waiting candidate keeps
-//! its place while the holders renew (its connections stay open, and it sends nothing
-//! while it waits: the server cannot tell it from a live one); once they are gone its
-//! place lapses half a ttl after their release (two ttl after the last renewal of a
-//! crashed holder), or one and a half ttl after its last look if that is later. A
+//! its place while the holders renew (its connections stay open: the server cannot
+//! tell it from a live one) for six ttl after its last look at most (since
+//! 2026-11-27: [`super::quiet::QUEUE_TTLS`]; a live one looks at least every five);
+//! once they are gone its place lapses half a ttl after their release (two ttl after
+//! the last renewal of a crashed holder), or one and a half ttl after its last look
+//! if that is later. A
 //! killed one's place goes at the next script that reads the queue (a shared holder's
 //! renewal, a look: a candidate queued behind another looks within half a ttl).
 //!
-//! **Waiting** sends nothing at steady state. A follower's listener hears the events
+//! **Waiting** sends one look per five ttl at steady state (to keep its place). A follower's listener hears the events
 //! channel and `…:rw`: every release of the exclusive lock (the election's too), the
 //! release of the last shared holder, a waiting candidate's withdrawal and the drop of
 //! a gone one's entry publish there, and every follower of the read-write lock looks
@@ -42,10 +44,11 @@
 //! command connection tracks (`CLIENT TRACKING BCAST`) the readers' set, the
 //! exclusive holder's `…:alive` and `…:busy`, so each renewal of what keeps it out
 //! is pushed to it ([`heard_until`]); it looks by itself only when that would have
-//! expired unheard-of (a crashed or stopped holder, a lapsed place ahead). Its own
-//! place is kept by the holders it waits for (every take and renewal sets `…:busy`
-//! for two ttl while the queue is not empty), not by its own looks (the decisions:
-//! [`super::quiet`]). An election's candidate (no `--mode`) kept out by the shared
+//! expired unheard-of (a crashed or stopped holder, a lapsed place ahead), when the
+//! place ahead would go stale, and five ttl after its last look at the latest. Its
+//! own place is kept by the holders it waits for (every take and renewal sets
+//! `…:busy` for two ttl while the queue is not empty) for six ttl after its last look
+//! (the decisions: [`super::quiet`]). An election's candidate (no `--mode`) kept out by the shared
 //! holders or by a place ahead waits the same way, by the same decisions (see
 //! [`super::RedisBackend`]); the election's release also hands the baton, and so does
 //! the last shared holder's, so it wakes at once.
@@ -59,7 +62,7 @@
 //! round trip, not at the next renewal. The price for shared holders: every reader's
 //! renewal changes the one sorted set, so each of N shared holders reads once after
 //! each other one's renewal (N·(N−1) reads per renew interval, one round trip each);
-//! waiting candidates still send nothing.
+//! waiting candidates still send only their looks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +92,7 @@ const SHOWN: usize = 16;
 /// 0 held exclusively (value the holder's, pttl its expiry), 3 kept out by the shared
 /// holders (a writer), pttl until the last one expires, 4 kept out by a candidate
 /// ahead in the queue (a writer for a reader, anyone for a writer), pttl until its
-/// place lapses unless kept, 2 too late (nothing done). A candidate kept out takes (or keeps) its
+/// place goes stale (see [`super::QUEUE`]), 2 too late (nothing done). A candidate kept out takes (or keeps) its
 /// place in the queue (see [`super::QUEUE`]).
 pub const TAKE: &str = r#"
 local late, now = too_late(ARGV[6])
@@ -118,7 +121,7 @@ if cur and not shared and mine(cur) then
   dequeue(KEYS[4], prefix)
   return {1, cur, -1, now, {}}
 end
-local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10])
+local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10], ttl)
 local function wait(code, value, pttl, listed)
   enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
   return {code, value, pttl, now, listed}
@@ -135,7 +138,7 @@ if reader and not shared then
 end
 local first = ahead(live, own, shared)
 if first then
-  return wait(4, '', lapse_left(KEYS[4], KEYS[7], first, now), shown)
+  return wait(4, '', cutoff_left(KEYS[4], first, now, ttl), shown)
 end
 local floor = tonumber(ARGV[4])
 if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -165,7 +168,7 @@ return {1, value, -1, now, {}}
 /// A shared holder's compare-and-act renewal: only its own entry, only while it has
 /// not expired, and only while nobody holds the lock exclusively. It keeps the queue
 /// (the waiting candidates' places, see [`super::QUEUE`]) and drops the entries of
-/// candidates that are gone among the first two in arrival order, telling the
+/// candidates that are gone or stale among the first two in arrival order, telling the
 /// followers (`ARGV[5]`). KEYS: readers, lock,
 /// queue, busy. ARGV: our value, ttl ms, use-by, the presence channels' prefix, the
 /// read-write lock's channel. Returns {kept (2: too late), store ms}.
@@ -178,7 +181,7 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  check_heads(KEYS[3], ARGV[4], now, 2, ARGV[5])
+  check_heads(KEYS[3], ARGV[4], now, 2, ARGV[5], tonumber(ARGV[2]))
   return {1, now}
 end
 return {0, now}
