@@ -50,10 +50,15 @@ fn shared_and_exclusive_on_etcd() {
 #[test]
 fn etcd_lists_the_shared_holders() {
     let etcd = EtcdCluster::start(1);
+    lists_the_shared_holders(SidecarArgs::etcd(&etcd.endpoints()));
+}
+
+/// Three readers lead; a writer that comes then lists all three (`holders`, each
+/// `mode: shared`); once they left and the writer holds, a reader lists the writer
+/// alone (`mode: exclusive`). `args`: the store's, ttl and election set here.
+fn lists_the_shared_holders(args: SidecarArgs) {
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::etcd(&etcd.endpoints())
-        .ttl("2s")
-        .election("rw");
+    let args = args.ttl("2s").election("rw");
     let spawn = |name: &str, mode: &str| {
         Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
     };
@@ -910,36 +915,7 @@ fn redis_lists_the_shared_holders() {
 #[test]
 fn redlock_lists_the_shared_holders() {
     let cluster = common::checker::RedisCluster::start(3);
-    let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::redlock(&cluster.urls())
-        .ttl("2s")
-        .election("rw");
-    let spawn = |name: &str, mode: &str| {
-        Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
-    };
-    let mut cars: Vec<Sidecar> = (0..3).map(|i| spawn(&format!("r-{i}"), "shared")).collect();
-    let held = eventually(Duration::from_secs(20), || {
-        (leading(&cars) == [0, 1, 2]).then_some(())
-    });
-    assert!(held.is_some(), "three readers");
-    cars.push(spawn("w-0", "exclusive"));
-    let listed = eventually(Duration::from_secs(10), || {
-        let v = cars[3].leader()?;
-        let list = v["holders"].as_array()?.clone();
-        (list.len() == 3 && list.iter().all(|h| h["mode"] == "shared")).then_some(list)
-    });
-    assert!(listed.is_some(), "the writer lists: {:?}", cars[3].leader());
-    for c in &mut cars[..3] {
-        c.terminate(Duration::from_secs(10));
-    }
-    cars.push(spawn("r-3", "shared"));
-    let listed = eventually(Duration::from_secs(10), || {
-        let v = cars[4].leader()?;
-        let list = v["holders"].as_array()?.clone();
-        (list.len() == 1 && list[0]["mode"] == "exclusive" && list[0]["identity"] == "w-0")
-            .then_some(())
-    });
-    assert!(listed.is_some(), "the reader lists: {:?}", cars[4].leader());
+    lists_the_shared_holders(SidecarArgs::redlock(&cluster.urls()));
 }
 
 // The Redis read-write lock's rules, each reached directly: candidates built by the

@@ -365,23 +365,10 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
 /// its retry interval while the old leader claimed on until its next renew.
 #[test]
 fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
-    use common::tamper::{assert_recovered, tamper_with_leader};
+    use common::tamper::{assert_recovered, candidates, tamper_with_leader};
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    // A long renew interval: without tracking the old leader would claim for seconds.
-    let mut args = SidecarArgs::redis(&server.url())
-        .ttl("6s")
-        .election("tamper")
-        .build();
-    args.extend(common::args(&[
-        "--renew-interval",
-        "3s",
-        "--retry-interval",
-        "500ms",
-    ]));
-    let sidecars: Vec<Sidecar> = (0..3)
-        .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
-        .collect();
+    let sidecars = candidates(SidecarArgs::redis(&server.url()), dir.path());
     let lock = "leasekeeper:{tamper}:lock";
 
     let deleted = tamper_with_leader(&sidecars, Duration::from_millis(2000), |_| {

@@ -1050,22 +1050,10 @@ fn with_the_baton_node_down_a_graceful_handover_still_finds_a_leader() {
 /// claiming beside the new one until its renewal (see docs/safety.md, "Faults").
 #[test]
 fn a_leader_whose_key_is_deleted_on_a_majority_steps_down_at_once() {
-    use common::tamper::{assert_recovered, tamper_with_leader};
+    use common::tamper::{assert_recovered, candidates, tamper_with_leader};
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
-    let mut args = SidecarArgs::redlock(&cluster.urls())
-        .ttl("6s")
-        .election("tamper")
-        .build();
-    args.extend(common::args(&[
-        "--renew-interval",
-        "3s",
-        "--retry-interval",
-        "500ms",
-    ]));
-    let sidecars: Vec<Sidecar> = (0..3)
-        .map(|i| Sidecar::spawn(&format!("t{i}"), dir.path(), &args))
-        .collect();
+    let sidecars = candidates(SidecarArgs::redlock(&cluster.urls()), dir.path());
     let deleted = tamper_with_leader(&sidecars, Duration::from_millis(2500), |_| {
         for n in &cluster.nodes[..2] {
             n.command("DEL leasekeeper:{tamper}:lock");

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{eventually, http, Sidecar};
+use super::{eventually, http, Sidecar, SidecarArgs};
 
 /// One `/leader` answer.
 #[derive(Clone, Debug)]
@@ -97,6 +97,19 @@ pub fn leader_of(sidecars: &[Sidecar], limit: Duration) -> Option<(usize, u64)> 
             (v["is_leader"] == true).then(|| (i, v["fencing_token"].as_u64().unwrap_or(0)))
         })
     })
+}
+
+/// Three candidates of election `tamper` at ttl 6 s for the tampering tests, with a
+/// long renew interval (3 s: without its own-record watch the old leader would claim
+/// on for seconds) and a short retry interval (500 ms). `args`: the store's.
+pub fn candidates(args: SidecarArgs, dir: &std::path::Path) -> Vec<Sidecar> {
+    let args = (args.ttl("6s").election("tamper"))
+        .flag("--renew-interval", "3s")
+        .flag("--retry-interval", "500ms")
+        .build();
+    (0..3)
+        .map(|i| Sidecar::spawn(&format!("t{i}"), dir, &args))
+        .collect()
 }
 
 /// Waits for a leader among `sidecars`, tampers (`tamper` gets the leader's index),
