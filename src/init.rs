@@ -20,6 +20,16 @@ pub const FORWARDED: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
+/// The parent-death signal of exec mode's init ([`crate::publish::exec`]): blocked
+/// with the forwarded ones and taken by [`serve`], which then ends every process of
+/// the namespace and reaps them all before the init itself ends. A SIGKILL as the
+/// parent-death signal would end the init first, and the kernel closes a dying
+/// process's descriptors before it kills the rest of its namespace: a lease the init
+/// holds open (the file lock) would be free while CMD's processes still run.
+pub fn parent_gone() -> libc::c_int {
+    libc::SIGRTMIN()
+}
+
 /// Who gets a forwarded signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forward {
@@ -47,7 +57,7 @@ impl Blocked {
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for sig in FORWARDED.iter().chain(&[libc::SIGCHLD]) {
+            for sig in FORWARDED.iter().chain(&[libc::SIGCHLD, parent_gone()]) {
                 libc::sigaddset(&mut set, *sig);
             }
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
@@ -104,15 +114,46 @@ fn reap(main: libc::pid_t) -> Option<i32> {
     }
 }
 
+/// SIGKILL to every other process of this PID namespace until none is left, each
+/// reaped: as the namespace's init, every process in it is a descendant, so once
+/// `waitpid` finds no child at all, every one has ended and closed its descriptors.
+fn end_everyone() -> i32 {
+    loop {
+        // SAFETY: kill(2) of every process of the namespace but this init.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        loop {
+            // SAFETY: waitpid on our own children, without blocking.
+            let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+            if pid < 0 {
+                return 128 + libc::SIGKILL;
+            }
+            if pid == 0 {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Serves as init for `main` (started after [`Blocked::block`]) until it ends:
-/// reaps, forwards, and returns `main`'s exit code.
+/// reaps, forwards, and returns `main`'s exit code. As the init of a namespace
+/// ([`Forward::Everyone`]), its parent's death ([`parent_gone`]) ends everyone first.
 pub fn serve(main: libc::pid_t, forward: Forward, blocked: &Blocked) -> i32 {
     loop {
         // SAFETY: waits for one of the signals blocked in `blocked.set`.
         let sig = unsafe { libc::sigwaitinfo(&blocked.set, std::ptr::null_mut()) };
         if sig == libc::SIGCHLD {
             if let Some(code) = reap(main) {
+                if forward == Forward::Everyone {
+                    // Not left to the kernel: this init's end would close what it
+                    // holds before the rest of the namespace is gone.
+                    end_everyone();
+                }
                 return code;
+            }
+        } else if sig == parent_gone() {
+            if forward == Forward::Everyone {
+                return end_everyone();
             }
         } else if sig > 0 {
             let target = match forward {

@@ -159,7 +159,20 @@ pub struct Status {
     pub slots: Slots,
     /// How this candidate holds when it leads (`--mode`).
     pub mode: Mode,
+    /// While leading on a store whose lease is held by open descriptors (the file
+    /// lock): that descriptor, for exec mode to lend to CMD's guard and init
+    /// ([`TenureHold`]).
+    pub tenure_hold: TenureHold,
 }
+
+/// A descriptor that keeps this candidate's lease held for as long as any copy of it
+/// is open (the file backend's locked open file description). Exec mode passes a
+/// copy to CMD's guard and to the init of CMD's PID namespace, so the lease outlives
+/// every process of CMD whatever dies first. Weak: the elector owns the one strong
+/// copy and drops it as the tenure ends, so no reader of `Status` keeps the lease held
+/// past its release. Empty on every other store (their leases outlive a dead holder
+/// by the ttl).
+pub type TenureHold = std::sync::Weak<std::os::fd::OwnedFd>;
 
 /// The JSON shape of DESIGN §3; field names are part of the contract.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -230,6 +243,7 @@ impl Status {
             stale_after,
             slots: Slots::default(),
             mode: Mode::Exclusive,
+            tenure_hold: TenureHold::new(),
         }
     }
 

@@ -537,3 +537,206 @@ fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sideca
         stderr()
     );
 }
+
+// The file backend. Its lease is the lock itself, which the kernel frees the instant
+// the last descriptor of it closes: nothing outlives a dead holder by a ttl, so the
+// next candidate may take the lock while the old CMD still runs unless the lock
+// outlives every process of CMD. The workers here ignore SIGTERM (an app that takes
+// its time to stop) and so end only by SIGKILL, `--kill-grace` after the stop.
+
+fn file_args(dir: &Path, election: &str) -> Vec<String> {
+    SidecarArgs::file(dir)
+        .ttl("2s")
+        .election(election)
+        .flag("--kill-grace", "400ms")
+        .build()
+}
+
+/// `sh -c "trap '' TERM; <worker> & wait"`: the shell and its worker ignore SIGTERM.
+fn stubborn(worker: &Marker) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("trap '' TERM; {} & wait", worker.sleep()),
+    ]
+}
+
+/// A candidate and its worker's marker.
+struct Candidate {
+    sidecar: Sidecar,
+    worker: Marker,
+}
+
+impl Candidate {
+    fn start(name: &str, dir: &Path, args: &[String], overlaps: &Overlaps) -> Candidate {
+        let worker = Marker::new();
+        overlaps.watch(&worker);
+        let sidecar = Sidecar::spawn_run(name, dir, args, &stubborn(&worker));
+        Candidate { sidecar, worker }
+    }
+
+    /// Leads now, with its worker running: its fencing token.
+    fn leading_token(&self) -> Option<u64> {
+        let status = self.sidecar.leader()?;
+        let token = status["fencing_token"].as_u64()?;
+        (status["is_leader"] == true && !self.worker.procs().is_empty()).then_some(token)
+    }
+}
+
+/// Watches /proc every 2 ms, from outside every sidecar, for the workers of the
+/// markers it is given, and notes every moment two of them run at once.
+struct Overlaps {
+    markers: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    watcher: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Overlaps {
+    fn start() -> Overlaps {
+        let markers = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (m, s) = (markers.clone(), stop.clone());
+        let watcher = std::thread::spawn(move || {
+            let mut found = Vec::new();
+            let t0 = Instant::now();
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let watched = m.lock().map(|m| m.clone()).unwrap_or_default();
+                let procs = procs::all();
+                let running: Vec<&String> = watched
+                    .iter()
+                    .filter(|w| procs.iter().any(|p| p.args.iter().any(|a| a == *w)))
+                    .collect();
+                if running.len() > 1 {
+                    found.push(format!("{:?}: {running:?}", t0.elapsed()));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            found
+        });
+        Overlaps {
+            markers,
+            stop,
+            watcher: Some(watcher),
+        }
+    }
+
+    fn watch(&self, worker: &Marker) {
+        if let Ok(mut m) = self.markers.lock() {
+            m.push(worker.0.clone());
+        }
+    }
+
+    /// Every moment two workers ran at once.
+    fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.watcher
+            .take()
+            .and_then(|w| w.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// The candidate among `pool` that leads with its worker, within 15 s, and its token.
+fn leader_of(pool: &[Candidate]) -> (usize, u64) {
+    let found = eventually(Duration::from_secs(15), || {
+        pool.iter()
+            .enumerate()
+            .find_map(|(i, c)| c.leading_token().map(|t| (i, t)))
+    });
+    found.unwrap_or_else(|| {
+        let logs: Vec<String> = pool.iter().map(|c| c.sidecar.stderr()).collect();
+        panic!("no candidate leads with its worker\n{}", logs.join("\n"))
+    })
+}
+
+/// Asserts that no two workers ever ran at once.
+fn never_two_workers(overlaps: Overlaps) {
+    let found = overlaps.finish();
+    assert!(
+        found.is_empty(),
+        "two candidates' workers ran at once ({} looks): {:?}",
+        found.len(),
+        &found[..found.len().min(5)]
+    );
+}
+
+/// Kill -9 of the leading sidecar, round after round, three candidates sharing one
+/// lock: the next leader's worker never starts while the killed one's still runs.
+#[test]
+fn file_a_killed_leaders_command_is_gone_before_the_next_one_starts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = file_args(dir.path(), "kill9");
+    let overlaps = Overlaps::start();
+    let mut pool: Vec<Candidate> = (0..3)
+        .map(|i| Candidate::start(&format!("c{i}"), dir.path(), &args, &overlaps))
+        .collect();
+    // Killed candidates stay until the end: their markers' drop would kill workers.
+    let mut killed = Vec::new();
+    let mut last = 0;
+    for round in 0..4 {
+        let (i, token) = leader_of(&pool);
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        let mut gone = pool.remove(i);
+        let t0 = Instant::now();
+        gone.sidecar.kill();
+        let name = format!("r{round}");
+        pool.push(Candidate::start(&name, dir.path(), &args, &overlaps));
+        gone_within_the_claim(&gone.worker, "its sidecar was killed", t0, String::new);
+        killed.push(gone);
+    }
+    leader_of(&pool);
+    never_two_workers(overlaps);
+}
+
+/// Kill -9 of the leader's sidecar and its guard at once, and of the guard alone.
+#[test]
+fn file_a_killed_guard_with_or_without_its_sidecar_leaves_no_worker_beside_the_next() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = file_args(dir.path(), "guards");
+    let overlaps = Overlaps::start();
+    let mut pool: Vec<Candidate> = (0..2)
+        .map(|i| Candidate::start(&format!("c{i}"), dir.path(), &args, &overlaps))
+        .collect();
+    let (i, _) = leader_of(&pool);
+    let mut a = pool.remove(i);
+    let t0 = Instant::now();
+    send_signal(guard_of(a.sidecar.pid).expect("a's guard"), libc::SIGKILL);
+    a.sidecar.kill();
+    gone_within_the_claim(
+        &a.worker,
+        "its sidecar and guard were killed",
+        t0,
+        String::new,
+    );
+    pool.push(Candidate::start("c2", dir.path(), &args, &overlaps));
+    let (i, _) = leader_of(&pool);
+    let t0 = Instant::now();
+    let b = &pool[i];
+    send_signal(guard_of(b.sidecar.pid).expect("b's guard"), libc::SIGKILL);
+    gone_within_the_claim(&b.worker, "its guard was killed", t0, || b.sidecar.stderr());
+    leader_of(&pool);
+    never_two_workers(overlaps);
+}
+
+/// SIGSTOP of the leader's whole job: its worker ends by the claim's deadline while
+/// the frozen sidecar keeps the lock, and after SIGCONT one candidate leads again.
+#[test]
+fn file_a_group_stop_of_the_leader_leaves_no_worker_beside_the_next() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = file_args(dir.path(), "tstp");
+    let overlaps = Overlaps::start();
+    let pool: Vec<Candidate> = (0..2)
+        .map(|i| Candidate::start(&format!("c{i}"), dir.path(), &args, &overlaps))
+        .collect();
+    let (i, _) = leader_of(&pool);
+    let a = &pool[i];
+    let stopped = Stopped(a.sidecar.pid);
+    let t0 = Instant::now();
+    signal_group(a.sidecar.pid, libc::SIGSTOP);
+    common::wait_all_threads_stopped(a.sidecar.pid);
+    gone_within_the_claim(&a.worker, "a group stop of its sidecar", t0, String::new);
+    drop(stopped);
+    leader_of(&pool);
+    never_two_workers(overlaps);
+}

@@ -516,6 +516,12 @@ impl Backend for FileBackend {
         Wake::Changed
     }
 
+    fn tenure_hold(&self) -> Option<std::os::fd::OwnedFd> {
+        // A duplicate shares the open file description, and with it the lock.
+        let file = self.held.as_ref()?.try_clone().ok()?;
+        Some(file.into())
+    }
+
     fn slots(&self) -> Option<crate::status::Slots> {
         let observed = self.observed.clone()?;
         (observed.1 == Mode::Shared).then(|| crate::status::Slots::one_lock([observed]))

@@ -288,6 +288,15 @@ pub trait Backend: Send + 'static {
         async {}
     }
 
+    /// While leading: a new descriptor that keeps this tenure's lease held for as long
+    /// as it (or any copy of it) is open, on a store whose lease is held by the
+    /// process itself (the file lock, which the kernel frees the instant its last
+    /// descriptor closes). `None` on stores whose lease outlives a dead holder by the
+    /// ttl. Exec mode lends it to CMD's processes ([`crate::status::TenureHold`]).
+    fn tenure_hold(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
     /// The election's slots as last observed, for an election of several holders
     /// ([`slots::Slots`]); `None` for one lease (the holder is the campaign's).
     fn slots(&self) -> Option<crate::status::Slots> {

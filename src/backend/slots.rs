@@ -302,6 +302,10 @@ impl<B: Backend> Backend for Slots<B> {
         self.picker.held().unwrap_or(0) as u32
     }
 
+    fn tenure_hold(&self) -> Option<std::os::fd::OwnedFd> {
+        self.slots[self.picker.held()?].tenure_hold()
+    }
+
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let mut failed = None;
         for i in self.picker.round() {

@@ -17,7 +17,7 @@ use super::machine::{
 };
 use super::{await_shown, Heartbeat, Observer, ReleaseRequest, Released, TransitionLog};
 use crate::backend::{Backend, BackendError};
-use crate::status::{Claim, Holder, Role, Status};
+use crate::status::{Claim, Holder, Role, Status, TenureHold};
 use crate::timing::Timing;
 
 /// The parts an elector is built from, besides the backend.
@@ -62,6 +62,9 @@ pub struct Elector<B: Backend> {
     before_release: Vec<watch::Receiver<bool>>,
     must_stop: Vec<watch::Receiver<bool>>,
     drained: Vec<watch::Receiver<bool>>,
+    /// The one strong copy of the tenure's hold ([`crate::status::TenureHold`]), from
+    /// the acquisition until the tenure ends or the lease is released.
+    hold: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl<B: Backend> Elector<B> {
@@ -99,6 +102,7 @@ impl<B: Backend> Elector<B> {
             before_release: parts.before_release,
             must_stop: parts.must_stop,
             drained: parts.drained,
+            hold: None,
         }
     }
 
@@ -152,6 +156,8 @@ impl<B: Backend> Elector<B> {
                 ttl: backend.lease_ttl(),
             },
             Op::Release => {
+                // Our copy of a descriptor-held lease must not outlive the release.
+                self.hold = None;
                 if shutting_down {
                     // Withdraw first: a coordinator that saw the release before the
                     // withdrawal would wait for this candidate's answer (the Lease's).
@@ -313,10 +319,14 @@ impl<B: Backend> Elector<B> {
                     s.role = Role::Candidate;
                 }
             }),
-            Publish::NotLeading => self.status.send_modify(|s| {
-                s.role = Role::Candidate;
-                s.claim = None;
-            }),
+            Publish::NotLeading => {
+                self.hold = None;
+                self.status.send_modify(|s| {
+                    s.role = Role::Candidate;
+                    s.claim = None;
+                    s.tenure_hold = TenureHold::new();
+                });
+            }
             Publish::Acquired { token, deadline } => self.publish_acquired(token, deadline),
             Publish::Extended { deadline } => {
                 let deadline = self.instant(deadline);
@@ -327,22 +337,30 @@ impl<B: Backend> Elector<B> {
                     s.heard_at = heard;
                 });
             }
-            Publish::SteppedDown => self.status.send_modify(|s| {
-                s.role = Role::Candidate;
-                s.claim = None;
-                note_holder(s, None);
-            }),
-            Publish::Observed(holder) => self.status.send_modify(|s| {
-                s.role = if holder.is_some() {
-                    Role::Follower
-                } else {
-                    Role::Candidate
-                };
-                s.claim = None;
-                note_holder(s, holder);
-                s.heard_at = heard;
-                s.ready = true;
-            }),
+            Publish::SteppedDown => {
+                self.hold = None;
+                self.status.send_modify(|s| {
+                    s.role = Role::Candidate;
+                    s.claim = None;
+                    s.tenure_hold = TenureHold::new();
+                    note_holder(s, None);
+                });
+            }
+            Publish::Observed(holder) => {
+                self.hold = None;
+                self.status.send_modify(|s| {
+                    s.role = if holder.is_some() {
+                        Role::Follower
+                    } else {
+                        Role::Candidate
+                    };
+                    s.claim = None;
+                    s.tenure_hold = TenureHold::new();
+                    note_holder(s, holder);
+                    s.heard_at = heard;
+                    s.ready = true;
+                });
+            }
             Publish::Heard => self.status.send_modify(|s| s.heard_at = heard),
             Publish::Draining { until } => {
                 let until = self.instant(until);
@@ -364,6 +382,8 @@ impl<B: Backend> Elector<B> {
             token: Some(token),
         };
         let now = Instant::now();
+        self.hold = self.backend.tenure_hold().map(Arc::new);
+        let hold = self.hold.as_ref().map(Arc::downgrade).unwrap_or_default();
         self.status.send_modify(|s| {
             s.role = Role::Leader;
             s.claim = Some(Claim {
@@ -371,6 +391,7 @@ impl<B: Backend> Elector<B> {
                 token,
                 since: SystemTime::now(),
             });
+            s.tenure_hold = hold;
             note_holder(s, Some(holder));
             s.heard_at = Some((now, SystemTime::now()));
             s.ready = true;

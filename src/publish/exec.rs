@@ -14,13 +14,19 @@
 //! - the sidecar gone (killed: the socket closes): the same as a stop.
 //!
 //! The guard starts CMD only once it holds a deadline. Where the host allows it, CMD
-//! runs in a PID namespace of its own under a small init ([`contain`]) that dies with
-//! the guard, and the kernel ends every process of CMD with that init: a kill -9 of
-//! the guard, of the sidecar and the guard at once, or an OOM kill leaves nothing
-//! behind. The sidecar holds a pidfd of that init, so it never takes the guard's end
-//! for CMD's end without proof: a guard that vanishes is "CMD's end proven" only once
-//! that pidfd says the namespace is gone; without a namespace it is unproven, and
-//! the sidecar stops leading and exits (see [`Ended::GuardLost`]).
+//! runs in a PID namespace of its own under a small init ([`contain`]) that ends every
+//! process of CMD, then itself, when the guard dies: a kill -9 of the guard, of the
+//! sidecar and the guard at once, or an OOM kill leaves nothing behind. The sidecar
+//! holds a pidfd of that init, so it never takes the guard's end for CMD's end without
+//! proof: a guard that vanishes is "CMD's end proven" only once that pidfd says the
+//! namespace is gone; without a namespace it is unproven, and the sidecar stops
+//! leading and exits (see [`Ended::GuardLost`]).
+//!
+//! On a store whose lease is an open descriptor (the file lock, freed by the kernel
+//! the instant its last copy closes), the guard and CMD's init each hold a copy of it
+//! ([`crate::status::TenureHold`]): the guard until it ends, the init until every
+//! other process of its namespace has been reaped. The lease then outlives every
+//! process of CMD whatever is killed, where a store with a ttl keeps it by the ttl.
 //!
 //! The elector releases the lease only after CMD is proven gone
 //! ([`Supervisor::stopped`] is one of the elector's `must_stop` signals) or the
@@ -40,6 +46,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 
+use contain::HOLD_ARG;
 pub use contain::{init_main, INIT_ARG};
 pub use guard::{guard_main, GUARD_ARG};
 
@@ -313,6 +320,7 @@ impl Supervisor {
                 s.mode,
             )
         };
+        let hold = self.status.borrow().tenure_hold.upgrade();
         let exe = std::env::current_exe()
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
         let mut command = tokio::process::Command::new(exe);
@@ -320,7 +328,14 @@ impl Supervisor {
             .arg(GUARD_ARG)
             .arg(self.settings.kill_grace.as_millis().to_string())
             .arg(self.budget.as_millis().to_string())
-            .arg(self.warn_before.as_millis().to_string())
+            .arg(self.warn_before.as_millis().to_string());
+        if let Some(hold) = &hold {
+            let fd = hold.as_raw_fd();
+            command.arg(format!("{HOLD_ARG}{HOLD_FD}"));
+            // SAFETY: dup2 and fcntl are async-signal-safe and touch only the child.
+            unsafe { command.pre_exec(move || lend_hold(fd)) };
+        }
+        command
             .arg("--")
             .args(&self.settings.cmd)
             .env("LEASEKEEPER_FENCING_TOKEN", token.to_string())
@@ -340,6 +355,7 @@ impl Supervisor {
         let guard = command.spawn();
         // Our copy of the guard's end must go, or its exit would never be seen.
         command.stdin(std::process::Stdio::null());
+        drop(hold);
         let guard = guard?;
         ours.set_nonblocking(true)?;
         Ok((guard, tokio::net::UnixStream::from_std(ours)?))
@@ -379,6 +395,8 @@ impl Supervisor {
                     if matches!(guard.try_wait(), Ok(None)) {
                         tracing::warn!(token, "the command's guard is still there at the claim's deadline; killing it");
                         let _ = guard.start_kill();
+                        // A frozen init would not take its parent's death: it goes too.
+                        talk.run.kill_init();
                     }
                 }
                 changed = self.status.changed(), if status_open => {
@@ -406,6 +424,22 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// The descriptor number of the lease's hold in the guard.
+const HOLD_FD: std::os::fd::RawFd = 3;
+
+/// In the guard's child before its exec: the lease's hold `fd` as [`HOLD_FD`],
+/// inherited across the exec.
+fn lend_hold(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    if fd == HOLD_FD {
+        return contain::set_cloexec(fd, false);
+    }
+    // SAFETY: dup2(2) onto a number of the child's own; the copy is not close-on-exec.
+    if unsafe { libc::dup2(fd, HOLD_FD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Says at start, in one line, which containment this host gives CMD.
@@ -479,6 +513,23 @@ enum Run {
 }
 
 impl Run {
+    /// SIGKILL to the init of CMD's namespace (the kernel then ends the rest), when
+    /// there is one.
+    fn kill_init(&self) {
+        if let Run::Started(Some(pidfd)) = self {
+            // SAFETY: pidfd_send_signal(2) on our own pidfd; errors (gone) are fine.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+        }
+    }
+
     /// Whether the end of CMD can be proven (a pidfd, or nothing started).
     fn provable(&self) -> bool {
         !matches!(self, Run::Started(None))

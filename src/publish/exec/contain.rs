@@ -1,10 +1,11 @@
 //! How CMD is contained (DESIGN §10, "Containment"): a PID namespace of its own where
 //! the host allows one (as root, or in a user namespace of the guard's own), with a
-//! small init as its PID 1 ([`init_main`]) that has the guard's death as its own
-//! (parent-death signal). When that init ends, for whatever reason (the guard killed
-//! it, the guard died, an OOM kill), the kernel kills every other process of the
-//! namespace before the init's end can be seen: a pidfd of the init that turns
-//! readable is proof that nothing of CMD is left.
+//! small init as its PID 1 ([`init_main`]) that learns of the guard's death by its
+//! parent-death signal and then kills and reaps every other process of the namespace
+//! before it ends itself ([`crate::init::serve`]). When that init ends for any other
+//! reason (the guard killed it, an OOM kill), the kernel kills every other process of
+//! the namespace before the init's end can be seen: either way, a pidfd of the init
+//! that turns readable is proof that nothing of CMD is left.
 //!
 //! Where no namespace can be had, CMD runs directly under the guard ([`spawn_plain`]),
 //! which as child subreaper still collects every orphan and signals every
@@ -23,6 +24,33 @@ pub const INIT_ARG: &str = "__exec-init";
 
 /// The byte the guard sends its init to start CMD.
 const GO: u8 = b'g';
+
+/// The argument that names the lease's descriptor (`--hold-fd=N`), to the guard and
+/// to the init.
+pub const HOLD_ARG: &str = "--hold-fd=";
+
+/// The descriptor named by a `--hold-fd=N` argument, if `arg` is one.
+pub fn hold_fd(arg: &std::ffi::OsStr) -> Option<RawFd> {
+    arg.to_str()?.strip_prefix(HOLD_ARG)?.parse().ok()
+}
+
+/// Marks `fd` close-on-exec (`true`) or inherited (`false`).
+pub fn set_cloexec(fd: RawFd, cloexec: bool) -> std::io::Result<()> {
+    // SAFETY: fcntl(2) on a descriptor number; a bad one is an error, not UB.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let flags = match cloexec {
+        true => flags | libc::FD_CLOEXEC,
+        false => flags & !libc::FD_CLOEXEC,
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Why CMD cannot have a PID namespace.
 #[derive(Debug, thiserror::Error)]
@@ -105,18 +133,18 @@ fn start_and_reap_one() -> std::io::Result<()> {
     child.wait().map(|_| ())
 }
 
-/// The parent-death signal and default signal dispositions for a child of the guard
-/// (the guard ignores the terminal's signals; its children must not inherit that).
-/// The guard's blocked signals stay blocked, and so pending, until the child takes
-/// them: CMD's init from birth, CMD itself from its exec ([`spawn_plain`]).
-fn child_setup(command: &mut std::process::Command) {
+/// The parent-death signal `death` and default signal dispositions for a child of the
+/// guard (the guard ignores the terminal's signals; its children must not inherit
+/// that). The guard's blocked signals stay blocked, and so pending, until the child
+/// takes them: CMD's init from birth, CMD itself from its exec ([`spawn_plain`]).
+fn child_setup(command: &mut std::process::Command, death: libc::c_int) {
     // SAFETY: signal, prctl and getppid are async-signal-safe and touch only the child.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             for sig in crate::init::FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, death) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -127,7 +155,15 @@ fn child_setup(command: &mut std::process::Command) {
 /// Starts the init of CMD's namespace, waiting for the go of [`go`]; its pid and
 /// the guard's end of the go pipe. Until the go, CMD does not run; if the guard dies
 /// before it, the pipe closes and the init ends without starting CMD.
-pub fn spawn_init(cmd: &[OsString]) -> std::io::Result<(libc::pid_t, OwnedFd)> {
+///
+/// `hold` (the lease's descriptor, [`crate::status::TenureHold`]) is inherited by the
+/// init, which keeps it open until every other process of the namespace has ended
+/// ([`crate::init::serve`]); CMD does not see it. The init's parent-death signal is
+/// [`crate::init::parent_gone`], which it takes to end the namespace itself.
+pub fn spawn_init(
+    cmd: &[OsString],
+    hold: Option<RawFd>,
+) -> std::io::Result<(libc::pid_t, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two new descriptors, owned right below.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -136,12 +172,15 @@ pub fn spawn_init(cmd: &[OsString]) -> std::io::Result<(libc::pid_t, OwnedFd)> {
     // SAFETY: both descriptors are new and ours alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut command = std::process::Command::new("/proc/self/exe");
+    command.arg(INIT_ARG);
+    if let Some(fd) = hold {
+        command.arg(format!("{HOLD_ARG}{fd}"));
+    }
     command
-        .arg(INIT_ARG)
         .arg("--")
         .args(cmd)
         .stdin(std::process::Stdio::from(read));
-    child_setup(&mut command);
+    child_setup(&mut command, crate::init::parent_gone());
     let child = command.spawn()?;
     Ok((pid_of(&child), write))
 }
@@ -155,7 +194,7 @@ pub fn go(pipe: OwnedFd) -> std::io::Result<()> {
 pub fn spawn_plain(cmd: &[OsString], blocked: &Blocked) -> std::io::Result<libc::pid_t> {
     let mut command = std::process::Command::new(&cmd[0]);
     command.args(&cmd[1..]).stdin(std::process::Stdio::null());
-    child_setup(&mut command);
+    child_setup(&mut command, libc::SIGKILL);
     blocked.unblock_in(&mut command);
     // SAFETY: getpid cannot fail.
     let guard = unsafe { libc::getpid() };
@@ -290,7 +329,7 @@ fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     stat[after + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `__exec-init -- CMD ARGS…`: PID 1 of CMD's namespace. Waits for the guard's go
+/// `__exec-init [--hold-fd=N] -- CMD ARGS…`: PID 1 of CMD's namespace. Waits for the guard's go
 /// on stdin (nothing at all runs before), starts CMD, reaps every process that
 /// ends in the namespace, passes the guard's SIGTERM to all of them, and ends with
 /// CMD's exit code (the kernel then ends the rest). `--probe` only starts and ends.
@@ -298,9 +337,17 @@ pub fn init_main(args: Vec<OsString>) -> ExitCode {
     if args.first().is_some_and(|a| a == "--probe") {
         return ExitCode::SUCCESS;
     }
-    let cmd = args.get(1..).unwrap_or_default();
+    let hold = args.first().and_then(|a| hold_fd(a));
+    let cmd = args
+        .get(if hold.is_some() { 2 } else { 1 }..)
+        .unwrap_or_default();
     if cmd.is_empty() {
         eprintln!("error: {INIT_ARG} is internal to `leasekeeper run`");
+        return ExitCode::from(2);
+    }
+    // The init keeps the lease's descriptor; CMD never sees it.
+    if let Some(Err(e)) = hold.map(|fd| set_cloexec(fd, true)) {
+        eprintln!("error: {INIT_ARG}: {HOLD_ARG}: {e}");
         return ExitCode::from(2);
     }
     let blocked = Blocked::block();

@@ -26,11 +26,13 @@ use crate::init::{exit_code, Blocked};
 /// The hidden first argument that makes the binary a guard.
 pub const GUARD_ARG: &str = "__exec-guard";
 
-/// The guard's arguments: `<grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
+/// The guard's arguments: `<grace ms> <budget ms> <warn ms> [--hold-fd=N] -- CMD ARGS…`.
 struct GuardArgs {
     grace: Duration,
     budget: Duration,
     warn: Duration,
+    /// The lease's descriptor, inherited from the sidecar ([`crate::status::TenureHold`]).
+    hold: Option<std::os::fd::RawFd>,
     cmd: Vec<OsString>,
 }
 
@@ -45,7 +47,13 @@ impl GuardArgs {
         let (Some(grace), Some(budget), Some(warn)) = (ms(0), ms(1), ms(2)) else {
             return Err(format!("{GUARD_ARG} is internal to `leasekeeper run`"));
         };
-        let cmd = args.get(4..).unwrap_or_default().to_vec();
+        let options = args.get(3..).unwrap_or_default();
+        let end = options
+            .iter()
+            .position(|a| a == "--")
+            .unwrap_or(options.len());
+        let hold = options[..end].iter().find_map(|a| contain::hold_fd(a));
+        let cmd = options.get(end + 1..).unwrap_or_default().to_vec();
         if cmd.is_empty() {
             return Err(format!("{GUARD_ARG}: no command"));
         }
@@ -53,6 +61,7 @@ impl GuardArgs {
             grace,
             budget,
             warn,
+            hold,
             cmd,
         })
     }
@@ -105,7 +114,7 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let first = match start_cmd(&args.cmd, sock, &blocked) {
+    let first = match start_cmd(&args.cmd, args.hold, sock, &blocked) {
         Ok(first) => first,
         Err(e) => {
             eprintln!("error: cannot run {}: {e}", args.cmd[0].to_string_lossy());
@@ -207,10 +216,22 @@ struct First {
 
 /// Starts CMD as contained as this host allows, and tells the sidecar how (the
 /// record goes out before CMD can run: the init waits for its go).
-fn start_cmd(cmd: &[OsString], sock: libc::c_int, blocked: &Blocked) -> std::io::Result<First> {
+///
+/// The lease's descriptor `hold`, open in the guard until it ends, is inherited by
+/// CMD's init, which ends its namespace before it closes it; without a namespace, by
+/// CMD and everything CMD starts, so the lease stays held while any of them keeps it.
+fn start_cmd(
+    cmd: &[OsString],
+    hold: Option<std::os::fd::RawFd>,
+    sock: libc::c_int,
+    blocked: &Blocked,
+) -> std::io::Result<First> {
+    if let Some(fd) = hold {
+        contain::set_cloexec(fd, false)?;
+    }
     match contain::enter_pid_namespace() {
         Ok(_) => {
-            let (pid, go) = contain::spawn_init(cmd)?;
+            let (pid, go) = contain::spawn_init(cmd, hold)?;
             // Without a pidfd (a kernel before 5.3) the sidecar cannot prove the end.
             match contain::pidfd_open(pid) {
                 Ok(pidfd) => contain::send_record(sock, b"P\n", Some(pidfd.as_raw_fd()))?,
