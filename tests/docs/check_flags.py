@@ -10,8 +10,9 @@ under `#[arg(...)]` with `long` is a flag named after the field in kebab-case
 
 1. Every `--flag` that README.md and docs/*.md name must be one of those, unless it
    belongs to another program: flags on a line of a code block, or in an inline code
-   span, whose command is another program (helm, kubectl, cargo, ...), and the few
-   other programs' flags that prose names on their own (FOREIGN_FLAGS).
+   span, whose command is another program (helm, kubectl, cargo, ...), flags after the
+   lone `--` of `leasekeeper run ... -- CMD`, and the few other programs' flags that
+   prose names on their own (FOREIGN_FLAGS).
 2. Every declared flag must appear in docs/configuration.md.
 
 Exit code 0 when both hold, 1 otherwise; one line per problem.
@@ -44,6 +45,7 @@ FOREIGN_FLAGS = {
     "feature-gates": "kube-apiserver",
     "features": "cargo",
     "ignored": "cargo test",
+    "in-place": "cargo mutants",
     "kube-version": "helm template",
     "nocapture": "cargo test",
     "no-default-features": "cargo",
@@ -118,6 +120,12 @@ def command_word(code):
     return words[0] if words else ""
 
 
+def leasekeeper_part(code):
+    """The part of a command that is leasekeeper's: what follows a lone `--` is the
+    command of `leasekeeper run`, with flags of its own."""
+    return re.split(r"(?:^|\s)--(?:\s|$)", code, maxsplit=1)[0]
+
+
 def doc_flags(path):
     """(line, flag) of every flag a Markdown file names as leasekeeper's."""
     fence, continued, out = None, False, []
@@ -133,12 +141,12 @@ def doc_flags(path):
             foreign = continued or command_word(line) in FOREIGN_TOOLS
             continued = foreign and line.rstrip().endswith("\\")
             if not foreign:
-                out += [(n, f) for f in FLAG.findall(line.split(" #")[0])]
+                out += [(n, f) for f in FLAG.findall(leasekeeper_part(line.split(" #")[0]))]
             continue
         prose = LINK_TARGET.sub("]()", line)
         for code in INLINE_CODE.finditer(prose):
             if command_word(code.group(2)) not in FOREIGN_TOOLS:
-                out += [(n, f) for f in FLAG.findall(code.group(2))]
+                out += [(n, f) for f in FLAG.findall(leasekeeper_part(code.group(2)))]
         out += [(n, f) for f in FLAG.findall(INLINE_CODE.sub(" ", prose))]
     return out
 

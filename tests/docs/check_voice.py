@@ -52,6 +52,8 @@ RUST_ONLY = [
 
 # Wording that only looks like narrative: (path, phrase on the line).
 ALLOWED = [
+    # The voice check's own description quotes what it refuses.
+    ("docs/development.md", '"seen failing", "the old code"'),
 ]
 
 # Files and doc sections being rewritten by another change at the same time, left out
@@ -110,11 +112,16 @@ def excluded_lines(path, lines):
         if rel(path) != file:
             continue
         level = len(heading) - len(heading.lstrip("#"))
-        inside = False
+        inside, fence = False, None
         for n, line in enumerate(lines, 1):
-            if line.strip() == heading:
+            m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+            if m and fence is None:
+                fence = m.group(1)[0]
+            elif m and line.strip().startswith(fence):
+                fence = None
+            elif fence is None and line.strip() == heading:
                 inside = True
-            elif inside and re.match(r"^#{1,%d} " % level, line):
+            elif fence is None and inside and re.match(r"^#{1,%d} " % level, line):
                 inside = False
             if inside:
                 out.add(n)
