@@ -21,6 +21,9 @@ test: deps
 	python3 tests/chart/check_chart.py
 	bash tests/prometheus/check.sh
 	python3 tests/docs/check_links.py
+	python3 tests/docs/check_voice.py
+	python3 tests/docs/check_citations.py
+	python3 tests/docs/check_flags.py
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
 	cargo test --no-run

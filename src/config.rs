@@ -54,7 +54,7 @@ pub struct CommonArgs {
     /// This candidate's unique name [default: $POD_NAME, else <hostname>-<pid>].
     #[arg(long, env = "LEASEKEEPER_IDENTITY")]
     pub identity: Option<String>,
-    /// Exit non-zero on losing leadership instead of campaigning again.
+    /// Exit with code 3 on losing leadership instead of campaigning again.
     #[arg(long, env = "LEASEKEEPER_EXIT_ON_LOSS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub exit_on_loss: Option<String>,
     /// Log format: text or json [default: text].

@@ -4,7 +4,7 @@
 //! [`elector::Elector`], which publishes one [`status::Status`] through a
 //! `tokio::sync::watch`; the publishers in [`publish`] only read it.
 
-// A build with only some of the stores (cargo features, Cargo.toml) leaves helpers that
+// A build with only some of the stores (cargo features, Cargo.toml) leaves functions that
 // only the missing ones use; the full build keeps every lint.
 #![cfg_attr(
     not(all(

@@ -3,7 +3,7 @@
 //! files, redaction).
 //!
 //! Each backend and publisher declares its own flags (a clap `Args`) and turns them
-//! into its typed settings with these helpers, so that every message names the setting
+//! into its typed settings with these functions, so that every message names the setting
 //! and fits on one line; `config` only merges the flags, the environment and the YAML
 //! file. Nothing here imports from the rest of the crate.
 

@@ -1,4 +1,4 @@
-//! The deterministic simulator of the elector (issue 24): N copies of the real
+//! The deterministic simulator of the elector: N copies of the real
 //! `Machine` (src/elector/machine.rs) against simulated stores of each family, under
 //! faults drawn from one seed, judged by an oracle in simulated real time; and an
 //! exhaustive search over small bounds. See docs/safety.md, "The simulator".
@@ -117,8 +117,8 @@ fn regression_seeds() {
 /// another run since the congested link joined the fault mix, and no seed of the new
 /// mix reproduces it in 100,000): a leader whose command was never proven gone kept the
 /// lease, rightly, but answered `POST /release` with `released: true`, so the caller
-/// expected a hand-over that came a ttl later. The same steps, on one machine; fails on
-/// the machine before the fix.
+/// expected a hand-over that came a ttl later. The same steps, on one machine; a machine
+/// that answers `released: true` there fails it.
 #[test]
 fn a_release_kept_for_a_command_not_proven_gone_is_not_answered_released() {
     use leasekeeper::backend::Campaign;
@@ -321,8 +321,8 @@ fn wrong_read_write_rules_are_caught() {
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter
 /// is lower refuses it again and again, and the slot stays unclaimed after the
-/// faults heal (the bug found on 2026-11-27, `slots.rs`
-/// `a_candidate_that_lost_a_slot_leads_another_with_its_lower_token`). Publishers
+/// faults heal (`slots.rs`
+/// `a_candidate_that_lost_a_slot_leads_another_with_its_lower_token` pins the same rule). Publishers
 /// naming the slot asked first instead of the slot taken show two holders of one
 /// slot.
 #[test]

@@ -323,7 +323,7 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     common::tamper::assert_stopped_within(&overwritten, Duration::from_secs(1));
 }
 
-/// Invariant 11 and the gray-failure issue on etcd: a slow link (a long pipe, then a
+/// Invariant 11 and a gray failure on etcd: a slow link (a long pipe, then a
 /// congested queue) between the leader and the store; another candidate leads within
 /// 2 × ttl, and the slow one leads again once the link heals.
 #[test]

@@ -1,14 +1,14 @@
-//! The status port under abuse (issue "Hostile clients"; docs/operations.md, "The
-//! status port and who can reach it"): the crowd of `common::crowd` against the leader
-//! of three sidecars on one Redis, at the default open-files limit (1024, which the
-//! sidecar cannot raise) and at a raisable one. The leader must keep its one tenure,
-//! answer fresh probes, refuse garbage, stay small, and give the memory back.
+//! The status port under abuse (docs/operations.md, "The status port and who can
+//! reach it"): the crowd of `common::crowd` against the leader of three sidecars on one
+//! Redis, at the default open-files limit (1024, which the sidecar cannot raise) and at
+//! a raisable one. The leader must keep its one tenure, answer fresh probes, refuse
+//! garbage, stay small, and give the memory back.
 //!
 //! The checks are counts and ceilings (probes answered within a generous 1 s, RSS
-//! peaks), not latencies. The RSS bounds of the issue (48 MiB peak, back under 16 MiB)
-//! are for the release build and measured by `make bench` (`LK_BENCH_ONLY=abuse`);
-//! here they are taken from this (debug) build's own idle size: at most 38 MiB more at
-//! the peak, back within 6 MiB of idle.
+//! peaks), not latencies. The RSS bounds for the release build (48 MiB peak, back
+//! under 16 MiB) are measured by `make bench` (`LK_BENCH_ONLY=abuse`); here they are
+//! taken from this (debug) build's own idle size: at most 38 MiB more at the peak,
+//! back within 6 MiB of idle.
 
 mod common;
 
@@ -80,11 +80,10 @@ fn the_status_port_survives_abuse_with_a_raisable_open_files_limit() {
     ));
 }
 
-/// Fresh probes while a burst is being opened (issue "Every store rule pinned …", the
-/// status port during a burst): 3,000 slow connections opened at once, an unread
+/// Fresh probes while a burst is being opened (the status port during a burst): 3,000 slow connections opened at once, an unread
 /// `/watch`, a `GET /leader` flood and garbage; a fresh `GET /leader` every 100 ms
 /// from the burst's first moment. At least 95 % of them answered within 1 s in every
-/// 2 s window (before the fix, 9 of the first 10 half-second probes failed).
+/// 2 s window.
 fn judge_burst(r: &BurstReport) {
     let windows = r.windows(Duration::from_secs(2));
     eprintln!(

@@ -1181,9 +1181,8 @@ fn followers_send_no_requests_while_the_holder_renews() {
 /// A graceful handover costs each waiting follower about one request, not a herd of
 /// reads: the release reaches every follower on its watch, each writes over the
 /// released Lease as the event showed it (no read first), and each whose write lost
-/// waits for the winner's write on the watch instead of reading. Before, every
-/// follower read the Lease at the release and each loser read it again: 2-3 requests
-/// per follower (the 100-candidate handover took 54 ms, now 7-10).
+/// waits for the winner's write on the watch instead of reading (a read at the release
+/// and another for each loser would be 2-3 requests per follower).
 #[test]
 fn a_release_costs_each_follower_one_request_not_a_read_each() {
     let api = kube_server::start("team", Flavor::GateOff);
@@ -1229,7 +1228,7 @@ fn a_release_costs_each_follower_one_request_not_a_read_each() {
     }
 }
 
-/// The gray-failure issue on the Lease API: the leader's link turns slow (a long pipe,
+/// A gray failure on the Lease API: the leader's link turns slow (a long pipe,
 /// then a congested queue); another candidate leads within 2 × ttl, and the slow one
 /// leads again once its link heals.
 #[test]
@@ -1293,11 +1292,10 @@ fn settled_leader(sidecars: &[Sidecar]) -> Option<usize> {
 /// A graceful handover over HTTPS, as a real API server serves it: the successor's
 /// write comes within a few ms of the release. The successor's only connection
 /// carries its watch, so its read after the release goes over a new one; with Nagle
-/// on, that first request waited for the server's delayed ACK of the TLS handshake:
-/// 49.5-49.9 ms in 6 of 6 rounds before kube_api set TCP_NODELAY. What is left is the
-/// new connection's handshake (10-15 ms between two debug builds; a median of 26-30 ms
-/// seen while other builds loaded both cores), hence 40 ms: still below the 49.5 ms
-/// that the delayed ACK costs, and not flaky on a busy machine.
+/// on, that first request would wait for the server's delayed ACK of the TLS
+/// handshake, about 50 ms (kube_api sets TCP_NODELAY). What is left is the new
+/// connection's handshake, tens of ms at most for a debug build on a busy machine,
+/// hence 40 ms: below what the delayed ACK costs, and not flaky.
 #[test]
 fn the_successor_takes_a_released_lease_within_a_few_ms() {
     let api = kube_server::start("team", Flavor::GateOff);

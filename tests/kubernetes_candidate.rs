@@ -505,8 +505,8 @@ fn switchover_without_lease_candidates_goes_to_the_named_candidate() {
     common::scenarios::switchover_goes_to_the_named_candidate(&args);
 }
 
-/// The Lease's store rules, each reached directly at library level (issue: every store
-/// rule pinned by a fast test), on the fake and on a real API server alike.
+/// The Lease's store rules, each reached directly at library level (every store rule
+/// pinned by a fast test), on the fake and on a real API server alike.
 ///
 /// Compare-and-act renew: with its own-record watch never polled (blind), a leader
 /// whose record another client overwrote (at the right resourceVersion) must not

@@ -1,5 +1,5 @@
-//! The Kubernetes API's own rules that our model used to get wrong (issue: "The
-//! Kubernetes backend against a real API server"), on a real kube-apiserver when
+//! The Kubernetes API's own rules that a model of it easily gets wrong, on a real
+//! kube-apiserver when
 //! `LK_KUBE_APISERVER` names one and on the fake otherwise, with the same test bodies:
 //!
 //! - how the API server admits a Lease: `strategy` and `preferredHolder` dropped
@@ -220,8 +220,8 @@ fn coordinated_election_elects_after_every_start_and_stop() {
     );
     assert_ne!(first, second);
     // The stopped candidate withdrew its LeaseCandidate, so the coordinator did not
-    // wait 5 s for its answer to a ping (7.5 s here, 10.7-12.9 s on kube-apiserver
-    // 1.33.3 before). The real coordinator adds its own delays (a ping written from its
+    // wait 5 s for its answer to a ping (without the withdrawal a SIGTERM costs 5 s
+    // more than the bound below). The real coordinator adds its own delays (a ping written from its
     // informer's cache meets a candidate's renewal: 409, retried at its 5-s requeue or
     // the next change), seen 0.002-2.7 s there.
     let bound = Duration::from_secs(if api.is_real() { 8 } else { 4 });

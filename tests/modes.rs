@@ -1716,14 +1716,14 @@ mod redis_rules {
 /// renewing holders it looks at least every 5 ttl (`quiet::QUEUE_TTLS` - 1), so that
 /// its place in the queue does not go stale (6 ttl after its last look), and one
 /// queued behind another looks when the place ahead would go stale: one look per 5
-/// ttl per waiting candidate at steady state (10 s at ttl 2 s; since 2026-11-27).
+/// ttl per waiting candidate at steady state (10 s at ttl 2 s).
 fn at_most_one_look(name: &str, sent: &[&String]) {
     let looks = sent.iter().all(|c| c.to_ascii_uppercase().contains("EVAL"));
     assert!(sent.len() <= 1 && looks, "{name}: {sent:?}");
 }
 
 /// What a waiting `--mode` candidate costs Redis at steady state (docs/slots.md):
-/// one look per 5 ttl (since 2026-11-27; nothing before). It hears the holders'
+/// one look per 5 ttl. It hears the holders'
 /// renewals (tracking pushes) and looks when what keeps it out would expire
 /// unheard-of, and at least every 5 ttl so that its place in the queue, which the
 /// holders keep only for 6 ttl after its last look, does not go stale
@@ -2286,7 +2286,7 @@ fn what_a_waiting_candidate_sends_on_redlock() {
 }
 
 /// An election's candidate (no `--mode`) waiting for shared holders costs Redis
-/// one look per 5 ttl at most too (issue 33; [`at_most_one_look`]): it hears the
+/// one look per 5 ttl at most too ([`at_most_one_look`]): it hears the
 /// readers' renewals (tracking pushes of the readers' set) as a `--mode exclusive`
 /// waiter does, and looks when they would expire unheard-of or its place in the queue
 /// would go stale. At most one look of it in 8 s (four ttl) of MONITOR while two readers
@@ -2371,7 +2371,7 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
     assert_eq!(leading(&cars), [2], "only the election's holder holds");
 }
 
-/// A queued writer that is gone keeps the readers out only briefly (issue 33), ttl 2 s:
+/// A queued writer that is gone keeps the readers out only briefly, ttl 2 s:
 /// a reader holds, a writer waits, a second reader waits behind the writer.
 /// - Killed while the reader renews: the reader's next renewal (every ttl/3) finds the
 ///   writer's presence channel without a subscriber, drops its place and wakes the
@@ -2380,8 +2380,8 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
 ///   live silent waiter), then the holder's SIGTERM: the release cuts the holders'
 ///   keeping of the queue to half a ttl, the stopped writer's place (silent since it
 ///   came) lapses then, and the reader behind it, which looks at that lapse, leads
-///   within a ttl of the SIGTERM (half a ttl, one look, the margin). Before, the
-///   keeping lasted two ttl from the last renewal: 3.5–3.9 s.
+///   within a ttl of the SIGTERM (half a ttl, one look, the margin), not two ttl
+///   after the last renewal.
 #[test]
 fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
     let ttl = Duration::from_secs(2);

@@ -29,7 +29,7 @@ common::sql_suite::sql_store_rule_tests! {
     new: leasekeeper::backend::sql::mysql::MysqlBackend::new,
 }
 
-/// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested
+/// A gray failure: the leader's link turns slow (a long pipe, then a congested
 /// queue); another candidate leads within 2 × ttl, and the slow one leads again.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {

@@ -87,7 +87,7 @@ fn postgres_unreachable_at_start_is_not_bad_input() {
     );
 }
 
-/// The gray-failure issue: the leader's link turns slow (a long pipe, then a congested
+/// A gray failure: the leader's link turns slow (a long pipe, then a congested
 /// queue); another candidate leads within 2 × ttl, and the slow one leads again.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {

@@ -384,7 +384,7 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     common::tamper::assert_stopped_within(&overwritten, Duration::from_millis(500));
 }
 
-/// Invariant 11 and the gray-failure issue on redis: a slow link (a long pipe, then a
+/// Invariant 11 and a gray failure on redis: a slow link (a long pipe, then a
 /// congested queue) between the leader and the store; another candidate leads within
 /// ttl + 1 s (its late requests are refused), and the slow one leads again once the link heals.
 #[test]
@@ -414,10 +414,10 @@ fn slow_leader(link: Link) {
     );
 }
 
-/// Invariant 11, the way a slow candidate used to keep the lock from everyone: its
+/// Invariant 11, the way a slow candidate could keep the lock from everyone: its
 /// campaign takes the lock at the store but the answer comes after the backend
-/// timeout; the next campaign (same nonce) adopts that lock and extends it, again
-/// too late to claim, and so on for as long as the link stays slow. Now a campaign
+/// timeout; were the next campaign (same nonce) to adopt that lock and extend it, again
+/// too late to claim, that would go on for as long as the link stays slow. A campaign
 /// without an answer in time gives back what it may have taken.
 #[test]
 fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
@@ -663,7 +663,7 @@ fn followers_stay_quiet_with_a_short_renew_interval() {
 /// A graceful release is one request, whatever scripts the server has cached: on a
 /// server that never ran the release script (a restart, a failover, `SCRIPT FLUSH`),
 /// EVALSHA would cost NOSCRIPT, SCRIPT LOAD and EVALSHA again, three round trips that
-/// do not fit the release budget on a slow link (issue "Gray failures").
+/// do not fit the release budget on a slow link.
 #[test]
 fn a_release_is_one_request_on_a_server_without_the_script() {
     let server = RedisServer::start();

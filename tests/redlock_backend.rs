@@ -398,11 +398,11 @@ fn scripts(node: &common::redis_server::RedisServer) -> u64 {
 }
 
 /// Candidates do not wake each other in a storm. A campaign that took only a minority
-/// of nodes used to announce its give-back on the events channel, which woke every
-/// other candidate to campaign again, whose minority give-backs woke them again. With
-/// a leader on a bare majority (a node lost the lock) that never stopped: 20
-/// candidates at ttl 6 s sent about 5,600 scripts/s, where the retry interval alone
-/// makes about 40. A graceful handover costs each waiting candidate a few looks, once.
+/// of nodes gives it back without announcing it: an announced give-back would wake
+/// every other candidate to campaign again, whose minority give-backs would wake them
+/// again, and with a leader on a bare majority (a node lost the lock) that would never
+/// stop (thousands of scripts a second at 20 candidates, where the retry interval
+/// alone makes about 40). A graceful handover costs each waiting candidate a few looks, once.
 #[test]
 fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
     let cluster = RedisCluster::start(3);
@@ -510,11 +510,11 @@ fn followers_send_no_requests_while_the_holder_renews() {
 
 /// A follower that cannot reach one node of a holder that keeps a bare majority sees
 /// the holder on one node of the two it reaches, and the third free. That is not a
-/// split vote: it used to retry at once, for as long as the node stayed out of reach
-/// (a look every 150 ms here, each as slow as the unreachable node's timeout); it
-/// now waits as a follower does, and takes over once the holder is gone. (Announcing
-/// its give-backs when the unreachable node might have made them a majority woke it,
-/// and everyone else, at every look: the same count.)
+/// split vote, to be retried at once for as long as the node stays out of reach (a
+/// look every 150 ms here, each as slow as the unreachable node's timeout): it waits as
+/// a follower does, and takes over once the holder is gone. (Announcing its give-backs
+/// when the unreachable node might have made them a majority would wake it, and
+/// everyone else, at every look: the same count.)
 #[test]
 fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
     let cluster = RedisCluster::start(3);
@@ -565,7 +565,7 @@ fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
     follower.settles_in("leader", Duration::from_secs(10));
 }
 
-/// The gray-failure issue on Redlock(3): every link of the leader turns slow (a long
+/// A gray failure on Redlock(3): every link of the leader turns slow (a long
 /// pipe, then a congested queue); another candidate leads within ttl + 1 s (its late requests are refused), and the slow
 /// one leads again once its links heal.
 #[test]
@@ -933,7 +933,7 @@ fn all_name_one_leader(cars: &[Sidecar]) -> Option<serde_json::Value> {
         .then_some(holder)
 }
 
-/// No herd on Redlock either (issue 36): a graceful release hands one baton, on the
+/// No herd on Redlock either: a graceful release hands one baton, on the
 /// first configured node, to one follower, which looks; the others track a key only
 /// renewals write (not the lock, whose release and new take on every node woke them
 /// all) and name the new leader from its announcement without asking. With 10
@@ -1018,7 +1018,7 @@ fn with_the_baton_node_down_a_graceful_handover_still_finds_a_leader() {
         "never one leader and the rest following"
     );
     cluster.nodes[0].kill();
-    // The leader keeps its majority (nodes 1 and 2) and is followed as before.
+    // The leader keeps its majority (nodes 1 and 2) and is still followed.
     std::thread::sleep(Duration::from_secs(4));
     let named = eventually(Duration::from_secs(5), || all_name_one_leader(&cars));
     let old_name = named.expect("one leader named by all with the first node down");

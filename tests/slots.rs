@@ -424,11 +424,11 @@ fn a_stopping_follower_leaves_every_queue_on_zookeeper() {
 }
 
 /// Slots keep their own fencing counters, so a candidate that lost one slot may take
-/// another with a token below the one it held: it must lead there. Before, the
-/// elector refused any token not above the last it had claimed (a rule meant for one
-/// lease), so it took the slot, let go of it at once, backed off and tried again: the
-/// slot churned and it never led, until the other slot's counter caught up (here a
-/// thousand takes). Redis: slot 0's counter is set to 1000 first.
+/// another with a token below the one it held: it must lead there. An elector that
+/// refused any token not above the last it had claimed in any slot (a rule meant for
+/// one lease) would take the slot, let go of it at once, back off and try again: the
+/// slot would churn and it would never lead, until the other slot's counter caught up
+/// (here a thousand takes). Redis: slot 0's counter is set to 1000 first.
 #[test]
 fn a_candidate_that_lost_a_slot_leads_another_with_its_lower_token() {
     let redis = RedisServer::start();

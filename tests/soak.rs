@@ -477,7 +477,7 @@ fn soak_2_redis() {
 /// Redlock over `n` nodes (without persistence, as the suite runs it): no store
 /// recorder (no single node's record is the lease). Tampering deletes or overwrites
 /// the lock key on a majority of the nodes (the leader hears of it on each, DESIGN
-/// invariant 9, since 2026-11-27; on a minority it must go on leading).
+/// invariant 9; on a minority it must go on leading).
 fn redlock(n: usize) {
     let mut cluster = RedisCluster::start(n);
     let majority: Vec<u16> = cluster

@@ -397,10 +397,10 @@ fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
     common::tamper::assert_stopped_within(&rewritten, Duration::from_millis(500));
 }
 
-/// Item 5 of the safety issue: the server caps the session timeout (20 × tickTime =
-/// 4 s here), far below the 15 s asked for. The deadline follows the granted 4 s, so
-/// the default renew interval (5 s) no longer fits: before the interval adapted, the
-/// leader lost every tenure at its deadline and flapped.
+/// A granted ttl shorter than asked: the server caps the session timeout (20 ×
+/// tickTime = 4 s here), far below the 15 s asked for. The deadline follows the
+/// granted 4 s, so the default renew interval (5 s) does not fit: the interval adapts,
+/// else the leader would lose every tenure at its deadline and flap.
 #[test]
 fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
     let zk = ZkEnsemble::start(1);
@@ -429,7 +429,7 @@ fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
     );
 }
 
-/// Invariant 11 and the gray-failure issue on zookeeper: a slow link (a long pipe, then a
+/// Invariant 11 and a gray failure on zookeeper: a slow link (a long pipe, then a
 /// congested queue) between the leader and the store; another candidate leads within
 /// 2 × ttl, and the slow one leads again once the link heals.
 #[test]
@@ -567,7 +567,7 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
     eprintln!("zookeeper faults: {report:?}");
 }
 
-/// Item 4 of the safety issue: a release whose delete never reaches the server (the
+/// A release cut short: a release whose delete never reaches the server (the
 /// elector gave up on it) must not leave the node for the next campaign of the same
 /// session to find by its prefix and claim again with the same czxid.
 #[test]
@@ -1083,9 +1083,9 @@ fn a_release_gives_back_only_our_own_node() {
 }
 
 /// A graceful release is one transaction on the server: the close of the session,
-/// which deletes our ephemeral node with it. A delete of the node and then the close
-/// were two, and the successor's first requests queued behind the second's disk
-/// write (issue 36). The node is gone at once: the next candidate leads.
+/// which deletes our ephemeral node with it (a delete of the node and then the close
+/// would be two, and the successor's first requests would queue behind the second's
+/// disk write). The node is gone at once: the next candidate leads.
 #[test]
 fn a_release_is_one_transaction_the_close_of_the_session() {
     let zk = ZkEnsemble::start(1);

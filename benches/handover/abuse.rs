@@ -14,7 +14,7 @@ pub fn measure(report: &mut Report, _rounds: usize) {
         ("nofile 1024 (fixed)", (1024, 1024)),
         ("nofile 1024, raisable", (1024, hard)),
     ] {
-        // Back under 16 MiB (the bound), whatever the idle size.
+        // Back under 16 MiB (the bound for the release build), whatever the idle size.
         let r = under_abuse(nofile, Duration::from_secs(30), |_| 16 * 1024);
         rows(report, label, &r);
     }

@@ -21,7 +21,7 @@
 //!   with bits of the member's id). Behind a next in line without it (`etcdctl
 //!   elect`, a Go elector), or while the announcement does not name the leader's key
 //!   (none put yet, or a role that may not write it), followers watch the leader's
-//!   key as before, and look 50 to 500 ms after it goes (`super::stagger`). A
+//!   key itself, and look 50 to 500 ms after it goes (`super::stagger`). A
 //!   follower's only periodic request is the lease keep-alive, which every candidate
 //!   needs to keep its place in the queue.
 //! - **Acquire**: when our key is the first, one keep-alive round trip is made before
@@ -312,12 +312,11 @@ impl EtcdBackend {
     /// connection), a leader's renew sends no other, and opens no new stream (opening
     /// one sends one), until a ttl after it was sent. A follower's keep-alive or the
     /// refresh before claiming is not held back: a late one only keeps that candidate
-    /// in the queue (holding it back made the first claim after a cut-off store member
-    /// healed wait a ttl: a graceful handover over 1 s in the 3-member soak). On a slow link (the gray-failure issue) every
-    /// keep-alive sent arrives in the end and extends the lease by a ttl from its
-    /// arrival: each retry used to open a new connection and stream with a keep-alive
-    /// of its own, and the last of them kept a stepped-down leader's key alive for up to
-    /// 2.6 ttl. A late answer proves nothing about this call's send time (the lease may
+    /// in the queue (holding it back would make the first claim after a cut-off store
+    /// member healed wait a ttl). On a slow link every keep-alive sent arrives in the end
+    /// and extends the lease by a ttl from its arrival: were each retry to open a new
+    /// connection and stream with a keep-alive of its own, the last of them could keep a
+    /// stepped-down leader's key alive for several ttl. A late answer proves nothing about this call's send time (the lease may
     /// run out a ttl after that old keep-alive arrived), so a new keep-alive follows it
     /// and only its answer counts. A stream that died with its connection (not by our
     /// own timeout) forgets what it carried.

@@ -692,9 +692,9 @@ impl RedlockBackend {
     /// `announce` publishes the release, which wakes every waiting candidate. Only a
     /// value held on a majority needs it: anyone who saw a value on fewer nodes saw no
     /// holder and retries soon by itself. A campaign that took a minority gives it
-    /// back quietly; announcing it made 100 candidates wake each other in a storm
-    /// (`LK_BENCH_ONLY=scale`: 489 requests per waiting candidate and a 2.2 s p99 per
-    /// handover on Redlock(3), docs/benchmarks.md).
+    /// back quietly: announcing it would make every waiting candidate look, each look
+    /// a take on every node that wakes the others again, a storm that grows with the
+    /// number of candidates.
     async fn give_back(
         &mut self,
         release_on: &[bool],
@@ -1198,8 +1198,8 @@ impl Backend for RedlockBackend {
     /// the campaign takes the announced holder). Pushes from the other nodes are not
     /// looked at. Campaigns decide, so a wrong guess costs a look, never safety.
     /// Without tracking on enough of them, it turns it on and looks again, or (a
-    /// server that refuses it) waits as before: the notices, the holder's expiry, or
-    /// `max`.
+    /// server that refuses it) waits without tracking: the notices, the holder's
+    /// expiry, or `max`.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         if self.value.is_none() {
             self.waiter.arm();

@@ -1024,7 +1024,7 @@ mod tests {
 
     /// A shared candidate behind a waiting writer waits until that writer's row goes
     /// stale at most, and then looks (a wait that ran out is a change then); without
-    /// staleness (the row not held by shared holders) it waits as before.
+    /// staleness (the row not held by shared holders) it waits for the writer alone.
     #[test]
     fn a_wait_behind_a_waiting_writer_ends_when_its_row_goes_stale() {
         let now = Instant::now();

@@ -2,8 +2,8 @@
 //!
 //! A request that arrives late must not act: a renewal or a campaign the elector has
 //! stopped waiting for (its backend timeout passed) would only extend, or take, a
-//! record nobody can use, and keep it from the other candidates for another ttl (the
-//! gray-failure issue: a slow link). So such a request carries the latest instant at
+//! record nobody can use, and keep it from the other candidates for another ttl (a
+//! slow link, a gray failure). So such a request carries the latest instant at
 //! which it may still act, in the store's clock, and the store refuses it after that.
 //!
 //! The store's clock is read by the scripts themselves (`TIME`), so every answer is

@@ -55,7 +55,7 @@
 //!   a leasekeeper candidate announces: our nodes carry a tag as the first group of
 //!   their Curator-shaped uuid (`rules::OUR_TAG`). Behind a next in line without it
 //!   (a Curator `LeaderLatch`), or while the announcement does not name the holder
-//!   (none written yet, or ACLs that refuse it), followers watch the head as before,
+//!   (none written yet, or ACLs that refuse it), followers watch the head itself,
 //!   and look 50 to 500 ms after it changes (`super::stagger`), so that the
 //!   successor goes first.
 //! - **Session expiry** ends everything at once: the next campaign opens a new session
@@ -64,9 +64,8 @@
 //!   across the whole ensemble, so they keep growing even if the election's parent node
 //!   is deleted and recreated (a sequence number would start again at 0).
 //! - **Release** forgets the node, then closes the session, which deletes our
-//!   ephemeral node in the close's own transaction (one transaction and no read, where
-//!   a delete and then a close were two; the successor's first requests no longer
-//!   queue behind the second): a release cut short (its answer never came, the
+//!   ephemeral node in the close's own transaction (one transaction and no read, so
+//!   the successor's first requests do not queue behind a second one): a release cut short (its answer never came, the
 //!   elector gave up on it) must not leave the node for the next campaign to find by
 //!   its prefix and claim again with the same czxid — two tenures never share a
 //!   token. The next campaign opens a new session with a new prefix.

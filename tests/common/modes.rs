@@ -204,7 +204,7 @@ fn a_writer_waiting_behind_two_readers(
 }
 
 /// A writer waiting for shared holders sends the store nothing, and is woken by the
-/// last one's release (issue 33: target 0 steady requests per waiting candidate).
+/// last one's release (0 steady requests per waiting candidate).
 /// `writer`'s every statement is counted by `statements` (its own database user);
 /// `reader` and `writer` share the election, with `ttl` and a retry interval of half
 /// a ttl. Two shared holders lead; the writer waits; a later shared candidate comes
@@ -266,7 +266,7 @@ pub fn a_waiting_writer_is_silent_and_woken(
 }
 
 /// A shared candidate kept out by a waiting writer sends the store nothing, through
-/// the writer's wait and its tenure, and is woken by the writer's release (issue 33).
+/// the writer's wait and its tenure, and is woken by the writer's release.
 /// `late`'s every statement is counted by `statements` (its own database user); the
 /// others run `plain`; all share the election, with `ttl` and a retry interval of
 /// half a ttl. Two shared holders lead; a writer waits; the late shared candidate

@@ -7,7 +7,7 @@ use super::faults::{FaultProxy, Link};
 use super::tamper::leader_of;
 use super::{eventually, Sidecar};
 
-/// DESIGN invariant 11 and the gray-failure issue: the link between the leader and the
+/// DESIGN invariant 11 and a gray failure: the link between the leader and the
 /// store turns slow (`link`: a long pipe, `Link::Delay`, or a congested queue,
 /// `Link::Congested`). The leader must stop claiming and get out of the way: another
 /// candidate leads within 2 × ttl of the link going bad, no two claims overlap, and
@@ -269,7 +269,7 @@ fn switchover(port: u16, to: &str) -> (Option<i32>, String) {
     (code, format!("{out}{err}"))
 }
 
-/// The issue's switchover: three candidates; `leasekeeper switchover --to ID` run
+/// The switchover: three candidates; `leasekeeper switchover --to ID` run
 /// against the leader makes ID lead next, and no other candidate leads in between —
 /// twice, each time naming the candidate that would *not* come next on its own where
 /// the store keeps a queue (the last to join, then the old leader's predecessor).

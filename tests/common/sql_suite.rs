@@ -544,7 +544,7 @@ macro_rules! sql_backend_tests {
 #[allow(unused_imports)]
 pub(crate) use sql_backend_tests;
 
-/// The gray-failure issue on SQL: the leader's link turns slow (see
+/// A gray failure on SQL: the leader's link turns slow (see
 /// [`super::scenarios::slow_leader_is_replaced_and_recovers`]).
 pub fn slow_leader(db: &dyn SqlDb, link: super::faults::Link) {
     let direct = format!("127.0.0.1:{}", db.port());

@@ -53,7 +53,7 @@ pub enum SlotRule {
     /// publishers.
     Right,
     /// Known-wrong: the machine is not told the slot, so its token rule compares a
-    /// slot's token with another slot's (the elector before 2026-11-27).
+    /// slot's token with another slot's.
     OneLease,
     /// Known-wrong: the publishers name the slot asked first, not the slot taken.
     WrongSlotNamed,

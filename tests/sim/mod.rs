@@ -1,4 +1,4 @@
-//! The deterministic simulator of the elector (issue 24): N copies of the real
+//! The deterministic simulator of the elector: N copies of the real
 //! `Machine` against simulated stores of each family, under faults drawn from one
 //! seed, judged by an oracle in simulated real time. See docs/safety.md, "The
 //! simulator".

@@ -1,4 +1,4 @@
-//! How a candidate kept out of the read-write lock waits without asking (issue 33):
+//! How a candidate kept out of the read-write lock waits without asking:
 //! a `--mode` follower (see [`super::rw`]), and an election's candidate (no `--mode`)
 //! kept out by the shared holders or by a place ahead in the queue (see
 //! [`super::RedisBackend`]).

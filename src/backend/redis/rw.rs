@@ -28,8 +28,8 @@
 //! holders live or a `--mode` candidate waits ahead of it, and queues its candidate
 //! as a waiting writer, as [`TAKE`] does. A stopped (SIGSTOP) waiting candidate keeps
 //! its place while the holders renew (its connections stay open: the server cannot
-//! tell it from a live one) for six ttl after its last look at most (since
-//! 2026-11-27: [`super::quiet::QUEUE_TTLS`]; a live one looks at least every five);
+//! tell it from a live one) for six ttl after its last look at most
+//! ([`super::quiet::QUEUE_TTLS`]; a live one looks at least every five);
 //! once they are gone its place lapses half a ttl after their release (two ttl after
 //! the last renewal of a crashed holder), or one and a half ttl after its last look
 //! if that is later. A

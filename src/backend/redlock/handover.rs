@@ -1,4 +1,4 @@
-//! A graceful handover on `redlock` wakes one follower, not all of them (issue 36),
+//! A graceful handover on `redlock` wakes one follower, not all of them,
 //! with the pieces of the `redis` backend's handover ([`baton`]) over N nodes:
 //!
 //! - **One baton, on the first configured node.** A plain release gives the lock back

@@ -46,7 +46,7 @@
 //! so that the named candidate, further back in the queue, wakes and takes the row
 //! holding it. A follower that is not queued (its lock connection is being renewed,
 //! or it holds the lock) wakes at the observed holder's expiry and at the retry
-//! interval, as before. Named locks are server-wide: the name is `lk:` and a 64-bit
+//! interval. Named locks are server-wide: the name is `lk:` and a 64-bit
 //! FNV-1a hash (hex) of `<database>/<table>/<election>`.
 //!
 //! **Shared and exclusive** (`--mode`): see [`shared`]; a shared holder takes neither

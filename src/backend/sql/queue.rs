@@ -1,4 +1,4 @@
-//! The waiting candidates' queue on the SQL stores (`--mode`, issue 33): whose turn it
+//! The waiting candidates' queue on the SQL stores (`--mode`): whose turn it
 //! is to take (or join) the lease row, from what one read saw. A plain decision; the
 //! reads and writes are the dialects'.
 //!

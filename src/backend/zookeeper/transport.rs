@@ -2,8 +2,7 @@
 //! library and the servers (plaintext only), so that a session the elector gave up on
 //! ends at the server as soon as the network allows.
 //!
-//! Without it, a session on a slow link outlives the claim by far (the gray-failure
-//! issue): the library declares a connection dead when no answer came within two
+//! Without it, a session on a slow link outlives the claim by far: the library declares a connection dead when no answer came within two
 //! fifths of the session timeout, and reconnects with the old session id for up to
 //! 7/5 of the session timeout; every ConnectRequest that arrives touches the session,
 //! and so keeps our node, the head of the queue, alive at the server while nobody

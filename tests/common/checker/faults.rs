@@ -323,7 +323,7 @@ impl Election<'_> {
         // leader's release may go to a hanging node (its session then ends by expiry,
         // a crash's ttl), while the successor may itself be on one and must first give
         // up on it (ZooKeeper's client waits 2/3 of the session timeout) before it
-        // hears of the expiry. Seen once at ttl + 1 s on a loaded machine (2026-11-26).
+        // hears of the expiry, which can take ttl + 1 s on a loaded machine.
         let bound = crash_bound + ttl;
         let new = self.find_leader(Some(old_port), bound);
         if new.is_some() {
@@ -408,7 +408,7 @@ impl Election<'_> {
         let old_port = self.slots[li].port;
         assert!(!self.proxies.is_empty(), "{fault:?} needs Extras::links");
         // A round trip longer than the backend timeout: proof that always comes too
-        // late. The slow leader must get out of the way (the gray-failure issue): late
+        // late. The slow leader must get out of the way (a gray failure): late
         // requests must not keep its record alive at the store.
         let link = if fault == Fault::SlowLeader {
             Link::Delay(ttl / 2)

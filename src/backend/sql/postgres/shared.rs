@@ -9,8 +9,8 @@
 //! snapshot read with the other shared holders' rows (PostgreSQL judges an `UPDATE`'s
 //! condition again on the latest version of a row that changed meanwhile). The last
 //! shared holder's release calls `pg_notify` in the same statement, so a waiting writer
-//! wakes when it commits; a writer's take notifies as before, and waiting shared
-//! candidates wake then. A waiting candidate's row (the queue, judged before the take:
+//! wakes when it commits; a writer's take notifies as an election's take does, and
+//! waiting shared candidates wake then. A waiting candidate's row (the queue, judged before the take:
 //! `crate::backend::sql`) is keyed by its presence and keeps its place while that
 //! session is in `pg_stat_activity` or its expiry lies ahead; a waiting writer waits
 //! silently for the shared holders' sessions (see [`super::wake::WAIT_READERS`]).

@@ -84,7 +84,7 @@ pub(super) struct Waiter {
     /// The wait asked for and not yet seen to end.
     armed: Option<u64>,
     /// A wait ended (the leader's session did): the next wait is by the row's
-    /// expiry, as before, and queues again only after the campaign after it.
+    /// expiry, and queues again only after the campaign after it.
     by_expiry: bool,
     task: JoinHandle<()>,
 }
@@ -112,13 +112,12 @@ impl Waiter {
         }
     }
 
-    /// The follower's wait: by the lock while another candidate holds the row, else as
-    /// before by the notification, the row's expiry and `max`. `max` passing while the
+    /// The follower's wait: by the lock while another candidate holds the row, else by
+    /// the notification, the row's expiry and `max`. `max` passing while the
     /// lock is still waited for is [`Wake::Quiet`]: nothing to look at, and the
     /// observation is current (the holder's session holds the lock, so it has run a
     /// statement within its idle limit, the ttl; a follower reporting nothing current
-    /// after a ttl would read `unknown` in `GET /leader`, and the checker's "every
-    /// follower follows the leader" never held: seen in the soak's PauseLeader round).
+    /// after a ttl would read `unknown` in `GET /leader` while a live leader renews).
     pub(super) async fn wait(
         &mut self,
         wake: &Notify,
