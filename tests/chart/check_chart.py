@@ -444,7 +444,9 @@ def test_helm_lint_reports_schema_violation():
 
 def test_default_render_objects():
     kinds = sorted(o["kind"] for o in render("default"))
-    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], f"default render: {kinds}"
+    assert kinds == ["Deployment", "Pod", "Role", "RoleBinding", "Service", "ServiceAccount"], f"default render: {kinds}"
+    # The Pod is the `helm test` hook: `helm test` works with the default values.
+    assert is_test_hook(one(render("default"), "Pod"))
     dep = deployment("default")
     assert dep["spec"]["replicas"] in (2, 3), dep["spec"]["replicas"]
     assert dep["metadata"]["name"] == "leasekeeper"
@@ -639,7 +641,8 @@ def test_service_routes_to_leader_only():
     assert all(pod_labels.get(k) == v for k, v in rest.items()), (rest, pod_labels)
     # The Service's ports reach the app container's named port.
     app_ports = {p["name"]: p["containerPort"] for p in container(dep, "app")["ports"]}
-    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "app")], svc["spec"]["ports"]
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "app"), (4040, "http")], \
+        svc["spec"]["ports"]
     assert app_ports["app"] == 8080
 
 
@@ -782,8 +785,8 @@ def test_helm_test_hook():
     """With the leader Service carrying the status port, a `helm test` Pod runs the
     leasekeeper image with `status --url http://<leader Service>.<namespace>.svc:<port>
     --samples 5`; it is a test hook deleted before the next run and after success, and it
-    is not selected by the Deployment, a Service or the PodDisruptionBudget. Without a
-    leader Service with the status port (the default), it does not render."""
+    is not selected by the Deployment, a Service or the PodDisruptionBudget. It renders
+    with the default values; without a leader Service with the status port it does not."""
     scenario = "native sidecar + helm test"
     _values, _release, namespace = SCENARIOS[scenario]
     objects = render(scenario)
@@ -823,8 +826,10 @@ def test_helm_test_hook():
             if o["kind"] == "Pod"][0]["spec"]["containers"][0]["args"]
     assert args[-2:] == ["--samples", "9"], args
     # Not rendered without a leader Service carrying the status port, or when turned off.
+    assert is_test_hook(one(render("default"), "Pod"))
     for values in [
-        {},
+        {"service": {"exposeStatusPort": False}},
+        {"deployment": {"enabled": False}},
         {"service": {"exposeStatusPort": True, "leaderOnly": False}},
         {"service": {"exposeStatusPort": True, "leaderOnly": False}, "podLabel": {"enabled": False}},
         {"service": {"exposeStatusPort": True, "enabled": False}},
@@ -836,7 +841,7 @@ def test_helm_test_hook():
     for scenario, (values, _release, namespace) in SCENARIOS.items():
         svc_values = values.get("service", {})
         label = {"key": LEADER_KEY, "leaderValue": "true", "enabled": True, **values.get("podLabel", {})}
-        expected = svc_values.get("exposeStatusPort", False) and svc_values.get("leaderOnly", True) and label["enabled"]
+        expected = svc_values.get("exposeStatusPort", True) and svc_values.get("leaderOnly", True) and label["enabled"]
         pods = of_kind(render(scenario), "Pod")
         assert len(pods) == (1 if expected else 0), f"{scenario}: {len(pods)} test Pods"
         if pods:
@@ -964,7 +969,8 @@ def test_network_policy():
         "app.kubernetes.io/name": "leasekeeper-test", "app.kubernetes.io/instance": "lk"}}}
     for values in NETWORK_POLICY_EDGES:
         assert_network_policy(render_objects(values), values, "default")
-    ingress = one(render_objects({"networkPolicy": {"enabled": True, "allowOtherPorts": False}}),
+    ingress = one(render_objects({"networkPolicy": {"enabled": True, "allowOtherPorts": False},
+                                  "tests": {"enabled": False}}),
                   "NetworkPolicy")["spec"]["ingress"]
     assert ingress == [], ingress
     notes = render_raw(NETWORK_POLICY, release, namespace)["leasekeeper/templates/NOTES.txt"]
