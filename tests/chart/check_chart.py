@@ -1292,6 +1292,435 @@ def test_env_names_known_to_the_sidecar():
         note("the chart sets, but src/config.rs does not read yet: " + ", ".join(missing))
 
 
+
+# ---------------------------------------------------------------------------------------
+# The injector (injector.enabled): `leasekeeper inject` as the agreed interface has it
+# (--listen-addr, --tls-cert-file, --tls-key-file, --sidecar-template, --native-sidecars,
+# --metrics-addr, --watch-missed; POST /mutate), its webhook, certificate and RBAC.
+
+INJECTOR_NAMESPACE = "lk-system"
+SIDECAR_RBAC = [
+    {"namespace": "shop", "serviceAccount": "default"},
+    {"namespace": "shop", "serviceAccount": "orders"},
+    {"namespace": "batch", "serviceAccount": "runner"},
+]
+INJECTOR_SCENARIOS = {
+    # The defaults with the injector on (self-signed certificate, failurePolicy Fail).
+    "injector": ({"injector": {"enabled": True, "sidecarRBAC": SIDECAR_RBAC}}, "lk", INJECTOR_NAMESPACE),
+    # cert-manager with its own self-signed Issuer.
+    "injector + cert-manager": ({"injector": {"enabled": True, "certManager": {"enabled": True}}},
+                                "lk", INJECTOR_NAMESPACE),
+    # Every knob: a ClusterIssuer, Ignore, selectors, one replica, native sidecars, no
+    # workload of the chart's own, etcd with TLS Secrets.
+    "injector, every setting": ({
+        **ETCD,
+        "deployment": {"enabled": False},
+        "sidecar": {"native": True},
+        "injector": {
+            "enabled": True, "replicas": 1, "failurePolicy": "Ignore", "timeoutSeconds": 10,
+            # (null drops the default matchLabels: Helm merges maps of values.)
+            "namespaceSelector": {"matchLabels": None,
+                                  "matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]},
+            "objectSelector": {"matchLabels": {"leasekeeper.io/sidecar": "true"}},
+            "nativeSidecars": "true", "watchMissed": False, "port": 9443, "metricsPort": 9090,
+            "certManager": {"enabled": True, "duration": "2160h",
+                            "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer"}},
+            "sidecarRBAC": [{"namespace": "shop", "serviceAccount": "default"}],
+            "nodeSelector": {"kubernetes.io/os": "linux"}, "priorityClassName": "system-cluster-critical",
+        },
+    }, "billing", "ops"),
+    # A 1.25 cluster: no matchConditions on the webhook.
+    "injector, Kubernetes 1.25": ({"injector": {"enabled": True}, "kubeVersion": "1.25.3"}, "lk", INJECTOR_NAMESPACE),
+}
+# The versions each injector scenario is validated against: matchConditions (rendered for
+# 1.28 and later) are in the admissionregistration/v1 schema from 1.28 on.
+INJECTOR_KUBE_VERSIONS = {
+    "injector": ["1.28", "1.37"],
+    "injector + cert-manager": ["1.28", "1.37"],
+    "injector, every setting": ["1.29", "1.37"],
+    "injector, Kubernetes 1.25": ["1.25", "1.37"],
+}
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+INJECTOR_BAD_VALUES = [
+    ({"injector": {"enabled": "yes"}}, "/injector/enabled"),
+    ({"injector": {"failurePolicy": "fail"}}, "/injector/failurePolicy"),
+    ({"injector": {"timeoutSeconds": 31}}, "/injector/timeoutSeconds"),
+    ({"injector": {"timeoutSeconds": 0}}, "/injector/timeoutSeconds"),
+    ({"injector": {"replicas": 0}}, "/injector/replicas"),
+    ({"injector": {"nativeSidecars": True}}, "/injector/nativeSidecars"),
+    ({"injector": {"nativeSidecars": "yes"}}, "/injector/nativeSidecars"),
+    ({"injector": {"watchMissed": "true"}}, "/injector/watchMissed"),
+    ({"injector": {"namespaceSelector": {"matchLabels": {"team": 1}}}}, "/injector/namespaceSelector/matchLabels/team"),
+    ({"injector": {"objectSelector": {"labels": {"a": "b"}}}}, "/injector/objectSelector"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "shop"}]}}, "/injector/sidecarRBAC/0"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "Shop", "serviceAccount": "default"}]}}, "/injector/sidecarRBAC/0/namespace"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "shop", "serviceAccount": "default", "role": "x"}]}}, "role"),
+    ({"injector": {"certManager": {"issuerRef": {"name": "ca", "kind": "Vault"}}}}, "/injector/certManager/issuerRef/kind"),
+    ({"injector": {"certManager": {"duration": "90 days"}}}, "/injector/certManager/duration"),
+    ({"injector": {"certValidityDays": 0}}, "/injector/certValidityDays"),
+    ({"injector": {"failurePolicy": "Fail", "webhookName": "x"}}, "webhookName"),
+    ({"deployment": {"enabled": "false"}}, "/deployment/enabled"),
+]
+# What the interface names: flag -> value the chart passes.
+INJECT_ARGS = {
+    "--listen-addr": "0.0.0.0:8443",
+    "--tls-cert-file": "/etc/leasekeeper/injector-tls/tls.crt",
+    "--tls-key-file": "/etc/leasekeeper/injector-tls/tls.key",
+    "--sidecar-template": "/etc/leasekeeper/sidecar-template/sidecar.yaml",
+    "--native-sidecars": "auto",
+    "--metrics-addr": "0.0.0.0:4041",
+    "--watch-missed": "true",
+}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "Namespace", "CustomResourceDefinition"}
+
+
+def injector_render(scenario):
+    key = ("injector", scenario)
+    if key not in _cache:
+        values, release, namespace = INJECTOR_SCENARIOS[scenario]
+        _cache[key] = render_objects(values, release, namespace)
+    return _cache[key]
+
+
+def injector_parts(objects):
+    """(Deployment, its container, its pod spec) of the injector in a render."""
+    [dep] = [o for o in of_kind(objects, "Deployment")
+             if o["metadata"]["labels"]["app.kubernetes.io/component"] == "injector"]
+    spec = dep["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    return dep, c, spec
+
+
+def flag_values(args):
+    """{--flag: value} of an argument list of the form [subcommand, --flag, value, ...]."""
+    assert len(args) % 2 == 1, args
+    pairs = dict(zip(args[1::2], args[2::2]))
+    assert all(k.startswith("--") for k in pairs), args
+    return pairs
+
+
+def webhook_of(objects):
+    [mwc] = of_kind(objects, "MutatingWebhookConfiguration")
+    [hook] = mwc["webhooks"]
+    return mwc, hook
+
+
+def test_injector_off_by_default():
+    """injector.enabled is false by default: no injector object in any scenario, and the
+    values file says so."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["injector"]["enabled"] is False
+    for scenario in SCENARIOS:
+        components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in render(scenario)}
+        assert "injector" not in components, scenario
+        assert not of_kind(render(scenario), "MutatingWebhookConfiguration"), scenario
+
+
+def test_injector_deployment_runs_the_agreed_command():
+    """The injector's container runs `leasekeeper inject` with exactly the interface's
+    flags; the certificate and key paths are in the mounted serving-certificate Secret,
+    the template path in the mounted ConfigMap's sidecar.yaml; the ports and probes are
+    the listen and metrics addresses; it runs as the sidecar does (image, user, read-only
+    root)."""
+    objects = injector_render("injector")
+    dep, c, spec = injector_parts(objects)
+    assert dep["metadata"]["name"] == "lk-leasekeeper-injector" and dep["spec"]["replicas"] == 2
+    assert c["args"][0] == "inject" and "command" not in c, c
+    assert flag_values(c["args"]) == INJECT_ARGS, c["args"]
+    side = sidecar_of(one(objects, "Deployment", "lk-leasekeeper"))
+    assert c["image"] == side["image"] and c["securityContext"] == side["securityContext"]
+    assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 4041, "protocol": "TCP"}], c["ports"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    args = flag_values(c["args"])
+    for flag in ("--tls-cert-file", "--tls-key-file", "--sidecar-template"):
+        path = pathlib.PurePosixPath(args[flag])
+        mount = mounts[str(path.parent)]
+        assert mount["readOnly"] is True, mount
+        volume = volumes[mount["name"]]
+        if flag == "--sidecar-template":
+            cm = one(objects, "ConfigMap", volume["configMap"]["name"])
+            assert path.name in cm["data"], (path.name, list(cm["data"]))
+        else:
+            secret = one(objects, "Secret", volume["secret"]["secretName"])
+            assert path.name in secret["data"], (path.name, list(secret["data"]))
+    # Its ServiceAccount, with the token mounted (it reads /version and watches Pods).
+    assert spec["serviceAccountName"] == one(objects, "ServiceAccount", "lk-leasekeeper-injector")["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is True
+    # The other settings reach the flags.
+    _dep, c, spec = injector_parts(injector_render("injector, every setting"))
+    assert flag_values(c["args"]) == {**INJECT_ARGS, "--listen-addr": "0.0.0.0:9443",
+                                      "--metrics-addr": "0.0.0.0:9090", "--native-sidecars": "true",
+                                      "--watch-missed": "false"}, c["args"]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert _dep["spec"]["replicas"] == 1
+
+
+def test_injector_rbac_and_service():
+    """ClusterRole exactly pods get/list/watch, events create, namespaces get, bound to the
+    injector's ServiceAccount; the Service forwards 443 to the https port; a
+    PodDisruptionBudget with more than one replica; the injector's Pods are selected by
+    none of the chart's other selectors (Services, PodDisruptionBudget, NetworkPolicy)."""
+    objects = injector_render("injector")
+    role = one(objects, "ClusterRole")
+    rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
+    assert rules == [(("",), ("events",), ("create",)), (("",), ("namespaces",), ("get",)),
+                     (("",), ("pods",), ("get", "list", "watch"))], role["rules"]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lk-leasekeeper-injector",
+                                    "namespace": INJECTOR_NAMESPACE}], binding["subjects"]
+    # Cluster-scoped names carry the namespace: two releases of one name do not collide.
+    assert role["metadata"]["name"] == "lk-leasekeeper-injector-lk-system"
+    cluster = sorted(o["kind"] for o in objects if o["kind"] in CLUSTER_SCOPED)
+    assert cluster == ["ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"], cluster
+    # Everything else is in the release namespace, but the Roles of injector.sidecarRBAC.
+    for o in objects:
+        if o["kind"] not in CLUSTER_SCOPED:
+            sidecar_rbac = o["metadata"]["name"] == "lk-leasekeeper-sidecar"
+            expected = {"shop", "batch"} if sidecar_rbac else {INJECTOR_NAMESPACE}
+            assert o["metadata"].get("namespace") in expected, (o["kind"], o["metadata"])
+    dep, c, spec = injector_parts(objects)
+    svc = one(objects, "Service", "lk-leasekeeper-injector")
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert selects(svc["spec"]["selector"], pod_labels)
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    pdbs = of_kind(objects, "PodDisruptionBudget")
+    assert [p["spec"] for p in pdbs] == [{"maxUnavailable": 1, "selector": dep["spec"]["selector"]}], pdbs
+    assert not of_kind(injector_render("injector, every setting"), "PodDisruptionBudget"), "one replica: no PDB"
+    # The chart's other selectors leave the injector's Pods alone.
+    with_all = render_objects({**NETWORK_POLICY, "podDisruptionBudget": {"enabled": True},
+                               "injector": {"enabled": True}}, "lk", INJECTOR_NAMESPACE)
+    _dep, _c, _spec = injector_parts(with_all)
+    labels = _dep["spec"]["template"]["metadata"]["labels"]
+    selectors = [(f"Service {s['metadata']['name']}", s["spec"]["selector"]) for s in of_kind(with_all, "Service")
+                 if s["metadata"]["name"] != "lk-leasekeeper-injector"]
+    selectors += [(f"{o['kind']} {o['metadata']['name']}", o["spec"].get("selector", o["spec"].get("podSelector", {})).get("matchLabels", {}))
+                  for o in with_all if o["kind"] in ("Deployment", "PodDisruptionBudget", "NetworkPolicy")
+                  and o["metadata"]["labels"]["app.kubernetes.io/component"] != "injector"]
+    assert len(selectors) >= 5, selectors
+    for who, selector in selectors:
+        assert not selects(selector, labels), f"{who} selects the injector's Pods"
+    for o in objects:
+        labels = o["metadata"].get("labels", {})
+        missing = [k for k in STANDARD_LABELS if k not in labels]
+        assert not missing, f"{o['kind']} {o['metadata']['name']} lacks {missing}"
+
+
+def test_injector_webhook_configuration():
+    """The MutatingWebhookConfiguration: POST /mutate on the injector's Service port 443,
+    admissionReviewVersions [v1], sideEffects None, reinvocationPolicy IfNeeded, CREATE of
+    Pods; failurePolicy, timeoutSeconds and objectSelector from the values; the
+    namespaceSelector is the values' plus kubernetes.io/metadata.name NotIn [release
+    namespace, kube-system], whatever the values say; matchConditions (only Pods annotated
+    leasekeeper.io/inject: "true") from Kubernetes 1.28."""
+    for scenario, (values, release, namespace) in INJECTOR_SCENARIOS.items():
+        inj = values["injector"]
+        mwc, hook = webhook_of(injector_render(scenario))
+        where = f"{scenario}: webhook"
+        assert hook["name"] == "inject.leasekeeper.io" and hook["admissionReviewVersions"] == ["v1"], where
+        assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "IfNeeded", where
+        assert hook["failurePolicy"] == inj.get("failurePolicy", "Fail"), where
+        assert hook["timeoutSeconds"] == inj.get("timeoutSeconds", 5), where
+        assert hook["clientConfig"]["service"] == {"name": f"{release}-leasekeeper-injector", "namespace": namespace,
+                                                   "path": "/mutate", "port": 443}, hook["clientConfig"]
+        assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                  "resources": ["pods"], "scope": "Namespaced"}], hook["rules"]
+        assert hook["objectSelector"] == inj.get("objectSelector", {}), where
+        selector = hook["namespaceSelector"]
+        wanted = {"matchLabels": {"leasekeeper.io/injection": "enabled"}, **inj.get("namespaceSelector", {})}
+        assert selector.get("matchLabels") == wanted.get("matchLabels"), f"{where}: {selector}"
+        assert selector["matchExpressions"] == wanted.get("matchExpressions", []) + [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [namespace, "kube-system"]}], where
+        if scenario.endswith("1.25"):
+            assert "matchConditions" not in hook, where
+        else:
+            [cond] = hook["matchConditions"]
+            assert "leasekeeper.io/inject" in cond["expression"] and "'true'" in cond["expression"], cond
+    # Every namespace (matchLabels: null drops the default label) still leaves the two out.
+    _mwc, hook = webhook_of(render_objects({"injector": {"enabled": True, "namespaceSelector": {"matchLabels": None}}},
+                                           "lk", "x"))
+    assert hook["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x", "kube-system"]}]}, hook
+    # matchConditions switch on at 1.28.
+    for version, present in [("1.27.9", False), ("1.28.0", True), ("v1.33.3", True)]:
+        _mwc, hook = webhook_of(render_objects({"injector": {"enabled": True}, "kubeVersion": version}))
+        assert ("matchConditions" in hook) == present, version
+
+
+def openssl(*args, stdin=None):
+    run = subprocess.run(["openssl", *args], input=stdin, capture_output=True, text=True)
+    assert run.returncode == 0, f"openssl {' '.join(args)}: {run.stdout}{run.stderr}"
+    return run.stdout
+
+
+def test_injector_self_signed_certificate():
+    """Without cert-manager: a kubernetes.io/tls Secret holding a CA, a serving
+    certificate the CA signed for the Service's DNS names, and its key; the webhook's
+    caBundle is that CA. (Its reuse across upgrades goes through `lookup`, which needs a
+    cluster: offline each render makes a new pair.)"""
+    objects = injector_render("injector")
+    secret = one(objects, "Secret")
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    dep, c, spec = injector_parts(objects)
+    assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [secret["metadata"]["name"]]
+    mwc, hook = webhook_of(objects)
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "caBundle is not the Secret's CA"
+    assert "annotations" not in mwc["metadata"]
+    if not shutil.which("openssl"):
+        note("openssl not installed: the generated certificate's chain and names were not checked")
+        return
+    import base64
+    pem = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, v in pem.items():
+            (pathlib.Path(tmp) / k).write_text(v)
+        assert "tls.crt: OK" in openssl("verify", "-CAfile", f"{tmp}/ca.crt", f"{tmp}/tls.crt")
+        text = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-ext", "subjectAltName")
+        names = re.findall(r"DNS:([^,\s]+)", text)
+        svc = f"lk-leasekeeper-injector.{INJECTOR_NAMESPACE}.svc"
+        assert names == ["lk-leasekeeper-injector", f"lk-leasekeeper-injector.{INJECTOR_NAMESPACE}", svc,
+                         svc + ".cluster.local"], text
+        pub_cert = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-pubkey")
+        pub_key = openssl("pkey", "-in", f"{tmp}/tls.key", "-pubout")
+        assert pub_cert == pub_key, "tls.key is not the certificate's key"
+        days = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-checkend", str(3640 * 86400))
+        assert "will not expire" in days, days
+
+
+def test_injector_cert_manager():
+    """With injector.certManager.enabled: no Secret from the chart, a Certificate for the
+    Service's DNS names into the Secret the injector mounts, signed by a self-signed
+    Issuer the chart creates or by issuerRef, and the webhook annotated
+    cert-manager.io/inject-ca-from: <namespace>/<Certificate> without a caBundle."""
+    for scenario in ("injector + cert-manager", "injector, every setting"):
+        values, release, namespace = INJECTOR_SCENARIOS[scenario]
+        objects = injector_render(scenario)
+        assert not of_kind(objects, "Secret"), scenario
+        cert = one(objects, "Certificate")
+        assert cert["apiVersion"] == "cert-manager.io/v1"
+        svc = f"{release}-leasekeeper-injector"
+        assert cert["spec"]["dnsNames"] == [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc",
+                                            f"{svc}.{namespace}.svc.cluster.local"], cert["spec"]
+        _dep, _c, spec = injector_parts(objects)
+        assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [cert["spec"]["secretName"]]
+        mwc, hook = webhook_of(objects)
+        assert mwc["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{namespace}/{cert['metadata']['name']}"}, mwc["metadata"]
+        assert "caBundle" not in hook["clientConfig"], hook["clientConfig"]
+        issuer_ref = values["injector"]["certManager"].get("issuerRef")
+        if issuer_ref:
+            assert not of_kind(objects, "Issuer")
+            assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", **issuer_ref}, cert["spec"]["issuerRef"]
+            assert cert["spec"]["duration"] == "2160h"
+        else:
+            issuer = one(objects, "Issuer")
+            assert issuer["spec"] == {"selfSigned": {}} and issuer["metadata"]["namespace"] == namespace
+            assert cert["spec"]["issuerRef"] == {"name": issuer["metadata"]["name"], "kind": "Issuer",
+                                                 "group": "cert-manager.io"}, cert["spec"]["issuerRef"]
+            assert "duration" not in cert["spec"]
+
+
+def sidecar_template(objects):
+    [cm] = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-injector-sidecar")]
+    assert list(cm["data"]) == ["sidecar.yaml"], list(cm["data"])
+    return yaml.safe_load(cm["data"]["sidecar.yaml"])
+
+
+def test_injector_sidecar_template_is_the_charts_sidecar():
+    """The ConfigMap's sidecar.yaml is ONE container object, equal to the sidecar of the
+    chart's own Deployment rendered with the same values (one definition): name
+    leasekeeper, image, ports, the downward-API environment and LEASEKEEPER_* defaults,
+    probes, resources, security context, the /tmp mount; with sidecar.native it carries
+    restartPolicy Always. A change of the sidecar's values changes the Deployment's
+    checksum annotation, so the injector rolls over to the new template."""
+    for values in [{}, ETCD, REDIS, NATIVE, ZOOKEEPER, {"election": {"name": "orders", "ttl": "20s"}}]:
+        with_injector = {**copy.deepcopy(values), "injector": {"enabled": True}}
+        objects = render_objects(with_injector, "lk", INJECTOR_NAMESPACE)
+        template = sidecar_template(objects)
+        assert isinstance(template, dict), template
+        chart_sidecar = sidecar_of(one(objects, "Deployment", "lk-leasekeeper"))
+        assert template == chart_sidecar, f"{values}: the injector's template differs from the chart's sidecar"
+    template = sidecar_template(injector_render("injector"))
+    env = env_of(template)
+    assert template["name"] == "leasekeeper" and env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["LEASEKEEPER_BACKEND"] == "kubernetes" and env["LEASEKEEPER_TTL"] == "15s"
+    assert template["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}], template["volumeMounts"]
+    assert {"readinessProbe", "livenessProbe", "resources", "securityContext", "ports"} <= set(template)
+    assert "restartPolicy" not in template
+    assert sidecar_template(injector_render("injector, every setting"))["restartPolicy"] == "Always"
+
+    def checksum(values):
+        dep, _c, _spec = injector_parts(render_objects({**values, "injector": {"enabled": True}}))
+        return dep["spec"]["template"]["metadata"]["annotations"]["checksum/sidecar-template"]
+
+    assert checksum({}) == checksum({"replicaCount": 5}) != checksum({"election": {"ttl": "20s"}})
+
+
+def test_injector_sidecar_rbac():
+    """injector.sidecarRBAC: one Role per namespace with exactly the rules of the chart's
+    own Role (the sidecar's), bound to each listed ServiceAccount of that namespace; none
+    when the sidecar needs no API access."""
+    objects = injector_render("injector")
+    own = one(objects, "Role", "lk-leasekeeper")
+    roles = {o["metadata"]["namespace"]: o for o in of_kind(objects, "Role") if o["metadata"]["name"] == "lk-leasekeeper-sidecar"}
+    bindings = {o["metadata"]["namespace"]: o for o in of_kind(objects, "RoleBinding") if o["metadata"]["name"] == "lk-leasekeeper-sidecar"}
+    assert sorted(roles) == sorted(bindings) == ["batch", "shop"], (sorted(roles), sorted(bindings))
+    for ns, role in roles.items():
+        assert role["rules"] == own["rules"], f"{ns}: {role['rules']}"
+        assert bindings[ns]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                           "name": "lk-leasekeeper-sidecar"}
+        assert bindings[ns]["subjects"] == [{"kind": "ServiceAccount", "name": e["serviceAccount"], "namespace": ns}
+                                            for e in SIDECAR_RBAC if e["namespace"] == ns], bindings[ns]["subjects"]
+    quiet = {**ZOOKEEPER, "injector": {"enabled": True, "sidecarRBAC": SIDECAR_RBAC}}
+    assert not of_kind(render_objects(quiet), "Role"), "a Role although the sidecar needs no API access"
+    assert not [o for o in render_objects({"injector": {"sidecarRBAC": SIDECAR_RBAC}}) if o["kind"] == "Role"
+                and o["metadata"]["name"].endswith("-sidecar")], "sidecarRBAC rendered without the injector"
+
+
+def test_injector_notes():
+    notes = render_raw(*INJECTOR_SCENARIOS["injector"])["leasekeeper/templates/NOTES.txt"]
+    for needle in ["kubectl label namespace NAMESPACE leasekeeper.io/injection=enabled",
+                   'leasekeeper.io/inject: "true"', "never in lk-system nor kube-system", "Failure policy: Fail"]:
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+
+
+def test_injector_lint_and_refusals():
+    """helm lint --strict with each injector scenario; values the schema refuses."""
+    for scenario, (values, _release, namespace) in INJECTOR_SCENARIOS.items():
+        report = helm().lint(CHART, copy.deepcopy(values), strict=True, namespace=namespace)
+        worse = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not worse and not report["errors"], f"{scenario}: helm lint: {worse or report['errors']}"
+    assert_refused(INJECTOR_BAD_VALUES, helm().HelmValuesError, "values.schema.json")
+
+
+def test_injector_kubernetes_validate_strict():
+    """Every object of every injector scenario against the Kubernetes API's schemas,
+    unknown fields refused (cert-manager's Issuer and Certificate have no schema there:
+    test_injector_cert_manager checks them)."""
+    import kubernetes_validate.utils as kv
+
+    checked = 0
+    for scenario in INJECTOR_SCENARIOS:
+        for obj in injector_render(scenario):
+            if obj["kind"] in CRD_KINDS | CERT_MANAGER_KINDS:
+                continue
+            for version in INJECTOR_KUBE_VERSIONS[scenario]:
+                try:
+                    kv.validate(strip(obj), version, strict=True)
+                except kv.ValidationError as e:
+                    raise AssertionError(f"{scenario}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): "
+                                         f"{'.'.join(map(str, e.path))}: {e.message}") from None
+                checked += 1
+    note(f"kubernetes-validate --strict: {checked} object/version checks of the injector's objects passed")
+
 # ---------------------------------------------------------------------------------------
 
 _notes = []
