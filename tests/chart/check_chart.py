@@ -24,6 +24,7 @@ import copy
 import importlib.machinery
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -1720,6 +1721,191 @@ def test_injector_kubernetes_validate_strict():
                                          f"{'.'.join(map(str, e.path))}: {e.message}") from None
                 checked += 1
     note(f"kubernetes-validate --strict: {checked} object/version checks of the injector's objects passed")
+
+
+# ---------------------------------------------------------------------------------------
+# Without a webhook: a parent chart that includes the named templates
+# (charts/examples/statefulset-with-sidecar), and the Kustomize component
+# (manifests/component, used by manifests/example-overlay).
+
+EXAMPLE_PARENT = ROOT / "charts" / "examples" / "statefulset-with-sidecar"
+EXAMPLE_OVERLAY = MANIFESTS / "example-overlay"
+COMPONENT = MANIFESTS / "component"
+# A template a parent chart could hold: the named templates with the short forms of the
+# call ("values" left to default to .Values.leasekeeper), and with a chart that is no
+# dependency.
+PARENT_PROBE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: probe
+data:
+  short: |
+    {{- include "leasekeeper.sidecarContainer" (dict "ctx" $) | nindent 4 }}
+  {{- if .Values.probeMissing }}
+  missing: {{ include "leasekeeper.sidecarContainer" (dict "ctx" $ "chart" "other" "values" .Values.leasekeeper) }}
+  {{- end }}
+"""
+
+
+def render_parent(values, release="shop", namespace="apps", probe=False, lint=True):
+    """The example parent chart's render, with charts/leasekeeper as its unpacked
+    dependency (what `helm dependency build` would pack into its charts/)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        parent = pathlib.Path(tmp) / EXAMPLE_PARENT.name
+        shutil.copytree(EXAMPLE_PARENT, parent, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+        shutil.copytree(CHART, parent / "charts" / "leasekeeper")
+        if probe:
+            (parent / "templates" / "probe.yaml").write_text(PARENT_PROBE)
+        if lint:
+            report = helm().lint(parent, copy.deepcopy(values), strict=True, namespace=namespace)
+            worse = [m for m in report["messages"] if m["severity"] >= 2]
+            assert not worse and not report["errors"], \
+                f"helm lint of the parent chart {values}: {worse or report['errors']}"
+        with helm().Chart.load(parent) as c:
+            raw = c.render(copy.deepcopy(values), name=release, namespace=namespace, is_install=True)
+    objects = []
+    for path, text in sorted(raw.items()):
+        if not path.endswith("NOTES.txt"):
+            objects += [{**doc, "__template": path} for doc in yaml.safe_load_all(text) if doc]
+    return objects
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def assert_volumes_cover_mounts(spec, where):
+    volumes = {v["name"] for v in spec.get("volumes", [])}
+    for c in spec["containers"] + spec.get("initContainers", []):
+        for m in c.get("volumeMounts", []):
+            assert m["name"] in volumes, f"{where}: {c['name']} mounts {m['name']}, which no volume defines"
+
+
+def test_parent_chart_includes_the_named_templates():
+    """A chart with leasekeeper as a dependency renders its StatefulSet with the sidecar
+    the leasekeeper chart renders for its own Deployment with the same values (image tag
+    from the dependency's appVersion, not the parent's), the Pod label of the election,
+    the sidecar's volumes and the dependency's ServiceAccount (bound to its Role); the
+    dependency renders no workload of its own (deployment.enabled=false). Also with
+    Secret-backed TLS (etcd) and as a native sidecar. The short call (dict "ctx" $)
+    renders the same container, and a chart that is no dependency is refused by name."""
+    parent_values = yaml.safe_load((EXAMPLE_PARENT / "values.yaml").read_text())
+    cases = [
+        ({}, {}),
+        ({"leasekeeper": {"backend": ETCD["backend"]}}, {"backend": ETCD["backend"]}),
+        ({"leasekeeper": {"sidecar": {"native": True}, "kubeVersion": "1.30.0"}},
+         {"sidecar": {"native": True}, "kubeVersion": "1.30.0"}),
+    ]
+    for values, own in cases:
+        objects = render_parent(values)
+        where = f"parent chart {values}"
+        [sts] = of_kind(objects, "StatefulSet")
+        spec = pod_spec(sts)
+        assert not [o for o in objects if o["kind"] in ("Deployment", "Pod")], f"{where}: the dependency's own workload rendered"
+        reference_objects = render_objects({**parent_values["leasekeeper"], **own, "deployment": {"enabled": True}},
+                                           "shop", "apps")
+        reference = one(reference_objects, "Deployment")
+        expected = sidecar_of(reference)
+        native = own.get("sidecar", {}).get("native", False)
+        side = [c for c in spec["containers" if not native else "initContainers"] if c["name"] == "leasekeeper"]
+        assert side == [expected], f"{where}: the StatefulSet's sidecar is not the chart's"
+        assert expected["image"].endswith(":0.1.0"), expected["image"]
+        assert [c["name"] for c in spec["containers"]] == (["app"] if native else ["app", "leasekeeper"])
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert labels[ELECTION_KEY] == env_of(expected)["LEASEKEEPER_ELECTION"] == "statefulset-with-sidecar", labels
+        assert spec["volumes"] == pod_spec(reference)["volumes"], f"{where}: volumes {spec['volumes']}"
+        assert_volumes_cover_mounts(spec, where)
+        sa = one(objects, "ServiceAccount")
+        assert spec["serviceAccountName"] == sa["metadata"]["name"] == "shop-leasekeeper"
+        assert spec["automountServiceAccountToken"] is True
+        binding = one(objects, "RoleBinding")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shop-leasekeeper", "namespace": "apps"}]
+        assert one(objects, "Role")["rules"] == one(reference_objects, "Role")["rules"], f"{where}: Role"
+        [leader] = [s for s in of_kind(objects, "Service") if s["metadata"]["name"] == "shop-leader"]
+        assert leader["spec"]["selector"][LEADER_KEY] == "true"
+        for o in objects:
+            for version in NATIVE_KUBE_VERSIONS if native else KUBE_VERSIONS:
+                validate_strict(o, version, where)
+    probe = one(render_parent({}, probe=True), "ConfigMap", "probe")
+    assert yaml.safe_load(probe["data"]["short"]) == [sidecar_of(one(render_objects(
+        {**parent_values["leasekeeper"], "deployment": {"enabled": True}}, "shop", "apps"), "Deployment"))]
+    try:
+        render_parent({"probeMissing": True}, probe=True, lint=False)
+    except helm().HelmRenderError as e:
+        assert 'chart "other" is not a dependency' in str(e) and "sidecar.image.tag" in str(e), e
+    else:
+        raise AssertionError("a chart that is no dependency was not refused")
+
+
+def validate_strict(obj, version, where):
+    import kubernetes_validate.utils as kv
+
+    try:
+        kv.validate(strip(obj), version, strict=True)
+    except kv.ValidationError as e:
+        raise AssertionError(f"{where}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): "
+                             f"{'.'.join(map(str, e.path))}: {e.message}") from None
+
+
+def kustomize(directory):
+    """`kubectl kustomize DIRECTORY` (offline): the objects."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl not found: it renders the Kustomize overlays (kubectl kustomize, offline)"
+    run = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True)
+    assert run.returncode == 0, f"kubectl kustomize {directory}:\n{run.stderr}"
+    return [o for o in yaml.safe_load_all(run.stdout) if o]
+
+
+def test_kustomize_component():
+    """manifests/example-overlay through `kubectl kustomize`: its Deployment and
+    StatefulSet (labelled leasekeeper.io/sidecar) get the chart's sidecar (the election
+    from the Pod label leasekeeper.io/election, every other field as the chart renders
+    it), the /tmp volume next to their own volumes, and the component's ServiceAccount,
+    bound to the chart's Role in the overlay's namespace; every object passes
+    kubernetes-validate --strict. A workload without the label is left alone."""
+    objects = kustomize(EXAMPLE_OVERLAY)
+    chart_sidecar = sidecar("default")
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in workloads) == [("Deployment", "web"), ("StatefulSet", "queue")]
+    for w in workloads:
+        where = f"overlay {w['kind']} {w['metadata']['name']}"
+        spec = pod_spec(w)
+        [side] = [c for c in spec["containers"] if c["name"] == "leasekeeper"]
+        env = env_of(side)
+        assert env["LEASEKEEPER_ELECTION"] == {"fieldRef": {"fieldPath": f"metadata.labels['{ELECTION_KEY}']"}}, env
+        assert ELECTION_KEY in w["spec"]["template"]["metadata"]["labels"], where
+        normalised = {**side, "env": [e for e in side["env"] if e["name"] != "LEASEKEEPER_ELECTION"]}
+        assert normalised == {**chart_sidecar, "env": [e for e in chart_sidecar["env"] if e["name"] != "LEASEKEEPER_ELECTION"]}, \
+            f"{where}: the sidecar differs from the chart's"
+        assert [e["name"] for e in side["env"]] == [e["name"] for e in chart_sidecar["env"]], where
+        assert {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}} in spec["volumes"], where
+        assert spec["serviceAccountName"] == "leasekeeper" and spec["automountServiceAccountToken"] is True, where
+        assert_volumes_cover_mounts(spec, where)
+    [sts] = of_kind(objects, "StatefulSet")
+    assert {"name": "data", "emptyDir": {}} in pod_spec(sts)["volumes"], "the StatefulSet's own volume is gone"
+    for o in objects:
+        assert o["metadata"]["namespace"] == "shop", o["metadata"]
+    binding = one(objects, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "leasekeeper", "namespace": "shop"}], binding
+    assert one(objects, "Role")["rules"] == one(render("default"), "Role")["rules"]
+    for o in objects:
+        for version in KUBE_VERSIONS:
+            validate_strict(o, version, "example-overlay")
+    # A workload without the label: unchanged.
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "plain"},
+                 "spec": {"selector": {"matchLabels": {"app": "plain"}}, "template": {
+                     "metadata": {"labels": {"app": "plain"}},
+                     "spec": {"containers": [{"name": "plain", "image": "busybox"}]}}}}
+        (pathlib.Path(tmp) / "plain.yaml").write_text(yaml.safe_dump(plain))
+        (pathlib.Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": ["plain.yaml"], "components": [os.path.relpath(COMPONENT, tmp)]}))
+        [dep] = of_kind(kustomize(tmp), "Deployment")
+    assert dep == plain, dep
+    note(f"kubectl kustomize manifests/example-overlay: {len(objects)} objects, "
+         f"kubernetes-validate --strict ({', '.join(KUBE_VERSIONS)}) passed")
 
 # ---------------------------------------------------------------------------------------
 
