@@ -1907,6 +1907,128 @@ def test_kustomize_component():
     note(f"kubectl kustomize manifests/example-overlay: {len(objects)} objects, "
          f"kubernetes-validate --strict ({', '.join(KUBE_VERSIONS)}) passed")
 
+
+# ---------------------------------------------------------------------------------------
+# The image archive (scripts/image-archive): built here from a small host binary in the
+# binary's place, and taken apart without the script's own checker.
+
+IMAGE_ARCHIVE = ROOT / "scripts" / "image-archive"
+IMAGE_CONTENTS = ROOT / "image" / "contents.txt"
+
+
+def run_image_archive(*args):
+    return subprocess.run([sys.executable, str(IMAGE_ARCHIVE), *map(str, args)], capture_output=True, text=True)
+
+
+def sha256_of(data):
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_image_archive():
+    """`scripts/image-archive --binary B` writes an OCI layout tar (oci-layout,
+    index.json, blobs named by their sha256) with a Docker-style manifest.json naming
+    the same blobs: every digest and size matches its blob, the config's diff_id is the
+    uncompressed layer's; the config has image/contents.txt's user, port and entry point;
+    the layer holds the binary at the `copy` path, each library ldd names at its path, the
+    CA file and the passwd/group entry of 65532. Two builds are byte for byte the same;
+    a binary that needs a library the base does not carry is refused; --check finds a
+    damaged blob."""
+    import gzip
+    import io
+
+    binary = shutil.which("true")
+    lines = [l.split() for l in IMAGE_CONTENTS.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    contents = {l[0]: l[1:] for l in lines}
+    carries = set(contents["carries"])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "image.tar"
+        run = run_image_archive("--binary", binary, "--output", out)
+        assert run.returncode == 0, f"image-archive: {run.stdout}{run.stderr}"
+        first = out.read_bytes()
+        assert run_image_archive("--binary", binary, "--output", out).returncode == 0
+        assert out.read_bytes() == first, "two builds of the same binary differ"
+        with tarfile_open(out) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+        for name, data in files.items():
+            if name.startswith("blobs/sha256/"):
+                assert sha256_of(data) == "sha256:" + name.rsplit("/", 1)[1], f"{name}: digest does not match"
+
+        def blob(desc):
+            data = files["blobs/sha256/" + desc["digest"].split(":", 1)[1]]
+            assert len(data) == desc["size"], desc
+            return data
+
+        index = json.loads(files["index.json"])
+        [entry] = index["manifests"]
+        tag = f"ghcr.io/leasekeeper/leasekeeper:{chart_meta()['appVersion']}"
+        assert entry["annotations"] == {"io.containerd.image.name": tag,
+                                        "org.opencontainers.image.ref.name": chart_meta()["appVersion"]}, entry
+        assert entry["platform"]["os"] == "linux" and entry["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+        manifest = json.loads(blob(entry))
+        config = json.loads(blob(manifest["config"]))
+        [layer_desc] = manifest["layers"]
+        assert layer_desc["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
+        layer = gzip.decompress(blob(layer_desc))
+        assert config["rootfs"] == {"type": "layers", "diff_ids": [sha256_of(layer)]}, config["rootfs"]
+        [docker] = json.loads(files["manifest.json"])
+        assert docker == {"Config": "blobs/sha256/" + manifest["config"]["digest"][7:], "RepoTags": [tag],
+                          "Layers": ["blobs/sha256/" + layer_desc["digest"][7:]]}, docker
+        name, uid, gid = contents["user"]
+        cfg = config["config"]
+        assert cfg["User"] == f"{uid}:{gid}" and cfg["Entrypoint"] == contents["entrypoint"], cfg
+        assert cfg["ExposedPorts"] == {f"{contents['expose'][0]}/tcp": {}}, cfg
+        with tarfile_open(fileobj=io.BytesIO(layer)) as tar:
+            members = {"/" + m.name: m for m in tar.getmembers()}
+            inside = {p: tar.extractfile(m).read() for p, m in members.items() if m.isfile()}
+        [copy_path] = contents["copy"]
+        assert inside[copy_path] == pathlib.Path(binary).read_bytes() and members[copy_path].mode == 0o755
+        libs = ldd_paths(binary)
+        assert libs, "ldd found no library"
+        for lib in libs:
+            assert os.path.basename(lib) in carries and inside[lib] == pathlib.Path(lib).read_bytes(), lib
+        ca = contents["carries-file"][0]
+        assert inside[ca] == pathlib.Path(ca).read_bytes()
+        assert f"{name}:x:{uid}:{gid}:" in inside["/etc/passwd"].decode(), inside["/etc/passwd"]
+        assert f"{name}:x:{gid}:" in inside["/etc/group"].decode(), inside["/etc/group"]
+        assert members["/tmp"].isdir() and members["/tmp"].mode == 0o1777
+        assert all(m.mtime == 0 for m in members.values())
+        check = run_image_archive("--check", out)
+        assert check.returncode == 0 and "digests and diff_ids match" in check.stdout, check
+        # A damaged blob: --check says which.
+        damaged = pathlib.Path(tmp) / "damaged.tar"
+        data = bytearray(first)
+        at = data.find(json.dumps(config, indent=2).encode()[:40])
+        assert at > 0
+        data[at + 5] ^= 1
+        damaged.write_bytes(bytes(data))
+        check = run_image_archive("--check", damaged)
+        assert check.returncode == 1 and manifest["config"]["digest"] in check.stderr, check
+        # A binary that needs a library the base image lacks.
+        openssl_bin = shutil.which("openssl")
+        if openssl_bin and any(os.path.basename(l) not in carries for l in ldd_paths(openssl_bin)):
+            refused = run_image_archive("--binary", openssl_bin, "--output", pathlib.Path(tmp) / "x.tar")
+            assert refused.returncode == 1 and "which the base image does not carry" in refused.stderr, refused
+    note(f"image archive of {binary}: {len(first)} bytes, {len(libs)} libraries, digests checked")
+
+
+def tarfile_open(name=None, fileobj=None):
+    import tarfile
+
+    return tarfile.open(name=name, fileobj=fileobj)
+
+
+def ldd_paths(program):
+    out = subprocess.run(["ldd", program], capture_output=True, text=True).stdout
+    paths = []
+    for line in out.splitlines():
+        words = (line.split("=>", 1)[1] if "=>" in line else line).split()
+        if words and words[0].startswith("/"):
+            paths.append(words[0])
+    return paths
+
 # ---------------------------------------------------------------------------------------
 
 _notes = []
