@@ -410,11 +410,39 @@ def strip(obj):
 
 
 def test_chart_metadata():
+    """Chart.yaml has what a chart repository shows (home, sources, maintainers,
+    keywords, kubeVersion), and `helm show readme` finds a README."""
     meta = chart_meta()
     assert meta["apiVersion"] == "v2", meta["apiVersion"]
     assert meta["name"] == "leasekeeper"
     assert meta["version"] == "0.1.0" and meta["appVersion"] == "0.1.0", meta
     assert (CHART / "values.schema.json").is_file()
+    assert meta["home"].startswith("https://") and meta["sources"] and all(s.startswith("https://") for s in meta["sources"])
+    assert meta["maintainers"] and all(m.get("name") for m in meta["maintainers"]), meta.get("maintainers")
+    assert {"leader-election", "sidecar", "admission-webhook"} <= set(meta["keywords"]), meta["keywords"]
+    assert meta["kubeVersion"] == ">=1.25.0-0"
+    readme = helm().show(str(CHART), output_format="readme")
+    assert readme.startswith("# leasekeeper") and "## Values" in readme, "helm show readme: no README with a values table"
+
+
+def test_chart_readme_is_current():
+    """charts/leasekeeper/README.md is what scripts/chart-readme makes from README.md.gotmpl,
+    Chart.yaml and values.yaml (helm-docs' format), and every value has a description."""
+    loader = importlib.machinery.SourceFileLoader("chart_readme", str(ROOT / "scripts" / "chart-readme"))
+    spec = importlib.util.spec_from_loader("chart_readme", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    want = module.render()
+    have = (CHART / "README.md").read_text()
+    assert have == want, "charts/leasekeeper/README.md is stale: run python3 scripts/chart-readme"
+    rows = [line.split(" | ") for line in have.splitlines() if line.startswith("| ") and "`" in line]
+    undocumented = [r[0].lstrip("| ") for r in rows if not r[-1].strip(" |")]
+    assert not undocumented, f"values without a `# --` description: {undocumented}"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    keys = {r[0].lstrip("| ") for r in rows}
+    for top in values:
+        assert any(k == top or k.startswith(top + ".") for k in keys), f"{top} is not in the values table"
+    note(f"chart README: {len(rows)} rows in the values table")
 
 
 def test_helm_lint_helm_sdkpy():
