@@ -15,7 +15,12 @@ volumes and mounts), the native sidecar (sidecar.native), the `helm test` Pod, t
 NetworkPolicy on the status port (networkPolicy.*: its Pods, its ports, its peers), the
 PrometheusRule and the Grafana dashboard ConfigMap against files/alerts.yaml and
 files/dashboard.json, values the schema must reject, that manifests/ equals a fresh
-default render, and that actionlint finds nothing in .github/workflows/. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
+default render, and that actionlint finds nothing in .github/workflows/. Then what puts
+the sidecar into other workloads: the injector's objects (injector.enabled), the example
+parent chart charts/examples/statefulset-with-sidecar (rendered with this chart as its
+dependency), the Kustomize component through `kubectl kustomize` of
+manifests/example-overlay, the image archive of scripts/image-archive (built from a host
+program), and the chart README against scripts/chart-readme. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
 Exit code 0 when all pass, 1 otherwise; the last line is "chart: N passed, N failed".
 """
 
