@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test deps bench lint chart-test prometheus-test soak sim check-features
+.PHONY: run test deps bench lint chart-test prometheus-test soak sim check-features image-archive
 
 # Runs the sidecar on its default backend (a local lock file): no server needed.
 # Builds only the file backend (no protoc, no other store's client) with the light
@@ -43,6 +43,14 @@ check-features:
 chart-test:
 	bash scripts/install-chart-deps
 	python3 tests/chart/check_chart.py
+
+# The container image as an OCI image archive, without Docker (scripts/image-archive):
+# target/leasekeeper-image.tar, for `ctr images import`, `podman load`, `kind load
+# image-archive` or skopeo (docs/workloads.md). From the release build by default; any
+# other build with BINARY=, e.g. make image-archive BINARY=target/debug/leasekeeper.
+BINARY ?= target/release/leasekeeper
+image-archive:
+	python3 scripts/image-archive --binary $(BINARY)
 
 # The alert rules, their unit tests and the dashboard's PromQL (promtool).
 prometheus-test:

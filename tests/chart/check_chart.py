@@ -15,7 +15,12 @@ volumes and mounts), the native sidecar (sidecar.native), the `helm test` Pod, t
 NetworkPolicy on the status port (networkPolicy.*: its Pods, its ports, its peers), the
 PrometheusRule and the Grafana dashboard ConfigMap against files/alerts.yaml and
 files/dashboard.json, values the schema must reject, that manifests/ equals a fresh
-default render, and that actionlint finds nothing in .github/workflows/. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
+default render, and that actionlint finds nothing in .github/workflows/. Then what puts
+the sidecar into other workloads: the injector's objects (injector.enabled), the example
+parent chart charts/examples/statefulset-with-sidecar (rendered with this chart as its
+dependency), the Kustomize component through `kubectl kustomize` of
+manifests/example-overlay, the image archive of scripts/image-archive (built from a host
+program), and the chart README against scripts/chart-readme. Every test_* function is also a pytest test (pytest tests/chart/check_chart.py).
 Exit code 0 when all pass, 1 otherwise; the last line is "chart: N passed, N failed".
 """
 
@@ -24,6 +29,7 @@ import copy
 import importlib.machinery
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -409,11 +415,39 @@ def strip(obj):
 
 
 def test_chart_metadata():
+    """Chart.yaml has what a chart repository shows (home, sources, maintainers,
+    keywords, kubeVersion), and `helm show readme` finds a README."""
     meta = chart_meta()
     assert meta["apiVersion"] == "v2", meta["apiVersion"]
     assert meta["name"] == "leasekeeper"
     assert meta["version"] == "0.1.0" and meta["appVersion"] == "0.1.0", meta
     assert (CHART / "values.schema.json").is_file()
+    assert meta["home"].startswith("https://") and meta["sources"] and all(s.startswith("https://") for s in meta["sources"])
+    assert meta["maintainers"] and all(m.get("name") for m in meta["maintainers"]), meta.get("maintainers")
+    assert {"leader-election", "sidecar", "admission-webhook"} <= set(meta["keywords"]), meta["keywords"]
+    assert meta["kubeVersion"] == ">=1.25.0-0"
+    readme = helm().show(str(CHART), output_format="readme")
+    assert readme.startswith("# leasekeeper") and "## Values" in readme, "helm show readme: no README with a values table"
+
+
+def test_chart_readme_is_current():
+    """charts/leasekeeper/README.md is what scripts/chart-readme makes from README.md.gotmpl,
+    Chart.yaml and values.yaml (helm-docs' format), and every value has a description."""
+    loader = importlib.machinery.SourceFileLoader("chart_readme", str(ROOT / "scripts" / "chart-readme"))
+    spec = importlib.util.spec_from_loader("chart_readme", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    want = module.render()
+    have = (CHART / "README.md").read_text()
+    assert have == want, "charts/leasekeeper/README.md is stale: run python3 scripts/chart-readme"
+    rows = [line.split(" | ") for line in have.splitlines() if line.startswith("| ") and "`" in line]
+    undocumented = [r[0].lstrip("| ") for r in rows if not r[-1].strip(" |")]
+    assert not undocumented, f"values without a `# --` description: {undocumented}"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    keys = {r[0].lstrip("| ") for r in rows}
+    for top in values:
+        assert any(k == top or k.startswith(top + ".") for k in keys), f"{top} is not in the values table"
+    note(f"chart README: {len(rows)} rows in the values table")
 
 
 def test_helm_lint_helm_sdkpy():
@@ -444,7 +478,9 @@ def test_helm_lint_reports_schema_violation():
 
 def test_default_render_objects():
     kinds = sorted(o["kind"] for o in render("default"))
-    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], f"default render: {kinds}"
+    assert kinds == ["Deployment", "Pod", "Role", "RoleBinding", "Service", "ServiceAccount"], f"default render: {kinds}"
+    # The Pod is the `helm test` hook: `helm test` works with the default values.
+    assert is_test_hook(one(render("default"), "Pod"))
     dep = deployment("default")
     assert dep["spec"]["replicas"] in (2, 3), dep["spec"]["replicas"]
     assert dep["metadata"]["name"] == "leasekeeper"
@@ -639,7 +675,8 @@ def test_service_routes_to_leader_only():
     assert all(pod_labels.get(k) == v for k, v in rest.items()), (rest, pod_labels)
     # The Service's ports reach the app container's named port.
     app_ports = {p["name"]: p["containerPort"] for p in container(dep, "app")["ports"]}
-    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "app")], svc["spec"]["ports"]
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "app"), (4040, "http")], \
+        svc["spec"]["ports"]
     assert app_ports["app"] == 8080
 
 
@@ -782,8 +819,8 @@ def test_helm_test_hook():
     """With the leader Service carrying the status port, a `helm test` Pod runs the
     leasekeeper image with `status --url http://<leader Service>.<namespace>.svc:<port>
     --samples 5`; it is a test hook deleted before the next run and after success, and it
-    is not selected by the Deployment, a Service or the PodDisruptionBudget. Without a
-    leader Service with the status port (the default), it does not render."""
+    is not selected by the Deployment, a Service or the PodDisruptionBudget. It renders
+    with the default values; without a leader Service with the status port it does not."""
     scenario = "native sidecar + helm test"
     _values, _release, namespace = SCENARIOS[scenario]
     objects = render(scenario)
@@ -823,8 +860,10 @@ def test_helm_test_hook():
             if o["kind"] == "Pod"][0]["spec"]["containers"][0]["args"]
     assert args[-2:] == ["--samples", "9"], args
     # Not rendered without a leader Service carrying the status port, or when turned off.
+    assert is_test_hook(one(render("default"), "Pod"))
     for values in [
-        {},
+        {"service": {"exposeStatusPort": False}},
+        {"deployment": {"enabled": False}},
         {"service": {"exposeStatusPort": True, "leaderOnly": False}},
         {"service": {"exposeStatusPort": True, "leaderOnly": False}, "podLabel": {"enabled": False}},
         {"service": {"exposeStatusPort": True, "enabled": False}},
@@ -836,7 +875,7 @@ def test_helm_test_hook():
     for scenario, (values, _release, namespace) in SCENARIOS.items():
         svc_values = values.get("service", {})
         label = {"key": LEADER_KEY, "leaderValue": "true", "enabled": True, **values.get("podLabel", {})}
-        expected = svc_values.get("exposeStatusPort", False) and svc_values.get("leaderOnly", True) and label["enabled"]
+        expected = svc_values.get("exposeStatusPort", True) and svc_values.get("leaderOnly", True) and label["enabled"]
         pods = of_kind(render(scenario), "Pod")
         assert len(pods) == (1 if expected else 0), f"{scenario}: {len(pods)} test Pods"
         if pods:
@@ -964,7 +1003,8 @@ def test_network_policy():
         "app.kubernetes.io/name": "leasekeeper-test", "app.kubernetes.io/instance": "lk"}}}
     for values in NETWORK_POLICY_EDGES:
         assert_network_policy(render_objects(values), values, "default")
-    ingress = one(render_objects({"networkPolicy": {"enabled": True, "allowOtherPorts": False}}),
+    ingress = one(render_objects({"networkPolicy": {"enabled": True, "allowOtherPorts": False},
+                                  "tests": {"enabled": False}}),
                   "NetworkPolicy")["spec"]["ingress"]
     assert ingress == [], ingress
     notes = render_raw(NETWORK_POLICY, release, namespace)["leasekeeper/templates/NOTES.txt"]
@@ -1285,6 +1325,742 @@ def test_env_names_known_to_the_sidecar():
     if missing:
         note("the chart sets, but src/config.rs does not read yet: " + ", ".join(missing))
 
+
+
+# ---------------------------------------------------------------------------------------
+# The injector (injector.enabled): `leasekeeper inject` as the agreed interface has it
+# (--listen-addr, --tls-cert-file, --tls-key-file, --sidecar-template, --native-sidecars,
+# --metrics-addr, --watch-missed; POST /mutate), its webhook, certificate and RBAC.
+
+INJECTOR_NAMESPACE = "lk-system"
+SIDECAR_RBAC = [
+    {"namespace": "shop", "serviceAccount": "default"},
+    {"namespace": "shop", "serviceAccount": "orders"},
+    {"namespace": "batch", "serviceAccount": "runner"},
+]
+INJECTOR_SCENARIOS = {
+    # The defaults with the injector on (self-signed certificate, failurePolicy Fail).
+    "injector": ({"injector": {"enabled": True, "sidecarRBAC": SIDECAR_RBAC}}, "lk", INJECTOR_NAMESPACE),
+    # cert-manager with its own self-signed Issuer.
+    "injector + cert-manager": ({"injector": {"enabled": True, "certManager": {"enabled": True}}},
+                                "lk", INJECTOR_NAMESPACE),
+    # Every knob: a ClusterIssuer, Ignore, selectors, one replica, native sidecars, no
+    # workload of the chart's own, etcd with TLS Secrets.
+    "injector, every setting": ({
+        **ETCD,
+        "deployment": {"enabled": False},
+        "sidecar": {"native": True},
+        "injector": {
+            "enabled": True, "replicas": 1, "failurePolicy": "Ignore", "timeoutSeconds": 10,
+            # (null drops the default matchLabels: Helm merges maps of values.)
+            "namespaceSelector": {"matchLabels": None,
+                                  "matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]},
+            "objectSelector": {"matchLabels": {"leasekeeper.io/sidecar": "true"}},
+            "nativeSidecars": "true", "watchMissed": False, "port": 9443, "metricsPort": 9090,
+            "certManager": {"enabled": True, "duration": "2160h",
+                            "issuerRef": {"name": "cluster-ca", "kind": "ClusterIssuer"}},
+            "sidecarRBAC": [{"namespace": "shop", "serviceAccount": "default"}],
+            "nodeSelector": {"kubernetes.io/os": "linux"}, "priorityClassName": "system-cluster-critical",
+        },
+    }, "billing", "ops"),
+    # A 1.25 cluster: no matchConditions on the webhook.
+    "injector, Kubernetes 1.25": ({"injector": {"enabled": True}, "kubeVersion": "1.25.3"}, "lk", INJECTOR_NAMESPACE),
+}
+# The versions each injector scenario is validated against: matchConditions (rendered for
+# 1.28 and later) are in the admissionregistration/v1 schema from 1.28 on.
+INJECTOR_KUBE_VERSIONS = {
+    "injector": ["1.28", "1.37"],
+    "injector + cert-manager": ["1.28", "1.37"],
+    "injector, every setting": ["1.29", "1.37"],
+    "injector, Kubernetes 1.25": ["1.25", "1.37"],
+}
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+INJECTOR_BAD_VALUES = [
+    ({"injector": {"enabled": "yes"}}, "/injector/enabled"),
+    ({"injector": {"failurePolicy": "fail"}}, "/injector/failurePolicy"),
+    ({"injector": {"timeoutSeconds": 31}}, "/injector/timeoutSeconds"),
+    ({"injector": {"timeoutSeconds": 0}}, "/injector/timeoutSeconds"),
+    ({"injector": {"replicas": 0}}, "/injector/replicas"),
+    ({"injector": {"nativeSidecars": True}}, "/injector/nativeSidecars"),
+    ({"injector": {"nativeSidecars": "yes"}}, "/injector/nativeSidecars"),
+    ({"injector": {"watchMissed": "true"}}, "/injector/watchMissed"),
+    ({"injector": {"namespaceSelector": {"matchLabels": {"team": 1}}}}, "/injector/namespaceSelector/matchLabels/team"),
+    ({"injector": {"objectSelector": {"labels": {"a": "b"}}}}, "/injector/objectSelector"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "shop"}]}}, "/injector/sidecarRBAC/0"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "Shop", "serviceAccount": "default"}]}}, "/injector/sidecarRBAC/0/namespace"),
+    ({"injector": {"sidecarRBAC": [{"namespace": "shop", "serviceAccount": "default", "role": "x"}]}}, "role"),
+    ({"injector": {"certManager": {"issuerRef": {"name": "ca", "kind": "Vault"}}}}, "/injector/certManager/issuerRef/kind"),
+    ({"injector": {"certManager": {"duration": "90 days"}}}, "/injector/certManager/duration"),
+    ({"injector": {"certValidityDays": 0}}, "/injector/certValidityDays"),
+    ({"injector": {"failurePolicy": "Fail", "webhookName": "x"}}, "webhookName"),
+    ({"deployment": {"enabled": "false"}}, "/deployment/enabled"),
+]
+# What the interface names: flag -> value the chart passes.
+INJECT_ARGS = {
+    "--listen-addr": "0.0.0.0:8443",
+    "--tls-cert-file": "/etc/leasekeeper/injector-tls/tls.crt",
+    "--tls-key-file": "/etc/leasekeeper/injector-tls/tls.key",
+    "--sidecar-template": "/etc/leasekeeper/sidecar-template/sidecar.yaml",
+    "--native-sidecars": "auto",
+    "--metrics-addr": "0.0.0.0:4041",
+    "--watch-missed": "true",
+}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "Namespace", "CustomResourceDefinition"}
+
+
+def injector_render(scenario):
+    key = ("injector", scenario)
+    if key not in _cache:
+        values, release, namespace = INJECTOR_SCENARIOS[scenario]
+        _cache[key] = render_objects(values, release, namespace)
+    return _cache[key]
+
+
+def injector_parts(objects):
+    """(Deployment, its container, its pod spec) of the injector in a render."""
+    [dep] = [o for o in of_kind(objects, "Deployment")
+             if o["metadata"]["labels"]["app.kubernetes.io/component"] == "injector"]
+    spec = dep["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    return dep, c, spec
+
+
+def flag_values(args):
+    """{--flag: value} of an argument list of the form [subcommand, --flag, value, ...]."""
+    assert len(args) % 2 == 1, args
+    pairs = dict(zip(args[1::2], args[2::2]))
+    assert all(k.startswith("--") for k in pairs), args
+    return pairs
+
+
+def webhook_of(objects):
+    [mwc] = of_kind(objects, "MutatingWebhookConfiguration")
+    [hook] = mwc["webhooks"]
+    return mwc, hook
+
+
+def test_injector_off_by_default():
+    """injector.enabled is false by default: no injector object in any scenario, and the
+    values file says so."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["injector"]["enabled"] is False
+    for scenario in SCENARIOS:
+        components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in render(scenario)}
+        assert "injector" not in components, scenario
+        assert not of_kind(render(scenario), "MutatingWebhookConfiguration"), scenario
+
+
+def test_injector_deployment_runs_the_agreed_command():
+    """The injector's container runs `leasekeeper inject` with exactly the interface's
+    flags; the certificate and key paths are in the mounted serving-certificate Secret,
+    the template path in the mounted ConfigMap's sidecar.yaml; the ports and probes are
+    the listen and metrics addresses; it runs as the sidecar does (image, user, read-only
+    root)."""
+    objects = injector_render("injector")
+    dep, c, spec = injector_parts(objects)
+    assert dep["metadata"]["name"] == "lk-leasekeeper-injector" and dep["spec"]["replicas"] == 2
+    assert c["args"][0] == "inject" and "command" not in c, c
+    assert flag_values(c["args"]) == INJECT_ARGS, c["args"]
+    side = sidecar_of(one(objects, "Deployment", "lk-leasekeeper"))
+    assert c["image"] == side["image"] and c["securityContext"] == side["securityContext"]
+    assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 4041, "protocol": "TCP"}], c["ports"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    args = flag_values(c["args"])
+    for flag in ("--tls-cert-file", "--tls-key-file", "--sidecar-template"):
+        path = pathlib.PurePosixPath(args[flag])
+        mount = mounts[str(path.parent)]
+        assert mount["readOnly"] is True, mount
+        volume = volumes[mount["name"]]
+        if flag == "--sidecar-template":
+            cm = one(objects, "ConfigMap", volume["configMap"]["name"])
+            assert path.name in cm["data"], (path.name, list(cm["data"]))
+        else:
+            secret = one(objects, "Secret", volume["secret"]["secretName"])
+            assert path.name in secret["data"], (path.name, list(secret["data"]))
+    # Its ServiceAccount, with the token mounted (it reads /version and watches Pods).
+    assert spec["serviceAccountName"] == one(objects, "ServiceAccount", "lk-leasekeeper-injector")["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is True
+    # The other settings reach the flags.
+    _dep, c, spec = injector_parts(injector_render("injector, every setting"))
+    assert flag_values(c["args"]) == {**INJECT_ARGS, "--listen-addr": "0.0.0.0:9443",
+                                      "--metrics-addr": "0.0.0.0:9090", "--native-sidecars": "true",
+                                      "--watch-missed": "false"}, c["args"]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert _dep["spec"]["replicas"] == 1
+
+
+def test_injector_rbac_and_service():
+    """ClusterRole exactly pods get/list/watch, events create, namespaces get, bound to the
+    injector's ServiceAccount; the Service forwards 443 to the https port; a
+    PodDisruptionBudget with more than one replica; the injector's Pods are selected by
+    none of the chart's other selectors (Services, PodDisruptionBudget, NetworkPolicy)."""
+    objects = injector_render("injector")
+    role = one(objects, "ClusterRole")
+    rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in role["rules"])
+    assert rules == [(("",), ("events",), ("create",)), (("",), ("namespaces",), ("get",)),
+                     (("",), ("pods",), ("get", "list", "watch"))], role["rules"]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "lk-leasekeeper-injector",
+                                    "namespace": INJECTOR_NAMESPACE}], binding["subjects"]
+    # Cluster-scoped names carry the namespace: two releases of one name do not collide.
+    assert role["metadata"]["name"] == "lk-leasekeeper-injector-lk-system"
+    cluster = sorted(o["kind"] for o in objects if o["kind"] in CLUSTER_SCOPED)
+    assert cluster == ["ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"], cluster
+    # Everything else is in the release namespace, but the Roles of injector.sidecarRBAC.
+    for o in objects:
+        if o["kind"] not in CLUSTER_SCOPED:
+            sidecar_rbac = o["metadata"]["name"] == "lk-leasekeeper-sidecar"
+            expected = {"shop", "batch"} if sidecar_rbac else {INJECTOR_NAMESPACE}
+            assert o["metadata"].get("namespace") in expected, (o["kind"], o["metadata"])
+    dep, c, spec = injector_parts(objects)
+    svc = one(objects, "Service", "lk-leasekeeper-injector")
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert selects(svc["spec"]["selector"], pod_labels)
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    pdbs = of_kind(objects, "PodDisruptionBudget")
+    assert [p["spec"] for p in pdbs] == [{"maxUnavailable": 1, "selector": dep["spec"]["selector"]}], pdbs
+    assert not of_kind(injector_render("injector, every setting"), "PodDisruptionBudget"), "one replica: no PDB"
+    # The chart's other selectors leave the injector's Pods alone.
+    with_all = render_objects({**NETWORK_POLICY, "podDisruptionBudget": {"enabled": True},
+                               "injector": {"enabled": True}}, "lk", INJECTOR_NAMESPACE)
+    _dep, _c, _spec = injector_parts(with_all)
+    labels = _dep["spec"]["template"]["metadata"]["labels"]
+    selectors = [(f"Service {s['metadata']['name']}", s["spec"]["selector"]) for s in of_kind(with_all, "Service")
+                 if s["metadata"]["name"] != "lk-leasekeeper-injector"]
+    selectors += [(f"{o['kind']} {o['metadata']['name']}", o["spec"].get("selector", o["spec"].get("podSelector", {})).get("matchLabels", {}))
+                  for o in with_all if o["kind"] in ("Deployment", "PodDisruptionBudget", "NetworkPolicy")
+                  and o["metadata"]["labels"]["app.kubernetes.io/component"] != "injector"]
+    assert len(selectors) >= 5, selectors
+    for who, selector in selectors:
+        assert not selects(selector, labels), f"{who} selects the injector's Pods"
+    for o in objects:
+        labels = o["metadata"].get("labels", {})
+        missing = [k for k in STANDARD_LABELS if k not in labels]
+        assert not missing, f"{o['kind']} {o['metadata']['name']} lacks {missing}"
+
+
+def test_injector_webhook_configuration():
+    """The MutatingWebhookConfiguration: POST /mutate on the injector's Service port 443,
+    admissionReviewVersions [v1], sideEffects None, reinvocationPolicy IfNeeded, CREATE of
+    Pods; failurePolicy, timeoutSeconds and objectSelector from the values; the
+    namespaceSelector is the values' plus kubernetes.io/metadata.name NotIn [release
+    namespace, kube-system], whatever the values say; matchConditions (only Pods annotated
+    leasekeeper.io/inject: "true") from Kubernetes 1.28."""
+    for scenario, (values, release, namespace) in INJECTOR_SCENARIOS.items():
+        inj = values["injector"]
+        mwc, hook = webhook_of(injector_render(scenario))
+        where = f"{scenario}: webhook"
+        assert hook["name"] == "inject.leasekeeper.io" and hook["admissionReviewVersions"] == ["v1"], where
+        assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "IfNeeded", where
+        assert hook["failurePolicy"] == inj.get("failurePolicy", "Fail"), where
+        assert hook["timeoutSeconds"] == inj.get("timeoutSeconds", 5), where
+        assert hook["clientConfig"]["service"] == {"name": f"{release}-leasekeeper-injector", "namespace": namespace,
+                                                   "path": "/mutate", "port": 443}, hook["clientConfig"]
+        assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                  "resources": ["pods"], "scope": "Namespaced"}], hook["rules"]
+        assert hook["objectSelector"] == inj.get("objectSelector", {}), where
+        selector = hook["namespaceSelector"]
+        wanted = {"matchLabels": {"leasekeeper.io/injection": "enabled"}, **inj.get("namespaceSelector", {})}
+        assert selector.get("matchLabels") == wanted.get("matchLabels"), f"{where}: {selector}"
+        assert selector["matchExpressions"] == wanted.get("matchExpressions", []) + [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [namespace, "kube-system"]}], where
+        if scenario.endswith("1.25"):
+            assert "matchConditions" not in hook, where
+        else:
+            [cond] = hook["matchConditions"]
+            assert "leasekeeper.io/inject" in cond["expression"] and "'true'" in cond["expression"], cond
+    # Every namespace (matchLabels: null drops the default label) still leaves the two out.
+    _mwc, hook = webhook_of(render_objects({"injector": {"enabled": True, "namespaceSelector": {"matchLabels": None}}},
+                                           "lk", "x"))
+    assert hook["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x", "kube-system"]}]}, hook
+    # matchConditions switch on at 1.28.
+    for version, present in [("1.27.9", False), ("1.28.0", True), ("v1.33.3", True)]:
+        _mwc, hook = webhook_of(render_objects({"injector": {"enabled": True}, "kubeVersion": version}))
+        assert ("matchConditions" in hook) == present, version
+
+
+def openssl(*args, stdin=None):
+    run = subprocess.run(["openssl", *args], input=stdin, capture_output=True, text=True)
+    assert run.returncode == 0, f"openssl {' '.join(args)}: {run.stdout}{run.stderr}"
+    return run.stdout
+
+
+def test_injector_self_signed_certificate():
+    """Without cert-manager: a kubernetes.io/tls Secret holding a CA, a serving
+    certificate the CA signed for the Service's DNS names, and its key; the webhook's
+    caBundle is that CA. (Its reuse across upgrades goes through `lookup`, which needs a
+    cluster: offline each render makes a new pair.)"""
+    objects = injector_render("injector")
+    secret = one(objects, "Secret")
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    dep, c, spec = injector_parts(objects)
+    assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [secret["metadata"]["name"]]
+    mwc, hook = webhook_of(objects)
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "caBundle is not the Secret's CA"
+    assert "annotations" not in mwc["metadata"]
+    if not shutil.which("openssl"):
+        note("openssl not installed: the generated certificate's chain and names were not checked")
+        return
+    import base64
+    pem = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, v in pem.items():
+            (pathlib.Path(tmp) / k).write_text(v)
+        assert "tls.crt: OK" in openssl("verify", "-CAfile", f"{tmp}/ca.crt", f"{tmp}/tls.crt")
+        text = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-ext", "subjectAltName")
+        names = re.findall(r"DNS:([^,\s]+)", text)
+        svc = f"lk-leasekeeper-injector.{INJECTOR_NAMESPACE}.svc"
+        assert names == ["lk-leasekeeper-injector", f"lk-leasekeeper-injector.{INJECTOR_NAMESPACE}", svc,
+                         svc + ".cluster.local"], text
+        pub_cert = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-pubkey")
+        pub_key = openssl("pkey", "-in", f"{tmp}/tls.key", "-pubout")
+        assert pub_cert == pub_key, "tls.key is not the certificate's key"
+        days = openssl("x509", "-in", f"{tmp}/tls.crt", "-noout", "-checkend", str(3640 * 86400))
+        assert "will not expire" in days, days
+
+
+def test_injector_cert_manager():
+    """With injector.certManager.enabled: no Secret from the chart, a Certificate for the
+    Service's DNS names into the Secret the injector mounts, signed by a self-signed
+    Issuer the chart creates or by issuerRef, and the webhook annotated
+    cert-manager.io/inject-ca-from: <namespace>/<Certificate> without a caBundle."""
+    for scenario in ("injector + cert-manager", "injector, every setting"):
+        values, release, namespace = INJECTOR_SCENARIOS[scenario]
+        objects = injector_render(scenario)
+        assert not of_kind(objects, "Secret"), scenario
+        cert = one(objects, "Certificate")
+        assert cert["apiVersion"] == "cert-manager.io/v1"
+        svc = f"{release}-leasekeeper-injector"
+        assert cert["spec"]["dnsNames"] == [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc",
+                                            f"{svc}.{namespace}.svc.cluster.local"], cert["spec"]
+        _dep, _c, spec = injector_parts(objects)
+        assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [cert["spec"]["secretName"]]
+        mwc, hook = webhook_of(objects)
+        assert mwc["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{namespace}/{cert['metadata']['name']}"}, mwc["metadata"]
+        assert "caBundle" not in hook["clientConfig"], hook["clientConfig"]
+        issuer_ref = values["injector"]["certManager"].get("issuerRef")
+        if issuer_ref:
+            assert not of_kind(objects, "Issuer")
+            assert cert["spec"]["issuerRef"] == {"group": "cert-manager.io", **issuer_ref}, cert["spec"]["issuerRef"]
+            assert cert["spec"]["duration"] == "2160h"
+        else:
+            issuer = one(objects, "Issuer")
+            assert issuer["spec"] == {"selfSigned": {}} and issuer["metadata"]["namespace"] == namespace
+            assert cert["spec"]["issuerRef"] == {"name": issuer["metadata"]["name"], "kind": "Issuer",
+                                                 "group": "cert-manager.io"}, cert["spec"]["issuerRef"]
+            assert "duration" not in cert["spec"]
+
+
+def sidecar_template(objects):
+    [cm] = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-injector-sidecar")]
+    assert list(cm["data"]) == ["sidecar.yaml"], list(cm["data"])
+    return yaml.safe_load(cm["data"]["sidecar.yaml"])
+
+
+def test_injector_sidecar_template_is_the_charts_sidecar():
+    """The ConfigMap's sidecar.yaml is ONE container object, equal to the sidecar of the
+    chart's own Deployment rendered with the same values (one definition): name
+    leasekeeper, image, ports, the downward-API environment and LEASEKEEPER_* defaults,
+    probes, resources, security context, the /tmp mount; with sidecar.native it carries
+    restartPolicy Always. A change of the sidecar's values changes the Deployment's
+    checksum annotation, so the injector rolls over to the new template."""
+    for values in [{}, ETCD, REDIS, NATIVE, ZOOKEEPER, {"election": {"name": "orders", "ttl": "20s"}}]:
+        with_injector = {**copy.deepcopy(values), "injector": {"enabled": True}}
+        objects = render_objects(with_injector, "lk", INJECTOR_NAMESPACE)
+        template = sidecar_template(objects)
+        assert isinstance(template, dict), template
+        chart_sidecar = sidecar_of(one(objects, "Deployment", "lk-leasekeeper"))
+        assert template == chart_sidecar, f"{values}: the injector's template differs from the chart's sidecar"
+    template = sidecar_template(injector_render("injector"))
+    env = env_of(template)
+    assert template["name"] == "leasekeeper" and env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["LEASEKEEPER_BACKEND"] == "kubernetes" and env["LEASEKEEPER_TTL"] == "15s"
+    assert template["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}], template["volumeMounts"]
+    assert {"readinessProbe", "livenessProbe", "resources", "securityContext", "ports"} <= set(template)
+    assert "restartPolicy" not in template
+    assert sidecar_template(injector_render("injector, every setting"))["restartPolicy"] == "Always"
+
+    def checksum(values):
+        dep, _c, _spec = injector_parts(render_objects({**values, "injector": {"enabled": True}}))
+        return dep["spec"]["template"]["metadata"]["annotations"]["checksum/sidecar-template"]
+
+    assert checksum({}) == checksum({"replicaCount": 5}) != checksum({"election": {"ttl": "20s"}})
+
+
+def test_injector_sidecar_rbac():
+    """injector.sidecarRBAC: one Role per namespace with exactly the rules of the chart's
+    own Role (the sidecar's), bound to each listed ServiceAccount of that namespace; none
+    when the sidecar needs no API access."""
+    objects = injector_render("injector")
+    own = one(objects, "Role", "lk-leasekeeper")
+    roles = {o["metadata"]["namespace"]: o for o in of_kind(objects, "Role") if o["metadata"]["name"] == "lk-leasekeeper-sidecar"}
+    bindings = {o["metadata"]["namespace"]: o for o in of_kind(objects, "RoleBinding") if o["metadata"]["name"] == "lk-leasekeeper-sidecar"}
+    assert sorted(roles) == sorted(bindings) == ["batch", "shop"], (sorted(roles), sorted(bindings))
+    for ns, role in roles.items():
+        assert role["rules"] == own["rules"], f"{ns}: {role['rules']}"
+        assert bindings[ns]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                           "name": "lk-leasekeeper-sidecar"}
+        assert bindings[ns]["subjects"] == [{"kind": "ServiceAccount", "name": e["serviceAccount"], "namespace": ns}
+                                            for e in SIDECAR_RBAC if e["namespace"] == ns], bindings[ns]["subjects"]
+    quiet = {**ZOOKEEPER, "injector": {"enabled": True, "sidecarRBAC": SIDECAR_RBAC}}
+    assert not of_kind(render_objects(quiet), "Role"), "a Role although the sidecar needs no API access"
+    assert not [o for o in render_objects({"injector": {"sidecarRBAC": SIDECAR_RBAC}}) if o["kind"] == "Role"
+                and o["metadata"]["name"].endswith("-sidecar")], "sidecarRBAC rendered without the injector"
+
+
+def test_injector_notes():
+    notes = render_raw(*INJECTOR_SCENARIOS["injector"])["leasekeeper/templates/NOTES.txt"]
+    for needle in ["kubectl label namespace NAMESPACE leasekeeper.io/injection=enabled",
+                   'leasekeeper.io/inject: "true"', "never in lk-system nor kube-system", "Failure policy: Fail"]:
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+
+
+def test_injector_lint_and_refusals():
+    """helm lint --strict with each injector scenario; values the schema refuses."""
+    for scenario, (values, _release, namespace) in INJECTOR_SCENARIOS.items():
+        report = helm().lint(CHART, copy.deepcopy(values), strict=True, namespace=namespace)
+        worse = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not worse and not report["errors"], f"{scenario}: helm lint: {worse or report['errors']}"
+    assert_refused(INJECTOR_BAD_VALUES, helm().HelmValuesError, "values.schema.json")
+
+
+def test_injector_kubernetes_validate_strict():
+    """Every object of every injector scenario against the Kubernetes API's schemas,
+    unknown fields refused (cert-manager's Issuer and Certificate have no schema there:
+    test_injector_cert_manager checks them)."""
+    import kubernetes_validate.utils as kv
+
+    checked = 0
+    for scenario in INJECTOR_SCENARIOS:
+        for obj in injector_render(scenario):
+            if obj["kind"] in CRD_KINDS | CERT_MANAGER_KINDS:
+                continue
+            for version in INJECTOR_KUBE_VERSIONS[scenario]:
+                try:
+                    kv.validate(strip(obj), version, strict=True)
+                except kv.ValidationError as e:
+                    raise AssertionError(f"{scenario}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): "
+                                         f"{'.'.join(map(str, e.path))}: {e.message}") from None
+                checked += 1
+    note(f"kubernetes-validate --strict: {checked} object/version checks of the injector's objects passed")
+
+
+# ---------------------------------------------------------------------------------------
+# Without a webhook: a parent chart that includes the named templates
+# (charts/examples/statefulset-with-sidecar), and the Kustomize component
+# (manifests/component, used by manifests/example-overlay).
+
+EXAMPLE_PARENT = ROOT / "charts" / "examples" / "statefulset-with-sidecar"
+EXAMPLE_OVERLAY = MANIFESTS / "example-overlay"
+COMPONENT = MANIFESTS / "component"
+# A template a parent chart could hold: the named templates with the short forms of the
+# call ("values" left to default to .Values.leasekeeper), and with a chart that is no
+# dependency.
+PARENT_PROBE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: probe
+data:
+  short: |
+    {{- include "leasekeeper.sidecarContainer" (dict "ctx" $) | nindent 4 }}
+  {{- if .Values.probeMissing }}
+  missing: {{ include "leasekeeper.sidecarContainer" (dict "ctx" $ "chart" "other" "values" .Values.leasekeeper) }}
+  {{- end }}
+"""
+
+
+def render_parent(values, release="shop", namespace="apps", probe=False, lint=True):
+    """The example parent chart's render, with charts/leasekeeper as its unpacked
+    dependency (what `helm dependency build` would pack into its charts/)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        parent = pathlib.Path(tmp) / EXAMPLE_PARENT.name
+        shutil.copytree(EXAMPLE_PARENT, parent, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+        shutil.copytree(CHART, parent / "charts" / "leasekeeper")
+        if probe:
+            (parent / "templates" / "probe.yaml").write_text(PARENT_PROBE)
+        if lint:
+            report = helm().lint(parent, copy.deepcopy(values), strict=True, namespace=namespace)
+            worse = [m for m in report["messages"] if m["severity"] >= 2]
+            assert not worse and not report["errors"], \
+                f"helm lint of the parent chart {values}: {worse or report['errors']}"
+        with helm().Chart.load(parent) as c:
+            raw = c.render(copy.deepcopy(values), name=release, namespace=namespace, is_install=True)
+    objects = []
+    for path, text in sorted(raw.items()):
+        if not path.endswith("NOTES.txt"):
+            objects += [{**doc, "__template": path} for doc in yaml.safe_load_all(text) if doc]
+    return objects
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def assert_volumes_cover_mounts(spec, where):
+    volumes = {v["name"] for v in spec.get("volumes", [])}
+    for c in spec["containers"] + spec.get("initContainers", []):
+        for m in c.get("volumeMounts", []):
+            assert m["name"] in volumes, f"{where}: {c['name']} mounts {m['name']}, which no volume defines"
+
+
+def test_parent_chart_includes_the_named_templates():
+    """A chart with leasekeeper as a dependency renders its StatefulSet with the sidecar
+    the leasekeeper chart renders for its own Deployment with the same values (image tag
+    from the dependency's appVersion, not the parent's), the Pod label of the election,
+    the sidecar's volumes and the dependency's ServiceAccount (bound to its Role); the
+    dependency renders no workload of its own (deployment.enabled=false). Also with
+    Secret-backed TLS (etcd) and as a native sidecar. The short call (dict "ctx" $)
+    renders the same container, and a chart that is no dependency is refused by name."""
+    parent_values = yaml.safe_load((EXAMPLE_PARENT / "values.yaml").read_text())
+    cases = [
+        ({}, {}),
+        ({"leasekeeper": {"backend": ETCD["backend"]}}, {"backend": ETCD["backend"]}),
+        ({"leasekeeper": {"sidecar": {"native": True}, "kubeVersion": "1.30.0"}},
+         {"sidecar": {"native": True}, "kubeVersion": "1.30.0"}),
+    ]
+    for values, own in cases:
+        objects = render_parent(values)
+        where = f"parent chart {values}"
+        [sts] = of_kind(objects, "StatefulSet")
+        spec = pod_spec(sts)
+        assert not [o for o in objects if o["kind"] in ("Deployment", "Pod")], f"{where}: the dependency's own workload rendered"
+        reference_objects = render_objects({**parent_values["leasekeeper"], **own, "deployment": {"enabled": True}},
+                                           "shop", "apps")
+        reference = one(reference_objects, "Deployment")
+        expected = sidecar_of(reference)
+        native = own.get("sidecar", {}).get("native", False)
+        side = [c for c in spec["containers" if not native else "initContainers"] if c["name"] == "leasekeeper"]
+        assert side == [expected], f"{where}: the StatefulSet's sidecar is not the chart's"
+        assert expected["image"].endswith(":0.1.0"), expected["image"]
+        assert [c["name"] for c in spec["containers"]] == (["app"] if native else ["app", "leasekeeper"])
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert labels[ELECTION_KEY] == env_of(expected)["LEASEKEEPER_ELECTION"] == "statefulset-with-sidecar", labels
+        assert spec["volumes"] == pod_spec(reference)["volumes"], f"{where}: volumes {spec['volumes']}"
+        assert_volumes_cover_mounts(spec, where)
+        sa = one(objects, "ServiceAccount")
+        assert spec["serviceAccountName"] == sa["metadata"]["name"] == "shop-leasekeeper"
+        assert spec["automountServiceAccountToken"] is True
+        binding = one(objects, "RoleBinding")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "shop-leasekeeper", "namespace": "apps"}]
+        assert one(objects, "Role")["rules"] == one(reference_objects, "Role")["rules"], f"{where}: Role"
+        [leader] = [s for s in of_kind(objects, "Service") if s["metadata"]["name"] == "shop-leader"]
+        assert leader["spec"]["selector"][LEADER_KEY] == "true"
+        for o in objects:
+            for version in NATIVE_KUBE_VERSIONS if native else KUBE_VERSIONS:
+                validate_strict(o, version, where)
+    probe = one(render_parent({}, probe=True), "ConfigMap", "probe")
+    assert yaml.safe_load(probe["data"]["short"]) == [sidecar_of(one(render_objects(
+        {**parent_values["leasekeeper"], "deployment": {"enabled": True}}, "shop", "apps"), "Deployment"))]
+    try:
+        render_parent({"probeMissing": True}, probe=True, lint=False)
+    except helm().HelmRenderError as e:
+        assert 'chart "other" is not a dependency' in str(e) and "sidecar.image.tag" in str(e), e
+    else:
+        raise AssertionError("a chart that is no dependency was not refused")
+
+
+def validate_strict(obj, version, where):
+    import kubernetes_validate.utils as kv
+
+    try:
+        kv.validate(strip(obj), version, strict=True)
+    except kv.ValidationError as e:
+        raise AssertionError(f"{where}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): "
+                             f"{'.'.join(map(str, e.path))}: {e.message}") from None
+
+
+def kustomize(directory):
+    """`kubectl kustomize DIRECTORY` (offline): the objects."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl not found: it renders the Kustomize overlays (kubectl kustomize, offline)"
+    run = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True)
+    assert run.returncode == 0, f"kubectl kustomize {directory}:\n{run.stderr}"
+    return [o for o in yaml.safe_load_all(run.stdout) if o]
+
+
+def test_kustomize_component():
+    """manifests/example-overlay through `kubectl kustomize`: its Deployment and
+    StatefulSet (labelled leasekeeper.io/sidecar) get the chart's sidecar (the election
+    from the Pod label leasekeeper.io/election, every other field as the chart renders
+    it), the /tmp volume next to their own volumes, and the component's ServiceAccount,
+    bound to the chart's Role in the overlay's namespace; every object passes
+    kubernetes-validate --strict. A workload without the label is left alone."""
+    objects = kustomize(EXAMPLE_OVERLAY)
+    chart_sidecar = sidecar("default")
+    workloads = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in workloads) == [("Deployment", "web"), ("StatefulSet", "queue")]
+    for w in workloads:
+        where = f"overlay {w['kind']} {w['metadata']['name']}"
+        spec = pod_spec(w)
+        [side] = [c for c in spec["containers"] if c["name"] == "leasekeeper"]
+        env = env_of(side)
+        assert env["LEASEKEEPER_ELECTION"] == {"fieldRef": {"fieldPath": f"metadata.labels['{ELECTION_KEY}']"}}, env
+        assert ELECTION_KEY in w["spec"]["template"]["metadata"]["labels"], where
+        normalised = {**side, "env": [e for e in side["env"] if e["name"] != "LEASEKEEPER_ELECTION"]}
+        assert normalised == {**chart_sidecar, "env": [e for e in chart_sidecar["env"] if e["name"] != "LEASEKEEPER_ELECTION"]}, \
+            f"{where}: the sidecar differs from the chart's"
+        assert [e["name"] for e in side["env"]] == [e["name"] for e in chart_sidecar["env"]], where
+        assert {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}} in spec["volumes"], where
+        assert spec["serviceAccountName"] == "leasekeeper" and spec["automountServiceAccountToken"] is True, where
+        assert_volumes_cover_mounts(spec, where)
+    [sts] = of_kind(objects, "StatefulSet")
+    assert {"name": "data", "emptyDir": {}} in pod_spec(sts)["volumes"], "the StatefulSet's own volume is gone"
+    for o in objects:
+        assert o["metadata"]["namespace"] == "shop", o["metadata"]
+    binding = one(objects, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "leasekeeper", "namespace": "shop"}], binding
+    assert one(objects, "Role")["rules"] == one(render("default"), "Role")["rules"]
+    for o in objects:
+        for version in KUBE_VERSIONS:
+            validate_strict(o, version, "example-overlay")
+    # A workload without the label: unchanged.
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "plain"},
+                 "spec": {"selector": {"matchLabels": {"app": "plain"}}, "template": {
+                     "metadata": {"labels": {"app": "plain"}},
+                     "spec": {"containers": [{"name": "plain", "image": "busybox"}]}}}}
+        (pathlib.Path(tmp) / "plain.yaml").write_text(yaml.safe_dump(plain))
+        (pathlib.Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": ["plain.yaml"], "components": [os.path.relpath(COMPONENT, tmp)]}))
+        [dep] = of_kind(kustomize(tmp), "Deployment")
+    assert dep == plain, dep
+    note(f"kubectl kustomize manifests/example-overlay: {len(objects)} objects, "
+         f"kubernetes-validate --strict ({', '.join(KUBE_VERSIONS)}) passed")
+
+
+# ---------------------------------------------------------------------------------------
+# The image archive (scripts/image-archive): built here from a small host binary in the
+# binary's place, and taken apart without the script's own checker.
+
+IMAGE_ARCHIVE = ROOT / "scripts" / "image-archive"
+IMAGE_CONTENTS = ROOT / "image" / "contents.txt"
+
+
+def run_image_archive(*args):
+    return subprocess.run([sys.executable, str(IMAGE_ARCHIVE), *map(str, args)], capture_output=True, text=True)
+
+
+def sha256_of(data):
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_image_archive():
+    """`scripts/image-archive --binary B` writes an OCI layout tar (oci-layout,
+    index.json, blobs named by their sha256) with a Docker-style manifest.json naming
+    the same blobs: every digest and size matches its blob, the config's diff_id is the
+    uncompressed layer's; the config has image/contents.txt's user, port and entry point;
+    the layer holds the binary at the `copy` path, each library ldd names at its path, the
+    CA file and the passwd/group entry of 65532. Two builds are byte for byte the same;
+    a binary that needs a library the base does not carry is refused; --check finds a
+    damaged blob."""
+    import gzip
+    import io
+
+    binary = shutil.which("true")
+    lines = [l.split() for l in IMAGE_CONTENTS.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    contents = {l[0]: l[1:] for l in lines}
+    carries = set(contents["carries"])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "image.tar"
+        run = run_image_archive("--binary", binary, "--output", out)
+        assert run.returncode == 0, f"image-archive: {run.stdout}{run.stderr}"
+        first = out.read_bytes()
+        assert run_image_archive("--binary", binary, "--output", out).returncode == 0
+        assert out.read_bytes() == first, "two builds of the same binary differ"
+        with tarfile_open(out) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+        for name, data in files.items():
+            if name.startswith("blobs/sha256/"):
+                assert sha256_of(data) == "sha256:" + name.rsplit("/", 1)[1], f"{name}: digest does not match"
+
+        def blob(desc):
+            data = files["blobs/sha256/" + desc["digest"].split(":", 1)[1]]
+            assert len(data) == desc["size"], desc
+            return data
+
+        index = json.loads(files["index.json"])
+        [entry] = index["manifests"]
+        tag = f"ghcr.io/leasekeeper/leasekeeper:{chart_meta()['appVersion']}"
+        assert entry["annotations"] == {"io.containerd.image.name": tag,
+                                        "org.opencontainers.image.ref.name": chart_meta()["appVersion"]}, entry
+        assert entry["platform"]["os"] == "linux" and entry["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+        manifest = json.loads(blob(entry))
+        config = json.loads(blob(manifest["config"]))
+        [layer_desc] = manifest["layers"]
+        assert layer_desc["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
+        layer = gzip.decompress(blob(layer_desc))
+        assert config["rootfs"] == {"type": "layers", "diff_ids": [sha256_of(layer)]}, config["rootfs"]
+        [docker] = json.loads(files["manifest.json"])
+        assert docker == {"Config": "blobs/sha256/" + manifest["config"]["digest"][7:], "RepoTags": [tag],
+                          "Layers": ["blobs/sha256/" + layer_desc["digest"][7:]]}, docker
+        name, uid, gid = contents["user"]
+        cfg = config["config"]
+        assert cfg["User"] == f"{uid}:{gid}" and cfg["Entrypoint"] == contents["entrypoint"], cfg
+        assert cfg["ExposedPorts"] == {f"{contents['expose'][0]}/tcp": {}}, cfg
+        with tarfile_open(fileobj=io.BytesIO(layer)) as tar:
+            members = {"/" + m.name: m for m in tar.getmembers()}
+            inside = {p: tar.extractfile(m).read() for p, m in members.items() if m.isfile()}
+        [copy_path] = contents["copy"]
+        assert inside[copy_path] == pathlib.Path(binary).read_bytes() and members[copy_path].mode == 0o755
+        libs = ldd_paths(binary)
+        assert libs, "ldd found no library"
+        for lib in libs:
+            assert os.path.basename(lib) in carries and inside[lib] == pathlib.Path(lib).read_bytes(), lib
+        ca = contents["carries-file"][0]
+        assert inside[ca] == pathlib.Path(ca).read_bytes()
+        assert f"{name}:x:{uid}:{gid}:" in inside["/etc/passwd"].decode(), inside["/etc/passwd"]
+        assert f"{name}:x:{gid}:" in inside["/etc/group"].decode(), inside["/etc/group"]
+        assert members["/tmp"].isdir() and members["/tmp"].mode == 0o1777
+        assert all(m.mtime == 0 for m in members.values())
+        check = run_image_archive("--check", out)
+        assert check.returncode == 0 and "digests and diff_ids match" in check.stdout, check
+        # A damaged blob: --check says which.
+        damaged = pathlib.Path(tmp) / "damaged.tar"
+        data = bytearray(first)
+        at = data.find(json.dumps(config, indent=2).encode()[:40])
+        assert at > 0
+        data[at + 5] ^= 1
+        damaged.write_bytes(bytes(data))
+        check = run_image_archive("--check", damaged)
+        assert check.returncode == 1 and manifest["config"]["digest"] in check.stderr, check
+        # A binary that needs a library the base image lacks.
+        openssl_bin = shutil.which("openssl")
+        if openssl_bin and any(os.path.basename(l) not in carries for l in ldd_paths(openssl_bin)):
+            refused = run_image_archive("--binary", openssl_bin, "--output", pathlib.Path(tmp) / "x.tar")
+            assert refused.returncode == 1 and "which the base image does not carry" in refused.stderr, refused
+    note(f"image archive of {binary}: {len(first)} bytes, {len(libs)} libraries, digests checked")
+
+
+def tarfile_open(name=None, fileobj=None):
+    import tarfile
+
+    return tarfile.open(name=name, fileobj=fileobj)
+
+
+def ldd_paths(program):
+    out = subprocess.run(["ldd", program], capture_output=True, text=True).stdout
+    paths = []
+    for line in out.splitlines():
+        words = (line.split("=>", 1)[1] if "=>" in line else line).split()
+        if words and words[0].startswith("/"):
+            paths.append(words[0])
+    return paths
 
 # ---------------------------------------------------------------------------------------
 

@@ -56,11 +56,17 @@ app.kubernetes.io/name: {{ printf "%s-test" (include "leasekeeper.name" .) | tru
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The ServiceAccount the chart's Role is bound to. Takes this chart's context or a parent's
+(dict "ctx" $ "values" .Values.leasekeeper), as the named templates of _sidecar.tpl.
+*/}}
 {{- define "leasekeeper.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
-{{- default (include "leasekeeper.fullname" .) .Values.serviceAccount.name }}
+{{- $c := dict }}
+{{- include "leasekeeper.resolve" (dict "in" . "out" $c) }}
+{{- if $c.Values.serviceAccount.create }}
+{{- default (include "leasekeeper.fullname" $c) $c.Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- default "default" $c.Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
@@ -80,7 +86,7 @@ Whether the helm test Pod renders: it asks the leader Service's status port, so 
 Service must exist, select the leader label, and carry the port.
 */}}
 {{- define "leasekeeper.testEnabled" -}}
-{{- if and .Values.tests.enabled .Values.service.enabled .Values.service.leaderOnly .Values.podLabel.enabled .Values.service.exposeStatusPort }}true{{ end }}
+{{- if and .Values.deployment.enabled .Values.tests.enabled .Values.service.enabled .Values.service.leaderOnly .Values.podLabel.enabled .Values.service.exposeStatusPort }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -97,7 +103,7 @@ message naming the value.
 */}}
 {{- define "leasekeeper.validate" -}}
 {{- $b := .Values.backend }}
-{{- if and .Values.service.enabled .Values.service.leaderOnly (not .Values.podLabel.enabled) }}
+{{- if and .Values.deployment.enabled .Values.service.enabled .Values.service.leaderOnly (not .Values.podLabel.enabled) }}
 {{- fail "service.leaderOnly needs podLabel.enabled=true: the Service selects the leader by the label the sidecar sets" }}
 {{- end }}
 {{- if and .Values.podLabel.enabled (eq (toString .Values.podLabel.leaderValue) (toString .Values.podLabel.followerValue)) }}
@@ -133,7 +139,7 @@ message naming the value.
 {{- if and .Values.sidecar.native (not (semverCompare ">=1.29.0-0" $kubeVersion)) }}
 {{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecar containers), not %s: an older cluster would run the sidecar as an init container that never ends, and never start the app" $kubeVersion) }}
 {{- end }}
-{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
+{{- if and .Values.deployment.enabled .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set one of maxUnavailable or minAvailable (set the other to null)" }}
 {{- end }}
 {{- end }}
@@ -339,4 +345,50 @@ The sidecar's LEASEKEEPER_* environment (after POD_NAME and POD_NAMESPACE).
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The injector's names and labels. Its Pods carry app.kubernetes.io/name <name>-injector,
+not the Deployment's selector labels: the leader and metrics Services, the
+PodDisruptionBudget and the NetworkPolicy select those.
+*/}}
+{{- define "leasekeeper.injector.fullname" -}}
+{{- printf "%s-injector" (include "leasekeeper.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "leasekeeper.injector.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-injector" (include "leasekeeper.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "leasekeeper.injector.labels" -}}
+helm.sh/chart: {{ include "leasekeeper.chart" . }}
+{{ include "leasekeeper.injector.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: injector
+app.kubernetes.io/part-of: {{ .Values.partOf | default (include "leasekeeper.name" .) }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The Secret with the webhook's serving certificate (ca.crt, tls.crt, tls.key): the chart's
+own or cert-manager's.
+*/}}
+{{- define "leasekeeper.injector.tlsSecret" -}}
+{{- printf "%s-tls" (include "leasekeeper.injector.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Whether the webhook can carry matchConditions (CEL; on by default from Kubernetes 1.28).
+*/}}
+{{- define "leasekeeper.injector.matchConditions" -}}
+{{- $kubeVersion := .Values.kubeVersion | default .Capabilities.KubeVersion.Version }}
+{{- if semverCompare ">=1.28.0-0" $kubeVersion }}true{{ end }}
+{{- end }}
+
+{{/*
+The sidecar template the injector reads: one container, the chart's sidecar.
+*/}}
+{{- define "leasekeeper.injector.sidecarTemplate" -}}
+{{- include "leasekeeper.sidecarContainer" . | fromYamlArray | first | toYaml }}
 {{- end }}
