@@ -33,7 +33,7 @@ pub struct Candidacy<'a> {
 /// How a candidate joins its election (`--mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LockMode {
-    /// No `--mode`: the election's lease, as before `--mode` existed (one holder).
+    /// No `--mode`: the election's lease (one holder).
     #[default]
     Election,
     /// `--mode exclusive`: the write side of the election's read-write lock, on the

@@ -55,6 +55,7 @@ FOREIGN_FLAGS = {
     "set": "helm",
     "set-string": "helm",
     "strict": "helm lint, kubernetes-validate",
+    "tag": "scripts/image-archive",
     "test": "cargo test",
     "test-threads": "cargo test",
     "tls-auth-clients": "redis-server",
