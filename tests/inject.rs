@@ -301,7 +301,8 @@ fn with_the_injector_down_ignore_admits_and_the_watch_tells() {
     for round in 0..2 {
         let injector = Injector::start_on(port, &s.certs, &kubeconfig, s.dir.path(), &[]);
         let counted = eventually(Duration::from_secs(20), || {
-            (injector.metric("leasekeeper_injector_pods_missed") == Some(1.0)).then_some(())
+            (injector.metric("leasekeeper_injector_pods_without_sidecar") == Some(1.0))
+                .then_some(())
         });
         assert!(counted.is_some(), "round {round}: {}", injector.log_text());
         assert_eq!(
@@ -332,7 +333,10 @@ fn with_the_injector_down_ignore_admits_and_the_watch_tells() {
     );
     assert!(code < 300);
     let gone = eventually(Duration::from_secs(10), || {
-        (s.injector().metric("leasekeeper_injector_pods_missed") == Some(0.0)).then_some(())
+        (s.injector()
+            .metric("leasekeeper_injector_pods_without_sidecar")
+            == Some(0.0))
+        .then_some(())
     });
     assert!(gone.is_some());
     assert_eq!(

@@ -1,13 +1,15 @@
-//! The injector's metrics, in Prometheus' text format 0.0.4. That format lets the gauge
-//! `leasekeeper_injector_pods_missed` and the counter
-//! `leasekeeper_injector_pods_missed_total` stand side by side; in OpenMetrics a
-//! counter's family is named without `_total`, so the two would be one name twice.
+//! The injector's metrics, in the OpenMetrics text format the sidecar's `/metrics` uses
+//! too (prometheus-client).
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`InjectorMetrics::render`].
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// How one admission review ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,101 +39,113 @@ impl Review {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+fn result(ok: bool) -> ResultLabel {
+    ResultLabel {
+        result: if ok { "ok" } else { "error" },
+    }
+}
+
 /// Counters and gauges, shared by the webhook, the certificate reloader and the watch.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InjectorMetrics {
-    reviews: [AtomicU64; 4],
-    pods_missed: AtomicU64,
-    pods_missed_total: AtomicU64,
-    cert_reloads: AtomicU64,
-    cert_reload_errors: AtomicU64,
-    missed_events: AtomicU64,
-    missed_event_errors: AtomicU64,
+    registry: Registry,
+    reviews: Family<ResultLabel, Counter>,
+    without_sidecar: Gauge,
+    missed: Counter,
+    cert_reloads: Family<ResultLabel, Counter>,
+    missed_events: Family<ResultLabel, Counter>,
+}
+
+impl Default for InjectorMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("leasekeeper_injector");
+        let metrics = InjectorMetrics {
+            registry: Registry::default(),
+            reviews: Family::default(),
+            without_sidecar: Gauge::default(),
+            missed: Counter::default(),
+            cert_reloads: Family::default(),
+            missed_events: Family::default(),
+        };
+        registry.register(
+            "admission_reviews",
+            "Admission reviews answered, by result",
+            metrics.reviews.clone(),
+        );
+        registry.register(
+            "pods_without_sidecar",
+            "Pods that asked for the leasekeeper sidecar (leasekeeper.io/inject: \"true\") and run without it",
+            metrics.without_sidecar.clone(),
+        );
+        registry.register(
+            "pods_missed",
+            "Pods seen asking for the leasekeeper sidecar and running without it, each counted once",
+            metrics.missed.clone(),
+        );
+        registry.register(
+            "certificate_reloads",
+            "Serving certificate reloads after its files changed, by result",
+            metrics.cert_reloads.clone(),
+        );
+        registry.register(
+            "missed_events",
+            "Warning Events LeasekeeperNotInjected recorded, by result",
+            metrics.missed_events.clone(),
+        );
+        // Every series from the start, at 0: a rate over a series that appears only
+        // with its first event misses that event.
+        for r in Review::ALL {
+            let _ = metrics
+                .reviews
+                .get_or_create(&ResultLabel { result: r.label() });
+        }
+        for ok in [true, false] {
+            let _ = metrics.cert_reloads.get_or_create(&result(ok));
+            let _ = metrics.missed_events.get_or_create(&result(ok));
+        }
+        InjectorMetrics {
+            registry,
+            ..metrics
+        }
+    }
 }
 
 impl InjectorMetrics {
     pub fn review(&self, r: Review) {
-        let i = Review::ALL.iter().position(|x| *x == r).unwrap_or(0);
-        self.reviews[i].fetch_add(1, Ordering::Relaxed);
+        let label = ResultLabel { result: r.label() };
+        self.reviews.get_or_create(&label).inc();
     }
 
     /// The missed Pods now and in all (from `missed::Missed`).
     pub fn missed(&self, current: usize, total: usize) {
-        self.pods_missed.store(current as u64, Ordering::Relaxed);
-        self.pods_missed_total
-            .store(total as u64, Ordering::Relaxed);
+        self.without_sidecar
+            .set(i64::try_from(current).unwrap_or(i64::MAX));
+        let total = u64::try_from(total).unwrap_or(u64::MAX);
+        let counted = self.missed.get();
+        if total > counted {
+            self.missed.inc_by(total - counted);
+        }
     }
 
     pub fn cert_reloaded(&self, ok: bool) {
-        let c = if ok {
-            &self.cert_reloads
-        } else {
-            &self.cert_reload_errors
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        self.cert_reloads.get_or_create(&result(ok)).inc();
     }
 
     pub fn missed_event(&self, ok: bool) {
-        let c = if ok {
-            &self.missed_events
-        } else {
-            &self.missed_event_errors
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        self.missed_events.get_or_create(&result(ok)).inc();
     }
 
     /// The exposition.
     pub fn render(&self) -> String {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
-        family(
-            "leasekeeper_injector_pods_missed",
-            "gauge",
-            "Pods that asked for the leasekeeper sidecar (leasekeeper.io/inject: \"true\") and run without it",
-            &[("", get(&self.pods_missed))],
-        );
-        family(
-            "leasekeeper_injector_pods_missed_total",
-            "counter",
-            "Pods seen asking for the leasekeeper sidecar and running without it, each counted once",
-            &[("", get(&self.pods_missed_total))],
-        );
-        let reviews: Vec<(String, u64)> = Review::ALL
-            .iter()
-            .zip(&self.reviews)
-            .map(|(r, c)| (format!("{{result=\"{}\"}}", r.label()), get(c)))
-            .collect();
-        let reviews: Vec<(&str, u64)> = reviews.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-        family(
-            "leasekeeper_injector_admission_reviews_total",
-            "counter",
-            "Admission reviews answered, by result",
-            &reviews,
-        );
-        family(
-            "leasekeeper_injector_certificate_reloads_total",
-            "counter",
-            "Serving certificate reloads after its files changed, by result",
-            &[
-                ("{result=\"ok\"}", get(&self.cert_reloads)),
-                ("{result=\"error\"}", get(&self.cert_reload_errors)),
-            ],
-        );
-        family(
-            "leasekeeper_injector_missed_events_total",
-            "counter",
-            "Warning Events LeasekeeperNotInjected recorded, by result",
-            &[
-                ("{result=\"ok\"}", get(&self.missed_events)),
-                ("{result=\"error\"}", get(&self.missed_event_errors)),
-            ],
-        );
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "cannot encode the injector's metrics");
+        }
         out
     }
 }
@@ -141,29 +155,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gauge_and_the_counter_are_two_families() {
+    fn the_gauge_and_the_counter_of_missed_pods_are_two_families() {
         let m = InjectorMetrics::default();
         m.missed(2, 5);
+        m.missed(1, 5);
         m.review(Review::Refused);
         let text = m.render();
-        assert!(
-            text.contains("# TYPE leasekeeper_injector_pods_missed gauge\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("\nleasekeeper_injector_pods_missed 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE leasekeeper_injector_pods_missed_total counter\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("\nleasekeeper_injector_pods_missed_total 5\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("leasekeeper_injector_admission_reviews_total{result=\"refused\"} 1\n")
-        );
+        for line in [
+            "# TYPE leasekeeper_injector_pods_without_sidecar gauge\n",
+            "\nleasekeeper_injector_pods_without_sidecar 1\n",
+            "# TYPE leasekeeper_injector_pods_missed counter\n",
+            "\nleasekeeper_injector_pods_missed_total 5\n",
+            "leasekeeper_injector_admission_reviews_total{result=\"refused\"} 1\n",
+            "# EOF\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in {text}");
+        }
     }
 }
