@@ -577,7 +577,7 @@ fn validate_identity(identity: &str) -> Result<(), ConfigError> {
 }
 
 fn default_identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME") {
+    if let Some(pod) = crate::settings::env_var("POD_NAME") {
         if !pod.is_empty() {
             return pod;
         }

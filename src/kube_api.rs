@@ -24,7 +24,7 @@ impl Args {
         let ns = self
             .namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| crate::settings::env_var("POD_NAMESPACE"))
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".to_owned());
@@ -45,6 +45,7 @@ impl Args {
     /// An explicit kubeconfig, read once so that a missing one is bad input.
     pub fn kubeconfig(&self) -> Result<Option<PathBuf>, ConfigError> {
         match &self.kubeconfig {
+            Some(p) if crate::settings::files_elsewhere() => Ok(Some(p.clone())),
             Some(p) => {
                 std::fs::read(p).map_err(|e| {
                     bad(format!("--kubeconfig {}: cannot read it: {e}", p.display()))

@@ -47,5 +47,8 @@ pub mod elector;
 pub mod publish;
 // 5. flags, environment and file merged into `Settings`;
 pub mod config;
-// 6. the subcommands (`main.rs` only dispatches to them).
+// 6. the injector's decisions (it checks a Pod's settings with `config`);
+#[cfg(feature = "kubernetes")]
+pub mod inject;
+// 7. the subcommands (`main.rs` only dispatches to them).
 pub mod cmd;

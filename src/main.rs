@@ -1,5 +1,5 @@
 //! Parses the first word and dispatches: the exec guard, the init of exec mode's
-//! PID namespace, `status`, `switchover`, `help`, `completions`, `man`, or the sidecar
+//! PID namespace, `status`, `switchover`, `inject`, `help`, `completions`, `man`, or the sidecar
 //! (plain or `run -- CMD`), each a module of `leasekeeper::cmd` or the exec publisher.
 //! The one definition of the whole command line is `leasekeeper::cmd::help::command`.
 
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Some(exec::INIT_ARG) => exec::init_main(args[2..].to_vec()),
         Some("status") => cmd::status::main(args),
         Some("switchover") => cmd::switchover::main(args),
+        Some("inject") => cmd::inject::main(args),
         Some("help" | "completions" | "man") => cmd::help::main(args),
         _ => cmd::sidecar::main(args),
     }

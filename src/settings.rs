@@ -6,9 +6,57 @@
 //! into its typed settings with these functions, so that every message names the setting
 //! and fits on one line; `config` only merges the flags, the environment and the YAML
 //! file. Nothing here imports from the rest of the crate.
+//!
+//! The same parsing serves the injector (`leasekeeper inject`), which checks a Pod's
+//! settings before the Pod exists: [`in_another_container`] runs a check as the
+//! sidecar in that Pod would run it, with its files in the other container.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+
+thread_local! {
+    /// While [`in_another_container`] runs a check on this thread: that container's
+    /// environment.
+    static ELSEWHERE: RefCell<Option<BTreeMap<String, String>>> = const { RefCell::new(None) };
+}
+
+/// Runs `check` as a sidecar in a Pod checks its settings, from outside that Pod: its
+/// environment is `env` ([`env_var`] reads it, not this process's), the files the
+/// settings name are in its container, not here, so their paths are taken and their
+/// contents are neither read nor judged (the sidecar reads them at its start), and
+/// [`in_a_pod`] holds.
+pub fn in_another_container<T>(env: BTreeMap<String, String>, check: impl FnOnce() -> T) -> T {
+    struct Reset(Option<BTreeMap<String, String>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            ELSEWHERE.with(|e| *e.borrow_mut() = previous);
+        }
+    }
+    let _reset = Reset(ELSEWHERE.with(|e| e.borrow_mut().replace(env)));
+    check()
+}
+
+/// Whether the files named by the settings are in another container (see
+/// [`in_another_container`]): then whoever parses their contents skips that.
+pub fn files_elsewhere() -> bool {
+    ELSEWHERE.with(|e| e.borrow().is_some())
+}
+
+/// An environment variable the settings read beside their flags (`POD_NAME` from the
+/// downward API, say): this process's, or the checked container's.
+pub fn env_var(name: &str) -> Option<String> {
+    let elsewhere = ELSEWHERE.with(|e| e.borrow().as_ref().map(|env| env.get(name).cloned()));
+    match elsewhere {
+        Some(value) => value,
+        None => std::env::var(name).ok(),
+    }
+}
+
+/// What a file read in another container stands in for: a PEM block with no contents.
+const ELSEWHERE_PEM: &[u8] = b"-----BEGIN ELSEWHERE-----\n-----END ELSEWHERE-----\n";
 
 /// What went wrong with the configuration; each message names the setting.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +121,9 @@ pub fn fmt_d(d: Duration) -> String {
 
 /// A one-line secret (a password file): trailing newlines dropped, empty refused.
 pub fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigError> {
+    if files_elsewhere() {
+        return Ok("elsewhere".to_owned());
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
     let secret = text.trim_end_matches(['\n', '\r']).to_owned();
@@ -87,6 +138,9 @@ pub fn read_secret_file(setting: &str, path: &Path) -> Result<String, ConfigErro
 
 /// A PEM file's bytes (a certificate, a key, a CA bundle).
 pub fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
+    if files_elsewhere() {
+        return Ok(ELSEWHERE_PEM.to_vec());
+    }
     let bytes = std::fs::read(path)
         .map_err(|e| bad(format!("{setting} {}: cannot read it: {e}", path.display())))?;
     if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
@@ -148,9 +202,10 @@ pub fn first_line(s: &str) -> String {
         .to_owned()
 }
 
-/// Whether this process runs in a Kubernetes Pod (the API server's address is set).
+/// Whether this process runs in a Kubernetes Pod (the API server's address is set), or
+/// checks the settings of a sidecar that will ([`in_another_container`]).
 pub fn in_a_pod() -> bool {
-    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+    files_elsewhere() || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
 
 #[cfg(test)]
@@ -171,6 +226,25 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("--x-cert-file /nonexistent/x.pem: cannot read it"));
+    }
+
+    #[test]
+    fn in_another_container_files_are_not_read() {
+        let p = Path::new("/nonexistent/x.pem");
+        assert!(read_pem("--x", p).is_err());
+        let env = BTreeMap::from([("POD_NAME".to_owned(), "web-1".to_owned())]);
+        let (pem, secret, pod, home) = in_another_container(env, || {
+            (
+                read_pem("--x", p),
+                read_secret_file("--y", p),
+                env_var("POD_NAME"),
+                env_var("HOME"),
+            )
+        });
+        assert!(pem.is_ok() && secret.is_ok());
+        assert_eq!((pod.as_deref(), home), (Some("web-1"), None));
+        assert!(in_another_container(BTreeMap::new(), in_a_pod));
+        assert!(!files_elsewhere(), "the check's end resets it");
     }
 
     #[test]

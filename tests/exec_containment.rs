@@ -740,3 +740,71 @@ fn file_a_group_stop_of_the_leader_leaves_no_worker_beside_the_next() {
     leader_of(&pool);
     never_two_workers(overlaps);
 }
+
+/// Whether a process with this pid exists (a zombie or one still exiting included).
+fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The pids of the worker's processes whose resident size reached `bytes`.
+fn fat(worker: &Marker, bytes: u64) -> Option<Vec<u32>> {
+    let procs = worker.procs();
+    let grown = procs.iter().any(|p| {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", p.pid)).unwrap_or_default();
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        pages * 4096 >= bytes
+    });
+    grown.then(|| procs.iter().map(|p| p.pid).collect())
+}
+
+/// Polls the lock file without waiting for it, every half millisecond, for up to 20 s;
+/// at the first moment it is free, the processes of `pids` that still exist.
+fn left_when_the_lock_frees(lock: &Path, pids: &[u32]) -> Vec<u32> {
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        let file = std::fs::File::open(lock).expect("lock file");
+        if file.try_lock().is_ok() {
+            return pids.iter().copied().filter(|p| exists(*p)).collect();
+        }
+        drop(file);
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    panic!("the lock never came free");
+}
+
+/// The file lock comes free only once every process of CMD has ended, not merely been
+/// sent SIGKILL: CMD's worker holds half a GiB, so its exit takes a while, and the
+/// lock is tried from outside at once and often. Once with the sidecar and its guard
+/// killed together (CMD's init alone holds the lock then), once with the sidecar
+/// alone (the guard holds it until its init was reaped).
+#[test]
+fn file_the_lock_comes_free_only_once_every_process_of_the_command_is_gone() {
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("election.lock");
+    let args = file_args(dir.path(), "fat");
+    for (round, guard_too) in [(0, true), (1, false)] {
+        let worker = Marker::new();
+        // The marker only in the worker's own argv (not in the sidecar's, the guard's
+        // or the init's, which carry the shell's one string).
+        let script = "import time; b = b'x' * (512 << 20); time.sleep(1e9)";
+        let exec = format!("exec python3 -c \"{script}\" {}", worker.0);
+        let cmd = vec!["sh".to_owned(), "-c".to_owned(), exec];
+        let mut a = Sidecar::spawn_run(&format!("fat{round}"), dir.path(), &args, &cmd);
+        a.settles_in("leader", Duration::from_secs(10));
+        let pids = eventually(Duration::from_secs(20), || fat(&worker, 400 << 20))
+            .unwrap_or_else(|| panic!("the worker never grew\n{}", a.stderr()));
+        if guard_too {
+            send_signal(guard_of(a.pid).expect("a's guard"), libc::SIGKILL);
+        }
+        a.kill();
+        let left = left_when_the_lock_frees(&lock, &pids);
+        assert!(
+            left.is_empty(),
+            "the lock was free while {left:?} of the command still existed"
+        );
+    }
+}

@@ -15,17 +15,33 @@ use crate::config::Cli;
 /// Exit code for a bad command line.
 const USAGE: u8 = 2;
 
+/// The subcommands with a man page of their own.
+#[cfg(feature = "kubernetes")]
+const PAGES: [&str; 5] = ["run", "status", "switchover", "inject", "completions"];
+#[cfg(not(feature = "kubernetes"))]
+const PAGES: [&str; 4] = ["run", "status", "switchover", "completions"];
+
 /// Every subcommand, each with its one line for the list in `--help`.
 pub fn command() -> Command {
-    Cli::command()
+    let top = Cli::command()
         .subcommand(super::run::command())
-        .subcommand(StatusCli::command().name("status").bin_name("leasekeeper status"))
+        .subcommand(
+            StatusCli::command()
+                .name("status")
+                .bin_name("leasekeeper status"),
+        )
         .subcommand(
             SwitchoverCli::command()
                 .name("switchover")
                 .bin_name("leasekeeper switchover"),
-        )
-        .subcommand(
+        );
+    #[cfg(feature = "kubernetes")]
+    let top = top.subcommand(
+        super::inject::InjectCli::command()
+            .name("inject")
+            .bin_name("leasekeeper inject"),
+    );
+    top.subcommand(
             Command::new("completions")
                 .about("Print a shell completion script (bash, zsh, fish, elvish, powershell)")
                 .after_help(
@@ -47,7 +63,7 @@ pub fn command() -> Command {
                 .arg(
                     Arg::new("subcommand")
                         .value_name("SUBCOMMAND")
-                        .value_parser(["run", "status", "switchover", "completions"]),
+                        .value_parser(PAGES),
                 ),
         )
 }

@@ -1,10 +1,36 @@
 //! Subcommands (DESIGN §1): one module each; `main.rs` only dispatches.
 
+use crate::config::LogFormat;
+
 pub mod help;
+#[cfg(feature = "kubernetes")]
+pub mod inject;
+#[cfg(not(feature = "kubernetes"))]
+pub mod inject {
+    //! Without the `kubernetes` feature there is no injector.
+    pub fn main(_args: Vec<std::ffi::OsString>) -> std::process::ExitCode {
+        eprintln!("error: inject: this leasekeeper was built without the Kubernetes API client; build with `cargo build --features kubernetes`");
+        std::process::ExitCode::from(2)
+    }
+}
 pub mod run;
 pub mod sidecar;
 pub mod status;
 pub mod switchover;
+
+/// Logs to stderr in `format`, at `RUST_LOG`'s levels (info by default).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
 
 /// The runtime every subcommand runs on.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

@@ -30,7 +30,7 @@ use crate::backend::sql::postgres::PostgresBackend;
 #[cfg(feature = "sql")]
 use crate::backend::sql::{Dialect, TableError};
 use crate::backend::{Backend, Candidacy, SlowPaths};
-use crate::config::{BackendSettings, Cli, CliError, LogFormat, Settings};
+use crate::config::{BackendSettings, Cli, CliError, Settings};
 use crate::elector::{
     await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
 };
@@ -61,7 +61,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    init_logging(settings.log_format);
+    super::init_logging(settings.log_format);
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }
@@ -119,19 +119,6 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
         super::run::check_program(&exec.cmd[0]).map_err(|e| fail(&e))?;
     }
     Ok(settings)
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
 }
 
 /// What every backend's run shares once the input is known to be good.

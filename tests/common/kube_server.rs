@@ -81,6 +81,12 @@ pub trait KubeApi: Send + Sync {
     fn changes(&self) -> Vec<(u64, &'static str, String, Value)>;
     /// One request with the sidecars' credentials: (status, JSON body).
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value);
+    /// One request as the harness's administrator (anything allowed, nothing counted),
+    /// with up to 40 s for an answer (an admission webhook may take its time).
+    fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value);
+    /// A kubeconfig for the injector's user, bound to the injector's ClusterRole
+    /// (Pods get, list and watch, Events create, Namespaces get).
+    fn injector_kubeconfig(&self) -> String;
 }
 
 /// Serves namespace `namespace`: the real API server when `LK_KUBE_APISERVER` names
@@ -199,6 +205,28 @@ impl KubeApi for FakeKube {
         FakeKube::changes(self)
     }
 
+    fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let content_type = if method == "PATCH" {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        raw_call_within(
+            std::time::Duration::from_secs(40),
+            self.port,
+            method,
+            path,
+            Some(super::fake_kube::ADMIN_TOKEN),
+            content_type,
+            &body,
+        )
+    }
+
+    fn injector_kubeconfig(&self) -> String {
+        FakeKube::injector_kubeconfig(self)
+    }
+
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let content_type = if method == "PATCH" {
             "application/merge-patch+json"
@@ -226,10 +254,23 @@ pub fn raw_call(
     content_type: &str,
     body: &str,
 ) -> (u16, Value) {
+    let five = std::time::Duration::from_secs(5);
+    raw_call_within(five, port, method, path, token, content_type, body)
+}
+
+/// [`raw_call`] with its own limit on the wait for the answer.
+pub fn raw_call_within(
+    limit: std::time::Duration,
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    content_type: &str,
+    body: &str,
+) -> (u16, Value) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .expect("timeout");
+    s.set_read_timeout(Some(limit)).expect("timeout");
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::free_port;
-use super::server::{wait_serving, ServerProcess};
+use super::server::{copy_tree, template, wait_serving, ServerProcess};
 
 pub struct MariaServer {
     pub port: u16,
@@ -17,6 +17,31 @@ pub struct MariaServer {
     dir: tempfile::TempDir,
     /// More `mariadbd` options (TLS).
     extra: Vec<String>,
+}
+
+/// `mariadb-install-db`'s data directory, made once ([`template`]) and copied for
+/// every server.
+fn data_template() -> std::path::PathBuf {
+    template("mariadb", "/usr/bin/mariadb-install-db", |fresh| {
+        std::fs::create_dir(fresh.join("tmp")).expect("tmp dir");
+        let install = Command::new("mariadb-install-db")
+            .arg(format!("--datadir={}", fresh.join("data").display()))
+            .arg(format!("--tmpdir={}", fresh.join("tmp").display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--user=root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("mariadb-install-db (make test installs mariadb-server)");
+        assert!(
+            install.status.success(),
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&install.stderr)
+        );
+    })
 }
 
 impl MariaServer {
@@ -44,23 +69,7 @@ impl MariaServer {
         // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
         // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
         std::fs::create_dir(dir.path().join("tmp")).expect("tmp dir");
-        let install = Command::new("mariadb-install-db")
-            .arg(format!("--datadir={}", dir.path().join("data").display()))
-            .arg(format!("--tmpdir={}", dir.path().join("tmp").display()))
-            .args([
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-                "--user=root",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("mariadb-install-db (make test installs mariadb-server)");
-        assert!(
-            install.status.success(),
-            "mariadb-install-db: {}",
-            String::from_utf8_lossy(&install.stderr)
-        );
+        copy_tree(&data_template().join("data"), &dir.path().join("data"));
         let mut server = MariaServer {
             port: free_port(),
             process: ServerProcess::default(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::server::{wait_serving, ServerProcess};
+use super::server::{copy_tree, template, wait_serving, ServerProcess};
 use super::{eventually, free_port, process_state, send_signal};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -25,6 +25,39 @@ pub struct PgServer {
 
 fn data(dir: &Path) -> PathBuf {
     dir.join("data")
+}
+
+/// `initdb`'s data directory with the harness's `pg_hba.conf`, made once
+/// ([`template`]) and copied for every server.
+fn data_template() -> PathBuf {
+    template("pg15", &format!("{BIN}/initdb"), |fresh| {
+        let chown = Command::new("chown")
+            .arg("postgres")
+            .arg(fresh)
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let init = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/initdb"))
+            .arg("-D")
+            .arg(data(fresh))
+            .args(["-U", "lk", "--auth=trust", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("initdb (make test installs postgresql-15)");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        std::fs::write(
+            data(fresh).join("pg_hba.conf"),
+            "local all all trust\nhostssl all client 127.0.0.1/32 cert\nhost all client 127.0.0.1/32 reject\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
+        )
+        .expect("pg_hba.conf");
+    })
 }
 
 impl PgServer {
@@ -52,26 +85,7 @@ impl PgServer {
             .status()
             .expect("chown");
         assert!(chown.success());
-        let init = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(format!("{BIN}/initdb"))
-            .arg("-D")
-            .arg(data(dir.path()))
-            .args(["-U", "lk", "--auth=trust", "-E", "UTF8"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("initdb (make test installs postgresql-15)");
-        assert!(
-            init.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&init.stderr)
-        );
-        std::fs::write(
-            data(dir.path()).join("pg_hba.conf"),
-            "local all all trust\nhostssl all client 127.0.0.1/32 cert\nhost all client 127.0.0.1/32 reject\nhost all secret 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
-        )
-        .expect("pg_hba.conf");
+        copy_tree(&data_template().join("data"), &data(dir.path()));
         let mut extra = Vec::new();
         if let Some(certs) = certs {
             // The key must belong to the server's user and be private to it.

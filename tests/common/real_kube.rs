@@ -2,10 +2,12 @@
 //! one: `LK_KUBE_APISERVER=/path/to/kube-apiserver` (docs/development.md says how to
 //! build one here). Each [`RealKube`] is its own etcd (the harness's) and its own API
 //! server with:
-//! - a static token file: `admin` (system:masters) for the harness, and the user
+//! - a static token file: `admin` (system:masters) for the harness, the user
 //!   `leasekeeper` the sidecars run as, bound to the chart's Role in the test's
 //!   namespace only (the Role read from `manifests/02-role.yaml`, plus the
-//!   `leaseCandidate.enabled` rule when asked), with `--authorization-mode=RBAC`;
+//!   `leaseCandidate.enabled` rule when asked), and the user `leasekeeper-injector`
+//!   (bound to the injector's ClusterRole by [`KubeApi::injector_kubeconfig`]), with
+//!   `--authorization-mode=RBAC`;
 //! - an audit log of every request the `leasekeeper` user makes (level Request), from
 //!   which [`KubeApi::requests`], [`KubeApi::forbidden`] and [`KubeApi::blind_writes`]
 //!   are counted, as the fake counts them;
@@ -174,6 +176,18 @@ impl RealKube {
         path: &str,
         body: Option<Value>,
     ) -> Result<(u16, Value), String> {
+        self.call_within(Duration::from_secs(10), client, method, path, body)
+    }
+
+    /// [`RealKube::call_with`] with its own limit on the wait.
+    fn call_within(
+        &self,
+        limit: Duration,
+        client: kube::Client,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
         let content_type = if method == Method::PATCH {
             "application/merge-patch+json"
         } else {
@@ -187,10 +201,10 @@ impl RealKube {
             .body(bytes)
             .map_err(|e| e.to_string())?;
         let answer = self.block_on(async move {
-            tokio::time::timeout(Duration::from_secs(10), client.request_text(request)).await
+            tokio::time::timeout(limit, client.request_text(request)).await
         });
         match answer {
-            Err(_) => Err("no answer within 10 s".to_owned()),
+            Err(_) => Err(format!("no answer within {limit:?}")),
             Ok(Ok(text)) => Ok((
                 200,
                 serde_json::from_str(&text).unwrap_or(Value::String(text)),
@@ -407,8 +421,9 @@ fn write_files(dir: &Path) {
         .is_ok_and(|s| s.success());
     assert!(ok, "openssl rsa -pubout");
     let tokens = format!(
-        "{ADMIN_TOKEN},admin,admin-uid,system:masters\n{},leasekeeper,leasekeeper-uid\n",
-        super::fake_kube::TOKEN
+        "{ADMIN_TOKEN},admin,admin-uid,system:masters\n{},leasekeeper,leasekeeper-uid\n{},leasekeeper-injector,leasekeeper-injector-uid\n",
+        super::fake_kube::TOKEN,
+        super::fake_kube::INJECTOR_TOKEN,
     );
     std::fs::write(dir.join("tokens.csv"), tokens).expect("tokens");
     let policy = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Request\n  users: [leasekeeper]\n- level: None\n";
@@ -688,6 +703,50 @@ impl KubeApi for RealKube {
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let method = Method::from_bytes(method.as_bytes()).expect("method");
         self.call_as_user(method, path, body)
+    }
+
+    fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        self.call_within(
+            Duration::from_secs(40),
+            self.admin.clone(),
+            method,
+            path,
+            body,
+        )
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The injector's ClusterRole and its binding to the user `leasekeeper-injector`
+    /// (made once; 409 when they exist), and a kubeconfig for that user.
+    fn injector_kubeconfig(&self) -> String {
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        let role = json!({
+            "metadata": {"name": "leasekeeper-injector"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+            ],
+        });
+        let binding = json!({
+            "metadata": {"name": "leasekeeper-injector"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "leasekeeper-injector"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "leasekeeper-injector"}],
+        });
+        for (path, body) in [("clusterroles", role), ("clusterrolebindings", binding)] {
+            let (code, answer) =
+                KubeApi::admin(self, "POST", &format!("{rbac}/{path}"), Some(body));
+            assert!(code < 300 || code == 409, "{path}: {code} {answer}");
+        }
+        let path = kubeconfig(
+            self.dir.path(),
+            self.port,
+            super::fake_kube::INJECTOR_TOKEN,
+            &self.namespace,
+            "injector",
+        );
+        path.display().to_string()
     }
 }
 

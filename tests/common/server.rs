@@ -1,9 +1,11 @@
 //! What every test server file shares: one started server process (Redis, an etcd
 //! member, a ZooKeeper server, PostgreSQL's `runuser`, MariaDB, Prometheus) that can be
 //! paused (SIGSTOP), resumed (SIGCONT), killed (woken, SIGKILL, reaped) and is killed
-//! on drop; and the wait until a fresh process serves.
+//! on drop; the wait until a fresh process serves; and data directories made once and
+//! copied for each server (`initdb`, `mariadb-install-db`).
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -96,4 +98,43 @@ pub fn wait_serving(
 ) {
     let ok = eventually(limit, || serves().then_some(()));
     assert!(ok.is_some(), "{}", why());
+}
+
+/// A data directory made once by `make` (given an empty directory to fill) and kept in
+/// the system's temp dir for every test process: `<tmp>/leasekeeper-<name>-<stamp>`,
+/// where the stamp follows the size and time of `binary` (another server version gets
+/// another one). It is made under a lock file and renamed into place whole, so every
+/// process sees a complete one or makes it.
+pub fn template(name: &str, binary: &str, make: impl FnOnce(&Path)) -> PathBuf {
+    let stamp = std::fs::metadata(binary)
+        .map(|m| format!("{}-{}", m.len(), m.mtime()))
+        .unwrap_or_default();
+    let root = std::env::temp_dir();
+    let path = root.join(format!("leasekeeper-{name}-{stamp}"));
+    if path.exists() {
+        return path;
+    }
+    let lock = std::fs::File::create(root.join(format!("leasekeeper-{name}.lock")))
+        .expect("template lock file");
+    lock.lock().expect("template lock");
+    if path.exists() {
+        return path;
+    }
+    let fresh = root.join(format!("leasekeeper-{name}-{stamp}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::create_dir(&fresh).expect("template dir");
+    make(&fresh);
+    std::fs::rename(&fresh, &path).expect("template rename");
+    path
+}
+
+/// Copies the directory `from` to `to` (which must not exist), owners and modes kept.
+pub fn copy_tree(from: &Path, to: &Path) {
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(copied, "cp -a {} {}", from.display(), to.display());
 }

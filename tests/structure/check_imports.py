@@ -20,6 +20,7 @@ FLOORS = [
     ("elector", ["elector"]),
     ("publishers", ["publish"]),
     ("config", ["config"]),
+    ("injector", ["inject"]),
     ("commands", ["cmd"]),
     ("main", ["main", "lib"]),
 ]

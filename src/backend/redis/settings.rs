@@ -101,7 +101,9 @@ impl Args {
             let redis_info = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(redis_info);
         }
-        if let Some(certs) = self.tls(url)? {
+        let certs = self.tls(url)?;
+        // Files in another container (the injector's check) have no contents to judge.
+        if let Some(certs) = certs.filter(|_| !crate::settings::files_elsewhere()) {
             let client = redis::Client::build_with_tls(info, certs).map_err(|e| {
                 bad(format!(
                     "--redis-ca-file/--redis-cert-file/--redis-key-file: {e}"

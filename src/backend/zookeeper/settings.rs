@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::settings::{bad, cert_and_key, optional_pem, pem_text, read_secret_file, ConfigError};
+use crate::settings::{
+    bad, cert_and_key, files_elsewhere, optional_pem, pem_text, read_secret_file, ConfigError,
+};
 
 /// The ZooKeeper flags.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -113,6 +115,10 @@ impl Args {
         let Some(p) = &self.zk_auth_file else {
             return Ok(None);
         };
+        if files_elsewhere() {
+            // In another container (the injector's check): read and judged at the start.
+            return Ok(Some((String::new(), String::new())));
+        }
         let secret = read_secret_file("--zk-auth-file", p)?;
         let (user, password) = secret.split_once(':').ok_or_else(|| {
             bad(format!(
@@ -140,6 +146,9 @@ impl Args {
             }
             return Ok(None);
         };
+        if files_elsewhere() {
+            return Ok(Some(ZkTls { ca_pem, identity }));
+        }
         // Let the client library judge the PEM now, so bad material is bad input, not a retry loop.
         let ca_path = self
             .zk_ca_file

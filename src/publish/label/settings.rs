@@ -117,7 +117,7 @@ impl Args {
     pub fn own_pod(&self) -> Option<String> {
         self.pod_name
             .clone()
-            .or_else(|| std::env::var("POD_NAME").ok())
+            .or_else(|| crate::settings::env_var("POD_NAME"))
             .filter(|p| !p.trim().is_empty())
             .map(|p| p.trim().to_owned())
     }

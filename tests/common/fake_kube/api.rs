@@ -11,10 +11,11 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::admission::{admit_configuration, admit_pod, Refused, NAME_LABEL};
 use super::lease_rules::admit_lease;
 use super::store::{label_selector, labels_match, remove, write, Shared, Store};
 use super::watch::watch_response;
-use super::TOKEN;
+use super::{ADMIN_TOKEN, INJECTOR_TOKEN, TOKEN};
 
 /// The chart's Role as `kubectl apply -f manifests/` (and `helm install` with default
 /// values) creates it; with `lease_candidates`, plus the rule the chart adds with
@@ -193,12 +194,11 @@ pub(super) async fn handle(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    let authorized = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == format!("Bearer {TOKEN}"));
-    if !authorized {
+    let Some(user) = User::of(&headers) else {
         return status(401, "Unauthorized", "no valid bearer token");
+    };
+    if let Some(answer) = version(&shared, &uri) {
+        return answer;
     }
     if let Some(answer) = discovery(&shared, &method, &uri) {
         return answer;
@@ -211,9 +211,23 @@ pub(super) async fn handle(
     let Some(verb) = verb_of(&method, name, watching) else {
         return status(405, "MethodNotAllowed", "method not allowed");
     };
-    if let Some(refused) = count_then_refuse_unless_allowed(&shared, verb, kind, ns) {
+    if let Some(refused) = user.refuse_unless_allowed(&shared, verb, kind, ns) {
         return refused;
     }
+    let body = match (verb, kind) {
+        ("create", "pods") => match admit(&shared, ns, user, &body).await {
+            Ok(admitted) => admitted,
+            Err(refused) => return *refused,
+        },
+        ("create", "mutatingwebhookconfigurations") => {
+            let parsed = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            match admit_configuration(parsed) {
+                Ok(obj) => Bytes::from(obj.to_string()),
+                Err(refused) => return *refused,
+            }
+        }
+        _ => body,
+    };
     let served = shared
         .lease_candidates_served
         .load(std::sync::atomic::Ordering::Relaxed);
@@ -300,6 +314,15 @@ fn discovery(shared: &Shared, method: &Method, uri: &Uri) -> Option<Response> {
 fn route(uri: &Uri) -> Option<(&'static str, &str, Option<&str>)> {
     let segments: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
     Some(match segments.as_slice() {
+        ["api", "v1", "pods"] => ("pods", "", None),
+        ["api", "v1", "namespaces"] => ("namespaces", "", None),
+        ["api", "v1", "namespaces", name] => ("namespaces", "", Some(name)),
+        ["apis", "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"] => {
+            ("mutatingwebhookconfigurations", "", None)
+        }
+        ["apis", "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", name] => {
+            ("mutatingwebhookconfigurations", "", Some(name))
+        }
         ["api", "v1", "namespaces", ns, "pods"] => ("pods", ns, None),
         ["api", "v1", "namespaces", ns, "pods", name] => ("pods", ns, Some(name)),
         ["api", "v1", "namespaces", ns, "events"] => ("events", ns, None),
@@ -333,6 +356,69 @@ fn verb_of(method: &Method, name: Option<&str>, watching: bool) -> Option<&'stat
     })
 }
 
+/// Who asks, by bearer token: the sidecars (the chart's Role in the fake's namespace),
+/// the injector (its ClusterRole: Pods get, list and watch, Events create, Namespaces
+/// get, in every namespace) or the harness's administrator (everything).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum User {
+    Sidecar,
+    Injector,
+    Admin,
+}
+
+impl User {
+    fn of(headers: &HeaderMap) -> Option<User> {
+        let auth = headers.get("authorization")?.to_str().ok()?;
+        let token = auth.strip_prefix("Bearer ")?;
+        [
+            (TOKEN, User::Sidecar),
+            (INJECTOR_TOKEN, User::Injector),
+            (ADMIN_TOKEN, User::Admin),
+        ]
+        .into_iter()
+        .find(|(t, _)| *t == token)
+        .map(|(_, u)| u)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            User::Sidecar => "leasekeeper",
+            User::Injector => "leasekeeper-injector",
+            User::Admin => "admin",
+        }
+    }
+
+    /// Counts the sidecars' requests; refuses one (403) unless the user's rules allow
+    /// it, or with the next injected failure.
+    fn refuse_unless_allowed(
+        self,
+        shared: &Shared,
+        verb: &'static str,
+        kind: &'static str,
+        ns: &str,
+    ) -> Option<Response> {
+        match self {
+            User::Sidecar => count_then_refuse_unless_allowed(shared, verb, kind, ns),
+            User::Admin => None,
+            User::Injector => {
+                let allowed = matches!(
+                    (kind, verb),
+                    ("pods", "get" | "list" | "watch")
+                        | ("events", "create")
+                        | ("namespaces", "get")
+                );
+                (!allowed).then(|| {
+                    status(
+                        403,
+                        "Forbidden",
+                        &format!("{verb} {kind} in namespace {ns:?} is not allowed"),
+                    )
+                })
+            }
+        }
+    }
+}
+
 /// Counts the request; refuses it (403) unless the chart's Role, and nothing else,
 /// allows it in the fake's namespace, or with the next injected failure.
 fn count_then_refuse_unless_allowed(
@@ -362,6 +448,63 @@ fn count_then_refuse_unless_allowed(
         return Some(status(code, "InternalError", "injected failure"));
     }
     None
+}
+
+/// A Pod to create in `ns`: the namespace must exist (404, the NamespaceLifecycle
+/// admission plugin), then the mutating webhooks run ([`admit_pod`]).
+async fn admit(shared: &Arc<Shared>, ns: &str, user: User, body: &Bytes) -> Result<Bytes, Refused> {
+    let Ok(pod) = serde_json::from_slice::<Value>(body) else {
+        return Ok(body.clone());
+    };
+    let Some(labels) = namespace_labels(shared, ns) else {
+        return Err(Box::new(status(
+            404,
+            "NotFound",
+            &format!("namespaces {ns:?} not found"),
+        )));
+    };
+    let pod = admit_pod(shared, ns, &labels, user.name(), pod).await?;
+    Ok(Bytes::from(pod.to_string()))
+}
+
+/// The labels of namespace `ns`: a stored Namespace's, or the fake's own namespace's
+/// (which exists without being stored); `None` when there is no such namespace.
+pub(super) fn namespace_labels(
+    shared: &Shared,
+    ns: &str,
+) -> Option<serde_json::Map<String, Value>> {
+    let store = shared.store.lock().expect("store");
+    match store
+        .objects
+        .get(&("namespaces", String::new(), ns.to_owned()))
+    {
+        Some(obj) => Some(
+            obj["metadata"]["labels"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        ),
+        None if ns == shared.namespace => {
+            let mut labels = serde_json::Map::new();
+            labels.insert(NAME_LABEL.to_owned(), Value::String(ns.to_owned()));
+            Some(labels)
+        }
+        None => None,
+    }
+}
+
+/// `GET /version`, which every client may read (`system:public-info-viewer`).
+fn version(shared: &Shared, uri: &Uri) -> Option<Response> {
+    if uri.path().trim_end_matches('/') != "/version" {
+        return None;
+    }
+    let (major, minor) = shared.store.lock().expect("store").version_info.clone();
+    let body = json!({
+        "major": major, "minor": minor, "gitVersion": format!("v{major}.{minor}.0-fake"),
+        "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-11-22T00:00:00Z",
+        "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64",
+    });
+    Some(ok(&body, StatusCode::OK))
 }
 
 /// Takes the held-request switch when this request matches it: (its index among the
@@ -467,12 +610,22 @@ fn serve(shared: &Shared, r: &Request<'_>) -> Response {
 /// Create: 409 AlreadyExists when the name is taken.
 fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Value>) -> Response {
     let (kind, ns) = (r.kind, r.ns);
-    let Some(obj) = parsed else {
+    let Some(mut obj) = parsed else {
         return status(400, "BadRequest", "no body");
     };
+    if obj["metadata"]["name"].is_null() {
+        // As the real API: a name from `generateName` and five characters.
+        if let Some(prefix) = obj["metadata"]["generateName"].as_str() {
+            let name = format!("{prefix}{:05x}", (store.version + 1) % 0xfffff);
+            obj["metadata"]["name"] = Value::String(name);
+        }
+    }
     let Some(name) = obj["metadata"]["name"].as_str().map(str::to_owned) else {
         return status(422, "Invalid", "metadata.name is required");
     };
+    if kind == "namespaces" {
+        obj["metadata"]["labels"][super::admission::NAME_LABEL] = Value::String(name.clone());
+    }
     if kind == "events" && obj["involvedObject"]["namespace"].as_str() != Some(ns) {
         // As the real API: an Event lives in its involved object's namespace.
         return status(
@@ -484,7 +637,6 @@ fn create(shared: &Shared, store: &mut Store, r: &Request<'_>, parsed: Option<Va
     if let Some(invalid) = invalid_candidate(kind, &name, &obj, None) {
         return invalid;
     }
-    let mut obj = obj;
     if let Some(invalid) = invalid_lease(shared, kind, &name, None, &mut obj) {
         return invalid;
     }
@@ -699,7 +851,7 @@ fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String
     let matching: Vec<Value> = store
         .objects
         .iter()
-        .filter(|((k, n, _), _)| *k == kind && n == ns)
+        .filter(|((k, n, _), _)| *k == kind && (ns.is_empty() || n == ns))
         .map(|(_, obj)| obj)
         .filter(|obj| labels_match(obj, &labels))
         .filter(|obj| {
@@ -715,6 +867,11 @@ fn list(store: &Store, kind: &'static str, ns: &str, q: &BTreeMap<String, String
         "pods" => ("v1", "PodList"),
         "events" => ("v1", "EventList"),
         "leasecandidates" => ("coordination.k8s.io/v1beta1", "LeaseCandidateList"),
+        "namespaces" => ("v1", "NamespaceList"),
+        "mutatingwebhookconfigurations" => (
+            "admissionregistration.k8s.io/v1",
+            "MutatingWebhookConfigurationList",
+        ),
         _ => ("coordination.k8s.io/v1", "LeaseList"),
     };
     let mut metadata = json!({"resourceVersion": store.version.to_string()});

@@ -32,10 +32,22 @@
 //!   would deliver it late; it still acts when it arrives), pause (requests and watches
 //!   hang until resumed) and restart (watches cut).
 //!
+//! - Mutating admission webhooks are called on Pod creation as kube-apiserver calls
+//!   them (`admission`): MutatingWebhookConfigurations, their selectors, the HTTPS call
+//!   with its caBundle and timeout, the JSONPatch, `failurePolicy`, and a refusal
+//!   passed on as the real server words it. Pods and Events can be listed and watched
+//!   in every namespace (`/api/v1/pods`), Namespaces are served (the fake's own exists
+//!   without being stored; others are created, and carry `kubernetes.io/metadata.name`)
+//!   and `/version` answers 1.33 unless told otherwise.
+//! - Three users: the sidecars ([`TOKEN`], the chart's Role, counted), the injector
+//!   ([`INJECTOR_TOKEN`], its ClusterRole) and the harness ([`ADMIN_TOKEN`], anything).
+//!
 //! The code: `store` (the objects, the global resourceVersion, the history, label
-//! selectors), `api` (the HTTP routes, RBAC, faults, get, list, create, update and merge
-//! patch, 409 on a stale resourceVersion) and `watch` (watches).
+//! selectors), `api` (the HTTP routes, users and RBAC, faults, get, list, create,
+//! update and merge patch, 409 on a stale resourceVersion), `admission` (webhooks) and
+//! `watch` (watches).
 
+mod admission;
 mod api;
 mod coordinator;
 mod lease_rules;
@@ -58,6 +70,11 @@ pub(crate) use api::{chart_role, merge, role_rules};
 use store::{remove, write, Shared, Store};
 
 pub const TOKEN: &str = "leasekeeper-test-token";
+/// The harness's own user: every request allowed, none counted.
+pub const ADMIN_TOKEN: &str = "leasekeeper-admin-token";
+/// The injector's user, with the injector's ClusterRole (Pods get, list and watch,
+/// Events create, Namespaces get, in every namespace).
+pub const INJECTOR_TOKEN: &str = "leasekeeper-injector-token";
 
 pub struct FakeKube {
     shared: Arc<Shared>,
@@ -106,6 +123,7 @@ impl FakeKube {
             store: Mutex::new(Store {
                 lease_recorders: Vec::new(),
                 label_key: "leasekeeper.io/leader".to_owned(),
+                version_info: ("1".to_owned(), "33".to_owned()),
                 ..Store::default()
             }),
             changes,
@@ -180,6 +198,19 @@ impl FakeKube {
 
     pub fn kubeconfig(&self) -> String {
         self.kubeconfig.display().to_string()
+    }
+
+    /// A kubeconfig for the injector's user ([`INJECTOR_TOKEN`]).
+    pub fn injector_kubeconfig(&self) -> String {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let path = self.kubeconfig.with_file_name("kubeconfig-injector");
+        std::fs::write(&path, text.replace(TOKEN, INJECTOR_TOKEN)).expect("kubeconfig");
+        path.display().to_string()
+    }
+
+    /// What `/version` answers from now on (1.33 at start).
+    pub fn set_version(&self, major: &str, minor: &str) {
+        self.store().version_info = (major.to_owned(), minor.to_owned());
     }
 
     /// The API's HTTPS address (the one the kubeconfig names).

@@ -43,6 +43,8 @@ pub(super) struct Store {
     pub(super) hold_next: Option<(Method, String, Duration)>,
     /// Held requests: (arrived, handled with this status).
     pub(super) held: Vec<Option<u16>>,
+    /// What `/version` answers: (major, minor).
+    pub(super) version_info: (String, String),
 }
 
 pub(super) struct Shared {
@@ -94,7 +96,9 @@ pub(super) fn write(
     store.version += 1;
     let version = store.version;
     obj["metadata"]["resourceVersion"] = Value::String(version.to_string());
-    obj["metadata"]["namespace"] = Value::String(ns.to_owned());
+    if !ns.is_empty() {
+        obj["metadata"]["namespace"] = Value::String(ns.to_owned());
+    }
     obj["metadata"]["name"] = Value::String(name.to_owned());
     if obj["metadata"]["uid"].is_null() {
         obj["metadata"]["uid"] = Value::String(format!("uid-{kind}-{name}-{version}"));

@@ -17,7 +17,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::api::status;
 use super::store::{label_selector, labels_match, Change, Requirement, Shared};
 
-/// The objects a watch covers: one kind in one namespace, maybe one name.
+/// The objects a watch covers: one kind in one namespace (every one when empty),
+/// maybe one name.
 #[derive(Clone)]
 struct Scope {
     kind: &'static str,
@@ -31,7 +32,9 @@ impl Scope {
     }
 
     fn covers_key(&self, kind: &str, ns: &str, name: &str) -> bool {
-        kind == self.kind && ns == self.ns && self.only_name.as_ref().is_none_or(|n| n == name)
+        kind == self.kind
+            && (self.ns.is_empty() || ns == self.ns)
+            && self.only_name.as_ref().is_none_or(|n| n == name)
     }
 }
 
@@ -60,7 +63,7 @@ impl Relabel {
             .filter(|c| c.version <= upto && scope.covers(c))
         {
             matched.insert(
-                c.key.1.clone(),
+                format!("{}/{}", c.key.0, c.key.1),
                 c.event != "DELETED" && labels_match(&c.object, &labels),
             );
         }
@@ -73,7 +76,8 @@ impl Relabel {
             return Some(c);
         }
         let now = c.event != "DELETED" && labels_match(&c.object, &self.labels);
-        let was = self.matched.insert(c.key.1.clone(), now).unwrap_or(false);
+        let key = format!("{}/{}", c.key.0, c.key.1);
+        let was = self.matched.insert(key, now).unwrap_or(false);
         c.event = match (was, now) {
             (false, true) => "ADDED",
             (true, true) => c.event,
