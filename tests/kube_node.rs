@@ -131,16 +131,9 @@ fn a_statefulset_with_the_named_template_elects_one_leader_on_real_pods() {
     let watch = PodWatch::start(&node, NS);
     let logs = TransitionLogs::start(&node, "transitions.log");
     let rounds: Vec<Failover> = (0..5)
-        .map(|round| {
-            let f = failover(&node, &watch, &logs, STS);
-            eprintln!(
-                "failover {round}: {} deleted, {} leads: whole {:.0} ms, kubelet {:.0} ms, handover {:.0} ms, label {:.0} ms",
-                f.old, f.new, f.whole, f.kubelet, f.handover, f.label
-            );
-            f
-        })
+        .map(|_| failover(&node, &watch, &logs, STS))
         .collect();
-    report_failovers(&rounds);
+    report_failovers("StatefulSet, named template", &rounds);
 }
 
 /// The sidecar container of a Pod: an init container with restartPolicy Always.
@@ -298,7 +291,13 @@ fn failover(node: &KubeNode, watch: &PodWatch, logs: &TransitionLogs, selector: 
     }
 }
 
-fn report_failovers(rounds: &[Failover]) {
+fn report_failovers(workload: &str, rounds: &[Failover]) {
+    for f in rounds {
+        eprintln!(
+            "failover: {} deleted, {} leads: whole {:.0} ms, kubelet {:.0} ms, handover {:.0} ms, label {:.0} ms",
+            f.old, f.new, f.whole, f.kubelet, f.handover, f.label
+        );
+    }
     let worst = |f: fn(&Failover) -> f64| rounds.iter().map(f).fold(0.0, f64::max);
     let median = |f: fn(&Failover) -> f64| {
         let mut v: Vec<f64> = rounds.iter().map(f).collect();
@@ -306,7 +305,7 @@ fn report_failovers(rounds: &[Failover]) {
         v[v.len() / 2]
     };
     eprintln!(
-        "FIGURE leader Pod deleted -> another Pod labelled leader ({} rounds): whole median {:.0} ms, max {:.0} ms; \
+        "FIGURE leader Pod deleted -> another Pod labelled leader ({workload}, {} rounds): whole median {:.0} ms, max {:.0} ms; \
          kubelet (DELETE -> old sidecar's claim_end) median {:.0} ms; sidecars' handover (claim_end -> claim_start) \
          median {:.0} ms, max {:.0} ms (target 50 ms); new label (claim_start -> label) median {:.0} ms, max {:.0} ms",
         rounds.len(),
@@ -694,6 +693,7 @@ fn injected_deployment(node: &KubeNode) {
             },
         },
     });
+    let created = Instant::now();
     let (code, body) = node.call(
         Method::POST,
         &format!("/apis/apps/v1/namespaces/{NS}/deployments"),
@@ -701,6 +701,7 @@ fn injected_deployment(node: &KubeNode) {
     );
     assert_eq!(code, 200, "create the Deployment: {body}");
     let pods = node.wait_ready(NS, "app=orders", 3, Duration::from_secs(120), one_leader);
+    let ready = created.elapsed().as_secs_f64();
     for pod in &pods {
         native_sidecar(pod);
         assert_eq!(
@@ -711,5 +712,14 @@ fn injected_deployment(node: &KubeNode) {
     let leader = leader_of(&pods);
     status_answers(node, &pods, &leader);
     token_only(node, &pods, "system:serviceaccount:apps:default");
-    eprintln!("injected Deployment: 3 Pods Running and Ready, {leader} labelled leader");
+    eprintln!(
+        "FIGURE injected Deployment: created -> 3 Pods Running and Ready with the sidecar, {leader} \
+         labelled leader: {ready:.1} s"
+    );
+    let watch = PodWatch::start(node, NS);
+    let logs = TransitionLogs::start(node, "transitions.log");
+    let rounds: Vec<Failover> = (0..3)
+        .map(|_| failover(node, &watch, &logs, "app=orders"))
+        .collect();
+    report_failovers("Deployment, injected", &rounds);
 }
