@@ -28,7 +28,8 @@
 #
 # Environment of `up` (optional): IMAGES (more image archives to import), WAIT_NODE
 # (1: return once the Node is Ready, the default; 0: once the kubelet and kube-proxy
-# answer), APISERVER_EXTRA_ARGS (appended to kube-apiserver's flags).
+# answer), APISERVER_EXTRA_ARGS (appended to kube-apiserver's flags), LK_KUBE_NODE_BUSYBOX
+# (a static busybox for the app image; default: the `busybox` on PATH).
 set -euo pipefail
 
 NODE_NAME=lk-node
