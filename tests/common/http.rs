@@ -13,6 +13,15 @@ fn request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
 
 fn request_within(port: u16, method: &str, path: &str, limit: Duration) -> Option<(u16, String)> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    request_to(addr, method, path, limit)
+}
+
+fn request_to(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    limit: Duration,
+) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, limit).ok()?;
     stream.set_read_timeout(Some(limit)).ok()?;
     stream.set_write_timeout(Some(limit)).ok()?;
@@ -31,6 +40,11 @@ fn request_within(port: u16, method: &str, path: &str, limit: Duration) -> Optio
 
 pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
     request(port, "GET", path)
+}
+
+/// A GET to another address than loopback (a Pod's IP).
+pub fn get_from(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    request_to(addr, "GET", path, TIMEOUT)
 }
 
 pub fn post(port: u16, path: &str) -> Option<(u16, String)> {

@@ -15,6 +15,7 @@ pub mod fake_kube;
 pub mod faults;
 pub mod http;
 pub mod injector;
+pub mod kube_node;
 pub mod kube_server;
 pub mod mariadb_server;
 pub mod modes;

@@ -31,8 +31,9 @@ BUILTIN = {"help", "version"}
 FOREIGN_TOOLS = {
     "apt-get", "bash", "cargo", "curl", "docker", "etcd", "etcdctl", "git", "go", "grep",
     "helm", "java", "javac", "kubectl", "kubernetes-validate", "kube-apiserver", "make",
-    "man", "mariadb", "mysql", "nice", "pip", "promtool", "psql", "python3", "redis-cli",
-    "redis-server", "runc", "setsid", "systemctl", "tcpdump", "unshare", "zkCli.sh",
+    "man", "mariadb", "mysql", "nice", "node.sh", "pip", "promtool", "psql", "python3", "redis-cli",
+    "redis-server", "runc", "setsid", "systemctl", "tcpdump", "tests/kube_node/node.sh",
+    "unshare", "zkCli.sh",
 }
 # Other programs' flags that prose names outside such a command, each with its program.
 FOREIGN_FLAGS = {

@@ -54,6 +54,9 @@ RUST_ONLY = [
 ALLOWED = [
     # The voice check's own description quotes what it refuses.
     ("docs/development.md", '"seen failing", "the old code"'),
+    # The node suite's figures name the command, machine and date of their run, as
+    # docs/benchmarks.md's tables do.
+    ("docs/workloads.md", " · Date: "),
 ]
 
 # Files and doc sections being rewritten by another change at the same time, left out
