@@ -62,16 +62,18 @@ pub(crate) fn role_rules(lease_candidates: bool) -> Vec<(String, String)> {
     granted
 }
 
-/// The rules the chart's Role template adds under `{{- if … .Values.<value> }}`: the
+/// The rules the chart's Role adds under `{{- if … .Values.<value> }}` (in its named
+/// template `leasekeeper.sidecarRules`, which the injected sidecars' Roles share): the
 /// lines up to its `{{- end }}`, as YAML (they hold no template expressions).
 fn chart_rules_if(value: &str) -> Vec<Value> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/charts/leasekeeper/templates/role.yaml"
+        "/charts/leasekeeper/templates/_sidecar.tpl"
     );
-    let text = std::fs::read_to_string(path).expect("the chart's role.yaml");
+    let text = std::fs::read_to_string(path).expect("the chart's _sidecar.tpl");
     let block: Vec<&str> = text
         .lines()
+        .skip_while(|l| !l.contains("define \"leasekeeper.sidecarRules\""))
         .skip_while(|l| !(l.contains("{{- if") && l.contains(&format!(".Values.{value}"))))
         .skip(1)
         .take_while(|l| !l.contains("{{- end }}"))
