@@ -62,6 +62,15 @@ impl Timing {
         ttl.mul_f64(1.0 - self.clock_drift)
             .saturating_sub(self.safety_margin)
     }
+
+    /// Whether a renewal sent a renew interval into a claim of length `claim`, and
+    /// answered within the backend timeout, arrives before the claim ends. Validation
+    /// asks it of the configured ttl's claim, the elector of the claim a store's
+    /// granted ttl buys: one rule, so a ttl granted as asked is never taken for a
+    /// shorter one.
+    pub fn renews_in_time(&self, claim: Duration) -> bool {
+        self.renew_interval + self.backend_timeout < claim
+    }
 }
 
 impl Args {
@@ -144,7 +153,7 @@ fn check(t: &Timing) -> Result<(), ConfigError> {
         )));
     }
     let claim = t.claim_length(ttl);
-    if t.renew_interval + t.backend_timeout >= claim {
+    if !t.renews_in_time(claim) {
         return Err(bad(format!(
             "--ttl {} leaves a claim of {} after drift and margin, not more than --renew-interval {} plus --backend-timeout {}; the leader could lose every lease it renews",
             fmt_d(ttl),

@@ -344,7 +344,7 @@ async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCo
         identity = %settings.identity,
         backend = backend_name,
         http = %settings.http.addr,
-        ttl = %humantime::format_duration(settings.timing.ttl),
+        ttl = %crate::settings::fmt_d(settings.timing.ttl),
         "leasekeeper started"
     );
     let (exit, exec_code) = wait_for_the_end(&mut running, &mut stop).await;

@@ -62,7 +62,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub enum AskError {
     #[error("--url {0:?}: {1}")]
     Url(String, String),
-    #[error("{0}: no answer within {1:?}")]
+    #[error("{url}: no answer within {within}", url = .0, within = crate::settings::fmt_d(*.1))]
     Timeout(String, Duration),
     #[error("{0}: {1}")]
     Connect(String, String),

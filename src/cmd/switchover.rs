@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::status::{ask, exchange, leader_uri, parse_duration, sidecar_uri, AskError};
+use crate::settings::fmt_d;
 
 pub const SWITCHED: u8 = 0;
 pub const UNREACHABLE: u8 = 1;
@@ -130,10 +131,10 @@ pub async fn switchover(cli: &SwitchoverCli, to: &str) -> Result<Outcome, AskErr
             return Ok(outcome(
                 SWITCHED,
                 format!(
-                    "{} leads (fencing token {token}); released after {} ms, confirmed after {} ms",
+                    "{} leads (fencing token {token}); released after {}, confirmed after {}",
                     to,
-                    released.as_millis(),
-                    start.elapsed().as_millis()
+                    fmt_d(released),
+                    fmt_d(start.elapsed())
                 ),
             ));
         }
@@ -145,7 +146,7 @@ pub async fn switchover(cli: &SwitchoverCli, to: &str) -> Result<Outcome, AskErr
     }
     let why = match seen {
         Some(other) => format!("{other} took the lease instead"),
-        None => format!("nobody was seen leading within {:?}", cli.timeout),
+        None => format!("nobody was seen leading within {}", fmt_d(cli.timeout)),
     };
     Ok(outcome(
         NOT_TAKEN,

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use super::hooks::{http_client, post_json, HttpClient};
-use crate::settings::{duration_or, parse_http_url, ConfigError};
+use crate::settings::{duration_or, fmt_d, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
 
 /// The drain flags.
@@ -142,7 +142,7 @@ impl Drain {
             let lapsed = tokio::select! {
                 answer = post_json(client, &self.url, &body, until) => match answer {
                     Ok(()) => {
-                        tracing::info!(took = ?started.elapsed(), "drained");
+                        tracing::info!(took = %fmt_d(started.elapsed()), "drained");
                         return;
                     }
                     Err(error) => {
@@ -163,7 +163,7 @@ impl Drain {
     /// its acknowledgement: it holds no claim any more and must stop leader work now.
     async fn lapsed(&self, client: &HttpClient) {
         tracing::warn!(
-            timeout = %humantime::format_duration(self.limit),
+            timeout = %fmt_d(self.limit),
             "--drain-url did not answer 2xx before the drain ended; releasing, and telling the app"
         );
         let body = {

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep, timeout, timeout_at, Instant};
 
 use crate::backoff::Backoff;
-use crate::settings::{bad, duration_or, parse_http_url, ConfigError};
+use crate::settings::{bad, duration_or, fmt_d, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
 
 /// The hook flags.
@@ -209,7 +209,7 @@ async fn run_commands(cmd: String, limit: Duration, mut changes: watch::Receiver
             Err(_) => {
                 tracing::warn!(
                     state = change.state,
-                    timeout = %humantime::format_duration(limit),
+                    timeout = %fmt_d(limit),
                     "--on-change hook ran too long; killed"
                 );
                 kill_group(&child);
