@@ -48,7 +48,7 @@ pub struct CommonArgs {
     /// Backend: kubernetes, etcd, redis, redlock, zookeeper, postgres, mysql or file [default: kubernetes in a Pod, else file].
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
-    /// Name of the lease (lowercase letters, digits, '-' and '.').
+    /// Name of the lease: lowercase letters, digits, '-' and '.' [default: leasekeeper].
     #[arg(long, env = "LEASEKEEPER_ELECTION")]
     pub election: Option<String>,
     /// This candidate's unique name [default: $POD_NAME, else <hostname>-<pid>].
@@ -67,6 +67,9 @@ pub struct CommonArgs {
     #[arg(long, env = "LEASEKEEPER_CONFIG")]
     pub config: Option<PathBuf>,
 }
+
+/// The election without `--election` (the help says so; a test holds them together).
+pub const DEFAULT_ELECTION: &str = "leasekeeper";
 
 /// The command line: the common flags and every owner's own. Every value is optional
 /// here so that the file can fill gaps and so that the messages for bad values are
@@ -329,7 +332,7 @@ impl Settings {
         let election = common
             .election
             .clone()
-            .unwrap_or_else(|| "leasekeeper".to_owned());
+            .unwrap_or_else(|| DEFAULT_ELECTION.to_owned());
         validate_election(&election)?;
         let identity = common.identity.clone().unwrap_or_else(default_identity);
         validate_identity(&identity)?;
@@ -601,6 +604,10 @@ const BAD_INPUTS: &[(&[&str], &str)] = &[
     (
         &["--ttl", "1s", "--renew-interval", "900ms"],
         "--ttl 1s leaves a claim",
+    ),
+    (
+        &["--ttl", "1001ms", "--renew-interval", "900ms"],
+        "--ttl 1s 1ms leaves a claim of 981ms after drift and margin",
     ),
     (
         &["--ttl", "2s", "--retry-interval", "3s"],
@@ -949,6 +956,19 @@ mod tests {
             by_file = by_file.replace(&format!("Some({:?})", path), "None");
             assert_eq!(by_file, by_flag, "{flag}: the file and the flag disagree");
         }
+    }
+
+    /// `--help` shows the election's default, the name the code uses without the flag.
+    #[test]
+    fn the_help_shows_the_default_election() {
+        let help = Cli::command().render_help().to_string();
+        let shown = format!("[default: {DEFAULT_ELECTION}]");
+        let line = help
+            .lines()
+            .skip_while(|l| !l.contains("--election"))
+            .take(2);
+        assert!(line.collect::<String>().contains(&shown), "{help}");
+        assert_eq!(parse(&[]).expect("valid").election, DEFAULT_ELECTION);
     }
 
     #[test]
