@@ -46,8 +46,8 @@ use crate::status::{FencingToken, Holder, Mode};
 #[group(skip)]
 #[command(next_help_heading = "File backend")]
 pub struct Args {
-    /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
-    #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
+    /// Lock file [default: $XDG_RUNTIME_DIR or /tmp, then leasekeeper-<election>.lock].
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
 }
 

@@ -27,11 +27,16 @@ use crate::status::{Role, Status};
 #[group(skip)]
 #[command(next_help_heading = "Drain before release")]
 pub struct Args {
-    /// http:// URL POSTed before a graceful release; the lease is kept (and renewed) until it answers 2xx.
-    #[arg(long, env = "LEASEKEEPER_DRAIN_URL")]
+    /// http:// URL POSTed on a graceful step-down, until it answers 2xx.
+    #[arg(long, value_name = "URL", env = "LEASEKEEPER_DRAIN_URL")]
     pub drain_url: Option<String>,
-    /// Longest wait for --drain-url, never past the claim's deadline [default: 30s].
-    #[arg(long, env = "LEASEKEEPER_DRAIN_TIMEOUT", allow_hyphen_values = true)]
+    /// Longest wait for --drain-url, within the claim [default: 30s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_DRAIN_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub drain_timeout: Option<String>,
 }
 
