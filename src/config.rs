@@ -153,6 +153,16 @@ impl Cli {
         <exec::Args as clap::Args>::augment_args(Cli::command())
     }
 
+    /// The settings `matches` holds, parsed by `command` ([`Cli::command`] or
+    /// [`Cli::run_command`]: `run`'s own flags are read when the command has them).
+    pub fn from_matches(command: &clap::Command, matches: &ArgMatches) -> Result<Cli, clap::Error> {
+        let mut cli = Cli::from_arg_matches(matches)?;
+        if exec::Args::declared_in(command) {
+            cli.exec = exec::Args::from_arg_matches(matches)?;
+        }
+        Ok(cli)
+    }
+
     /// [`Cli::parse_layers`] with a command built on [`Cli`]'s or on
     /// [`Cli::run_command`] (the same flags, with the subcommands listed in its help,
     /// or `run`'s own flags and help).
@@ -163,10 +173,7 @@ impl Cli {
     {
         let run = exec::Args::declared_in(&command);
         let matches = command.clone().try_get_matches_from(args)?;
-        let mut cli = Cli::from_arg_matches(&matches)?;
-        if run {
-            cli.exec = exec::Args::from_arg_matches(&matches)?;
-        }
+        let mut cli = Cli::from_matches(&command, &matches)?;
         if let Some(path) = cli.common.config.clone() {
             let from_file = file_as_flags(&path, &command, &matches)?;
             // The file's values alone: without the environment, which must not
