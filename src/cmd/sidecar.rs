@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "etcd")]
 use crate::backend::etcd::EtcdBackend;
 #[cfg(feature = "file")]
-use crate::backend::file::{slot_path, FileBackend};
+use crate::backend::file::{check_lock_path, slot_path, FileBackend};
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes::KubeBackend;
 #[cfg(feature = "redis")]
@@ -239,6 +239,9 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
     match &s.backend {
         #[cfg(feature = "file")]
         BackendSettings::File { path } => {
+            for slot in 0..s.holders {
+                check_lock_path(&slot_path(path, slot))?;
+            }
             let slots = slots_of(s, |lease, i| {
                 anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
             })?;
