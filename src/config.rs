@@ -45,28 +45,31 @@ use crate::timing::{self, Timing};
 #[derive(clap::Args, Debug, Default, Clone)]
 #[group(skip)]
 pub struct CommonArgs {
-    /// Backend: kubernetes, etcd, redis, redlock, zookeeper, postgres, mysql or file [default: kubernetes in a Pod, else file].
+    /// kubernetes, etcd, redis, redlock, zookeeper, postgres, mysql or file [default: kubernetes in a Pod, else file].
     #[arg(long, env = "LEASEKEEPER_BACKEND")]
     pub backend: Option<String>,
-    /// Name of the lease (lowercase letters, digits, '-' and '.').
-    #[arg(long, env = "LEASEKEEPER_ELECTION")]
+    /// Name of the lease [default: leasekeeper].
+    #[arg(long, value_name = "NAME", env = "LEASEKEEPER_ELECTION")]
     pub election: Option<String>,
-    /// This candidate's unique name [default: $POD_NAME, else <hostname>-<pid>].
-    #[arg(long, env = "LEASEKEEPER_IDENTITY")]
+    /// Candidate's unique name [default: $POD_NAME or <hostname>-<pid>].
+    #[arg(long, value_name = "NAME", env = "LEASEKEEPER_IDENTITY")]
     pub identity: Option<String>,
     /// Exit with code 3 on losing leadership instead of campaigning again.
-    #[arg(long, env = "LEASEKEEPER_EXIT_ON_LOSS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_EXIT_ON_LOSS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub exit_on_loss: Option<String>,
     /// Log format: text or json [default: text].
-    #[arg(long, env = "LEASEKEEPER_LOG_FORMAT")]
+    #[arg(long, value_name = "FORMAT", env = "LEASEKEEPER_LOG_FORMAT")]
     pub log_format: Option<String>,
-    /// Append every claim start, deadline and end as a JSON line (CLOCK_MONOTONIC ns) to this file.
-    #[arg(long, env = "LEASEKEEPER_TRANSITION_LOG")]
+    /// Append each claim's start, deadline and end here, as JSON lines.
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_TRANSITION_LOG")]
     pub transition_log: Option<PathBuf>,
-    /// YAML file whose keys are the long flags' names, like `ttl: 15s` (flags and environment win).
-    #[arg(long, env = "LEASEKEEPER_CONFIG")]
+    /// YAML file of settings keyed by the long flags' names, like `ttl: 15s`.
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_CONFIG")]
     pub config: Option<PathBuf>,
 }
+
+/// The election without `--election` (the help says so; a test holds them together).
+pub const DEFAULT_ELECTION: &str = "leasekeeper";
 
 /// The command line: the common flags and every owner's own. Every value is optional
 /// here so that the file can fill gaps and so that the messages for bad values are
@@ -75,7 +78,10 @@ pub struct CommonArgs {
 #[command(
     name = "leasekeeper",
     version,
-    about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads."
+    about = "Leader-election sidecar: holds a named lease, steps down the moment it cannot prove it holds it, and tells everyone who leads.",
+    max_term_width = 100,
+    mut_args = |a: clap::Arg| a.hide_env(true),
+    after_help = "Every flag is also read from LEASEKEEPER_<FLAG> (LEASEKEEPER_RENEW_INTERVAL for --renew-interval) and from the --config file; flags win, then the environment. More: leasekeeper man."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -114,7 +120,9 @@ pub struct Cli {
     pub hooks: hooks::Args,
     #[command(flatten)]
     pub drain: drain::Args,
-    #[command(flatten)]
+    /// `run`'s own flags: declared by [`Cli::run_command`] alone, read by
+    /// [`Cli::parse_layers_with`] when the command has them.
+    #[arg(skip)]
     pub exec: exec::Args,
 }
 
@@ -139,15 +147,33 @@ impl Cli {
         Cli::parse_layers_with(Cli::command(), args)
     }
 
-    /// [`Cli::parse_layers`] with a command built on [`Cli`]'s (the same flags, with
-    /// the subcommands listed in its help, or `run`'s own help).
+    /// `leasekeeper run`'s flags: the sidecar's and exec mode's own (`--kill-grace`,
+    /// `--restart`, `--wait-timeout`).
+    pub fn run_command() -> clap::Command {
+        <exec::Args as clap::Args>::augment_args(Cli::command())
+    }
+
+    /// The settings `matches` holds, parsed by `command` ([`Cli::command`] or
+    /// [`Cli::run_command`]: `run`'s own flags are read when the command has them).
+    pub fn from_matches(command: &clap::Command, matches: &ArgMatches) -> Result<Cli, clap::Error> {
+        let mut cli = Cli::from_arg_matches(matches)?;
+        if exec::Args::declared_in(command) {
+            cli.exec = exec::Args::from_arg_matches(matches)?;
+        }
+        Ok(cli)
+    }
+
+    /// [`Cli::parse_layers`] with a command built on [`Cli`]'s or on
+    /// [`Cli::run_command`] (the same flags, with the subcommands listed in its help,
+    /// or `run`'s own flags and help).
     pub fn parse_layers_with<I, T>(command: clap::Command, args: I) -> Result<Cli, CliError>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
+        let run = exec::Args::declared_in(&command);
         let matches = command.clone().try_get_matches_from(args)?;
-        let mut cli = Cli::from_arg_matches(&matches)?;
+        let mut cli = Cli::from_matches(&command, &matches)?;
         if let Some(path) = cli.common.config.clone() {
             let from_file = file_as_flags(&path, &command, &matches)?;
             // The file's values alone: without the environment, which must not
@@ -157,6 +183,9 @@ impl Cli {
                 .no_binary_name(true)
                 .try_get_matches_from(from_file)?;
             cli.update_from_arg_matches(&file_matches)?;
+            if run {
+                cli.exec.update_from_arg_matches(&file_matches)?;
+            }
         }
         Ok(cli)
     }
@@ -184,10 +213,13 @@ fn file_as_flags(
         let arg = command
             .get_arguments()
             .find(|a| a.get_long() == Some(key.as_str()) && !["config", "help", "version"].contains(&key.as_str()))
-            .ok_or_else(|| {
-                bad(format!(
+            .ok_or_else(|| match exec::FLAGS.contains(&key.as_str()) {
+                true => bad(format!(
+                    "--config {shown}: {key} is a key of `leasekeeper run [flags] -- CMD` only"
+                )),
+                false => bad(format!(
                     "--config {shown}: unknown key {key:?}; the keys are the long flags' names, like ttl: 15s"
-                ))
+                )),
             })?;
         let set_already = matches!(
             given.value_source(arg.get_id().as_str()),
@@ -329,7 +361,7 @@ impl Settings {
         let election = common
             .election
             .clone()
-            .unwrap_or_else(|| "leasekeeper".to_owned());
+            .unwrap_or_else(|| DEFAULT_ELECTION.to_owned());
         validate_election(&election)?;
         let identity = common.identity.clone().unwrap_or_else(default_identity);
         validate_identity(&identity)?;
@@ -348,7 +380,7 @@ impl Settings {
         let events = event_subject(&cli, &backend, &election)?;
         check_kube_built(&pod_label, &events)?;
         Ok(Settings {
-            http: cli.http.settings()?,
+            http: cli.http.settings(cmd.is_some())?,
             exit_on_loss: parse_bool("--exit-on-loss", common.exit_on_loss.as_deref())?,
             hooks: cli.hooks.settings()?,
             drain: cli.drain.settings()?,
@@ -601,6 +633,10 @@ const BAD_INPUTS: &[(&[&str], &str)] = &[
     (
         &["--ttl", "1s", "--renew-interval", "900ms"],
         "--ttl 1s leaves a claim",
+    ),
+    (
+        &["--ttl", "1001ms", "--renew-interval", "900ms"],
+        "--ttl 1s 1ms leaves a claim of 981ms after drift and margin",
     ),
     (
         &["--ttl", "2s", "--retry-interval", "3s"],
@@ -872,7 +908,7 @@ mod tests {
         let s = parse(&["--election", "demo"]).expect("valid");
         assert_eq!(s.timing.ttl, Duration::from_secs(15));
         assert_eq!(s.timing.renew_interval, Duration::from_secs(5));
-        assert_eq!(s.http.addr.port(), 4040);
+        assert_eq!(s.http.addr.map(|a| a.port()), Some(4040));
         match s.backend {
             BackendSettings::File { path } => assert!(path.ends_with("leasekeeper-demo.lock")),
             other => panic!("{other:?}"),
@@ -949,6 +985,19 @@ mod tests {
             by_file = by_file.replace(&format!("Some({:?})", path), "None");
             assert_eq!(by_file, by_flag, "{flag}: the file and the flag disagree");
         }
+    }
+
+    /// `--help` shows the election's default, the name the code uses without the flag.
+    #[test]
+    fn the_help_shows_the_default_election() {
+        let help = Cli::command().render_help().to_string();
+        let shown = format!("[default: {DEFAULT_ELECTION}]");
+        let line = help
+            .lines()
+            .skip_while(|l| !l.contains("--election"))
+            .take(2);
+        assert!(line.collect::<String>().contains(&shown), "{help}");
+        assert_eq!(parse(&[]).expect("valid").election, DEFAULT_ELECTION);
     }
 
     #[test]

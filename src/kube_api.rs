@@ -10,11 +10,11 @@ use crate::settings::{bad, ConfigError};
 #[group(skip)]
 #[command(next_help_heading = "Kubernetes API (the kubernetes backend and the Pod label)")]
 pub struct Args {
-    /// Namespace of the Lease and of the own Pod [default: $POD_NAMESPACE, else default].
-    #[arg(long, env = "LEASEKEEPER_NAMESPACE")]
+    /// Namespace of the Lease and own Pod [default: $POD_NAMESPACE, else default].
+    #[arg(long, value_name = "NAME", env = "LEASEKEEPER_NAMESPACE")]
     pub namespace: Option<String>,
-    /// kubeconfig file for the Kubernetes API out of a cluster [default: $KUBECONFIG, ~/.kube/config, else the Pod's service account].
-    #[arg(long, env = "LEASEKEEPER_KUBECONFIG")]
+    /// kubeconfig out of a cluster [default: $KUBECONFIG, ~/.kube/config, else the service account].
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 }
 

@@ -19,7 +19,7 @@ pub fn overclaim() -> Duration {
             .ok()
             .and_then(|raw| humantime::parse_duration(raw.trim()).ok())
             .inspect(
-                |d| tracing::error!(overclaim = ?d, "misbehaving on purpose (checker self-test)"),
+                |d| tracing::error!(overclaim = %crate::settings::fmt_d(*d), "misbehaving on purpose (checker self-test)"),
             )
             .unwrap_or(Duration::ZERO)
     })

@@ -114,9 +114,17 @@ pub fn parse_http_url(setting: &str, raw: &str) -> Result<hyper::Uri, ConfigErro
     Ok(uri)
 }
 
-/// A duration as the messages print it.
+/// A duration as people write it and as every message and log line prints it:
+/// rounded to the millisecond (`653ms`, `1s 500ms`, `2m 30s`), to the microsecond
+/// below one; the form the flags read back.
 pub fn fmt_d(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    let unit = match d < Duration::from_micros(500) {
+        true => 1_000,
+        false => 1_000_000,
+    };
+    let rounded = (d.as_nanos() + unit / 2) / unit * unit;
+    let rounded = Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX));
+    humantime::format_duration(rounded).to_string()
 }
 
 /// A one-line secret (a password file): trailing newlines dropped, empty refused.
@@ -226,6 +234,22 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("--x-cert-file /nonexistent/x.pem: cannot read it"));
+    }
+
+    #[test]
+    fn durations_print_as_people_write_them() {
+        let ms = Duration::from_millis;
+        for (d, shown) in [
+            (Duration::from_nanos(653_333_333), "653ms"),
+            (ms(1500), "1s 500ms"),
+            (Duration::from_nanos(1_999_600_000), "2s"),
+            (Duration::from_secs(15), "15s"),
+            (Duration::from_secs(150), "2m 30s"),
+            (Duration::from_micros(400), "400us"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(fmt_d(d), shown, "{d:?}");
+        }
     }
 
     #[test]

@@ -14,22 +14,52 @@ use crate::settings::{bad, fmt_d, parse_duration, ConfigError};
 #[command(next_help_heading = "Lease timing")]
 pub struct Args {
     /// Lease time to live, like 15s or 1500ms [default: 15s].
-    #[arg(long, env = "LEASEKEEPER_TTL", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_TTL",
+        allow_hyphen_values = true
+    )]
     pub ttl: Option<String>,
     /// How often the leader renews [default: ttl/3].
-    #[arg(long, env = "LEASEKEEPER_RENEW_INTERVAL", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_RENEW_INTERVAL",
+        allow_hyphen_values = true
+    )]
     pub renew_interval: Option<String>,
     /// Fallback re-check period for followers [default: ttl/3].
-    #[arg(long, env = "LEASEKEEPER_RETRY_INTERVAL", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_RETRY_INTERVAL",
+        allow_hyphen_values = true
+    )]
     pub retry_interval: Option<String>,
-    /// Timeout of every single backend call [default: ttl/5, at most 5s].
-    #[arg(long, env = "LEASEKEEPER_BACKEND_TIMEOUT", allow_hyphen_values = true)]
+    /// Time limit of each backend call [default: ttl/5, at most 5s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_BACKEND_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub backend_timeout: Option<String>,
-    /// Clock drift allowed for, as a fraction of the ttl [default: 0.01].
-    #[arg(long, env = "LEASEKEEPER_CLOCK_DRIFT", allow_hyphen_values = true)]
+    /// Clock drift allowed, as a fraction of the ttl [default: 0.01].
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        env = "LEASEKEEPER_CLOCK_DRIFT",
+        allow_hyphen_values = true
+    )]
     pub clock_drift: Option<String>,
-    /// Safety margin taken off every local deadline [default: ttl/100, at least 10ms].
-    #[arg(long, env = "LEASEKEEPER_SAFETY_MARGIN", allow_hyphen_values = true)]
+    /// Taken off every local deadline [default: ttl/100, at least 10ms].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_SAFETY_MARGIN",
+        allow_hyphen_values = true
+    )]
     pub safety_margin: Option<String>,
 }
 
@@ -61,6 +91,15 @@ impl Timing {
     pub fn claim_length(&self, ttl: Duration) -> Duration {
         ttl.mul_f64(1.0 - self.clock_drift)
             .saturating_sub(self.safety_margin)
+    }
+
+    /// Whether a renewal sent a renew interval into a claim of length `claim`, and
+    /// answered within the backend timeout, arrives before the claim ends. Validation
+    /// asks it of the configured ttl's claim, the elector of the claim a store's
+    /// granted ttl buys: one rule, so a ttl granted as asked is never taken for a
+    /// shorter one.
+    pub fn renews_in_time(&self, claim: Duration) -> bool {
+        self.renew_interval + self.backend_timeout < claim
     }
 }
 
@@ -144,7 +183,7 @@ fn check(t: &Timing) -> Result<(), ConfigError> {
         )));
     }
     let claim = t.claim_length(ttl);
-    if t.renew_interval + t.backend_timeout >= claim {
+    if !t.renews_in_time(claim) {
         return Err(bad(format!(
             "--ttl {} leaves a claim of {} after drift and margin, not more than --renew-interval {} plus --backend-timeout {}; the leader could lose every lease it renews",
             fmt_d(ttl),

@@ -490,12 +490,9 @@ fn flags_beat_the_environment_which_beats_the_file() {
         ("drain-timeout: 0s\n", "--drain-timeout"),
         (
             "kill-grace: 5s\n",
-            "--kill-grace, --restart and --wait-timeout are for `leasekeeper run",
+            "kill-grace is a key of `leasekeeper run",
         ),
-        (
-            "restart: true\n",
-            "--kill-grace, --restart and --wait-timeout are for `leasekeeper run",
-        ),
+        ("restart: true\n", "restart is a key of `leasekeeper run"),
         ("ttl: [1s, 2s]\n", "ttl: takes one value"),
         ("frobnicate: 1\n", "unknown key \"frobnicate\""),
     ];
@@ -635,4 +632,173 @@ fn the_man_page_is_roff_from_the_same_definitions() {
         );
     }
     assert_one_line_error(&["man", "bogus"], &[], "bogus");
+}
+
+/// `run` binds no port unless asked, so copies of a non-blocking `run` on one host do
+/// not stand in each other's way: while one holds the lease, every other one exits 75
+/// (with `--wait-timeout 0` as a flag or as `LEASEKEEPER_WAIT_TIMEOUT`), and none of
+/// their commands runs.
+#[test]
+fn every_non_blocking_run_on_a_host_exits_75_while_the_lease_is_held() {
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("dir");
+    let lock = dir.path().join("nightly.lock");
+    let lock = lock.to_str().expect("utf8");
+    let holding = dir.path().join("holding");
+    let mut holder = Command::new(common::leasekeeper_bin())
+        .args([
+            "run",
+            "--file-path",
+            lock,
+            "--identity",
+            "holder",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("touch {}; exec sleep 60", holding.display()))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let held = common::eventually(Duration::from_secs(10), || holding.exists().then_some(()));
+    if held.is_none() {
+        let _ = holder.kill();
+        let out = holder.wait_with_output().expect("holder");
+        panic!(
+            "the holder never ran its command: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let copies: Vec<_> = (0..3)
+        .map(|i| {
+            let ran = dir.path().join(format!("ran-{i}"));
+            let mut c = Command::new(common::leasekeeper_bin());
+            c.args([
+                "run",
+                "--file-path",
+                lock,
+                "--identity",
+                &format!("copy-{i}"),
+            ]);
+            match i {
+                0 => c.env("LEASEKEEPER_WAIT_TIMEOUT", "0"),
+                _ => c.args(["--wait-timeout", "0"]),
+            };
+            c.args(["--", "touch"])
+                .arg(&ran)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            (ran, c.spawn().expect("spawn a copy"))
+        })
+        .collect();
+    for (ran, copy) in copies {
+        let out = copy.wait_with_output().expect("a copy");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(75), "{}: {err}", ran.display());
+        assert!(!ran.exists(), "{}: the command ran: {err}", ran.display());
+    }
+    common::send_signal(holder.id(), libc::SIGTERM);
+    let out = holder.wait_with_output().expect("holder");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--kill-grace`, `--restart` and `--wait-timeout` are flags of `run`: listed by
+/// `run --help` alone, refused at the top level with one line that says where they go.
+#[test]
+fn run_only_flags_are_flags_of_run_alone() {
+    let run_only = ["--kill-grace", "--restart", "--wait-timeout"];
+    let (code, top, _) = run_to_exit(&["--help"], &[]);
+    assert_eq!(code, Some(0));
+    let (code, run, _) = run_to_exit(&["run", "--help"], &[]);
+    assert_eq!(code, Some(0));
+    for flag in run_only {
+        assert!(!top.contains(flag), "--help lists {flag}:\n{top}");
+        assert!(run.contains(flag), "run --help lacks {flag}:\n{run}");
+    }
+    for args in [
+        &["--kill-grace", "3s"][..],
+        &["--restart"],
+        &["--wait-timeout=0"],
+    ] {
+        assert_one_line_error(args, &[], "leasekeeper run");
+    }
+}
+
+/// Every `--help` fits a terminal of 100 columns, whatever `COLUMNS` says, and is no
+/// longer than it needs to be; the election's default is shown.
+#[test]
+fn help_lines_fit_a_terminal() {
+    let mut pages: Vec<Vec<&str>> = vec![vec!["--help"], vec!["help"]];
+    for sub in SUBCOMMANDS {
+        pages.push(vec![sub, "--help"]);
+    }
+    for args in &pages {
+        for columns in [None, Some("250")] {
+            let env: Vec<(&str, &str)> = columns.iter().map(|c| ("COLUMNS", *c)).collect();
+            let (code, out, err) = run_to_exit(args, &env);
+            assert_eq!(code, Some(0), "{args:?}: {err}");
+            let wide: Vec<&str> = out.lines().filter(|l| l.chars().count() > 100).collect();
+            assert!(
+                wide.is_empty(),
+                "{args:?}: {} lines over 100 columns: {wide:#?}",
+                wide.len()
+            );
+        }
+    }
+    let (_, top, _) = run_to_exit(&["--help"], &[]);
+    let lines = top.lines().count();
+    assert!(lines <= 130, "--help is {lines} lines");
+    let election = top
+        .lines()
+        .skip_while(|l| !l.contains("--election"))
+        .take(2)
+        .collect::<String>();
+    assert!(election.contains("[default: leasekeeper]"), "{election}");
+}
+
+/// `leasekeeper man` (and each subcommand's page) has EXIT STATUS, ENVIRONMENT and
+/// EXAMPLES sections, drawn from the same tables as the docs.
+#[test]
+fn the_man_page_has_exit_status_environment_and_examples() {
+    let sidecar_env = &["LEASEKEEPER_TTL", "POD_NAME", "POD_NAMESPACE", "RUST_LOG"][..];
+    for (args, codes, vars) in [
+        (&["man"][..], &["75", "CMD"][..], sidecar_env),
+        (&["man", "run"], &["75", "CMD"], sidecar_env),
+        (&["man", "status"], &["5"], &["LEASEKEEPER_STATUS_URL"]),
+    ] {
+        let (code, out, err) = run_to_exit(args, &[]);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        let sections: Vec<&str> = out.lines().filter(|l| l.starts_with(".SH")).collect();
+        for want in ["EXIT STATUS", "ENVIRONMENT", "EXAMPLES"] {
+            assert!(
+                sections.iter().any(|s| s.contains(want)),
+                "{args:?}: no {want} in {sections:?}"
+            );
+        }
+        let exit_status: String = out
+            .split(".SH")
+            .find(|s| s.contains("EXIT STATUS"))
+            .unwrap_or_default()
+            .to_owned();
+        for code in codes {
+            assert!(
+                exit_status.contains(code),
+                "{args:?}: no {code} in {exit_status}"
+            );
+        }
+        for var in vars {
+            assert!(out.contains(var), "{args:?}: ENVIRONMENT lacks {var}");
+        }
+    }
 }

@@ -236,3 +236,114 @@ fn a_switchover_reservation_keeps_the_others_away() {
         assert_eq!(next, Some(first + 2), "B did not lead after the use-by");
     });
 }
+
+/// Runs the sidecar on `path` for at most 5 s: its exit code (`None` when it was
+/// still running) and its stderr.
+fn start_on_lock_path(path: &std::path::Path, wrap: &[&str]) -> (Option<i32>, String) {
+    use std::process::{Command, Stdio};
+    let bin = common::leasekeeper_bin();
+    let path = path.to_str().expect("utf8");
+    let sidecar = [
+        bin.to_str().expect("utf8"),
+        "--file-path",
+        path,
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
+    let argv: Vec<&str> = wrap.iter().chain(sidecar.iter()).copied().collect();
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let code = common::eventually(Duration::from_secs(5), || child.try_wait().ok().flatten())
+        .map(|status| status.code());
+    if code.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
+    (
+        code.flatten(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_one_line_naming(code: Option<i32>, err: &str, path: &std::path::Path) {
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(code, Some(2), "{}: exit {code:?}: {err}", path.display());
+    assert_eq!(lines.len(), 1, "{}: not one line: {err}", path.display());
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains(&*path.to_string_lossy()),
+        "{}: {err}",
+        path.display()
+    );
+}
+
+/// A lock path that cannot be created or opened ends the start with one line naming
+/// it, and no directory is created on the way: a missing directory, a file where a
+/// directory is expected, a directory nobody may create files in.
+#[test]
+fn a_lock_path_that_cannot_be_opened_is_one_line_at_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = dir.path().join("missing");
+    let path = missing.join("dir").join("x.lock");
+    let (code, err) = start_on_lock_path(&path, &[]);
+    assert_one_line_naming(code, &err, &path);
+    assert!(!missing.exists(), "a directory was created: {err}");
+
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, "a file").expect("write");
+    let path = plain.join("x.lock");
+    let (code, err) = start_on_lock_path(&path, &[]);
+    assert_one_line_naming(code, &err, &path);
+
+    let path = std::path::Path::new("/proc/leasekeeper-test.lock");
+    let (code, err) = start_on_lock_path(path, &[]);
+    assert_one_line_naming(code, &err, path);
+
+    // A directory without write permission: root passes mode bits, but not a
+    // read-only mount (in a mount namespace of its own, where it can have one).
+    let closed = dir.path().join("closed");
+    std::fs::create_dir(&closed).expect("mkdir");
+    let path = closed.join("x.lock");
+    let shown = closed.to_str().expect("utf8");
+    // SAFETY: geteuid has no preconditions.
+    let (code, err) = if unsafe { libc::geteuid() } != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        start_on_lock_path(&path, &[])
+    } else {
+        let script = format!("mount --bind -o ro {shown} {shown} && exec \"$@\"");
+        let probe = std::process::Command::new("unshare")
+            .args(["-m", "sh", "-c", &script, "sh", "true"])
+            .status();
+        if !probe.is_ok_and(|s| s.success()) {
+            eprintln!("no mount namespace here: the read-only directory is not tried");
+            return;
+        }
+        start_on_lock_path(&path, &["unshare", "-m", "sh", "-c", &script, "sh"])
+    };
+    assert_one_line_naming(code, &err, &path);
+    assert_eq!(std::fs::read_dir(&closed).expect("ls").count(), 0, "{err}");
+}
+
+/// A store that grants the ttl asked for is not said to grant a shorter one: the
+/// elector's rule for the renew interval is validation's.
+#[test]
+fn a_ttl_granted_as_asked_is_not_taken_for_a_shorter_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::file(dir.path())
+        .ttl("2s")
+        .flag("--renew-interval", "1500ms")
+        .build();
+    let mut sidecar = Sidecar::spawn("granted", dir.path(), &args);
+    sidecar.settles_in("leader", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(1700));
+    sidecar.settles_in("leader", Duration::from_secs(1));
+    sidecar.terminate(Duration::from_secs(5));
+    let log = sidecar.stderr();
+    assert!(!log.contains("shorter ttl"), "{log}");
+}

@@ -46,8 +46,8 @@ use crate::status::{FencingToken, Holder, Mode};
 #[group(skip)]
 #[command(next_help_heading = "File backend")]
 pub struct Args {
-    /// Lock file of the file backend [default: $XDG_RUNTIME_DIR or /tmp, leasekeeper-<election>.lock].
-    #[arg(long, env = "LEASEKEEPER_FILE_PATH")]
+    /// Lock file [default: $XDG_RUNTIME_DIR or /tmp, then leasekeeper-<election>.lock].
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_FILE_PATH")]
     pub file_path: Option<PathBuf>,
 }
 
@@ -146,8 +146,79 @@ impl Drop for FileBackend {
     }
 }
 
-fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> BackendError {
-    move |source| BackendError::Io { op, source }
+/// Why the lock file cannot be used, found before the election starts.
+#[derive(Debug, thiserror::Error)]
+pub enum LockPathError {
+    #[error("--file-path {}: the directory {} does not exist; create it first", .path.display(), .dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
+    #[error("--file-path {}: {} is not a directory", .path.display(), .dir.display())]
+    NotADirectory { path: PathBuf, dir: PathBuf },
+    #[error("--file-path {}: cannot create or open it: {cause}", .path.display())]
+    Open {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("--file-path {}: cannot create files in {}: {cause}", .path.display(), .dir.display())]
+    NotWritable {
+        path: PathBuf,
+        dir: PathBuf,
+        cause: std::io::Error,
+    },
+}
+
+/// Checks at start that the lock file can be created and opened and that its
+/// directory takes the files kept beside it (`.candidates`, `.gate`, `.count`), so
+/// that a bad path is one line before the election, not a retry loop. No directory
+/// is created: a missing one is an error.
+pub fn check_lock_path(path: &Path) -> Result<(), LockPathError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (path_buf, dir_buf) = (path.to_owned(), dir.to_owned());
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(LockPathError::NotADirectory {
+                path: path_buf,
+                dir: dir_buf,
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(LockPathError::NoDirectory {
+                path: path_buf,
+                dir: dir_buf,
+            })
+        }
+        Err(cause) => {
+            return Err(LockPathError::Open {
+                path: path_buf,
+                cause,
+            })
+        }
+    }
+    open_lock_file(path).map_err(|cause| LockPathError::Open {
+        path: path.to_owned(),
+        cause,
+    })?;
+    writable(dir).map_err(|cause| LockPathError::NotWritable {
+        path: path_buf,
+        dir: dir_buf,
+        cause,
+    })
+}
+
+/// Whether this process may create files in `dir` (access(2) with W_OK: the
+/// permission bits, and a read-only mount even for root).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: access(2) reads a NUL-terminated path that lives across the call.
+    match unsafe { libc::access(c.as_ptr(), libc::W_OK) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 fn open_lock_file(path: &Path) -> std::io::Result<File> {
@@ -260,6 +331,15 @@ fn still_the_lock_file(file: &File, path: &Path) -> std::io::Result<bool> {
 }
 
 impl FileBackend {
+    /// A failed file operation, naming the lock file (a retried error must say where).
+    fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> BackendError {
+        let path = self.path.clone();
+        move |e| BackendError::Io {
+            op,
+            source: std::io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+        }
+    }
+
     pub fn new(path: PathBuf, lease: &Candidacy) -> Self {
         FileBackend {
             path,
@@ -288,7 +368,12 @@ impl FileBackend {
             return Ok(());
         }
         let dir = self.candidates_dir();
-        std::fs::create_dir_all(&dir)?;
+        // Beside the lock file, whose directory exists (checked at start): never a
+        // directory above it.
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
         let path = dir.join(format!("{:016x}", rand::random::<u64>()));
         let file = File::create(&path)?;
         file.lock()?;
@@ -299,13 +384,13 @@ impl FileBackend {
 
     /// Bookkeeping once the lock is ours: bump the counter and name ourselves.
     fn take(&mut self, file: File) -> Result<Campaign, BackendError> {
-        if !still_the_lock_file(&file, &self.path).map_err(io("campaign"))? {
+        if !still_the_lock_file(&file, &self.path).map_err(self.io("campaign"))? {
             // We locked a file that was unlinked meanwhile: worthless, try again.
             return Ok(Campaign::Held(None));
         }
         let shared = self.shared();
         let _counter = match shared {
-            true => Some(lock_counter(&self.path).map_err(io("campaign"))?),
+            true => Some(lock_counter(&self.path).map_err(self.io("campaign"))?),
             false => None,
         };
         let previous = read_record(&file);
@@ -325,7 +410,7 @@ impl FileBackend {
             shared,
             ..LockRecord::default()
         };
-        write_record(&file, &record).map_err(io("campaign"))?;
+        write_record(&file, &record).map_err(self.io("campaign"))?;
         self.held = Some(file);
         let mine = Holder {
             identity: self.identity.clone(),
@@ -372,7 +457,7 @@ impl FileBackend {
         self.waiter = None;
         if let Some(file) = self.held.take() {
             let _counter = match self.shared() {
-                true => Some(lock_counter(&self.path).map_err(io("release"))?),
+                true => Some(lock_counter(&self.path).map_err(self.io("release"))?),
                 false => None,
             };
             let mut record = read_record(&file);
@@ -387,7 +472,7 @@ impl FileBackend {
             let written = write_record(&file, &record);
             // Dropping the file closes our only descriptor and with it the lock.
             drop(file);
-            written.map_err(io("release"))?;
+            written.map_err(self.io("release"))?;
         }
         Ok(())
     }
@@ -403,7 +488,7 @@ impl Backend for FileBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.register().map_err(io("campaign"))?;
+        self.register().map_err(self.io("campaign"))?;
         if let Some(file) = self.held.take() {
             return self.take(file);
         }
@@ -418,7 +503,7 @@ impl Backend for FileBackend {
         }
         match self.arrived.take() {
             Some(Ok(file)) => return self.take(file),
-            Some(Err(e)) => return Err(io("campaign")(e)),
+            Some(Err(e)) => return Err(self.io("campaign")(e)),
             None => {}
         }
         if let Some(waiter) = self.waiter.as_mut() {
@@ -429,7 +514,7 @@ impl Backend for FileBackend {
                 }
                 Ok(Err(e)) => {
                     self.waiter = None;
-                    Err(io("campaign")(e))
+                    Err(self.io("campaign")(e))
                 }
                 Err(oneshot::error::TryRecvError::Empty) => Ok(Campaign::Held(self.holder())),
                 Err(oneshot::error::TryRecvError::Closed) => {
@@ -438,7 +523,7 @@ impl Backend for FileBackend {
                 }
             };
         }
-        match try_lock(&self.path, self.shared()).map_err(io("campaign"))? {
+        match try_lock(&self.path, self.shared()).map_err(self.io("campaign"))? {
             Some(file) => self.take(file),
             None => {
                 self.start_waiter();
@@ -449,7 +534,7 @@ impl Backend for FileBackend {
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
         match &self.held {
-            Some(file) if still_the_lock_file(file, &self.path).map_err(io("renew"))? => {
+            Some(file) if still_the_lock_file(file, &self.path).map_err(self.io("renew"))? => {
                 Ok(Renewal::Renewed)
             }
             _ => Ok(Renewal::Lost),
@@ -469,7 +554,7 @@ impl Backend for FileBackend {
             return Err(super::no_switchover_with("shared"));
         }
         let dir = self.candidates_dir();
-        let entries = std::fs::read_dir(&dir).map_err(io("candidates"))?;
+        let entries = std::fs::read_dir(&dir).map_err(self.io("candidates"))?;
         let mut live = Vec::new();
         for entry in entries.flatten() {
             let Ok(file) = File::open(entry.path()) else {

@@ -34,10 +34,10 @@ pub const MAX_HOLDERS: u32 = 64;
 #[derive(clap::Args, Debug, Default, Clone)]
 #[group(skip)]
 pub struct Args {
-    /// How many candidates may lead at once, each in its own numbered slot 0..N-1, each a lease (slot 0 the election's own, slot i <election>-<i>) [default: 1].
-    #[arg(long, env = "LEASEKEEPER_HOLDERS")]
+    /// Candidates that lead at once, each in its own slot [default: 1].
+    #[arg(long, value_name = "N", env = "LEASEKEEPER_HOLDERS")]
     pub holders: Option<String>,
-    /// Join the election's read-write lock: `shared` holders coexist, an `exclusive` one excludes every other holder (and an election's one); a waiting exclusive candidate keeps new shared ones out [default: the election, one exclusive holder].
+    /// shared or exclusive side of the read-write lock [default: none].
     #[arg(long, env = "LEASEKEEPER_MODE")]
     pub mode: Option<String>,
 }

@@ -97,6 +97,7 @@ use zookeeper_client::{
 };
 
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use crate::settings::fmt_d;
 use crate::status::{Holder, Mode};
 
 mod rules;
@@ -270,8 +271,8 @@ impl ZkBackend {
         let negotiated = client.session_timeout();
         if negotiated != self.requested {
             tracing::warn!(
-                requested = %humantime::format_duration(self.requested),
-                negotiated = %humantime::format_duration(negotiated),
+                requested = %fmt_d(self.requested),
+                negotiated = %fmt_d(negotiated),
                 "zookeeper negotiated another session timeout; it is the ttl now"
             );
         }

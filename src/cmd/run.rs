@@ -1,6 +1,6 @@
 //! `leasekeeper run [flags] -- CMD ARGS…`: the command line of exec mode. The flags
-//! are the sidecar's usual ones (parsed by [`crate::config::Cli`]; `run`-only flags are
-//! [`crate::publish::exec::Args`]); everything after the first `--` is the command.
+//! are the sidecar's usual ones and `run`'s own ([`crate::config::Cli::run_command`],
+//! with [`crate::publish::exec::Args`]); everything after the first `--` is the command.
 
 use std::ffi::OsString;
 
@@ -8,20 +8,19 @@ use std::ffi::OsString;
 /// sidecar's flags and the command after `--` (which [`split`] takes off before the
 /// flags are parsed, so it is optional here).
 pub fn command() -> clap::Command {
-    use clap::CommandFactory;
-    crate::config::Cli::command()
+    crate::config::Cli::run_command()
         .name("run")
         .bin_name("leasekeeper run")
         .about("Run CMD only while this candidate leads (exec mode)")
-        .long_about(
-            "Run CMD only while this candidate leads (exec mode). The flags are the sidecar's own; \
-             everything after the first `--` is the command and its arguments. CMD gets \
-             LEASEKEEPER_FENCING_TOKEN, LEASEKEEPER_ELECTION and LEASEKEEPER_IDENTITY; on loss or \
-             shutdown it is stopped before the claim's deadline; nothing it started outlives the \
-             sidecar.",
-        )
         .override_usage("leasekeeper run [OPTIONS] -- CMD [ARGS]...")
-        .after_help("Example: leasekeeper run --election nightly -- /usr/bin/backup --all")
+        .after_help(
+            "CMD gets LEASEKEEPER_FENCING_TOKEN, LEASEKEEPER_ELECTION and LEASEKEEPER_IDENTITY; on \
+             loss or shutdown it is stopped before the claim's deadline, and nothing it started \
+             outlives the sidecar. No HTTP API unless --http-addr asks for one. Every flag is also \
+             read from LEASEKEEPER_<FLAG> and the --config file.\n\
+             Example: leasekeeper run --election nightly --wait-timeout 0 -- /usr/bin/backup --all",
+        )
+        .mut_args(|a| a.hide_env(true))
         .arg(
             clap::Arg::new("command")
                 .value_name("CMD")

@@ -1,6 +1,7 @@
 //! The sidecar itself (`leasekeeper [flags]` and `leasekeeper run [flags] -- CMD`):
-//! validate the settings, bind the listener, build the backend, start the elector and
-//! the publishers, wait for a signal or the end, and step down.
+//! validate the settings, bind the listener (for `run`, only when `--http-addr` asks
+//! for one), build the backend, start the elector and the publishers, wait for a
+//! signal or the end, and step down.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "etcd")]
 use crate::backend::etcd::EtcdBackend;
 #[cfg(feature = "file")]
-use crate::backend::file::{slot_path, FileBackend};
+use crate::backend::file::{check_lock_path, slot_path, FileBackend};
 #[cfg(feature = "kubernetes")]
 use crate::backend::kubernetes::KubeBackend;
 #[cfg(feature = "redis")]
@@ -104,6 +105,11 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
             return Err(ExitCode::SUCCESS);
         }
         Err(CliError::Clap(e)) => {
+            if let Some(flag) = run_only_flag(&e) {
+                return Err(fail(&format!(
+                    "{flag} is a flag of `leasekeeper run [flags] -- CMD` only"
+                )));
+            }
             let text = e.to_string();
             let line = crate::settings::first_line(&text);
             return Err(fail(&line.strip_prefix("error: ").unwrap_or(&line)));
@@ -124,7 +130,8 @@ fn settings(args: Vec<OsString>) -> Result<Settings, ExitCode> {
 /// What every backend's run shares once the input is known to be good.
 struct Start {
     settings: Settings,
-    listener: tokio::net::TcpListener,
+    /// The HTTP API's socket, when there is one.
+    listener: Option<tokio::net::TcpListener>,
     log: TransitionLog,
     kube: Option<crate::kube_api::Client>,
     /// A client of its own for the Events (its own connections: an Event written at a
@@ -141,8 +148,12 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // still starting is a graceful stop too (before the elector runs: at once).
     let stop = Signals::listen().stop();
     // Everything that can be bad input is checked before the backend is touched.
-    let addr = settings.http.addr;
-    let listener = listen(addr).with_context(|| format!("--http-addr {addr}: cannot listen"))?;
+    let listener = match settings.http.addr {
+        Some(addr) => {
+            Some(listen(addr).with_context(|| format!("--http-addr {addr}: cannot listen"))?)
+        }
+        None => None,
+    };
     let log_path = settings.transition_log.as_deref();
     let log = TransitionLog::open(log_path, &settings.identity).with_context(|| {
         format!(
@@ -188,6 +199,20 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(4096)
 }
 
+/// The flag of `run` that a command line without `run` gave (clap's "unexpected
+/// argument"), to say where it belongs.
+fn run_only_flag(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let name = arg.split('=').next()?.strip_prefix("--")?;
+    exec::FLAGS.contains(&name).then(|| format!("--{name}"))
+}
+
 /// One backend per slot of the election (`--holders`; one slot is the election
 /// itself), each built by `make` for its own lease name and slot number.
 fn slots_of<B: Backend, E>(
@@ -214,6 +239,9 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
     match &s.backend {
         #[cfg(feature = "file")]
         BackendSettings::File { path } => {
+            for slot in 0..s.holders {
+                check_lock_path(&slot_path(path, slot))?;
+            }
             let slots = slots_of(s, |lease, i| {
                 anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
             })?;
@@ -323,8 +351,8 @@ struct Running {
     /// Tasks that may simply stop (the supervisor, the drain).
     abort: Vec<JoinHandle<()>>,
     hooks: Option<JoinHandle<()>>,
-    http_stop: oneshot::Sender<()>,
-    http: JoinHandle<()>,
+    /// The HTTP API's stop and end, when it runs.
+    http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     /// `run --wait-timeout`: resolves when no slot was taken in time.
     gave_up: Option<JoinHandle<()>>,
 }
@@ -343,8 +371,8 @@ async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCo
         election = %settings.election,
         identity = %settings.identity,
         backend = backend_name,
-        http = %settings.http.addr,
-        ttl = %humantime::format_duration(settings.timing.ttl),
+        http = %settings.http.addr.map_or("off".to_owned(), |a| a.to_string()),
+        ttl = %crate::settings::fmt_d(settings.timing.ttl),
         "leasekeeper started"
     );
     let (exit, exec_code) = wait_for_the_end(&mut running, &mut stop).await;
@@ -428,8 +456,10 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         let unanswered = t.backend_timeout * 2;
         tokio::spawn(exec::gave_up_waiting(status_rx.clone(), wait, unanswered))
     });
-    let api = api(&settings.http, t, status_rx, heartbeat, metrics, releases);
-    let (http_stop, http) = serve_http(listener, api, http_limits(&settings.http));
+    let http = listener.map(|listener| {
+        let api = api(&settings.http, t, status_rx, heartbeat, metrics, releases);
+        serve_http(listener, api, http_limits(&settings.http))
+    });
     let abort = [
         supervisor.map(|s| tokio::spawn(s.run())),
         drain.map(|d| tokio::spawn(d.run())),
@@ -446,7 +476,6 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         events: kube.events,
         abort: abort.into_iter().flatten().collect(),
         hooks: hooks.map(|h| tokio::spawn(h.run())),
-        http_stop,
         http,
     }
 }
@@ -712,7 +741,10 @@ async fn stop_publishers(mut r: Running, settings: &Settings) {
         // The last change (this candidate gone) may still be on its way; not for long.
         let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
     }
-    let _ = r.http_stop.send(());
+    let http = r.http.map(|(stop, task)| {
+        let _ = stop.send(());
+        task
+    });
     if let Some(task) = r.events {
         // "stopped leading" may still be on its way; within the backend timeout.
         let _ = tokio::time::timeout(settings.timing.backend_timeout, task).await;
@@ -724,7 +756,9 @@ async fn stop_publishers(mut r: Running, settings: &Settings) {
         task.abort();
     }
     // Open /watch streams would hold a graceful HTTP stop forever; do not wait long.
-    let _ = tokio::time::timeout(Duration::from_millis(200), r.http).await;
+    if let Some(task) = http {
+        let _ = tokio::time::timeout(Duration::from_millis(200), task).await;
+    }
 }
 
 fn exit_code(

@@ -1,12 +1,7 @@
 //! `leasekeeper status [--url URL] [--json] [--samples N] [--timeout D]`: asks a
 //! running sidecar (`GET /leader`) who leads and prints it as a short table, for
 //! `kubectl exec … -- leasekeeper status` in an image with no shell or curl, and for
-//! the chart's `helm test` Pod.
-//!
-//! Exit codes: 0 the answering sidecar leads, 3 it follows, 4 its state is unknown,
-//! 1 no answer (refused, timed out, not a Status), 2 bad command line, 5 with
-//! `--samples` when two answers disagree about who leads (two leaders behind one
-//! Service, say).
+//! the chart's `helm test` Pod. Its exit code tells the answer ([`super::exit`]).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -27,7 +22,8 @@ pub const DISAGREE: u8 = 5;
 #[command(
     name = "leasekeeper status",
     about = "Ask a running sidecar who leads (no shell or curl needed)",
-    long_about = "Ask a running leasekeeper who leads. Exit 0 leader, 3 follower, 4 unknown, 1 unreachable, 5 answers disagree (--samples)."
+    after_help = "The exit code tells the answer: leasekeeper man status lists them.",
+    max_term_width = 100
 )]
 pub struct StatusCli {
     /// The sidecar's HTTP listener (http:// only).
@@ -40,8 +36,7 @@ pub struct StatusCli {
     /// Print the sidecar's Status JSON as it came (one line per answer).
     #[arg(long)]
     pub json: bool,
-    /// Ask this many times, over a new connection each time (1 to 100); exit 0 only if
-    /// every answer came from a leader and all name the same leader and token.
+    /// Ask this many times (1 to 100), each over a new connection; all must agree.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub samples: u32,
     /// How long to wait for each answer.
@@ -62,7 +57,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub enum AskError {
     #[error("--url {0:?}: {1}")]
     Url(String, String),
-    #[error("{0}: no answer within {1:?}")]
+    #[error("{url}: no answer within {within}", url = .0, within = crate::settings::fmt_d(*.1))]
     Timeout(String, Duration),
     #[error("{0}: {1}")]
     Connect(String, String),

@@ -2,14 +2,7 @@
 //! leading sidecar (`POST /release?to=ID`, loopback only, so run it in the leader's
 //! Pod: `kubectl exec POD -c leasekeeper -- leasekeeper switchover --to ID`) to hand
 //! the lease over to candidate ID, then asks the same sidecar (`GET /leader`) until
-//! it sees ID lead.
-//!
-//! Exit codes: 0 ID leads; 1 no answer (refused, timed out, not a sidecar); 2 bad
-//! command line or the release endpoint is off; 3 the sidecar asked does not lead
-//! (the message names who does); 4 refused: ID is not a live candidate, is the leader
-//! itself, or the store could not list its candidates (nothing was released);
-//! 5 released, but ID was not seen leading within `--timeout` (another candidate
-//! took the lease, or nobody did yet).
+//! it sees ID lead. Its exit code tells how that went ([`super::exit`]).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -20,6 +13,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::status::{ask, exchange, leader_uri, parse_duration, sidecar_uri, AskError};
+use crate::settings::fmt_d;
 
 pub const SWITCHED: u8 = 0;
 pub const UNREACHABLE: u8 = 1;
@@ -32,26 +26,24 @@ pub const NOT_TAKEN: u8 = 5;
 #[command(
     name = "leasekeeper switchover",
     about = "Hand the lease over to a named candidate and wait until it leads",
-    long_about = "Hand the lease over to a named candidate: ask the leading sidecar (POST /release?to=ID) and wait until ID leads. Exit 0 done, 3 not the leader, 4 refused, 5 not taken in time, 1 unreachable."
+    after_help = "Run it beside the leader's sidecar: POST /release?to=ID answers loopback only.\nThe exit code tells how it went: leasekeeper man switchover lists them.",
+    max_term_width = 100
 )]
 pub struct SwitchoverCli {
     /// The identity of the candidate that is to lead next (required).
     #[arg(long)]
     pub to: Option<String>,
-    /// The leading sidecar's HTTP listener (http:// only; it answers POST /release
-    /// only from loopback and with --enable-release-endpoint).
+    /// The leading sidecar's listener (http://; it needs --enable-release-endpoint).
     #[arg(
         long,
         env = "LEASEKEEPER_STATUS_URL",
         default_value = "http://localhost:4040"
     )]
     pub url: String,
-    /// How long the old leader stays out of the election afterwards (the sidecar's
-    /// default: one renew interval).
+    /// How long the old leader stays out afterwards [default: one renew interval].
     #[arg(long, value_parser = parse_duration)]
     pub cooldown: Option<Duration>,
-    /// How long to wait in all: for the release (which waits for a drain) and then
-    /// to see ID lead.
+    /// How long to wait in all, for the release (after a drain) and to see ID lead.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
@@ -130,10 +122,10 @@ pub async fn switchover(cli: &SwitchoverCli, to: &str) -> Result<Outcome, AskErr
             return Ok(outcome(
                 SWITCHED,
                 format!(
-                    "{} leads (fencing token {token}); released after {} ms, confirmed after {} ms",
+                    "{} leads (fencing token {token}); released after {}, confirmed after {}",
                     to,
-                    released.as_millis(),
-                    start.elapsed().as_millis()
+                    fmt_d(released),
+                    fmt_d(start.elapsed())
                 ),
             ));
         }
@@ -145,7 +137,7 @@ pub async fn switchover(cli: &SwitchoverCli, to: &str) -> Result<Outcome, AskErr
     }
     let why = match seen {
         Some(other) => format!("{other} took the lease instead"),
-        None => format!("nobody was seen leading within {:?}", cli.timeout),
+        None => format!("nobody was seen leading within {}", fmt_d(cli.timeout)),
     };
     Ok(outcome(
         NOT_TAKEN,

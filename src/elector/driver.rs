@@ -226,7 +226,7 @@ impl<B: Backend> Elector<B> {
             Ok(Err(e)) => Some(Released::Unchecked(e.to_string())),
             Err(_) => Some(Released::Unchecked(format!(
                 "the store did not list its candidates within {}",
-                humantime::format_duration(budget)
+                crate::settings::fmt_d(budget)
             ))),
         }
     }
@@ -435,7 +435,7 @@ impl<B: Backend> Elector<B> {
     }
 
     fn say(&self, say: Say) {
-        let fmt = |d: Duration| humantime::format_duration(d).to_string();
+        let fmt = crate::settings::fmt_d;
         match say {
             Say::AcquiredTooLate { token } => tracing::warn!(
                 token,
@@ -566,7 +566,7 @@ async fn timed<T>(
         Ok(r) => r,
         Err(_) => Err(BackendError::TimedOut {
             op,
-            detail: format!("no answer within {}", humantime::format_duration(limit)),
+            detail: format!("no answer within {}", crate::settings::fmt_d(limit)),
         }),
     };
     if result.is_err() {

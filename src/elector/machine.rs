@@ -841,12 +841,14 @@ impl Machine {
     }
 
     /// The configured renew interval, or a third of the claim when the store granted
-    /// a ttl so much shorter than asked that the configured interval no longer fits
-    /// twice into a claim (the leader would lose every tenure before renewing).
+    /// a ttl so much shorter than asked that a renewal sent at the configured interval
+    /// would not be answered within the claim (the leader would lose every tenure
+    /// before renewing). The rule is validation's ([`Timing::renews_in_time`]), so a
+    /// ttl granted as asked keeps the configured interval.
     fn renew_interval(&mut self, out: &mut Out) -> Duration {
         let claim = self.claim_length();
         let configured = self.cfg.timing.renew_interval;
-        if configured * 2 <= claim {
+        if self.cfg.timing.renews_in_time(claim) {
             return configured;
         }
         let adapted = claim / 3;

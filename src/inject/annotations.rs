@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use clap::CommandFactory;
-
 use crate::config::Cli;
 
 /// The prefix of every annotation the injector reads.
@@ -36,10 +34,11 @@ pub struct Flag {
 }
 
 /// Every flag of the sidecar that has an environment variable, from the one
-/// definition of its command line. `--config` is left out: the file it names is read
-/// before anything else and could not be checked at admission.
+/// definition of its command line (`run`'s, which has exec mode's flags too).
+/// `--config` is left out: the file it names is read before anything else and could
+/// not be checked at admission.
 pub fn sidecar_flags() -> Vec<Flag> {
-    Cli::command()
+    Cli::run_command()
         .get_arguments()
         .filter_map(|a| {
             let long = a.get_long()?;

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use clap::{CommandFactory, FromArgMatches};
 use serde_json::{json, Value};
 
 use super::annotations::{Flag, Refusal, Wish, PREFIX};
@@ -77,11 +76,14 @@ pub fn sidecar_settings(
             argv.push(format!("--{}={value}", flag.long));
         }
     }
-    let command = Cli::command().mut_args(|a| a.env(None));
+    // `run`'s command: every flag a Pod may set; exec mode's own are refused without
+    // `leasekeeper.io/run` by the settings, as at the start.
+    let command = Cli::run_command().mut_args(|a| a.env(None));
     let matches = command
+        .clone()
         .try_get_matches_from(argv)
         .map_err(|e| blame.refusal(&e.to_string()))?;
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| blame.refusal(&e.to_string()))?;
+    let cli = Cli::from_matches(&command, &matches).map_err(|e| blame.refusal(&e.to_string()))?;
     in_another_container(env.clone(), || Settings::from_cli(cli, cmd))
         .map_err(|e| blame.refusal(&e.to_string()))
 }

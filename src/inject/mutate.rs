@@ -248,9 +248,12 @@ pub fn asks_for_sidecar(pod: &Value) -> bool {
 
 /// The port named `http` follows `--http-addr` (the probes name the port).
 fn with_http_port(mut sidecar: Value, settings: &Settings) -> Value {
+    let Some(addr) = settings.http.addr else {
+        return sidecar;
+    };
     for port in sidecar["ports"].as_array_mut().into_iter().flatten() {
         if port["name"] == "http" {
-            port["containerPort"] = json!(settings.http.addr.port());
+            port["containerPort"] = json!(addr.port());
         }
     }
     sidecar

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use super::hooks::{http_client, post_json, HttpClient};
-use crate::settings::{duration_or, parse_http_url, ConfigError};
+use crate::settings::{duration_or, fmt_d, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
 
 /// The drain flags.
@@ -27,11 +27,16 @@ use crate::status::{Role, Status};
 #[group(skip)]
 #[command(next_help_heading = "Drain before release")]
 pub struct Args {
-    /// http:// URL POSTed before a graceful release; the lease is kept (and renewed) until it answers 2xx.
-    #[arg(long, env = "LEASEKEEPER_DRAIN_URL")]
+    /// http:// URL POSTed on a graceful step-down, until it answers 2xx.
+    #[arg(long, value_name = "URL", env = "LEASEKEEPER_DRAIN_URL")]
     pub drain_url: Option<String>,
-    /// Longest wait for --drain-url, never past the claim's deadline [default: 30s].
-    #[arg(long, env = "LEASEKEEPER_DRAIN_TIMEOUT", allow_hyphen_values = true)]
+    /// Longest wait for --drain-url, within the claim [default: 30s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_DRAIN_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub drain_timeout: Option<String>,
 }
 
@@ -142,7 +147,7 @@ impl Drain {
             let lapsed = tokio::select! {
                 answer = post_json(client, &self.url, &body, until) => match answer {
                     Ok(()) => {
-                        tracing::info!(took = ?started.elapsed(), "drained");
+                        tracing::info!(took = %fmt_d(started.elapsed()), "drained");
                         return;
                     }
                     Err(error) => {
@@ -163,7 +168,7 @@ impl Drain {
     /// its acknowledgement: it holds no claim any more and must stop leader work now.
     async fn lapsed(&self, client: &HttpClient) {
         tracing::warn!(
-            timeout = %humantime::format_duration(self.limit),
+            timeout = %fmt_d(self.limit),
             "--drain-url did not answer 2xx before the drain ended; releasing, and telling the app"
         );
         let body = {

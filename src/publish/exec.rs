@@ -54,21 +54,35 @@ use crate::clock::to_monotonic_ns;
 use crate::settings::{bad, duration_or, parse_bool, parse_duration, ConfigError};
 use crate::status::{FencingToken, Role, Status};
 
-/// The flags of `run` (an error without it).
+/// The flags of `run`, declared by its command alone (`leasekeeper run --help` lists
+/// them, `leasekeeper --help` does not).
 #[derive(clap::Args, Debug, Default, Clone)]
 #[group(skip)]
-#[command(next_help_heading = "Exec mode (leasekeeper run [flags] -- CMD)")]
+#[command(next_help_heading = "Exec mode")]
 pub struct Args {
-    /// `run` only: longest time from SIGTERM to SIGKILL of the command; never past the claim's deadline [default: 10s].
-    #[arg(long, env = "LEASEKEEPER_KILL_GRACE", allow_hyphen_values = true)]
+    /// Longest time from SIGTERM to SIGKILL of CMD, never past the claim's deadline [default: 10s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_KILL_GRACE",
+        allow_hyphen_values = true
+    )]
     pub kill_grace: Option<String>,
-    /// `run` only: campaign again when the command exits by itself, instead of exiting with its code.
-    #[arg(long, env = "LEASEKEEPER_RESTART", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Campaign again when CMD exits by itself, instead of exiting with its code.
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_RESTART", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub restart: Option<String>,
-    /// `run` only: give up and exit 75 when no slot was taken within this time (0: one try, a non-blocking lock) [default: wait for ever].
-    #[arg(long, env = "LEASEKEEPER_WAIT_TIMEOUT", allow_hyphen_values = true)]
+    /// Exit 75 when no slot was taken within this time; 0: one try [default: wait for ever].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_WAIT_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub wait_timeout: Option<String>,
 }
+
+/// The long names of `run`'s own flags (also its keys of the `--config` file).
+pub const FLAGS: [&str; 3] = ["kill-grace", "restart", "wait-timeout"];
 
 /// `--wait-timeout`: a duration, or 0 (one try).
 fn wait_timeout(raw: &str) -> Result<Duration, ConfigError> {
@@ -85,6 +99,13 @@ fn wait_timeout(raw: &str) -> Result<Duration, ConfigError> {
 pub const GAVE_UP: u8 = 75;
 
 impl Args {
+    /// Whether `command` declares these flags (`run`'s does, the sidecar's not).
+    pub fn declared_in(command: &clap::Command) -> bool {
+        command
+            .get_arguments()
+            .any(|a| a.get_long().is_some_and(|long| FLAGS.contains(&long)))
+    }
+
     /// The settings for CMD, or `None` without `run`; a `run`-only flag without
     /// `run` is bad input.
     pub fn settings(

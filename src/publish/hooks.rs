@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep, timeout, timeout_at, Instant};
 
 use crate::backoff::Backoff;
-use crate::settings::{bad, duration_or, parse_http_url, ConfigError};
+use crate::settings::{bad, duration_or, fmt_d, parse_http_url, ConfigError};
 use crate::status::{Role, Status};
 
 /// The hook flags.
@@ -27,14 +27,19 @@ use crate::status::{Role, Status};
 #[group(skip)]
 #[command(next_help_heading = "Hooks")]
 pub struct Args {
-    /// Shell command run on every change of role, leader or token (Status JSON on stdin).
-    #[arg(long, env = "LEASEKEEPER_ON_CHANGE")]
+    /// Command run (sh -c) on each change, the Status JSON on its stdin.
+    #[arg(long, value_name = "COMMAND", env = "LEASEKEEPER_ON_CHANGE")]
     pub on_change: Option<String>,
-    /// http:// URL POSTed the Status JSON on every change of role, leader or token.
-    #[arg(long, env = "LEASEKEEPER_NOTIFY_URL")]
+    /// http:// URL POSTed the Status JSON on each such change.
+    #[arg(long, value_name = "URL", env = "LEASEKEEPER_NOTIFY_URL")]
     pub notify_url: Option<String>,
-    /// Longest run of an --on-change command, and of one --notify-url POST [default: 10s].
-    #[arg(long, env = "LEASEKEEPER_HOOK_TIMEOUT", allow_hyphen_values = true)]
+    /// Longest --on-change run, and --notify-url POST [default: 10s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEKEEPER_HOOK_TIMEOUT",
+        allow_hyphen_values = true
+    )]
     pub hook_timeout: Option<String>,
 }
 
@@ -209,7 +214,7 @@ async fn run_commands(cmd: String, limit: Duration, mut changes: watch::Receiver
             Err(_) => {
                 tracing::warn!(
                     state = change.state,
-                    timeout = %humantime::format_duration(limit),
+                    timeout = %fmt_d(limit),
                     "--on-change hook ran too long; killed"
                 );
                 kill_group(&child);

@@ -33,24 +33,25 @@ use crate::status::{identity_is_usable, Role, Status, StatusView};
 #[group(skip)]
 #[command(next_help_heading = "HTTP API")]
 pub struct Args {
-    /// Status and metrics listener [default: 0.0.0.0:4040].
-    #[arg(long, env = "LEASEKEEPER_HTTP_ADDR")]
+    /// API listener [default: 0.0.0.0:4040; for run: none].
+    #[arg(long, value_name = "ADDR", env = "LEASEKEEPER_HTTP_ADDR")]
     pub http_addr: Option<String>,
     /// Allow POST /release from loopback.
-    #[arg(long, env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_ENABLE_RELEASE_ENDPOINT", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub enable_release_endpoint: Option<String>,
-    /// Most connections the status port holds; at the cap the oldest idle one is closed for a new one [default: 512].
-    #[arg(long, env = "LEASEKEEPER_HTTP_MAX_CONNECTIONS")]
+    /// Most connections of the status port [default: 512].
+    #[arg(long, value_name = "N", env = "LEASEKEEPER_HTTP_MAX_CONNECTIONS")]
     pub http_max_connections: Option<String>,
-    /// Most open GET /watch streams; more get 503 [default: 64].
-    #[arg(long, env = "LEASEKEEPER_HTTP_MAX_WATCHERS")]
+    /// Most GET /watch streams open at once [default: 64].
+    #[arg(long, value_name = "N", env = "LEASEKEEPER_HTTP_MAX_WATCHERS")]
     pub http_max_watchers: Option<String>,
 }
 
 /// Where the API listens and what it allows.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpSettings {
-    pub addr: SocketAddr,
+    /// `None`: no listener (`leasekeeper run` without `--http-addr`).
+    pub addr: Option<SocketAddr>,
     pub enable_release_endpoint: bool,
     pub max_connections: usize,
     pub max_watchers: usize,
@@ -63,14 +64,32 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request body accepted (nothing served takes one).
 pub const MAX_BODY: u64 = 4096;
 
+/// The sidecar's listener without `--http-addr`.
+pub const DEFAULT_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 4040);
+
 impl Args {
-    pub fn settings(&self) -> Result<HttpSettings, ConfigError> {
+    /// The API's settings; `exec` is `leasekeeper run`, which listens only where
+    /// `--http-addr` says (a fixed default port would let only one `run` start per
+    /// host).
+    pub fn settings(&self, exec: bool) -> Result<HttpSettings, ConfigError> {
+        let addr = match (self.http_addr.as_deref(), exec) {
+            (Some(raw), _) => Some(parse_http_addr(raw)?),
+            (None, false) => Some(DEFAULT_ADDR),
+            (None, true) => None,
+        };
+        let enable_release_endpoint = parse_bool(
+            "--enable-release-endpoint",
+            self.enable_release_endpoint.as_deref(),
+        )?;
+        if enable_release_endpoint && addr.is_none() {
+            return Err(bad(
+                "--enable-release-endpoint needs --http-addr with `leasekeeper run`, which has no HTTP API without one",
+            ));
+        }
         Ok(HttpSettings {
-            addr: parse_http_addr(self.http_addr.as_deref().unwrap_or("0.0.0.0:4040"))?,
-            enable_release_endpoint: parse_bool(
-                "--enable-release-endpoint",
-                self.enable_release_endpoint.as_deref(),
-            )?,
+            addr,
+            enable_release_endpoint,
             max_connections: count(
                 "--http-max-connections",
                 self.http_max_connections.as_deref(),

@@ -10,22 +10,27 @@ use crate::settings::{bad, cert_and_key, optional_pem, read_pem, read_secret_fil
 #[command(next_help_heading = "etcd backend")]
 pub struct Args {
     /// etcd endpoints, comma-separated: http(s)://host:port.
-    #[arg(long, env = "LEASEKEEPER_ETCD_ENDPOINTS", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LEASEKEEPER_ETCD_ENDPOINTS",
+        value_delimiter = ','
+    )]
     pub etcd_endpoints: Vec<String>,
     /// PEM CA bundle for https:// etcd endpoints.
-    #[arg(long, env = "LEASEKEEPER_ETCD_CA_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ETCD_CA_FILE")]
     pub etcd_ca_file: Option<PathBuf>,
     /// PEM client certificate for etcd (with --etcd-key-file).
-    #[arg(long, env = "LEASEKEEPER_ETCD_CERT_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ETCD_CERT_FILE")]
     pub etcd_cert_file: Option<PathBuf>,
     /// PEM private key of the etcd client certificate.
-    #[arg(long, env = "LEASEKEEPER_ETCD_KEY_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ETCD_KEY_FILE")]
     pub etcd_key_file: Option<PathBuf>,
     /// etcd user (password from --etcd-password-file).
-    #[arg(long, env = "LEASEKEEPER_ETCD_USER")]
+    #[arg(long, value_name = "USER", env = "LEASEKEEPER_ETCD_USER")]
     pub etcd_user: Option<String>,
     /// File holding the etcd user's password.
-    #[arg(long, env = "LEASEKEEPER_ETCD_PASSWORD_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ETCD_PASSWORD_FILE")]
     pub etcd_password_file: Option<PathBuf>,
 }
 

@@ -8,11 +8,11 @@ use crate::settings::{parse_bool, ConfigError};
 #[group(skip)]
 #[command(next_help_heading = "Kubernetes Lease backend")]
 pub struct Args {
-    /// Take and renew a Lease whose spec.strategy is set (coordinated leader election) even when it is not handed to this candidate, beside electors that ignore the coordinator [default: off: such a Lease is taken only when its preferredHolder names this candidate].
-    #[arg(long, env = "LEASEKEEPER_LEASE_STRATEGY_MIXED", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Take Leases that spec.strategy hands to others [default: off].
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_LEASE_STRATEGY_MIXED", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub lease_strategy_mixed: Option<String>,
-    /// Publish and renew a coordination.k8s.io/v1beta1 LeaseCandidate named after --identity for the Lease, as client-go's leaderelection.NewCandidate does (coordinated leader election, and the candidates a switchover may name), when the API server serves it [default: off].
-    #[arg(long, env = "LEASEKEEPER_LEASE_CANDIDATE", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Publish a LeaseCandidate for the Lease [default: off].
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_LEASE_CANDIDATE", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub lease_candidate: Option<String>,
 }
 

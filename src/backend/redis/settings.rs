@@ -13,19 +13,24 @@ use crate::settings::{
 #[command(next_help_heading = "Redis and Redlock backends")]
 pub struct Args {
     /// redis://[user@]host:port[/db] or rediss:// (TLS); repeat or comma-separate for redlock.
-    #[arg(long, env = "LEASEKEEPER_REDIS_URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "LEASEKEEPER_REDIS_URL",
+        value_delimiter = ','
+    )]
     pub redis_url: Vec<String>,
-    /// File holding the Redis password (the user may be given in the URL).
-    #[arg(long, env = "LEASEKEEPER_REDIS_PASSWORD_FILE")]
+    /// File holding the Redis password.
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
-    /// PEM CA bundle that signs the Redis servers' certificates (rediss://) [default: system roots].
-    #[arg(long, env = "LEASEKEEPER_REDIS_CA_FILE")]
+    /// PEM CA bundle of the Redis servers [default: system roots].
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with --redis-key-file).
-    #[arg(long, env = "LEASEKEEPER_REDIS_CERT_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_REDIS_CERT_FILE")]
     pub redis_cert_file: Option<PathBuf>,
     /// PEM private key of the client certificate.
-    #[arg(long, env = "LEASEKEEPER_REDIS_KEY_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_REDIS_KEY_FILE")]
     pub redis_key_file: Option<PathBuf>,
 }
 

@@ -13,25 +13,25 @@ use crate::settings::{
 #[command(next_help_heading = "PostgreSQL and MySQL backends")]
 pub struct Args {
     /// postgres://user@host:port/db (password from --sql-password-file).
-    #[arg(long, env = "LEASEKEEPER_POSTGRES_URL")]
+    #[arg(long, value_name = "URL", env = "LEASEKEEPER_POSTGRES_URL")]
     pub postgres_url: Option<String>,
-    /// mysql://user@host:port/db, for MySQL and MariaDB (password from --sql-password-file).
-    #[arg(long, env = "LEASEKEEPER_MYSQL_URL")]
+    /// mysql://user@host:port/db, MySQL or MariaDB (password from --sql-password-file).
+    #[arg(long, value_name = "URL", env = "LEASEKEEPER_MYSQL_URL")]
     pub mysql_url: Option<String>,
-    /// Lease table of the SQL backends, table or schema.table; created if missing [default: leasekeeper_leases].
-    #[arg(long, env = "LEASEKEEPER_SQL_TABLE")]
+    /// Lease table, table or schema.table; created if missing [default: leasekeeper_leases].
+    #[arg(long, value_name = "TABLE", env = "LEASEKEEPER_SQL_TABLE")]
     pub sql_table: Option<String>,
     /// File holding the SQL user's password.
-    #[arg(long, env = "LEASEKEEPER_SQL_PASSWORD_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_SQL_PASSWORD_FILE")]
     pub sql_password_file: Option<PathBuf>,
-    /// PEM CA bundle that signs the database server's certificate; turns on verified TLS.
-    #[arg(long, env = "LEASEKEEPER_SQL_CA_FILE")]
+    /// PEM CA bundle of the database server; turns on verified TLS.
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_SQL_CA_FILE")]
     pub sql_ca_file: Option<PathBuf>,
     /// PEM client certificate for the database (with --sql-key-file).
-    #[arg(long, env = "LEASEKEEPER_SQL_CERT_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_SQL_CERT_FILE")]
     pub sql_cert_file: Option<PathBuf>,
     /// PEM private key of the database client certificate.
-    #[arg(long, env = "LEASEKEEPER_SQL_KEY_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_SQL_KEY_FILE")]
     pub sql_key_file: Option<PathBuf>,
 }
 

@@ -12,22 +12,22 @@ use crate::settings::{
 #[command(next_help_heading = "ZooKeeper backend")]
 pub struct Args {
     /// ZooKeeper connect string: host:port,host:port[/chroot].
-    #[arg(long, env = "LEASEKEEPER_ZK_CONNECT")]
+    #[arg(long, value_name = "HOSTS", env = "LEASEKEEPER_ZK_CONNECT")]
     pub zk_connect: Option<String>,
     /// ZooKeeper path under which elections live [default: /leasekeeper].
-    #[arg(long, env = "LEASEKEEPER_ZK_ROOT")]
+    #[arg(long, value_name = "PATH", env = "LEASEKEEPER_ZK_ROOT")]
     pub zk_root: Option<String>,
     /// File holding `user:password` for ZooKeeper digest auth.
-    #[arg(long, env = "LEASEKEEPER_ZK_AUTH_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ZK_AUTH_FILE")]
     pub zk_auth_file: Option<PathBuf>,
-    /// PEM CA bundle that signs the ZooKeeper servers' certificates; turns TLS on (secureClientPort).
-    #[arg(long, env = "LEASEKEEPER_ZK_CA_FILE")]
+    /// PEM CA bundle of the ZooKeeper servers; turns TLS on.
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ZK_CA_FILE")]
     pub zk_ca_file: Option<PathBuf>,
     /// PEM client certificate for ZooKeeper mutual TLS (with --zk-key-file).
-    #[arg(long, env = "LEASEKEEPER_ZK_CERT_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ZK_CERT_FILE")]
     pub zk_cert_file: Option<PathBuf>,
     /// PEM private key of the ZooKeeper client certificate.
-    #[arg(long, env = "LEASEKEEPER_ZK_KEY_FILE")]
+    #[arg(long, value_name = "FILE", env = "LEASEKEEPER_ZK_KEY_FILE")]
     pub zk_key_file: Option<PathBuf>,
 }
 

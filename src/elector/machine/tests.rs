@@ -573,6 +573,49 @@ fn a_store_that_grants_a_short_ttl_gets_renewed_more_often() {
     assert_eq!(s.next, wait(ms(485), WaitOn::Lead));
 }
 
+/// What validation accepts, the elector keeps: a store that grants the ttl asked for
+/// never makes it adapt the renew interval (nor say the ttl was shorter).
+#[test]
+fn timing_that_passes_validation_keeps_its_renew_interval_when_granted_as_asked() {
+    for (ttl, renew) in [
+        ("2s", "1500ms"),
+        ("15s", "5s"),
+        ("15s", "11s"),
+        ("1s", "700ms"),
+    ] {
+        let args = crate::timing::Args {
+            ttl: Some(ttl.to_owned()),
+            renew_interval: Some(renew.to_owned()),
+            ..Default::default()
+        };
+        let timing = args.timing().expect("valid");
+        let (mut m, id) = campaigning(Config { timing, ..config() });
+        let s = m.on(
+            ms(5),
+            Event::Answer {
+                id,
+                answer: Answer::Campaign {
+                    result: Ok(Campaign::Acquired { token: 1 }),
+                    ttl: timing.ttl,
+                    lease: 0,
+                },
+            },
+        );
+        assert!(
+            !s.effects
+                .iter()
+                .any(|e| matches!(e, Effect::Say(Say::RenewIntervalAdapted { .. }))),
+            "--ttl {ttl} --renew-interval {renew}: {:?}",
+            s.effects
+        );
+        assert_eq!(
+            s.next,
+            wait(timing.renew_interval, WaitOn::Lead),
+            "--ttl {ttl} --renew-interval {renew}"
+        );
+    }
+}
+
 #[test]
 fn a_graceful_step_down_waits_for_the_publishers_and_the_drain_renewing_meanwhile() {
     let mut cfg = config();

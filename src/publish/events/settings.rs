@@ -8,8 +8,8 @@ use crate::settings::{parse_bool, ConfigError};
 #[group(skip)]
 #[command(next_help_heading = "Kubernetes Events")]
 pub struct Args {
-    /// Record a Kubernetes Event on each change of leadership (about the Lease with --backend kubernetes, else the own Pod) [default: on where the sidecar can name the object: --backend kubernetes, or in a Pod].
-    #[arg(long, env = "LEASEKEEPER_EVENTS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Record Events on leadership changes [default: on for a Lease or in a Pod].
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_EVENTS", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub events: Option<String>,
 }
 

@@ -8,20 +8,24 @@ use crate::settings::{bad, in_a_pod, parse_bool, ConfigError};
 #[group(skip)]
 #[command(next_help_heading = "Pod label")]
 pub struct Args {
-    /// Keep the leader label on the own Pod [default: on in a Pod, off outside].
-    #[arg(long, env = "LEASEKEEPER_POD_LABEL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Label the own Pod as leader or not [default: in a Pod].
+    #[arg(long, value_name = "BOOL", env = "LEASEKEEPER_POD_LABEL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub pod_label: Option<String>,
-    /// Key of the leader label [default: leasekeeper.io/leader].
-    #[arg(long, env = "LEASEKEEPER_POD_LABEL_KEY")]
+    /// Label key [default: leasekeeper.io/leader].
+    #[arg(long, value_name = "KEY", env = "LEASEKEEPER_POD_LABEL_KEY")]
     pub pod_label_key: Option<String>,
     /// Label value while this candidate leads [default: true].
-    #[arg(long, env = "LEASEKEEPER_POD_LABEL_LEADER_VALUE")]
+    #[arg(long, value_name = "VALUE", env = "LEASEKEEPER_POD_LABEL_LEADER_VALUE")]
     pub pod_label_leader_value: Option<String>,
     /// Label value while it does not [default: false].
-    #[arg(long, env = "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE")]
+    #[arg(
+        long,
+        value_name = "VALUE",
+        env = "LEASEKEEPER_POD_LABEL_FOLLOWER_VALUE"
+    )]
     pub pod_label_follower_value: Option<String>,
-    /// Name of the own Pod, for the label [default: $POD_NAME].
-    #[arg(long, env = "LEASEKEEPER_POD_NAME")]
+    /// Name of the own Pod [default: $POD_NAME].
+    #[arg(long, value_name = "NAME", env = "LEASEKEEPER_POD_NAME")]
     pub pod_name: Option<String>,
 }
 
