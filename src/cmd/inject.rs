@@ -193,21 +193,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
     };
     super::init_logging(settings.log_format);
-    let runtime = match super::runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(settings)) {
-        Ok(code) => code,
-        Err(e) => {
-            let text = format!("{e:#}");
-            eprintln!("error: {}", crate::settings::first_line(&text));
-            ExitCode::FAILURE
-        }
-    }
+    super::block_on(run(settings), ExitCode::FAILURE)
 }
 
 /// Exec mode's copy step: this very binary into `dir`, executable by every user,

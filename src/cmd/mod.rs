@@ -39,6 +39,30 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Runs a subcommand's `main` future to its exit code on [`runtime`]: a runtime that
+/// cannot start exits 1, and an error ends the run with its first line and `failed`.
+pub fn block_on<E: std::fmt::Display>(
+    main: impl std::future::Future<Output = Result<std::process::ExitCode, E>>,
+    failed: std::process::ExitCode,
+) -> std::process::ExitCode {
+    let runtime = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line, whatever the error's own text looks like.
+            let text = format!("{e:#}");
+            eprintln!("error: {}", crate::settings::first_line(&text));
+            failed
+        }
+    }
+}
+
 /// A subcommand's command line (`args` is the whole one: `leasekeeper WORD …`), or
 /// the exit code once help was printed (0) or the first line of a usage error (`usage`).
 pub fn parse_cli<T: clap::Parser>(

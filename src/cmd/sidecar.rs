@@ -67,22 +67,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         tracing::warn!("{warning}");
     }
     raise_open_files();
-    let runtime = match super::runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(settings)) {
-        Ok(code) => code,
-        Err(e) => {
-            // One line, whatever the error's own text looks like.
-            let text = format!("{e:#}");
-            eprintln!("error: {}", crate::settings::first_line(&text));
-            ExitCode::from(USAGE)
-        }
-    }
+    super::block_on(run(settings), ExitCode::from(USAGE))
 }
 
 /// The validated settings, or the exit code after printing why not (or the help).
