@@ -733,6 +733,12 @@ fn run_only_flags_are_flags_of_run_alone() {
     ] {
         assert_one_line_error(args, &[], "leasekeeper run");
     }
+    // Without a listener there is no POST /release to allow.
+    assert_one_line_error(
+        &["run", "--enable-release-endpoint", "--", "true"],
+        &[],
+        "--enable-release-endpoint needs --http-addr",
+    );
 }
 
 /// Every `--help` fits a terminal of 100 columns, whatever `COLUMNS` says, and is no
