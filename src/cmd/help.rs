@@ -12,8 +12,7 @@ use super::status::StatusCli;
 use super::switchover::SwitchoverCli;
 use crate::config::Cli;
 
-/// Exit code for a bad command line.
-const USAGE: u8 = 2;
+use super::exit::USAGE;
 
 /// The subcommands with a man page of their own.
 #[cfg(feature = "kubernetes")]
@@ -126,7 +125,7 @@ fn man(m: &ArgMatches, out: &mut impl std::io::Write) -> std::io::Result<()> {
             .unwrap_or(top),
         None => top,
     };
-    clap_mangen::Man::new(page).render(out)
+    super::manual::render(page, out)
 }
 
 #[cfg(test)]

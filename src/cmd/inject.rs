@@ -36,13 +36,14 @@ use crate::inject::mutate::Injector;
 use crate::inject::Template;
 use crate::settings::{bad, parse_bool, ConfigError};
 
-const USAGE: u8 = 2;
+use super::exit::USAGE;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "leasekeeper inject",
     about = "Serve the admission webhook that adds the sidecar to Pods that ask for it",
-    long_about = "Serve the mutating admission webhook that adds the leasekeeper sidecar to every Pod annotated leasekeeper.io/inject: \"true\", with one leasekeeper.io/<flag> annotation per setting. Exit 0 stopped by a signal, 1 failed, 2 bad input."
+    long_about = "Serve the mutating admission webhook that adds the leasekeeper sidecar to every Pod annotated leasekeeper.io/inject: \"true\", with one leasekeeper.io/<flag> annotation per setting.",
+    max_term_width = 100
 )]
 pub struct InjectCli {
     /// Where the webhook listens (HTTPS).

@@ -2,6 +2,7 @@
 
 use crate::config::LogFormat;
 
+pub mod exit;
 pub mod help;
 #[cfg(feature = "kubernetes")]
 pub mod inject;
@@ -10,9 +11,10 @@ pub mod inject {
     //! Without the `kubernetes` feature there is no injector.
     pub fn main(_args: Vec<std::ffi::OsString>) -> std::process::ExitCode {
         eprintln!("error: inject: this leasekeeper was built without the Kubernetes API client; build with `cargo build --features kubernetes`");
-        std::process::ExitCode::from(2)
+        std::process::ExitCode::from(super::exit::USAGE)
     }
 }
+pub mod manual;
 pub mod run;
 pub mod sidecar;
 pub mod status;

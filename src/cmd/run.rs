@@ -4,6 +4,20 @@
 
 use std::ffi::OsString;
 
+/// What `run` does beyond its one line (its help's closing text, and its man page's
+/// description).
+pub const DETAILS: &str = "CMD gets LEASEKEEPER_FENCING_TOKEN, LEASEKEEPER_ELECTION and \
+     LEASEKEEPER_IDENTITY; on loss or shutdown it is stopped before the claim's deadline, and \
+     nothing it started outlives the sidecar. No HTTP API unless --http-addr asks for one. Every \
+     flag is also read from LEASEKEEPER_<FLAG> and the --config file.";
+
+/// `run`'s example in its help (and first in its man page's EXAMPLES): what it does,
+/// and the command line.
+pub const EXAMPLE: (&str, &[&str]) = (
+    "Run the backup now if no other host runs it, else exit 75 at once:",
+    &["leasekeeper run --election nightly --wait-timeout 0 -- /usr/bin/backup --all"],
+);
+
 /// `run`'s own definition, for its help, the completions and the man page: the
 /// sidecar's flags and the command after `--` (which [`split`] takes off before the
 /// flags are parsed, so it is optional here).
@@ -13,13 +27,7 @@ pub fn command() -> clap::Command {
         .bin_name("leasekeeper run")
         .about("Run CMD only while this candidate leads (exec mode)")
         .override_usage("leasekeeper run [OPTIONS] -- CMD [ARGS]...")
-        .after_help(
-            "CMD gets LEASEKEEPER_FENCING_TOKEN, LEASEKEEPER_ELECTION and LEASEKEEPER_IDENTITY; on \
-             loss or shutdown it is stopped before the claim's deadline, and nothing it started \
-             outlives the sidecar. No HTTP API unless --http-addr asks for one. Every flag is also \
-             read from LEASEKEEPER_<FLAG> and the --config file.\n\
-             Example: leasekeeper run --election nightly --wait-timeout 0 -- /usr/bin/backup --all",
-        )
+        .after_help(format!("{DETAILS}\nExample: {}", EXAMPLE.1.join("\n")))
         .mut_args(|a| a.hide_env(true))
         .arg(
             clap::Arg::new("command")

@@ -49,8 +49,7 @@ use crate::publish::metrics::Metrics;
 use crate::status::Status;
 use crate::timing::Timing;
 
-/// Exit code for bad input (flags, environment, file).
-const USAGE: u8 = 2;
+use super::exit::{self, USAGE};
 
 /// Runs the sidecar; `args` is the whole command line (with `run` and its command).
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -665,9 +664,9 @@ async fn wait_for_the_end(
         tokio::select! {
             exit = &mut r.elector => return (exit, None),
             Ok(()) = gave_up => {
-                tracing::warn!("no slot was taken within --wait-timeout; exiting {}", exec::GAVE_UP);
+                tracing::warn!("no slot was taken within --wait-timeout; exiting {}", exit::sidecar::GAVE_UP);
                 let _ = r.shutdown.send(true);
-                return ((&mut r.elector).await, Some(i32::from(exec::GAVE_UP)));
+                return ((&mut r.elector).await, Some(i32::from(exit::sidecar::GAVE_UP)));
             }
             _ = &mut shutdown => {
                 tracing::info!("shutting down: stepping down and releasing");
@@ -694,7 +693,7 @@ async fn wait_for_the_end(
                 }
                 Ended::GuardLost { proven: false } => {
                     tracing::error!("the command's guard was killed and nothing proves the command's processes ended with it; stepping down and exiting without releasing");
-                    return (leave_unproven(r).await, Some(1));
+                    return (leave_unproven(r).await, Some(i32::from(exit::sidecar::UNPROVEN)));
                 }
             },
         }
@@ -760,7 +759,7 @@ fn exit_code(
         }
         Ok(Exit::LostLeadership) => {
             tracing::warn!("exiting because leadership was lost (--exit-on-loss)");
-            Ok(ExitCode::from(3))
+            Ok(ExitCode::from(exit::sidecar::LOST))
         }
         Err(e) => Err(anyhow::anyhow!("the elector task failed: {e}")),
     }

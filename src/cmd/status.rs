@@ -11,12 +11,7 @@ use clap::Parser;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-pub const LEADER: u8 = 0;
-pub const UNREACHABLE: u8 = 1;
-pub const USAGE: u8 = 2;
-pub const FOLLOWER: u8 = 3;
-pub const UNKNOWN: u8 = 4;
-pub const DISAGREE: u8 = 5;
+pub use super::exit::status::{DISAGREE, FOLLOWER, LEADER, UNKNOWN, UNREACHABLE, USAGE};
 
 #[derive(Debug, Parser)]
 #[command(

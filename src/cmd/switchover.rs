@@ -15,12 +15,7 @@ use tokio::time::Instant;
 use super::status::{ask, exchange, leader_uri, parse_duration, sidecar_uri, AskError};
 use crate::settings::fmt_d;
 
-pub const SWITCHED: u8 = 0;
-pub const UNREACHABLE: u8 = 1;
-pub const USAGE: u8 = 2;
-pub const NOT_LEADER: u8 = 3;
-pub const REFUSED: u8 = 4;
-pub const NOT_TAKEN: u8 = 5;
+pub use super::exit::switchover::{NOT_LEADER, NOT_TAKEN, REFUSED, SWITCHED, UNREACHABLE, USAGE};
 
 #[derive(Debug, Parser)]
 #[command(
