@@ -78,7 +78,9 @@ soak: deps
 sim:
 	cargo test --test elector_sim -- --ignored --nocapture --test-threads=1
 
-# Handover/failover latency, follower load, idle footprint (see docs/benchmarks.md).
+# Handover/failover latency, follower load, idle footprint, next to peers; writes
+# docs/benchmarks.md (every table; with LK_BENCH_ONLY=a,b only the tables those
+# sections measure whole) and target/bench-results.md (the run's cells).
 bench:
 	bash scripts/install-test-deps --bench
 	cargo bench --bench handover

@@ -3,6 +3,14 @@
 
 mod common;
 
+/// docs/benchmarks.md's model and renderer (benches/handover/page.rs) and its tests
+/// (page_tests.rs), here so that `make test` runs them; the bench uses the rest of it.
+#[allow(dead_code)]
+#[path = "../benches/handover/page.rs"]
+mod page;
+#[path = "../benches/handover/page_tests.rs"]
+mod page_tests;
+
 use common::run_to_exit;
 
 fn assert_one_line_error(args: &[&str], env: &[(&str, &str)], mention: &str) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::common::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
+use crate::page::Key;
 use crate::peer::{by_signal, peer_handovers, spawn_piped};
 use crate::report::Report;
 
@@ -24,14 +25,14 @@ pub fn measure(report: &mut Report, rounds: usize) {
     );
     steady_requests(report, &etcd);
     drop(g);
-    report.latency_if_any(
-        "peer, same etcd: etcdctl elect graceful handover (SIGINT → next elected)",
+    report.latency(
+        Key::new("graceful", "etcd", "peer"),
         etcdctl_elect_handovers(&endpoints, rounds),
     );
     crash_failovers(
         report,
         "etcd",
-        "ttl 1s",
+        "ttl 1 s",
         SidecarArgs::etcd(&endpoints)
             .ttl("1s")
             .election("bench")
@@ -55,12 +56,12 @@ fn steady_requests(report: &mut Report, etcd: &EtcdCluster) {
             ),
         ]
     });
-    report.row(
-        "etcd, ttl 15s, 3 candidates: reads+writes/s at steady state (all)",
+    report.value(
+        Key::new("steady", "etcd_unary", "leasekeeper"),
         format!("{unary:.2}"),
     );
-    report.row(
-        "etcd, ttl 15s, 3 candidates: lease keep-alives/s (all)",
+    report.value(
+        Key::new("steady", "etcd_keepalives", "leasekeeper"),
         format!("{keepalives:.2}"),
     );
 }

@@ -8,6 +8,7 @@ use std::process::{Child, Command};
 
 use crate::common::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
+use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
 use crate::report::Report;
 
@@ -25,11 +26,11 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let etcd = EtcdCluster::start(1);
     let endpoints = etcd.endpoints();
     report.latency(
-        "exec mode, etcd: leasekeeper run handover (SIGTERM → next command started)",
+        Key::new("exec", "etcd", "leasekeeper"),
         leasekeeper_run_handovers(&endpoints, rounds),
     );
-    report.latency_if_any(
-        "peer, same etcd: etcdctl lock NAME CMD handover (SIGINT → next command started)",
+    report.latency(
+        Key::new("exec", "etcd", "peer"),
         etcdctl_lock_handovers(&endpoints, rounds),
     );
     drop(etcd);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::common::SidecarArgs;
 use crate::footprint::idle_footprint;
 use crate::group::{Group, Stop};
+use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
 
@@ -14,19 +15,19 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let dir = tempfile::tempdir().expect("dir");
     let mut g = Group::new(SidecarArgs::file(dir.path()).ttl("15s").build(), CANDIDATES);
     let h = g.handovers(Stop::Graceful, rounds, None);
-    report.latency("file: graceful handover (SIGTERM → new claim)", h.latency);
+    report.latency(Key::new("graceful", "file", "leasekeeper"), h.latency);
     let h = g.handovers(Stop::Crash, rounds, None);
-    report.latency("file: crash failover (kill -9 → new claim)", h.latency);
+    report.latency(Key::new("failover", "file", "crash"), h.latency);
     drop(g);
     // Defaults but the lock's place: ttl 15s, no label, no Events (not in a Pod).
     let g = Group::new(SidecarArgs::file(dir.path()).build(), CANDIDATES);
     let leader = g.leader(Duration::from_secs(10)).expect("leader");
     assert!(g.settled(leader), "followers never settled");
     let follower = (leader + 1) % CANDIDATES;
-    for (role, slot) in [("leader", leader), ("follower", follower)] {
+    for (row, slot) in [("file_leader", leader), ("file_follower", follower)] {
         let (rss, cpu) = idle_footprint(&g.slots[slot], Duration::from_secs(10));
-        report.row(
-            &format!("file {role} idle, defaults: RSS / CPU"),
+        report.value(
+            Key::new("footprint", row, "value"),
             format!("{rss:.1} MiB / {cpu:.3} ms/s"),
         );
     }

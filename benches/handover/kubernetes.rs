@@ -8,6 +8,7 @@ use crate::client_go::client_go_replicas;
 use crate::common::fake_kube::FakeKube;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_during, rates_over};
+use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
 
@@ -17,7 +18,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let requests = || [api.requests().values().sum::<usize>() as f64];
     let g = graceful_handovers(
         report,
-        "kubernetes (fake API)",
+        "kubernetes",
         SidecarArgs::kubernetes(&kubeconfig)
             .ttl("15s")
             .election("bench")
@@ -26,8 +27,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
     );
     // Steady state: API requests per second per candidate at ttl 15s.
     let [rate] = rates_over(Duration::from_secs(30), requests);
-    report.row(
-        "kubernetes (fake API): API requests/s per candidate, steady, ttl 15s",
+    report.value(
+        Key::new("steady", "kubernetes", "leasekeeper"),
         format!("{:.2}", rate / CANDIDATES as f64),
     );
     drop(g);
@@ -38,14 +39,14 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let [rate] = rates_during(window, requests, || {
         client_go_replicas(api.port, "team", "bench-client-go", replicas, window)
     });
-    report.row(
-        "peer, same fake: client-go leaderelection (defaults) API requests/s per candidate, steady",
+    report.value(
+        Key::new("steady", "kubernetes", "peer"),
         format!("{:.2}", rate / replicas as f64),
     );
     crash_failovers(
         report,
-        "kubernetes (fake API)",
-        "ttl 2s",
+        "kubernetes",
+        "ttl 2 s",
         SidecarArgs::kubernetes(&kubeconfig)
             .ttl("2s")
             .election("bench-crash")

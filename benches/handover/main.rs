@@ -1,17 +1,21 @@
 //! Benchmarks of DESIGN §8/§9: graceful handover and crash failover latency,
 //! backend requests per candidate at steady state, idle footprint, `/leader`
-//! throughput and binary size. Run with `make bench` (`cargo bench --bench handover`).
+//! throughput and binary size. Run with `make bench` (`cargo bench --bench handover`),
+//! which writes docs/benchmarks.md.
 //!
 //! Latencies are read from the sidecars' own transition logs (CLOCK_MONOTONIC ns):
 //! from the instant the signal is sent to the new leader's `claim_start`, so the
 //! figures carry no polling error.
 //!
-//! One module per section (`LK_BENCH_ONLY=<section>` runs it alone, see `SECTIONS`):
-//! `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with `LK_SQL_PEER`),
-//! `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in `client_go`),
-//! `zookeeper`, `steady`, `abuse` (the hostile-client crowd), `slots` (`--holders 2`). Shared: `group` (sidecars and their handovers), `measure`
-//! (what every backend measures alike), `peer` (other clients' processes), `footprint`
-//! (/proc), `stats`, `report` (the table) and `settings` (the environment).
+//! One module per section (`LK_BENCH_ONLY=<section>[,<section>…]` runs those alone,
+//! see `SECTIONS`): `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with
+//! `LK_SQL_PEER`), `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in
+//! `client_go`), `zookeeper`, `steady`, `abuse` (the hostile-client crowd), `slots`
+//! (`--holders 2`), `modes` (`--mode`). Shared: `group` (sidecars and their handovers),
+//! `measure` (what every backend measures alike), `peer` (other clients' processes),
+//! `footprint` (/proc), `stats`, `report` (the run's cells, each a table, row and
+//! column of the page), `page` (docs/benchmarks.md: its tables in `tables.rs`, and how
+//! a run rewrites it) and `settings` (the environment).
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -26,6 +30,7 @@ mod group;
 mod kubernetes;
 mod measure;
 mod modes;
+mod page;
 mod peer;
 mod redis;
 mod report;
@@ -38,6 +43,7 @@ mod stats;
 mod steady;
 mod zookeeper;
 
+use page::{Fate, Key, Run, TABLES};
 use report::Report;
 
 /// Measures one section into the report, with this many handovers per series.
@@ -68,22 +74,46 @@ fn main() {
     let rounds = settings::rounds();
     let mut report = Report::start();
     let only = settings::Only::from_env();
+    let unknown = only.unknown(&SECTIONS.map(|(name, _)| name));
+    assert!(unknown.is_empty(), "LK_BENCH_ONLY: no section {unknown:?}");
     for (name, measure) in SECTIONS {
         if only.runs(name) {
             measure(&mut report, rounds);
         }
     }
     binary_size(&mut report);
-    report.save();
+    let command = page::command(&settings::given(), cfg!(debug_assertions));
+    write_page(&report.finish(only.whole(), command));
 }
+
 /// The leasekeeper binary this bench was built with (release, stripped, under `make
 /// bench`).
 fn binary_size(report: &mut Report) {
     let size = std::fs::metadata(env!("CARGO_BIN_EXE_leasekeeper"))
         .map(|m| m.len())
         .unwrap_or(0);
-    report.row(
-        "release binary size (stripped)",
-        format!("{:.1} MiB", size as f64 / 1048576.0),
+    let build = if cfg!(debug_assertions) {
+        " (debug build)"
+    } else {
+        ""
+    };
+    report.value(
+        Key::new("footprint", "binary", "value"),
+        format!("{:.1} MiB{build}", size as f64 / 1048576.0),
     );
+}
+
+/// Rewrites docs/benchmarks.md with `run` and says which tables it wrote and kept.
+fn write_page(run: &Run) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md");
+    let existing = std::fs::read_to_string(path).unwrap_or_default();
+    std::fs::write(path, page::render(&existing, run)).expect("write docs/benchmarks.md");
+    println!("\ndocs/benchmarks.md:");
+    for table in TABLES {
+        let fate = match table.fate(run) {
+            Fate::Written => "written",
+            Fate::Kept => "kept   ",
+        };
+        println!("  {fate} {}", table.heading);
+    }
 }

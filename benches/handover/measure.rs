@@ -4,36 +4,32 @@
 use std::time::Duration;
 
 use crate::group::{Group, Handovers, Stop};
+use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
 
 /// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`: the
-/// latency and acquire round-trip rows under `label`. The group is handed back still
-/// running, for a steady-state measurement.
+/// store's (`row`'s) cells of graceful handover and acquire round trip. The group is
+/// handed back still running, for a steady-state measurement.
 pub fn graceful_handovers(
     report: &mut Report,
-    label: &str,
+    row: &'static str,
     args: Vec<String>,
     rounds: usize,
 ) -> Group {
     let mut g = Group::new(args, CANDIDATES);
     let h = g.handovers(Stop::Graceful, rounds, None);
-    report.latency(
-        &format!("{label}: graceful handover (SIGTERM → new claim)"),
-        h.latency,
-    );
-    report.latency(
-        &format!("{label}: acquire round trip (request sent → claim)"),
-        h.acquire,
-    );
+    report.latency(Key::new("graceful", row, "leasekeeper"), h.latency);
+    report.latency(Key::new("failover", row, "acquire"), h.acquire);
     g
 }
 
 /// `rounds` crash failovers among `CANDIDATES` sidecars started with `args` (whose
-/// lease or session lasts `timeout`, e.g. "ttl 1s"): the latency row under `label`.
+/// lease or session lasts `timeout`, e.g. "ttl 1 s"): the store's (`row`'s) crash
+/// failover cell.
 pub fn crash_failovers(
     report: &mut Report,
-    label: &str,
+    row: &'static str,
     timeout: &str,
     args: Vec<String>,
     rounds: usize,
@@ -42,37 +38,34 @@ pub fn crash_failovers(
     let mut g = Group::new(args, CANDIDATES);
     let h = g.handovers(Stop::Crash, rounds, expiry_probe);
     drop(g);
-    report.latency(
-        &format!("{label}: crash failover, {timeout} (kill -9 → new claim)"),
+    report.labelled_latency(
+        Key::new("failover", row, "crash"),
+        timeout,
         h.latency.clone(),
     );
     h
 }
 
 /// `graceful` graceful handovers at ttl 15s, then up to 30 crash failovers at ttl 1s
-/// with how far past `expiry` (the store's own, read by `probe` as the remaining ms)
-/// each new claim came. `args` gives the sidecars' arguments for a ttl.
+/// with how far past the store's own expiry of the lease (read by `probe` as the
+/// remaining ms) each new claim came. `args` gives the sidecars' arguments for a ttl.
 pub fn graceful_handovers_then_crash_failovers(
     report: &mut Report,
-    label: &str,
+    row: &'static str,
     args: impl Fn(&str) -> Vec<String>,
     probe: &dyn Fn() -> Option<u64>,
-    expiry: &str,
     (graceful, rounds): (usize, usize),
 ) {
-    drop(graceful_handovers(report, label, args("15s"), graceful));
+    drop(graceful_handovers(report, row, args("15s"), graceful));
     let crash = crash_failovers(
         report,
-        label,
-        "ttl 1s",
+        row,
+        "ttl 1 s",
         args("1s"),
         rounds.min(30),
         Some(probe),
     );
-    report.latency(
-        &format!("{label}: crash failover past {expiry}"),
-        crash.past_expiry,
-    );
+    report.latency(Key::new("failover", row, "past_expiry"), crash.past_expiry);
 }
 
 /// How fast each of the counters `read` grew (per second) over `window`, sleeping.

@@ -16,32 +16,33 @@ use crate::common::redis_server::RedisServer;
 use crate::common::slots::logged_claims;
 use crate::common::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
+use crate::page::Key;
 use crate::report::Report;
 
 pub fn measure(report: &mut Report, rounds: usize) {
     let dir = tempfile::tempdir().expect("dir");
-    let row = "an exclusive lock taken after the last shared holder's SIGTERM";
+    let cell = |store| Key::new("modes", store, "leasekeeper");
     let args = SidecarArgs::file(dir.path()).ttl("15s");
-    report.latency(&format!("file: {row}"), handovers(args, rounds));
+    report.latency(cell("file"), handovers(args, rounds));
     let redis = RedisServer::start();
     let args = SidecarArgs::redis(&redis.url()).ttl("15s");
-    report.latency(&format!("redis: {row}"), handovers(args, rounds));
+    report.latency(cell("redis"), handovers(args, rounds));
     drop(redis);
     let etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
-    report.latency(&format!("etcd: {row}"), handovers(args, rounds));
+    report.latency(cell("etcd"), handovers(args, rounds));
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
-    report.latency(&format!("zookeeper: {row}"), handovers(args, rounds));
+    report.latency(cell("zookeeper"), handovers(args, rounds));
     drop(zk);
     let pg = PgServer::start();
     let args = SidecarArgs::postgres(&pg.url()).ttl("15s");
-    report.latency(&format!("postgres: {row}"), handovers(args, rounds));
+    report.latency(cell("postgres"), handovers(args, rounds));
     drop(pg);
     let db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("15s");
-    report.latency(&format!("mysql: {row}"), handovers(args, rounds));
+    report.latency(cell("mysql"), handovers(args, rounds));
 }
 
 /// `rounds` times, each with new processes: two readers hold, a writer waits behind

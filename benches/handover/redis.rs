@@ -7,6 +7,7 @@ use std::process::Command;
 use crate::common::redis_server::RedisServer;
 use crate::common::SidecarArgs;
 use crate::measure::graceful_handovers_then_crash_failovers;
+use crate::page::Key;
 use crate::peer::{
     acquired_stamp, by_signal, peer_handovers, peer_script, python_has, spawn_piped,
 };
@@ -22,10 +23,11 @@ pub fn measure(report: &mut Report, rounds: usize) {
         &[&servers[0]],
         rounds,
     );
-    if let Some(lat) = redis_py_handovers(&url, rounds) {
-        report.latency("peer, same server: redis-py Lock graceful handover", lat);
-    }
-    for n in [3, 5] {
+    report.latency(
+        Key::new("graceful", "redis", "peer"),
+        redis_py_handovers(&url, rounds).unwrap_or_default(),
+    );
+    for (n, row) in [(3, "redlock3"), (5, "redlock5")] {
         let urls = servers[..n]
             .iter()
             .map(|s| s.url())
@@ -34,7 +36,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
         let refs: Vec<&RedisServer> = servers[..n].iter().collect();
         redis_backend(
             report,
-            &format!("redlock({n})"),
+            row,
             |ttl| {
                 SidecarArgs::redlock(&urls)
                     .ttl(ttl)
@@ -48,20 +50,20 @@ pub fn measure(report: &mut Report, rounds: usize) {
     drop(servers);
 }
 
-/// Graceful and crash handovers among 3 sidecars on the Redis `servers`.
+/// Graceful and crash handovers among 3 sidecars on the Redis `servers`: the cells of
+/// `row`.
 fn redis_backend(
     report: &mut Report,
-    label: &str,
+    row: &'static str,
     args: impl Fn(&str) -> Vec<String>,
     servers: &[&RedisServer],
     rounds: usize,
 ) {
     graceful_handovers_then_crash_failovers(
         report,
-        label,
+        row,
         args,
         &|| lock_pttl(servers, "bench"),
-        "the lease's expiry in the store",
         (rounds, rounds),
     );
 }

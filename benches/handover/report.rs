@@ -1,38 +1,87 @@
-//! The results table: printed row by row as it is measured, and saved whole at the end
-//! to `target/bench-results.md`.
+//! The run's cells: each printed as it is measured (a whole run is long, and people
+//! watch it), saved at the end to `target/bench-results.md`, and handed to `page` to
+//! write docs/benchmarks.md.
 
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::page::{self, Key, Run};
 use crate::stats::Stats;
 
 pub struct Report {
-    out: String,
+    cells: BTreeMap<Key, Option<String>>,
+    /// The cells as printed, for `target/bench-results.md`.
+    lines: String,
+    load_at_start: String,
+    started: SystemTime,
 }
 
 impl Report {
-    /// Prints the table's header.
+    /// Prints the header of the cells' table.
     pub fn start() -> Report {
-        println!("| measurement | min / median / p99 / max, or value |\n|---|---|");
-        Report { out: String::new() }
-    }
-
-    pub fn row(&mut self, name: &str, value: String) {
-        println!("| {name} | {value} |");
-        self.out.push_str(&format!("| {name} | {value} |\n"));
-    }
-
-    /// A row of min / median / p99 / max of `latencies` (ms), which must not be empty.
-    pub fn latency(&mut self, name: &str, latencies: Vec<f64>) {
-        self.row(name, Stats::of(latencies).in_ms());
-    }
-
-    /// A latency row, left out when nothing was measured (a peer that never ran).
-    pub fn latency_if_any(&mut self, name: &str, latencies: Vec<f64>) {
-        if !latencies.is_empty() {
-            self.latency(name, latencies);
+        let header = "| table | row | column | value |\n|---|---|---|---|\n";
+        print!("{header}");
+        Report {
+            cells: BTreeMap::new(),
+            lines: header.to_owned(),
+            load_at_start: load_average(),
+            started: SystemTime::now(),
         }
     }
 
-    /// Writes the rows to `target/bench-results.md` (the header is not repeated there).
-    pub fn save(self) {
-        let _ = std::fs::write("target/bench-results.md", self.out);
+    /// A figure for the cell `key`.
+    pub fn value(&mut self, key: Key, value: String) {
+        self.record(key, Some(value), "");
     }
+
+    /// min / median / p99 of `latencies` (ms) for the cell `key`; `—` when there are
+    /// none (a peer that did not run).
+    pub fn latency(&mut self, key: Key, latencies: Vec<f64>) {
+        self.labelled_latency(key, "", latencies);
+    }
+
+    /// A latency cell whose figure follows `label` (e.g. the ttl: `ttl 1 s: …`).
+    pub fn labelled_latency(&mut self, key: Key, label: &str, latencies: Vec<f64>) {
+        match Stats::of(latencies) {
+            Some(s) if label.is_empty() => self.record(key, Some(s.in_ms()), &s.detail()),
+            Some(s) => self.record(key, Some(format!("{label}: {}", s.in_ms())), &s.detail()),
+            None => self.record(key, None, ""),
+        }
+    }
+
+    /// Prints the cell and keeps it; `detail` is printed but left off the page.
+    fn record(&mut self, key: Key, value: Option<String>, detail: &str) {
+        if !page::has_cell(key) {
+            eprintln!("bench: {key} is no cell of docs/benchmarks.md (benches/handover/tables.rs); it goes to target/bench-results.md only");
+        }
+        let shown = value.as_deref().unwrap_or("—");
+        let line = format!(
+            "| {} | {} | {} | {shown}{detail} |\n",
+            key.table, key.row, key.column
+        );
+        print!("{line}");
+        self.lines.push_str(&line);
+        self.cells.insert(key, value);
+    }
+
+    /// Saves the cells to `target/bench-results.md` and hands them back as the run that
+    /// `command` started.
+    pub fn finish(self, whole: bool, command: String) -> Run {
+        let _ = std::fs::write("target/bench-results.md", &self.lines);
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+        let end = load_average();
+        let since_epoch = self.started.duration_since(UNIX_EPOCH).unwrap_or_default();
+        Run {
+            whole,
+            command,
+            machine: page::machine(cores, (&self.load_at_start, &end), &os),
+            date: page::utc_date(since_epoch.as_secs()),
+            cells: self.cells,
+        }
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default()
 }

@@ -16,6 +16,7 @@ use crate::common::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
 use crate::footprint::{cpu_ns, rss_kib};
 use crate::group::{Group, Stop};
+use crate::page::Key;
 use crate::redis::all_calls;
 use crate::report::Report;
 use crate::settings::number_from_env;
@@ -41,7 +42,7 @@ pub fn measure(report: &mut Report, _rounds: usize) {
             continue;
         }
         let run = ScaleRun::measure(name, args, count.as_deref(), n, rounds);
-        run.report(report, &format!("scale, {name}, {n} candidates, ttl 15s"));
+        run.report(report, name);
     }
 }
 
@@ -67,7 +68,8 @@ impl Stores {
         }
     }
 
-    /// (backend, sidecar arguments, request count) for each backend.
+    /// (backend, which is its row on the page, sidecar arguments, request count) for
+    /// each backend.
     fn cases(&self) -> Vec<(&'static str, Vec<String>, Count<'_>)> {
         let redlock_urls = self
             .redlock
@@ -91,7 +93,7 @@ impl Stores {
                 Some(Box::new(|| all_calls(&self.redis))),
             ),
             (
-                "redlock(3)",
+                "redlock3",
                 SidecarArgs::redlock(&redlock_urls)
                     .ttl("15s")
                     .election("scale")
@@ -122,7 +124,7 @@ impl Stores {
                 Some(Box::new(|| self.zk.mntr("zk_packets_received"))),
             ),
             (
-                "kubernetes (fake API)",
+                "kubernetes",
                 SidecarArgs::kubernetes(&self.api.kubeconfig())
                     .ttl("15s")
                     .election("scale")
@@ -197,41 +199,27 @@ impl ScaleRun {
         }
     }
 
-    fn report(self, report: &mut Report, label: &str) {
-        let n = self.n;
-        report.latency(&format!("{label}: graceful handover"), self.latency);
-        match (self.steady_rate, self.handover_requests) {
-            (Some(rate), Some((requests, spent))) => {
-                report.row(
-                    &format!(
-                        "{label}: store requests/s at steady state (all candidates; per candidate)"
-                    ),
-                    format!("{rate:.1}; {:.3}", rate / n as f64),
-                );
-                let per = (requests - rate * spent).max(0.0) / self.rounds as f64;
-                report.row(
-                    &format!("{label}: store requests per handover (restart of the stopped candidate included; per waiting candidate)"),
-                    format!("{per:.0}; {:.2}", per / (n - 1) as f64),
-                );
-            }
-            _ => report.row(
-                &format!("{label}: store requests"),
-                "none (the kernel holds the lock)".to_owned(),
-            ),
+    /// The cells of the store's row, `row`, of the 100 candidates' table.
+    fn report(self, report: &mut Report, row: &'static str) {
+        let n = self.n as f64;
+        let cell = |column| Key::new("scale", row, column);
+        report.latency(cell("handover"), self.latency);
+        if let (Some(rate), Some((requests, spent))) = (self.steady_rate, self.handover_requests) {
+            report.value(cell("steady"), format!("{:.3}", rate / n));
+            let per = (requests - rate * spent).max(0.0) / self.rounds as f64;
+            report.value(cell("per_handover"), format!("{:.2}", per / (n - 1.0)));
         }
-        report.row(
-            &format!(
-                "{label}: sidecar RSS per candidate, MiB; CPU per candidate at steady state, ms/s"
-            ),
+        report.value(
+            cell("footprint"),
             format!(
-                "{:.1}; {:.3}",
-                self.rss_kib as f64 / 1024.0 / n as f64,
-                self.steady_cpu_ns as f64 / 1e6 / WINDOW.as_secs_f64() / n as f64
+                "{:.1} MiB / {:.3} ms/s",
+                self.rss_kib as f64 / 1024.0 / n,
+                self.steady_cpu_ns as f64 / 1e6 / WINDOW.as_secs_f64() / n
             ),
         );
-        report.row(
-            &format!("{label}: overlaps seen by the outside observer"),
-            format!("0 over {} claims ({:.0} s)", self.claims, self.seconds),
+        report.value(
+            cell("overlaps"),
+            format!("0 of {} claims ({:.0} s)", self.claims, self.seconds),
         );
     }
 }

@@ -13,6 +13,7 @@ use crate::common::redis_server::{client_ports, RedisServer};
 use crate::common::slots::{all_slots_held, logged_claims};
 use crate::common::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
+use crate::page::Key;
 use crate::report::Report;
 use crate::settings::number_from_env;
 
@@ -22,21 +23,21 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
     report.latency(
-        "etcd, 2 slots: a slot handed over (SIGTERM → that slot's next claim)",
+        Key::new("slots", "etcd", "leasekeeper"),
         handovers(args, rounds),
     );
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
     report.latency(
-        "zookeeper, 2 slots: a slot handed over (SIGTERM → that slot's next claim)",
+        Key::new("slots", "zookeeper", "leasekeeper"),
         handovers(args, rounds),
     );
     drop(zk);
     let redis = RedisServer::start();
     let args = SidecarArgs::redis(&redis.url()).ttl("15s");
     report.latency(
-        "redis, 2 slots: a slot handed over (SIGTERM → that slot's next claim)",
+        Key::new("slots", "redis", "leasekeeper"),
         handovers(args, rounds),
     );
     steady(report, &redis);
@@ -147,8 +148,11 @@ fn steady(report: &mut Report, redis: &RedisServer) {
             seen.iter().filter(|(p, _)| ports.contains(p)).count()
         })
         .sum();
-    report.row(
-        "redis, 2 slots, ttl 15s: a waiting candidate's commands/s at steady state, each (every command, MONITOR)",
-        format!("{:.2}", sent as f64 / waiting.len() as f64 / window.as_secs_f64()),
+    report.value(
+        Key::new("slots", "redis_waiting", "leasekeeper"),
+        format!(
+            "{:.2}",
+            sent as f64 / waiting.len() as f64 / window.as_secs_f64()
+        ),
     );
 }

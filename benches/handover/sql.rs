@@ -8,6 +8,7 @@ use crate::common::mariadb_server::MariaServer;
 use crate::common::pg_server::PgServer;
 use crate::common::sql_suite::{db_flags, SqlDb};
 use crate::measure::graceful_handovers_then_crash_failovers;
+use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
 use crate::report::Report;
 
@@ -23,8 +24,8 @@ pub fn mysql(report: &mut Report, rounds: usize) {
     measure(report, "mysql", rounds);
 }
 
-/// `kind` is `postgres` or `mysql`.
-fn measure(report: &mut Report, kind: &str, rounds: usize) {
+/// `kind` is `postgres` or `mysql`, and the row of its cells.
+fn measure(report: &mut Report, kind: &'static str, rounds: usize) {
     let postgres = kind == "postgres";
     let db: Box<dyn SqlDb> = if postgres {
         Box::new(PgServer::start())
@@ -41,7 +42,6 @@ fn measure(report: &mut Report, kind: &str, rounds: usize) {
         kind,
         |ttl| db_flags(&*db, "lk").ttl(ttl).election("bench").build(),
         &|| db.admin(remaining).trim().parse::<u64>().ok(),
-        "the row's expiry",
         (crate::settings::sql_graceful_rounds(), rounds),
     );
     polling_peer(report, &*db, kind, rounds);
@@ -49,7 +49,7 @@ fn measure(report: &mut Report, kind: &str, rounds: usize) {
 
 /// The polling peer, run as this bench binary itself: graceful handovers, then crash
 /// failovers.
-fn polling_peer(report: &mut Report, db: &dyn SqlDb, kind: &str, rounds: usize) {
+fn polling_peer(report: &mut Report, db: &dyn SqlDb, kind: &'static str, rounds: usize) {
     if kind == "mysql" {
         db.admin("CREATE TABLE peer_lock (name VARCHAR(64) PRIMARY KEY); INSERT INTO peer_lock VALUES ('bench-peer')");
     }
@@ -63,17 +63,12 @@ fn polling_peer(report: &mut Report, db: &dyn SqlDb, kind: &str, rounds: usize) 
             "peer",
         )
     };
-    let peer = if kind == "postgres" {
-        "pg_try_advisory_lock every 100 ms"
-    } else {
-        "SELECT … FOR UPDATE NOWAIT every 100 ms"
-    };
-    report.latency_if_any(
-        &format!("peer, same server: {peer}, graceful handover"),
+    report.latency(
+        Key::new("graceful", kind, "peer"),
         peer_handovers(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds),
     );
-    report.latency_if_any(
-        &format!("peer, same server: {peer}, crash failover (kill -9 → next holder)"),
+    report.latency(
+        Key::new("failover", kind, "peer_crash"),
         peer_handovers(
             &spawn,
             &by_signal(libc::SIGKILL),

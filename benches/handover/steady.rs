@@ -10,6 +10,7 @@ use crate::common::redis_server::{client_ports, RedisServer};
 use crate::common::SidecarArgs;
 use crate::footprint::idle_footprint;
 use crate::group::Group;
+use crate::page::Key;
 use crate::report::Report;
 use crate::settings::{number_from_env, CANDIDATES};
 
@@ -38,25 +39,25 @@ pub fn measure(report: &mut Report, _rounds: usize) {
         n as f64 / window.as_secs_f64()
     };
     let followers: f64 = (1..CANDIDATES).map(rate).sum::<f64>() / (CANDIDATES - 1) as f64;
-    report.row(
-        "redis, ttl 15s: leader commands/s at steady state (every command, MONITOR)",
+    report.value(
+        Key::new("steady", "redis_leader", "leasekeeper"),
         format!("{:.2}", rate(0)),
     );
-    report.row(
-        "redis, ttl 15s: follower commands/s at steady state, each (every command, MONITOR)",
+    report.value(
+        Key::new("steady", "redis_follower", "leasekeeper"),
         format!("{followers:.2}"),
     );
-    for (role, slot) in [("leader", 0), ("follower", 1)] {
+    for (row, slot) in [("redis_leader", 0), ("redis_follower", 1)] {
         let (rss, cpu) = idle_footprint(&g.slots[slot], Duration::from_secs(10));
-        report.row(
-            &format!("redis {role} idle: RSS / CPU"),
+        report.value(
+            Key::new("footprint", row, "value"),
             format!("{rss:.1} MiB / {cpu:.3} ms/s"),
         );
     }
     let rps = leader_throughput(g.slots[0].port, 4, Duration::from_secs(3));
-    report.row(
-        "GET /leader, 4 kept-alive clients on the same 2 cores",
-        format!("{rps:.0} req/s"),
+    report.value(
+        Key::new("footprint", "throughput", "value"),
+        format!("{:.1}k requests/s", rps / 1000.0),
     );
     drop(g);
 }

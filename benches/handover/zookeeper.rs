@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::common::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
+use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_script, python_has, spawn_piped};
 use crate::report::Report;
 use crate::settings::CANDIDATES;
@@ -28,24 +29,23 @@ pub fn measure(report: &mut Report, rounds: usize) {
         rounds,
     );
     let [packets] = rates_over(Duration::from_secs(10), || [zk.mntr("zk_packets_received")]);
-    report.row(
-        "zookeeper, ttl 4s: requests/s per candidate at steady state (pings included)",
+    report.value(
+        Key::new("steady", "zookeeper", "leasekeeper"),
         format!("{:.2}", packets / CANDIDATES as f64),
     );
     drop(g);
-    if let Some(lat) = kazoo_handovers(&connect, rounds) {
-        report.latency_if_any("peer, same server: kazoo Election graceful handover", lat);
-    }
-    if let Some(lat) = curator_handovers(&connect, rounds) {
-        report.latency_if_any(
-            "peer, same server: Curator LeaderLatch graceful handover (close)",
-            lat,
-        );
-    }
+    report.latency(
+        Key::new("graceful", "zookeeper", "peer"),
+        kazoo_handovers(&connect, rounds).unwrap_or_default(),
+    );
+    report.latency(
+        Key::new("graceful", "zookeeper_curator", "peer"),
+        curator_handovers(&connect, rounds).unwrap_or_default(),
+    );
     crash_failovers(
         report,
         "zookeeper",
-        "session timeout 2s",
+        "session 2 s",
         SidecarArgs::zookeeper(&connect)
             .ttl("2s")
             .election("bench-crash")

@@ -1,0 +1,475 @@
+//! The tables of docs/benchmarks.md, in the page's order, and its preamble. A table's
+//! rows are stores or measurements; its columns are leasekeeper and, where one exists,
+//! the peer on the same server. Ids are what the bench's modules report cells by.
+
+use super::{Cell, Column, Row, Table};
+
+use Cell::{Labelled, Text, Value};
+
+const fn col(id: &'static str, header: &'static str) -> Column {
+    Column { id, header }
+}
+
+const fn row(id: &'static str, cells: &'static [Cell]) -> Row {
+    Row { id, cells }
+}
+
+/// Where nothing is measured, by design (no peer, no such figure for the store).
+const NONE: Cell = Text("—");
+
+/// The page up to its first table.
+pub const PREAMBLE: &str = "# Benchmarks\n\
+\n\
+Every measured figure of leasekeeper, one table per section, each with the command,\n\
+machine and date of the run that measured it; older runs are in the history of this\n\
+file. The targets these figures answer to are in [Design §9](design.md#9-performance-targets).\n\
+Back to the [README](../README.md).\n\
+\n\
+```sh\n\
+make bench   # = cargo bench --bench handover, which writes this page\n\
+```\n\
+\n\
+`make bench` writes this page. `benches/handover/` (`main.rs` and a module per section)\n\
+measures graceful handover and crash failover latency from the signal to the new\n\
+leader's `claim_start` in its transition log (no polling error), store requests per\n\
+candidate at steady state, idle footprint, `/leader` throughput and binary size, with a\n\
+peer program on the same server in the same run where one exists; `page.rs` and\n\
+`tables.rs` there hold this page's tables and put each figure in its table, row and\n\
+column (the run's figures, one a line, also go to `target/bench-results.md`).\n\
+`LK_BENCH_ROUNDS` sets the number of handovers (default 40; the SQL sections' graceful\n\
+handovers 50). `LK_BENCH_ONLY` runs some sections, comma-separated: `postgres`, `mysql`,\n\
+`file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes`, `zookeeper`, `steady`, `abuse`,\n\
+`slots` or `modes`; `scale` (100 candidates on one election) runs only when asked for.\n\
+Such a run rewrites the tables all of whose rows it measured and leaves every other\n\
+table, with its command, machine and date, as it stands; a whole run rewrites every\n\
+table but the 100 candidates'. Latencies read min / median / p99 in milliseconds (below\n\
+51 values the nearest-rank p99 is the max); a cell nothing measured reads —. The stores\n\
+are local: Redis 7.0.15, etcd 3.4.23, ZooKeeper 3.8.0 (tickTime 200 ms), PostgreSQL 15,\n\
+MariaDB 10.11, and the in-process fake Kubernetes API of the tests over HTTPS; release\n\
+build.\n";
+
+pub const TABLES: &[Table] = &[
+    GRACEFUL, FAILOVER, STEADY, SCALE, SLOTS, MODES, EXEC, ABUSE, FOOTPRINT,
+];
+
+const GRACEFUL: Table = Table {
+    id: "graceful",
+    heading: "Graceful handover, 3 candidates, next to peers",
+    columns: &[
+        col("store", "store"),
+        col("leasekeeper", "leasekeeper (SIGTERM → new claim)"),
+        col("peer_name", "peer on the same server"),
+        col("peer", "peer"),
+    ],
+    rows: &[
+        row("file", &[Text("file"), Value, NONE, NONE]),
+        row(
+            "redis",
+            &[Text("Redis"), Value, Text("redis-py `Lock`"), Value],
+        ),
+        row("redlock3", &[Text("Redlock, 3 nodes"), Value, NONE, NONE]),
+        row("redlock5", &[Text("Redlock, 5 nodes"), Value, NONE, NONE]),
+        row(
+            "etcd",
+            &[
+                Text("etcd"),
+                Value,
+                Text("`etcdctl elect` (SIGINT → next elected)"),
+                Value,
+            ],
+        ),
+        row(
+            "zookeeper",
+            &[Text("ZooKeeper"), Value, Text("kazoo `Election`"), Value],
+        ),
+        row(
+            "zookeeper_curator",
+            &[
+                Text("ZooKeeper"),
+                Text("(the same run)"),
+                Text("Curator `LeaderLatch` (close)"),
+                Value,
+            ],
+        ),
+        row(
+            "postgres",
+            &[
+                Text("PostgreSQL"),
+                Value,
+                Text("`pg_try_advisory_lock` every 100 ms"),
+                Value,
+            ],
+        ),
+        row(
+            "mysql",
+            &[
+                Text("MySQL (MariaDB)"),
+                Value,
+                Text("`SELECT … FOR UPDATE NOWAIT` every 100 ms"),
+                Value,
+            ],
+        ),
+        row(
+            "kubernetes",
+            &[
+                Text("Kubernetes Lease (fake API)"),
+                Value,
+                Text("client-go `leaderelection`"),
+                Text("not timed: see the steady state"),
+            ],
+        ),
+    ],
+    paragraph: "\
+Three candidates on one election, ttl 15 s: once every follower follows the\n\
+leader, the leader gets SIGTERM, and the latency runs to the next leader's claim in its\n\
+transition log (for a peer, to the line it prints when elected); the stopped candidate\n\
+restarts as a follower before the next round.",
+    in_whole_run: true,
+};
+
+const FAILOVER: Table = Table {
+    id: "failover",
+    heading: "Acquire round trip and crash failover, 3 candidates",
+    columns: &[
+        col("store", "store"),
+        col("acquire", "acquire round trip (request sent → claim)"),
+        col("crash", "crash failover (kill -9 → new claim)"),
+        col("past_expiry", "past the lease's expiry in the store"),
+        col("peer_crash", "peer crash failover"),
+    ],
+    rows: &[
+        row("file", &[Text("file"), NONE, Value, NONE, NONE]),
+        row("redis", &[Text("Redis"), Value, Value, Value, NONE]),
+        row(
+            "redlock3",
+            &[Text("Redlock, 3 nodes"), Value, Value, Value, NONE],
+        ),
+        row(
+            "redlock5",
+            &[Text("Redlock, 5 nodes"), Value, Value, Value, NONE],
+        ),
+        row("etcd", &[Text("etcd"), Value, Value, NONE, NONE]),
+        row("zookeeper", &[Text("ZooKeeper"), Value, Value, NONE, NONE]),
+        row(
+            "postgres",
+            &[
+                Text("PostgreSQL"),
+                Value,
+                Value,
+                Value,
+                Labelled("`pg_try_advisory_lock` every 100 ms"),
+            ],
+        ),
+        row(
+            "mysql",
+            &[
+                Text("MySQL (MariaDB)"),
+                Value,
+                Value,
+                Value,
+                Labelled("`SELECT … FOR UPDATE NOWAIT` every 100 ms"),
+            ],
+        ),
+        row(
+            "kubernetes",
+            &[
+                Text("Kubernetes Lease (fake API)"),
+                Value,
+                Value,
+                NONE,
+                NONE,
+            ],
+        ),
+    ],
+    paragraph: "\
+\"Past the lease's expiry\" subtracts the lock's remaining time, read just before the kill\n\
+by a command-line client, so values near 0 can dip slightly below it. A crashed leader's\n\
+lease must run out (a lease, unlike a session lock, also protects against a holder that\n\
+is paused or cut off and does not know it); the new claim follows the expiry within\n\
+milliseconds. etcd's lessor looks for expired leases every 500 ms, which spreads its\n\
+failover over half a second. The Lease's failover is a little less than the ttl because\n\
+followers count the duration from the moment they saw the record's last write.",
+    in_whole_run: true,
+};
+
+const STEADY: Table = Table {
+    id: "steady",
+    heading: "Steady state, 3 candidates",
+    columns: &[
+        col("store", "store"),
+        col("leasekeeper", "leasekeeper"),
+        col("peer", "peer"),
+    ],
+    rows: &[
+        row(
+            "redis_leader",
+            &[Text("Redis, ttl 15 s: commands/s, the leader"), Value, NONE],
+        ),
+        row(
+            "redis_follower",
+            &[
+                Text("Redis, ttl 15 s: commands/s, each follower"),
+                Value,
+                NONE,
+            ],
+        ),
+        row(
+            "etcd_unary",
+            &[
+                Text("etcd, ttl 15 s: reads and writes/s, all candidates"),
+                Value,
+                NONE,
+            ],
+        ),
+        row(
+            "etcd_keepalives",
+            &[
+                Text("etcd, ttl 15 s: lease keep-alives/s, all candidates"),
+                Value,
+                NONE,
+            ],
+        ),
+        row(
+            "zookeeper",
+            &[
+                Text("ZooKeeper, 4 s session: requests/s per candidate, pings included"),
+                Value,
+                NONE,
+            ],
+        ),
+        row(
+            "kubernetes",
+            &[
+                Text("Kubernetes Lease (fake API), ttl 15 s: API requests/s per candidate"),
+                Value,
+                Labelled("client-go `leaderelection` at its defaults"),
+            ],
+        ),
+    ],
+    paragraph: "\
+Once every follower follows the leader: on Redis every command each candidate's\n\
+connections send over 20 s (`MONITOR`, `LK_BENCH_WINDOW_S`), on etcd and ZooKeeper the\n\
+server's own counters over 10 s, on the fake API its requests over 30 s. client-go runs\n\
+as 4 replicas of one election at its defaults (LeaseDuration 15 s, RetryPeriod 2 s).",
+    in_whole_run: true,
+};
+
+const SCALE: Table = Table {
+    id: "scale",
+    heading: "100 candidates on one election",
+    columns: &[
+        col("store", "store"),
+        col("handover", "graceful handover"),
+        col("steady", "store requests/s per candidate, steady"),
+        col(
+            "per_handover",
+            "store requests per handover per waiting candidate",
+        ),
+        col("footprint", "RSS / CPU per candidate, steady"),
+        col("overlaps", "overlaps seen from outside"),
+    ],
+    rows: &[
+        row(
+            "file",
+            &[
+                Text("file"),
+                Value,
+                NONE,
+                Text("— (the kernel's lock)"),
+                Value,
+                Value,
+            ],
+        ),
+        row("redis", &[Text("Redis"), Value, Value, Value, Value, Value]),
+        row(
+            "redlock3",
+            &[Text("Redlock, 3 nodes"), Value, Value, Value, Value, Value],
+        ),
+        row("etcd", &[Text("etcd"), Value, Value, Value, Value, Value]),
+        row(
+            "zookeeper",
+            &[Text("ZooKeeper"), Value, Value, Value, Value, Value],
+        ),
+        row(
+            "kubernetes",
+            &[
+                Text("Kubernetes Lease (fake API)"),
+                Value,
+                Value,
+                Value,
+                Value,
+                Value,
+            ],
+        ),
+    ],
+    paragraph: "\
+`LK_BENCH_ONLY=scale` (`LK_BENCH_CANDIDATES` candidates, 100 by default), ttl 15 s,\n\
+10 graceful handovers per store (`LK_BENCH_SCALE_ROUNDS`); the stopped candidate is\n\
+restarted and rejoins as a follower, and its joining is counted in the requests. The\n\
+steady figures are taken over 15 s once every follower has settled, and the steady rate\n\
+is subtracted from the handovers' requests. On Redis and Redlock the requests are the\n\
+servers' command statistics, which count the commands inside scripts. Every claim of\n\
+the run goes through the outside observer's overlap check.",
+    in_whole_run: false,
+};
+
+const SLOTS: Table = Table {
+    id: "slots",
+    heading: "Slots (`--holders 2`)",
+    columns: &[
+        col("store", "store"),
+        col(
+            "leasekeeper",
+            "a slot handed over (SIGTERM → that slot's next claim)",
+        ),
+    ],
+    rows: &[
+        row("etcd", &[Text("etcd"), Value]),
+        row("zookeeper", &[Text("ZooKeeper"), Value]),
+        row("redis", &[Text("Redis"), Value]),
+        row(
+            "redis_waiting",
+            &[
+                Text("Redis, ttl 15 s: a candidate waiting on two slots, commands/s"),
+                Value,
+            ],
+        ),
+    ],
+    paragraph: "\
+Four candidates of an election of two slots; each round stops one slot's holder,\n\
+the two slots in turn, and restarts it. ZooKeeper's and etcd's data in `/dev/shm`.",
+    in_whole_run: true,
+};
+
+const MODES: Table = Table {
+    id: "modes",
+    heading: "Shared and exclusive (`--mode`)",
+    columns: &[
+        col("store", "store"),
+        col(
+            "leasekeeper",
+            "an exclusive lock taken after the last shared holder's SIGTERM",
+        ),
+    ],
+    rows: &[
+        row("file", &[Text("file"), Value]),
+        row("redis", &[Text("Redis"), Value]),
+        row("etcd", &[Text("etcd"), Value]),
+        row("zookeeper", &[Text("ZooKeeper"), Value]),
+        row("postgres", &[Text("PostgreSQL"), Value]),
+        row("mysql", &[Text("MySQL (MariaDB)"), Value]),
+    ],
+    paragraph: "\
+Two `--mode shared` candidates hold, a `--mode exclusive` one waits; the first reader\n\
+stops, then the second reader's SIGTERM is timed to the writer's claim; new processes\n\
+each round.",
+    in_whole_run: true,
+};
+
+const EXEC: Table = Table {
+    id: "exec",
+    heading: "Exec mode",
+    columns: &[
+        col("measurement", "measurement"),
+        col("leasekeeper", "leasekeeper"),
+        col("peer", "peer"),
+    ],
+    rows: &[row(
+        "etcd",
+        &[
+            Text("SIGTERM → the next command started, on etcd"),
+            Labelled("`leasekeeper run`"),
+            Labelled("`etcdctl lock NAME CMD` (SIGINT to its process group)"),
+        ],
+    )],
+    paragraph: "\
+The same Python command prints a stamp when it starts on both sides, so most of both\n\
+figures is the interpreter's start; leasekeeper also waits for the old command's\n\
+processes to be gone before it releases.",
+    in_whole_run: true,
+};
+
+const ABUSE: Table = Table {
+    id: "abuse",
+    heading: "Hostile clients",
+    columns: &[
+        col("limit", "open-files limit"),
+        col("probes", "probes answered within 1 s"),
+        col("scrapes", "scrapes"),
+        col("rss", "RSS idle / peak / after"),
+        col("garbage", "garbage not refused"),
+        col("tenure", "the leader's tenure"),
+        col("crowd", "the crowd"),
+    ],
+    rows: &[
+        row(
+            "fixed",
+            &[
+                Text("1024, not raisable"),
+                Value,
+                Value,
+                Value,
+                Value,
+                Value,
+                Value,
+            ],
+        ),
+        row(
+            "raisable",
+            &[Value, Value, Value, Value, Value, Value, Value],
+        ),
+    ],
+    paragraph: "\
+Three sidecars on one Redis (ttl 2 s); against the leader for 30 s from 127.0.0.2: 10,000\n\
+idle and half-sent connections that dial again a second after they are closed, 200\n\
+`/watch` subscribers that never read, 6 kept-alive `GET /leader` floods and garbage (a\n\
+2 MiB header, a 10 MiB `POST /release` body, a 64 KiB request line, binary junk); every\n\
+500 ms, fresh probes of `/leader`, `/healthz`, `/readyz` and a `/metrics` scrape from\n\
+127.0.0.1. Defaults: `--http-max-connections 512`, `--http-max-watchers 64`.",
+    in_whole_run: true,
+};
+
+const FOOTPRINT: Table = Table {
+    id: "footprint",
+    heading: "Idle footprint, `GET /leader` throughput and binary size",
+    columns: &[col("measurement", "measurement"), col("value", "value")],
+    rows: &[
+        row(
+            "binary",
+            &[Text("release binary, stripped, every backend"), Value],
+        ),
+        row(
+            "file_leader",
+            &[
+                Text("file backend, default flags, leader idle: RSS / CPU"),
+                Value,
+            ],
+        ),
+        row(
+            "file_follower",
+            &[
+                Text("file backend, default flags, follower idle: RSS / CPU"),
+                Value,
+            ],
+        ),
+        row(
+            "redis_leader",
+            &[Text("redis leader idle: RSS / CPU"), Value],
+        ),
+        row(
+            "redis_follower",
+            &[Text("redis follower idle: RSS / CPU"), Value],
+        ),
+        row(
+            "throughput",
+            &[
+                Text("`GET /leader`, 4 kept-alive clients on the same machine"),
+                Value,
+            ],
+        ),
+    ],
+    paragraph: "\
+RSS and CPU of one of three sidecars left alone for 10 s once the followers have\n\
+settled; `GET /leader` from 4 threads for 3 s, each over one kept-alive connection.",
+    in_whole_run: true,
+};
