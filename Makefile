@@ -9,14 +9,10 @@ QUICK = --profile quick --no-default-features --features file
 run:
 	cargo run $(QUICK) -- $(ARGS)
 
-# The suites that keep the CPU busy (the simulator's sweep, the crowd of clients, the
-# checker's faked clocks) run with libtest's default of one test per core; every other
-# suite, whose tests mostly wait on ttls and servers, runs three at a time (docs/
-# development.md, "The test suite's time"). Every file in tests/ is in one of the two.
-CPU_BOUND = checker_self_test elector_sim hostile_clients
-WAITING = $(filter-out $(CPU_BOUND),$(sort $(basename $(notdir $(wildcard tests/*.rs)))))
-
-# Installs the test servers when missing, then runs the whole test suite.
+# Installs the test servers when missing, then runs the whole test suite: the checks,
+# then every test of every binary in a process of its own, side by side, under
+# cargo-nextest (.config/nextest.toml; docs/development.md, "The test suite's time"),
+# then the doc tests.
 test: deps
 	python3 tests/chart/check_chart.py
 	bash tests/prometheus/check.sh
@@ -26,9 +22,7 @@ test: deps
 	python3 tests/docs/check_flags.py
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
-	cargo test --no-run
-	cargo test --lib --bins $(addprefix --test ,$(CPU_BOUND))
-	RUST_TEST_THREADS=3 cargo test $(addprefix --test ,$(WAITING))
+	cargo nextest run
 	cargo test --doc
 
 deps:

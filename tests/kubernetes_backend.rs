@@ -1346,7 +1346,8 @@ fn client_go_metric_names_show_the_leader_and_the_slow_path() {
     let mut b = Sidecar::spawn("sb", dir.path(), &args);
     let (leader, follower) = leader_first(&mut a, &mut b);
     let metrics = |s: &Sidecar| common::http::get(s.port, "/metrics").map(|(_, t)| t);
-    let follower_text = metrics(follower).expect("metrics");
+    // The leader answered first; the follower may still be starting its listener.
+    let follower_text = eventually(Duration::from_secs(15), || metrics(follower)).expect("metrics");
     assert!(
         follower_text.contains("leader_election_master_status{name=\"slow\"} 0"),
         "{follower_text}"

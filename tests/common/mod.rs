@@ -34,10 +34,12 @@ pub mod sql_suite;
 pub mod tamper;
 pub mod zk_server;
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Owned command-line arguments from string slices.
@@ -146,8 +148,6 @@ pub fn leasekeeper_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leasekeeper")))
 }
 
-/// A loopback port that was free a moment ago, below the ephemeral range (which
-/// starts at 32768 here) so that outgoing connections never take it meanwhile.
 /// A data directory for a store server: in /dev/shm when it exists (fsync there is
 /// about 300 times cheaper than on this machine's disk), so etcd and ZooKeeper pay
 /// the same for their writes.
@@ -160,6 +160,9 @@ pub fn store_data_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
+/// A loopback port that was free a moment ago, below the ephemeral range (which
+/// starts at 32768 here) so that outgoing connections never take it meanwhile, and
+/// that no other test process of the run holds (see [`reserve_port`]).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
@@ -176,11 +179,38 @@ pub fn free_port() -> u16 {
             NEXT.store(20_000, Ordering::SeqCst);
             port = 20_000;
         }
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if reserve_port(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
 }
+
+/// Test processes run side by side (one per test under `cargo nextest`), and a port
+/// handed out is bound by its server only later: each process claims its ports with
+/// an exclusive `flock` on `<tmp>/leasekeeper-ports/<port>`, which it keeps for its
+/// latest [`PORTS_HELD`] ports (the kernel drops it when the process ends). Whether
+/// this process has `port` now.
+fn reserve_port(port: u16) -> bool {
+    static HELD: Mutex<VecDeque<File>> = Mutex::new(VecDeque::new());
+    let dir = std::env::temp_dir().join("leasekeeper-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(file) = File::create(dir.join(port.to_string())) else {
+        return false;
+    };
+    if file.try_lock().is_err() {
+        return false;
+    }
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    held.push_back(file);
+    if held.len() > PORTS_HELD {
+        held.pop_front();
+    }
+    true
+}
+
+/// How many of its latest ports a test process keeps claimed: far more than a test
+/// takes between choosing its ports and starting what binds them.
+const PORTS_HELD: usize = 128;
 
 pub fn send_signal(pid: u32, sig: i32) {
     // SAFETY: plain kill(2) on a pid we started.
@@ -213,19 +243,27 @@ pub fn wait_all_threads_stopped(pid: u32) {
     let _ = eventually(Duration::from_secs(2), stopped);
 }
 
-/// Polls `f` every few milliseconds until it returns `Some` or `limit` passes.
+/// Polls `f` until it returns `Some` or `limit` passes: at once, then after 1, 2, 4
+/// and 8 ms, then every [`POLL_EVERY`]. A condition that holds soon is seen within a
+/// few milliseconds; a long wait leaves the CPU to the sidecars and servers under test.
 pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let end = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
     loop {
         if let Some(v) = f() {
             return Some(v);
         }
-        if Instant::now() >= end {
+        let now = Instant::now();
+        if now >= end {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(pause.min(end - now));
+        pause = (pause * 2).min(POLL_EVERY);
     }
 }
+
+/// The longest pause between two looks of [`eventually`].
+pub const POLL_EVERY: Duration = Duration::from_millis(10);
 
 /// A real `leasekeeper` process.
 pub struct Sidecar {

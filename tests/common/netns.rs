@@ -82,7 +82,10 @@ impl NetLab {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         // Short enough for interface names (15 bytes with the host suffix).
         let name = format!("lk{}x{n}", pid % 1_000_000);
-        let net = (100 + (pid % 100) as u8, (n % 250) as u8);
+        // A /24 of 10.0.0.0/8 per lab, apart for every test process of a run (one per
+        // test under `cargo nextest`) and every lab of a process.
+        let key = (pid as usize * 7 + n as usize) % 25_000;
+        let net = (100 + (key / 250) as u8, (key % 250) as u8);
         let lab = NetLab { name, net, hosts };
         let bridge = lab.name.clone();
         must(&["link", "add", &bridge, "type", "bridge"]);

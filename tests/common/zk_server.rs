@@ -247,6 +247,11 @@ impl ZkEnsemble {
                 .args([
                     "-Xmx256m",
                     "-XX:+UseSerialGC",
+                    // A server for tests: the client compiler only, on one thread, and
+                    // no perf data file, for about half the CPU time of a start.
+                    "-XX:TieredStopAtLevel=1",
+                    "-XX:CICompilerCount=1",
+                    "-XX:-UsePerfData",
                     "-cp",
                     &classpath(s.secure.is_some()),
                 ])
