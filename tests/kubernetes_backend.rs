@@ -144,26 +144,7 @@ fn two_candidates_racing_on_one_lease_never_both_win() {
 
 /// `t` as client-go writes a Lease's times: RFC 3339 in UTC with microseconds.
 fn rfc3339_micros(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).expect("epoch");
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days as i64 + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    humantime::format_rfc3339_micros(t).to_string()
 }
 
 #[test]

@@ -258,15 +258,8 @@ pub fn machine(cores: usize, load: (&str, &str), os_release: &str) -> String {
 
 /// YYYY-MM-DD (UTC) of `unix_seconds`.
 pub fn utc_date(unix_seconds: u64) -> String {
-    // Days to the civil calendar (H. Hinnant's days_from_civil, inverted).
-    let z = (unix_seconds / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_seconds);
+    let mut stamp = humantime::format_rfc3339_seconds(at).to_string();
+    stamp.truncate("YYYY-MM-DD".len());
+    stamp
 }
