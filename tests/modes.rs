@@ -154,7 +154,7 @@ fn etcd_shares_the_lock_with_the_rwmutex_layout() {
 
 #[test]
 fn shared_and_exclusive_on_zookeeper() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let args = SidecarArgs::zookeeper(&zk.connect_string())
         .ttl("2s")
         .election("rw");
@@ -168,7 +168,7 @@ fn shared_and_exclusive_on_zookeeper() {
 #[test]
 fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
     let classes = compile("CuratorRwLock");
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::zookeeper(&connect).ttl("2s").election("rw");
@@ -275,14 +275,14 @@ fn exclusive_mode_survives_the_checker_on_zookeeper() {
 
 #[test]
 fn shared_and_exclusive_on_postgres() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("rw");
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
 #[test]
 fn shared_and_exclusive_on_mysql() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("rw");
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
@@ -415,7 +415,7 @@ fn exclusive_mode_survives_the_checker_on_mysql() {
 
 #[test]
 fn postgres_shared_and_exclusive_rows() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::shared_and_exclusive_rows(
         &db,
         PostgresBackend::new,
@@ -424,13 +424,13 @@ fn postgres_shared_and_exclusive_rows() {
 
 #[test]
 fn mysql_shared_and_exclusive_rows() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::shared_and_exclusive_rows(&db, MysqlBackend::new));
 }
 
 #[test]
 fn postgres_the_queue_admits_in_arrival_order() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
         &db,
         PostgresBackend::new,
@@ -439,7 +439,7 @@ fn postgres_the_queue_admits_in_arrival_order() {
 
 #[test]
 fn mysql_the_queue_admits_in_arrival_order() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::the_queue_admits_in_arrival_order(
         &db,
         MysqlBackend::new,
@@ -448,7 +448,7 @@ fn mysql_the_queue_admits_in_arrival_order() {
 
 #[test]
 fn postgres_concurrent_shared_and_exclusive() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::concurrent_shared_and_exclusive(
         &db,
         PostgresBackend::new,
@@ -457,7 +457,7 @@ fn postgres_concurrent_shared_and_exclusive() {
 
 #[test]
 fn mysql_concurrent_shared_and_exclusive() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::concurrent_shared_and_exclusive(
         &db,
         MysqlBackend::new,
@@ -466,7 +466,7 @@ fn mysql_concurrent_shared_and_exclusive() {
 
 #[test]
 fn postgres_a_release_racing_a_join_keeps_the_row() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
         &db,
         PostgresBackend::new,
@@ -475,7 +475,7 @@ fn postgres_a_release_racing_a_join_keeps_the_row() {
 
 #[test]
 fn mysql_a_release_racing_a_join_keeps_the_row() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::a_release_racing_a_join_keeps_the_row(
         &db,
         MysqlBackend::new,
@@ -485,7 +485,7 @@ fn mysql_a_release_racing_a_join_keeps_the_row() {
 /// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
 #[test]
 fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     let args = SidecarArgs::postgres(&db.url())
         .ttl("2s")
         .election("frozen");
@@ -495,14 +495,14 @@ fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
 /// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
 #[test]
 fn mysql_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("frozen");
     a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
 }
 
 #[test]
 fn postgres_past_a_writer_that_does_not_take_a_free_row() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::past_a_writer_that_does_not_take_a_free_row(
         &db,
         PostgresBackend::new,
@@ -511,7 +511,7 @@ fn postgres_past_a_writer_that_does_not_take_a_free_row() {
 
 #[test]
 fn mysql_past_a_writer_that_does_not_take_a_free_row() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::past_a_writer_that_does_not_take_a_free_row(
         &db,
         MysqlBackend::new,
@@ -520,7 +520,7 @@ fn mysql_past_a_writer_that_does_not_take_a_free_row() {
 
 #[test]
 fn postgres_an_election_candidate_from_before_the_queue_takes_its_turn() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(
         sql_modes::an_election_candidate_from_before_the_queue_takes_its_turn(
             &db,
@@ -531,7 +531,7 @@ fn postgres_an_election_candidate_from_before_the_queue_takes_its_turn() {
 
 #[test]
 fn mysql_an_election_candidate_from_before_the_queue_takes_its_turn() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(
         sql_modes::an_election_candidate_from_before_the_queue_takes_its_turn(
             &db,
@@ -600,7 +600,7 @@ fn mysql_an_election_without_mode_leaves_the_queue_alone() {
 
 #[test]
 fn postgres_a_shared_release_does_not_wait_for_the_election_lock() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(
         sql_modes::a_shared_release_does_not_wait_for_the_election_lock(&db, PostgresBackend::new),
     );
@@ -608,7 +608,7 @@ fn postgres_a_shared_release_does_not_wait_for_the_election_lock() {
 
 #[test]
 fn mysql_a_shared_release_does_not_wait_for_the_election_lock() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(
         sql_modes::a_shared_release_does_not_wait_for_the_election_lock(&db, MysqlBackend::new),
     );
@@ -616,7 +616,7 @@ fn mysql_a_shared_release_does_not_wait_for_the_election_lock() {
 
 #[test]
 fn postgres_a_writer_lets_its_turn_lock_go_at_its_release() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
         &db,
         PostgresBackend::new,
@@ -625,7 +625,7 @@ fn postgres_a_writer_lets_its_turn_lock_go_at_its_release() {
 
 #[test]
 fn mysql_a_writer_lets_its_turn_lock_go_at_its_release() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     runtime().block_on(sql_modes::a_writer_lets_its_turn_lock_go_at_its_release(
         &db,
         MysqlBackend::new,
@@ -1746,7 +1746,11 @@ fn a_waiting_candidate_sends_a_look_per_5_ttl_on_redis() {
     cars[1].settles_in("follower", Duration::from_secs(20));
     cars.push(spawn("r-1", "shared"));
     cars[2].settles_in("follower", Duration::from_secs(20));
-    std::thread::sleep(Duration::from_secs(1));
+    let waiting = [cars[1].pid, cars[2].pid];
+    assert!(
+        server.goes_quiet(&waiting, Duration::from_secs(20)),
+        "the waiting candidates keep sending"
+    );
     let seen = server.monitor(Duration::from_secs(8));
     for car in &cars {
         let ports = common::redis_server::client_ports(car.pid, server.port);
@@ -2314,7 +2318,10 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
     assert!(held.is_some(), "the readers never led");
     cars.push(spawn("e-0", None));
     cars[2].settles_in("follower", Duration::from_secs(20));
-    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        server.goes_quiet(&[cars[2].pid], Duration::from_secs(20)),
+        "the waiting candidate keeps sending"
+    );
     let seen = server.monitor(Duration::from_secs(8));
     for car in &cars {
         let ports = common::redis_server::client_ports(car.pid, server.port);
@@ -2357,7 +2364,11 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
     cars[3].settles_in("follower", Duration::from_secs(20));
     cars.push(spawn("e-1", None));
     cars[4].settles_in("follower", Duration::from_secs(20));
-    std::thread::sleep(Duration::from_secs(1));
+    let waiting = [cars[3].pid, cars[4].pid];
+    assert!(
+        server.goes_quiet(&waiting, Duration::from_secs(20)),
+        "the waiting candidates keep sending"
+    );
     let seen = server.monitor(Duration::from_secs(6));
     for car in &cars[3..] {
         let ports = common::redis_server::client_ports(car.pid, server.port);

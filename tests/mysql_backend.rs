@@ -33,7 +33,7 @@ common::sql_suite::sql_store_rule_tests! {
 /// queue); another candidate leads within 2 × ttl, and the slow one leads again.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     common::sql_suite::slow_leader(
         &db,
         common::faults::Link::Delay(std::time::Duration::from_millis(1500)),
@@ -176,7 +176,7 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
 fn mysql_switchover_passes_the_named_lock_on_to_the_named_candidate() {
     use common::{http, Sidecar};
     use std::time::{Duration, Instant};
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     let mut args = common::sql_suite::db_flags(&db, "lk")
         .ttl("6s")
         .election("pass")
@@ -251,7 +251,7 @@ fn mysql_every_silent_follower_learns_of_the_next_leader() {
     use common::sql_suite::db_flags;
     use common::{eventually, Sidecar};
     use std::time::{Duration, Instant};
-    let db = MariaServer::start();
+    let db = MariaServer::shared();
     let dir = tempfile::tempdir().expect("dir");
     let args = db_flags(&db, "lk").ttl("2s").election("roll").build();
     let mut cars: Vec<Sidecar> = Vec::new();
@@ -374,7 +374,7 @@ mod mysql_store_rules {
     /// candidate (no floor) would be counted a token the earlier tenure already had.
     #[test]
     fn a_token_raised_between_the_reservation_and_the_take_raises_the_counter() {
-        let db = MariaServer::start();
+        let db = MariaServer::shared();
         let direct = format!("127.0.0.1:{}", db.port);
         let proxy = FaultProxy::start(direct.parse().expect("addr"));
         let url = db.url_for("lk").replace(&direct, &proxy.addr());

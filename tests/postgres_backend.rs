@@ -91,7 +91,7 @@ fn postgres_unreachable_at_start_is_not_bad_input() {
 /// queue); another candidate leads within 2 × ttl, and the slow one leads again.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     common::sql_suite::slow_leader(
         &db,
         common::faults::Link::Delay(std::time::Duration::from_millis(1500)),
@@ -100,7 +100,7 @@ fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
-    let db = PgServer::start();
+    let db = PgServer::shared();
     common::sql_suite::slow_leader(
         &db,
         common::faults::Link::Congested(std::time::Duration::from_millis(1200)),

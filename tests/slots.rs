@@ -419,7 +419,7 @@ fn a_stopping_follower_leaves_every_queue_on_etcd() {
 
 #[test]
 fn a_stopping_follower_leaves_every_queue_on_zookeeper() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     a_stopping_follower_leaves_every_queue(SidecarArgs::zookeeper(&zk.connect_string()));
 }
 

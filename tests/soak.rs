@@ -43,7 +43,7 @@ use common::faults::Link;
 use common::recorder::Recorder;
 use common::redis_server::RedisServer;
 use common::slots::Strikes;
-use common::zk_server::ZkEnsemble;
+use common::zk_server::{with_zk, ZkEnsemble};
 use common::SidecarArgs;
 
 /// Rounds per checker run at most.
@@ -661,20 +661,6 @@ fn soak_5_etcd_1() {
 #[ignore = "long: make soak"]
 fn soak_6_etcd_3() {
     etcd(3, Duration::from_secs(2));
-}
-
-/// Runs one ZooKeeper client call from the (synchronous) test.
-fn with_zk<T>(connect: &str, f: impl AsyncFnOnce(zookeeper_client::Client) -> T) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let client = zookeeper_client::Client::connect(connect)
-            .await
-            .expect("connect to zookeeper");
-        f(client).await
-    })
 }
 
 /// ZooKeeper with `n` servers (a partitionable ensemble for 3: isolation of one server

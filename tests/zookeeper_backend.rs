@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::checker::{self, ElectionSpec, Fault};
 use common::curator::{compile, Jvm};
 use common::faults::Link;
-use common::zk_server::ZkEnsemble;
+use common::zk_server::{with_zk, ZkEnsemble};
 use common::{backend_herd, backend_switchover, SidecarArgs};
 use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
@@ -97,7 +97,7 @@ impl Curator {
 fn curator_leader_latch_and_leasekeeper_share_one_election() {
     let classes = compile("CuratorLatch");
 
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::zookeeper(&connect)
@@ -291,7 +291,7 @@ fn zookeeper_over_tls_with_a_client_certificate() {
 
 #[test]
 fn digest_auth_keeps_other_identities_out_of_the_election() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let dir = tempfile::tempdir().expect("dir");
     let auth = |name: &str, secret: &str| {
         let path = dir.path().join(name);
@@ -335,20 +335,6 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
     }
 }
 
-/// Runs one ZooKeeper client call from the (synchronous) test.
-fn with_zk<T>(connect: &str, f: impl AsyncFnOnce(zookeeper_client::Client) -> T) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let client = zookeeper_client::Client::connect(connect)
-            .await
-            .expect("connect to zookeeper");
-        f(client).await
-    })
-}
-
 /// The leader's node under `dir`: the lowest sequence.
 async fn leader_node(client: &zookeeper_client::Client, dir: &str) -> String {
     let mut children = client.list_children(dir).await.expect("list");
@@ -362,7 +348,7 @@ async fn leader_node(client: &zookeeper_client::Client, dir: &str) -> String {
 #[test]
 fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
     use common::tamper::{assert_recovered, tamper_with_leader};
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
     let mut args = SidecarArgs::zookeeper(&connect)
@@ -403,7 +389,7 @@ fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
 /// else the leader would lose every tenure at its deadline and flap.
 #[test]
 fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::zookeeper(&zk.connect_string())
         .ttl("15s")
@@ -443,14 +429,13 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
 }
 
 fn slow_leader(link: Link) {
-    let zk = ZkEnsemble::start(1);
-    let store = zk.connect_string().parse().expect("addr");
+    let zk = ZkEnsemble::shared();
     common::scenarios::slow_leader_is_replaced_and_recovers(
-        &[store],
+        &[zk.address()],
         Duration::from_secs(3),
         link,
         |endpoints| {
-            SidecarArgs::zookeeper(&endpoints[0])
+            SidecarArgs::zookeeper(&format!("{}{}", endpoints[0], zk.chroot()))
                 .ttl("3s")
                 .election("slow")
                 .build()
@@ -526,7 +511,7 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
 #[test]
 fn zookeeper_survives_partitions_slow_links_and_tampering() {
     use common::recorder::Recorder;
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let store = Recorder::zookeeper(connect.clone(), "/leasekeeper/faults".to_owned());
     let rounds = vec![
@@ -541,13 +526,13 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
         Fault::TamperOverwrite,
         Fault::Graceful,
     ];
-    let node = connect.parse().expect("addr");
+    let chroot = zk.chroot().to_owned();
     let report = checker::run_link_faults(
         Duration::from_secs(2),
         rounds,
-        node,
-        |addr| {
-            SidecarArgs::zookeeper(addr)
+        zk.address(),
+        move |addr| {
+            SidecarArgs::zookeeper(&format!("{addr}{chroot}"))
                 .ttl("2s")
                 .election("faults")
                 .build()
@@ -573,11 +558,11 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
 #[test]
 fn a_release_cut_short_never_hands_out_the_same_token_twice() {
     use common::faults::{FaultProxy, Link};
-    let zk = ZkEnsemble::start(1);
-    let proxy = FaultProxy::start(zk.connect_string().parse().expect("addr"));
+    let zk = ZkEnsemble::shared();
+    let proxy = FaultProxy::start(zk.address());
     let dir = tempfile::tempdir().expect("dir");
     let log = dir.path().join("t.jsonl");
-    let mut args = SidecarArgs::zookeeper(&proxy.addr())
+    let mut args = SidecarArgs::zookeeper(&format!("{}{}", proxy.addr(), zk.chroot()))
         .ttl("4s")
         .election("cut-short")
         .build();
@@ -630,7 +615,7 @@ fn a_release_cut_short_never_hands_out_the_same_token_twice() {
 #[test]
 fn the_election_parent_deleted_and_recreated_leaves_one_leader() {
     use common::recorder::Recorder;
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let parent = "/leasekeeper/parent".to_owned();
     let store = Recorder::zookeeper(connect.clone(), parent.clone());
@@ -642,13 +627,13 @@ fn the_election_parent_deleted_and_recreated_leaves_one_leader() {
         Fault::TamperDelete,
         Fault::Graceful,
     ];
-    let node = connect.parse().expect("addr");
+    let chroot = zk.chroot().to_owned();
     let report = checker::run_link_faults(
         Duration::from_secs(2),
         rounds,
-        node,
-        |addr| {
-            SidecarArgs::zookeeper(addr)
+        zk.address(),
+        move |addr| {
+            SidecarArgs::zookeeper(&format!("{addr}{chroot}"))
                 .ttl("2s")
                 .election("parent")
                 .build()
@@ -752,7 +737,7 @@ fn followers_send_only_pings_while_the_holder_renews() {
 /// See [`common::scenarios::followers_survive_release_requests_during_a_handover`].
 #[test]
 fn followers_survive_release_requests_during_a_handover() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let args = SidecarArgs::zookeeper(&zk.connect_string())
         .ttl("4s")
         .election("stagger")
@@ -792,7 +777,7 @@ fn zk_candidate_with_ttl(
 /// See [`backend_herd::a_follower_behind_the_next_in_line_sleeps_through_a_release`].
 #[test]
 fn a_follower_behind_the_next_in_line_sleeps_through_a_release() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(
         backend_herd::a_follower_behind_the_next_in_line_sleeps_through_a_release(|id| {
@@ -804,7 +789,7 @@ fn a_follower_behind_the_next_in_line_sleeps_through_a_release() {
 /// See [`backend_switchover::passes_the_lease_to_the_named_candidate`].
 #[test]
 fn switchover_passes_the_lease_to_the_named_candidate() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(
         backend_switchover::passes_the_lease_to_the_named_candidate(|id| {
@@ -816,7 +801,7 @@ fn switchover_passes_the_lease_to_the_named_candidate() {
 /// See [`backend_switchover::lists_the_live_candidates`].
 #[test]
 fn switchover_candidates_are_the_live_ones() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(backend_switchover::lists_the_live_candidates(|id| {
         zk_candidate(&connect, "live", id)
@@ -826,7 +811,7 @@ fn switchover_candidates_are_the_live_ones() {
 /// See [`backend_switchover::to_a_missing_candidate_is_a_plain_release`].
 #[test]
 fn switchover_to_a_missing_candidate_is_a_plain_release() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(
         backend_switchover::to_a_missing_candidate_is_a_plain_release(|id| {
@@ -839,7 +824,7 @@ fn switchover_to_a_missing_candidate_is_a_plain_release() {
 /// end (the library-level rules are `switchover_*` in `common::backend_switchover`).
 #[test]
 fn switchover_goes_to_the_named_candidate() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let args = SidecarArgs::zookeeper(&zk.connect_string())
         .ttl("4s")
         .election("switch")
@@ -998,7 +983,7 @@ async fn leader_whose_node_was_created_again(connect: &str, election: &str) -> Z
 /// Before claiming, the lowest node must belong to the current session (DESIGN §7).
 #[test]
 fn a_node_of_another_session_never_leads() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     backend_switchover::runtime().block_on(async {
         let mut a = leader_whose_node_was_created_again(&zk.connect_string(), "again1").await;
         let found = a.campaign().await.expect("campaign");
@@ -1012,7 +997,7 @@ fn a_node_of_another_session_never_leads() {
 /// Invariant 5 on ZooKeeper: a renew vouches only for our session's own node.
 #[test]
 fn a_renew_never_vouches_for_a_node_of_another_session() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     backend_switchover::runtime().block_on(async {
         let mut a = leader_whose_node_was_created_again(&zk.connect_string(), "again2").await;
         assert_eq!(
@@ -1028,7 +1013,7 @@ fn a_renew_never_vouches_for_a_node_of_another_session() {
 /// watch held blind) must not delete that node on release.
 #[test]
 fn a_release_never_deletes_a_node_of_another_session() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(async {
         let mut a = leader_whose_node_was_created_again(&connect, "again3").await;
@@ -1063,7 +1048,7 @@ fn a_release_never_deletes_a_node_of_another_session() {
 /// out of the queue at once; a second release is a no-op.
 #[test]
 fn a_release_gives_back_only_our_own_node() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(async {
         let make = |id| zk_candidate(&connect, "own", id);
@@ -1120,7 +1105,7 @@ fn a_release_is_one_transaction_the_close_of_the_session() {
 /// and after a candidate that vanished without a release.
 #[test]
 fn the_lowest_node_leads_and_tokens_grow_for_fresh_candidates() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(async {
         let make = |id| zk_candidate(&connect, "order", id);
@@ -1161,7 +1146,7 @@ fn the_lowest_node_leads_and_tokens_grow_for_fresh_candidates() {
 /// ends soon after another client deletes the node.
 #[test]
 fn the_leader_hears_its_node_deleted_but_not_its_own_renewals() {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(async {
         let mut a = zk_candidate(&connect, "heard", "A");

@@ -4,20 +4,41 @@
 //! `secret` (password `s3cret`, the same rights), `limited` (SELECT, INSERT, UPDATE on
 //! `lk`, no CREATE). `root` works over the socket for the harness itself.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::free_port;
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
+use super::shared::{detached, shared, SharedServer, Started};
 
 pub struct MariaServer {
     pub port: u16,
-    /// Declared before `dir`: on drop the server is killed before its directory goes.
+    /// Declared before `own`: on drop the server is killed before its directory goes.
     process: ServerProcess,
-    dir: tempfile::TempDir,
+    /// The server's directory: data, tmp, socket and log.
+    dir: PathBuf,
+    /// The tests' database: `lk`, or on the shared server one of this test's own.
+    db: String,
     /// More `mariadbd` options (TLS).
     extra: Vec<String>,
+    /// Set on the shared server ([`MariaServer::shared`]), which this never stops.
+    shared: Option<SharedServer>,
+    own: Option<tempfile::TempDir>,
 }
+
+/// The harness's users, and their rights on database `db`.
+fn grants(db: &str) -> String {
+    format!(
+        "GRANT ALL ON {db}.* TO 'lk'@'127.0.0.1';
+         GRANT ALL ON {db}.* TO 'secret'@'127.0.0.1';
+         GRANT SELECT, INSERT, UPDATE ON {db}.* TO 'limited'@'127.0.0.1';"
+    )
+}
+
+const USERS: &str = "CREATE USER 'lk'@'127.0.0.1';
+     CREATE USER 'secret'@'127.0.0.1' IDENTIFIED BY 's3cret';
+     CREATE USER 'limited'@'127.0.0.1';";
 
 /// `mariadb-install-db`'s data directory, made once ([`template`]) and copied for
 /// every server.
@@ -64,46 +85,83 @@ impl MariaServer {
         server
     }
 
+    /// A database of this test's own on a server shared with the other test processes
+    /// of the run ([`super::shared`]), with the same users and rights: for a test that
+    /// neither stops the server nor reads its server-wide state (the general log).
+    pub fn shared() -> MariaServer {
+        let server = shared("mariadb", |dir| {
+            let mut server = MariaServer::unstarted(dir.to_owned(), Vec::new());
+            server.spawn_detached();
+            server.sql(USERS);
+            Started {
+                address: server.port.to_string(),
+                pids: std::mem::take(&mut server.process)
+                    .detach()
+                    .into_iter()
+                    .collect(),
+            }
+        });
+        let port = server.address.parse().expect("the shared server's port");
+        let mut db = MariaServer::at(server.dir.clone(), port, Vec::new());
+        db.db = format!("t{}_{}", std::process::id(), super::nanos());
+        db.sql(&format!("CREATE DATABASE {}; {}", db.db, grants(&db.db)));
+        db.shared = Some(server);
+        db
+    }
+
     fn start_with(extra: Vec<String>) -> MariaServer {
-        let dir = tempfile::tempdir().expect("mariadb temp dir");
-        // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
-        // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
-        std::fs::create_dir(dir.path().join("tmp")).expect("tmp dir");
-        copy_tree(&data_template().join("data"), &dir.path().join("data"));
-        let mut server = MariaServer {
-            port: free_port(),
-            process: ServerProcess::default(),
-            dir,
-            extra,
-        };
+        let own = tempfile::tempdir().expect("mariadb temp dir");
+        let mut server = MariaServer::unstarted(own.path().to_owned(), extra);
+        server.own = Some(own);
         server.spawn();
-        server.sql(
-            "CREATE DATABASE lk;
-             CREATE USER 'lk'@'127.0.0.1'; GRANT ALL ON lk.* TO 'lk'@'127.0.0.1';
-             CREATE USER 'secret'@'127.0.0.1' IDENTIFIED BY 's3cret'; GRANT ALL ON lk.* TO 'secret'@'127.0.0.1';
-             CREATE USER 'limited'@'127.0.0.1'; GRANT SELECT, INSERT, UPDATE ON lk.* TO 'limited'@'127.0.0.1';",
-        );
+        server.sql(&format!("CREATE DATABASE lk; {USERS} {}", grants("lk")));
         server
     }
 
+    /// A server in `dir` (its data copied from the template), not started yet.
+    fn unstarted(dir: PathBuf, extra: Vec<String>) -> MariaServer {
+        // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
+        // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
+        let _ = std::fs::create_dir(dir.join("tmp"));
+        copy_tree(&data_template().join("data"), &dir.join("data"));
+        MariaServer::at(dir, free_port(), extra)
+    }
+
+    /// The server of `dir` on `port`.
+    fn at(dir: PathBuf, port: u16, extra: Vec<String>) -> MariaServer {
+        MariaServer {
+            port,
+            process: ServerProcess::default(),
+            dir,
+            db: "lk".to_owned(),
+            extra,
+            shared: None,
+            own: None,
+        }
+    }
+
     fn socket(&self) -> String {
-        self.dir.path().join("sock").display().to_string()
+        self.dir.join("sock").display().to_string()
     }
 
     fn spawn(&mut self) {
-        let log = self.dir.path().join("mariadb.log");
+        let mut cmd = self.spawn_command();
+        self.start_and_wait(&mut cmd);
+    }
+
+    /// Like `spawn`, in a process group of its own (the shared server).
+    fn spawn_detached(&mut self) {
+        let mut cmd = self.spawn_command();
+        self.start_and_wait(detached(&mut cmd));
+    }
+
+    fn spawn_command(&self) -> Command {
         let mut cmd = Command::new("mariadbd");
         cmd.arg("--no-defaults")
-            .arg(format!(
-                "--datadir={}",
-                self.dir.path().join("data").display()
-            ))
+            .arg(format!("--datadir={}", self.dir.join("data").display()))
             .arg(format!("--port={}", self.port))
             .arg(format!("--socket={}", self.socket()))
-            .arg(format!(
-                "--tmpdir={}",
-                self.dir.path().join("tmp").display()
-            ))
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .args([
                 "--bind-address=127.0.0.1",
                 "--user=root",
@@ -113,7 +171,12 @@ impl MariaServer {
                 "--innodb-buffer-pool-size=32M",
             ])
             .args(&self.extra);
-        self.process = ServerProcess::start(&mut cmd, Some(&log), "mariadbd");
+        cmd
+    }
+
+    fn start_and_wait(&mut self, cmd: &mut Command) {
+        let log = self.dir.join("mariadb.log");
+        self.process = ServerProcess::start(cmd, Some(&log), "mariadbd");
         wait_serving(
             Duration::from_secs(30),
             || self.try_sql("SELECT 1").is_some(),
@@ -128,7 +191,17 @@ impl MariaServer {
     }
 
     pub fn url_for(&self, user: &str) -> String {
-        format!("mysql://{user}@127.0.0.1:{}/lk", self.port)
+        format!("mysql://{user}@127.0.0.1:{}/{}", self.port, self.db)
+    }
+
+    /// The tests' database: `lk`, or this test's own on the shared server.
+    pub fn database(&self) -> &str {
+        &self.db
+    }
+
+    /// Panics on the shared server, which no test may stop.
+    fn own(&self, what: &str) {
+        assert!(self.shared.is_none(), "{what} of the shared mariadb server");
     }
 
     pub fn url(&self) -> String {
@@ -157,6 +230,7 @@ impl MariaServer {
     }
 
     pub fn pause(&self) {
+        self.own("a pause");
         self.process.pause();
     }
 
@@ -165,6 +239,7 @@ impl MariaServer {
     }
 
     pub fn kill(&mut self) {
+        self.own("a kill");
         self.process.kill();
     }
 

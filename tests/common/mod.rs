@@ -28,6 +28,7 @@ pub mod recorder;
 pub mod redis_server;
 pub mod scenarios;
 pub mod server;
+pub mod shared;
 pub mod slots;
 pub mod sql_modes;
 pub mod sql_suite;
@@ -260,6 +261,30 @@ pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
         std::thread::sleep(pause.min(end - now));
         pause = (pause * 2).min(POLL_EVERY);
     }
+}
+
+/// Waits until `count` stays the same for `still`, at most `limit`; whether it did.
+pub fn settled(limit: Duration, still: Duration, count: impl Fn() -> usize) -> bool {
+    let end = Instant::now() + limit;
+    let mut last = count();
+    while Instant::now() < end {
+        std::thread::sleep(still);
+        let now = count();
+        if now == last {
+            return true;
+        }
+        last = now;
+    }
+    false
+}
+
+/// Nanoseconds since the Unix epoch: with the pid, a name no other test process of the
+/// run takes (a database or chroot on a shared server).
+pub fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
 }
 
 /// The longest pause between two looks of [`eventually`].

@@ -186,6 +186,7 @@ fn a_writer_waiting_behind_two_readers(
     dir: &Path,
     args: [&SidecarArgs; 3],
     start: Duration,
+    statements: &dyn Fn() -> usize,
 ) -> Vec<Sidecar> {
     let spawn = |name: &str, args: &SidecarArgs, mode: &str| {
         Sidecar::spawn(name, dir, &args.clone().flag("--mode", mode).build())
@@ -199,8 +200,16 @@ fn a_writer_waiting_behind_two_readers(
     cars[2].settles_in("follower", start);
     cars.push(spawn("r-2", args[2], "shared"));
     cars[3].settles_in("follower", start);
-    std::thread::sleep(Duration::from_secs(1));
+    goes_quiet(statements, start, "the counted candidate, once it waits");
     cars
+}
+
+/// Waits until `statements` stays the same for a second (a candidate that has just
+/// joined sends its last statements of the join late on a busy machine), at most
+/// `limit`; one that keeps sending fails here.
+fn goes_quiet(statements: &dyn Fn() -> usize, limit: Duration, who: &str) {
+    let quiet = super::settled(limit, Duration::from_secs(1), statements);
+    assert!(quiet, "{who} never stopped sending statements for a second");
 }
 
 /// A writer waiting for shared holders sends the store nothing, and is woken by the
@@ -222,8 +231,12 @@ pub fn a_waiting_writer_is_silent_and_woken(
 ) {
     let dir = tempfile::tempdir().expect("dir");
     let start = ttl * 3 + Duration::from_secs(15);
-    let mut cars =
-        a_writer_waiting_behind_two_readers(dir.path(), [&reader, &writer, &reader], start);
+    let mut cars = a_writer_waiting_behind_two_readers(
+        dir.path(),
+        [&reader, &writer, &reader],
+        start,
+        statements,
+    );
     let before = statements();
     assert!(before > 0, "the writer's statements are not counted");
     never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
@@ -271,7 +284,8 @@ pub fn a_waiting_writer_is_silent_and_woken(
 /// others run `plain`; all share the election, with `ttl` and a retry interval of
 /// half a ttl. Two shared holders lead; a writer waits; the late shared candidate
 /// comes and must stay out for 3 ttl sending nothing. The shared holders leave: the
-/// writer leads; a second after it took, the late one must send nothing for 2 ttl
+/// writer leads; once the late one has sent nothing for a second (its look at the
+/// holders' leaving may come late on a busy machine), it must send nothing for 2 ttl
 /// more. The writer's SIGTERM: the late one must lead within ttl/4.
 pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
     plain: SidecarArgs,
@@ -281,7 +295,8 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
 ) {
     let dir = tempfile::tempdir().expect("dir");
     let start = ttl * 3 + Duration::from_secs(15);
-    let mut cars = a_writer_waiting_behind_two_readers(dir.path(), [&plain, &plain, &late], start);
+    let mut cars =
+        a_writer_waiting_behind_two_readers(dir.path(), [&plain, &plain, &late], start, statements);
     let before = statements();
     assert!(before > 0, "the late reader's statements are not counted");
     never_lead(&cars, &[2, 3], ttl * 3, "beside the shared holders");
@@ -291,7 +306,7 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
     cars[1].terminate(Duration::from_secs(10));
     cars[0].signal(libc::SIGTERM);
     lead_exactly(&cars, &[2], start, "the writer after the shared holders");
-    std::thread::sleep(Duration::from_secs(1));
+    goes_quiet(statements, start, "the late reader, once the writer holds");
     let before = statements();
     never_lead(&cars, &[3], ttl * 2, "beside the writer");
     let behind = statements() - before;

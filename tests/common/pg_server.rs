@@ -10,17 +10,25 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
+use super::shared::{detached, shared, SharedServer, Started};
 use super::{eventually, free_port, process_state, send_signal};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
 pub struct PgServer {
     pub port: u16,
-    dir: tempfile::TempDir,
+    /// The server's directory: its data, log and socket.
+    dir: PathBuf,
+    /// The tests' database: `lk`, or on the shared server one of this test's own.
+    db: String,
     /// `runuser`, whose child is the postmaster.
     process: ServerProcess,
     /// More `-c` settings (TLS).
     extra: Vec<String>,
+    /// Set on the shared server ([`PgServer::shared`]), which this never stops.
+    shared: Option<SharedServer>,
+    /// The directory of a server of its own, removed after the server is killed.
+    _own: Option<tempfile::TempDir>,
 }
 
 fn data(dir: &Path) -> PathBuf {
@@ -77,15 +85,38 @@ impl PgServer {
         Self::start_with(Some(certs), free_port())
     }
 
+    /// A database of this test's own on a server shared with the other test processes
+    /// of the run ([`super::shared`]), with the same users: for a test that neither
+    /// stops the server nor reads its log.
+    pub fn shared() -> PgServer {
+        let server = shared("postgres", |dir| {
+            prepare(dir);
+            let port = free_port();
+            let process = spawn(dir, port, &[], true);
+            roles(port);
+            let postmaster = postmaster(dir).expect("the shared postmaster's pid");
+            Started {
+                address: port.to_string(),
+                pids: process.detach().into_iter().chain([postmaster]).collect(),
+            }
+        });
+        let port: u16 = server.address.parse().expect("the shared server's port");
+        let db = format!("t{}_{}", std::process::id(), super::nanos());
+        psql_at(port, "postgres", &format!("CREATE DATABASE {db}"));
+        PgServer {
+            port,
+            dir: PathBuf::new(),
+            db,
+            process: ServerProcess::default(),
+            extra: Vec::new(),
+            shared: Some(server),
+            _own: None,
+        }
+    }
+
     fn start_with(certs: Option<&Path>, port: u16) -> PgServer {
         let dir = tempfile::tempdir().expect("postgres temp dir");
-        let chown = Command::new("chown")
-            .args(["-R", "postgres"])
-            .arg(dir.path())
-            .status()
-            .expect("chown");
-        assert!(chown.success());
-        copy_tree(&data_template().join("data"), &data(dir.path()));
+        prepare(dir.path());
         let mut extra = Vec::new();
         if let Some(certs) = certs {
             // The key must belong to the server's user and be private to it.
@@ -113,52 +144,33 @@ impl PgServer {
         }
         let mut server = PgServer {
             port,
-            dir,
+            dir: dir.path().to_owned(),
+            db: "lk".to_owned(),
             process: ServerProcess::default(),
             extra,
+            shared: None,
+            _own: Some(dir),
         };
         server.spawn();
-        server.psql_db("postgres", "CREATE DATABASE lk");
-        server.psql(
-            "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN; CREATE ROLE client LOGIN SUPERUSER",
-        );
+        roles(port);
         server
     }
 
     fn spawn(&mut self) {
-        let log = self.dir.path().join("postgres.log");
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--"])
-            .arg(format!("{BIN}/postgres"))
-            .arg("-D")
-            .arg(data(self.dir.path()))
-            .args(["-p", &self.port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .args(self.extra.iter().flat_map(|e| ["-c", e.as_str()]))
-            .arg("-k")
-            .arg(self.dir.path());
-        self.process = ServerProcess::start(&mut cmd, Some(&log), "postgres");
-        wait_serving(
-            Duration::from_secs(20),
-            || {
-                Command::new("pg_isready")
-                    .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-                    .status()
-                    .is_ok_and(|s| s.success())
-            },
-            || {
-                format!(
-                    "postgres on {} never got ready: {}",
-                    self.port,
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            },
+        self.process = spawn(&self.dir, self.port, &self.extra, false);
+    }
+
+    /// Panics on the shared server, which no test may stop or read the log of.
+    fn own(&self, what: &str) {
+        assert!(
+            self.shared.is_none(),
+            "{what} of the shared postgres server"
         );
     }
 
-    /// `postgres://<user>@127.0.0.1:<port>/lk`.
+    /// `postgres://<user>@127.0.0.1:<port>/<database>`.
     pub fn url_for(&self, user: &str) -> String {
-        format!("postgres://{user}@127.0.0.1:{}/lk", self.port)
+        format!("postgres://{user}@127.0.0.1:{}/{}", self.port, self.db)
     }
 
     pub fn url(&self) -> String {
@@ -167,31 +179,17 @@ impl PgServer {
 
     /// The server's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+        self.own("the log");
+        std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default()
     }
 
-    /// Runs SQL as the superuser in database `lk`; the output of `psql -At`.
+    /// Runs SQL as the superuser in the tests' database; the output of `psql -At`.
     pub fn psql(&self, sql: &str) -> String {
-        self.psql_db("lk", sql)
-    }
-
-    fn psql_db(&self, db: &str, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "lk"])
-            .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
-            .output()
-            .expect("psql");
-        assert!(
-            out.status.success(),
-            "psql {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        psql_at(self.port, &self.db, sql)
     }
 
     fn postmaster(&self) -> Option<u32> {
-        let pidfile = std::fs::read_to_string(data(self.dir.path()).join("postmaster.pid")).ok()?;
-        pidfile.lines().next()?.trim().parse().ok()
+        postmaster(&self.dir)
     }
 
     /// The postmaster and every process it forked (backends, background workers).
@@ -227,6 +225,7 @@ impl PgServer {
     /// postmaster would otherwise go on serving that connection (seen in CI: a
     /// candidate that connected just then renewed through the "paused" server).
     pub fn pause(&self) {
+        self.own("a pause");
         let Some(pm) = self.postmaster() else {
             return;
         };
@@ -250,6 +249,7 @@ impl PgServer {
     }
 
     pub fn kill(&mut self) {
+        self.own("a kill");
         let pids = self.server_pids();
         for &pid in pids.iter().rev() {
             send_signal(pid, libc::SIGCONT);
@@ -269,8 +269,8 @@ impl PgServer {
                 .then_some(())
         });
         // Their lock files too: postgres checks the pids in them with kill(pid, 0).
-        let _ = std::fs::remove_file(data(self.dir.path()).join("postmaster.pid"));
-        let socket = self.dir.path().join(format!(".s.PGSQL.{}", self.port));
+        let _ = std::fs::remove_file(data(&self.dir).join("postmaster.pid"));
+        let socket = self.dir.join(format!(".s.PGSQL.{}", self.port));
         let _ = std::fs::remove_file(socket.with_extension(format!("{}.lock", self.port)));
         let _ = std::fs::remove_file(&socket);
     }
@@ -284,8 +284,88 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        self.kill();
+        if self.shared.is_none() {
+            self.kill();
+        }
     }
+}
+
+/// Gives `dir` to the `postgres` user and copies the template's data into it.
+fn prepare(dir: &Path) {
+    let chown = Command::new("chown")
+        .args(["-R", "postgres"])
+        .arg(dir)
+        .status()
+        .expect("chown");
+    assert!(chown.success());
+    copy_tree(&data_template().join("data"), &data(dir));
+}
+
+/// Starts the postmaster of `dir` on `port` (through `runuser`; in a process group of
+/// its own when `detach`) and waits until it serves.
+fn spawn(dir: &Path, port: u16, extra: &[String], detach: bool) -> ServerProcess {
+    let log = dir.join("postgres.log");
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", "postgres", "--"])
+        .arg(format!("{BIN}/postgres"))
+        .arg("-D")
+        .arg(data(dir))
+        .args(["-p", &port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+        .args(extra.iter().flat_map(|e| ["-c", e.as_str()]))
+        .arg("-k")
+        .arg(dir);
+    if detach {
+        detached(&mut cmd);
+    }
+    let process = ServerProcess::start(&mut cmd, Some(&log), "postgres");
+    wait_serving(
+        Duration::from_secs(20),
+        || {
+            Command::new("pg_isready")
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+        || {
+            format!(
+                "postgres on {port} never got ready: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        },
+    );
+    process
+}
+
+/// The harness's database `lk` and users on a fresh server.
+fn roles(port: u16) {
+    psql_at(port, "postgres", "CREATE DATABASE lk");
+    psql_at(
+        port,
+        "lk",
+        "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN; CREATE ROLE client LOGIN SUPERUSER",
+    );
+}
+
+/// The postmaster's pid: the first line of `postmaster.pid`.
+fn postmaster(dir: &Path) -> Option<u32> {
+    let pidfile = std::fs::read_to_string(data(dir).join("postmaster.pid")).ok()?;
+    pidfile.lines().next()?.trim().parse().ok()
+}
+
+/// Runs SQL as the superuser in database `db`; the output of `psql -At`.
+fn psql_at(port: u16, db: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "lk"])
+        .args(["-d", db, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 impl super::checker::ServerControl for PgServer {

@@ -252,6 +252,23 @@ pub fn client_ports(pid: u32, server_port: u16) -> Vec<u16> {
 }
 
 impl RedisServer {
+    /// Waits until the processes `pids` send the server nothing for a second (a
+    /// candidate that has just joined sends its last commands of the join late on a
+    /// busy machine), at most `limit`; whether they did.
+    pub fn goes_quiet(&self, pids: &[u32], limit: Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < end {
+            let ports: Vec<u16> = (pids.iter())
+                .flat_map(|&pid| client_ports(pid, self.port))
+                .collect();
+            let seen = self.monitor(Duration::from_secs(1));
+            if !seen.iter().any(|(p, _)| ports.contains(p)) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Every command the server executes for `window` (MONITOR), as (client port, the
     /// command line); commands run inside scripts are left out (they are the script's).
     pub fn monitor(&self, window: Duration) -> Vec<(u16, String)> {

@@ -35,6 +35,12 @@ impl ServerProcess {
         ServerProcess { child: Some(child) }
     }
 
+    /// Lets it run on after this is dropped (a server shared by test processes, which
+    /// its keeper ends); its pid.
+    pub fn detach(mut self) -> Option<u32> {
+        self.child.take().map(|child| child.id())
+    }
+
     /// Its pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

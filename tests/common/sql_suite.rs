@@ -398,14 +398,25 @@ pub fn args_via(
 pub fn admin_exec(backend: &str, url: &str, sql: &str) {
     let parsed = url::Url::parse(url).expect("url");
     let port = parsed.port().expect("port").to_string();
+    let database = parsed.path().trim_start_matches('/');
     let out = if backend == "postgres" {
         std::process::Command::new("psql")
-            .args(["-h", "127.0.0.1", "-p", &port, "-U", "lk", "-d", "lk"])
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "lk", "-d", database])
             .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
             .output()
     } else {
         std::process::Command::new("mariadb")
-            .args(["-h", "127.0.0.1", "-P", &port, "-u", "lk", "lk", "-e", sql])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &port,
+                "-u",
+                "lk",
+                database,
+                "-e",
+                sql,
+            ])
             .output()
     }
     .expect("client");
@@ -450,7 +461,7 @@ impl SqlDb for super::mariadb_server::MariaServer {
         self.port
     }
     fn admin(&self, sql: &str) -> String {
-        self.sql(&format!("USE lk; {sql}"))
+        self.sql(&format!("USE {}; {sql}", self.database()))
     }
     fn overwrite_sql(&self, election: &str) -> String {
         format!(
@@ -480,37 +491,37 @@ macro_rules! sql_backend_tests {
     ) => {
         #[test]
         fn $unused() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::a_reservation_nobody_uses_runs_out(&db);
         }
 
         #[test]
         fn $switch() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::switchover(&db);
         }
 
         #[test]
         fn $lifecycle() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::lease_row_lifecycle(&db);
         }
 
         #[test]
         fn $tokens() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::tokens_after_the_row_is_deleted_or_reset(&db);
         }
 
         #[test]
         fn $passwords() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::passwords(&db);
         }
 
         #[test]
         fn $limited() {
-            let db = <$server>::start();
+            let db = <$server>::shared();
             $crate::common::sql_suite::user_without_create_right(&db);
         }
 
@@ -525,7 +536,7 @@ macro_rules! sql_backend_tests {
         #[test]
         fn $links() {
             use $crate::common::sql_suite::SqlDb;
-            let db = <$server>::start();
+            let db = <$server>::shared();
             let store = $recorder(db.url(), "faults");
             let report = $crate::common::sql_suite::checker_with_link_faults(&db, store);
             eprintln!("{} faults: {report:?}", db.backend());
@@ -918,7 +929,7 @@ macro_rules! sql_store_rule_tests {
 
             #[test]
             fn renew_and_release_act_only_on_the_own_tenure() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 runtime().block_on(suite::renew_and_release_act_only_on_the_own_tenure(
                     &db, $new,
                 ));
@@ -926,7 +937,7 @@ macro_rules! sql_store_rule_tests {
 
             #[test]
             fn tokens_grow_for_fresh_candidates_and_after_a_deleted_row() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 runtime().block_on(
                     suite::tokens_grow_for_fresh_candidates_and_after_a_deleted_row(&db, $new),
                 );
@@ -934,13 +945,13 @@ macro_rules! sql_store_rule_tests {
 
             #[test]
             fn followers_do_not_refresh_their_listing() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 suite::followers_do_not_refresh_their_listing(&db);
             }
 
             #[test]
             fn the_leader_hears_its_row_taken_but_not_its_own_renewals() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 runtime().block_on(
                     suite::the_leader_hears_its_row_taken_but_not_its_own_renewals(&db, $new),
                 );
@@ -948,7 +959,7 @@ macro_rules! sql_store_rule_tests {
 
             #[test]
             fn one_of_concurrent_campaigns_takes_a_free_row() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 runtime().block_on(suite::one_of_concurrent_campaigns_takes_a_free_row(
                     &db, $new,
                 ));
@@ -956,7 +967,7 @@ macro_rules! sql_store_rule_tests {
 
             #[test]
             fn a_switchover_reservation_keeps_the_others_out() {
-                let db = <$server>::start();
+                let db = <$server>::shared();
                 runtime().block_on(suite::a_switchover_reservation_keeps_the_others_out(
                     &db, $new,
                 ));

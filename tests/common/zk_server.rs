@@ -14,6 +14,7 @@ use super::checker::{stop_members, Members};
 use super::faults::{FaultProxy, Link, ProxyOptions};
 use super::free_port;
 use super::server::{wait_serving, ServerProcess};
+use super::shared::{detached, shared, SharedServer, Started};
 
 struct Server {
     client: u16,
@@ -95,6 +96,85 @@ fn classpath(tls: bool) -> String {
         .map(|j| format!("/usr/share/java/{j}.jar"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// A server's `zoo.cfg` (before the ensemble's and TLS's lines).
+fn config(data: &std::path::Path, client_port: u16) -> String {
+    format!(
+        "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp,cons\n",
+        data.display(),
+    )
+}
+
+/// The JVM of a ZooKeeper server with the configuration `cfg`.
+fn java(cfg: &std::path::Path, tls: bool) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args([
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        // A server for tests: the client compiler only, on one thread, and no perf data
+        // file, for about half the CPU time of a start.
+        "-XX:TieredStopAtLevel=1",
+        "-XX:CICompilerCount=1",
+        "-XX:-UsePerfData",
+        "-cp",
+        &classpath(tls),
+    ])
+    .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+    .arg(cfg);
+    cmd
+}
+
+/// Runs one ZooKeeper client call from the (synchronous) test.
+pub fn with_zk<T>(connect: &str, f: impl AsyncFnOnce(zookeeper_client::Client) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = zookeeper_client::Client::connect(connect)
+            .await
+            .expect("connect to zookeeper");
+        f(client).await
+    })
+}
+
+/// Creates the persistent node `chroot` on the server at `address`.
+fn create_chroot(address: &str, chroot: &str) {
+    with_zk(address, async |client| {
+        let mode = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        client
+            .create(chroot, b"", &mode)
+            .await
+            .expect("create the test's chroot");
+    });
+}
+
+/// A test's view of the shared ZooKeeper server: its own chroot ([`ZkEnsemble::shared`]).
+pub struct SharedZk {
+    server: SharedServer,
+    chroot: String,
+}
+
+impl SharedZk {
+    /// The server's address with the test's chroot: `127.0.0.1:PORT/test-…`.
+    pub fn connect_string(&self) -> String {
+        format!("{}{}", self.server.address, self.chroot)
+    }
+
+    /// The server's own address (for a proxy in front of it).
+    pub fn address(&self) -> SocketAddr {
+        self.server
+            .address
+            .parse()
+            .expect("the shared server's address")
+    }
+
+    /// The test's chroot, to follow another address (a proxy's): `/test-…`.
+    pub fn chroot(&self) -> &str {
+        &self.chroot
+    }
 }
 
 impl ZkEnsemble {
@@ -192,11 +272,7 @@ impl ZkEnsemble {
             .map(|i| {
                 let data = dir.path().join(format!("zk{i}"));
                 std::fs::create_dir_all(&data).expect("data dir");
-                let mut cfg = format!(
-                    "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr,isro,wchp,cons\n",
-                    data.display(),
-                    ports[i].0
-                );
+                let mut cfg = config(&data, ports[i].0);
                 let secure = certs.map(|certs| {
                     let keystore = dir.path().join("server-keystore.pem");
                     let key = std::fs::read_to_string(certs.join("server.key")).expect("key");
@@ -243,23 +319,38 @@ impl ZkEnsemble {
     fn start_member(&mut self, i: usize) {
         let s = &mut self.servers[i];
         s.process = ServerProcess::start(
-            Command::new("java")
-                .args([
-                    "-Xmx256m",
-                    "-XX:+UseSerialGC",
-                    // A server for tests: the client compiler only, on one thread, and
-                    // no perf data file, for about half the CPU time of a start.
-                    "-XX:TieredStopAtLevel=1",
-                    "-XX:CICompilerCount=1",
-                    "-XX:-UsePerfData",
-                    "-cp",
-                    &classpath(s.secure.is_some()),
-                ])
-                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-                .arg(&s.cfg),
+            &mut java(&s.cfg, s.secure.is_some()),
             Some(&s.log),
             "java and zookeeper must be installed (make test installs them)",
         );
+    }
+
+    /// One server shared with the other test processes of the run ([`super::shared`]),
+    /// seen through a chroot of this test's own: for a test that neither stops the
+    /// server nor reads its server-wide numbers.
+    pub fn shared() -> SharedZk {
+        let server = shared("zookeeper", |data| {
+            let port = free_port();
+            let cfg = data.join("zoo.cfg");
+            std::fs::write(&cfg, config(data, port)).expect("cfg");
+            let process = ServerProcess::start(
+                detached(&mut java(&cfg, false)),
+                Some(&data.join("zk.log")),
+                "java and zookeeper must be installed (make test installs them)",
+            );
+            wait_serving(
+                Duration::from_secs(30),
+                || four_letters(port, "isro").is_some_and(|r| r.trim() == "rw"),
+                || "the shared zookeeper server never served".to_owned(),
+            );
+            Started {
+                address: format!("127.0.0.1:{port}"),
+                pids: process.detach().into_iter().collect(),
+            }
+        });
+        let chroot = format!("/test-{}-{}", std::process::id(), super::nanos());
+        create_chroot(&server.address, &chroot);
+        SharedZk { server, chroot }
     }
 
     fn wait_serving(&self, i: usize) {

@@ -78,7 +78,7 @@ impl Poller {
                                 seen.lock().expect("seen").push(obs);
                             }
                         }
-                        std::thread::sleep(Duration::from_millis(3));
+                        std::thread::sleep(Duration::from_millis(10));
                     }
                 })
             })
