@@ -45,7 +45,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     crash_failovers(
         report,
         "zookeeper",
-        "session 2 s",
+        "ttl 2 s",
         SidecarArgs::zookeeper(&connect)
             .ttl("2s")
             .election("bench-crash")

@@ -14,7 +14,7 @@ use super::shared::{detached, shared, SharedServer, Started};
 
 pub struct MariaServer {
     pub port: u16,
-    /// Declared before `own`: on drop the server is killed before its directory goes.
+    /// Declared before `_own`: on drop the server is killed before its directory goes.
     process: ServerProcess,
     /// The server's directory: data, tmp, socket and log.
     dir: PathBuf,
@@ -24,7 +24,8 @@ pub struct MariaServer {
     extra: Vec<String>,
     /// Set on the shared server ([`MariaServer::shared`]), which this never stops.
     shared: Option<SharedServer>,
-    own: Option<tempfile::TempDir>,
+    /// The directory of a server of its own, removed after the server is killed.
+    _own: Option<tempfile::TempDir>,
 }
 
 /// The harness's users, and their rights on database `db`.
@@ -112,7 +113,7 @@ impl MariaServer {
     fn start_with(extra: Vec<String>) -> MariaServer {
         let own = tempfile::tempdir().expect("mariadb temp dir");
         let mut server = MariaServer::unstarted(own.path().to_owned(), extra);
-        server.own = Some(own);
+        server._own = Some(own);
         server.spawn();
         server.sql(&format!("CREATE DATABASE lk; {USERS} {}", grants("lk")));
         server
@@ -122,7 +123,7 @@ impl MariaServer {
     fn unstarted(dir: PathBuf, extra: Vec<String>) -> MariaServer {
         // Its own tmpdir: two bootstrap servers sharing /tmp collide on temporary table
         // files (seen: "Could not remove temporary table '/tmp/#sql-temptable-…'").
-        let _ = std::fs::create_dir(dir.join("tmp"));
+        std::fs::create_dir(dir.join("tmp")).expect("tmp dir");
         copy_tree(&data_template().join("data"), &dir.join("data"));
         MariaServer::at(dir, free_port(), extra)
     }
@@ -136,7 +137,7 @@ impl MariaServer {
             db: "lk".to_owned(),
             extra,
             shared: None,
-            own: None,
+            _own: None,
         }
     }
 

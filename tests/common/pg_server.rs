@@ -152,6 +152,7 @@ impl PgServer {
             _own: Some(dir),
         };
         server.spawn();
+        psql_at(port, "postgres", "CREATE DATABASE lk");
         roles(port);
         server
     }
@@ -337,12 +338,11 @@ fn spawn(dir: &Path, port: u16, extra: &[String], detach: bool) -> ServerProcess
     process
 }
 
-/// The harness's database `lk` and users on a fresh server.
+/// The harness's users on a fresh server.
 fn roles(port: u16) {
-    psql_at(port, "postgres", "CREATE DATABASE lk");
     psql_at(
         port,
-        "lk",
+        "postgres",
         "CREATE ROLE secret LOGIN SUPERUSER PASSWORD 's3cret'; CREATE ROLE limited LOGIN; CREATE ROLE client LOGIN SUPERUSER",
     );
 }

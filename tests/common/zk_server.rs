@@ -98,6 +98,17 @@ fn classpath(tls: bool) -> String {
         .join(":")
 }
 
+/// Waits up to 30 s until the server on client port `port` answers `isro` with `rw`
+/// (an `imok` to `ruok` does not yet mean it serves); panics naming `who` if it never
+/// does.
+fn wait_until_read_write(port: u16, who: &str) {
+    wait_serving(
+        Duration::from_secs(30),
+        || four_letters(port, "isro").is_some_and(|r| r.trim() == "rw"),
+        || format!("{who} never served"),
+    );
+}
+
 /// A server's `zoo.cfg` (before the ensemble's and TLS's lines).
 fn config(data: &std::path::Path, client_port: u16) -> String {
     format!(
@@ -338,11 +349,7 @@ impl ZkEnsemble {
                 Some(&data.join("zk.log")),
                 "java and zookeeper must be installed (make test installs them)",
             );
-            wait_serving(
-                Duration::from_secs(30),
-                || four_letters(port, "isro").is_some_and(|r| r.trim() == "rw"),
-                || "the shared zookeeper server never served".to_owned(),
-            );
+            wait_until_read_write(port, "the shared zookeeper server");
             Started {
                 address: format!("127.0.0.1:{port}"),
                 pids: process.detach().into_iter().collect(),
@@ -354,12 +361,7 @@ impl ZkEnsemble {
     }
 
     fn wait_serving(&self, i: usize) {
-        let port = self.servers[i].client;
-        wait_serving(
-            Duration::from_secs(30),
-            || four_letters(port, "isro").is_some_and(|r| r.trim() == "rw"),
-            || format!("zookeeper server {i} never served"),
-        );
+        wait_until_read_write(self.servers[i].client, &format!("zookeeper server {i}"));
     }
 
     pub fn connect_string(&self) -> String {
