@@ -24,7 +24,7 @@ use common::mariadb_server::MariaServer;
 use common::pg_server::PgServer;
 use common::sql_modes;
 use common::sql_suite::{db_flags, SqlDb};
-use leasekeeper::backend::sql::mysql::MysqlBackend;
+use leasekeeper::backend::sql::mysql::{self, MysqlBackend};
 use leasekeeper::backend::sql::postgres::PostgresBackend;
 
 const GRACEFUL: Duration = Duration::from_secs(2);
@@ -340,6 +340,7 @@ fn postgres_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
         late,
         Duration::from_secs(4),
         &statements,
+        None,
     );
 }
 
@@ -358,12 +359,40 @@ fn mysql_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
             .parse::<usize>()
             .unwrap_or(0)
     };
+    // The writer's turn lock, which the late reader waits for: the connection that
+    // holds it ended (KILL), then its holder again on a new connection.
+    let turn = format!(
+        "{}:t",
+        mysql::candidate_lock(
+            &mysql::lock_name(db.database(), "leasekeeper_leases", "quiet-rw"),
+            "w-0"
+        )
+    );
+    let holder = || {
+        db.sql(&format!("SELECT IS_USED_LOCK('{turn}')"))
+            .trim()
+            .to_owned()
+    };
+    let cut = || {
+        let killed = holder();
+        assert!(
+            killed.parse::<u64>().is_ok(),
+            "the writer holds no turn lock: {killed}"
+        );
+        db.sql(&format!("KILL {killed}"));
+        let again = eventually(Duration::from_secs(4), || {
+            let now = holder();
+            (now.parse::<u64>().is_ok() && now != killed).then_some(())
+        });
+        assert!(again.is_some(), "the writer never took its turn lock again");
+    };
     let (plain, late) = waiting_writer_args(&db);
     a_reader_behind_a_waiting_writer_is_silent_and_woken(
         plain,
         late,
         Duration::from_secs(4),
         &statements,
+        Some(&cut),
     );
 }
 

@@ -400,7 +400,7 @@ impl<C: sqlx::Connection> Session<C> {
     /// Starts a request: the connection, opened if needed.
     pub async fn begin(&mut self, op: &'static str) -> Result<&mut C, BackendError> {
         if std::mem::replace(&mut self.in_flight, true) {
-            tracing::debug!(op, "a request did not finish: a fresh connection");
+            tracing::info!(op, "a request did not finish: a fresh connection");
             self.conn = None;
         }
         if self.conn.is_none() {

@@ -378,7 +378,10 @@ impl Sidecar {
             std::os::unix::process::CommandExt::process_group(&mut command, 0);
         }
         let child = command
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("LK_SIDECAR_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())

@@ -983,6 +983,12 @@ impl SqlDialect for Mysql {
             .is_some_and(|(tenure, _, _)| *tenure == t.tenure)
         {
             self.limit_idle(session).await;
+            if self.turn.is_some() {
+                // A writer that queued keeps its turn lock through its tenure; a new
+                // connection (the old one cut or replaced) takes it again, so that
+                // the readers behind it wait silently again after one look.
+                self.hold_turn(session).await;
+            }
         }
         if let Some((_, _, lock_holder)) = &row {
             let ours = self.signal_id.load(Ordering::SeqCst);

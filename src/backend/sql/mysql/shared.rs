@@ -541,14 +541,17 @@ impl Mysql {
     }
 
     /// A waiting writer's turn lock (see [`turn_lock`]) on the statement connection,
-    /// once per connection. Best effort: without it, the shared candidates behind it
-    /// wait by the retry interval.
+    /// once per connection; a holder that queued calls it at each look at its own row,
+    /// so a lock lost with a connection is taken again. Best effort: without it, the
+    /// shared candidates behind it wait by the retry interval.
     pub(super) async fn hold_turn(&mut self, session: &mut Conn) {
         let name = turn_lock(&self.candidate);
         if self.turn.is_some_and(|g| session.still(g)) {
             return;
         }
-        self.turn = None;
+        // Wanted, on no connection yet (generation 0 is never one in use): the next
+        // call tries again.
+        self.turn = Some(0);
         let Ok(conn) = session.begin("campaign").await else {
             return;
         };
