@@ -26,6 +26,7 @@ Exit code 0 when all pass, 1 otherwise; the last line is "chart: N passed, N fai
 
 import asyncio
 import copy
+import functools
 import importlib.machinery
 import importlib.util
 import json
@@ -40,6 +41,27 @@ import time
 import traceback
 
 import yaml
+
+# libyaml's loader where PyYAML was built with it (the same documents, parsed in C).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text):
+    return yaml.load(text, Loader=_LOADER)
+
+
+def load_yaml_all(text):
+    return yaml.load_all(text, Loader=_LOADER)
+
+
+def kubernetes_validate():
+    """kubernetes-validate's utils, each schema file read once per run."""
+    import kubernetes_validate.utils as kv
+
+    if not hasattr(kv.schema_contents, "cache_info"):
+        kv.schema_contents = functools.lru_cache(maxsize=None)(kv.schema_contents)
+    return kv
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "leasekeeper"
@@ -340,7 +362,7 @@ def render_objects(values, release="leasekeeper", namespace="default"):
     for path, text in sorted(render_raw(values, release, namespace).items()):
         if path.endswith("NOTES.txt"):
             continue
-        for doc in yaml.safe_load_all(text):
+        for doc in load_yaml_all(text):
             if doc:
                 doc["__template"] = path
                 objects.append(doc)
@@ -403,7 +425,7 @@ def env_of(c):
 
 
 def chart_meta():
-    return yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return load_yaml((CHART / "Chart.yaml").read_text())
 
 
 def strip(obj):
@@ -443,7 +465,7 @@ def test_chart_readme_is_current():
     rows = [line.split(" | ") for line in have.splitlines() if line.startswith("| ") and "`" in line]
     undocumented = [r[0].lstrip("| ") for r in rows if not r[-1].strip(" |")]
     assert not undocumented, f"values without a `# --` description: {undocumented}"
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = load_yaml((CHART / "values.yaml").read_text())
     keys = {r[0].lstrip("| ") for r in rows}
     for top in values:
         assert any(k == top or k.startswith(top + ".") for k in keys), f"{top} is not in the values table"
@@ -780,7 +802,7 @@ def test_native_sidecar():
     container as without the flag (env, ports, probes, mounts), and the rest of the Pod is
     unchanged. kubernetes-validate --strict accepts the Deployment for 1.29 and the newest
     version, and refuses it for 1.25, which has no restartPolicy on containers."""
-    import kubernetes_validate.utils as kv
+    kv = kubernetes_validate()
 
     values, release, namespace = SCENARIOS["native sidecar + helm test"]
     dep = deployment("native sidecar + helm test")
@@ -986,7 +1008,7 @@ def test_network_policy():
         assert len(of_kind(render(scenario), "NetworkPolicy")) == (1 if enabled else 0), scenario
     assert not of_kind(render_objects({"networkPolicy": {"from": [PROMETHEUS_NAMESPACE]}}), "NetworkPolicy"), \
         "networkPolicy.from without networkPolicy.enabled rendered a NetworkPolicy"
-    assert yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"] == \
+    assert load_yaml((CHART / "values.yaml").read_text())["networkPolicy"] == \
         {"enabled": False, "from": [], "allowOtherPorts": True}
     scenario = "network policy + helm test"
     values, release, namespace = SCENARIOS[scenario]
@@ -1060,7 +1082,7 @@ def test_prometheus_rule():
     with prometheusRule.labels on the object, additionalRuleLabels on every alert (a rule's
     own labels win) and noLeaderFor as LeasekeeperNoLeader's `for:`; its spec has the
     CRD's shape and passes `promtool check rules`."""
-    file_groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    file_groups = load_yaml(ALERTS.read_text())["groups"]
     rule = one(render("monitoring"), "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1", rule["apiVersion"]
     assert rule["metadata"]["name"] == "reports-leasekeeper" and rule["metadata"]["namespace"] == "observability"
@@ -1196,7 +1218,7 @@ def test_kubernetes_validate_strict():
     """Every rendered object of every scenario, the NetworkPolicy of each render in
     NETWORK_POLICY_EDGES, and every object in manifests/, against the Kubernetes API's
     schemas with unknown fields refused (kubernetes-validate --strict)."""
-    import kubernetes_validate.utils as kv
+    kv = kubernetes_validate()
 
     skipped = set()
     checked = 0
@@ -1205,7 +1227,7 @@ def test_kubernetes_validate_strict():
     sources += [(f"render {values}", strip(o), KUBE_VERSIONS)
                 for values in NETWORK_POLICY_EDGES for o in render_objects(values) if o["kind"] == "NetworkPolicy"]
     for path in sorted(MANIFESTS.glob("*.yaml")):
-        sources += [(str(path.relative_to(ROOT)), o, KUBE_VERSIONS) for o in yaml.safe_load_all(path.read_text()) if o]
+        sources += [(str(path.relative_to(ROOT)), o, KUBE_VERSIONS) for o in load_yaml_all(path.read_text()) if o]
     for where, obj, versions in sources:
         if obj["kind"] in CRD_KINDS:
             skipped.add(obj["kind"])
@@ -1233,7 +1255,7 @@ def test_manifests_match_default_render():
     loader.exec_module(module)
     problems = module.check(module.expected_files())
     assert not problems, f"manifests/ is stale (run python3 scripts/render-manifests):\n{problems}"
-    kinds = sorted(o["kind"] for p in MANIFESTS.glob("*.yaml") for o in yaml.safe_load_all(p.read_text()) if o)
+    kinds = sorted(o["kind"] for p in MANIFESTS.glob("*.yaml") for o in load_yaml_all(p.read_text()) if o)
     assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], kinds
 
 
@@ -1279,7 +1301,7 @@ def test_github_workflows():
     version = subprocess.run([actionlint, "-version"], capture_output=True, text=True).stdout.split()[1]
     note(f"actionlint {version} (with ShellCheck): {len(files)} workflows, no finding")
 
-    workflows = {f.name: yaml.safe_load(f.read_text()) for f in files}
+    workflows = {f.name: load_yaml(f.read_text()) for f in files}
     for name, wf in workflows.items():
         for job in wf["jobs"].values():
             assert job["runs-on"].startswith(("ubuntu-", "debian")), f"{name}: runs-on {job['runs-on']}"
@@ -1301,7 +1323,7 @@ def test_github_workflows():
     for action in ["docker/setup-qemu-action", "docker/setup-buildx-action", "docker/login-action",
                    "docker/build-push-action"]:
         assert action in uses, f"release.yaml lacks {action}"
-    image = yaml.safe_load((CHART / "values.yaml").read_text())["sidecar"]["image"]["repository"]
+    image = load_yaml((CHART / "values.yaml").read_text())["sidecar"]["image"]["repository"]
     assert release["env"]["IMAGE"] == image, f"release.yaml pushes {release['env']['IMAGE']}, the chart pulls {image}"
     assert image.split("/")[0] == release["env"]["REGISTRY"] == "ghcr.io"
     assert uses["docker/login-action"]["with"]["registry"] == "${{ env.REGISTRY }}"
@@ -1443,7 +1465,7 @@ def webhook_of(objects):
 def test_injector_off_by_default():
     """injector.enabled is false by default: no injector object in any scenario, and the
     values file says so."""
-    assert yaml.safe_load((CHART / "values.yaml").read_text())["injector"]["enabled"] is False
+    assert load_yaml((CHART / "values.yaml").read_text())["injector"]["enabled"] is False
     for scenario in SCENARIOS:
         components = {o["metadata"]["labels"].get("app.kubernetes.io/component") for o in render(scenario)}
         assert "injector" not in components, scenario
@@ -1664,7 +1686,7 @@ def test_injector_cert_manager():
 def sidecar_template(objects):
     [cm] = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-injector-sidecar")]
     assert list(cm["data"]) == ["sidecar.yaml"], list(cm["data"])
-    return yaml.safe_load(cm["data"]["sidecar.yaml"])
+    return load_yaml(cm["data"]["sidecar.yaml"])
 
 
 def test_injector_sidecar_template_is_the_charts_sidecar():
@@ -1739,7 +1761,7 @@ def test_injector_kubernetes_validate_strict():
     """Every object of every injector scenario against the Kubernetes API's schemas,
     unknown fields refused (cert-manager's Issuer and Certificate have no schema there:
     test_injector_cert_manager checks them)."""
-    import kubernetes_validate.utils as kv
+    kv = kubernetes_validate()
 
     checked = 0
     for scenario in INJECTOR_SCENARIOS:
@@ -1800,7 +1822,7 @@ def render_parent(values, release="shop", namespace="apps", probe=False, lint=Tr
     objects = []
     for path, text in sorted(raw.items()):
         if not path.endswith("NOTES.txt"):
-            objects += [{**doc, "__template": path} for doc in yaml.safe_load_all(text) if doc]
+            objects += [{**doc, "__template": path} for doc in load_yaml_all(text) if doc]
     return objects
 
 
@@ -1823,7 +1845,7 @@ def test_parent_chart_includes_the_named_templates():
     dependency renders no workload of its own (deployment.enabled=false). Also with
     Secret-backed TLS (etcd) and as a native sidecar. The short call (dict "ctx" $)
     renders the same container, and a chart that is no dependency is refused by name."""
-    parent_values = yaml.safe_load((EXAMPLE_PARENT / "values.yaml").read_text())
+    parent_values = load_yaml((EXAMPLE_PARENT / "values.yaml").read_text())
     cases = [
         ({}, {}),
         ({"leasekeeper": {"backend": ETCD["backend"]}}, {"backend": ETCD["backend"]}),
@@ -1861,7 +1883,7 @@ def test_parent_chart_includes_the_named_templates():
             for version in NATIVE_KUBE_VERSIONS if native else KUBE_VERSIONS:
                 validate_strict(o, version, where)
     probe = one(render_parent({}, probe=True), "ConfigMap", "probe")
-    assert yaml.safe_load(probe["data"]["short"]) == [sidecar_of(one(render_objects(
+    assert load_yaml(probe["data"]["short"]) == [sidecar_of(one(render_objects(
         {**parent_values["leasekeeper"], "deployment": {"enabled": True}}, "shop", "apps"), "Deployment"))]
     try:
         render_parent({"probeMissing": True}, probe=True, lint=False)
@@ -1872,7 +1894,7 @@ def test_parent_chart_includes_the_named_templates():
 
 
 def validate_strict(obj, version, where):
-    import kubernetes_validate.utils as kv
+    kv = kubernetes_validate()
 
     try:
         kv.validate(strip(obj), version, strict=True)
@@ -1887,7 +1909,7 @@ def kustomize(directory):
     assert kubectl, "kubectl not found: it renders the Kustomize overlays (kubectl kustomize, offline)"
     run = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True)
     assert run.returncode == 0, f"kubectl kustomize {directory}:\n{run.stderr}"
-    return [o for o in yaml.safe_load_all(run.stdout) if o]
+    return [o for o in load_yaml_all(run.stdout) if o]
 
 
 def test_kustomize_component():
