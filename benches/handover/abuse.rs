@@ -1,11 +1,11 @@
 //! `LK_BENCH_ONLY=abuse`: the hostile-client crowd of `tests/hostile_clients.rs`
-//! (`common::crowd`) against the release build, at the default open-files limit and
+//! (`common::harness::crowd`) against the release build, at the default open-files limit and
 //! at a raisable one: probes answered, scrapes, RSS idle, peak and after, and whether
 //! the leader kept its one tenure.
 
 use std::time::Duration;
 
-use crate::common::crowd::{raise_own_limit, under_abuse, AbuseReport};
+use crate::common::harness::crowd::{raise_own_limit, under_abuse, AbuseReport};
 use crate::page::Key;
 use crate::report::Report;
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
-use crate::common::fake_kube::TOKEN;
+use crate::common::servers::fake_kube::TOKEN;
 
 /// LeaseDuration, client-go's default.
 const LEASE_DURATION: Duration = Duration::from_secs(15);

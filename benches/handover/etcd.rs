@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::etcd_server::EtcdCluster;
+use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::page::Key;

@@ -6,7 +6,7 @@
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
-use crate::common::etcd_server::EtcdCluster;
+use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leasekeeper::clock::monotonic_now_ns;
 
-use crate::common::checker::{parse_claims, LoggedClaim};
+use crate::common::checks::checker::{parse_claims, LoggedClaim};
 use crate::common::{eventually, Sidecar};
 
 /// A set of sidecars with one transition log per slot.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::client_go::client_go_replicas;
-use crate::common::fake_kube::FakeKube;
+use crate::common::servers::fake_kube::FakeKube;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_during, rates_over};
 use crate::page::Key;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use leasekeeper::clock::monotonic_now_ns;
 
-use crate::common::etcd_server::EtcdCluster;
-use crate::common::mariadb_server::MariaServer;
-use crate::common::modes::leading;
-use crate::common::pg_server::PgServer;
-use crate::common::redis_server::RedisServer;
-use crate::common::slots::logged_claims;
-use crate::common::zk_server::ZkEnsemble;
+use crate::common::scenarios::modes::leading;
+use crate::common::scenarios::slots::logged_claims;
+use crate::common::servers::etcd_server::EtcdCluster;
+use crate::common::servers::mariadb_server::MariaServer;
+use crate::common::servers::pg_server::PgServer;
+use crate::common::servers::redis_server::RedisServer;
+use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
 use crate::page::Key;
 use crate::report::Report;

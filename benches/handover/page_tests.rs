@@ -1,9 +1,9 @@
 //! `page::render` on pages and runs made up here; the model against the committed
-//! page. Compiled into tests/cli.rs next to `page` (`make test` runs them there).
+//! page. Compiled into tests/suite/cli.rs next to `page` (`make test` runs them there).
 
 use std::collections::BTreeMap;
 
-use crate::page::*;
+use super::page::*;
 
 fn run(whole: bool, command: &str, cells: &[(Key, Option<&str>)]) -> Run {
     Run {

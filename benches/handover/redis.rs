@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use crate::common::redis_server::RedisServer;
+use crate::common::servers::redis_server::RedisServer;
 use crate::common::SidecarArgs;
 use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::page::Key;

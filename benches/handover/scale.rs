@@ -8,11 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::checker::{check_claims_never_overlap, check_tokens_strictly_grow};
-use crate::common::etcd_server::EtcdCluster;
-use crate::common::fake_kube::FakeKube;
-use crate::common::redis_server::RedisServer;
-use crate::common::zk_server::ZkEnsemble;
+use crate::common::checks::checker::{check_claims_never_overlap, check_tokens_strictly_grow};
+use crate::common::servers::etcd_server::EtcdCluster;
+use crate::common::servers::fake_kube::FakeKube;
+use crate::common::servers::redis_server::RedisServer;
+use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
 use crate::footprint::{cpu_ns, rss_kib};
 use crate::group::{Group, Stop};

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use leasekeeper::clock::monotonic_now_ns;
 
-use crate::common::etcd_server::EtcdCluster;
-use crate::common::redis_server::{client_ports, RedisServer};
-use crate::common::slots::{all_slots_held, logged_claims};
-use crate::common::zk_server::ZkEnsemble;
+use crate::common::scenarios::slots::{all_slots_held, logged_claims};
+use crate::common::servers::etcd_server::EtcdCluster;
+use crate::common::servers::redis_server::{client_ports, RedisServer};
+use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
 use crate::page::Key;
 use crate::report::Report;

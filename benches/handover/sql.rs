@@ -4,9 +4,9 @@
 
 use std::process::{Child, Command};
 
-use crate::common::mariadb_server::MariaServer;
-use crate::common::pg_server::PgServer;
-use crate::common::sql_suite::{db_flags, SqlDb};
+use crate::common::scenarios::sql_suite::{db_flags, SqlDb};
+use crate::common::servers::mariadb_server::MariaServer;
+use crate::common::servers::pg_server::PgServer;
 use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::http;
-use crate::common::redis_server::{client_ports, RedisServer};
+use crate::common::harness::http;
+use crate::common::servers::redis_server::{client_ports, RedisServer};
 use crate::common::SidecarArgs;
 use crate::footprint::idle_footprint;
 use crate::group::Group;

@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::zk_server::ZkEnsemble;
+use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::page::Key;

@@ -5,36 +5,52 @@
 
 #![allow(dead_code)]
 
-pub mod backend_herd;
-pub mod backend_switchover;
-pub mod checker;
-pub mod crowd;
-pub mod curator;
-pub mod etcd_server;
-pub mod fake_kube;
-pub mod faults;
-pub mod http;
-pub mod injector;
-pub mod kube_node;
-pub mod kube_server;
-pub mod mariadb_server;
-pub mod modes;
-pub mod netns;
-pub mod pg_server;
-pub mod procs;
-pub mod prometheus;
-pub mod real_kube;
-pub mod recorder;
-pub mod redis_server;
-pub mod scenarios;
-pub mod server;
-pub mod shared;
-pub mod slots;
-pub mod sql_modes;
-pub mod sql_suite;
-pub mod tamper;
-pub mod zk_server;
+/// servers/: the real servers the tests start, the fake Kubernetes API, and what they share.
+pub mod servers {
+    pub mod curator;
+    pub mod etcd_server;
+    pub mod fake_kube;
+    pub mod kube_node;
+    pub mod kube_server;
+    pub mod mariadb_server;
+    pub mod pg_server;
+    pub mod prometheus;
+    pub mod real_kube;
+    pub mod redis_server;
+    pub mod server;
+    pub mod shared;
+    pub mod zk_server;
+}
 
+/// harness/: what drives and watches sidecars and processes: probes, faults, recorders.
+pub mod harness {
+    pub mod crowd;
+    pub mod faults;
+    pub mod http;
+    pub mod injector;
+    pub mod netns;
+    pub mod procs;
+    pub mod recorder;
+    pub mod tamper;
+}
+
+/// scenarios/: the scenarios several suites and the bench run alike on their stores.
+pub mod scenarios {
+    pub mod backend_herd;
+    pub mod backend_switchover;
+    pub mod handovers;
+    pub mod modes;
+    pub mod slots;
+    pub mod sql_modes;
+    pub mod sql_suite;
+}
+
+/// checks/: the election checker, which judges a run from its logs, outside and store.
+pub mod checks {
+    pub mod checker;
+}
+
+use harness::{http, procs};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::net::TcpListener;

@@ -12,15 +12,15 @@
 //! self-test (`a_claim_the_store_never_granted_fails`). A restarted Redlock node while
 //! the leader stays gives no misbehaving sidecar anything to do differently.
 
-mod common;
+use crate::common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
-use common::etcd_server::EtcdCluster;
-use common::recorder::Recorder;
-use common::redis_server::RedisServer;
+use common::checks::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster};
+use common::harness::recorder::Recorder;
+use common::servers::etcd_server::EtcdCluster;
+use common::servers::redis_server::RedisServer;
 use common::SidecarArgs;
 
 const TTL: Duration = Duration::from_secs(1);
@@ -91,7 +91,7 @@ fn redis_run_at(rounds: Vec<Fault>, env: Vec<(String, String)>, clock_rate: Opti
                     Fault::TamperDelete => format!("DEL {lock}"),
                     _ => format!("SET {lock} x|0|intruder PX 1000"),
                 };
-                common::redis_server::command_at(port, &command);
+                common::servers::redis_server::command_at(port, &command);
             })),
             sidecar_env: env,
             clock_rate,
@@ -277,7 +277,7 @@ fn the_same_rounds_pass_with_well_behaved_sidecars() {
 /// write as the store's truth.
 #[test]
 fn an_overclaim_is_caught_on_the_lease_backend() {
-    let mut api = common::fake_kube::FakeKube::start("team");
+    let mut api = common::servers::fake_kube::FakeKube::start("team");
     let kubeconfig = api.kubeconfig();
     let store = api.lease_recorder("selftest");
     caught("kubernetes graceful", || {

@@ -1,14 +1,14 @@
 //! Bad input ends in one clear line naming the setting and a non-zero exit,
 //! before anything is touched — never a panic.
 
-mod common;
+use crate::common;
 
 /// docs/benchmarks.md's model and renderer (benches/handover/page.rs) and its tests
 /// (page_tests.rs), here so that `make test` runs them; the bench uses the rest of it.
 #[allow(dead_code)]
-#[path = "../benches/handover/page.rs"]
+#[path = "../../benches/handover/page.rs"]
 mod page;
-#[path = "../benches/handover/page_tests.rs"]
+#[path = "../../benches/handover/page_tests.rs"]
 mod page_tests;
 
 use common::run_to_exit;

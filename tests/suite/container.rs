@@ -18,7 +18,7 @@
 //! container steps are skipped, saying so. By hand: `cargo test --test container --
 //! --nocapture` (docs/development.md, "The image as a container").
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -494,7 +494,7 @@ fn await_leader_json(c: &mut Container, port: u16) -> Result<serde_json::Value, 
         if let Ok(Some(_)) = c.child.try_wait() {
             return Some(None);
         }
-        let (code, body) = common::http::get(port, "/leader")?;
+        let (code, body) = common::harness::http::get(port, "/leader")?;
         (code == 200).then(|| serde_json::from_str(&body).ok())
     });
     match answer.flatten() {
@@ -533,7 +533,7 @@ fn sidecar_args(identity: &str, port: u16, lock: &str) -> Vec<String> {
 }
 
 fn is_leader(port: u16) -> Option<serde_json::Value> {
-    let (_, body) = common::http::get(port, "/leader")?;
+    let (_, body) = common::harness::http::get(port, "/leader")?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     (v["is_leader"] == true).then_some(v)
 }
@@ -582,7 +582,7 @@ fn the_sidecar_in_a_container_answers_and_hands_over_on_sigterm() {
     let mut b = lab.start("b", &sidecar_args("b", pb, "/shared/lk.lock"), None);
     await_leader_json(&mut b, pb).expect("b answers");
     let follower = eventually(Duration::from_secs(5), || {
-        let (_, body) = common::http::get(pb, "/leader")?;
+        let (_, body) = common::harness::http::get(pb, "/leader")?;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
         (v["state"] == "follower").then_some(v)
     })

@@ -14,6 +14,7 @@
 //!   machine).
 //! - one test per known-wrong variant of the machine, each expecting its violation.
 
+#[path = "../sim/mod.rs"]
 mod sim;
 
 use std::time::Instant;

@@ -1,17 +1,20 @@
 //! The etcd backend against real etcd: one member and a 3-member cluster, member
 //! faults, compaction, and interop with `etcdctl elect`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::etcd_server::EtcdCluster;
-use common::faults::Link;
-use common::{backend_herd, backend_switchover, eventually, http, Sidecar, SidecarArgs};
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::harness::faults::Link;
+use common::servers::etcd_server::EtcdCluster;
+use common::{
+    eventually, harness::http, scenarios::backend_herd, scenarios::backend_switchover, Sidecar,
+    SidecarArgs,
+};
 use leasekeeper::backend::etcd::EtcdBackend;
 use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
 use leasekeeper::timing::Timing;
@@ -285,7 +288,7 @@ fn followers_send_no_periodic_requests_and_survive_compaction() {
 /// follower claimed within milliseconds.
 #[test]
 fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
-    use common::tamper::{assert_recovered, tamper_with_leader};
+    use common::harness::tamper::{assert_recovered, tamper_with_leader};
     let etcd = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::etcd(&etcd.endpoints())
@@ -320,7 +323,7 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     // An overwritten key keeps its place at the head of the queue (its create
     // revision), now without a lease: the election is stuck behind it as it is for
     // etcdctl and Go electors. What matters here is that the old tenure stopped.
-    common::tamper::assert_stopped_within(&overwritten, Duration::from_secs(1));
+    common::harness::tamper::assert_stopped_within(&overwritten, Duration::from_secs(1));
 }
 
 /// Invariant 11 and a gray failure on etcd: a slow link (a long pipe, then a
@@ -343,7 +346,7 @@ fn slow_leader(link: Link) {
         .trim_start_matches("http://")
         .parse()
         .expect("addr");
-    common::scenarios::slow_leader_is_replaced_and_recovers(
+    common::scenarios::handovers::slow_leader_is_replaced_and_recovers(
         &[store],
         Duration::from_secs(3),
         link,
@@ -362,7 +365,7 @@ fn slow_leader(link: Link) {
 /// is tested on its own above.)
 #[test]
 fn etcd_survives_partitions_slow_links_and_tampering() {
-    use common::recorder::Recorder;
+    use common::harness::recorder::Recorder;
     let etcd = EtcdCluster::start(1);
     let endpoint = etcd.endpoints();
     let store = Recorder::etcd(vec![endpoint.clone()], "faults");
@@ -408,7 +411,7 @@ fn etcd_survives_partitions_slow_links_and_tampering() {
 /// against an etcd watch of the election.
 #[test]
 fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
-    use common::recorder::Recorder;
+    use common::harness::recorder::Recorder;
     let etcd = EtcdCluster::start_partitionable(3);
     let endpoints = etcd.endpoints();
     let store = Recorder::etcd(
@@ -465,7 +468,7 @@ fn a_member_cut_off_from_the_others_never_gives_two_leaders() {
     assert_eq!(report.faults.get("isolate-node"), Some(&4));
 }
 
-/// See [`common::scenarios::followers_survive_release_requests_during_a_handover`].
+/// See [`common::scenarios::handovers::followers_survive_release_requests_during_a_handover`].
 #[test]
 fn followers_survive_release_requests_during_a_handover() {
     let etcd = EtcdCluster::start(1);
@@ -473,7 +476,7 @@ fn followers_survive_release_requests_during_a_handover() {
         .ttl("4s")
         .election("stagger")
         .build();
-    common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+    common::scenarios::handovers::followers_survive_release_requests_during_a_handover(&args);
 }
 
 /// An etcd candidate built as the sidecar builds it (flags → settings → backend).
@@ -555,8 +558,8 @@ fn switchover_to_a_missing_candidate_is_a_plain_release() {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`]: sidecars end to
-/// end (the library-level rules are `switchover_*` in `common::backend_switchover`).
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`]: sidecars end to
+/// end (the library-level rules are `switchover_*` in `common::scenarios::backend_switchover`).
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let etcd = EtcdCluster::start(1);
@@ -564,7 +567,7 @@ fn switchover_goes_to_the_named_candidate() {
         .ttl("3s")
         .election("switch")
         .build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 // The store's rules, one at a time, at the library level (DESIGN §2 and §7): candidates
@@ -780,7 +783,7 @@ fn a_renew_after_the_own_watch_broke_reads_the_key_first() {
         .trim_start_matches("http://")
         .parse()
         .expect("endpoint");
-    let proxy = common::faults::FaultProxy::start(target);
+    let proxy = common::harness::faults::FaultProxy::start(target);
     let through = format!("http://{}", proxy.addr());
     backend_switchover::runtime().block_on(async {
         let mut a = etcd_candidate(&through, "broke", "A");

@@ -9,7 +9,7 @@
 //! renewal was sent, so a worker still there 2 s after its sidecar could no longer
 //! renew has outlived the claim.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::procs::{self, guard_of, Marker};
-use common::redis_server::RedisServer;
+use common::harness::procs::{self, guard_of, Marker};
+use common::servers::redis_server::RedisServer;
 use common::{eventually, free_port, leasekeeper_bin, send_signal, Sidecar, SidecarArgs};
 
 /// The ttl of every test here: no claim outlasts the last renewal by more.
@@ -512,7 +512,7 @@ fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sideca
     let mut a = KillOnDrop(command.spawn().expect("unshare"));
     let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
     let leads = eventually(Duration::from_secs(10), || {
-        let (_, body) = common::http::get(port, "/is-leader")?;
+        let (_, body) = common::harness::http::get(port, "/is-leader")?;
         (body.trim() == "true").then_some(())
     });
     assert!(leads.is_some(), "never led\n{}", stderr());

@@ -1,12 +1,12 @@
 //! `leasekeeper run -- CMD` against a real redis-server: CMD runs only while its
 //! candidate leads, judged from lines the commands themselves write.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::redis_server::RedisServer;
+use common::servers::redis_server::RedisServer;
 use common::{eventually, Sidecar, SidecarArgs};
 
 /// The command: appends `<CLOCK_MONOTONIC ns> <kind> <identity> <token>` lines to a

@@ -1,7 +1,7 @@
 //! The fault proxy of `tests/common/faults.rs` against a loopback echo server: each
 //! link mode does exactly what it says.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use common::faults::{FaultProxy, Link, ProxyOptions};
+use common::harness::faults::{FaultProxy, Link, ProxyOptions};
 
 /// Echoes every byte back; counts accepted connections and bytes received.
 struct EchoServer {

@@ -1,11 +1,11 @@
 //! The file backend against the election checker and as the quick start promises.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::{backend_switchover, http, Sidecar, SidecarArgs};
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::{harness::http, scenarios::backend_switchover, Sidecar, SidecarArgs};
 use leasekeeper::backend::file::FileBackend;
 use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
 use leasekeeper::timing::Timing;
@@ -99,12 +99,12 @@ fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`].
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::file(dir.path()).ttl("2s").build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 // The file backend's rules, one at a time, at the library level: candidates built on

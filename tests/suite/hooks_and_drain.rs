@@ -1,15 +1,15 @@
 //! Role-change hooks (`--on-change`, `--notify-url`), drain before release
 //! (`--drain-url`) and `POST /release?cooldown=`, against a real redis-server.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::redis_server::RedisServer;
-use common::{args, eventually, http, Sidecar, SidecarArgs};
+use common::servers::redis_server::RedisServer;
+use common::{args, eventually, harness::http, Sidecar, SidecarArgs};
 
 /// One request the app got: when it arrived, its path and body.
 #[derive(Clone, Debug)]
@@ -390,7 +390,7 @@ fn a_release_with_a_cooldown_keeps_the_candidate_out_for_that_long() {
 
 #[test]
 fn a_hook_that_runs_too_long_is_killed_with_its_children() {
-    let worker = common::procs::Marker::new();
+    let worker = common::harness::procs::Marker::new();
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let mut flags = SidecarArgs::redis(&redis.url())

@@ -1,5 +1,5 @@
 //! The status port under abuse (docs/operations.md, "The status port and who can
-//! reach it"): the crowd of `common::crowd` against the leader of three sidecars on one
+//! reach it"): the crowd of `common::harness::crowd` against the leader of three sidecars on one
 //! Redis, at the default open-files limit (1024, which the sidecar cannot raise) and at
 //! a raisable one. The leader must keep its one tenure, answer fresh probes, refuse
 //! garbage, stay small, and give the memory back.
@@ -10,11 +10,11 @@
 //! taken from this (debug) build's own idle size: at most 38 MiB more at the peak,
 //! back within 6 MiB of idle.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::crowd::{raise_own_limit, under_abuse, under_burst, AbuseReport, BurstReport};
+use common::harness::crowd::{raise_own_limit, under_abuse, under_burst, AbuseReport, BurstReport};
 
 fn judge(r: &AbuseReport) {
     eprintln!("{r:?}");

@@ -4,17 +4,17 @@
 //! fake, which calls it the same way (tests/common/fake_kube/admission.rs). Every
 //! Pod here is created through the API, as a user or a ReplicaSet creates one.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use common::fake_kube::FakeKube;
-use common::injector::{
+use common::harness::injector::{
     self, create_pod, namespace, pod, put_configuration, webhook_configuration, Certs, Injector,
 };
-use common::kube_server::{self, Flavor, KubeApi};
+use common::servers::fake_kube::FakeKube;
+use common::servers::kube_server::{self, Flavor, KubeApi};
 use serde_json::{json, Value};
 
 const NS: &str = "team";

@@ -11,14 +11,14 @@
 //! Run: `LK_KUBE_NODE=/path/to/bin cargo test --test kube_node -- --test-threads=1 --nocapture`
 //! (docs/development.md, "The node suite"; the figures go to docs/workloads.md).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use axum::http::Method;
-use common::kube_node::observe::{self, LeaderPolls, PodWatch, TransitionLogs};
-use common::kube_node::{self as node, mono_ns, ms, node_or_skip, KubeNode, BUSYBOX};
+use common::servers::kube_node::observe::{self, LeaderPolls, PodWatch, TransitionLogs};
+use common::servers::kube_node::{self as node, mono_ns, ms, node_or_skip, KubeNode, BUSYBOX};
 use serde_json::{json, Value};
 
 const NS: &str = "apps";
@@ -648,7 +648,8 @@ fn kill_9_of_the_sidecar(node: &KubeNode, logs: &TransitionLogs) {
         "the sidecar outlived kill -9"
     );
     let rejoined = common::eventually(Duration::from_secs(60), || {
-        let (code, body) = common::http::get_from(std::net::SocketAddr::new(ip, 4040), "/leader")?;
+        let (code, body) =
+            common::harness::http::get_from(std::net::SocketAddr::new(ip, 4040), "/leader")?;
         let v: Value = serde_json::from_str(&body).ok()?;
         (code == 200 && (v["state"] == "leader" || v["state"] == "follower"))
             .then(|| (mono_ns(), v))

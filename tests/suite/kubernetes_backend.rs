@@ -1,13 +1,13 @@
 //! The kubernetes backend and the Pod labeler against the in-process fake API server
 //! (no real API server can run here; see tests/common/fake_kube.rs for what it enforces).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::fake_kube::FakeKube;
-use common::kube_server::{self, Flavor, KubeApi};
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::servers::fake_kube::FakeKube;
+use common::servers::kube_server::{self, Flavor, KubeApi};
 use common::{eventually, Sidecar, SidecarArgs};
 use serde_json::json;
 
@@ -336,7 +336,7 @@ fn the_pod_label_follows_leadership_and_drift_is_corrected() {
     let patched: f64 = [leader, follower]
         .iter()
         .map(|s| {
-            let (_, text) = common::http::get(s.port, "/metrics").expect("metrics");
+            let (_, text) = common::harness::http::get(s.port, "/metrics").expect("metrics");
             text.lines()
                 .find_map(|l| l.strip_prefix("leasekeeper_pod_label_patch_total{result=\"ok\"} "))
                 .and_then(|v| v.trim().parse::<f64>().ok())
@@ -833,7 +833,7 @@ fn a_pod_without_its_election_label_is_warned_about_once() {
     assert_eq!(warnings, 1, "{}", s.stderr());
 }
 
-use common::kube_server::raw_call as call;
+use common::servers::kube_server::raw_call as call;
 
 /// The events of a watch that ends by itself (timeoutSeconds), one JSON value each.
 fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {
@@ -843,7 +843,7 @@ fn watch_lines(port: u16, path: &str) -> Vec<serde_json::Value> {
         .expect("timeout");
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-        common::fake_kube::TOKEN
+        common::servers::fake_kube::TOKEN
     );
     s.write_all(req.as_bytes()).expect("write");
     let mut raw = String::new();
@@ -872,7 +872,7 @@ fn the_fake_api_enforces_what_it_claims() {
 fn the_fake_refuses_without_the_token_or_outside_the_role(api: &FakeKube) {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     // 401 without the token; 403 outside the Role (create pods, delete, another namespace).
     assert_eq!(
         call(api.port, "GET", &format!("{leases}/x"), None, json, "").0,
@@ -930,7 +930,7 @@ fn the_fake_refuses_without_the_token_or_outside_the_role(api: &FakeKube) {
 fn the_fake_creates_once_and_updates_only_the_current_version(api: &FakeKube) {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     // Create, then create again: 409 AlreadyExists.
     let lease = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"x"},"spec":{"holderIdentity":"a"}}"#;
     let (code, created) = call(api.port, "POST", leases, t, json, lease);
@@ -978,7 +978,7 @@ fn the_fake_creates_once_and_updates_only_the_current_version(api: &FakeKube) {
 }
 
 fn the_fake_takes_only_merge_patches(api: &FakeKube) {
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     // Only merge patches; `null` deletes a key and other labels stay.
     let pod = "/api/v1/namespaces/team/pods/p";
     let patch = format!(r#"{{"metadata":{{"labels":{{"{KEY}":null}}}}}}"#);
@@ -1010,7 +1010,7 @@ fn the_fake_takes_only_merge_patches(api: &FakeKube) {
 fn the_fake_lists_at_the_current_version_by_selectors(api: &FakeKube) {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/team/leases";
     let json = "application/json";
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     // A list is a consistent read: the List carries the current global resourceVersion
     // (here the last write, the pod patch), filtered by label and field selectors.
     api.add_pod("q", &[("app", "demo"), (KEY, "true")]);
@@ -1056,7 +1056,7 @@ fn the_fake_lists_at_the_current_version_by_selectors(api: &FakeKube) {
 }
 
 fn the_fake_refuses_a_stale_conditional_merge_patch(api: &FakeKube) {
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     // A conditional merge patch with a stale resourceVersion: 409.
     let stale = format!(r#"{{"metadata":{{"resourceVersion":"1","labels":{{"{KEY}":"false"}}}}}}"#);
     assert_eq!(
@@ -1098,7 +1098,7 @@ fn the_fake_watch_relabels_by_selector(api: &FakeKube) {
 
 fn the_fake_fails_injected_requests_first(api: &FakeKube) {
     let json = "application/json";
-    let t = Some(common::fake_kube::TOKEN);
+    let t = Some(common::servers::fake_kube::TOKEN);
     let pod = "/api/v1/namespaces/team/pods/p";
     // Injected failures come first, one per request.
     api.fail_next(&[503]);
@@ -1214,17 +1214,21 @@ fn a_release_costs_each_follower_one_request_not_a_read_each() {
 /// leads again once its link heals.
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
-    slow_leader(common::faults::Link::Delay(Duration::from_millis(1500)));
+    slow_leader(common::harness::faults::Link::Delay(Duration::from_millis(
+        1500,
+    )));
 }
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
-    slow_leader(common::faults::Link::Congested(Duration::from_millis(1200)));
+    slow_leader(common::harness::faults::Link::Congested(
+        Duration::from_millis(1200),
+    ));
 }
 
-fn slow_leader(link: common::faults::Link) {
+fn slow_leader(link: common::harness::faults::Link) {
     let api = kube_server::start("team", Flavor::GateOff);
-    common::scenarios::slow_leader_is_replaced_and_recovers(
+    common::scenarios::handovers::slow_leader_is_replaced_and_recovers(
         &[api.addr()],
         Duration::from_secs(3),
         link,
@@ -1326,7 +1330,7 @@ fn client_go_metric_names_show_the_leader_and_the_slow_path() {
     let mut a = Sidecar::spawn("sa", dir.path(), &args);
     let mut b = Sidecar::spawn("sb", dir.path(), &args);
     let (leader, follower) = leader_first(&mut a, &mut b);
-    let metrics = |s: &Sidecar| common::http::get(s.port, "/metrics").map(|(_, t)| t);
+    let metrics = |s: &Sidecar| common::harness::http::get(s.port, "/metrics").map(|(_, t)| t);
     // The leader answered first; the follower may still be starting its listener.
     let follower_text = eventually(Duration::from_secs(15), || metrics(follower)).expect("metrics");
     assert!(
@@ -1576,7 +1580,7 @@ fn a_flapping_election_makes_series_not_a_flood_of_events() {
             panic!("no leader");
         };
         tenures += 1;
-        let _ = common::http::post(leader, "/release?cooldown=0s");
+        let _ = common::harness::http::post(leader, "/release?cooldown=0s");
     }
     let requests = |api: &dyn KubeApi| {
         let r = api.requests();

@@ -2,13 +2,13 @@
 //! `leaderelection.NewCandidate` publishes it) and the Lease backend's side of a
 //! switchover (`release_to`, `candidates`), against the in-process fake API server.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::fake_kube::FakeKube;
-use common::kube_server::{self, Flavor, KubeApi};
+use common::servers::fake_kube::FakeKube;
+use common::servers::kube_server::{self, Flavor, KubeApi};
 use common::{eventually, Sidecar, SidecarArgs};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -483,14 +483,14 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`]: with
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`]: with
 /// `--lease-candidate`, an unknown candidate is refused; the switchover itself goes
 /// through `preferredHolder`.
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let api = kube_server::start_exact("team", Flavor::GateOffWithCandidates);
     let args = candidate_args(&*api, "switch");
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 /// Without `--lease-candidate` the Lease keeps no list of candidates: the switchover
@@ -502,7 +502,7 @@ fn switchover_without_lease_candidates_goes_to_the_named_candidate() {
         .ttl("2s")
         .election("switch-plain")
         .build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 /// The Lease's store rules, each reached directly at library level (every store rule

@@ -13,11 +13,11 @@
 //!   SIGTERM, kill -9 or `preferredHolder` change, and never two;
 //! - a switchover on a coordinated Lease is refused at once, with the reason.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use common::kube_server::{self, Flavor, KubeApi};
+use common::servers::kube_server::{self, Flavor, KubeApi};
 use common::{eventually, Sidecar, SidecarArgs};
 use serde_json::{json, Value};
 
@@ -302,7 +302,7 @@ fn switchover_goes_to_the_named_candidate_with_the_gate_off_and_on() {
             args.push("--lease-candidate".to_owned());
         }
         eprintln!("switchover on {flavor:?}, lease candidates {candidates}");
-        common::scenarios::switchover_goes_to_the_named_candidate(&args);
+        common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
     }
 }
 
@@ -349,7 +349,7 @@ impl Peer {
     }
 
     fn leads(&self) -> bool {
-        common::http::get(self.port, "/leader")
+        common::harness::http::get(self.port, "/leader")
             .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
             .is_some_and(|v| v["is_leader"] == true)
     }

@@ -4,26 +4,26 @@
 //! candidate as a writer, kill -9, SIGTERM and SIGSTOP), checked on the transition
 //! logs; and the settings refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::curator::{compile, Jvm};
-use common::etcd_server::EtcdCluster;
-use common::modes::{
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::scenarios::modes::{
     a_frozen_waiting_writer_keeps_shared_candidates_out_briefly,
     a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
     leading, shared_and_exclusive,
 };
-use common::zk_server::ZkEnsemble;
+use common::servers::curator::{compile, Jvm};
+use common::servers::etcd_server::EtcdCluster;
+use common::servers::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, send_signal, Sidecar, SidecarArgs};
 // The SQL stores' runs.
-use common::backend_switchover::runtime;
-use common::mariadb_server::MariaServer;
-use common::pg_server::PgServer;
-use common::sql_modes;
-use common::sql_suite::{db_flags, SqlDb};
+use common::scenarios::backend_switchover::runtime;
+use common::scenarios::sql_modes;
+use common::scenarios::sql_suite::{db_flags, SqlDb};
+use common::servers::mariadb_server::MariaServer;
+use common::servers::pg_server::PgServer;
 use leasekeeper::backend::sql::mysql::{self, MysqlBackend};
 use leasekeeper::backend::sql::postgres::PostgresBackend;
 
@@ -289,7 +289,7 @@ fn shared_and_exclusive_on_mysql() {
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
-/// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the writer's role
+/// See [`common::scenarios::modes::a_waiting_writer_is_silent_and_woken`]: the writer's role
 /// logs every statement it runs (`log_statement = all`).
 #[test]
 fn postgres_a_waiting_writer_is_silent_and_woken() {
@@ -305,7 +305,7 @@ fn postgres_a_waiting_writer_is_silent_and_woken() {
     a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
 }
 
-/// See [`common::modes::a_waiting_writer_is_silent_and_woken`]: the server's general
+/// See [`common::scenarios::modes::a_waiting_writer_is_silent_and_woken`]: the server's general
 /// log (as a table) counts every command of the writer's user.
 #[test]
 fn mysql_a_waiting_writer_is_silent_and_woken() {
@@ -324,7 +324,7 @@ fn mysql_a_waiting_writer_is_silent_and_woken() {
     a_waiting_writer_is_silent_and_woken(reader, writer, Duration::from_secs(4), &statements);
 }
 
-/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// See [`common::scenarios::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
 /// late reader's role logs every statement it runs (`log_statement = all`).
 #[test]
 fn postgres_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
@@ -346,7 +346,7 @@ fn postgres_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
     );
 }
 
-/// See [`common::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
+/// See [`common::scenarios::modes::a_reader_behind_a_waiting_writer_is_silent_and_woken`]: the
 /// server's general log (as a table) counts every command of the late reader's user.
 #[test]
 fn mysql_a_reader_behind_a_waiting_writer_is_silent_and_woken() {
@@ -513,7 +513,7 @@ fn mysql_a_release_racing_a_join_keeps_the_row() {
     ));
 }
 
-/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+/// See [`common::scenarios::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
 #[test]
 fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
     let db = PgServer::shared();
@@ -523,7 +523,7 @@ fn postgres_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
     a_frozen_waiting_writer_keeps_shared_candidates_out_briefly(args, Duration::from_secs(2));
 }
 
-/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
+/// See [`common::scenarios::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`].
 #[test]
 fn mysql_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
     let db = MariaServer::shared();
@@ -716,17 +716,17 @@ fn bad_mode_settings_are_refused_with_one_line() {
 
 #[test]
 fn shared_and_exclusive_on_redis() {
-    let server = common::redis_server::RedisServer::start();
+    let server = common::servers::redis_server::RedisServer::start();
     let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
     shared_and_exclusive(args, Duration::from_secs(2), GRACEFUL, true);
 }
 
-/// See [`common::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`]
+/// See [`common::scenarios::modes::a_frozen_waiting_writer_keeps_shared_candidates_out_briefly`]
 /// (on Redis the waiting writer's place goes stale 6 ttl after its last look, and a
 /// live one looks at least every 5 ttl: `quiet::QUEUE_TTLS`).
 #[test]
 fn redis_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
-    let server = common::redis_server::RedisServer::start();
+    let server = common::servers::redis_server::RedisServer::start();
     let args = SidecarArgs::redis(&server.url())
         .ttl("2s")
         .election("frozen");
@@ -735,7 +735,7 @@ fn redis_a_frozen_waiting_writer_keeps_shared_candidates_out_briefly() {
 
 #[test]
 fn exclusive_mode_survives_the_checker_on_redis() {
-    let mut server = common::redis_server::RedisServer::start_persistent();
+    let mut server = common::servers::redis_server::RedisServer::start_persistent();
     let args = SidecarArgs::redis(&server.url());
     exclusive_under_the_checker(args, &mut server);
 }
@@ -747,8 +747,8 @@ fn exclusive_mode_survives_the_checker_on_redis() {
 /// next renewal, up to the 3 s renew interval), and the writer's token is higher.
 #[test]
 fn a_tampered_shared_entry_ends_the_readers_claim_on_redis() {
-    use common::tamper::{assert_recovered, outcome, Observer};
-    let server = common::redis_server::RedisServer::start();
+    use common::harness::tamper::{assert_recovered, outcome, Observer};
+    let server = common::servers::redis_server::RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redis(&server.url())
         .ttl("6s")
@@ -786,7 +786,7 @@ fn a_tampered_shared_entry_ends_the_readers_claim_on_redis() {
 
 #[test]
 fn shared_and_exclusive_on_redlock() {
-    let cluster = common::checker::RedisCluster::start(3);
+    let cluster = common::checks::checker::RedisCluster::start(3);
     let args = SidecarArgs::redlock(&cluster.urls())
         .ttl("2s")
         .election("rw");
@@ -795,7 +795,7 @@ fn shared_and_exclusive_on_redlock() {
 
 #[test]
 fn exclusive_mode_survives_the_checker_on_redlock() {
-    let mut cluster = common::checker::RedisCluster::start(3);
+    let mut cluster = common::checks::checker::RedisCluster::start(3);
     let args = SidecarArgs::redlock(&cluster.urls());
     exclusive_under_the_checker(args, &mut cluster);
 }
@@ -806,10 +806,10 @@ fn exclusive_mode_survives_the_checker_on_redlock() {
 /// paused, restarted empty, or down for a while, a leading reader is frozen
 /// (SIGSTOP) past its claim, a leading writer killed (-9). From the transition logs:
 /// never an exclusive claim beside any other claim, tokens growing around every
-/// exclusive claim ([`common::modes::check_mode_claims`]); and both kinds led often.
+/// exclusive claim ([`common::scenarios::modes::check_mode_claims`]); and both kinds led often.
 #[test]
 fn redlock_readers_and_writers_under_node_faults() {
-    let mut cluster = common::checker::RedisCluster::start(3);
+    let mut cluster = common::checks::checker::RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redlock(&cluster.urls())
         .ttl("1s")
@@ -873,8 +873,8 @@ fn redlock_readers_and_writers_under_node_faults() {
         }
     }
     std::thread::sleep(Duration::from_secs(3));
-    common::slots::finish_and_check(cars, dir.path(), killed, |claims| {
-        common::modes::check_mode_claims(claims, |id| id.starts_with("r-"));
+    common::scenarios::slots::finish_and_check(cars, dir.path(), killed, |claims| {
+        common::scenarios::modes::check_mode_claims(claims, |id| id.starts_with("r-"));
         let shared = claims
             .iter()
             .filter(|c| c.identity.starts_with("r-"))
@@ -892,7 +892,7 @@ fn redlock_readers_and_writers_under_node_faults() {
 /// reader the writer once it holds; an election's follower names a shared holder.
 #[test]
 fn redis_lists_the_shared_holders() {
-    let server = common::redis_server::RedisServer::start();
+    let server = common::servers::redis_server::RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
     let spawn = |name: &str, mode: Option<&str>| {
@@ -945,7 +945,7 @@ fn redis_lists_the_shared_holders() {
 /// the writer alone.
 #[test]
 fn redlock_lists_the_shared_holders() {
-    let cluster = common::checker::RedisCluster::start(3);
+    let cluster = common::checks::checker::RedisCluster::start(3);
     lists_the_shared_holders(SidecarArgs::redlock(&cluster.urls()));
 }
 
@@ -960,8 +960,8 @@ mod redis_rules {
     use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal, Wake};
     use leasekeeper::timing::Timing;
 
-    use crate::common::backend_switchover::runtime;
-    use crate::common::redis_server::RedisServer;
+    use crate::common::scenarios::backend_switchover::runtime;
+    use crate::common::servers::redis_server::RedisServer;
 
     fn candidacy<T>(
         url: &str,
@@ -1762,7 +1762,7 @@ fn at_most_one_look(name: &str, sent: &[&String]) {
 /// that writer send at most one look each in 8 s (four ttl) of MONITOR.
 #[test]
 fn a_waiting_candidate_sends_a_look_per_5_ttl_on_redis() {
-    let server = common::redis_server::RedisServer::start();
+    let server = common::servers::redis_server::RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
     let spawn = |name: &str, mode: &str| {
@@ -1784,7 +1784,7 @@ fn a_waiting_candidate_sends_a_look_per_5_ttl_on_redis() {
     );
     let seen = server.monitor(Duration::from_secs(8));
     for car in &cars {
-        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let ports = common::servers::redis_server::client_ports(car.pid, server.port);
         let sent: Vec<&String> = (seen.iter())
             .filter(|(p, _)| ports.contains(p))
             .map(|(_, c)| c)
@@ -1810,9 +1810,9 @@ mod redlock_rules {
     use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal};
     use leasekeeper::timing::Timing;
 
-    use crate::common::backend_switchover::runtime;
-    use crate::common::checker::RedisCluster;
-    use crate::common::redis_server::RedisServer;
+    use crate::common::checks::checker::RedisCluster;
+    use crate::common::scenarios::backend_switchover::runtime;
+    use crate::common::servers::redis_server::RedisServer;
 
     const TTL: Duration = Duration::from_secs(30);
     const READERS: &str = "leasekeeper:{rw}:readers";
@@ -2253,7 +2253,7 @@ mod redlock_rules {
 /// connections counted; then the reader's SIGTERM wakes the writer within ttl/4.
 #[test]
 fn what_a_waiting_candidate_sends_on_redlock() {
-    let cluster = common::checker::RedisCluster::start(3);
+    let cluster = common::checks::checker::RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redlock(&cluster.urls())
         .ttl("2s")
@@ -2274,7 +2274,7 @@ fn what_a_waiting_candidate_sends_on_redlock() {
         (cars.iter())
             .map(|car| {
                 let sent = cluster.nodes.iter().zip(&seen).map(|(n, seen)| {
-                    let ports = common::redis_server::client_ports(car.pid, n.port);
+                    let ports = common::servers::redis_server::client_ports(car.pid, n.port);
                     seen.iter().filter(|(p, _)| ports.contains(p)).count()
                 });
                 let sent: usize = sent.sum();
@@ -2332,7 +2332,7 @@ fn what_a_waiting_candidate_sends_on_redlock() {
 /// look each in 6 s either.
 #[test]
 fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
-    let server = common::redis_server::RedisServer::start();
+    let server = common::servers::redis_server::RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
     let spawn = |name: &str, mode: Option<&str>| {
@@ -2355,7 +2355,7 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
     );
     let seen = server.monitor(Duration::from_secs(8));
     for car in &cars {
-        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let ports = common::servers::redis_server::client_ports(car.pid, server.port);
         let sent: Vec<&String> = (seen.iter())
             .filter(|(p, _)| ports.contains(p))
             .map(|(_, c)| c)
@@ -2402,7 +2402,7 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
     );
     let seen = server.monitor(Duration::from_secs(6));
     for car in &cars[3..] {
-        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let ports = common::servers::redis_server::client_ports(car.pid, server.port);
         let sent: Vec<&String> = (seen.iter())
             .filter(|(p, _)| ports.contains(p))
             .map(|(_, c)| c)
@@ -2428,7 +2428,7 @@ fn a_waiting_election_candidate_sends_a_look_per_5_ttl_on_redis() {
 fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
     let ttl = Duration::from_secs(2);
     for stopped in [false, true] {
-        let server = common::redis_server::RedisServer::start();
+        let server = common::servers::redis_server::RedisServer::start();
         let dir = tempfile::tempdir().expect("dir");
         let args = SidecarArgs::redis(&server.url()).ttl("2s").election("rw");
         let spawn = |name: &str, mode: &str| {

@@ -2,16 +2,16 @@
 //! after the row is deleted), passwords, a user without the right to create the table,
 //! the election checker with leader, server and link faults and tampering with the row,
 //! and verified TLS with a client certificate (`REQUIRE X509`); the scenarios are
-//! `common::sql_suite`'s. Also: the named lock after the leader lost a connection, and
+//! `common::scenarios::sql_suite`'s. Also: the named lock after the leader lost a connection, and
 //! a switchover that wakes the named candidate through the lock.
 
-mod common;
+use crate::common;
 
-use common::mariadb_server::MariaServer;
-use common::recorder::Recorder;
+use common::harness::recorder::Recorder;
+use common::servers::mariadb_server::MariaServer;
 
-common::sql_suite::sql_backend_tests! {
-    server: crate::MariaServer,
+common::scenarios::sql_suite::sql_backend_tests! {
+    server: crate::common::servers::mariadb_server::MariaServer,
     recorder: Recorder::mysql,
     lease_row_lifecycle_and_tokens: mysql_lease_row_lifecycle_and_tokens,
     tokens_never_go_backwards_after_a_deleted_row: mysql_tokens_never_go_backwards_after_a_deleted_row,
@@ -24,8 +24,8 @@ common::sql_suite::sql_backend_tests! {
     a_reservation_nobody_uses_runs_out_within_a_ttl: mysql_a_reservation_nobody_uses_runs_out_within_a_ttl,
 }
 
-common::sql_suite::sql_store_rule_tests! {
-    server: crate::MariaServer,
+common::scenarios::sql_suite::sql_store_rule_tests! {
+    server: crate::common::servers::mariadb_server::MariaServer,
     new: leasekeeper::backend::sql::mysql::MysqlBackend::new,
 }
 
@@ -34,18 +34,18 @@ common::sql_suite::sql_store_rule_tests! {
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
     let db = MariaServer::shared();
-    common::sql_suite::slow_leader(
+    common::scenarios::sql_suite::slow_leader(
         &db,
-        common::faults::Link::Delay(std::time::Duration::from_millis(1500)),
+        common::harness::faults::Link::Delay(std::time::Duration::from_millis(1500)),
     );
 }
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
     let db = MariaServer::start();
-    common::sql_suite::slow_leader(
+    common::scenarios::sql_suite::slow_leader(
         &db,
-        common::faults::Link::Congested(std::time::Duration::from_millis(1200)),
+        common::harness::faults::Link::Congested(std::time::Duration::from_millis(1200)),
     );
 }
 
@@ -99,7 +99,7 @@ fn connections_of(db: &MariaServer, pid: u32) -> Vec<String> {
 /// the leader must hold it again.
 #[test]
 fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
-    use common::sql_suite::db_flags;
+    use common::scenarios::sql_suite::db_flags;
     use common::{eventually, Sidecar};
     use std::time::{Duration, Instant};
     let db = MariaServer::start();
@@ -174,10 +174,10 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
 /// the handover may take, so the named candidate's own timer is not what woke it.
 #[test]
 fn mysql_switchover_passes_the_named_lock_on_to_the_named_candidate() {
-    use common::{http, Sidecar};
+    use common::{harness::http, Sidecar};
     use std::time::{Duration, Instant};
     let db = MariaServer::shared();
-    let mut args = common::sql_suite::db_flags(&db, "lk")
+    let mut args = common::scenarios::sql_suite::db_flags(&db, "lk")
         .ttl("6s")
         .election("pass")
         .flag("--retry-interval", "4s")
@@ -221,7 +221,7 @@ fn mysql_switchover_passes_the_named_lock_on_to_the_named_candidate() {
     );
 }
 
-/// See [`common::sql_suite::followers_send_no_statement_at_steady_state`]: the
+/// See [`common::scenarios::sql_suite::followers_send_no_statement_at_steady_state`]: the
 /// server's general log (as a table) counts every command of the follower's user, on
 /// any of its connections (connects, prepares, executes, pings, queries).
 #[test]
@@ -237,7 +237,7 @@ fn mysql_followers_send_no_statement_at_steady_state() {
             .parse::<usize>()
             .unwrap_or(0)
     };
-    common::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
+    common::scenarios::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
 }
 
 /// Silent followers still learn of every next leader: only the first follower in the
@@ -248,7 +248,7 @@ fn mysql_followers_send_no_statement_at_steady_state() {
 /// soon after it leads, and not at the retry backstop (20 ttl, 40 s).
 #[test]
 fn mysql_every_silent_follower_learns_of_the_next_leader() {
-    use common::sql_suite::db_flags;
+    use common::scenarios::sql_suite::db_flags;
     use common::{eventually, Sidecar};
     use std::time::{Duration, Instant};
     let db = MariaServer::shared();
@@ -323,7 +323,7 @@ fn mysql_every_silent_follower_learns_of_the_next_leader() {
 }
 
 // ---------------------------------------------------------------------------------
-// MySQL's own store rules beyond `common::sql_suite`'s, reached directly.
+// MySQL's own store rules beyond `common::scenarios::sql_suite`'s, reached directly.
 
 mod mysql_store_rules {
     use std::time::Duration;
@@ -333,10 +333,10 @@ mod mysql_store_rules {
     use leasekeeper::backend::{Backend, Campaign, Candidacy};
     use leasekeeper::timing::Timing;
 
-    use crate::common::backend_switchover::runtime;
-    use crate::common::faults::{FaultProxy, Link};
-    use crate::common::sql_suite::SqlDb;
-    use crate::MariaServer;
+    use crate::common::harness::faults::{FaultProxy, Link};
+    use crate::common::scenarios::backend_switchover::runtime;
+    use crate::common::scenarios::sql_suite::SqlDb;
+    use crate::common::servers::mariadb_server::MariaServer;
 
     fn candidate(url: &str, election: &str, identity: &str, ttl: Duration) -> MysqlBackend {
         let settings = SqlArgs {

@@ -3,12 +3,12 @@
 //! SIGTERM on, and ends with the sidecar's code. Run in a PID namespace of the test's
 //! own (`unshare --pid --fork`, which needs root; this machine kind runs as root).
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::procs;
+use common::harness::procs;
 use common::{eventually, free_port, leasekeeper_bin, send_signal};
 
 #[test]

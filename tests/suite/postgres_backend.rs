@@ -2,16 +2,16 @@
 //! after the row is deleted), passwords, a user without the right to create the table,
 //! the election checker with leader, server and link faults and tampering with the row,
 //! and verified TLS with a client certificate (`hostssl … cert`); the scenarios are
-//! `common::sql_suite`'s.
+//! `common::scenarios::sql_suite`'s.
 //! Also: a server that is not there yet at start.
 
-mod common;
+use crate::common;
 
-use common::pg_server::PgServer;
-use common::recorder::Recorder;
+use common::harness::recorder::Recorder;
+use common::servers::pg_server::PgServer;
 
-common::sql_suite::sql_backend_tests! {
-    server: crate::PgServer,
+common::scenarios::sql_suite::sql_backend_tests! {
+    server: crate::common::servers::pg_server::PgServer,
     recorder: Recorder::postgres,
     lease_row_lifecycle_and_tokens: postgres_lease_row_lifecycle_and_tokens,
     tokens_never_go_backwards_after_a_deleted_row: postgres_tokens_never_go_backwards_after_a_deleted_row,
@@ -24,12 +24,12 @@ common::sql_suite::sql_backend_tests! {
     a_reservation_nobody_uses_runs_out_within_a_ttl: postgres_a_reservation_nobody_uses_runs_out_within_a_ttl,
 }
 
-common::sql_suite::sql_store_rule_tests! {
-    server: crate::PgServer,
+common::scenarios::sql_suite::sql_store_rule_tests! {
+    server: crate::common::servers::pg_server::PgServer,
     new: leasekeeper::backend::sql::postgres::PostgresBackend::new,
 }
 
-/// See [`common::sql_suite::followers_send_no_statement_at_steady_state`]: the
+/// See [`common::scenarios::sql_suite::followers_send_no_statement_at_steady_state`]: the
 /// follower's role logs every statement it runs (`log_statement = all`).
 #[test]
 fn postgres_followers_send_no_statement_at_steady_state() {
@@ -41,14 +41,14 @@ fn postgres_followers_send_no_statement_at_steady_state() {
             .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
             .count()
     };
-    common::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
+    common::scenarios::sql_suite::followers_send_no_statement_at_steady_state(&db, &statements);
 }
 
 /// A database that is not there yet is not bad input: the sidecar runs, unready and
 /// "unknown", and leads (creating the table) once the server appears on that port.
 #[test]
 fn postgres_unreachable_at_start_is_not_bad_input() {
-    use common::{eventually, http, Sidecar, SidecarArgs};
+    use common::{eventually, harness::http, Sidecar, SidecarArgs};
     use std::time::Duration;
     let port = common::free_port();
     let dir = tempfile::tempdir().expect("dir");
@@ -82,7 +82,7 @@ fn postgres_unreachable_at_start_is_not_bad_input() {
         early.stderr()
     );
     assert_eq!(
-        common::sql_suite::row(&db, "early").map(|r| r.0),
+        common::scenarios::sql_suite::row(&db, "early").map(|r| r.0),
         Some("early".to_owned())
     );
 }
@@ -92,18 +92,18 @@ fn postgres_unreachable_at_start_is_not_bad_input() {
 #[test]
 fn a_slow_leader_on_a_long_pipe_gets_out_of_the_way() {
     let db = PgServer::shared();
-    common::sql_suite::slow_leader(
+    common::scenarios::sql_suite::slow_leader(
         &db,
-        common::faults::Link::Delay(std::time::Duration::from_millis(1500)),
+        common::harness::faults::Link::Delay(std::time::Duration::from_millis(1500)),
     );
 }
 
 #[test]
 fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
     let db = PgServer::shared();
-    common::sql_suite::slow_leader(
+    common::scenarios::sql_suite::slow_leader(
         &db,
-        common::faults::Link::Congested(std::time::Duration::from_millis(1200)),
+        common::harness::faults::Link::Congested(std::time::Duration::from_millis(1200)),
     );
 }
 

@@ -9,11 +9,11 @@
 //! two intervals after a handover must show exactly one leader. That is what the chart's
 //! alert rules allow for too (their `for:`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::prometheus::{unix_now, Prometheus};
+use common::servers::prometheus::{unix_now, Prometheus};
 use common::{eventually, free_port, Sidecar, SidecarArgs};
 
 const SCRAPE: f64 = 1.0;

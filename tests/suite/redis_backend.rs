@@ -1,14 +1,14 @@
 //! The redis backend against a real redis-server: the election checker with
 //! leader and server faults, data loss on restart, auth, and the HTTP surface.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::faults::Link;
-use common::redis_server::RedisServer;
-use common::{eventually, http, Sidecar, SidecarArgs};
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::harness::faults::Link;
+use common::servers::redis_server::RedisServer;
+use common::{eventually, harness::http, Sidecar, SidecarArgs};
 
 #[test]
 fn redis_election_survives_the_checker() {
@@ -365,7 +365,7 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
 /// its retry interval while the old leader claimed on until its next renew.
 #[test]
 fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
-    use common::tamper::{assert_recovered, candidates, tamper_with_leader};
+    use common::harness::tamper::{assert_recovered, candidates, tamper_with_leader};
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let sidecars = candidates(SidecarArgs::redis(&server.url()), dir.path());
@@ -381,7 +381,7 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
         server.command(&format!("SET {lock} intruder PX 3000"));
     });
     eprintln!("overwritten: {overwritten:?}");
-    common::tamper::assert_stopped_within(&overwritten, Duration::from_millis(500));
+    common::harness::tamper::assert_stopped_within(&overwritten, Duration::from_millis(500));
 }
 
 /// Invariant 11 and a gray failure on redis: a slow link (a long pipe, then a
@@ -400,7 +400,7 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
 fn slow_leader(link: Link) {
     let server = RedisServer::start();
     let store = format!("127.0.0.1:{}", server.port).parse().expect("addr");
-    common::scenarios::slow_leader_is_replaced_within(
+    common::scenarios::handovers::slow_leader_is_replaced_within(
         &[store],
         Duration::from_secs(3),
         link,
@@ -421,7 +421,7 @@ fn slow_leader(link: Link) {
 /// without an answer in time gives back what it may have taken.
 #[test]
 fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
-    use common::faults::{FaultProxy, Link};
+    use common::harness::faults::{FaultProxy, Link};
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let direct = SidecarArgs::redis(&server.url())
@@ -467,7 +467,7 @@ fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
 // judged also against the store's own record.
 #[test]
 fn redis_survives_partitions_slow_links_and_tampering() {
-    use common::recorder::Recorder;
+    use common::harness::recorder::Recorder;
     let server = RedisServer::start();
     let port = server.port;
     let store = Recorder::redis(port, "faults");
@@ -500,7 +500,7 @@ fn redis_survives_partitions_slow_links_and_tampering() {
                 Fault::TamperDelete => format!("DEL {lock}"),
                 _ => format!("SET {lock} x|0|intruder PX 1000"),
             };
-            common::redis_server::command_at(port, &command);
+            common::servers::redis_server::command_at(port, &command);
         },
     );
     eprintln!("redis faults: {report:?}");
@@ -551,7 +551,7 @@ fn followers_send_no_requests_while_the_holder_renews() {
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     std::thread::sleep(Duration::from_secs(2));
@@ -571,7 +571,7 @@ fn followers_send_no_requests_while_the_holder_renews() {
         "{gets} reads in 6 s for {evals} renewals"
     );
     // A graceful handover and a crash are still followed.
-    common::scenarios::handover_and_crash_still_followed(&mut cars);
+    common::scenarios::handovers::handover_and_crash_still_followed(&mut cars);
 }
 
 /// No herd: a graceful handover wakes one follower (the one a release hands the baton
@@ -593,7 +593,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
         .collect();
     for round in 0..2 {
         assert!(
-            common::scenarios::one_leads_the_rest_follow(&cars),
+            common::scenarios::handovers::one_leads_the_rest_follow(&cars),
             "never one leader and the rest following"
         );
         let li = cars
@@ -647,7 +647,7 @@ fn followers_stay_quiet_with_a_short_renew_interval() {
         .map(|i| Sidecar::spawn(&format!("cadence-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -699,7 +699,7 @@ fn a_release_is_one_request_on_a_server_without_the_script() {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`].
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let server = RedisServer::start();
@@ -707,7 +707,7 @@ fn switchover_goes_to_the_named_candidate() {
         .ttl("3s")
         .election("switch")
         .build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 // ---------------------------------------------------------------------------------
@@ -722,8 +722,8 @@ mod rules {
     use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
     use leasekeeper::timing::Timing;
 
-    use crate::common::backend_switchover::runtime;
-    use crate::common::redis_server::{client_field, RedisServer};
+    use crate::common::scenarios::backend_switchover::runtime;
+    use crate::common::servers::redis_server::{client_field, RedisServer};
 
     pub fn candidate(url: &str, election: &str, identity: &str, ttl: Duration) -> RedisBackend {
         let settings = Args {
@@ -770,7 +770,7 @@ mod rules {
     /// overwritten right after the take ran at the server.
     #[test]
     fn a_key_taken_between_the_take_and_the_tracking_read_is_not_claimed() {
-        use crate::common::faults::{FaultProxy, Link};
+        use crate::common::harness::faults::{FaultProxy, Link};
         let server = RedisServer::start();
         let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
         let ttl = Duration::from_secs(30);
@@ -1021,7 +1021,7 @@ mod rules {
     /// later.
     #[test]
     fn a_release_cut_by_a_server_restart_is_sent_again() {
-        use crate::common::faults::{FaultProxy, Link};
+        use crate::common::harness::faults::{FaultProxy, Link};
         let mut server = RedisServer::start_persistent();
         let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
         let ttl = Duration::from_secs(30);
@@ -1095,14 +1095,14 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
         .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     std::thread::sleep(Duration::from_secs(1));
     let seen = server.monitor(Duration::from_secs(6));
     let mut leader_commands = 0;
     for car in &cars {
-        let ports = common::redis_server::client_ports(car.pid, server.port);
+        let ports = common::servers::redis_server::client_ports(car.pid, server.port);
         assert!(!ports.is_empty(), "{}: no connection found", car.name);
         let sent: Vec<&String> = seen
             .iter()
@@ -1124,5 +1124,5 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
     // The leader's renewals (every ttl/3): the monitor did see this process's traffic.
     assert!(leader_commands >= 5, "the leader sent {leader_commands}");
     // A switchover to a follower still finds it alive.
-    common::scenarios::a_switchover_to_a_follower_works(&cars);
+    common::scenarios::handovers::a_switchover_to_a_follower_works(&cars);
 }

@@ -1,13 +1,13 @@
 //! The redlock backend against 3 and 5 real, independent redis-servers.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::checker::{self, ElectionSpec, Fault, RedisCluster};
-use common::faults::Link;
-use common::{eventually, http, Sidecar, SidecarArgs};
+use common::checks::checker::{self, ElectionSpec, Fault, RedisCluster};
+use common::harness::faults::Link;
+use common::{eventually, harness::http, Sidecar, SidecarArgs};
 
 fn rounds(n: usize) -> Vec<Fault> {
     (0..n)
@@ -118,7 +118,7 @@ fn losing_a_majority_leaves_nobody_leading_and_recovering_it_brings_a_leader_bac
     );
 }
 
-use common::checker::ServerControl;
+use common::checks::checker::ServerControl;
 
 /// A node restarts without its data while the leader holds a bare majority, and a
 /// freshly started candidate (which has seen no token yet) campaigns: it must not
@@ -393,7 +393,7 @@ fn redlock_survives_minorities_cut_from_one_candidate_and_partitions() {
 }
 
 /// Script calls (EVALSHA and EVAL) one node has served so far.
-fn scripts(node: &common::redis_server::RedisServer) -> u64 {
+fn scripts(node: &common::servers::redis_server::RedisServer) -> u64 {
     node.calls("evalsha") + node.calls("eval")
 }
 
@@ -492,7 +492,7 @@ fn followers_send_no_requests_while_the_holder_renews() {
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     std::thread::sleep(Duration::from_secs(2));
@@ -505,7 +505,7 @@ fn followers_send_no_requests_while_the_holder_renews() {
     eprintln!("in 6 s: {evals} scripts on 3 nodes");
     assert!((15..=40).contains(&evals), "{evals} scripts run in 6 s");
     // A graceful handover and a crash are still followed.
-    common::scenarios::handover_and_crash_still_followed(&mut cars);
+    common::scenarios::handovers::handover_and_crash_still_followed(&mut cars);
 }
 
 /// A follower that cannot reach one node of a holder that keeps a bare majority sees
@@ -585,7 +585,7 @@ fn slow_leader(link: Link) {
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port).parse().expect("addr"))
         .collect();
-    common::scenarios::slow_leader_is_replaced_within(
+    common::scenarios::handovers::slow_leader_is_replaced_within(
         &stores,
         Duration::from_secs(3),
         link,
@@ -600,7 +600,7 @@ fn slow_leader(link: Link) {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`].
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`].
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let cluster = RedisCluster::start(3);
@@ -608,7 +608,7 @@ fn switchover_goes_to_the_named_candidate() {
         .ttl("3s")
         .election("switch")
         .build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 // ---------------------------------------------------------------------------------
@@ -624,8 +624,8 @@ mod rules {
     use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
     use leasekeeper::timing::Timing;
 
-    use crate::common::backend_switchover::runtime;
-    use crate::common::checker::RedisCluster;
+    use crate::common::checks::checker::RedisCluster;
+    use crate::common::scenarios::backend_switchover::runtime;
 
     const TTL: Duration = Duration::from_secs(1);
 
@@ -668,7 +668,7 @@ mod rules {
         }
     }
 
-    fn on_nodes(nodes: &[crate::common::redis_server::RedisServer], cmd: &str) {
+    fn on_nodes(nodes: &[crate::common::servers::redis_server::RedisServer], cmd: &str) {
         for n in nodes {
             assert!(n.command(cmd).is_some(), "{cmd}");
         }
@@ -854,7 +854,7 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
         .map(|i| Sidecar::spawn(&format!("silent-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -876,7 +876,7 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
             .iter()
             .zip(&seen)
             .flat_map(|(n, seen)| {
-                let ports = common::redis_server::client_ports(car.pid, n.port);
+                let ports = common::servers::redis_server::client_ports(car.pid, n.port);
                 seen.iter()
                     .filter(move |(p, _)| ports.contains(p))
                     .map(|(_, c)| c)
@@ -894,11 +894,11 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
             assert!(sent.is_empty(), "{} sent {sent:?}", car.name);
         }
     }
-    common::scenarios::a_switchover_to_a_follower_works(&cars);
+    common::scenarios::handovers::a_switchover_to_a_follower_works(&cars);
 }
 
 /// Commands the nodes have served so far, by name, but the `INFO` this count sends.
-fn requests(nodes: &[common::redis_server::RedisServer]) -> BTreeMap<String, u64> {
+fn requests(nodes: &[common::servers::redis_server::RedisServer]) -> BTreeMap<String, u64> {
     let mut calls = BTreeMap::new();
     for node in nodes {
         let info = node.command("INFO commandstats").unwrap_or_default();
@@ -960,7 +960,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
     assert!(first.is_some(), "never one leader named by all");
     for round in 0..2 {
         assert!(
-            common::scenarios::one_leads_the_rest_follow(&cars),
+            common::scenarios::handovers::one_leads_the_rest_follow(&cars),
             "never one leader and the rest following"
         );
         let li = cars
@@ -1014,7 +1014,7 @@ fn with_the_baton_node_down_a_graceful_handover_still_finds_a_leader() {
         .map(|i| Sidecar::spawn(&format!("batonless-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        common::scenarios::one_leads_the_rest_follow(&cars),
+        common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and the rest following"
     );
     cluster.nodes[0].kill();
@@ -1050,7 +1050,7 @@ fn with_the_baton_node_down_a_graceful_handover_still_finds_a_leader() {
 /// claiming beside the new one until its renewal (see docs/safety.md, "Faults").
 #[test]
 fn a_leader_whose_key_is_deleted_on_a_majority_steps_down_at_once() {
-    use common::tamper::{assert_recovered, candidates, tamper_with_leader};
+    use common::harness::tamper::{assert_recovered, candidates, tamper_with_leader};
     let cluster = RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
     let sidecars = candidates(SidecarArgs::redlock(&cluster.urls()), dir.path());

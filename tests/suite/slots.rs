@@ -3,23 +3,23 @@
 //! names one, else the fake): the slots scenario of `common/slots.rs` with SIGTERM,
 //! kill -9 and SIGSTOP, checked on the transition logs; and the non-blocking `run`.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::checker::{RedisCluster, ServerControl};
-use common::etcd_server::EtcdCluster;
-use common::faults::Link;
-use common::kube_server::{self, Flavor};
-use common::mariadb_server::MariaServer;
-use common::pg_server::PgServer;
-use common::redis_server::RedisServer;
-use common::slots::{
+use common::checks::checker::{RedisCluster, ServerControl};
+use common::harness::faults::Link;
+use common::scenarios::slots::{
     all_slots_held, check_slot_claims, logged_claims, slot_leaders, two_slots_five_candidates,
     two_slots_five_candidates_and_the_store_struck, two_slots_five_candidates_no_pause, Strikes,
 };
-use common::zk_server::ZkEnsemble;
+use common::servers::etcd_server::EtcdCluster;
+use common::servers::kube_server::{self, Flavor};
+use common::servers::mariadb_server::MariaServer;
+use common::servers::pg_server::PgServer;
+use common::servers::redis_server::RedisServer;
+use common::servers::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);

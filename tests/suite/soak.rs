@@ -24,7 +24,7 @@
 //! would cost that interval; a queue (ZooKeeper) or a lock (flock) also leaves a third
 //! candidate no race to run.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -34,16 +34,16 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use common::checker::ServerControl;
-use common::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster, Report};
-use common::etcd_server::EtcdCluster;
+use common::checks::checker::ServerControl;
+use common::checks::checker::{self, ElectionSpec, Extras, Fault, Links, RedisCluster, Report};
 use common::eventually;
-use common::fake_kube::FakeKube;
-use common::faults::Link;
-use common::recorder::Recorder;
-use common::redis_server::RedisServer;
-use common::slots::Strikes;
-use common::zk_server::{with_zk, ZkEnsemble};
+use common::harness::faults::Link;
+use common::harness::recorder::Recorder;
+use common::scenarios::slots::Strikes;
+use common::servers::etcd_server::EtcdCluster;
+use common::servers::fake_kube::FakeKube;
+use common::servers::redis_server::RedisServer;
+use common::servers::zk_server::{with_zk, ZkEnsemble};
 use common::SidecarArgs;
 
 /// Rounds per checker run at most.
@@ -466,7 +466,7 @@ fn soak_2_redis() {
                         Fault::TamperDelete => format!("DEL {lock}"),
                         _ => format!("SET {lock} x|0|intruder PX 1000"),
                     };
-                    common::redis_server::command_at(port, &command);
+                    common::servers::redis_server::command_at(port, &command);
                 })),
                 ..Extras::default()
             },
@@ -520,7 +520,7 @@ fn redlock(n: usize) {
                             _ => "SET leasekeeper:{soak}:lock x|0|intruder PX 1000",
                         };
                         for &port in &majority {
-                            common::redis_server::command_at(port, command);
+                            common::servers::redis_server::command_at(port, command);
                         }
                     })),
                     clock_rate: batch_clock_rate(),
@@ -765,7 +765,7 @@ fn kubeconfig(dir: &Path, addr: &str) -> String {
         &path,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\nusers:\n- name: leasekeeper\n  user:\n    token: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: leasekeeper\n    namespace: team\ncurrent-context: fake\n",
-            common::fake_kube::TOKEN
+            common::servers::fake_kube::TOKEN
         ),
     )
     .expect("kubeconfig");
@@ -844,8 +844,8 @@ fn soak_9_kubernetes() {
 
 /// The SQL backends: leader, database and link faults and tampering with the row,
 /// judged against the row.
-fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
-    use common::sql_suite::{admin_exec, args_via};
+fn sql_soak<D: common::scenarios::sql_suite::SqlDb>(name: &str, mut db: D) {
+    use common::scenarios::sql_suite::{admin_exec, args_via};
     let ttl = Duration::from_secs(1);
     let election = "soak";
     let backend = db.backend();
@@ -888,13 +888,16 @@ fn sql_soak<D: common::sql_suite::SqlDb>(name: &str, mut db: D) {
 #[test]
 #[ignore = "long: make soak"]
 fn soak_10_postgres() {
-    sql_soak("postgres", common::pg_server::PgServer::start());
+    sql_soak("postgres", common::servers::pg_server::PgServer::start());
 }
 
 #[test]
 #[ignore = "long: make soak"]
 fn soak_11_mysql() {
-    sql_soak("mysql", common::mariadb_server::MariaServer::start());
+    sql_soak(
+        "mysql",
+        common::servers::mariadb_server::MariaServer::start(),
+    );
 }
 
 /// The slots scenario (`tests/common/slots.rs`: two slots, five candidates, SIGTERM,
@@ -950,14 +953,14 @@ fn soak_12_slots_every_store() {
         SidecarArgs::kubernetes(&api.kubeconfig()).election(&slots_election(r))
     });
     drop(api);
-    let mut pg = common::pg_server::PgServer::start();
+    let mut pg = common::servers::pg_server::PgServer::start();
     let (url, nodes) = (pg.url(), vec![local(pg.port)]);
     let strikes = Strikes::new(&mut pg, nodes, true);
     slot_runs("postgres", runs, Some(strikes), &|r| {
         SidecarArgs::postgres(&url).election(&slots_election(r))
     });
     drop(pg);
-    let mut maria = common::mariadb_server::MariaServer::start();
+    let mut maria = common::servers::mariadb_server::MariaServer::start();
     let (url, nodes) = (maria.url(), vec![local(maria.port)]);
     let strikes = Strikes::new(&mut maria, nodes, true);
     slot_runs("mysql", runs, Some(strikes), &|r| {
@@ -991,7 +994,7 @@ fn slot_runs(
     strikes: Option<Strikes>,
     args: &dyn Fn(usize) -> SidecarArgs,
 ) {
-    use common::slots::{
+    use common::scenarios::slots::{
         two_slots_five_candidates, two_slots_five_candidates_and_the_store_struck,
         two_slots_five_candidates_no_pause,
     };
@@ -1053,10 +1056,10 @@ fn soak_13_shared_and_exclusive() {
             std::fs::create_dir_all(&own).expect("dir");
             SidecarArgs::file(&own).election(&election(r))
         },
-        |a, t, g| common::modes::shared_and_exclusive(a, t, g, false),
+        |a, t, g| common::scenarios::modes::shared_and_exclusive(a, t, g, false),
     );
-    let queued: Scenario = |a, t, g| common::modes::shared_and_exclusive(a, t, g, true);
-    let redis = common::redis_server::RedisServer::start();
+    let queued: Scenario = |a, t, g| common::scenarios::modes::shared_and_exclusive(a, t, g, true);
+    let redis = common::servers::redis_server::RedisServer::start();
     run_on(
         "redis",
         &|r| SidecarArgs::redis(&redis.url()).election(&election(r)),
@@ -1084,14 +1087,14 @@ fn soak_13_shared_and_exclusive() {
         queued,
     );
     drop(zk);
-    let pg = common::pg_server::PgServer::start();
+    let pg = common::servers::pg_server::PgServer::start();
     run_on(
         "postgres",
         &|r| SidecarArgs::postgres(&pg.url()).election(&election(r)),
         queued,
     );
     drop(pg);
-    let maria = common::mariadb_server::MariaServer::start();
+    let maria = common::servers::mariadb_server::MariaServer::start();
     run_on(
         "mysql",
         &|r| SidecarArgs::mysql(&maria.url()).election(&election(r)),

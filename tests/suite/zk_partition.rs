@@ -2,12 +2,12 @@
 //! (`ZkEnsemble::start_partitionable`): one server cut off from the other two while its
 //! clients stay connected to it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use common::zk_server::ZkEnsemble;
+use common::servers::zk_server::ZkEnsemble;
 use zookeeper_client as zk;
 
 fn runtime() -> tokio::runtime::Runtime {

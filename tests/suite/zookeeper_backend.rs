@@ -1,14 +1,14 @@
 //! The zookeeper backend against real ZooKeeper: one server and a 3-server ensemble.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::checker::{self, ElectionSpec, Fault};
-use common::curator::{compile, Jvm};
-use common::faults::Link;
-use common::zk_server::{with_zk, ZkEnsemble};
-use common::{backend_herd, backend_switchover, SidecarArgs};
+use common::checks::checker::{self, ElectionSpec, Fault};
+use common::harness::faults::Link;
+use common::servers::curator::{compile, Jvm};
+use common::servers::zk_server::{with_zk, ZkEnsemble};
+use common::{scenarios::backend_herd, scenarios::backend_switchover, SidecarArgs};
 use leasekeeper::backend::zookeeper::ZkBackend;
 use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
 use leasekeeper::timing::Timing;
@@ -148,7 +148,7 @@ fn curator_leader_latch_and_leasekeeper_share_one_election() {
     );
     for _ in 0..20 {
         assert_eq!(
-            common::http::get(b.port, "/is-leader").map(|(c, _)| c),
+            common::harness::http::get(b.port, "/is-leader").map(|(c, _)| c),
             Some(503),
             "lk-b leads while Curator does"
         );
@@ -347,7 +347,7 @@ async fn leader_node(client: &zookeeper_client::Client, dir: &str) -> String {
 /// until its next renew while the next candidate in the queue took over at once.
 #[test]
 fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
-    use common::tamper::{assert_recovered, tamper_with_leader};
+    use common::harness::tamper::{assert_recovered, tamper_with_leader};
     let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let dir = tempfile::tempdir().expect("dir");
@@ -380,7 +380,7 @@ fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
         })
     });
     eprintln!("rewritten: {rewritten:?}");
-    common::tamper::assert_stopped_within(&rewritten, Duration::from_millis(500));
+    common::harness::tamper::assert_stopped_within(&rewritten, Duration::from_millis(500));
 }
 
 /// A granted ttl shorter than asked: the server caps the session timeout (20 ×
@@ -430,7 +430,7 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
 
 fn slow_leader(link: Link) {
     let zk = ZkEnsemble::shared();
-    common::scenarios::slow_leader_is_replaced_and_recovers(
+    common::scenarios::handovers::slow_leader_is_replaced_and_recovers(
         &[zk.address()],
         Duration::from_secs(3),
         link,
@@ -510,7 +510,7 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
 /// each, judged also against the store's own record.
 #[test]
 fn zookeeper_survives_partitions_slow_links_and_tampering() {
-    use common::recorder::Recorder;
+    use common::harness::recorder::Recorder;
     let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let store = Recorder::zookeeper(connect.clone(), "/leasekeeper/faults".to_owned());
@@ -557,7 +557,7 @@ fn zookeeper_survives_partitions_slow_links_and_tampering() {
 /// session to find by its prefix and claim again with the same czxid.
 #[test]
 fn a_release_cut_short_never_hands_out_the_same_token_twice() {
-    use common::faults::{FaultProxy, Link};
+    use common::harness::faults::{FaultProxy, Link};
     let zk = ZkEnsemble::shared();
     let proxy = FaultProxy::start(zk.address());
     let dir = tempfile::tempdir().expect("dir");
@@ -579,7 +579,7 @@ fn a_release_cut_short_never_hands_out_the_same_token_twice() {
     proxy.set(Link::Blackhole);
     // Answered once the release gave up, after the client's read timeout: not waited for.
     let port = sidecar.port;
-    let asked = std::thread::spawn(move || common::http::post(port, "/release"));
+    let asked = std::thread::spawn(move || common::harness::http::post(port, "/release"));
     common::eventually(Duration::from_secs(3), || {
         sidecar
             .leader()
@@ -614,7 +614,7 @@ fn a_release_cut_short_never_hands_out_the_same_token_twice() {
 /// and the candidates queue again under the new parent.
 #[test]
 fn the_election_parent_deleted_and_recreated_leaves_one_leader() {
-    use common::recorder::Recorder;
+    use common::harness::recorder::Recorder;
     let zk = ZkEnsemble::shared();
     let connect = zk.connect_string();
     let parent = "/leasekeeper/parent".to_owned();
@@ -734,7 +734,7 @@ fn followers_send_only_pings_while_the_holder_renews() {
     assert_ne!(next, old.name.as_str());
 }
 
-/// See [`common::scenarios::followers_survive_release_requests_during_a_handover`].
+/// See [`common::scenarios::handovers::followers_survive_release_requests_during_a_handover`].
 #[test]
 fn followers_survive_release_requests_during_a_handover() {
     let zk = ZkEnsemble::shared();
@@ -742,7 +742,7 @@ fn followers_survive_release_requests_during_a_handover() {
         .ttl("4s")
         .election("stagger")
         .build();
-    common::scenarios::followers_survive_release_requests_during_a_handover(&args);
+    common::scenarios::handovers::followers_survive_release_requests_during_a_handover(&args);
 }
 
 /// A ZooKeeper candidate built as the sidecar builds it (flags → settings → backend).
@@ -820,8 +820,8 @@ fn switchover_to_a_missing_candidate_is_a_plain_release() {
     );
 }
 
-/// See [`common::scenarios::switchover_goes_to_the_named_candidate`]: sidecars end to
-/// end (the library-level rules are `switchover_*` in `common::backend_switchover`).
+/// See [`common::scenarios::handovers::switchover_goes_to_the_named_candidate`]: sidecars end to
+/// end (the library-level rules are `switchover_*` in `common::scenarios::backend_switchover`).
 #[test]
 fn switchover_goes_to_the_named_candidate() {
     let zk = ZkEnsemble::shared();
@@ -829,7 +829,7 @@ fn switchover_goes_to_the_named_candidate() {
         .ttl("4s")
         .election("switch")
         .build();
-    common::scenarios::switchover_goes_to_the_named_candidate(&args);
+    common::scenarios::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 // The store's rules, one at a time, at the library level (DESIGN §2 and §7): candidates

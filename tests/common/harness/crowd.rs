@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::redis_server::RedisServer;
-use super::{eventually, free_port, leasekeeper_bin, SidecarArgs};
+use crate::common::servers::redis_server::RedisServer;
+use crate::common::{eventually, free_port, leasekeeper_bin, SidecarArgs};
 
 /// A sidecar started with a given open-files limit, killed on drop.
 struct Limited {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::kube_server::KubeApi;
-use super::server::{wait_serving, ServerProcess};
+use crate::common::servers::kube_server::KubeApi;
+use crate::common::servers::server::{wait_serving, ServerProcess};
 
 /// The webhook's name in the configuration.
 pub const WEBHOOK: &str = "inject.leasekeeper.io";
@@ -211,7 +211,7 @@ impl Injector {
     /// Starts one on free loopback ports; `extra` are more flags (`--native-sidecars
     /// false`, say). Returns once its `/healthz` answers.
     pub fn start(certs: &Certs, kubeconfig: &str, dir: &Path, extra: &[&str]) -> Injector {
-        let port = super::free_port();
+        let port = crate::common::free_port();
         Injector::start_on(port, certs, kubeconfig, dir, extra)
     }
 
@@ -223,12 +223,12 @@ impl Injector {
         dir: &Path,
         extra: &[&str],
     ) -> Injector {
-        let metrics_port = super::free_port();
+        let metrics_port = crate::common::free_port();
         let template = dir.join("sidecar.yaml");
         std::fs::write(&template, TEMPLATE).expect("template");
         let (cert, key) = certs.serving();
         let log = dir.join(format!("injector-{port}-{metrics_port}.log"));
-        let mut cmd = Command::new(super::leasekeeper_bin());
+        let mut cmd = Command::new(crate::common::leasekeeper_bin());
         cmd.arg("inject")
             .arg(format!("--listen-addr=127.0.0.1:{port}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::eventually;
+use crate::common::eventually;
 
 /// One process.
 #[derive(Clone, Debug)]
@@ -125,7 +125,7 @@ impl Drop for Marker {
                 return;
             }
             for p in left {
-                super::send_signal(p.pid, libc::SIGKILL);
+                crate::common::send_signal(p.pid, libc::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(10));
         }

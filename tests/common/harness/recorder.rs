@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use leasekeeper::clock::monotonic_now_ns;
 
-use super::checker::LoggedClaim;
+use crate::common::checks::checker::LoggedClaim;
 
 /// One tenure as the store names it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{eventually, http, Sidecar, SidecarArgs};
+use crate::common::{eventually, harness::http, Sidecar, SidecarArgs};
 
 /// One `/leader` answer.
 #[derive(Clone, Debug)]

@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::faults::{FaultProxy, Link};
-use super::tamper::leader_of;
-use super::{eventually, Sidecar};
+use crate::common::harness::faults::{FaultProxy, Link};
+use crate::common::harness::tamper::leader_of;
+use crate::common::{eventually, Sidecar};
 
 /// DESIGN invariant 11 and a gray failure: the link between the leader and the
 /// store turns slow (`link`: a long pipe, `Link::Delay`, or a congested queue,
@@ -120,13 +120,14 @@ pub fn slow_leader_is_replaced_within(
     for i in 0..3 {
         let text =
             std::fs::read_to_string(dir.path().join(format!("s{i}.jsonl"))).unwrap_or_default();
-        super::checker::parse_claims(&text, &mut claims);
+        crate::common::checks::checker::parse_claims(&text, &mut claims);
     }
-    let mut claims: Vec<super::checker::LoggedClaim> = claims.into_values().collect();
+    let mut claims: Vec<crate::common::checks::checker::LoggedClaim> =
+        claims.into_values().collect();
     claims.sort_by_key(|c| c.start);
     assert!(claims.len() >= 3, "too few claims logged: {claims:?}");
-    super::checker::check_claims_never_overlap(&claims);
-    super::checker::check_tokens_strictly_grow(&claims);
+    crate::common::checks::checker::check_claims_never_overlap(&claims);
+    crate::common::checks::checker::check_tokens_strictly_grow(&claims);
 }
 
 /// A follower that is not next in line waits a little before it looks at a new holder
@@ -178,8 +179,11 @@ pub fn followers_survive_release_requests_during_a_handover(args: &[String]) {
         })
         .expect("a successor");
         for &i in others.iter().filter(|&&i| i != successor) {
-            let answer =
-                super::http::post_within(sidecars[i].port, "/release", Duration::from_secs(2));
+            let answer = crate::common::harness::http::post_within(
+                sidecars[i].port,
+                "/release",
+                Duration::from_secs(2),
+            );
             // The request must reach the elector ("not leader"), or this tests nothing.
             let (code, body) = answer.expect("an answer to POST /release");
             assert_eq!(code, 409, "{body}");
@@ -262,7 +266,7 @@ fn tenures_begun(car: &Sidecar) -> usize {
 /// everything it printed.
 fn switchover(port: u16, to: &str) -> (Option<i32>, String) {
     let url = format!("http://127.0.0.1:{port}");
-    let (code, out, err) = super::run_to_exit(
+    let (code, out, err) = crate::common::run_to_exit(
         &["switchover", "--to", to, "--url", &url, "--timeout", "30s"],
         &[],
     );
@@ -286,7 +290,7 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
         assert!(cars[i].wait_listening(Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(super::scenarios::one_leads_the_rest_follow(&cars));
+    assert!(super::handovers::one_leads_the_rest_follow(&cars));
     let (leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");
     let follower = (leader + 1) % 3;
     let (code, out) = switchover(cars[follower].port, "s9");
@@ -299,7 +303,7 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
     } else {
         // A store with no list of candidates: released, and nobody named takes it.
         assert_eq!(code, Some(5), "an unknown candidate named: {out}");
-        assert!(super::scenarios::one_leads_the_rest_follow(&cars));
+        assert!(super::handovers::one_leads_the_rest_follow(&cars));
     }
     let (mut leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");
     // More rounds by hand (`LK_SWITCHOVER_ROUNDS=30`, say, on a real API server).
@@ -354,7 +358,8 @@ pub fn a_switchover_to_a_follower_works(cars: &[Sidecar]) {
         .iter()
         .find(|c| c.name != leader.name)
         .expect("follower");
-    let answer = super::http::post(leader.port, &format!("/release?to={}", to.name));
+    let answer =
+        crate::common::harness::http::post(leader.port, &format!("/release?to={}", to.name));
     assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
     let led = eventually(Duration::from_secs(5), || {
         to.leader().filter(|v| v["is_leader"] == true)

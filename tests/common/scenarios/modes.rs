@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::checker::LoggedClaim;
 use super::slots::finish_and_check;
-use super::{eventually, send_signal, Sidecar, SidecarArgs};
+use crate::common::checks::checker::LoggedClaim;
+use crate::common::{eventually, send_signal, Sidecar, SidecarArgs};
 
 /// The sidecars that say they lead now (their indices).
 pub fn leading(cars: &[Sidecar]) -> Vec<usize> {
@@ -208,7 +208,7 @@ fn a_writer_waiting_behind_two_readers(
 /// joined sends its last statements of the join late on a busy machine), at most
 /// `limit`; one that keeps sending fails here.
 fn goes_quiet(statements: &dyn Fn() -> usize, limit: Duration, who: &str) {
-    let quiet = super::settled(limit, Duration::from_secs(1), statements);
+    let quiet = crate::common::settled(limit, Duration::from_secs(1), statements);
     assert!(quiet, "{who} never stopped sending statements for a second");
 }
 

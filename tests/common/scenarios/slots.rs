@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::checker::{parse_claims, LoggedClaim, ServerControl};
-use super::faults::{FaultProxy, Link};
-use super::{eventually, send_signal, Sidecar, SidecarArgs};
+use crate::common::checks::checker::{parse_claims, LoggedClaim, ServerControl};
+use crate::common::harness::faults::{FaultProxy, Link};
+use crate::common::{eventually, send_signal, Sidecar, SidecarArgs};
 
 /// The slots each sidecar says it holds now: (sidecar index, slot, token).
 pub fn slot_leaders(cars: &[Sidecar]) -> Vec<(usize, u64, u64)> {

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::checker::{self, ElectionSpec, Fault, ServerControl};
-use super::{eventually, free_port, run_to_exit, Sidecar, SidecarArgs};
+use crate::common::checks::checker::{self, ElectionSpec, Fault, ServerControl};
+use crate::common::{eventually, free_port, run_to_exit, Sidecar, SidecarArgs};
 
 /// A database server the SQL scenarios run against.
 pub trait SqlDb: ServerControl {
@@ -180,7 +180,7 @@ pub fn passwords(db: &dyn SqlDb) {
     assert!(refused.wait_listening(Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(
-        super::http::get(refused.port, "/readyz").map(|(c, _)| c),
+        crate::common::harness::http::get(refused.port, "/readyz").map(|(c, _)| c),
         Some(503)
     );
 }
@@ -226,11 +226,11 @@ pub fn user_without_create_right(db: &dyn SqlDb) {
     limited.settles_in("leader", Duration::from_secs(10));
 }
 
-/// See [`super::scenarios::switchover_goes_to_the_named_candidate`]: the live
+/// See [`super::handovers::switchover_goes_to_the_named_candidate`]: the live
 /// candidates and the reservation in `<table>_cands`.
 pub fn switchover(db: &dyn SqlDb) {
     let args = db_flags(db, "lk").ttl("3s").election("switch").build();
-    super::scenarios::switchover_goes_to_the_named_candidate(&args);
+    super::handovers::switchover_goes_to_the_named_candidate(&args);
 }
 
 /// A switchover to a candidate that is listed alive but never takes the row (gone
@@ -253,7 +253,7 @@ pub fn a_reservation_nobody_uses_runs_out(db: &dyn SqlDb) {
     std::thread::sleep(Duration::from_millis(500));
     ghost.signal(libc::SIGSTOP);
     let t0 = Instant::now();
-    let answer = super::http::post(a.port, "/release?to=ghost");
+    let answer = crate::common::harness::http::post(a.port, "/release?to=ghost");
     assert_eq!(answer.as_ref().map(|r| r.0), Some(200), "{answer:?}");
     let cars = [&a, &b];
     let led = eventually(Duration::from_secs(6), || {
@@ -283,7 +283,7 @@ pub fn tls_with_a_private_ca_and_a_client_certificate<D: SqlDb>(
     start_tls: impl FnOnce(&Path) -> D,
 ) {
     let certs = tempfile::tempdir().expect("dir");
-    super::make_certs(certs.path());
+    crate::common::make_certs(certs.path());
     let db = start_tls(certs.path());
     let file = |n: &str| certs.path().join(n).display().to_string();
     let dir = tempfile::tempdir().expect("dir");
@@ -305,7 +305,8 @@ pub fn tls_with_a_private_ca_and_a_client_certificate<D: SqlDb>(
     let refused = Sidecar::spawn("refused", dir.path(), &no_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));
     let unready = eventually(Duration::from_secs(2), || {
-        (super::http::get(refused.port, "/readyz").map(|(c, _)| c) == Some(503)).then_some(())
+        (crate::common::harness::http::get(refused.port, "/readyz").map(|(c, _)| c) == Some(503))
+            .then_some(())
     });
     assert!(unready.is_some());
     std::thread::sleep(Duration::from_millis(600));
@@ -341,7 +342,7 @@ pub fn checker_with_server_faults(db: &mut dyn SqlDb, rounds: usize) -> checker:
 /// Partitions, slow links and tampering, judged also against the row.
 pub fn checker_with_link_faults(
     db: &dyn SqlDb,
-    store: super::recorder::Recorder,
+    store: crate::common::harness::recorder::Recorder,
 ) -> checker::Report {
     let backend = db.backend();
     let user_url = db.url_for("lk");
@@ -427,12 +428,12 @@ pub fn admin_exec(backend: &str, url: &str, sql: &str) {
     );
 }
 
-impl SqlDb for super::pg_server::PgServer {
+impl SqlDb for crate::common::servers::pg_server::PgServer {
     fn backend(&self) -> &'static str {
         "postgres"
     }
     fn url_for(&self, user: &str) -> String {
-        super::pg_server::PgServer::url_for(self, user)
+        crate::common::servers::pg_server::PgServer::url_for(self, user)
     }
     fn port(&self) -> u16 {
         self.port
@@ -450,12 +451,12 @@ impl SqlDb for super::pg_server::PgServer {
     }
 }
 
-impl SqlDb for super::mariadb_server::MariaServer {
+impl SqlDb for crate::common::servers::mariadb_server::MariaServer {
     fn backend(&self) -> &'static str {
         "mysql"
     }
     fn url_for(&self, user: &str) -> String {
-        super::mariadb_server::MariaServer::url_for(self, user)
+        crate::common::servers::mariadb_server::MariaServer::url_for(self, user)
     }
     fn port(&self) -> u16 {
         self.port
@@ -492,59 +493,60 @@ macro_rules! sql_backend_tests {
         #[test]
         fn $unused() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::a_reservation_nobody_uses_runs_out(&db);
+            $crate::common::scenarios::sql_suite::a_reservation_nobody_uses_runs_out(&db);
         }
 
         #[test]
         fn $switch() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::switchover(&db);
+            $crate::common::scenarios::sql_suite::switchover(&db);
         }
 
         #[test]
         fn $lifecycle() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::lease_row_lifecycle(&db);
+            $crate::common::scenarios::sql_suite::lease_row_lifecycle(&db);
         }
 
         #[test]
         fn $tokens() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::tokens_after_the_row_is_deleted_or_reset(&db);
+            $crate::common::scenarios::sql_suite::tokens_after_the_row_is_deleted_or_reset(&db);
         }
 
         #[test]
         fn $passwords() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::passwords(&db);
+            $crate::common::scenarios::sql_suite::passwords(&db);
         }
 
         #[test]
         fn $limited() {
             let db = <$server>::shared();
-            $crate::common::sql_suite::user_without_create_right(&db);
+            $crate::common::scenarios::sql_suite::user_without_create_right(&db);
         }
 
         #[test]
         fn $checker() {
-            use $crate::common::sql_suite::SqlDb;
+            use $crate::common::scenarios::sql_suite::SqlDb;
             let mut db = <$server>::start();
-            let report = $crate::common::sql_suite::checker_with_server_faults(&mut db, 14);
+            let report =
+                $crate::common::scenarios::sql_suite::checker_with_server_faults(&mut db, 14);
             eprintln!("{}: {report:?}", db.backend());
         }
 
         #[test]
         fn $links() {
-            use $crate::common::sql_suite::SqlDb;
+            use $crate::common::scenarios::sql_suite::SqlDb;
             let db = <$server>::shared();
             let store = $recorder(db.url(), "faults");
-            let report = $crate::common::sql_suite::checker_with_link_faults(&db, store);
+            let report = $crate::common::scenarios::sql_suite::checker_with_link_faults(&db, store);
             eprintln!("{} faults: {report:?}", db.backend());
         }
 
         #[test]
         fn $tls() {
-            $crate::common::sql_suite::tls_with_a_private_ca_and_a_client_certificate(
+            $crate::common::scenarios::sql_suite::tls_with_a_private_ca_and_a_client_certificate(
                 <$server>::start_tls,
             );
         }
@@ -556,12 +558,12 @@ macro_rules! sql_backend_tests {
 pub(crate) use sql_backend_tests;
 
 /// A gray failure on SQL: the leader's link turns slow (see
-/// [`super::scenarios::slow_leader_is_replaced_and_recovers`]).
-pub fn slow_leader(db: &dyn SqlDb, link: super::faults::Link) {
+/// [`super::handovers::slow_leader_is_replaced_and_recovers`]).
+pub fn slow_leader(db: &dyn SqlDb, link: crate::common::harness::faults::Link) {
     let direct = format!("127.0.0.1:{}", db.port());
     let url = db.url_for("lk");
     assert!(url.contains(&direct), "{url} names {direct}");
-    super::scenarios::slow_leader_is_replaced_and_recovers(
+    super::handovers::slow_leader_is_replaced_and_recovers(
         &[direct.parse().expect("addr")],
         Duration::from_secs(3),
         link,
@@ -850,7 +852,7 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
         .map(|i| Sidecar::spawn(&format!("quiet-{i}"), dir.path(), &args))
         .collect();
     assert!(
-        super::scenarios::one_leads_the_rest_follow(&cars),
+        super::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
     let rows = || {
@@ -868,7 +870,7 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
         before, after,
         "the candidates' rows changed at steady state"
     );
-    super::scenarios::a_switchover_to_a_follower_works(&cars);
+    super::handovers::a_switchover_to_a_follower_works(&cars);
 }
 
 /// Followers send the server nothing at steady state (DESIGN §9): a follower,
@@ -924,8 +926,8 @@ pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb, statements: &
 macro_rules! sql_store_rule_tests {
     (server: $server:ty, new: $new:path $(,)?) => {
         mod store_rules {
-            use $crate::common::backend_switchover::runtime;
-            use $crate::common::sql_suite as suite;
+            use $crate::common::scenarios::backend_switchover::runtime;
+            use $crate::common::scenarios::sql_suite as suite;
 
             #[test]
             fn renew_and_release_act_only_on_the_own_tenure() {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::checker::{stop_members, Members};
-use super::netns::NetLab;
 use super::server::{wait_serving, ServerProcess};
-use super::{eventually, free_port};
+use crate::common::checks::checker::{stop_members, Members};
+use crate::common::harness::netns::NetLab;
+use crate::common::{eventually, free_port};
 
 struct Member {
     name: String,
@@ -56,7 +56,7 @@ impl EtcdCluster {
     }
 
     fn start_in(n: usize, lab: Option<NetLab>) -> EtcdCluster {
-        let mut dir = super::store_data_dir();
+        let mut dir = crate::common::store_data_dir();
         if std::env::var_os("LK_KEEP_TEST_DIRS").is_some() {
             dir.disable_cleanup(true);
             eprintln!("etcd dir: {}", dir.path().display());

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::free_port;
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
 use super::shared::{detached, shared, SharedServer, Started};
+use crate::common::free_port;
 
 pub struct MariaServer {
     pub port: u16,
@@ -104,7 +104,7 @@ impl MariaServer {
         });
         let port = server.address.parse().expect("the shared server's port");
         let mut db = MariaServer::at(server.dir.clone(), port, Vec::new());
-        db.db = format!("t{}_{}", std::process::id(), super::nanos());
+        db.db = format!("t{}_{}", std::process::id(), crate::common::nanos());
         db.sql(&format!("CREATE DATABASE {}; {}", db.db, grants(&db.db)));
         db.shared = Some(server);
         db
@@ -251,7 +251,7 @@ impl MariaServer {
     }
 }
 
-impl super::checker::ServerControl for MariaServer {
+impl crate::common::checks::checker::ServerControl for MariaServer {
     fn pause(&mut self) {
         MariaServer::pause(self)
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
 use super::shared::{detached, shared, SharedServer, Started};
-use super::{eventually, free_port, process_state, send_signal};
+use crate::common::{eventually, free_port, process_state, send_signal};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
@@ -101,7 +101,7 @@ impl PgServer {
             }
         });
         let port: u16 = server.address.parse().expect("the shared server's port");
-        let db = format!("t{}_{}", std::process::id(), super::nanos());
+        let db = format!("t{}_{}", std::process::id(), crate::common::nanos());
         psql_at(port, "postgres", &format!("CREATE DATABASE {db}"));
         PgServer {
             port,
@@ -368,7 +368,7 @@ fn psql_at(port: u16, db: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-impl super::checker::ServerControl for PgServer {
+impl crate::common::checks::checker::ServerControl for PgServer {
     fn pause(&mut self) {
         PgServer::pause(self)
     }

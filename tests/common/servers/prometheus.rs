@@ -6,8 +6,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use super::free_port;
 use super::server::{wait_serving, ServerProcess};
+use crate::common::free_port;
 
 pub struct Prometheus {
     pub port: u16,

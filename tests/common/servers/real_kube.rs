@@ -307,7 +307,7 @@ impl RealKube {
                 (Some(_), None) => false,
             }
         };
-        let _ = super::eventually(Duration::from_secs(5), || seen().then_some(()));
+        let _ = crate::common::eventually(Duration::from_secs(5), || seen().then_some(()));
     }
 
     /// The audit log's entries for requests of the user `leasekeeper`, one per request.
@@ -436,14 +436,14 @@ fn launch(binary: &Path, dir: &Path, etcd: &str, flavor: Flavor) -> (ServerProce
     let log = dir.join("apiserver.log");
     let cert = dir.join("certs").join("apiserver.crt");
     for _ in 0..5 {
-        let port = super::free_port();
+        let port = crate::common::free_port();
         let mut server = start_server(binary, dir, etcd, port, flavor);
         let bind_failed = || {
             std::fs::read_to_string(&log)
                 .unwrap_or_default()
                 .contains("address already in use")
         };
-        let started = super::eventually(Duration::from_secs(60), || {
+        let started = crate::common::eventually(Duration::from_secs(60), || {
             if bind_failed() {
                 Some(false)
             } else {
@@ -764,7 +764,7 @@ impl RealKube {
     }
 }
 
-impl super::checker::ServerControl for RealKube {
+impl crate::common::checks::checker::ServerControl for RealKube {
     fn pause(&mut self) {
         self.server.pause();
     }

@@ -5,8 +5,8 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use super::free_port;
 use super::server::{wait_serving, ServerProcess};
+use crate::common::free_port;
 
 pub struct RedisServer {
     pub port: u16,

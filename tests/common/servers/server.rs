@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{eventually, send_signal};
+use crate::common::{eventually, send_signal};
 
 /// A server process the harness started, or none (before the first start and after
 /// a kill).

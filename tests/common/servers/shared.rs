@@ -76,7 +76,8 @@ fn live_state(dir: &Path) -> Option<String> {
     let mut lines = text.lines();
     let address = lines.next()?.to_owned();
     let pids: Vec<u32> = lines.filter_map(|l| l.parse().ok()).collect();
-    let alive = |pid: &u32| super::process_state(*pid).is_some_and(|s| s != 'Z' && s != 'X');
+    let alive =
+        |pid: &u32| crate::common::process_state(*pid).is_some_and(|s| s != 'Z' && s != 'X');
     (!pids.is_empty() && pids.iter().all(alive)).then_some(address)
 }
 
@@ -85,7 +86,7 @@ fn start_server(dir: &Path, start: impl FnOnce(&Path) -> Started) -> String {
     if let Ok(text) = std::fs::read_to_string(dir.join("state")) {
         // What is left of a server whose keeper or a process of it died.
         for pid in text.lines().skip(1).filter_map(|l| l.parse::<u32>().ok()) {
-            super::send_signal(pid, libc::SIGKILL);
+            crate::common::send_signal(pid, libc::SIGKILL);
         }
     }
     let _ = std::fs::remove_file(dir.join("state"));

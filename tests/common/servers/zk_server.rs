@@ -1,7 +1,7 @@
 //! Real ZooKeeper servers (Debian's `zookeeper` package) on loopback, started without
 //! their init scripts, killed on drop. tickTime is 200 ms, so session timeouts can be
 //! short (the server caps them at 20 × tickTime = 4 s). Data in /dev/shm when it exists,
-//! as etcd's ([`super::store_data_dir`]).
+//! as etcd's ([`crate::common::store_data_dir`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -10,11 +10,11 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::checker::{stop_members, Members};
-use super::faults::{FaultProxy, Link, ProxyOptions};
-use super::free_port;
 use super::server::{wait_serving, ServerProcess};
 use super::shared::{detached, shared, SharedServer, Started};
+use crate::common::checks::checker::{stop_members, Members};
+use crate::common::free_port;
+use crate::common::harness::faults::{FaultProxy, Link, ProxyOptions};
 
 struct Server {
     client: u16,
@@ -245,7 +245,7 @@ impl ZkEnsemble {
     }
 
     fn start_with(n: usize, certs: Option<&std::path::Path>, partitionable: bool) -> ZkEnsemble {
-        let dir = super::store_data_dir();
+        let dir = crate::common::store_data_dir();
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
@@ -355,7 +355,7 @@ impl ZkEnsemble {
                 pids: process.detach().into_iter().collect(),
             }
         });
-        let chroot = format!("/test-{}-{}", std::process::id(), super::nanos());
+        let chroot = format!("/test-{}-{}", std::process::id(), crate::common::nanos());
         create_chroot(&server.address, &chroot);
         SharedZk { server, chroot }
     }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::rounds::Election;
 use super::Report;
-use crate::common::faults::Link;
-use crate::common::{eventually, http};
+use crate::common::harness::faults::Link;
+use crate::common::{eventually, harness::http};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {

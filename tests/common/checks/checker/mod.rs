@@ -37,7 +37,7 @@ pub struct Extras {
     /// Links through proxies (needed by the partition and slow-link faults).
     pub links: Option<Links>,
     /// The store's own record of holders, checked against the claims afterwards.
-    pub store: Option<crate::common::recorder::Recorder>,
+    pub store: Option<crate::common::harness::recorder::Recorder>,
     /// Changes the leader's record behind its back (`TamperDelete`/`TamperOverwrite`).
     #[allow(clippy::type_complexity)]
     pub tamper: Option<Box<dyn FnMut(Fault)>>,
@@ -150,7 +150,7 @@ pub fn run_link_faults(
     rounds: Vec<Fault>,
     node: std::net::SocketAddr,
     args: impl Fn(&str) -> Vec<String> + 'static,
-    store: crate::common::recorder::Recorder,
+    store: crate::common::harness::recorder::Recorder,
     tamper: impl FnMut(Fault) + 'static,
 ) -> Report {
     run_with(
@@ -213,15 +213,16 @@ fn the_leader_does_not_flap(claims: &[LoggedClaim], rounds: usize, candidates: u
 /// The claims against the store's own record of holders: how long any ran past the
 /// store handing the lease on (checked within the tolerance by the recorder).
 fn the_store_handed_on_no_lease_still_claimed(
-    store: crate::common::recorder::Recorder,
+    store: crate::common::harness::recorder::Recorder,
     claims: &[LoggedClaim],
     tampered: &[u64],
     report: &mut Report,
 ) {
     let tolerance = TAMPER_TOLERANCE.as_nanos() as u64;
     let changes = store.finish();
-    let past =
-        crate::common::recorder::check_claims_against_store(claims, &changes, tampered, tolerance);
+    let past = crate::common::harness::recorder::check_claims_against_store(
+        claims, &changes, tampered, tolerance,
+    );
     report.longest_past_store_ms = past.untampered.map(|ns| ns as f64 / 1e6);
     report.longest_past_store_tampered_ms = past.tampered.map(|ns| ns as f64 / 1e6);
     report.unjudged_by_store = past.unjudged;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::http;
+use crate::common::harness::http;
 
 /// One answer seen from outside.
 #[derive(Clone, Debug)]

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use super::claims::{read_claims, LoggedClaim};
 use super::outside::{Observation, Poller};
 use super::{ElectionSpec, Extras, Fault, Report};
-use crate::common::faults::{FaultProxy, Link};
-use crate::common::{eventually, http, Sidecar};
+use crate::common::harness::faults::{FaultProxy, Link};
+use crate::common::{eventually, harness::http, Sidecar};
 
 pub(super) struct Election<'a> {
     pub(super) spec: ElectionSpec<'a>,

@@ -2,7 +2,7 @@
 //! [`Members`] for stores made of member processes), several Redis servers as one
 //! Redlock store, and per-candidate links to the store through fault proxies.
 
-use crate::common::redis_server::RedisServer;
+use crate::common::servers::redis_server::RedisServer;
 use crate::common::SidecarArgs;
 
 /// Faults of the store itself (absent for the file backend). For a store of several
@@ -206,7 +206,7 @@ impl ServerControl for RedisServer {
 pub type LinkArgs = Box<dyn Fn(&[String]) -> Vec<String>>;
 
 /// Per-candidate links to the store: every sidecar reaches every store node through
-/// its own [`FaultProxy`](crate::common::faults::FaultProxy), so one candidate's link can be cut or slowed alone.
+/// its own [`FaultProxy`](crate::common::harness::faults::FaultProxy), so one candidate's link can be cut or slowed alone.
 pub struct Links {
     /// The store's nodes (client ports).
     pub nodes: Vec<std::net::SocketAddr>,

@@ -64,7 +64,7 @@ use axum::http::Method;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch as signal};
 
-use super::checker::ServerControl;
+use crate::common::checks::checker::ServerControl;
 use api::handle;
 pub(crate) use api::{chart_role, merge, role_rules};
 use store::{remove, write, Shared, Store};
@@ -426,8 +426,8 @@ impl FakeKube {
     }
 
     /// A store recorder for Lease `name`: every write of it, noted as it is made.
-    pub fn lease_recorder(&self, name: &str) -> crate::common::recorder::Recorder {
-        let (recorder, sink) = crate::common::recorder::Recorder::fed();
+    pub fn lease_recorder(&self, name: &str) -> crate::common::harness::recorder::Recorder {
+        let (recorder, sink) = crate::common::harness::recorder::Recorder::fed();
         self.store().lease_recorders.push((name.to_owned(), sink));
         recorder
     }

@@ -25,7 +25,7 @@ pub(super) struct Change {
 pub(super) struct Store {
     pub(super) version: u64,
     /// Lease name → the recorder fed with each write of that Lease's holder.
-    pub(super) lease_recorders: Vec<(String, crate::common::recorder::RecordSink)>,
+    pub(super) lease_recorders: Vec<(String, crate::common::harness::recorder::RecordSink)>,
     /// (kind, namespace, name) → object.
     pub(super) objects: BTreeMap<(&'static str, String, String), Value>,
     pub(super) history: Vec<Change>,
@@ -71,7 +71,7 @@ pub(super) fn note_lease(store: &Store, name: &str, lease: Option<&Value>) {
         let identity = l["spec"]["holderIdentity"]
             .as_str()
             .filter(|h| !h.is_empty())?;
-        Some(crate::common::recorder::Tenure {
+        Some(crate::common::harness::recorder::Tenure {
             identity: identity.to_owned(),
             token: l["spec"]["leaseTransitions"].as_u64().unwrap_or(0),
         })

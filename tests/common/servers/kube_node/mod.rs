@@ -482,7 +482,7 @@ pub fn leasekeeper_image() -> &'static Path {
             .arg("--strip-debug")
             .arg("-o")
             .arg(&binary)
-            .arg(super::leasekeeper_bin())
+            .arg(crate::common::leasekeeper_bin())
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "strip --strip-debug of the leasekeeper binary");

@@ -128,7 +128,7 @@ impl PodWatch {
         except: &str,
         limit: Duration,
     ) -> Option<(u64, String)> {
-        super::super::eventually(limit, || {
+        crate::common::eventually(limit, || {
             self.seen().into_iter().find_map(|s| {
                 (s.at_ns >= after_ns
                     && s.name != except
@@ -296,7 +296,7 @@ impl TransitionLogs {
         limit: Duration,
         accept: impl Fn(&[Transition]) -> Option<T>,
     ) -> Option<T> {
-        super::super::eventually(limit, || accept(&self.transitions()))
+        crate::common::eventually(limit, || accept(&self.transitions()))
     }
 }
 
@@ -379,8 +379,10 @@ impl LeaderPolls {
                 let answers = targets()
                     .into_iter()
                     .filter_map(|(pod, ip)| {
-                        let (code, body) =
-                            super::super::http::get_from(SocketAddr::new(ip, port), "/leader")?;
+                        let (code, body) = crate::common::harness::http::get_from(
+                            SocketAddr::new(ip, port),
+                            "/leader",
+                        )?;
                         (code == 200).then(|| Some((pod, serde_json::from_str(&body).ok()?)))?
                     })
                     .collect();
@@ -424,7 +426,7 @@ pub fn watch_exits(pids: Vec<u32>, limit: Duration) -> JoinHandle<Vec<Option<u64
         while Instant::now() < end && gone.iter().any(Option::is_none) {
             for (i, pid) in pids.iter().enumerate() {
                 if gone[i].is_none()
-                    && matches!(super::super::process_state(*pid), None | Some('Z'))
+                    && matches!(crate::common::process_state(*pid), None | Some('Z'))
                 {
                     gone[i] = Some(mono_ns());
                 }
