@@ -16,7 +16,7 @@ RUN cargo build --release --locked --bin leasekeeper \
  && install -D -m 0755 target/release/leasekeeper /usr/local/bin/leasekeeper
 
 # The runtime stage is image/contents.txt, line by line (base, copy, user, expose,
-# entrypoint): tests/container.rs checks this stage against that list and runs the same
+# entrypoint): tests/suite/container.rs checks this stage against that list and runs the same
 # image with runc, so the two cannot drift.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /usr/local/bin/leasekeeper /usr/local/bin/leasekeeper

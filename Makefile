@@ -10,7 +10,7 @@ run:
 	cargo run $(QUICK) -- $(ARGS)
 
 # Installs the test servers when missing, then runs the whole test suite: the checks,
-# then every test of every binary in a process of its own, side by side, under
+# then every test of every suite in a process of its own, side by side, under
 # cargo-nextest (.config/nextest.toml; docs/development.md, "The test suite's time"),
 # then the doc tests.
 test: deps
@@ -52,10 +52,10 @@ prometheus-test:
 
 # The long run, not part of `make test`: every backend through LK_SOAK_TRANSITIONS
 # (default 1000) leader transitions under every fault the checker has for it, then one
-# table (tests/soak.rs; docs/development.md, "Soak"). Under an hour on two cores.
+# table (tests/suite/soak.rs; docs/development.md, "Soak"). Under an hour on two cores.
 soak: deps
 	rm -rf target/soak
-	status=0; cargo test --test soak -- --ignored --test-threads=1 --nocapture || status=$$?; \
+	status=0; cargo test --test suite -- --ignored --test-threads=1 --nocapture soak:: || status=$$?; \
 	echo; echo "## leasekeeper soak, $$(date -u +%Y-%m-%d), LK_SOAK_TRANSITIONS=$${LK_SOAK_TRANSITIONS:-1000}"; echo; \
 	cat target/soak/results.md 2>/dev/null || echo "(no results)"; \
 	echo; echo "Slots (LK_SOAK_SLOT_RUNS=$${LK_SOAK_SLOT_RUNS:-10}):"; echo; \
@@ -70,7 +70,7 @@ soak: deps
 # Debug build (no release build needed): 7 minutes on this 2-core machine while other
 # builds ran (400,000 runs in 332 s, then 85 s of exhaustive search).
 sim:
-	cargo test --test elector_sim -- --ignored --nocapture --test-threads=1
+	cargo test --test suite -- --ignored --nocapture --test-threads=1 elector_sim::
 
 # Handover/failover latency, follower load, idle footprint, next to peers; writes
 # docs/benchmarks.md (every table; with LK_BENCH_ONLY=a,b only the tables those

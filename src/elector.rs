@@ -32,7 +32,7 @@
 //!
 //! Every backend call runs under a timeout (the backend timeout, and never past the
 //! current deadline while leading), so a frozen store cannot stall a step-down.
-//! `tests/elector_sim.rs` runs many copies of the same machine against simulated
+//! `tests/suite/elector_sim.rs` runs many copies of the same machine against simulated
 //! stores under every fault, from seeds.
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! `LK_BENCH_ONLY=abuse`: the hostile-client crowd of `tests/hostile_clients.rs`
+//! `LK_BENCH_ONLY=abuse`: the hostile-client crowd of `tests/suite/hostile_clients.rs`
 //! (`common::harness::crowd`) against the release build, at the default open-files limit and
 //! at a raisable one: probes answered, scrapes, RSS idle, peak and after, and whether
 //! the leader kept its one tenure.

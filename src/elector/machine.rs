@@ -5,7 +5,7 @@
 //! environment or does I/O. Time is the candidate's own monotonic clock, written as a
 //! [`Time`] (a duration since an epoch its driver chose); jitter comes from a seeded
 //! generator in the state. The tokio driver ([`super::driver`]) runs this machine
-//! against a real backend; the simulator (`tests/elector_sim.rs`) runs many copies of
+//! against a real backend; the simulator (`tests/suite/elector_sim.rs`) runs many copies of
 //! the very same code against simulated stores, in simulated time.
 //!
 //! Every rule of DESIGN §2 that the elector keeps lives here:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# A single-node Kubernetes for the node suite (tests/kube_node.rs), on this host.
+# A single-node Kubernetes for the node suite (tests/suite/kube_node.rs), on this host.
 #
 #   node.sh up STATE_DIR            start it; returns once the Node is Ready
 #   node.sh down STATE_DIR [--purge] stop it and put the host back as it was

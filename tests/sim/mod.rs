@@ -92,7 +92,7 @@ pub fn explain(o: &Outcome) -> String {
     let tail = trace.len().saturating_sub(40);
     let flaw_names = flaw_names(flaws);
     format!(
-        "{}\nthe last {} trace lines up to the violation (real time, node @ its local time, event -> effects, next):\n{}\nreplay: LK_SIM_SEED={} LK_SIM_FAMILY={}{} cargo test --test elector_sim replay -- --nocapture",
+        "{}\nthe last {} trace lines up to the violation (real time, node @ its local time, event -> effects, next):\n{}\nreplay: LK_SIM_SEED={} LK_SIM_FAMILY={}{} cargo test --test suite elector_sim::replay -- --exact --nocapture",
         again.report(),
         trace.len() - tail,
         trace[tail..].join("\n"),

@@ -15,8 +15,8 @@
 //! background worker that left CMD's process group included).
 //!
 //! runc needs root here (rootless runc needs user namespaces): as another user the
-//! container steps are skipped, saying so. By hand: `cargo test --test container --
-//! --nocapture` (docs/development.md, "The image as a container").
+//! container steps are skipped, saying so. By hand: `cargo nextest run --no-capture -E
+//! 'test(/^container::/)'` (docs/development.md, "The image as a container").
 
 use crate::common;
 

@@ -1,4 +1,4 @@
-//! The fault proxy of `tests/common/faults.rs` against a loopback echo server: each
+//! The fault proxy of `tests/common/harness/faults.rs` against a loopback echo server: each
 //! link mode does exactly what it says.
 
 use crate::common;

@@ -1,7 +1,7 @@
 //! `leasekeeper inject`, the mutating admission webhook, as an API server calls it:
 //! the real kube-apiserver when `LK_KUBE_APISERVER` names one (it calls the webhook
 //! over TLS on loopback, trusting the configuration's caBundle), else the in-process
-//! fake, which calls it the same way (tests/common/fake_kube/admission.rs). Every
+//! fake, which calls it the same way (tests/common/servers/fake_kube/admission.rs). Every
 //! Pod here is created through the API, as a user or a ReplicaSet creates one.
 
 use crate::common;

@@ -8,7 +8,7 @@
 //! (Leases, terminating Pods, restarted containers), and a failure names one scenario.
 //! One node runs on a host at a time, so the tests take turns (a lock file).
 //!
-//! Run: `LK_KUBE_NODE=/path/to/bin cargo test --test kube_node -- --test-threads=1 --nocapture`
+//! Run: `LK_KUBE_NODE=/path/to/bin cargo nextest run --no-capture -E 'test(/^kube_node::/)'`
 //! (docs/development.md, "The node suite"; the figures go to docs/workloads.md).
 
 use crate::common;

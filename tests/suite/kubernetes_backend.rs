@@ -1,5 +1,5 @@
 //! The kubernetes backend and the Pod labeler against the in-process fake API server
-//! (no real API server can run here; see tests/common/fake_kube.rs for what it enforces).
+//! (no real API server can run here; see tests/common/servers/fake_kube/ for what it enforces).
 
 use crate::common;
 

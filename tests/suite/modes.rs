@@ -1,5 +1,5 @@
 //! Shared and exclusive holders (`--mode`) on every store with a read-write lock,
-//! against the real servers: the scenario of `common/modes.rs` (three shared
+//! against the real servers: the scenario of `common/scenarios/modes.rs` (three shared
 //! holders, a writer that waits for them and keeps later readers out, an election's
 //! candidate as a writer, kill -9, SIGTERM and SIGSTOP), checked on the transition
 //! logs; and the settings refused.
@@ -1253,7 +1253,7 @@ mod redis_rules {
 
     /// The writer's twin of the election's
     /// `a_leader_tracks_its_key_again_when_the_tracking_connection_dies`
-    /// (tests/redis_backend.rs): the tracking connection killed while W holds, and no
+    /// (tests/suite/redis_backend.rs): the tracking connection killed while W holds, and no
     /// renewal after it (ttl 30 s): W's wait for news of its key (`record_lost`) turns
     /// tracking on again by itself, so a takeover right after is heard at once, not at
     /// W's next renewal.

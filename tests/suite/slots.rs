@@ -1,6 +1,6 @@
 //! Elections of several holders (`--holders N`) on every store, against the real
 //! servers (the Kubernetes API: the real kube-apiserver when `LK_KUBE_APISERVER`
-//! names one, else the fake): the slots scenario of `common/slots.rs` with SIGTERM,
+//! names one, else the fake): the slots scenario of `common/scenarios/slots.rs` with SIGTERM,
 //! kill -9 and SIGSTOP, checked on the transition logs; and the non-blocking `run`.
 
 use crate::common;

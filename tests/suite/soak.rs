@@ -6,7 +6,7 @@
 //! Each backend runs the checker in batches ([`BATCH`] rounds at most, fresh sidecars
 //! and checks per batch, one store for the whole soak) until the batches together saw
 //! the target number of tenures. Every batch is judged in full by the checker
-//! (`tests/common/checker.rs`): claims from the transition logs, the outside view,
+//! (`tests/common/checks/checker/`): claims from the transition logs, the outside view,
 //! token order, failover bounds, and the store's own record where a recorder exists;
 //! across batches, the first token of a batch must be above the last of the one
 //! before. Any violation panics, so a finished soak means none was seen.
@@ -285,7 +285,7 @@ static BATCH_NO: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize
 /// The clock-rate fault in the soak: every other batch runs its sidecars with their
 /// clocks at 0.995× real speed (libfaketime), within the 1% `--clock-drift`: no
 /// overlap may follow (the checker maps their logged claims back to the host's clock;
-/// tests/checker_self_test.rs shows a rate beyond the allowance caught).
+/// tests/suite/checker_self_test.rs shows a rate beyond the allowance caught).
 fn batch_clock_rate() -> Option<f64> {
     (BATCH_NO.load(std::sync::atomic::Ordering::SeqCst) % 2 == 1).then_some(0.995)
 }
@@ -900,7 +900,7 @@ fn soak_11_mysql() {
     );
 }
 
-/// The slots scenario (`tests/common/slots.rs`: two slots, five candidates, SIGTERM,
+/// The slots scenario (`tests/common/scenarios/slots.rs`: two slots, five candidates, SIGTERM,
 /// kill -9 and SIGSTOP of slot holders, every logged claim checked per slot)
 /// `LK_SOAK_SLOT_RUNS` times (default 10) on every store, one store at a time, each run
 /// on an election of its own; the first run on each store with a server also strikes
@@ -1022,7 +1022,7 @@ fn slot_runs(
     append_row_to(&results_path().with_file_name("slots.md"), header, &row);
 }
 
-/// The shared/exclusive scenario of `tests/modes.rs` (three readers, a writer that
+/// The shared/exclusive scenario of `tests/suite/modes.rs` (three readers, a writer that
 /// waits and keeps a later reader out, an election's candidate, SIGTERM, kill -9 and
 /// SIGSTOP, every logged claim checked) `LK_SOAK_MODE_RUNS` times (default 10) on every
 /// store with a read-write lock; one row per store in `target/soak/modes.md`.

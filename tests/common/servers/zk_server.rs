@@ -210,7 +210,7 @@ impl ZkEnsemble {
     /// another election round (+2–3 s).
     ///
     /// tickTime=200, initLimit=10, syncLimit=5 as in [`ZkEnsemble::start`]. Measured
-    /// here (tests/zk_partition.rs, 2 busy cores): an isolated *follower* keeps serving
+    /// here (tests/suite/zk_partition.rs, 2 busy cores): an isolated *follower* keeps serving
     /// its clients' reads for syncLimit × tickTime = 1 s after the cut (last read
     /// answered 0.98–1.00 s after it, first failed read 0.99–1.02 s: it waits that long
     /// for a packet from its leader, then closes its client connections and goes

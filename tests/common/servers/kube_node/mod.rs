@@ -1,4 +1,4 @@
-//! A real single-node Kubernetes for the node suite (tests/kube_node.rs), when the
+//! A real single-node Kubernetes for the node suite (tests/suite/kube_node.rs), when the
 //! developer gives its binaries: `LK_KUBE_NODE=<folder>` with kube-apiserver,
 //! kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl and a static
 //! `pause`, built elsewhere from one Kubernetes release (docs/development.md, "The node
