@@ -283,8 +283,11 @@ impl Election<'_> {
     /// promised to followers that follow: after a store fault a candidate may still be
     /// backing off or sitting out, and the leader that released would then (rightly)
     /// take its lease back.
+    /// The wait is the round's precondition, not a bound of the program's: after a
+    /// fault a candidate may sit out or back off for a few ttl, longer on a loaded
+    /// machine, so it allows 3 ttl and 5 s.
     fn a_leader_stands_before(&mut self, fault: Fault) -> (usize, u64) {
-        let limit = self.spec.ttl * 3 + Duration::from_secs(2);
+        let limit = self.spec.ttl * 3 + Duration::from_secs(5);
         if !matches!(fault, Fault::Graceful | Fault::Release) {
             return self
                 .find_leader(None, limit)
