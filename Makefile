@@ -13,8 +13,10 @@ run:
 # then every test of every suite in a process of its own, side by side, under
 # cargo-nextest (.config/nextest.toml; docs/development.md, "The test suite's time"),
 # then the doc tests.
+#
+# The chart checks (about a core for 15 s, mostly Helm's renders) run beside the
+# build and the tests; their report follows the tests', and a failure of either fails.
 test: deps
-	python3 tests/chart/check_chart.py
 	bash tests/prometheus/check.sh
 	python3 tests/docs/check_links.py
 	python3 tests/docs/check_voice.py
@@ -22,7 +24,11 @@ test: deps
 	python3 tests/docs/check_flags.py
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
-	cargo nextest run
+	mkdir -p target
+	python3 tests/chart/check_chart.py > target/check-chart.log 2>&1 & chart=$$!; \
+	status=0; cargo nextest run || status=$$?; \
+	echo "== chart checks (tests/chart/check_chart.py)"; \
+	wait $$chart || status=1; cat target/check-chart.log; exit $$status
 	cargo test --doc
 
 deps:
