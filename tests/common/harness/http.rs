@@ -27,9 +27,7 @@ fn request_to(
     path: &str,
     limit: Duration,
 ) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, limit).ok()?;
-    stream.set_read_timeout(Some(limit)).ok()?;
-    stream.set_write_timeout(Some(limit)).ok()?;
+    let mut stream = connect(addr, limit)?;
     let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(req.as_bytes()).ok()?;
     let mut raw = Vec::new();
@@ -41,6 +39,15 @@ fn request_to(
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Some((code, body))
+}
+
+/// A connection whose connect, reads and writes each give up after `limit`.
+fn connect(addr: SocketAddr, limit: Duration) -> Option<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, limit).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
+    stream.set_write_timeout(Some(limit)).ok()?;
+    stream.set_nodelay(true).ok()?;
+    Some(stream)
 }
 
 thread_local! {
@@ -104,19 +111,11 @@ pub struct KeepAlive {
 
 impl KeepAlive {
     pub fn open(port: u16) -> Option<KeepAlive> {
-        let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        Some(KeepAlive {
-            reader: BufReader::new(stream),
-        })
+        Self::open_within(port, Duration::from_secs(5))
     }
 
     fn open_within(port: u16, limit: Duration) -> Option<KeepAlive> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let stream = TcpStream::connect_timeout(&addr, limit).ok()?;
-        stream.set_read_timeout(Some(limit)).ok()?;
-        stream.set_write_timeout(Some(limit)).ok()?;
-        stream.set_nodelay(true).ok()?;
+        let stream = connect(SocketAddr::from(([127, 0, 0, 1], port)), limit)?;
         Some(KeepAlive {
             reader: BufReader::new(stream),
         })

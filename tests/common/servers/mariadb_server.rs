@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
-use super::shared::{detached, shared, SharedServer, Started};
+use super::shared::{detached, namespace, shared, SharedServer, Started};
 use crate::common::free_port;
 
 pub struct MariaServer {
@@ -104,7 +104,7 @@ impl MariaServer {
         });
         let port = server.address.parse().expect("the shared server's port");
         let mut db = MariaServer::at(server.dir.clone(), port, Vec::new());
-        db.db = format!("t{}_{}", std::process::id(), crate::common::nanos());
+        db.db = format!("t{}", namespace());
         db.sql(&format!("CREATE DATABASE {}; {}", db.db, grants(&db.db)));
         db.shared = Some(server);
         db

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::server::{copy_tree, template, wait_serving, ServerProcess};
-use super::shared::{detached, shared, SharedServer, Started};
+use super::shared::{detached, namespace, shared, SharedServer, Started};
 use crate::common::{eventually, free_port, process_state, send_signal};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -101,7 +101,7 @@ impl PgServer {
             }
         });
         let port: u16 = server.address.parse().expect("the shared server's port");
-        let db = format!("t{}_{}", std::process::id(), crate::common::nanos());
+        let db = format!("t{}", namespace());
         psql_at(port, "postgres", &format!("CREATE DATABASE {db}"));
         PgServer {
             port,

@@ -25,6 +25,12 @@ use std::process::{Command, Stdio};
 /// How long a shared server outlives its last user.
 pub const IDLE_SECS: u32 = 10;
 
+/// A name no other test process of the run uses (this process's id and the time), for
+/// a test's namespace on a shared server: `t<name>` databases, `/test-<name>` chroots.
+pub fn namespace() -> String {
+    format!("{}_{}", std::process::id(), crate::common::nanos())
+}
+
 /// A server that this process uses along with others; it stays up while this lives.
 pub struct SharedServer {
     /// What the server's starter returned: its address.

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::server::{wait_serving, ServerProcess};
-use super::shared::{detached, shared, SharedServer, Started};
+use super::shared::{detached, namespace, shared, SharedServer, Started};
 use crate::common::checks::checker::{stop_members, Members};
 use crate::common::free_port;
 use crate::common::harness::faults::{FaultProxy, Link, ProxyOptions};
@@ -355,7 +355,7 @@ impl ZkEnsemble {
                 pids: process.detach().into_iter().collect(),
             }
         });
-        let chroot = format!("/test-{}-{}", std::process::id(), crate::common::nanos());
+        let chroot = format!("/test-{}", namespace());
         create_chroot(&server.address, &chroot);
         SharedZk { server, chroot }
     }
