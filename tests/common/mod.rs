@@ -43,6 +43,7 @@ pub mod scenarios {
     pub mod slots;
     pub mod sql_modes;
     pub mod sql_suite;
+    pub mod stores;
 }
 
 /// checks/: the election checker, which judges a run from its logs, outside and store.

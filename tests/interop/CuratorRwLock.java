@@ -1,8 +1,9 @@
 // A Curator InterProcessReadWriteLock user for the interop test. Usage:
 //   java CuratorRwLock <connect> <lock path>
 // Reads commands on stdin: "read" or "write" takes that side of the lock (in a
-// thread of its own, which prints "held" once it has it), "release" lets it go
-// (printing "released"), "close" exits.
+// thread of its own, which prints "held <ns>" once it has it, <ns> its
+// System.nanoTime(), CLOCK_MONOTONIC on Linux, the clock of the sidecars'
+// transition logs), "release" lets it go (printing "released"), "close" exits.
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.util.concurrent.SynchronousQueue;
@@ -35,7 +36,7 @@ public class CuratorRwLock {
                 new Thread(() -> {
                     try {
                         m.acquire();
-                        System.out.println("held");
+                        System.out.println("held " + System.nanoTime());
                         System.out.flush();
                         release.take();
                         m.release();

@@ -1,40 +1,24 @@
 //! Elections of several holders (`--holders N`) on every store, against the real
 //! servers (the Kubernetes API: the real kube-apiserver when `LK_KUBE_APISERVER`
 //! names one, else the fake): the slots scenario of `common/scenarios/slots.rs` with SIGTERM,
-//! kill -9 and SIGSTOP, checked on the transition logs; and the non-blocking `run`.
+//! kill -9 and SIGSTOP, checked on the transition logs, as a table of cases × stores
+//! (`store_matrix!`: `<case>::<store>`); and the non-blocking `run`.
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::checks::checker::{RedisCluster, ServerControl};
 use common::harness::faults::Link;
 use common::scenarios::slots::{
     all_slots_held, check_slot_claims, logged_claims, slot_leaders, two_slots_five_candidates,
     two_slots_five_candidates_and_the_store_struck, two_slots_five_candidates_no_pause, Strikes,
 };
-use common::servers::etcd_server::EtcdCluster;
+use common::scenarios::stores::{store_matrix, Store};
 use common::servers::kube_server::{self, Flavor};
-use common::servers::mariadb_server::MariaServer;
-use common::servers::pg_server::PgServer;
 use common::servers::redis_server::RedisServer;
-use common::servers::zk_server::ZkEnsemble;
 use common::{eventually, run_to_exit, Sidecar, SidecarArgs};
 
 const GRACEFUL: Duration = Duration::from_secs(2);
-
-/// The store's faults, its nodes at `nodes` (restarted too when `restart`), and a
-/// holder's links slowed to `slowed`: a link late past the backend timeout on some
-/// stores, a congested one on the others (`make soak` runs both on every store).
-fn strikes(
-    store: &mut dyn ServerControl,
-    nodes: Vec<SocketAddr>,
-    restart: bool,
-    slowed: Link,
-) -> Strikes<'_> {
-    Strikes::new(store, nodes, restart).slowed(&[slowed])
-}
 
 /// Every byte of a link half a ttl late each way: a round trip past the backend timeout.
 fn late(ttl: Duration) -> Link {
@@ -46,74 +30,46 @@ fn congested(ttl: Duration) -> Link {
     Link::Congested(ttl.mul_f64(0.4))
 }
 
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// A store's row of the slots scenario: its ttl, how a holder's link is slowed (a
+/// link late past the backend timeout on some stores, a congested one on the others;
+/// `make soak` runs both on every store), and whether its nodes are restarted too.
+/// Redis: a ttl well above the graceful bound, for a slot whose release woke nobody
+/// (its baton popped by a candidate that holds another slot) is taken only when the
+/// renewals are missed, 3/4 ttl later, and fails the bound. Redlock: its nodes keep
+/// no data, a restart is the Redlock checker's own (restart fencing).
+fn struck(store: Store) -> (Duration, fn(Duration) -> Link, bool) {
+    let ttl = Duration::from_secs(if store == Store::Redis { 5 } else { 2 });
+    match store {
+        Store::Redis | Store::Etcd | Store::Mysql => (ttl, congested, true),
+        Store::Redlock => (ttl, late, false),
+        _ => (ttl, late, true),
+    }
 }
 
-/// The `127.0.0.1:<port>` addresses in a list of endpoints (`http://…`, `host:port`).
-fn addresses(endpoints: &str) -> Vec<SocketAddr> {
-    endpoints
-        .split(',')
-        .map(|e| e.trim_start_matches("http://"))
-        .map(|e| e.parse().expect("127.0.0.1:<port>"))
-        .collect()
-}
+store_matrix! {
+    /// Two slots, five candidates, with SIGTERM, kill -9 and SIGSTOP of holders, and the
+    /// store struck (its faults, its nodes', a holder's slowed link) where it runs as a
+    /// server of the test's own.
+    fn slots_on(store) on [file, redis, redlock, etcd, zookeeper, postgres, mysql] {
+        let mut on = store.own();
+        let (ttl, slowed, restart) = struck(store);
+        let args = on.args().ttl(&format!("{}s", ttl.as_secs())).election("slots");
+        if store == Store::File {
+            return two_slots_five_candidates_no_pause(args, ttl, GRACEFUL);
+        }
+        let nodes = on.addresses();
+        let strikes = Strikes::new(on.control(), nodes, restart).slowed(&[slowed(ttl)]);
+        two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
+    }
 
-#[test]
-fn slots_on_file() {
-    let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::file(dir.path()).ttl("2s").election("slots");
-    two_slots_five_candidates_no_pause(args, Duration::from_secs(2), GRACEFUL);
-}
-
-/// A ttl well above the graceful bound: a slot whose release woke nobody (its baton
-/// popped by a candidate that holds another slot) is taken only when the renewals
-/// are missed, 3/4 ttl later, and fails the bound.
-#[test]
-fn slots_on_redis() {
-    let mut redis = RedisServer::start_persistent();
-    let args = SidecarArgs::redis(&redis.url()).ttl("5s").election("slots");
-    let ttl = Duration::from_secs(5);
-    let nodes = vec![local(redis.port)];
-    let strikes = strikes(&mut redis, nodes, true, congested(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
-}
-
-#[test]
-fn slots_on_redlock() {
-    let mut cluster = RedisCluster::start(3);
-    let args = SidecarArgs::redlock(&cluster.urls())
-        .ttl("2s")
-        .election("slots");
-    let ttl = Duration::from_secs(2);
-    let nodes = cluster.links("2s", "slots").nodes;
-    // Its nodes keep no data: a restart is the Redlock checker's own (restart fencing).
-    let strikes = strikes(&mut cluster, nodes, false, late(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
-}
-
-#[test]
-fn slots_on_etcd() {
-    let mut etcd = EtcdCluster::start(1);
-    let args = SidecarArgs::etcd(&etcd.endpoints())
-        .ttl("2s")
-        .election("slots");
-    let ttl = Duration::from_secs(2);
-    let nodes = addresses(&etcd.endpoints());
-    let strikes = strikes(&mut etcd, nodes, true, congested(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
-}
-
-#[test]
-fn slots_on_zookeeper() {
-    let mut zk = ZkEnsemble::start(1);
-    let args = SidecarArgs::zookeeper(&zk.connect_string())
-        .ttl("2s")
-        .election("slots");
-    let ttl = Duration::from_secs(2);
-    let nodes = addresses(&zk.connect_string());
-    let strikes = strikes(&mut zk, nodes, true, late(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
+    /// A waiting candidate that stops (SIGTERM) leaves every slot's queue, as a single
+    /// lease's follower does: when a slot's holder goes next, a candidate that still
+    /// waits takes the slot at once, not after the stopped one's place expires (ttl 10 s
+    /// here).
+    fn a_stopping_follower_leaves_every_queue(store) on [etcd, zookeeper] {
+        let on = store.shared();
+        a_stopping_follower_leaves_every_queue(on.args());
+    }
 }
 
 #[test]
@@ -133,26 +89,6 @@ fn slots_on_kubernetes() {
             "{lease}"
         );
     }
-}
-
-#[test]
-fn slots_on_postgres() {
-    let mut db = PgServer::start();
-    let args = SidecarArgs::postgres(&db.url()).ttl("2s").election("slots");
-    let ttl = Duration::from_secs(2);
-    let nodes = vec![local(db.port)];
-    let strikes = strikes(&mut db, nodes, true, late(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
-}
-
-#[test]
-fn slots_on_mysql() {
-    let mut db = MariaServer::start();
-    let args = SidecarArgs::mysql(&db.url()).ttl("2s").election("slots");
-    let ttl = Duration::from_secs(2);
-    let nodes = vec![local(db.port)];
-    let strikes = strikes(&mut db, nodes, true, congested(ttl));
-    two_slots_five_candidates_and_the_store_struck(args, ttl, GRACEFUL, strikes);
 }
 
 /// `run --wait-timeout`: with every slot held, `0` tries once and exits 75 at once,
@@ -375,9 +311,6 @@ fn the_pod_labels_name_each_slot_and_a_new_tenure_clears_only_its_own() {
     );
 }
 
-/// A waiting candidate that stops (SIGTERM) leaves every slot's queue, as a single
-/// lease's follower does: when a slot's holder goes next, a candidate that still waits
-/// takes the slot at once, not after the stopped one's place expires (ttl 10 s here).
 fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
     let dir = tempfile::tempdir().expect("dir");
     let args = args.ttl("10s").election("leaving").flag("--holders", "2");
@@ -409,18 +342,6 @@ fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
         slot_leaders(&cars),
         cars[3].stderr()
     );
-}
-
-#[test]
-fn a_stopping_follower_leaves_every_queue_on_etcd() {
-    let etcd = EtcdCluster::start(1);
-    a_stopping_follower_leaves_every_queue(SidecarArgs::etcd(&etcd.endpoints()));
-}
-
-#[test]
-fn a_stopping_follower_leaves_every_queue_on_zookeeper() {
-    let zk = ZkEnsemble::shared();
-    a_stopping_follower_leaves_every_queue(SidecarArgs::zookeeper(&zk.connect_string()));
 }
 
 /// Slots keep their own fencing counters, so a candidate that lost one slot may take

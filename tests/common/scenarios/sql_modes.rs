@@ -470,3 +470,33 @@ pub async fn a_shared_release_does_not_wait_for_the_election_lock<B: Backend>(
         "a shared holder's release took {took:?} (backend timeout 4 s)"
     );
 }
+
+/// A table of these rules × the SQL stores: each case named here runs as one test per
+/// store, `<case>::postgres` and `<case>::mysql`, each on the run's shared server.
+#[allow(unused_macros)]
+macro_rules! sql_mode_rules {
+    ($($(#[$doc:meta])* $case:ident),+ $(,)?) => {$(
+        $(#[$doc])*
+        mod $case {
+            use $crate::common::scenarios::backend_switchover::runtime;
+            use $crate::common::scenarios::sql_modes;
+            use $crate::common::servers::{mariadb_server::MariaServer, pg_server::PgServer};
+            use leasekeeper::backend::sql::{mysql::MysqlBackend, postgres::PostgresBackend};
+
+            #[test]
+            fn postgres() {
+                let db = PgServer::shared();
+                runtime().block_on(sql_modes::$case(&db, PostgresBackend::new));
+            }
+
+            #[test]
+            fn mysql() {
+                let db = MariaServer::shared();
+                runtime().block_on(sql_modes::$case(&db, MysqlBackend::new));
+            }
+        }
+    )+};
+}
+
+#[allow(unused_imports)]
+pub(crate) use sql_mode_rules;

@@ -19,6 +19,11 @@ pub trait SqlDb: ServerControl {
     fn overwrite_sql(&self, election: &str) -> String;
     /// Lets `limited` use an existing lease table (MySQL granted it already).
     fn grant_limited(&self);
+    /// Creates user `quiet`, with the rights of `lk`, whose every statement the server
+    /// logs (a server of the test's own: the logging is server-wide on MySQL).
+    fn log_quiet_user(&self);
+    /// How many statements user `quiet` sent so far (see [`SqlDb::log_quiet_user`]).
+    fn quiet_statements(&self) -> usize;
 }
 
 /// The sidecar's flags for `user` on this server (then `.ttl(…).election(…)`).
@@ -449,6 +454,16 @@ impl SqlDb for crate::common::servers::pg_server::PgServer {
     fn grant_limited(&self) {
         self.psql("GRANT SELECT, INSERT, UPDATE ON leasekeeper_leases, leasekeeper_leases_tokens, leasekeeper_leases_cands TO limited");
     }
+    /// `log_statement = all` for the role.
+    fn log_quiet_user(&self) {
+        self.psql("CREATE ROLE quiet LOGIN SUPERUSER; ALTER ROLE quiet SET log_statement = 'all'");
+    }
+    /// The statements in the server's log: only `quiet`'s are logged.
+    fn quiet_statements(&self) -> usize {
+        (self.log().lines())
+            .filter(|l| l.contains("LOG:  statement: ") || l.contains("LOG:  execute "))
+            .count()
+    }
 }
 
 impl SqlDb for crate::common::servers::mariadb_server::MariaServer {
@@ -470,6 +485,21 @@ impl SqlDb for crate::common::servers::mariadb_server::MariaServer {
         )
     }
     fn grant_limited(&self) {}
+    /// The general log, kept as a table.
+    fn log_quiet_user(&self) {
+        self.sql(
+            "CREATE USER 'quiet'@'127.0.0.1'; GRANT ALL ON lk.* TO 'quiet'@'127.0.0.1';
+             SET GLOBAL log_output = 'TABLE'; SET GLOBAL general_log = 1;",
+        );
+    }
+    /// Every command of the user in the general log, on any of its connections
+    /// (connects, prepares, executes, pings, queries).
+    fn quiet_statements(&self) -> usize {
+        self.sql("SELECT COUNT(*) FROM mysql.general_log WHERE user_host LIKE 'quiet[quiet]%'")
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    }
 }
 
 /// The tests every SQL backend's suite runs against a server of type `server` (with
@@ -875,11 +905,13 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
 
 /// Followers send the server nothing at steady state (DESIGN §9): a follower,
 /// connected as its own user `quiet` whose every statement the server counts
-/// (`statements`), sends none over 3 ttl (ttl 2 s) while the leader renews; before,
-/// it campaigned at every retry interval (about 9 statements here). Then the leader
-/// is killed (-9) and the follower still takes over (its wait ends with the leader's
-/// session).
-pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb, statements: &dyn Fn() -> usize) {
+/// ([`SqlDb::log_quiet_user`], a server of the test's own), sends none over 3 ttl
+/// (ttl 2 s) while the leader renews (one that campaigned at every retry interval
+/// would send about 9 statements here). Then the leader is killed (-9) and the
+/// follower still takes over (its wait ends with the leader's session).
+pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb) {
+    db.log_quiet_user();
+    let statements = || db.quiet_statements();
     let dir = tempfile::tempdir().expect("dir");
     let lead_args = db_flags(db, "lk").ttl("2s").election("hush").build();
     let leader = Sidecar::spawn("hush-a", dir.path(), &lead_args);
