@@ -21,54 +21,24 @@ use leasekeeper::timing::Timing;
 
 #[test]
 fn etcd_single_member_survives_the_checker() {
+    use Fault::*;
     let mut etcd = EtcdCluster::start(1);
-    let endpoints = etcd.endpoints();
-    let rounds = (0..64)
-        .map(|i| match i % 9 {
-            1 => Fault::Kill9,
-            3 => Fault::PauseLeader,
-            5 => Fault::PauseServer,
-            6 => Fault::Release,
-            7 => Fault::RestartServer,
-            _ => Fault::Graceful,
-        })
-        .collect();
-    let report = checker::run(ElectionSpec::three_candidates(
-        SidecarArgs::etcd(&endpoints)
-            .ttl("1s")
-            .election("checker")
-            .build(),
-        Duration::from_secs(1),
-        rounds,
-        Some(&mut etcd),
-    ));
-    eprintln!("etcd(1): {report:?}");
-    assert!(report.claims >= 50, "only {} tenures", report.claims);
+    let args = SidecarArgs::etcd(&etcd.endpoints()).election("checker");
+    #[rustfmt::skip]
+    let pattern = [Graceful, Kill9, Graceful, PauseLeader, Graceful, PauseServer, Release, RestartServer, Graceful];
+    let run = checker::Run::new(1, checker::cycle(64, &pattern)).min_claims(50);
+    run.on("etcd(1)", args, &mut etcd);
 }
 
 #[test]
 fn etcd_three_member_cluster_survives_the_checker() {
+    use Fault::*;
     let mut etcd = EtcdCluster::start(3);
-    let endpoints = etcd.endpoints();
-    let rounds = (0..30)
-        .map(|i| match i % 6 {
-            1 => Fault::Kill9,
-            2 => Fault::PauseMinority,
-            3 => Fault::RestartOneNode,
-            4 => Fault::PauseLeader,
-            _ => Fault::Graceful,
-        })
-        .collect();
-    let report = checker::run(ElectionSpec::three_candidates(
-        SidecarArgs::etcd(&endpoints)
-            .ttl("2s")
-            .election("cluster")
-            .build(),
-        Duration::from_secs(2),
-        rounds,
-        Some(&mut etcd),
-    ));
-    eprintln!("etcd(3): {report:?}");
+    let args = SidecarArgs::etcd(&etcd.endpoints()).election("cluster");
+    #[rustfmt::skip]
+    let pattern = [Graceful, Kill9, PauseMinority, RestartOneNode, PauseLeader, Graceful];
+    let run = checker::Run::new(2, checker::cycle(30, &pattern));
+    run.on("etcd(3)", args, &mut etcd);
 }
 
 /// Lines an `etcdctl elect` process printed, with the instant each arrived.

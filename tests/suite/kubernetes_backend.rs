@@ -24,16 +24,10 @@ fn assert_within_rbac(api: &dyn KubeApi) {
 fn kubernetes_lease_survives_the_checker() {
     let mut api = FakeKube::start("team");
     let kubeconfig = api.kubeconfig();
-    let rounds = (0..40)
-        .map(|i| match i % 10 {
-            1 => Fault::Kill9,
-            3 => Fault::PauseLeader,
-            5 => Fault::PauseServer,
-            6 => Fault::Release,
-            8 => Fault::RestartServer,
-            _ => Fault::Graceful,
-        })
-        .collect();
+    use Fault::*;
+    #[rustfmt::skip]
+    let pattern = [Graceful, Kill9, Graceful, PauseLeader, Graceful, PauseServer, Release, Graceful, RestartServer, Graceful];
+    let rounds = checker::cycle(40, &pattern);
     // Every write of the Lease, noted by the fake as it makes it: the claims are
     // judged against the store too.
     let store = api.lease_recorder("checker");

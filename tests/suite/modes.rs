@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::checks::checker::{self, ElectionSpec, Fault};
+use common::checks::checker::{self, Fault};
 use common::scenarios::modes::{
     a_frozen_waiting_writer_keeps_shared_candidates_out_briefly,
     a_reader_behind_a_waiting_writer_is_silent_and_woken, a_waiting_writer_is_silent_and_woken,
@@ -332,26 +332,11 @@ fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
 /// of the read-write lock keeps invariant 1, tokens grow, and a new leader follows
 /// every fault.
 fn exclusive_under_the_checker(args: SidecarArgs, server: &mut dyn checker::ServerControl) {
-    let rounds = (0..18)
-        .map(|i| match i % 6 {
-            1 => Fault::Kill9,
-            2 => Fault::PauseLeader,
-            3 => Fault::PauseServer,
-            4 => Fault::Release,
-            _ => Fault::Graceful,
-        })
-        .collect();
-    let report = checker::run(ElectionSpec::three_candidates(
-        args.ttl("1s")
-            .election("checker")
-            .flag("--mode", "exclusive")
-            .build(),
-        Duration::from_secs(1),
-        rounds,
-        Some(server),
-    ));
-    eprintln!("{report:?}");
-    assert!(report.claims >= 14, "only {} tenures", report.claims);
+    use Fault::*;
+    let pattern = [Graceful, Kill9, PauseLeader, PauseServer, Release, Graceful];
+    let run = checker::Run::new(1, checker::cycle(18, &pattern)).min_claims(14);
+    let args = args.election("checker").flag("--mode", "exclusive");
+    run.on("exclusive", args, server);
 }
 
 /// The shared holders' flags (user `lk`) and the writer's (user `quiet`): ttl 4 s,

@@ -5,67 +5,42 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::checks::checker::{self, ElectionSpec, Fault};
+use common::checks::checker::{self, Fault};
 use common::harness::faults::Link;
 use common::servers::redis_server::RedisServer;
 use common::{eventually, harness::http, Sidecar, SidecarArgs};
 
 #[test]
 fn redis_election_survives_the_checker() {
+    use Fault::*;
     let mut server = RedisServer::start_persistent();
-    let url = server.url();
-    let mut rounds = Vec::new();
-    for i in 0..56 {
-        rounds.push(match i % 14 {
-            1 | 8 => Fault::Kill9,
-            3 => Fault::PauseLeader,
-            5 => Fault::PauseServer,
-            7 => Fault::Release,
-            10 => Fault::RestartServer,
-            _ => Fault::Graceful,
-        });
-    }
-    let report = checker::run(ElectionSpec::three_candidates(
-        SidecarArgs::redis(&url)
-            .ttl("1s")
-            .election("checker")
-            .build(),
-        Duration::from_secs(1),
-        rounds,
-        Some(&mut server),
-    ));
-    eprintln!("redis: {report:?}");
-    assert!(report.claims >= 50, "only {} tenures", report.claims);
+    let args = SidecarArgs::redis(&server.url()).election("checker");
+    #[rustfmt::skip]
+    let pattern = [
+        Graceful, Kill9, Graceful, PauseLeader, Graceful, PauseServer, Graceful,
+        Release, Kill9, Graceful, RestartServer, Graceful, Graceful, Graceful,
+    ];
+    let run = checker::Run::new(1, checker::cycle(56, &pattern)).min_claims(50);
+    run.on("redis", args, &mut server);
 }
 
 /// A restart that loses all data (no persistence) while a leader still holds its
 /// claim: without the quarantine, another candidate could lead at once.
 #[test]
 fn a_server_that_loses_its_data_never_yields_two_leaders() {
+    use Fault::*;
     let mut server = RedisServer::start();
-    let url = server.url();
-    let rounds = [
-        Fault::RestartServer,
-        Fault::Graceful,
-        Fault::RestartServer,
-        Fault::Kill9,
-        Fault::RestartServer,
-        Fault::RestartServer,
-    ]
-    .to_vec();
-    let report = checker::run(ElectionSpec {
-        restart_loses_data: true,
-        ..ElectionSpec::three_candidates(
-            SidecarArgs::redis(&url)
-                .ttl("1s")
-                .election("checker")
-                .build(),
-            Duration::from_secs(1),
-            rounds,
-            Some(&mut server),
-        )
-    });
-    eprintln!("redis data loss: {report:?}");
+    let args = SidecarArgs::redis(&server.url()).election("checker");
+    let rounds = vec![
+        RestartServer,
+        Graceful,
+        RestartServer,
+        Kill9,
+        RestartServer,
+        RestartServer,
+    ];
+    let run = checker::Run::new(1, rounds).losing_data();
+    run.on("redis data loss", args, &mut server);
 }
 
 #[test]

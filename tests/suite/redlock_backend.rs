@@ -9,57 +9,31 @@ use common::checks::checker::{self, ElectionSpec, Fault, RedisCluster};
 use common::harness::faults::Link;
 use common::{eventually, harness::http, Sidecar, SidecarArgs};
 
-fn rounds(n: usize) -> Vec<Fault> {
-    (0..n)
-        .map(|i| match i % 12 {
-            1 => Fault::Kill9,
-            3 => Fault::PauseMinority,
-            4 => Fault::PauseLeader,
-            6 => Fault::RestartOneNode,
-            8 => Fault::PauseServer,
-            10 => Fault::Release,
-            _ => Fault::Graceful,
-        })
-        .collect()
+/// `n` rounds of the Redlock checker runs, whose nodes keep nothing across a restart.
+fn quorum_run(n: usize, min_claims: usize) -> checker::Run {
+    use Fault::*;
+    #[rustfmt::skip]
+    let pattern = [
+        Graceful, Kill9, Graceful, PauseMinority, PauseLeader, Graceful,
+        RestartOneNode, Graceful, PauseServer, Graceful, Release, Graceful,
+    ];
+    checker::Run::new(1, checker::cycle(n, &pattern))
+        .min_claims(min_claims)
+        .losing_data()
 }
 
 #[test]
 fn redlock_over_three_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(3);
-    let urls = cluster.urls();
-    let report = checker::run(ElectionSpec {
-        restart_loses_data: true,
-        ..ElectionSpec::three_candidates(
-            SidecarArgs::redlock(&urls)
-                .ttl("1s")
-                .election("quorum")
-                .build(),
-            Duration::from_secs(1),
-            rounds(60),
-            Some(&mut cluster),
-        )
-    });
-    eprintln!("redlock(3): {report:?}");
-    assert!(report.claims >= 50, "only {} tenures", report.claims);
+    let args = SidecarArgs::redlock(&cluster.urls()).election("quorum");
+    quorum_run(60, 50).on("redlock(3)", args, &mut cluster);
 }
 
 #[test]
 fn redlock_over_five_nodes_survives_the_checker() {
     let mut cluster = RedisCluster::start(5);
-    let urls = cluster.urls();
-    let report = checker::run(ElectionSpec {
-        restart_loses_data: true,
-        ..ElectionSpec::three_candidates(
-            SidecarArgs::redlock(&urls)
-                .ttl("1s")
-                .election("quorum")
-                .build(),
-            Duration::from_secs(1),
-            rounds(24),
-            Some(&mut cluster),
-        )
-    });
-    eprintln!("redlock(5): {report:?}");
+    let args = SidecarArgs::redlock(&cluster.urls()).election("quorum");
+    quorum_run(24, 0).on("redlock(5)", args, &mut cluster);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::checks::checker::{self, ElectionSpec, Fault};
+use common::checks::checker::{self, Fault};
 use common::harness::faults::Link;
 use common::servers::curator::{compile, Jvm};
 use common::servers::zk_server::{with_zk, ZkEnsemble};
@@ -15,53 +15,24 @@ use leasekeeper::timing::Timing;
 
 #[test]
 fn zookeeper_single_server_survives_the_checker() {
+    use Fault::*;
     let mut zk = ZkEnsemble::start(1);
-    let connect = zk.connect_string();
-    let rounds = (0..60)
-        .map(|i| match i % 10 {
-            1 => Fault::Kill9,
-            3 => Fault::PauseLeader,
-            5 => Fault::PauseServer,
-            6 => Fault::Release,
-            _ => Fault::Graceful,
-        })
-        .collect();
-    let report = checker::run(ElectionSpec::three_candidates(
-        SidecarArgs::zookeeper(&connect)
-            .ttl("2s")
-            .election("checker")
-            .build(),
-        Duration::from_secs(2),
-        rounds,
-        Some(&mut zk),
-    ));
-    eprintln!("zookeeper(1): {report:?}");
-    assert!(report.claims >= 50, "only {} tenures", report.claims);
+    let args = SidecarArgs::zookeeper(&zk.connect_string()).election("checker");
+    #[rustfmt::skip]
+    let pattern = [Graceful, Kill9, Graceful, PauseLeader, Graceful, PauseServer, Release, Graceful, Graceful, Graceful];
+    let run = checker::Run::new(2, checker::cycle(60, &pattern)).min_claims(50);
+    run.on("zookeeper(1)", args, &mut zk);
 }
 
 #[test]
 fn zookeeper_ensemble_survives_the_checker() {
+    use Fault::*;
     let mut zk = ZkEnsemble::start(3);
-    let connect = zk.connect_string();
-    let rounds = (0..24)
-        .map(|i| match i % 6 {
-            1 => Fault::Kill9,
-            2 => Fault::RestartOneNode,
-            3 => Fault::PauseLeader,
-            4 => Fault::PauseMinority,
-            _ => Fault::Graceful,
-        })
-        .collect();
-    let report = checker::run(ElectionSpec::three_candidates(
-        SidecarArgs::zookeeper(&connect)
-            .ttl("2s")
-            .election("ensemble")
-            .build(),
-        Duration::from_secs(2),
-        rounds,
-        Some(&mut zk),
-    ));
-    eprintln!("zookeeper(3): {report:?}");
+    let args = SidecarArgs::zookeeper(&zk.connect_string()).election("ensemble");
+    #[rustfmt::skip]
+    let pattern = [Graceful, Kill9, RestartOneNode, PauseLeader, PauseMinority, Graceful];
+    let run = checker::Run::new(2, checker::cycle(24, &pattern));
+    run.on("zookeeper(3)", args, &mut zk);
 }
 
 /// A Curator `LeaderLatch` participant in a JVM, driven over stdin.

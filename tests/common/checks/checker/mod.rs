@@ -138,6 +138,73 @@ impl Report {
     }
 }
 
+/// `n` rounds whose faults follow `pattern` in turn: round `i` gets `pattern[i % len]`.
+pub fn cycle(n: usize, pattern: &[Fault]) -> Vec<Fault> {
+    (0..n).map(|i| pattern[i % pattern.len()]).collect()
+}
+
+/// A checker run on a store of the test's own, as a row of data: three candidates at
+/// ttl `ttl_secs` through `rounds`, at least `min_claims` tenures seen.
+pub struct Run {
+    pub ttl_secs: u64,
+    pub rounds: Vec<Fault>,
+    pub min_claims: usize,
+    /// The store keeps nothing across a restart (see [`ElectionSpec`]).
+    pub restart_loses_data: bool,
+}
+
+impl Run {
+    /// At ttl `ttl_secs` through `rounds`, no tenures required, a store that keeps its
+    /// data across a restart.
+    pub fn new(ttl_secs: u64, rounds: Vec<Fault>) -> Run {
+        Run {
+            ttl_secs,
+            rounds,
+            min_claims: 0,
+            restart_loses_data: false,
+        }
+    }
+
+    /// At least `n` tenures seen.
+    pub fn min_claims(self, n: usize) -> Run {
+        Run {
+            min_claims: n,
+            ..self
+        }
+    }
+
+    /// A store that keeps nothing across a restart.
+    pub fn losing_data(self) -> Run {
+        Run {
+            restart_loses_data: true,
+            ..self
+        }
+    }
+
+    /// Runs it with `args` (the store's flags and the election) against `server`, prints
+    /// the report under `name`, and requires the tenures.
+    pub fn on(
+        self,
+        name: &str,
+        args: crate::common::SidecarArgs,
+        server: &mut dyn ServerControl,
+    ) -> Report {
+        let ttl = Duration::from_secs(self.ttl_secs);
+        let args = args.ttl(&format!("{}s", self.ttl_secs)).build();
+        let report = run(ElectionSpec {
+            restart_loses_data: self.restart_loses_data,
+            ..ElectionSpec::three_candidates(args, ttl, self.rounds, Some(server))
+        });
+        eprintln!("{name}: {report:?}");
+        assert!(
+            report.claims >= self.min_claims,
+            "only {} tenures",
+            report.claims
+        );
+        report
+    }
+}
+
 /// Runs the rounds, then checks invariant 1 from inside and outside and token order.
 pub fn run(spec: ElectionSpec<'_>) -> Report {
     run_with(spec, Extras::default())
