@@ -587,31 +587,43 @@ fn a_release_gives_back_only_our_own_key() {
 
 /// Invariant 2 on etcd: a key that comes first in the queue claims only after a
 /// keep-alive of its own lease, so the store holds the lease for a ttl from a moment
-/// after the campaign was sent. B (ttl 3 s) queues, sends nothing for 2.2 s (no wait,
-/// no keep-alive), then comes first and claims: 2.5 s after that claim its key must
-/// still be there. Claiming on the lease as last refreshed, B's key went 0.8 s after
-/// its claim (while its deadline ran 3 s).
+/// after the campaign was sent, on both paths to the front: B (ttl 3 s) queues as the
+/// next in line (behind the leader A, its keep-alive sent beside the read), or behind
+/// a follower M that leaves with A (its keep-alive sent after the read); it sends
+/// nothing for 2.2 s (no wait, no keep-alive), then comes first and claims: 2.5 s after
+/// that claim its key must still be there. Claiming on the lease as last refreshed,
+/// B's key goes 0.8 s after its claim (while its deadline runs 3 s).
 #[test]
 fn a_lease_that_is_not_kept_alive_never_leads() {
     let etcd = EtcdCluster::start(1);
     let ep = etcd.endpoints();
-    backend_switchover::runtime().block_on(async {
-        let mut a = etcd_candidate(&ep, "fresh", "A");
-        let mut b = etcd_candidate_with_ttl(&ep, "fresh", "B", Duration::from_secs(3));
-        etcd_leads("A", &mut a).await;
-        etcd_follows("B", &mut b, "A", None).await;
-        tokio::time::sleep(Duration::from_millis(2200)).await;
-        a.release().await.expect("A releases");
-        let sent = tokio::time::Instant::now();
-        etcd_leads("B", &mut b).await;
-        tokio::time::sleep_until(sent + Duration::from_millis(2500)).await;
-        let mut observer = etcd_candidate(&ep, "fresh", "O");
-        let listed = observer.candidates().await.expect("list").expect("a list");
-        assert!(
-            listed.iter().any(|c| c == "B"),
-            "B's key expired within its claim: {listed:?}"
-        );
-    });
+    for next_in_line in [true, false] {
+        let election = format!("fresh-{next_in_line}");
+        backend_switchover::runtime().block_on(async {
+            let mut a = etcd_candidate(&ep, &election, "A");
+            etcd_leads("A", &mut a).await;
+            let mut middle = (!next_in_line).then(|| etcd_candidate(&ep, &election, "M"));
+            if let Some(m) = middle.as_mut() {
+                etcd_follows("M", m, "A", None).await;
+            }
+            let mut b = etcd_candidate_with_ttl(&ep, &election, "B", Duration::from_secs(3));
+            etcd_follows("B", &mut b, "A", None).await;
+            tokio::time::sleep(Duration::from_millis(2200)).await;
+            if let Some(m) = middle.as_mut() {
+                m.release().await.expect("M leaves");
+            }
+            a.release().await.expect("A releases");
+            let sent = tokio::time::Instant::now();
+            etcd_leads("B", &mut b).await;
+            tokio::time::sleep_until(sent + Duration::from_millis(2500)).await;
+            let mut observer = etcd_candidate(&ep, &election, "O");
+            let listed = observer.candidates().await.expect("list").expect("a list");
+            assert!(
+                listed.iter().any(|c| c == "B"),
+                "next in line {next_in_line}: B's key expired within its claim: {listed:?}"
+            );
+        });
+    }
 }
 
 /// Invariants 5 and 9 on etcd: a renew never vouches for a key the store has told us
