@@ -929,8 +929,9 @@ impl RedisBackend {
                 return;
             }
         };
+        // Kept out by a place ahead, not by the shared holders: nobody holds.
         let (ttl, tracked) = (self.ttl, self.tracking);
-        (self.quiet).looked(&look, ttl, tracked, Instant::now(), OWN_PUSH_WINDOW);
+        (self.quiet).looked(&look, false, ttl, tracked, Instant::now(), OWN_PUSH_WINDOW);
         self.node.notices.want_rw(true);
     }
 
@@ -964,8 +965,10 @@ impl RedisBackend {
                         PushKind::Invalidate => {
                             let keys = quiet::invalidated(&push);
                             let now = Instant::now();
-                            if self.quiet.heard(&keys, &self.keys.busy, self.ttl, now) {
-                                return Wake::Quiet;
+                            match self.quiet.heard(&keys, &self.keys.busy, self.ttl, now) {
+                                quiet::Heard::Renewal => return Wake::Quiet,
+                                quiet::Heard::Due => return Wake::Changed,
+                                quiet::Heard::Nothing => {}
                             }
                         }
                         _ => {}

@@ -1187,6 +1187,80 @@ mod redis_rules {
         });
     }
 
+    /// A reader behind an exclusive holder that stops renewing (killed) looks at the
+    /// holder's expiry, also when it heard the last renewal late (a busy machine):
+    /// the expiry of `…:alive` pushes the same invalidation as a renewal, and must
+    /// not put the look off by a ttl, while an election's candidate queued behind the
+    /// reader takes at the queue's next lapse (ttl 2 s).
+    #[test]
+    fn a_reader_looks_at_a_stopped_writers_expiry_though_it_heard_its_renewal_late() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(2);
+        runtime().block_on(async {
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut r = reader(&server.url(), "R", ttl);
+            leads("W", &mut w).await;
+            does_not_lead("R beside W", &mut r).await;
+            settle(&mut r).await;
+            tokio::time::sleep(ttl / 3).await;
+            assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
+            let renewed = tokio::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let heard = r.wait_for_change(ttl).await;
+            assert_eq!(heard, Wake::Quiet, "R did not hear the renewal");
+            let led = loop {
+                let left =
+                    (renewed + ttl * 4).saturating_duration_since(tokio::time::Instant::now());
+                assert!(!left.is_zero(), "R never led");
+                if wakes(&mut r, left).await == Wake::Changed {
+                    if let Ok(Campaign::Acquired { .. }) = r.campaign().await {
+                        break renewed.elapsed();
+                    }
+                }
+            };
+            eprintln!("R led {led:?} after W's last renewal");
+            assert!(led < ttl + ttl / 4, "R led {led:?} after W's last renewal");
+        });
+    }
+
+    /// A reader queued behind a silent writer (stopped: its presence still listed)
+    /// looks when the writer's place lapses, half a ttl after the last shared
+    /// holder's release, although its own look after that release came late (a busy
+    /// machine): with nobody holding, the expiry of the holders' keeping (`…:busy`)
+    /// pushes the same invalidation as a keeping, and must not put the look off by two
+    /// ttl (ttl 2 s).
+    #[test]
+    fn a_reader_behind_a_silent_writer_looks_at_its_lapse_though_it_looked_late() {
+        let server = RedisServer::start();
+        let ttl = Duration::from_secs(2);
+        runtime().block_on(async {
+            let mut a = reader(&server.url(), "A", ttl);
+            let mut w = writer(&server.url(), "W", ttl);
+            let mut b = reader(&server.url(), "B", ttl);
+            leads("A", &mut a).await;
+            does_not_lead("W", &mut w).await;
+            does_not_lead("B behind W", &mut b).await;
+            // W's place lapses (one and a half ttl after its look) while A keeps it.
+            renew_until(&mut a, tokio::time::Instant::now() + ttl * 2, ttl).await;
+            a.release().await.expect("release");
+            let released = tokio::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            does_not_lead("B behind W, within the keeping's half ttl", &mut b).await;
+            let led = loop {
+                let left =
+                    (released + ttl * 4).saturating_duration_since(tokio::time::Instant::now());
+                assert!(!left.is_zero(), "B never led");
+                if wakes(&mut b, left).await == Wake::Changed {
+                    if let Ok(Campaign::Acquired { .. }) = b.campaign().await {
+                        break released.elapsed();
+                    }
+                }
+            };
+            eprintln!("B led {led:?} after the last shared holder's release");
+            assert!(led < ttl + ttl / 4, "B led {led:?} after the release");
+        });
+    }
+
     /// A waiting writer that stops waiting (its release) wakes the reader queued
     /// behind it at once.
     #[test]
@@ -2179,6 +2253,11 @@ fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
         eprintln!("stopped {stopped}: r-1 led {took:?} after");
         if stopped {
             cars[1].signal(libc::SIGCONT);
+        }
+        if led.is_none() || took >= ttl {
+            for c in &cars {
+                eprintln!("==== {}\n{}", c.name, c.stderr());
+            }
         }
         assert!(led.is_some(), "stopped {stopped}: r-1 never led");
         assert!(took < ttl, "stopped {stopped}: r-1 led {took:?} after");

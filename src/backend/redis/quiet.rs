@@ -10,6 +10,11 @@
 //! lapsed place ahead), or when the read-write lock's channel says something changed;
 //! and at the latest before its own place or the one ahead goes stale
 //! ([`latest_look`], [`QUEUE_TTLS`]): one look per five ttl beside renewing holders.
+//! A key's expiry pushes the same invalidation as its renewal: a push heard less than
+//! [`DUE_WITHIN`] before what keeps it out would expire unless renewed is taken for
+//! the expiry, and it looks then ([`Heard::Due`]); and with nobody holding, no push
+//! of `…:busy` keeps the queue (its expiry, half a ttl after the last holder's
+//! release, is none).
 //! Decisions only: the callers do the I/O and pass the time.
 
 use std::time::Duration;
@@ -33,6 +38,42 @@ pub enum Look {
     /// The request came after its use-by and did nothing.
     TooLate,
 }
+
+/// What a follower's last look found keeping it out: which pushes are renewals of it
+/// ([`heard_until`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeptBy {
+    /// A holder: the shared holders' renewals (the readers' set), the exclusive
+    /// holder's (`…:alive`).
+    #[default]
+    Holder,
+    /// A place ahead in the queue, beside holders that keep the queue (`…:busy`).
+    PlaceBesideHolders,
+    /// A place ahead in the queue, with nobody holding: nothing keeps the queue (a
+    /// push of `…:busy` is the expiry of the last holders' keeping, or a new holder's
+    /// take, which the next look finds).
+    PlaceAlone,
+}
+
+/// What one push heard by a waiting follower asks for ([`Wait::heard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// Nothing about what keeps it out: it waits on.
+    Nothing,
+    /// A renewal of what keeps it out: the look moved on.
+    Renewal,
+    /// A change of what keeps it out less than [`DUE_WITHIN`] before it would expire
+    /// unless renewed: the key's expiry pushes the same invalidation as a renewal (one
+    /// heard late, on a busy machine, comes before the follower's own time to look; a
+    /// renewal this late costs one look), so it looks now.
+    Due,
+}
+
+/// How close to the expiry of what keeps a follower out a push is taken for that
+/// expiry ([`Heard::Due`]): a quarter of a ttl (renewals come every third of a ttl,
+/// the holders' keeping of the queue lasts two; a holder with a renew interval above
+/// 3/4 ttl costs looks, never safety).
+pub const DUE_WITHIN: u32 = 4;
 
 /// How many ttl after its candidate's last look a place in the queue keeps anyone
 /// out at most, even while the holders keep the queue (`…:busy`): past it the place
@@ -87,13 +128,14 @@ pub fn next_look(look: &Look, ttl: Duration, tracked: bool) -> Duration {
 /// How far a push for `key` moves a follower's look on (from when it is heard): for
 /// one kept out by a holder, a holder's renewal (the readers' set, the exclusive
 /// holder's `alive`) by one ttl; for one kept out by a place ahead in the queue
-/// (`queued`), the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
-/// `None`: a change that says nothing about what keeps it out.
-pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, queued: bool) -> Option<Duration> {
+/// beside holders, the holders' keeping of the queue (`busy`) by two; 2 ms to spare.
+/// `None`: a change that says nothing about what keeps it out (with nobody holding,
+/// no push does).
+pub fn heard_until(key: &[u8], busy: &str, ttl: Duration, kept: KeptBy) -> Option<Duration> {
     let spare = Duration::from_millis(2);
-    match (key == busy.as_bytes(), queued) {
-        (true, true) => Some(ttl * 2 + spare),
-        (false, false) => Some(ttl + spare),
+    match (key == busy.as_bytes(), kept) {
+        (true, KeptBy::PlaceBesideHolders) => Some(ttl * 2 + spare),
+        (false, KeptBy::Holder) => Some(ttl + spare),
         _ => None,
     }
 }
@@ -124,19 +166,24 @@ pub(crate) struct Wait {
     look_at: Option<Instant>,
     /// The latest it looks, whatever it hears ([`latest_look`]).
     cap: Option<Instant>,
-    /// Whether the last look found a place ahead in the queue (not a holder).
-    queued: bool,
+    /// What the last look found keeping it out.
+    kept: KeptBy,
+    /// When that expires unless renewed, as last seen (the look's `pttl`, or the last
+    /// renewal heard).
+    expires: Option<Instant>,
     /// Until when a push is taken for our own look's change (a script of this very
     /// connection pushes its own changes of a tracked key, NOLOOP or not).
     own_look_until: Option<Instant>,
 }
 
 impl Wait {
-    /// After a look, answered at `now`, that found `look` (`tracked`: whether the
-    /// renewals are pushed to us; `own`: how soon the look's own pushes come).
+    /// After a look, answered at `now`, that found `look` (`held`: whether anyone
+    /// held then, for a [`Look::Queued`]; `tracked`: whether the renewals are pushed
+    /// to us; `own`: how soon the look's own pushes come).
     pub(crate) fn looked(
         &mut self,
         look: &Look,
+        held: bool,
         ttl: Duration,
         tracked: bool,
         now: Instant,
@@ -145,7 +192,17 @@ impl Wait {
         let cap = now + latest_look(look, ttl);
         self.cap = Some(cap);
         self.look_at = Some(cap.min(now + next_look(look, ttl, tracked)));
-        self.queued = matches!(look, Look::Queued { .. });
+        self.kept = match look {
+            Look::Queued { .. } if held => KeptBy::PlaceBesideHolders,
+            Look::Queued { .. } => KeptBy::PlaceAlone,
+            _ => KeptBy::Holder,
+        };
+        self.expires = match look {
+            Look::Exclusive { pttl, .. } | Look::KeptOut { pttl } => u64::try_from(*pttl)
+                .ok()
+                .map(|ms| now + Duration::from_millis(ms)),
+            _ => None,
+        };
         self.own_look_until = Some(now + own);
     }
 
@@ -159,30 +216,35 @@ impl Wait {
         self.look_at
     }
 
-    /// An invalidation naming `keys`, heard at `now`: `true` when it was a renewal of
-    /// what keeps us out ([`heard_until`]), which moved the look on.
+    /// An invalidation naming `keys`, heard at `now`: a renewal of what keeps us out
+    /// ([`heard_until`]), which moves the look on, unless that was to expire within
+    /// [`DUE_WITHIN`] (then it is taken for the expiry).
     pub(crate) fn heard(
         &mut self,
         keys: &[Vec<u8>],
         busy: &str,
         ttl: Duration,
         now: Instant,
-    ) -> bool {
+    ) -> Heard {
         if self.own_look_until.is_some_and(|u| now <= u) {
-            return false;
+            return Heard::Nothing;
         }
-        let Some(mut until) = self.look_at else {
-            return false;
+        let Some(look_at) = self.look_at else {
+            return Heard::Nothing;
         };
-        let mut heard = false;
-        for key in keys {
-            if let Some(by) = heard_until(key, busy, ttl, self.queued) {
-                until = until.max(now + by);
-                heard = true;
-            }
+        let by = (keys.iter())
+            .filter_map(|key| heard_until(key, busy, ttl, self.kept))
+            .max();
+        let Some(by) = by else {
+            return Heard::Nothing;
+        };
+        if self.expires.is_some_and(|e| now + ttl / DUE_WITHIN >= e) {
+            return Heard::Due;
         }
+        self.expires = Some(now + by);
+        let until = look_at.max(now + by);
         self.look_at = Some(self.cap.map_or(until, |cap| until.min(cap)));
-        heard
+        Heard::Renewal
     }
 }
 
@@ -241,16 +303,23 @@ mod tests {
         let ttl = Duration::from_secs(2);
         let busy = "leasekeeper:{e}:busy";
         let readers = b"leasekeeper:{e}:readers";
+        let beside = KeptBy::PlaceBesideHolders;
         assert_eq!(
-            heard_until(busy.as_bytes(), busy, ttl, true),
+            heard_until(busy.as_bytes(), busy, ttl, beside),
             Some(Duration::from_millis(4_002))
         );
-        assert_eq!(heard_until(readers, busy, ttl, true), None);
+        assert_eq!(heard_until(readers, busy, ttl, beside), None);
         assert_eq!(
-            heard_until(readers, busy, ttl, false),
+            heard_until(readers, busy, ttl, KeptBy::Holder),
             Some(Duration::from_millis(2_002))
         );
-        assert_eq!(heard_until(busy.as_bytes(), busy, ttl, false), None);
+        assert_eq!(
+            heard_until(busy.as_bytes(), busy, ttl, KeptBy::Holder),
+            None
+        );
+        for key in [busy.as_bytes(), readers] {
+            assert_eq!(heard_until(key, busy, ttl, KeptBy::PlaceAlone), None);
+        }
     }
 
     #[test]
@@ -259,28 +328,70 @@ mod tests {
         let own = Duration::from_millis(50);
         let busy = "leasekeeper:{e}:busy";
         let readers = [b"leasekeeper:{e}:readers".to_vec()];
+        let keeping = [busy.as_bytes().to_vec()];
         let t0 = Instant::now();
         let mut w = Wait::default();
-        assert!(!w.heard(&readers, busy, ttl, t0), "not waiting");
-        w.looked(&Look::KeptOut { pttl: 1_000 }, ttl, true, t0, own);
+        assert_eq!(
+            w.heard(&readers, busy, ttl, t0),
+            Heard::Nothing,
+            "not waiting"
+        );
+        w.looked(&Look::KeptOut { pttl: 1_000 }, true, ttl, true, t0, own);
         assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(1_002)));
         // The look's own change of the readers' set moves nothing.
         let soon = t0 + Duration::from_millis(10);
-        assert!(!w.heard(&readers, busy, ttl, soon));
+        assert_eq!(w.heard(&readers, busy, ttl, soon), Heard::Nothing);
         assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(1_002)));
         // A reader's renewal moves the look a ttl on from when it is heard.
-        let later = t0 + Duration::from_millis(600);
-        assert!(w.heard(&readers, busy, ttl, later));
+        let later = t0 + Duration::from_millis(300);
+        assert_eq!(w.heard(&readers, busy, ttl, later), Heard::Renewal);
         assert_eq!(w.look_at(), Some(later + Duration::from_millis(2_002)));
         // The queue's keeping says nothing to one kept out by the readers.
-        assert!(!w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
-        // Queued: only the keeping moves it, by two ttl.
-        w.looked(&Look::Queued { pttl: 11_000 }, ttl, true, t0, own);
-        assert!(!w.heard(&readers, busy, ttl, later));
-        assert!(w.heard(&[busy.as_bytes().to_vec()], busy, ttl, later));
+        assert_eq!(w.heard(&keeping, busy, ttl, later), Heard::Nothing);
+        // Queued beside holders: only the keeping moves it, by two ttl.
+        w.looked(&Look::Queued { pttl: 11_000 }, true, ttl, true, t0, own);
+        assert_eq!(w.heard(&readers, busy, ttl, later), Heard::Nothing);
+        assert_eq!(w.heard(&keeping, busy, ttl, later), Heard::Renewal);
         assert_eq!(w.look_at(), Some(later + Duration::from_millis(4_002)));
+        // Queued with nobody holding: nothing keeps the queue.
+        w.looked(&Look::Queued { pttl: 11_000 }, false, ttl, true, t0, own);
+        assert_eq!(w.heard(&keeping, busy, ttl, later), Heard::Nothing);
+        assert_eq!(w.look_at(), Some(t0 + ttl / 2));
         w.stop();
         assert_eq!(w.look_at(), None);
+    }
+
+    #[test]
+    fn an_expiry_heard_is_no_renewal() {
+        let ttl = Duration::from_secs(2);
+        let own = Duration::from_millis(50);
+        let ms = Duration::from_millis;
+        let busy = "leasekeeper:{e}:busy";
+        let alive = [b"leasekeeper:{e}:alive".to_vec()];
+        let keeping = [busy.as_bytes().to_vec()];
+        let t0 = Instant::now();
+        let mut w = Wait::default();
+        // An exclusive holder renews a third of a ttl after the look; heard 300 ms
+        // late, that renewal moves the look to 2 s after the hearing, past the
+        // expiry of its `alive`, whose push (at 2 667 ms, and up to 100 ms later) is
+        // no renewal: it looks then.
+        let held = Look::Exclusive {
+            value: "n|1|w".into(),
+            pttl: 2_000,
+        };
+        w.looked(&held, true, ttl, true, t0, own);
+        assert_eq!(w.heard(&alive, busy, ttl, t0 + ms(967)), Heard::Renewal);
+        assert_eq!(w.look_at(), Some(t0 + ms(2_969)));
+        assert_eq!(w.heard(&alive, busy, ttl, t0 + ms(2_690)), Heard::Due);
+        // Renewals at their cadence are no expiry.
+        w.looked(&held, true, ttl, true, t0, own);
+        for at in [600, 1_270, 1_940, 2_610] {
+            assert_eq!(w.heard(&alive, busy, ttl, t0 + ms(at)), Heard::Renewal);
+        }
+        // The queue's keeping beside holders: its expiry two ttl after the last one.
+        w.looked(&Look::Queued { pttl: 11_000 }, true, ttl, true, t0, own);
+        assert_eq!(w.heard(&keeping, busy, ttl, t0 + ms(300)), Heard::Renewal);
+        assert_eq!(w.heard(&keeping, busy, ttl, t0 + ms(4_250)), Heard::Due);
     }
 
     #[test]
@@ -319,16 +430,17 @@ mod tests {
         let t0 = Instant::now();
         // Beside renewing readers, renewals heard move the look on up to five ttl.
         let mut w = Wait::default();
-        w.looked(&Look::KeptOut { pttl: 2_000 }, ttl, true, t0, own);
-        for at in [1, 3, 5, 7, 9, 11, 13] {
-            assert!(w.heard(&readers, busy, ttl, t0 + s(at)));
+        w.looked(&Look::KeptOut { pttl: 2_000 }, true, ttl, true, t0, own);
+        for at in 1..=20 {
+            let heard = w.heard(&readers, busy, ttl, t0 + ttl * at / 3);
+            assert_eq!(heard, Heard::Renewal);
         }
         assert_eq!(w.look_at(), Some(t0 + s(10)));
         // Queued behind a place stale in 7 s: the keeping heard moves it to then.
-        w.looked(&Look::Queued { pttl: 7_000 }, ttl, true, t0, own);
+        w.looked(&Look::Queued { pttl: 7_000 }, true, ttl, true, t0, own);
         assert_eq!(w.look_at(), Some(t0 + s(1)));
         for at in [1, 3, 5, 7] {
-            assert!(w.heard(&keeping, busy, ttl, t0 + s(at)));
+            assert_eq!(w.heard(&keeping, busy, ttl, t0 + s(at)), Heard::Renewal);
         }
         assert_eq!(w.look_at(), Some(t0 + Duration::from_millis(7_002)));
     }

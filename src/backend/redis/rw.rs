@@ -396,7 +396,8 @@ impl RwBackend {
     }
 
     /// A push while following: `Some(wake)` to return. A renewal heard moves the
-    /// look on ([`heard_until`]) and refreshes the observation (`Quiet`); a lost
+    /// look on ([`heard_until`]) and refreshes the observation (`Quiet`); one heard
+    /// when what it renews was about to expire is taken for its expiry, and a lost
     /// connection (its tracking gone) asks for a look, which turns it on again.
     fn on_push(&mut self, push: &PushInfo) -> Option<Wake> {
         match push.kind {
@@ -407,8 +408,11 @@ impl RwBackend {
             }
             PushKind::Invalidate if self.follows => {
                 let keys = quiet::invalidated(push);
-                let heard = (self.quiet).heard(&keys, &self.keys.busy, self.ttl, Instant::now());
-                heard.then_some(Wake::Quiet)
+                match (self.quiet).heard(&keys, &self.keys.busy, self.ttl, Instant::now()) {
+                    quiet::Heard::Renewal => Some(Wake::Quiet),
+                    quiet::Heard::Due => Some(Wake::Changed),
+                    quiet::Heard::Nothing => None,
+                }
             }
             _ => None,
         }
@@ -571,8 +575,9 @@ impl Backend for RwBackend {
             self.floor = self.floor.max(h.token.unwrap_or(0));
         }
         // Our own script's change of a tracked key is pushed right after its answer.
-        let (ttl, follows) = (self.ttl, self.follows);
-        (self.quiet).looked(&look, ttl, follows, Instant::now(), super::OWN_PUSH_WINDOW);
+        let (ttl, follows, held) = (self.ttl, self.follows, !readers.is_empty());
+        let now = Instant::now();
+        (self.quiet).looked(&look, held, ttl, follows, now, super::OWN_PUSH_WINDOW);
         match look {
             Look::TooLate => Err(too_late("campaign")),
             Look::Took(value) => {
