@@ -2,7 +2,9 @@
 //   java CuratorLatch <connect> <latch path> <id>
 // Reads commands on stdin: "state" prints "leader=<true|false> holder=<id>", "close"
 // closes the latch (giving up leadership) and exits. Prints "leader <nanoTime>" (the
-// CLOCK_MONOTONIC nanoseconds on Linux) when it becomes leader.
+// CLOCK_MONOTONIC nanoseconds on Linux) when it becomes leader, and "connection
+// <STATE>" at each change of its connection: a latch that did not lead puts its node
+// again, at the end of the queue, when its connection comes back (RECONNECTED).
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import org.apache.curator.framework.CuratorFramework;
@@ -19,6 +21,10 @@ public class CuratorLatch {
             .connectionTimeoutMs(4000)
             .retryPolicy(new RetryOneTime(100))
             .build();
+        client.getConnectionStateListenable().addListener((c, state) -> {
+            System.out.println("connection " + state);
+            System.out.flush();
+        });
         client.start();
         client.blockUntilConnected();
         LeaderLatch latch = new LeaderLatch(client, args[1], args[2]);

@@ -35,7 +35,7 @@ pub struct Jvm {
 
 impl Jvm {
     /// Starts `class` (compiled into `classes`) with `args`; returns once it printed
-    /// `started`.
+    /// `started` (the lines before it are dropped).
     pub fn start(classes: &std::path::Path, class: &str, args: &[&str]) -> Jvm {
         let cp = format!("{}:{CURATOR_CP}", classes.display());
         let mut child = Command::new("java")
@@ -59,9 +59,13 @@ impl Jvm {
             }
         });
         let mut jvm = Jvm { child, lines };
-        let first = jvm.line(Duration::from_secs(30));
-        assert_eq!(first.as_deref(), Some("started"), "{class} did not start");
-        jvm
+        loop {
+            match jvm.line(Duration::from_secs(30)) {
+                Some(line) if line == "started" => return jvm,
+                Some(_) => continue,
+                None => panic!("{class} did not start"),
+            }
+        }
     }
 
     /// Writes one command line.
