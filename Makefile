@@ -25,7 +25,7 @@ test: deps
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
 	mkdir -p target
-	python3 tests/chart/check_chart.py > target/check-chart.log 2>&1 & chart=$$!; \
+	nice -n 19 python3 tests/chart/check_chart.py > target/check-chart.log 2>&1 & chart=$$!; \
 	status=0; cargo nextest run || status=$$?; \
 	echo "== chart checks (tests/chart/check_chart.py)"; \
 	wait $$chart || status=1; cat target/check-chart.log; exit $$status
