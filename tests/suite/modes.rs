@@ -1187,6 +1187,25 @@ mod redis_rules {
         });
     }
 
+    /// Waits as a follower, and campaigns whenever woken, until `who` leads, within
+    /// `limit` of `since`; how long after `since` it led.
+    async fn woken_to_lead(
+        who: &str,
+        b: &mut RwBackend,
+        since: tokio::time::Instant,
+        limit: Duration,
+    ) -> Duration {
+        loop {
+            let left = (since + limit).saturating_duration_since(tokio::time::Instant::now());
+            assert!(!left.is_zero(), "{who} never led");
+            if wakes(b, left).await == Wake::Changed {
+                if let Ok(Campaign::Acquired { .. }) = b.campaign().await {
+                    return since.elapsed();
+                }
+            }
+        }
+    }
+
     /// A reader behind an exclusive holder that stops renewing (killed) looks at the
     /// holder's expiry, also when it heard the last renewal late (a busy machine):
     /// the expiry of `…:alive` pushes the same invalidation as a renewal, and must
@@ -1208,16 +1227,7 @@ mod redis_rules {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let heard = r.wait_for_change(ttl).await;
             assert_eq!(heard, Wake::Quiet, "R did not hear the renewal");
-            let led = loop {
-                let left =
-                    (renewed + ttl * 4).saturating_duration_since(tokio::time::Instant::now());
-                assert!(!left.is_zero(), "R never led");
-                if wakes(&mut r, left).await == Wake::Changed {
-                    if let Ok(Campaign::Acquired { .. }) = r.campaign().await {
-                        break renewed.elapsed();
-                    }
-                }
-            };
+            let led = woken_to_lead("R", &mut r, renewed, ttl * 4).await;
             eprintln!("R led {led:?} after W's last renewal");
             assert!(led < ttl + ttl / 4, "R led {led:?} after W's last renewal");
         });
@@ -1246,16 +1256,7 @@ mod redis_rules {
             let released = tokio::time::Instant::now();
             tokio::time::sleep(Duration::from_millis(800)).await;
             does_not_lead("B behind W, within the keeping's half ttl", &mut b).await;
-            let led = loop {
-                let left =
-                    (released + ttl * 4).saturating_duration_since(tokio::time::Instant::now());
-                assert!(!left.is_zero(), "B never led");
-                if wakes(&mut b, left).await == Wake::Changed {
-                    if let Ok(Campaign::Acquired { .. }) = b.campaign().await {
-                        break released.elapsed();
-                    }
-                }
-            };
+            let led = woken_to_lead("B", &mut b, released, ttl * 4).await;
             eprintln!("B led {led:?} after the last shared holder's release");
             assert!(led < ttl + ttl / 4, "B led {led:?} after the release");
         });
