@@ -38,11 +38,12 @@ fn congested(ttl: Duration) -> Link {
 /// renewals are missed, 3/4 ttl later, and fails the bound. Redlock: its nodes keep
 /// no data, a restart is the Redlock checker's own (restart fencing).
 fn struck(store: Store) -> (Duration, fn(Duration) -> Link, bool) {
-    let ttl = Duration::from_secs(if store == Store::Redis { 5 } else { 2 });
+    let secs = Duration::from_secs;
     match store {
-        Store::Redis | Store::Etcd | Store::Mysql => (ttl, congested, true),
-        Store::Redlock => (ttl, late, false),
-        _ => (ttl, late, true),
+        Store::Redis => (secs(5), congested, true),
+        Store::Etcd | Store::Mysql => (secs(2), congested, true),
+        Store::Redlock => (secs(2), late, false),
+        _ => (secs(2), late, true),
     }
 }
 

@@ -40,6 +40,7 @@ use common::eventually;
 use common::harness::faults::Link;
 use common::harness::recorder::Recorder;
 use common::scenarios::slots::Strikes;
+use common::scenarios::stores::{addresses, local};
 use common::servers::etcd_server::EtcdCluster;
 use common::servers::fake_kube::FakeKube;
 use common::servers::redis_server::RedisServer;
@@ -378,10 +379,6 @@ fn spec(
     }
 }
 
-fn addr(host_port: &str) -> SocketAddr {
-    host_port.parse().expect("a 127.0.0.1:port address")
-}
-
 /// Link faults: every one needs `Extras::links`.
 const LINK_FAULTS: [Fault; 5] = [
     Fault::PartitionLeader,
@@ -451,7 +448,7 @@ fn soak_2_redis() {
             Extras {
                 clock_rate: batch_clock_rate(),
                 links: Some(Links {
-                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    nodes: vec![local(port)],
                     args: Box::new(move |a| {
                         SidecarArgs::redis(&format!("redis://{}", a[0]))
                             .ttl("1s")
@@ -486,11 +483,7 @@ fn redlock(n: usize) {
         .take(n / 2 + 1)
         .map(|s| s.port)
         .collect();
-    let nodes: Vec<SocketAddr> = cluster
-        .nodes
-        .iter()
-        .map(|s| addr(&format!("127.0.0.1:{}", s.port)))
-        .collect();
+    let nodes: Vec<SocketAddr> = cluster.nodes.iter().map(|s| local(s.port)).collect();
     let ttl = Duration::from_secs(1);
     soak(
         &format!("redlock ({n} nodes)"),
@@ -567,10 +560,7 @@ fn etcd(n: usize, ttl: Duration) {
         EtcdCluster::start_partitionable(n)
     }));
     let endpoints = cluster.borrow().endpoints();
-    let nodes: Vec<SocketAddr> = endpoints
-        .split(',')
-        .map(|e| addr(e.trim_start_matches("http://")))
-        .collect();
+    let nodes = addresses(&endpoints);
     let mut kinds = vec![
         Fault::Kill9,
         Fault::PauseLeader,
@@ -672,7 +662,7 @@ fn zookeeper(n: usize) {
         ZkEnsemble::start_partitionable(n)
     }));
     let connect = zk.borrow().connect_string();
-    let nodes: Vec<SocketAddr> = connect.split(',').map(addr).collect();
+    let nodes = addresses(&connect);
     let ttl = Duration::from_secs(2);
     let dir = "/leasekeeper/soak";
     let mut kinds = vec![
@@ -805,7 +795,7 @@ fn soak_9_kubernetes() {
                 Extras {
                     clock_rate: batch_clock_rate(),
                     links: Some(Links {
-                        nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                        nodes: vec![local(port)],
                         args: Box::new(move |a| {
                             SidecarArgs::kubernetes(&kubeconfig(&dir, &a[0]))
                                 .ttl("2s")
@@ -864,7 +854,7 @@ fn sql_soak<D: common::scenarios::sql_suite::SqlDb>(name: &str, mut db: D) {
             Extras {
                 clock_rate: batch_clock_rate(),
                 links: Some(Links {
-                    nodes: vec![addr(&format!("127.0.0.1:{port}"))],
+                    nodes: vec![local(port)],
                     args: Box::new(move |a| {
                         args_via(backend, &link_url, port, &a[0], "1s", election)
                     }),
@@ -970,19 +960,6 @@ fn soak_12_slots_every_store() {
 
 fn slots_election(run: usize) -> String {
     format!("slots-{run}")
-}
-
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// The `<host>:<port>` addresses in a list of endpoints (`http://…`, `host:port`).
-fn addresses(endpoints: &str) -> Vec<SocketAddr> {
-    endpoints
-        .split(',')
-        .map(|e| e.trim_start_matches("http://"))
-        .map(|e| e.parse().expect("<ip>:<port>"))
-        .collect()
 }
 
 /// `runs` runs of the slots scenario on one store (ttl 2 s), the first struck by

@@ -48,7 +48,7 @@ impl Store {
     /// where there is one (ZooKeeper, PostgreSQL, MariaDB), a fresh one elsewhere.
     pub fn shared(self) -> OnStore {
         match self {
-            Store::Zookeeper => ZkEnsemble::shared().into(),
+            Store::Zookeeper => Served::SharedZk(ZkEnsemble::shared()).into(),
             Store::Postgres => Served::Pg(PgServer::shared()).into(),
             Store::Mysql => Served::Maria(MariaServer::shared()).into(),
             Store::Redis => Served::Redis(RedisServer::start()).into(),
@@ -69,12 +69,6 @@ impl Store {
             Store::Redis => Served::Redis(RedisServer::start_persistent()).into(),
             Store::Redlock => Served::Redlock(RedisCluster::start(3)).into(),
         }
-    }
-}
-
-impl From<SharedZk> for OnStore {
-    fn from(zk: SharedZk) -> OnStore {
-        Served::SharedZk(zk).into()
     }
 }
 
@@ -136,10 +130,9 @@ impl OnStore {
     /// The store's listening addresses on loopback, one per node: what a cut or
     /// slowed link stands in front of.
     pub fn addresses(&self) -> Vec<SocketAddr> {
-        let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         match &self.server {
-            Served::Etcd(etcd) => listed(&etcd.endpoints()),
-            Served::Zk(zk) => listed(&zk.connect_string()),
+            Served::Etcd(etcd) => addresses(&etcd.endpoints()),
+            Served::Zk(zk) => addresses(&zk.connect_string()),
             Served::Pg(db) => vec![local(db.port)],
             Served::Maria(db) => vec![local(db.port)],
             Served::Redis(server) => vec![local(server.port)],
@@ -149,12 +142,17 @@ impl OnStore {
     }
 }
 
-/// The `127.0.0.1:<port>` addresses in a list of endpoints (`http://…`, `host:port`).
-fn listed(endpoints: &str) -> Vec<SocketAddr> {
+/// `127.0.0.1:<port>`.
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The `<ip>:<port>` addresses in a list of endpoints (`http://…`, `host:port`).
+pub fn addresses(endpoints: &str) -> Vec<SocketAddr> {
     endpoints
         .split(',')
         .map(|e| e.trim_start_matches("http://"))
-        .map(|e| e.parse().expect("127.0.0.1:<port>"))
+        .map(|e| e.parse().expect("<ip>:<port>"))
         .collect()
 }
 

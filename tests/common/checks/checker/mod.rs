@@ -146,11 +146,11 @@ pub fn cycle(n: usize, pattern: &[Fault]) -> Vec<Fault> {
 /// A checker run on a store of the test's own, as a row of data: three candidates at
 /// ttl `ttl_secs` through `rounds`, at least `min_claims` tenures seen.
 pub struct Run {
-    pub ttl_secs: u64,
-    pub rounds: Vec<Fault>,
-    pub min_claims: usize,
+    ttl_secs: u64,
+    rounds: Vec<Fault>,
+    min_claims: usize,
     /// The store keeps nothing across a restart (see [`ElectionSpec`]).
-    pub restart_loses_data: bool,
+    restart_loses_data: bool,
 }
 
 impl Run {
