@@ -104,7 +104,10 @@ impl Election<'_> {
         let t0 = Instant::now();
         self.slots[li].signal(libc::SIGTERM);
         let new = self.find_leader(Some(old_port), Duration::from_secs(1));
-        assert!(new.is_some(), "no new leader within 1 s of a graceful stop");
+        if new.is_none() {
+            self.dump();
+            panic!("no new leader within 1 s of a graceful stop");
+        }
         report.graceful_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         report.took_over(fault, t0);
         let status = self.slots[li].wait_exit(Duration::from_secs(5));
@@ -155,7 +158,10 @@ impl Election<'_> {
             "POST /release answered {answer:?}"
         );
         let new = self.find_leader(Some(old_port), Duration::from_secs(1));
-        assert!(new.is_some(), "no new leader within 1 s of a release");
+        if new.is_none() {
+            self.dump();
+            panic!("no new leader within 1 s of a release");
+        }
         report.took_over(fault, t0);
     }
 

@@ -206,6 +206,13 @@ impl Election<'_> {
         })
     }
 
+    /// Every candidate's view and log, for a failed round.
+    pub(super) fn dump(&self) {
+        for s in &self.slots {
+            eprintln!("==== {}: {:?}\n{}", s.name, s.leader(), s.stderr());
+        }
+    }
+
     pub(super) fn nobody_leads(&self) -> Result<(), String> {
         for s in self.slots.iter().filter(|s| s.is_running()) {
             if let Some((200, _)) = http::get(s.port, "/is-leader") {
@@ -297,9 +304,7 @@ impl Election<'_> {
             self.settled(limit)
         };
         found.unwrap_or_else(|| {
-            for s in &self.slots {
-                eprintln!("==== {}: {:?}\n{}", s.name, s.leader(), s.stderr());
-            }
+            self.dump();
             panic!("no leader with every other candidate following it (and, after a fault of the store, its claim renewed) before {fault:?}")
         })
     }
