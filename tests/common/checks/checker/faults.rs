@@ -104,10 +104,10 @@ impl Election<'_> {
         let t0 = Instant::now();
         self.slots[li].signal(libc::SIGTERM);
         let new = self.find_leader(Some(old_port), Duration::from_secs(1));
-        if new.is_none() {
-            self.dump();
-            panic!("no new leader within 1 s of a graceful stop");
-        }
+        self.must(
+            new.is_some(),
+            format_args!("no new leader within 1 s of a graceful stop"),
+        );
         report.graceful_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         report.took_over(fault, t0);
         let status = self.slots[li].wait_exit(Duration::from_secs(5));
@@ -138,7 +138,10 @@ impl Election<'_> {
             p.set(li, None);
         }
         let new = self.find_leader(Some(old_port), crash_bound);
-        assert!(new.is_some(), "no new leader within ttl + 1 s of kill -9");
+        self.must(
+            new.is_some(),
+            format_args!("no new leader within ttl + 1 s of kill -9"),
+        );
         report.crash_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         report.took_over(fault, t0);
         self.respawn(li);
@@ -158,10 +161,10 @@ impl Election<'_> {
             "POST /release answered {answer:?}"
         );
         let new = self.find_leader(Some(old_port), Duration::from_secs(1));
-        if new.is_none() {
-            self.dump();
-            panic!("no new leader within 1 s of a release");
-        }
+        self.must(
+            new.is_some(),
+            format_args!("no new leader within 1 s of a release"),
+        );
         report.took_over(fault, t0);
     }
 
@@ -191,9 +194,9 @@ impl Election<'_> {
         early.send("/leader").expect("send while paused");
         if self.spec.takeover_while_leader_paused {
             let new = self.find_leader(Some(old_port), crash_bound);
-            assert!(
+            self.must(
                 new.is_some(),
-                "no new leader within ttl + 1 s of pausing the leader"
+                format_args!("no new leader within ttl + 1 s of pausing the leader"),
             );
             report.took_over(fault, t0);
         }
@@ -243,9 +246,9 @@ impl Election<'_> {
         let t0 = Instant::now();
         quiet.unwrap_or_else(|e| panic!("with the store paused past the ttl, {e}"));
         let back = self.find_leader(None, crash_bound + ttl);
-        assert!(
+        self.must(
             back.is_some(),
-            "no leader within 2 ttl + 1 s after the store resumed"
+            format_args!("no leader within 2 ttl + 1 s after the store resumed"),
         );
         report.took_over(fault, t0);
     }
@@ -285,9 +288,9 @@ impl Election<'_> {
         } else {
             self.find_leader(None, bound)
         };
-        assert!(
+        self.must(
             back.is_some(),
-            "no leader within 2 ttl + 1 s after the store restarted"
+            format_args!("no leader within 2 ttl + 1 s after the store restarted"),
         );
         report.took_over(fault, t0);
     }
@@ -342,7 +345,7 @@ impl Election<'_> {
         for &i in &paused {
             server.resume_node(i);
         }
-        assert!(new.is_some(), "no new leader within 2 ttl + 1 s of a graceful stop with {minority} of {n} nodes hanging");
+        self.must(new.is_some(), format_args!("no new leader within 2 ttl + 1 s of a graceful stop with {minority} of {n} nodes hanging"));
         assert!(
             stopped.is_some_and(|s| s.success()),
             "graceful stop exited with {stopped:?}"
@@ -396,9 +399,9 @@ impl Election<'_> {
         // until the leader gives up and its release lands.
         let new = self.takeover(fault, old_port, crash_bound + ttl, report);
         self.links(li, || Link::Pass);
-        assert!(
+        self.must(
             new.is_some(),
-            "no new leader within 2 ttl + 1 s of {fault:?} of the leader"
+            format_args!("no new leader within 2 ttl + 1 s of {fault:?} of the leader"),
         );
     }
 
@@ -425,9 +428,11 @@ impl Election<'_> {
         let new = self.takeover(fault, old_port, ttl * 2 + Duration::from_secs(1), report);
         std::thread::sleep(ttl);
         self.links(li, || Link::Pass);
-        assert!(
+        self.must(
             new.is_some(),
-            "no new leader within 2 ttl + 1 s of slowing the leader's link ({link:?})"
+            format_args!(
+                "no new leader within 2 ttl + 1 s of slowing the leader's link ({link:?})"
+            ),
         );
     }
 
@@ -474,10 +479,7 @@ impl Election<'_> {
             during.is_some(),
             "no leader while only minorities were cut from two candidates"
         );
-        assert!(
-            new.is_some(),
-            "no new leader within ttl + 1 s of a graceful stop with {minority} of {n} nodes cut off from the leader"
-        );
+        self.must(new.is_some(), format_args!("no new leader within ttl + 1 s of a graceful stop with {minority} of {n} nodes cut off from the leader"));
         assert!(
             stopped.is_some_and(|s| s.success()),
             "graceful stop exited with {stopped:?}"
@@ -527,9 +529,9 @@ impl Election<'_> {
             self.find_leader(None, Duration::ZERO)
                 .filter(|(_, t)| *t > token)
         });
-        assert!(
+        self.must(
             back.is_some(),
-            "no leader with a token above {token} within 2 ttl + 1 s of {fault:?}"
+            format_args!("no leader with a token above {token} within 2 ttl + 1 s of {fault:?}"),
         );
         report
             .takeover_ms

@@ -213,6 +213,14 @@ impl Election<'_> {
         }
     }
 
+    /// A liveness bound: when it failed, every candidate's view and log, then the panic.
+    pub(super) fn must(&self, held: bool, what: std::fmt::Arguments) {
+        if !held {
+            self.dump();
+            panic!("{what}");
+        }
+    }
+
     pub(super) fn nobody_leads(&self) -> Result<(), String> {
         for s in self.slots.iter().filter(|s| s.is_running()) {
             if let Some((200, _)) = http::get(s.port, "/is-leader") {
