@@ -17,19 +17,9 @@ use std::path::{Path, PathBuf};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 
-#[cfg(feature = "etcd")]
-use crate::backend::etcd;
-#[cfg(feature = "file")]
-use crate::backend::file;
-#[cfg(feature = "kubernetes")]
-use crate::backend::kubernetes;
-#[cfg(feature = "sql")]
-use crate::backend::sql;
-#[cfg(feature = "zookeeper")]
-use crate::backend::zookeeper;
-#[cfg(feature = "redis")]
-use crate::backend::{redis, redlock};
-use crate::backend::{slots, LockMode};
+use crate::backend::store::SettingsContext;
+pub use crate::backend::stores::BackendSettings;
+use crate::backend::{slots, stores, LockMode};
 use crate::kube_api;
 use crate::publish::drain::{self, DrainSettings};
 use crate::publish::events;
@@ -92,26 +82,11 @@ pub struct Cli {
     pub slots: slots::Args,
     #[command(flatten)]
     pub http: http::Args,
-    #[cfg(feature = "file")]
+    /// Every store's own flags (`backend::stores`).
     #[command(flatten)]
-    pub file: file::Args,
-    #[cfg(feature = "redis")]
-    #[command(flatten)]
-    pub redis: redis::Args,
-    #[cfg(feature = "etcd")]
-    #[command(flatten)]
-    pub etcd: etcd::Args,
-    #[cfg(feature = "zookeeper")]
-    #[command(flatten)]
-    pub zookeeper: zookeeper::Args,
-    #[cfg(feature = "sql")]
-    #[command(flatten)]
-    pub sql: sql::Args,
+    pub stores: stores::Args,
     #[command(flatten)]
     pub kube: kube_api::Args,
-    #[cfg(feature = "kubernetes")]
-    #[command(flatten)]
-    pub lease: kubernetes::settings::Args,
     #[command(flatten)]
     pub label: label::Args,
     #[command(flatten)]
@@ -260,51 +235,6 @@ fn yaml_values(value: &serde_yaml_ng::Value, many: bool) -> Result<Vec<String>, 
     }
 }
 
-/// Which store holds the lease, with what it needs to reach it.
-#[derive(Clone, Debug)]
-pub enum BackendSettings {
-    #[cfg(feature = "file")]
-    File { path: PathBuf },
-    #[cfg(feature = "redis")]
-    Redis(Box<redis::RedisSettings>),
-    #[cfg(feature = "redis")]
-    Redlock(Vec<redis::RedisSettings>),
-    #[cfg(feature = "etcd")]
-    Etcd(Box<etcd::EtcdSettings>),
-    #[cfg(feature = "zookeeper")]
-    Zookeeper(Box<zookeeper::ZkSettings>),
-    /// A lease row in PostgreSQL or MySQL/MariaDB (see `backend::sql`).
-    #[cfg(feature = "sql")]
-    Sql(Box<sql::SqlSettings>),
-    /// A `coordination.k8s.io/v1` Lease named after the election, in this namespace.
-    #[cfg(feature = "kubernetes")]
-    Kubernetes {
-        namespace: String,
-        lease: kubernetes::settings::KubeSettings,
-    },
-}
-
-impl BackendSettings {
-    pub fn name(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "file")]
-            BackendSettings::File { .. } => "file",
-            #[cfg(feature = "redis")]
-            BackendSettings::Redis(_) => "redis",
-            #[cfg(feature = "redis")]
-            BackendSettings::Redlock(_) => "redlock",
-            #[cfg(feature = "etcd")]
-            BackendSettings::Etcd(_) => "etcd",
-            #[cfg(feature = "zookeeper")]
-            BackendSettings::Zookeeper(_) => "zookeeper",
-            #[cfg(feature = "sql")]
-            BackendSettings::Sql(sql) => sql.dialect().name(),
-            #[cfg(feature = "kubernetes")]
-            BackendSettings::Kubernetes { .. } => "kubernetes",
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -367,9 +297,8 @@ impl Settings {
         validate_identity(&identity)?;
         let timing = cli.timing.timing()?;
         let mut warnings = Vec::new();
-        let backend = backend_settings(&cli, &election, &timing, &mut warnings)?;
         let holders = cli.slots.count()?;
-        check_holders(holders, &backend)?;
+        let backend = backend_settings(&cli, &election, &timing, holders, &mut warnings)?;
         let mode = cli.slots.mode()?;
         check_mode(mode, holders, &backend)?;
         let mut pod_label = cli.label.settings(&cli.kube, &election)?;
@@ -401,23 +330,8 @@ impl Settings {
     }
 }
 
-/// Several slots where a store's own machinery would elect for each Lease (the
-/// coordinated election picks a holder per Lease among all candidates, so a candidate
-/// holding one slot could be named for another) are refused.
-fn check_holders(holders: u32, backend: &BackendSettings) -> Result<(), ConfigError> {
-    match backend {
-        #[cfg(feature = "kubernetes")]
-        BackendSettings::Kubernetes { lease, .. } if holders > 1 && lease.lease_candidate => {
-            Err(bad(
-                "--holders above 1 with --lease-candidate: the API server's coordinated election picks each slot's holder among all candidates, and could name one that holds another slot; use one of them",
-            ))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// `--mode` where a store has a read-write lock (file, etcd, ZooKeeper, Redis, Redlock, SQL), with one
-/// slot; elsewhere refused, naming why.
+/// `--mode` where the store declares a read-write lock, with one slot; elsewhere
+/// refused, naming why.
 fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result<(), ConfigError> {
     let Some(flag) = mode.flag() else {
         return Ok(());
@@ -427,15 +341,10 @@ fn check_mode(mode: LockMode, holders: u32, backend: &BackendSettings) -> Result
             "--mode {flag} with --holders above 1: a read-write lock has one slot; use one of them"
         )));
     }
-    match backend.name() {
-        "file" | "etcd" | "zookeeper" | "redis" | "redlock" | "postgres" | "mysql" => Ok(()),
-        "kubernetes" => Err(bad(format!(
-            "--mode {flag}: a Kubernetes Lease has one holder (holderIdentity), and client-go and the API server's coordinated election know no shared ones; use --backend etcd or zookeeper for a read-write lock, or leave --mode out"
-        ))),
-        other => Err(bad(format!(
-            "--mode {flag}: the {other} backend has no shared/exclusive lock yet (file, redis, redlock, etcd, zookeeper, postgres and mysql have one); leave --mode out for the election's single holder"
-        ))),
-    }
+    backend
+        .capabilities()
+        .read_write_lock
+        .map_err(|why| bad(format!("--mode {flag}: {why}")))
 }
 
 /// Without the `kubernetes` feature there is no API client: the Pod label and the
@@ -465,13 +374,12 @@ fn event_subject(
     if wanted == Some(false) {
         return Ok(None);
     }
-    let subject = match backend {
-        #[cfg(feature = "kubernetes")]
-        BackendSettings::Kubernetes { namespace, .. } => Some(events::Subject::Lease {
+    let subject = match backend.lease_namespace() {
+        Some(namespace) => Some(events::Subject::Lease {
             name: election.to_owned(),
-            namespace: namespace.clone(),
+            namespace: namespace.to_owned(),
         }),
-        _ => match cli.label.own_pod() {
+        None => match cli.label.own_pod() {
             Some(pod) if in_a_pod() || wanted == Some(true) => Some(events::Subject::Pod {
                 name: pod,
                 namespace: cli.kube.namespace()?,
@@ -492,6 +400,7 @@ fn backend_settings(
     cli: &Cli,
     election: &str,
     timing: &Timing,
+    holders: u32,
     warnings: &mut Vec<String>,
 ) -> Result<BackendSettings, ConfigError> {
     let name = cli
@@ -499,80 +408,13 @@ fn backend_settings(
         .backend
         .clone()
         .unwrap_or_else(|| if in_a_pod() { "kubernetes" } else { "file" }.to_owned());
-    let name = name.trim();
-    if let Some(feature) = missing_feature(name) {
-        return Err(bad(format!(
-            "--backend {name}: this leasekeeper was built without it; build with `cargo build --features {feature}` (the default features have every backend)"
-        )));
-    }
-    Ok(match name {
-        #[cfg(feature = "file")]
-        "file" => BackendSettings::File {
-            path: cli.file.path(election),
-        },
-        #[cfg(feature = "redis")]
-        "redis" => BackendSettings::Redis(Box::new(cli.redis.single()?)),
-        #[cfg(feature = "redis")]
-        "redlock" => {
-            let (nodes, node_warnings) = redlock::node_settings(&cli.redis)?;
-            warnings.extend(node_warnings);
-            BackendSettings::Redlock(nodes)
-        }
-        #[cfg(feature = "etcd")]
-        "etcd" => BackendSettings::Etcd(Box::new(cli.etcd.settings()?)),
-        #[cfg(feature = "zookeeper")]
-        "zookeeper" => BackendSettings::Zookeeper(Box::new(cli.zookeeper.settings()?)),
-        #[cfg(feature = "sql")]
-        "postgres" => BackendSettings::Sql(Box::new(cli.sql.settings(sql::Dialect::Postgres)?)),
-        #[cfg(feature = "sql")]
-        "mysql" => BackendSettings::Sql(Box::new(cli.sql.settings(sql::Dialect::Mysql)?)),
-        #[cfg(feature = "kubernetes")]
-        "kubernetes" => {
-            kubernetes::check_ttl(timing.ttl)?;
-            BackendSettings::Kubernetes {
-                namespace: cli.kube.namespace()?,
-                lease: cli.lease.settings()?,
-            }
-        }
-        other => {
-            return Err(bad(format!(
-                "--backend {other:?} is unknown; choose one of file, redis, redlock, etcd, zookeeper, kubernetes, postgres, mysql"
-            )))
-        }
-    })
-}
-
-/// The cargo feature that brings backend `name`, when this build lacks it (`None`
-/// for a backend that is built in, and for a name that is no backend).
-pub fn missing_feature(name: &str) -> Option<&'static str> {
-    missing_feature_in(name, built_in)
-}
-
-/// Whether this build has backend feature `feature`.
-fn built_in(feature: &str) -> bool {
-    const BUILT: [(&str, bool); 6] = [
-        ("file", cfg!(feature = "file")),
-        ("redis", cfg!(feature = "redis")),
-        ("etcd", cfg!(feature = "etcd")),
-        ("zookeeper", cfg!(feature = "zookeeper")),
-        ("sql", cfg!(feature = "sql")),
-        ("kubernetes", cfg!(feature = "kubernetes")),
-    ];
-    BUILT.iter().any(|&(f, on)| f == feature && on)
-}
-
-/// [`missing_feature`] for a build that has the features `built` says.
-fn missing_feature_in(name: &str, built: impl Fn(&str) -> bool) -> Option<&'static str> {
-    let feature = match name {
-        "file" => "file",
-        "redis" | "redlock" => "redis",
-        "etcd" => "etcd",
-        "zookeeper" => "zookeeper",
-        "postgres" | "mysql" => "sql",
-        "kubernetes" => "kubernetes",
-        _ => return None,
+    let mut cx = SettingsContext {
+        election,
+        timing,
+        kube: &cli.kube,
+        warnings,
     };
-    (!built(feature)).then_some(feature)
+    cli.stores.settings(name.trim(), holders, &mut cx)
 }
 
 fn log_format(raw: Option<&str>) -> Result<LogFormat, ConfigError> {
@@ -910,7 +752,7 @@ mod tests {
         assert_eq!(s.timing.renew_interval, Duration::from_secs(5));
         assert_eq!(s.http.addr.map(|a| a.port()), Some(4040));
         match s.backend {
-            BackendSettings::File { path } => assert!(path.ends_with("leasekeeper-demo.lock")),
+            BackendSettings::File(path) => assert!(path.ends_with("leasekeeper-demo.lock")),
             other => panic!("{other:?}"),
         }
     }
@@ -998,38 +840,6 @@ mod tests {
             .take(2);
         assert!(line.collect::<String>().contains(&shown), "{help}");
         assert_eq!(parse(&[]).expect("valid").election, DEFAULT_ELECTION);
-    }
-
-    #[test]
-    fn a_backend_not_built_in_names_its_feature() {
-        let only_file = |f: &str| f == "file";
-        for (backend, feature) in [
-            ("redis", "redis"),
-            ("redlock", "redis"),
-            ("etcd", "etcd"),
-            ("zookeeper", "zookeeper"),
-            ("postgres", "sql"),
-            ("mysql", "sql"),
-            ("kubernetes", "kubernetes"),
-        ] {
-            assert_eq!(missing_feature_in(backend, only_file), Some(feature));
-            assert_eq!(missing_feature_in(backend, |_| true), None);
-        }
-        assert_eq!(missing_feature_in("file", only_file), None);
-        assert_eq!(missing_feature_in("consul", only_file), None);
-        // The default build has every backend.
-        for backend in [
-            "file",
-            "redis",
-            "redlock",
-            "etcd",
-            "zookeeper",
-            "postgres",
-            "mysql",
-            "kubernetes",
-        ] {
-            assert_eq!(missing_feature(backend), None, "{backend}");
-        }
     }
 
     #[test]

@@ -78,6 +78,7 @@ use tokio::time::{sleep_until, Instant};
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{Holder, Mode};
 
+pub mod entry;
 mod rules;
 mod settings;
 use rules::{Before, HolderNews, InFlight, Place};

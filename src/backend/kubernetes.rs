@@ -81,6 +81,7 @@ use crate::settings::{bad, fmt_d, ConfigError};
 use settings::KubeSettings;
 
 pub mod candidate;
+pub mod entry;
 pub mod settings;
 use crate::status::Holder;
 

@@ -107,7 +107,9 @@ pub mod redlock;
 pub mod slots;
 #[cfg(feature = "sql")]
 pub mod sql;
+pub mod store;
 pub mod store_clock;
+pub mod stores;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

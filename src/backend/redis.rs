@@ -66,6 +66,7 @@ use crate::backoff::Backoff;
 use crate::status::{FencingToken, Holder};
 
 pub(crate) mod baton;
+pub mod entry;
 mod quiet;
 pub mod rw;
 mod settings;
@@ -75,17 +76,7 @@ pub use settings::{Args, RedisSettings};
 /// Lua prelude of the scripts that may extend or take the lock: the store's clock in
 /// milliseconds, and whether a request whose use-by (`0`: none) is `use_by` came too
 /// late to act (see [`super::store_clock`]).
-pub(crate) const CLOCK: &str = r#"
-local function store_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function too_late(use_by)
-  local now = store_ms()
-  local limit = tonumber(use_by)
-  return limit > 0 and now > limit, now
-end
-"#;
+pub(crate) const CLOCK: &str = include_str!("redis/lua/clock.lua");
 
 /// Take or adopt the lock. Returns {won (2: refused, too late), value, pttl of a held
 /// lock, store ms, why}, `why` saying what kept it out as [`rw::judge`]'s codes do: 0
@@ -97,65 +88,7 @@ end
 /// candidates wait in the queue, it queues too (behind a holder), and takes only
 /// when nobody came before it (answer: nobody named, with the time until the one
 /// ahead goes stale, see [`QUEUE`]).
-const ACQUIRE: &str = r#"
-local late, now = too_late(ARGV[6])
-if late then
-  return {2, '', -1, now, 0}
-end
-local ttl = tonumber(ARGV[3])
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, cur, -1, now, 0}
-end
-local live, own = {}, nil
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  live, own = queue(KEYS[6], KEYS[7], ARGV[7], now, ARGV[1], ARGV[8], ttl)
-end
-local function wait(value, pttl, why)
-  enqueue(KEYS[6], own, 'w', ARGV[1], ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
-  return {0, value, pttl, now, why}
-end
-if cur then
-  if #live > 0 then
-    return wait(cur, redis.call('PTTL', KEYS[1]), 0)
-  end
-  return {0, cur, redis.call('PTTL', KEYS[1]), now, 0}
-end
-local left = reserved(KEYS[3], ARGV[2])
-if left then
-  return {0, '', left, now, 0}
-end
-local reader, last = live_readers(KEYS[5], now)
-if reader then
-  return wait(reader, last - now, 3)
-end
-local first = ahead(live, own, false)
-if first then
-  return wait('', cutoff_left(KEYS[6], first, now, ttl), 4)
-end
-local floor = tonumber(ARGV[4])
-if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], floor)
-  local fenced = 'quarantine|' .. floor .. '|'
-  redis.call('SET', KEYS[1], fenced, 'PX', ARGV[3])
-  return {0, fenced, ttl, now, 0}
-end
-local token = redis.call('INCR', KEYS[2])
-if token <= floor then
-  token = floor + 1
-  redis.call('SET', KEYS[2], token)
-end
-local value = ARGV[1] .. token .. '|' .. ARGV[2]
-redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-redis.call('DEL', KEYS[4])
-if own then
-  dequeue(KEYS[6], ARGV[1])
-end
-keep_queue(KEYS[6], KEYS[7], ttl)
-redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
-return {1, value, -1, now, 0}
-"#;
+const ACQUIRE: &str = include_str!("redis/lua/acquire.lua");
 
 /// Lua prelude of the scripts that read or change the queue of waiting candidates
 /// (`…:writer-waits`, see [`rw`]). An entry is `<arrival µs, 16 digits>|<r or w>|
@@ -182,146 +115,17 @@ return {1, value, -1, now, 0}
 /// readers hold, the first writer keeps the readers behind it out, and the places
 /// behind it are checked as they come to the head and by every look (`queue`), so a
 /// renewal's cost does not grow with the queue.
-pub(crate) const QUEUE: &str = r#"
-local function stale(lapse, now, ttl)
-  return ttl ~= nil and lapse + math.floor(ttl * 9 / 2) <= now
-end
-local function cutoff_left(waits, m, now, ttl)
-  return tonumber(redis.call('ZSCORE', waits, m)) + math.floor(ttl * 9 / 2) - now
-end
-local function queue(waits, busy, presence, now, me, channel, ttl)
-  local held = redis.call('EXISTS', busy) == 1
-  local live, own, dropped = {}, nil, false
-  local all = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do
-    local m, lapse = all[i], tonumber(all[i + 1])
-    local arrival, nonce, id = string.match(m, '^(%d+)|%a|([^|]*)|(.*)$')
-    local mine = nonce ~= nil and nonce .. '|' == me
-    local gone = arrival == nil or (lapse <= now and not held) or stale(lapse, now, ttl)
-    if not gone and not mine and tonumber(arrival) < (now - 1000) * 1000 then
-      gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
-    end
-    if gone then
-      redis.call('ZREM', waits, m)
-      dropped = true
-    else
-      live[#live + 1] = m
-      if mine then
-        own = m
-      end
-    end
-  end
-  if dropped then
-    redis.call('PUBLISH', channel, 'released')
-  end
-  table.sort(live)
-  return live, own
-end
-local function ahead(live, own, writers)
-  for _, m in ipairs(live) do
-    if m == own then
-      return nil
-    end
-    if not writers or string.match(m, '^%d+|w|') then
-      return m
-    end
-  end
-  return nil
-end
-local function enqueue(waits, own, kind, me, id, now, ttl, life)
-  if not own then
-    local t = redis.call('TIME')
-    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    own = string.format('%016d', us) .. '|' .. kind .. '|' .. me .. id
-  end
-  redis.call('ZADD', waits, now + (life or 2 * ttl), own)
-  return own
-end
-local function dequeue(waits, me)
-  local gone = 0
-  for _, m in ipairs(redis.call('ZRANGE', waits, 0, -1)) do
-    if string.find(m, '|' .. me, 1, true) then
-      gone = gone + redis.call('ZREM', waits, m)
-    end
-  end
-  return gone
-end
-local function lapse_left(waits, busy, m, now)
-  local left = tonumber(redis.call('ZSCORE', waits, m)) - now
-  return math.max(left, redis.call('PTTL', busy))
-end
-local function keep_queue(waits, busy, ttl)
-  if redis.call('EXISTS', waits) == 1 then
-    redis.call('SET', busy, '1', 'PX', 2 * ttl)
-  end
-end
-local function check_heads(waits, presence, now, k, channel, ttl)
-  local all, lapses = {}, {}
-  local scored = redis.call('ZRANGE', waits, 0, -1, 'WITHSCORES')
-  for i = 1, #scored, 2 do
-    all[#all + 1] = scored[i]
-    lapses[scored[i]] = tonumber(scored[i + 1])
-  end
-  table.sort(all)
-  local dropped = false
-  for i = 1, math.min(k, #all) do
-    local arrival, id = string.match(all[i], '^(%d+)|%a|[^|]*|(.*)$')
-    local gone = arrival == nil or stale(lapses[all[i]], now, ttl)
-    if not gone and tonumber(arrival) < (now - 1000) * 1000 then
-      gone = redis.call('PUBSUB', 'NUMSUB', presence .. id)[2] == 0
-    end
-    if gone then
-      redis.call('ZREM', waits, all[i])
-      dropped = true
-    end
-  end
-  if dropped then
-    redis.call('PUBLISH', channel, 'released')
-  end
-end
-local function let_queue_go(busy, ttl)
-  local keep = math.floor(ttl / 2)
-  if redis.call('PTTL', busy) > keep then
-    redis.call('PEXPIRE', busy, math.max(keep, 1))
-  end
-end
-"#;
+pub(crate) const QUEUE: &str = include_str!("redis/lua/queue.lua");
 
 /// Lua prelude of the take scripts: `live_readers(key, now)` drops the shared holders
 /// whose expiry (score, the store's ms) has passed, and returns the first one left
 /// with the latest expiry, or nil when there is none (see [`rw`]).
-pub(crate) const READERS: &str = r#"
-local function live_readers(key, now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  local first = redis.call('ZRANGE', key, 0, 0)
-  if #first == 0 then
-    return nil, now
-  end
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  return first[1], tonumber(last[2])
-end
-"#;
+pub(crate) const READERS: &str = include_str!("redis/lua/readers.lua");
 
 /// Compare-and-PEXPIRE; also writes `KEYS[2]` (what followers track, see [`baton`])
 /// and keeps the queue of waiting candidates (`KEYS[3]`, `KEYS[4]`, see [`QUEUE`])
 /// when given. Returns {kept (2: refused, too late), store ms}.
-pub(crate) const RENEW: &str = r#"
-local late, now = too_late(ARGV[3])
-if late then
-  return {2, now}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if KEYS[2] then
-    redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  end
-  if KEYS[4] then
-    keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  end
-  return {1, now}
-end
-return {0, now}
-"#;
+pub(crate) const RENEW: &str = include_str!("redis/lua/renew.lua");
 
 /// Compare-and-DEL. A switchover (`ARGV[3]` = `all`) announces the release to every
 /// follower; a plain release hands one follower the baton (`KEYS[2]`, PX `ARGV[4]`),
@@ -331,31 +135,9 @@ return {0, now}
 /// (cutting the queue's keeping `KEYS[4]`, see [`QUEUE`]) or that one who waited
 /// before them is gone.
 /// Returns 1 when it released our lock.
-const RELEASE: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-local mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
-if dequeue(KEYS[3], ARGV[1]) > 0 and not mine then
-  redis.call('PUBLISH', ARGV[5], 'released')
-end
-if mine then
-  redis.call('DEL', KEYS[1])
-  let_queue_go(KEYS[4], tonumber(ARGV[4]))
-  redis.call('PUBLISH', ARGV[5], 'released')
-end
-if ARGV[3] == 'all' then
-  if mine then
-    redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
-  end
-elseif mine or not cur then
-"#;
+const RELEASE: &str = include_str!("redis/lua/release.lua");
 
-const RELEASE_END: &str = r#"
-end
-if mine then
-  return 1
-end
-return 0
-"#;
+const RELEASE_END: &str = include_str!("redis/lua/release_end.lua");
 
 /// The Redis names one election uses.
 #[derive(Clone, Debug)]

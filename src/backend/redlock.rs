@@ -107,34 +107,7 @@ mod rw;
 /// whole seconds, so the start was before ⌊now⌋ − uptime + 1 s: judged from there,
 /// never early. `catch_up`: on a settled node still in the incarnation a round saw,
 /// raise the counter to `counter` and mark the node trusted; returns the new state.
-const INCARNATION: &str = r#"
-local function incarnation(marker, settle_ms)
-  local info = redis.call('INFO', 'server')
-  local run_id = string.match(info, 'run_id:(%x+)') or ''
-  if run_id ~= '' and redis.call('GET', marker) == run_id then
-    return run_id, 2, 0
-  end
-  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
-  local now_us = tonumber(string.match(info, 'server_time_usec:(%d+)') or '0')
-  local since_ms = (up - 1) * 1000 + math.floor((now_us % 1000000) / 1000)
-  if since_ms >= settle_ms then
-    return run_id, 1, 0
-  end
-  return run_id, 0, settle_ms - since_ms
-end
-
-local function catch_up(fence, marker, expected_run_id, counter, settle_ms)
-  local run_id, state = incarnation(marker, settle_ms)
-  if state == 1 and run_id == expected_run_id then
-    if tonumber(redis.call('GET', fence) or '0') < tonumber(counter) then
-      redis.call('SET', fence, counter)
-    end
-    redis.call('SET', marker, run_id)
-    return 2
-  end
-  return state
-end
-"#;
+const INCARNATION: &str = include_str!("redlock/lua/incarnation.lua");
 
 /// Node states returned by the scripts.
 const SETTLING: i64 = 0;
@@ -148,75 +121,23 @@ const TRUSTED: i64 = 2;
 /// With `ARGV[6]` = the `run_id` seen in phase 1, a settled node that is not trusted
 /// yet is caught up: its counter now holds the token, and the marker its `run_id`.
 /// Returns {ours, state}.
-const CONFIRM: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  local token = tonumber(ARGV[2])
-  if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
-    redis.call('SET', KEYS[2], token)
-  end
-  local _, state = incarnation(KEYS[3], tonumber(ARGV[5]))
-  if ARGV[6] ~= '' then
-    state = catch_up(KEYS[2], KEYS[3], ARGV[6], ARGV[2], tonumber(ARGV[5]))
-  end
-  redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
-  redis.call('PUBLISH', ARGV[4], 'acquired|' .. ARGV[3])
-  return {1, state}
-end
-return {0, 0}
-"#;
+const CONFIRM: &str = include_str!("redlock/lua/confirm.lua");
 
 /// Compare-and-PEXPIRE, and the renewal's sign of life for followers (`KEYS[4]`, the
 /// `alive` key, see [`handover`]); keeps the places of the candidates waiting in the
 /// queue (`KEYS[5]`, `KEYS[6]`, see [`rw`]). Returns {ours (2: refused, it came after its use-by `ARGV[4]`),
 /// state, fence, run_id, store ms}: the state and counter of every node, so that the
 /// leader can catch up a restarted node too.
-const RENEW: &str = r#"
-local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local late, now = too_late(ARGV[4])
-if late then
-  return {2, state, fence, run_id, now}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
-  keep_queue(KEYS[5], KEYS[6], tonumber(ARGV[2]))
-  return {1, state, fence, run_id, now}
-end
-return {0, state, fence, run_id, now}
-"#;
+const RENEW: &str = include_str!("redlock/lua/renew.lua");
 
 /// Compare-and-DEL of our nonce's lock, announced on the events channel when
 /// `ARGV[6]` is `1`, or on a release (`ARGV[7]`: our queue id, whose places in the
 /// queue `KEYS[4]` go) while candidates wait in the queue (see [`rw`]); with `ARGV[3]` = a `run_id` a round saw, also catches the node up
 /// to counter `ARGV[4]`. Returns 1 when it released a lock.
-const GIVE_BACK: &str = r#"
-local released, left = 0, 0
-if ARGV[7] ~= '' then
-  left = dequeue(KEYS[4], ARGV[7])
-end
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local waiting = ARGV[7] ~= '' and redis.call('EXISTS', KEYS[4]) == 1
-  if ARGV[6] == '1' or waiting then
-    redis.call('PUBLISH', ARGV[2], 'released|' .. cur)
-  end
-  released = 1
-elseif left > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
-if ARGV[3] ~= '' then
-  catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
-end
-return released
-"#;
+const GIVE_BACK: &str = include_str!("redlock/lua/give_back.lua");
 
 /// A renew round's catch-up of a restarted node: `catch_up` alone. Returns the state.
-const CATCH_UP: &str = r#"
-return catch_up(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
-"#;
+const CATCH_UP: &str = include_str!("redlock/lua/catch_up.lua");
 
 /// One node's answer to phase 1.
 struct Take {

@@ -150,6 +150,7 @@ use tokio::time::Instant;
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder, Mode};
 
+pub mod entry;
 pub mod mysql;
 pub mod postgres;
 mod queue;

@@ -100,6 +100,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake}
 use crate::settings::fmt_d;
 use crate::status::{Holder, Mode};
 
+pub mod entry;
 mod rules;
 mod settings;
 mod transport;

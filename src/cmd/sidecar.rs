@@ -13,25 +13,10 @@ use clap::error::ErrorKind;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-#[cfg(feature = "etcd")]
-use crate::backend::etcd::EtcdBackend;
-#[cfg(feature = "file")]
-use crate::backend::file::{check_lock_path, slot_path, FileBackend};
-#[cfg(feature = "kubernetes")]
-use crate::backend::kubernetes::KubeBackend;
-#[cfg(feature = "redis")]
-use crate::backend::redis::{rw::RwBackend, RedisBackend};
-#[cfg(feature = "redis")]
-use crate::backend::redlock::RedlockBackend;
-use crate::backend::slots::{slot_election, Slots};
-#[cfg(feature = "sql")]
-use crate::backend::sql::mysql::MysqlBackend;
-#[cfg(feature = "sql")]
-use crate::backend::sql::postgres::PostgresBackend;
-#[cfg(feature = "sql")]
-use crate::backend::sql::{Dialect, TableError};
-use crate::backend::{Backend, Candidacy, SlowPaths};
-use crate::config::{BackendSettings, Cli, CliError, Settings};
+use crate::backend::slots::Slots;
+use crate::backend::store::{BuildContext, Serve};
+use crate::backend::{Backend, SlowPaths};
+use crate::config::{Cli, CliError, Settings};
 use crate::elector::{
     await_shown, Elector, ElectorParts, Exit, Heartbeat, ReleaseRequest, TransitionLog,
 };
@@ -148,7 +133,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         )
     })?;
     // The Kubernetes API client, when the backend or the Pod label needs one.
-    let needs_kube = settings.pod_label.is_some() || settings.backend.name() == "kubernetes";
+    let needs_kube =
+        settings.pod_label.is_some() || settings.backend.capabilities().kubernetes_client;
     let kubeconfig = settings.kubeconfig.as_deref();
     let kube = match needs_kube {
         true => Some(crate::kube_api::client(kubeconfig).await?),
@@ -197,127 +183,28 @@ fn run_only_flag(e: &clap::Error) -> Option<String> {
     exec::FLAGS.contains(&name).then(|| format!("--{name}"))
 }
 
-/// One backend per slot of the election (`--holders`; one slot is the election
-/// itself), each built by `make` for its own lease name and slot number.
-fn slots_of<B: Backend, E>(
-    s: &Settings,
-    mut make: impl FnMut(&Candidacy, u32) -> Result<B, E>,
-) -> Result<Vec<B>, E> {
-    (0..s.holders)
-        .map(|slot| {
-            let election = slot_election(&s.election, slot);
-            let lease = Candidacy {
-                election: &election,
-                identity: &s.identity,
-                timing: &s.timing,
-                mode: s.mode,
-            };
-            make(&lease, slot)
-        })
-        .collect()
-}
-
 /// Builds the chosen backend (one per slot) and serves with it.
 async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
     let s = &start.settings;
-    match &s.backend {
-        #[cfg(feature = "file")]
-        BackendSettings::File { path } => {
-            for slot in 0..s.holders {
-                check_lock_path(&slot_path(path, slot))?;
-            }
-            let slots = slots_of(s, |lease, i| {
-                anyhow::Ok(FileBackend::new(slot_path(path, i), lease))
-            })?;
-            serve(slots, start).await
-        }
-        #[cfg(feature = "redis")]
-        BackendSettings::Redis(redis) if s.mode != crate::backend::LockMode::Election => {
-            let slots = slots_of(s, |lease, _| RwBackend::new(redis, lease));
-            serve(slots.context("--redis-url")?, start).await
-        }
-        #[cfg(feature = "redis")]
-        BackendSettings::Redis(redis) => {
-            let slots = slots_of(s, |lease, _| RedisBackend::new(redis, lease));
-            serve(slots.context("--redis-url")?, start).await
-        }
-        #[cfg(feature = "redis")]
-        BackendSettings::Redlock(nodes) => {
-            let slots = slots_of(s, |lease, _| RedlockBackend::new(nodes, lease));
-            serve(slots.context("--redis-url")?, start).await
-        }
-        #[cfg(feature = "etcd")]
-        BackendSettings::Etcd(etcd) => {
-            let slots = slots_of(s, |lease, _| anyhow::Ok(EtcdBackend::new(etcd, lease)))?;
-            serve(slots, start).await
-        }
-        #[cfg(feature = "zookeeper")]
-        BackendSettings::Zookeeper(zk) => {
-            let slots = slots_of(s, |lease, _| {
-                anyhow::Ok(crate::backend::zookeeper::ZkBackend::new(zk, lease))
-            })?;
-            serve(slots, start).await
-        }
-        #[cfg(feature = "kubernetes")]
-        BackendSettings::Kubernetes {
-            namespace,
-            lease: settings,
-        } => {
-            let client = start.kube.clone().context("kubernetes client")?;
-            let slots = slots_of(s, |lease, _| {
-                anyhow::Ok(
-                    KubeBackend::new(client.clone(), namespace, lease, *settings)
-                        .with_slow_paths(start.slow_paths.clone()),
-                )
-            })?;
-            serve(slots, start).await
-        }
-        #[cfg(feature = "sql")]
-        BackendSettings::Sql(sql) => match sql.dialect() {
-            Dialect::Postgres => {
-                let mut slots = slots_of(s, |lease, _| PostgresBackend::new(sql, lease))
-                    .context("--postgres-url")?;
-                check_table(slots[0].prepare(), s, start.stop.clone()).await?;
-                serve(slots, start).await
-            }
-            Dialect::Mysql => {
-                let mut slots =
-                    slots_of(s, |lease, _| MysqlBackend::new(sql, lease)).context("--mysql-url")?;
-                check_table(slots[0].prepare(), s, start.stop.clone()).await?;
-                serve(slots, start).await
-            }
-        },
-        // Only in a build without every backend (the settings refuse those first).
-        #[allow(unreachable_patterns)]
-        _ => anyhow::bail!("--backend {}: not in this build", s.backend.name()),
-    }
+    let cx = BuildContext {
+        election: s.election.clone(),
+        identity: s.identity.clone(),
+        timing: s.timing,
+        mode: s.mode,
+        holders: s.holders,
+        kube: start.kube.clone(),
+        slow_paths: start.slow_paths.clone(),
+        stop: start.stop.clone(),
+    };
+    let backend = s.backend.clone();
+    backend.build_and(cx, start).await?
 }
 
-/// The lease table at start: a user who may not create a missing table is bad input;
-/// a database that cannot be reached yet is not (the elector retries, and tries to
-/// create the table again then). A stop (SIGTERM) ends the wait at once.
-#[cfg(feature = "sql")]
-async fn check_table(
-    prepared: impl std::future::Future<Output = Result<(), TableError>>,
-    settings: &Settings,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let checked = tokio::time::timeout(settings.timing.backend_timeout, prepared);
-    let checked = tokio::select! {
-        checked = checked => checked,
-        _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
-    };
-    match checked {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e @ TableError::NotAllowed { .. })) => Err(e.into()),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "could not reach the database or prepare the lease table yet; retrying");
-            Ok(())
-        }
-        Err(_) => {
-            tracing::warn!("the database did not answer in time; retrying");
-            Ok(())
-        }
+impl Serve for Start {
+    type Output = anyhow::Result<ExitCode>;
+
+    async fn serve<B: Backend>(self, slots: Vec<B>) -> Self::Output {
+        serve(slots, self).await
     }
 }
 

@@ -94,76 +94,7 @@ const SHOWN: usize = 16;
 /// ahead in the queue (a writer for a reader, anyone for a writer), pttl until its
 /// place goes stale (see [`super::QUEUE`]), 2 too late (nothing done). A candidate kept out takes (or keeps) its
 /// place in the queue (see [`super::QUEUE`]).
-pub const TAKE: &str = r#"
-local late, now = too_late(ARGV[6])
-if late then
-  return {2, '', -1, now, {}}
-end
-local prefix, ttl = ARGV[1], tonumber(ARGV[3])
-local shared = ARGV[7] == 'shared'
-local function mine(v)
-  return string.sub(v, 1, #prefix) == prefix
-end
-local reader, last = live_readers(KEYS[3], now)
-local shown = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[8]) - 1)
-local cur = redis.call('GET', KEYS[1])
-if shared and reader then
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    if mine(m) then
-      redis.call('ZADD', KEYS[3], now + ttl, m)
-      dequeue(KEYS[4], prefix)
-      return {1, m, -1, now, shown}
-    end
-  end
-end
-if cur and not shared and mine(cur) then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  dequeue(KEYS[4], prefix)
-  return {1, cur, -1, now, {}}
-end
-local live, own = queue(KEYS[4], KEYS[7], ARGV[9], now, prefix, ARGV[10], ttl)
-local function wait(code, value, pttl, listed)
-  enqueue(KEYS[4], own, shared and 'r' or 'w', prefix, ARGV[2], now, ttl, math.floor(ttl * 3 / 2))
-  return {code, value, pttl, now, listed}
-end
-if cur then
-  return wait(0, cur, redis.call('PTTL', KEYS[1]), {})
-end
-local left = reserved(KEYS[5], ARGV[2])
-if left then
-  return wait(0, '', left, {})
-end
-if reader and not shared then
-  return wait(3, '', last - now, shown)
-end
-local first = ahead(live, own, shared)
-if first then
-  return wait(4, '', cutoff_left(KEYS[4], first, now, ttl), shown)
-end
-local floor = tonumber(ARGV[4])
-if floor > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], floor)
-  local fenced = 'quarantine|' .. floor .. '|'
-  redis.call('SET', KEYS[1], fenced, 'PX', ttl)
-  return {0, fenced, ttl, now, {}}
-end
-local token = redis.call('INCR', KEYS[2])
-if token <= floor then
-  token = floor + 1
-  redis.call('SET', KEYS[2], token)
-end
-local value = prefix .. token .. '|' .. ARGV[2]
-dequeue(KEYS[4], prefix)
-keep_queue(KEYS[4], KEYS[7], ttl)
-if shared then
-  redis.call('ZADD', KEYS[3], now + ttl, value)
-  return {1, value, -1, now, shown}
-end
-redis.call('SET', KEYS[1], value, 'PX', ttl)
-redis.call('DEL', KEYS[6])
-redis.call('PUBLISH', ARGV[5], 'acquired|' .. value)
-return {1, value, -1, now, {}}
-"#;
+pub const TAKE: &str = include_str!("lua/rw_take.lua");
 
 /// A shared holder's compare-and-act renewal: only its own entry, only while it has
 /// not expired, and only while nobody holds the lock exclusively. It keeps the queue
@@ -172,20 +103,7 @@ return {1, value, -1, now, {}}
 /// followers (`ARGV[5]`). KEYS: readers, lock,
 /// queue, busy. ARGV: our value, ttl ms, use-by, the presence channels' prefix, the
 /// read-write lock's channel. Returns {kept (2: too late), store ms}.
-pub const RENEW_SHARED: &str = r#"
-local late, now = too_late(ARGV[3])
-if late then
-  return {2, now}
-end
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[2]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  keep_queue(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  check_heads(KEYS[3], ARGV[4], now, 2, ARGV[5], tonumber(ARGV[2]))
-  return {1, now}
-end
-return {0, now}
-"#;
+pub const RENEW_SHARED: &str = include_str!("lua/rw_renew_shared.lua");
 
 /// Give back whatever of ours the lock holds (compare-and-DEL of the exclusive lock,
 /// our shared entries, our place in the queue). When the lock is then free of every
@@ -194,37 +112,9 @@ return {0, now}
 /// tell the read-write lock's followers (`ARGV[2]`). KEYS: lock, readers, queue
 /// (writer-waits), baton, busy. ARGV: our `<nonce>|`, channel, the baton's PX (the
 /// ttl). Returns 1 when it released a tenure of ours.
-pub const RELEASE: &str = r#"
-local prefix = ARGV[1]
-local function mine(v)
-  return string.sub(v, 1, #prefix) == prefix
-end
-if dequeue(KEYS[3], prefix) > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
-local cur = redis.call('GET', KEYS[1])
-local released, free = 0, false
-if cur and mine(cur) then
-  redis.call('DEL', KEYS[1])
-  released, free = 1, true
-end
-for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if mine(m) then
-    redis.call('ZREM', KEYS[2], m)
-    released = 1
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', store_ms())
-    free = redis.call('ZCARD', KEYS[2]) == 0 and not redis.call('GET', KEYS[1])
-  end
-end
-if free then
-"#;
+pub const RELEASE: &str = include_str!("lua/rw_release.lua");
 
-const RELEASE_END: &str = r#"
-  let_queue_go(KEYS[5], tonumber(ARGV[3]))
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
-return released
-"#;
+const RELEASE_END: &str = include_str!("lua/rw_release_end.lua");
 
 /// Reads a take script's answer.
 pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {

@@ -19,18 +19,7 @@ use std::time::Duration;
 
 /// Lua prelude of the take scripts: `reserved(key, me)` is the reservation's pttl when
 /// the lock is left to another candidate; the named one's look deletes the key.
-pub(crate) const RESERVED: &str = r#"
-local function reserved(key, me)
-  local to = redis.call('GET', key)
-  if to and to ~= me then
-    return redis.call('PTTL', key)
-  end
-  if to then
-    redis.call('DEL', key)
-  end
-  return nil
-end
-"#;
+pub(crate) const RESERVED: &str = include_str!("lua/reserved.lua");
 
 /// The presence channel of `identity`, under the election's `prefix`.
 pub(crate) fn presence_channel(prefix: &str, identity: &str) -> String {

@@ -114,19 +114,7 @@ fn holder(value: &str) -> Option<Holder> {
 /// the sorted queue `live` ahead of `entry` (a writer's, with `writers`), or nil.
 /// Entries sort by their arrival, which the candidate chose (16 digits), so this is
 /// the same on every node.
-pub(super) const ORDER: &str = r#"
-local function before(live, entry, writers)
-  for _, m in ipairs(live) do
-    if m >= entry then
-      return nil
-    end
-    if not writers or string.match(m, '^%d+|w|') then
-      return m
-    end
-  end
-  return nil
-end
-"#;
+pub(super) const ORDER: &str = include_str!("lua/rw_order.lua");
 
 /// A take's answer: kept out while shared holders hold; its value names one of them.
 pub(super) const BESIDE_SHARED: i64 = 3;
@@ -140,154 +128,25 @@ pub(super) const BESIDE_SHARED: i64 = 3;
 /// while shared holders hold, value one of them), value, pttl of what keeps it out,
 /// fence, state, ms until settled, run_id, store ms}, and the live shared holders'
 /// members (up to `ARGV[11]`); kept out by a place ahead, the value is empty.
-pub(super) const TAKE_EXCLUSIVE: &str = r#"
-local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local late, now = too_late(ARGV[5])
-if late then
-  return {2, '', -1, fence, state, settle_left, run_id, now, {}}
-end
-local ttl = tonumber(ARGV[3])
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, cur, -1, fence, state, settle_left, run_id, now, {}}
-end
-local reader, last = live_readers(KEYS[5], now)
-local shown = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[11]) - 1)
-local queued = reader ~= nil or ARGV[10] == '1' or redis.call('EXISTS', KEYS[6]) == 1
-local live = {}
-if queued then
-  live = queue(KEYS[6], KEYS[7], ARGV[8], now, ARGV[7], ARGV[9])
-end
-local function kept(value, pttl, code)
-  if queued then
-    enqueue(KEYS[6], ARGV[6], 'w', '', '', now, ttl)
-  end
-  return {code or 0, value, pttl, fence, state, settle_left, run_id, now, shown}
-end
-if cur then
-  return kept(cur, redis.call('PTTL', KEYS[1]))
-end
-local left = reserved(KEYS[4], ARGV[2])
-if left then
-  return kept('', left)
-end
-if reader then
-  return kept(reader, last - now, 3)
-end
-if queued then
-  local first = before(live, ARGV[6], false)
-  if first then
-    return kept('', lapse_left(KEYS[6], KEYS[7], first, now))
-  end
-  dequeue(KEYS[6], ARGV[7])
-end
-local value = ARGV[1] .. 'pending|' .. ARGV[2]
-redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-keep_queue(KEYS[6], KEYS[7], ttl)
-return {1, value, -1, fence, state, settle_left, run_id, now, shown}
-"#;
+pub(super) const TAKE_EXCLUSIVE: &str = include_str!("lua/rw_take_exclusive.lua");
 
 /// Phase 1 of a shared take on one node: adopt our own live member, or add a pending
 /// one while the lock key is absent, no reservation is left to another and no writer
 /// waits ahead. KEYS and ARGV as [`TAKE_EXCLUSIVE`]'s; the answer too.
-pub(super) const TAKE_SHARED: &str = r#"
-local run_id, state, settle_left = incarnation(KEYS[3], tonumber(ARGV[4]))
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local late, now = too_late(ARGV[5])
-if late then
-  return {2, '', -1, fence, state, settle_left, run_id, now, {}}
-end
-local ttl, prefix = tonumber(ARGV[3]), ARGV[1]
-local reader = live_readers(KEYS[5], now)
-local shown = redis.call('ZRANGE', KEYS[5], 0, tonumber(ARGV[11]) - 1)
-for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-  if string.sub(m, 1, #prefix) == prefix then
-    redis.call('ZADD', KEYS[5], now + ttl, m)
-    dequeue(KEYS[6], ARGV[7])
-    return {1, m, -1, fence, state, settle_left, run_id, now, shown}
-  end
-end
-local live = {}
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  live = queue(KEYS[6], KEYS[7], ARGV[8], now, ARGV[7], ARGV[9])
-end
-local function kept(value, pttl, code)
-  enqueue(KEYS[6], ARGV[6], 'r', '', '', now, ttl)
-  return {code or 0, value, pttl, fence, state, settle_left, run_id, now, shown}
-end
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  return kept(cur, redis.call('PTTL', KEYS[1]))
-end
-local left = reserved(KEYS[4], ARGV[2])
-if left then
-  return kept('', left)
-end
-local first = before(live, ARGV[6], true)
-if first and reader then
-  return kept(reader, lapse_left(KEYS[6], KEYS[7], first, now), 3)
-elseif first then
-  return kept('', lapse_left(KEYS[6], KEYS[7], first, now))
-end
-dequeue(KEYS[6], ARGV[7])
-local value = prefix .. 'pending|' .. ARGV[2]
-redis.call('ZADD', KEYS[5], now + ttl, value)
-keep_queue(KEYS[6], KEYS[7], ttl)
-return {1, value, -1, fence, state, settle_left, run_id, now, shown}
-"#;
+pub(super) const TAKE_SHARED: &str = include_str!("lua/rw_take_shared.lua");
 
 /// Phase 2 of a shared take on one node: if our member is still there and live, raise
 /// the counter to the token and put our value with the token in its place (same
 /// expiry), catching the node up as [`super::CONFIRM`] does. KEYS: readers, fence,
 /// marker. ARGV: our `<nonce>|`, token, value, (unused), settle ms, run_id to catch
 /// up. Returns {ours, state}.
-pub(super) const CONFIRM_SHARED: &str = r#"
-local now = store_ms()
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if string.sub(m, 1, #ARGV[1]) == ARGV[1] then
-    local expiry = tonumber(redis.call('ZSCORE', KEYS[1], m))
-    if expiry <= now then
-      return {0, 0}
-    end
-    local token = tonumber(ARGV[2])
-    if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
-      redis.call('SET', KEYS[2], token)
-    end
-    local _, state = incarnation(KEYS[3], tonumber(ARGV[5]))
-    if ARGV[6] ~= '' then
-      state = catch_up(KEYS[2], KEYS[3], ARGV[6], ARGV[2], tonumber(ARGV[5]))
-    end
-    if m ~= ARGV[3] then
-      redis.call('ZREM', KEYS[1], m)
-      redis.call('ZADD', KEYS[1], expiry, ARGV[3])
-    end
-    return {1, state}
-  end
-end
-return {0, 0}
-"#;
+pub(super) const CONFIRM_SHARED: &str = include_str!("lua/rw_confirm_shared.lua");
 
 /// A shared holder's renewal on one node: its own live member only, and only while
 /// the lock key is absent; keeps the queue's places. KEYS: readers, fence, marker,
 /// lock, queue, busy. ARGV: our value, ttl ms, settle ms, use-by. Returns as
 /// [`super::RENEW`]: {ours (2: refused as late), state, fence, run_id, store ms}.
-pub(super) const RENEW_SHARED: &str = r#"
-local run_id, state = incarnation(KEYS[3], tonumber(ARGV[3]))
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local late, now = too_late(ARGV[4])
-if late then
-  return {2, state, fence, run_id, now}
-end
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if expiry and tonumber(expiry) > now and not redis.call('GET', KEYS[4]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  keep_queue(KEYS[5], KEYS[6], tonumber(ARGV[2]))
-  return {1, state, fence, run_id, now}
-end
-return {0, state, fence, run_id, now}
-"#;
+pub(super) const RENEW_SHARED: &str = include_str!("lua/rw_renew_shared.lua");
 
 /// A shared holder's give-back on one node: our members go; with `ARGV[7]` (our queue
 /// id, on a release) our place too, and then the release of the last shared holder
@@ -296,31 +155,7 @@ return {0, state, fence, run_id, now}
 /// marker, queue, lock. ARGV: our `<nonce>|`, events channel, run_id to catch up,
 /// counter, settle ms, (unused), our queue id `<id>|` or empty. Returns 1 when it
 /// released a member.
-pub(super) const GIVE_BACK_SHARED: &str = r#"
-local left = 0
-if ARGV[7] ~= '' then
-  left = dequeue(KEYS[4], ARGV[7])
-end
-local released = 0
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if string.sub(m, 1, #ARGV[1]) == ARGV[1] then
-    redis.call('ZREM', KEYS[1], m)
-    released = 1
-  end
-end
-if released == 1 and ARGV[7] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', store_ms())
-  if redis.call('ZCARD', KEYS[1]) == 0 and not redis.call('GET', KEYS[5]) then
-    redis.call('PUBLISH', ARGV[2], 'released|')
-  end
-elseif left > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
-end
-if ARGV[3] ~= '' then
-  catch_up(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]))
-end
-return released
-"#;
+pub(super) const GIVE_BACK_SHARED: &str = include_str!("lua/rw_give_back_shared.lua");
 
 /// A follower's tracking on one node's command connection: every change of the
 /// exclusive holder's renewals (`…:alive`, see [`super::handover`]) and of the shared

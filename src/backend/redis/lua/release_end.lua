@@ -1,0 +1,5 @@
+end
+if mine then
+  return 1
+end
+return 0

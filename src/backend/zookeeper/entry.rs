@@ -1,0 +1,37 @@
+//! ZooKeeper as a store of `backend::stores`.
+
+use super::{Args, ZkBackend, ZkSettings};
+use crate::backend::store::{
+    BuildContext, BuildError, Capabilities, Serve, SettingsContext, Store,
+};
+use crate::settings::ConfigError;
+
+pub struct Zookeeper;
+
+impl Store for Zookeeper {
+    type Args = Args;
+    type Settings = Box<ZkSettings>;
+
+    fn settings(
+        args: &Args,
+        _name: &str,
+        _: &mut SettingsContext,
+    ) -> Result<Self::Settings, ConfigError> {
+        Ok(Box::new(args.settings()?))
+    }
+
+    fn name(_: &Self::Settings) -> &'static str {
+        "zookeeper"
+    }
+
+    const CAPABILITIES: Capabilities = Capabilities::ALL;
+
+    async fn build_and<S: Serve>(
+        settings: &Self::Settings,
+        cx: BuildContext,
+        serve: S,
+    ) -> Result<S::Output, BuildError> {
+        let slots = cx.slots(|lease, _| Ok::<_, BuildError>(ZkBackend::new(settings, lease)))?;
+        Ok(serve.serve(slots).await)
+    }
+}
