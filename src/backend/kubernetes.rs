@@ -78,39 +78,14 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
+use rules::{coordination, Record, Seen};
 use settings::KubeSettings;
 
 pub mod candidate;
 pub mod entry;
+mod rules;
 pub mod settings;
 use crate::status::Holder;
-
-/// The fields of a Lease that make up client-go's leader-election record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Record {
-    holder: String,
-    duration_secs: i32,
-    acquire: Option<MicroTime>,
-    renew: Option<MicroTime>,
-    transitions: i32,
-}
-
-impl Record {
-    fn of(lease: &Lease) -> Record {
-        let spec = lease.spec.clone().unwrap_or_default();
-        Record {
-            holder: spec.holder_identity.unwrap_or_default(),
-            duration_secs: spec.lease_duration_seconds.unwrap_or(0),
-            acquire: spec.acquire_time,
-            renew: spec.renew_time,
-            transitions: spec.lease_transitions.unwrap_or(0),
-        }
-    }
-
-    fn token(&self) -> u64 {
-        u64::try_from(self.transitions).unwrap_or(0)
-    }
-}
 
 /// The last Lease read or written, and when its record last changed as seen here.
 struct Observed {
@@ -130,8 +105,7 @@ impl Observed {
 
     /// When a rival's record may be taken over, by our own clock.
     fn expires_at(&self) -> Instant {
-        let secs = u64::try_from(self.record.duration_secs).unwrap_or(0);
-        self.changed_at + Duration::from_secs(secs)
+        self.record.expires_at(self.changed_at)
     }
 }
 
@@ -239,21 +213,6 @@ pub struct KubeBackend {
     /// With `--lease-candidate`: the task that publishes our LeaseCandidate (ends on drop).
     candidate: Option<candidate::Candidate>,
 }
-
-/// A Lease's `spec.strategy` and `spec.preferredHolder` (KEP-4355), absent when empty.
-fn coordination(lease: &Lease) -> (Option<&str>, Option<&str>) {
-    fn field(f: Option<&String>) -> Option<&str> {
-        f.map(String::as_str).filter(|v| !v.is_empty())
-    }
-    let spec = lease.spec.as_ref();
-    (
-        field(spec.and_then(|s| s.strategy.as_ref())),
-        field(spec.and_then(|s| s.preferred_holder.as_ref())),
-    )
-}
-
-/// Far enough to mean "until the Lease changes" (every change comes as a watch event).
-const UNTIL_CHANGED: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Now, in whole microseconds, so a record reads back exactly as it was written.
 fn now() -> MicroTime {
@@ -403,26 +362,21 @@ impl KubeBackend {
     /// another candidate, for one ttl after its record last changed.
     fn left_to_others_until(&self) -> Option<Instant> {
         let o = self.observed.as_ref()?;
-        if self.is_ours(&o.record) || self.handed(&o.record) {
-            return None;
-        }
-        let (strategy, preferred) = coordination(&o.lease);
-        let handed = preferred == Some(self.identity.as_str());
-        if strategy.is_some() && !handed && !self.settings.strategy_mixed {
-            return Some(o.changed_at + UNTIL_CHANGED);
-        }
-        match preferred {
-            Some(p) if p != self.identity => Some(o.changed_at + self.ttl),
-            _ => None,
-        }
+        let deference = rules::Deference {
+            identity: &self.identity,
+            strategy_mixed: self.settings.strategy_mixed,
+            ttl: self.ttl,
+        };
+        let seen = self.seen(&o.record);
+        rules::left_to_others_until(seen, coordination(&o.lease), o.changed_at, deference)
     }
 
     /// Notes a request to hand over when `lease` (our tenure) names another candidate
     /// as `preferredHolder` than it did when the tenure began.
     fn check_preferred(&mut self, lease: &Lease) {
         let (_, preferred) = coordination(lease);
-        let asked = preferred
-            .is_some_and(|p| p != self.identity && Some(p) != self.preferred_at_start.as_deref());
+        let at_start = self.preferred_at_start.as_deref();
+        let asked = rules::asks_handover(preferred, &self.identity, at_start);
         if asked && !*self.handover.borrow() {
             tracing::info!(
                 preferred = preferred.unwrap_or(""),
@@ -469,9 +423,7 @@ impl KubeBackend {
     /// A resourceVersion as the etcd revision it is on every API server backed by etcd;
     /// `None` (and a warning, once) when it is not an integer that fits a token.
     fn revision(&mut self, version: Option<&str>) -> Option<i32> {
-        let parsed = version
-            .and_then(|v| v.parse::<i64>().ok())
-            .and_then(|v| i32::try_from(v).ok());
+        let parsed = rules::revision(version);
         if parsed.is_none() && !self.version_warned {
             self.version_warned = true;
             tracing::warn!(
@@ -485,13 +437,12 @@ impl KubeBackend {
     }
 
     /// The token of a new tenure over a Lease whose record carries `transitions` and
-    /// whose version (or the list's, for a create) is `version`:
-    /// `max(transitions + 1, version + 1)`.
+    /// whose version (or the list's, for a create) is `version` ([`rules::token_over`]).
     fn token_over(&mut self, transitions: i32, version: Option<&str>) -> Result<i32, BackendError> {
-        let after = Self::next_token(transitions)?;
-        Ok(match self.revision(version) {
-            Some(rv) => after.max(rv.saturating_add(1)),
-            None => after,
+        let revision = self.revision(version);
+        rules::token_over(transitions, revision).ok_or(BackendError::Store {
+            op: "campaign",
+            message: "leaseTransitions cannot grow any further".to_owned(),
         })
     }
 
@@ -531,11 +482,7 @@ impl KubeBackend {
     /// Who holds `record`: nobody for a record that hands the Lease over and that we
     /// wrote (a switchover's, until its candidate takes it with a write of its own).
     fn holder_of(&self, record: &Record) -> Option<Holder> {
-        let unclaimed = record.acquire.is_none() && self.written.contains(record);
-        (!record.holder.is_empty() && !unclaimed).then(|| Holder {
-            identity: record.holder.clone(),
-            token: Some(record.token()),
-        })
+        rules::holder_of(record, &self.written)
     }
 
     /// A Lease carrying `spec`, to be written over `base` (its name and resourceVersion).
@@ -567,46 +514,32 @@ impl KubeBackend {
     }
 
     fn note_write(&mut self, spec: &LeaseSpec) {
-        let lease = Lease {
-            metadata: ObjectMeta::default(),
-            spec: Some(spec.clone()),
-        };
         if self.written.len() == 8 {
             self.written.pop_front();
         }
-        self.written.push_back(Record::of(&lease));
+        self.written.push_back(Record::of_spec(spec.clone()));
+    }
+
+    /// What this candidate makes of `record` ([`rules::seen`]).
+    fn seen(&self, record: &Record) -> Seen {
+        rules::seen(record, &self.identity, &self.written)
     }
 
     /// A record this process wrote (not merely one that carries our name).
     fn is_ours(&self, record: &Record) -> bool {
-        record.holder == self.identity && self.written.contains(record)
+        self.seen(record) == Seen::Ours
     }
 
-    /// A record that hands the Lease to us without our having written it: our name
-    /// and no `acquireTime`, as the API server's coordinator writes a holder it elected
-    /// (KEP-4355) and as a switchover to us writes it. We take it with a conditional
-    /// write of our own (a new tenure, a new token). Every holder's own write carries
-    /// an `acquireTime` (ours, client-go's), so a second process with our name is still
-    /// a rival.
+    /// A record that hands the Lease to us without our having written it.
     fn handed(&self, record: &Record) -> bool {
-        record.holder == self.identity && record.acquire.is_none() && !self.is_ours(record)
+        self.seen(record) == Seen::HandedToUs
     }
 
-    /// Whether `lease`, seen by the leader's watch, is still our tenure: our holder and
-    /// token, and a record we wrote, or a version our last successful write came after
-    /// (that write named the version it replaced, so it has seen everything before).
+    /// Whether `lease`, seen by the leader's watch, is still our tenure.
     fn own_tenure(&self, lease: &Lease) -> bool {
-        let Some(held) = &self.held else {
-            return false;
-        };
-        let record = Record::of(lease);
-        let mine = Record::of(held);
-        if record.holder != self.identity || record.transitions != mine.transitions {
-            return false;
-        }
-        let version = |l: &Lease| l.metadata.resource_version.as_deref()?.parse::<u64>().ok();
-        let superseded = matches!((version(lease), version(held)), (Some(v), Some(h)) if v <= h);
-        self.is_ours(&record) || superseded
+        self.held
+            .as_ref()
+            .is_some_and(|held| rules::own_tenure(lease, held, &self.identity, &self.written))
     }
 
     /// One step of the leader's watch: `true` when the record is lost.
@@ -706,22 +639,16 @@ impl KubeBackend {
         }
     }
 
-    /// The token after `transitions`.
-    fn next_token(transitions: i32) -> Result<i32, BackendError> {
-        transitions.checked_add(1).ok_or(BackendError::Store {
-            op: "campaign",
-            message: "leaseTransitions cannot grow any further".to_owned(),
-        })
-    }
-
     /// The Lease is missing: create it, unless a holder seen before the deletion may
     /// still be live.
     async fn create(&mut self) -> Result<Campaign, BackendError> {
         let seen = match &self.observed {
             Some(o) => {
-                let live = !o.record.holder.is_empty()
-                    && !self.is_ours(&o.record)
-                    && Instant::now() < o.expires_at();
+                let live = rules::live_before_deletion(
+                    self.seen(&o.record),
+                    Instant::now(),
+                    o.expires_at(),
+                );
                 if live {
                     return Ok(Campaign::Held(self.holder_of(&o.record)));
                 }
@@ -943,10 +870,7 @@ impl Backend for KubeBackend {
             return Ok(Campaign::Held(None));
         };
         let record = observed.record.clone();
-        let free = record.holder.is_empty()
-            || self.is_ours(&record)
-            || self.handed(&record)
-            || Instant::now() >= observed.expires_at();
+        let free = rules::may_take(self.seen(&record), Instant::now(), observed.expires_at());
         let left = self
             .left_to_others_until()
             .is_some_and(|until| Instant::now() < until);
