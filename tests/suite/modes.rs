@@ -510,7 +510,7 @@ fn a_tampered_shared_entry_ends_the_readers_claim_on_redis() {
         })
         .expect("the reader leads");
         let on_reader = Observer::start(&[reader.port]);
-        std::thread::sleep(Duration::from_millis(200));
+        on_reader.wait_answered(&[reader.port], Duration::from_secs(10));
         let t0 = std::time::Instant::now();
         server.command(&tamper.replace("{}", readers));
         let writer = spawn(format!("w-{round}"), "exclusive");

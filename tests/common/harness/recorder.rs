@@ -21,6 +21,7 @@ use std::time::Duration;
 use leasekeeper::clock::monotonic_now_ns;
 
 use crate::common::checks::checker::LoggedClaim;
+use crate::common::eventually;
 
 /// One tenure as the store names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,22 +50,29 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    fn spawn<F>(run: impl FnOnce(Changes, Arc<AtomicBool>) -> F + Send + 'static) -> Recorder
+    /// Starts `run(changes, stop, looked)` on a thread of its own, and returns once it
+    /// has set `looked` (its first look taken, its watch open: nothing the sidecars
+    /// write from here on is missed).
+    fn spawn<F>(
+        run: impl FnOnce(Changes, Arc<AtomicBool>, Arc<AtomicBool>) -> F + Send + 'static,
+    ) -> Recorder
     where
         F: std::future::Future<Output = ()>,
     {
         let changes: Changes = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (changes.clone(), stop.clone());
+        let looked = Arc::new(AtomicBool::new(false));
+        let (c, s, l) = (changes.clone(), stop.clone(), looked.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("recorder runtime");
-            rt.block_on(run(c, s));
+            rt.block_on(run(c, s, l));
         });
-        // Give it a moment to take its first look before the sidecars start.
-        std::thread::sleep(Duration::from_millis(300));
+        let first_look = || looked.load(Ordering::SeqCst).then_some(());
+        eventually(Duration::from_secs(30), first_look)
+            .expect("the store recorder took its first look within 30 s");
         Recorder {
             changes,
             stop,
@@ -90,7 +98,7 @@ impl Recorder {
     /// An etcd watch on `<election>/`: the key with the lowest create revision leads.
     pub fn etcd(endpoints: Vec<String>, election: &str) -> Recorder {
         let prefix = format!("{election}/");
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use etcd_client::{EventType, GetOptions, WatchOptions};
             use std::collections::BTreeMap;
             while !stop.load(Ordering::SeqCst) {
@@ -129,6 +137,7 @@ impl Recorder {
                 else {
                     continue;
                 };
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     if stop.load(Ordering::SeqCst) {
                         return;
@@ -175,7 +184,7 @@ impl Recorder {
         // (a loaded machine made the one-shot child watch miss a 72 ms tenure). A
         // node's identity and token are read when it is created (a candidate queues
         // long before it leads); the head of the queue is the holder.
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             let prefix = format!("{dir}/");
             let seq = |name: &str| name[name.len().saturating_sub(10)..].to_owned();
             while !stop.load(Ordering::SeqCst) {
@@ -214,6 +223,7 @@ impl Recorder {
                         queue.insert(seq(&name), tenure);
                     }
                 }
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     note(&changes, queue.values().next().cloned().flatten());
                     let event = tokio::select! {
@@ -258,7 +268,7 @@ impl Recorder {
     pub fn redis(port: u16, election: &str) -> Recorder {
         let lock = format!("leasekeeper:{{{election}}}:lock");
         let events = format!("leasekeeper:{{{election}}}:events");
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use futures_util::StreamExt;
             let url = format!("redis://127.0.0.1:{port}");
             while !stop.load(Ordering::SeqCst) {
@@ -281,6 +291,7 @@ impl Recorder {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
+                looked.store(true, Ordering::SeqCst);
                 let mut messages = pubsub.on_message();
                 loop {
                     if stop.load(Ordering::SeqCst) {
@@ -324,7 +335,7 @@ impl Recorder {
     pub fn kubernetes(kubeconfig: String, namespace: String, lease: String) -> Recorder {
         // The client is built with rustls (plain HTTP here, but it wants a provider).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use futures_util::StreamExt;
             use k8s_openapi::api::coordination::v1::Lease;
             use kube::api::{Api, ListParams, WatchEvent, WatchParams};
@@ -365,6 +376,7 @@ impl Recorder {
                     continue;
                 };
                 let mut stream = stream.boxed();
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     if stop.load(Ordering::SeqCst) {
                         return;
@@ -463,7 +475,7 @@ macro_rules! sql_recorder {
     ($conn:ty, $url:expr, $setup:expr, $newest:expr, $select:expr) => {{
         let url: String = $url;
         let select: String = $select;
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use sqlx::Connection;
             let mut last: i64 = 0;
             let mut ready = false;
@@ -491,6 +503,7 @@ macro_rules! sql_recorder {
                     .unwrap_or(0);
                     ready = true;
                 }
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     // Told to stop: one more read, so that what the last sidecars
                     // wrote before they exited is in (a tenure taken and handed back

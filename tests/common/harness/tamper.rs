@@ -64,6 +64,19 @@ impl Observer {
         }
     }
 
+    /// Waits until every port has answered at least once (the observer is watching);
+    /// panics after `limit`.
+    pub fn wait_answered(&self, ports: &[u16], limit: Duration) {
+        let all = || {
+            let seen = self.seen.lock().expect("seen");
+            ports
+                .iter()
+                .all(|p| seen.iter().any(|s| s.port == *p))
+                .then_some(())
+        };
+        eventually(limit, all).expect("every observed port answers /leader");
+    }
+
     pub fn finish(self) -> Vec<Seen> {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.threads {
@@ -124,7 +137,7 @@ pub fn tamper_with_leader(
     let old_port = sidecars[li].port;
     let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
     let observer = Observer::start(&ports);
-    std::thread::sleep(Duration::from_millis(200));
+    observer.wait_answered(&ports, Duration::from_secs(10));
     let t0 = Instant::now();
     tamper(li);
     std::thread::sleep(window);
