@@ -129,7 +129,14 @@ fn etcdctl_elect_and_leasekeeper_share_one_election() {
 
     // etcdctl queues behind us, then a second sidecar behind it.
     let mut ctl = Etcdctl::elect(&endpoints, "shared", "from-etcdctl");
-    std::thread::sleep(Duration::from_millis(300));
+    let queued = eventually(Duration::from_secs(10), || {
+        let values = etcd.etcdctl(&["get", "--prefix", "shared/", "--print-value-only"]);
+        values.lines().any(|v| v == "from-etcdctl").then_some(())
+    });
+    assert!(
+        queued.is_some(),
+        "etcdctl never put its proposal in the queue"
+    );
     let b = Sidecar::spawn("lk-b", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || b
         .leader()

@@ -761,19 +761,20 @@ fn fat(worker: &Marker, bytes: u64) -> Option<Vec<u32>> {
     grown.then(|| procs.iter().map(|p| p.pid).collect())
 }
 
-/// Polls the lock file without waiting for it, every half millisecond, for up to 20 s;
-/// at the first moment it is free, the processes of `pids` that still exist.
+/// Waits on the lock file (a blocking flock: the kernel wakes the waiter the moment
+/// the last holder lets go), for up to 20 s; at that moment, the processes of `pids`
+/// that still exist.
 fn left_when_the_lock_frees(lock: &Path, pids: &[u32]) -> Vec<u32> {
-    let end = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < end {
-        let file = std::fs::File::open(lock).expect("lock file");
-        if file.try_lock().is_ok() {
-            return pids.iter().copied().filter(|p| exists(*p)).collect();
-        }
-        drop(file);
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    panic!("the lock never came free");
+    let (lock, pids) = (lock.to_owned(), pids.to_vec());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&lock).expect("lock file");
+        file.lock().expect("flock");
+        let left: Vec<u32> = pids.iter().copied().filter(|p| exists(*p)).collect();
+        let _ = tx.send(left);
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("the lock never came free"))
 }
 
 /// The file lock comes free only once every process of CMD has ended, not merely been

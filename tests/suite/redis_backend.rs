@@ -61,7 +61,12 @@ fn an_unreachable_server_at_start_is_not_bad_input() {
         "{}",
         sidecar.stderr()
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Its first round has failed (nothing listens on the port), and it runs on.
+    assert!(
+        sidecar.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        sidecar.stderr()
+    );
     assert_eq!(
         http::get(sidecar.port, "/readyz").map(|(c, _)| c),
         Some(503)
@@ -324,7 +329,12 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     no_client_cert.extend(["--redis-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_client_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(500));
+    // Its first round has failed (the handshake is refused), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         http::get(refused.port, "/readyz").map(|(c, _)| c),
         Some(503)

@@ -225,7 +225,9 @@ fn changing_the_number_of_holders_in_a_rollout() {
     assert!(held.iter().all(|h| h.0 >= 2), "{held:?}");
     // Back to 1: slot 1's holder goes with its Pod, and nobody takes slot 1 again.
     cars.extend([spawn("c-0", "1"), spawn("c-1", "1")]);
-    std::thread::sleep(Duration::from_secs(1));
+    for new in &cars[4..6] {
+        new.settles_in("follower", bound);
+    }
     for old in &mut cars[2..4] {
         old.terminate(Duration::from_secs(10));
     }

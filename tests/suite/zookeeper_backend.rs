@@ -1092,8 +1092,15 @@ fn a_release_is_one_transaction_the_close_of_the_session() {
             .expect("connect");
         let mut a = zk_candidate(&connect, "close", "A");
         zk_leads("A", &mut a).await;
-        // The leader's own writes after its claim (its announcement) are done.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The leader's own writes after its claim are done: its announcement is there.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while look.get_data("/leasekeeper/close.leader").await.is_err() {
+            assert!(
+                std::time::Instant::now() < until,
+                "A never announced its claim"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let before = zk.last_zxid();
         a.release().await.expect("A releases");
         let left = look

@@ -183,7 +183,12 @@ pub fn passwords(db: &dyn SqlDb) {
     std::fs::write(&pw, "wrong\n").expect("write");
     let refused = Sidecar::spawn("refused", dir.path(), &a);
     assert!(refused.wait_listening(Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(800));
+    // Its first round has failed (the password is refused), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         crate::common::harness::http::get(refused.port, "/readyz").map(|(c, _)| c),
         Some(503)
@@ -314,7 +319,12 @@ pub fn tls_with_a_private_ca_and_a_client_certificate<D: SqlDb>(
             .then_some(())
     });
     assert!(unready.is_some());
-    std::thread::sleep(Duration::from_millis(600));
+    // Its first round has failed (the server wants a client certificate), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         refused.leader().map(|v| v["state"].clone()),
         Some(serde_json::json!("unknown")),
