@@ -275,6 +275,7 @@ pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
         if now >= end {
             return None;
         }
+        // Pause: the back-off between looks.
         std::thread::sleep(pause.min(end - now));
         pause = (pause * 2).min(POLL_EVERY);
     }
@@ -285,6 +286,7 @@ pub fn settled(limit: Duration, still: Duration, count: impl Fn() -> usize) -> b
     let end = Instant::now() + limit;
     let mut last = count();
     while Instant::now() < end {
+        // Observed: the window the count must stay still for.
         std::thread::sleep(still);
         let now = count();
         if now == last {

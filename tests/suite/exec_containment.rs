@@ -246,6 +246,8 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
     ];
     let a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
     leads_with_worker(&a, &worker);
+    // The orphans' own time: they exit 0.2 s after they start (an exit that cannot be
+    // waited for here without racing their reaping).
     std::thread::sleep(Duration::from_millis(600));
     let reaped = eventually(Duration::from_secs(3), || {
         procs::zombies_below(a.pid).is_empty().then_some(())
@@ -329,6 +331,7 @@ fn monotonic_ns() -> u64 {
 fn the_command_does_not_start_before_its_guard_holds_a_deadline() {
     let worker = Marker::new();
     let mut guard = HandGuard::spawn(&background(&worker.sleep()), None);
+    // Observed: for 700 ms without a deadline, the command must not start.
     std::thread::sleep(Duration::from_millis(700));
     assert!(
         worker.procs().is_empty(),
@@ -429,6 +432,7 @@ impl Drop for MemoryCgroup {
             if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
                 return;
             }
+            // Pause: before the next sweep of the cgroup.
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -609,6 +613,7 @@ impl Overlaps {
                 if running.len() > 1 {
                     found.push(format!("{:?}: {running:?}", t0.elapsed()));
                 }
+                // Pause: 2 ms, the resolution at which two running workers are caught.
                 std::thread::sleep(Duration::from_millis(2));
             }
             found

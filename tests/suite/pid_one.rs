@@ -41,6 +41,8 @@ fn the_sidecar_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
         eventually(Duration::from_secs(10), || ran.exists().then_some(())).is_some(),
         "the hook never ran"
     );
+    // The orphans' own time: they exit 0.2 s after they start (an exit that cannot be
+    // waited for here without racing their reaping).
     std::thread::sleep(Duration::from_millis(600));
     let reaped = eventually(Duration::from_secs(3), || {
         procs::zombies_below(unshare.0.id())

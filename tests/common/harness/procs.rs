@@ -127,6 +127,7 @@ impl Drop for Marker {
             for p in left {
                 crate::common::send_signal(p.pid, libc::SIGKILL);
             }
+            // Pause: before the next SIGKILL sweep.
             std::thread::sleep(Duration::from_millis(10));
         }
     }

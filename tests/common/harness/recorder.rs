@@ -103,6 +103,7 @@ impl Recorder {
             use std::collections::BTreeMap;
             while !stop.load(Ordering::SeqCst) {
                 let Ok(mut client) = etcd_client::Client::connect(&endpoints, None).await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -110,6 +111,7 @@ impl Recorder {
                     .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
                     .await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -193,11 +195,13 @@ impl Recorder {
                     .connect(&connect)
                     .await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let Ok(mut watcher) = client.watch(&dir, AddWatchMode::PersistentRecursive).await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -230,6 +234,7 @@ impl Recorder {
                         event = watcher.changed() => event,
                         _ = async {
                             while !stop.load(Ordering::SeqCst) {
+                                // Pause: between looks at the stop flag.
                                 tokio::time::sleep(Duration::from_millis(200)).await;
                             }
                         } => return,
@@ -257,6 +262,7 @@ impl Recorder {
                         _ => {}
                     }
                 }
+                // Pause: before the next try.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -288,6 +294,7 @@ impl Recorder {
                     Ok::<_, redis::RedisError>(pubsub)
                 };
                 let Ok(mut pubsub) = subscribed.await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -324,6 +331,7 @@ impl Recorder {
                         note(&changes, None);
                     }
                 }
+                // Pause: before the next try.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -357,12 +365,14 @@ impl Recorder {
                     kube::Client::try_from(config).ok()
                 };
                 let Some(client) = client.await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let api: Api<Lease> = Api::namespaced(client, &namespace);
                 if from.is_none() {
                     let Ok(list) = api.list(&ListParams::default().fields(&fields)).await else {
+                        // Pause: before the next try.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     };
@@ -372,6 +382,7 @@ impl Recorder {
                 let version = from.clone().unwrap_or_else(|| "0".to_owned());
                 let params = WatchParams::default().fields(&fields).timeout(30);
                 let Ok(stream) = api.watch(&params, &version).await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -483,6 +494,7 @@ macro_rules! sql_recorder {
                 let connected =
                     tokio::time::timeout(Duration::from_secs(1), <$conn>::connect(&url)).await;
                 let Ok(Ok(mut conn)) = connected else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -524,6 +536,8 @@ macro_rules! sql_recorder {
                     if last_read {
                         return;
                     }
+                    // Pause: between reads of the history (every row is read; the pause only bounds
+                    // how late a change is noted).
                     tokio::time::sleep(Duration::from_millis(3)).await;
                 }
             }

@@ -52,6 +52,8 @@ impl Observer {
                                 token: v["fencing_token"].as_u64(),
                             });
                         }
+                        // Pause: a few milliseconds, the resolution of the measured overlap (the bound is
+                        // 100 ms).
                         std::thread::sleep(Duration::from_millis(2));
                     }
                 })
@@ -140,6 +142,7 @@ pub fn tamper_with_leader(
     observer.wait_answered(&ports, Duration::from_secs(10));
     let t0 = Instant::now();
     tamper(li);
+    // Observed: the window after the tampering.
     std::thread::sleep(window);
     let seen = observer.finish();
     outcome(&seen, old_port, old_token, t0)

@@ -96,6 +96,7 @@ pub fn slow_leader_is_replaced_within(
     );
 
     set(slow, Link::Pass);
+    // Observed: a ttl of the healed link before the others stop.
     std::thread::sleep(ttl);
     for &i in &others {
         let status = sidecars[i].terminate(Duration::from_secs(5));

@@ -263,6 +263,8 @@ pub async fn a_release_racing_a_join_keeps_the_row<B: Backend>(
         r1.release().await.expect("release");
         r1
     });
+    // Unobserved: R1's release reaches the row this session holds (no common view of a
+    // statement waiting on a lock on both servers).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let joined = format!(
         "INSERT INTO leasekeeper_leases_shared (election, tenure, holder, kind, token, expires_at)
@@ -325,6 +327,7 @@ pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + '
     });
     s.release().await.expect("release");
     takes("W after S", &mut w).await;
+    // Observed: R must not join beside W for 1.5 s.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!joined.is_finished(), "R must not join beside W");
     let released = std::time::Instant::now();
@@ -342,6 +345,7 @@ pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + '
         if free {
             break;
         }
+        // Pause: between looks at the turn lock.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(free, "W's turn lock must be free after its release");
