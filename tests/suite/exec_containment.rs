@@ -246,9 +246,18 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
     ];
     let a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
     leads_with_worker(&a, &worker);
-    // The orphans' own time: they exit 0.2 s after they start (an exit that cannot be
-    // waited for here without racing their reaping).
-    std::thread::sleep(Duration::from_millis(600));
+    let worker_pid = worker.procs().first().map(|p| p.pid);
+    // The orphans (and any fork of the shell not yet turned into one) have exited.
+    let exited = eventually(Duration::from_secs(10), || {
+        procs::running_below(a.pid, "sleep 0.2", worker_pid)
+            .is_empty()
+            .then_some(())
+    });
+    assert!(
+        exited.is_some(),
+        "the orphans still run: {:?}",
+        procs::running_below(a.pid, "sleep 0.2", worker_pid)
+    );
     let reaped = eventually(Duration::from_secs(3), || {
         procs::zombies_below(a.pid).is_empty().then_some(())
     });
