@@ -24,6 +24,7 @@ test: deps
 	python3 tests/docs/check_flags.py
 	python3 tests/structure/check_imports.py
 	python3 tests/structure/check_function_length.py
+	python3 tests/structure/check_sleeps.py
 	mkdir -p target
 	nice -n 19 python3 tests/chart/check_chart.py > target/check-chart.log 2>&1 & chart=$$!; \
 	status=0; cargo nextest run || status=$$?; \

@@ -275,6 +275,7 @@ pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
         if now >= end {
             return None;
         }
+        // Pause: the back-off between looks.
         std::thread::sleep(pause.min(end - now));
         pause = (pause * 2).min(POLL_EVERY);
     }
@@ -285,6 +286,7 @@ pub fn settled(limit: Duration, still: Duration, count: impl Fn() -> usize) -> b
     let end = Instant::now() + limit;
     let mut last = count();
     while Instant::now() < end {
+        // Observed: the window the count must stay still for.
         std::thread::sleep(still);
         let now = count();
         if now == last {
@@ -439,19 +441,12 @@ impl Sidecar {
         self.wait_exit(limit)
     }
 
+    /// Waits for the exit status, at most `limit`.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
-        let end = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let status = eventually(limit, || child.try_wait().ok().flatten())?;
+        self.child = None;
+        Some(status)
     }
 
     pub fn kill(&mut self) {
@@ -467,6 +462,11 @@ impl Sidecar {
 
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Waits until the sidecar's log holds `text`; whether it did within `limit`.
+    pub fn logged(&self, text: &str, limit: Duration) -> bool {
+        eventually(limit, || self.stderr().contains(text).then_some(())).is_some()
     }
 
     /// Waits until `/leader` reports `state`; that status (a panic with the log if never).

@@ -129,7 +129,14 @@ fn etcdctl_elect_and_leasekeeper_share_one_election() {
 
     // etcdctl queues behind us, then a second sidecar behind it.
     let mut ctl = Etcdctl::elect(&endpoints, "shared", "from-etcdctl");
-    std::thread::sleep(Duration::from_millis(300));
+    let queued = eventually(Duration::from_secs(10), || {
+        let values = etcd.etcdctl(&["get", "--prefix", "shared/", "--print-value-only"]);
+        values.lines().any(|v| v == "from-etcdctl").then_some(())
+    });
+    assert!(
+        queued.is_some(),
+        "etcdctl never put its proposal in the queue"
+    );
     let b = Sidecar::spawn("lk-b", dir.path(), &args);
     assert!(eventually(Duration::from_secs(10), || b
         .leader()
@@ -155,6 +162,7 @@ fn etcdctl_elect_and_leasekeeper_share_one_election() {
             Some(503),
             "lk-b leads while etcdctl does"
         );
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(25));
     }
 
@@ -208,6 +216,7 @@ fn followers_send_no_periodic_requests_and_survive_compaction() {
             + etcd.metric(0, "grpc_server_handled_total", "grpc_method=\"Txn\"")
     };
     let before = reads();
+    // Observed: three retry intervals of steady leadership.
     std::thread::sleep(Duration::from_secs(3));
     let after = reads();
     assert_eq!(
@@ -608,6 +617,7 @@ fn a_lease_that_is_not_kept_alive_never_leads() {
             }
             let mut b = etcd_candidate_with_ttl(&ep, &election, "B", Duration::from_secs(3));
             etcd_follows("B", &mut b, "A", None).await;
+            // The fault: B sends nothing for 2.2 s (no wait, no keep-alive).
             tokio::time::sleep(Duration::from_millis(2200)).await;
             if let Some(m) = middle.as_mut() {
                 m.release().await.expect("M leaves");

@@ -246,7 +246,18 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
     ];
     let a = Sidecar::spawn_run("a", dir.path(), &args, &cmd);
     leads_with_worker(&a, &worker);
-    std::thread::sleep(Duration::from_millis(600));
+    let worker_pid = worker.procs().first().map(|p| p.pid);
+    // The orphans (and any fork of the shell not yet turned into one) have exited.
+    let exited = eventually(Duration::from_secs(10), || {
+        procs::running_below(a.pid, "sleep 0.2", worker_pid)
+            .is_empty()
+            .then_some(())
+    });
+    assert!(
+        exited.is_some(),
+        "the orphans still run: {:?}",
+        procs::running_below(a.pid, "sleep 0.2", worker_pid)
+    );
     let reaped = eventually(Duration::from_secs(3), || {
         procs::zombies_below(a.pid).is_empty().then_some(())
     });
@@ -329,6 +340,7 @@ fn monotonic_ns() -> u64 {
 fn the_command_does_not_start_before_its_guard_holds_a_deadline() {
     let worker = Marker::new();
     let mut guard = HandGuard::spawn(&background(&worker.sleep()), None);
+    // Observed: for 700 ms without a deadline, the command must not start.
     std::thread::sleep(Duration::from_millis(700));
     assert!(
         worker.procs().is_empty(),
@@ -429,6 +441,7 @@ impl Drop for MemoryCgroup {
             if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
                 return;
             }
+            // Pause: before the next sweep of the cgroup.
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -609,6 +622,7 @@ impl Overlaps {
                 if running.len() > 1 {
                     found.push(format!("{:?}: {running:?}", t0.elapsed()));
                 }
+                // Pause: 2 ms, the resolution at which two running workers are caught.
                 std::thread::sleep(Duration::from_millis(2));
             }
             found
@@ -761,19 +775,20 @@ fn fat(worker: &Marker, bytes: u64) -> Option<Vec<u32>> {
     grown.then(|| procs.iter().map(|p| p.pid).collect())
 }
 
-/// Polls the lock file without waiting for it, every half millisecond, for up to 20 s;
-/// at the first moment it is free, the processes of `pids` that still exist.
+/// Waits on the lock file (a blocking flock: the kernel wakes the waiter the moment
+/// the last holder lets go), for up to 20 s; at that moment, the processes of `pids`
+/// that still exist.
 fn left_when_the_lock_frees(lock: &Path, pids: &[u32]) -> Vec<u32> {
-    let end = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < end {
-        let file = std::fs::File::open(lock).expect("lock file");
-        if file.try_lock().is_ok() {
-            return pids.iter().copied().filter(|p| exists(*p)).collect();
-        }
-        drop(file);
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    panic!("the lock never came free");
+    let (lock, pids) = (lock.to_owned(), pids.to_vec());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&lock).expect("lock file");
+        file.lock().expect("flock");
+        let left: Vec<u32> = pids.iter().copied().filter(|p| exists(*p)).collect();
+        let _ = tx.send(left);
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("the lock never came free"))
 }
 
 /// The file lock comes free only once every process of CMD has ended, not merely been

@@ -180,6 +180,7 @@ fn the_command_runs_on_one_candidate_at_a_time_through_stops_crashes_pauses_and_
             "sigstop" => another_runs_while_the_leader_is_stopped(&sidecars, li, &out),
             _ => {
                 redis.pause();
+                // The fault: the store stays paused for 2.3 s.
                 std::thread::sleep(Duration::from_millis(2300));
                 redis.resume();
             }
@@ -228,6 +229,7 @@ fn another_runs_while_the_leader_is_stopped(sidecars: &[Sidecar], li: usize, out
         token,
         Duration::from_secs(5)
     ));
+    // The fault: the old leader stays stopped while the new leader's command runs.
     std::thread::sleep(Duration::from_millis(300));
     sidecars[li].signal(libc::SIGCONT);
     let woke = eventually(Duration::from_secs(5), || {

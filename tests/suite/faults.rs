@@ -56,6 +56,8 @@ impl EchoServer {
                     }
                     Err(e) => e.kind() == ErrorKind::WouldBlock,
                 });
+                // Pause: the echo server's non-blocking loop (1 ms: the proxy's delays are measured
+                // through it).
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
@@ -186,6 +188,7 @@ fn blackhole_holds_a_close_until_healing() {
     assert!(echo(&mut c, b"x", SOON).is_some());
     proxy.set(Link::Blackhole);
     c.shutdown(std::net::Shutdown::Write).unwrap();
+    // Observed: the quiet time after the half-close, through the blackhole.
     std::thread::sleep(QUIET);
     assert_eq!(proxy.connections(), 1);
     proxy.set(Link::Pass);
@@ -208,6 +211,7 @@ fn congestion_queues_every_chunk_behind_the_one_before() {
     let t = Instant::now();
     for _ in 0..5 {
         c.write_all(b"abc").unwrap();
+        // The test's input: five chunks 50 ms apart.
         std::thread::sleep(Duration::from_millis(50));
     }
     let first = read_n(&mut c, 3, Duration::from_secs(5));
@@ -249,6 +253,7 @@ fn delay_is_a_long_pipe_not_a_slow_one() {
     let t = Instant::now();
     for _ in 0..5 {
         c.write_all(b"abc").unwrap();
+        // The test's input: five chunks 50 ms apart.
         std::thread::sleep(Duration::from_millis(50));
     }
     let first = read_n(&mut c, 3, Duration::from_secs(5));
@@ -388,6 +393,7 @@ fn a_rewrite_replaces_the_first_request_bytes_even_when_split() {
     );
     let mut c = connect(&proxy);
     c.write_all(b"HE").unwrap();
+    // The test's input: the hello split in two writes 50 ms apart.
     std::thread::sleep(Duration::from_millis(50));
     c.write_all(b"LOrest").unwrap();
     assert_eq!(read_n(&mut c, 6, SOON).as_deref(), Some(&b"hirest"[..]));
@@ -419,6 +425,7 @@ fn a_refused_upstream_closes_the_client_unless_retried() {
     );
     let mut c = connect(&patient);
     c.write_all(b"early").unwrap();
+    // The test's input: the upstream comes 300 ms after the client's first bytes.
     std::thread::sleep(Duration::from_millis(300));
     let _server = EchoServer::start_on(port);
     assert_eq!(read_n(&mut c, 5, SOON).as_deref(), Some(&b"early"[..]));

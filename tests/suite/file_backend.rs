@@ -341,6 +341,7 @@ fn a_ttl_granted_as_asked_is_not_taken_for_a_shorter_one() {
         .build();
     let mut sidecar = Sidecar::spawn("granted", dir.path(), &args);
     sidecar.settles_in("leader", Duration::from_secs(10));
+    // The rule: past the first renew interval (1.5 s), the leader has renewed.
     std::thread::sleep(Duration::from_millis(1700));
     sidecar.settles_in("leader", Duration::from_secs(1));
     sidecar.terminate(Duration::from_secs(5));

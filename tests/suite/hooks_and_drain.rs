@@ -70,9 +70,11 @@ impl App {
                         g.len() - 1
                     };
                     let Some(delay) = delay else {
+                        // The app's answer: never (held for an hour).
                         std::thread::sleep(Duration::from_secs(3600));
                         return;
                     };
+                    // The app's answer: after its delay.
                     std::thread::sleep(delay);
                     record.lock().unwrap()[index].answered = Some(Instant::now());
                     if conn

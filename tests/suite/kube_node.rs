@@ -409,6 +409,7 @@ fn helm_upgrade_rolls_the_deployment_with_never_two_leaders() {
     let watch = PodWatch::start(&node, NS);
     let logs = TransitionLogs::start(&node, "transitions.log");
     let polls = LeaderPolls::start(watch.ips(), 4040, Duration::from_millis(50));
+    // Observed: a second of the watchers' baseline before the upgrade.
     std::thread::sleep(Duration::from_secs(1));
     let from = mono_ns();
     let mut values = chart_values(APP);
@@ -428,6 +429,7 @@ fn helm_upgrade_rolls_the_deployment_with_never_two_leaders() {
     let after = node.wait_ready(NS, DEPLOY, 3, Duration::from_secs(120), |pods| {
         one_leader(pods) && pods.iter().all(|p| !old.contains(&node::name(p)))
     });
+    // Observed: a second of the watchers after the rollout settled.
     std::thread::sleep(Duration::from_secs(1));
     let to = mono_ns();
     for pod in &after {

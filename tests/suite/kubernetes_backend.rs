@@ -130,6 +130,7 @@ fn two_candidates_racing_on_one_lease_never_both_win() {
                 !(x["is_leader"] == true && y["is_leader"] == true),
                 "two leaders: {x} {y}"
             );
+            // Pause: between looks through the window.
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -174,6 +175,7 @@ fn a_client_go_holder_is_respected_and_the_fields_follow_client_go() {
                 assert_eq!(v["fencing_token"], 4);
             }
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(250));
     }
     let stopped = Instant::now();
@@ -407,6 +409,7 @@ fn a_deleted_lease_is_not_a_free_lease() {
                 assert!(t.expect("token") > token, "token did not grow: {v}");
             }
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(20));
     }
     let lease = api.lease("deleted").expect("recreated");
@@ -435,6 +438,7 @@ fn poll_claims(sidecars: &[&Sidecar], how_long: Duration) -> Vec<Claimed> {
                 }
             }
         }
+        // Pause: 3 ms, the resolution of the claims seen from outside.
         std::thread::sleep(Duration::from_millis(3));
     }
     claims
@@ -621,6 +625,7 @@ fn a_second_process_with_our_identity_is_a_rival() {
         if let Some(v) = second.leader() {
             assert_eq!(v["is_leader"], false, "took the lease of a live twin: {v}");
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(20));
     }
     first.kill();
@@ -1290,6 +1295,7 @@ fn the_successor_takes_a_released_lease_within_a_few_ms() {
     for round in 0..6 {
         let leader = eventually(Duration::from_secs(20), || settled_leader(&sidecars))
             .unwrap_or_else(|| panic!("round {round}: no settled leader"));
+        // Observed: the count of the Lease's writes starts 100 ms after the leader settled.
         std::thread::sleep(Duration::from_millis(100));
         let skip = api.lease_writes("quick").len();
         sidecars[leader].terminate(Duration::from_secs(10));
@@ -1382,6 +1388,7 @@ fn leaders_over(sidecars: &[(&str, &Sidecar)], how_long: Duration) -> Vec<String
                 seen.push(l.clone());
             }
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(20));
     }
     seen

@@ -132,6 +132,7 @@ fn without_v1beta1_there_is_no_lease_candidate_and_one_warning() {
         a.stderr().contains(warning).then_some(())
     })
     .unwrap_or_else(|| panic!("no warning: {}", a.stderr()));
+    // Observed: a second more, in which the warning must not come again.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(a.stderr().matches(warning).count(), 1, "{}", a.stderr());
     let requests = api.requests();
@@ -231,6 +232,7 @@ async fn hand_over_to_the_named_candidate(api: &dyn KubeApi) {
     };
     let b = tokio::spawn(follow(b));
     let c = tokio::spawn(follow(c));
+    // Unobserved: B and C wait on their watches (inside the backends) before the release.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     a.release_to("sw-c").await.expect("release_to");
@@ -356,6 +358,7 @@ async fn candidates_are_the_live_lease_candidates_of_the_lease() {
         if got.as_ref() == Some(&want) {
             break;
         }
+        // Pause: between looks at the list.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(got, Some(want));
@@ -462,6 +465,7 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
     let c = backend(&*api, "sw-c", false).await;
     assert!(matches!(a.campaign().await, Ok(Campaign::Acquired { .. })));
     let c = tokio::spawn(follow(c));
+    // Unobserved: C waits on its watch (inside the backend) before the release.
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.release_to("sw-c").await.expect("release_to");
     let (mut c, _) = tokio::time::timeout(Duration::from_secs(2), c)
@@ -469,6 +473,7 @@ async fn after_a_switchover_the_new_leaders_release_is_free_for_all() {
         .expect("sw-c takes the Lease")
         .expect("task");
     let a = tokio::spawn(follow(a));
+    // Unobserved: A waits on its watch (inside the backend) before the release.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     c.release().await.expect("release");
@@ -553,6 +558,7 @@ async fn a_fresh_candidate_judges_expiry_by_its_own_clock_and_tokens_grow() {
         !matches!(first, Campaign::Acquired { .. }),
         "taken at once by renewTime: {first:?}"
     );
+    // The rule: the record is taken only once renewTime + its duration (2 s) has passed.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     match a.campaign().await.expect("campaign") {
         Campaign::Acquired { token } => assert!(token > 41, "token {token}"),

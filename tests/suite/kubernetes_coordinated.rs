@@ -400,6 +400,7 @@ fn settled_leader(
             ([l], _) => since = Some((l.clone(), Instant::now())),
             _ => since = None,
         }
+        // Pause: between looks.
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!(
@@ -429,6 +430,8 @@ fn client_go_coordinated_candidates_and_sidecars_share_one_election() {
     let mut peers: Vec<Peer> = (0..2)
         .map(|i| Peer::start(&peer, api.as_ref(), &format!("go{i}"), "mix"))
         .collect();
+    // The rule: the coordinator picks the oldest candidate, by creation times in whole
+    // seconds; the client-go peers are two seconds older.
     std::thread::sleep(Duration::from_secs(2));
     let mut cars: Vec<Sidecar> = (0..2)
         .map(|i| Sidecar::spawn(&format!("lk{i}"), dir.path(), &args))
@@ -443,6 +446,7 @@ fn client_go_coordinated_candidates_and_sidecars_share_one_election() {
     );
     eprintln!("mixed: {leader} leads {took:?} after the start");
     for round in 0..4 {
+        // The rule: the candidates' renewals age past the coordinator's 5 s between rounds.
         std::thread::sleep(Duration::from_secs(6));
         let kill = round % 2 == 1;
         if let Some(c) = cars.iter_mut().find(|c| c.name == leader) {

@@ -195,6 +195,7 @@ fn etcd_shares_the_lock_with_the_rwmutex_layout() {
     };
     let mut cars = vec![spawn("r-0", "shared")];
     cars[0].settles_in("follower", Duration::from_secs(20));
+    // Observed: 2 s in which the reader must not lead beside the Go writer.
     std::thread::sleep(Duration::from_secs(2));
     assert!(leading(&cars).is_empty(), "a reader beside a Go writer");
     etcd.etcdctl(&["lease", "revoke", &go_writer]);
@@ -212,6 +213,7 @@ fn etcd_shares_the_lock_with_the_rwmutex_layout() {
     cars[1].settles_in("follower", Duration::from_secs(20));
     cars.push(spawn("r-1", "shared"));
     cars[2].settles_in("follower", Duration::from_secs(20));
+    // Observed: 2 s in which nobody may lead beside the Go reader's queued writer.
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         leading(&cars).is_empty(),
@@ -267,6 +269,7 @@ fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
     said(&mut curator, "held");
     let mut cars = vec![spawn("r-0", "shared")];
     cars[0].settles_in("follower", Duration::from_secs(20));
+    // Observed: 2 s in which the reader must not lead beside Curator's writer.
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         leading(&cars).is_empty(),
@@ -286,6 +289,7 @@ fn zookeeper_shares_the_lock_with_curators_read_write_lock() {
 
     cars.push(spawn("w-0", "exclusive"));
     cars[1].settles_in("follower", Duration::from_secs(20));
+    // Observed: 2 s in which the writer must not lead beside the readers.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(leading(&cars), [0], "a writer beside two readers");
     curator.send("release");
@@ -510,11 +514,12 @@ fn a_tampered_shared_entry_ends_the_readers_claim_on_redis() {
         })
         .expect("the reader leads");
         let on_reader = Observer::start(&[reader.port]);
-        std::thread::sleep(Duration::from_millis(200));
+        on_reader.wait_answered(&[reader.port], Duration::from_secs(10));
         let t0 = std::time::Instant::now();
         server.command(&tamper.replace("{}", readers));
         let writer = spawn(format!("w-{round}"), "exclusive");
         let on_writer = Observer::start(&[writer.port]);
+        // Observed: the window after the tampering.
         std::thread::sleep(Duration::from_secs(3));
         let mut seen = on_reader.finish();
         seen.extend(on_writer.finish());
@@ -556,24 +561,28 @@ fn redlock_readers_and_writers_under_node_faults() {
         .collect();
     let mut killed = (0, 0);
     for round in 0..16 {
+        // Observed: 1.2 s of the election between faults.
         std::thread::sleep(Duration::from_millis(1_200));
         let now = leading(&cars);
         let node = round % 3;
         match round % 5 {
             0 => {
                 cluster.nodes[node].pause();
+                // The fault: the node stays paused for 1.5 s.
                 std::thread::sleep(Duration::from_millis(1_500));
                 cluster.nodes[node].resume();
             }
             1 => cluster.nodes[node].restart(),
             2 => {
                 cluster.nodes[node].kill();
+                // The fault: the node stays down for 1.5 s.
                 std::thread::sleep(Duration::from_millis(1_500));
                 cluster.nodes[node].restart();
             }
             3 => {
                 if let Some(&i) = now.iter().find(|&&i| cars[i].name.starts_with('r')) {
                     send_signal(cars[i].pid, libc::SIGSTOP);
+                    // The fault: the leading reader stays stopped for 2.5 s.
                     std::thread::sleep(Duration::from_millis(2_500));
                     send_signal(cars[i].pid, libc::SIGCONT);
                 }
@@ -596,6 +605,7 @@ fn redlock_readers_and_writers_under_node_faults() {
             cars.push(spawn(&format!("{kind}-{}", cars.len())));
         }
     }
+    // Observed: 3 s of the last candidates before the claims are judged.
     std::thread::sleep(Duration::from_secs(3));
     common::scenarios::slots::finish_and_check(cars, dir.path(), killed, |claims| {
         common::scenarios::modes::check_mode_claims(claims, |id| id.starts_with("r-"));
@@ -1071,6 +1081,7 @@ mod redis_rules {
                 does_not_lead("R beside a writer", &mut r).await;
                 does_not_lead("E beside a writer", &mut e).await;
             }
+            // The rule: the dropped writer's place lapses a ttl after its look.
             tokio::time::sleep(ttl + Duration::from_millis(200)).await;
             does_not_lead("E, come after R", &mut e).await;
             leads("R, come before E", &mut r).await;
@@ -1103,6 +1114,7 @@ mod redis_rules {
                 wait_out("W beside renewing readers", &mut w, live_for),
                 async {
                     while tokio::time::Instant::now() < live_for {
+                        // Pause: a look every ttl through the window.
                         tokio::time::sleep(ttl).await;
                         does_not_lead("B behind the live waiting writer", &mut b).await;
                     }
@@ -1173,10 +1185,12 @@ mod redis_rules {
                 does_not_lead("B behind W", &mut b).await;
             }
             settle(&mut b).await;
+            // The rule: places younger than a second are not checked for presence.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
             let (woke, renewed) = tokio::join!(
                 tokio::time::timeout(Duration::from_secs(3), wakes(&mut b, ttl)),
                 async {
+                    // Unobserved: B sleeps in its wait (inside the backend) before the renewal.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     a.renew().await.expect("renew")
                 }
@@ -1221,9 +1235,11 @@ mod redis_rules {
             leads("W", &mut w).await;
             does_not_lead("R beside W", &mut r).await;
             settle(&mut r).await;
+            // The rule: W renews a third of a ttl after R settled.
             tokio::time::sleep(ttl / 3).await;
             assert_eq!(w.renew().await.expect("renew"), Renewal::Renewed);
             let renewed = tokio::time::Instant::now();
+            // Unobserved: the renewal's push reaches R (inside the backend) before it waits.
             tokio::time::sleep(Duration::from_millis(300)).await;
             let heard = r.wait_for_change(ttl).await;
             assert_eq!(heard, Wake::Quiet, "R did not hear the renewal");
@@ -1254,6 +1270,7 @@ mod redis_rules {
             renew_until(&mut a, tokio::time::Instant::now() + ttl * 2, ttl).await;
             a.release().await.expect("release");
             let released = tokio::time::Instant::now();
+            // Observed: 800 ms into the keeping's half ttl, B must not lead.
             tokio::time::sleep(Duration::from_millis(800)).await;
             does_not_lead("B behind W, within the keeping's half ttl", &mut b).await;
             let led = woken_to_lead("B", &mut b, released, ttl * 4).await;
@@ -1279,6 +1296,7 @@ mod redis_rules {
             let (woke, ()) = tokio::join!(
                 tokio::time::timeout(Duration::from_secs(3), wakes(&mut b, ttl)),
                 async {
+                    // Unobserved: B sleeps in its wait (inside the backend) before the release.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     w.release().await.expect("release")
                 }
@@ -1309,6 +1327,7 @@ mod redis_rules {
             let (woke, ()) = tokio::join!(
                 tokio::time::timeout(Duration::from_secs(3), wakes(&mut e, ttl)),
                 async {
+                    // Unobserved: E sleeps in its wait (inside the backend) before the release.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     w.release().await.expect("release")
                 }
@@ -1494,6 +1513,7 @@ mod redis_rules {
             does_not_lead("W", &mut w).await;
             settle(&mut w).await;
             let waited = tokio::join!(tokio::time::timeout(soon, wakes(&mut w, max)), async {
+                // Unobserved: W sleeps in its wait (inside the backend) before the release.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 r.release().await.expect("release")
             });
@@ -1502,6 +1522,7 @@ mod redis_rules {
             does_not_lead("R", &mut r).await;
             settle(&mut r).await;
             let waited = tokio::join!(tokio::time::timeout(soon, wakes(&mut r, max)), async {
+                // Unobserved: R sleeps in its wait (inside the backend) before the release.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 w.release().await.expect("release")
             });
@@ -1514,6 +1535,7 @@ mod redis_rules {
             does_not_lead("R", &mut r).await;
             settle(&mut r).await;
             let waited = tokio::join!(tokio::time::timeout(soon, wakes(&mut r, max)), async {
+                // Unobserved: R sleeps in its wait (inside the backend) before the release.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 e.release().await.expect("release")
             });
@@ -1522,6 +1544,7 @@ mod redis_rules {
             does_not_lead("E", &mut e).await;
             settle(&mut e).await;
             let waited = tokio::join!(tokio::time::timeout(soon, wakes(&mut e, max)), async {
+                // Unobserved: E sleeps in its wait (inside the backend) before the release.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 r.release().await.expect("release")
             });
@@ -1653,6 +1676,7 @@ mod redlock_rules {
         let until = Instant::now() + Duration::from_secs(6);
         while !matches!(b.campaign().await, Ok(Campaign::Acquired { .. })) {
             assert!(Instant::now() < until, "the nodes never settled");
+            // Pause: between campaigns.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         b.release().await.expect("release");
@@ -1830,6 +1854,7 @@ mod redlock_rules {
                 let mut fresh = candidate(&cluster, "F", other, TTL);
                 for _ in 0..5 {
                     does_not_lead("F with a restarted node's vote", &mut fresh).await;
+                    // Pause: between campaigns through the window.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 fresh.release().await.expect("release");
@@ -2079,6 +2104,8 @@ fn what_a_waiting_candidate_sends_on_redlock() {
     assert!(held.is_some(), "the writer never led");
     cars.push(spawn("r-0", "shared"));
     cars[1].settles_in("follower", start);
+    // Observed: the count starts a second after the reader joined (a join's last
+    // commands come late on a busy machine).
     std::thread::sleep(Duration::from_secs(1));
     let sent = count(&cars);
     assert!(sent[0] >= 7, "the writer's renewals: {sent:?}");
@@ -2091,6 +2118,7 @@ fn what_a_waiting_candidate_sends_on_redlock() {
     cars[2].settles_in("follower", start);
     cars.push(spawn("r-1", "shared"));
     cars[3].settles_in("follower", start);
+    // Observed: the count starts a second after the last one joined.
     std::thread::sleep(Duration::from_secs(1));
     let sent = count(&cars[1..]);
     assert_eq!(leading(&cars), [1], "only the first reader holds");
@@ -2238,6 +2266,7 @@ fn a_gone_queued_writer_keeps_the_readers_out_briefly_on_redis() {
         assert_eq!(leading(&cars), [0], "r-1 waits behind the writer");
         let (t0, want) = if stopped {
             cars[1].signal(libc::SIGSTOP);
+            // The fault: the writer is stopped 300 ms before the holder's SIGTERM.
             std::thread::sleep(Duration::from_millis(300));
             let t0 = std::time::Instant::now();
             cars[0].signal(libc::SIGTERM);

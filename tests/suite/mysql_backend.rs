@@ -143,6 +143,7 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
             Lost::Statements => conns.iter().find(|c| **c != holder).expect("two").clone(),
         };
         db.sql(&format!("KILL CONNECTION {victim}"));
+        // The fault: the killed connection is gone for 500 ms before the SIGTERM.
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
         slots[li].signal(libc::SIGTERM);
@@ -409,6 +410,7 @@ mod mysql_store_rules {
                 let c = fresh.campaign().await.expect("campaign");
                 assert!(!matches!(c, Campaign::Acquired { .. }), "{c:?}");
             }
+            // The rule: the missing row comes back fenced for a ttl.
             tokio::time::sleep(ttl + Duration::from_millis(100)).await;
             let mut next = None;
             for _ in 0..2 {

@@ -41,7 +41,17 @@ fn the_sidecar_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
         eventually(Duration::from_secs(10), || ran.exists().then_some(())).is_some(),
         "the hook never ran"
     );
-    std::thread::sleep(Duration::from_millis(600));
+    // The orphan (and any fork of the hook's shell not yet turned into it) has exited.
+    let exited = eventually(Duration::from_secs(10), || {
+        procs::running_below(unshare.0.id(), "sleep 0.2", None)
+            .is_empty()
+            .then_some(())
+    });
+    assert!(
+        exited.is_some(),
+        "the orphan still runs: {:?}",
+        procs::running_below(unshare.0.id(), "sleep 0.2", None)
+    );
     let reaped = eventually(Duration::from_secs(3), || {
         procs::zombies_below(unshare.0.id())
             .is_empty()

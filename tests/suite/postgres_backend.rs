@@ -58,7 +58,12 @@ fn postgres_unreachable_at_start_is_not_bad_input() {
         "{}",
         early.stderr()
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Its first round has failed (nothing listens on the port), and it runs on.
+    assert!(
+        early.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        early.stderr()
+    );
     assert_eq!(http::get(early.port, "/readyz").map(|(c, _)| c), Some(503));
     let v = early.leader().expect("/leader answers");
     assert_eq!(v["state"], "unknown");
@@ -119,7 +124,10 @@ fn a_sigterm_while_starting_is_a_clean_stop() {
         .election("starting")
         .build();
     let mut car = Sidecar::spawn("starting", dir.path(), &args);
-    std::thread::sleep(Duration::from_millis(1500));
+    // The sidecar waits on its first call: it has connected, and nothing answers.
+    mute.set_nonblocking(true).expect("nonblocking");
+    let _connected = common::eventually(Duration::from_secs(20), || mute.accept().ok())
+        .expect("the sidecar connects to the mute server");
     // Nothing is held yet: the stop needs no backend timeout (4 s) to pass.
     let status = car.terminate(Duration::from_secs(3));
     assert!(

@@ -55,6 +55,7 @@ fn handovers_under_prometheus(env: &[(String, String)]) {
         "prometheus never saw 3 targets and one leader"
     );
     let start = unix_now();
+    // Observed: 3 s of steady leadership in Prometheus's series before the handovers.
     std::thread::sleep(Duration::from_secs(3));
 
     let leader_of = |cars: &[Sidecar]| {

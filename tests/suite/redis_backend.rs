@@ -61,7 +61,12 @@ fn an_unreachable_server_at_start_is_not_bad_input() {
         "{}",
         sidecar.stderr()
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Its first round has failed (nothing listens on the port), and it runs on.
+    assert!(
+        sidecar.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        sidecar.stderr()
+    );
     assert_eq!(
         http::get(sidecar.port, "/readyz").map(|(c, _)| c),
         Some(503)
@@ -324,7 +329,12 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
     no_client_cert.extend(["--redis-ca-file".into(), file("ca.pem")]);
     let refused = Sidecar::spawn("refused", dir.path(), &no_client_cert);
     assert!(refused.wait_listening(Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(500));
+    // Its first round has failed (the handshake is refused), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         http::get(refused.port, "/readyz").map(|(c, _)| c),
         Some(503)
@@ -419,7 +429,8 @@ fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
         status.is_some_and(|s| s.success()),
         "graceful stop: {status:?}"
     );
-    // Let the slow candidate's campaign take the free lock at the store.
+    // Observed: the slow candidate's campaigns for 4 s (each too late to claim, given
+    // back) before a healthy candidate comes.
     std::thread::sleep(Duration::from_secs(4));
     let late = Sidecar::spawn("late", dir.path(), &direct);
     let led = eventually(Duration::from_secs(8), || {
@@ -497,6 +508,7 @@ fn an_undisturbed_leader_keeps_one_tenure() {
             .build(),
     );
     let first = leader.settles_in("leader", Duration::from_secs(5));
+    // Observed: 3 s (three ttl) in which the leader must keep its tenure.
     std::thread::sleep(Duration::from_secs(3));
     let later = leader.leader().expect("status");
     assert_eq!(later["is_leader"], true, "{later}");
@@ -529,8 +541,11 @@ fn followers_send_no_requests_while_the_holder_renews() {
         common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
+    // Observed: the count starts 2 s after the followers follow (a join's last
+    // commands come late on a busy machine).
     std::thread::sleep(Duration::from_secs(2));
     let (evals, gets) = (server.calls("evalsha"), server.calls("get"));
+    // Observed: 6 s of steady leadership.
     std::thread::sleep(Duration::from_secs(6));
     let (evals, gets) = (server.calls("evalsha") - evals, server.calls("get") - gets);
     // The leader renews every ttl/3 (one EVALSHA each): about 9 in 6 s. Followers
@@ -594,6 +609,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
             named.is_some(),
             "round {round}: the followers did not all name the new leader within 3 s"
         );
+        // Observed: the count ends a second after every follower names the new leader.
         std::thread::sleep(Duration::from_secs(1));
         let ran = scripts() - before;
         eprintln!("round {round}: {ran} scripts for a handover among 8");
@@ -625,8 +641,10 @@ fn followers_stay_quiet_with_a_short_renew_interval() {
         common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
+    // Observed: the count starts a second after the followers follow.
     std::thread::sleep(Duration::from_secs(1));
     let before = server.calls("evalsha");
+    // Observed: 3 s of steady leadership.
     std::thread::sleep(Duration::from_secs(3));
     let evals = server.calls("evalsha") - before;
     // The leader renews about 10 times in 3 s; followers that looked at each renewal
@@ -856,6 +874,7 @@ mod rules {
             does_not_lead("A (with its floor, right after the loss)", &mut a).await;
             let mut fresh = candidate(&server.url(), "loss", "F", ttl);
             does_not_lead("a fresh candidate, within the quarantine", &mut fresh).await;
+            // The rule: the quarantine after the data loss lasts a ttl.
             tokio::time::sleep(ttl + Duration::from_millis(100)).await;
             let token = leads("the fresh candidate, a ttl later", &mut fresh).await;
             assert!(token > seen, "token {token} after the lost tenure's {seen}");
@@ -882,6 +901,7 @@ mod rules {
                     break;
                 }
                 assert!(tokio::time::Instant::now() < until, "listed {seen:?}");
+                // Pause: between looks at the list.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             assert_eq!(listed(b.candidates().await.expect("list")), ["A", "B", "C"]);
@@ -892,6 +912,7 @@ mod rules {
                     break;
                 }
                 assert!(tokio::time::Instant::now() < until, "listed {seen:?}");
+                // Pause: between looks at the list.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
@@ -1012,6 +1033,8 @@ mod rules {
             let r = a.release().await;
             (a, r)
         });
+        // Unobserved: the release's request reaches the proxy, which holds it (the proxy
+        // shows no held bytes).
         std::thread::sleep(Duration::from_millis(300));
         server.restart();
         proxy.set(Link::Pass);
@@ -1073,6 +1096,7 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
         common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
+    // Observed: the window starts a second after the followers follow.
     std::thread::sleep(Duration::from_secs(1));
     let seen = server.monitor(Duration::from_secs(6));
     let mut leader_commands = 0;

@@ -78,6 +78,7 @@ fn losing_a_majority_leaves_nobody_leading_and_recovering_it_brings_a_leader_bac
                 s.name
             );
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(50));
     }
     cluster.restart_node(0);
@@ -135,6 +136,7 @@ fn a_fresh_candidate_does_not_count_a_node_that_lost_its_data() {
                 );
             }
         }
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -166,6 +168,7 @@ fn the_leader_catches_up_a_restarted_node() {
             .filter(|m| m.contains(&run_id))
     });
     cluster.nodes[0].kill();
+    // The fault: node 0 stays down for ttl + 500 ms.
     std::thread::sleep(Duration::from_millis(1500));
     let still = eventually(Duration::from_secs(3), leading);
     assert!(
@@ -279,6 +282,7 @@ fn restored_node(election: &str, node1_hangs: bool) {
             if let Some(t) = leading(&p4) {
                 led_early.get_or_insert(t);
             }
+            // Pause: between looks through the window.
             std::thread::sleep(Duration::from_millis(20));
         }
         cluster.nodes[1].resume();
@@ -421,8 +425,11 @@ fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
     assert!(cluster.nodes[2]
         .command("DEL leasekeeper:{storm}:lock")
         .is_some());
+    // Observed: the count starts 3 s after the node forgot the lock (a storm, if any,
+    // is over).
     std::thread::sleep(Duration::from_secs(3));
     let (t0, s0) = (Instant::now(), total());
+    // Observed: 4 s of the followers' steady rate.
     std::thread::sleep(Duration::from_secs(4));
     let steady = (total() - s0) / t0.elapsed().as_secs_f64();
     assert!(
@@ -469,9 +476,11 @@ fn followers_send_no_requests_while_the_holder_renews() {
         common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
+    // Observed: the count starts 2 s after the followers follow.
     std::thread::sleep(Duration::from_secs(2));
     let total = || cluster.nodes.iter().map(scripts).sum::<u64>();
     let before = total();
+    // Observed: 6 s of steady leadership.
     std::thread::sleep(Duration::from_secs(6));
     let evals = total() - before;
     // The leader renews every ttl/3 on each of the 3 nodes: about 27 scripts in 6 s.
@@ -522,8 +531,10 @@ fn a_follower_that_cannot_reach_a_holders_node_does_not_hammer_the_others() {
             .build(),
     );
     assert!(follower.wait_listening(Duration::from_secs(10)));
+    // Observed: the count starts 2 s after the follower's start (its first looks).
     std::thread::sleep(Duration::from_secs(2));
     let before = scripts(&cluster.nodes[1]);
+    // Observed: 3 s of the follower's looks.
     std::thread::sleep(Duration::from_secs(3));
     let evals = scripts(&cluster.nodes[1]) - before;
     // The holder renews about 3 times in 3 s; the follower looks at most once or twice.
@@ -638,6 +649,7 @@ mod rules {
                 return token;
             }
             assert!(Instant::now() < until, "{who} never led");
+            // Pause: between campaigns.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -710,6 +722,7 @@ mod rules {
                     None,
                     "F led with a restarted node's vote while A holds a majority"
                 );
+                // Pause: between campaigns through the window.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
@@ -831,6 +844,7 @@ fn a_follower_sends_no_command_at_all_at_steady_state() {
         common::scenarios::handovers::one_leads_the_rest_follow(&cars),
         "never one leader and two followers"
     );
+    // Observed: the window starts a second after the followers follow.
     std::thread::sleep(Duration::from_secs(1));
     let window = Duration::from_secs(6);
     let seen: Vec<Vec<(u16, String)>> = std::thread::scope(|s| {
@@ -941,6 +955,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
             .iter()
             .position(|c| c.leader().is_some_and(|v| v["is_leader"] == true))
             .expect("leader");
+        // Observed: the count starts a second after the followers follow.
         std::thread::sleep(Duration::from_secs(1));
         let before = total();
         let mut old = cars.remove(li);
@@ -950,6 +965,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
             named.is_some(),
             "round {round}: the followers did not all name the new leader within 3 s"
         );
+        // Observed: the count ends a second after every follower names the new leader.
         std::thread::sleep(Duration::from_secs(1));
         let after = total();
         let spent: BTreeMap<&String, u64> = after

@@ -225,12 +225,15 @@ fn changing_the_number_of_holders_in_a_rollout() {
     assert!(held.iter().all(|h| h.0 >= 2), "{held:?}");
     // Back to 1: slot 1's holder goes with its Pod, and nobody takes slot 1 again.
     cars.extend([spawn("c-0", "1"), spawn("c-1", "1")]);
-    std::thread::sleep(Duration::from_secs(1));
+    for new in &cars[4..6] {
+        new.settles_in("follower", bound);
+    }
     for old in &mut cars[2..4] {
         old.terminate(Duration::from_secs(10));
     }
     let held = all_slots_held(&cars, 1, bound);
     assert!(held[0].0 >= 4, "{held:?}");
+    // Observed: 3 s in which nobody takes slot 1 again.
     std::thread::sleep(Duration::from_secs(3));
     let now = slot_leaders(&cars);
     assert_eq!(now.len(), 1, "one leader after the rollout to 1: {now:?}");
@@ -327,6 +330,8 @@ fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
     std::thread::sleep(Duration::from_millis(500));
     cars.push(spawn("w-3"));
     cars[3].settles_in("follower", bound);
+    // Unobserved: w-3 has joined the queue of every slot (no view of a queue common to
+    // the stores).
     std::thread::sleep(Duration::from_millis(500));
     cars[2].terminate(Duration::from_secs(10));
     let held = all_slots_held(&cars, 2, bound);

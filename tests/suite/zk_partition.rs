@@ -108,6 +108,7 @@ fn an_isolated_follower_stops_serving_while_the_others_keep_a_leader_then_rejoin
         if not_rw.is_some() && first_failed_read.is_some_and(|t| at > t + Duration::from_secs(1)) {
             break;
         }
+        // Pause: between looks at the cut-off server.
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!(
@@ -209,6 +210,7 @@ fn an_isolated_leader_steps_down_and_the_other_two_elect_a_new_one() {
         {
             break;
         }
+        // Pause: between looks at the servers.
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!(

@@ -336,6 +336,7 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
     );
     assert!(intruder.wait_listening(Duration::from_secs(10)));
     assert!(anonymous.wait_listening(Duration::from_secs(10)));
+    // Observed: 3 s of the intruders' tries to read or join the queue.
     std::thread::sleep(Duration::from_secs(3));
     first.terminate(Duration::from_secs(5));
     second.settles_in("leader", Duration::from_secs(5));
@@ -417,6 +418,7 @@ fn a_granted_session_shorter_than_the_ttl_does_not_make_the_leader_flap() {
             (Some(true), Some(token)),
             "the leader lost its tenure under a granted session of 4 s: {now}"
         );
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = sidecar.stderr();
@@ -491,12 +493,14 @@ fn a_leader_on_a_server_cut_off_from_the_quorum_stops_before_the_next_one_leads(
     a.settles_in("leader", Duration::from_secs(15));
     let b = spawn("b", other);
     b.settles_in("follower", Duration::from_secs(15));
+    // Observed: 500 ms of both candidates renewing (every 300 ms) before the cut.
     std::thread::sleep(Duration::from_millis(500));
 
     zk.isolate(follower);
     let took_over = common::eventually(Duration::from_secs(15), || {
         b.leader().filter(|v| v["is_leader"] == true).map(|_| ())
     });
+    // The fault: the server stays cut off a second after the takeover.
     std::thread::sleep(Duration::from_secs(1));
     zk.heal(follower);
     assert!(
@@ -598,6 +602,7 @@ fn a_release_cut_short_never_hands_out_the_same_token_twice() {
             .map(|_| ())
     })
     .expect("stepped down on /release");
+    // The fault: the link stays blackholed until the release has given up.
     std::thread::sleep(Duration::from_millis(1200));
     proxy.reset();
     let _ = asked.join();
@@ -717,8 +722,10 @@ fn followers_send_only_pings_while_the_holder_renews() {
         settled(&cars).is_some(),
         "never one leader and two followers"
     );
+    // Observed: the count starts 2 s after the followers follow.
     std::thread::sleep(Duration::from_secs(2));
     let before = zk.received_by_session();
+    // Observed: 6 s of steady leadership.
     std::thread::sleep(Duration::from_secs(6));
     let after = zk.received_by_session();
     let mut deltas: Vec<u64> = after
@@ -1092,8 +1099,16 @@ fn a_release_is_one_transaction_the_close_of_the_session() {
             .expect("connect");
         let mut a = zk_candidate(&connect, "close", "A");
         zk_leads("A", &mut a).await;
-        // The leader's own writes after its claim (its announcement) are done.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The leader's own writes after its claim are done: its announcement is there.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while look.get_data("/leasekeeper/close.leader").await.is_err() {
+            assert!(
+                std::time::Instant::now() < until,
+                "A never announced its claim"
+            );
+            // Pause: between looks.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let before = zk.last_zxid();
         a.release().await.expect("A releases");
         let left = look

@@ -158,6 +158,7 @@ async fn attack(port: u16, idle: usize, stop: Arc<AtomicBool>, seen: Arc<Seen>) 
             while !stop.load(Ordering::Relaxed) {
                 let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(2), dial(addr)).await
                 else {
+                    // Pause: before dialling again.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
@@ -184,6 +185,7 @@ async fn attack(port: u16, idle: usize, stop: Arc<AtomicBool>, seen: Arc<Seen>) 
                 if let Ok(mut s) = dial(addr).await {
                     let _ = s.write_all(b"GET /watch HTTP/1.1\r\nHost: x\r\n\r\n").await;
                     while !stop.load(Ordering::Relaxed) {
+                        // Pause: the subscriber holds its connection, reading nothing, until stopped.
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 }
@@ -205,6 +207,7 @@ async fn flood(addr: std::net::SocketAddr, stop: Arc<AtomicBool>, seen: Arc<Seen
     let mut buf = vec![0u8; 4096];
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut s) = dial(addr).await else {
+            // Pause: before dialling again.
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
@@ -384,6 +387,7 @@ pub fn under_abuse(
 fn probe_while_loaded(leader: &Limited, load_for: Duration, r: &mut AbuseReport) {
     let started = Instant::now();
     while started.elapsed() < load_for {
+        // Pause: a probe every 500 ms while the crowd is loaded.
         std::thread::sleep(Duration::from_millis(500));
         if started.elapsed() < Duration::from_secs(3) {
             continue;
@@ -445,6 +449,7 @@ async fn slow_client(
         let socket = match tokio::net::TcpSocket::new_v4() {
             Ok(s) => s,
             Err(_) => {
+                // Pause: before trying for a socket again.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -457,6 +462,7 @@ async fn slow_client(
         let Ok(Ok(mut s)) =
             tokio::time::timeout(Duration::from_secs(2), socket.connect(addr)).await
         else {
+            // Pause: before dialling again.
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
@@ -502,6 +508,7 @@ async fn burst(port: u16, from: [u8; 4], slow: usize, stop: Arc<AtomicBool>, see
                         held = Some(s);
                     }
                 }
+                // Pause: the watchers hold their connections, reading nothing, until stopped.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }));
@@ -554,6 +561,7 @@ pub fn under_burst(
         let at = Duration::from_millis(100) * n;
         n += 1;
         if let Some(wait) = at.checked_sub(started.elapsed()) {
+            // Pause: probes at a fixed rate, one every 100 ms.
             std::thread::sleep(wait);
         }
         let port = leader.port;

@@ -227,6 +227,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => client,
                 Err(_) => {
+                    // Pause: before accepting again after an error.
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
@@ -328,6 +329,7 @@ async fn connect_upstream(target: SocketAddr, retry: Duration) -> io::Result<Tcp
     loop {
         match TcpStream::connect(target).await {
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && Instant::now() < end => {
+                // Pause: before connecting again while the upstream refuses.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             result => return result,

@@ -69,6 +69,30 @@ pub fn zombies_below(root: u32) -> Vec<Proc> {
         .collect()
 }
 
+/// The live processes (not zombies) below `root` whose command line holds `text`: not
+/// leasekeeper's own (whose arguments may carry a command's text), nor `keep` and the
+/// processes above it (a command that runs on, and the shell that started it).
+pub fn running_below(root: u32, text: &str, keep: Option<u32>) -> Vec<Proc> {
+    let procs = all();
+    let bin = crate::common::leasekeeper_bin();
+    let mut kept = Vec::new();
+    let mut at = keep;
+    while let Some(pid) = at.filter(|&p| p != root && p > 1) {
+        kept.push(pid);
+        at = procs.iter().find(|p| p.pid == pid).map(|p| p.ppid);
+    }
+    descendants(root)
+        .into_iter()
+        .filter(|p| p.state != 'Z' && !kept.contains(&p.pid))
+        .filter(|p| {
+            p.args
+                .first()
+                .is_none_or(|a| std::path::Path::new(a) != bin)
+        })
+        .filter(|p| p.args.join(" ").contains(text))
+        .collect()
+}
+
 /// The exec guard of the sidecar `pid` (its child `leasekeeper __exec-guard …`).
 pub fn guard_of(pid: u32) -> Option<u32> {
     all()
@@ -127,6 +151,7 @@ impl Drop for Marker {
             for p in left {
                 crate::common::send_signal(p.pid, libc::SIGKILL);
             }
+            // Pause: before the next SIGKILL sweep.
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use leasekeeper::clock::monotonic_now_ns;
 
 use crate::common::checks::checker::LoggedClaim;
+use crate::common::eventually;
 
 /// One tenure as the store names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,22 +50,29 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    fn spawn<F>(run: impl FnOnce(Changes, Arc<AtomicBool>) -> F + Send + 'static) -> Recorder
+    /// Starts `run(changes, stop, looked)` on a thread of its own, and returns once it
+    /// has set `looked` (its first look taken, its watch open: nothing the sidecars
+    /// write from here on is missed).
+    fn spawn<F>(
+        run: impl FnOnce(Changes, Arc<AtomicBool>, Arc<AtomicBool>) -> F + Send + 'static,
+    ) -> Recorder
     where
         F: std::future::Future<Output = ()>,
     {
         let changes: Changes = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (changes.clone(), stop.clone());
+        let looked = Arc::new(AtomicBool::new(false));
+        let (c, s, l) = (changes.clone(), stop.clone(), looked.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("recorder runtime");
-            rt.block_on(run(c, s));
+            rt.block_on(run(c, s, l));
         });
-        // Give it a moment to take its first look before the sidecars start.
-        std::thread::sleep(Duration::from_millis(300));
+        let first_look = || looked.load(Ordering::SeqCst).then_some(());
+        eventually(Duration::from_secs(30), first_look)
+            .expect("the store recorder took its first look within 30 s");
         Recorder {
             changes,
             stop,
@@ -90,11 +98,12 @@ impl Recorder {
     /// An etcd watch on `<election>/`: the key with the lowest create revision leads.
     pub fn etcd(endpoints: Vec<String>, election: &str) -> Recorder {
         let prefix = format!("{election}/");
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use etcd_client::{EventType, GetOptions, WatchOptions};
             use std::collections::BTreeMap;
             while !stop.load(Ordering::SeqCst) {
                 let Ok(mut client) = etcd_client::Client::connect(&endpoints, None).await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -102,6 +111,7 @@ impl Recorder {
                     .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
                     .await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -129,6 +139,7 @@ impl Recorder {
                 else {
                     continue;
                 };
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     if stop.load(Ordering::SeqCst) {
                         return;
@@ -175,7 +186,7 @@ impl Recorder {
         // (a loaded machine made the one-shot child watch miss a 72 ms tenure). A
         // node's identity and token are read when it is created (a candidate queues
         // long before it leads); the head of the queue is the holder.
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             let prefix = format!("{dir}/");
             let seq = |name: &str| name[name.len().saturating_sub(10)..].to_owned();
             while !stop.load(Ordering::SeqCst) {
@@ -184,11 +195,13 @@ impl Recorder {
                     .connect(&connect)
                     .await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let Ok(mut watcher) = client.watch(&dir, AddWatchMode::PersistentRecursive).await
                 else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -214,12 +227,14 @@ impl Recorder {
                         queue.insert(seq(&name), tenure);
                     }
                 }
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     note(&changes, queue.values().next().cloned().flatten());
                     let event = tokio::select! {
                         event = watcher.changed() => event,
                         _ = async {
                             while !stop.load(Ordering::SeqCst) {
+                                // Pause: between looks at the stop flag.
                                 tokio::time::sleep(Duration::from_millis(200)).await;
                             }
                         } => return,
@@ -247,6 +262,7 @@ impl Recorder {
                         _ => {}
                     }
                 }
+                // Pause: before the next try.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -258,7 +274,7 @@ impl Recorder {
     pub fn redis(port: u16, election: &str) -> Recorder {
         let lock = format!("leasekeeper:{{{election}}}:lock");
         let events = format!("leasekeeper:{{{election}}}:events");
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use futures_util::StreamExt;
             let url = format!("redis://127.0.0.1:{port}");
             while !stop.load(Ordering::SeqCst) {
@@ -278,9 +294,11 @@ impl Recorder {
                     Ok::<_, redis::RedisError>(pubsub)
                 };
                 let Ok(mut pubsub) = subscribed.await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
+                looked.store(true, Ordering::SeqCst);
                 let mut messages = pubsub.on_message();
                 loop {
                     if stop.load(Ordering::SeqCst) {
@@ -313,6 +331,7 @@ impl Recorder {
                         note(&changes, None);
                     }
                 }
+                // Pause: before the next try.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -324,7 +343,7 @@ impl Recorder {
     pub fn kubernetes(kubeconfig: String, namespace: String, lease: String) -> Recorder {
         // The client is built with rustls (plain HTTP here, but it wants a provider).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use futures_util::StreamExt;
             use k8s_openapi::api::coordination::v1::Lease;
             use kube::api::{Api, ListParams, WatchEvent, WatchParams};
@@ -346,12 +365,14 @@ impl Recorder {
                     kube::Client::try_from(config).ok()
                 };
                 let Some(client) = client.await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let api: Api<Lease> = Api::namespaced(client, &namespace);
                 if from.is_none() {
                     let Ok(list) = api.list(&ListParams::default().fields(&fields)).await else {
+                        // Pause: before the next try.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     };
@@ -361,10 +382,12 @@ impl Recorder {
                 let version = from.clone().unwrap_or_else(|| "0".to_owned());
                 let params = WatchParams::default().fields(&fields).timeout(30);
                 let Ok(stream) = api.watch(&params, &version).await else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let mut stream = stream.boxed();
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     if stop.load(Ordering::SeqCst) {
                         return;
@@ -463,7 +486,7 @@ macro_rules! sql_recorder {
     ($conn:ty, $url:expr, $setup:expr, $newest:expr, $select:expr) => {{
         let url: String = $url;
         let select: String = $select;
-        Recorder::spawn(move |changes, stop| async move {
+        Recorder::spawn(move |changes, stop, looked| async move {
             use sqlx::Connection;
             let mut last: i64 = 0;
             let mut ready = false;
@@ -471,6 +494,7 @@ macro_rules! sql_recorder {
                 let connected =
                     tokio::time::timeout(Duration::from_secs(1), <$conn>::connect(&url)).await;
                 let Ok(Ok(mut conn)) = connected else {
+                    // Pause: before the next try.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -491,6 +515,7 @@ macro_rules! sql_recorder {
                     .unwrap_or(0);
                     ready = true;
                 }
+                looked.store(true, Ordering::SeqCst);
                 loop {
                     // Told to stop: one more read, so that what the last sidecars
                     // wrote before they exited is in (a tenure taken and handed back
@@ -511,6 +536,8 @@ macro_rules! sql_recorder {
                     if last_read {
                         return;
                     }
+                    // Pause: between reads of the history (every row is read; the pause only bounds
+                    // how late a change is noted).
                     tokio::time::sleep(Duration::from_millis(3)).await;
                 }
             }

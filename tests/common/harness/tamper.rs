@@ -52,6 +52,8 @@ impl Observer {
                                 token: v["fencing_token"].as_u64(),
                             });
                         }
+                        // Pause: a few milliseconds, the resolution of the measured overlap (the bound is
+                        // 100 ms).
                         std::thread::sleep(Duration::from_millis(2));
                     }
                 })
@@ -62,6 +64,19 @@ impl Observer {
             stop,
             threads,
         }
+    }
+
+    /// Waits until every port has answered at least once (the observer is watching);
+    /// panics after `limit`.
+    pub fn wait_answered(&self, ports: &[u16], limit: Duration) {
+        let all = || {
+            let seen = self.seen.lock().expect("seen");
+            ports
+                .iter()
+                .all(|p| seen.iter().any(|s| s.port == *p))
+                .then_some(())
+        };
+        eventually(limit, all).expect("every observed port answers /leader");
     }
 
     pub fn finish(self) -> Vec<Seen> {
@@ -124,9 +139,10 @@ pub fn tamper_with_leader(
     let old_port = sidecars[li].port;
     let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
     let observer = Observer::start(&ports);
-    std::thread::sleep(Duration::from_millis(200));
+    observer.wait_answered(&ports, Duration::from_secs(10));
     let t0 = Instant::now();
     tamper(li);
+    // Observed: the window after the tampering.
     std::thread::sleep(window);
     let seen = observer.finish();
     outcome(&seen, old_port, old_token, t0)

@@ -70,6 +70,7 @@ async fn lists_eventually<B: Backend>(b: &mut B, expected: &[&str]) {
             Instant::now() < until,
             "listed {listed:?}, expected {expected:?}"
         );
+        // Pause: between looks at the list.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -96,6 +96,7 @@ pub fn slow_leader_is_replaced_within(
     );
 
     set(slow, Link::Pass);
+    // Observed: a ttl of the healed link before the others stop.
     std::thread::sleep(ttl);
     for &i in &others {
         let status = sidecars[i].terminate(Duration::from_secs(5));
@@ -287,8 +288,11 @@ pub fn switchover_goes_to_the_named_candidate(args: &[String]) {
     for i in 0..3 {
         // One after the other, so that a queue holds them in this order.
         cars.push(Sidecar::spawn(&format!("s{i}"), dir.path(), &args));
-        assert!(cars[i].wait_listening(Duration::from_secs(10)));
-        std::thread::sleep(Duration::from_millis(300));
+        let joined = eventually(Duration::from_secs(20), || {
+            let state = cars[i].leader()?["state"].clone();
+            (state == "leader" || state == "follower").then_some(())
+        });
+        assert!(joined.is_some(), "s{i} never joined:\n{}", cars[i].stderr());
     }
     assert!(super::handovers::one_leads_the_rest_follow(&cars));
     let (leader, _) = leader_of(&cars, Duration::from_secs(20)).expect("a leader");

@@ -36,6 +36,7 @@ fn never_lead(cars: &[Sidecar], nobody: &[usize], hold: Duration, what: &str) {
             !now.iter().any(|i| nobody.contains(i)),
             "{what}: {now:?} lead"
         );
+        // Pause: between looks through the window.
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -254,6 +255,7 @@ pub fn a_waiting_writer_is_silent_and_woken(
     let seen = statements();
     let looked = eventually(ttl, || (statements() > seen).then_some(())).is_some();
     if looked {
+        // Observed: the writer's SIGTERM comes 100 ms into a look, if it looks at all.
         std::thread::sleep(Duration::from_millis(100));
     }
     cars[1].terminate(Duration::from_secs(10));

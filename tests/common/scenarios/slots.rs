@@ -260,6 +260,7 @@ fn slots_scenario(
         slot_leaders(&cars)
     );
     send_signal(cars[stopped].pid, libc::SIGCONT);
+    // Observed: a ttl after the stopped holder wakes, before the slots are counted.
     std::thread::sleep(ttl);
     all_slots_held(&cars, 2, start_bound);
     if let Some(strikes) = strikes.as_mut() {
@@ -439,6 +440,7 @@ fn a_holder_cut_off(
         still.is_none(),
         "the holder whose links were {link:?} still says it holds {still:?} beside {next:?}"
     );
+    // Observed: a ttl after the link heals, before the slots are counted.
     std::thread::sleep(ttl);
     all_slots_held(cars, 2, start_bound);
 }
@@ -459,6 +461,7 @@ fn each_store_node_cut_off(
         all_slots_held(cars, 2, start_bound);
         eprintln!("store node {node} cut off from the others");
         store.isolate_node(node, true);
+        // The fault: the store node stays cut off for ttl + 300 ms.
         std::thread::sleep(ttl + Duration::from_millis(300));
         let during = eventually(ttl * 3 + Duration::from_secs(5), || {
             (slot_leaders(cars).len() == 2).then_some(())
@@ -483,8 +486,10 @@ fn the_store_paused(
     start_bound: Duration,
 ) {
     store.pause();
+    // The fault: the store stays paused for ttl + 1 s.
     std::thread::sleep(ttl + Duration::from_secs(1));
     let during = slot_leaders(cars);
+    // Observed: 500 ms more of the paused store; the holders must not change.
     std::thread::sleep(Duration::from_millis(500));
     let later = slot_leaders(cars);
     store.resume();

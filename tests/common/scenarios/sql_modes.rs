@@ -263,7 +263,21 @@ pub async fn a_release_racing_a_join_keeps_the_row<B: Backend>(
         r1.release().await.expect("release");
         r1
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // R1's release waits at the lease row this session holds.
+    let waiting = if pg {
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    } else {
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while db.admin(waiting).trim().parse::<u64>().unwrap_or(0) == 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "R1's release never waited at the lease row"
+        );
+        // Pause: between looks (the release goes on meanwhile).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let joined = format!(
         "INSERT INTO leasekeeper_leases_shared (election, tenure, holder, kind, token, expires_at)
          VALUES ('ver', 't9', 'R9', 'r', 99, {now} + {ten_s})"
@@ -325,6 +339,7 @@ pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + '
     });
     s.release().await.expect("release");
     takes("W after S", &mut w).await;
+    // Observed: R must not join beside W for 1.5 s.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!joined.is_finished(), "R must not join beside W");
     let released = std::time::Instant::now();
@@ -342,6 +357,7 @@ pub async fn a_writer_lets_its_turn_lock_go_at_its_release<B: Backend + Send + '
         if free {
             break;
         }
+        // Pause: between looks at the turn lock.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(free, "W's turn lock must be free after its release");

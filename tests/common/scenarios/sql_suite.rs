@@ -183,7 +183,12 @@ pub fn passwords(db: &dyn SqlDb) {
     std::fs::write(&pw, "wrong\n").expect("write");
     let refused = Sidecar::spawn("refused", dir.path(), &a);
     assert!(refused.wait_listening(Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(800));
+    // Its first round has failed (the password is refused), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         crate::common::harness::http::get(refused.port, "/readyz").map(|(c, _)| c),
         Some(503)
@@ -314,7 +319,12 @@ pub fn tls_with_a_private_ca_and_a_client_certificate<D: SqlDb>(
             .then_some(())
     });
     assert!(unready.is_some());
-    std::thread::sleep(Duration::from_millis(600));
+    // Its first round has failed (the server wants a client certificate), and it runs on.
+    assert!(
+        refused.logged("backend call failed", Duration::from_secs(20)),
+        "{}",
+        refused.stderr()
+    );
     assert_eq!(
         refused.leader().map(|v| v["state"].clone()),
         Some(serde_json::json!("unknown")),
@@ -745,6 +755,7 @@ pub async fn tokens_grow_for_fresh_candidates_and_after_a_deleted_row<B: Backend
     )
     .await;
     does_not_lead("a fresh candidate, looking again", &mut fresh).await;
+    // The rule: the missing row comes back fenced for a ttl.
     tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     let token = leads("the fresh candidate, a ttl later", &mut fresh).await;
     assert!(token > last, "token {token} after the deleted row's {last}");
@@ -866,6 +877,7 @@ pub async fn live_eventually<B: Backend>(b: &mut B, expected: &[&str]) {
             Instant::now() < until,
             "listed {listed:?}, expected {expected:?}"
         );
+        // Pause: between looks at the list.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -890,8 +902,11 @@ pub fn followers_do_not_refresh_their_listing(db: &dyn SqlDb) {
             "SELECT identity, alive_until FROM leasekeeper_leases_cands WHERE election = 'quiet' ORDER BY identity",
         )
     };
+    // Observed: the count starts a second after the follower joined (a join's last
+    // statements come late on a busy machine).
     std::thread::sleep(Duration::from_secs(1));
     let before = rows();
+    // Observed: 6 s of steady leadership, over which the rows must not change.
     std::thread::sleep(Duration::from_secs(6));
     let after = rows();
     eprintln!("{}: {before:?} then {after:?}", db.backend());
@@ -919,9 +934,17 @@ pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb) {
     let follow_args = db_flags(db, "quiet").ttl("2s").election("hush").build();
     let follower = Sidecar::spawn("hush-b", dir.path(), &follow_args);
     follower.settles_in("follower", Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(1));
+    // The count starts once the follower has sent nothing for a second (a join's last
+    // statements come late on a busy machine); one that keeps sending fails here.
+    let quiet = crate::common::settled(Duration::from_secs(20), Duration::from_secs(1), statements);
+    assert!(
+        quiet,
+        "the follower never stopped sending statements for a second: {}",
+        follower.stderr()
+    );
     let before = statements();
     assert!(before > 0, "the follower's statements are not counted");
+    // Observed: 6 s of steady leadership, over which the follower must stay silent.
     std::thread::sleep(Duration::from_secs(6));
     let sent = statements() - before;
     eprintln!(

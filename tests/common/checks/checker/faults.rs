@@ -201,6 +201,7 @@ impl Election<'_> {
             report.took_over(fault, t0);
         }
         let rest = (ttl + Duration::from_millis(300)).saturating_sub(t0.elapsed());
+        // The fault: the leader stays stopped until ttl + 300 ms after the SIGSTOP.
         std::thread::sleep(rest);
         self.slots[li].signal(libc::SIGCONT);
         // Its first answer after waking must not claim the old tenure.
@@ -239,6 +240,7 @@ impl Election<'_> {
         let crash_bound = self.crash_bound();
         let server = self.spec.server.as_mut().expect("a server to pause");
         server.pause();
+        // The fault: the store stays paused for ttl + 300 ms; nobody may lead through it.
         std::thread::sleep(ttl + Duration::from_millis(300));
         let quiet = self.nobody_leads();
         let server = self.spec.server.as_mut().expect("a server to resume");
@@ -339,6 +341,7 @@ impl Election<'_> {
             report.took_over(fault, t0);
         }
         let stopped = self.slots[li].wait_exit(Duration::from_secs(5));
+        // The fault: the store node stays down for ttl + 300 ms after the leader's exit.
         std::thread::sleep(ttl + Duration::from_millis(300));
         let during = self.find_leader(None, crash_bound);
         let server = self.spec.server.as_mut().expect("a store of several nodes");
@@ -426,6 +429,7 @@ impl Election<'_> {
         };
         self.links(li, || link);
         let new = self.takeover(fault, old_port, ttl * 2 + Duration::from_secs(1), report);
+        // The fault: the leader's link stays slow for one more ttl.
         std::thread::sleep(ttl);
         self.links(li, || Link::Pass);
         self.must(
@@ -467,6 +471,7 @@ impl Election<'_> {
         };
         set(self, li, &for_leader, || Link::Blackhole);
         set(self, fi, &for_follower, || Link::Blackhole);
+        // The fault: both minorities stay cut off for ttl + 300 ms.
         std::thread::sleep(ttl + Duration::from_millis(300));
         let during = self.find_leader(None, crash_bound);
         // The leader leaves; its release reaches only the nodes it still sees.
@@ -497,6 +502,7 @@ impl Election<'_> {
         );
         let fi = (li + 1) % self.slots.len();
         self.links(fi, || Link::Blackhole);
+        // The fault: the follower stays cut off for ttl + 300 ms.
         std::thread::sleep(ttl + Duration::from_millis(300));
         let still = self.find_leader(None, crash_bound);
         self.links(fi, || Link::Pass);

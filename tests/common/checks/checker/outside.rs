@@ -78,6 +78,7 @@ impl Poller {
                                 seen.lock().expect("seen").push(obs);
                             }
                         }
+                        // Pause: the outside view asks each sidecar every 10 ms.
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 })
@@ -217,6 +218,7 @@ mod self_test {
         });
         let poller = Poller::start(1);
         poller.set(0, Some(port));
+        // Observed: the poller runs 300 ms against an answer it cannot read.
         std::thread::sleep(Duration::from_millis(300));
         poller.finish();
     }

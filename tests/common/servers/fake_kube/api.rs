@@ -194,6 +194,7 @@ pub(super) async fn handle(
     let _ = paused.wait_for(|p| !*p).await;
     let latency = shared.store.lock().expect("store").latency;
     if !latency.is_zero() {
+        // The fault: the latency set on the fake API.
         tokio::time::sleep(latency).await;
     }
     let Some(user) = User::of(&headers) else {
@@ -545,6 +546,7 @@ async fn serve_late(
     body: Bytes,
 ) -> Response {
     let task = tokio::spawn(async move {
+        // The fault: the delay set on this request.
         tokio::time::sleep(delay).await;
         let response = serve(
             &shared,

@@ -296,6 +296,7 @@ impl KubeNode {
                 let phases: Vec<String> = pods.iter().map(describe).collect();
                 panic!("{n} Pods ({selector}) never all Running and Ready: {phases:#?}");
             }
+            // Pause: between looks at the Pods.
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -236,6 +236,7 @@ impl TransitionLogs {
                         }
                     }
                 }
+                // Pause: between reads of the transition logs.
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
@@ -393,6 +394,7 @@ impl LeaderPolls {
                 };
                 out.lock().expect("sweeps").push(sweep);
                 next += period;
+                // Pause: until the next sweep of the period.
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
         });
@@ -431,6 +433,7 @@ pub fn watch_exits(pids: Vec<u32>, limit: Duration) -> JoinHandle<Vec<Option<u64
                     gone[i] = Some(mono_ns());
                 }
             }
+            // Pause: 1 ms, the resolution of the exit times measured.
             std::thread::sleep(Duration::from_millis(1));
         }
         gone
