@@ -934,14 +934,9 @@ pub fn followers_send_no_statement_at_steady_state(db: &dyn SqlDb) {
     let follow_args = db_flags(db, "quiet").ttl("2s").election("hush").build();
     let follower = Sidecar::spawn("hush-b", dir.path(), &follow_args);
     follower.settles_in("follower", Duration::from_secs(10));
-    // The count starts once the follower has sent nothing for a second (a join's last
-    // statements come late on a busy machine); one that keeps sending fails here.
-    let quiet = crate::common::settled(Duration::from_secs(20), Duration::from_secs(1), statements);
-    assert!(
-        quiet,
-        "the follower never stopped sending statements for a second: {}",
-        follower.stderr()
-    );
+    // Observed: the count starts a second after the follower joined (a join's last
+    // statements come late on a busy machine).
+    std::thread::sleep(Duration::from_secs(1));
     let before = statements();
     assert!(before > 0, "the follower's statements are not counted");
     // Observed: 6 s of steady leadership, over which the follower must stay silent.
