@@ -352,8 +352,8 @@ pub struct RedisBackend {
     /// A follower's last sign of the holder's record: the campaign's read, or the last
     /// invalidation pushed for the key (see [`RedisBackend::wait_for_change`]).
     last_sign: Option<Instant>,
-    /// When the holder's key expires unless renewed, as the campaign's read found it
-    /// (a renewal seen since makes it unknown).
+    /// When the holder's key expires unless renewed: as the campaign's read found it,
+    /// or a ttl after the last renewal heard.
     holder_expires: Option<Instant>,
     /// This follower's wait for the baton (see [`baton`]).
     waiter: baton::Waiter,
@@ -788,22 +788,23 @@ impl RedisBackend {
 
     /// A tracking invalidation while following a holder whose last sign was at `last`:
     /// `Some(wake)` to return, `None` to keep waiting.
-    fn on_invalidation(&mut self, last: Instant, due: Instant) -> Option<Wake> {
+    fn on_invalidation(&mut self, last: Instant, expires: Option<Instant>) -> Option<Wake> {
         let now = Instant::now();
-        let (too_soon, _) = self.cadence.bounds();
-        if now >= due {
-            return Some(Wake::Changed);
+        match self.cadence.read_push(now, last, expires) {
+            Pushed::Look => Some(Wake::Changed),
+            Pushed::TooSoon => {
+                // Not a renewal at its cadence: two holders' renewals (one about to
+                // find its key gone), or a change by hand. Look only if no
+                // announcement comes within the grace.
+                self.grace.get_or_insert_with(|| now + baton::grace());
+                None
+            }
+            Pushed::Renewal => {
+                self.last_sign = Some(now);
+                self.holder_expires = Some(now + self.ttl);
+                Some(Wake::Quiet)
+            }
         }
-        if now.saturating_duration_since(last) < too_soon {
-            // Not a renewal at its cadence: two holders' renewals (one about to find
-            // its key gone), or a change by hand. Look only if no announcement comes
-            // within the grace.
-            self.grace.get_or_insert_with(|| now + baton::grace());
-            return None;
-        }
-        self.last_sign = Some(now);
-        self.holder_expires = None;
-        Some(Wake::Quiet)
     }
 }
 
@@ -826,6 +827,48 @@ impl Cadence {
             (self.renew_interval * 9 / 4).min(self.ttl),
         )
     }
+
+    /// When a follower whose last sign of the holder was at `last` looks by itself:
+    /// when the next renewal is late, or at `expires`, when the holder's key expires
+    /// unless renewed (as read, or a ttl after the last renewal heard).
+    pub(crate) fn due(&self, last: Instant, expires: Option<Instant>) -> Instant {
+        let (_, late) = self.bounds();
+        let due = last + late;
+        expires.map_or(due, |e| due.min(e))
+    }
+
+    /// What a tracking push of the holder's `alive`, heard at `now`, means to such a
+    /// follower. The key's expiry pushes the same invalidation as a renewal: a push
+    /// less than [`quiet::DUE_WITHIN`] before `expires` is taken for the expiry (a
+    /// renewal that late costs one look, never safety), one at its cadence for a
+    /// renewal, one sooner for someone else's change.
+    pub(crate) fn read_push(
+        &self,
+        now: Instant,
+        last: Instant,
+        expires: Option<Instant>,
+    ) -> Pushed {
+        let expiring = expires.is_some_and(|e| now + self.ttl / quiet::DUE_WITHIN >= e);
+        if expiring || now >= self.due(last, expires) {
+            return Pushed::Look;
+        }
+        let (too_soon, _) = self.bounds();
+        if now.saturating_duration_since(last) < too_soon {
+            return Pushed::TooSoon;
+        }
+        Pushed::Renewal
+    }
+}
+
+/// What a push of the holder's `alive` means to a follower ([`Cadence::read_push`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// The holder's renewal is late or its key expired: look.
+    Look,
+    /// Sooner than a renewal: another holder's change, or one by hand.
+    TooSoon,
+    /// A renewal: the holder lives, its key expires a ttl later.
+    Renewal,
 }
 
 /// `CLIENT TRACKING` (re)started on a holder's own keys (the lock key; a shared
@@ -1189,12 +1232,10 @@ impl Backend for RedisBackend {
             self.on_notice();
             return wake;
         };
-        let (_, late) = self.cadence.bounds();
-        let due = last + late;
-        // The key's own expiry, as read (pushed too, but only once the server gets
-        // round to expiring it).
+        // The key's own expiry, as read or a ttl after the last renewal heard (pushed
+        // too, but only once the server gets round to expiring it).
         let expires = self.holder_expires.map(|e| e + Duration::from_millis(2));
-        let due = expires.map_or(due, |e| due.min(e));
+        let due = self.cadence.due(last, expires);
         let until = (Instant::now() + max).min(due);
         loop {
             let until = self.grace.map_or(until, |g| until.min(g));
@@ -1212,7 +1253,7 @@ impl Backend for RedisBackend {
                             return Wake::Changed;
                         }
                         PushKind::Invalidate if self.names_alive(&push) => {
-                            if let Some(wake) = self.on_invalidation(last, due) {
+                            if let Some(wake) = self.on_invalidation(last, expires) {
                                 return wake;
                             }
                         }
@@ -1256,6 +1297,39 @@ mod tests {
         let q = parse_value("quarantine|7|");
         assert_eq!(q.identity, "");
         assert_eq!(q.token, Some(7));
+    }
+
+    /// A follower's reading of the holder's pushes (ttl 3 s, renewals every second).
+    #[test]
+    fn a_push_at_the_holders_expiry_is_the_expiry_not_a_renewal() {
+        let ms = Duration::from_millis;
+        let cadence = Cadence {
+            ttl: ms(3_000),
+            renew_interval: ms(1_000),
+        };
+        let t0 = Instant::now();
+        let renewed = Some(t0 + ms(3_000));
+        assert_eq!(
+            cadence.read_push(t0 + ms(1_000), t0, renewed),
+            Pushed::Renewal
+        );
+        assert_eq!(
+            cadence.read_push(t0 + ms(200), t0, renewed),
+            Pushed::TooSoon
+        );
+        // No renewal by 9/4 of the interval: the holder stopped renewing.
+        assert_eq!(cadence.read_push(t0 + ms(2_300), t0, renewed), Pushed::Look);
+        // A look at t0 found the key expiring 750 ms later: its expiry's push comes
+        // at the holder's renewal cadence, yet it is the expiry, even a little early.
+        let read = Some(t0 + ms(752));
+        assert_eq!(cadence.read_push(t0 + ms(745), t0, read), Pushed::Look);
+        // Likewise a ttl after the last renewal heard.
+        assert_eq!(
+            cadence.read_push(t0 + ms(2_990), t0 + ms(900), renewed),
+            Pushed::Look
+        );
+        assert_eq!(cadence.due(t0, read), t0 + ms(752));
+        assert_eq!(cadence.due(t0, renewed), t0 + ms(2_250));
     }
 
     #[test]

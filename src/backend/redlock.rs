@@ -87,7 +87,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Keys, Node,
+    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Keys, Node, Pushed,
     RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
 };
 use super::store_clock::StoreClock;
@@ -1145,7 +1145,7 @@ impl Backend for RedlockBackend {
         }
         let dues = watched
             .iter()
-            .filter_map(|&i| Some(self.node_due(self.signs[i]?, self.expires[i])))
+            .filter_map(|&i| Some(self.cadence.due(self.signs[i]?, self.expires[i])))
             .collect();
         let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
         let until = (Instant::now() + max).min(due);
@@ -1211,14 +1211,6 @@ impl RedlockBackend {
         wake
     }
 
-    /// When a node whose last sign of the holder was at `sign` should have shown
-    /// another one (or its key expires, as read).
-    fn node_due(&self, sign: Instant, expires: Option<Instant>) -> Instant {
-        let (_, late) = self.cadence.bounds();
-        let due = sign + late;
-        expires.map_or(due, |e| due.min(e))
-    }
-
     /// What one push from node `i` means for a follower: `Some(wake)` to return,
     /// `None` to keep waiting.
     fn on_push(&mut self, i: usize, push: &PushInfo) -> Option<Wake> {
@@ -1233,15 +1225,14 @@ impl RedlockBackend {
                 let Some(sign) = self.signs[i] else {
                     return Some(Wake::Changed);
                 };
-                let (too_soon, _) = self.cadence.bounds();
-                if now.saturating_duration_since(sign) < too_soon
-                    || now >= self.node_due(sign, self.expires[i])
-                {
-                    return Some(Wake::Changed);
+                match self.cadence.read_push(now, sign, self.expires[i]) {
+                    Pushed::Look | Pushed::TooSoon => Some(Wake::Changed),
+                    Pushed::Renewal => {
+                        self.signs[i] = Some(now);
+                        self.expires[i] = Some(now + self.ttl);
+                        Some(Wake::Quiet)
+                    }
                 }
-                self.signs[i] = Some(now);
-                self.expires[i] = None;
-                Some(Wake::Quiet)
             }
             _ => None,
         }
