@@ -723,7 +723,7 @@ impl EtcdBackend {
             .kvs()
             .first()
             .map(|kv| (kv.create_revision(), kv.lease(), kv.value()));
-        let ours = rules::still_ours(found, revision, lease, &self.identity);
+        let ours = rules::seen_in_read(found, revision, lease, &self.identity).still_ours();
         if !ours {
             return Ok(false);
         }
@@ -772,7 +772,7 @@ fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) 
     resp.events().iter().any(|e| {
         let delete = e.event_type() == EventType::Delete;
         let put = e.kv().map(|kv| (kv.lease(), kv.value()));
-        rules::takes_our_key(delete, put, lease, identity)
+        !rules::seen_in_event(delete, put, lease, identity).still_ours()
     })
 }
 

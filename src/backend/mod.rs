@@ -108,6 +108,8 @@ pub mod kubernetes;
     allow(dead_code)
 )]
 mod queue;
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
+mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]

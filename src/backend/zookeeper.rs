@@ -816,7 +816,8 @@ impl ZkBackend {
         let session = client.session_id().0;
         Ok(stat
             .filter(|s| {
-                rules::owned_by(Some(s.ephemeral_owner), session) && s.version == OWN_VERSION
+                rules::seen_node(Some(s.ephemeral_owner), session).still_ours()
+                    && s.version == OWN_VERSION
             })
             .map(|s| (s, Box::pin(watcher.changed()) as OwnWatch, confirmation)))
     }
@@ -865,7 +866,7 @@ impl ZkBackend {
         }
         let found = stat.await.map_err(zk(op))?;
         let owner = found.map(|s| s.ephemeral_owner);
-        Ok(rules::owned_by(owner, client.session_id().0))
+        Ok(rules::seen_node(owner, client.session_id().0).still_ours())
     }
 
     /// Our node, created if needed; a lost create answer is found by its prefix.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::super::record::Seen;
+
 /// The end of the key range of `prefix`: its last byte plus one (etcd's
 /// `GetPrefixRangeEnd`; our prefixes end in `/`, so `<election>/` ends at
 /// `<election>0`).
@@ -45,28 +47,28 @@ pub(super) fn announces(key: &[u8], prefix: &str) -> bool {
         .is_some_and(|id| id >> TAG_SHIFT == LEASE_TAG)
 }
 
-/// Whether one event on our own key ends our claim: a delete, or a put that is not
-/// ours (another lease, another value, or no value at all).
-pub(super) fn takes_our_key(
+/// Our key as one watch event on it shows it: gone after a delete (or an event with
+/// no value at all), ours after a put of our own (our lease, our identity), else
+/// another's.
+pub(super) fn seen_in_event(
     delete: bool,
     put: Option<(i64, &[u8])>,
     lease: i64,
     identity: &str,
-) -> bool {
-    delete || put.is_none_or(|(l, value)| l != lease || value != identity.as_bytes())
+) -> Seen {
+    let put = put.filter(|_| !delete);
+    Seen::of(put, (lease, identity.as_bytes()))
 }
 
-/// Whether a read of our key shows it still ours: the create revision we placed,
-/// our lease, our identity.
-pub(super) fn still_ours(
+/// Our key as a read of it shows it: ours only at the create revision we placed, on
+/// our lease, holding our identity.
+pub(super) fn seen_in_read(
     found: Option<(i64, i64, &[u8])>,
     revision: i64,
     lease: i64,
     identity: &str,
-) -> bool {
-    found.is_some_and(|(created, l, value)| {
-        created == revision && l == lease && value == identity.as_bytes()
-    })
+) -> Seen {
+    Seen::of(found, (revision, lease, identity.as_bytes()))
 }
 
 /// A keep-alive sent and not answered yet.
@@ -160,21 +162,23 @@ mod tests {
 
     #[test]
     fn only_our_own_put_keeps_our_key() {
-        assert!(!takes_our_key(false, Some((7, b"me")), 7, "me"));
-        assert!(takes_our_key(true, None, 7, "me"));
-        assert!(takes_our_key(true, Some((7, b"me")), 7, "me"));
-        assert!(takes_our_key(false, Some((8, b"me")), 7, "me"));
-        assert!(takes_our_key(false, Some((7, b"you")), 7, "me"));
-        assert!(takes_our_key(false, None, 7, "me"));
+        let seen = |delete, put: Option<(i64, &[u8])>| seen_in_event(delete, put, 7, "me");
+        assert_eq!(seen(false, Some((7, b"me"))), Seen::Ours);
+        assert_eq!(seen(true, None), Seen::Free);
+        assert_eq!(seen(true, Some((7, b"me"))), Seen::Free);
+        assert_eq!(seen(false, Some((8, b"me"))), Seen::Another);
+        assert_eq!(seen(false, Some((7, b"you"))), Seen::Another);
+        assert_eq!(seen(false, None), Seen::Free);
     }
 
     #[test]
     fn a_read_vouches_for_our_key_only_as_we_placed_it() {
-        assert!(still_ours(Some((5, 7, b"me")), 5, 7, "me"));
-        assert!(!still_ours(None, 5, 7, "me"));
-        assert!(!still_ours(Some((6, 7, b"me")), 5, 7, "me"));
-        assert!(!still_ours(Some((5, 8, b"me")), 5, 7, "me"));
-        assert!(!still_ours(Some((5, 7, b"you")), 5, 7, "me"));
+        let seen = |found: Option<(i64, i64, &[u8])>| seen_in_read(found, 5, 7, "me");
+        assert_eq!(seen(Some((5, 7, b"me"))), Seen::Ours);
+        assert_eq!(seen(None), Seen::Free);
+        assert_eq!(seen(Some((6, 7, b"me"))), Seen::Another);
+        assert_eq!(seen(Some((5, 8, b"me"))), Seen::Another);
+        assert_eq!(seen(Some((5, 7, b"you"))), Seen::Another);
     }
 
     #[test]

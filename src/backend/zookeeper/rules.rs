@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::super::queue::{self, Entry};
+use super::super::record::Seen;
 
 /// The sequence number Curator and ZooKeeper append: the last 10 digits.
 pub(super) fn sequence_of(name: &str) -> Option<u64> {
@@ -57,13 +58,13 @@ pub(super) fn announces(name: &str) -> bool {
             .is_some_and(|rest| rest.starts_with(OUR_TAG) && rest[OUR_TAG.len()..].starts_with('-'))
 }
 
-/// Whether a node, as a read behind our proof found it (`owner`: its
-/// ephemeralOwner; `None`: gone), is ours to claim or renew: owned by this very
-/// session. A node of an older session leads nobody (CURATOR-1211), and a node
-/// deleted and created again under our name by another client is not ours, though
-/// its version is 0 like ours.
-pub(super) fn owned_by(owner: Option<i64>, session: i64) -> bool {
-    owner == Some(session)
+/// Our node as a read behind our proof found it (`owner`: its ephemeralOwner;
+/// `None`: gone): ours to claim or renew only when owned by this very session. A
+/// node of an older session leads nobody (CURATOR-1211), and a node deleted and
+/// created again under our name by another client is not ours, though its version
+/// is 0 like ours.
+pub(super) fn seen_node(owner: Option<i64>, session: i64) -> Seen {
+    Seen::of(owner, session)
 }
 
 /// What one event on our own node's watch says.
@@ -149,10 +150,10 @@ mod tests {
 
     #[test]
     fn only_our_sessions_node_is_ours() {
-        assert!(owned_by(Some(7), 7));
-        assert!(!owned_by(Some(8), 7), "another session's");
-        assert!(!owned_by(Some(0), 7), "a persistent node");
-        assert!(!owned_by(None, 7), "gone");
+        assert_eq!(seen_node(Some(7), 7), Seen::Ours);
+        assert_eq!(seen_node(Some(8), 7), Seen::Another, "another session's");
+        assert_eq!(seen_node(Some(0), 7), Seen::Another, "a persistent node");
+        assert_eq!(seen_node(None, 7), Seen::Free, "gone");
     }
 
     #[test]
