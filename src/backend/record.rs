@@ -2,9 +2,9 @@
 //! every store answers "is it still mine". A tenure goes on only while a read (or a
 //! watch event) of its record sees it [`Seen::Ours`]: exactly the record this tenure
 //! wrote (etcd: our key, at the create revision we placed, on our lease, holding our
-//! identity; ZooKeeper: our node, of this very session, never rewritten; Redis: the
-//! lock key holding our value, or our member in the readers' set with no lock key
-//! beside it). Gone and taken both end it; the classification keeps them apart for
+//! identity; ZooKeeper: our node, of this very session, never rewritten; Redis and
+//! each Redlock node: the lock key holding our value, or our member in the readers'
+//! set, live, with no lock key beside it). Gone and taken both end it; the classification keeps them apart for
 //! whoever needs to tell them apart.
 
 /// A store's record, as one read or one watch event shows it to the candidate that
