@@ -10,7 +10,7 @@
 //!   grow, so every later tenure has a greater one).
 //! - **Followers** watch only the key just ahead of theirs for a delete, from the
 //!   revision of the read that found it (no missed events, no herd), and news of a
-//!   new holder (to keep `/leader` current; `rules::holder_news`): the next in line
+//!   new holder (to keep `/leader` current; `queue::holder_news`): the next in line
 //!   watches the leader's key anyway (its predecessor); a follower further back
 //!   watches the *announcement* `<election>.leader` (outside the prefix, so
 //!   `concurrency.Election` never counts it) and the next in line's key. A
@@ -43,8 +43,11 @@
 //!   it has not seen since the last event; and a renew first takes the events that
 //!   watch has delivered already (without waiting), so it never vouches for a key
 //!   whose loss the store has told us of while nobody looked at the watch.
-//! - **Decisions** (the place in the queue, the reservation's ask, what ends our
-//!   claim, when a keep-alive may go out) are plain functions in `rules`.
+//! - **Decisions** are plain functions: the queue's (our place, what a follower
+//!   watches, how it hears of a new holder, the switchover's named key and the
+//!   reservation's ask) in `super::queue`, which ZooKeeper and SQL follow too, over the
+//!   keys one read found (create revision first); etcd's own (what ends our claim,
+//!   when a keep-alive may go out, the lease's seconds) in `rules`.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
 //! - **Switchover** (`release_to(to)`): the leader finds the first key (lowest create
 //!   revision) whose value is `to` and, in one transaction that holds only while that
@@ -81,7 +84,8 @@ use crate::status::{Holder, Mode};
 pub mod entry;
 mod rules;
 mod settings;
-use rules::{Before, HolderNews, InFlight, Place};
+use super::queue::{self, Entry, HolderNews, Stand};
+use rules::{Before, InFlight};
 pub use settings::{Args, EtcdSettings};
 
 fn etcd(op: &'static str) -> impl FnOnce(etcd_client::Error) -> BackendError {
@@ -113,7 +117,7 @@ struct Session {
 }
 
 /// What a follower watches between campaigns: the key just ahead of ours, and the
-/// news of a new holder (`rules::HolderNews`).
+/// news of a new holder (`queue::HolderNews`).
 struct Watching {
     predecessor: WatchStream,
     /// The leader's key, unless it is our predecessor (its delete: a stagger, then a
@@ -266,7 +270,7 @@ impl EtcdBackend {
     async fn session(&mut self) -> Result<&mut Session, BackendError> {
         if self.session.is_none() {
             let mut client = self.client().await?;
-            // A tagged id (see `rules::holder_news`); taken already (1 in 2^40), or
+            // A tagged id (see `rules::announces`); taken already (1 in 2^40), or
             // refused: one that etcd picks.
             let tagged = LeaseGrantOptions::new().with_id(rules::tagged_lease_id(rand::random()));
             let granted = match client.lease_grant(self.ttl_secs, Some(tagged)).await {
@@ -473,14 +477,9 @@ impl EtcdBackend {
             }
         }
         let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
-        let leader = queue.leader.as_ref().map(|l| l.key());
-        let predecessor = queue.predecessor.as_ref().map(|p| p.key());
-        let place = match reader {
-            true => rules::place_shared(leader, predecessor),
-            false => rules::place(leader, predecessor, key.as_bytes()),
-        };
-        match place {
-            Place::First => {
+        let entries = queue.entries(&self.prefix, (key.as_bytes(), revision));
+        match queue::stand(&entries, &key.as_bytes()) {
+            Stand::First => {
                 // We are first. Refresh the lease before claiming (see the module doc).
                 let alive = match refreshed {
                     Some(alive) => alive,
@@ -512,13 +511,18 @@ impl EtcdBackend {
                     token: rules::token_of(revision),
                 }))
             }
-            Place::Gone => {
+            Stand::Gone => {
                 // Our own key is gone (lease expired between calls): start over.
                 self.forget();
                 Ok(Some(Campaign::Held(None)))
             }
-            Place::Behind { watch, leader } => {
-                let mut news = self.news_for(&queue, &key, watch, leader);
+            Stand::Behind { turn, head } => {
+                let (watch, leader) = (turn.name, head.map(|h| h.name));
+                let announced = queue.announced.as_ref().map(|a| a.value());
+                let announces = |e: &Entry<&[u8]>| rules::announces(e.name, &self.prefix);
+                let heard =
+                    queue::holder_news(&entries, &key.as_bytes(), announced.as_ref(), announces);
+                let mut news = self.news_for(heard, &queue, watch, leader);
                 // Next in line: our predecessor leads.
                 news.own = leader.is_none().then(|| key.clone().into_bytes());
                 let watching = follower_watches(&client, queue.at + 1, watch.to_vec(), news);
@@ -535,26 +539,21 @@ impl EtcdBackend {
         (at.0.clone(), at.1.clone(), at.2.clone())
     }
 
-    /// What a follower (our key `key`, watching `watch`) watches for news of a new
-    /// holder (`leader`: the leader's key, when it is not `watch`): see
-    /// `rules::holder_news`; a reader watches the leader's key.
-    fn news_for(&self, queue: &Queue, key: &str, watch: &[u8], leader: Option<&[u8]>) -> News {
-        let reader = self.mode == LockMode::Shared;
-        let news = queue.leader.as_ref().filter(|_| !reader);
-        let news = news.map_or(HolderNews::Leader, |l| {
-            rules::holder_news(
-                l.key(),
-                queue.next.as_ref().map(|n| n.key()),
-                key.as_bytes(),
-                queue.announced.as_ref().map(|a| a.value()),
-                &self.prefix,
-            )
-        });
+    /// What a follower (watching `watch`) watches for news of a new holder (`leader`:
+    /// the leader's key, when it is not `watch`), as `news` says (see
+    /// `queue::holder_news`).
+    fn news_for(
+        &self,
+        news: HolderNews,
+        queue: &Queue,
+        watch: &[u8],
+        leader: Option<&[u8]>,
+    ) -> News {
         let announcement = Some(self.announcement.clone().into_bytes());
         match news {
             // Behind the next in line, the announcement too: once it names the
             // leader, we may leave the leader's key alone.
-            HolderNews::Leader => News {
+            HolderNews::Head => News {
                 announcement: leader.and(announcement),
                 leader: leader.map(<[u8]>::to_vec),
                 next: None,
@@ -617,7 +616,7 @@ impl EtcdBackend {
     }
 
     /// Tells the followers behind the next in line that we lead now: our key put in
-    /// the announcement (`rules::HolderNews`), with no lease (its delete would wake
+    /// the announcement (`queue::HolderNews`), with no lease (its delete would wake
     /// them at the next release). In the background, after the claim: their looks
     /// follow it, so they never compete with a claim.
     fn announce(&self, mut client: Client, ours: &str) {
@@ -686,7 +685,8 @@ impl EtcdBackend {
         let mut client = self.client().await?;
         let queue = read_candidates(&mut client, &self.prefix, "release").await?;
         let entries = queue.iter().map(|kv| (kv.key(), kv.value()));
-        let Some(named) = rules::named_entry(entries, to, key.as_bytes()).map(|i| &queue[i]) else {
+        let Some(named) = queue::named_entry(entries, to, &key.as_bytes()).map(|i| &queue[i])
+        else {
             return Ok(None);
         };
         let hand_over = Txn::new()
@@ -724,7 +724,7 @@ impl EtcdBackend {
             .kvs()
             .first()
             .map(|kv| (kv.create_revision(), kv.lease(), kv.value()));
-        let ours = rules::still_ours(found, revision, lease, &self.identity);
+        let ours = rules::seen_in_read(found, revision, lease, &self.identity).still_ours();
         if !ours {
             return Ok(false);
         }
@@ -773,7 +773,7 @@ fn own_key_taken(resp: &etcd_client::WatchResponse, lease: i64, identity: &str) 
     resp.events().iter().any(|e| {
         let delete = e.event_type() == EventType::Delete;
         let put = e.kv().map(|kv| (kv.lease(), kv.value()));
-        rules::takes_our_key(delete, put, lease, identity)
+        !rules::seen_in_event(delete, put, lease, identity).still_ours()
     })
 }
 
@@ -793,12 +793,21 @@ async fn ahead_of_reserved(
         .get(reserved.value(), None)
         .await
         .map_err(etcd("campaign"))?;
-    let named_revision = named.kvs().first().map(|kv| kv.create_revision());
-    Ok(rules::lets_pass(
-        reserved.value(),
-        named_revision,
-        key.as_bytes(),
-        revision,
+    let named = named.kvs().first().map(|kv| Entry {
+        order: kv.create_revision(),
+        name: reserved.value(),
+        shared: false,
+    });
+    let ours = Entry {
+        order: revision,
+        name: key.as_bytes(),
+        shared: false,
+    };
+    let entries = queue::in_order(std::iter::once(ours).chain(named).collect());
+    Ok(queue::lets_pass(
+        &entries,
+        &key.as_bytes(),
+        Some(&reserved.value()),
     ))
 }
 
@@ -867,6 +876,35 @@ struct Queue {
     ours: bool,
     /// A switchover's reservation: its value is the key of the candidate named.
     reserved: Option<etcd_client::KeyValue>,
+}
+
+impl Queue {
+    /// The keys this read found, as entries of the queue in its order: the first
+    /// ones, the one just ahead of ours (for a reader, the last key ahead that is not
+    /// a reader's) and ours (`ours`: our key and its create revision). Every entry
+    /// ahead of ours that decides where we stand is among them.
+    fn entries<'q>(&'q self, prefix: &str, ours: (&'q [u8], i64)) -> Vec<Entry<&'q [u8]>> {
+        let readers = format!("{prefix}read/");
+        let (name, order) = ours;
+        let ours = Entry {
+            order,
+            name,
+            shared: name.starts_with(readers.as_bytes()),
+        };
+        let found = self.heads.iter().chain(&self.predecessor);
+        let entries = found.map(|kv| entry_of(kv, &readers)).chain([ours]);
+        queue::in_order(entries.collect())
+    }
+}
+
+/// A key of the queue as an entry: ordered by its create revision, a reader's when it
+/// lies under `readers` (`<election>/read/`).
+fn entry_of<'q>(kv: &'q etcd_client::KeyValue, readers: &str) -> Entry<&'q [u8]> {
+    Entry {
+        order: kv.create_revision(),
+        name: kv.key(),
+        shared: kv.key().starts_with(readers.as_bytes()),
+    }
 }
 
 /// How many holders a read-write lock's candidate lists (`/leader`'s `holders`): the
@@ -983,19 +1021,19 @@ impl EtcdBackend {
             return;
         }
         let readers = format!("{}read/", self.prefix);
-        let reads = |kv: &etcd_client::KeyValue| kv.key().starts_with(readers.as_bytes());
-        let first_reads = queue.heads.first().is_some_and(reads);
-        self.observed = (queue.heads.iter())
-            .take_while(|kv| first_reads && reads(kv))
-            .map(|kv| (holder_of(kv), Mode::Shared))
+        let heads: Vec<_> = queue
+            .heads
+            .iter()
+            .map(|kv| entry_of(kv, &readers))
             .collect();
-        if !first_reads {
-            let first = queue.heads.first();
-            self.observed = first
-                .map(|kv| (holder_of(kv), Mode::Exclusive))
-                .into_iter()
-                .collect();
-        }
+        let held = queue::holders(&heads);
+        let mode = match held.first().is_some_and(|e| e.shared) {
+            true => Mode::Shared,
+            false => Mode::Exclusive,
+        };
+        self.observed = (queue.heads.iter().take(held.len()))
+            .map(|kv| (holder_of(kv), mode))
+            .collect();
     }
 
     /// The rest of a follower's stagger: until it passes or our predecessor's watch

@@ -100,6 +100,16 @@ pub mod etcd;
 pub mod file;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+// Each queued store uses its part of the rules: a build with only some of them leaves
+// the others unused.
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "sql"))]
+#[cfg_attr(
+    not(all(feature = "etcd", feature = "zookeeper", feature = "sql")),
+    allow(dead_code)
+)]
+mod queue;
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
+mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]

@@ -29,7 +29,10 @@
 //!   very session (a node deleted and created again under our name by another
 //!   client has version 0 too).
 //!   This is also the claim's check that the lowest node belongs to the current
-//!   session. The decisions themselves are plain functions in `rules`.
+//!   session. The decisions themselves are plain functions: the queue's (our place,
+//!   what a follower watches, how it hears of a new holder, the switchover's named
+//!   node and the reservation's ask) in `super::queue`, which etcd and SQL follow too;
+//!   ZooKeeper's own (node names, ownership, what ends a claim) in `rules`.
 //!   A *claim* does not wait for the check's disk write (every server logs and syncs
 //!   a transaction before it answers): it is made on a `sync` (passed to the
 //!   ensemble's leader, which checks our session there) and the stat read behind it,
@@ -45,7 +48,7 @@
 //!   ends the claim at once.
 //! - **Followers** watch their predecessor (their turn); a vanished predecessor means
 //!   list again and re-check, never "I lead" without checking. For `/leader` they also
-//!   need news of a new holder, without a herd at a handover (`rules::holder_news`):
+//!   need news of a new holder, without a herd at a handover (`queue::holder_news`):
 //!   the next in line watches the head anyway (its predecessor); a follower further
 //!   back watches the *announcement* `/<root>/<election>.leader` (a persistent node
 //!   beside the election's, never listed by Curator) and the next in line's node, and
@@ -96,6 +99,7 @@ use zookeeper_client::{
     Acls, Client, CreateMode, EventType, SessionState, StateWatcher, TlsOptions, WatchedEvent,
 };
 
+use super::queue::{self, Entry as Queued, HolderNews, Stand};
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::settings::fmt_d;
 use crate::status::{Holder, Mode};
@@ -166,7 +170,7 @@ pub struct ZkBackend {
 /// A pending watch on our own node (pinned, so polling it again loses nothing).
 type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
 
-/// A follower's pending news of a new holder (see `rules::holder_news`): `true` when
+/// A follower's pending news of a new holder (see `queue::holder_news`): `true` when
 /// it says to look at once (an announcement: the claim is made), `false` when the
 /// head changed (the successor may not have claimed yet).
 type News = Pin<Box<dyn Future<Output = bool> + Send>>;
@@ -381,8 +385,10 @@ impl ZkBackend {
     ) -> Result<Option<String>, BackendError> {
         let (dir, reservation, options) = at;
         let queue = read_candidates(client, dir, "release").await?;
-        let entries = queue.iter().map(|e| (e.name.as_str(), e.identity.as_str()));
-        let Some(named) = rules::named_entry(entries, to, ours).map(|i| &queue[i]) else {
+        let entries = queue
+            .iter()
+            .map(|e| (e.name.as_str(), e.identity.as_bytes()));
+        let Some(named) = queue::named_entry(entries, to, &ours).map(|i| &queue[i]) else {
             return Ok(None);
         };
         // Another switchover may write the reservation between our read of it and our
@@ -432,7 +438,7 @@ impl ZkBackend {
         let proof = Self::sync_prove_and_watch(client, &self.dir, &path);
         let (reserved, proof) = tokio::join!(reserved, proof);
         let reserved = reservation_of(reserved)?;
-        if rules::reserved_for_another(reserved.as_ref().map(|r| r.node.as_str()), node) {
+        if queue::reserved_for_another(reserved.as_ref().map(|r| r.node.as_str()).as_ref(), &node) {
             return Ok(None);
         }
         match proof? {
@@ -476,43 +482,51 @@ impl ZkBackend {
             Err(zookeeper_client::Error::NoNode) => None,
             Err(e) => return Err(zk("campaign")(e)),
         };
-        let Some(position) = rules::position(&queue, &ours) else {
+        let stand = queue::stand(&queue, &ours);
+        if stand == Stand::Gone {
             // Our node is gone (the session expired meanwhile): start over.
             self.forget();
             return Ok(Some(Campaign::Held(None)));
-        };
-        let named = reserved.as_ref().map(|r| r.node.as_str());
-        if may_requeue && rules::must_requeue(&queue, position, named) {
+        }
+        let named = reserved.as_ref().map(|r| &r.node);
+        if may_requeue && queue::lets_pass(&queue, &ours, named) {
             self.requeue(client, &ours).await?;
             return Ok(None);
         }
         self.observe(&queue);
-        if self.mode == LockMode::Shared {
-            // A reader holds when no writer's node is ahead; else it watches the last
-            // one ahead (its turn may come when that goes), and the head for news.
-            return match rules::writer_ahead(&queue, position) {
-                None => self.claim_first(client, &ours, reserved).await.map(Some),
-                Some(w) => {
-                    let head = format!("{}/{}", self.dir, queue[0].1);
-                    let writer = (w > 0).then(|| format!("{}/{}", self.dir, queue[w].1));
-                    self.follow_head(client, &head, writer, None)
-                        .await
-                        .map(Some)
-                }
-            };
-        }
-        if position == 0 {
+        let Stand::Behind { turn, head } = stand else {
             return self.claim_first(client, &ours, reserved).await.map(Some);
+        };
+        let (head, turn) = self.watched(turn, head);
+        if self.mode == LockMode::Shared {
+            // A reader watches the last writer's node ahead (its turn may come when
+            // that goes), and the head for news.
+            return self.follow_head(client, &head, turn, None).await.map(Some);
         }
-        self.follow(client, &queue, position, announced)
+        self.follow(client, (&queue, &ours), (head.as_str(), turn), announced)
             .await
             .map(Some)
     }
 
+    /// The paths a follower watches, for the node it waits for (`turn`) and the head
+    /// when that is another: the head's, and the other one's (`None`: the head is the
+    /// one it waits for, and one watch serves both).
+    fn watched(
+        &self,
+        turn: &Queued<String>,
+        head: Option<&Queued<String>>,
+    ) -> (String, Option<String>) {
+        let path = |e: &Queued<String>| format!("{}/{}", self.dir, e.name);
+        match head {
+            Some(h) => (path(h), Some(path(turn))),
+            None => (path(turn), None),
+        }
+    }
+
     /// Notes how the head holds (`--mode` only, for `/leader`'s holders), by its
     /// node's name; the campaign's answer names the holder (`observed`).
-    fn observe(&mut self, queue: &[(u64, String)]) {
-        self.head_mode = queue.first().map(|(_, head)| match rules::reads(head) {
+    fn observe(&mut self, queue: &[Queued<String>]) {
+        self.head_mode = queue.first().map(|head| match head.shared {
             true => Mode::Shared,
             false => Mode::Exclusive,
         });
@@ -565,26 +579,26 @@ impl ZkBackend {
 
     /// A follower's watches, sent together with the read of the holder (the head):
     /// our predecessor (our turn may come when it goes) and the news of a new holder
-    /// (`rules::holder_news`): the head's data itself (its deletion — a release, an
+    /// (`queue::holder_news`): the head's data itself (its deletion — a release, an
     /// expired session — or a rewrite reaches each such follower once), or the
     /// election's announcement and the next in line's node.
+    /// (`(queue, ours)`: the queue and our node; `(head, predecessor)`: the paths of
+    /// [`Self::watched`].)
     async fn follow(
         &mut self,
         client: &Client,
-        queue: &[(u64, String)],
-        position: usize,
+        (queue, ours): (&[Queued<String>], &String),
+        (head, predecessor): (&str, Option<String>),
         announced: Option<(String, i64)>,
     ) -> Result<Campaign, BackendError> {
-        let (head, predecessor) = rules::watches(queue, position);
-        let head = format!("{}/{head}", self.dir);
-        let predecessor = predecessor.map(|p| format!("{}/{p}", self.dir));
         let seen = announced.as_ref().map(|a| a.1);
-        match rules::holder_news(queue, position, announced.as_ref().map(|a| a.0.as_str())) {
-            rules::HolderNews::Head => self.follow_head(client, &head, predecessor, seen).await,
-            rules::HolderNews::Announcement => {
-                let next = format!("{}/{}", self.dir, queue[1].1);
+        let announces = |e: &Queued<String>| rules::announces(&e.name);
+        match queue::holder_news(queue, ours, announced.as_ref().map(|a| &a.0), announces) {
+            HolderNews::Head => self.follow_head(client, head, predecessor, seen).await,
+            HolderNews::Announcement => {
+                let next = format!("{}/{}", self.dir, queue[1].name);
                 let predecessor = predecessor.unwrap_or_else(|| next.clone());
-                self.follow_announcement(client, (&head, &next, &predecessor), seen)
+                self.follow_announcement(client, (head, &next, &predecessor), seen)
                     .await
             }
         }
@@ -734,7 +748,7 @@ impl ZkBackend {
     }
 
     /// Tells the followers behind the next in line that we lead now: our node's name
-    /// written to the announcement (`rules::HolderNews`). In the background, after the
+    /// written to the announcement (`queue::HolderNews`). In the background, after the
     /// claim: their looks follow this write, so they never compete with a claim.
     fn announce(&self, client: &Client, ours: &str) {
         let (client, path, data) = (
@@ -803,7 +817,8 @@ impl ZkBackend {
         let session = client.session_id().0;
         Ok(stat
             .filter(|s| {
-                rules::owned_by(Some(s.ephemeral_owner), session) && s.version == OWN_VERSION
+                rules::seen_node(Some(s.ephemeral_owner), session).still_ours()
+                    && s.version == OWN_VERSION
             })
             .map(|s| (s, Box::pin(watcher.changed()) as OwnWatch, confirmation)))
     }
@@ -852,7 +867,7 @@ impl ZkBackend {
         }
         let found = stat.await.map_err(zk(op))?;
         let owner = found.map(|s| s.ephemeral_owner);
-        Ok(rules::owned_by(owner, client.session_id().0))
+        Ok(rules::seen_node(owner, client.session_id().0).still_ours())
     }
 
     /// Our node, created if needed; a lost create answer is found by its prefix.
@@ -971,10 +986,10 @@ async fn read_candidates(
     let names = rules::queue_of(client.list_children(dir).await.map_err(zk(op))?);
     let reads: Vec<_> = names
         .iter()
-        .map(|(_, name)| client.get_data(&format!("{dir}/{name}")))
+        .map(|e| client.get_data(&format!("{dir}/{}", e.name)))
         .collect();
     let mut entries = Vec::with_capacity(names.len());
-    for ((_, name), read) in names.into_iter().zip(reads) {
+    for (Queued { name, .. }, read) in names.into_iter().zip(reads) {
         match read.await {
             Ok((data, _)) => entries.push(Entry {
                 name,

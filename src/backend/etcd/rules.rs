@@ -1,65 +1,15 @@
-//! The etcd backend's decisions, apart from its I/O: where a campaign's read put us
-//! in the queue, whether a switchover's reservation asks us to let its candidate
-//! pass, whether a watch event on our own key ends our claim, whether a keep-alive
-//! may go out now. Plain functions over what the store answered (and `now`), so
-//! that unit tests drive every rule without a server.
+//! The etcd backend's own decisions, apart from its I/O: which keys announce their
+//! claims, whether a watch event or a read on our own key ends our claim, whether a
+//! keep-alive may go out now, the lease's seconds and the token. Plain functions over
+//! what the store answered (and `now`), so that unit tests drive every rule without a
+//! server. The queue's rules (our place, what a follower watches, the switchover's)
+//! are `super::super::queue`'s.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Where one consistent read of the queue put our key.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Place<'a> {
-    /// Ours is the key of lowest create revision: we may claim (after a fresh
-    /// keep-alive, see the module doc of the backend).
-    First,
-    /// The queue is empty, so our key is gone too: start over with a new lease.
-    Gone,
-    /// Someone is ahead: watch `watch` (the key just ahead of ours, or the first
-    /// one when the read found none ahead) for a delete, and `leader` too when it
-    /// is not the one watched (to keep `/leader` current).
-    Behind {
-        watch: &'a [u8],
-        leader: Option<&'a [u8]>,
-    },
-}
-
-/// Our place from the first key of the queue (`leader`), the key just ahead of ours
-/// (`predecessor`) and our own key. Only the first key leads, and a follower watches
-/// only the key just ahead of it (no herd), plus the leader.
-pub(super) fn place<'a>(
-    leader: Option<&'a [u8]>,
-    predecessor: Option<&'a [u8]>,
-    ours: &[u8],
-) -> Place<'a> {
-    match (leader, predecessor) {
-        (Some(l), _) if l == ours => Place::First,
-        (None, _) => Place::Gone,
-        (Some(l), p) => Place::Behind {
-            watch: p.unwrap_or(l),
-            leader: p.filter(|p| *p != l).map(|_| l),
-        },
-    }
-}
-
-/// A shared candidate's place (`--mode shared`), from the first key of the queue
-/// (`leader`) and the last key ahead of ours that is not a reader's
-/// (`writer_ahead`): it holds when no such key is ahead (readers ahead hold beside
-/// it), else it watches that key, and the leader too when it is another.
-pub(super) fn place_shared<'a>(
-    leader: Option<&'a [u8]>,
-    writer_ahead: Option<&'a [u8]>,
-) -> Place<'a> {
-    match (leader, writer_ahead) {
-        (None, _) => Place::Gone,
-        (Some(_), None) => Place::First,
-        (Some(l), Some(w)) => Place::Behind {
-            watch: w,
-            leader: (l != w).then_some(l),
-        },
-    }
-}
+use super::super::record::Seen;
 
 /// The end of the key range of `prefix`: its last byte plus one (etcd's
 /// `GetPrefixRangeEnd`; our prefixes end in `/`, so `<election>/` ends at
@@ -77,7 +27,7 @@ pub(super) fn prefix_end(prefix: &str) -> Vec<u8> {
 
 /// The tag in the upper bits of the lease ids we ask for (`tagged_lease_id`): a key
 /// `<election>/<lease id in hex>` with it is a leasekeeper candidate's, which
-/// announces its claims (see [`holder_news`]). etcd's own ids start with bits of the
+/// announces its claims (see `queue::holder_news`). etcd's own ids start with bits of the
 /// member's id instead.
 pub(super) const LEASE_TAG: i64 = 0x1e_a5e4;
 const TAG_SHIFT: u32 = 40;
@@ -97,86 +47,28 @@ pub(super) fn announces(key: &[u8], prefix: &str) -> bool {
         .is_some_and(|id| id >> TAG_SHIFT == LEASE_TAG)
 }
 
-/// How a follower hears of a new holder, for its `/leader`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum HolderNews {
-    /// A watch on the leader's key: the next in line (whose predecessor it is), and
-    /// followers whose next in line does not announce (`etcdctl elect`, a Go
-    /// `concurrency.Election`).
-    Leader,
-    /// The election's announcement, which a leasekeeper candidate puts once it has
-    /// claimed, and the next in line's key (should it go, the next one may not
-    /// announce): a handover wakes the next in line alone.
-    Announcement,
-}
-
-/// How a follower hears of a new holder: by the announcement when it is behind the
-/// next in line (`next`, the second key of the queue, not `ours`), that key announces,
-/// and the announcement names the leader's key (`announced`: so it can be written
-/// here, the role allows it).
-pub(super) fn holder_news(
-    leader: &[u8],
-    next: Option<&[u8]>,
-    ours: &[u8],
-    announced: Option<&[u8]>,
-    prefix: &str,
-) -> HolderNews {
-    match next {
-        Some(n) if n != ours && announces(n, prefix) && announced == Some(leader) => {
-            HolderNews::Announcement
-        }
-        _ => HolderNews::Leader,
-    }
-}
-
-/// Whether a switchover's reservation, naming the key `named` (its create revision
-/// `named_revision`, `None` when that key is gone), asks us (our key `ours`, created
-/// at `our_revision`) to give our place up: only while the named key is alive, not
-/// ours, and queued behind ours.
-pub(super) fn lets_pass(
-    named: &[u8],
-    named_revision: Option<i64>,
-    ours: &[u8],
-    our_revision: i64,
-) -> bool {
-    named != ours && named_revision.is_some_and(|r| r > our_revision)
-}
-
-/// The entry a switchover leaves the lease to: the first in queue order (`queue`
-/// as (key, value) pairs, lowest create revision first) whose value is `to`, never
-/// our own key.
-pub(super) fn named_entry<'a>(
-    queue: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
-    to: &str,
-    ours: &[u8],
-) -> Option<usize> {
-    queue
-        .into_iter()
-        .position(|(key, value)| value == to.as_bytes() && key != ours)
-}
-
-/// Whether one event on our own key ends our claim: a delete, or a put that is not
-/// ours (another lease, another value, or no value at all).
-pub(super) fn takes_our_key(
+/// Our key as one watch event on it shows it: gone after a delete (or an event with
+/// no value at all), ours after a put of our own (our lease, our identity), else
+/// another's.
+pub(super) fn seen_in_event(
     delete: bool,
     put: Option<(i64, &[u8])>,
     lease: i64,
     identity: &str,
-) -> bool {
-    delete || put.is_none_or(|(l, value)| l != lease || value != identity.as_bytes())
+) -> Seen {
+    let put = put.filter(|_| !delete);
+    Seen::of(put, (lease, identity.as_bytes()))
 }
 
-/// Whether a read of our key shows it still ours: the create revision we placed,
-/// our lease, our identity.
-pub(super) fn still_ours(
+/// Our key as a read of it shows it: ours only at the create revision we placed, on
+/// our lease, holding our identity.
+pub(super) fn seen_in_read(
     found: Option<(i64, i64, &[u8])>,
     revision: i64,
     lease: i64,
     identity: &str,
-) -> bool {
-    found.is_some_and(|(created, l, value)| {
-        created == revision && l == lease && value == identity.as_bytes()
-    })
+) -> Seen {
+    Seen::of(found, (revision, lease, identity.as_bytes()))
 }
 
 /// A keep-alive sent and not answered yet.
@@ -247,34 +139,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reader_holds_beside_readers_and_waits_for_the_last_writer_ahead() {
-        let (l, w) = (b"e/read/1".as_slice(), b"e/write/3".as_slice());
-        assert_eq!(place_shared(Some(l), None), Place::First);
-        assert_eq!(
-            place_shared(Some(l), Some(w)),
-            Place::Behind {
-                watch: w,
-                leader: Some(l)
-            }
-        );
-        assert_eq!(
-            place_shared(Some(w), Some(w)),
-            Place::Behind {
-                watch: w,
-                leader: None
-            }
-        );
-        assert_eq!(place_shared(None, None), Place::Gone);
-    }
-
-    #[test]
     fn a_prefix_ends_at_its_last_byte_plus_one() {
         assert_eq!(prefix_end("e/"), b"e0");
         assert_eq!(prefix_end("e/read/"), b"e/read0");
     }
 
     #[test]
-    fn only_followers_behind_an_announcing_next_in_line_leave_the_leader_alone() {
+    fn only_keys_of_a_tagged_lease_announce() {
         let key = |id: i64| format!("e/{id:x}").into_bytes();
         let ours = |r: u64| key(tagged_lease_id(r));
         assert!(tagged_lease_id(u64::MAX) > 0);
@@ -286,104 +157,28 @@ mod tests {
         );
         assert!(!announces(&ours(7), "f/"), "another election");
         assert!(!announces(b"e/zz", "e/"));
-        let (leader, next, me) = (key(0x694d_9b2e_5b6c_1f0a), ours(2), ours(3));
-        let news = |next: &[u8], announced: Option<&[u8]>| {
-            holder_news(&leader, Some(next), &me, announced, "e/")
-        };
-        assert_eq!(news(&next, Some(&leader)), HolderNews::Announcement);
-        assert_eq!(news(&me, Some(&leader)), HolderNews::Leader, "we are next");
-        assert_eq!(
-            news(&next, Some(&next)),
-            HolderNews::Leader,
-            "not announced"
-        );
-        assert_eq!(news(&next, None), HolderNews::Leader, "never announced");
-        let go = key(0x694d_9b2e_5b6c_1f0b);
-        assert_eq!(
-            news(&go, Some(&leader)),
-            HolderNews::Leader,
-            "a Go candidate next"
-        );
-        assert_eq!(
-            holder_news(&leader, None, &me, Some(&leader), "e/"),
-            HolderNews::Leader
-        );
-    }
-
-    #[test]
-    fn only_the_first_key_leads_and_a_follower_watches_the_key_just_ahead() {
-        let (a, b, c): (&[u8], &[u8], &[u8]) = (b"e/a", b"e/b", b"e/c");
-        assert_eq!(place(Some(a), None, a), Place::First);
-        // Second in line: the predecessor is the leader, one watch serves both.
-        assert_eq!(
-            place(Some(a), Some(a), b),
-            Place::Behind {
-                watch: a,
-                leader: None
-            }
-        );
-        // Third: the predecessor, and the leader for `/leader`; never the leader alone.
-        assert_eq!(
-            place(Some(a), Some(b), c),
-            Place::Behind {
-                watch: b,
-                leader: Some(a)
-            }
-        );
-        // Nobody ahead, yet not first (the queue moved between reads): the leader.
-        assert_eq!(
-            place(Some(a), None, c),
-            Place::Behind {
-                watch: a,
-                leader: None
-            }
-        );
-        assert_eq!(place(None, None, a), Place::Gone);
-        assert_eq!(place(None, Some(b), a), Place::Gone);
-    }
-
-    #[test]
-    fn a_reservation_asks_only_keys_ahead_of_its_live_candidate() {
-        let (ours, named): (&[u8], &[u8]) = (b"e/1", b"e/2");
-        assert!(lets_pass(named, Some(20), ours, 10));
-        // Named key ahead of ours, gone, or ours: nothing asked.
-        assert!(!lets_pass(named, Some(5), ours, 10));
-        assert!(!lets_pass(named, Some(10), ours, 10));
-        assert!(!lets_pass(named, None, ours, 10));
-        assert!(!lets_pass(ours, Some(20), ours, 10));
-    }
-
-    #[test]
-    fn a_switchover_names_the_first_live_entry_of_that_identity_never_ours() {
-        let queue: [(&[u8], &[u8]); 4] = [
-            (b"e/1", b"A"),
-            (b"e/2", b"C"),
-            (b"e/3", b"B"),
-            (b"e/4", b"C"),
-        ];
-        assert_eq!(named_entry(queue, "C", b"e/1"), Some(1));
-        assert_eq!(named_entry(queue, "A", b"e/1"), None);
-        assert_eq!(named_entry(queue, "A", b"e/9"), Some(0));
-        assert_eq!(named_entry(queue, "D", b"e/1"), None);
+        assert!(!announces(b"e/read/1ea5e4000000000a", "e/"), "a reader's");
     }
 
     #[test]
     fn only_our_own_put_keeps_our_key() {
-        assert!(!takes_our_key(false, Some((7, b"me")), 7, "me"));
-        assert!(takes_our_key(true, None, 7, "me"));
-        assert!(takes_our_key(true, Some((7, b"me")), 7, "me"));
-        assert!(takes_our_key(false, Some((8, b"me")), 7, "me"));
-        assert!(takes_our_key(false, Some((7, b"you")), 7, "me"));
-        assert!(takes_our_key(false, None, 7, "me"));
+        let seen = |delete, put: Option<(i64, &[u8])>| seen_in_event(delete, put, 7, "me");
+        assert_eq!(seen(false, Some((7, b"me"))), Seen::Ours);
+        assert_eq!(seen(true, None), Seen::Free);
+        assert_eq!(seen(true, Some((7, b"me"))), Seen::Free);
+        assert_eq!(seen(false, Some((8, b"me"))), Seen::Another);
+        assert_eq!(seen(false, Some((7, b"you"))), Seen::Another);
+        assert_eq!(seen(false, None), Seen::Free);
     }
 
     #[test]
     fn a_read_vouches_for_our_key_only_as_we_placed_it() {
-        assert!(still_ours(Some((5, 7, b"me")), 5, 7, "me"));
-        assert!(!still_ours(None, 5, 7, "me"));
-        assert!(!still_ours(Some((6, 7, b"me")), 5, 7, "me"));
-        assert!(!still_ours(Some((5, 8, b"me")), 5, 7, "me"));
-        assert!(!still_ours(Some((5, 7, b"you")), 5, 7, "me"));
+        let seen = |found: Option<(i64, i64, &[u8])>| seen_in_read(found, 5, 7, "me");
+        assert_eq!(seen(Some((5, 7, b"me"))), Seen::Ours);
+        assert_eq!(seen(None), Seen::Free);
+        assert_eq!(seen(Some((6, 7, b"me"))), Seen::Another);
+        assert_eq!(seen(Some((5, 8, b"me"))), Seen::Another);
+        assert_eq!(seen(Some((5, 7, b"you"))), Seen::Another);
     }
 
     #[test]

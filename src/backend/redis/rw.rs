@@ -77,6 +77,7 @@ use super::{
     baton, follower_tracking, lock_taken, new_nonce, own_key_lost, parse_value, quiet, store,
     switchover, too_late, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
 };
+use crate::backend::record::Seen;
 use crate::backend::store_clock::StoreClock;
 use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder, Mode};
@@ -163,13 +164,15 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
     }
 }
 
-/// Whether a holder's record, as one read found it, is still its tenure's: an
-/// exclusive holder's the lock key holding `value`; a shared holder's its entry
-/// (`score`: the member's, when present) with no lock value beside it.
-pub fn still_ours(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> bool {
-    match mode {
-        LockMode::Shared => score.is_some() && lock.is_none(),
-        _ => lock == Some(value),
+/// A holder's record as one read found it: an exclusive holder's is ours while the
+/// lock key holds `value`; a shared holder's while its entry is there (`score`: the
+/// member's, when present) with no lock value beside it.
+fn seen(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> Seen {
+    match (mode, lock) {
+        (LockMode::Shared, Some(_)) => Seen::Another,
+        (LockMode::Shared, None) if score.is_some() => Seen::Ours,
+        (LockMode::Shared, None) => Seen::Free,
+        (_, lock) => Seen::of(lock, value),
     }
 }
 
@@ -189,7 +192,7 @@ async fn shared_entry_lost(
         .arg(&keys.lock)
         .query_async(conn)
         .await;
-    matches!(read, Ok((score, lock)) if !still_ours(LockMode::Shared, value, score, lock.as_deref()))
+    matches!(read, Ok((score, lock)) if !seen(LockMode::Shared, value, score, lock.as_deref()).still_ours())
 }
 
 /// A candidate of the read-write lock on one Redis server.
@@ -419,7 +422,7 @@ impl OwnKey for RwBackend {
         }
         .map_err(store(op))?;
         self.tracking = true;
-        Ok(still_ours(self.mode, &value, score, current.as_deref()))
+        Ok(seen(self.mode, &value, score, current.as_deref()).still_ours())
     }
 
     fn own_push_until(&mut self) -> &mut Option<Instant> {
@@ -607,6 +610,18 @@ impl Backend for RwBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holders_record_is_ours_only_as_its_mode_wrote_it() {
+        let exclusive = LockMode::Exclusive;
+        assert_eq!(seen(exclusive, "v", None, Some("v")), Seen::Ours);
+        assert_eq!(seen(exclusive, "v", None, Some("w")), Seen::Another);
+        assert_eq!(seen(exclusive, "v", None, None), Seen::Free);
+        let shared = LockMode::Shared;
+        assert_eq!(seen(shared, "v", Some(1.0), None), Seen::Ours);
+        assert_eq!(seen(shared, "v", Some(1.0), Some("w")), Seen::Another);
+        assert_eq!(seen(shared, "v", None, None), Seen::Free);
+    }
 
     #[test]
     fn answers_are_read_by_their_code() {

@@ -40,6 +40,7 @@ use redis::{PushInfo, PushKind};
 use tokio::time::{timeout, Instant};
 
 use super::{quorum, RedlockBackend};
+use crate::backend::record::Seen;
 use crate::backend::redis::OWN_PUSH_WINDOW;
 use crate::backend::LockMode;
 
@@ -128,25 +129,32 @@ pub(super) fn lost(gone: usize, n: usize) -> bool {
 /// set, and the node's clock (`TIME`: seconds, microseconds).
 pub(super) type Read = (Vec<Option<String>>, Vec<Option<f64>>, Vec<u64>);
 
-/// Whether what one read found is still our tenure's record `value`: the lock key
-/// holding it (exclusive), or our member live (its score, the expiry in the node's
-/// ms, after the node's now) with no lock key beside it (shared).
-pub(super) fn still_ours(mode: LockMode, value: &str, read: &Read) -> bool {
+/// Our tenure's record `value` as one read of a node found it: ours while the lock
+/// key holds it (exclusive), or while our member is live (its score, the expiry in
+/// the node's ms, after the node's now) with no lock key beside it (shared). An
+/// expired member, or a read without the node's clock, shows no record of ours.
+pub(super) fn seen(mode: LockMode, value: &str, read: &Read) -> Seen {
     let (lock, score, time) = read;
     let lock = lock.first().cloned().flatten();
     if mode != LockMode::Shared {
-        return lock.as_deref() == Some(value);
+        return Seen::of(lock.as_deref(), value);
+    }
+    if lock.is_some() {
+        return Seen::Another;
     }
     let now_ms = match time.as_slice() {
         [s, us, ..] => s * 1000 + us / 1000,
-        _ => return false,
+        _ => return Seen::Free,
     };
     let live = score
         .first()
         .copied()
         .flatten()
         .is_some_and(|s| s > now_ms as f64);
-    live && lock.is_none()
+    match live {
+        true => Seen::Ours,
+        false => Seen::Free,
+    }
 }
 
 impl RedlockBackend {
@@ -250,7 +258,7 @@ impl RedlockBackend {
             }
             if let Some(read) = read {
                 node.look = false;
-                node.gone |= !still_ours(mode, value, &read);
+                node.gone |= !seen(mode, value, &read).still_ours();
             }
         }
     }
@@ -369,20 +377,25 @@ mod tests {
     fn ours_is_the_lock_or_a_live_member_with_no_lock_beside_it() {
         let v = "n|3|me";
         for mode in [LockMode::Election, LockMode::Exclusive] {
-            assert!(still_ours(mode, v, &read(Some(v), None, 5_000)));
-            assert!(!still_ours(mode, v, &read(Some("o|4|x"), None, 5_000)));
-            assert!(!still_ours(mode, v, &read(None, Some(9e9), 5_000)));
+            assert_eq!(seen(mode, v, &read(Some(v), None, 5_000)), Seen::Ours);
+            let another = read(Some("o|4|x"), None, 5_000);
+            assert_eq!(seen(mode, v, &another), Seen::Another);
+            assert_eq!(seen(mode, v, &read(None, Some(9e9), 5_000)), Seen::Free);
         }
         let shared = LockMode::Shared;
-        assert!(still_ours(shared, v, &read(None, Some(6_000.0), 5_000)));
-        assert!(!still_ours(shared, v, &read(None, None, 5_000)), "removed");
-        assert!(
-            !still_ours(shared, v, &read(None, Some(5_000.0), 5_000)),
-            "expired"
-        );
-        assert!(
-            !still_ours(shared, v, &read(Some("o|4|w"), Some(6_000.0), 5_000)),
+        let live = read(None, Some(6_000.0), 5_000);
+        assert_eq!(seen(shared, v, &live), Seen::Ours);
+        let removed = read(None, None, 5_000);
+        assert_eq!(seen(shared, v, &removed), Seen::Free, "removed");
+        let expired = read(None, Some(5_000.0), 5_000);
+        assert_eq!(seen(shared, v, &expired), Seen::Free, "expired");
+        let locked = read(Some("o|4|w"), Some(6_000.0), 5_000);
+        assert_eq!(
+            seen(shared, v, &locked),
+            Seen::Another,
             "a lock key beside it"
         );
+        let no_clock = (vec![None], vec![Some(6_000.0)], vec![]);
+        assert_eq!(seen(shared, v, &no_clock), Seen::Free, "no clock");
     }
 }

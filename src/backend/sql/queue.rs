@@ -1,6 +1,8 @@
 //! The waiting candidates' queue on the SQL stores (`--mode`): whose turn it
 //! is to take (or join) the lease row, from what one read saw. A plain decision; the
-//! reads and writes are the dialects'.
+//! reads and writes are the dialects'. The order and the turn are the queue's rules
+//! that etcd and ZooKeeper follow too (`super::super::queue`); the grace and the
+//! staleness below are SQL's own.
 //!
 //! Every candidate refused by the row or by this queue writes a waiting row of its own
 //! in the shared holders' table (kind `w` for a writer, `q` for a shared candidate),
@@ -18,6 +20,8 @@
 //! - while shared holders hold the row, a waiting row not written again for a while
 //!   (`stale_ms` past its expiry: its candidate looks at least every few ttl while it
 //!   waits, a frozen one does not) keeps nobody out.
+
+use super::super::queue::{self, Entry};
 
 /// One live waiting candidate, as the queue read saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,23 +72,18 @@ pub fn turn(
     if free_ms > grace_ms {
         return Turn::Go;
     }
-    let place = |w: &Waiting| (w.arrived, w.presence.clone());
-    let mine = waiting.iter().find(|w| w.presence == me).map(place);
-    let mut ahead: Vec<&Waiting> = (waiting.iter())
-        .filter(|w| w.presence != me)
-        .filter(|w| stale_ms.is_none_or(|limit| w.lapsed_ms <= limit))
-        .filter(|w| mine.as_ref().is_none_or(|m| place(w) < *m))
-        .collect();
-    ahead.sort_by_key(|w| place(w));
-    let writer = ahead.iter().rev().find(|w| w.writer);
-    let blocked = if shared {
-        writer.is_some()
-    } else {
-        !ahead.is_empty()
-    };
-    if !blocked {
+    let counts =
+        |w: &&Waiting| w.presence == me || stale_ms.is_none_or(|limit| w.lapsed_ms <= limit);
+    let entries = waiting.iter().filter(counts).map(|w| Entry {
+        order: w.arrived,
+        name: w.presence.as_str(),
+        shared: !w.writer,
+    });
+    let in_order = queue::in_order(entries.collect());
+    let queue::Turn::Wait { writer } = queue::turn(&in_order, &me, shared) else {
         return Turn::Go;
-    }
+    };
+    let writer = writer.and_then(|e| waiting.iter().find(|w| w.presence == e.name));
     Turn::Wait {
         writer: writer.map(|w| Ahead {
             presence: w.presence.clone(),
@@ -123,34 +122,15 @@ mod tests {
 
     const GRACE: i64 = 2000;
 
-    /// A writer goes only when no one is ahead of it; a newcomer is behind everyone.
+    /// The order and the turn are the queue's (see `queue::turn`): a shared
+    /// candidate waits for the nearest writer ahead, a newcomer is behind everyone.
     #[test]
-    fn a_writer_waits_for_everyone_ahead() {
-        let q = [w("r1", false, 10), w("me", true, 20), w("w2", true, 30)];
-        let wait = turn(false, "me", &q, (-5, GRACE), None);
-        assert_eq!(wait, Turn::Wait { writer: None });
-        let q = [w("me", true, 20), w("w2", true, 30), w("r3", false, 40)];
-        assert_eq!(turn(false, "me", &q, (-5, GRACE), None), Turn::Go);
-        assert_eq!(turn(false, "me", &[], (5, GRACE), None), Turn::Go);
-        let newcomer = turn(false, "new", &q, (5, GRACE), None);
-        assert_eq!(
-            newcomer,
-            Turn::Wait {
-                writer: ahead("w2")
-            }
-        );
-    }
-
-    /// A shared candidate waits only for writers ahead of it, and names the nearest.
-    #[test]
-    fn a_shared_candidate_waits_for_writers_ahead_only() {
-        let q = [w("r1", false, 10), w("me", false, 20), w("w2", true, 30)];
-        assert_eq!(turn(true, "me", &q, (0, GRACE), None), Turn::Go);
+    fn the_turn_goes_by_arrival() {
         let q = [
             w("w1", true, 5),
             w("w0", true, 7),
-            w("r1", false, 10),
             w("me", false, 20),
+            w("w2", true, 30),
         ];
         let wait = turn(true, "me", &q, (-1, GRACE), None);
         assert_eq!(
@@ -159,30 +139,13 @@ mod tests {
                 writer: ahead("w0")
             }
         );
+        assert_eq!(turn(false, "w1", &q, (-1, GRACE), None), Turn::Go);
+        let newcomer = turn(false, "new", &q, (5, GRACE), None);
         assert_eq!(
-            turn(true, "new", &[w("w1", true, 5)], (-1, GRACE), None),
+            newcomer,
             Turn::Wait {
-                writer: ahead("w1")
+                writer: ahead("w2")
             }
-        );
-        assert_eq!(
-            turn(true, "new", &[w("r1", false, 5)], (-1, GRACE), None),
-            Turn::Go
-        );
-    }
-
-    /// Equal arrivals are ordered by presence; one's own row never keeps it out.
-    #[test]
-    fn ties_go_by_presence_and_a_candidate_is_not_ahead_of_itself() {
-        let q = [w("b", true, 10), w("a", true, 10)];
-        assert_eq!(turn(false, "a", &q, (-1, GRACE), None), Turn::Go);
-        assert_eq!(
-            turn(false, "b", &q, (-1, GRACE), None),
-            Turn::Wait { writer: ahead("a") }
-        );
-        assert_eq!(
-            turn(false, "a", &[w("a", true, 10)], (-1, GRACE), None),
-            Turn::Go
         );
     }
 
