@@ -76,9 +76,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
+use super::record::Seen;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
-use rules::{coordination, Record, Seen};
+use rules::{coordination, Record};
 use settings::KubeSettings;
 
 pub mod candidate;
@@ -532,7 +533,7 @@ impl KubeBackend {
 
     /// A record that hands the Lease to us without our having written it.
     fn handed(&self, record: &Record) -> bool {
-        self.seen(record) == Seen::HandedToUs
+        self.seen(record) == Seen::Reserved
     }
 
     /// Whether `lease`, seen by the leader's watch, is still our tenure.

@@ -108,7 +108,12 @@ pub mod kubernetes;
     allow(dead_code)
 )]
 mod queue;
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "redis"))]
+#[cfg(any(
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "redis",
+    feature = "kubernetes"
+))]
 mod record;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -4,8 +4,10 @@
 //! wrote (etcd: our key, at the create revision we placed, on our lease, holding our
 //! identity; ZooKeeper: our node, of this very session, never rewritten; Redis and
 //! each Redlock node: the lock key holding our value, or our member in the readers'
-//! set, live, with no lock key beside it). Gone and taken both end it; the classification keeps them apart for
-//! whoever needs to tell them apart.
+//! set, live, with no lock key beside it; a Kubernetes Lease: a record this process
+//! wrote). Gone and taken both end it; the classification keeps them apart for
+//! whoever needs to tell them apart. A record reserved for the candidate (a Kubernetes
+//! Lease handed to it) is none of these: it may take it.
 
 /// A store's record, as one read or one watch event shows it to the candidate that
 /// wrote it.
@@ -17,6 +19,10 @@ pub(super) enum Seen {
     Ours,
     /// Someone else's in its place: another holder, lease, session, version or value.
     Another,
+    /// Reserved for this candidate by someone else (a switchover's, or the store's own
+    /// coordinator's hand-over, as a Kubernetes Lease names the holder it elected): it
+    /// takes the record with a write of its own, a new tenure.
+    Reserved,
 }
 
 impl Seen {
@@ -49,5 +55,6 @@ mod tests {
         assert!(Seen::Ours.still_ours());
         assert!(!Seen::Another.still_ours());
         assert!(!Seen::Free.still_ours());
+        assert!(!Seen::Reserved.still_ours());
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::time::Instant;
 
+use crate::backend::record::Seen;
 use crate::status::Holder;
 
 /// Far enough to mean "until the Lease changes" (every change comes as a watch event).
@@ -54,28 +55,18 @@ impl Record {
 }
 
 /// A Lease's record as a candidate (`identity`, which wrote the records `written`)
-/// sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Seen {
-    /// No holder (a release's empty `holderIdentity`).
-    Free,
-    /// A record this process wrote (not merely one that carries our name).
-    Ours,
-    /// Handed to us without our having written it: our name and no `acquireTime`, as
-    /// the API server's coordinator writes a holder it elected (KEP-4355) and as a
-    /// switchover to us writes it. Taken with a conditional write of our own. Every
-    /// holder's own write carries an `acquireTime` (ours, client-go's), so a second
-    /// process with our name is still a rival.
-    HandedToUs,
-    /// Another holder's, live until it expires.
-    Another,
-}
-
+/// sees it: [`Seen::Free`] without a holder (a release's empty `holderIdentity`);
+/// [`Seen::Ours`], a record this process wrote (not merely one that carries our
+/// name); [`Seen::Reserved`], handed to us without our having written it (our name
+/// and no `acquireTime`, as the API server's coordinator writes a holder it elected,
+/// KEP-4355, and as a switchover to us writes it), which we take with a conditional
+/// write of our own; else [`Seen::Another`]: every holder's own write carries an
+/// `acquireTime` (ours, client-go's), so a second process with our name is a rival.
 pub(super) fn seen(record: &Record, identity: &str, written: &VecDeque<Record>) -> Seen {
     let wrote = written.contains(record);
     match () {
         _ if record.holder == identity && wrote => Seen::Ours,
-        _ if record.holder == identity && record.acquire.is_none() => Seen::HandedToUs,
+        _ if record.holder == identity && record.acquire.is_none() => Seen::Reserved,
         _ if record.holder.is_empty() => Seen::Free,
         _ => Seen::Another,
     }
@@ -85,7 +76,7 @@ pub(super) fn seen(record: &Record, identity: &str, written: &VecDeque<Record>) 
 /// expires (for a rival) at `expires_at`.
 pub(super) fn may_take(seen: Seen, now: Instant, expires_at: Instant) -> bool {
     match seen {
-        Seen::Free | Seen::Ours | Seen::HandedToUs => true,
+        Seen::Free | Seen::Ours | Seen::Reserved => true,
         Seen::Another => now >= expires_at,
     }
 }
@@ -93,7 +84,7 @@ pub(super) fn may_take(seen: Seen, now: Instant, expires_at: Instant) -> bool {
 /// Whether a holder seen before the Lease was deleted may still be live (then nobody
 /// creates it again before that holder's record expires).
 pub(super) fn live_before_deletion(seen: Seen, now: Instant, expires_at: Instant) -> bool {
-    matches!(seen, Seen::HandedToUs | Seen::Another) && now < expires_at
+    matches!(seen, Seen::Reserved | Seen::Another) && now < expires_at
 }
 
 /// A Lease's `spec.strategy` and `spec.preferredHolder` (KEP-4355), absent when empty.
@@ -127,7 +118,7 @@ pub(super) fn left_to_others_until(
     changed_at: Instant,
     d: Deference,
 ) -> Option<Instant> {
-    if matches!(seen, Seen::Ours | Seen::HandedToUs) {
+    if matches!(seen, Seen::Ours | Seen::Reserved) {
         return None;
     }
     let handed = preferred == Some(d.identity);
@@ -239,10 +230,7 @@ mod tests {
         assert_eq!(seen(&record("", true, 3), "a", &written), Seen::Free);
         assert_eq!(seen(&ours, "a", &written), Seen::Ours);
         // Our name, no acquireTime, not written by us: handed to us.
-        assert_eq!(
-            seen(&record("a", false, 4), "a", &written),
-            Seen::HandedToUs
-        );
+        assert_eq!(seen(&record("a", false, 4), "a", &written), Seen::Reserved);
         // Our name with an acquireTime we did not write: a second process, a rival.
         assert_eq!(seen(&record("a", true, 4), "a", &written), Seen::Another);
         assert_eq!(seen(&record("b", true, 3), "a", &written), Seen::Another);
@@ -258,7 +246,7 @@ mod tests {
     fn only_a_rivals_record_waits_for_its_expiry() {
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
-        for s in [Seen::Free, Seen::Ours, Seen::HandedToUs] {
+        for s in [Seen::Free, Seen::Ours, Seen::Reserved] {
             assert!(may_take(s, now, later), "{s:?}");
         }
         assert!(!may_take(Seen::Another, now, later));
@@ -272,7 +260,7 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(1);
         assert!(live_before_deletion(Seen::Another, now, later));
-        assert!(live_before_deletion(Seen::HandedToUs, now, later));
+        assert!(live_before_deletion(Seen::Reserved, now, later));
         assert!(!live_before_deletion(Seen::Another, later, later));
         assert!(!live_before_deletion(Seen::Free, now, later));
         assert!(!live_before_deletion(Seen::Ours, now, later));
@@ -306,7 +294,7 @@ mod tests {
             Some(t + ttl)
         );
         // Our own or handed records are never left.
-        for s in [Seen::Ours, Seen::HandedToUs] {
+        for s in [Seen::Ours, Seen::Reserved] {
             assert_eq!(left_to_others_until(s, (None, Some("b")), t, d), None);
         }
     }
