@@ -5,7 +5,8 @@
 //! garbage, stay small, and give the memory back.
 //!
 //! The checks are counts and ceilings (probes answered within a generous 1 s, RSS
-//! peaks), not latencies. The RSS bounds for the release build (48 MiB peak, back
+//! peaks), not latencies. A probe of the leader goes with the same probe of a follower
+//! the crowd leaves alone: a miss of both is the machine's (a build beside the suite). The RSS bounds for the release build (48 MiB peak, back
 //! under 16 MiB) are measured by `make bench` (`LK_BENCH_ONLY=abuse`); here they are
 //! taken from this (debug) build's own idle size: at most 38 MiB more at the peak,
 //! back within 6 MiB of idle.
@@ -23,11 +24,14 @@ fn judge(r: &AbuseReport) {
         "the crowd never gathered ({} connections)",
         r.dialed
     );
+    // A probe the unabused follower missed too measures the machine, not the leader;
+    // most must still be answered.
     assert!(
-        r.answered * 100 >= r.probes * 95,
-        "only {} of {} fresh probes answered within 1 s",
+        (r.answered + r.stalled) * 100 >= r.probes * 95 && r.answered * 100 >= r.probes * 75,
+        "only {} of {} fresh probes answered within 1 s ({} missed by the unabused follower too)",
         r.answered,
-        r.probes
+        r.probes,
+        r.stalled
     );
     assert!(
         r.scraped * 100 >= r.scrapes * 90,

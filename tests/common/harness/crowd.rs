@@ -286,6 +286,9 @@ pub struct AbuseReport {
     pub held: usize,
     pub probes: usize,
     pub answered: usize,
+    /// Probes of the leader missed while the same probe of an unabused follower, sent
+    /// beside it, missed too: the machine stalled, not the leader.
+    pub stalled: usize,
     pub scrapes: usize,
     pub scraped: usize,
     pub floods: usize,
@@ -356,7 +359,7 @@ pub fn under_abuse(
         let (stop, seen, port) = (stop.clone(), seen.clone(), leader.port);
         std::thread::spawn(move || runtime.block_on(attack(port, crowd, stop, seen)))
     };
-    probe_while_loaded(&leader, load_for, &mut r);
+    probe_while_loaded(&leader, &followers[0], load_for, &mut r);
     r.held = seen.held.load(Ordering::Relaxed);
     r.dialed = seen.dialed.load(Ordering::Relaxed);
     r.peak_kib = leader.status_kib("VmHWM:");
@@ -383,8 +386,16 @@ pub fn under_abuse(
 }
 
 /// Every 500 ms after the crowd gathered (3 s): a fresh probe of `/leader`,
-/// `/healthz` and `/readyz` (1 s each) and a scrape of `/metrics` (2 s).
-fn probe_while_loaded(leader: &Limited, load_for: Duration, r: &mut AbuseReport) {
+/// `/healthz` and `/readyz` (1 s each) and a scrape of `/metrics` (2 s). Each probe
+/// of the leader goes with the same probe of `control`, a follower the crowd leaves
+/// alone: when both miss, the machine stalled (a build beside the suite), and the
+/// miss counts as `stalled`, not against the leader.
+fn probe_while_loaded(
+    leader: &Limited,
+    control: &Limited,
+    load_for: Duration,
+    r: &mut AbuseReport,
+) {
     let started = Instant::now();
     while started.elapsed() < load_for {
         // Pause: a probe every 500 ms while the crowd is loaded.
@@ -394,8 +405,18 @@ fn probe_while_loaded(leader: &Limited, load_for: Duration, r: &mut AbuseReport)
         }
         for path in ["/leader", "/healthz", "/readyz"] {
             r.probes += 1;
-            match ask(leader.port, path, Duration::from_secs(1)) {
+            let (asked, beside) = std::thread::scope(|s| {
+                let beside = s.spawn(|| ask(control.port, path, Duration::from_secs(1)));
+                let asked = ask(leader.port, path, Duration::from_secs(1));
+                (asked, beside.join().is_ok_and(|b| b.is_ok()))
+            });
+            match asked {
                 Ok(_) => r.answered += 1,
+                Err(why) if !beside => {
+                    r.stalled += 1;
+                    r.failures
+                        .push(format!("{why} (the unabused follower missed too)"));
+                }
                 Err(why) => r.failures.push(why),
             }
         }
