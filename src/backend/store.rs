@@ -68,22 +68,34 @@ pub struct BuildContext {
 impl BuildContext {
     /// One backend per slot of the election (one slot is the election itself), each
     /// built by `make` for its own lease name and slot number.
-    pub fn slots<B, E>(
-        &self,
-        mut make: impl FnMut(&Candidacy, u32) -> Result<B, E>,
-    ) -> Result<Vec<B>, E> {
+    pub fn slots<B>(&self, mut make: impl FnMut(&Candidacy, u32) -> B) -> Vec<B> {
         (0..self.holders)
-            .map(|slot| {
-                let election = super::slots::slot_election(&self.election, slot);
-                let lease = Candidacy {
-                    election: &election,
-                    identity: &self.identity,
-                    timing: &self.timing,
-                    mode: self.mode,
-                };
-                make(&lease, slot)
-            })
+            .map(|slot| self.in_slot(slot, |lease| make(lease, slot)))
             .collect()
+    }
+
+    /// [`BuildContext::slots`] with a `make` that can fail: the first failure, named
+    /// by the `setting` it comes from.
+    pub fn try_slots<B>(
+        &self,
+        setting: &'static str,
+        mut make: impl FnMut(&Candidacy) -> Result<B, BackendError>,
+    ) -> Result<Vec<B>, BuildError> {
+        (0..self.holders)
+            .map(|slot| self.in_slot(slot, &mut make))
+            .collect::<Result<_, _>>()
+            .map_err(|source| BuildError::Backend { setting, source })
+    }
+
+    /// `make` with the candidacy of slot `slot`.
+    fn in_slot<T>(&self, slot: u32, make: impl FnOnce(&Candidacy) -> T) -> T {
+        let election = super::slots::slot_election(&self.election, slot);
+        make(&Candidacy {
+            election: &election,
+            identity: &self.identity,
+            timing: &self.timing,
+            mode: self.mode,
+        })
     }
 }
 

@@ -31,7 +31,7 @@ impl Store for Etcd {
         cx: BuildContext,
         serve: S,
     ) -> Result<S::Output, BuildError> {
-        let slots = cx.slots(|lease, _| Ok::<_, BuildError>(EtcdBackend::new(settings, lease)))?;
+        let slots = cx.slots(|lease, _| EtcdBackend::new(settings, lease));
         Ok(serve.serve(slots).await)
     }
 }

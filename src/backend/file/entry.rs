@@ -38,8 +38,7 @@ impl Store for File {
             check_lock_path(&slot_path(path, slot))
                 .map_err(|e| BuildError::Input(e.to_string()))?;
         }
-        let slots =
-            cx.slots(|lease, i| Ok::<_, BuildError>(FileBackend::new(slot_path(path, i), lease)))?;
+        let slots = cx.slots(|lease, i| FileBackend::new(slot_path(path, i), lease));
         Ok(serve.serve(slots).await)
     }
 }

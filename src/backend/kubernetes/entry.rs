@@ -67,11 +67,9 @@ impl Store for Kubernetes {
             BuildError::Input("--backend kubernetes: no Kubernetes client".to_owned())
         })?;
         let slots = cx.slots(|lease, _| {
-            Ok::<_, BuildError>(
-                KubeBackend::new(client.clone(), &settings.namespace, lease, settings.lease)
-                    .with_slow_paths(cx.slow_paths.clone()),
-            )
-        })?;
+            KubeBackend::new(client.clone(), &settings.namespace, lease, settings.lease)
+                .with_slow_paths(cx.slow_paths.clone())
+        });
         Ok(serve.serve(slots).await)
     }
 }

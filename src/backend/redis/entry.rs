@@ -49,22 +49,19 @@ impl Store for Redis {
         cx: BuildContext,
         serve: S,
     ) -> Result<S::Output, BuildError> {
-        let bad = |source| BuildError::Backend {
-            setting: "--redis-url",
-            source,
-        };
+        const URL: &str = "--redis-url";
         Ok(match settings {
             RedisStore::Single(redis) if cx.mode != LockMode::Election => {
-                let slots = cx.slots(|lease, _| RwBackend::new(redis, lease));
-                serve.serve(slots.map_err(bad)?).await
+                let slots = cx.try_slots(URL, |lease| RwBackend::new(redis, lease))?;
+                serve.serve(slots).await
             }
             RedisStore::Single(redis) => {
-                let slots = cx.slots(|lease, _| RedisBackend::new(redis, lease));
-                serve.serve(slots.map_err(bad)?).await
+                let slots = cx.try_slots(URL, |lease| RedisBackend::new(redis, lease))?;
+                serve.serve(slots).await
             }
             RedisStore::Redlock(nodes) => {
-                let slots = cx.slots(|lease, _| RedlockBackend::new(nodes, lease));
-                serve.serve(slots.map_err(bad)?).await
+                let slots = cx.try_slots(URL, |lease| RedlockBackend::new(nodes, lease))?;
+                serve.serve(slots).await
             }
         })
     }

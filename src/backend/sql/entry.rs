@@ -40,17 +40,16 @@ impl Store for Sql {
         cx: BuildContext,
         serve: S,
     ) -> Result<S::Output, BuildError> {
-        let bad = |setting| move |source| BuildError::Backend { setting, source };
         Ok(match settings.dialect() {
             Dialect::Postgres => {
-                let slots = cx.slots(|lease, _| PostgresBackend::new(settings, lease));
-                let mut slots = slots.map_err(bad("--postgres-url"))?;
+                let url = "--postgres-url";
+                let mut slots = cx.try_slots(url, |lease| PostgresBackend::new(settings, lease))?;
                 check_table(slots[0].prepare(), &cx).await?;
                 serve.serve(slots).await
             }
             Dialect::Mysql => {
-                let slots = cx.slots(|lease, _| MysqlBackend::new(settings, lease));
-                let mut slots = slots.map_err(bad("--mysql-url"))?;
+                let url = "--mysql-url";
+                let mut slots = cx.try_slots(url, |lease| MysqlBackend::new(settings, lease))?;
                 check_table(slots[0].prepare(), &cx).await?;
                 serve.serve(slots).await
             }

@@ -31,7 +31,7 @@ impl Store for Zookeeper {
         cx: BuildContext,
         serve: S,
     ) -> Result<S::Output, BuildError> {
-        let slots = cx.slots(|lease, _| Ok::<_, BuildError>(ZkBackend::new(settings, lease)))?;
+        let slots = cx.slots(|lease, _| ZkBackend::new(settings, lease));
         Ok(serve.serve(slots).await)
     }
 }
