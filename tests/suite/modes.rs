@@ -125,12 +125,25 @@ fn cut_the_turn_lock(db: &MariaServer) {
             .trim()
             .to_owned()
     };
-    let killed = holder();
-    assert!(
-        killed.parse::<u64>().is_ok(),
-        "the writer holds no turn lock: {killed}"
-    );
-    db.sql(&format!("KILL {killed}"));
+    // The writer may replace its connection between the read and the KILL (a request
+    // cut off by its deadline on a busy machine): the KILL of the one that went fails,
+    // and the new holder is read and cut.
+    let mut last = String::new();
+    let killed = eventually(Duration::from_secs(4), || {
+        let id = holder();
+        if id.parse::<u64>().is_err() {
+            last = format!("the writer holds no turn lock: {id}");
+            return None;
+        }
+        match db.run_sql(&format!("KILL {id}")) {
+            Ok(_) => Some(id),
+            Err(e) => {
+                last = format!("KILL {id}: {e}");
+                None
+            }
+        }
+    });
+    let killed = killed.unwrap_or_else(|| panic!("no turn lock cut: {last}"));
     let again = eventually(Duration::from_secs(4), || {
         let now = holder();
         (now.parse::<u64>().is_ok() && now != killed).then_some(())

@@ -209,21 +209,29 @@ impl MariaServer {
         self.url_for("lk")
     }
 
-    fn try_sql(&self, sql: &str) -> Option<String> {
+    /// Runs SQL as root: the tab-separated output without headers, or the client's
+    /// error.
+    pub fn run_sql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new("mariadb")
             .arg(format!("--socket={}", self.socket()))
             .args(["-uroot", "-N", "-B", "-e", sql])
             .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim_end().to_owned())
+        }
+    }
+
+    fn try_sql(&self, sql: &str) -> Option<String> {
+        self.run_sql(sql).ok()
     }
 
     /// Runs SQL as root; the tab-separated output without headers.
     pub fn sql(&self, sql: &str) -> String {
-        self.try_sql(sql)
-            .unwrap_or_else(|| panic!("mariadb {sql:?} failed"))
+        self.run_sql(sql)
+            .unwrap_or_else(|e| panic!("mariadb {sql:?} failed: {e}"))
     }
 
     pub fn pid(&self) -> u32 {
