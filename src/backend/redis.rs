@@ -205,6 +205,19 @@ pub fn parse_value(value: &str) -> LockValue<'_> {
     }
 }
 
+/// The holder an announcement (`acquired|<value>`) names, for a follower that knows
+/// of tokens up to `floor` to take without a look: `None` for a value that names
+/// nobody, or an older tenure's announcement (a former holder's, delayed past its
+/// successor's take), which a look settles instead.
+pub(crate) fn announced_holder(value: &str, floor: FencingToken) -> Option<Holder> {
+    let parsed = parse_value(value);
+    let token = parsed.token.filter(|t| *t >= floor)?;
+    (!parsed.identity.is_empty()).then(|| Holder {
+        identity: parsed.identity.to_owned(),
+        token: Some(token),
+    })
+}
+
 pub(crate) fn new_nonce() -> String {
     let n: u128 = rand::rng().random();
     format!("{n:032x}")
@@ -676,13 +689,12 @@ impl RedisBackend {
     /// take script published it in the same step as the take). `None` for a value that
     /// names nobody, which a look settles instead.
     fn follow_announced(&mut self, value: &str) -> Option<Campaign> {
-        let parsed = parse_value(value);
-        let token = parsed.token?;
+        let holder = announced_holder(value, self.floor)?;
         // A former leader still tracking the lock looks once (which tracks the renewals).
-        if parsed.identity.is_empty() || self.value.is_some() || self.tracks_lock {
+        if self.value.is_some() || self.tracks_lock {
             return None;
         }
-        self.floor = self.floor.max(token);
+        self.floor = holder.token.unwrap_or(self.floor);
         let now = Instant::now();
         self.grace = None;
         self.wait_quietly_after(0, -1);
@@ -690,10 +702,7 @@ impl RedisBackend {
         self.last_sign = self.tracking.then_some(now);
         self.holder_expires = Some(now + self.ttl);
         self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
-        Some(Campaign::Held(Some(Holder {
-            identity: parsed.identity.to_owned(),
-            token: Some(token),
-        })))
+        Some(Campaign::Held(Some(holder)))
     }
 
     /// After a look: an election's candidate kept out by the shared holders (`why` 3)
@@ -1282,6 +1291,20 @@ impl Backend for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_takes_no_announcement_older_than_a_token_it_knows() {
+        let named = |identity: &str, token| Holder {
+            identity: identity.to_owned(),
+            token: Some(token),
+        };
+        assert_eq!(announced_holder("n|5|b", 4), Some(named("b", 5)));
+        assert_eq!(announced_holder("n|5|b", 5), Some(named("b", 5)));
+        // A former holder's announcement, delayed past its successor's take.
+        assert_eq!(announced_holder("n|4|a", 5), None);
+        assert_eq!(announced_holder("n|6|", 5), None);
+        assert_eq!(announced_holder("n|x|a", 0), None);
+    }
 
     #[test]
     fn lock_values_split_even_when_the_identity_has_bars_or_colons() {

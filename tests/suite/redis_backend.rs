@@ -523,6 +523,44 @@ fn an_undisturbed_leader_keeps_one_tenure() {
     );
 }
 
+/// A former holder's announcement that reaches the followers after its successor's
+/// (its link slow, or replayed by hand) names an older tenure: a follower keeps the
+/// holder it follows instead of showing, for as long as that holder renews, one that
+/// is gone.
+#[test]
+fn a_late_announcement_of_an_older_tenure_is_not_followed() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redis(&server.url())
+        .ttl("1s")
+        .election("late")
+        .build();
+    let leader = Sidecar::spawn("a", dir.path(), &args);
+    leader.settles_in("leader", Duration::from_secs(10));
+    let follower = Sidecar::spawn("b", dir.path(), &args);
+    let token = eventually(Duration::from_secs(10), || {
+        let v = follower.leader()?;
+        (v["leader"] == "a").then(|| v["fencing_token"].as_u64())?
+    })
+    .expect("the follower follows a");
+    let stale = token.saturating_sub(1);
+    let sent = server.command(&format!(
+        "PUBLISH leasekeeper:{{late}}:leader acquired|0|{stale}|ghost"
+    ));
+    // Both sidecars listen.
+    assert!(
+        sent.as_deref().is_some_and(|r| r.starts_with(":2")),
+        "PUBLISH: {sent:?}"
+    );
+    let strayed = eventually(Duration::from_secs(2), || {
+        follower.leader().filter(|v| v["leader"] != "a")
+    });
+    assert!(
+        strayed.is_none(),
+        "the follower took an older tenure's announcement: {strayed:?}"
+    );
+}
+
 /// Followers hear of the holder's renewals through CLIENT TRACKING pushes and send
 /// nothing while it renews; they still follow a graceful handover at once and a
 /// crashed holder within its ttl.

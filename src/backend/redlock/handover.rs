@@ -35,10 +35,9 @@ use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
 
-use super::super::redis::parse_value;
+use super::super::redis::announced_holder;
 use super::{RedlockBackend, Round};
 use crate::backend::{Campaign, Wake};
-use crate::status::Holder;
 
 /// The node the baton lives on: the first configured one.
 pub(super) const BATON_NODE: usize = 0;
@@ -92,16 +91,11 @@ impl RedlockBackend {
     /// alive). `None` when nothing was announced, or for a value that names nobody.
     pub(super) fn follow_announced(&mut self) -> Option<Campaign> {
         let value = self.announced.take()?;
-        let parsed = parse_value(&value);
-        let token = parsed.token?;
-        if parsed.identity.is_empty() || self.value.is_some() {
+        let holder = announced_holder(&value, self.floor)?;
+        if self.value.is_some() {
             return None;
         }
-        self.floor = self.floor.max(token);
-        let holder = Holder {
-            identity: parsed.identity.to_owned(),
-            token: Some(token),
-        };
+        self.floor = holder.token.unwrap_or(self.floor);
         let now = Instant::now();
         self.drain_pushes(true);
         self.signs.fill(Some(now));
