@@ -494,7 +494,7 @@ async fn hand_on(
     if !release(conn, p).await {
         return None;
     }
-    let pause = yields.pause(key, p.follow_wait);
+    let pause = yields.pause(key, Instant::now(), p.follow_wait);
     if !pause.is_zero() {
         tokio::select! {
             changed = p.want.changed() => {
@@ -508,28 +508,30 @@ async fn hand_on(
 }
 
 /// Consecutive yields for one tenure: the first queues again at once, later ones
-/// pause 10 ms, doubling, at most `max`.
+/// pause 10 ms, doubling, at most `max`. A yield counts as consecutive while it comes
+/// within `max` of the end of the last pause, so a follower that keeps finding the
+/// lock free stays at `max` instead of starting over once its pause reached it.
 #[derive(Default)]
 struct Yields {
     tenure: String,
     count: u32,
-    last: Option<Instant>,
+    resumes_at: Option<Instant>,
 }
 
 impl Yields {
-    fn pause(&mut self, tenure: &str, max: Duration) -> Duration {
-        let recent = self.last.is_some_and(|t| t.elapsed() < max);
+    fn pause(&mut self, tenure: &str, now: Instant, max: Duration) -> Duration {
+        let recent = self.resumes_at.is_some_and(|t| now < t + max);
         if self.tenure != tenure || !recent {
             self.tenure = tenure.to_owned();
             self.count = 0;
         }
-        self.last = Some(Instant::now());
         self.count += 1;
-        if self.count == 1 {
-            return Duration::ZERO;
-        }
-        let doublings = (self.count - 2).min(16);
-        (Duration::from_millis(10) * (1u32 << doublings)).min(max)
+        let pause = match self.count {
+            1 => Duration::ZERO,
+            n => (Duration::from_millis(10) * (1u32 << (n - 2).min(16))).min(max),
+        };
+        self.resumes_at = Some(now + pause);
+        pause
     }
 }
 
@@ -537,21 +539,38 @@ impl Yields {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn yields_for_one_tenure_pause_longer_and_longer() {
+    #[test]
+    fn yields_for_one_tenure_pause_longer_and_longer() {
         let max = Duration::from_secs(5);
+        let t0 = Instant::now();
         let mut y = Yields::default();
-        assert_eq!(y.pause("a", max), Duration::ZERO);
-        assert_eq!(y.pause("a", max), Duration::from_millis(10));
-        assert_eq!(y.pause("a", max), Duration::from_millis(20));
-        assert_eq!(y.pause("a", max), Duration::from_millis(40));
+        assert_eq!(y.pause("a", t0, max), Duration::ZERO);
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(10));
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(20));
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(40));
         // Another tenure starts over, and so does one yielded for long ago.
-        assert_eq!(y.pause("b", max), Duration::ZERO);
-        assert_eq!(y.pause("b", max), Duration::from_millis(10));
-        tokio::time::advance(max).await;
-        assert_eq!(y.pause("b", max), Duration::ZERO);
-        for _ in 0..40 {
-            assert!(y.pause("b", max) <= max);
+        assert_eq!(y.pause("b", t0, max), Duration::ZERO);
+        assert_eq!(y.pause("b", t0, max), Duration::from_millis(10));
+        let later = t0 + Duration::from_millis(10) + max;
+        assert_eq!(y.pause("b", later, max), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_follower_that_keeps_finding_the_lock_free_stays_at_the_longest_pause() {
+        let max = Duration::from_millis(640);
+        let mut now = Instant::now();
+        let mut y = Yields::default();
+        let mut pauses = Vec::new();
+        for _ in 0..12 {
+            let pause = y.pause("a", now, max);
+            pauses.push(pause.as_millis());
+            // Each yield comes a round trip after the end of the last pause.
+            now += pause + Duration::from_millis(20);
         }
+        assert_eq!(
+            pauses,
+            [0, 10, 20, 40, 80, 160, 320, 640, 640, 640, 640, 640],
+            "the pauses of a yield loop"
+        );
     }
 }
