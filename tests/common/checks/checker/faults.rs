@@ -278,6 +278,7 @@ impl Election<'_> {
             });
             assert!(all_saw.is_some(), "not every sidecar saw the holder");
         }
+        self.store_restarted = Some(std::time::SystemTime::now());
         let server = self.spec.server.as_mut().expect("a server to restart");
         server.restart();
         let t0 = Instant::now();

@@ -32,6 +32,10 @@ pub(super) struct Election<'a> {
     /// leader to renew (its client may still be reconnecting to the store, and a
     /// release that cannot reach the store hands over only by expiry).
     pub(super) store_faulted: bool,
+    /// When the store was last killed and restarted: every connection to it broke, so
+    /// the next handover first waits for every follower to have heard from the store
+    /// since (its follow re-established, its watches open again).
+    pub(super) store_restarted: Option<std::time::SystemTime>,
 }
 
 impl<'a> Election<'a> {
@@ -55,6 +59,7 @@ impl<'a> Election<'a> {
             poller: None,
             generation: 0,
             store_faulted: false,
+            store_restarted: None,
             killed: HashMap::new(),
             spawned: HashMap::new(),
         };
@@ -206,6 +211,17 @@ impl Election<'_> {
         })
     }
 
+    /// Whether every running follower's last observation of the store (`observed_at`)
+    /// is from `at` or later.
+    fn followers_heard_since(&self, at: std::time::SystemTime) -> bool {
+        self.slots.iter().filter(|s| s.is_running()).all(|s| {
+            s.leader().is_some_and(|v| {
+                let heard = v["observed_at"].as_str().map(humantime::parse_rfc3339);
+                v["is_leader"] == true || heard.is_some_and(|h| h.is_ok_and(|h| h >= at))
+            })
+        })
+    }
+
     /// Every candidate's view and log, for a failed round.
     pub(super) fn dump(&self) {
         for s in &self.slots {
@@ -307,13 +323,17 @@ impl Election<'_> {
         let found = if !matches!(fault, Fault::Graceful | Fault::Release) {
             self.find_leader(None, limit)
         } else if std::mem::take(&mut self.store_faulted) {
-            self.renewed(limit)
+            let restarted = self.store_restarted.take();
+            let heard = restarted.is_none_or(|at| {
+                eventually(limit, || self.followers_heard_since(at).then_some(())).is_some()
+            });
+            heard.then(|| self.renewed(limit)).flatten()
         } else {
             self.settled(limit)
         };
         found.unwrap_or_else(|| {
             self.dump();
-            panic!("no leader with every other candidate following it (and, after a fault of the store, its claim renewed) before {fault:?}")
+            panic!("no leader with every other candidate following it (and, after a fault of the store, its claim renewed and, after a restart of the store, every follower heard from it since) before {fault:?}")
         })
     }
 }
