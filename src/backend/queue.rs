@@ -267,7 +267,8 @@ mod tests {
             let own = queue.iter().find(|e| e.name == case.candidate);
             assert_eq!(own.map(|e| e.shared), Some(case.shared), "{}", case.name);
             let said = stood(&queue, case);
-            assert_eq!(said, (case.holds, case.waits_for), "{}", case.name);
+            let table = (case.holds, case.waits_for);
+            assert_eq!(said, table, "{}: stand says (holds, waits for)", case.name);
         }
     }
 
