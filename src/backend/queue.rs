@@ -35,6 +35,9 @@
 
 use std::cmp::Ordering;
 
+#[cfg(test)]
+mod cases;
+
 /// One candidate's entry in a store's queue, as one read saw it. `N` is its name in
 /// the store: an etcd key, a ZooKeeper node's name, a SQL waiting row's presence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,7 +216,61 @@ pub(super) fn holders<N>(queue: &[Entry<N>]) -> &[Entry<N>] {
 
 #[cfg(test)]
 mod tests {
+    use super::cases::{Case, CASES};
     use super::*;
+
+    /// A case's queue in queue order, with a newcomer's entry last where it comes on
+    /// its first look.
+    fn laid_out(case: &Case) -> (Vec<Entry<&'static str>>, bool) {
+        let entries = case.queue.iter().map(|&(order, name, shared)| Entry {
+            order,
+            name,
+            shared,
+        });
+        let queue = in_order(entries.collect());
+        let newcomer = position(&queue, &case.candidate).is_none();
+        (queue, newcomer)
+    }
+
+    /// What `stand` says of a case: whether it holds, and what it waits for.
+    fn stood(queue: &[Entry<&'static str>], case: &Case) -> (bool, Option<&'static str>) {
+        match stand(queue, &case.candidate) {
+            Stand::First => (true, None),
+            Stand::Behind { turn, .. } => (false, Some(turn.name)),
+            Stand::Gone => panic!("{}: the candidate is not in the queue", case.name),
+        }
+    }
+
+    #[test]
+    fn every_case_of_the_table_stands_and_takes_its_turn_as_the_table_says() {
+        for case in CASES {
+            let (mut queue, newcomer) = laid_out(case);
+            let turn = turn(&queue, &case.candidate, case.shared);
+            assert_eq!(
+                matches!(turn, Turn::Go),
+                case.holds,
+                "{}: turn says {turn:?}",
+                case.name
+            );
+            if let (true, Turn::Wait { writer }) = (case.shared, turn) {
+                assert_eq!(writer.map(|w| w.name), case.waits_for, "{}", case.name);
+            }
+            if newcomer {
+                assert_eq!(stand(&queue, &case.candidate), Stand::Gone, "{}", case.name);
+                let last = queue.last().map_or(0, |e| e.order) + 1;
+                queue.push(Entry {
+                    order: last,
+                    name: case.candidate,
+                    shared: case.shared,
+                });
+            }
+            let own = queue.iter().find(|e| e.name == case.candidate);
+            assert_eq!(own.map(|e| e.shared), Some(case.shared), "{}", case.name);
+            let said = stood(&queue, case);
+            let table = (case.holds, case.waits_for);
+            assert_eq!(said, table, "{}: stand says (holds, waits for)", case.name);
+        }
+    }
 
     /// A queue from names: `r…` a shared candidate's entry, any other an exclusive
     /// one's, in the order given.

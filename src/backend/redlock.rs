@@ -139,6 +139,26 @@ const GIVE_BACK: &str = include_str!("redlock/lua/give_back.lua");
 /// A renew round's catch-up of a restarted node: `catch_up` alone. Returns the state.
 const CATCH_UP: &str = include_str!("redlock/lua/catch_up.lua");
 
+/// A script's text as the nodes run it: `body` after the preludes (the store's clock,
+/// the incarnation, the switchover's reservation, the shared holders, the queue and
+/// its order).
+fn with_preludes(body: &str) -> String {
+    format!(
+        "{CLOCK}{INCARNATION}{}{READERS}{QUEUE}{}{body}",
+        switchover::RESERVED,
+        rw::ORDER
+    )
+}
+
+/// The text of phase 1, the take script a candidate of `mode` runs on each node: the
+/// shared take for `--mode shared`, the exclusive one otherwise (see `rw`).
+pub fn take_source(mode: LockMode) -> String {
+    with_preludes(match mode {
+        LockMode::Shared => rw::TAKE_SHARED,
+        LockMode::Exclusive | LockMode::Election => rw::TAKE_EXCLUSIVE,
+    })
+}
+
 /// One node's answer to phase 1.
 struct Take {
     won: bool,
@@ -421,13 +441,7 @@ impl RedlockBackend {
             op_timeout,
         );
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let with_prelude = |body: &str| {
-            Script::new(&format!(
-                "{CLOCK}{INCARNATION}{}{READERS}{QUEUE}{}{body}",
-                switchover::RESERVED,
-                rw::ORDER
-            ))
-        };
+        let with_prelude = |body: &str| Script::new(&with_preludes(body));
         let shared = lease.mode == LockMode::Shared;
         let pick = |shared_one: &'static str, exclusive_one: &'static str| {
             with_prelude(if shared { shared_one } else { exclusive_one })
@@ -449,7 +463,7 @@ impl RedlockBackend {
             floor: 0,
             wake,
             expiry_hint: None,
-            take: pick(rw::TAKE_SHARED, rw::TAKE_EXCLUSIVE),
+            take: Script::new(&take_source(lease.mode)),
             confirm: pick(rw::CONFIRM_SHARED, CONFIRM),
             renew: pick(rw::RENEW_SHARED, RENEW),
             give_back: pick(rw::GIVE_BACK_SHARED, GIVE_BACK),

@@ -28,6 +28,7 @@ mod mysql_backend;
 mod pid_one;
 mod postgres_backend;
 mod prometheus;
+mod queue_scripts;
 mod redis_backend;
 mod redlock_backend;
 mod slots;

@@ -117,6 +117,13 @@ pub const RELEASE: &str = include_str!("lua/rw_release.lua");
 
 const RELEASE_END: &str = include_str!("lua/rw_release_end.lua");
 
+/// The text of the take script every candidate of the read-write lock runs: [`TAKE`]
+/// after its preludes (the store's clock, the switchover's reservation, the shared
+/// holders, the queue).
+pub fn take_source() -> String {
+    format!("{CLOCK}{}{READERS}{QUEUE}{TAKE}", switchover::RESERVED)
+}
+
 /// Reads a take script's answer.
 pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
     match code {
@@ -249,10 +256,7 @@ impl RwBackend {
             floor: 0,
             wake,
             quiet: quiet::Wait::default(),
-            take: Script::new(&format!(
-                "{CLOCK}{}{READERS}{QUEUE}{TAKE}",
-                switchover::RESERVED
-            )),
+            take: Script::new(&take_source()),
             renew: Script::new(&format!(
                 "{CLOCK}{QUEUE}{}",
                 if lease.mode == LockMode::Shared {
