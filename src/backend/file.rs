@@ -40,6 +40,7 @@ use tokio::sync::oneshot;
 
 pub mod entry;
 
+use super::record::Seen;
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder, Mode};
 
@@ -325,11 +326,12 @@ fn write_record(file: &File, record: &LockRecord) -> std::io::Result<()> {
 /// replaced the lock file under us, which would let another process lock a new one).
 fn still_the_lock_file(file: &File, path: &Path) -> std::io::Result<bool> {
     let ours = file.metadata()?;
-    match std::fs::metadata(path) {
-        Ok(now) => Ok(now.ino() == ours.ino() && now.dev() == ours.dev()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    let found = match std::fs::metadata(path) {
+        Ok(now) => Some((now.ino(), now.dev())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    Ok(Seen::of(found, (ours.ino(), ours.dev())).still_ours())
 }
 
 impl FileBackend {

@@ -5,7 +5,10 @@
 //! identity; ZooKeeper: our node, of this very session, never rewritten; Redis and
 //! each Redlock node: the lock key holding our value, or our member in the readers'
 //! set, live, with no lock key beside it; a Kubernetes Lease: a record this process
-//! wrote). Gone and taken both end it; the classification keeps them apart for
+//! wrote; the file store: the inode this process holds locked, still at the lock
+//! file's path). A SQL store asks the same question in its statements (a renewal
+//! updates only the row that holds our identity and token) and reads the answer as
+//! the rows it changed. Gone and taken both end it; the classification keeps them apart for
 //! whoever needs to tell them apart. A record reserved for the candidate (a Kubernetes
 //! Lease handed to it) is none of these: it may take it.
 

@@ -60,6 +60,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::record::Seen;
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backoff::Backoff;
@@ -462,12 +463,12 @@ pub(crate) fn renewal_of(
     }
 }
 
-/// After a push for the lock key: whether a read shows it holding another value than
-/// our tenure's `value` (taken). A read that fails says nothing (`false`): the
-/// renewals decide then.
+/// After a push for the lock key: whether a read shows our tenure over (the key gone,
+/// or holding another value than our tenure's `value`). A read that fails says
+/// nothing (`false`): the renewals decide then.
 pub(crate) async fn lock_taken(conn: &mut ConnectionManager, lock: &str, value: &str) -> bool {
     let current: Result<Option<String>, _> = redis::cmd("GET").arg(lock).query_async(conn).await;
-    matches!(current, Ok(ref v) if v.as_deref() != Some(value))
+    current.is_ok_and(|v| !Seen::of(v.as_deref(), value).still_ours())
 }
 
 /// How soon after a renewal's answer its own invalidation is expected.
