@@ -193,7 +193,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    super::init_logging(settings.log_format);
+    let _logging = super::init_logging(settings.log_format);
     super::block_on(run(settings), ExitCode::FAILURE)
 }
 

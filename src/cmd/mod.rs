@@ -20,18 +20,25 @@ pub mod sidecar;
 pub mod status;
 pub mod switchover;
 
-/// Logs to stderr in `format`, at `RUST_LOG`'s levels (info by default).
-pub fn init_logging(format: LogFormat) {
+/// Logs to stderr in `format`, at `RUST_LOG`'s levels (info by default). A worker
+/// thread writes the lines: a stderr that nobody reads (a container runtime's log
+/// copier that stalls) never stalls the sidecar; lines wait in a bounded buffer and
+/// are dropped once it is full. Keep the guard while the process logs: dropping it
+/// writes out what is buffered, waiting a second at most.
+#[must_use = "dropping the guard stops the logging"]
+pub fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
     }
+    guard
 }
 
 /// The runtime every subcommand runs on.

@@ -46,7 +46,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    super::init_logging(settings.log_format);
+    let _logging = super::init_logging(settings.log_format);
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }

@@ -348,3 +348,82 @@ fn a_ttl_granted_as_asked_is_not_taken_for_a_shorter_one() {
     let log = sidecar.stderr();
     assert!(!log.contains("shorter ttl"), "{log}");
 }
+
+/// A pipe whose buffer is full, blocking: (read end, write end). A writer blocks until
+/// someone reads the read end, which nobody does.
+fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`, which we then own.
+    assert_eq!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
+        0
+    );
+    let (read, write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let chunk = [b'x'; 4096];
+    // SAFETY: writes from a live buffer to a descriptor we own.
+    while unsafe { libc::write(write.as_raw_fd(), chunk.as_ptr().cast(), chunk.len()) } > 0 {}
+    // SAFETY: fcntl on a descriptor we own.
+    assert_eq!(
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, 0) },
+        0
+    );
+    (read, write)
+}
+
+/// A child process killed (and reaped) when the test ends, however it ends.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A sidecar whose stderr nobody reads (a log pipe whose reader stalls, as a stuck
+/// container runtime's log copier) still leads, answers and hands over: a log line
+/// that cannot be written is dropped, never waited for.
+#[test]
+fn a_stalled_log_pipe_never_stalls_the_sidecar() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (_unread, stalled) = full_pipe();
+    let port = common::free_port();
+    let child = std::process::Command::new(common::leasekeeper_bin())
+        .args(SidecarArgs::file(dir.path()).ttl("1s").build())
+        .args([
+            "--identity",
+            "stalled",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(stalled))
+        .spawn()
+        .expect("spawn leasekeeper");
+    let mut child = KilledOnDrop(child);
+    let led = common::eventually(Duration::from_secs(10), || {
+        http::get(port, "/is-leader").filter(|(code, _)| *code == 200)
+    });
+    assert!(led.is_some(), "a sidecar whose log pipe is full never led");
+    let next = Sidecar::spawn(
+        "next",
+        dir.path(),
+        &SidecarArgs::file(dir.path()).ttl("1s").build(),
+    );
+    next.settles_in("follower", Duration::from_secs(10));
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    next.settles_in("leader", Duration::from_secs(5));
+    let exited = common::eventually(Duration::from_secs(5), || child.0.try_wait().ok().flatten());
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the stalled sidecar's exit: {exited:?}"
+    );
+}
