@@ -139,11 +139,10 @@ pub(super) enum Wait {
     /// Do not wait: campaign at once.
     Now,
     /// Watch the Lease from `version` until `until`; before `expires`, nothing can
-    /// change without an event on the watch. `before`: the record waited on.
+    /// change without an event on the watch.
     Watch {
         until: Instant,
         expires: Instant,
-        before: Record,
         version: String,
     },
 }
@@ -201,6 +200,16 @@ impl Phase {
         match self.into_observed() {
             Some(o) => Phase::Deleted(o),
             None => Phase::Unseen,
+        }
+    }
+
+    /// A read (not taken as an observation: a release looking for a tenure of ours, a
+    /// switchover's probe) found no Lease: a follower notes it gone; a leader's tenure
+    /// ends only with its renew or its release.
+    pub(super) fn absent(self) -> Phase {
+        match self {
+            leading @ Phase::Leading { .. } => leading,
+            other => other.missing(),
         }
     }
 
@@ -382,7 +391,6 @@ impl Phase {
         let wait = Wait::Watch {
             until,
             expires,
-            before: o.record.clone(),
             version: o.resource_version(),
         };
         (phase, wait)
@@ -600,6 +608,10 @@ mod tests {
         assert!(matches!(deleted.present(), Phase::Read(_)));
         assert!(matches!(Phase::Unseen.present(), Phase::Unseen));
         assert!(matches!(Phase::Unseen.missing(), Phase::Unseen));
+        let follower = read(&record("b", true, 1), "5", t);
+        assert!(matches!(follower.absent(), Phase::Deleted(_)));
+        let leading = Phase::Unseen.taken(lease(&record("a", true, 2), "6"), t);
+        assert!(leading.absent().held().is_some());
     }
 
     #[test]
@@ -671,7 +683,6 @@ mod tests {
         let expected = Wait::Watch {
             until: t + TTL,
             expires: t + TTL,
-            before: rival.clone(),
             version: "5".to_owned(),
         };
         assert_eq!(wait, expected);
@@ -704,7 +715,6 @@ mod tests {
         let expected = Wait::Watch {
             until: t + OUTRUN_WAIT,
             expires: t,
-            before: free,
             version: "5".to_owned(),
         };
         assert_eq!(wait, expected);
@@ -722,7 +732,6 @@ mod tests {
         let expected = Wait::Watch {
             until: t + secs(90),
             expires: t + secs(60),
-            before: ours,
             version: "5".to_owned(),
         };
         assert_eq!(wait, expected);
