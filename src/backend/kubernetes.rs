@@ -76,6 +76,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
+use self::core::{Event, FollowEvent, Next, Phase, Us, Wait};
 use super::record::Seen;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
@@ -83,32 +84,10 @@ use rules::{coordination, Record};
 use settings::KubeSettings;
 
 pub mod candidate;
+mod core;
 pub mod entry;
 mod rules;
 pub mod settings;
-use crate::status::Holder;
-
-/// The last Lease read or written, and when its record last changed as seen here.
-struct Observed {
-    lease: Lease,
-    record: Record,
-    changed_at: Instant,
-}
-
-impl Observed {
-    fn resource_version(&self) -> String {
-        self.lease
-            .metadata
-            .resource_version
-            .clone()
-            .unwrap_or_default()
-    }
-
-    /// When a rival's record may be taken over, by our own clock.
-    fn expires_at(&self) -> Instant {
-        self.record.expires_at(self.changed_at)
-    }
-}
 
 /// The events of a watch on the Lease.
 type LeaseEvents = BoxStream<'static, Result<WatchEvent<Lease>, kube::Error>>;
@@ -162,10 +141,6 @@ impl FollowWatch {
     }
 }
 
-/// How long a candidate whose write lost to another's waits for that write's event
-/// before it reads the Lease instead.
-const OUTRUN_WAIT: Duration = Duration::from_secs(1);
-
 /// How long the API server keeps a follower's watch open (kube refuses 295 s or more).
 const FOLLOW_WATCH_SECS: u32 = 290;
 
@@ -184,20 +159,10 @@ pub struct KubeBackend {
     namespace: String,
     identity: String,
     ttl: Duration,
-    observed: Option<Observed>,
-    /// Our own tenure: the Lease as our last write left it.
-    held: Option<Lease>,
+    /// What we know of the Lease, and our tenure while we lead ([`Phase`]).
+    phase: Phase,
     /// The records of our last few writes (sent, whether or not the answer came back).
     written: VecDeque<Record>,
-    /// The Lease was deleted after `observed` was seen (whose version is the deletion's).
-    deleted: bool,
-    /// `observed` came from the follower's watch as the event that ended the last
-    /// wait: the next campaign writes over it without reading the Lease again (a
-    /// stale version only makes the write fail with a conflict).
-    fresh_from_watch: bool,
-    /// Our last campaign's write lost to another's (a conflict): its write is on the
-    /// way to our watch, so the next wait waits for it instead of reading at once.
-    outrun: bool,
     /// While leading: the watch on our own record.
     own_watch: OwnWatch,
     /// While following: the watch on the holder's record.
@@ -276,44 +241,31 @@ impl KubeBackend {
     }
 
     /// One event of the follower's watch; `Some` when the wait ends with it.
-    async fn on_follow_event(
-        &mut self,
-        event: WatchEvent<Lease>,
-        before: &Record,
-        settle: Instant,
-    ) -> Option<Wake> {
-        match event {
+    async fn on_follow_event(&mut self, event: WatchEvent<Lease>, settle: Instant) -> Option<Wake> {
+        let event = match event {
             WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
-                let record = Record::of(&lease);
-                self.deleted = false;
                 self.follow_watch.at = lease.metadata.resource_version.clone();
-                self.observe(lease);
-                if record.holder == before.holder && record.transitions == before.transitions {
-                    // The same tenure renewed: the observation is fresh, nothing to do.
-                    return Some(Wake::Quiet);
-                }
-                self.fresh_from_watch = true;
-                Some(Wake::Changed)
+                FollowEvent::Written(Box::new(lease))
             }
             WatchEvent::Deleted(lease) => {
-                // Keep the record (its holder may still be live), at the deletion's
-                // version, so the watch goes on from after it.
-                let known = self.deleted;
-                self.deleted = true;
                 self.follow_watch.at = lease.metadata.resource_version.clone();
-                if let Some(o) = self.observed.as_mut() {
-                    o.lease.metadata.resource_version = lease.metadata.resource_version;
-                }
-                (!known).then_some(Wake::Changed)
+                FollowEvent::Deleted(lease.metadata.resource_version)
             }
-            WatchEvent::Bookmark(_) => None,
+            WatchEvent::Bookmark(_) => return None,
             WatchEvent::Error(status) => {
                 // 410 Gone among them: the campaign's read lists afresh.
                 tracing::debug!(code = status.code, "the lease watch ended with an error");
                 self.follow_watch.close();
                 sleep_until(settle).await;
-                Some(Wake::Changed)
+                return Some(Wake::Changed);
             }
+        };
+        let (phase, event) = self.take_phase().on_follow_event(event, Instant::now());
+        self.phase = phase;
+        match event {
+            Event::Changed => Some(Wake::Changed),
+            Event::Renewed => Some(Wake::Quiet),
+            Event::Nothing => None,
         }
     }
 
@@ -340,12 +292,8 @@ impl KubeBackend {
             namespace: namespace.to_owned(),
             identity: lease.identity.to_owned(),
             ttl: lease.timing.ttl,
-            observed: None,
-            held: None,
+            phase: Phase::Unseen,
             written: VecDeque::new(),
-            deleted: false,
-            fresh_from_watch: false,
-            outrun: false,
             own_watch: OwnWatch::default(),
             follow_watch: FollowWatch::default(),
             version_warned: false,
@@ -357,19 +305,24 @@ impl KubeBackend {
         }
     }
 
-    /// Until when this candidate leaves the observed Lease to others although it may
-    /// be free: a Lease whose strategy is set and that is not handed to us (unless
-    /// `--lease-strategy-mixed`), until it changes; one whose `preferredHolder` names
-    /// another candidate, for one ttl after its record last changed.
-    fn left_to_others_until(&self) -> Option<Instant> {
-        let o = self.observed.as_ref()?;
-        let deference = rules::Deference {
+    /// This candidate, as the core sees it.
+    fn us(&self) -> Us<'_> {
+        Us {
             identity: &self.identity,
+            written: &self.written,
             strategy_mixed: self.settings.strategy_mixed,
             ttl: self.ttl,
-        };
-        let seen = self.seen(&o.record);
-        rules::left_to_others_until(seen, coordination(&o.lease), o.changed_at, deference)
+        }
+    }
+
+    /// The phase, to be moved on by the core (put back by the caller).
+    fn take_phase(&mut self) -> Phase {
+        std::mem::take(&mut self.phase)
+    }
+
+    /// Moves the phase on with `f` (a store's answer).
+    fn step(&mut self, f: impl FnOnce(Phase) -> Phase) {
+        self.phase = f(self.take_phase());
     }
 
     /// Notes a request to hand over when `lease` (our tenure) names another candidate
@@ -393,22 +346,28 @@ impl KubeBackend {
         self
     }
 
-    /// Starts (or ends, with `None`) watching our own record from the version of `held`.
-    fn hold(&mut self, held: Option<Lease>) {
-        if held.is_some() {
-            self.follow_watch.close();
-        }
+    /// Our write `written` (a take-over or a create) began a tenure: watch our own
+    /// record from its version.
+    fn taken(&mut self, written: Lease) {
+        self.follow_watch.close();
         self.handover.send_replace(false);
-        self.preferred_at_start = held
-            .as_ref()
-            .and_then(|l| coordination(l).1.map(str::to_owned));
+        self.preferred_at_start = coordination(&written).1.map(str::to_owned);
         self.own_watch = OwnWatch {
-            from: held
-                .as_ref()
-                .and_then(|l| l.metadata.resource_version.clone()),
+            from: written.metadata.resource_version.clone(),
             ..OwnWatch::default()
         };
-        self.held = held;
+        self.step(|p| p.taken(written, Instant::now()));
+    }
+
+    /// Our tenure ends: stop watching our own record; the tenure as our last write
+    /// left it, if we held one.
+    fn end_tenure(&mut self) -> Option<Lease> {
+        self.handover.send_replace(false);
+        self.preferred_at_start = None;
+        self.own_watch = OwnWatch::default();
+        let (phase, held) = self.take_phase().end_tenure();
+        self.phase = phase;
+        held
     }
 
     /// A renew wrote `lease`, over a version it judged our tenure (it named that version),
@@ -418,7 +377,7 @@ impl KubeBackend {
             self.own_watch.from = lease.metadata.resource_version.clone();
         }
         self.check_preferred(&lease);
-        self.held = Some(lease);
+        self.step(|p| p.renewed(lease));
     }
 
     /// A resourceVersion as the etcd revision it is on every API server backed by etcd;
@@ -468,22 +427,7 @@ impl KubeBackend {
 
     /// Notes a Lease read or written; the clock restarts only when the record changed.
     fn observe(&mut self, lease: Lease) {
-        let record = Record::of(&lease);
-        let changed_at = match &self.observed {
-            Some(o) if o.record == record => o.changed_at,
-            _ => Instant::now(),
-        };
-        self.observed = Some(Observed {
-            lease,
-            record,
-            changed_at,
-        });
-    }
-
-    /// Who holds `record`: nobody for a record that hands the Lease over and that we
-    /// wrote (a switchover's, until its candidate takes it with a write of its own).
-    fn holder_of(&self, record: &Record) -> Option<Holder> {
-        rules::holder_of(record, &self.written)
+        self.step(|p| p.observe(lease, Instant::now()));
     }
 
     /// A Lease carrying `spec`, to be written over `base` (its name and resourceVersion).
@@ -521,25 +465,15 @@ impl KubeBackend {
         self.written.push_back(Record::of_spec(spec.clone()));
     }
 
-    /// What this candidate makes of `record` ([`rules::seen`]).
-    fn seen(&self, record: &Record) -> Seen {
-        rules::seen(record, &self.identity, &self.written)
-    }
-
     /// A record this process wrote (not merely one that carries our name).
     fn is_ours(&self, record: &Record) -> bool {
-        self.seen(record) == Seen::Ours
-    }
-
-    /// A record that hands the Lease to us without our having written it.
-    fn handed(&self, record: &Record) -> bool {
-        self.seen(record) == Seen::Reserved
+        self.us().seen(record) == Seen::Ours
     }
 
     /// Whether `lease`, seen by the leader's watch, is still our tenure.
     fn own_tenure(&self, lease: &Lease) -> bool {
-        self.held
-            .as_ref()
+        self.phase
+            .held()
             .is_some_and(|held| rules::own_tenure(lease, held, &self.identity, &self.written))
     }
 
@@ -606,10 +540,7 @@ impl KubeBackend {
             }
             Some(Ok(WatchEvent::Deleted(lease))) => {
                 tracing::info!("our lease was deleted");
-                self.deleted = true;
-                if let Some(o) = self.observed.as_mut() {
-                    o.lease.metadata.resource_version = lease.metadata.resource_version;
-                }
+                self.step(|p| p.deleted_at(lease.metadata.resource_version));
                 *self.own_watch.events() = None;
                 true
             }
@@ -640,27 +571,13 @@ impl KubeBackend {
         }
     }
 
-    /// The Lease is missing: create it, unless a holder seen before the deletion may
-    /// still be live.
-    async fn create(&mut self) -> Result<Campaign, BackendError> {
-        let seen = match &self.observed {
-            Some(o) => {
-                let live = rules::live_before_deletion(
-                    self.seen(&o.record),
-                    Instant::now(),
-                    o.expires_at(),
-                );
-                if live {
-                    return Ok(Campaign::Held(self.holder_of(&o.record)));
-                }
-                Some(o.record.transitions)
-            }
-            None => None,
-        };
+    /// The Lease is missing: create it, with a token above `above` (the token of the
+    /// record seen before the deletion; -1: none).
+    async fn create(&mut self, above: i32) -> Result<Campaign, BackendError> {
         // Above every token of the Lease before it was deleted: the list's version is
         // at least that of every write so far. (-1: a token of 0 when nothing is known.)
         let version = self.list_version().await?;
-        let transitions = self.token_over(seen.unwrap_or(-1), version.as_deref())?;
+        let transitions = self.token_over(above, version.as_deref())?;
         let spec = self.our_spec(None, Some(now()), transitions);
         let lease = Lease {
             metadata: ObjectMeta {
@@ -672,9 +589,7 @@ impl KubeBackend {
         };
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(created) => {
-                self.deleted = false;
-                self.observe(created.clone());
-                self.hold(Some(created));
+                self.taken(created);
                 Ok(Campaign::Acquired {
                     token: u64::try_from(transitions).unwrap_or(0),
                 })
@@ -682,6 +597,30 @@ impl KubeBackend {
             // Another candidate created it first.
             Err(e) if status_code(&e) == Some(409) => Ok(Campaign::Held(None)),
             Err(e) => Err(kube_err("create lease")(e)),
+        }
+    }
+
+    /// Writes our tenure over `current` (the Lease as found), with a token above `over`
+    /// and its version: every acquisition gets a greater token, also one from our own
+    /// old tenure, and one above every token of an earlier incarnation of the Lease.
+    async fn take_over(&mut self, current: Lease, over: i32) -> Result<Campaign, BackendError> {
+        let version = current.metadata.resource_version.clone();
+        let transitions = self.token_over(over, version.as_deref())?;
+        let spec = self.our_spec(current.spec.as_ref(), Some(now()), transitions);
+        let lease = Self::with_spec(&current, spec);
+        match self.replace(&lease).await {
+            Ok(written) => {
+                self.taken(written);
+                Ok(Campaign::Acquired {
+                    token: u64::try_from(transitions).unwrap_or(0),
+                })
+            }
+            Err(e) if status_code(&e) == Some(409) => {
+                // Somebody wrote since we read: they are the holder now (or will tell).
+                self.step(Phase::outrun);
+                Ok(Campaign::Held(None))
+            }
+            Err(e) => Err(kube_err("update lease")(e)),
         }
     }
 
@@ -719,7 +658,7 @@ impl KubeBackend {
                     }
                 }
                 Err(e) if status_code(&e) == Some(404) => {
-                    self.deleted = true;
+                    self.step(Phase::missing);
                     return Ok(OwnWrite::Gone);
                 }
                 Err(e) => return Err(kube_err(op)(e)),
@@ -735,25 +674,28 @@ impl KubeBackend {
             .get_opt(&self.name)
             .await
             .map_err(kube_err("get lease"))?;
-        self.deleted = current.is_none();
+        match current {
+            Some(_) => self.step(Phase::present),
+            None => self.step(Phase::absent),
+        }
         Ok(current)
     }
 
-    /// The Lease as it stands: the watch's event that ended the last wait, or a read.
-    /// A write over the event's version is compare-and-act like one over a read's; the
-    /// event spares a herd of followers a read each on a release.
+    /// The Lease as it stands: the watch's event that ended the last wait
+    /// ([`Phase::fresh`]), or a read.
     async fn current(&mut self) -> Result<Option<Lease>, BackendError> {
-        if std::mem::take(&mut self.fresh_from_watch) && !self.deleted {
-            if let Some(o) = &self.observed {
-                return Ok(Some(o.lease.clone()));
-            }
+        let (phase, fresh) = self.take_phase().fresh();
+        self.phase = phase;
+        match fresh {
+            Some(lease) => Ok(Some(lease)),
+            None => self.read().await,
         }
-        self.read().await
     }
 
     /// Reads the Lease again after a conflict; `Some` when it is still our tenure.
     async fn still_ours(&mut self, token: i32) -> Result<Option<Lease>, BackendError> {
         let Some(current) = self.read().await? else {
+            self.step(Phase::missing);
             return Ok(None);
         };
         self.observe(current.clone());
@@ -774,9 +716,7 @@ impl KubeBackend {
     /// the API server drops it without the `CoordinatedLeaderElection` gate and
     /// refuses it without `strategy` with the gate.)
     async fn release_leaving(&mut self, to: Option<&str>) -> Result<(), BackendError> {
-        let held = self.held.take();
-        self.hold(None);
-        let mine = match held {
+        let mine = match self.end_tenure() {
             Some(l) => l,
             // A campaign whose answer was lost may have taken the Lease: look.
             None => match self.read().await? {
@@ -863,46 +803,23 @@ impl Backend for KubeBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        let Some(current) = self.current().await? else {
-            return self.create().await;
-        };
-        self.observe(current.clone());
-        let Some(observed) = &self.observed else {
-            return Ok(Campaign::Held(None));
-        };
-        let record = observed.record.clone();
-        let free = rules::may_take(self.seen(&record), Instant::now(), observed.expires_at());
-        let left = self
-            .left_to_others_until()
-            .is_some_and(|until| Instant::now() < until);
-        if !free || left {
-            return Ok(Campaign::Held(self.holder_of(&record)));
-        }
-        // Every acquisition gets a greater token, also one from our own old tenure, and
-        // one above every token of an earlier incarnation of the Lease.
-        let version = current.metadata.resource_version.clone();
-        let transitions = self.token_over(record.transitions, version.as_deref())?;
-        let spec = self.our_spec(current.spec.as_ref(), Some(now()), transitions);
-        let lease = Self::with_spec(&current, spec);
-        match self.replace(&lease).await {
-            Ok(written) => {
-                self.observe(written.clone());
-                self.hold(Some(written));
-                Ok(Campaign::Acquired {
-                    token: u64::try_from(transitions).unwrap_or(0),
-                })
-            }
-            Err(e) if status_code(&e) == Some(409) => {
-                // Somebody wrote since we read: they are the holder now (or will tell).
-                self.outrun = true;
-                Ok(Campaign::Held(None))
-            }
-            Err(e) => Err(kube_err("update lease")(e)),
+        let found = self.current().await?;
+        let phase = self.take_phase();
+        let (phase, next) = phase.campaign(found.clone(), Instant::now(), self.us());
+        self.phase = phase;
+        match next {
+            Next::Follow(holder) => Ok(Campaign::Held(holder)),
+            Next::Create { above } => self.create(above).await,
+            Next::Take { over } => match found {
+                Some(current) => self.take_over(current, over).await,
+                // (A take is decided over a Lease found, never over none.)
+                None => Ok(Campaign::Held(None)),
+            },
         }
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
-        let Some(mine) = self.held.clone() else {
+        let Some(mine) = self.phase.held().cloned() else {
             return Ok(Renewal::Lost);
         };
         let record = Record::of(&mine);
@@ -921,7 +838,7 @@ impl Backend for KubeBackend {
                 Ok(Renewal::Renewed)
             }
             OwnWrite::Gone => {
-                self.hold(None);
+                self.end_tenure();
                 Ok(Renewal::Lost)
             }
             OwnWrite::Contended => Err(BackendError::Store {
@@ -953,7 +870,7 @@ impl Backend for KubeBackend {
     }
 
     async fn record_lost(&mut self) {
-        while self.held.is_some() {
+        while self.phase.held().is_some() {
             if self.next_own_event().await {
                 return;
             }
@@ -978,35 +895,19 @@ impl Backend for KubeBackend {
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let start = Instant::now();
-        // Nothing read yet (or a create lost a race): read now.
-        let Some(observed) = &self.observed else {
+        let phase = self.take_phase();
+        let (phase, wait) = phase.wait(start, max, self.us());
+        self.phase = phase;
+        // Nothing read yet (or a create lost a race), free, handed to us, or expired:
+        // campaign now.
+        let Wait::Watch {
+            until,
+            expires,
+            version,
+        } = wait
+        else {
             return Wake::Changed;
         };
-        let left = self.left_to_others_until().filter(|t| *t > start);
-        let outrun = std::mem::take(&mut self.outrun);
-        // No holder: nothing to wait for (unless the Lease is left to another, or our
-        // write just lost to another's, which the watch is about to bring); handed to
-        // us: take it.
-        let free = observed.record.holder.is_empty() && left.is_none();
-        if !outrun && (free || self.handed(&observed.record)) {
-            return Wake::Changed;
-        }
-        let mut until = start + max;
-        // Until then nothing can change without an event on the watch.
-        let mut expires = start;
-        if outrun {
-            until = until.min(start + OUTRUN_WAIT);
-        } else if !self.is_ours(&observed.record) {
-            // A rival's record may be taken over once it has stood still for its
-            // duration, and a Lease left to another once that time is over.
-            expires = observed.expires_at().max(left.unwrap_or(start));
-            until = until.min(expires);
-        }
-        if until <= start {
-            return Wake::Changed;
-        }
-        let before = observed.record.clone();
-        let version = observed.resource_version();
         // Go on with the kept watch when it stands where our observation does (the read
         // of a campaign that changed nothing leaves it there); else open one from here.
         if self.follow_watch.at.as_deref() != Some(version.as_str()) {
@@ -1044,7 +945,7 @@ impl Backend for KubeBackend {
                 Err(_) if Instant::now() < expires => return Wake::Waiting,
                 Err(_) => return Wake::Changed,
             };
-            if let Some(wake) = self.on_follow_event(event, &before, settle).await {
+            if let Some(wake) = self.on_follow_event(event, settle).await {
                 return wake;
             }
         }
