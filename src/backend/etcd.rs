@@ -430,7 +430,7 @@ impl EtcdBackend {
 
     /// Turns an etcd error into ours; a lease the server no longer knows ends the session.
     fn after_error(&mut self, op: &'static str, e: etcd_client::Error) -> BackendError {
-        if e.to_string().contains("lease not found") {
+        if rules::lease_not_found(&e) {
             self.forget();
         }
         etcd(op)(e)
@@ -1138,13 +1138,14 @@ impl Backend for EtcdBackend {
             return Ok(());
         };
         self.begin();
+        let until = rules::revoke_until(Instant::now(), self.ttl_secs);
         let result = async {
-            let mut client = self.client().await?;
-            client
-                .lease_revoke(session.lease)
+            let client = self.client().await?;
+            let (first, answer) = tokio::sync::oneshot::channel();
+            tokio::spawn(revoke_until_gone(client, session.lease, until, first));
+            answer
                 .await
-                .map_err(etcd("release"))?;
-            Ok(())
+                .unwrap_or_else(|_| Err(failed("release", "the revoke ended unanswered")))
         }
         .await;
         self.end(result)
@@ -1260,6 +1261,34 @@ impl Backend for EtcdBackend {
                 }
             }
         }
+    }
+}
+
+/// Revokes `lease` (a release), its first answer to `first`, and again while the store
+/// does not answer, until `until`: a release whose answer is lost (the elector stopped
+/// waiting for it, the link dropped it) would otherwise leave our key at its place in
+/// the queue until the lease expires by itself, a ttl or more after the store is back
+/// (a restarted etcd gives every lease its whole ttl again), and every candidate
+/// behind it would wait that long. Each attempt has the client's request timeout.
+async fn revoke_until_gone(
+    mut client: Client,
+    lease: i64,
+    until: Instant,
+    first: tokio::sync::oneshot::Sender<Result<(), BackendError>>,
+) {
+    let mut first = Some(first);
+    loop {
+        let answer = client.lease_revoke(lease).await;
+        let gone = answer
+            .as_ref()
+            .map_or_else(rules::lease_not_found, |_| true);
+        if let Some(first) = first.take() {
+            let _ = first.send(answer.map(drop).map_err(etcd("release")));
+        }
+        if gone || Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(rules::REVOKE_AGAIN_AFTER).await;
     }
 }
 

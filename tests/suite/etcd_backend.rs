@@ -764,6 +764,53 @@ fn the_lowest_key_leads_and_tokens_grow_for_fresh_candidates() {
     });
 }
 
+/// A release whose answer never comes (the elector stops waiting for it; the link held
+/// it, then dropped it) does not leave our key in the queue until the lease expires by
+/// itself: the revoke goes again once the store answers, and the key is gone within a
+/// second of the link's healing, while the lease (ttl 5 s) would have kept it for
+/// seconds more.
+#[test]
+fn a_release_whose_answer_is_lost_is_sent_again() {
+    let etcd = EtcdCluster::start(1);
+    let target: std::net::SocketAddr = etcd
+        .endpoint(0)
+        .trim_start_matches("http://")
+        .parse()
+        .expect("endpoint");
+    let proxy = common::harness::faults::FaultProxy::start(target);
+    let through = format!("http://{}", proxy.addr());
+    let keys = || etcd.etcdctl(&["get", "--prefix", "--keys-only", "lost/"]);
+    backend_switchover::runtime().block_on(async {
+        let mut a = etcd_candidate_with_ttl(&through, "lost", "A", Duration::from_secs(5));
+        etcd_leads("A", &mut a).await;
+        assert!(!keys().trim().is_empty(), "A's key is in the queue");
+        proxy.set(Link::Blackhole);
+        let released = tokio::time::timeout(Duration::from_millis(200), a.release()).await;
+        assert!(
+            !matches!(released, Ok(Ok(()))),
+            "the release went through a held link"
+        );
+        proxy.reset();
+        proxy.set(Link::Pass);
+        let healed = std::time::Instant::now();
+        let gone = loop {
+            if keys().trim().is_empty() {
+                break Some(healed.elapsed());
+            }
+            if healed.elapsed() > Duration::from_secs(1) {
+                break None;
+            }
+            // Pause: between looks at the queue.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            gone.is_some(),
+            "A's key outlived its lost release: {}",
+            keys()
+        );
+    });
+}
+
 /// When the leader's own watch broke with its connection, a renew reads the key before
 /// it vouches for it (and watches it again from that read): with the key still there,
 /// renewed; deleted while the watch was down, lost.

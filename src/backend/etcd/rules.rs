@@ -108,6 +108,21 @@ pub(super) fn before_keep_alive(
     }
 }
 
+/// Whether an error of the store says the lease is gone (expired, or revoked).
+pub(super) fn lease_not_found(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("lease not found")
+}
+
+/// How soon a release's revoke goes again while the store does not answer.
+pub(super) const REVOKE_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// Until when a release's revoke goes again, from `now`: past it the lease (of
+/// `lease_secs`) has expired by itself, even one that a restart of the store gave its
+/// whole ttl again just before.
+pub(super) fn revoke_until(now: Instant, lease_secs: i64) -> Instant {
+    now + Duration::from_secs(u64::try_from(lease_secs).unwrap_or(0) * 2 + 1)
+}
+
 /// Whether a keep-alive answer keeps the lease (and our key) alive: a TTL above 0.
 pub(super) fn lease_alive(answered_ttl: Option<i64>) -> bool {
     answered_ttl.is_some_and(|t| t > 0)
@@ -137,6 +152,14 @@ pub(super) fn token_of(create_revision: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_release_is_sent_again_until_the_lease_would_have_expired_twice_over() {
+        let t0 = Instant::now();
+        assert_eq!(revoke_until(t0, 2), t0 + Duration::from_secs(5));
+        assert_eq!(revoke_until(t0, 1), t0 + Duration::from_secs(3));
+        assert_eq!(revoke_until(t0, -1), t0 + Duration::from_secs(1));
+    }
 
     #[test]
     fn a_prefix_ends_at_its_last_byte_plus_one() {
