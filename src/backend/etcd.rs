@@ -47,7 +47,12 @@
 //!   watches, how it hears of a new holder, the switchover's named key and the
 //!   reservation's ask) in `super::queue`, which ZooKeeper and SQL follow too, over the
 //!   keys one read found (create revision first); etcd's own (what ends our claim,
-//!   when a keep-alive may go out, the lease's seconds) in `rules`.
+//!   when a keep-alive may go out, the lease's seconds) in `rules`; the campaign's
+//!   state machine in `core`: one `Phase` (no lease, queued, following, next in line,
+//!   staggering, leading, each with what it watches), what a campaign sends beside
+//!   and after its read (the refresh before claiming a step of its own on both paths
+//!   to the front), and how each answer moves the phase. The backend does the I/O
+//!   and asks the core.
 //! - **Release** revokes the lease, which deletes the key and wakes the next candidate.
 //! - **Switchover** (`release_to(to)`): the leader finds the first key (lowest create
 //!   revision) whose value is `to` and, in one transaction that holds only while that
@@ -81,10 +86,12 @@ use tokio::time::{sleep_until, Instant};
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{Holder, Mode};
 
+mod core;
 pub mod entry;
 mod rules;
 mod settings;
-use super::queue::{self, Entry, HolderNews, Stand};
+use self::core::{Found, Heard, Next, OwnNews, Phase, Source, WaitFor, WatchNews, Watches};
+use super::queue::{self, Entry};
 use rules::{Before, InFlight};
 pub use settings::{Args, EtcdSettings};
 
@@ -116,22 +123,6 @@ struct Session {
     pending: Option<InFlight>,
 }
 
-/// What a follower watches between campaigns: the key just ahead of ours, and the
-/// news of a new holder (`queue::HolderNews`).
-struct Watching {
-    predecessor: WatchStream,
-    /// The leader's key, unless it is our predecessor (its delete: a stagger, then a
-    /// look).
-    leader: Option<WatchStream>,
-    /// The announcement, and the next in line's key: any event means look now.
-    announcement: Option<WatchStream>,
-    next: Option<WatchStream>,
-    /// The next in line only (our predecessor leads): the watch on our own key,
-    /// opened with the others, so the claim that follows the leader's release
-    /// needs none of its own (it is the leader's watch from then on).
-    own: Option<WatchStream>,
-}
-
 pub struct EtcdBackend {
     endpoints: Vec<String>,
     options: ConnectOptions,
@@ -159,13 +150,10 @@ pub struct EtcdBackend {
     ttl: Duration,
     ttl_secs: i64,
     keepalive_every: Duration,
+    /// Our lease and key; `None` exactly while the phase is [`Phase::Unqueued`].
     session: Option<Session>,
-    watching: Option<Watching>,
-    /// While leading: the watch on our own key (see the module doc).
-    own: Option<WatchStream>,
-    /// The leader's key went and it was not our predecessor: look once this passes
-    /// (or our turn comes; see `wait_for_change`).
-    stagger_until: Option<Instant>,
+    /// Where we stand in the queue, and what we watch (see `core`).
+    phase: Phase<WatchStream>,
 }
 
 impl EtcdBackend {
@@ -215,9 +203,7 @@ impl EtcdBackend {
             ttl_secs,
             keepalive_every: renew_interval,
             session: None,
-            watching: None,
-            stagger_until: None,
-            own: None,
+            phase: Phase::Unqueued,
         }
     }
 
@@ -238,8 +224,7 @@ impl EtcdBackend {
     /// lives on in the cluster; only this connection's streams are gone.
     fn next_endpoint(&mut self) {
         self.client = None;
-        self.watching = None;
-        self.own = None;
+        self.step(Phase::connection_lost);
         if let Some(s) = self.session.as_mut() {
             s.stream = None;
             if let Some(p) = s.pending.as_mut() {
@@ -303,6 +288,7 @@ impl EtcdBackend {
                 next_keepalive: Instant::now() + self.keepalive_every,
                 pending: None,
             });
+            self.step(Phase::queued);
         }
         self.session
             .as_mut()
@@ -384,8 +370,9 @@ impl EtcdBackend {
             s.next_keepalive = Instant::now() + every;
         } else {
             // The lease expired: our key went with it. Start over with a new one.
-            self.forget();
+            self.session = None;
         }
+        self.step(|p| p.kept_alive(alive));
         Ok(alive)
     }
 
@@ -440,23 +427,15 @@ impl EtcdBackend {
     /// switchover's named candidate (only when `may_requeue`): look again at once.
     async fn campaign_once(&mut self, may_requeue: bool) -> Result<Option<Campaign>, BackendError> {
         // Our own key's watch, when we were the next in line: we are likely first now.
-        let early_own = self.watching.take().and_then(|w| w.own);
+        let (phase, round) = std::mem::take(&mut self.phase).begin();
+        self.phase = phase;
         let mut client = self.client().await?;
-        let session = self.session().await?;
-        let (key, lease, placed) = (session.key.clone(), session.lease, session.revision);
-        if placed == 0 {
-            let revision = self.place_key(&mut client, &key, lease).await?;
-            if let Some(s) = self.session.as_mut() {
-                s.revision = revision;
-            }
-        }
-        let revision = self.session.as_ref().map_or(0, |s| s.revision);
-        let reader = self.mode == LockMode::Shared;
+        let (key, revision) = self.placed_key(&mut client).await?;
         let (at, mode) = (self.queue_keys(), self.mode);
         let read = read_queue(&mut client, (&at.0, &at.1, &at.2), (&key, revision, mode));
         // The next in line refreshes its lease with the read, not after it: sent after
         // the campaign began either way, which is all the claim's deadline assumes.
-        let (refreshed, queue) = match early_own.is_some() {
+        let (refreshed, queue) = match round.refresh_beside_read {
             true => {
                 let (alive, queue) = tokio::join!(self.keep_alive("campaign"), read);
                 (Some(alive?), queue?)
@@ -464,72 +443,127 @@ impl EtcdBackend {
             false => (None, read.await?),
         };
         self.observe(&queue);
-        if !queue.ours {
-            // Our lease expired (the store was unreachable for a ttl, say) and took our
-            // key with it: queueing behind others with a vanished key would wait forever.
-            self.forget();
-            return Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))));
-        }
-        if let (Some(reserved), true) = (&queue.reserved, may_requeue) {
-            if ahead_of_reserved(&mut client, reserved, &key, revision).await? {
-                self.requeue(&mut client, &key, revision).await?;
-                return Ok(None);
+        let lets_pass = match (&queue.reserved, may_requeue && queue.ours) {
+            (Some(reserved), true) => {
+                ahead_of_reserved(&mut client, reserved, &key, revision).await?
             }
-        }
-        let from = || Some(WatchOptions::new().with_start_revision(queue.at + 1));
+            _ => false,
+        };
         let entries = queue.entries(&self.prefix, (key.as_bytes(), revision));
-        match queue::stand(&entries, &key.as_bytes()) {
-            Stand::First => {
-                // We are first. Refresh the lease before claiming (see the module doc).
-                let alive = match refreshed {
-                    Some(alive) => alive,
-                    None => self.keep_alive("campaign").await?,
-                };
-                if !alive {
-                    return Ok(Some(Campaign::Held(None)));
-                }
-                // Every event on our key since the read that found us first (or
-                // since the earlier read that made us the next in line).
-                self.own = match early_own {
-                    Some(own) => Some(own),
-                    None => {
-                        let own = client.watch(key.as_bytes().to_vec(), from()).await;
-                        Some(own.map_err(etcd("campaign"))?)
-                    }
-                };
-                if !reader {
-                    self.announce(client.clone(), &key);
-                }
-                if let Some(r) = queue
-                    .reserved
-                    .as_ref()
-                    .filter(|r| r.value() == key.as_bytes())
-                {
-                    self.spend_reservation(client, r.mod_revision());
-                }
-                Ok(Some(Campaign::Acquired {
-                    token: rules::token_of(revision),
-                }))
+        let asked = (lets_pass, refreshed);
+        let next = match self.after_read(&queue, &entries, key.as_bytes(), asked) {
+            // We are first. Refresh the lease before claiming (see the module doc).
+            Next::RefreshThenClaim => {
+                let alive = self.keep_alive("campaign").await?;
+                self::core::after_refresh(alive)
             }
-            Stand::Gone => {
-                // Our own key is gone (lease expired between calls): start over.
+            next => next,
+        };
+        let leader = queue.leader.as_ref().map(holder_of);
+        match next {
+            Next::StartOver { show_leader } => {
+                // Our key is gone (lease expired between calls): start over.
                 self.forget();
-                Ok(Some(Campaign::Held(None)))
+                Ok(Some(Campaign::Held(leader.filter(|_| show_leader))))
             }
-            Stand::Behind { turn, head } => {
-                let (watch, leader) = (turn.name, head.map(|h| h.name));
-                let announced = queue.announced.as_ref().map(|a| a.value());
-                let announces = |e: &Entry<&[u8]>| rules::announces(e.name, &self.prefix);
-                let heard =
-                    queue::holder_news(&entries, &key.as_bytes(), announced.as_ref(), announces);
-                let mut news = self.news_for(heard, &queue, watch, leader);
-                // Next in line: our predecessor leads.
-                news.own = leader.is_none().then(|| key.clone().into_bytes());
-                let watching = follower_watches(&client, queue.at + 1, watch.to_vec(), news);
-                self.watching = Some(watching.await?);
-                Ok(Some(Campaign::Held(queue.leader.as_ref().map(holder_of))))
+            Next::Requeue => {
+                self.requeue(&mut client, &key, revision).await?;
+                Ok(None)
+            }
+            Next::RefreshThenClaim => Err(failed("campaign", "no refresh before the claim")),
+            Next::Claim => {
+                let from = queue.at + 1;
+                let claimed = self.claim(client, &key, (revision, from), round.own, &queue);
+                claimed.await.map(Some)
+            }
+            Next::Follow(follow) => {
+                let news = News {
+                    leader: follow.leader.map(<[u8]>::to_vec),
+                    announcement: (follow.announcement)
+                        .then(|| self.announcement.clone().into_bytes()),
+                    next: follow.next.map(<[u8]>::to_vec),
+                    own: follow.own.then(|| key.clone().into_bytes()),
+                };
+                let predecessor = follow.predecessor.to_vec();
+                let opened = follower_watches(&client, queue.at + 1, predecessor, news).await?;
+                self.step(|p| p.follow(opened.0, opened.1));
+                Ok(Some(Campaign::Held(leader)))
             }
         }
+    }
+
+    /// Our session's key and its create revision, placing the key when it is not yet.
+    async fn placed_key(&mut self, client: &mut Client) -> Result<(String, i64), BackendError> {
+        let session = self.session().await?;
+        let (key, lease, placed) = (session.key.clone(), session.lease, session.revision);
+        if placed == 0 {
+            let revision = self.place_key(client, &key, lease).await?;
+            if let Some(s) = self.session.as_mut() {
+                s.revision = revision;
+            }
+        }
+        let revision = self.session.as_ref().map_or(0, |s| s.revision);
+        Ok((key, revision))
+    }
+
+    /// What the core makes of one read of the queue (`entries`: its keys, ours among
+    /// them; `asked`: whether a reservation asks us to let its named key pass, and
+    /// the answer of the keep-alive sent beside the read, if any).
+    fn after_read<'q>(
+        &self,
+        queue: &'q Queue,
+        entries: &'q [Entry<&'q [u8]>],
+        ours: &'q [u8],
+        asked: (bool, Option<bool>),
+    ) -> Next<&'q [u8]> {
+        let announced = queue.announced.as_ref().map(|a| a.value());
+        let announces = |e: &Entry<&[u8]>| rules::announces(e.name, &self.prefix);
+        self::core::after_read(Found {
+            ours: queue.ours,
+            lets_pass: asked.0,
+            stand: queue::stand(entries, &ours),
+            news: queue::holder_news(entries, &ours, announced.as_ref(), announces),
+            next: queue.next.as_ref().map(|n| n.key()),
+            refreshed: asked.1,
+        })
+    }
+
+    /// The claim, once the core says so: the watch on our own key (the next in line's
+    /// `early`, or one from revision `at.1`, after the read that found us first), the
+    /// announcement and the spent reservation (`at.0`: our key's create revision).
+    async fn claim(
+        &mut self,
+        mut client: Client,
+        key: &str,
+        at: (i64, i64),
+        early: Option<WatchStream>,
+        queue: &Queue,
+    ) -> Result<Campaign, BackendError> {
+        let (revision, from) = at;
+        // Every event on our key since the read that found us first (or since the
+        // earlier read that made us the next in line).
+        let own = match early {
+            Some(own) => own,
+            None => {
+                let from = Some(WatchOptions::new().with_start_revision(from));
+                let own = client.watch(key.as_bytes().to_vec(), from).await;
+                own.map_err(etcd("campaign"))?
+            }
+        };
+        self.phase = Phase::claimed(own);
+        if self.mode != LockMode::Shared {
+            self.announce(client.clone(), key);
+        }
+        if let Some(r) = queue
+            .reserved
+            .as_ref()
+            .filter(|r| r.value() == key.as_bytes())
+        {
+            self.spend_reservation(client, r.mod_revision());
+        }
+        Ok(Campaign::Acquired {
+            token: rules::token_of(revision),
+        })
     }
 
     /// What a campaign reads beside the queue: the prefix, the reservation and the
@@ -537,39 +571,6 @@ impl EtcdBackend {
     fn queue_keys(&self) -> (String, String, String) {
         let at = (&self.prefix, &self.reservation, &self.announcement);
         (at.0.clone(), at.1.clone(), at.2.clone())
-    }
-
-    /// What a follower (watching `watch`) watches for news of a new holder (`leader`:
-    /// the leader's key, when it is not `watch`), as `news` says (see
-    /// `queue::holder_news`).
-    fn news_for(
-        &self,
-        news: HolderNews,
-        queue: &Queue,
-        watch: &[u8],
-        leader: Option<&[u8]>,
-    ) -> News {
-        let announcement = Some(self.announcement.clone().into_bytes());
-        match news {
-            // Behind the next in line, the announcement too: once it names the
-            // leader, we may leave the leader's key alone.
-            HolderNews::Head => News {
-                announcement: leader.and(announcement),
-                leader: leader.map(<[u8]>::to_vec),
-                next: None,
-                own: None,
-            },
-            HolderNews::Announcement => News {
-                leader: None,
-                announcement,
-                next: queue
-                    .next
-                    .as_ref()
-                    .map(|n| n.key().to_vec())
-                    .filter(|n| n.as_slice() != watch),
-                own: None,
-            },
-        }
     }
 
     /// Gives our place up to a switchover's named candidate queued behind us: our key
@@ -666,8 +667,12 @@ impl EtcdBackend {
 
     fn forget(&mut self) {
         self.session = None;
-        self.watching = None;
-        self.own = None;
+        self.phase = Phase::Unqueued;
+    }
+
+    /// Moves the phase on with `f` (a store's answer).
+    fn step(&mut self, f: impl FnOnce(Phase<WatchStream>) -> Phase<WatchStream>) {
+        self.phase = f(std::mem::take(&mut self.phase));
     }
 
     /// The switchover's reservation for the first live candidate named `to`, written
@@ -735,7 +740,7 @@ impl EtcdBackend {
             )
             .await
             .map_err(etcd("renew"))?;
-        self.own = Some(own);
+        self.step(|p| p.own_watched(own));
         Ok(true)
     }
 }
@@ -749,22 +754,46 @@ impl EtcdBackend {
     fn own_key_lost_already(&mut self) -> bool {
         use futures_util::FutureExt;
         let lease = self.session.as_ref().map_or(0, |s| s.lease);
-        while let Some(own) = self.own.as_mut() {
-            match own.message().now_or_never() {
-                None => return false,
-                Some(Ok(Some(resp))) if resp.canceled() || resp.compact_revision() > 0 => {
-                    self.own = None;
-                }
-                Some(Ok(Some(resp))) => {
-                    if own_key_taken(&resp, lease, &self.identity) {
-                        self.own = None;
-                        return true;
-                    }
-                }
-                Some(Ok(None) | Err(_)) => self.own = None,
+        while let Some(own) = self.phase.own_mut() {
+            let Some(message) = own.message().now_or_never() else {
+                return false;
+            };
+            if self.heard_on_own(&message, lease) {
+                return true;
             }
         }
         false
+    }
+
+    /// Moves the phase on with one answer on the leader's watch on its own key;
+    /// `true`: the claim is lost.
+    fn heard_on_own(&mut self, message: &WatchMessage, lease: i64) -> bool {
+        let news = match message {
+            Ok(Some(resp)) if resp.canceled() || resp.compact_revision() > 0 => OwnNews::Ended,
+            Ok(Some(resp)) => OwnNews::Events {
+                taken: own_key_taken(resp, lease, &self.identity),
+            },
+            // The watch broke with its connection: the next renew looks again.
+            Ok(None) | Err(_) => OwnNews::Ended,
+        };
+        let (phase, lost) = std::mem::take(&mut self.phase).on_own(news);
+        self.phase = phase;
+        lost
+    }
+}
+
+/// One answer on a watch.
+type WatchMessage = Result<Option<etcd_client::WatchResponse>, etcd_client::Error>;
+
+/// What one answer on a follower's watch says.
+fn watch_news(message: &WatchMessage) -> WatchNews {
+    match message {
+        Ok(Some(resp)) if resp.canceled() || resp.compact_revision() > 0 => WatchNews::Ended,
+        Ok(Some(resp)) => WatchNews::Events {
+            any: !resp.events().is_empty(),
+            delete: (resp.events().iter()).any(|e| e.event_type() == EventType::Delete),
+        },
+        Ok(None) | Err(_) => WatchNews::Ended,
     }
 }
 
@@ -812,23 +841,24 @@ async fn ahead_of_reserved(
 }
 
 /// The keys a follower watches for news of a new holder, besides its predecessor
-/// (see [`Watching`]).
+/// (see [`Watches`]).
 struct News {
     leader: Option<Vec<u8>>,
     announcement: Option<Vec<u8>>,
     next: Option<Vec<u8>>,
-    /// Our own key (the next in line only): see [`Watching::own`].
+    /// Our own key (the next in line only): see [`Phase::NextInLine`].
     own: Option<Vec<u8>>,
 }
 
 /// A follower's watches from revision `from` (the read that placed us): the key just
-/// ahead of ours (`watch`) and the news; opened together.
+/// ahead of ours (`watch`) and the news; opened together. The next in line's watch on
+/// its own key comes apart.
 async fn follower_watches(
     client: &Client,
     from: i64,
     watch: Vec<u8>,
     news: News,
-) -> Result<Watching, BackendError> {
+) -> Result<(Watches<WatchStream>, Option<WatchStream>), BackendError> {
     let open = |key: Option<Vec<u8>>| {
         let mut client = client.clone();
         async move {
@@ -849,13 +879,13 @@ async fn follower_watches(
         open(news.next),
         open(news.own)
     );
-    Ok(Watching {
+    let watches = Watches {
         predecessor: predecessor?.ok_or_else(|| failed("campaign", "no watch"))?,
         leader: leader?,
         announcement: announcement?,
         next: next?,
-        own: own?,
-    })
+    };
+    Ok((watches, own?))
 }
 
 /// The queue as one consistent read saw it.
@@ -1039,18 +1069,18 @@ impl EtcdBackend {
     /// The rest of a follower's stagger: until it passes or our predecessor's watch
     /// fires, then a look. Cancel-safe: dropped, the next wait resumes it.
     async fn finish_stagger(&mut self) -> Wake {
-        if let Some(until) = self.stagger_until {
-            match self.watching.as_mut() {
-                Some(w) => {
+        if let Some((until, predecessor)) = self.phase.staggering_mut() {
+            match predecessor {
+                Some(predecessor) => {
                     tokio::select! {
-                        _ = w.predecessor.message() => {}
+                        _ = predecessor.message() => {}
                         _ = sleep_until(until) => {}
                     }
                 }
                 None => sleep_until(until).await,
             }
         }
-        self.stagger_until = None;
+        self.step(Phase::stagger_over);
         Wake::Changed
     }
 }
@@ -1070,7 +1100,6 @@ impl Backend for EtcdBackend {
     }
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        self.stagger_until = None;
         self.begin();
         let mut result = self.campaign_once(true).await;
         if let Ok(None) = result {
@@ -1094,7 +1123,7 @@ impl Backend for EtcdBackend {
             if self.own_key_lost_already() {
                 return Ok(false);
             }
-            if self.own.is_none() {
+            if !self.phase.watches_own() {
                 return self.watch_own_key().await;
             }
             Ok(true)
@@ -1111,29 +1140,19 @@ impl Backend for EtcdBackend {
     async fn record_lost(&mut self) {
         loop {
             let lease = self.session.as_ref().map_or(0, |s| s.lease);
-            let Some(own) = self.own.as_mut() else {
+            let Some(own) = self.phase.own_mut() else {
                 // Not watching: the next renew reads the key and watches again.
                 return std::future::pending().await;
             };
-            match own.message().await {
-                Ok(Some(resp)) if resp.canceled() || resp.compact_revision() > 0 => {
-                    self.own = None;
-                }
-                Ok(Some(resp)) => {
-                    if own_key_taken(&resp, lease, &self.identity) {
-                        self.own = None;
-                        return;
-                    }
-                }
-                // The watch broke with its connection: the next renew looks again.
-                Ok(None) | Err(_) => self.own = None,
+            let message = own.message().await;
+            if self.heard_on_own(&message, lease) {
+                return;
             }
         }
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        self.watching = None;
-        self.own = None;
+        self.phase = Phase::Unqueued;
         let Some(session) = self.session.take() else {
             return Ok(());
         };
@@ -1169,8 +1188,7 @@ impl Backend for EtcdBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
-        self.watching = None;
-        self.own = None;
+        self.step(Phase::quiet);
         let Some((key, revision)) = self.session.as_ref().map(|s| (s.key.clone(), s.revision))
         else {
             tracing::warn!(to, "switchover: we hold no lease to hand over");
@@ -1183,18 +1201,17 @@ impl Backend for EtcdBackend {
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        if self.session.is_none() {
+        match self.phase.wait() {
             // We lost our place in the queue: take a new one at once.
-            return Wake::Changed;
-        }
-        if self.stagger_until.is_some() {
-            return self.finish_stagger().await;
+            WaitFor::Now => return Wake::Changed,
+            WaitFor::Stagger => return self.finish_stagger().await,
+            WaitFor::Watches | WaitFor::Poll => {}
         }
         let until = Instant::now() + max;
         let mut heard = false;
         loop {
             let keepalive_due = self.session.as_ref().map_or(until, |s| s.next_keepalive);
-            let Some(w) = self.watching.as_mut() else {
+            let Some(w) = self.phase.watches_mut() else {
                 // Nothing to watch (an error before): poll at the retry interval.
                 sleep_until(until.min(keepalive_due)).await;
                 if Instant::now() >= until {
@@ -1207,43 +1224,25 @@ impl Backend for EtcdBackend {
                     _ => return Wake::Changed,
                 }
             };
-            let (from_leader, news, event) = tokio::select! {
-                m = w.predecessor.message() => (false, false, Some(m)),
-                m = next_message(w.leader.as_mut()) => (true, false, Some(m)),
-                m = next_message(w.announcement.as_mut()) => (false, true, Some(m)),
-                m = next_message(w.next.as_mut()) => (false, true, Some(m)),
-                _ = sleep_until(until.min(keepalive_due)) => (false, false, None),
+            let event = tokio::select! {
+                m = w.predecessor.message() => Some((Source::Predecessor, m)),
+                m = next_message(w.leader.as_mut()) => Some((Source::Leader, m)),
+                m = next_message(w.announcement.as_mut()) => Some((Source::Announcement, m)),
+                m = next_message(w.next.as_mut()) => Some((Source::Next, m)),
+                _ = sleep_until(until.min(keepalive_due)) => None,
             };
             match event {
-                Some(Ok(Some(resp))) => {
-                    if resp.canceled() || resp.compact_revision() > 0 {
-                        // Compacted or cancelled: read again and watch anew.
-                        return Wake::Changed;
+                Some((from, message)) => {
+                    let news = watch_news(&message);
+                    let phase = std::mem::take(&mut self.phase);
+                    let (phase, said) = phase.on_watch(from, news, Instant::now(), super::stagger);
+                    self.phase = phase;
+                    match said {
+                        Heard::Look => return Wake::Changed,
+                        Heard::Stagger => return self.finish_stagger().await,
+                        Heard::Nothing => heard = true,
                     }
-                    if news && !resp.events().is_empty() {
-                        // A new leader announced itself (its claim is made), or the
-                        // next in line went: look now.
-                        return Wake::Changed;
-                    }
-                    if resp
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
-                    {
-                        if from_leader {
-                            // The leader went, and it was not our predecessor: let the
-                            // next in line go first, unless our own turn comes. Kept
-                            // in the struct: the Delete is consumed, so a wait dropped
-                            // during the stagger must resume it, not wait anew.
-                            self.stagger_until = Some(Instant::now() + super::stagger());
-                            return self.finish_stagger().await;
-                        }
-                        return Wake::Changed;
-                    }
-                    heard = true;
                 }
-                // The watch broke: read again.
-                Some(_) => return Wake::Changed,
                 None => {
                     if Instant::now() >= until && heard {
                         return Wake::Quiet;
