@@ -267,7 +267,7 @@ fn followers_send_no_periodic_requests_and_survive_compaction() {
 /// follower claimed within milliseconds.
 #[test]
 fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
-    use common::harness::tamper::{assert_recovered, tamper_with_leader};
+    use common::harness::tamper::{assert_recovered, tamper_with_leader, tamper_with_leader_at};
     let etcd = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::etcd(&etcd.endpoints())
@@ -284,19 +284,27 @@ fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     eprintln!("deleted: {deleted:?}");
     assert_recovered(&deleted, Duration::from_millis(100));
 
-    let overwritten = tamper_with_leader(&sidecars, Duration::from_millis(2500), |_| {
-        let first = etcd.etcdctl(&[
-            "get",
-            "--prefix",
-            "tamper/",
-            "--sort-by=CREATE",
-            "--order=ASCEND",
-            "--limit=1",
-            "--keys-only",
-        ]);
-        let key = first.trim();
-        assert!(key.starts_with("tamper/"), "no leader key: {first:?}");
-        etcd.etcdctl(&["put", key, "intruder"]);
+    // Through a client of the test's own: the bound counts from the write, not from
+    // the start of an etcdctl process.
+    let overwritten = tamper_with_leader_at(&sidecars, Duration::from_millis(2500), |_| {
+        backend_switchover::runtime().block_on(async {
+            let mut client = etcd_client::Client::connect([etcd.endpoint(0)], None)
+                .await
+                .expect("connect");
+            let first = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_sort(
+                    etcd_client::SortTarget::Create,
+                    etcd_client::SortOrder::Ascend,
+                )
+                .with_limit(1)
+                .with_keys_only();
+            let read = client.get("tamper/", Some(first)).await.expect("get");
+            let key = read.kvs().first().expect("no leader key").key().to_vec();
+            let at = Instant::now();
+            client.put(key, "intruder", None).await.expect("put");
+            at
+        })
     });
     eprintln!("overwritten: {overwritten:?}");
     // An overwritten key keeps its place at the head of the queue (its create

@@ -134,14 +134,27 @@ pub fn tamper_with_leader(
     window: Duration,
     tamper: impl FnOnce(usize),
 ) -> Outcome {
+    tamper_with_leader_at(sidecars, window, |li| {
+        let t0 = Instant::now();
+        tamper(li);
+        t0
+    })
+}
+
+/// [`tamper_with_leader`], counting from the moment `tamper` returns: the instant just
+/// before its write, after whatever it looked up first.
+pub fn tamper_with_leader_at(
+    sidecars: &[Sidecar],
+    window: Duration,
+    tamper: impl FnOnce(usize) -> Instant,
+) -> Outcome {
     let (li, old_token) =
         leader_of(sidecars, Duration::from_secs(15)).expect("a leader before the tampering");
     let old_port = sidecars[li].port;
     let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
     let observer = Observer::start(&ports);
     observer.wait_answered(&ports, Duration::from_secs(10));
-    let t0 = Instant::now();
-    tamper(li);
+    let t0 = tamper(li);
     // Observed: the window after the tampering.
     std::thread::sleep(window);
     let seen = observer.finish();
