@@ -772,6 +772,14 @@ fn the_lowest_key_leads_and_tokens_grow_for_fresh_candidates() {
     });
 }
 
+/// A fault proxy in front of the one member of `etcd`, and the endpoint through it.
+fn proxied(etcd: &EtcdCluster) -> (common::harness::faults::FaultProxy, String) {
+    let target = common::scenarios::stores::addresses(&etcd.endpoint(0))[0];
+    let proxy = common::harness::faults::FaultProxy::start(target);
+    let through = format!("http://{}", proxy.addr());
+    (proxy, through)
+}
+
 /// A release whose answer never comes (the elector stops waiting for it; the link held
 /// it, then dropped it) does not leave our key in the queue until the lease expires by
 /// itself: the revoke goes again once the store answers, and the key is gone within a
@@ -780,13 +788,7 @@ fn the_lowest_key_leads_and_tokens_grow_for_fresh_candidates() {
 #[test]
 fn a_release_whose_answer_is_lost_is_sent_again() {
     let etcd = EtcdCluster::start(1);
-    let target: std::net::SocketAddr = etcd
-        .endpoint(0)
-        .trim_start_matches("http://")
-        .parse()
-        .expect("endpoint");
-    let proxy = common::harness::faults::FaultProxy::start(target);
-    let through = format!("http://{}", proxy.addr());
+    let (proxy, through) = proxied(&etcd);
     let keys = || etcd.etcdctl(&["get", "--prefix", "--keys-only", "lost/"]);
     backend_switchover::runtime().block_on(async {
         let mut a = etcd_candidate_with_ttl(&through, "lost", "A", Duration::from_secs(5));
@@ -825,13 +827,7 @@ fn a_release_whose_answer_is_lost_is_sent_again() {
 #[test]
 fn a_renew_after_the_own_watch_broke_reads_the_key_first() {
     let etcd = EtcdCluster::start(1);
-    let target: std::net::SocketAddr = etcd
-        .endpoint(0)
-        .trim_start_matches("http://")
-        .parse()
-        .expect("endpoint");
-    let proxy = common::harness::faults::FaultProxy::start(target);
-    let through = format!("http://{}", proxy.addr());
+    let (proxy, through) = proxied(&etcd);
     backend_switchover::runtime().block_on(async {
         let mut a = etcd_candidate(&through, "broke", "A");
         etcd_leads("A", &mut a).await;

@@ -408,42 +408,13 @@ pub(super) enum FollowEvent {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rules::tests::{lease, record};
     use super::*;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
     const TTL: Duration = Duration::from_secs(15);
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
-    }
-
-    fn record(holder: &str, acquire: bool, transitions: i32) -> Record {
-        let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).expect("time");
-        Record {
-            holder: holder.to_owned(),
-            duration_secs: 15,
-            acquire: acquire.then_some(MicroTime(t)),
-            renew: Some(MicroTime(t)),
-            transitions,
-        }
-    }
-
-    fn lease(r: &Record, version: &str) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                resource_version: Some(version.to_owned()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(r.holder.clone()),
-                lease_duration_seconds: Some(r.duration_secs),
-                acquire_time: r.acquire.clone(),
-                renew_time: r.renew.clone(),
-                lease_transitions: Some(r.transitions),
-                ..LeaseSpec::default()
-            }),
-        }
     }
 
     fn us(written: &VecDeque<Record>) -> Us<'_> {

@@ -191,11 +191,17 @@ pub(super) fn token_over(transitions: i32, revision: Option<i32>) -> Option<i32>
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn record(holder: &str, acquire: bool, transitions: i32) -> Record {
+    /// A record of `holder` (renewed, and acquired when `acquire`) for 15 s; the core's
+    /// tests use it too.
+    pub(in crate::backend::kubernetes) fn record(
+        holder: &str,
+        acquire: bool,
+        transitions: i32,
+    ) -> Record {
         let t = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).expect("time");
         Record {
             holder: holder.to_owned(),
@@ -206,7 +212,8 @@ mod tests {
         }
     }
 
-    fn lease(r: &Record, version: &str) -> Lease {
+    /// The Lease that carries `r`, at `version`.
+    pub(in crate::backend::kubernetes) fn lease(r: &Record, version: &str) -> Lease {
         Lease {
             metadata: ObjectMeta {
                 resource_version: Some(version.to_owned()),
