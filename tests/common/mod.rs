@@ -372,6 +372,35 @@ impl Sidecar {
     ) -> Sidecar {
         let stderr_path = dir.join(format!("{name}-{port}.stderr"));
         let stderr = File::create(&stderr_path).expect("stderr file");
+        Sidecar::launch(
+            name,
+            dir,
+            args,
+            env,
+            cmd,
+            port,
+            (stderr_path, stderr.into()),
+        )
+    }
+
+    /// [`Sidecar::spawn`] with its stderr going to `stderr` (a pipe, say) instead of a
+    /// file: [`Sidecar::stderr`] reads nothing then.
+    pub fn spawn_with_stderr(name: &str, dir: &Path, args: &[String], stderr: Stdio) -> Sidecar {
+        let unread = dir.join(format!("{name}.stderr-elsewhere"));
+        Sidecar::launch(name, dir, args, &[], None, free_port(), (unread, stderr))
+    }
+
+    /// Starts the sidecar on `port`; `stderr`: where its log goes, and the file
+    /// [`Sidecar::stderr`] reads.
+    fn launch(
+        name: &str,
+        dir: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        cmd: Option<&[String]>,
+        port: u16,
+        (stderr_path, stderr): (PathBuf, Stdio),
+    ) -> Sidecar {
         let stdout = match cmd {
             Some(_) => {
                 Stdio::from(File::create(dir.join(format!("{name}.stdout"))).expect("stdout file"))

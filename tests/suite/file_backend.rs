@@ -376,52 +376,24 @@ fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     (read, write)
 }
 
-/// A child process killed (and reaped) when the test ends, however it ends.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A sidecar whose stderr nobody reads (a log pipe whose reader stalls, as a stuck
 /// container runtime's log copier) still leads, answers and hands over: a log line
 /// that cannot be written is dropped, never waited for.
 #[test]
 fn a_stalled_log_pipe_never_stalls_the_sidecar() {
     let dir = tempfile::tempdir().expect("dir");
-    let (_unread, stalled) = full_pipe();
-    let port = common::free_port();
-    let child = std::process::Command::new(common::leasekeeper_bin())
-        .args(SidecarArgs::file(dir.path()).ttl("1s").build())
-        .args([
-            "--identity",
-            "stalled",
-            "--http-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(stalled))
-        .spawn()
-        .expect("spawn leasekeeper");
-    let mut child = KilledOnDrop(child);
+    let (_unread, pipe) = full_pipe();
+    let args = SidecarArgs::file(dir.path()).ttl("1s").build();
+    let mut stalled = Sidecar::spawn_with_stderr("stalled", dir.path(), &args, pipe.into());
     let led = common::eventually(Duration::from_secs(10), || {
-        http::get(port, "/is-leader").filter(|(code, _)| *code == 200)
+        http::get(stalled.port, "/is-leader").filter(|(code, _)| *code == 200)
     });
     assert!(led.is_some(), "a sidecar whose log pipe is full never led");
-    let next = Sidecar::spawn(
-        "next",
-        dir.path(),
-        &SidecarArgs::file(dir.path()).ttl("1s").build(),
-    );
+    let next = Sidecar::spawn("next", dir.path(), &args);
     next.settles_in("follower", Duration::from_secs(10));
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    stalled.signal(libc::SIGTERM);
     next.settles_in("leader", Duration::from_secs(5));
-    let exited = common::eventually(Duration::from_secs(5), || child.0.try_wait().ok().flatten());
+    let exited = stalled.wait_exit(Duration::from_secs(5));
     assert!(
         exited.is_some_and(|s| s.success()),
         "the stalled sidecar's exit: {exited:?}"
