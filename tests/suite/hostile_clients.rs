@@ -6,7 +6,9 @@
 //!
 //! The checks are counts and ceilings (probes answered within a generous 1 s, RSS
 //! peaks), not latencies. A probe of the leader goes with the same probe of a follower
-//! the crowd leaves alone: a miss of both is the machine's (a build beside the suite). The RSS bounds for the release build (48 MiB peak, back
+//! the crowd leaves alone: a miss of both is the machine's (a build beside the suite).
+//! The crowd runs below the sidecars' priority (`crowd_runtime`), as it runs on other
+//! machines in a cluster, and the probes start once it has gathered. The RSS bounds for the release build (48 MiB peak, back
 //! under 16 MiB) are measured by `make bench` (`LK_BENCH_ONLY=abuse`); here they are
 //! taken from this (debug) build's own idle size: at most 38 MiB more at the peak,
 //! back within 6 MiB of idle.
@@ -66,22 +68,18 @@ fn judge(r: &AbuseReport) {
 /// The default container limit, which the sidecar cannot raise.
 #[test]
 fn the_status_port_survives_abuse_at_the_default_open_files_limit() {
-    judge(&under_abuse(
-        (1024, 1024),
-        Duration::from_secs(12),
-        |idle| idle + 6 * 1024,
-    ));
+    judge(&under_abuse((1024, 1024), Duration::from_secs(9), |idle| {
+        idle + 6 * 1024
+    }));
 }
 
 /// A soft limit of 1024 under a high hard limit, which the sidecar raises at start.
 #[test]
 fn the_status_port_survives_abuse_with_a_raisable_open_files_limit() {
     let hard = raise_own_limit();
-    judge(&under_abuse(
-        (1024, hard),
-        Duration::from_secs(12),
-        |idle| idle + 6 * 1024,
-    ));
+    judge(&under_abuse((1024, hard), Duration::from_secs(9), |idle| {
+        idle + 6 * 1024
+    }));
 }
 
 /// Fresh probes while a burst is being opened (the status port during a burst): 3,000 slow connections opened at once, an unread
