@@ -85,6 +85,7 @@ use settings::KubeSettings;
 
 pub mod candidate;
 mod core;
+pub mod driven;
 pub mod entry;
 mod rules;
 pub mod settings;
@@ -312,6 +313,7 @@ impl KubeBackend {
             written: &self.written,
             strategy_mixed: self.settings.strategy_mixed,
             ttl: self.ttl,
+            flaws: self::core::Flaws::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
 use leasekeeper::backend::slots::Picker;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
@@ -18,8 +19,10 @@ pub enum Family {
     Ttl,
     /// A session-bound record with a server-side session timeout (ZooKeeper, etcd).
     Session,
-    /// A Kubernetes Lease: candidates judge expiry by their own clocks.
-    Lease,
+    /// A Kubernetes Lease: candidates judge expiry by their own clocks, deciding
+    /// through the Kubernetes store's own core (`driven::Campaigner`) with these
+    /// known-wrong rules on (none: the product's).
+    Lease(driven::Flaws),
     /// A majority of N independent TTL stores (Redlock).
     Redlock(usize),
     /// The session family's read-write lock (`--mode`): node `i` is a reader when
@@ -67,7 +70,9 @@ impl Family {
     pub const ALL: [Family; 7] = [
         Family::Ttl,
         Family::Session,
-        Family::Lease,
+        Family::Lease(driven::Flaws {
+            takes_unexpired: false,
+        }),
         Family::Redlock(3),
         Family::Rw(RwRule::Right),
         Family::Slots(SlotRule::Right, SlotStore::Ttl),
@@ -78,7 +83,8 @@ impl Family {
         match self {
             Family::Ttl => "ttl".into(),
             Family::Session => "session".into(),
-            Family::Lease => "lease".into(),
+            Family::Lease(f) if f == driven::Flaws::default() => "lease".into(),
+            Family::Lease(f) => format!("lease-{f:?}"),
             Family::Redlock(n) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
@@ -93,7 +99,10 @@ impl Family {
         match s {
             "ttl" => Some(Family::Ttl),
             "session" => Some(Family::Session),
-            "lease" => Some(Family::Lease),
+            "lease" => Some(Family::Lease(driven::Flaws::default())),
+            "lease-TakesUnexpired" => Some(Family::Lease(driven::Flaws {
+                takes_unexpired: true,
+            })),
             "redlock" | "redlock3" => Some(Family::Redlock(3)),
             "redlock5" => Some(Family::Redlock(5)),
             "rw" => Some(Family::Rw(RwRule::Right)),
@@ -157,14 +166,6 @@ struct Run {
     round: Vec<usize>,
 }
 
-/// A Lease candidate's memory: the object as last seen, and since when (own clock).
-#[derive(Clone, Copy, Debug, Default)]
-struct Observed {
-    rv: u64,
-    rec: LeaseRec,
-    at: Time,
-}
-
 /// One node's backend.
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -180,8 +181,12 @@ pub struct Client {
     /// Lease: the version of our last write, the transitions of our tenure.
     last_rv: u64,
     transitions: u64,
-    observed: Option<Observed>,
     highest_rv: u64,
+    /// Lease: the Kubernetes store's core, and the write of ours in flight.
+    campaigner: Option<Campaigner>,
+    writing: LeaseRec,
+    /// Lease: this node's local time 0 as the core's instant.
+    origin: tokio::time::Instant,
     run: Option<Run>,
     /// Redlock: the last campaign was a split vote; try again soon.
     pub split: bool,
@@ -215,8 +220,15 @@ impl Client {
             floor: 0,
             last_rv: 0,
             transitions: 0,
-            observed: None,
             highest_rv: 0,
+            campaigner: match fam {
+                Family::Lease(flaws) => {
+                    Some(Campaigner::new(&(key_base + 1).to_string(), ttl, flaws))
+                }
+                _ => None,
+            },
+            writing: LeaseRec::default(),
+            origin: tokio::time::Instant::now(),
             run: None,
             split: false,
             ops: Vec::new(),
@@ -239,7 +251,7 @@ impl Client {
     }
 
     fn new_key(&mut self) {
-        if self.fam != Family::Lease {
+        if !matches!(self.fam, Family::Lease(_)) {
             self.keys += 1;
             self.key = self.key_base + self.keys;
         }
@@ -279,8 +291,8 @@ impl Client {
         }
         let key = self.key;
         let mut out = match (self.fam, op) {
-            (Family::Lease, Op::Campaign | Op::Release) => vec![Out::Send(0, Req::Get)],
-            (Family::Lease, Op::Renew) => vec![Out::Send(
+            (Family::Lease(_), Op::Campaign | Op::Release) => vec![Out::Send(0, Req::Get)],
+            (Family::Lease(_), Op::Renew) => vec![Out::Send(
                 0,
                 self.lease_write(self.last_rv, now, self.transitions),
             )],
@@ -293,7 +305,7 @@ impl Client {
             (_, Op::Renew) => self.all(Req::Renew { key }),
             (_, Op::Release) => self.all(Req::Release { key }),
         };
-        if op == Op::Release && !matches!(self.fam, Family::Lease) {
+        if op == Op::Release && !matches!(self.fam, Family::Lease(_)) {
             // The next tenure has a fresh nonce (a fresh session).
             self.new_key();
         }
@@ -303,16 +315,33 @@ impl Client {
         out
     }
 
-    fn lease_write(&self, rv: u64, now: Time, transitions: u64) -> Req {
-        Req::Update {
-            expect_rv: rv,
-            rec: LeaseRec {
-                holder: self.key,
-                renew_time: now,
-                duration: self.ttl,
-                transitions,
-            },
-        }
+    /// Lease: our record over version `rv`, noted by the core before it is sent.
+    fn lease_write(&mut self, rv: u64, now: Time, transitions: u64) -> Req {
+        let rec = LeaseRec {
+            holder: self.key,
+            renew_time: now,
+            duration: self.ttl,
+            transitions,
+        };
+        self.lease_send(rv, rec)
+    }
+
+    fn lease_send(&mut self, rv: u64, rec: LeaseRec) -> Req {
+        self.writing = rec;
+        let view = lease_view(rec, rv);
+        self.core().writing(&view);
+        Req::Update { expect_rv: rv, rec }
+    }
+
+    fn core(&mut self) -> &mut Campaigner {
+        self.campaigner
+            .as_mut()
+            .expect("the Lease family has a core")
+    }
+
+    /// A local time as the core's instant.
+    fn at(&self, now: Time) -> tokio::time::Instant {
+        self.origin + now
     }
 
     /// The machine gave up on the call (its budget passed).
@@ -334,7 +363,7 @@ impl Client {
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
             }
-            Family::Lease => self.lease_reply(resp, now),
+            Family::Lease(_) => self.lease_reply(resp, now),
             Family::Redlock(_) => self.redlock_reply(store, resp),
             Family::Slots(rule, _) => self.slots_reply(store, resp, rule),
         }
@@ -349,7 +378,7 @@ impl Client {
             (Family::Ttl | Family::Session | Family::Rw(_), Resp::Renewed(_)) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
-            (Family::Lease, Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
+            (Family::Lease(_), Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
                 let result = Ok(if r.is_ok() {
                     Renewal::Renewed
                 } else {
@@ -411,22 +440,15 @@ impl Client {
         vec![Out::Answer(answer)]
     }
 
-    fn observe(&mut self, rec: LeaseRec, rv: u64, now: Time) {
-        self.highest_rv = self.highest_rv.max(rv);
-        if self.observed.is_none_or(|o| o.rv != rv) {
-            self.observed = Some(Observed { rv, rec, at: now });
-        }
-    }
-
     fn lease_reply(&mut self, resp: Resp, now: Time) -> Vec<Out> {
         let ttl = self.ttl;
         let (op, phase) = self.run.as_ref().map(|r| (r.op, r.phase)).expect("a call");
         match (op, phase, resp) {
             (Op::Campaign, 0, Resp::Lease(rec, rv)) => {
-                self.observe(rec, rv, now);
-                let free = rec.holder == 0 || rec.holder == self.key;
-                let seen_since = self.observed.map_or(now, |o| o.at);
-                if !free && now < seen_since + rec.duration {
+                self.highest_rv = self.highest_rv.max(rv);
+                let at = self.at(now);
+                let decision = self.core().campaign(&lease_view(rec, rv), at);
+                let Decision::Take { token } = decision else {
                     let held = Campaign::Held(Some(Holder {
                         identity: "other".into(),
                         token: Some(rec.transitions),
@@ -436,12 +458,8 @@ impl Client {
                         ttl,
                         lease: 0,
                     });
-                }
-                let transitions = if rec.holder == self.key {
-                    rec.transitions
-                } else {
-                    rec.transitions + 1
                 };
+                let transitions = u64::try_from(token).unwrap_or(0);
                 let run = self.run.as_mut().expect("a call");
                 run.phase = 1;
                 run.token = transitions;
@@ -449,6 +467,9 @@ impl Client {
             }
             (Op::Campaign, _, Resp::Updated(Ok(rv))) => {
                 let token = self.run.as_ref().map_or(0, |r| r.token);
+                let at = self.at(now);
+                let written = lease_view(self.writing, rv);
+                self.core().took(&written, at);
                 self.last_rv = rv;
                 self.transitions = token;
                 self.highest_rv = self.highest_rv.max(rv);
@@ -459,12 +480,18 @@ impl Client {
                     lease: 0,
                 })
             }
-            (Op::Campaign, _, _) => self.finish(Answer::Campaign {
-                result: Ok(Campaign::Held(None)),
-                ttl,
-                lease: 0,
-            }),
+            (Op::Campaign, _, _) => {
+                // Another wrote since we read.
+                self.core().outrun();
+                self.finish(Answer::Campaign {
+                    result: Ok(Campaign::Held(None)),
+                    ttl,
+                    lease: 0,
+                })
+            }
             (Op::Renew, _, Resp::Updated(Ok(rv))) => {
+                let written = lease_view(self.writing, rv);
+                self.core().renewed(&written);
                 self.last_rv = rv;
                 self.highest_rv = self.highest_rv.max(rv);
                 self.finish(Answer::Renew {
@@ -477,19 +504,22 @@ impl Client {
                 self.run.as_mut().expect("a call").phase = 1;
                 vec![Out::Send(0, self.lease_write(rv, now, self.transitions))]
             }
-            (Op::Renew, _, _) => self.finish(Answer::Renew {
-                result: Ok(Renewal::Lost),
-                ttl,
-            }),
+            (Op::Renew, _, _) => {
+                self.core().ended();
+                self.finish(Answer::Renew {
+                    result: Ok(Renewal::Lost),
+                    ttl,
+                })
+            }
             (Op::Release, 0, Resp::Lease(rec, rv)) if rec.holder == self.key => {
                 self.run.as_mut().expect("a call").phase = 1;
-                let give_back = Req::Update {
-                    expect_rv: rv,
-                    rec: LeaseRec { holder: 0, ..rec },
-                };
+                let give_back = self.lease_send(rv, LeaseRec { holder: 0, ..rec });
                 vec![Out::Send(0, give_back)]
             }
-            (Op::Release, _, _) => self.finish(Answer::Release),
+            (Op::Release, _, _) => {
+                self.core().ended();
+                self.finish(Answer::Release)
+            }
         }
     }
 
@@ -682,25 +712,27 @@ impl Client {
                     // An older event than one already seen (watches are ordered).
                     return Heard::default();
                 }
-                let before = self.observed.map(|o| o.rec.holder);
-                self.observe(rec, rv, now);
+                self.highest_rv = rv;
+                let at = self.at(now);
+                let leads = self.core().leads();
+                let news = self.core().heard(&lease_view(rec, rv), at);
+                let ours = rec.holder == self.key;
                 Heard {
-                    changed: rec.holder != self.key
-                        && (rec.holder == 0 || before != Some(rec.holder)),
-                    own_lost: rec.holder != self.key,
+                    changed: !ours && (news || leads),
+                    own_lost: !ours,
                 }
             }
         }
     }
 
-    /// Lease: when the holder last observed expires by our own clock.
-    pub fn observed_expiry(&self) -> Option<Time> {
-        match (self.fam, self.observed) {
-            (Family::Lease, Some(o)) if o.rec.holder != 0 && o.rec.holder != self.key => {
-                Some(o.at + o.rec.duration)
-            }
-            _ => None,
-        }
+    /// Lease: until when a follower waits at `now` (`max` at most) before it
+    /// campaigns again, as the core decides (a rival's record once it has stood still
+    /// for its duration, at once when the Lease is free).
+    pub fn lease_wait(&mut self, now: Time, max: Duration) -> Option<Time> {
+        let at = self.at(now);
+        let origin = self.origin;
+        let until = self.campaigner.as_mut()?.wait(at, max);
+        Some(until.saturating_duration_since(origin))
     }
 
     // ---- slots ---------------------------------------------------------------------
@@ -801,5 +833,21 @@ impl Client {
                 lease: 0,
             }),
         }
+    }
+}
+
+/// A Lease of the model as the Kubernetes core sees it (holder 0: none; every holder's
+/// write carries an `acquireTime`).
+fn lease_view(rec: LeaseRec, rv: u64) -> LeaseView {
+    LeaseView {
+        holder: match rec.holder {
+            0 => String::new(),
+            h => h.to_string(),
+        },
+        acquired: rec.holder != 0,
+        renewed: rec.renew_time,
+        duration_secs: i32::try_from(rec.duration.as_secs()).unwrap_or(i32::MAX),
+        transitions: i32::try_from(rec.transitions).unwrap_or(i32::MAX),
+        version: rv,
     }
 }

@@ -274,7 +274,7 @@ impl World {
                     rule,
                     ..SessionStore::default()
                 }),
-                Family::Lease => Kind::Lease(LeaseStore::default()),
+                Family::Lease(_) => Kind::Lease(LeaseStore::default()),
                 Family::Redlock(_) => Kind::Redlock(RlNode::new(local)),
             };
             let snapshot = match &kind {
@@ -580,8 +580,8 @@ impl World {
                     // A split vote: the backend tries again after a short random delay.
                     wake = local + Duration::from_millis(self.rng.random_range(2..25));
                 }
-                if let Some(expiry) = self.nodes[i].client.observed_expiry() {
-                    wake = wake.min(expiry.max(local));
+                if let Some(until) = self.nodes[i].client.lease_wait(local, max) {
+                    wake = wake.min(until.max(local));
                 }
                 self.at(clock.real(wake), Ev::Wake { node: i, inc, gen });
             }

@@ -318,6 +318,30 @@ fn wrong_read_write_rules_are_caught() {
     }
 }
 
+/// The Lease family decides through the Kubernetes store's own core
+/// (`leasekeeper::backend::kubernetes::driven`); its known-wrong rule, a rival's Lease
+/// taken as soon as it is seen instead of once it stood still for its duration, is
+/// caught by the default sweep on that family alone, as an overlap.
+#[test]
+fn a_lease_taken_before_it_expired_is_caught() {
+    use leasekeeper::backend::kubernetes::driven;
+    let flaws = driven::Flaws {
+        takes_unexpired: true,
+    };
+    let s = Sweep::run(
+        0..DEFAULT_SEEDS,
+        &[Family::Lease(flaws)],
+        Flaws::default(),
+        2,
+    );
+    let first = s
+        .failures
+        .iter()
+        .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
+    let first = first.unwrap_or_else(|| panic!("{flaws:?} not caught: {}", s.counts()));
+    println!("{flaws:?}: {}; first: {}", s.counts(), sim::explain(first));
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter

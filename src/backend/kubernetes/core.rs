@@ -67,6 +67,15 @@ impl Observed {
     }
 }
 
+/// Known-wrong rules, each a switch the simulator turns on to show that it catches the
+/// rule broken (`tests/suite/elector_sim.rs`); every one is off in the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flaws {
+    /// A rival's record may be taken over as soon as it is seen, without waiting out
+    /// its `leaseDurationSeconds`.
+    pub takes_unexpired: bool,
+}
+
 /// The candidate that campaigns: its identity, the records it wrote, and how it
 /// treats coordinated Leases.
 #[derive(Clone, Copy, Debug)]
@@ -75,9 +84,19 @@ pub(super) struct Us<'a> {
     pub(super) written: &'a VecDeque<Record>,
     pub(super) strategy_mixed: bool,
     pub(super) ttl: Duration,
+    pub(super) flaws: Flaws,
 }
 
 impl Us<'_> {
+    /// When a rival's record `o` may be taken over, by our own clock
+    /// ([`Observed::expires_at`]).
+    fn expires_at(&self, o: &Observed) -> Instant {
+        if self.flaws.takes_unexpired {
+            return o.changed_at;
+        }
+        o.expires_at()
+    }
+
     /// What this candidate makes of `record` ([`rules::seen`]).
     pub(super) fn seen(&self, record: &Record) -> Seen {
         rules::seen(record, self.identity, self.written)
@@ -292,7 +311,7 @@ impl Phase {
                 None => Next::Create { above: -1 },
                 Some(o) => {
                     let seen = us.seen(&o.record);
-                    if rules::live_before_deletion(seen, now, o.expires_at()) {
+                    if rules::live_before_deletion(seen, now, us.expires_at(o)) {
                         Next::Follow(rules::holder_of(&o.record, us.written))
                     } else {
                         Next::Create {
@@ -307,7 +326,7 @@ impl Phase {
         let Some(o) = phase.observed() else {
             return (phase, Next::Follow(None));
         };
-        let free = rules::may_take(us.seen(&o.record), now, o.expires_at());
+        let free = rules::may_take(us.seen(&o.record), now, us.expires_at(o));
         let left = us.left_to_others_until(o).is_some_and(|until| now < until);
         let next = if free && !left {
             Next::Take {
@@ -382,7 +401,7 @@ impl Phase {
         } else if seen != Seen::Ours {
             // A rival's record may be taken over once it has stood still for its
             // duration, and a Lease left to another once that time is over.
-            expires = o.expires_at().max(left.unwrap_or(now));
+            expires = us.expires_at(o).max(left.unwrap_or(now));
             until = until.min(expires);
         }
         if until <= now {
@@ -423,6 +442,7 @@ mod tests {
             written,
             strategy_mixed: false,
             ttl: TTL,
+            flaws: Flaws::default(),
         }
     }
 
