@@ -90,41 +90,41 @@
 //!   when it leads (best effort; one naming a gone node may stay, void, until the
 //!   next switchover rewrites it). Curator candidates in the same election do not
 //!   read it: the first of them in the queue leads as after a plain release.
+//!
+//! The campaign's state is one explicit phase (`core::Phase`: unqueued, queued, next
+//! in line, first after the head's delete, following, staggering, leading), and its
+//! decisions (what to do after the listing, whom to watch, when to claim, what a
+//! watch event means, how a wait goes on) are `core`'s plain functions of `now` and
+//! the store's answers. This file does the I/O around them, with the requests in
+//! `requests`, the watches in `watches`, the session in `session` and its relay in
+//! `transport`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-use zookeeper_client::{
-    Acls, Client, CreateMode, EventType, SessionState, StateWatcher, TlsOptions, WatchedEvent,
-};
+use zookeeper_client::{Client, CreateMode, SessionState, StateWatcher};
 
-use super::queue::{self, Entry as Queued, HolderNews, Stand};
+use super::queue;
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
-use crate::settings::fmt_d;
 use crate::status::{Holder, Mode};
 
+mod core;
 pub mod entry;
+mod requests;
 mod rules;
+mod session;
 mod settings;
 mod transport;
+mod watches;
+use self::core::{Claimed, Follow, Heard, Listed, Next, Phase, Renew, Round, WaitFor, Woke};
+use requests::{Paths, Reservation};
 pub use settings::{Args, ZkSettings, ZkTls};
 use transport::Relay;
-
-fn zk(op: &'static str) -> impl FnOnce(zookeeper_client::Error) -> BackendError {
-    move |e| BackendError::Store {
-        op,
-        message: e.to_string(),
-    }
-}
+use watches::ZkPhase;
 
 pub struct ZkBackend {
     settings: ZkSettings,
-    dir: String,
-    /// `<dir>.switchover`: the switchover's reservation (see the module doc).
-    reservation: String,
-    /// `<dir>.leader`: the announcement a new leader writes (see the module doc).
-    announcement: String,
+    /// The election's node, the reservation's and the announcement's.
+    paths: Paths,
     identity: String,
     requested: Duration,
     /// The negotiated session timeout.
@@ -142,83 +142,33 @@ pub struct ZkBackend {
     observed: Option<(Holder, Mode)>,
     /// How the head of the queue holds, by its name, as last listed.
     head_mode: Option<Mode>,
-    /// Our node's name (not the path), once created.
+    /// Our node's name (not the path), once created; `None` exactly while the phase
+    /// is [`Phase::Unqueued`].
     node: Option<String>,
-    /// While following: the watch on our predecessor in the queue (our turn may come
-    /// when it goes) and, unless the predecessor is the head, on the head of the queue
-    /// (the holder; a follower's `/leader` names it). Kept across the elector's waits.
-    watching: Option<OwnWatch>,
-    holder_watch: Option<News>,
-    /// Both watches are set: nothing about the holder or our turn can change unseen.
-    watched: bool,
-    /// Our predecessor is the head of the queue (one watch serves both).
-    head_is_predecessor: bool,
-    /// The head, our only predecessor, was deleted: we are first in the queue now,
-    /// since sequence numbers only grow (see `campaign`).
-    next_in_line: bool,
     /// The session's state changes: expiry, disconnect and reconnect all mean "look again".
     session_events: Option<StateWatcher>,
-    /// While leading: the watch on our own node, kept across the elector's polls.
-    own_watch: Option<OwnWatch>,
-    /// After a claim: its `multi` check, still on its way (see `sync_prove_and_watch`).
-    confirming: Option<Confirmation>,
-    /// The head changed and we are not next in line: look once this passes (or our
-    /// turn comes). Kept in the struct so that a wait dropped meanwhile resumes it.
-    stagger_until: Option<tokio::time::Instant>,
+    /// Where we stand, and what we watch (kept across the elector's waits and polls).
+    phase: ZkPhase,
 }
 
-/// A pending watch on our own node (pinned, so polling it again loses nothing).
-type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
-
-/// A follower's pending news of a new holder (see `queue::holder_news`): `true` when
-/// it says to look at once (an announcement: the claim is made), `false` when the
-/// head changed (the successor may not have claimed yet).
-type News = Pin<Box<dyn Future<Output = bool> + Send>>;
-
-/// A claim's `multi` check on its way: `true` once the ensemble's leader ran it.
-type Confirmation = Pin<Box<dyn Future<Output = bool> + Send>>;
-
-/// Our node is created once and never written: its version stays 0.
-const OWN_VERSION: i32 = 0;
-
 impl ZkBackend {
-    /// Nodes we create: open to anyone, or, with digest auth, only to that identity
-    /// (so a client without the credentials can neither join nor delete our nodes).
-    fn acls(&self) -> Acls<'static> {
-        if self.settings.digest.is_some() {
-            Acls::creator_all()
-        } else {
-            Acls::anyone_all()
-        }
-    }
-
     pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
-        let (election, identity, ttl) = (lease.election, lease.identity, lease.timing.ttl);
-        let dir = format!("{}/{election}", settings.root.trim_end_matches('/'));
+        let ttl = lease.timing.ttl;
         ZkBackend {
             renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
-            reservation: format!("{dir}.switchover"),
-            announcement: format!("{dir}.leader"),
-            dir,
-            identity: identity.to_owned(),
+            paths: Paths::new(&settings.root, lease.election),
+            identity: lease.identity.to_owned(),
             requested: ttl,
             ttl,
             client: None,
-            prefix: new_prefix(lease.mode),
+            prefix: session::new_prefix(lease.mode),
             mode: lease.mode,
             observed: None,
             head_mode: None,
             node: None,
-            watching: None,
-            holder_watch: None,
-            watched: false,
-            head_is_predecessor: false,
-            next_in_line: false,
-            stagger_until: None,
             session_events: None,
-            own_watch: None,
-            confirming: None,
+            phase: Phase::Unqueued,
             relay: None,
         }
     }
@@ -226,95 +176,41 @@ impl ZkBackend {
     /// The session's client, opening a new session (and forgetting our node) when the
     /// old one expired or was closed.
     async fn client(&mut self) -> Result<Client, BackendError> {
-        if let Some(c) = &self.client {
-            if matches!(
-                c.state(),
-                SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
-            ) {
-                tracing::warn!("zookeeper session ended; opening a new one");
-                self.forget();
-            }
+        if self
+            .client
+            .as_ref()
+            .is_some_and(|c| session::ended(c.state()))
+        {
+            tracing::warn!("zookeeper session ended; opening a new one");
+            self.forget();
         }
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let mut connector = Client::connector().with_session_timeout(self.requested);
-        if let Some((user, password)) = &self.settings.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        let client = match &self.settings.tls {
-            Some(tls) => {
-                let mut options = TlsOptions::new()
-                    .with_pem_ca(&tls.ca_pem)
-                    .map_err(zk("connect"))?;
-                if let Some((cert, key)) = &tls.identity {
-                    options = options
-                        .with_pem_identity(cert, key)
-                        .map_err(zk("connect"))?;
-                }
-                connector
-                    .with_tls(options)
-                    .secure_connect(&self.settings.connect)
-                    .await
-            }
-            None => {
-                // Kept before the connect is awaited: a campaign dropped meanwhile
-                // leaves it for `forget` to close.
-                let relay =
-                    Relay::open(&self.settings.connect)
-                        .await
-                        .map_err(|e| BackendError::Store {
-                            op: "connect",
-                            message: format!("no loopback relay for the session: {e}"),
-                        })?;
-                let connect = relay.connect.clone();
-                self.relay = Some(relay);
-                connector.connect(&connect).await
-            }
-        }
-        .map_err(zk("connect"))?;
-        let negotiated = client.session_timeout();
-        if negotiated != self.requested {
-            tracing::warn!(
-                requested = %fmt_d(self.requested),
-                negotiated = %fmt_d(negotiated),
-                "zookeeper negotiated another session timeout; it is the ttl now"
-            );
-        }
-        self.ttl = negotiated.min(self.requested);
-        let options = CreateMode::Persistent.with_acls(self.acls());
-        match client.mkdir(&self.dir, &options).await {
-            Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-            Err(e) => return Err(zk("connect")(e)),
-        }
+        let client = session::connect(&self.settings, self.requested, &mut self.relay).await?;
+        self.ttl = session::negotiated_ttl(self.requested, client.session_timeout());
+        session::ensure_dir(&client, &self.paths.dir, &self.settings).await?;
         self.session_events = Some(client.state_watcher());
         self.client = Some(client.clone());
         Ok(client)
     }
 
-    fn unwatch(&mut self) {
-        self.watching = None;
-        self.holder_watch = None;
-        self.watched = false;
-        self.head_is_predecessor = false;
+    /// Moves the phase on by `f`.
+    fn step(&mut self, f: impl FnOnce(ZkPhase) -> ZkPhase) {
+        self.phase = f(std::mem::take(&mut self.phase));
     }
 
     /// The rest of a follower's stagger (see `wait_for_change`): until it passes or
     /// our own turn comes, then a look. Cancel-safe: dropped, the next wait resumes it.
     async fn finish_stagger(&mut self) -> Wake {
-        if let Some(until) = self.stagger_until {
-            match self.watching.as_mut() {
-                Some(w) => {
-                    tokio::select! {
-                        _ = w => {}
-                        _ = tokio::time::sleep_until(until) => {}
-                    }
-                }
-                None => tokio::time::sleep_until(until).await,
+        if let Some((until, turn)) = self.phase.staggering_mut() {
+            tokio::select! {
+                _ = when(turn) => {}
+                _ = tokio::time::sleep_until(until) => {}
             }
         }
-        self.stagger_until = None;
-        self.unwatch();
+        // The stagger is over (or our turn's watch fired): look.
+        self.step(Phase::looked);
         Wake::Changed
     }
 
@@ -322,31 +218,43 @@ impl ZkBackend {
         self.client = None;
         self.relay = None;
         self.node = None;
-        self.unwatch();
         self.session_events = None;
-        self.own_watch = None;
-        self.confirming = None;
-        self.prefix = new_prefix(self.mode);
+        self.phase = Phase::Unqueued;
+        self.prefix = session::new_prefix(self.mode);
+    }
+
+    /// Forgets the session and our node before a release (if the release is dropped
+    /// at an await, the next campaign must not find this node again: see the module
+    /// doc): what the release still needs of them, when we hold a node.
+    fn leave(&mut self, to: Option<&str>) -> Option<(Client, String, Leftovers)> {
+        let (client, node) = (self.client.clone(), self.node.clone());
+        let leftovers = (self.relay.take(), self.session_events.take());
+        self.forget();
+        match (client, node) {
+            (Some(client), Some(node)) => Some((client, node, leftovers)),
+            _ => {
+                if let Some(to) = to {
+                    tracing::warn!(to, "switchover: we hold no node to hand over");
+                }
+                None
+            }
+        }
     }
 
     /// Release, after a switchover's reservation for the candidate `to` when one is
     /// named (see the module doc).
     async fn release_to_next(&mut self, to: Option<&str>) -> Result<(), BackendError> {
-        // Forget first: if this future is dropped at an await below, the next
-        // campaign must not find this node again (see the module doc).
-        let (client, node, relay) = (self.client.clone(), self.node.clone(), self.relay.take());
-        let events = self.session_events.take();
-        self.forget();
-        let (Some(client), Some(node)) = (client, node) else {
-            if let Some(to) = to {
-                tracing::warn!(to, "switchover: we hold no node to hand over");
-            }
+        let Some((client, node, (relay, events))) = self.leave(to) else {
             return Ok(());
         };
         if let Some(to) = to {
-            let (dir, reservation) = (self.dir.as_str(), self.reservation.as_str());
-            let options = CreateMode::Persistent.with_acls(self.acls());
-            let reserved = Self::reserve(&client, (dir, reservation, &options), to, &node).await;
+            let options = self.create_options();
+            let at = (
+                self.paths.dir.as_str(),
+                self.paths.reservation.as_str(),
+                &options,
+            );
+            let reserved = requests::reserve(&client, at, to, &node).await;
             super::log_reservation(to, reserved);
         }
         // Closing the session deletes our ephemeral node in the close's own
@@ -357,68 +265,16 @@ impl ZkBackend {
         // ends the connection, and the node goes with the session's expiry.)
         drop(client);
         let closed = match events {
-            Some(mut events) => session_closed(&mut events).await,
+            Some(mut events) => session::closed(&mut events).await,
             None => false,
         };
         drop(relay);
-        if closed {
-            Ok(())
-        } else {
-            Err(BackendError::Store {
-                op: "release",
-                message: "the session ended without closing; our node goes with its expiry".into(),
-            })
-        }
+        session::close_answer(closed)
     }
 
-    /// The switchover's reservation for the first live candidate named `to`: one
-    /// `multi` that checks the named node is there, creates or rewrites the
-    /// reservation to name it, and deletes our own node, so that no follower sees
-    /// our node gone and no reservation. The named node, or `None` when `to` is not
-    /// queued (or it, or our node, went meanwhile): nothing is written then.
-    /// (`at`: the election's node, the reservation's, and how to create the latter.)
-    async fn reserve(
-        client: &Client,
-        at: (&str, &str, &zookeeper_client::CreateOptions<'_>),
-        to: &str,
-        ours: &str,
-    ) -> Result<Option<String>, BackendError> {
-        let (dir, reservation, options) = at;
-        let queue = read_candidates(client, dir, "release").await?;
-        let entries = queue
-            .iter()
-            .map(|e| (e.name.as_str(), e.identity.as_bytes()));
-        let Some(named) = queue::named_entry(entries, to, &ours).map(|i| &queue[i]) else {
-            return Ok(None);
-        };
-        // Another switchover may write the reservation between our read of it and our
-        // multi (its version check fails then): read it again and retry.
-        for _ in 0..3 {
-            let existing = client
-                .check_stat(reservation)
-                .await
-                .map_err(zk("release"))?;
-            let mut multi = client.new_multi_writer();
-            let path = |name: &str| format!("{dir}/{name}");
-            multi
-                .add_check_version(&path(&named.name), -1)
-                .map_err(zk("release"))?;
-            match existing {
-                Some(stat) => {
-                    multi.add_set_data(reservation, named.name.as_bytes(), Some(stat.version))
-                }
-                None => multi.add_create(reservation, named.name.as_bytes(), options),
-            }
-            .map_err(zk("release"))?;
-            multi.add_delete(&path(ours), None).map_err(zk("release"))?;
-            match multi.commit().await {
-                Ok(_) => return Ok(Some(named.name.clone())),
-                Err(zookeeper_client::MultiWriteError::OperationFailed { index: 1, .. }) => {}
-                Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => return Ok(None),
-                Err(e) => return Err(zk("release")(e.into())),
-            }
-        }
-        Ok(None)
+    /// How we create persistent nodes (the reservation, the announcement).
+    fn create_options(&self) -> zookeeper_client::CreateOptions<'static> {
+        CreateMode::Persistent.with_acls(session::acls(&self.settings))
     }
 
     /// Our only predecessor was the head, and it is gone. No node can come before
@@ -431,29 +287,41 @@ impl ZkBackend {
     async fn claim_next_in_line(
         &mut self,
         client: &Client,
-        node: &str,
+        node: &String,
     ) -> Result<Option<Campaign>, BackendError> {
-        let path = format!("{}/{node}", self.dir);
-        let reserved = client.get_data(&self.reservation);
-        let proof = Self::sync_prove_and_watch(client, &self.dir, &path);
+        let path = self.paths.node(node);
+        let reserved = client.get_data(&self.paths.reservation);
+        let proof = requests::sync_prove_and_watch(client, &self.paths.dir, &path);
         let (reserved, proof) = tokio::join!(reserved, proof);
-        let reserved = reservation_of(reserved)?;
-        if queue::reserved_for_another(reserved.as_ref().map(|r| r.node.as_str()).as_ref(), &node) {
+        let reserved = requests::reservation_of(reserved)?;
+        let named = reserved.as_ref().map(|r| &r.node);
+        let Some(proof) = core::after_shortcut(named, node, proof)? else {
             return Ok(None);
+        };
+        Ok(Some(self.lead(client, node, proof, reserved)))
+    }
+
+    /// We lead on `proof` (our node's stat, its watch, the claim's check on its way):
+    /// the reservation that named us goes, and the followers hear of it.
+    fn lead(
+        &mut self,
+        client: &Client,
+        ours: &str,
+        (stat, own, confirming): (
+            zookeeper_client::Stat,
+            watches::NodeWatch,
+            watches::Confirmation,
+        ),
+        reserved: Option<Reservation>,
+    ) -> Campaign {
+        self.phase = Phase::claimed(own, confirming);
+        requests::spend_reservation(client, &self.paths.reservation, reserved);
+        if self.mode != LockMode::Shared {
+            let options = self.create_options();
+            requests::announce(client, &self.paths.announcement, ours, options);
         }
-        match proof? {
-            Some((s, watch, confirmation)) => {
-                self.own_watch = Some(watch);
-                self.confirming = Some(confirmation);
-                self.spend_reservation(client, reserved);
-                if self.mode != LockMode::Shared {
-                    self.announce(client, node);
-                }
-                Ok(Some(Campaign::Acquired {
-                    token: rules::token_of(s.czxid),
-                }))
-            }
-            _ => Ok(None),
+        Campaign::Acquired {
+            token: rules::token_of(stat.czxid),
         }
     }
 
@@ -468,64 +336,58 @@ impl ZkBackend {
         may_requeue: bool,
     ) -> Result<Option<Campaign>, BackendError> {
         let ours = self.ensure_node(client).await?;
-        // Both go out now, the reservation first; a session's requests are served in
-        // order, so a named node that died after the reservation was read is missing
-        // from the list (the reservation is void then).
-        let reserved = client.get_data(&self.reservation);
-        let listed = client.list_children(&self.dir);
-        let announced = client.get_data(&self.announcement);
-        let (reserved, listed, announced) = tokio::join!(reserved, listed, announced);
-        let reserved = reservation_of(reserved)?;
-        let queue = rules::queue_of(listed.map_err(zk("campaign"))?);
-        let announced = match announced {
-            Ok((data, stat)) => Some((String::from_utf8_lossy(&data).into_owned(), stat.mzxid)),
-            Err(zookeeper_client::Error::NoNode) => None,
-            Err(e) => return Err(zk("campaign")(e)),
-        };
-        let stand = queue::stand(&queue, &ours);
-        if stand == Stand::Gone {
+        let listing = requests::list(client, &self.paths).await?;
+        let next = self.after_list(&listing, &ours, may_requeue);
+        match next {
             // Our node is gone (the session expired meanwhile): start over.
-            self.forget();
-            return Ok(Some(Campaign::Held(None)));
+            Next::StartOver => {
+                self.forget();
+                Ok(Some(Campaign::Held(None)))
+            }
+            Next::Requeue => self.requeue(client, &ours).await.map(|()| None),
+            Next::Claim { spend } => {
+                let reserved = listing.reserved.filter(|_| spend);
+                self.claim_first(client, &ours, reserved).await.map(Some)
+            }
+            Next::Follow(follow) => self.follow(client, follow).await.map(Some),
         }
-        let named = reserved.as_ref().map(|r| &r.node);
-        if may_requeue && queue::lets_pass(&queue, &ours, named) {
-            self.requeue(client, &ours).await?;
-            return Ok(None);
-        }
-        self.observe(&queue);
-        let Stand::Behind { turn, head } = stand else {
-            return self.claim_first(client, &ours, reserved).await.map(Some);
-        };
-        let (head, turn) = self.watched(turn, head);
-        if self.mode == LockMode::Shared {
-            // A reader watches the last writer's node ahead (its turn may come when
-            // that goes), and the head for news.
-            return self.follow_head(client, &head, turn, None).await.map(Some);
-        }
-        self.follow(client, (&queue, &ours), (head.as_str(), turn), announced)
-            .await
-            .map(Some)
     }
 
-    /// The paths a follower watches, for the node it waits for (`turn`) and the head
-    /// when that is another: the head's, and the other one's (`None`: the head is the
-    /// one it waits for, and one watch serves both).
-    fn watched(
-        &self,
-        turn: &Queued<String>,
-        head: Option<&Queued<String>>,
-    ) -> (String, Option<String>) {
-        let path = |e: &Queued<String>| format!("{}/{}", self.dir, e.name);
-        match head {
-            Some(h) => (path(h), Some(path(turn))),
-            None => (path(turn), None),
+    /// What to do after `listing` (see `core::after_list`), noting how the head holds.
+    fn after_list(
+        &mut self,
+        listing: &requests::Listing,
+        ours: &String,
+        may_requeue: bool,
+    ) -> Next<String> {
+        let listed = Listed {
+            queue: &listing.queue,
+            ours,
+            reserved: listing.reserved.as_ref().map(|r| &r.node),
+            announced: listing.announced.as_ref().map(|(n, z)| (n, *z)),
+            may_requeue,
+            reader: self.mode == LockMode::Shared,
+        };
+        self.observe(&listing.queue);
+        core::after_list(listed, |e| rules::announces(&e.name))
+    }
+
+    /// Our node, created if needed; a lost create answer is found by its prefix.
+    async fn ensure_node(&mut self, client: &Client) -> Result<String, BackendError> {
+        if let Some(n) = &self.node {
+            return Ok(n.clone());
         }
+        let options = CreateMode::EphemeralSequential.with_acls(session::acls(&self.settings));
+        let ours = (self.prefix.as_str(), self.identity.as_str());
+        let name = requests::ensure_node(client, &self.paths.dir, ours, &options).await?;
+        self.node = Some(name.clone());
+        self.step(Phase::queued);
+        Ok(name)
     }
 
     /// Notes how the head holds (`--mode` only, for `/leader`'s holders), by its
     /// node's name; the campaign's answer names the holder (`observed`).
-    fn observe(&mut self, queue: &[Queued<String>]) {
+    fn observe(&mut self, queue: &[queue::Entry<String>]) {
         self.head_mode = queue.first().map(|head| match head.shared {
             true => Mode::Shared,
             false => Mode::Exclusive,
@@ -557,160 +419,45 @@ impl ZkBackend {
         ours: &str,
         reserved: Option<Reservation>,
     ) -> Result<Campaign, BackendError> {
-        let path = format!("{}/{ours}", self.dir);
-        match Self::sync_prove_and_watch(client, &self.dir, &path).await? {
-            Some((s, watch, confirmation)) => {
-                self.own_watch = Some(watch);
-                self.confirming = Some(confirmation);
-                self.spend_reservation(client, reserved.filter(|r| r.node == ours));
-                if self.mode != LockMode::Shared {
-                    self.announce(client, ours);
-                }
-                Ok(Campaign::Acquired {
-                    token: rules::token_of(s.czxid),
-                })
-            }
-            _ => {
+        let path = self.paths.node(ours);
+        let proof = requests::sync_prove_and_watch(client, &self.paths.dir, &path).await?;
+        match core::after_claim(proof) {
+            Claimed::Lead(proof) => Ok(self.lead(client, ours, proof, reserved)),
+            Claimed::StartOver => {
                 self.forget();
                 Ok(Campaign::Held(None))
             }
         }
     }
 
-    /// A follower's watches, sent together with the read of the holder (the head):
-    /// our predecessor (our turn may come when it goes) and the news of a new holder
-    /// (`queue::holder_news`): the head's data itself (its deletion — a release, an
-    /// expired session — or a rewrite reaches each such follower once), or the
-    /// election's announcement and the next in line's node.
-    /// (`(queue, ours)`: the queue and our node; `(head, predecessor)`: the paths of
-    /// [`Self::watched`].)
+    /// A follower's reads and watches (see [`Follow`]), sent together: the phase they
+    /// make, and the holder the head names.
     async fn follow(
         &mut self,
         client: &Client,
-        (queue, ours): (&[Queued<String>], &String),
-        (head, predecessor): (&str, Option<String>),
-        announced: Option<(String, i64)>,
+        follow: Follow<String>,
     ) -> Result<Campaign, BackendError> {
-        let seen = announced.as_ref().map(|a| a.1);
-        let announces = |e: &Queued<String>| rules::announces(&e.name);
-        match queue::holder_news(queue, ours, announced.as_ref().map(|a| &a.0), announces) {
-            HolderNews::Head => self.follow_head(client, head, predecessor, seen).await,
-            HolderNews::Announcement => {
-                let next = format!("{}/{}", self.dir, queue[1].name);
-                let predecessor = predecessor.unwrap_or_else(|| next.clone());
-                self.follow_announcement(client, (head, &next, &predecessor), seen)
-                    .await
+        let announcement = self.paths.announcement.as_str();
+        let (holder, phase) = match self.paths.of(follow) {
+            Follow::Head {
+                head,
+                predecessor,
+                seen,
+            } => {
+                let predecessor = predecessor.as_deref();
+                watches::follow_head(client, &head, predecessor, (announcement, seen)).await?
             }
-        }
-    }
-
-    /// Watches on the head's data and our predecessor (`None`: the head is our
-    /// predecessor, and one watch serves both), and, behind the next in line, on the
-    /// announcement (once it names the holder, we may leave the head alone).
-    /// (`seen`: the announcement's mzxid as the campaign read it.)
-    async fn follow_head(
-        &mut self,
-        client: &Client,
-        head: &str,
-        predecessor: Option<String>,
-        seen: Option<i64>,
-    ) -> Result<Campaign, BackendError> {
-        let head_read = client.get_and_watch_data(head);
-        let turn = predecessor
-            .as_deref()
-            .map(|p| client.check_and_watch_stat(p));
-        let announced = turn
-            .as_ref()
-            .map(|_| client.check_and_watch_stat(&self.announcement));
-        let (holder, head_watch) = match head_read.await {
-            Ok((data, stat, watcher)) => (
-                holder_of(&data, &stat),
-                Some(Box::pin(watcher.changed()) as OwnWatch),
-            ),
-            Err(zookeeper_client::Error::NoNode) => (None, None),
-            Err(e) => return Err(zk("campaign")(e)),
-        };
-        let Some(turn) = turn else {
-            self.watched = head_watch.is_some();
-            self.head_is_predecessor = head_watch.is_some();
-            self.watching = head_watch;
-            return Ok(Campaign::Held(holder));
-        };
-        let (stat, watcher) = turn.await.map_err(zk("campaign"))?;
-        if stat.is_some() {
-            self.watching = Some(Box::pin(watcher.changed()));
-        }
-        let announced = match announced {
-            Some(a) => Some(announcement_watch(a.await.map_err(zk("campaign"))?, seen)),
-            None => None,
-        };
-        self.watched = self.watching.is_some() && head_watch.is_some();
-        self.holder_watch = head_watch.map(|head| {
-            Box::pin(async move {
-                match announced {
-                    Some(a) => tokio::select! {
-                        _ = head => false,
-                        _ = a => true,
-                    },
-                    None => {
-                        head.await;
-                        false
-                    }
-                }
-            }) as News
-        });
-        Ok(Campaign::Held(holder))
-    }
-
-    /// Behind a next in line that announces its claims: watches on our predecessor,
-    /// the announcement and the next in line's node (one watch when it is our
-    /// predecessor), and a plain read of the head. The head's deletion wakes the next
-    /// in line alone; we hear of the new holder from its announcement.
-    /// (`at`: the head, the next in line, our predecessor; `seen`: the
-    /// announcement's mzxid as the campaign read it.)
-    async fn follow_announcement(
-        &mut self,
-        client: &Client,
-        at: (&str, &str, &str),
-        seen: Option<i64>,
-    ) -> Result<Campaign, BackendError> {
-        let (head, next, predecessor) = at;
-        let head_read = client.get_data(head);
-        let announced = client.check_and_watch_stat(&self.announcement);
-        let turn = client.check_and_watch_stat(predecessor);
-        let next_watch = (next != predecessor).then(|| client.check_and_watch_stat(next));
-        let holder = match head_read.await {
-            Ok((data, stat)) => holder_of(&data, &stat),
-            Err(zookeeper_client::Error::NoNode) => None,
-            Err(e) => return Err(zk("campaign")(e)),
-        };
-        let announced = announcement_watch(announced.await.map_err(zk("campaign"))?, seen);
-        let (stat, watcher) = turn.await.map_err(zk("campaign"))?;
-        if stat.is_some() {
-            self.watching = Some(Box::pin(watcher.changed()));
-        }
-        let next_watch: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = match next_watch {
-            None => None,
-            Some(w) => Some(match w.await.map_err(zk("campaign"))? {
-                (Some(_), watcher) => Box::pin(async move {
-                    watcher.changed().await;
-                }),
-                // Gone already: look again at once.
-                (None, _) => Box::pin(std::future::ready(())),
-            }),
-        };
-        let news: News = Box::pin(async move {
-            match next_watch {
-                Some(next) => tokio::select! {
-                    _ = announced => {}
-                    _ = next => {}
-                },
-                None => announced.await,
+            Follow::Announcement {
+                head,
+                predecessor,
+                next,
+                seen,
+            } => {
+                let at = (head.as_str(), predecessor.as_str(), next.as_deref());
+                watches::follow_announcement(client, at, (announcement, seen)).await?
             }
-            true
-        });
-        self.watched = self.watching.is_some();
-        self.holder_watch = Some(news);
+        };
+        self.phase = phase;
         Ok(Campaign::Held(holder))
     }
 
@@ -722,316 +469,21 @@ impl ZkBackend {
         // Forgotten first: a requeue cut short leaves the next round to find the node
         // again by its prefix (when the delete never ran) or to create a new one.
         self.node = None;
+        self.phase = Phase::Unqueued;
         tracing::info!(
             node = ours,
             "switchover: queueing again behind the named candidate"
         );
-        match client.delete(&format!("{}/{ours}", self.dir), None).await {
-            Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-            Err(e) => Err(zk("campaign")(e)),
-        }
+        requests::delete_node(client, &self.paths.node(ours)).await
     }
 
-    /// Deletes the reservation that named us, now that we lead, unless it was written
-    /// again since it was read. In the background: it is only tidying (a reservation
-    /// naming the leader changes nothing, and it is void once our node goes).
-    fn spend_reservation(&self, client: &Client, reserved: Option<Reservation>) {
-        let Some(r) = reserved else {
-            return;
-        };
-        let (client, path) = (client.clone(), self.reservation.clone());
-        tokio::spawn(async move {
-            if let Err(e) = client.delete(&path, Some(r.version)).await {
-                tracing::debug!(error = %e, "switchover: the spent reservation stays");
-            }
-        });
-    }
-
-    /// Tells the followers behind the next in line that we lead now: our node's name
-    /// written to the announcement (`queue::HolderNews`). In the background, after the
-    /// claim: their looks follow this write, so they never compete with a claim.
-    fn announce(&self, client: &Client, ours: &str) {
-        let (client, path, data) = (
-            client.clone(),
-            self.announcement.clone(),
-            ours.as_bytes().to_vec(),
-        );
-        let acls = self.acls();
-        tokio::spawn(async move {
-            let options = CreateMode::Persistent.with_acls(acls);
-            // Created by the first leader of the election, rewritten by every next one.
-            for _ in 0..2 {
-                let done = match client.set_data(&path, &data, None).await {
-                    Err(zookeeper_client::Error::NoNode) => {
-                        client.create(&path, &data, &options).await.map(|_| ())
-                    }
-                    written => written.map(|_| ()),
-                };
-                match done {
-                    Err(zookeeper_client::Error::NodeExists) => continue,
-                    Err(e) => tracing::debug!(error = %e, "the leader's announcement failed"),
-                    Ok(()) => {}
-                }
-                return;
-            }
-        });
-    }
-
-    /// A claim's proof, in one round trip without waiting for a disk write: a `sync`
-    /// (the server we are connected to passes it to the ensemble's leader, which checks
-    /// our session, and answers once it has applied what that leader committed before
-    /// it), then our node's stat with a watch, read behind it on the same session: there,
-    /// unwritten, and owned by this very session. The `multi` check of `prove_own_node`
-    /// goes out right behind them, and its answer (a disk write later) is the
-    /// confirmation: `record_lost` ends the claim when it fails or its connection
-    /// drops. That covers the one case where a `sync` proves less than a transaction:
-    /// a ZooKeeper leader cut off from its quorum answers syncs until it steps down,
-    /// and it closes its client connections when it does, before a new leader can
-    /// expire our session (that takes a session timeout from the new leader's start).
-    async fn sync_prove_and_watch(
-        client: &Client,
-        dir: &str,
-        path: &str,
-    ) -> Result<Option<(zookeeper_client::Stat, OwnWatch, Confirmation)>, BackendError> {
-        let synced = client.sync(dir);
-        let watched = client.check_and_watch_stat(path);
-        // Sent after the two above (the session's requests are served in order, so
-        // their answers never wait for this one's disk write).
-        let (confirming, check) = (client.clone(), path.to_owned());
-        let confirmation = tokio::spawn(async move {
-            let mut multi = confirming.new_multi_writer();
-            if multi.add_check_version(&check, OWN_VERSION).is_err() {
-                return false;
-            }
-            multi.commit().await.is_ok()
-        });
-        let confirmation: Confirmation =
-            Box::pin(async move { confirmation.await.unwrap_or(false) });
-        let (synced, watched) = tokio::join!(synced, watched);
-        match synced {
-            Ok(()) => {}
-            Err(zookeeper_client::Error::SessionExpired) => return Ok(None),
-            Err(e) => return Err(zk("campaign")(e)),
-        }
-        let (stat, watcher) = watched.map_err(zk("campaign"))?;
-        let session = client.session_id().0;
-        Ok(stat
-            .filter(|s| {
-                rules::seen_node(Some(s.ephemeral_owner), session).still_ours()
-                    && s.version == OWN_VERSION
-            })
-            .map(|s| (s, Box::pin(watcher.changed()) as OwnWatch, confirmation)))
-    }
-
-    /// The proof below and a watch on our node, sent together (one round trip): the
-    /// node's stat and the watch when the proof holds and the node is there.
-    async fn prove_and_watch(
-        client: &Client,
-        path: &str,
-        op: &'static str,
-    ) -> Result<Option<(zookeeper_client::Stat, OwnWatch)>, BackendError> {
-        let proof = Self::prove_own_node(client, path, op);
-        let watched = client.check_and_watch_stat(path);
-        let (proof, watched) = tokio::join!(proof, watched);
-        let (stat, watcher) = watched.map_err(zk(op))?;
-        Ok(match stat {
-            Some(s) if proof? => Some((s, Box::pin(watcher.changed()) as OwnWatch)),
-            _ => None,
-        })
-    }
-
-    /// One transaction through the ensemble's leader that checks our node is there,
-    /// unchanged (see the module doc), and a read of its stat sent right behind it on
-    /// the same session (so answered from a state at least as new as the check's):
-    /// owned by this very session (a node deleted and created again under our name
-    /// by another client has version 0 too). `Ok(false)`: it is gone or not ours.
-    async fn prove_own_node(
-        client: &Client,
-        path: &str,
-        op: &'static str,
-    ) -> Result<bool, BackendError> {
-        let mut multi = client.new_multi_writer();
-        multi.add_check_version(path, OWN_VERSION).map_err(zk(op))?;
-        let checked = multi.commit();
-        let stat = client.check_stat(path);
-        match checked.await {
-            Ok(_) => {}
-            Err(e) => {
-                return match zookeeper_client::Error::from(e) {
-                    zookeeper_client::Error::NoNode
-                    | zookeeper_client::Error::BadVersion
-                    | zookeeper_client::Error::SessionExpired => Ok(false),
-                    other => Err(zk(op)(other)),
-                }
-            }
-        }
-        let found = stat.await.map_err(zk(op))?;
-        let owner = found.map(|s| s.ephemeral_owner);
-        Ok(rules::seen_node(owner, client.session_id().0).still_ours())
-    }
-
-    /// Our node, created if needed; a lost create answer is found by its prefix.
-    async fn ensure_node(&mut self, client: &Client) -> Result<String, BackendError> {
-        if let Some(n) = &self.node {
-            return Ok(n.clone());
-        }
-        let children = client
-            .list_children(&self.dir)
-            .await
-            .map_err(zk("campaign"))?;
-        if let Some(found) = children.iter().find(|c| c.starts_with(&self.prefix)) {
-            self.node = Some(found.clone());
-            return Ok(found.clone());
-        }
-        let options = CreateMode::EphemeralSequential.with_acls(self.acls());
-        let path = format!("{}/{}", self.dir, self.prefix);
-        let (_, sequence) = client
-            .create(&path, self.identity.as_bytes(), &options)
-            .await
-            .map_err(zk("campaign"))?;
-        let name = format!("{}{sequence}", self.prefix);
-        self.node = Some(name.clone());
-        Ok(name)
-    }
-}
-
-/// The watch on the announcement as an exists-watch set it (its stat, the watcher):
-/// resolves when the announcement changes, or at once when it changed already since
-/// the campaign's read found it at `seen` (its mzxid; `None`: not there).
-fn announcement_watch(
-    (stat, watcher): (
-        Option<zookeeper_client::Stat>,
-        zookeeper_client::OneshotWatcher,
-    ),
-    seen: Option<i64>,
-) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    if stat.map(|s| s.mzxid) != seen {
-        return Box::pin(std::future::ready(()));
-    }
-    Box::pin(async move {
-        watcher.changed().await;
-    })
-}
-
-/// What an event on our own node's watch says (see `rules::ends_claim`).
-fn own_event(event: &WatchedEvent) -> rules::OwnEvent {
-    match event.event_type {
-        EventType::NodeDeleted | EventType::NodeDataChanged => rules::OwnEvent::Changed,
-        EventType::Session => rules::OwnEvent::Session {
-            ended: event.session_state.is_terminated(),
-        },
-        EventType::NodeCreated | EventType::NodeChildrenChanged => rules::OwnEvent::Other,
-    }
-}
-
-/// The holder a latch node names: its data (the identity), its czxid (the token).
-fn holder_of(data: &[u8], stat: &zookeeper_client::Stat) -> Option<Holder> {
-    Some(Holder {
-        identity: String::from_utf8_lossy(data).into_owned(),
-        token: u64::try_from(stat.czxid).ok(),
-    })
-}
-
-/// Release's delete, compare-and-act (invariant 5): the node at `path` only when this
-/// session owns it, and only at the version read (a node deleted and created again
-/// under our name by another client is left alone, even with version 0 like ours).
-/// Waits for the session to end; `true` when the library closed it (the server
-/// answered the close), `false` when it ended otherwise (expired, or refused).
-async fn session_closed(events: &mut StateWatcher) -> bool {
-    let mut state = events.peek_state();
-    loop {
-        match state {
-            SessionState::Closed => return true,
-            SessionState::Expired | SessionState::AuthFailed => return false,
-            _ => state = events.changed().await,
-        }
-    }
-}
-
-/// A switchover's reservation: the name of the latch node it leaves the lease to, and
-/// its version (it is deleted only as it was read).
-struct Reservation {
-    node: String,
-    version: i32,
-}
-
-/// The reservation as a `get_data` of it found it.
-fn reservation_of(
-    read: Result<(Vec<u8>, zookeeper_client::Stat), zookeeper_client::Error>,
-) -> Result<Option<Reservation>, BackendError> {
-    match read {
-        Ok((data, stat)) => Ok(Some(Reservation {
-            node: String::from_utf8_lossy(&data).into_owned(),
-            version: stat.version,
-        })),
-        Err(zookeeper_client::Error::NoNode) => Ok(None),
-        Err(e) => Err(zk("campaign")(e)),
-    }
-}
-
-/// One latch node of the queue: its name and the identity it holds.
-struct Entry {
-    name: String,
-    identity: String,
-}
-
-/// The latch nodes under `dir` with their identities, lowest sequence first. The data
-/// requests all go out before the first answer is awaited (one round trip's wait); a
-/// node gone in between is left out.
-async fn read_candidates(
-    client: &Client,
-    dir: &str,
-    op: &'static str,
-) -> Result<Vec<Entry>, BackendError> {
-    let names = rules::queue_of(client.list_children(dir).await.map_err(zk(op))?);
-    let reads: Vec<_> = names
-        .iter()
-        .map(|e| client.get_data(&format!("{dir}/{}", e.name)))
-        .collect();
-    let mut entries = Vec::with_capacity(names.len());
-    for (Queued { name, .. }, read) in names.into_iter().zip(reads) {
-        match read.await {
-            Ok((data, _)) => entries.push(Entry {
-                name,
-                identity: String::from_utf8_lossy(&data).into_owned(),
-            }),
-            Err(zookeeper_client::Error::NoNode) => {}
-            Err(e) => return Err(zk(op)(e)),
-        }
-    }
-    Ok(entries)
-}
-
-fn new_prefix(mode: LockMode) -> String {
-    let kind = match mode {
-        LockMode::Election => "latch-",
-        LockMode::Exclusive => rules::WRITE,
-        LockMode::Shared => rules::READ,
-    };
-    let n: u128 = rand::random();
-    let hex = format!("{n:032x}");
-    // Curator: _c_<uuid>-latch- (the uuid in its usual 8-4-4-4-12 form), ours with
-    // our tag as the first group (96 random bits left).
-    format!(
-        "_c_{}-{}-{}-{}-{}-{kind}",
-        rules::OUR_TAG,
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
-impl ZkBackend {
     /// The campaign's rounds: the next in line's one-round-trip claim, else a full
     /// round (twice when it queued again behind a switchover's named candidate).
     async fn campaign_rounds(&mut self) -> Result<Campaign, BackendError> {
-        let next_in_line = std::mem::take(&mut self.next_in_line);
-
-        self.stagger_until = None;
-        self.unwatch();
+        let (phase, round) = std::mem::take(&mut self.phase).begin();
+        self.phase = phase;
         let client = self.client().await?;
-        if let (true, Some(node)) = (next_in_line, self.node.clone()) {
+        if let (Round::Shortcut, Some(node)) = (round, self.node.clone()) {
             if let Some(acquired) = self.claim_next_in_line(&client, &node).await? {
                 return Ok(acquired);
             }
@@ -1045,10 +497,94 @@ impl ZkBackend {
         Ok(found.unwrap_or(Campaign::Held(None)))
     }
 
-    async fn candidates_now(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        let client = self.client().await?;
-        let queue = read_candidates(&client, &self.dir, "candidates").await?;
-        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
+    /// Whether the session is connected now (its pings are the keep-alive).
+    fn connected(&self) -> bool {
+        (self.client.as_ref()).is_some_and(|c| c.state() == SessionState::SyncConnected)
+    }
+
+    /// What ended a wait, as the core takes it.
+    fn hear(&mut self, woke: Woke) -> Heard {
+        let phase = std::mem::take(&mut self.phase);
+        let (phase, heard) = phase.on_wake(woke, tokio::time::Instant::now(), super::stagger);
+        self.phase = phase;
+        heard
+    }
+
+    /// What ended the leader's watch on its own node, or its claim's check, as the
+    /// core takes it; `true`: the claim is lost.
+    fn lost_on(&mut self, news: ClaimNews) -> bool {
+        let phase = std::mem::take(&mut self.phase);
+        let (phase, lost) = match news {
+            ClaimNews::Own(ref event) => phase.on_own(watches::own_event(event)),
+            ClaimNews::Confirmed(ran) => phase.on_confirmation(ran),
+        };
+        self.phase = phase;
+        if lost && matches!(news, ClaimNews::Confirmed(_)) {
+            tracing::warn!("the claim's check through the ZooKeeper ensemble's leader failed");
+        }
+        lost
+    }
+
+    /// The session and the path of the node a renew proves, while the session lives.
+    fn renewing(&self) -> Option<(Client, String)> {
+        let (client, node) = (self.client.clone()?, self.node.as_ref()?);
+        let ended = matches!(client.state(), SessionState::Expired | SessionState::Closed);
+        (!ended).then(|| (client.clone(), self.paths.node(node)))
+    }
+}
+
+/// What a release still closes once the session is forgotten: the session's relay and
+/// its state changes.
+type Leftovers = (Option<Relay>, Option<StateWatcher>);
+
+/// What ended the leader's wait on its claim.
+enum ClaimNews {
+    /// An event on the watch on our own node.
+    Own(zookeeper_client::WatchedEvent),
+    /// The claim's `multi` check answered (`true`: it ran).
+    Confirmed(bool),
+}
+
+/// The answer of `f`, or never when there is none.
+async fn when<F: std::future::Future + Unpin>(f: Option<&mut F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What ended the leader's wait on its claim: the watch on our own node, or the
+/// claim's check.
+async fn claim_news(
+    (own, confirming): (
+        Option<&mut watches::NodeWatch>,
+        Option<&mut watches::Confirmation>,
+    ),
+) -> ClaimNews {
+    tokio::select! {
+        event = when(own) => ClaimNews::Own(event),
+        ran = when(confirming) => ClaimNews::Confirmed(ran),
+    }
+}
+
+/// What ended a follower's wait: one of its watches, its session's state (an expired
+/// session, a disconnect, a reconnect: each means look again), or the time (`None`).
+async fn woken(
+    (turn, news): (Option<&mut watches::NodeWatch>, Option<&mut watches::News>),
+    session_events: Option<&mut StateWatcher>,
+    max: Duration,
+) -> Option<Woke> {
+    let session_changed = async {
+        match session_events {
+            Some(events) => events.changed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        event = when(turn) => Some(Woke::Turn(watches::node_event(&event))),
+        announced = when(news) => Some(Woke::News(announced)),
+        _ = session_changed => Some(Woke::Session),
+        _ = tokio::time::sleep(max) => None,
     }
 }
 
@@ -1082,36 +618,29 @@ impl Backend for ZkBackend {
         if let Some(flag) = self.mode.flag() {
             return Err(super::no_switchover_with(flag));
         }
-        self.candidates_now().await
+        let client = self.client().await?;
+        let queue = requests::read_candidates(&client, &self.paths.dir, "candidates").await?;
+        Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
     }
 
     async fn renew(&mut self) -> Result<Renewal, BackendError> {
-        let (Some(client), Some(node)) = (self.client.clone(), self.node.clone()) else {
+        let Some((client, path)) = self.renewing() else {
             return Ok(Renewal::Lost);
         };
-        if matches!(client.state(), SessionState::Expired | SessionState::Closed) {
-            return Ok(Renewal::Lost);
-        }
-        let path = format!("{}/{node}", self.dir);
-        if self.own_watch.is_some() {
-            let proven = Self::prove_own_node(&client, &path, "renew").await?;
-            if proven {
-                // Proven through the ensemble's leader after the claim: it confirms it.
-                self.confirming = None;
+        let own = match self.phase.renewal() {
+            Renew::Prove => {
+                (requests::prove_own_node(&client, &path, "renew").await?).then_some(None)
             }
-            return Ok(if proven {
-                Renewal::Renewed
-            } else {
-                Renewal::Lost
-            });
-        }
-        // The watch on our node ended without news (a disconnect): set it again in
-        // the same round trip as the proof.
-        let Some((_, watch)) = Self::prove_and_watch(&client, &path, "renew").await? else {
+            // The watch on our node ended without news (a disconnect): set it again in
+            // the same round trip as the proof.
+            Renew::ProveAndWatch => (requests::prove_and_watch(&client, &path, "renew").await?)
+                .map(|(_, watch)| Some(watch)),
+        };
+        let Some(own) = own else {
             return Ok(Renewal::Lost);
         };
-        self.own_watch = Some(watch);
-        self.confirming = None;
+        // Proven through the ensemble's leader after the claim: it confirms it.
+        self.step(|phase| phase.renewed(own));
         Ok(Renewal::Renewed)
     }
 
@@ -1128,126 +657,28 @@ impl Backend for ZkBackend {
     /// both watches stand and the session is connected (its pings are the keep-alive),
     /// the observation is current: the wait ends `Quiet`, with no request.
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        if self.node.is_none() {
-            return Wake::Changed;
+        match self.phase.wait() {
+            WaitFor::Now => return Wake::Changed,
+            WaitFor::Stagger => return self.finish_stagger().await,
+            WaitFor::Watches => {}
         }
-        if self.stagger_until.is_some() {
-            return self.finish_stagger().await;
+        let woke = woken(self.phase.watches_mut(), self.session_events.as_mut(), max).await;
+        let woke = woke.unwrap_or(Woke::Timeout {
+            connected: self.connected(),
+        });
+        match self.hear(woke) {
+            Heard::Look => Wake::Changed,
+            Heard::Quiet => Wake::Quiet,
+            Heard::Stagger => self.finish_stagger().await,
         }
-        let Self {
-            watching,
-            holder_watch,
-            session_events,
-            ..
-        } = self;
-        let turn = async {
-            match watching.as_mut() {
-                Some(w) => w.await,
-                None => std::future::pending().await,
-            }
-        };
-        let holder = async {
-            match holder_watch.as_mut() {
-                Some(w) => w.await,
-                None => std::future::pending::<bool>().await,
-            }
-        };
-        // An expired session (our node is gone), a disconnect, or a reconnect within the
-        // session: each means the queue must be looked at again.
-        let session_changed = async {
-            match session_events.as_mut() {
-                Some(events) => {
-                    events.changed().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            event = turn => {
-                if event.event_type == EventType::NodeDeleted && self.head_is_predecessor {
-                    self.next_in_line = true;
-                }
-            }
-            now = holder => {
-                // Announced: the new holder has claimed already; look now.
-                if now {
-                    self.unwatch();
-                    return Wake::Changed;
-                }
-                // The head changed, and we are not next in line (the head is not our
-                // predecessor): let the successor go first, unless our own turn comes.
-                // The spent watch goes first: a wait dropped during the stagger must
-                // not poll it again.
-                self.holder_watch = None;
-                self.watched = false;
-                self.stagger_until =
-                    Some(tokio::time::Instant::now() + super::stagger());
-                return self.finish_stagger().await;
-            }
-            _ = session_changed => {}
-            _ = tokio::time::sleep(max) => {
-                let connected = self
-                    .client
-                    .as_ref()
-                    .is_some_and(|c| c.state() == SessionState::SyncConnected);
-                if self.watched && connected {
-                    return Wake::Quiet;
-                }
-            }
-        }
-        // A watch that fired is spent; the campaign sets both again.
-        self.unwatch();
-        Wake::Changed
     }
 
     async fn record_lost(&mut self) {
         loop {
-            let Self {
-                own_watch,
-                confirming,
-                ..
-            } = self;
-            let changed = async {
-                match own_watch.as_mut() {
-                    Some(w) => w.await,
-                    None => std::future::pending().await,
-                }
-            };
-            let confirmed = async {
-                match confirming.as_mut() {
-                    Some(c) => c.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                event = changed => {
-                    self.own_watch = None;
-                    if rules::ends_claim(own_event(&event)) {
-                        return;
-                    }
-                }
-                confirmed = confirmed => {
-                    self.confirming = None;
-                    if !confirmed {
-                        tracing::warn!("the claim's check through the ZooKeeper ensemble's leader failed");
-                        return;
-                    }
-                }
+            let news = claim_news(self.phase.claim_mut()).await;
+            if self.lost_on(news) {
+                return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn curator_names_and_sequences() {
-        let p = new_prefix(LockMode::Election);
-        assert!(p.starts_with("_c_") && p.ends_with("-latch-"), "{p}");
-        assert!(rules::announces(&format!("{p}0000000042")), "{p}");
-        assert_eq!(p.len(), "_c_".len() + 36 + "-latch-".len());
-        assert_eq!(rules::sequence_of(&format!("{p}0000000042")), Some(42));
     }
 }

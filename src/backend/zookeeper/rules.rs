@@ -94,6 +94,16 @@ pub(super) fn claim_ttl(session_timeout: Duration, renew_interval: Duration) -> 
     session_timeout.saturating_sub(renew_interval.min(session_timeout / 3))
 }
 
+/// Our node is created once and never written: its version stays 0.
+pub(super) const OWN_VERSION: i32 = 0;
+
+/// What a change of the announcement's stat says, as an exists-watch set it
+/// (`now`: its mzxid, `None`: not there) against the listing's read of it (`seen`):
+/// changed in between already (news at once), or not yet (wait for the watch).
+pub(super) fn announced_since(now: Option<i64>, seen: Option<i64>) -> bool {
+    now != seen
+}
+
 /// The fencing token of a node: its creation zxid.
 pub(super) fn token_of(czxid: i64) -> u64 {
     u64::try_from(czxid).unwrap_or(0)
@@ -183,5 +193,14 @@ mod tests {
             Some(42)
         );
         assert_eq!(sequence_of("short"), None);
+    }
+
+    #[test]
+    fn the_announcement_is_news_when_it_changed_since_the_listing() {
+        assert!(!announced_since(Some(40), Some(40)));
+        assert!(!announced_since(None, None));
+        assert!(announced_since(Some(41), Some(40)));
+        assert!(announced_since(Some(41), None));
+        assert!(announced_since(None, Some(40)));
     }
 }

@@ -1,0 +1,797 @@
+//! The ZooKeeper campaign as a state machine: one explicit [`Phase`] (where this
+//! candidate stands in the queue of latch nodes, and what it watches), moved on by the
+//! store's answers, and the decisions taken from it: what a campaign sends first
+//! ([`Phase::begin`] -> [`Round`]), what the one-round-trip claim of the next in line
+//! makes of its answers ([`after_shortcut`]), what a campaign sends after its listing
+//! of the queue ([`after_list`] -> [`Next`]), what a full round's claim makes of its
+//! proof ([`after_claim`]), how a wait goes on ([`Phase::wait`] -> [`WaitFor`],
+//! [`Phase::on_wake`] -> [`Heard`]), how a renew proves the claim ([`Phase::renewal`])
+//! and what ends it ([`Phase::on_own`], [`Phase::on_confirmation`]). No I/O, no clock
+//! (`now` is an argument), and opaque watches (`W`: on a node, `N`: a follower's news
+//! of a new holder, `C`: a claim's confirmation on its way), so plain tests drive
+//! every case; the backend ([`super::ZkBackend`]) does the I/O.
+//!
+//! Invariants kept here:
+//! - **the lowest node, of this session, proven through the ensemble's leader**: a
+//!   candidate claims only on a proof of its own node (`rules::seen_node` on the stat
+//!   read behind a `sync` or a `multi` check); a full round whose proof fails starts
+//!   over with a new session, the next in line's shortcut falls back to a full round;
+//! - **a vanished node** (the session expired meanwhile) starts over, never claims;
+//! - **a switchover's reservation** that asks us to let the named node pass is obeyed
+//!   before any claim (once per campaign), and one that names another node keeps the
+//!   next in line from claiming without a full look;
+//! - **a follower** looks again at once when its predecessor's watch fires, on an
+//!   announcement of the new holder, or when its session's state changes, and only
+//!   after a stagger when the head it does not wait for changes; a deleted head that
+//!   was its only predecessor makes it first (sequence numbers only grow);
+//! - **the claim ends** on a change of our node by another client, on the session's
+//!   end, and on a claim's `multi` check that failed or never answered; a mere
+//!   disconnect ends neither.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::queue::{self, Entry, HolderNews, Stand};
+use super::rules::{self, OwnEvent};
+
+/// Where this candidate stands in the queue, and what it watches.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) enum Phase<W, N, C> {
+    /// No node (none created yet, or the session ended, or we released): a wait ends
+    /// at once, and the next campaign creates one.
+    #[default]
+    Unqueued,
+    /// A node, nothing watched: after an error, during a campaign, after a look.
+    Queued,
+    /// Our predecessor is the head of the queue: one watch on its data serves both
+    /// (our turn, and news of the holder).
+    NextInLine(W),
+    /// The head, our only predecessor, was deleted: we are first now, since sequence
+    /// numbers only grow. The next campaign claims in one round trip ([`Round::Shortcut`]).
+    HeadGone,
+    /// Behind another than the head: the watch on the node we wait for (`turn`;
+    /// `None`: it was gone already) and the news of a new holder (`news`; `None`: the
+    /// head was gone already).
+    Following { turn: Option<W>, news: Option<N> },
+    /// The head changed and we are not next in line: look once `until` passes, or when
+    /// our turn's watch fires. Kept as a phase: the news is spent, so a wait dropped
+    /// during the stagger resumes it, not waits anew.
+    Staggering { until: Instant, turn: Option<W> },
+    /// Leading: the watch on our own node (`None` once it fired without ending the
+    /// claim: the next renew sets it again) and the claim's `multi` check on its way
+    /// (`None` once it answered, or a renew proved the claim through the ensemble's
+    /// leader).
+    Leading {
+        own: Option<W>,
+        confirming: Option<C>,
+    },
+}
+
+/// How a campaign begins: the proof of our node beside a read of the reservation,
+/// without a listing (the head, our only predecessor, went; [`after_shortcut`]
+/// decides), or a full round (our node, then the listing: [`after_list`] decides).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Round {
+    Shortcut,
+    Full,
+}
+
+/// What a full round's claim makes of its proof.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Claimed<P> {
+    /// Proven: we lead on this proof.
+    Lead(P),
+    /// Our node is not ours (gone, another session's, written): a new session.
+    StartOver,
+}
+
+/// What the next in line's one-round-trip claim makes of its answers: the reservation
+/// (`reserved`: the node it names) and the proof of our node (`proof`: the proof, or
+/// `None` when it failed). `Ok(Some(_))`: lead on that proof; `Ok(None)`: a full round
+/// decides. A reservation for another node wins over the proof, even an error's.
+pub(super) fn after_shortcut<N: PartialEq, P, E>(
+    reserved: Option<&N>,
+    ours: &N,
+    proof: Result<Option<P>, E>,
+) -> Result<Option<P>, E> {
+    if queue::reserved_for_another(reserved, ours) {
+        return Ok(None);
+    }
+    proof
+}
+
+/// What a full round's claim makes of its proof (`None`: it failed): lead, or start
+/// over with a new session (the lowest node must be ours *and* this session's:
+/// CURATOR-1211).
+pub(super) fn after_claim<P>(proof: Option<P>) -> Claimed<P> {
+    match proof {
+        Some(p) => Claimed::Lead(p),
+        None => Claimed::StartOver,
+    }
+}
+
+/// Whether a node, as the stat read behind our proof found it, proves our claim:
+/// owned by this very session and never written (a node deleted and created again
+/// under our name by another client is not ours, and has version 0 too).
+pub(super) fn proves(owner: Option<i64>, version: Option<i32>, session: i64) -> bool {
+    rules::seen_node(owner, session).still_ours() && version == Some(rules::OWN_VERSION)
+}
+
+/// What one listing of the queue (and what went beside it) told a campaign.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Listed<'q, N> {
+    /// The latch nodes, lowest sequence first.
+    pub(super) queue: &'q [Entry<N>],
+    pub(super) ours: &'q N,
+    /// The node the switchover's reservation names.
+    pub(super) reserved: Option<&'q N>,
+    /// The node the announcement names, and its mzxid.
+    pub(super) announced: Option<(&'q N, i64)>,
+    /// This round may give our place up to a switchover's named node (the first
+    /// round of a campaign).
+    pub(super) may_requeue: bool,
+    /// We are a reader (`--mode shared`).
+    pub(super) reader: bool,
+}
+
+/// What a campaign sends after its listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Next<N> {
+    /// Our node is gone (the session expired meanwhile): forget the session.
+    StartOver,
+    /// Give our place up to the switchover's named node: delete ours, list again.
+    Requeue,
+    /// We are first: the claim's proof. `spend`: the reservation names our node
+    /// (delete it once we lead).
+    Claim { spend: bool },
+    /// Behind another: watch what [`Follow`] says.
+    Follow(Follow<N>),
+}
+
+/// What a follower reads and watches, by node name (the announcement's path is the
+/// backend's to name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Follow<N> {
+    /// The head's data, with a watch, and, when it is not the head, the node we wait
+    /// for (`predecessor`), and then the announcement too: news once it changed since
+    /// the listing read it at `seen` (its mzxid; `None`: not there), as a look at once.
+    Head {
+        head: N,
+        predecessor: Option<N>,
+        seen: Option<i64>,
+    },
+    /// Behind a next in line that announces its claims: the head read without a
+    /// watch, and watches on the announcement (changed since `seen`), our predecessor
+    /// and the next in line's node (`next`; `None`: it is our predecessor).
+    Announcement {
+        head: N,
+        predecessor: N,
+        next: Option<N>,
+        seen: Option<i64>,
+    },
+}
+
+/// What a campaign does after one listing (see the invariants above); `announces`:
+/// whether a node's candidate announces its claims (`rules::announces`).
+pub(super) fn after_list<N: Clone + PartialEq>(
+    listed: Listed<'_, N>,
+    announces: impl Fn(&Entry<N>) -> bool,
+) -> Next<N> {
+    let Listed {
+        queue,
+        ours,
+        reserved,
+        announced,
+        ..
+    } = listed;
+    let stand = queue::stand(queue, ours);
+    if stand == Stand::Gone {
+        return Next::StartOver;
+    }
+    if listed.may_requeue && queue::lets_pass(queue, ours, reserved) {
+        return Next::Requeue;
+    }
+    let Stand::Behind { turn, head } = stand else {
+        return Next::Claim {
+            spend: reserved == Some(ours),
+        };
+    };
+    // The node we wait for, and the head when that is another.
+    let (head, predecessor) = match head {
+        Some(h) => (h.name.clone(), Some(turn.name.clone())),
+        None => (turn.name.clone(), None),
+    };
+    if listed.reader {
+        // A reader watches the last writer's node ahead (its turn may come when that
+        // goes), and the head for news.
+        let seen = None;
+        return Next::Follow(Follow::Head {
+            head,
+            predecessor,
+            seen,
+        });
+    }
+    let seen = announced.map(|a| a.1);
+    match queue::holder_news(queue, ours, announced.map(|a| a.0), announces) {
+        HolderNews::Head => Next::Follow(Follow::Head {
+            head,
+            predecessor,
+            seen,
+        }),
+        HolderNews::Announcement => {
+            let next = queue[1].name.clone();
+            let predecessor = predecessor.unwrap_or_else(|| next.clone());
+            let next = (next != predecessor).then_some(next);
+            Next::Follow(Follow::Announcement {
+                head,
+                predecessor,
+                next,
+                seen,
+            })
+        }
+    }
+}
+
+/// How a renew proves the claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Renew {
+    /// The `multi` check and the stat behind it (our node's watch is set).
+    Prove,
+    /// The same, with a watch on our node set in the same round trip (it fired
+    /// without ending the claim, or we never set it).
+    ProveAndWatch,
+}
+
+/// How a wait goes on, by the phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WaitFor {
+    /// Do not wait: campaign at once (no node).
+    Now,
+    /// Finish the stagger (see [`Phase::Staggering`]), then look.
+    Stagger,
+    /// Wait on what the phase watches, the session's state and the wait's end.
+    Watches,
+}
+
+/// What a node's watch event was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeEvent {
+    Deleted,
+    /// Its data changed, it was created, or its session's state changed.
+    Other,
+}
+
+/// What ended a follower's wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Woke {
+    /// The watch on the node we wait for fired.
+    Turn(NodeEvent),
+    /// News of a new holder: `true` from the announcement or the next in line (the
+    /// claim is made), `false` from the head's watch (the successor may not have
+    /// claimed yet).
+    News(bool),
+    /// The session's state changed (expired, disconnected, reconnected).
+    Session,
+    /// The wait's time is over; `connected`: the session is connected now.
+    Timeout { connected: bool },
+}
+
+/// What a wait makes of what ended it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Look now (list again, and watch anew).
+    Look,
+    /// The head changed and we are not next in line: the phase is
+    /// [`Phase::Staggering`].
+    Stagger,
+    /// Both watches stood and the session is connected (its pings are the
+    /// keep-alive): the observation is current, no request needed.
+    Quiet,
+}
+
+impl<W, N, C> Phase<W, N, C> {
+    /// A campaign begins: every follower's watch goes (the round watches anew), and
+    /// so does a stagger; a deleted head that was our only predecessor makes the
+    /// round a shortcut.
+    pub(super) fn begin(self) -> (Self, Round) {
+        match self {
+            Phase::Unqueued => (Phase::Unqueued, Round::Full),
+            Phase::HeadGone => (Phase::Queued, Round::Shortcut),
+            _ => (Phase::Queued, Round::Full),
+        }
+    }
+
+    /// Our node was created (or found again): queued.
+    pub(super) fn queued(self) -> Self {
+        match self {
+            Phase::Unqueued => Phase::Queued,
+            other => other,
+        }
+    }
+
+    /// After the watches of a [`Follow::Head`] without a predecessor: the head's
+    /// watch, when the head was still there.
+    pub(super) fn next_in_line(head: Option<W>) -> Self {
+        match head {
+            Some(w) => Phase::NextInLine(w),
+            None => Phase::Queued,
+        }
+    }
+
+    /// After a follower's other watches: the one on the node we wait for, and the news.
+    pub(super) fn following(turn: Option<W>, news: Option<N>) -> Self {
+        Phase::Following { turn, news }
+    }
+
+    /// The claim is made: our node's watch and the claim's check on its way.
+    pub(super) fn claimed(own: W, confirming: C) -> Self {
+        Phase::Leading {
+            own: Some(own),
+            confirming: Some(confirming),
+        }
+    }
+
+    /// Whether nothing about the holder or our turn can change unseen: every watch a
+    /// follower needs is set.
+    pub(super) fn watched(&self) -> bool {
+        match self {
+            Phase::NextInLine(_) => true,
+            Phase::Following { turn, news } => turn.is_some() && news.is_some(),
+            _ => false,
+        }
+    }
+
+    /// A look (or a campaign) is next: a follower's watches go. A shortcut still owed
+    /// and a claim stay.
+    pub(super) fn looked(self) -> Self {
+        match self {
+            Phase::NextInLine(_) | Phase::Following { .. } | Phase::Staggering { .. } => {
+                Phase::Queued
+            }
+            other => other,
+        }
+    }
+
+    /// How a wait goes on.
+    pub(super) fn wait(&self) -> WaitFor {
+        match self {
+            Phase::Unqueued => WaitFor::Now,
+            Phase::Staggering { .. } => WaitFor::Stagger,
+            _ => WaitFor::Watches,
+        }
+    }
+
+    /// The watches a wait polls: our turn's (the head's for the next in line) and the
+    /// news of a new holder.
+    pub(super) fn watches_mut(&mut self) -> (Option<&mut W>, Option<&mut N>) {
+        match self {
+            Phase::NextInLine(w) => (Some(w), None),
+            Phase::Following { turn, news } => (turn.as_mut(), news.as_mut()),
+            _ => (None, None),
+        }
+    }
+
+    /// What ended a wait, at `now`; `stagger`: how long the successor is let go first
+    /// when the head changes.
+    pub(super) fn on_wake(
+        self,
+        woke: Woke,
+        now: Instant,
+        stagger: impl FnOnce() -> Duration,
+    ) -> (Self, Heard) {
+        match (woke, self) {
+            // Our only predecessor, the head, was deleted: first now.
+            (Woke::Turn(NodeEvent::Deleted), Phase::NextInLine(_)) => {
+                (Phase::HeadGone, Heard::Look)
+            }
+            // The head changed, and we are not next in line: let the successor go
+            // first, unless our own turn comes.
+            (Woke::News(false), Phase::Following { turn, .. }) => {
+                let until = now + stagger();
+                (Phase::Staggering { until, turn }, Heard::Stagger)
+            }
+            (Woke::Timeout { connected: true }, phase) if phase.watched() => (phase, Heard::Quiet),
+            // A watch that fired is spent (the round sets them again); an announced
+            // holder has claimed already; a session's change means look again.
+            (_, phase) => (phase.looked(), Heard::Look),
+        }
+    }
+
+    /// The stagger's end and our turn's watch, while staggering.
+    pub(super) fn staggering_mut(&mut self) -> Option<(Instant, Option<&mut W>)> {
+        match self {
+            Phase::Staggering { until, turn } => Some((*until, turn.as_mut())),
+            _ => None,
+        }
+    }
+
+    /// How a renew proves the claim.
+    pub(super) fn renewal(&self) -> Renew {
+        match self {
+            Phase::Leading { own: Some(_), .. } => Renew::Prove,
+            _ => Renew::ProveAndWatch,
+        }
+    }
+
+    /// A renew proved the claim through the ensemble's leader: that confirms it (the
+    /// claim's check is no longer needed). `own`: the watch it set on our node.
+    pub(super) fn renewed(self, own: Option<W>) -> Self {
+        let kept = match self {
+            Phase::Leading { own, .. } => own,
+            _ => None,
+        };
+        Phase::Leading {
+            own: own.or(kept),
+            confirming: None,
+        }
+    }
+
+    /// The leader's watch on its own node and the claim's check, while on their way.
+    pub(super) fn claim_mut(&mut self) -> (Option<&mut W>, Option<&mut C>) {
+        match self {
+            Phase::Leading { own, confirming } => (own.as_mut(), confirming.as_mut()),
+            _ => (None, None),
+        }
+    }
+
+    /// An event on the leader's watch on its own node; `true`: the claim is lost.
+    /// The watch is spent either way (the next renew sets it again).
+    pub(super) fn on_own(self, event: OwnEvent) -> (Self, bool) {
+        match self {
+            Phase::Leading { confirming, .. } => {
+                let phase = Phase::Leading {
+                    own: None,
+                    confirming,
+                };
+                (phase, rules::ends_claim(event))
+            }
+            other => (other, false),
+        }
+    }
+
+    /// The claim's `multi` check answered (`ran`: the ensemble's leader ran it);
+    /// `true`: the claim is lost.
+    pub(super) fn on_confirmation(self, ran: bool) -> (Self, bool) {
+        match self {
+            Phase::Leading { own, .. } => {
+                let phase = Phase::Leading {
+                    own,
+                    confirming: None,
+                };
+                (phase, !ran)
+            }
+            other => (other, false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type P = Phase<&'static str, &'static str, &'static str>;
+    type Q = [Entry<&'static str>];
+
+    /// Latch nodes in order; a name starting with `r` is a reader's.
+    fn queue(names: &[&'static str]) -> Vec<Entry<&'static str>> {
+        let entry = |(i, name): (usize, &&'static str)| Entry {
+            order: i as i64,
+            name: *name,
+            shared: name.starts_with('r'),
+        };
+        names.iter().enumerate().map(entry).collect()
+    }
+
+    /// A listing of `queue` by `ours`, the reservation naming `reserved`, the
+    /// announcement naming `announced` (at mzxid 40).
+    fn list(queue: &Q, ours: &'static str, reserved: Option<&'static str>) -> Next<&'static str> {
+        list_with(queue, ours, reserved, Some("a"), true)
+    }
+
+    fn list_with(
+        queue: &Q,
+        ours: &'static str,
+        reserved: Option<&'static str>,
+        announced: Option<&'static str>,
+        may_requeue: bool,
+    ) -> Next<&'static str> {
+        let listed = Listed {
+            queue,
+            ours: &ours,
+            reserved: reserved.as_ref(),
+            announced: announced.as_ref().map(|a| (a, 40)),
+            may_requeue,
+            reader: ours.starts_with('r'),
+        };
+        // Every node announces but Curator's (`cur*`).
+        after_list(listed, |e| !e.name.starts_with("cur"))
+    }
+
+    fn head(head: &'static str, predecessor: Option<&'static str>) -> Next<&'static str> {
+        let seen = Some(40);
+        Next::Follow(Follow::Head {
+            head,
+            predecessor,
+            seen,
+        })
+    }
+
+    fn following() -> P {
+        P::following(Some("turn"), Some("news"))
+    }
+
+    fn leading() -> P {
+        P::claimed("own", "check")
+    }
+
+    fn leading_with(own: Option<&'static str>, confirming: Option<&'static str>) -> P {
+        P::Leading { own, confirming }
+    }
+
+    fn never() -> Duration {
+        panic!("no stagger")
+    }
+
+    #[test]
+    fn only_a_deleted_head_that_was_our_predecessor_makes_the_shortcut() {
+        assert_eq!(P::HeadGone.begin(), (P::Queued, Round::Shortcut));
+        let staggering = P::Staggering {
+            until: Instant::now(),
+            turn: Some("turn"),
+        };
+        let others = [
+            following(),
+            P::NextInLine("h"),
+            staggering,
+            leading(),
+            P::Queued,
+        ];
+        for phase in others {
+            assert_eq!(phase.begin(), (P::Queued, Round::Full));
+        }
+        assert_eq!(P::Unqueued.begin(), (P::Unqueued, Round::Full));
+        assert_eq!(
+            (P::Unqueued.queued(), leading().queued()),
+            (P::Queued, leading())
+        );
+    }
+
+    #[test]
+    fn the_shortcut_claims_only_proven_and_unreserved_for_another() {
+        let proven = || Ok::<_, &str>(Some("proof"));
+        assert_eq!(after_shortcut(None, &"a", proven()), Ok(Some("proof")));
+        assert_eq!(
+            after_shortcut(Some(&"a"), &"a", proven()),
+            Ok(Some("proof"))
+        );
+        // A reservation for another node wins over the proof: a full look decides.
+        let reserved = after_shortcut(Some(&"b"), &"a", proven());
+        assert_eq!(reserved, Ok(None), "claimed past a reservation for another");
+        assert_eq!(
+            after_shortcut(Some(&"b"), &"a", Err::<Option<&str>, _>("cut")),
+            Ok(None)
+        );
+        let failed = Ok::<Option<&str>, &str>(None);
+        assert_eq!(after_shortcut(None, &"a", failed), Ok(None));
+        let cut = Err::<Option<&str>, _>("cut");
+        assert_eq!(after_shortcut(None, &"a", cut), Err("cut"));
+    }
+
+    #[test]
+    fn a_full_rounds_claim_needs_our_session_and_an_unwritten_node() {
+        assert_eq!(after_claim(Some("proof")), Claimed::Lead("proof"));
+        assert_eq!(after_claim::<&str>(None), Claimed::StartOver);
+        assert!(proves(Some(7), Some(0), 7));
+        // A node of an older session (CURATOR-1211), or another client's.
+        assert!(
+            !proves(Some(6), Some(0), 7),
+            "another session's node proved"
+        );
+        assert!(!proves(None, None, 7), "a gone node proved");
+        // Deleted and created again under our name, then written.
+        assert!(!proves(Some(7), Some(1), 7), "a written node proved");
+    }
+
+    #[test]
+    fn a_reservation_for_a_node_behind_ours_requeues_once_before_any_claim() {
+        let q = queue(&["a", "b", "c"]);
+        // Our node vanished (the session expired): start over, before anything else.
+        assert_eq!(list(&q, "z", Some("c")), Next::StartOver);
+        assert_eq!(list(&q, "a", Some("c")), Next::Requeue, "claimed past it");
+        assert_eq!(list(&q, "b", Some("c")), Next::Requeue);
+        // The second round of a campaign never gives its place up again.
+        let second = list_with(&q, "a", Some("c"), None, false);
+        assert_eq!(second, Next::Claim { spend: false });
+        // Named ourselves (spent once we lead), or a node ahead of ours: nothing asked.
+        assert_eq!(list(&q, "a", Some("a")), Next::Claim { spend: true });
+        assert_eq!(list(&q, "b", Some("a")), head("a", None));
+        assert_eq!(list(&q, "a", None), Next::Claim { spend: false });
+    }
+
+    #[test]
+    fn the_next_in_line_watches_the_head_alone() {
+        let q = queue(&["a", "b"]);
+        assert_eq!(list(&q, "b", None), head("a", None));
+    }
+
+    #[test]
+    fn a_follower_behind_a_curator_next_in_line_watches_the_head() {
+        let q = queue(&["a", "cur", "c"]);
+        assert_eq!(list(&q, "c", None), head("a", Some("cur")));
+        // An announcement that does not name the head: the head too.
+        let q = queue(&["a", "b", "c"]);
+        let stale = list_with(&q, "c", None, Some("x"), true);
+        assert_eq!(stale, head("a", Some("b")));
+    }
+
+    #[test]
+    fn behind_an_announcing_next_in_line_the_announcement_replaces_the_head() {
+        let q = queue(&["a", "b", "c", "d"]);
+        let announced = |predecessor, next| {
+            let seen = Some(40);
+            let (head, next) = ("a", next);
+            Next::Follow(Follow::Announcement {
+                head,
+                predecessor,
+                next,
+                seen,
+            })
+        };
+        assert_eq!(list(&q, "d", None), announced("c", Some("b")));
+        // The next in line is our predecessor: one watch serves both.
+        assert_eq!(list(&q, "c", None), announced("b", None));
+    }
+
+    #[test]
+    fn a_reader_waits_for_the_last_writer_ahead_and_watches_the_head() {
+        let q = queue(&["a", "r2", "w3", "r4"]);
+        let expected = Follow::Head {
+            head: "a",
+            predecessor: Some("w3"),
+            seen: None,
+        };
+        assert_eq!(list(&q, "r4", None), Next::Follow(expected));
+        let q = queue(&["r1", "r2"]);
+        assert_eq!(list(&q, "r2", None), Next::Claim { spend: false });
+    }
+
+    #[test]
+    fn opened_watches_make_a_follower_or_the_next_in_line() {
+        assert_eq!(P::next_in_line(Some("head")), P::NextInLine("head"));
+        assert_eq!(P::next_in_line(None), P::Queued);
+        assert!(P::NextInLine("head").watched());
+        assert!(following().watched());
+        for (turn, news) in [(None, Some("news")), (Some("turn"), None), (None, None)] {
+            assert!(!P::following(turn, news).watched(), "{turn:?} {news:?}");
+        }
+        assert!(!P::Queued.watched());
+        assert!(!leading().watched());
+    }
+
+    #[test]
+    fn each_phase_waits_its_own_way() {
+        let until = Instant::now();
+        assert_eq!(P::Unqueued.wait(), WaitFor::Now);
+        let staggering = P::Staggering { until, turn: None };
+        assert_eq!(staggering.wait(), WaitFor::Stagger);
+        for phase in [
+            following(),
+            P::NextInLine("h"),
+            P::Queued,
+            P::HeadGone,
+            leading(),
+        ] {
+            assert_eq!(phase.wait(), WaitFor::Watches, "{phase:?}");
+        }
+        assert_eq!(P::NextInLine("h").watches_mut(), (Some(&mut "h"), None));
+        let (turn, news) = (&mut "turn", &mut "news");
+        assert_eq!(following().watches_mut(), (Some(turn), Some(news)));
+        assert_eq!(leading().watches_mut(), (None, None));
+    }
+
+    #[test]
+    fn the_heads_delete_makes_the_next_in_line_first() {
+        let now = Instant::now();
+        let (deleted, changed) = (Woke::Turn(NodeEvent::Deleted), Woke::Turn(NodeEvent::Other));
+        let first = P::NextInLine("head").on_wake(deleted, now, never);
+        assert_eq!(first, (P::HeadGone, Heard::Look), "no shortcut");
+        // A change of the head's data: look, no shortcut.
+        let changed = P::NextInLine("head").on_wake(changed, now, never);
+        assert_eq!(changed, (P::Queued, Heard::Look));
+        // A predecessor that is not the head: others may be ahead still.
+        let behind = following().on_wake(deleted, now, never);
+        assert_eq!(behind, (P::Queued, Heard::Look), "a shortcut from behind");
+    }
+
+    #[test]
+    fn a_change_of_the_head_staggers_a_follower_further_back() {
+        let now = Instant::now();
+        let stagger = || Duration::from_millis(100);
+        let (mut phase, heard) = following().on_wake(Woke::News(false), now, stagger);
+        assert_eq!(heard, Heard::Stagger, "no stagger");
+        let (until, turn) = phase.staggering_mut().expect("staggering");
+        assert_eq!((until, turn.copied()), (now + stagger(), Some("turn")));
+        assert_eq!(phase.looked(), P::Queued);
+        assert!(P::Queued.staggering_mut().is_none());
+    }
+
+    #[test]
+    fn a_follower_looks_at_once_on_an_announcement_or_a_session_change() {
+        let now = Instant::now();
+        for woke in [
+            Woke::News(true),
+            Woke::Session,
+            Woke::Turn(NodeEvent::Other),
+        ] {
+            let heard = following().on_wake(woke, now, never);
+            assert_eq!(heard, (P::Queued, Heard::Look), "{woke:?}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_wait_needs_every_watch_and_a_connected_session() {
+        let now = Instant::now();
+        let (quiet, cut) = (
+            Woke::Timeout { connected: true },
+            Woke::Timeout { connected: false },
+        );
+        assert_eq!(
+            following().on_wake(quiet, now, never),
+            (following(), Heard::Quiet)
+        );
+        let next = P::NextInLine("h").on_wake(quiet, now, never);
+        assert_eq!(next, (P::NextInLine("h"), Heard::Quiet));
+        let disconnected = following().on_wake(cut, now, never);
+        assert_eq!(
+            disconnected,
+            (P::Queued, Heard::Look),
+            "quiet while disconnected"
+        );
+        let half = P::following(None, Some("news")).on_wake(quiet, now, never);
+        assert_eq!(half, (P::Queued, Heard::Look), "quiet with a watch missing");
+        // A shortcut owed and a claim survive a look.
+        let owed = P::HeadGone.on_wake(Woke::Session, now, never);
+        assert_eq!(owed, (P::HeadGone, Heard::Look));
+        assert_eq!(
+            leading().on_wake(quiet, now, never),
+            (leading(), Heard::Look)
+        );
+    }
+
+    #[test]
+    fn a_renew_sets_the_watch_on_our_node_again_once_it_fired() {
+        assert_eq!(leading().renewal(), Renew::Prove);
+        let (phase, lost) = leading().on_own(OwnEvent::Session { ended: false });
+        assert!(!lost, "a disconnect ended the claim");
+        assert_eq!(phase.renewal(), Renew::ProveAndWatch);
+        assert_eq!(P::Queued.renewal(), Renew::ProveAndWatch);
+        assert_eq!(
+            phase.renewed(Some("again")),
+            leading_with(Some("again"), None)
+        );
+        // Proven through the ensemble's leader: the claim's check is not needed.
+        assert_eq!(leading().renewed(None), leading_with(Some("own"), None));
+    }
+
+    #[test]
+    fn the_claim_ends_on_a_change_of_our_node_or_the_sessions_end() {
+        let (phase, lost) = leading().on_own(OwnEvent::Changed);
+        assert!(lost, "our node changed and the claim went on");
+        assert_eq!(phase, leading_with(None, Some("check")));
+        let (_, lost) = leading().on_own(OwnEvent::Session { ended: true });
+        assert!(lost, "the session ended and the claim went on");
+        assert!(!leading().on_own(OwnEvent::Other).1);
+        assert_eq!(P::Queued.on_own(OwnEvent::Changed), (P::Queued, false));
+    }
+
+    #[test]
+    fn the_claim_ends_when_its_check_fails() {
+        let (mut phase, lost) = leading().on_confirmation(false);
+        assert!(lost, "a failed check kept the claim");
+        assert_eq!(phase.claim_mut(), (Some(&mut "own"), None));
+        let confirmed = leading().on_confirmation(true);
+        assert_eq!(confirmed, (leading_with(Some("own"), None), false));
+        assert_eq!(P::Queued.on_confirmation(false), (P::Queued, false));
+    }
+}
