@@ -429,8 +429,8 @@ impl OwnKey for RwBackend {
         Ok(seen(self.mode, &value, score, current.as_deref()).still_ours())
     }
 
-    fn own_push_until(&mut self) -> &mut Option<Instant> {
-        &mut self.own_push_until
+    fn take_own_push_until(&mut self) -> Option<Instant> {
+        self.own_push_until.take()
     }
 
     async fn taken(&mut self) -> bool {
@@ -532,8 +532,9 @@ impl Backend for RwBackend {
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("renew"))?;
-        self.clock.learn(sent, Instant::now(), store_ms);
-        super::renewal_of(kept, &mut self.own_push_until)
+        let now = Instant::now();
+        self.clock.learn(sent, now, store_ms);
+        super::renewal_of(kept, now, &mut self.own_push_until).map_err(|_| too_late("renew"))
     }
 
     /// A holder hears of its record taken or deleted by anyone else at once, as the
