@@ -202,17 +202,16 @@ pub(super) fn after_list<N: Clone + PartialEq>(
         Some(h) => (h.name.clone(), Some(turn.name.clone())),
         None => (turn.name.clone(), None),
     };
+    let seen = announced.map(|a| a.1);
     if listed.reader {
         // A reader watches the last writer's node ahead (its turn may come when that
-        // goes), and the head for news.
-        let seen = None;
+        // goes), and the head and the announcement for news.
         return Next::Follow(Follow::Head {
             head,
             predecessor,
             seen,
         });
     }
-    let seen = announced.map(|a| a.1);
     match queue::holder_news(queue, ours, announced.map(|a| a.0), announces) {
         HolderNews::Head => Next::Follow(Follow::Head {
             head,
@@ -646,12 +645,24 @@ mod tests {
     #[test]
     fn a_reader_waits_for_the_last_writer_ahead_and_watches_the_head() {
         let q = queue(&["a", "r2", "w3", "r4"]);
+        // News from the announcement only once it changed since the listing read it
+        // (at mzxid 40): an announcement already there is no news, or the wait would
+        // end at once, again and again.
         let expected = Follow::Head {
+            head: "a",
+            predecessor: Some("w3"),
+            seen: Some(40),
+        };
+        assert_eq!(list(&q, "r4", None), Next::Follow(expected));
+        let unannounced = Follow::Head {
             head: "a",
             predecessor: Some("w3"),
             seen: None,
         };
-        assert_eq!(list(&q, "r4", None), Next::Follow(expected));
+        assert_eq!(
+            list_with(&q, "r4", None, None, true),
+            Next::Follow(unannounced)
+        );
         let q = queue(&["r1", "r2"]);
         assert_eq!(list(&q, "r2", None), Next::Claim { spend: false });
     }
