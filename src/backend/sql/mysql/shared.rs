@@ -265,7 +265,7 @@ fn queue(t: &str, s: &str) -> String {
 use sqlx::mysql::MySqlConnection;
 
 use super::super::{LeaseRow, Session, Tenancy, Waiting};
-use super::{micros, ours, ttl_us, Mysql};
+use super::{ours, Mysql};
 use crate::backend::BackendError;
 
 type Conn = Session<MySqlConnection>;
@@ -277,7 +277,7 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        self.left_to_another = false;
+        self.sight.left_to_another = false;
         if let Some(token) = self.own_share(session, t).await? {
             if self.renew_share(session, t).await? {
                 self.hold_reader_lock(session, t).await;
@@ -293,12 +293,11 @@ impl Mysql {
         let Some((row, kept)) = self.read_shared(session, t).await? else {
             let found = self.insert_missing(session, t).await?;
             let row = found.map(|(row, _)| row);
-            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            self.sight.saw(row.as_ref(), false);
             return Ok(row);
         };
-        self.seen_tenure.clone_from(&row.tenure);
-        self.left_to_another = kept;
-        if !kept && row.left_ms == 0 && row.tenure != t.tenure {
+        self.sight.saw(Some(&row), kept);
+        if super::rules::counter_gone(false, kept, &row, &t.tenure) {
             // Free, yet no token was counted: the counter's row is gone (see `take`).
             self.seed(session, t.floor_param()).await?;
         }
@@ -311,13 +310,10 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let token = sqlx::query_scalar::<_, i64>(&self.statements.shared.mine)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .fetch_optional(&mut *conn)
+        let token = session
+            .maybe("campaign", self.statements.shared.mine(t))
             .await;
-        session.end("campaign", token)
+        token
     }
 
     /// The next token, counted, when the lease row may be joined.
@@ -326,16 +322,11 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.count)
-            .bind(t.floor_param())
-            .bind(&t.election)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .execute(&mut *conn)
+        let done = session
+            .execute("campaign", self.statements.shared.count(t))
             .await;
-        let done = session.end("campaign", done)?;
-        super::counted(session, &done).await
+        let done = done?;
+        super::transport::counted(session, &done).await
     }
 
     /// Our shared row, then the lease row joined; our row deleted again when the
@@ -346,25 +337,14 @@ impl Mysql {
         t: &Tenancy,
         token: i64,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.insert)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(token)
-            .bind(ttl_us(t))
-            .execute(&mut *conn)
+        let done = session
+            .execute("campaign", self.statements.shared.insert(t, token))
             .await;
-        session.end("campaign", done)?;
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.join)
-            .bind(token)
-            .bind(&t.identity)
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .execute(&mut *conn)
+        done?;
+        let done = session
+            .execute("campaign", self.statements.shared.join(t, token))
             .await;
-        if session.end("campaign", done)?.rows_affected() == 1 {
+        if done?.rows_affected() == 1 {
             return Ok(true);
         }
         self.drop_share(session, &t.election, &t.tenure, "campaign")
@@ -379,13 +359,10 @@ impl Mysql {
         tenure: &str,
         op: &'static str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.drop)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
+        let done = session
+            .execute(op, self.statements.shared.drop(election, tenure))
             .await;
-        session.end(op, done).map(|_| ())
+        done.map(|_| ())
     }
 
     /// Both our shared row and the lease row a ttl ahead, or neither.
@@ -394,16 +371,11 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.shared.renew)
-            .bind(ttl_us(t))
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .execute(&mut *conn)
+        let done = session
+            .execute("renew", self.statements.shared.renew(t))
             .await;
         // Matched rows (the client asks for found rows): both, or none.
-        Ok(session.end("renew", done)?.rows_affected() > 0)
+        Ok(done?.rows_affected() > 0)
     }
 
     /// The lease row for a shared candidate, and whether a waiting writer or another's
@@ -414,14 +386,8 @@ impl Mysql {
         t: &Tenancy,
     ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
         let op = "campaign";
-        let conn = session.begin(op).await?;
-        let row = sqlx::query(&self.statements.shared.read)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let Some(row) = session.end(op, row)? else {
+        let row = session.row(op, self.statements.shared.read(t)).await;
+        let Some(row) = row? else {
             return Ok(None);
         };
         let kept = sqlx::Row::try_get::<i64, _>(&row, 4).map_err(super::super::sql(op))? != 0;
@@ -439,31 +405,20 @@ impl Mysql {
         tenure: &str,
     ) -> Result<(), BackendError> {
         let op = "release";
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.sweep)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
+        let done = session
+            .execute(op, self.statements.shared.sweep(election, tenure))
             .await;
-        session.end(op, done)?;
-        let conn = session.begin(op).await?;
-        let version = sqlx::query_as::<_, (i64, i64, i64)>(&self.statements.shared.version)
-            .bind(election)
-            .bind(tenure)
-            .bind(election)
-            .fetch_optional(&mut *conn)
+        done?;
+        let version = session
+            .tuple(op, self.statements.shared.version(election, tenure))
             .await;
-        let Some((token, at, 0)) = session.end(op, version)? else {
+        let Some((token, at, 0)) = version? else {
             return Ok(());
         };
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.free)
-            .bind(election)
-            .bind(token)
-            .bind(at)
-            .execute(&mut *conn)
+        let done = session
+            .execute(op, self.statements.shared.free(election, (token, at)))
             .await;
-        session.end(op, done).map(|_| ())
+        done.map(|_| ())
     }
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
@@ -475,24 +430,13 @@ impl Mysql {
     ) -> Result<(), BackendError> {
         // Keyed by our presence lock, which our signal connection holds while we
         // live: the row keeps its place for that long (see `WAITS`).
-        let conn = session.begin("campaign").await?;
-        let done = if on {
-            sqlx::query(&self.statements.shared.mark)
-                .bind(&t.election)
-                .bind(&self.candidate)
-                .bind(&t.identity)
-                .bind(if self.reader { "q" } else { "w" })
-                .bind(micros(t.ttl))
-                .execute(&mut *conn)
-                .await
+        let shared = &self.statements.shared;
+        let request = if on {
+            shared.mark(t, &self.candidate, self.reader)
         } else {
-            sqlx::query(&self.statements.shared.unmark)
-                .bind(&t.election)
-                .bind(&self.candidate)
-                .execute(&mut *conn)
-                .await
+            shared.unmark(&t.election, &self.candidate)
         };
-        session.end("campaign", done)?;
+        session.execute("campaign", request).await?;
         if on && !self.reader {
             self.hold_turn(session).await;
         }
@@ -503,13 +447,8 @@ impl Mysql {
     pub(super) async fn still_shared(&mut self, t: &Tenancy) -> Result<bool, BackendError> {
         // On a connection of its own: a look cut off by the elector (at a renewal's
         // time) renews that connection, not the one that holds our lock.
-        let conn = self.look.begin("watch").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .fetch_one(&mut *conn)
-            .await;
-        Ok(self.look.end("watch", found)? > 0)
+        let found = self.look.one("watch", self.statements.shared.own(t)).await;
+        Ok(found? > 0)
     }
 
     /// While we hold shared: our own lock on the statement connection (idle-limited
@@ -607,12 +546,10 @@ impl Mysql {
         election: &str,
     ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
         let op = "campaign";
-        let conn = session.begin(op).await?;
-        let rows = sqlx::query(&self.statements.shared.queue)
-            .bind(election)
-            .fetch_all(&mut *conn)
+        let rows = session
+            .rows(op, self.statements.shared.queue(election))
             .await;
-        let rows = session.end(op, rows)?;
+        let rows = rows?;
         super::super::queue_from_rows(&rows).map_err(super::super::sql(op))
     }
 
@@ -622,13 +559,10 @@ impl Mysql {
         session: &mut Conn,
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let listed = sqlx::query_as::<_, (String, i64, i64)>(&self.statements.shared.holders)
-            .bind(election)
-            .bind(election)
-            .fetch_all(&mut *conn)
+        let listed = session
+            .tuples("campaign", self.statements.shared.holders(election))
             .await;
-        let listed = session.end("campaign", listed)?;
+        let listed = listed?;
         Ok(listed
             .into_iter()
             .map(|(holder, token, shared)| (holder, token, shared != 0))
