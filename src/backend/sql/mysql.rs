@@ -388,10 +388,8 @@ impl SqlDialect for Mysql {
         election: &str,
         tenure: &str,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("release", self.statements.release(election, tenure))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.release(election, tenure);
+        session.execute("release", request).await.map(|_| ())
     }
 
     async fn list(
@@ -400,10 +398,8 @@ impl SqlDialect for Mysql {
         t: &Tenancy,
         alive: Duration,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("candidates", self.statements.cands.list(t, alive))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.cands.list(t, alive);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn live(
@@ -411,10 +407,8 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         election: &str,
     ) -> Result<Vec<(String, bool)>, BackendError> {
-        let registered = session
-            .values("candidates", self.statements.cands.live(election))
-            .await;
-        let registered = registered?;
+        let request = self.statements.cands.live(election);
+        let registered = session.values("candidates", request).await?;
         let mut live = Vec::with_capacity(registered.len());
         for id in registered {
             let up = session
@@ -454,9 +448,8 @@ impl SqlDialect for Mysql {
         let reserved = done?.rows_affected() > 0;
         if to != t.identity {
             // Best effort: we campaign again soon, and list ourselves then.
-            let done = session
-                .execute("release", self.statements.cands.mine(t, alive))
-                .await;
+            let request = self.statements.cands.mine(t, alive);
+            let done = session.execute("release", request).await;
             if let Err(e) = done {
                 tracing::debug!(error = %e, "could not list ourselves alive at the switchover");
             }
@@ -470,13 +463,8 @@ impl SqlDialect for Mysql {
         election: &str,
         identity: &str,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute(
-                "candidates",
-                self.statements.cands.prune(election, identity),
-            )
-            .await;
-        done.map(|_| ())
+        let request = self.statements.cands.prune(election, identity);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn own_tenure(
@@ -487,13 +475,8 @@ impl SqlDialect for Mysql {
         if std::mem::take(&mut self.clear_mine) {
             self.drop_reservation(session, t).await;
         }
-        let row = session
-            .tuple(
-                "watch",
-                self.statements.own(t, (&self.presence, &self.lock)),
-            )
-            .await;
-        let row = row?;
+        let request = self.statements.own(t, (&self.presence, &self.lock));
+        let row = session.tuple("watch", request).await?;
         if row
             .as_ref()
             .is_some_and(|(tenure, _, _)| *tenure == t.tenure)

@@ -354,13 +354,8 @@ impl Postgres {
         statement: &str,
         (election, tenure): (&str, &str),
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute(
-                "release",
-                Statements::release(statement, (election, tenure), &self.channel),
-            )
-            .await;
-        done.map(|_| ())
+        let request = Statements::release(statement, (election, tenure), &self.channel);
+        session.execute("release", request).await.map(|_| ())
     }
 }
 
@@ -418,10 +413,8 @@ impl SqlDialect for Postgres {
         }
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
-        let seeded = session
-            .execute("prepare", self.statements.seed(&self.election))
-            .await;
-        seeded?;
+        let request = self.statements.seed(&self.election);
+        session.execute("prepare", request).await?;
         self.table_ready = true;
         Ok(())
     }
@@ -431,9 +424,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let row = session
-            .row("campaign", self.statements.take(t, &self.channel))
-            .await;
+        let request = self.statements.take(t, &self.channel);
+        let row = session.row("campaign", request).await;
         self.after_take(session, t, row).await
     }
 
@@ -468,10 +460,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
         alive: Duration,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("candidates", self.statements.list(t, millis(alive)))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.list(t, millis(alive));
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn live(
@@ -479,14 +469,10 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Vec<(String, bool)>, BackendError> {
-        let registered = session
-            .values("candidates", self.statements.live(election))
-            .await;
-        let registered = registered?;
-        let present = session
-            .values("candidates", self.statements.present())
-            .await;
-        let present = present?;
+        let request = self.statements.live(election);
+        let registered = session.values("candidates", request).await?;
+        let request = self.statements.present();
+        let present = session.values("candidates", request).await?;
         Ok(registered
             .into_iter()
             .map(|id| {
@@ -526,10 +512,8 @@ impl SqlDialect for Postgres {
         election: &str,
         identity: &str,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("candidates", self.statements.prune(election, identity))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.prune(election, identity);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn own_tenure(
@@ -538,9 +522,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         // On the look connection: see `look`.
-        (self.look)
-            .maybe("watch", self.statements.own(&t.election))
-            .await
+        let request = self.statements.own(&t.election);
+        (self.look).maybe("watch", request).await
     }
 
     async fn released(&mut self, session: &mut Session<PgConnection>) {
@@ -583,9 +566,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
         // A shared holder holds the readers' lock (shared): writers wait for it.
-        let row = session
-            .row("campaign", self.statements.shared.take(t))
-            .await;
+        let request = self.statements.shared.take(t);
+        let row = session.row("campaign", request).await;
         self.after_take(session, t, row).await
     }
 
@@ -610,10 +592,8 @@ impl SqlDialect for Postgres {
         election: &str,
         tenure: &str,
     ) -> Result<(), BackendError> {
-        let swept = session
-            .execute("release", self.statements.shared.sweep(election, tenure))
-            .await;
-        swept?;
+        let request = self.statements.shared.sweep(election, tenure);
+        session.execute("release", request).await?;
         self.release_by(session, &self.statements.shared.release, (election, tenure))
             .await
     }
@@ -645,8 +625,11 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
         // On the look connection, as the writers' look.
-        let found = self.look.one("watch", self.statements.shared.own(t)).await;
-        Ok(found? > 0)
+        Ok(self
+            .look
+            .one("watch", self.statements.shared.own(t))
+            .await?
+            > 0)
     }
 
     fn queued(&self) -> bool {
@@ -666,10 +649,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
-        let rows = session
-            .rows("campaign", self.statements.shared.queue(election))
-            .await;
-        let rows = rows?;
+        let request = self.statements.shared.queue(election);
+        let rows = session.rows("campaign", request).await?;
         super::queue_from_rows(&rows).map_err(super::sql("campaign"))
     }
 
@@ -678,9 +659,7 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
-        let listed = session
-            .tuples("campaign", self.statements.shared.holders(election))
-            .await;
-        listed
+        let request = self.statements.shared.holders(election);
+        session.tuples("campaign", request).await
     }
 }

@@ -310,10 +310,8 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let token = session
-            .maybe("campaign", self.statements.shared.mine(t))
-            .await;
-        token
+        let request = self.statements.shared.mine(t);
+        session.maybe("campaign", request).await
     }
 
     /// The next token, counted, when the lease row may be joined.
@@ -322,10 +320,8 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let done = session
-            .execute("campaign", self.statements.shared.count(t))
-            .await;
-        let done = done?;
+        let request = self.statements.shared.count(t);
+        let done = session.execute("campaign", request).await?;
         super::transport::counted(session, &done).await
     }
 
@@ -337,13 +333,10 @@ impl Mysql {
         t: &Tenancy,
         token: i64,
     ) -> Result<bool, BackendError> {
-        let done = session
-            .execute("campaign", self.statements.shared.insert(t, token))
-            .await;
-        done?;
-        let done = session
-            .execute("campaign", self.statements.shared.join(t, token))
-            .await;
+        let request = self.statements.shared.insert(t, token);
+        session.execute("campaign", request).await?;
+        let request = self.statements.shared.join(t, token);
+        let done = session.execute("campaign", request).await;
         if done?.rows_affected() == 1 {
             return Ok(true);
         }
@@ -359,10 +352,8 @@ impl Mysql {
         tenure: &str,
         op: &'static str,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute(op, self.statements.shared.drop(election, tenure))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.shared.drop(election, tenure);
+        session.execute(op, request).await.map(|_| ())
     }
 
     /// Both our shared row and the lease row a ttl ahead, or neither.
@@ -371,9 +362,8 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let done = session
-            .execute("renew", self.statements.shared.renew(t))
-            .await;
+        let request = self.statements.shared.renew(t);
+        let done = session.execute("renew", request).await;
         // Matched rows (the client asks for found rows): both, or none.
         Ok(done?.rows_affected() > 0)
     }
@@ -405,20 +395,15 @@ impl Mysql {
         tenure: &str,
     ) -> Result<(), BackendError> {
         let op = "release";
-        let done = session
-            .execute(op, self.statements.shared.sweep(election, tenure))
-            .await;
-        done?;
-        let version = session
-            .tuple(op, self.statements.shared.version(election, tenure))
-            .await;
+        let request = self.statements.shared.sweep(election, tenure);
+        session.execute(op, request).await?;
+        let request = self.statements.shared.version(election, tenure);
+        let version = session.tuple(op, request).await;
         let Some((token, at, 0)) = version? else {
             return Ok(());
         };
-        let done = session
-            .execute(op, self.statements.shared.free(election, (token, at)))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.shared.free(election, (token, at));
+        session.execute(op, request).await.map(|_| ())
     }
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
@@ -447,8 +432,11 @@ impl Mysql {
     pub(super) async fn still_shared(&mut self, t: &Tenancy) -> Result<bool, BackendError> {
         // On a connection of its own: a look cut off by the elector (at a renewal's
         // time) renews that connection, not the one that holds our lock.
-        let found = self.look.one("watch", self.statements.shared.own(t)).await;
-        Ok(found? > 0)
+        Ok(self
+            .look
+            .one("watch", self.statements.shared.own(t))
+            .await?
+            > 0)
     }
 
     /// While we hold shared: our own lock on the statement connection (idle-limited
@@ -546,10 +534,8 @@ impl Mysql {
         election: &str,
     ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
         let op = "campaign";
-        let rows = session
-            .rows(op, self.statements.shared.queue(election))
-            .await;
-        let rows = rows?;
+        let request = self.statements.shared.queue(election);
+        let rows = session.rows(op, request).await?;
         super::super::queue_from_rows(&rows).map_err(super::super::sql(op))
     }
 
@@ -559,10 +545,8 @@ impl Mysql {
         session: &mut Conn,
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
-        let listed = session
-            .tuples("campaign", self.statements.shared.holders(election))
-            .await;
-        let listed = listed?;
+        let request = self.statements.shared.holders(election);
+        let listed = session.tuples("campaign", request).await?;
         Ok(listed
             .into_iter()
             .map(|(holder, token, shared)| (holder, token, shared != 0))

@@ -16,8 +16,7 @@ impl Mysql {
         t: &Tenancy,
     ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
         let op = "campaign";
-        let row = session.row(op, self.statements.read(t)).await;
-        let row = row?;
+        let row = session.row(op, self.statements.read(t)).await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -34,8 +33,9 @@ impl Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let done = session.execute("campaign", self.statements.count(t)).await;
-        let done = done?;
+        let done = session
+            .execute("campaign", self.statements.count(t))
+            .await?;
         counted(session, &done).await
     }
 
@@ -48,10 +48,8 @@ impl Mysql {
         t: &Tenancy,
         reserved: i64,
     ) -> Result<Option<i64>, BackendError> {
-        let done = session
-            .execute("campaign", self.statements.take(t, reserved))
-            .await;
-        let done = done?;
+        let request = self.statements.take(t, reserved);
+        let done = session.execute("campaign", request).await?;
         Ok((done.rows_affected() == 1).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0)))
     }
 
@@ -61,10 +59,8 @@ impl Mysql {
         session: &mut Session<MySqlConnection>,
         floor: i64,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("campaign", self.statements.seed(&self.election, floor))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.seed(&self.election, floor);
+        session.execute("campaign", request).await.map(|_| ())
     }
 
     /// The counter up to `token`, a token handed out above it.
@@ -73,10 +69,8 @@ impl Mysql {
         session: &mut Session<MySqlConnection>,
         token: i64,
     ) -> Result<(), BackendError> {
-        let done = session
-            .execute("campaign", self.statements.raise(&self.election, token))
-            .await;
-        done.map(|_| ())
+        let request = self.statements.raise(&self.election, token);
+        session.execute("campaign", request).await.map(|_| ())
     }
 
     /// No row: inserts one that nobody holds. When tokens were handed out before (the
@@ -89,9 +83,8 @@ impl Mysql {
         t: &Tenancy,
     ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
         self.seed(session, t.floor_param()).await?;
-        let counted = session
-            .maybe("campaign", self.statements.counted(&t.election))
-            .await;
+        let request = self.statements.counted(&t.election);
+        let counted = session.maybe("campaign", request).await;
         let counted = counted?.unwrap_or(0);
         let quarantine = counted > 0;
         let (tenure, ttl) = if quarantine {
@@ -99,12 +92,8 @@ impl Mysql {
         } else {
             ("", 0)
         };
-        let done = session
-            .execute(
-                "campaign",
-                self.statements.insert(&t.election, (tenure, counted), ttl),
-            )
-            .await;
+        let request = self.statements.insert(&t.election, (tenure, counted), ttl);
+        let done = session.execute("campaign", request).await;
         let inserted = done?.rows_affected() == 1;
         if quarantine && inserted {
             tracing::warn!(
@@ -161,9 +150,8 @@ impl Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) {
-        let done = (session)
-            .execute("watch", self.statements.cands.clear_mine(t))
-            .await;
+        let request = self.statements.cands.clear_mine(t);
+        let done = (session).execute("watch", request).await;
         if let Err(e) = done {
             tracing::debug!(error = %e, "could not drop our used-up reservation");
         }
