@@ -516,13 +516,8 @@ impl SqlDialect for Mysql {
         let mut held = self.held.clone();
         let _ = timeout(self.op_timeout, held.wait_for(|h| !*h)).await;
         // Then the presence lock: a follower woken meanwhile found the row free.
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(&self.presence)
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let request = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&self.presence);
+        let _ = session.execute("release", request).await;
         self.let_reader_lock_go(session).await;
         self.let_turn_go(session).await;
         self.lift_idle_limit(session).await;

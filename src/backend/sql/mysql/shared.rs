@@ -269,6 +269,18 @@ use super::{ours, Mysql};
 use crate::backend::BackendError;
 
 type Conn = Session<MySqlConnection>;
+type Request<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
+type Scalar<'q, O> = sqlx::query::QueryScalar<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>;
+
+/// Takes the named lock `name` at once, or keeps it when this session holds it.
+fn hold(name: &str) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar(HOLD).bind(name).bind(name)
+}
+
+/// Lets the named lock `name` go.
+fn let_go<'q>(name: String) -> Request<'q> {
+    sqlx::query("SELECT RELEASE_LOCK(?)").bind(name)
+}
 
 impl Mysql {
     /// The shared take (see the module doc).
@@ -452,15 +464,8 @@ impl Mysql {
         {
             return;
         }
-        let Ok(conn) = session.begin("watch").await else {
-            return;
-        };
-        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
-            .bind(&name)
-            .bind(&name)
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("watch", held) {
+        let held = session.one("watch", hold(&name)).await;
+        match held {
             Ok(Some(1)) => self.reader_lock = Some((name, session.generation())),
             Ok(_) => tracing::debug!("a shared holder's own lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take a shared holder's own lock"),
@@ -479,15 +484,8 @@ impl Mysql {
         // Wanted, on no connection yet (generation 0 is never one in use): the next
         // call tries again.
         self.turn = Some(0);
-        let Ok(conn) = session.begin("campaign").await else {
-            return;
-        };
-        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
-            .bind(&name)
-            .bind(&name)
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("campaign", held) {
+        let held = session.one("campaign", hold(&name)).await;
+        match held {
             Ok(Some(1)) => self.turn = Some(session.generation()),
             Ok(_) => tracing::debug!("our turn lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
@@ -499,13 +497,8 @@ impl Mysql {
         if !self.turn.take().is_some_and(|g| session.still(g)) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(turn_lock(&self.candidate))
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let request = let_go(turn_lock(&self.candidate));
+        let _ = session.execute("release", request).await;
     }
 
     /// Lets our shared holder's lock go, after the release (best effort: it goes
@@ -517,13 +510,7 @@ impl Mysql {
         if !session.still(generation) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(&name)
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let _ = session.execute("release", let_go(name)).await;
     }
 
     /// The queue's read (see [`SqlDialect::waiting`](super::super::SqlDialect::waiting)).

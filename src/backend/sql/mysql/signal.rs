@@ -447,35 +447,85 @@ impl Got {
 /// until the writer's next want.
 async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
     p.queued.send_replace(true);
-    let got = timeout(
-        p.queue_backstop + p.op_timeout,
-        sqlx::query_scalar::<_, Option<i64>>(&p.readers)
-            .bind(p.queue_backstop.as_secs_f64())
-            .bind(&p.name)
-            .bind(&p.election)
-            .bind(&p.name)
-            .fetch_one(&mut *conn),
-    )
-    .await;
+    let readers = readers_request(p).fetch_one(&mut *conn);
+    let got = timeout(p.queue_backstop + p.op_timeout, readers).await;
     p.queued.send_replace(false);
-    match got {
-        Ok(Ok(n)) => {
-            tracing::debug!(result = ?n, "the wait for the shared holders ended");
-            // None held (-1): no look now (it would find the same), the row's expiry.
-            if matches!(n, Some(0 | 1)) {
-                p.woke.notify_one();
+    after_silent_wait(conn, p, Waited::of(got, "the shared holders")).await
+}
+
+/// A writer's wait for one live shared holder's lock (see [`SignalParts::readers`]).
+fn readers_request(p: &SignalParts) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar(&p.readers)
+        .bind(p.queue_backstop.as_secs_f64())
+        .bind(&p.name)
+        .bind(&p.election)
+        .bind(&p.name)
+}
+
+/// A shared candidate's wait for a waiting writer's `turn` lock: -1 when nobody holds
+/// it, 1 once got (and let go at once), 0 when the wait ran out.
+fn turn_request<'q>(p: &SignalParts, turn: &'q str) -> Scalar<'q, Option<i64>> {
+    sqlx::query_scalar(
+        "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
+            IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
+    )
+    .bind(turn)
+    .bind(turn)
+    .bind(p.queue_backstop.as_secs_f64())
+    .bind(turn)
+}
+
+/// After a silent wait for others' locks: the candidate looks when the wait ended
+/// or ran out, and the connection rests until the next want (or is renewed when it
+/// broke).
+async fn after_silent_wait(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    waited: Waited,
+) -> Option<Want> {
+    match waited {
+        Waited::Woke => {
+            p.woke.notify_one();
+            rest(conn, p).await
+        }
+        Waited::Rest => rest(conn, p).await,
+        Waited::Broken => None,
+    }
+}
+
+/// What a silent wait for others' locks answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    /// The locks were let go (1), or the backstop ran out (0): look.
+    Woke,
+    /// Nobody held the lock (-1: a look now would find the same; the row's expiry
+    /// decides), or the server refused the wait: rest.
+    Rest,
+    /// The connection failed, or the wait overran: renew it.
+    Broken,
+}
+
+impl Waited {
+    /// The answer of a wait for `what`.
+    fn of<E>(answer: Result<Result<Option<i64>, sqlx::Error>, E>, what: &str) -> Waited {
+        match answer {
+            Ok(Ok(n)) => {
+                tracing::debug!(result = ?n, "the wait for {what} ended");
+                match n {
+                    Some(0 | 1) => Waited::Woke,
+                    _ => Waited::Rest,
+                }
             }
-            rest(conn, p).await
+            Ok(Err(sqlx::Error::Database(e))) => {
+                tracing::debug!(error = %e, "could not wait for {what}");
+                Waited::Rest
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the wait for {what} failed");
+                Waited::Broken
+            }
+            Err(_) => Waited::Broken,
         }
-        Ok(Err(sqlx::Error::Database(e))) => {
-            tracing::debug!(error = %e, "could not wait for the shared holders");
-            rest(conn, p).await
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "the wait for the shared holders failed");
-            None
-        }
-        Err(_) => None,
     }
 }
 
@@ -491,34 +541,10 @@ async fn wait_for_turn(
     turn: &str,
 ) -> Option<Want> {
     p.queued.send_replace(true);
-    let got = timeout(
-        p.queue_backstop + p.op_timeout,
-        sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
-                IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
-        )
-        .bind(turn)
-        .bind(turn)
-        .bind(p.queue_backstop.as_secs_f64())
-        .bind(turn)
-        .fetch_one(&mut *conn),
-    )
-    .await;
+    let waiting = turn_request(p, turn).fetch_one(&mut *conn);
+    let got = timeout(p.queue_backstop + p.op_timeout, waiting).await;
     p.queued.send_replace(false);
-    match got {
-        Ok(Ok(n)) => {
-            tracing::debug!(result = ?n, "the wait for a waiting writer's turn ended");
-            if matches!(n, Some(0 | 1)) {
-                p.woke.notify_one();
-            }
-            rest(conn, p).await
-        }
-        Ok(Err(sqlx::Error::Database(e))) => {
-            tracing::debug!(error = %e, "could not wait for a waiting writer's turn");
-            rest(conn, p).await
-        }
-        Ok(Err(_)) | Err(_) => None,
-    }
+    after_silent_wait(conn, p, Waited::of(got, "a waiting writer's turn")).await
 }
 
 /// Holds the lock until the want changes, looking now and then (and when asked) that
@@ -715,6 +741,22 @@ mod tests {
         assert!(Got::Nothing.wakes(true, &Want::Follow));
         assert!(!Got::Nothing.wakes(false, &Want::Lead));
         assert!(!Got::Broken.wakes(true, &Want::Follow));
+    }
+
+    /// A silent wait for others' locks looks when they were let go or the backstop
+    /// ran out, rests when nobody held them or the server refused, and renews a
+    /// broken connection.
+    #[test]
+    fn a_silent_wait_looks_when_the_locks_went_or_the_backstop_ran_out() {
+        let of = |n: Option<i64>| Waited::of(Ok::<_, ()>(Ok(n)), "them");
+        assert_eq!(of(Some(1)), Waited::Woke);
+        assert_eq!(of(Some(0)), Waited::Woke);
+        assert_eq!(of(Some(-1)), Waited::Rest);
+        assert_eq!(of(None), Waited::Rest);
+        let broken = Waited::of(Ok::<_, ()>(Err(sqlx::Error::PoolClosed)), "them");
+        assert_eq!(broken, Waited::Broken);
+        let overran = Waited::of(Err::<Result<Option<i64>, sqlx::Error>, _>(()), "them");
+        assert_eq!(overran, Waited::Broken);
     }
 
     #[test]

@@ -111,12 +111,8 @@ impl Mysql {
         if self.idle_limited == Some(session.generation()) {
             return;
         }
-        let Ok(conn) = session.begin("watch").await else {
-            return;
-        };
         let set = format!("SET SESSION wait_timeout = {}", self.idle_limit);
-        let done = sqlx::query(&set).execute(&mut *conn).await;
-        match session.end("watch", done) {
+        match session.execute("watch", sqlx::query(&set)).await {
             Ok(_) => self.idle_limited = Some(session.generation()),
             Err(e) => {
                 tracing::debug!(error = %e, "could not limit the idle time of the leader's session")
@@ -132,13 +128,8 @@ impl Mysql {
         if !session.still(generation) {
             return;
         }
-        let Ok(conn) = session.begin("release").await else {
-            return;
-        };
-        let done = sqlx::query("SET SESSION wait_timeout = DEFAULT")
-            .execute(&mut *conn)
-            .await;
-        if let Err(e) = session.end("release", done) {
+        let request = sqlx::query("SET SESSION wait_timeout = DEFAULT");
+        if let Err(e) = session.execute("release", request).await {
             tracing::debug!(error = %e, "could not lift the idle limit of the statement connection");
         }
     }
