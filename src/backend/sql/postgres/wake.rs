@@ -135,23 +135,21 @@ impl Waiter {
         (held_by_other, key): (bool, i64),
         max: Duration,
     ) -> Wake {
-        let done = *self.done.borrow();
-        let n = match start(self.armed, done, self.by_expiry, held_by_other) {
-            Start::Ended => return self.ended(),
-            Start::ByNotice => {
-                self.by_expiry = false;
+        if let Some(n) = self.armed {
+            if *self.done.borrow() >= n {
+                return self.ended();
+            }
+        } else {
+            let by_expiry = std::mem::take(&mut self.by_expiry);
+            if !held_by_other || by_expiry {
                 crate::backend::wait_for_wake(wake, hint, max).await;
                 return Wake::Changed;
             }
-            Start::Arm => {
-                self.by_expiry = false;
-                let n = self.arm.borrow().0 + 1;
-                self.arm.send_replace((n, key));
-                self.armed = Some(n);
-                n
-            }
-            Start::Armed(n) => n,
-        };
+            let n = self.arm.borrow().0 + 1;
+            self.arm.send_replace((n, key));
+            self.armed = Some(n);
+        }
+        let n = self.armed.unwrap_or_default();
         let ended = tokio::select! {
             _ = wake.notified() => return Wake::Changed,
             _ = self.done.wait_for(|d| *d >= n) => true,
@@ -168,31 +166,6 @@ impl Waiter {
         self.armed = None;
         self.by_expiry = true;
         Wake::Changed
-    }
-}
-
-/// How a follower's wait starts, from the waiter's state: the wait asked for last
-/// (`armed`) and the count of the waits that ended (`done`), whether the last one
-/// ended (`by_expiry`), and whether another candidate holds the row (`held`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
-    /// The wait asked for ended meanwhile: the holder's session did.
-    Ended,
-    /// By the notifications and the row's expiry: nobody's session to wait for, or
-    /// it ended at the last wait (a crashed holder's row stands until its expiry).
-    ByNotice,
-    /// Ask for a wait on the holder's lock.
-    Arm,
-    /// Go on waiting for the wait asked for.
-    Armed(u64),
-}
-
-fn start(armed: Option<u64>, done: u64, by_expiry: bool, held: bool) -> Start {
-    match armed {
-        Some(n) if done >= n => Start::Ended,
-        Some(n) => Start::Armed(n),
-        None if !held || by_expiry => Start::ByNotice,
-        None => Start::Arm,
     }
 }
 
@@ -249,18 +222,6 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A wait that ended meanwhile is a change; one asked for goes on; a follower of a
-    /// held row asks for one, unless the last one ended (then, as without a holder, it
-    /// waits by the notifications and the row's expiry).
-    #[test]
-    fn a_follower_waits_on_the_holders_lock_until_it_ends_once() {
-        assert_eq!(start(Some(3), 3, false, true), Start::Ended);
-        assert_eq!(start(Some(3), 2, true, false), Start::Armed(3));
-        assert_eq!(start(None, 3, false, true), Start::Arm);
-        assert_eq!(start(None, 3, true, true), Start::ByNotice);
-        assert_eq!(start(None, 3, false, false), Start::ByNotice);
-    }
 
     #[test]
     fn lock_keys_are_stable_and_distinct() {
