@@ -71,222 +71,18 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    Waiting, QUARANTINE,
+    WaitFor, Waiting,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
 
+mod rules;
 mod shared;
 mod signal;
+mod statements;
+mod transport;
+use rules::Applied;
 use signal::{SignalParts, Want};
-
-struct Statements {
-    /// The candidates' table's.
-    cands: CandidateStatements,
-    exists: String,
-    create: String,
-    create_counter: String,
-    seed: String,
-    reserve: String,
-    take: String,
-    raise: String,
-    counted: String,
-    read: String,
-    insert: String,
-    renew: String,
-    release: String,
-    own: String,
-    young: String,
-    queue: String,
-    /// The shared holders' table's (`--mode`).
-    shared: shared::SharedStatements,
-}
-
-impl Statements {
-    fn for_tables(t: &str, c: &str, p: &str, s: &str) -> Statements {
-        // election, identity: whether another candidate's reservation lasts.
-        let reserved_for_another = format!(
-            "EXISTS (SELECT 1 FROM {p} WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6))"
-        );
-        Statements {
-            shared: shared::SharedStatements::for_tables(t, c, p, s),
-            exists: "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables
-                     WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
-                .to_owned(),
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                   election    VARCHAR(253) NOT NULL PRIMARY KEY,
-                   holder      VARCHAR(253) NOT NULL,
-                   tenure      VARCHAR(64) NOT NULL,
-                   token       BIGINT NOT NULL,
-                   acquired_at DATETIME(6) NOT NULL,
-                   renewed_at  DATETIME(6) NOT NULL,
-                   expires_at  DATETIME(6) NOT NULL
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-            ),
-            create_counter: format!(
-                "CREATE TABLE IF NOT EXISTS {c} (
-                   election VARCHAR(253) NOT NULL PRIMARY KEY,
-                   token    BIGINT NOT NULL
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-            ),
-            cands: CandidateStatements::for_tables(t, p),
-            // election, floor, election: the counter row, at least as high as the
-            // lease row's token and the floor.
-            seed: format!(
-                "INSERT INTO {c} (election, token)
-                 SELECT ?, GREATEST(COALESCE(MAX(token), 0), ?) FROM {t} WHERE election = ?
-                 ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))"
-            ),
-            // floor, election, tenure, election, identity: the next token, counted
-            // before it is handed out, and only when the lease row is free for a new
-            // tenure of ours (not left to another candidate; one assignment: a
-            // multi-table UPDATE runs its assignments in no set order).
-            reserve: format!(
-                "UPDATE {c} AS k JOIN {t} AS l ON l.election = k.election
-                 SET k.token = LAST_INSERT_ID(GREATEST(k.token, l.token, ?) + 1)
-                 WHERE k.election = ? AND l.tenure <> ? AND l.expires_at <= UTC_TIMESTAMP(6)
-                   AND NOT {reserved_for_another}"
-            ),
-            // tenure, reserved, tenure, identity, ttl µs, tenure, election, tenure,
-            // reserved, election, identity: ours again (a lost answer), or free, not
-            // left to another candidate, and a token reserved.
-            take: format!(
-                "UPDATE {t} SET
-                   token = LAST_INSERT_ID(IF(tenure = ?, token, GREATEST(token + 1, ?))),
-                   acquired_at = IF(tenure = ?, acquired_at, UTC_TIMESTAMP(6)),
-                   holder = ?,
-                   renewed_at = UTC_TIMESTAMP(6),
-                   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-                   tenure = ?
-                 WHERE election = ? AND (tenure = ? OR (? > 0 AND expires_at <= UTC_TIMESTAMP(6)
-                   AND NOT {reserved_for_another}))"
-            ),
-            // token, election: the counter catches up with a row whose token was above it.
-            raise: format!("UPDATE {c} SET token = GREATEST(token, ?) WHERE election = ?"),
-            counted: format!("SELECT token FROM {c} WHERE election = ?"),
-            read: read(t, p),
-            // election, tenure, token, ttl µs: a row nobody holds.
-            insert: format!(
-                "INSERT IGNORE INTO {t} (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-                 VALUES (?, '', ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
-            ),
-            // ttl µs, election, tenure.
-            renew: format!(
-                "UPDATE {t} SET renewed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE election = ? AND tenure = ?"
-            ),
-            release: format!(
-                "UPDATE {t} SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6)
-                 WHERE election = ? AND tenure = ?"
-            ),
-            // tenure, presence, presence, lock, election: the row's tenure; the
-            // presence lock taken (kept) when the row is ours; who holds the named lock.
-            own: format!(
-                "SELECT tenure,
-                        CAST(IF(tenure = ?, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, GET_LOCK(?, 0)), 0) AS SIGNED),
-                        CAST(IS_USED_LOCK(?) AS SIGNED)
-                 FROM {t} WHERE election = ?"
-            ),
-            young: young(t),
-            // election, tenure, lock, wait: a follower's wait for the named lock,
-            // queued only while the row's tenure is the one it saw (see `signal`).
-            queue: format!(
-                "SELECT CAST(IF(COALESCE((SELECT tenure FROM {t} WHERE election = ?), '') = ?,
-                                GET_LOCK(?, ?), -1) AS SIGNED)"
-            ),
-        }
-    }
-}
-
-/// Binds presence, election, tenure: whether the session of the tenure's leader lives
-/// (see `signal`).
-fn young(t: &str) -> String {
-    format!(
-        "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL OR EXISTS (
-           SELECT 1 FROM {t} WHERE election = ? AND tenure = ? AND holder <> ''
-             AND acquired_at > UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND) AS SIGNED)",
-        signal::YOUNG_TENURE.as_micros()
-    )
-}
-
-/// The statements of the candidates' table `p` (beside the lease table `t`).
-struct CandidateStatements {
-    create: String,
-    list: String,
-    live: String,
-    present: String,
-    reserve_to: String,
-    mine: String,
-    clear_mine: String,
-    prune: String,
-}
-
-impl CandidateStatements {
-    fn for_tables(t: &str, p: &str) -> CandidateStatements {
-        CandidateStatements {
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {p} (
-                   election       VARCHAR(253) NOT NULL,
-                   identity       VARCHAR(253) NOT NULL,
-                   alive_until    DATETIME(6) NOT NULL,
-                   reserved_until DATETIME(6) NULL,
-                   PRIMARY KEY (election, identity)
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-            ),
-            // election, identity, alive µs: our own row, alive (its reservation stays).
-            list: format!(
-                "INSERT INTO {p} (election, identity, alive_until, reserved_until)
-                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL)
-                 ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until)"
-            ),
-            live: format!("SELECT identity FROM {p} WHERE election = ? ORDER BY identity"),
-            // presence lock: whether that candidate's session lives.
-            present: "SELECT CAST(IS_USED_LOCK(?) IS NOT NULL AS SIGNED)".to_owned(),
-            // ttl µs, election, to, `to`'s presence lock, tenure: `to`'s row reserved
-            // when its session lives and the lease row is ours (one matched row).
-            reserve_to: format!(
-                "UPDATE {p} AS r JOIN {t} AS l ON l.election = r.election
-                 SET r.reserved_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE r.election = ? AND r.identity = ? AND IS_USED_LOCK(?) IS NOT NULL
-                   AND l.tenure = ?"
-            ),
-            // alive µs, election, identity: our own row alive, without a reservation.
-            mine: format!(
-                "UPDATE {p} SET reserved_until = NULL,
-                   alive_until = GREATEST(alive_until, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
-                 WHERE election = ? AND identity = ?"
-            ),
-            // election, identity: a reservation of ours, used up by our take.
-            clear_mine: format!(
-                "UPDATE {p} SET reserved_until = NULL
-                 WHERE election = ? AND identity = ? AND reserved_until IS NOT NULL"
-            ),
-            // election, identity (whose session is gone).
-            prune: format!(
-                "DELETE FROM {p} WHERE election = ? AND identity = ?
-                   AND alive_until < UTC_TIMESTAMP(6)
-                   AND (reserved_until IS NULL OR reserved_until < UTC_TIMESTAMP(6))"
-            ),
-        }
-    }
-}
-
-/// The read of the election's row in lease table `t`, with candidates' table `p`:
-/// binds election, identity, election; the row, and a free one left to another
-/// candidate shown as nobody's, with the reservation's time left, saying so.
-fn read(t: &str, p: &str) -> String {
-    format!(
-        "SELECT IF(l.expires_at > UTC_TIMESTAMP(6), l.holder, ''), l.tenure, l.token,
-                CAST(GREATEST(0, CEILING(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6),
-                  GREATEST(l.expires_at, COALESCE(r.until, l.expires_at))) / 1000)) AS SIGNED),
-                CAST(r.until IS NOT NULL AS SIGNED)
-         FROM {t} AS l CROSS JOIN (
-           SELECT MAX(reserved_until) AS until FROM {p}
-           WHERE election = ? AND identity <> ? AND reserved_until > UTC_TIMESTAMP(6)
-         ) AS r
-         WHERE l.election = ?"
-    )
-}
+use statements::Statements;
 
 /// The `mysql` backend (MySQL and MariaDB).
 pub type MysqlBackend = SqlBackend<Mysql>;
@@ -309,11 +105,6 @@ pub struct Mysql {
     /// A waiting writer's turn lock ([`shared::turn_lock`]): the statement
     /// connection that holds it.
     turn: Option<u64>,
-    /// A shared candidate kept out by the queue behind a waiting writer, the row
-    /// held: that writer's turn lock, which it waits for.
-    behind: Option<String>,
-    /// When the waiting writer that `behind` names goes stale (it looks then).
-    stale_at: Option<Instant>,
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
@@ -342,13 +133,10 @@ pub struct Mysql {
     /// Set by the signal connection at every (re)connect, once it holds this
     /// candidate's presence lock.
     renewed: Arc<AtomicBool>,
-    /// The tenure of the row as the last campaign saw it, and as the signal
-    /// connection queues with it.
-    seen_tenure: String,
+    /// What the last campaign saw of the row, as the signal connection queues with
+    /// it (`seen`).
+    sight: rules::Sight,
     seen: watch::Sender<String>,
-    /// Whether the last campaign found the row free but left to another candidate
-    /// (a switchover's reservation).
-    left_to_another: bool,
     /// Our reservation, if any, is used up: drop it at the leader's first look.
     clear_mine: bool,
     /// The leader's next look at its own row is now (right after the take: it takes
@@ -426,8 +214,6 @@ impl MysqlBackend {
             table_ready: false,
             queue: false,
             turn: None,
-            behind: None,
-            stale_at: None,
             lock,
             presence,
             candidate,
@@ -442,9 +228,8 @@ impl MysqlBackend {
             idle_limit,
             idle_limited: None,
             renewed,
-            seen_tenure: String::new(),
+            sight: rules::Sight::default(),
             seen,
-            left_to_another: false,
             clear_mine: false,
             look_now: false,
             op_timeout: timing.backend_timeout,
@@ -481,252 +266,6 @@ fn ours(t: &Tenancy, token: i64) -> LeaseRow {
         tenure: t.tenure.clone(),
         token,
         left_ms: t.ttl_ms(),
-    }
-}
-
-impl Mysql {
-    /// The row, and whether it is free but left to another candidate.
-    async fn read(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        t: &Tenancy,
-    ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
-        let op = "campaign";
-        let conn = session.begin(op).await?;
-        let row = sqlx::query(&self.statements.read)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let row = session.end(op, row)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let reserved = sqlx::Row::try_get::<i64, _>(&row, 4).map_err(super::sql(op))? != 0;
-        let row = LeaseRow::from_row(&row).map_err(super::sql(op))?;
-        Ok(Some((row, reserved)))
-    }
-
-    /// The next token, counted before anyone holds it, when the row is free for a
-    /// new tenure of ours; `None` when it is not (held, ours already, missing) or the
-    /// counter's row is missing.
-    async fn count_token(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        t: &Tenancy,
-    ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.reserve)
-            .bind(t.floor_param())
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .execute(&mut *conn)
-            .await;
-        let done = session.end("campaign", done)?;
-        counted(session, &done).await
-    }
-
-    /// The conditional take (ours already, or free with a `reserved` token); the
-    /// tenure's token when it applied (0 when the server did not pass it on), `None`
-    /// when it did not.
-    async fn update_take(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        t: &Tenancy,
-        reserved: i64,
-    ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.take)
-            .bind(&t.tenure)
-            .bind(reserved)
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(ttl_us(t))
-            .bind(&t.tenure)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(reserved)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .execute(&mut *conn)
-            .await;
-        let done = session.end("campaign", done)?;
-        Ok((done.rows_affected() == 1).then(|| i64::try_from(done.last_insert_id()).unwrap_or(0)))
-    }
-
-    /// The counter's row, at least as high as the lease row's token and `floor`.
-    async fn seed(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        floor: i64,
-    ) -> Result<(), BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.seed)
-            .bind(&self.election)
-            .bind(floor)
-            .bind(&self.election)
-            .execute(&mut *conn)
-            .await;
-        session.end("campaign", done).map(|_| ())
-    }
-
-    /// The counter up to `token`, a token handed out above it.
-    async fn raise(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        token: i64,
-    ) -> Result<(), BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.raise)
-            .bind(token)
-            .bind(&self.election)
-            .execute(&mut *conn)
-            .await;
-        session.end("campaign", done).map(|_| ())
-    }
-
-    /// No row: inserts one that nobody holds. When tokens were handed out before (the
-    /// counter, seeded again if it went too, or the floor says so), it is a quarantine
-    /// row that expires a ttl later, so that a leader still claiming on the deleted row
-    /// runs out first; otherwise a free one.
-    async fn insert_missing(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        t: &Tenancy,
-    ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
-        self.seed(session, t.floor_param()).await?;
-        let conn = session.begin("campaign").await?;
-        let counted = sqlx::query_scalar::<_, i64>(&self.statements.counted)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let counted = session.end("campaign", counted)?.unwrap_or(0);
-        let quarantine = counted > 0;
-        let (tenure, ttl) = if quarantine {
-            (QUARANTINE, ttl_us(t))
-        } else {
-            ("", 0)
-        };
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.insert)
-            .bind(&t.election)
-            .bind(tenure)
-            .bind(counted)
-            .bind(ttl)
-            .execute(&mut *conn)
-            .await;
-        let inserted = session.end("campaign", done)?.rows_affected() == 1;
-        if quarantine && inserted {
-            tracing::warn!(
-                token = counted,
-                "the lease row was gone although tokens were handed out; fenced it for one ttl"
-            );
-        }
-        self.read(session, t).await
-    }
-
-    /// The leader's statement connection ends when it idles for a ttl, like its lock
-    /// connection: a frozen leader's presence lock goes with its named lock, so that
-    /// the follower that gets the lock keeps it for the row's expiry.
-    async fn limit_idle(&mut self, session: &mut Session<MySqlConnection>) {
-        if self.idle_limited == Some(session.generation()) {
-            return;
-        }
-        let Ok(conn) = session.begin("watch").await else {
-            return;
-        };
-        let set = format!("SET SESSION wait_timeout = {}", self.idle_limit);
-        let done = sqlx::query(&set).execute(&mut *conn).await;
-        match session.end("watch", done) {
-            Ok(_) => self.idle_limited = Some(session.generation()),
-            Err(e) => {
-                tracing::debug!(error = %e, "could not limit the idle time of the leader's session")
-            }
-        }
-    }
-
-    /// The server's default idle limit again, on a follower's statement connection.
-    async fn lift_idle_limit(&mut self, session: &mut Session<MySqlConnection>) {
-        let Some(generation) = self.idle_limited.take() else {
-            return;
-        };
-        if !session.still(generation) {
-            return;
-        }
-        let Ok(conn) = session.begin("release").await else {
-            return;
-        };
-        let done = sqlx::query("SET SESSION wait_timeout = DEFAULT")
-            .execute(&mut *conn)
-            .await;
-        if let Err(e) = session.end("release", done) {
-            tracing::debug!(error = %e, "could not lift the idle limit of the statement connection");
-        }
-    }
-
-    /// Drops our reservation, used up by our take (best effort: left over, it would
-    /// only keep the others from the row for the rest of its ttl after our release).
-    async fn drop_reservation(&self, session: &mut Session<MySqlConnection>, t: &Tenancy) {
-        let Ok(conn) = session.begin("watch").await else {
-            return;
-        };
-        let done = sqlx::query(&self.statements.cands.clear_mine)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .execute(&mut *conn)
-            .await;
-        if let Err(e) = session.end("watch", done) {
-            tracing::debug!(error = %e, "could not drop our used-up reservation");
-        }
-    }
-
-    /// Whether `table` is there.
-    async fn found(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        table: &Table,
-    ) -> Result<bool, BackendError> {
-        let conn = session.begin("prepare").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.exists)
-            .bind(table.schema.as_deref())
-            .bind(&table.name)
-            .fetch_one(&mut *conn)
-            .await;
-        Ok(session.end("prepare", found)? > 0)
-    }
-
-    /// Creates `table` with `create` if it is missing; a user who may not is bad input.
-    async fn ensure(
-        &self,
-        session: &mut Session<MySqlConnection>,
-        table: &Table,
-        create: &str,
-    ) -> Result<(), TableError> {
-        if self.found(session, table).await? {
-            return Ok(());
-        }
-        let conn = session.begin("prepare").await?;
-        let created = sqlx::query(create).execute(&mut *conn).await;
-        match created {
-            Err(e) if is_denied(&e) => {
-                session.end("prepare", Ok(()))?;
-                Err(TableError::NotAllowed {
-                    table: table.display(),
-                    user: self.user.clone(),
-                    detail: e
-                        .as_database_error()
-                        .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                })
-            }
-            other => {
-                session.end("prepare", other)?;
-                tracing::info!(table = %table.display(), "created the table");
-                Ok(())
-            }
-        }
     }
 }
 
@@ -803,35 +342,32 @@ impl SqlDialect for Mysql {
         // Left over from a tenure that ended without a release (best effort).
         self.lift_idle_limit(session).await;
         let reserved = self.count_token(session, t).await?;
-        self.left_to_another = false;
-        match self.update_take(session, t, reserved.unwrap_or(0)).await? {
-            Some(token) if token > 0 => {
-                if reserved.is_some_and(|r| token > r) {
-                    // The row's token was above the counter (tampered with meanwhile).
+        self.sight.left_to_another = false;
+        let answer = self.update_take(session, t, reserved.unwrap_or(0)).await?;
+        match rules::applied(reserved, answer) {
+            Applied::Ours { token, raise } => {
+                if raise {
                     self.raise(session, token).await?;
                 }
                 self.clear_mine |= reserved.is_some();
                 return Ok(Some(ours(t, token)));
             }
             // No token in the answer (a server that does not pass it on): look.
-            Some(_) => {
+            Applied::Look => {
                 self.clear_mine |= reserved.is_some();
                 return Ok(self.read(session, t).await?.map(|(row, _)| row));
             }
-            None => {}
+            Applied::Refused => {}
         }
         let Some((row, left_to_another)) = self.read(session, t).await? else {
             let found = self.insert_missing(session, t).await?;
-            self.left_to_another = found.as_ref().is_some_and(|(_, l)| *l);
+            let left = found.as_ref().is_some_and(|(_, l)| *l);
             let row = found.map(|(row, _)| row);
-            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            self.sight.saw(row.as_ref(), left);
             return Ok(row);
         };
-        self.seen_tenure.clone_from(&row.tenure);
-        self.left_to_another = left_to_another;
-        if reserved.is_none() && row.left_ms == 0 && row.tenure != t.tenure {
-            // Free, yet no token was counted: the counter's row is gone. Back with
-            // it, for the next campaign (at once: the row shows no expiry to wait for).
+        self.sight.saw(Some(&row), left_to_another);
+        if rules::counter_gone(reserved.is_some(), false, &row, &t.tenure) {
             self.seed(session, t.floor_param()).await?;
         }
         Ok(Some(row))
@@ -842,14 +378,8 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.renew)
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .execute(&mut *conn)
-            .await;
-        Ok(session.end("renew", done)?.rows_affected() == 1)
+        let done = session.execute("renew", self.statements.renew(t)).await;
+        Ok(done?.rows_affected() == 1)
     }
 
     async fn release(
@@ -858,13 +388,8 @@ impl SqlDialect for Mysql {
         election: &str,
         tenure: &str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("release").await?;
-        let done = sqlx::query(&self.statements.release)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
-            .await;
-        session.end("release", done).map(|_| ())
+        let request = self.statements.release(election, tenure);
+        session.execute("release", request).await.map(|_| ())
     }
 
     async fn list(
@@ -873,14 +398,8 @@ impl SqlDialect for Mysql {
         t: &Tenancy,
         alive: Duration,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.cands.list)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(micros(alive))
-            .execute(&mut *conn)
-            .await;
-        session.end("candidates", done).map(|_| ())
+        let request = self.statements.cands.list(t, alive);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn live(
@@ -888,20 +407,19 @@ impl SqlDialect for Mysql {
         session: &mut Session<MySqlConnection>,
         election: &str,
     ) -> Result<Vec<(String, bool)>, BackendError> {
-        let conn = session.begin("candidates").await?;
-        let registered = sqlx::query_scalar::<_, String>(&self.statements.cands.live)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        let registered = session.end("candidates", registered)?;
+        let request = self.statements.cands.live(election);
+        let registered = session.values("candidates", request).await?;
         let mut live = Vec::with_capacity(registered.len());
         for id in registered {
-            let conn = session.begin("candidates").await?;
-            let up = sqlx::query_scalar::<_, i64>(&self.statements.cands.present)
-                .bind(candidate_lock(&self.lock, &id))
-                .fetch_one(&mut *conn)
+            let up = session
+                .one(
+                    "candidates",
+                    self.statements
+                        .cands
+                        .present(candidate_lock(&self.lock, &id)),
+                )
                 .await;
-            let up = session.end("candidates", up)? == 1;
+            let up = up? == 1;
             live.push((id, up));
         }
         Ok(live)
@@ -918,27 +436,21 @@ impl SqlDialect for Mysql {
         to: &str,
         alive: Duration,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("release").await?;
-        let done = sqlx::query(&self.statements.cands.reserve_to)
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .bind(to)
-            .bind(candidate_lock(&self.lock, to))
-            .bind(&t.tenure)
-            .execute(&mut *conn)
+        let done = session
+            .execute(
+                "release",
+                self.statements
+                    .cands
+                    .reserve_to(t, to, candidate_lock(&self.lock, to)),
+            )
             .await;
         // Matched rows (the client asks for found rows, not changed ones).
-        let reserved = session.end("release", done)?.rows_affected() > 0;
+        let reserved = done?.rows_affected() > 0;
         if to != t.identity {
             // Best effort: we campaign again soon, and list ourselves then.
-            let conn = session.begin("release").await?;
-            let done = sqlx::query(&self.statements.cands.mine)
-                .bind(micros(alive))
-                .bind(&t.election)
-                .bind(&t.identity)
-                .execute(&mut *conn)
-                .await;
-            if let Err(e) = session.end("release", done) {
+            let request = self.statements.cands.mine(t, alive);
+            let done = session.execute("release", request).await;
+            if let Err(e) = done {
                 tracing::debug!(error = %e, "could not list ourselves alive at the switchover");
             }
         }
@@ -951,13 +463,8 @@ impl SqlDialect for Mysql {
         election: &str,
         identity: &str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.cands.prune)
-            .bind(election)
-            .bind(identity)
-            .execute(&mut *conn)
-            .await;
-        session.end("candidates", done).map(|_| ())
+        let request = self.statements.cands.prune(election, identity);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn own_tenure(
@@ -968,16 +475,8 @@ impl SqlDialect for Mysql {
         if std::mem::take(&mut self.clear_mine) {
             self.drop_reservation(session, t).await;
         }
-        let conn = session.begin("watch").await?;
-        let row = sqlx::query_as::<_, (String, Option<i64>, Option<i64>)>(&self.statements.own)
-            .bind(&t.tenure)
-            .bind(&self.presence)
-            .bind(&self.presence)
-            .bind(&self.lock)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let row = session.end("watch", row)?;
+        let request = self.statements.own(t, (&self.presence, &self.lock));
+        let row = session.tuple("watch", request).await?;
         if row
             .as_ref()
             .is_some_and(|(tenure, _, _)| *tenure == t.tenure)
@@ -992,8 +491,7 @@ impl SqlDialect for Mysql {
         }
         if let Some((_, _, lock_holder)) = &row {
             let ours = self.signal_id.load(Ordering::SeqCst);
-            let holder = lock_holder.and_then(|h| u64::try_from(h).ok());
-            if *self.held.borrow() && holder != Some(ours) {
+            if rules::lock_slipped(*self.held.borrow(), *lock_holder, ours) {
                 // The signal connection lost the lock (and likely itself) unnoticed.
                 self.check.notify_one();
             }
@@ -1018,13 +516,8 @@ impl SqlDialect for Mysql {
         let mut held = self.held.clone();
         let _ = timeout(self.op_timeout, held.wait_for(|h| !*h)).await;
         // Then the presence lock: a follower woken meanwhile found the row free.
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(&self.presence)
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let request = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&self.presence);
+        let _ = session.execute("release", request).await;
         self.let_reader_lock_go(session).await;
         self.let_turn_go(session).await;
         self.lift_idle_limit(session).await;
@@ -1110,100 +603,44 @@ impl SqlDialect for Mysql {
         self.read_queue(session, election).await
     }
 
-    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&super::Ahead>)>) {
-        self.behind = None;
-        self.stale_at = None;
-        let Some((row, writer)) = kept else {
-            return;
-        };
+    fn kept_by_queue(&mut self, row: &LeaseRow) {
         // As a take that found the row: the signal connection queues with its tenure;
         // a free row left to the candidates ahead hands the lock on to them.
-        self.seen_tenure.clone_from(&row.tenure);
-        self.left_to_another = row.holder.is_empty();
-        // A shared candidate behind a waiting writer, the row held: it waits for the
-        // writer's tenure to end (see `shared::turn_lock`).
-        if self.reader && !row.holder.is_empty() && row.left_ms > 0 {
-            self.behind = writer.map(|w| shared::turn_lock(&w.presence));
-            self.stale_at = super::stale_at(Instant::now(), writer);
-        }
+        self.sight.kept(row);
     }
 
-    async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        // A writer kept out by live shared holders waits for their sessions (see
-        // `signal`), the election's named lock let go.
-        let readers = tenancy.held_by_readers && !self.reader;
-        let turn = self.behind.is_some();
-        let want = if let Some(name) = &self.behind {
-            // Kept out by the queue behind a waiting writer: its turn lock (`signal`).
-            Want::Turn(name.clone())
-        } else if readers {
-            Want::Readers
-        } else if *self.held.borrow() && self.left_to_another {
-            // Woken by the lock, and the free row is left to another candidate (a
-            // switchover): the signal connection hands the lock on, so that the named
-            // candidate, queued behind us, wakes (see `signal`).
-            Want::Pass
-        } else if *self.held.borrow() {
-            // Woken by the lock, and the row is someone else's: the signal connection
-            // hands the lock on to a leader whose session lives and queues again, or
-            // keeps it for the expiry of a crashed leader's row (see `signal`).
-            Want::Yield(self.seen_tenure.clone())
-        } else {
-            Want::Follow
-        };
-        self.seen.send_replace(self.seen_tenure.clone());
+    async fn wait_for_change(
+        &mut self,
+        tenancy: &mut Tenancy,
+        wait: WaitFor,
+        max: Duration,
+    ) -> Wake {
+        let held = *self.held.borrow();
+        let want = signal::want(&wait, held, self.sight.left_to_another, &self.sight.tenure);
+        self.seen.send_replace(self.sight.tenure.clone());
         self.want.send_replace(want);
-        let now = Instant::now();
-        let until = now + super::behind_for(max, self.stale_at.filter(|_| turn), now);
+        let until = Instant::now() + max;
+        let signals = signal::signals(&wait);
         let mut queue_known = true;
         loop {
-            // Silent while queued for the lock and the row's holder lives: it holds
-            // the lock (a release, a crash or a freeze, by the server's idle limit,
-            // ends its session and wakes the first in the queue), or a follower does
-            // that took it over and will take the row at its expiry (a new leader
-            // that got the lock as a follower lets it go once: every follower in the
-            // queue gets it and looks).
-            let silent = (tenancy.held_by_other || readers || turn) && *self.queued.borrow();
-            let wake_at = match tenancy.expiry_hint {
-                Some(hint) if !silent => hint.min(until),
-                _ => until,
-            };
+            // Silent while queued for a lock whose holder lives (see `signal::signals`).
+            let silent = signals && *self.queued.borrow();
+            let expiry = tenancy.expiry().and_then(|e| *e);
             tokio::select! {
                 _ = self.woke.notified() => return Wake::Changed,
                 changed = self.queued.changed(), if queue_known => {
                     queue_known = changed.is_ok();
                     continue;
                 }
-                _ = sleep_until(wake_at) => {}
+                _ = sleep_until(signal::wake_at(silent, expiry, until)) => {}
             }
             if silent {
-                let stale_at = self.stale_at.filter(|_| turn);
-                return super::behind_woke(Wake::Quiet, stale_at, Instant::now());
+                return Wake::Quiet;
             }
-            tenancy.expiry_hint = None;
+            if let Some(e) = tenancy.expiry() {
+                *e = None;
+            }
             return Wake::Changed;
-        }
-    }
-}
-
-/// The token a counting statement (`LAST_INSERT_ID(expr)`) handed out, `None` when it
-/// counted nothing: from its answer, or, from a server that does not pass the value
-/// on, from the session (it is the session's still).
-async fn counted(
-    session: &mut Session<MySqlConnection>,
-    done: &sqlx::mysql::MySqlQueryResult,
-) -> Result<Option<i64>, BackendError> {
-    if done.rows_affected() != 1 {
-        return Ok(None);
-    }
-    match i64::try_from(done.last_insert_id()) {
-        Ok(token) if token > 0 => Ok(Some(token)),
-        _ => {
-            let conn = session.begin("campaign").await?;
-            let token = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
-                .fetch_one(&mut *conn)
-                .await;
-            session.end("campaign", token).map(Some)
         }
     }
 }

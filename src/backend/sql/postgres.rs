@@ -51,198 +51,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
+use sqlx::postgres::PgConnection;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    Waiting, QUARANTINE,
+    WaitFor, Waiting,
 };
 use crate::backend::{BackendError, Candidacy, Wake};
-use crate::backoff::Backoff;
 
+mod listen;
 mod shared;
+mod statements;
 mod wake;
-
-/// The statements for one table (and its token counters and candidates), written once.
-struct Statements {
-    exists: String,
-    create: String,
-    create_counter: String,
-    create_candidates: String,
-    seed: String,
-    list: String,
-    live: String,
-    present: String,
-    reserve: String,
-    prune: String,
-    take: String,
-    renew: String,
-    release: String,
-    own: String,
-    /// The shared holders' table's (`--mode`).
-    shared: shared::SharedStatements,
-}
-
-impl Statements {
-    fn for_tables(t: &str, c: &str, k: &str, s: &str) -> Statements {
-        Statements {
-            shared: shared::SharedStatements::for_tables(t, c, k, s),
-            exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                   election    text PRIMARY KEY,
-                   holder      text NOT NULL,
-                   tenure      text NOT NULL,
-                   token       bigint NOT NULL,
-                   acquired_at timestamptz NOT NULL,
-                   renewed_at  timestamptz NOT NULL,
-                   expires_at  timestamptz NOT NULL
-                 )"
-            ),
-            create_counter: format!(
-                "CREATE TABLE IF NOT EXISTS {c} (
-                   election text PRIMARY KEY,
-                   token    bigint NOT NULL
-                 )"
-            ),
-            create_candidates: format!(
-                "CREATE TABLE IF NOT EXISTS {k} (
-                   election       text NOT NULL,
-                   identity       text NOT NULL,
-                   alive_until    timestamptz NOT NULL,
-                   reserved_until timestamptz,
-                   PRIMARY KEY (election, identity)
-                 )"
-            ),
-            // $1 election, $2 identity, $3 alive ms: our own row, alive (its
-            // reservation stays).
-            list: format!(
-                "INSERT INTO {k} AS p (election, identity, alive_until)
-                 VALUES ($1::text, $2::text, now() + $3::bigint * interval '1 millisecond')
-                 ON CONFLICT (election, identity) DO UPDATE SET alive_until = EXCLUDED.alive_until"
-            ),
-            live: format!("SELECT identity FROM {k} WHERE election = $1::text ORDER BY identity"),
-            // The presences (listener connections' names) in this database.
-            present: "SELECT application_name::text FROM pg_stat_activity
-                      WHERE application_name LIKE 'lk:%' AND datname = current_database()"
-                .to_owned(),
-            // $1 election, $2 to, $3 ttl ms, $4 our tenure, $5 identity, $6 alive ms,
-            // $7 `to`'s presence: `to`'s row reserved when its presence is there and
-            // the lease row is ours; our own row kept and without a reservation. The
-            // count of rows reserved.
-            reserve: format!(
-                "WITH held AS (
-                   SELECT 1 FROM {t} WHERE election = $1::text AND tenure = $4::text
-                 ),
-                 marked AS (
-                   UPDATE {k} SET reserved_until = now() + $3::bigint * interval '1 millisecond'
-                   WHERE election = $1::text AND identity = $2::text
-                     AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $7::text)
-                     AND EXISTS (SELECT 1 FROM held)
-                   RETURNING identity
-                 ),
-                 mine AS (
-                   UPDATE {k} SET reserved_until = NULL,
-                     alive_until = GREATEST(alive_until, now() + $6::bigint * interval '1 millisecond')
-                   WHERE election = $1::text AND identity = $5::text AND identity <> $2::text
-                 )
-                 SELECT count(*)::bigint FROM marked"
-            ),
-            // $1 election, $2 identity (whose presence is gone).
-            prune: format!(
-                "DELETE FROM {k} WHERE election = $1::text AND identity = $2::text
-                   AND alive_until < now()
-                   AND (reserved_until IS NULL OR reserved_until < now())"
-            ),
-            // $1 election: the counter at least as high as the row's token.
-            seed: format!(
-                "INSERT INTO {c} AS k (election, token)
-                 SELECT $1::text, COALESCE(MAX(token), 0) FROM {t} WHERE election = $1::text
-                 ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)"
-            ),
-            take: take(t, c, k),
-            renew: format!(
-                "UPDATE {t} SET renewed_at = now(), expires_at = now() + $3::bigint * interval '1 millisecond'
-                 WHERE election = $1::text AND tenure = $2::text"
-            ),
-            release: format!(
-                "WITH freed AS (
-                   UPDATE {t} SET holder = '', tenure = '', expires_at = now()
-                   WHERE election = $1::text AND tenure = $2::text
-                   RETURNING election
-                 )
-                 SELECT pg_notify($3::text, election)::text FROM freed"
-            ),
-            own: format!("SELECT tenure FROM {t} WHERE election = $1::text"),
-        }
-    }
-}
-
-/// The take statement on lease table `t`, counters `c`, candidates `k`.
-fn take(t: &str, c: &str, k: &str) -> String {
-    // $1 election, $2 our tenure, $3 identity, $4 ttl ms, $5 floor, $6 channel.
-    // A new tenure gets one more than the highest of the row's token, the
-    // floor and the counter, and the counter follows it in the same statement.
-    // A missing row comes back as a quarantine row instead of ours when tokens
-    // were handed out before (the counter or the floor says so; see the parent
-    // module).
-    // A free row is not taken for a new tenure while another candidate's
-    // reservation lasts (a switchover's); the row then comes back as nobody's
-    // with the reservation's time left, and the named candidate's take drops
-    // its reservation in the same statement.
-    format!(
-        "WITH c AS (
-           SELECT GREATEST(COALESCE((SELECT token FROM {c} WHERE election = $1::text), 0), $5::bigint) AS n
-         ),
-         r AS (
-           SELECT MAX(reserved_until) AS until FROM {k}
-           WHERE election = $1::text AND identity <> $3::text AND reserved_until > now()
-         ),
-         taken AS (
-           INSERT INTO {t} AS l (election, holder, tenure, token, acquired_at, renewed_at, expires_at)
-           SELECT $1::text,
-                  CASE WHEN c.n > 0 THEN '' ELSE $3::text END,
-                  CASE WHEN c.n > 0 THEN '{QUARANTINE}' ELSE $2::text END,
-                  GREATEST(c.n, 1),
-                  now(), now(), now() + $4::bigint * interval '1 millisecond'
-           FROM c
-           ON CONFLICT (election) DO UPDATE SET
-             token = CASE WHEN l.tenure = $2::text THEN l.token
-                          ELSE GREATEST(l.token, (SELECT n FROM c)) + 1 END,
-             holder = $3::text,
-             tenure = $2::text,
-             acquired_at = CASE WHEN l.tenure = $2::text THEN l.acquired_at ELSE now() END,
-             renewed_at = now(),
-             expires_at = now() + $4::bigint * interval '1 millisecond'
-           WHERE l.tenure = $2::text
-              OR (l.expires_at <= now() AND (SELECT until FROM r) IS NULL)
-           RETURNING l.holder, l.tenure, l.token, l.expires_at
-         ),
-         counted AS (
-           INSERT INTO {c} AS k (election, token) SELECT $1::text, token FROM taken
-           ON CONFLICT (election) DO UPDATE SET token = GREATEST(k.token, EXCLUDED.token)
-         ),
-         cleared AS (
-           UPDATE {k} SET reserved_until = NULL
-           WHERE election = $1::text AND identity = $3::text AND reserved_until IS NOT NULL
-             AND EXISTS (SELECT 1 FROM taken WHERE tenure = $2::text)
-         )
-         SELECT holder, tenure, token,
-                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                pg_notify($6::text, $1::text)::text
-         FROM taken
-         UNION ALL
-         SELECT CASE WHEN expires_at > now() THEN holder ELSE '' END, tenure, token,
-                GREATEST(0, CEIL(EXTRACT(EPOCH FROM (
-                  GREATEST(expires_at, COALESCE((SELECT until FROM r), expires_at)) - now()
-                )) * 1000))::bigint,
-                NULL::text
-         FROM {t} WHERE election = $1::text AND NOT EXISTS (SELECT 1 FROM taken)"
-    )
-}
-
+use listen::{listen, Listener};
+use statements::Statements;
 /// The `postgres` backend.
 pub type PostgresBackend = SqlBackend<Postgres>;
 
@@ -273,10 +97,6 @@ pub struct Postgres {
     /// A waiting writer's turn lock ([`wake::turn_key`]): the statement connection
     /// that holds it.
     turn: Option<u64>,
-    /// A shared candidate kept out by the queue behind a waiting writer, the row
-    /// held: that writer's turn lock, which it waits for, and when that writer's
-    /// waiting row goes stale (it looks then).
-    behind: Option<(i64, Option<tokio::time::Instant>)>,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
     /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
@@ -369,7 +189,6 @@ impl PostgresBackend {
             table_ready: false,
             queue: false,
             turn: None,
-            behind: None,
         };
         Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
@@ -400,8 +219,7 @@ impl Postgres {
         table: &Table,
     ) -> Result<bool, TableError> {
         let conn = session.begin("prepare").await?;
-        let exists = sqlx::query_scalar::<_, bool>(&self.statements.exists)
-            .bind(table.quoted('"'))
+        let exists = (self.statements.exists(table.quoted('"')))
             .fetch_one(&mut *conn)
             .await;
         match exists {
@@ -453,21 +271,14 @@ impl Postgres {
             return;
         }
         self.guard = None;
-        let Ok(conn) = session.begin("hold").await else {
-            return;
-        };
         // A shared holder holds the readers' lock, shared; a writer the election's.
         let (hold, key) = if self.reader {
             (wake::HOLD_SHARED, self.readers_key)
         } else {
             (wake::HOLD, self.key)
         };
-        let held = sqlx::query_scalar::<_, Option<bool>>(hold)
-            .bind(key)
-            .bind(&self.idle_limit)
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("hold", held) {
+        let held = session.one("hold", wake::hold(hold, key, &self.idle_limit));
+        match held.await {
             Ok(Some(true)) => self.guard = Some(session.generation()),
             Ok(_) => tracing::debug!("the election's lock is busy; trying again at the next renew"),
             Err(e) => tracing::debug!(error = %e, "could not hold the election's lock"),
@@ -480,10 +291,7 @@ impl Postgres {
         if !self.guard.take().is_some_and(|g| session.still(g)) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let done = sqlx::query(wake::LET_GO).execute(&mut *conn).await;
-            let _ = session.end("release", done);
-        }
+        let _ = session.execute("release", sqlx::query(wake::LET_GO)).await;
         self.turn = None;
     }
 
@@ -495,14 +303,9 @@ impl Postgres {
             return;
         }
         self.turn = None;
-        let Ok(conn) = session.begin("campaign").await else {
-            return;
-        };
-        let held = sqlx::query_scalar::<_, bool>(wake::HOLD_TURN)
-            .bind(wake::turn_key(&self.presence))
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("campaign", held) {
+        let key = wake::turn_key(&self.presence);
+        let held = session.one("campaign", sqlx::query_scalar(wake::HOLD_TURN).bind(key));
+        match held.await {
             Ok(true) => self.turn = Some(session.generation()),
             Ok(false) => tracing::debug!("our turn lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
@@ -514,13 +317,9 @@ impl Postgres {
         if !self.turn.take().is_some_and(|g| session.still(g)) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let done = sqlx::query(wake::LET_TURN_GO)
-                .bind(wake::turn_key(&self.presence))
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", done);
-        }
+        let key = wake::turn_key(&self.presence);
+        let let_go = sqlx::query(wake::LET_TURN_GO).bind(key);
+        let _ = session.execute("release", let_go).await;
     }
 
     /// What a take statement's answer (`row`) found; our tenure in it holds the
@@ -529,9 +328,9 @@ impl Postgres {
         &mut self,
         session: &mut Session<PgConnection>,
         t: &Tenancy,
-        row: Result<Option<sqlx::postgres::PgRow>, sqlx::Error>,
+        row: Result<Option<sqlx::postgres::PgRow>, BackendError>,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let row = session.end("campaign", row)?;
+        let row = row?;
         let row = row
             .as_ref()
             .map(LeaseRow::from_row)
@@ -555,14 +354,8 @@ impl Postgres {
         statement: &str,
         (election, tenure): (&str, &str),
     ) -> Result<(), BackendError> {
-        let conn = session.begin("release").await?;
-        let done = sqlx::query(statement)
-            .bind(election)
-            .bind(tenure)
-            .bind(&self.channel)
-            .execute(&mut *conn)
-            .await;
-        session.end("release", done).map(|_| ())
+        let request = Statements::release(statement, (election, tenure), &self.channel);
+        session.execute("release", request).await.map(|_| ())
     }
 }
 
@@ -591,75 +384,6 @@ fn is_denied(e: &sqlx::Error) -> bool {
 fn presence(table: &Table, election: &str, identity: &str) -> String {
     super::presence_name(&[&table.display(), election, identity])
 }
-
-/// What the listener task needs.
-struct Listener {
-    options: PgConnectOptions,
-    renewed: Arc<AtomicBool>,
-    channel: String,
-    election: String,
-    wake: Arc<Notify>,
-    own_changed: Arc<Notify>,
-    reconnected: Arc<Notify>,
-    op_timeout: Duration,
-}
-
-/// Keeps one connection listening on the table's channel; wakes the follower on
-/// every notification for our election, and once after every (re)connect.
-async fn listen(p: Listener) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(p.op_timeout)
-            .connect_lazy_with(p.options.clone());
-        let listening = async {
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.eager_reconnect(false);
-            l.listen(&p.channel).await?;
-            Ok::<_, sqlx::Error>(l)
-        };
-        match tokio::time::timeout(p.op_timeout, listening).await {
-            Ok(Ok(mut l)) => {
-                backoff.reset();
-                p.renewed.store(true, Ordering::SeqCst);
-                p.wake.notify_one();
-                p.own_changed.notify_one();
-                relay(&mut l, &p).await;
-            }
-            Ok(Err(e)) => tracing::debug!(error = %e, "postgres LISTEN failed"),
-            Err(_) => tracing::debug!("postgres LISTEN timed out"),
-        }
-        drop(pool);
-        tokio::time::sleep(backoff.next_wait()).await;
-    }
-}
-
-/// Passes our election's notifications on until the connection must be renewed.
-async fn relay(l: &mut PgListener, p: &Listener) {
-    loop {
-        tokio::select! {
-            n = l.try_recv() => match n {
-                Ok(Some(n)) => {
-                    if n.payload() == p.election {
-                        p.wake.notify_one();
-                        p.own_changed.notify_one();
-                    }
-                }
-                Ok(None) => {
-                    tracing::debug!("postgres listener connection lost; reconnecting");
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "postgres listener failed; reconnecting");
-                    return;
-                }
-            },
-            _ = p.reconnected.notified() => return,
-        }
-    }
-}
-
 impl SqlDialect for Postgres {
     type Conn = PgConnection;
     const NAME: &'static str = "postgres";
@@ -689,12 +413,8 @@ impl SqlDialect for Postgres {
         }
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
-        let conn = session.begin("prepare").await?;
-        let seeded = sqlx::query(&self.statements.seed)
-            .bind(&self.election)
-            .execute(&mut *conn)
-            .await;
-        session.end("prepare", seeded)?;
+        let request = self.statements.seed(&self.election);
+        session.execute("prepare", request).await?;
         self.table_ready = true;
         Ok(())
     }
@@ -704,16 +424,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let row = sqlx::query(&self.statements.take)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(t.ttl_ms())
-            .bind(t.floor_param())
-            .bind(&self.channel)
-            .fetch_optional(&mut *conn)
-            .await;
+        let request = self.statements.take(t, &self.channel);
+        let row = session.row("campaign", request).await;
         self.after_take(session, t, row).await
     }
 
@@ -722,14 +434,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.renew)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(t.ttl_ms())
-            .execute(&mut *conn)
-            .await;
-        let ours = session.end("renew", done)?.rows_affected() == 1;
+        let done = session.execute("renew", self.statements.renew(t)).await;
+        let ours = done?.rows_affected() == 1;
         if ours {
             self.hold(session).await;
         } else {
@@ -754,14 +460,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
         alive: Duration,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.list)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(millis(alive))
-            .execute(&mut *conn)
-            .await;
-        session.end("candidates", done).map(|_| ())
+        let request = self.statements.list(t, millis(alive));
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn live(
@@ -769,17 +469,10 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Vec<(String, bool)>, BackendError> {
-        let conn = session.begin("candidates").await?;
-        let registered = sqlx::query_scalar::<_, String>(&self.statements.live)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        let registered = session.end("candidates", registered)?;
-        let conn = session.begin("candidates").await?;
-        let present = sqlx::query_scalar::<_, String>(&self.statements.present)
-            .fetch_all(&mut *conn)
-            .await;
-        let present = session.end("candidates", present)?;
+        let request = self.statements.live(election);
+        let registered = session.values("candidates", request).await?;
+        let request = self.statements.present();
+        let present = session.values("candidates", request).await?;
         Ok(registered
             .into_iter()
             .map(|id| {
@@ -800,18 +493,17 @@ impl SqlDialect for Postgres {
         to: &str,
         alive: Duration,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("release").await?;
-        let reserved = sqlx::query_scalar::<_, i64>(&self.statements.reserve)
-            .bind(&t.election)
-            .bind(to)
-            .bind(t.ttl_ms())
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(millis(alive))
-            .bind(presence(&self.table, &t.election, to))
-            .fetch_one(&mut *conn)
+        let reserved = session
+            .one(
+                "release",
+                self.statements.reserve(
+                    t,
+                    (to, presence(&self.table, &t.election, to)),
+                    millis(alive),
+                ),
+            )
             .await;
-        Ok(session.end("release", reserved)? > 0)
+        Ok(reserved? > 0)
     }
 
     async fn prune(
@@ -820,13 +512,8 @@ impl SqlDialect for Postgres {
         election: &str,
         identity: &str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("candidates").await?;
-        let done = sqlx::query(&self.statements.prune)
-            .bind(election)
-            .bind(identity)
-            .execute(&mut *conn)
-            .await;
-        session.end("candidates", done).map(|_| ())
+        let request = self.statements.prune(election, identity);
+        session.execute("candidates", request).await.map(|_| ())
     }
 
     async fn own_tenure(
@@ -835,12 +522,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<Option<String>, BackendError> {
         // On the look connection: see `look`.
-        let conn = self.look.begin("watch").await?;
-        let tenure = sqlx::query_scalar::<_, String>(&self.statements.own)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        self.look.end("watch", tenure)
+        let request = self.statements.own(&t.election);
+        (self.look).maybe("watch", request).await
     }
 
     async fn released(&mut self, session: &mut Session<PgConnection>) {
@@ -857,27 +540,24 @@ impl SqlDialect for Postgres {
         }
     }
 
-    async fn wait_for_change(&mut self, tenancy: &mut Tenancy, max: Duration) -> Wake {
-        if let Some((turn, stale_at)) = self.behind {
-            // A shared candidate behind a waiting writer waits for its tenure's end,
-            // or until its waiting row goes stale.
-            let max = super::behind_for(max, stale_at, tokio::time::Instant::now());
-            let woke = (self.waiter)
-                .wait(&self.wake, &mut tenancy.expiry_hint, (true, turn), max)
-                .await;
-            return super::behind_woke(woke, stale_at, tokio::time::Instant::now());
-        }
-        if tenancy.held_by_readers && !self.reader {
-            // A writer kept out by shared holders waits for their sessions.
-            let readers = (true, self.readers_key);
-            return (self.readers)
-                .wait(&self.wake, &mut tenancy.expiry_hint, readers, max)
-                .await;
-        }
-        let held = (tenancy.held_by_other, self.key);
-        self.waiter
-            .wait(&self.wake, &mut tenancy.expiry_hint, held, max)
-            .await
+    async fn wait_for_change(
+        &mut self,
+        tenancy: &mut Tenancy,
+        wait: WaitFor,
+        max: Duration,
+    ) -> Wake {
+        // Behind a waiting writer: its tenure's end (its turn lock); a writer kept out
+        // by shared holders: their sessions (the readers' lock); another's tenure: the
+        // holder's session (the election's lock); else the notifications.
+        let (waiter, held) = match wait {
+            WaitFor::Turn { writer } => (&mut self.waiter, (true, wake::turn_key(&writer))),
+            WaitFor::Readers => (&mut self.readers, (true, self.readers_key)),
+            WaitFor::Holder => (&mut self.waiter, (true, self.key)),
+            WaitFor::Notice => (&mut self.waiter, (false, self.key)),
+        };
+        let mut none = None;
+        let expiry = tenancy.expiry().unwrap_or(&mut none);
+        waiter.wait(&self.wake, expiry, held, max).await
     }
 
     async fn take_shared(
@@ -886,15 +566,8 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
         // A shared holder holds the readers' lock (shared): writers wait for it.
-        let conn = session.begin("campaign").await?;
-        let row = sqlx::query(&self.statements.shared.take)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(t.ttl_ms())
-            .bind(t.floor_param())
-            .fetch_optional(&mut *conn)
-            .await;
+        let request = self.statements.shared.take(t);
+        let row = session.row("campaign", request).await;
         self.after_take(session, t, row).await
     }
 
@@ -903,14 +576,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("renew").await?;
-        let done = sqlx::query_scalar::<_, i64>(&self.statements.shared.renew)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(t.ttl_ms())
-            .fetch_one(&mut *conn)
-            .await;
-        let ours = session.end("renew", done)? == 1;
+        let done = session.one("renew", self.statements.shared.renew(t)).await;
+        let ours = done? == 1;
         if ours {
             self.hold(session).await;
         } else {
@@ -925,13 +592,8 @@ impl SqlDialect for Postgres {
         election: &str,
         tenure: &str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("release").await?;
-        let swept = sqlx::query(&self.statements.shared.sweep)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
-            .await;
-        session.end("release", swept)?;
+        let request = self.statements.shared.sweep(election, tenure);
+        session.execute("release", request).await?;
         self.release_by(session, &self.statements.shared.release, (election, tenure))
             .await
     }
@@ -942,26 +604,15 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
         on: bool,
     ) -> Result<(), BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = if on {
-            // Keyed by our presence: the row keeps shared candidates out while our
-            // listener's session lives, without writes (see `shared`).
-            sqlx::query(&self.statements.shared.mark)
-                .bind(&t.election)
-                .bind(&self.presence)
-                .bind(&t.identity)
-                .bind(t.ttl_ms())
-                .bind(if self.reader { "q" } else { "w" })
-                .execute(&mut *conn)
-                .await
+        let shared = &self.statements.shared;
+        // Keyed by our presence: the row keeps shared candidates out while our
+        // listener's session lives, without writes (see `shared`).
+        let request = if on {
+            shared.mark(t, &self.presence, self.reader)
         } else {
-            sqlx::query(&self.statements.shared.unmark)
-                .bind(&t.election)
-                .bind(&self.presence)
-                .execute(&mut *conn)
-                .await
+            shared.unmark(&t.election, &self.presence)
         };
-        session.end("campaign", done)?;
+        session.execute("campaign", request).await?;
         if on && !self.reader {
             self.hold_turn(session).await;
         }
@@ -974,13 +625,11 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
         // On the look connection, as the writers' look.
-        let conn = self.look.begin("watch").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .fetch_one(&mut *conn)
-            .await;
-        Ok(self.look.end("watch", found)? > 0)
+        Ok(self
+            .look
+            .one("watch", self.statements.shared.own(t))
+            .await?
+            > 0)
     }
 
     fn queued(&self) -> bool {
@@ -989,17 +638,6 @@ impl SqlDialect for Postgres {
 
     fn look_for_queue(&mut self) {
         self.table_ready = false;
-    }
-
-    fn kept_by_queue(&mut self, kept: Option<(&LeaseRow, Option<&super::Ahead>)>) {
-        // Only a shared candidate behind a waiting writer, the row held, waits for the
-        // writer's turn lock; a free row is the candidates' ahead until the grace ends.
-        let now = tokio::time::Instant::now();
-        self.behind = kept
-            .filter(|(row, _)| self.reader && !row.holder.is_empty() && row.left_ms > 0)
-            .and_then(|(_, writer)| {
-                writer.map(|w| (wake::turn_key(&w.presence), super::stale_at(now, Some(w))))
-            });
     }
 
     fn queue_key(&self) -> &str {
@@ -1011,12 +649,8 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let rows = sqlx::query(&self.statements.shared.queue)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        let rows = session.end("campaign", rows)?;
+        let request = self.statements.shared.queue(election);
+        let rows = session.rows("campaign", request).await?;
         super::queue_from_rows(&rows).map_err(super::sql("campaign"))
     }
 
@@ -1025,11 +659,7 @@ impl SqlDialect for Postgres {
         session: &mut Session<PgConnection>,
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let listed = sqlx::query_as::<_, (String, i64, bool)>(&self.statements.shared.holders)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        session.end("campaign", listed)
+        let request = self.statements.shared.holders(election);
+        session.tuples("campaign", request).await
     }
 }

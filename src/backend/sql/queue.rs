@@ -21,7 +21,12 @@
 //!   (`stale_ms` past its expiry: its candidate looks at least every few ttl while it
 //!   waits, a frozen one does not) keeps nobody out.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::super::queue::{self, Entry};
+use crate::backend::Wake;
 
 /// One live waiting candidate, as the queue read saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +102,27 @@ pub fn turn(
 /// (its holder's expiry and signal decide).
 pub fn grace_left(free_ms: i64, grace_ms: i64) -> Option<i64> {
     (free_ms >= 0).then(|| (grace_ms - free_ms).max(1))
+}
+
+/// When a shared candidate waiting behind a writer's turn looks anyway, from `now`:
+/// when the writer's waiting row goes stale (`stale_in_ms`; see [`turn`]).
+pub fn stale_at(now: Instant, ahead: Option<&Ahead>) -> Option<Instant> {
+    let ms = ahead.and_then(|a| a.stale_in_ms)?;
+    Some(now + Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0) + 1))
+}
+
+/// A wait behind a writer's turn lasts until `stale_at` at most (`max` otherwise).
+pub fn behind_for(max: Duration, stale_at: Option<Instant>, now: Instant) -> Duration {
+    stale_at.map_or(max, |at| at.saturating_duration_since(now).min(max))
+}
+
+/// A wait behind a writer's turn that ran out (`Quiet`) once the writer's row went
+/// stale is a change: the candidate looks (and goes past a frozen writer).
+pub fn behind_woke(wake: Wake, stale_at: Option<Instant>, now: Instant) -> Wake {
+    match (wake, stale_at) {
+        (Wake::Quiet, Some(at)) if now >= at => Wake::Changed,
+        _ => wake,
+    }
 }
 
 #[cfg(test)]
@@ -197,5 +223,39 @@ mod tests {
             panic!("a fresh waiting writer keeps a shared candidate out");
         };
         assert_eq!(w1.stale_in_ms, Some(STALE + 300));
+    }
+
+    /// The wait behind a waiting writer's turn, and its end, from the writer's
+    /// staleness alone.
+    #[test]
+    fn a_wait_behind_a_waiting_writer_ends_when_its_row_goes_stale() {
+        let now = Instant::now();
+        let max = Duration::from_secs(10);
+        let at = |ms| Some(now + Duration::from_millis(ms));
+        let stale_in = |ms| Ahead {
+            presence: "w".to_owned(),
+            stale_in_ms: ms,
+        };
+        let at3 = stale_at(now, Some(&stale_in(Some(3000))));
+        assert_eq!(at3, at(3001));
+        assert_eq!(stale_at(now, Some(&stale_in(None))), None);
+        assert_eq!(stale_at(now, None), None);
+        assert_eq!(stale_at(now, Some(&stale_in(Some(-50)))), at(1));
+        assert_eq!(behind_for(max, at3, now), Duration::from_millis(3001));
+        assert_eq!(
+            behind_for(Duration::from_secs(2), at3, now),
+            Duration::from_secs(2)
+        );
+        assert_eq!(behind_for(max, None, now), max);
+        let later = now + Duration::from_secs(4);
+        assert_eq!(behind_for(max, at3, later), Duration::ZERO);
+        assert_eq!(behind_woke(Wake::Quiet, at3, later), Wake::Changed);
+        assert_eq!(behind_woke(Wake::Quiet, at3, now), Wake::Quiet);
+        assert_eq!(behind_woke(Wake::Quiet, None, later), Wake::Quiet);
+        assert_eq!(behind_woke(Wake::Waiting, at3, later), Wake::Waiting);
+        assert_eq!(
+            behind_woke(Wake::Quiet, at3, now + Duration::from_millis(3001)),
+            Wake::Changed
+        );
     }
 }

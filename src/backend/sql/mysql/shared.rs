@@ -265,10 +265,22 @@ fn queue(t: &str, s: &str) -> String {
 use sqlx::mysql::MySqlConnection;
 
 use super::super::{LeaseRow, Session, Tenancy, Waiting};
-use super::{micros, ours, ttl_us, Mysql};
+use super::{ours, Mysql};
 use crate::backend::BackendError;
 
 type Conn = Session<MySqlConnection>;
+type Request<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
+type Scalar<'q, O> = sqlx::query::QueryScalar<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>;
+
+/// Takes the named lock `name` at once, or keeps it when this session holds it.
+fn hold(name: &str) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar(HOLD).bind(name).bind(name)
+}
+
+/// Lets the named lock `name` go.
+fn let_go<'q>(name: String) -> Request<'q> {
+    sqlx::query("SELECT RELEASE_LOCK(?)").bind(name)
+}
 
 impl Mysql {
     /// The shared take (see the module doc).
@@ -277,7 +289,7 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        self.left_to_another = false;
+        self.sight.left_to_another = false;
         if let Some(token) = self.own_share(session, t).await? {
             if self.renew_share(session, t).await? {
                 self.hold_reader_lock(session, t).await;
@@ -293,12 +305,11 @@ impl Mysql {
         let Some((row, kept)) = self.read_shared(session, t).await? else {
             let found = self.insert_missing(session, t).await?;
             let row = found.map(|(row, _)| row);
-            self.seen_tenure = row.as_ref().map(|r| r.tenure.clone()).unwrap_or_default();
+            self.sight.saw(row.as_ref(), false);
             return Ok(row);
         };
-        self.seen_tenure.clone_from(&row.tenure);
-        self.left_to_another = kept;
-        if !kept && row.left_ms == 0 && row.tenure != t.tenure {
+        self.sight.saw(Some(&row), kept);
+        if super::rules::counter_gone(false, kept, &row, &t.tenure) {
             // Free, yet no token was counted: the counter's row is gone (see `take`).
             self.seed(session, t.floor_param()).await?;
         }
@@ -311,13 +322,8 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let token = sqlx::query_scalar::<_, i64>(&self.statements.shared.mine)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .fetch_optional(&mut *conn)
-            .await;
-        session.end("campaign", token)
+        let request = self.statements.shared.mine(t);
+        session.maybe("campaign", request).await
     }
 
     /// The next token, counted, when the lease row may be joined.
@@ -326,16 +332,9 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<Option<i64>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.count)
-            .bind(t.floor_param())
-            .bind(&t.election)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .execute(&mut *conn)
-            .await;
-        let done = session.end("campaign", done)?;
-        super::counted(session, &done).await
+        let request = self.statements.shared.count(t);
+        let done = session.execute("campaign", request).await?;
+        super::transport::counted(session, &done).await
     }
 
     /// Our shared row, then the lease row joined; our row deleted again when the
@@ -346,25 +345,11 @@ impl Mysql {
         t: &Tenancy,
         token: i64,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.insert)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .bind(&t.identity)
-            .bind(token)
-            .bind(ttl_us(t))
-            .execute(&mut *conn)
-            .await;
-        session.end("campaign", done)?;
-        let conn = session.begin("campaign").await?;
-        let done = sqlx::query(&self.statements.shared.join)
-            .bind(token)
-            .bind(&t.identity)
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .execute(&mut *conn)
-            .await;
-        if session.end("campaign", done)?.rows_affected() == 1 {
+        let request = self.statements.shared.insert(t, token);
+        session.execute("campaign", request).await?;
+        let request = self.statements.shared.join(t, token);
+        let done = session.execute("campaign", request).await;
+        if done?.rows_affected() == 1 {
             return Ok(true);
         }
         self.drop_share(session, &t.election, &t.tenure, "campaign")
@@ -379,13 +364,8 @@ impl Mysql {
         tenure: &str,
         op: &'static str,
     ) -> Result<(), BackendError> {
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.drop)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
-            .await;
-        session.end(op, done).map(|_| ())
+        let request = self.statements.shared.drop(election, tenure);
+        session.execute(op, request).await.map(|_| ())
     }
 
     /// Both our shared row and the lease row a ttl ahead, or neither.
@@ -394,16 +374,10 @@ impl Mysql {
         session: &mut Conn,
         t: &Tenancy,
     ) -> Result<bool, BackendError> {
-        let conn = session.begin("renew").await?;
-        let done = sqlx::query(&self.statements.shared.renew)
-            .bind(ttl_us(t))
-            .bind(ttl_us(t))
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .execute(&mut *conn)
-            .await;
+        let request = self.statements.shared.renew(t);
+        let done = session.execute("renew", request).await;
         // Matched rows (the client asks for found rows): both, or none.
-        Ok(session.end("renew", done)?.rows_affected() > 0)
+        Ok(done?.rows_affected() > 0)
     }
 
     /// The lease row for a shared candidate, and whether a waiting writer or another's
@@ -414,14 +388,8 @@ impl Mysql {
         t: &Tenancy,
     ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
         let op = "campaign";
-        let conn = session.begin(op).await?;
-        let row = sqlx::query(&self.statements.shared.read)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(&t.election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let Some(row) = session.end(op, row)? else {
+        let row = session.row(op, self.statements.shared.read(t)).await;
+        let Some(row) = row? else {
             return Ok(None);
         };
         let kept = sqlx::Row::try_get::<i64, _>(&row, 4).map_err(super::super::sql(op))? != 0;
@@ -439,31 +407,15 @@ impl Mysql {
         tenure: &str,
     ) -> Result<(), BackendError> {
         let op = "release";
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.sweep)
-            .bind(election)
-            .bind(tenure)
-            .execute(&mut *conn)
-            .await;
-        session.end(op, done)?;
-        let conn = session.begin(op).await?;
-        let version = sqlx::query_as::<_, (i64, i64, i64)>(&self.statements.shared.version)
-            .bind(election)
-            .bind(tenure)
-            .bind(election)
-            .fetch_optional(&mut *conn)
-            .await;
-        let Some((token, at, 0)) = session.end(op, version)? else {
+        let request = self.statements.shared.sweep(election, tenure);
+        session.execute(op, request).await?;
+        let request = self.statements.shared.version(election, tenure);
+        let version = session.tuple(op, request).await;
+        let Some((token, at, 0)) = version? else {
             return Ok(());
         };
-        let conn = session.begin(op).await?;
-        let done = sqlx::query(&self.statements.shared.free)
-            .bind(election)
-            .bind(token)
-            .bind(at)
-            .execute(&mut *conn)
-            .await;
-        session.end(op, done).map(|_| ())
+        let request = self.statements.shared.free(election, (token, at));
+        session.execute(op, request).await.map(|_| ())
     }
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
@@ -475,24 +427,13 @@ impl Mysql {
     ) -> Result<(), BackendError> {
         // Keyed by our presence lock, which our signal connection holds while we
         // live: the row keeps its place for that long (see `WAITS`).
-        let conn = session.begin("campaign").await?;
-        let done = if on {
-            sqlx::query(&self.statements.shared.mark)
-                .bind(&t.election)
-                .bind(&self.candidate)
-                .bind(&t.identity)
-                .bind(if self.reader { "q" } else { "w" })
-                .bind(micros(t.ttl))
-                .execute(&mut *conn)
-                .await
+        let shared = &self.statements.shared;
+        let request = if on {
+            shared.mark(t, &self.candidate, self.reader)
         } else {
-            sqlx::query(&self.statements.shared.unmark)
-                .bind(&t.election)
-                .bind(&self.candidate)
-                .execute(&mut *conn)
-                .await
+            shared.unmark(&t.election, &self.candidate)
         };
-        session.end("campaign", done)?;
+        session.execute("campaign", request).await?;
         if on && !self.reader {
             self.hold_turn(session).await;
         }
@@ -503,13 +444,11 @@ impl Mysql {
     pub(super) async fn still_shared(&mut self, t: &Tenancy) -> Result<bool, BackendError> {
         // On a connection of its own: a look cut off by the elector (at a renewal's
         // time) renews that connection, not the one that holds our lock.
-        let conn = self.look.begin("watch").await?;
-        let found = sqlx::query_scalar::<_, i64>(&self.statements.shared.own)
-            .bind(&t.election)
-            .bind(&t.tenure)
-            .fetch_one(&mut *conn)
-            .await;
-        Ok(self.look.end("watch", found)? > 0)
+        Ok(self
+            .look
+            .one("watch", self.statements.shared.own(t))
+            .await?
+            > 0)
     }
 
     /// While we hold shared: our own lock on the statement connection (idle-limited
@@ -525,15 +464,8 @@ impl Mysql {
         {
             return;
         }
-        let Ok(conn) = session.begin("watch").await else {
-            return;
-        };
-        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
-            .bind(&name)
-            .bind(&name)
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("watch", held) {
+        let held = session.one("watch", hold(&name)).await;
+        match held {
             Ok(Some(1)) => self.reader_lock = Some((name, session.generation())),
             Ok(_) => tracing::debug!("a shared holder's own lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take a shared holder's own lock"),
@@ -552,15 +484,8 @@ impl Mysql {
         // Wanted, on no connection yet (generation 0 is never one in use): the next
         // call tries again.
         self.turn = Some(0);
-        let Ok(conn) = session.begin("campaign").await else {
-            return;
-        };
-        let held = sqlx::query_scalar::<_, Option<i64>>(HOLD)
-            .bind(&name)
-            .bind(&name)
-            .fetch_one(&mut *conn)
-            .await;
-        match session.end("campaign", held) {
+        let held = session.one("campaign", hold(&name)).await;
+        match held {
             Ok(Some(1)) => self.turn = Some(session.generation()),
             Ok(_) => tracing::debug!("our turn lock is busy"),
             Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
@@ -572,13 +497,8 @@ impl Mysql {
         if !self.turn.take().is_some_and(|g| session.still(g)) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(turn_lock(&self.candidate))
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let request = let_go(turn_lock(&self.candidate));
+        let _ = session.execute("release", request).await;
     }
 
     /// Lets our shared holder's lock go, after the release (best effort: it goes
@@ -590,13 +510,7 @@ impl Mysql {
         if !session.still(generation) {
             return;
         }
-        if let Ok(conn) = session.begin("release").await {
-            let freed = sqlx::query("SELECT RELEASE_LOCK(?)")
-                .bind(&name)
-                .execute(&mut *conn)
-                .await;
-            let _ = session.end("release", freed);
-        }
+        let _ = session.execute("release", let_go(name)).await;
     }
 
     /// The queue's read (see [`SqlDialect::waiting`](super::super::SqlDialect::waiting)).
@@ -607,12 +521,8 @@ impl Mysql {
         election: &str,
     ) -> Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError> {
         let op = "campaign";
-        let conn = session.begin(op).await?;
-        let rows = sqlx::query(&self.statements.shared.queue)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        let rows = session.end(op, rows)?;
+        let request = self.statements.shared.queue(election);
+        let rows = session.rows(op, request).await?;
         super::super::queue_from_rows(&rows).map_err(super::super::sql(op))
     }
 
@@ -622,13 +532,8 @@ impl Mysql {
         session: &mut Conn,
         election: &str,
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
-        let conn = session.begin("campaign").await?;
-        let listed = sqlx::query_as::<_, (String, i64, i64)>(&self.statements.shared.holders)
-            .bind(election)
-            .bind(election)
-            .fetch_all(&mut *conn)
-            .await;
-        let listed = session.end("campaign", listed)?;
+        let request = self.statements.shared.holders(election);
+        let listed = session.tuples("campaign", request).await?;
         Ok(listed
             .into_iter()
             .map(|(holder, token, shared)| (holder, token, shared != 0))

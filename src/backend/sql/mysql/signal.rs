@@ -42,7 +42,11 @@ use sqlx::Connection;
 use tokio::sync::{watch, Notify};
 use tokio::time::{sleep, timeout, Instant};
 
+use super::super::WaitFor;
 use crate::backoff::Backoff;
+
+/// A request whose answer is one column, as `O`.
+type Scalar<'q, O> = sqlx::query::QueryScalar<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>;
 
 /// How young a tenure is taken for a live leader even before its presence lock shows
 /// (it takes the lock with its first look at its own row, right after the take).
@@ -69,6 +73,45 @@ pub(super) enum Want {
     /// A shared candidate kept out by the queue behind a waiting writer: let the lock
     /// go, and wait for that writer's turn lock (named here) instead ([`wait_for_turn`]).
     Turn(String),
+}
+
+/// What a follower's signal connection does while it waits as the core says (`wait`):
+/// behind a waiting writer, wait for its turn lock; a writer kept out by shared
+/// holders, for their locks; otherwise the election's lock, by whether it holds it
+/// (`held`: woken by it) and what the campaign found (`left_to_another`: the free row is
+/// a switchover's; `seen`: the row's tenure).
+pub(super) fn want(wait: &WaitFor, held: bool, left_to_another: bool, seen: &str) -> Want {
+    match wait {
+        WaitFor::Turn { writer } => Want::Turn(super::shared::turn_lock(writer)),
+        WaitFor::Readers => Want::Readers,
+        // Woken by the lock, and the free row is left to another candidate (a
+        // switchover): hand the lock on, so that the named candidate, queued behind
+        // us, wakes.
+        _ if held && left_to_another => Want::Pass,
+        // Woken by the lock, and the row is someone else's: hand the lock on to a
+        // leader whose session lives and queue again, or keep it for the expiry of a
+        // crashed leader's row.
+        _ if held => Want::Yield(seen.to_owned()),
+        _ => Want::Follow,
+    }
+}
+
+/// Whether a wait may be silent (queued for a lock whose holder lives, nothing
+/// sent): for another's tenure (it holds the lock: a release, a crash or a freeze, by
+/// the server's idle limit, ends its session and wakes the first in the queue; or a
+/// follower that took it over and will take the row at its expiry), for shared
+/// holders, or for a waiting writer's turn.
+pub(super) fn signals(wait: &WaitFor) -> bool {
+    !matches!(wait, WaitFor::Notice)
+}
+
+/// When a wait that ends at `until` looks anyway: at the row's `expiry` unless it is
+/// silent.
+pub(super) fn wake_at(silent: bool, expiry: Option<Instant>, until: Instant) -> Instant {
+    match expiry {
+        Some(e) if !silent => e.min(until),
+        _ => until,
+    }
 }
 
 /// What consecutive passes count under in [`Yields`] (never a tenure id).
@@ -196,27 +239,18 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
     let mut as_leader = false;
     loop {
         let held = *p.held.borrow();
-        let next = match (&want, held) {
-            (Want::Rest, true) => release(conn, p).await.then(|| want.clone()),
-            (Want::Rest, false) => rest(conn, p).await,
-            (Want::Yield(tenure), true) => {
-                let tenure = tenure.clone();
-                yield_or_keep(conn, p, &tenure, yields).await
-            }
-            (Want::Pass, true) => hand_on(conn, p, PASSED, yields).await,
-            (Want::Readers, true) => release(conn, p).await.then(|| want.clone()),
-            (Want::Readers, false) => wait_for_readers(conn, p).await,
-            (Want::Turn(_), true) => release(conn, p).await.then(|| want.clone()),
-            (Want::Turn(turn), false) => {
-                let turn = turn.clone();
-                wait_for_turn(conn, p, &turn).await
-            }
-            (Want::Lead, true) if !as_leader => roll_call(conn, p).await,
-            (_, true) => hold(conn, p).await,
-            (_, false) => {
-                let asked = want.clone();
-                let next = wait_for_lock(conn, p, &asked).await;
-                as_leader = asked == Want::Lead;
+        let next = match step(&want, held, as_leader) {
+            Step::Release => release(conn, p).await.then(|| want.clone()),
+            Step::Rest => rest(conn, p).await,
+            Step::YieldOrKeep(tenure) => yield_or_keep(conn, p, tenure, yields).await,
+            Step::Pass => hand_on(conn, p, PASSED, yields).await,
+            Step::WaitForReaders => wait_for_readers(conn, p).await,
+            Step::WaitForTurn(turn) => wait_for_turn(conn, p, turn).await,
+            Step::RollCall => roll_call(conn, p).await,
+            Step::Hold => hold(conn, p).await,
+            Step::WaitForLock => {
+                let next = wait_for_lock(conn, p, &want).await;
+                as_leader = want == Want::Lead;
                 next
             }
         };
@@ -281,59 +315,126 @@ async fn wait_for_lock(
     let got = if follower {
         let seen = p.seen.borrow().clone();
         p.queued.send_replace(true);
-        let got = timeout(
-            p.backstop + p.op_timeout,
-            sqlx::query_scalar::<_, Option<i64>>(&p.queue)
-                .bind(&p.election)
-                .bind(seen)
-                .bind(&p.name)
-                .bind(p.backstop.as_secs_f64())
-                .fetch_one(&mut *conn),
-        )
-        .await;
+        let queue = follow_request(p, seen).fetch_one(&mut *conn);
+        let got = timeout(p.backstop + p.op_timeout, queue).await;
         p.queued.send_replace(false);
         got
     } else {
-        timeout(
-            p.check_every + p.op_timeout,
-            sqlx::query_scalar::<_, Option<i64>>("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
-                .bind(&p.name)
-                .bind(p.check_every.as_secs_f64())
-                .fetch_one(&mut *conn),
-        )
-        .await
+        let lead = lead_request(p).fetch_one(&mut *conn);
+        timeout(p.check_every + p.op_timeout, lead).await
     };
     let next = if p.want.has_changed().unwrap_or(false) {
         p.want.borrow_and_update().clone()
     } else {
         want.clone()
     };
+    let got = Got::of(got);
+    if got == Got::Lock {
+        p.held.send_replace(true);
+    }
+    if got.wakes(follower, &next) {
+        p.woke.notify_one();
+    }
     match got {
-        Ok(Ok(Some(1))) => {
-            p.held.send_replace(true);
-            if matches!(next, Want::Follow | Want::Yield(_) | Want::Pass) {
-                p.woke.notify_one();
+        Got::Lock | Got::Nothing => Some(next),
+        Got::RowChanged => rest(conn, p).await,
+        Got::Broken => None,
+    }
+}
+
+/// A follower's wait for the lock, queued only while the row's tenure is still
+/// `seen` (see [`SignalParts::queue`]).
+fn follow_request(p: &SignalParts, seen: String) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar(&p.queue)
+        .bind(&p.election)
+        .bind(seen)
+        .bind(&p.name)
+        .bind(p.backstop.as_secs_f64())
+}
+
+/// The leader's wait for the lock, a renewal's time at most.
+fn lead_request(p: &SignalParts) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)")
+        .bind(&p.name)
+        .bind(p.check_every.as_secs_f64())
+}
+
+/// What the signal connection does next with the named lock, by what it is asked
+/// (`want`), whether it holds the lock (`held`), and whether it got the lock it holds
+/// as the leader (`as_leader`).
+#[derive(Debug, PartialEq, Eq)]
+enum Step<'w> {
+    /// Let the lock go, and go on as asked.
+    Release,
+    /// Neither hold nor wait: ping until asked otherwise.
+    Rest,
+    /// A follower holding the lock found the row held by this tenure.
+    YieldOrKeep(&'w str),
+    /// A follower holding the lock found the free row left to another: hand it on.
+    Pass,
+    /// A writer kept out by shared holders: wait for their locks.
+    WaitForReaders,
+    /// A shared candidate behind a waiting writer: wait for this turn lock.
+    WaitForTurn(&'w str),
+    /// A new leader holding the lock from its wait as a follower: let it go once.
+    RollCall,
+    /// Hold the lock, looking that it is still ours.
+    Hold,
+    /// Queue for the lock.
+    WaitForLock,
+}
+
+fn step(want: &Want, held: bool, as_leader: bool) -> Step<'_> {
+    match (want, held) {
+        (Want::Rest | Want::Readers | Want::Turn(_), true) => Step::Release,
+        (Want::Rest, false) => Step::Rest,
+        (Want::Yield(tenure), true) => Step::YieldOrKeep(tenure),
+        (Want::Pass, true) => Step::Pass,
+        (Want::Readers, false) => Step::WaitForReaders,
+        (Want::Turn(turn), false) => Step::WaitForTurn(turn),
+        (Want::Lead, true) if !as_leader => Step::RollCall,
+        (_, true) => Step::Hold,
+        (_, false) => Step::WaitForLock,
+    }
+}
+
+/// What a wait for the lock answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Got {
+    /// The lock is ours.
+    Lock,
+    /// A follower's wait: the row changed since it looked (it looks again, and queues
+    /// with what it saw then).
+    RowChanged,
+    /// The wait ran out (a follower's: the backstop, one look).
+    Nothing,
+    /// The connection failed or the wait overran: renew it.
+    Broken,
+}
+
+impl Got {
+    fn of<E>(answer: Result<Result<Option<i64>, sqlx::Error>, E>) -> Got {
+        match answer {
+            Ok(Ok(Some(1))) => Got::Lock,
+            Ok(Ok(Some(-1))) => Got::RowChanged,
+            Ok(Ok(_)) => Got::Nothing,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "GET_LOCK failed");
+                Got::Broken
             }
-            Some(next)
+            Err(_) => Got::Broken,
         }
-        Ok(Ok(Some(-1))) => {
-            // The row changed since the follower looked: it looks again, and queues
-            // with what it saw then.
-            p.woke.notify_one();
-            rest(conn, p).await
+    }
+
+    /// Whether the follower looks now: it got the lock (while it follows), the row
+    /// changed, or its wait ran out.
+    fn wakes(self, follower: bool, next: &Want) -> bool {
+        match self {
+            Got::Lock => matches!(next, Want::Follow | Want::Yield(_) | Want::Pass),
+            Got::RowChanged => true,
+            Got::Nothing => follower,
+            Got::Broken => false,
         }
-        Ok(Ok(_)) => {
-            if follower {
-                // The backstop: one look.
-                p.woke.notify_one();
-            }
-            Some(next)
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "GET_LOCK failed");
-            None
-        }
-        Err(_) => None,
     }
 }
 
@@ -346,35 +447,85 @@ async fn wait_for_lock(
 /// until the writer's next want.
 async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
     p.queued.send_replace(true);
-    let got = timeout(
-        p.queue_backstop + p.op_timeout,
-        sqlx::query_scalar::<_, Option<i64>>(&p.readers)
-            .bind(p.queue_backstop.as_secs_f64())
-            .bind(&p.name)
-            .bind(&p.election)
-            .bind(&p.name)
-            .fetch_one(&mut *conn),
-    )
-    .await;
+    let readers = readers_request(p).fetch_one(&mut *conn);
+    let got = timeout(p.queue_backstop + p.op_timeout, readers).await;
     p.queued.send_replace(false);
-    match got {
-        Ok(Ok(n)) => {
-            tracing::debug!(result = ?n, "the wait for the shared holders ended");
-            // None held (-1): no look now (it would find the same), the row's expiry.
-            if matches!(n, Some(0 | 1)) {
-                p.woke.notify_one();
+    after_silent_wait(conn, p, Waited::of(got, "the shared holders")).await
+}
+
+/// A writer's wait for one live shared holder's lock (see [`SignalParts::readers`]).
+fn readers_request(p: &SignalParts) -> Scalar<'_, Option<i64>> {
+    sqlx::query_scalar(&p.readers)
+        .bind(p.queue_backstop.as_secs_f64())
+        .bind(&p.name)
+        .bind(&p.election)
+        .bind(&p.name)
+}
+
+/// A shared candidate's wait for a waiting writer's `turn` lock: -1 when nobody holds
+/// it, 1 once got (and let go at once), 0 when the wait ran out.
+fn turn_request<'q>(p: &SignalParts, turn: &'q str) -> Scalar<'q, Option<i64>> {
+    sqlx::query_scalar(
+        "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
+            IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
+    )
+    .bind(turn)
+    .bind(turn)
+    .bind(p.queue_backstop.as_secs_f64())
+    .bind(turn)
+}
+
+/// After a silent wait for others' locks: the candidate looks when the wait ended
+/// or ran out, and the connection rests until the next want (or is renewed when it
+/// broke).
+async fn after_silent_wait(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    waited: Waited,
+) -> Option<Want> {
+    match waited {
+        Waited::Woke => {
+            p.woke.notify_one();
+            rest(conn, p).await
+        }
+        Waited::Rest => rest(conn, p).await,
+        Waited::Broken => None,
+    }
+}
+
+/// What a silent wait for others' locks answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    /// The locks were let go (1), or the backstop ran out (0): look.
+    Woke,
+    /// Nobody held the lock (-1: a look now would find the same; the row's expiry
+    /// decides), or the server refused the wait: rest.
+    Rest,
+    /// The connection failed, or the wait overran: renew it.
+    Broken,
+}
+
+impl Waited {
+    /// The answer of a wait for `what`.
+    fn of<E>(answer: Result<Result<Option<i64>, sqlx::Error>, E>, what: &str) -> Waited {
+        match answer {
+            Ok(Ok(n)) => {
+                tracing::debug!(result = ?n, "the wait for {what} ended");
+                match n {
+                    Some(0 | 1) => Waited::Woke,
+                    _ => Waited::Rest,
+                }
             }
-            rest(conn, p).await
+            Ok(Err(sqlx::Error::Database(e))) => {
+                tracing::debug!(error = %e, "could not wait for {what}");
+                Waited::Rest
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the wait for {what} failed");
+                Waited::Broken
+            }
+            Err(_) => Waited::Broken,
         }
-        Ok(Err(sqlx::Error::Database(e))) => {
-            tracing::debug!(error = %e, "could not wait for the shared holders");
-            rest(conn, p).await
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "the wait for the shared holders failed");
-            None
-        }
-        Err(_) => None,
     }
 }
 
@@ -390,34 +541,10 @@ async fn wait_for_turn(
     turn: &str,
 ) -> Option<Want> {
     p.queued.send_replace(true);
-    let got = timeout(
-        p.queue_backstop + p.op_timeout,
-        sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT CAST(IF(IS_USED_LOCK(?) IS NULL, -1,
-                IF(GET_LOCK(?, ?) = 1, RELEASE_LOCK(?), 0)) AS SIGNED)",
-        )
-        .bind(turn)
-        .bind(turn)
-        .bind(p.queue_backstop.as_secs_f64())
-        .bind(turn)
-        .fetch_one(&mut *conn),
-    )
-    .await;
+    let waiting = turn_request(p, turn).fetch_one(&mut *conn);
+    let got = timeout(p.queue_backstop + p.op_timeout, waiting).await;
     p.queued.send_replace(false);
-    match got {
-        Ok(Ok(n)) => {
-            tracing::debug!(result = ?n, "the wait for a waiting writer's turn ended");
-            if matches!(n, Some(0 | 1)) {
-                p.woke.notify_one();
-            }
-            rest(conn, p).await
-        }
-        Ok(Err(sqlx::Error::Database(e))) => {
-            tracing::debug!(error = %e, "could not wait for a waiting writer's turn");
-            rest(conn, p).await
-        }
-        Ok(Err(_)) | Err(_) => None,
-    }
+    after_silent_wait(conn, p, Waited::of(got, "a waiting writer's turn")).await
 }
 
 /// Holds the lock until the want changes, looking now and then (and when asked) that
@@ -538,6 +665,99 @@ impl Yields {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The signal connection's want, by the core's wait and the lock.
+    #[test]
+    fn a_follower_hands_the_lock_on_or_keeps_it_by_what_it_found() {
+        let turn = WaitFor::Turn {
+            writer: "lk:w".to_owned(),
+        };
+        let lock = super::super::shared::turn_lock("lk:w");
+        assert_eq!(want(&turn, true, true, "t"), Want::Turn(lock));
+        assert_eq!(want(&WaitFor::Readers, true, false, "t"), Want::Readers);
+        for wait in [WaitFor::Holder, WaitFor::Notice] {
+            assert_eq!(want(&wait, true, true, "t"), Want::Pass);
+            assert_eq!(want(&wait, true, false, "t"), Want::Yield("t".to_owned()));
+            assert_eq!(want(&wait, false, true, "t"), Want::Follow);
+            assert_eq!(want(&wait, false, false, "t"), Want::Follow);
+        }
+        assert!(signals(&WaitFor::Holder) && signals(&WaitFor::Readers) && signals(&turn));
+        assert!(!signals(&WaitFor::Notice));
+        let now = Instant::now();
+        let (soon, later) = (now + Duration::from_millis(5), now + Duration::from_secs(1));
+        assert_eq!(wake_at(false, Some(soon), later), soon);
+        assert_eq!(wake_at(true, Some(soon), later), later, "silent: no expiry");
+        assert_eq!(wake_at(false, None, later), later);
+        assert_eq!(wake_at(false, Some(later), soon), soon);
+    }
+
+    /// The lock is let go when not wanted (or a follower waits for other locks),
+    /// handed on or kept by what the follower found, let go once by a leader that got
+    /// it as a follower, and held otherwise; without it, the connection waits for what
+    /// it is asked to.
+    #[test]
+    fn the_signal_steps_by_what_it_is_asked_and_holds() {
+        let turn = Want::Turn("t".to_owned());
+        let tenure = Want::Yield("x".to_owned());
+        for want in [Want::Rest, Want::Readers, turn.clone()] {
+            assert_eq!(step(&want, true, false), Step::Release, "{want:?}");
+        }
+        assert_eq!(step(&Want::Rest, false, false), Step::Rest);
+        assert_eq!(step(&tenure, true, false), Step::YieldOrKeep("x"));
+        assert_eq!(step(&Want::Pass, true, false), Step::Pass);
+        assert_eq!(step(&Want::Readers, false, false), Step::WaitForReaders);
+        assert_eq!(step(&turn, false, true), Step::WaitForTurn("t"));
+        assert_eq!(step(&Want::Lead, true, false), Step::RollCall);
+        assert_eq!(step(&Want::Lead, true, true), Step::Hold);
+        assert_eq!(step(&Want::Follow, true, false), Step::Hold);
+        for want in [Want::Lead, Want::Follow, tenure, Want::Pass] {
+            assert_eq!(step(&want, false, false), Step::WaitForLock, "{want:?}");
+        }
+    }
+
+    /// A follower wakes when it gets the lock, when the row changed, and at its
+    /// backstop; a leader's wait wakes nobody, nor does a broken one.
+    #[test]
+    fn a_wait_for_the_lock_wakes_the_follower_when_it_should() {
+        let got = |n: Option<i64>| Got::of(Ok::<_, ()>(Ok(n)));
+        assert_eq!(got(Some(1)), Got::Lock);
+        assert_eq!(got(Some(-1)), Got::RowChanged);
+        assert_eq!(got(Some(0)), Got::Nothing);
+        assert_eq!(got(None), Got::Nothing);
+        assert_eq!(
+            Got::of(Err::<Result<Option<i64>, sqlx::Error>, _>(())),
+            Got::Broken
+        );
+        let yielding = Want::Yield("x".to_owned());
+        for next in [Want::Follow, yielding, Want::Pass] {
+            assert!(Got::Lock.wakes(true, &next), "{next:?}");
+        }
+        assert!(!Got::Lock.wakes(false, &Want::Lead));
+        assert!(
+            !Got::Lock.wakes(true, &Want::Rest),
+            "asked to rest meanwhile"
+        );
+        assert!(Got::RowChanged.wakes(true, &Want::Follow));
+        assert!(Got::Nothing.wakes(true, &Want::Follow));
+        assert!(!Got::Nothing.wakes(false, &Want::Lead));
+        assert!(!Got::Broken.wakes(true, &Want::Follow));
+    }
+
+    /// A silent wait for others' locks looks when they were let go or the backstop
+    /// ran out, rests when nobody held them or the server refused, and renews a
+    /// broken connection.
+    #[test]
+    fn a_silent_wait_looks_when_the_locks_went_or_the_backstop_ran_out() {
+        let of = |n: Option<i64>| Waited::of(Ok::<_, ()>(Ok(n)), "them");
+        assert_eq!(of(Some(1)), Waited::Woke);
+        assert_eq!(of(Some(0)), Waited::Woke);
+        assert_eq!(of(Some(-1)), Waited::Rest);
+        assert_eq!(of(None), Waited::Rest);
+        let broken = Waited::of(Ok::<_, ()>(Err(sqlx::Error::PoolClosed)), "them");
+        assert_eq!(broken, Waited::Broken);
+        let overran = Waited::of(Err::<Result<Option<i64>, sqlx::Error>, _>(()), "them");
+        assert_eq!(overran, Waited::Broken);
+    }
 
     #[test]
     fn yields_for_one_tenure_pause_longer_and_longer() {

@@ -41,6 +41,16 @@ pub(super) const HOLD: &str = "SELECT CASE WHEN set_config('idle_session_timeout
 /// A shared holder's hold of the readers' lock, as the leader's [`HOLD`] (shared).
 pub(super) const HOLD_SHARED: &str = "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL THEN pg_try_advisory_lock_shared($1) END";
 
+/// The leader's hold request (`hold`: [`HOLD`] or [`HOLD_SHARED`]) of lock `key`, with
+/// its idle limit (ms, as text).
+pub(super) fn hold<'q>(
+    hold: &'q str,
+    key: i64,
+    idle_limit: &'q str,
+) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, Option<bool>, sqlx::postgres::PgArguments> {
+    sqlx::query_scalar(hold).bind(key).bind(idle_limit)
+}
+
 /// The leader lets go: the lock and the idle limit.
 pub(super) const LET_GO: &str =
     "SELECT pg_advisory_unlock_all()::text || set_config('idle_session_timeout', '0', false)";
