@@ -645,24 +645,16 @@ mod tests {
     #[test]
     fn a_reader_waits_for_the_last_writer_ahead_and_watches_the_head() {
         let q = queue(&["a", "r2", "w3", "r4"]);
-        // News from the announcement only once it changed since the listing read it
-        // (at mzxid 40): an announcement already there is no news, or the wait would
-        // end at once, again and again.
-        let expected = Follow::Head {
-            head: "a",
-            predecessor: Some("w3"),
-            seen: Some(40),
+        // News from the announcement once it changed since the listing (mzxid 40).
+        let follow = |seen| {
+            Next::Follow(Follow::Head {
+                head: "a",
+                predecessor: Some("w3"),
+                seen,
+            })
         };
-        assert_eq!(list(&q, "r4", None), Next::Follow(expected));
-        let unannounced = Follow::Head {
-            head: "a",
-            predecessor: Some("w3"),
-            seen: None,
-        };
-        assert_eq!(
-            list_with(&q, "r4", None, None, true),
-            Next::Follow(unannounced)
-        );
+        assert_eq!(list(&q, "r4", None), follow(Some(40)));
+        assert_eq!(list_with(&q, "r4", None, None, true), follow(None));
         let q = queue(&["r1", "r2"]);
         assert_eq!(list(&q, "r2", None), Next::Claim { spend: false });
     }
