@@ -124,6 +124,12 @@ fn share_one_election(classes: &std::path::Path, connect: &str, election: &str) 
         Some((false, "lk-a".to_owned())),
         "Curator does not see lk-a leading"
     );
+    // Naming lk-a shows only that Curator read the queue: its latch creates its own
+    // node in the background. lk-b queues once that node is there, behind it.
+    assert!(
+        queued(connect, &latch, 2),
+        "Curator's latch node never joined the queue"
+    );
     let b = common::Sidecar::spawn("lk-b", dir.path(), &args);
     assert!(common::eventually(Duration::from_secs(10), || b
         .leader()
@@ -345,6 +351,23 @@ fn digest_auth_keeps_other_identities_out_of_the_election() {
         assert_eq!(status["state"], "unknown", "{status}");
         assert_eq!(status["is_leader"], false, "{status}");
     }
+}
+
+/// Whether `dir` holds `n` latch nodes within 5 s.
+fn queued(connect: &str, dir: &str, n: usize) -> bool {
+    backend_switchover::runtime().block_on(async {
+        let client = zookeeper_client::Client::connect(connect)
+            .await
+            .expect("connect");
+        for _ in 0..100 {
+            if client.list_children(dir).await.is_ok_and(|c| c.len() >= n) {
+                return true;
+            }
+            // Pause: the node's create is on its way.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    })
 }
 
 /// The leader's node under `dir`: the lowest sequence.
