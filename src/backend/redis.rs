@@ -77,7 +77,7 @@ mod settings;
 pub(crate) mod switchover;
 pub(crate) use self::cadence::{announced_holder, Cadence, Pushed};
 pub(crate) use self::core::REFUSED;
-pub(crate) use self::node::{store, too_late, wait_for_notice, Node};
+pub(crate) use self::node::{store, too_late, wait_for_notice, Hears, Node};
 pub(crate) use self::own::{
     follower_tracking, lock_taken, own_key_lost, renewal_of, tracking_pipe, OwnKey, OWN_PUSH_WINDOW,
 };
@@ -262,8 +262,14 @@ impl RedisBackend {
         );
         let keys = Keys::for_election(election);
         let wake = Arc::new(Notify::new());
-        let (node, pushes) =
-            Node::connect_election(settings, &keys, identity, wake.clone(), op_timeout)?;
+        let (node, pushes) = Node::connect(
+            settings,
+            &keys,
+            identity,
+            wake.clone(),
+            op_timeout,
+            Hears::Election,
+        )?;
         let waiter = baton::Waiter::spawn(
             redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
             keys.baton.clone(),

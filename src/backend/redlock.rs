@@ -87,8 +87,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::{timeout, Instant};
 
 use super::redis::{
-    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Keys, Node, Pushed,
-    RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
+    baton, new_nonce, parse_value, store, switchover, wait_for_notice, Args, Hears, Keys, Node,
+    Pushed, RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
 };
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
@@ -422,7 +422,16 @@ impl RedlockBackend {
         let node_timeout = (ttl / 10).min(op_timeout / 3).max(Duration::from_millis(5));
         let (nodes, pushes): (Vec<Node>, Vec<_>) = settings
             .iter()
-            .map(|s| Node::connect_announced(s, &keys, identity, wake.clone(), node_timeout))
+            .map(|s| {
+                Node::connect(
+                    s,
+                    &keys,
+                    identity,
+                    wake.clone(),
+                    node_timeout,
+                    Hears::Announcements,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();

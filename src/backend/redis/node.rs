@@ -26,53 +26,13 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// As [`Node::connect_announced`], for a candidate of the read-write lock
-    /// (`--mode`), whose listener asks for a look on every message (see [`rw`]).
-    pub(crate) fn connect_rw(
-        settings: &RedisSettings,
-        keys: &Keys,
-        identity: &str,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
-        Self::connect(settings, keys, identity, wake, op_timeout, Hears::ReadWrite)
-    }
-
     /// Connects lazily (an unreachable server is not an error here, the elector
     /// retries), with the command connection on RESP3 and its server pushes (tracking
     /// invalidations, and the library's own disconnect notices) sent to the returned
-    /// receiver; the listener hears the new leaders on their announcement channel (see
-    /// [`baton`]): a `redis` candidate, and a `redlock` one on every node.
-    pub(crate) fn connect_announced(
-        settings: &RedisSettings,
-        keys: &Keys,
-        identity: &str,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
-        Self::connect(
-            settings,
-            keys,
-            identity,
-            wake,
-            op_timeout,
-            Hears::Announcements,
-        )
-    }
-
-    /// As [`Node::connect_announced`], for an election's candidate on one server,
-    /// whose listener also notes the read-write lock's channel (see [`Hears::Election`]).
-    pub(super) fn connect_election(
-        settings: &RedisSettings,
-        keys: &Keys,
-        identity: &str,
-        wake: Arc<Notify>,
-        op_timeout: Duration,
-    ) -> Result<(Node, mpsc::UnboundedReceiver<PushInfo>), BackendError> {
-        Self::connect(settings, keys, identity, wake, op_timeout, Hears::Election)
-    }
-
-    fn connect(
+    /// receiver; the listener hears new holders as `hears` says (see [`baton`]): a
+    /// `redis` candidate's election, a `redlock` one on every node, or the read-write
+    /// lock (see [`rw`]).
+    pub(crate) fn connect(
         settings: &RedisSettings,
         keys: &Keys,
         identity: &str,

@@ -75,7 +75,8 @@ use tokio::time::Instant;
 pub use super::quiet::{heard_until, next_look, Look};
 use super::{
     baton, follower_tracking, lock_taken, new_nonce, own_key_lost, parse_value, quiet, store,
-    switchover, too_late, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED, RENEW,
+    switchover, too_late, Hears, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
+    RENEW,
 };
 use crate::backend::record::Seen;
 use crate::backend::store_clock::StoreClock;
@@ -242,8 +243,14 @@ impl RwBackend {
         let keys = Keys::for_election(lease.election);
         let wake = Arc::new(Notify::new());
         let op_timeout = lease.timing.backend_timeout;
-        let (node, pushes) =
-            Node::connect_rw(settings, &keys, lease.identity, wake.clone(), op_timeout)?;
+        let (node, pushes) = Node::connect(
+            settings,
+            &keys,
+            lease.identity,
+            wake.clone(),
+            op_timeout,
+            Hears::ReadWrite,
+        )?;
         Ok(RwBackend {
             node,
             pushes,
