@@ -108,6 +108,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake}
 use crate::status::{Holder, Mode};
 
 mod core;
+pub mod driven;
 pub mod entry;
 mod requests;
 mod rules;
@@ -367,6 +368,7 @@ impl ZkBackend {
             announced: listing.announced.as_ref().map(|(n, z)| (n, *z)),
             may_requeue,
             reader: self.mode == LockMode::Shared,
+            flaws: core::Flaws::default(),
         };
         self.observe(&listing.queue);
         core::after_list(listed, |e| rules::announces(&e.name))

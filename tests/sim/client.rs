@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
 use leasekeeper::backend::slots::Picker;
+use leasekeeper::backend::zookeeper::driven as zk;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
@@ -17,8 +18,11 @@ use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
 pub enum Family {
     /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL).
     Ttl,
-    /// A session-bound record with a server-side session timeout (ZooKeeper, etcd).
-    Session,
+    /// A session-bound record with a server-side session timeout (ZooKeeper, etcd):
+    /// the store answers a campaign with a listing of the latch nodes, and the client
+    /// decides through the ZooKeeper store's own core (`zk::campaign`) with these
+    /// known-wrong rules on (none: the product's).
+    Session(zk::Flaws),
     /// A Kubernetes Lease: candidates judge expiry by their own clocks, deciding
     /// through the Kubernetes store's own core (`driven::Campaigner`) with these
     /// known-wrong rules on (none: the product's).
@@ -69,7 +73,9 @@ pub enum SlotRule {
 impl Family {
     pub const ALL: [Family; 7] = [
         Family::Ttl,
-        Family::Session,
+        Family::Session(zk::Flaws {
+            next_in_line_claims: false,
+        }),
         Family::Lease(driven::Flaws {
             takes_unexpired: false,
         }),
@@ -82,9 +88,10 @@ impl Family {
     pub fn name(self) -> String {
         match self {
             Family::Ttl => "ttl".into(),
-            Family::Session => "session".into(),
-            Family::Lease(f) if f == driven::Flaws::default() => "lease".into(),
-            Family::Lease(f) => format!("lease-{f:?}"),
+            Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
+            Family::Session(_) => "session".into(),
+            Family::Lease(f) if f.takes_unexpired => "lease-TakesUnexpired".into(),
+            Family::Lease(_) => "lease".into(),
             Family::Redlock(n) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
@@ -98,7 +105,10 @@ impl Family {
     pub fn parse(s: &str) -> Option<Family> {
         match s {
             "ttl" => Some(Family::Ttl),
-            "session" => Some(Family::Session),
+            "session" => Some(Family::Session(zk::Flaws::default())),
+            "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
+                next_in_line_claims: true,
+            })),
             "lease" => Some(Family::Lease(driven::Flaws::default())),
             "lease-TakesUnexpired" => Some(Family::Lease(driven::Flaws {
                 takes_unexpired: true,
@@ -353,12 +363,13 @@ impl Client {
 
     /// A reply from store `store` to call `id`.
     pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
+        let resp = self.judged(resp);
         let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
         if !current {
             return self.late(id, resp);
         }
         match self.fam {
-            Family::Ttl | Family::Session | Family::Rw(_) => {
+            Family::Ttl | Family::Session(_) | Family::Rw(_) => {
                 let op = self.run.as_ref().map(|r| r.op).expect("a call");
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
@@ -372,10 +383,13 @@ impl Client {
     /// A reply to a call no longer current: a single-request family's late answer.
     fn late(&mut self, id: u64, resp: Resp) -> Vec<Out> {
         match (self.fam, &resp) {
-            (Family::Ttl | Family::Session | Family::Rw(_), Resp::Acquired(_) | Resp::Held(_)) => {
+            (
+                Family::Ttl | Family::Session(_) | Family::Rw(_),
+                Resp::Acquired(_) | Resp::Held(_),
+            ) => {
                 vec![Out::Late(id, self.single(Op::Campaign, resp))]
             }
-            (Family::Ttl | Family::Session | Family::Rw(_), Resp::Renewed(_)) => {
+            (Family::Ttl | Family::Session(_) | Family::Rw(_), Resp::Renewed(_)) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
             (Family::Lease(_), Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
@@ -432,6 +446,27 @@ impl Client {
                 ttl,
             },
             (Op::Release, _) => Answer::Release,
+        }
+    }
+
+    /// Session family: a listing to the session `ours` as the verdict the ZooKeeper
+    /// store's core makes of it (any other reply as it is).
+    fn judged(&self, resp: Resp) -> Resp {
+        let (Family::Session(flaws), Resp::Listing { ours, nodes }) = (self.fam, &resp) else {
+            return resp;
+        };
+        let nodes: Vec<zk::Node> = nodes
+            .iter()
+            .map(|&(seq, session)| zk::Node {
+                seq,
+                session,
+                shared: session & SHARED != 0,
+            })
+            .collect();
+        match zk::campaign(&nodes, *ours, self.shared(), flaws) {
+            zk::Decision::Claim { token } => Resp::Acquired(token),
+            zk::Decision::Follow { head } => Resp::Held(Some(head)),
+            zk::Decision::StartOver => Resp::SessionGone,
         }
     }
 

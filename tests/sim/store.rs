@@ -55,6 +55,12 @@ pub enum Resp {
     Acquired(u64),
     /// Someone else holds it (their token, when known).
     Held(Option<u64>),
+    /// Session store that lists: the live nodes, as (sequence number, session), in
+    /// no particular order, to the session `ours` that asked; the client decides.
+    Listing {
+        ours: u64,
+        nodes: Vec<(u64, u64)>,
+    },
     /// Renewed, or not ours any more.
     Renewed(bool),
     Released,
@@ -213,6 +219,9 @@ pub struct SessionStore {
     pub seq: u64,
     /// Who may hold beside whom, for readers' sessions ([`SHARED`]).
     pub rule: RwRule,
+    /// A campaign is answered with a listing of the nodes ([`Resp::Listing`]), as
+    /// ZooKeeper's `getChildren` does, rather than with the store's verdict.
+    pub lists: bool,
 }
 
 impl SessionStore {
@@ -237,6 +246,12 @@ impl SessionStore {
             .iter()
             .filter(|s| s.alive && s.node.is_some())
             .min_by_key(|s| s.node)
+    }
+
+    /// The live nodes, (sequence number, session), in session order.
+    fn listing(&self) -> Vec<(u64, u64)> {
+        let nodes = self.sessions.iter().filter(|s| s.alive);
+        nodes.filter_map(|s| Some((s.node?, s.id))).collect()
     }
 
     pub fn expire(&mut self, now: STime) -> Vec<Push> {
@@ -294,6 +309,10 @@ impl SessionStore {
                     self.sessions[i].node = Some(self.seq);
                 }
                 let me = self.sessions[i];
+                if self.lists {
+                    let nodes = self.listing();
+                    return (Resp::Listing { ours: key, nodes }, pushes);
+                }
                 match self.blocker(me) {
                     None => Resp::Acquired(me.node.expect("a node")),
                     Some(_) => Resp::Held(self.lowest().and_then(|l| l.node)),

@@ -269,7 +269,10 @@ impl World {
                     seq: w.rng.random_range(0..1000),
                     ..SessionStore::default()
                 }),
-                Family::Session => Kind::Session(SessionStore::default()),
+                Family::Session(_) => Kind::Session(SessionStore {
+                    lists: true,
+                    ..SessionStore::default()
+                }),
                 Family::Rw(rule) => Kind::Session(SessionStore {
                     rule,
                     ..SessionStore::default()

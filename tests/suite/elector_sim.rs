@@ -342,6 +342,29 @@ fn a_lease_taken_before_it_expired_is_caught() {
     println!("{flaws:?}: {}; first: {}", s.counts(), sim::explain(first));
 }
 
+/// The ZooKeeper store's core known-wrong on the session family: a next in line that
+/// claims as soon as a listing shows it there, before the head's node goes, is caught
+/// by the default sweep on that family alone, as an overlap.
+#[test]
+fn a_next_in_line_that_claims_before_the_head_goes_is_caught() {
+    use leasekeeper::backend::zookeeper::driven;
+    let flaws = driven::Flaws {
+        next_in_line_claims: true,
+    };
+    let s = Sweep::run(
+        0..DEFAULT_SEEDS,
+        &[Family::Session(flaws)],
+        Flaws::default(),
+        2,
+    );
+    let first = s
+        .failures
+        .iter()
+        .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
+    let first = first.unwrap_or_else(|| panic!("{flaws:?} not caught: {}", s.counts()));
+    println!("{flaws:?}: {}; first: {}", s.counts(), sim::explain(first));
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter

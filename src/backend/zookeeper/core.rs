@@ -118,6 +118,15 @@ pub(super) fn proves(owner: Option<i64>, version: Option<i32>, session: i64) -> 
     rules::seen_node(owner, session).still_ours() && version == Some(rules::OWN_VERSION)
 }
 
+/// Known-wrong rules, each a switch the simulator turns on to show that it catches the
+/// rule broken (`tests/suite/elector_sim.rs`); every one is off in the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flaws {
+    /// The next in line claims as soon as a listing shows it there, without waiting
+    /// for the head's node to go.
+    pub next_in_line_claims: bool,
+}
+
 /// What one listing of the queue (and what went beside it) told a campaign.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Listed<'q, N> {
@@ -133,6 +142,8 @@ pub(super) struct Listed<'q, N> {
     pub(super) may_requeue: bool,
     /// We are a reader (`--mode shared`).
     pub(super) reader: bool,
+    /// Off in the product.
+    pub(super) flaws: Flaws,
 }
 
 /// What a campaign sends after its listing.
@@ -192,10 +203,15 @@ pub(super) fn after_list<N: Clone + PartialEq>(
     if listed.may_requeue && queue::lets_pass(queue, ours, reserved) {
         return Next::Requeue;
     }
-    let Stand::Behind { turn, head } = stand else {
-        return Next::Claim {
-            spend: reserved == Some(ours),
-        };
+    let (turn, head) = match stand {
+        Stand::Behind { turn, head } if head.is_some() || !listed.flaws.next_in_line_claims => {
+            (turn, head)
+        }
+        _ => {
+            return Next::Claim {
+                spend: reserved == Some(ours),
+            }
+        }
     };
     // The node we wait for, and the head when that is another.
     let (head, predecessor) = match head {
@@ -502,6 +518,7 @@ mod tests {
             announced: announced.as_ref().map(|a| (a, 40)),
             may_requeue,
             reader: ours.starts_with('r'),
+            flaws: Flaws::default(),
         };
         // Every node announces but Curator's (`cur*`).
         after_list(listed, |e| !e.name.starts_with("cur"))
