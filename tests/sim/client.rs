@@ -449,11 +449,16 @@ impl Client {
         }
     }
 
-    /// Session family: a listing to the session `ours` as the verdict the ZooKeeper
-    /// store's core makes of it (any other reply as it is).
+    /// Session family (and the read-write family's right rule): a listing to the
+    /// session `ours` as the verdict the ZooKeeper store's core makes of it, a reader's
+    /// by the core's shared rule (any other reply as it is).
     fn judged(&self, resp: Resp) -> Resp {
-        let (Family::Session(flaws), Resp::Listing { ours, nodes }) = (self.fam, &resp) else {
+        let Resp::Listing { ours, nodes } = &resp else {
             return resp;
+        };
+        let flaws = match self.fam {
+            Family::Session(flaws) => flaws,
+            _ => zk::Flaws::default(),
         };
         let nodes: Vec<zk::Node> = nodes
             .iter()

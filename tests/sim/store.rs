@@ -217,7 +217,8 @@ pub enum RwRule {
 pub struct SessionStore {
     pub sessions: Vec<Session>,
     pub seq: u64,
-    /// Who may hold beside whom, for readers' sessions ([`SHARED`]).
+    /// Who may hold beside whom, for readers' sessions ([`SHARED`]), when the store
+    /// decides (it does not list).
     pub rule: RwRule,
     /// A campaign is answered with a listing of the nodes ([`Resp::Listing`]), as
     /// ZooKeeper's `getChildren` does, rather than with the store's verdict.

@@ -16,7 +16,7 @@ use leasekeeper::timing::Timing;
 
 use super::client::{Client, Family, Out, SlotStore, SLOTS};
 use super::oracle::{ms, Ns, Oracle, Violation};
-use super::store::{LeaseStore, Push, Req, Resp, RlData, RlNode, SessionStore, TtlStore};
+use super::store::{LeaseStore, Push, Req, Resp, RlData, RlNode, RwRule, SessionStore, TtlStore};
 
 pub const MS: Ns = 1_000_000;
 
@@ -275,6 +275,7 @@ impl World {
                 }),
                 Family::Rw(rule) => Kind::Session(SessionStore {
                     rule,
+                    lists: rule == RwRule::Right,
                     ..SessionStore::default()
                 }),
                 Family::Lease(_) => Kind::Lease(LeaseStore::default()),
