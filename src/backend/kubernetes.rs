@@ -69,81 +69,33 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use futures_util::stream::BoxStream;
-use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use self::core::{Event, FollowEvent, Next, Phase, Us, Wait};
+use self::answers::{Heard, Refusal};
+use self::core::{Next, Phase, Us, Wait};
+use self::follow::{FollowWatch, Then};
+use self::own::{Own, OwnAnswer, OwnStep, OwnWatch};
+use self::requests::LeaseApi;
+use self::watches::{Events, LeaseEvents};
 use super::record::Seen;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
-use rules::{coordination, Record};
+use rules::{coordination, Coordinated, Record};
 use settings::KubeSettings;
 
+mod answers;
 pub mod candidate;
 mod core;
 pub mod driven;
 pub mod entry;
+mod follow;
+mod own;
+mod requests;
 mod rules;
 pub mod settings;
-
-/// The events of a watch on the Lease.
-type LeaseEvents = BoxStream<'static, Result<WatchEvent<Lease>, kube::Error>>;
-
-/// The leader's watch on its own Lease (see [`Backend::record_lost`]). It lives in the
-/// backend, not in the future that polls it, so dropping that future loses no event.
-#[derive(Default)]
-struct OwnWatch {
-    /// (In a mutex only to make the backend `Sync`; it is reached through `&mut` alone.)
-    events: std::sync::Mutex<Option<LeaseEvents>>,
-    /// The version to (re)open the watch from: our last write or the last event seen.
-    /// `None` after 410 Gone: we cannot tell until the next renew writes a new version.
-    from: Option<String>,
-    /// Do not reopen before this (a watch that failed or ended at once).
-    not_before: Option<Instant>,
-    opened: Option<Instant>,
-    events_seen: usize,
-}
-
-impl OwnWatch {
-    fn events(&mut self) -> &mut Option<LeaseEvents> {
-        self.events
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// A follower's watch on the Lease, kept open across the holder's renewals: each
-/// renewal arrives as an event on it, so a follower sends no request while the holder
-/// renews (the stream is re-opened only when it ends or falls behind our observation).
-/// It lives in the backend, so a dropped `wait_for_change` loses no event.
-#[derive(Default)]
-struct FollowWatch {
-    /// (In a mutex only to make the backend `Sync`; it is reached through `&mut` alone.)
-    events: std::sync::Mutex<Option<LeaseEvents>>,
-    /// The version of the last event read from `events`: where the stream stands.
-    at: Option<String>,
-    opened: Option<Instant>,
-}
-
-impl FollowWatch {
-    fn events(&mut self) -> &mut Option<LeaseEvents> {
-        self.events
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn close(&mut self) {
-        *self.events() = None;
-        self.at = None;
-    }
-}
-
-/// How long the API server keeps a follower's watch open (kube refuses 295 s or more).
-const FOLLOW_WATCH_SECS: u32 = 290;
+mod watches;
 
 /// What a write over our own tenure came to.
 enum OwnWrite {
@@ -155,19 +107,20 @@ enum OwnWrite {
 }
 
 pub struct KubeBackend {
-    api: Api<Lease>,
-    name: String,
-    namespace: String,
+    api: LeaseApi,
     identity: String,
     ttl: Duration,
     /// What we know of the Lease, and our tenure while we lead ([`Phase`]).
     phase: Phase,
     /// The records of our last few writes (sent, whether or not the answer came back).
     written: VecDeque<Record>,
-    /// While leading: the watch on our own record.
+    /// While leading: the watch on our own record ([`OwnWatch`]), and its stream.
     own_watch: OwnWatch,
-    /// While following: the watch on the holder's record.
+    own_events: Events,
+    /// While following: the watch on the holder's record ([`FollowWatch`]), and its
+    /// stream, kept across waits.
     follow_watch: FollowWatch,
+    follow_events: Events,
     /// A resourceVersion that is no integer (or too large) was logged already.
     version_warned: bool,
     /// Renewals refused with a conflict and retried after a read (client-go's slow path).
@@ -188,23 +141,6 @@ fn now() -> MicroTime {
     MicroTime(Timestamp::from_microsecond(t.as_microsecond()).unwrap_or(t))
 }
 
-/// How long to wait before looking again after a watch that ended at once.
-const SETTLE: Duration = Duration::from_millis(500);
-
-fn kube_err(op: &'static str) -> impl Fn(kube::Error) -> BackendError {
-    move |e| BackendError::Store {
-        op,
-        message: e.to_string(),
-    }
-}
-
-fn status_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    }
-}
-
 /// The Lease counts whole seconds (`leaseDurationSeconds`).
 pub fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
     if ttl.subsec_nanos() != 0 {
@@ -216,60 +152,15 @@ pub fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A watch request's answer, apart from its stream.
+fn split(answer: Result<LeaseEvents, Refusal>) -> (Result<(), Refusal>, Option<LeaseEvents>) {
+    match answer {
+        Ok(events) => (Ok(()), Some(events)),
+        Err(e) => (Err(e), None),
+    }
+}
+
 impl KubeBackend {
-    /// Opens the watch a follower waits on, from `version`; `Some` when the wait ends
-    /// here (no watch: the API refuses or is away, or the time is up).
-    async fn open_follow_watch(&mut self, version: String, until: Instant) -> Option<Wake> {
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .timeout(FOLLOW_WATCH_SECS)
-            .disable_bookmarks();
-        match timeout_at(until, self.api.watch(&params, &version)).await {
-            Ok(Ok(stream)) => {
-                *self.follow_watch.events() = Some(stream.boxed());
-                self.follow_watch.at = Some(version);
-                self.follow_watch.opened = Some(Instant::now());
-                None
-            }
-            Ok(Err(e)) => {
-                // No watch: fall back to polling.
-                tracing::debug!(error = %e, "watching the lease failed; polling instead");
-                sleep_until(until).await;
-                Some(Wake::Changed)
-            }
-            Err(_) => Some(Wake::Changed),
-        }
-    }
-
-    /// One event of the follower's watch; `Some` when the wait ends with it.
-    async fn on_follow_event(&mut self, event: WatchEvent<Lease>, settle: Instant) -> Option<Wake> {
-        let event = match event {
-            WatchEvent::Added(lease) | WatchEvent::Modified(lease) => {
-                self.follow_watch.at = lease.metadata.resource_version.clone();
-                FollowEvent::Written(Box::new(lease))
-            }
-            WatchEvent::Deleted(lease) => {
-                self.follow_watch.at = lease.metadata.resource_version.clone();
-                FollowEvent::Deleted(lease.metadata.resource_version)
-            }
-            WatchEvent::Bookmark(_) => return None,
-            WatchEvent::Error(status) => {
-                // 410 Gone among them: the campaign's read lists afresh.
-                tracing::debug!(code = status.code, "the lease watch ended with an error");
-                self.follow_watch.close();
-                sleep_until(settle).await;
-                return Some(Wake::Changed);
-            }
-        };
-        let (phase, event) = self.take_phase().on_follow_event(event, Instant::now());
-        self.phase = phase;
-        match event {
-            Event::Changed => Some(Wake::Changed),
-            Event::Renewed => Some(Wake::Quiet),
-            Event::Nothing => None,
-        }
-    }
-
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -288,15 +179,15 @@ impl KubeBackend {
             })
             .flatten();
         KubeBackend {
-            api: Api::namespaced(client, namespace),
-            name: lease.election.to_owned(),
-            namespace: namespace.to_owned(),
+            api: LeaseApi::new(client, namespace, lease.election),
             identity: lease.identity.to_owned(),
             ttl: lease.timing.ttl,
             phase: Phase::Unseen,
             written: VecDeque::new(),
             own_watch: OwnWatch::default(),
+            own_events: Events::default(),
             follow_watch: FollowWatch::default(),
+            follow_events: Events::default(),
             version_warned: false,
             slow_paths: SlowPaths::default(),
             settings,
@@ -348,16 +239,30 @@ impl KubeBackend {
         self
     }
 
+    /// Moves the leader's watch on; a watch no longer open drops its stream.
+    fn set_own_watch(&mut self, watch: OwnWatch) {
+        if !watch.is_open() {
+            self.own_events.close();
+        }
+        self.own_watch = watch;
+    }
+
+    /// Moves the follower's watch on; a watch no longer open drops its stream.
+    fn set_follow_watch(&mut self, watch: FollowWatch) {
+        if !watch.is_open() {
+            self.follow_events.close();
+        }
+        self.follow_watch = watch;
+    }
+
     /// Our write `written` (a take-over or a create) began a tenure: watch our own
     /// record from its version.
     fn taken(&mut self, written: Lease) {
-        self.follow_watch.close();
+        self.set_follow_watch(FollowWatch::Closed);
         self.handover.send_replace(false);
         self.preferred_at_start = coordination(&written).1.map(str::to_owned);
-        self.own_watch = OwnWatch {
-            from: written.metadata.resource_version.clone(),
-            ..OwnWatch::default()
-        };
+        let version = written.metadata.resource_version.clone();
+        self.set_own_watch(OwnWatch::from_write(version));
         self.step(|p| p.taken(written, Instant::now()));
     }
 
@@ -366,7 +271,7 @@ impl KubeBackend {
     fn end_tenure(&mut self) -> Option<Lease> {
         self.handover.send_replace(false);
         self.preferred_at_start = None;
-        self.own_watch = OwnWatch::default();
+        self.set_own_watch(OwnWatch::Blind);
         let (phase, held) = self.take_phase().end_tenure();
         self.phase = phase;
         held
@@ -375,9 +280,8 @@ impl KubeBackend {
     /// A renew wrote `lease`, over a version it judged our tenure (it named that version),
     /// so after a 410 the watch may start again from here.
     fn renewed(&mut self, lease: Lease) {
-        if self.own_watch.from.is_none() && self.own_watch.events().is_none() {
-            self.own_watch.from = lease.metadata.resource_version.clone();
-        }
+        let version = lease.metadata.resource_version.clone();
+        self.own_watch = std::mem::take(&mut self.own_watch).renewed(version);
         self.check_preferred(&lease);
         self.step(|p| p.renewed(lease));
     }
@@ -408,21 +312,6 @@ impl KubeBackend {
         })
     }
 
-    /// The API server's current resourceVersion: a consistent LIST of our one Lease.
-    /// (No resourceVersion is sent, so the API server answers at least as fresh as
-    /// etcd's current revision; `resourceVersion=0` would allow a stale cache.)
-    async fn list_version(&self) -> Result<Option<String>, BackendError> {
-        let params = ListParams::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .limit(1);
-        let list = self
-            .api
-            .list(&params)
-            .await
-            .map_err(kube_err("list leases"))?;
-        Ok(list.metadata.resource_version)
-    }
-
     fn ttl_secs(&self) -> i32 {
         i32::try_from(self.ttl.as_secs()).unwrap_or(i32::MAX)
     }
@@ -440,22 +329,16 @@ impl KubeBackend {
         }
     }
 
-    /// Our record over `base`'s spec (other fields, like `strategy`, are kept), noted as
-    /// one of our writes before it is sent.
+    /// Our tenure's record over `base`'s spec ([`rules::tenure_spec`]), noted as one of
+    /// our writes before it is sent.
     fn our_spec(
         &mut self,
         base: Option<&LeaseSpec>,
         acquire: Option<MicroTime>,
         transitions: i32,
     ) -> LeaseSpec {
-        let spec = LeaseSpec {
-            holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(self.ttl_secs()),
-            acquire_time: acquire,
-            renew_time: Some(now()),
-            lease_transitions: Some(transitions),
-            ..base.cloned().unwrap_or_default()
-        };
+        let us = (self.identity.as_str(), self.ttl_secs());
+        let spec = rules::tenure_spec(base, us, acquire, transitions, now());
         self.note_write(&spec);
         spec
     }
@@ -478,128 +361,193 @@ impl KubeBackend {
             .held()
             .is_some_and(|held| rules::own_tenure(lease, held, &self.identity, &self.written))
     }
+}
 
-    /// One step of the leader's watch: `true` when the record is lost.
-    async fn next_own_event(&mut self) -> bool {
-        if let Some(t) = self.own_watch.not_before {
-            sleep_until(t).await;
-            self.own_watch.not_before = None;
+/// The answers of the API server, taken by the cores.
+impl KubeBackend {
+    /// The answer to opening the leader's watch.
+    fn own_opened(&mut self, answer: Result<LeaseEvents, Refusal>) {
+        let (answer, events) = split(answer);
+        let watch =
+            std::mem::take(&mut self.own_watch).opened(answer.as_ref().map(|_| ()), Instant::now());
+        if let Some(events) = events.filter(|_| watch.is_open()) {
+            self.own_events.set(events);
         }
-        if self.own_watch.events().is_none() {
-            let Some(from) = self.own_watch.from.clone() else {
-                // 410 Gone: we cannot tell; the next renew decides and sets a version.
-                std::future::pending::<()>().await;
-                return false;
-            };
-            let params = WatchParams::default()
-                .fields(&format!("metadata.name={}", self.name))
-                .timeout(290);
-            match self.api.watch(&params, &from).await {
-                Ok(events) => {
-                    *self.own_watch.events() = Some(events.boxed());
-                    self.own_watch.opened = Some(Instant::now());
-                    self.own_watch.events_seen = 0;
-                }
-                Err(e) if status_code(&e) == Some(410) => {
-                    tracing::debug!(version = %from, "our lease's version is gone from the watch cache; the next renew checks");
-                    self.own_watch.from = None;
-                    return false;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "watching our own lease failed; retrying");
-                    self.own_watch.not_before = Some(Instant::now() + SETTLE);
-                    return false;
-                }
-            }
+        self.set_own_watch(watch);
+    }
+
+    /// One event of the leader's watch: `true` when the record is lost.
+    fn own_heard(&mut self, heard: Heard) -> bool {
+        let watch = std::mem::take(&mut self.own_watch);
+        let (watch, own) = watch.heard(heard, Instant::now(), |l| self.own_tenure(l));
+        self.set_own_watch(watch);
+        let lost = own.lost();
+        match own {
+            Own::Ours(lease) => self.check_preferred(&lease),
+            Own::Overwritten(lease) => self.observe(*lease),
+            Own::Deleted(version) => self.step(|p| p.deleted_at(version)),
+            Own::Nothing => {}
         }
-        let Some(events) = self.own_watch.events().as_mut() else {
-            return false;
+        lost
+    }
+
+    /// How a follower waits at `now` for `max` at most: `None`, not at all; else until
+    /// when, until when nothing can change without an event, and the version to open a
+    /// watch from (none: the kept one goes on).
+    fn plan_wait(
+        &mut self,
+        now: Instant,
+        max: Duration,
+    ) -> Option<((Instant, Instant), Option<String>)> {
+        let phase = self.take_phase();
+        let (phase, wait) = phase.wait(now, max, self.us());
+        self.phase = phase;
+        // Nothing read yet (or a create lost a race), free, handed to us, or expired:
+        // campaign now.
+        let Wait::Watch {
+            until,
+            expires,
+            version,
+        } = wait
+        else {
+            return None;
         };
-        let event = events.next().await;
-        let ended = |w: &mut OwnWatch| {
-            // A watch that ended at once without a word is not reopened in a tight loop.
-            let quick = w.events_seen == 0 && w.opened.is_none_or(|t| t.elapsed() < SETTLE);
-            *w.events() = None;
-            if quick {
-                w.not_before = Some(Instant::now() + SETTLE);
-            }
+        let (watch, open) = std::mem::take(&mut self.follow_watch).towards(version);
+        self.set_follow_watch(watch);
+        Some(((until, expires), open))
+    }
+
+    /// The answer to opening the follower's watch from `version` (`None`: not by
+    /// `until`).
+    fn follow_opened(
+        &mut self,
+        answer: Option<Result<LeaseEvents, Refusal>>,
+        version: String,
+        until: Instant,
+    ) -> Then {
+        let (answer, events) = match answer.map(split) {
+            Some((answer, events)) => (Some(answer), events),
+            None => (None, None),
         };
-        match event {
-            Some(Ok(WatchEvent::Added(lease) | WatchEvent::Modified(lease))) => {
-                self.own_watch.events_seen += 1;
-                if self.own_tenure(&lease) {
-                    self.own_watch.from = lease.metadata.resource_version.clone();
-                    self.check_preferred(&lease);
-                    return false;
-                }
-                tracing::info!(
-                    holder = %Record::of(&lease).holder,
-                    "our lease was written by someone else"
-                );
-                self.observe(lease);
-                *self.own_watch.events() = None;
-                true
+        let answer = answer.as_ref().map(|a| a.as_ref().map(|_| ()));
+        let (watch, then) = FollowWatch::opened(answer, version, Instant::now(), until);
+        if let Some(events) = events.filter(|_| watch.is_open()) {
+            self.follow_events.set(events);
+        }
+        self.set_follow_watch(watch);
+        then
+    }
+
+    /// One answer of the follower's watch (`None`: the time is up).
+    fn follow_heard(&mut self, heard: Option<Heard>, window: (Instant, Instant)) -> Then {
+        let watch = std::mem::take(&mut self.follow_watch);
+        let phase = self.take_phase();
+        let (watch, phase, then) = watch.heard(phase, heard, Instant::now(), window);
+        self.phase = phase;
+        self.set_follow_watch(watch);
+        then
+    }
+
+    /// What a campaign sends next over `found`, the Lease as it stands ([`Phase::campaign`]).
+    fn decide(&mut self, found: Option<Lease>) -> Next {
+        let phase = self.take_phase();
+        let (phase, next) = phase.campaign(found, Instant::now(), self.us());
+        self.phase = phase;
+        next
+    }
+
+    /// A campaign's write (a take-over, a create) of our tenure with token
+    /// `transitions` was answered: our tenure, or a conflict (somebody wrote since we
+    /// read, or created it first: they are the holder now, or will tell).
+    fn took(
+        &mut self,
+        answer: Result<Lease, Refusal>,
+        transitions: i32,
+        op: &'static str,
+    ) -> Result<Campaign, BackendError> {
+        match answer {
+            Ok(written) => {
+                self.taken(written);
+                Ok(Campaign::Acquired {
+                    token: u64::try_from(transitions).unwrap_or(0),
+                })
             }
-            Some(Ok(WatchEvent::Deleted(lease))) => {
-                tracing::info!("our lease was deleted");
-                self.step(|p| p.deleted_at(lease.metadata.resource_version));
-                *self.own_watch.events() = None;
-                true
+            Err(e) if e.conflict() => {
+                self.step(Phase::outrun);
+                Ok(Campaign::Held(None))
             }
-            Some(Ok(WatchEvent::Bookmark(b))) => {
-                self.own_watch.from = Some(b.metadata.resource_version);
-                false
-            }
-            Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
-                tracing::debug!("our lease's watch is too old (410); the next renew checks");
-                *self.own_watch.events() = None;
-                self.own_watch.from = None;
-                false
-            }
-            Some(Ok(WatchEvent::Error(status))) => {
-                tracing::debug!(code = status.code, "our lease's watch ended with an error");
-                ended(&mut self.own_watch);
-                false
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "our lease's watch broke");
-                ended(&mut self.own_watch);
-                false
-            }
-            None => {
-                ended(&mut self.own_watch);
-                false
-            }
+            Err(e) => Err(e.into_error(op)),
         }
     }
 
+    /// A write over our own tenure was answered ([`OwnAnswer`]); `Some` when the write
+    /// is over, `None` after a conflict (read, and write again).
+    fn own_written(
+        &mut self,
+        answer: Result<Lease, Refusal>,
+        op: &'static str,
+    ) -> Result<Option<OwnWrite>, BackendError> {
+        match OwnAnswer::of(answer) {
+            OwnAnswer::Written(written) => {
+                self.observe((*written).clone());
+                Ok(Some(OwnWrite::Written(written)))
+            }
+            OwnAnswer::Conflict => {
+                if op == "renew lease" {
+                    self.slow_paths.add();
+                }
+                Ok(None)
+            }
+            OwnAnswer::Gone => {
+                self.step(Phase::missing);
+                Ok(Some(OwnWrite::Gone))
+            }
+            OwnAnswer::Failed(e) => Err(e.into_error(op)),
+        }
+    }
+
+    /// The read after a conflict over our tenure (token `token`) found `current`: the
+    /// Lease to write over again when it is still ours.
+    fn still_ours(&mut self, current: Option<Lease>, token: i32) -> Option<Lease> {
+        let Some(current) = current else {
+            self.step(Phase::missing);
+            return None;
+        };
+        self.observe(current.clone());
+        own::still_ours(&current, &self.identity, token).then_some(current)
+    }
+
+    /// What a renew's write came to.
+    fn renewal(&mut self, written: OwnWrite) -> Result<Renewal, BackendError> {
+        match written {
+            OwnWrite::Written(lease) => {
+                self.renewed(*lease);
+                Ok(Renewal::Renewed)
+            }
+            OwnWrite::Gone => {
+                self.end_tenure();
+                Ok(Renewal::Lost)
+            }
+            OwnWrite::Contended => Err(BackendError::Store {
+                op: "renew lease",
+                message: "the Lease keeps changing under us".to_owned(),
+            }),
+        }
+    }
+}
+
+impl KubeBackend {
     /// The Lease is missing: create it, with a token above `above` (the token of the
     /// record seen before the deletion; -1: none).
     async fn create(&mut self, above: i32) -> Result<Campaign, BackendError> {
         // Above every token of the Lease before it was deleted: the list's version is
         // at least that of every write so far. (-1: a token of 0 when nothing is known.)
-        let version = self.list_version().await?;
+        let version = self.api.list_version().await;
+        let version = version.map_err(|e| e.into_error("list leases"))?;
         let transitions = self.token_over(above, version.as_deref())?;
         let spec = self.our_spec(None, Some(now()), transitions);
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(spec),
-        };
-        match self.api.create(&PostParams::default(), &lease).await {
-            Ok(created) => {
-                self.taken(created);
-                Ok(Campaign::Acquired {
-                    token: u64::try_from(transitions).unwrap_or(0),
-                })
-            }
-            // Another candidate created it first.
-            Err(e) if status_code(&e) == Some(409) => Ok(Campaign::Held(None)),
-            Err(e) => Err(kube_err("create lease")(e)),
-        }
+        let created = self.api.create(spec).await;
+        self.took(created, transitions, "create lease")
     }
 
     /// Writes our tenure over `current` (the Lease as found), with a token above `over`
@@ -609,61 +557,32 @@ impl KubeBackend {
         let version = current.metadata.resource_version.clone();
         let transitions = self.token_over(over, version.as_deref())?;
         let spec = self.our_spec(current.spec.as_ref(), Some(now()), transitions);
-        let lease = Self::with_spec(&current, spec);
-        match self.replace(&lease).await {
-            Ok(written) => {
-                self.taken(written);
-                Ok(Campaign::Acquired {
-                    token: u64::try_from(transitions).unwrap_or(0),
-                })
-            }
-            Err(e) if status_code(&e) == Some(409) => {
-                // Somebody wrote since we read: they are the holder now (or will tell).
-                self.step(Phase::outrun);
-                Ok(Campaign::Held(None))
-            }
-            Err(e) => Err(kube_err("update lease")(e)),
-        }
+        let written = self.api.replace(&Self::with_spec(&current, spec)).await;
+        self.took(written, transitions, "update lease")
     }
 
-    /// Replaces the Lease with `lease` (which carries the resourceVersion it was read at).
-    async fn replace(&self, lease: &Lease) -> Result<Lease, kube::Error> {
-        self.api
-            .replace(&self.name, &PostParams::default(), lease)
-            .await
-    }
-
-    /// Writes `spec_for(base)` over our own tenure (token `transitions`), re-reading once
-    /// after a conflict: it may come from a write that did not change the holder (a
-    /// label, say, or our own earlier write whose answer was lost).
+    /// Writes `spec_for(base, now)` over our own tenure (token `transitions`), noted as
+    /// one of our writes before it is sent; re-reading once after a conflict: it may
+    /// come from a write that did not change the holder (a label, say, or our own
+    /// earlier write whose answer was lost).
     async fn write_own(
         &mut self,
         mut base: Lease,
         transitions: i32,
         op: &'static str,
-        mut spec_for: impl FnMut(&mut Self, &Lease) -> LeaseSpec + Send,
+        spec_for: impl Fn(&Lease, MicroTime) -> LeaseSpec + Send,
     ) -> Result<OwnWrite, BackendError> {
         for _ in 0..2 {
-            let spec = spec_for(self, &base);
-            match self.replace(&Self::with_spec(&base, spec)).await {
-                Ok(written) => {
-                    self.observe(written.clone());
-                    return Ok(OwnWrite::Written(Box::new(written)));
-                }
-                Err(e) if status_code(&e) == Some(409) => {
-                    if op == "renew lease" {
-                        self.slow_paths.add();
-                    }
-                    match self.still_ours(transitions).await? {
-                        Some(current) => base = current,
-                        None => return Ok(OwnWrite::Gone),
-                    }
-                }
-                Err(e) if status_code(&e) == Some(404) => {
-                    self.step(Phase::missing);
-                    return Ok(OwnWrite::Gone);
-                }
-                Err(e) => return Err(kube_err(op)(e)),
+            let spec = spec_for(&base, now());
+            self.note_write(&spec);
+            let answer = self.api.replace(&Self::with_spec(&base, spec)).await;
+            if let Some(written) = self.own_written(answer, op)? {
+                return Ok(written);
+            }
+            let current = self.read().await?;
+            match self.still_ours(current, transitions) {
+                Some(current) => base = current,
+                None => return Ok(OwnWrite::Gone),
             }
         }
         Ok(OwnWrite::Contended)
@@ -671,11 +590,8 @@ impl KubeBackend {
 
     /// Reads the Lease; notes whether it is gone.
     async fn read(&mut self) -> Result<Option<Lease>, BackendError> {
-        let current = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(kube_err("get lease"))?;
+        let current = self.api.get().await;
+        let current = current.map_err(|e| e.into_error("get lease"))?;
         match current {
             Some(_) => self.step(Phase::present),
             None => self.step(Phase::absent),
@@ -694,29 +610,14 @@ impl KubeBackend {
         }
     }
 
-    /// Reads the Lease again after a conflict; `Some` when it is still our tenure.
-    async fn still_ours(&mut self, token: i32) -> Result<Option<Lease>, BackendError> {
-        let Some(current) = self.read().await? else {
-            self.step(Phase::missing);
-            return Ok(None);
-        };
-        self.observe(current.clone());
-        let record = Record::of(&current);
-        Ok((record.holder == self.identity && record.transitions == token).then_some(current))
-    }
-}
-
-impl KubeBackend {
-    /// Gives our own tenure back (a no-op when we hold none): without `to`, in
-    /// client-go's `ReleaseOnCancel` form (no holder, a one-second duration); with `to`
-    /// (a switchover), by handing the Lease to `to` in the same single write at the
-    /// resourceVersion: `holderIdentity: to`, no `acquireTime`, our ttl as duration, as
-    /// the API server's coordinator hands a Lease to the candidate it elected. `to`
-    /// takes it at once with a write of its own ([`KubeBackend::handed`]); the others
-    /// see a live holder and wait, client-go's candidates too; if `to` never takes it,
-    /// it expires after a ttl like any record. (`preferredHolder` cannot carry this:
-    /// the API server drops it without the `CoordinatedLeaderElection` gate and
-    /// refuses it without `strategy` with the gate.)
+    /// Gives our own tenure back (a no-op when we hold none) with one write at the
+    /// resourceVersion ([`rules::release_spec`]): without `to`, in client-go's
+    /// `ReleaseOnCancel` form; with `to` (a switchover), handed to `to`, which takes it
+    /// at once with a write of its own ([`Seen::Reserved`]); the others see a live
+    /// holder and wait, client-go's candidates too; if `to` never takes it, it expires
+    /// after a ttl like any record. (`preferredHolder` cannot carry this: the API server
+    /// drops it without the `CoordinatedLeaderElection` gate and refuses it without
+    /// `strategy` with the gate.)
     async fn release_leaving(&mut self, to: Option<&str>) -> Result<(), BackendError> {
         let mine = match self.end_tenure() {
             Some(l) => l,
@@ -727,70 +628,31 @@ impl KubeBackend {
             },
         };
         let transitions = Record::of(&mine).transitions;
-        let to = to.map(str::to_owned);
         let ttl = self.ttl_secs();
         // Whatever the outcome, the tenure is no longer ours to release.
-        self.write_own(mine, transitions, "release lease", |me, lease| {
+        let release = |lease: &Lease, at| {
             let base = lease.spec.clone().unwrap_or_default();
-            // Always a holderIdentity, even "": a Lease with a strategy and no such
-            // field crashes kube-apiserver 1.33's coordinator.
-            let spec = match &to {
-                Some(to) => LeaseSpec {
-                    holder_identity: Some(to.clone()),
-                    lease_duration_seconds: Some(ttl),
-                    acquire_time: None,
-                    renew_time: Some(now()),
-                    lease_transitions: Some(transitions),
-                    ..base
-                },
-                None => LeaseSpec {
-                    holder_identity: Some(String::new()),
-                    lease_duration_seconds: Some(1),
-                    acquire_time: Some(now()),
-                    renew_time: Some(now()),
-                    lease_transitions: Some(transitions),
-                    ..base
-                },
-            };
-            me.note_write(&spec);
-            spec
-        })
-        .await?;
+            rules::release_spec(base, to, ttl, transitions, at)
+        };
+        self.write_own(mine, transitions, "release lease", release)
+            .await?;
         Ok(())
     }
 
-    /// Why a switchover cannot name the next holder of this Lease, if it cannot: the
-    /// Lease has a `strategy` (the API server's coordinator elects its holders), or,
-    /// with `--lease-candidate`, the API server runs that coordinator (the
-    /// `CoordinatedLeaderElection` gate: a dry-run write of `preferredHolder` without
-    /// `strategy` is refused with 422 then, and its field silently dropped without the
-    /// gate), which would elect its own pick again.
+    /// Why a switchover cannot name the next holder of this Lease, if it cannot
+    /// ([`rules::coordinated`]).
     async fn coordinated(&mut self) -> Result<Option<String>, BackendError> {
         let Some(lease) = self.read().await? else {
             return Ok(None);
         };
-        if let (Some(strategy), _) = coordination(&lease) {
-            return Ok(Some(format!(
-                "the Lease is coordinated (strategy {strategy}): the API server's coordinator elects its holder"
-            )));
-        }
-        if self.candidate.is_none() {
-            return Ok(None);
-        }
-        let mut probe = lease.clone();
-        if let Some(spec) = probe.spec.as_mut() {
-            spec.preferred_holder = Some(self.identity.clone());
-        }
-        let params = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        match self.api.replace(&self.name, &params, &probe).await {
-            Ok(_) => Ok(None),
-            Err(e) if status_code(&e) == Some(422) => Ok(Some(
-                "the API server coordinates this election (CoordinatedLeaderElection is on and the candidates publish LeaseCandidates): its coordinator elects the holder and would undo a switchover".to_owned(),
-            )),
-            Err(e) => Err(kube_err("probe lease coordination")(e)),
+        let with_candidate = self.candidate.is_some();
+        match rules::coordinated(&lease, with_candidate, &self.identity) {
+            Coordinated::No => Ok(None),
+            Coordinated::Yes(reason) => Ok(Some(reason)),
+            Coordinated::Probe(probe) => {
+                let answer = self.api.probe(&probe).await;
+                rules::probed(answer).map_err(|e| e.into_error("probe lease coordination"))
+            }
         }
     }
 }
@@ -806,10 +668,7 @@ impl Backend for KubeBackend {
 
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
         let found = self.current().await?;
-        let phase = self.take_phase();
-        let (phase, next) = phase.campaign(found.clone(), Instant::now(), self.us());
-        self.phase = phase;
-        match next {
+        match self.decide(found.clone()) {
             Next::Follow(holder) => Ok(Campaign::Held(holder)),
             Next::Create { above } => self.create(above).await,
             Next::Take { over } => match found {
@@ -824,30 +683,20 @@ impl Backend for KubeBackend {
         let Some(mine) = self.phase.held().cloned() else {
             return Ok(Renewal::Lost);
         };
-        let record = Record::of(&mine);
+        let Record {
+            transitions,
+            acquire,
+            ..
+        } = Record::of(&mine);
+        let (identity, ttl) = (self.identity.clone(), self.ttl_secs());
+        let renew = |base: &Lease, at| {
+            let us = (identity.as_str(), ttl);
+            rules::tenure_spec(base.spec.as_ref(), us, acquire.clone(), transitions, at)
+        };
         let written = self
-            .write_own(mine, record.transitions, "renew lease", |me, base| {
-                me.our_spec(
-                    base.spec.as_ref(),
-                    record.acquire.clone(),
-                    record.transitions,
-                )
-            })
+            .write_own(mine, transitions, "renew lease", renew)
             .await?;
-        match written {
-            OwnWrite::Written(lease) => {
-                self.renewed(*lease);
-                Ok(Renewal::Renewed)
-            }
-            OwnWrite::Gone => {
-                self.end_tenure();
-                Ok(Renewal::Lost)
-            }
-            OwnWrite::Contended => Err(BackendError::Store {
-                op: "renew lease",
-                message: "the Lease keeps changing under us".to_owned(),
-            }),
-        }
+        self.renewal(written)
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -866,15 +715,30 @@ impl Backend for KubeBackend {
             });
         }
         match &self.candidate {
-            Some(c) => c.alive().await.map_err(kube_err("list leasecandidates")),
+            Some(c) => c.alive().await.map_err(|e| BackendError::Store {
+                op: "list leasecandidates",
+                message: e.to_string(),
+            }),
             None => Ok(None),
         }
     }
 
     async fn record_lost(&mut self) {
         while self.phase.held().is_some() {
-            if self.next_own_event().await {
-                return;
+            match self.own_watch.step(Instant::now()) {
+                // 410 Gone: we cannot tell; the next renew decides and sets a version.
+                OwnStep::Park => break,
+                OwnStep::Pause(t) => sleep_until(t).await,
+                OwnStep::Open(from) => {
+                    let answer = self.api.watch_own(&from).await;
+                    self.own_opened(answer);
+                }
+                OwnStep::Read => {
+                    let heard = self.own_events.next(None).await;
+                    if self.own_heard(heard.unwrap_or(Heard::Ended)) {
+                        return;
+                    }
+                }
             }
         }
         std::future::pending::<()>().await;
@@ -896,60 +760,26 @@ impl Backend for KubeBackend {
     }
 
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let start = Instant::now();
-        let phase = self.take_phase();
-        let (phase, wait) = phase.wait(start, max, self.us());
-        self.phase = phase;
-        // Nothing read yet (or a create lost a race), free, handed to us, or expired:
-        // campaign now.
-        let Wait::Watch {
-            until,
-            expires,
-            version,
-        } = wait
-        else {
+        let Some((window, open)) = self.plan_wait(Instant::now(), max) else {
             return Wake::Changed;
         };
-        // Go on with the kept watch when it stands where our observation does (the read
-        // of a campaign that changed nothing leaves it there); else open one from here.
-        if self.follow_watch.at.as_deref() != Some(version.as_str()) {
-            self.follow_watch.close();
+        let (until, _) = window;
+        let mut then = Then::Read;
+        if let Some(version) = open {
+            let answer = timeout_at(until, self.api.watch_follow(&version)).await;
+            then = self.follow_opened(answer.ok(), version, until);
         }
-        if self.follow_watch.events().is_none() {
-            if let Some(wake) = self.open_follow_watch(version, until).await {
-                return wake;
-            }
-        }
-        // A watch that ends soon after it opened (a proxy, a failing server) must not
-        // become a tight loop of reads: wait a little before looking again.
-        let settle = until.min(self.follow_watch.opened.unwrap_or(start) + SETTLE);
         loop {
-            let next = match self.follow_watch.events().as_mut() {
-                Some(events) => timeout_at(until, events.next()).await,
-                None => return Wake::Changed,
-            };
-            let event = match next {
-                Ok(Some(Ok(event))) => event,
-                Ok(Some(Err(e))) => {
-                    tracing::debug!(error = %e, "the lease watch broke");
-                    self.follow_watch.close();
-                    sleep_until(settle).await;
+            match then {
+                Then::Read => {}
+                Then::Wake(wake) => return wake,
+                Then::LookAt(t) => {
+                    sleep_until(t).await;
                     return Wake::Changed;
                 }
-                Ok(None) => {
-                    self.follow_watch.close();
-                    sleep_until(settle).await;
-                    return Wake::Changed;
-                }
-                // The time is up. Before the rival's record may have expired, the open
-                // watch would have told of any change: wait on (no read). Else look
-                // again; the watch stays open for the next wait.
-                Err(_) if Instant::now() < expires => return Wake::Waiting,
-                Err(_) => return Wake::Changed,
-            };
-            if let Some(wake) = self.on_follow_event(event, settle).await {
-                return wake;
             }
+            let heard = self.follow_events.next(Some(until)).await;
+            then = self.follow_heard(heard, window);
         }
     }
 }

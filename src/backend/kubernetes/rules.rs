@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::time::Instant;
 
+use super::answers::Refusal;
 use crate::backend::record::Seen;
 use crate::status::Holder;
 
@@ -190,6 +191,104 @@ pub(super) fn token_over(transitions: i32, revision: Option<i32>) -> Option<i32>
     })
 }
 
+/// Our record over `base` (its other fields, like `strategy`, are kept), written at
+/// `now`: our tenure with token `transitions`, acquired at `acquire`, for `ttl_secs`.
+pub(super) fn tenure_spec(
+    base: Option<&LeaseSpec>,
+    (identity, ttl_secs): (&str, i32),
+    acquire: Option<MicroTime>,
+    transitions: i32,
+    now: MicroTime,
+) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(identity.to_owned()),
+        lease_duration_seconds: Some(ttl_secs),
+        acquire_time: acquire,
+        renew_time: Some(now),
+        lease_transitions: Some(transitions),
+        ..base.cloned().unwrap_or_default()
+    }
+}
+
+/// The release of our tenure (token `transitions`) over `base`, written at `now`:
+/// without `to`, client-go's `ReleaseOnCancel` form (no holder, a one-second duration);
+/// with `to` (a switchover), the Lease handed to `to`: `holderIdentity: to`, no
+/// `acquireTime`, our ttl (`ttl_secs`) as duration, as the API server's coordinator
+/// hands a Lease to the candidate it elected. Every other field is kept.
+pub(super) fn release_spec(
+    base: LeaseSpec,
+    to: Option<&str>,
+    ttl_secs: i32,
+    transitions: i32,
+    now: MicroTime,
+) -> LeaseSpec {
+    // Always a holderIdentity, even "": a Lease with a strategy and no such field
+    // crashes kube-apiserver 1.33's coordinator.
+    match to {
+        Some(to) => LeaseSpec {
+            holder_identity: Some(to.to_owned()),
+            lease_duration_seconds: Some(ttl_secs),
+            acquire_time: None,
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..base
+        },
+        None => LeaseSpec {
+            holder_identity: Some(String::new()),
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..base
+        },
+    }
+}
+
+/// Whether a switchover can name the next holder of a Lease.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Coordinated {
+    /// It can.
+    No,
+    /// It cannot, for this reason.
+    Yes(String),
+    /// Ask the API server: a dry-run write of this Lease (ours as `preferredHolder`).
+    Probe(Box<Lease>),
+}
+
+/// Whether a switchover can name the next holder of `lease`: not when the Lease has a
+/// `strategy` (the API server's coordinator elects its holders); with
+/// `--lease-candidate` (`with_candidate`), the API server is asked whether it runs that
+/// coordinator ([`probed`]), which would elect its own pick again.
+pub(super) fn coordinated(lease: &Lease, with_candidate: bool, identity: &str) -> Coordinated {
+    if let (Some(strategy), _) = coordination(lease) {
+        return Coordinated::Yes(format!(
+            "the Lease is coordinated (strategy {strategy}): the API server's coordinator elects its holder"
+        ));
+    }
+    if !with_candidate {
+        return Coordinated::No;
+    }
+    let mut probe = lease.clone();
+    if let Some(spec) = probe.spec.as_mut() {
+        spec.preferred_holder = Some(identity.to_owned());
+    }
+    Coordinated::Probe(Box::new(probe))
+}
+
+/// The API server's answer to the probe of [`coordinated`]: with the
+/// `CoordinatedLeaderElection` gate, a `preferredHolder` without `strategy` is refused
+/// with 422 (without the gate, the field is silently dropped). `Some`: the reason a
+/// switchover cannot name the next holder.
+pub(super) fn probed(answer: Result<(), Refusal>) -> Result<Option<String>, Refusal> {
+    match answer {
+        Ok(()) => Ok(None),
+        Err(e) if e.code == Some(422) => Ok(Some(
+            "the API server coordinates this election (CoordinatedLeaderElection is on and the candidates publish LeaseCandidates): its coordinator elects the holder and would undo a switchover".to_owned(),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -353,6 +452,80 @@ pub(super) mod tests {
             "a",
             &written
         ));
+    }
+
+    fn at(s: i64) -> MicroTime {
+        MicroTime(k8s_openapi::jiff::Timestamp::from_second(s).expect("time"))
+    }
+
+    fn coordinated_spec() -> LeaseSpec {
+        LeaseSpec {
+            strategy: Some("OldestEmulationVersion".to_owned()),
+            preferred_holder: Some("b".to_owned()),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn our_tenure_is_written_over_the_other_fields() {
+        let base = coordinated_spec();
+        let spec = tenure_spec(Some(&base), ("a", 15), Some(at(1)), 7, at(2));
+        assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+        assert_eq!(spec.lease_duration_seconds, Some(15));
+        assert_eq!(
+            (spec.acquire_time, spec.renew_time),
+            (Some(at(1)), Some(at(2)))
+        );
+        assert_eq!(spec.lease_transitions, Some(7));
+        assert_eq!(spec.strategy, base.strategy);
+        assert_eq!(spec.preferred_holder, base.preferred_holder);
+    }
+
+    #[test]
+    fn a_release_empties_the_holder_and_a_switchover_hands_it_on() {
+        let released = release_spec(coordinated_spec(), None, 15, 7, at(3));
+        // client-go's ReleaseOnCancel: an empty holder (never none), one second.
+        assert_eq!(released.holder_identity.as_deref(), Some(""));
+        assert_eq!(released.lease_duration_seconds, Some(1));
+        assert_eq!(released.acquire_time, Some(at(3)));
+        assert_eq!(released.lease_transitions, Some(7));
+        assert_eq!(released.strategy, coordinated_spec().strategy);
+        // Handed to "c": its name, no acquireTime (it takes it with a write of its
+        // own), our ttl, the same token.
+        let handed = release_spec(coordinated_spec(), Some("c"), 15, 7, at(3));
+        assert_eq!(handed.holder_identity.as_deref(), Some("c"));
+        assert_eq!(handed.lease_duration_seconds, Some(15));
+        assert_eq!(handed.acquire_time, None);
+        assert_eq!(handed.renew_time, Some(at(3)));
+        assert_eq!(handed.lease_transitions, Some(7));
+        let r = Record::of_spec(handed);
+        assert_eq!(seen(&r, "c", &VecDeque::new()), Seen::Reserved);
+    }
+
+    #[test]
+    fn a_switchover_is_refused_on_a_coordinated_lease() {
+        let mut plain = lease(&record("a", true, 3), "9");
+        assert_eq!(coordinated(&plain, false, "a"), Coordinated::No);
+        // With a LeaseCandidate: the API server is asked, with ours as preferredHolder.
+        let Coordinated::Probe(probe) = coordinated(&plain, true, "a") else {
+            panic!("a probe");
+        };
+        let preferred = probe.spec.as_ref().and_then(|s| s.preferred_holder.clone());
+        assert_eq!(preferred.as_deref(), Some("a"));
+        if let Some(spec) = plain.spec.as_mut() {
+            spec.strategy = Some("OldestEmulationVersion".to_owned());
+        }
+        assert!(matches!(
+            coordinated(&plain, false, "a"),
+            Coordinated::Yes(_)
+        ));
+        let refusal = |code| Refusal {
+            code: Some(code),
+            message: String::new(),
+        };
+        assert_eq!(probed(Ok(())), Ok(None));
+        assert!(matches!(probed(Err(refusal(422))), Ok(Some(_))));
+        assert_eq!(probed(Err(refusal(403))), Err(refusal(403)));
     }
 
     #[test]
