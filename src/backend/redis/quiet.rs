@@ -39,6 +39,24 @@ pub enum Look {
     TooLate,
 }
 
+impl Look {
+    /// A take script's answer read as a look: `won` (1 taken, 0 not,
+    /// [`super::REFUSED`] too late), what kept it out (`why`: 3 the shared holders, 4 a
+    /// place ahead in the queue, else a holder of the lock key), the value and `pttl`.
+    pub(crate) fn of(won: i64, why: i64, value: &str, pttl: i64) -> Look {
+        match (won, why) {
+            (1, _) => Look::Took(value.to_owned()),
+            (super::REFUSED, _) => Look::TooLate,
+            (_, 3) => Look::KeptOut { pttl },
+            (_, 4) => Look::Queued { pttl },
+            _ => Look::Exclusive {
+                value: value.to_owned(),
+                pttl,
+            },
+        }
+    }
+}
+
 /// What a follower's last look found keeping it out: which pushes are renewals of it
 /// ([`heard_until`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
