@@ -224,11 +224,6 @@ impl Wait {
         self.own_look_until = Some(now + own);
     }
 
-    /// Not waiting this way any more (we hold, or follow an exclusive holder).
-    pub(crate) fn stop(&mut self) {
-        self.look_at = None;
-    }
-
     /// When it looks by itself (`None`: not waiting this way).
     pub(crate) fn look_at(&self) -> Option<Instant> {
         self.look_at
@@ -375,8 +370,6 @@ mod tests {
         w.looked(&Look::Queued { pttl: 11_000 }, false, ttl, true, t0, own);
         assert_eq!(w.heard(&keeping, busy, ttl, later), Heard::Nothing);
         assert_eq!(w.look_at(), Some(t0 + ttl / 2));
-        w.stop();
-        assert_eq!(w.look_at(), None);
     }
 
     #[test]
