@@ -14,7 +14,10 @@
 //!   exist, and, while `--mode` candidates wait, queues (see [`QUEUE`]). A candidate
 //!   kept out by the shared holders or by a place ahead in the queue waits as a
 //!   `--mode` one does (see [`quiet`]): it tracks the readers' set and `…:busy` too,
-//!   and its listener hears `…:rw` while it waits so.
+//!   and its listener hears `…:rw` while it waits so. A `--mode shared|exclusive`
+//!   candidate is a `RedisBackend` too, whose core takes the mode and whose requests
+//!   are the read-write lock's scripts (see [`rw`]): it waits so behind every holder,
+//!   hears `…:rw` always, and neither announces itself nor waits for a baton.
 //!
 //! The nonce is fresh for every tenure, so renew and release (compare-and-PEXPIRE,
 //! compare-and-DEL) only ever touch this tenure's own value, even when a restarted
@@ -52,17 +55,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use rand::Rng;
 use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use self::core::{Core, Next, Take, WaitFor};
+use self::core::{Core, Next, WaitFor};
 use self::own::Push;
-use self::requests::Requests;
+use self::requests::{Requests, Take};
 use super::store_clock::StoreClock;
 use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
-use crate::status::FencingToken;
+use crate::backend::LockMode;
+use crate::status::{FencingToken, Holder};
 
 pub(crate) mod baton;
 mod cadence;
@@ -79,7 +84,8 @@ pub(crate) use self::cadence::{announced_holder, Cadence, Pushed};
 pub(crate) use self::core::REFUSED;
 pub(crate) use self::node::{store, too_late, wait_for_notice, Hears, Node};
 pub(crate) use self::own::{
-    follower_tracking, lock_taken, own_key_lost, renewal_of, tracking_pipe, OwnKey, OWN_PUSH_WINDOW,
+    follower_tracking, lock_taken, own_key_lost, shared_entry_lost, tracking_pipe, OwnKey,
+    OWN_PUSH_WINDOW,
 };
 pub use settings::{Args, RedisSettings};
 
@@ -215,6 +221,15 @@ pub fn parse_value(value: &str) -> LockValue<'_> {
     }
 }
 
+/// The holder a lock value names (`None`: nobody, as a quarantine's value).
+pub(crate) fn named(value: &str) -> Option<Holder> {
+    let parsed = parse_value(value);
+    (!parsed.identity.is_empty()).then(|| Holder {
+        identity: parsed.identity.to_owned(),
+        token: parsed.token,
+    })
+}
+
 pub(crate) fn new_nonce() -> String {
     let n: u128 = rand::rng().random();
     format!("{n:032x}")
@@ -253,8 +268,10 @@ fn push_of<'k>(push: &PushInfo, keys: &'k [Vec<u8>]) -> Push<'k> {
 
 impl RedisBackend {
     /// Connects lazily: an unreachable server is not an error here, the elector retries.
+    /// The candidacy's mode picks the election's lease or a side of the read-write lock
+    /// (see [`rw`]).
     pub fn new(settings: &RedisSettings, lease: &Candidacy) -> Result<Self, BackendError> {
-        let (election, identity) = (lease.election, lease.identity);
+        let (election, identity, mode) = (lease.election, lease.identity, lease.mode);
         let (ttl, renew_interval, op_timeout) = (
             lease.timing.ttl,
             lease.timing.renew_interval,
@@ -268,7 +285,10 @@ impl RedisBackend {
             identity,
             wake.clone(),
             op_timeout,
-            Hears::Election,
+            match mode {
+                LockMode::Election => Hears::Election,
+                LockMode::Exclusive | LockMode::Shared => Hears::ReadWrite,
+            },
         )?;
         let waiter = baton::Waiter::spawn(
             redis::Client::open(settings.info.clone()).map_err(store("connect"))?,
@@ -279,10 +299,10 @@ impl RedisBackend {
         );
         Ok(RedisBackend {
             node,
-            req: Requests::new(keys, identity, ttl),
+            req: Requests::new(keys, identity, ttl, mode),
             ttl,
             nonce: new_nonce(),
-            core: Core::new(ttl, renew_interval),
+            core: Core::new(ttl, renew_interval, mode),
             wake,
             clock: StoreClock::new(lease.timing.clock_drift),
             patience: op_timeout,
@@ -350,7 +370,7 @@ impl RedisBackend {
 
     /// Best effort: followers need no pushes (and ignore any that still come).
     async fn stop_tracking(&mut self) {
-        if std::mem::take(&mut self.core.tracking.on) {
+        if self.core.stops_tracking() {
             let _: Result<(), _> = redis::cmd("CLIENT")
                 .arg("TRACKING")
                 .arg("OFF")
@@ -386,21 +406,28 @@ impl RedisBackend {
         Some(Campaign::Held(Some(holder)))
     }
 
-    /// One take script, sent at `sent`.
+    /// One take script, sent at `sent` (the pushes so far are older than its read).
     async fn take(&mut self, sent: Instant) -> Result<Take, BackendError> {
+        self.drain_pushes();
         let use_by = self.clock.use_by(sent, self.patience);
         let call = self.req.take(&self.nonce_prefix(), self.core.floor, use_by);
-        let (won, value, pttl, store_ms, why): (i64, String, i64, u64, i64) = call
+        let (code, value, pttl, store_ms, last): (i64, String, i64, u64, redis::Value) = call
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
         self.clock.learn(sent, Instant::now(), store_ms);
-        Ok(Take {
-            won,
-            value,
-            pttl,
-            why,
+        (self.req.answer(code, value, pttl, last)).map_err(|message| BackendError::Store {
+            op: "campaign",
+            message,
         })
+    }
+
+    /// A `--mode` candidate has no switchover: a holder leaves by stopping.
+    fn switchover(&self) -> Result<(), BackendError> {
+        match self.core.mode().flag() {
+            Some(mode) => Err(super::no_switchover_with(mode)),
+            None => Ok(()),
+        }
     }
 
     /// A take won: claim once tracking of our key is on and its read finds it ours.
@@ -508,19 +535,32 @@ impl OwnKey for RedisBackend {
         };
         // What arrived before tracking was on is from an earlier tenure.
         self.drain_pushes();
-        let mut pipe = tracking_pipe(&[&self.req.keys.lock]);
+        let (keys, mode) = (&self.req.keys, self.core.mode());
+        let shared = mode == LockMode::Shared;
+        // A shared holder's record: its entry in the readers' set, and no lock value.
+        let own: &[&str] = if shared {
+            &[&keys.lock, &keys.readers]
+        } else {
+            &[&keys.lock]
+        };
+        let mut pipe = tracking_pipe(own);
         // A leader waits for no baton: end a follower's wait that may still be open.
         if let Some(unblock) = self.waiter.disarm() {
             pipe.add_command(unblock).ignore();
         }
-        let (current,): (Option<String>,) = pipe
-            .cmd("GET")
-            .arg(&self.req.keys.lock)
-            .query_async(&mut self.node.conn)
-            .await
-            .map_err(store(op))?;
+        if shared {
+            pipe.cmd("ZSCORE").arg(&keys.readers).arg(&value);
+        }
+        pipe.cmd("GET").arg(&keys.lock);
+        let read = if shared {
+            pipe.query_async(&mut self.node.conn).await
+        } else {
+            let read = pipe.query_async(&mut self.node.conn).await;
+            read.map(|(current,): (Option<String>,)| (None, current))
+        };
+        let (score, current): (Option<f64>, Option<String>) = read.map_err(store(op))?;
         self.core.own_tracking();
-        Ok(current.as_deref() == Some(value.as_str()))
+        Ok(rw::seen(mode, &value, score, current.as_deref()).still_ours())
     }
 
     fn take_own_push_until(&mut self) -> Option<Instant> {
@@ -531,6 +571,9 @@ impl OwnKey for RedisBackend {
         let Some(value) = self.core.value().map(str::to_owned) else {
             return true;
         };
+        if self.core.mode() == LockMode::Shared {
+            return shared_entry_lost(&mut self.node.conn, &self.req.keys, &value).await;
+        }
         lock_taken(&mut self.node.conn, &self.req.keys.lock, &value).await
     }
 }
@@ -544,8 +587,16 @@ impl Backend for RedisBackend {
         self.ttl
     }
 
+    fn slots(&self) -> Option<crate::status::Slots> {
+        self.core.slots()
+    }
+
     async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        if let Some(held) = self.follow_announced() {
+        if self.core.rw() {
+            // What was heard so far is older than this look: no second look for it.
+            self.node.notices.clear();
+            let _ = self.wake.notified().now_or_never();
+        } else if let Some(held) = self.follow_announced() {
             return Ok(held);
         }
         if self.core.begin() {
@@ -606,10 +657,12 @@ impl Backend for RedisBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
+        self.switchover()?;
         self.release_for(Some(to)).await
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
+        self.switchover()?;
         let presence = &self.req.keys.presence;
         let channels: Vec<String> = switchover::live(presence)
             .query_async(&mut self.node.conn)

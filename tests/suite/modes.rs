@@ -692,7 +692,6 @@ fn redis_lists_the_shared_holders() {
 mod redis_rules {
     use std::time::Duration;
 
-    use leasekeeper::backend::redis::rw::RwBackend;
     use leasekeeper::backend::redis::{Args, RedisBackend};
     use leasekeeper::backend::{Backend, Campaign, Candidacy, LockMode, Renewal, Wake};
     use leasekeeper::timing::Timing;
@@ -726,22 +725,23 @@ mod redis_rules {
         )
     }
 
-    fn reader(url: &str, id: &str, ttl: Duration) -> RwBackend {
-        candidacy(url, "rw", id, ttl, LockMode::Shared, |s, c| {
-            RwBackend::new(s, c).expect("backend")
+    /// One candidate of the election `rw`, joining it as `mode` says.
+    fn candidate(url: &str, id: &str, ttl: Duration, mode: LockMode) -> RedisBackend {
+        candidacy(url, "rw", id, ttl, mode, |s, c| {
+            RedisBackend::new(s, c).expect("backend")
         })
     }
 
-    fn writer(url: &str, id: &str, ttl: Duration) -> RwBackend {
-        candidacy(url, "rw", id, ttl, LockMode::Exclusive, |s, c| {
-            RwBackend::new(s, c).expect("backend")
-        })
+    fn reader(url: &str, id: &str, ttl: Duration) -> RedisBackend {
+        candidate(url, id, ttl, LockMode::Shared)
+    }
+
+    fn writer(url: &str, id: &str, ttl: Duration) -> RedisBackend {
+        candidate(url, id, ttl, LockMode::Exclusive)
     }
 
     fn elector(url: &str, id: &str, ttl: Duration) -> RedisBackend {
-        candidacy(url, "rw", id, ttl, LockMode::Election, |s, c| {
-            RedisBackend::new(s, c).expect("backend")
-        })
+        candidate(url, id, ttl, LockMode::Election)
     }
 
     async fn leads(who: &str, b: &mut impl Backend) -> u64 {
@@ -1161,7 +1161,7 @@ mod redis_rules {
 
     /// A follower waiting as a sidecar does until `until` (it looks when its wait
     /// says so) and never leading: how many looks it took.
-    async fn wait_out(who: &str, b: &mut RwBackend, until: tokio::time::Instant) -> u32 {
+    async fn wait_out(who: &str, b: &mut RedisBackend, until: tokio::time::Instant) -> u32 {
         let mut looks = 0;
         while tokio::time::Instant::now() < until {
             let left = until - tokio::time::Instant::now();
@@ -1174,7 +1174,7 @@ mod redis_rules {
     }
 
     /// A shared holder renewing every third of a ttl until `until`.
-    async fn renew_until(a: &mut RwBackend, until: tokio::time::Instant, ttl: Duration) {
+    async fn renew_until(a: &mut RedisBackend, until: tokio::time::Instant, ttl: Duration) {
         while tokio::time::Instant::now() < until {
             tokio::time::sleep(ttl / 3).await;
             assert_eq!(a.renew().await.expect("renew"), Renewal::Renewed);
@@ -1218,7 +1218,7 @@ mod redis_rules {
     /// `limit` of `since`; how long after `since` it led.
     async fn woken_to_lead(
         who: &str,
-        b: &mut RwBackend,
+        b: &mut RedisBackend,
         since: tokio::time::Instant,
         limit: Duration,
     ) -> Duration {

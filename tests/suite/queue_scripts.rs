@@ -132,7 +132,7 @@ fn lay_out(con: &mut redis::Connection, keys: &Keys, queue: &[Entry], layout: La
     }
 }
 
-/// The Redis read-write lock's take, as `rw::RwBackend` runs it.
+/// The Redis read-write lock's take, as a `--mode` candidate's `RedisBackend` runs it.
 fn redis_take(con: &mut redis::Connection, keys: &Keys, case: &Case) -> Answer {
     let mode = if case.shared { "shared" } else { "exclusive" };
     let script = redis::Script::new(&rw::take_source());

@@ -10,6 +10,30 @@ use tokio::time::Instant;
 use super::{parse_value, quiet};
 use crate::status::{FencingToken, Holder};
 
+/// A follower's knowledge of the holder of the lock key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Follow {
+    /// The last sign of the holder's record: the look's read, the announcement, or the
+    /// last renewal pushed (`None`: nothing to follow by pushes).
+    pub(crate) last_sign: Option<Instant>,
+    /// When the holder's key expires unless renewed: as a look found it, or a ttl
+    /// after the last renewal heard.
+    pub(crate) expires: Option<Instant>,
+    /// When an untracked follower looks at the latest (used once).
+    pub(crate) hint: Option<Instant>,
+    /// A follower that saw the key change too soon looks by itself then, unless an
+    /// announcement comes first (the stagger).
+    pub(crate) grace: Option<Instant>,
+}
+
+impl Follow {
+    /// The holder's expiry a follower looks at, 2 ms after (its push comes only once
+    /// the server gets round to expiring the key).
+    pub(crate) fn expiry(&self) -> Option<Instant> {
+        self.expires.map(|e| e + Duration::from_millis(2))
+    }
+}
+
 /// How a follower reads the holder's tracking pushes: they come at the renew
 /// interval (this candidate's own, which a fleet shares; a holder with another one
 /// costs looks, never safety). A push sooner than half of it after the last sign is

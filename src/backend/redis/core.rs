@@ -19,7 +19,8 @@
 //!   tracking connection is lost, and a stagger after a push that came too soon (unless
 //!   an announcement comes first);
 //! - one kept out of the read-write lock waits as [`super::quiet`] decides, and hears
-//!   the read-write lock's channel only then;
+//!   the read-write lock's channel only then; a `--mode` candidate (the core's `mode`)
+//!   waits so behind every holder, and neither announces itself nor waits for a baton;
 //! - a holder takes the first push within [`OWN_PUSH_WINDOW`] of its renewal's answer
 //!   for that renewal's own.
 
@@ -27,40 +28,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cadence::{announced_holder, names_alive, Cadence, Pushed};
+use super::cadence::{announced_holder, names_alive, Cadence, Follow, Pushed};
 use super::own::{renewal_of, Push, TooLate, Tracking, OWN_PUSH_WINDOW};
-use super::parse_value;
 use super::quiet::{self, Look};
-use crate::backend::{Renewal, Wake};
-use crate::status::{FencingToken, Holder};
+use super::requests::Take;
+use super::{named, parse_value, rw};
+use crate::backend::{LockMode, Renewal, Wake};
+use crate::status::{FencingToken, Holder, Mode, Slots};
 
 /// What a script answers when the request came after its use-by and did nothing.
 pub(crate) const REFUSED: i64 = 2;
-
-/// The holder a lock value names (`None`: nobody, as a quarantine's value).
-fn named(value: &str) -> Option<Holder> {
-    let parsed = parse_value(value);
-    (!parsed.identity.is_empty()).then(|| Holder {
-        identity: parsed.identity.to_owned(),
-        token: parsed.token,
-    })
-}
-
-/// A follower's knowledge of the holder of the lock key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Follow {
-    /// The last sign of the holder's record: the look's read, the announcement, or the
-    /// last renewal pushed (`None`: nothing to follow by pushes).
-    pub(super) last_sign: Option<Instant>,
-    /// When the holder's key expires unless renewed: as a look found it, or a ttl
-    /// after the last renewal heard.
-    pub(super) expires: Option<Instant>,
-    /// When an untracked follower looks at the latest (used once).
-    pub(super) hint: Option<Instant>,
-    /// A follower that saw the key change too soon looks by itself then, unless an
-    /// announcement comes first (the stagger).
-    pub(super) grace: Option<Instant>,
-}
 
 /// This candidate's tenure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,21 +67,6 @@ pub(super) enum Phase {
     /// Holding the lock (taken or adopted; from the take, even before its tracking
     /// read confirmed it).
     Leading(Tenure),
-}
-
-/// One answer of the take script.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Take {
-    /// 1 taken (or adopted), 0 not, [`REFUSED`] too late.
-    pub(super) won: i64,
-    /// Ours when won, else the holder's (empty: nobody).
-    pub(super) value: String,
-    /// The holder's expiry in ms (-1, -2: none or unknown); kept out by the shared
-    /// holders or a place ahead: until what keeps us out goes.
-    pub(super) pttl: i64,
-    /// What kept it out: 0 a holder of the lock key or nothing, 3 the shared holders,
-    /// 4 a place ahead in the queue.
-    pub(super) why: i64,
 }
 
 /// What a campaign does after the take script answered.
@@ -144,10 +106,15 @@ pub(super) struct Core {
     pub(super) announced: Option<String>,
     ttl: Duration,
     cadence: Cadence,
+    /// How this candidate joins (`--mode`): the election's lease, or a side of the
+    /// read-write lock.
+    mode: LockMode,
+    /// Who holds, as the last look found it (a `--mode` candidate's, for `/leader`).
+    observed: Vec<(Holder, Mode)>,
 }
 
 impl Core {
-    pub(super) fn new(ttl: Duration, renew_interval: Duration) -> Core {
+    pub(super) fn new(ttl: Duration, renew_interval: Duration, mode: LockMode) -> Core {
         Core {
             phase: Phase::Idle,
             tracking: Tracking::default(),
@@ -158,7 +125,24 @@ impl Core {
                 ttl,
                 renew_interval,
             },
+            mode,
+            observed: Vec::new(),
         }
+    }
+
+    /// Whether this candidate is one of the read-write lock's (`--mode`).
+    pub(super) fn rw(&self) -> bool {
+        self.mode != LockMode::Election
+    }
+
+    pub(super) fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The holders a `--mode` candidate's last look found (`None`: an election's).
+    pub(super) fn slots(&self) -> Option<Slots> {
+        self.rw()
+            .then(|| Slots::one_lock(self.observed.iter().cloned()))
     }
 
     /// Our tenure's value, while we hold.
@@ -176,13 +160,14 @@ impl Core {
 
     /// A campaign begins (after any announcement it follows): the last sign and the
     /// stagger are of the wait before it. Returns whether the follower's tracking must
-    /// be turned on before the look (it is off, or it is a holder's).
+    /// be turned on before the look (it is off, or it is a holder's; a `--mode` holder
+    /// keeps its own).
     pub(super) fn begin(&mut self) -> bool {
         if let Phase::Following(f) = &mut self.phase {
             f.last_sign = None;
             f.grace = None;
         }
-        !self.tracking.on || self.tracking.lock
+        (!self.tracking.on || self.tracking.lock) && !(self.rw() && self.value().is_some())
     }
 
     /// A follower's tracking of the renewals was sent (`on`: the server took it).
@@ -203,15 +188,16 @@ impl Core {
         if take.won == REFUSED {
             return Next::TooLate;
         }
+        let look = Look::of(take.won, take.why, &take.value, take.pttl);
+        if self.rw() {
+            self.observed = rw::holders(&look, &take.readers, self.mode);
+            let seen = self.observed.iter().filter_map(|(h, _)| h.token);
+            self.floor = seen.fold(self.floor, FencingToken::max);
+        }
         let parsed = parse_value(&take.value);
         if let Some(token) = parsed.token {
             self.floor = self.floor.max(token);
         }
-        let look = match take.why {
-            3 => Some(Look::KeptOut { pttl: take.pttl }),
-            4 => Some(Look::Queued { pttl: take.pttl }),
-            _ => None,
-        };
         if take.won == 1 {
             let Some(token) = parsed.token else {
                 return Next::NoToken(take.value);
@@ -223,23 +209,37 @@ impl Core {
             });
             return Next::Claim { token };
         }
-        self.phase = self.phase_after_look(look, take.pttl, read_at, now);
-        Next::Held(named(&take.value))
+        let holder = match look {
+            Look::KeptOut { .. } | Look::Queued { .. } if self.rw() => {
+                self.observed.first().map(|(h, _)| h.clone())
+            }
+            _ => named(&take.value),
+        };
+        let held = !take.readers.is_empty();
+        self.phase = self.phase_after_look(look, held, take.pttl, read_at, now);
+        Next::Held(holder)
     }
 
-    /// Kept out of the read-write lock (`look`; a place ahead, not the shared holders:
-    /// nobody holds), or following the holder a look found with `pttl` ms left.
+    /// Kept out of the read-write lock (`look`; `held`: shared holders listed), or
+    /// following the holder a look found with `pttl` ms left. A `--mode` candidate
+    /// waits for an exclusive holder as for the shared ones.
     fn phase_after_look(
         &self,
-        look: Option<Look>,
+        look: Look,
+        held: bool,
         pttl: i64,
         read_at: Instant,
         now: Instant,
     ) -> Phase {
-        if let Some(look) = look {
+        let quietly = match look {
+            Look::KeptOut { .. } | Look::Queued { .. } => true,
+            Look::Exclusive { .. } => self.rw(),
+            Look::Took(_) | Look::TooLate => false,
+        };
+        if quietly {
             let mut wait = quiet::Wait::default();
             let tracked = self.tracking.on;
-            wait.looked(&look, false, self.ttl, tracked, now, OWN_PUSH_WINDOW);
+            wait.looked(&look, held, self.ttl, tracked, now, OWN_PUSH_WINDOW);
             return Phase::KeptOut(wait);
         }
         let left = u64::try_from(pttl).ok().filter(|ms| *ms > 0);
@@ -252,12 +252,14 @@ impl Core {
         })
     }
 
-    /// The tracking read after a take (`ours`: the key still holds our value): claim,
-    /// or not ours to claim (taken or deleted between the two requests).
+    /// The tracking read after a take (`ours`: the record still holds our value):
+    /// claim, or not ours to claim (taken or deleted between the two requests). An
+    /// election's holder announces itself then; a `--mode` one does not.
     pub(super) fn claimed(&mut self, ours: bool) -> bool {
+        let announce = !self.rw();
         match (&mut self.phase, ours) {
             (Phase::Leading(t), true) => {
-                t.announce = true;
+                t.announce = announce;
                 true
             }
             (_, _) => {
@@ -294,9 +296,19 @@ impl Core {
         };
     }
 
-    /// Whether a wait arms the baton (a follower's; a holder waits for none).
+    /// Whether a wait arms the baton (an election's follower's; a holder and a `--mode`
+    /// candidate wait for none).
     pub(super) fn arms_baton(&self) -> bool {
-        !matches!(self.phase, Phase::Leading(_))
+        !self.rw() && !matches!(self.phase, Phase::Leading(_))
+    }
+
+    /// At a release: whether to turn the tracking off (it is on; a `--mode` candidate's
+    /// only when it is a holder's). It is off from then on.
+    pub(super) fn stops_tracking(&mut self) -> bool {
+        if self.rw() && !self.tracking.lock {
+            return false;
+        }
+        std::mem::take(&mut self.tracking.on)
     }
 
     /// How the next wait goes on. Takes the untracked follower's hint (used once).
@@ -309,7 +321,7 @@ impl Core {
             },
             Phase::Following(f) => match f.last_sign.filter(|_| tracked) {
                 Some(last) => WaitFor::Renewals {
-                    due: self.cadence.due(last, follow_expiry(f)),
+                    due: self.cadence.due(last, f.expiry()),
                 },
                 None => WaitFor::Notices {
                     hint: f.hint.take(),
@@ -360,7 +372,7 @@ impl Core {
         let Some(last) = f.last_sign else {
             return Some(Wake::Changed);
         };
-        match self.cadence.read_push(now, last, follow_expiry(f)) {
+        match self.cadence.read_push(now, last, f.expiry()) {
             Pushed::Look => Some(Wake::Changed),
             Pushed::TooSoon => {
                 // Not a renewal at its cadence: two holders' renewals (one about to
@@ -473,12 +485,6 @@ impl Core {
     }
 }
 
-/// The holder's expiry a follower looks at, 2 ms after (its push comes only once the
-/// server gets round to expiring the key).
-fn follow_expiry(f: &Follow) -> Option<Instant> {
-    f.expires.map(|e| e + Duration::from_millis(2))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,7 +497,7 @@ mod tests {
 
     /// A candidate with tracking on (ttl 3 s, renewals every second).
     fn core() -> Core {
-        let mut c = Core::new(TTL, ms(1_000));
+        let mut c = Core::new(TTL, ms(1_000), LockMode::Election);
         c.follower_tracking(true);
         c
     }
@@ -502,6 +508,7 @@ mod tests {
             value: value.to_owned(),
             pttl,
             why,
+            readers: Vec::new(),
         }
     }
 
@@ -606,7 +613,7 @@ mod tests {
 
     #[test]
     fn an_untracked_follower_waits_for_the_holders_expiry_once() {
-        let mut c = Core::new(TTL, ms(1_000));
+        let mut c = Core::new(TTL, ms(1_000), LockMode::Election);
         let (read_at, now) = (Instant::now(), Instant::now() + ms(4));
         c.after_take(take(0, "n|5|b", 2_000, 0), read_at, now);
         assert_eq!(

@@ -1,12 +1,12 @@
 //! Redis on one server and Redlock over several as a store of `backend::stores`: the
-//! same flags (`--redis-url`, repeated for Redlock), two names.
+//! same flags (`--redis-url`, repeated for Redlock), two names. On one server every
+//! candidate, with a `--mode` or not, is a [`RedisBackend`].
 
-use super::{rw::RwBackend, Args, RedisBackend, RedisSettings};
+use super::{Args, RedisBackend, RedisSettings};
 use crate::backend::redlock::{self, RedlockBackend};
 use crate::backend::store::{
     BuildContext, BuildError, Capabilities, Serve, SettingsContext, Store,
 };
-use crate::backend::LockMode;
 use crate::settings::ConfigError;
 
 pub struct Redis;
@@ -51,10 +51,6 @@ impl Store for Redis {
     ) -> Result<S::Output, BuildError> {
         const URL: &str = "--redis-url";
         Ok(match settings {
-            RedisStore::Single(redis) if cx.mode != LockMode::Election => {
-                let slots = cx.try_slots(URL, |lease| RwBackend::new(redis, lease))?;
-                serve.serve(slots).await
-            }
             RedisStore::Single(redis) => {
                 let slots = cx.try_slots(URL, |lease| RedisBackend::new(redis, lease))?;
                 serve.serve(slots).await

@@ -10,10 +10,9 @@ use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Keys, REFUSED};
+use super::{rw, Keys, REFUSED};
 use crate::backend::record::Seen;
-use crate::backend::BackendError;
-use crate::backend::Renewal;
+use crate::backend::{BackendError, LockMode, Renewal};
 
 /// How soon after a renewal's answer its own invalidation is expected.
 pub(crate) const OWN_PUSH_WINDOW: Duration = Duration::from_millis(50);
@@ -82,9 +81,9 @@ impl Tracking {
     }
 }
 
-/// An exclusive holder of the lock key, which hears of the key's changes by others
-/// through `CLIENT TRACKING` (invariant 9): the election's holder and the read-write
-/// lock's exclusive one (see [`own_key_lost`]).
+/// A holder, which hears of its record's changes by others through `CLIENT TRACKING`
+/// (invariant 9): the lock key of the election's holder and of the read-write lock's
+/// exclusive one, a shared holder's entry (see [`own_key_lost`]).
 pub(crate) trait OwnKey: Send {
     /// The pushes of the command connection.
     fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo>;
@@ -150,6 +149,29 @@ pub(crate) async fn own_key_lost(holder: &mut impl OwnKey) {
 pub(crate) async fn lock_taken(conn: &mut ConnectionManager, lock: &str, value: &str) -> bool {
     let current: Result<Option<String>, _> = redis::cmd("GET").arg(lock).query_async(conn).await;
     current.is_ok_and(|v| !Seen::of(v.as_deref(), value).still_ours())
+}
+
+/// After a push for a shared holder's keys (`--mode shared`): whether a read shows its
+/// entry in the readers' set gone or a lock value beside it (one round trip, judged
+/// by [`rw::seen`]). A read that fails says nothing (`false`): the renewals decide
+/// then.
+pub(crate) async fn shared_entry_lost(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    value: &str,
+) -> bool {
+    let read: Result<(Option<f64>, Option<String>), _> = redis::pipe()
+        .cmd("ZSCORE")
+        .arg(&keys.readers)
+        .arg(value)
+        .cmd("GET")
+        .arg(&keys.lock)
+        .query_async(conn)
+        .await;
+    let seen = |(score, lock): (Option<f64>, Option<String>)| {
+        rw::seen(LockMode::Shared, value, score, lock.as_deref())
+    };
+    read.is_ok_and(|read| !seen(read).still_ours())
 }
 
 /// `CLIENT TRACKING` (re)started on a holder's own keys (the lock key; a shared

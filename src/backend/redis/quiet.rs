@@ -39,6 +39,24 @@ pub enum Look {
     TooLate,
 }
 
+impl Look {
+    /// A take script's answer read as a look: `won` (1 taken, 0 not,
+    /// [`super::REFUSED`] too late), what kept it out (`why`: 3 the shared holders, 4 a
+    /// place ahead in the queue, else a holder of the lock key), the value and `pttl`.
+    pub(crate) fn of(won: i64, why: i64, value: &str, pttl: i64) -> Look {
+        match (won, why) {
+            (1, _) => Look::Took(value.to_owned()),
+            (super::REFUSED, _) => Look::TooLate,
+            (_, 3) => Look::KeptOut { pttl },
+            (_, 4) => Look::Queued { pttl },
+            _ => Look::Exclusive {
+                value: value.to_owned(),
+                pttl,
+            },
+        }
+    }
+}
+
 /// What a follower's last look found keeping it out: which pushes are renewals of it
 /// ([`heard_until`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -206,11 +224,6 @@ impl Wait {
         self.own_look_until = Some(now + own);
     }
 
-    /// Not waiting this way any more (we hold, or follow an exclusive holder).
-    pub(crate) fn stop(&mut self) {
-        self.look_at = None;
-    }
-
     /// When it looks by itself (`None`: not waiting this way).
     pub(crate) fn look_at(&self) -> Option<Instant> {
         self.look_at
@@ -357,8 +370,6 @@ mod tests {
         w.looked(&Look::Queued { pttl: 11_000 }, false, ttl, true, t0, own);
         assert_eq!(w.heard(&keeping, busy, ttl, later), Heard::Nothing);
         assert_eq!(w.look_at(), Some(t0 + ttl / 2));
-        w.stop();
-        assert_eq!(w.look_at(), None);
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! The read-write lock on one Redis server (`--mode shared|exclusive`).
+//! The read-write lock on one Redis server (`--mode shared|exclusive`): its keys, its
+//! scripts and its rules. A candidate with a `--mode` is a [`super::RedisBackend`]
+//! like an election's: its core ([`super::core`]) takes the mode, and its requests
+//! ([`super::requests`]) are this lock's scripts, picked by the mode.
 //!
 //! Keys, beside the election's (all hash-tagged with `{<election>}`):
 //! - the **exclusive holder** is the election's own lock key, `…:lock` =
@@ -43,48 +46,37 @@
 //! then (one script call each). Otherwise it hears the holders without asking: its
 //! command connection tracks (`CLIENT TRACKING BCAST`) the readers' set, the
 //! exclusive holder's `…:alive` and `…:busy`, so each renewal of what keeps it out
-//! is pushed to it ([`heard_until`]); it looks by itself only when that would have
+//! is pushed to it ([`super::quiet::heard_until`]); it looks by itself only when that would have
 //! expired unheard-of (a crashed or stopped holder, a lapsed place ahead), when the
 //! place ahead would go stale, and five ttl after its last look at the latest. Its
 //! own place is kept by the holders it waits for (every take and renewal sets
 //! `…:busy` for two ttl while the queue is not empty) for six ttl after its last look
-//! (the decisions: [`super::quiet`]). An election's candidate (no `--mode`) kept out by the shared
-//! holders or by a place ahead waits the same way, by the same decisions (see
-//! [`super::RedisBackend`]); the election's release also hands the baton, and so does
-//! the last shared holder's, so it wakes at once.
+//! (the decisions: [`super::quiet`]). An election's candidate (no `--mode`) kept out by
+//! the shared holders or by a place ahead waits the same way, by the same decisions
+//! (the core's [`Phase::KeptOut`](super::core::Phase::KeptOut)); a `--mode` candidate
+//! waits so behind every holder, an exclusive one too. The election's release also
+//! hands the baton, and so does the last shared holder's, so it wakes at once.
 //!
 //! **Own record** (invariant 9): every holder tracks what its tenure is made of
 //! (`CLIENT TRACKING`, see [`super::RedisBackend`], by the one watch
-//! [`own_key_lost`]): an exclusive holder the lock key, as an election's holder does; a
+//! [`super::own_key_lost`]): an exclusive holder the lock key, as an election's holder does; a
 //! shared holder its entry in the readers' set and the lock key (a value there beside
 //! a shared entry is a tenure that excludes it). A change by anyone else is pushed and
-//! read at once ([`shared_entry_lost`]), so a tampered record ends the claim within a
+//! read at once ([`super::own::shared_entry_lost`], judged by [`seen`]), so a tampered record ends the claim within a
 //! round trip, not at the next renewal. The price for shared holders: every reader's
 //! renewal changes the one sorted set, so each of N shared holders reads once after
 //! each other one's renewal (N·(N−1) reads per renew interval, one round trip each);
 //! waiting candidates still send only their looks.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures_util::FutureExt;
-use redis::{PushInfo, PushKind, Script};
-use tokio::sync::{mpsc, Notify};
-use tokio::time::Instant;
-
-pub use super::quiet::{heard_until, next_look, Look};
-use super::{
-    baton, follower_tracking, lock_taken, new_nonce, own_key_lost, parse_value, quiet, store,
-    switchover, too_late, Hears, Keys, Node, OwnKey, RedisSettings, CLOCK, QUEUE, READERS, REFUSED,
-    RENEW,
-};
+use super::{named, switchover, CLOCK, QUEUE, READERS, REFUSED};
 use crate::backend::record::Seen;
-use crate::backend::store_clock::StoreClock;
-use crate::backend::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
-use crate::status::{FencingToken, Holder, Mode};
+use crate::backend::LockMode;
+use crate::status::{Holder, Mode};
+
+use super::quiet::Look;
 
 /// How many shared holders a look lists for `/leader` (as etcd's).
-const SHOWN: usize = 16;
+pub(crate) const SHOWN: usize = 16;
 
 /// Take or adopt, shared (`ARGV[7]` = `shared`) or exclusive. KEYS: lock, fence,
 /// readers, queue (writer-waits), switchover reservation, baton, busy. ARGV: our
@@ -116,7 +108,7 @@ pub const RENEW_SHARED: &str = include_str!("lua/rw_renew_shared.lua");
 /// ttl). Returns 1 when it released a tenure of ours.
 pub const RELEASE: &str = include_str!("lua/rw_release.lua");
 
-const RELEASE_END: &str = include_str!("lua/rw_release_end.lua");
+pub(crate) const RELEASE_END: &str = include_str!("lua/rw_release_end.lua");
 
 /// The text of the take script every candidate of the read-write lock runs: [`TAKE`]
 /// after its preludes (the store's clock, the switchover's reservation, the shared
@@ -125,32 +117,25 @@ pub fn take_source() -> String {
     format!("{CLOCK}{}{READERS}{QUEUE}{TAKE}", switchover::RESERVED)
 }
 
-/// Reads a take script's answer.
-pub fn judge(code: i64, value: String, pttl: i64) -> Result<Look, String> {
+/// Reads a take script's code as the election's take answers: `(won, why)`, `won` 1
+/// taken, 0 not, [`REFUSED`] too late; `why` what kept it out (0 an exclusive holder
+/// or nothing, 3 the shared holders, 4 a place ahead in the queue).
+pub(crate) fn judge(code: i64) -> Result<(i64, i64), String> {
     match code {
-        1 => Ok(Look::Took(value)),
-        0 => Ok(Look::Exclusive { value, pttl }),
-        3 => Ok(Look::KeptOut { pttl }),
-        4 => Ok(Look::Queued { pttl }),
-        REFUSED => Ok(Look::TooLate),
+        1 => Ok((1, 0)),
+        0 => Ok((0, 0)),
+        3 | 4 => Ok((0, code)),
+        REFUSED => Ok((REFUSED, 0)),
         other => Err(format!("unknown answer {other} of the take script")),
     }
-}
-
-fn holder(value: &str) -> Option<Holder> {
-    let parsed = parse_value(value);
-    (!parsed.identity.is_empty()).then(|| Holder {
-        identity: parsed.identity.to_owned(),
-        token: parsed.token,
-    })
 }
 
 /// Who holds the lock, as a look found it (`readers`: the shared holders it listed;
 /// `mode`: how we asked), for `/leader`: the exclusive holder alone, or the shared
 /// holders (ours among them when we took shared).
-pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, Mode)> {
+pub(crate) fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, Mode)> {
     let shared = |vs: &[String]| -> Vec<(Holder, Mode)> {
-        (vs.iter().filter_map(|v| holder(v)))
+        (vs.iter().filter_map(|v| named(v)))
             .map(|h| (h, Mode::Shared))
             .take(SHOWN)
             .collect()
@@ -163,7 +148,7 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
             }
             shared(&all)
         }
-        Look::Took(own) | Look::Exclusive { value: own, .. } => holder(own)
+        Look::Took(own) | Look::Exclusive { value: own, .. } => named(own)
             .map(|h| (h, Mode::Exclusive))
             .into_iter()
             .collect(),
@@ -172,10 +157,10 @@ pub fn holders(look: &Look, readers: &[String], mode: LockMode) -> Vec<(Holder, 
     }
 }
 
-/// A holder's record as one read found it: an exclusive holder's is ours while the
-/// lock key holds `value`; a shared holder's while its entry is there (`score`: the
-/// member's, when present) with no lock value beside it.
-fn seen(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> Seen {
+/// A holder's record as one read found it: an exclusive holder's (an election's
+/// too) is ours while the lock key holds `value`; a shared holder's while its entry
+/// is there (`score`: the member's, when present) with no lock value beside it.
+pub(super) fn seen(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> Seen {
     match (mode, lock) {
         (LockMode::Shared, Some(_)) => Seen::Another,
         (LockMode::Shared, None) if score.is_some() => Seen::Ours,
@@ -184,444 +169,42 @@ fn seen(mode: LockMode, value: &str, score: Option<f64>, lock: Option<&str>) -> 
     }
 }
 
-/// After a push for a shared holder's keys: whether a read shows its entry gone or a
-/// lock value beside it (one round trip). A read that fails says nothing (`false`):
-/// the renewals decide then.
-async fn shared_entry_lost(
-    conn: &mut redis::aio::ConnectionManager,
-    keys: &Keys,
-    value: &str,
-) -> bool {
-    let read: Result<(Option<f64>, Option<String>), _> = redis::pipe()
-        .cmd("ZSCORE")
-        .arg(&keys.readers)
-        .arg(value)
-        .cmd("GET")
-        .arg(&keys.lock)
-        .query_async(conn)
-        .await;
-    matches!(read, Ok((score, lock)) if !seen(LockMode::Shared, value, score, lock.as_deref()).still_ours())
-}
-
-/// A candidate of the read-write lock on one Redis server.
-pub struct RwBackend {
-    node: Node,
-    /// Pushes of the command connection: an exclusive holder's tracking of its key,
-    /// the library's disconnect notices.
-    pushes: mpsc::UnboundedReceiver<PushInfo>,
-    keys: Keys,
-    identity: String,
-    mode: LockMode,
-    ttl: Duration,
-    /// This tenure's nonce; rotated on every release.
-    nonce: String,
-    /// Our value while we hold.
-    value: Option<String>,
-    /// The highest token seen; new tokens never go below it.
-    floor: FencingToken,
-    wake: Arc<Notify>,
-    /// A follower's silent wait: when it looks by itself (see [`super::quiet`]).
-    quiet: quiet::Wait,
-    take: Script,
-    renew: Script,
-    release: String,
-    clock: StoreClock,
-    patience: Duration,
-    /// Who holds, as last observed (for `/leader`'s holders).
-    observed: Vec<(Holder, Mode)>,
-    /// Whether `CLIENT TRACKING` of our own record is on (a holder's).
-    tracking: bool,
-    /// Until when a push is taken for the invalidation of our own last renewal.
-    own_push_until: Option<Instant>,
-    /// Whether a follower's `CLIENT TRACKING` of the holders' renewals is on.
-    follows: bool,
-}
-
-impl RwBackend {
-    /// Connects lazily: an unreachable server is not an error here, the elector retries.
-    pub fn new(settings: &RedisSettings, lease: &Candidacy) -> Result<Self, BackendError> {
-        let keys = Keys::for_election(lease.election);
-        let wake = Arc::new(Notify::new());
-        let op_timeout = lease.timing.backend_timeout;
-        let (node, pushes) = Node::connect(
-            settings,
-            &keys,
-            lease.identity,
-            wake.clone(),
-            op_timeout,
-            Hears::ReadWrite,
-        )?;
-        Ok(RwBackend {
-            node,
-            pushes,
-            keys,
-            identity: lease.identity.to_owned(),
-            mode: lease.mode,
-            ttl: lease.timing.ttl,
-            nonce: new_nonce(),
-            value: None,
-            floor: 0,
-            wake,
-            quiet: quiet::Wait::default(),
-            take: Script::new(&take_source()),
-            renew: Script::new(&format!(
-                "{CLOCK}{QUEUE}{}",
-                if lease.mode == LockMode::Shared {
-                    RENEW_SHARED
-                } else {
-                    RENEW
-                }
-            )),
-            release: format!(
-                "{CLOCK}{QUEUE}{RELEASE}{}{RELEASE_END}",
-                baton::hand_out("KEYS[4]", "ARGV[3]")
-            ),
-            clock: StoreClock::new(lease.timing.clock_drift),
-            patience: op_timeout,
-            observed: Vec::new(),
-            tracking: false,
-            own_push_until: None,
-            follows: false,
-        })
-    }
-
-    /// A follower's tracking (before its look): every change of the holders'
-    /// renewals (`readers`, `alive`) and of their keeping of the queue (`busy`) is
-    /// pushed to it, so that it needs to ask nothing while they renew. A server that
-    /// refuses (before Redis 6) leaves it looking by itself (see [`next_look`]).
-    async fn follow(&mut self) {
-        if self.follows {
-            return;
-        }
-        let on: Result<(), _> = follower_tracking(&self.keys)
-            .query_async(&mut self.node.conn)
-            .await;
-        self.follows = on.is_ok();
-    }
-
-    /// A push while following: `Some(wake)` to return. A renewal heard moves the
-    /// look on ([`heard_until`]) and refreshes the observation (`Quiet`); one heard
-    /// when what it renews was about to expire is taken for its expiry, and a lost
-    /// connection (its tracking gone) asks for a look, which turns it on again.
-    fn on_push(&mut self, push: &PushInfo) -> Option<Wake> {
-        match push.kind {
-            PushKind::Disconnection => {
-                self.tracking = false;
-                self.follows = false;
-                Some(Wake::Changed)
-            }
-            PushKind::Invalidate if self.follows => {
-                let keys = quiet::invalidated(push);
-                match (self.quiet).heard(&keys, &self.keys.busy, self.ttl, Instant::now()) {
-                    quiet::Heard::Renewal => Some(Wake::Quiet),
-                    quiet::Heard::Due => Some(Wake::Changed),
-                    quiet::Heard::Nothing => None,
-                }
-            }
-            _ => None,
-        }
-    }
-
-    /// Best effort, at a release: followers need no pushes.
-    async fn stop_tracking(&mut self) {
-        if std::mem::take(&mut self.tracking) {
-            let _: Result<(), _> = redis::cmd("CLIENT")
-                .arg("TRACKING")
-                .arg("OFF")
-                .query_async(&mut self.node.conn)
-                .await;
-        }
-        self.drain_pushes();
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Takes the pushes so far; a disconnect notice means the tracking is gone.
-    fn drain_pushes(&mut self) {
-        while let Ok(push) = self.pushes.try_recv() {
-            self.note_push(&push);
-        }
-    }
-
-    fn flag(&self) -> &'static str {
-        self.mode.flag().unwrap_or("exclusive")
-    }
-
-    /// One take script: what it said, and the shared holders it listed.
-    async fn look(&mut self) -> Result<(Look, Vec<String>), BackendError> {
-        self.drain_pushes();
-        let sent = Instant::now();
-        let (code, value, pttl, store_ms, readers): (i64, String, i64, u64, Vec<String>) = self
-            .take
-            .key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .key(&self.keys.readers)
-            .key(&self.keys.writer_waits)
-            .key(&self.keys.to)
-            .key(&self.keys.baton)
-            .key(&self.keys.busy)
-            .arg(format!("{}|", self.nonce))
-            .arg(&self.identity)
-            .arg(self.ttl_ms())
-            .arg(self.floor)
-            .arg(&self.keys.events)
-            .arg(self.clock.use_by(sent, self.patience))
-            .arg(self.flag())
-            .arg(SHOWN)
-            .arg(&self.keys.presence)
-            .arg(&self.keys.rw)
-            .invoke_async(&mut self.node.conn)
-            .await
-            .map_err(store("campaign"))?;
-        self.clock.learn(sent, Instant::now(), store_ms);
-        let look = judge(code, value, pttl).map_err(|message| BackendError::Store {
-            op: "campaign",
-            message,
-        })?;
-        Ok((look, readers))
-    }
-}
-
-impl OwnKey for RwBackend {
-    fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
-        &mut self.pushes
-    }
-
-    fn note_push(&mut self, push: &PushInfo) -> bool {
-        match push.kind {
-            PushKind::Disconnection => {
-                self.tracking = false;
-                self.follows = false;
-                false
-            }
-            PushKind::Invalidate => self.tracking,
-            _ => false,
-        }
-    }
-
-    /// A holder's watch of its own record, as the election's holder's (see
-    /// [`super::RedisBackend`]): tracking turned on (it replaces a follower's) and the
-    /// record read in one round trip; `true` while it is still ours, so that every
-    /// later change by anyone else is pushed to us. An exclusive holder's record is the
-    /// lock key; a shared holder's its entry in the readers' set, and the lock key's
-    /// absence.
-    async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(false);
-        };
-        self.drain_pushes();
-        self.follows = false;
-        let keys = &self.keys;
-        let (score, current): (Option<f64>, Option<String>) = if self.mode == LockMode::Shared {
-            super::tracking_pipe(&[&keys.lock, &keys.readers])
-                .cmd("ZSCORE")
-                .arg(&keys.readers)
-                .arg(&value)
-                .cmd("GET")
-                .arg(&keys.lock)
-                .query_async(&mut self.node.conn)
-                .await
-        } else {
-            let got: Result<(Option<String>,), _> = super::tracking_pipe(&[&keys.lock])
-                .cmd("GET")
-                .arg(&keys.lock)
-                .query_async(&mut self.node.conn)
-                .await;
-            got.map(|(current,)| (None, current))
-        }
-        .map_err(store(op))?;
-        self.tracking = true;
-        Ok(seen(self.mode, &value, score, current.as_deref()).still_ours())
-    }
-
-    fn take_own_push_until(&mut self) -> Option<Instant> {
-        self.own_push_until.take()
-    }
-
-    async fn taken(&mut self) -> bool {
-        let Some(value) = self.value.clone() else {
-            return true;
-        };
-        if self.mode == LockMode::Shared {
-            return shared_entry_lost(&mut self.node.conn, &self.keys, &value).await;
-        }
-        lock_taken(&mut self.node.conn, &self.keys.lock, &value).await
-    }
-}
-
-impl Backend for RwBackend {
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-
-    fn lease_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    fn slots(&self) -> Option<crate::status::Slots> {
-        Some(crate::status::Slots::one_lock(
-            self.observed.iter().cloned(),
-        ))
-    }
-
-    async fn campaign(&mut self) -> Result<Campaign, BackendError> {
-        // What was heard so far is older than this look: no second look for it.
-        self.node.notices.clear();
-        let _ = self.wake.notified().now_or_never();
-        if self.value.is_none() {
-            self.follow().await;
-        }
-        let (look, readers) = self.look().await?;
-        self.observed = holders(&look, &readers, self.mode);
-        for (h, _) in &self.observed {
-            self.floor = self.floor.max(h.token.unwrap_or(0));
-        }
-        // Our own script's change of a tracked key is pushed right after its answer.
-        let (ttl, follows, held) = (self.ttl, self.follows, !readers.is_empty());
-        let now = Instant::now();
-        (self.quiet).looked(&look, held, ttl, follows, now, super::OWN_PUSH_WINDOW);
-        match look {
-            Look::TooLate => Err(too_late("campaign")),
-            Look::Took(value) => {
-                let token = parse_value(&value)
-                    .token
-                    .ok_or_else(|| BackendError::Store {
-                        op: "campaign",
-                        message: format!("lock value without a token: {value:?}"),
-                    })?;
-                self.floor = self.floor.max(token);
-                self.value = Some(value);
-                self.quiet.stop();
-                if !self.track_own_key("campaign").await? {
-                    // Taken or deleted between our two requests: not ours to claim.
-                    self.value = None;
-                    return Ok(Campaign::Held(None));
-                }
-                Ok(Campaign::Acquired { token })
-            }
-            Look::Exclusive { value, .. } => {
-                if let Some(t) = parse_value(&value).token {
-                    self.floor = self.floor.max(t);
-                }
-                Ok(Campaign::Held(holder(&value)))
-            }
-            Look::KeptOut { .. } | Look::Queued { .. } => Ok(Campaign::Held(
-                self.observed.first().map(|(h, _)| h.clone()),
-            )),
-        }
-    }
-
-    async fn renew(&mut self) -> Result<Renewal, BackendError> {
-        let Some(value) = self.value.clone() else {
-            return Ok(Renewal::Lost);
-        };
-        // The script checks our value itself: pushes so far say nothing more.
-        self.drain_pushes();
-        if !self.tracking && !self.track_own_key("renew").await? {
-            return Ok(Renewal::Lost);
-        }
-        let sent = Instant::now();
-        let mut call = self.renew.prepare_invoke();
-        if self.mode == LockMode::Shared {
-            call.key(&self.keys.readers).key(&self.keys.lock);
-        } else {
-            call.key(&self.keys.lock).key(&self.keys.alive);
-        }
-        call.key(&self.keys.writer_waits).key(&self.keys.busy);
-        let (kept, store_ms): (i64, u64) = call
-            .arg(&value)
-            .arg(self.ttl_ms())
-            .arg(self.clock.use_by(sent, self.patience))
-            .arg(&self.keys.presence)
-            .arg(&self.keys.rw)
-            .invoke_async(&mut self.node.conn)
-            .await
-            .map_err(store("renew"))?;
-        let now = Instant::now();
-        self.clock.learn(sent, now, store_ms);
-        super::renewal_of(kept, now, &mut self.own_push_until).map_err(|_| too_late("renew"))
-    }
-
-    /// A holder hears of its record taken or deleted by anyone else at once, as the
-    /// election's holder does (invariant 9), by the same watch ([`own_key_lost`]),
-    /// which also tracks the record again as soon as the tracking connection is lost:
-    /// an exclusive holder's key overwritten or deleted, a shared holder's entry
-    /// removed or a lock value set beside it.
-    async fn record_lost(&mut self) {
-        own_key_lost(self).await
-    }
-
-    /// One request (`EVAL` with the text: a server that lost its script cache costs no
-    /// second round trip), tried once more on a fresh connection when the last one died.
-    async fn release(&mut self) -> Result<(), BackendError> {
-        let prefix = format!("{}|", self.nonce);
-        self.nonce = new_nonce();
-        self.value = None;
-        let mut release = redis::cmd("EVAL");
-        release
-            .arg(&self.release)
-            .arg(5)
-            .arg(&self.keys.lock)
-            .arg(&self.keys.readers)
-            .arg(&self.keys.writer_waits)
-            .arg(&self.keys.baton)
-            .arg(&self.keys.busy)
-            .arg(&prefix)
-            .arg(&self.keys.rw)
-            .arg(self.ttl_ms().max(1));
-        let first: Result<i64, _> = release.query_async(&mut self.node.conn).await;
-        match first {
-            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
-                let _: i64 = release
-                    .query_async(&mut self.node.conn)
-                    .await
-                    .map_err(store("release"))?;
-            }
-            other => {
-                other.map_err(store("release"))?;
-            }
-        }
-        self.stop_tracking().await;
-        self.node.notices.clear();
-        Ok(())
-    }
-
-    async fn release_to(&mut self, _to: &str) -> Result<(), BackendError> {
-        Err(crate::backend::no_switchover_with(self.flag()))
-    }
-
-    async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        Err(crate::backend::no_switchover_with(self.flag()))
-    }
-
-    /// A notice of the listener (a release, a take, a candidate gone from the queue,
-    /// an expiry), or the time to look by itself ([`next_look`], moved on by every
-    /// renewal heard: `Quiet`): `Changed`, a look. `max` first: `Waiting`.
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let until = Instant::now() + max;
-        loop {
-            let look_at = self.quiet.look_at().unwrap_or(until);
-            tokio::select! {
-                _ = self.wake.notified() => return Wake::Changed,
-                push = self.pushes.recv(), if self.value.is_none() => {
-                    let Some(push) = push else { return Wake::Changed };
-                    if let Some(wake) = self.on_push(&push) {
-                        return wake;
-                    }
-                }
-                _ = tokio::time::sleep_until(until.min(look_at)) => {
-                    return if Instant::now() >= look_at { Wake::Changed } else { Wake::Waiting };
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::super::core::{Core, Next, Phase, WaitFor};
+    use super::super::requests::Take;
     use super::*;
+    use crate::backend::Wake;
+
+    const TTL: Duration = Duration::from_millis(3_000);
+
+    /// A `--mode` candidate with its follower's tracking on (ttl 3 s).
+    fn core(mode: LockMode) -> Core {
+        let mut c = Core::new(TTL, TTL / 3, mode);
+        c.follower_tracking(true);
+        c
+    }
+
+    fn take(won: i64, value: &str, pttl: i64, why: i64, readers: &[&str]) -> Take {
+        Take {
+            won,
+            value: value.to_owned(),
+            pttl,
+            why,
+            readers: readers.iter().map(|r| (*r).to_owned()).collect(),
+        }
+    }
+
+    fn listed(c: &Core) -> Vec<(String, Mode)> {
+        let slots = c.slots().expect("a --mode candidate lists its holders");
+        (slots.list.into_iter())
+            .map(|h| (h.holder.identity, h.mode))
+            .collect()
+    }
 
     #[test]
     fn a_holders_record_is_ours_only_as_its_mode_wrote_it() {
@@ -637,18 +220,12 @@ mod tests {
 
     #[test]
     fn answers_are_read_by_their_code() {
-        assert_eq!(judge(1, "n|3|a".into(), -1), Ok(Look::Took("n|3|a".into())));
-        assert_eq!(
-            judge(0, "n|3|a".into(), 900),
-            Ok(Look::Exclusive {
-                value: "n|3|a".into(),
-                pttl: 900
-            })
-        );
-        assert_eq!(judge(3, String::new(), 40), Ok(Look::KeptOut { pttl: 40 }));
-        assert_eq!(judge(4, String::new(), 40), Ok(Look::Queued { pttl: 40 }));
-        assert_eq!(judge(2, String::new(), -1), Ok(Look::TooLate));
-        assert!(judge(7, String::new(), -1).is_err());
+        assert_eq!(judge(1), Ok((1, 0)));
+        assert_eq!(judge(0), Ok((0, 0)));
+        assert_eq!(judge(3), Ok((0, 3)));
+        assert_eq!(judge(4), Ok((0, 4)));
+        assert_eq!(judge(2), Ok((REFUSED, 0)));
+        assert!(judge(7).is_err());
     }
 
     #[test]
@@ -688,5 +265,80 @@ mod tests {
         assert!(holders(&quarantine, &[], LockMode::Shared).is_empty());
         let many: Vec<String> = (0..40).map(|i| format!("n{i}|{i}|r-{i}")).collect();
         assert_eq!(holders(&kept, &many, LockMode::Exclusive).len(), SHOWN);
+    }
+
+    #[test]
+    fn a_mode_candidate_waits_quietly_behind_an_exclusive_holder_too() {
+        let t0 = Instant::now();
+        let held = take(0, "w|9|w-0", 2_000, 0, &[]);
+        let mut c = core(LockMode::Shared);
+        let next = c.after_take(held.clone(), t0, t0);
+        let w0 = named("w|9|w-0");
+        assert_eq!(next, Next::Held(w0.clone()));
+        assert_eq!(c.floor, 9);
+        assert!(matches!(c.phase, Phase::KeptOut(_)), "{:?}", c.phase);
+        let look_at = t0 + Duration::from_millis(2_002);
+        assert_eq!(c.wait(), WaitFor::Quietly { look_at });
+        assert!(!c.arms_baton(), "a --mode candidate waits for a baton");
+        assert_eq!(listed(&c), [("w-0".to_owned(), Mode::Exclusive)]);
+        // The holder's renewal (its `…:alive`) is pushed: it stays quiet.
+        let alive = [b"leasekeeper:{e}:alive".to_vec()];
+        let pushed = super::super::own::Push::Invalidated(&alive);
+        let busy = "leasekeeper:{e}:busy";
+        let heard = c.on_quiet_push(pushed, busy, t0 + Duration::from_millis(900));
+        assert_eq!(heard, Some(Wake::Quiet));
+        // An election's candidate follows the same holder by its cadence instead.
+        let mut e = core(LockMode::Election);
+        assert_eq!(e.after_take(held, t0, t0), Next::Held(w0));
+        assert!(matches!(e.phase, Phase::Following(_)));
+        assert!(e.arms_baton() && e.slots().is_none());
+    }
+
+    #[test]
+    fn a_writer_kept_out_by_readers_names_the_first_and_learns_their_tokens() {
+        let t0 = Instant::now();
+        let mut c = core(LockMode::Exclusive);
+        let readers = ["a|1|r-a", "b|12|r-b"];
+        let next = c.after_take(take(0, "", 1_000, 3, &readers), t0, t0);
+        assert_eq!(next, Next::Held(named("a|1|r-a")));
+        assert_eq!(c.floor, 12, "a reader's token below the floor");
+        let look_at = t0 + Duration::from_millis(1_002);
+        assert_eq!(c.wait(), WaitFor::Quietly { look_at });
+        let shared = |id: &str| (id.to_owned(), Mode::Shared);
+        assert_eq!(listed(&c), [shared("r-a"), shared("r-b")]);
+        // Too late: nothing changes, the holders listed neither.
+        let late = c.after_take(take(REFUSED, "", -1, 0, &[]), t0, t0);
+        assert_eq!(late, Next::TooLate);
+        assert_eq!(listed(&c), [shared("r-a"), shared("r-b")]);
+    }
+
+    #[test]
+    fn a_mode_holder_neither_announces_itself_nor_gives_up_its_own_tracking() {
+        let t0 = Instant::now();
+        let mut c = core(LockMode::Shared);
+        let next = c.after_take(take(1, "c|3|r-c", -1, 0, &["a|1|r-a"]), t0, t0);
+        assert_eq!(next, Next::Claim { token: 3 });
+        let shared = |id: &str| (id.to_owned(), Mode::Shared);
+        assert_eq!(listed(&c), [shared("r-c"), shared("r-a")]);
+        assert!(c.claimed(true));
+        c.own_tracking();
+        assert_eq!(c.to_announce(), None, "a --mode holder announced itself");
+        assert!(!c.begin(), "a --mode holder's look tracks as a follower");
+        assert!(
+            c.stops_tracking(),
+            "a holder's tracking left on at its release"
+        );
+        assert!(!c.stops_tracking());
+        // A follower's tracking stays on at a release (it follows on).
+        let mut f = core(LockMode::Exclusive);
+        assert!(!f.stops_tracking(), "a follower's tracking turned off");
+        assert!(f.tracking.on);
+        // An election's holder announces itself, and turns any tracking off.
+        let mut e = core(LockMode::Election);
+        e.after_take(take(1, "d|4|e", -1, 0, &[]), t0, t0);
+        assert!(e.claimed(true));
+        assert_eq!(e.to_announce(), Some("d|4|e"));
+        let mut f = core(LockMode::Election);
+        assert!(f.stops_tracking());
     }
 }
