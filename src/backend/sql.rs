@@ -158,6 +158,7 @@ mod listing;
 pub mod mysql;
 pub mod postgres;
 mod queue;
+mod request;
 mod session;
 mod settings;
 pub use self::core::{LeaseRow, Tenancy, WaitFor};
