@@ -154,10 +154,12 @@ use crate::status::{Holder, Mode};
 mod core;
 mod dialect;
 pub mod entry;
+mod held;
 mod listing;
 pub mod mysql;
 pub mod postgres;
 mod queue;
+mod request;
 mod session;
 mod settings;
 pub use self::core::{LeaseRow, Tenancy, WaitFor};
@@ -258,12 +260,7 @@ impl<D: SqlDialect> SqlBackend<D> {
         let listed = (self.dialect)
             .list(&mut self.session, &self.tenancy, PRUNE_AFTER)
             .await;
-        match listed {
-            Ok(()) => self.tenancy.registered(),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not register this candidate; a switchover cannot name it")
-            }
-        }
+        self.listed(listed);
     }
 
     /// Our waiting row (see the module doc), as the core says. Best effort: without
@@ -275,12 +272,7 @@ impl<D: SqlDialect> SqlBackend<D> {
         let marked = (self.dialect)
             .mark_waiting(&mut self.session, &self.tenancy, on)
             .await;
-        match marked {
-            Ok(()) => self.tenancy.marked(on),
-            Err(e) => {
-                tracing::debug!(error = %e, on, "could not mark (or unmark) this writer waiting")
-            }
-        }
+        self.marked(on, marked);
     }
 
     /// The queue's read and the core's verdict (see [`queue`]): `Some`, the row as a
@@ -291,21 +283,8 @@ impl<D: SqlDialect> SqlBackend<D> {
             return None;
         }
         let election = self.tenancy.election.clone();
-        // Best effort: a queue that cannot be read (a user without the right to read
-        // the shared holders' table, an election's candidate among them) costs only
-        // the order, never the take.
-        let seen = match self.dialect.waiting(&mut self.session, &election).await {
-            Ok(seen) => seen,
-            Err(e) => {
-                tracing::debug!(error = %e, "could not read the queue of waiting candidates");
-                None
-            }
-        };
-        let kept = self.tenancy.queue_verdict(seen, self.dialect.queue_key());
-        if let Some((row, _)) = &kept {
-            self.dialect.kept_by_queue(row);
-        }
-        kept
+        let seen = self.dialect.waiting(&mut self.session, &election).await;
+        self.queue_read(seen)
     }
 
     /// The take statement of this candidate's mode.
@@ -330,6 +309,73 @@ impl<D: SqlDialect> SqlBackend<D> {
         }
     }
 
+    /// A registration's answer (see [`Self::register`]).
+    fn listed(&mut self, listed: Result<(), BackendError>) {
+        match listed {
+            Ok(()) => self.tenancy.registered(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not register this candidate; a switchover cannot name it")
+            }
+        }
+    }
+
+    /// The answer of our waiting row's write (`on`) or delete (see [`Self::mark`]).
+    fn marked(&mut self, on: bool, marked: Result<(), BackendError>) {
+        match marked {
+            Ok(()) => self.tenancy.marked(on),
+            Err(e) => {
+                tracing::debug!(error = %e, on, "could not mark (or unmark) this writer waiting")
+            }
+        }
+    }
+
+    /// The queue's read (`seen`) and the core's verdict (see [`Self::queue_turn`]); a
+    /// candidate the queue keeps out skips the take, as the dialect learns.
+    fn queue_read(
+        &mut self,
+        seen: Result<Option<(LeaseRow, i64, Vec<Waiting>)>, BackendError>,
+    ) -> Option<(LeaseRow, Option<Ahead>)> {
+        // Best effort: a queue that cannot be read (a user without the right to read
+        // the shared holders' table, an election's candidate among them) costs only
+        // the order, never the take.
+        let seen = seen.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "could not read the queue of waiting candidates");
+            None
+        });
+        let kept = self.tenancy.queue_verdict(seen, self.dialect.queue_key());
+        if let Some((row, _)) = &kept {
+            self.dialect.kept_by_queue(row);
+        }
+        kept
+    }
+
+    /// The campaign's answer at `now` from the row its take (or the queue: `behind`,
+    /// the nearest waiting writer ahead) left, as the core judges it; the dialect learns
+    /// of a tenure taken and of a queue to look for. Also whether our waiting row is
+    /// written (`marks`), and whether the row is ours.
+    fn took(
+        &mut self,
+        now: Instant,
+        row: Option<LeaseRow>,
+        behind: Option<&Ahead>,
+    ) -> Result<(Campaign, bool, bool), BackendError> {
+        let queued = self.dialect.queued();
+        let taken = (self.tenancy).after_take(now, row, queued, behind)?;
+        let Taken {
+            campaign,
+            acquired,
+            marks,
+            look_for_queue,
+        } = taken;
+        if look_for_queue {
+            self.dialect.look_for_queue();
+        }
+        if acquired {
+            self.dialect.acquired();
+        }
+        Ok((campaign, marks, acquired))
+    }
+
     /// A table that could not be made ready, as the campaign's error.
     fn not_ready(e: TableError) -> BackendError {
         match e {
@@ -342,6 +388,25 @@ impl<D: SqlDialect> SqlBackend<D> {
                 }
             }
         }
+    }
+}
+
+/// Says what a switchover's reservation for `to` came to (`reserved`); the plain
+/// release follows either way.
+fn note_reservation(reserved: Result<bool, BackendError>, to: &str) {
+    match reserved {
+        Ok(true) => {
+            tracing::info!(to, "the lease is left to the named candidate for one ttl");
+        }
+        Ok(false) => tracing::warn!(
+            to,
+            "the named candidate is not listed alive (or the lease is no longer ours); releasing without a reservation"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            to,
+            "could not leave the lease to the named candidate; releasing without a reservation"
+        ),
     }
 }
 
@@ -367,20 +432,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             Some((kept, writer)) => (Some(kept), writer),
             None => (self.take().await?, None),
         };
-        let queued = self.dialect.queued();
-        let taken = (self.tenancy).after_take(Instant::now(), row, queued, behind.as_ref())?;
-        let Taken {
-            campaign,
-            acquired,
-            marks,
-            look_for_queue,
-        } = taken;
-        if look_for_queue {
-            self.dialect.look_for_queue();
-        }
-        if acquired {
-            self.dialect.acquired();
-        }
+        let (campaign, marks, acquired) = self.took(Instant::now(), row, behind.as_ref())?;
         self.mark(marks, acquired).await;
         self.observe().await;
         Ok(campaign)
@@ -445,20 +497,7 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
             let reserved = (self.dialect)
                 .reserve(&mut self.session, &self.tenancy, to, PRUNE_AFTER)
                 .await;
-            match reserved {
-                Ok(true) => {
-                    tracing::info!(to, "the lease is left to the named candidate for one ttl");
-                }
-                Ok(false) => tracing::warn!(
-                    to,
-                    "the named candidate is not listed alive (or the lease is no longer ours); releasing without a reservation"
-                ),
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    to,
-                    "could not leave the lease to the named candidate; releasing without a reservation"
-                ),
-            }
+            note_reservation(reserved, to);
         }
         self.release().await
     }

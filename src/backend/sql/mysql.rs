@@ -69,6 +69,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
     WaitFor, Waiting,
@@ -102,9 +103,9 @@ pub struct Mysql {
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
-    /// A waiting writer's turn lock ([`shared::turn_lock`]): the statement
-    /// connection that holds it.
-    turn: Option<u64>,
+    /// A waiting writer's turn lock ([`shared::turn_lock`]) on the statement
+    /// connection.
+    turn: OnConnection,
     /// The election's named lock, and the leader's presence lock.
     lock: String,
     presence: String,
@@ -213,7 +214,7 @@ impl MysqlBackend {
             user: options.get_username().to_owned(),
             table_ready: false,
             queue: false,
-            turn: None,
+            turn: OnConnection::default(),
             lock,
             presence,
             candidate,
@@ -269,6 +270,63 @@ fn ours(t: &Tenancy, token: i64) -> LeaseRow {
     }
 }
 
+impl Mysql {
+    /// The tables a candidate creates when they are missing, each with its statement:
+    /// the lease table, the counters', the candidates', and with `--mode` the shared
+    /// holders'.
+    fn tables(&self) -> Vec<(Table, &str)> {
+        let st = &self.statements;
+        let mut tables = vec![
+            (self.table.clone(), st.create.as_str()),
+            (self.table.counter(), &st.create_counter),
+            (self.table.candidates(), &st.cands.create),
+        ];
+        tables.extend((self.shared.clone()).map(|s| (s, st.shared.create.as_str())));
+        tables
+    }
+
+    /// The leader's look at its own row (`row`: its tenure, whether the presence lock
+    /// is ours, who holds the named lock): the row's tenure, and whether it is ours.
+    /// A signal connection that lost the lock unnoticed (and likely itself) is asked
+    /// to look.
+    fn looked(
+        &self,
+        row: Option<(String, Option<i64>, Option<i64>)>,
+        t: &Tenancy,
+    ) -> (Option<String>, bool) {
+        let Some((tenure, _, lock_holder)) = row else {
+            return (None, false);
+        };
+        let ours = self.signal_id.load(Ordering::SeqCst);
+        if rules::lock_slipped(*self.held.borrow(), lock_holder, ours) {
+            self.check.notify_one();
+        }
+        let mine = tenure == t.tenure;
+        (Some(tenure), mine)
+    }
+
+    /// Tells the signal connection how to wait, as the core says (`wait`), with what
+    /// the last campaign saw.
+    fn ask_signal(&mut self, wait: &WaitFor) {
+        let held = *self.held.borrow();
+        let want = signal::want(wait, held, self.sight.left_to_another, &self.sight.tenure);
+        self.seen.send_replace(self.sight.tenure.clone());
+        self.want.send_replace(want);
+    }
+}
+
+/// A follower's wait that ran out (`silent`: queued for a lock whose holder lives):
+/// silent, nothing to look at; else a look, the row's expiry used up.
+fn ran_out(silent: bool, tenancy: &mut Tenancy) -> Wake {
+    if silent {
+        return Wake::Quiet;
+    }
+    if let Some(e) = tenancy.expiry() {
+        *e = None;
+    }
+    Wake::Changed
+}
+
 impl Drop for Mysql {
     fn drop(&mut self) {
         self.signal.abort();
@@ -304,29 +362,12 @@ impl SqlDialect for Mysql {
         if self.table_ready {
             return Ok(());
         }
-        self.ensure(session, &self.table, &self.statements.create)
-            .await?;
-        self.ensure(
-            session,
-            &self.table.counter(),
-            &self.statements.create_counter,
-        )
-        .await?;
-        self.ensure(
-            session,
-            &self.table.candidates(),
-            &self.statements.cands.create,
-        )
-        .await?;
-        if let Some(shared) = &self.shared {
-            self.ensure(session, shared, &self.statements.shared.create)
-                .await?;
-            self.queue = true;
-        } else {
-            // An election's candidate takes its turn too once `--mode` candidates
-            // created the table.
-            self.queue = self.found(session, &self.table.shared()).await?;
+        for (table, create) in self.tables() {
+            self.ensure(session, &table, create).await?;
         }
+        // An election's candidate takes its turn too once `--mode` candidates created
+        // the table.
+        self.queue = self.shared.is_some() || self.found(session, &self.table.shared()).await?;
         // The counter's row, at least as high as the lease row (a table from before
         // the counter, a counter row deleted while the lease row stayed).
         self.seed(session, 0).await?;
@@ -477,26 +518,17 @@ impl SqlDialect for Mysql {
         }
         let request = self.statements.own(t, (&self.presence, &self.lock));
         let row = session.tuple("watch", request).await?;
-        if row
-            .as_ref()
-            .is_some_and(|(tenure, _, _)| *tenure == t.tenure)
-        {
+        let (tenure, ours) = self.looked(row, t);
+        if ours {
             self.limit_idle(session).await;
-            if self.turn.is_some() {
+            if self.turn.wanted() {
                 // A writer that queued keeps its turn lock through its tenure; a new
                 // connection (the old one cut or replaced) takes it again, so that
                 // the readers behind it wait silently again after one look.
                 self.hold_turn(session).await;
             }
         }
-        if let Some((_, _, lock_holder)) = &row {
-            let ours = self.signal_id.load(Ordering::SeqCst);
-            if rules::lock_slipped(*self.held.borrow(), *lock_holder, ours) {
-                // The signal connection lost the lock (and likely itself) unnoticed.
-                self.check.notify_one();
-            }
-        }
-        Ok(row.map(|(tenure, _, _)| tenure))
+        Ok(tenure)
     }
 
     fn acquired(&mut self) {
@@ -615,10 +647,7 @@ impl SqlDialect for Mysql {
         wait: WaitFor,
         max: Duration,
     ) -> Wake {
-        let held = *self.held.borrow();
-        let want = signal::want(&wait, held, self.sight.left_to_another, &self.sight.tenure);
-        self.seen.send_replace(self.sight.tenure.clone());
-        self.want.send_replace(want);
+        self.ask_signal(&wait);
         let until = Instant::now() + max;
         let signals = signal::signals(&wait);
         let mut queue_known = true;
@@ -634,13 +663,7 @@ impl SqlDialect for Mysql {
                 }
                 _ = sleep_until(signal::wake_at(silent, expiry, until)) => {}
             }
-            if silent {
-                return Wake::Quiet;
-            }
-            if let Some(e) = tenancy.expiry() {
-                *e = None;
-            }
-            return Wake::Changed;
+            return ran_out(silent, tenancy);
         }
     }
 }

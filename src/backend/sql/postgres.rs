@@ -55,6 +55,7 @@ use sqlx::postgres::PgConnection;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
     WaitFor, Waiting,
@@ -94,9 +95,8 @@ pub struct Postgres {
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
-    /// A waiting writer's turn lock ([`wake::turn_key`]): the statement connection
-    /// that holds it.
-    turn: Option<u64>,
+    /// A waiting writer's turn lock ([`wake::turn_key`]) on the statement connection.
+    turn: OnConnection,
     /// The election's advisory lock (see [`wake`]).
     key: i64,
     /// The readers' lock, held shared by shared holders (see [`wake::WAIT_READERS`]).
@@ -108,8 +108,8 @@ pub struct Postgres {
     presence: String,
     /// The leader's `idle_session_timeout`, ms: the ttl.
     idle_limit: String,
-    /// The statement connection on which we hold the lock, while we lead.
-    guard: Option<u64>,
+    /// The election's lock (or the readers'), on the statement connection while we lead.
+    guard: OnConnection,
     /// The leader's looks at its own row, on a connection of their own: the
     /// statement connection idles between renewals, for its idle limit.
     look: Session<PgConnection>,
@@ -166,7 +166,7 @@ impl PostgresBackend {
             presence,
             readers,
             idle_limit: millis(lease.timing.ttl).to_string(),
-            guard: None,
+            guard: OnConnection::default(),
             look: Session::new(options.clone()),
             waiter,
             statements: Statements::for_tables(
@@ -188,7 +188,7 @@ impl PostgresBackend {
             listener,
             table_ready: false,
             queue: false,
-            turn: None,
+            turn: OnConnection::default(),
         };
         Ok(SqlBackend::with_dialect(session, lease, dialect))
     }
@@ -197,21 +197,11 @@ impl PostgresBackend {
 /// The SQLSTATEs of a `CREATE TABLE IF NOT EXISTS` that lost to another session's
 /// creation of the same table: the catalog's unique index (23505), the table (42P07),
 /// or its row type ("type … already exists", 42710).
-fn lost_a_creation_race(code: &str) -> bool {
-    matches!(code, "23505" | "42P07" | "42710")
+fn lost_a_creation_race(e: &sqlx::Error) -> bool {
+    code_of(e).is_some_and(|c| matches!(c.as_str(), "23505" | "42P07" | "42710"))
 }
 
 impl Postgres {
-    fn not_allowed(&self, table: &Table, e: &sqlx::Error) -> TableError {
-        TableError::NotAllowed {
-            table: table.display(),
-            user: self.user.clone(),
-            detail: e
-                .as_database_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-        }
-    }
-
     /// Whether `table` is there; a user who may not even look is bad input.
     async fn exists(
         &self,
@@ -222,43 +212,41 @@ impl Postgres {
         let exists = (self.statements.exists(table.quoted('"')))
             .fetch_one(&mut *conn)
             .await;
-        match exists {
-            Err(e) if is_denied(&e) => {
-                session.end("prepare", Ok(()))?;
-                Err(self.not_allowed(table, &e))
-            }
-            other => Ok(session.end("prepare", other)?),
-        }
+        let exists = session.end_preparing(exists, (table, &self.user), (is_denied, |_| false));
+        Ok(exists?.unwrap_or(false))
     }
 
     /// Creates `table` with `create` if it is missing.
     async fn ensure(
         &self,
         session: &mut Session<PgConnection>,
-        table: &Table,
-        create: &str,
+        (table, create): (&Table, &str),
     ) -> Result<(), TableError> {
         if self.exists(session, table).await? {
             return Ok(());
         }
         let conn = session.begin("prepare").await?;
-        let created = sqlx::query(create).execute(&mut *conn).await;
-        match created {
-            Err(e) if is_denied(&e) => {
-                session.end("prepare", Ok(()))?;
-                Err(self.not_allowed(table, &e))
-            }
-            // Two candidates creating it at once: one loses a catalog race.
-            Err(e) if code_of(&e).is_some_and(|c| lost_a_creation_race(&c)) => {
-                session.end("prepare", Ok(()))?;
-                Ok(())
-            }
-            other => {
-                session.end("prepare", other)?;
-                tracing::info!(table = %table.display(), "created the table");
-                Ok(())
-            }
+        let created = sqlx::query(create).execute(&mut *conn).await.map(|_| ());
+        // Two candidates creating it at once: one loses a catalog race.
+        let who = (table, self.user.as_str());
+        if (session.end_preparing(created, who, (is_denied, lost_a_creation_race)))?.is_some() {
+            tracing::info!(table = %table.display(), "created the table");
         }
+        Ok(())
+    }
+
+    /// The tables a candidate creates when they are missing, each with its statement:
+    /// the lease table, the counters', the candidates', and with `--mode` the shared
+    /// holders'.
+    fn tables(&self) -> Vec<(&Table, &str)> {
+        let st = &self.statements;
+        let mut tables = vec![
+            (&self.table, st.create.as_str()),
+            (&self.counter, &st.create_counter),
+            (&self.candidates, &st.create_candidates),
+        ];
+        tables.extend(self.shared.as_ref().map(|s| (s, st.shared.create.as_str())));
+        tables
     }
 }
 
@@ -267,54 +255,52 @@ impl Postgres {
     /// limit (see [`wake`]); once per connection. Best effort: without it followers
     /// fall back to the row's expiry.
     async fn hold(&mut self, session: &mut Session<PgConnection>) {
-        if self.guard.is_some_and(|g| session.still(g)) {
+        if !self.guard.asks(|g| session.still(g), false) {
             return;
         }
-        self.guard = None;
-        // A shared holder holds the readers' lock, shared; a writer the election's.
-        let (hold, key) = if self.reader {
+        let (hold, key) = self.lock_to_hold();
+        let held = session.one("hold", wake::hold(hold, key, &self.idle_limit));
+        let held = held.await.map(|h| h == Some(true));
+        (self.guard).answered(held, session.generation(), "the election's lock");
+    }
+
+    /// The lock a holder holds: a shared holder the readers' lock, shared; a writer
+    /// the election's.
+    fn lock_to_hold(&self) -> (&'static str, i64) {
+        if self.reader {
             (wake::HOLD_SHARED, self.readers_key)
         } else {
             (wake::HOLD, self.key)
-        };
-        let held = session.one("hold", wake::hold(hold, key, &self.idle_limit));
-        match held.await {
-            Ok(Some(true)) => self.guard = Some(session.generation()),
-            Ok(_) => tracing::debug!("the election's lock is busy; trying again at the next renew"),
-            Err(e) => tracing::debug!(error = %e, "could not hold the election's lock"),
         }
     }
 
     /// Lets the lock and the idle limit go, if we hold them (and our turn lock with
     /// every other).
     async fn let_go(&mut self, session: &mut Session<PgConnection>) {
-        if !self.guard.take().is_some_and(|g| session.still(g)) {
+        if !self.guard.lets_go(|g| session.still(g)) {
             return;
         }
         let _ = session.execute("release", sqlx::query(wake::LET_GO)).await;
-        self.turn = None;
+        self.turn.forget();
     }
 
     /// A waiting writer's turn lock on the statement connection, once per
     /// connection, kept until its tenure ends (see [`wake::turn_key`]). Best effort:
     /// without it, the shared candidates behind it wait by the retry interval.
     async fn hold_turn(&mut self, session: &mut Session<PgConnection>) {
-        if self.turn.is_some_and(|g| session.still(g)) {
+        if !self.turn.asks(|g| session.still(g), false) {
             return;
         }
-        self.turn = None;
         let key = wake::turn_key(&self.presence);
         let held = session.one("campaign", sqlx::query_scalar(wake::HOLD_TURN).bind(key));
-        match held.await {
-            Ok(true) => self.turn = Some(session.generation()),
-            Ok(false) => tracing::debug!("our turn lock is busy"),
-            Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
-        }
+        let held = held.await;
+        self.turn
+            .answered(held, session.generation(), "our turn lock");
     }
 
     /// Lets our turn lock go, if we hold it: our tenure (or our wait) ended.
     async fn let_turn_go(&mut self, session: &mut Session<PgConnection>) {
-        if !self.turn.take().is_some_and(|g| session.still(g)) {
+        if !self.turn.lets_go(|g| session.still(g)) {
             return;
         }
         let key = wake::turn_key(&self.presence);
@@ -330,19 +316,25 @@ impl Postgres {
         t: &Tenancy,
         row: Result<Option<sqlx::postgres::PgRow>, BackendError>,
     ) -> Result<Option<LeaseRow>, BackendError> {
-        let row = row?;
-        let row = row
-            .as_ref()
-            .map(LeaseRow::from_row)
-            .transpose()
-            .map_err(super::sql("campaign"))?;
-        if row.as_ref().is_some_and(|r| r.tenure == t.tenure) {
+        let row = taken(row?)?;
+        self.keep_lock(session, row.as_ref().is_some_and(|r| r.tenure == t.tenure))
+            .await;
+        Ok(row)
+    }
+
+    /// Holds the election's lock while the row is ours (`ours`), lets it go otherwise.
+    async fn keep_lock(&mut self, session: &mut Session<PgConnection>, ours: bool) {
+        if ours {
             self.hold(session).await;
         } else {
             self.let_go(session).await;
         }
-        Ok(row)
     }
+}
+
+/// The row a take statement's answer carries.
+fn taken(row: Option<sqlx::postgres::PgRow>) -> Result<Option<LeaseRow>, BackendError> {
+    (row.as_ref().map(LeaseRow::from_row).transpose()).map_err(super::sql("campaign"))
 }
 
 impl Postgres {
@@ -359,9 +351,53 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// The `registered` identities, each with whether its presence is among the
+    /// `present` connections' names.
+    fn present(
+        &self,
+        election: &str,
+        registered: Vec<String>,
+        present: &[String],
+    ) -> Vec<(String, bool)> {
+        (registered.into_iter())
+            .map(|id| {
+                let up = present.contains(&presence(&self.table, election, &id));
+                (id, up)
+            })
+            .collect()
+    }
+
+    /// Our waiting row's write (`on`) or delete, keyed by our presence: the row keeps
+    /// shared candidates out while our listener's session lives, without writes (see
+    /// `shared`).
+    fn mark<'q>(&'q self, t: &'q Tenancy, on: bool) -> statements::Request<'q> {
+        let shared = &self.statements.shared;
+        if on {
+            shared.mark(t, &self.presence, self.reader)
+        } else {
+            shared.unmark(&t.election, &self.presence)
+        }
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.listener.abort();
+    }
+}
+
+/// Which waiter a follower waits on (`true`: the readers'), and for which lock, held
+/// by another (`true`) or not (`key`: the election's lock, `readers_key`: the
+/// readers'): behind a waiting writer, its tenure's end (its turn lock); a writer kept
+/// out by shared holders, their sessions (the readers' lock); another's tenure, the
+/// holder's session (the election's lock); else the notifications.
+fn wait_on(wait: WaitFor, (key, readers_key): (i64, i64)) -> (bool, (bool, i64)) {
+    match wait {
+        WaitFor::Turn { writer } => (false, (true, wake::turn_key(&writer))),
+        WaitFor::Readers => (true, (true, readers_key)),
+        WaitFor::Holder => (false, (true, key)),
+        WaitFor::Notice => (false, (false, key)),
     }
 }
 
@@ -392,25 +428,12 @@ impl SqlDialect for Postgres {
         if self.table_ready {
             return Ok(());
         }
-        self.ensure(session, &self.table, &self.statements.create)
-            .await?;
-        self.ensure(session, &self.counter, &self.statements.create_counter)
-            .await?;
-        self.ensure(
-            session,
-            &self.candidates,
-            &self.statements.create_candidates,
-        )
-        .await?;
-        if let Some(shared) = &self.shared {
-            self.ensure(session, shared, &self.statements.shared.create)
-                .await?;
-            self.queue = true;
-        } else {
-            // An election's candidate takes its turn too once `--mode` candidates
-            // created the table.
-            self.queue = self.exists(session, &self.table.shared()).await?;
+        for table in self.tables() {
+            self.ensure(session, table).await?;
         }
+        // An election's candidate takes its turn too once `--mode` candidates created
+        // the table.
+        self.queue = self.shared.is_some() || self.exists(session, &self.table.shared()).await?;
         // The counter at least as high as the row (a table from before the counter, a
         // counter row deleted while the lease row stayed).
         let request = self.statements.seed(&self.election);
@@ -436,11 +459,7 @@ impl SqlDialect for Postgres {
     ) -> Result<bool, BackendError> {
         let done = session.execute("renew", self.statements.renew(t)).await;
         let ours = done?.rows_affected() == 1;
-        if ours {
-            self.hold(session).await;
-        } else {
-            self.let_go(session).await;
-        }
+        self.keep_lock(session, ours).await;
         Ok(ours)
     }
 
@@ -473,13 +492,7 @@ impl SqlDialect for Postgres {
         let registered = session.values("candidates", request).await?;
         let request = self.statements.present();
         let present = session.values("candidates", request).await?;
-        Ok(registered
-            .into_iter()
-            .map(|id| {
-                let up = present.contains(&presence(&self.table, election, &id));
-                (id, up)
-            })
-            .collect())
+        Ok(self.present(election, registered, &present))
     }
 
     fn presence_renewed(&mut self) -> bool {
@@ -546,14 +559,11 @@ impl SqlDialect for Postgres {
         wait: WaitFor,
         max: Duration,
     ) -> Wake {
-        // Behind a waiting writer: its tenure's end (its turn lock); a writer kept out
-        // by shared holders: their sessions (the readers' lock); another's tenure: the
-        // holder's session (the election's lock); else the notifications.
-        let (waiter, held) = match wait {
-            WaitFor::Turn { writer } => (&mut self.waiter, (true, wake::turn_key(&writer))),
-            WaitFor::Readers => (&mut self.readers, (true, self.readers_key)),
-            WaitFor::Holder => (&mut self.waiter, (true, self.key)),
-            WaitFor::Notice => (&mut self.waiter, (false, self.key)),
+        let (readers, held) = wait_on(wait, (self.key, self.readers_key));
+        let waiter = if readers {
+            &mut self.readers
+        } else {
+            &mut self.waiter
         };
         let mut none = None;
         let expiry = tenancy.expiry().unwrap_or(&mut none);
@@ -578,11 +588,7 @@ impl SqlDialect for Postgres {
     ) -> Result<bool, BackendError> {
         let done = session.one("renew", self.statements.shared.renew(t)).await;
         let ours = done? == 1;
-        if ours {
-            self.hold(session).await;
-        } else {
-            self.let_go(session).await;
-        }
+        self.keep_lock(session, ours).await;
         Ok(ours)
     }
 
@@ -604,15 +610,7 @@ impl SqlDialect for Postgres {
         t: &Tenancy,
         on: bool,
     ) -> Result<(), BackendError> {
-        let shared = &self.statements.shared;
-        // Keyed by our presence: the row keeps shared candidates out while our
-        // listener's session lives, without writes (see `shared`).
-        let request = if on {
-            shared.mark(t, &self.presence, self.reader)
-        } else {
-            shared.unmark(&t.election, &self.presence)
-        };
-        session.execute("campaign", request).await?;
+        session.execute("campaign", self.mark(t, on)).await?;
         if on && !self.reader {
             self.hold_turn(session).await;
         }
@@ -661,5 +659,29 @@ impl SqlDialect for Postgres {
     ) -> Result<Vec<(String, i64, bool)>, BackendError> {
         let request = self.statements.shared.holders(election);
         session.tuples("campaign", request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Behind a waiting writer a follower waits for its turn lock, a writer kept out
+    /// by shared holders for the readers' lock (on the readers' waiter), a follower of
+    /// another's tenure for the election's lock; else nothing holds what it waits on.
+    #[test]
+    fn a_follower_waits_on_the_lock_of_what_keeps_it_out() {
+        let keys = (1, 2);
+        let writer = "lk:w".to_owned();
+        let turn = WaitFor::Turn {
+            writer: writer.clone(),
+        };
+        assert_eq!(
+            wait_on(turn, keys),
+            (false, (true, wake::turn_key(&writer)))
+        );
+        assert_eq!(wait_on(WaitFor::Readers, keys), (true, (true, 2)));
+        assert_eq!(wait_on(WaitFor::Holder, keys), (false, (true, 1)));
+        assert_eq!(wait_on(WaitFor::Notice, keys), (false, (false, 1)));
     }
 }

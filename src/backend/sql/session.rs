@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 
 use super::core::LeaseRow;
 use super::queue::Waiting;
+use super::settings::Table;
 use crate::backend::BackendError;
 
 impl LeaseRow {
@@ -130,7 +131,38 @@ impl<C: sqlx::Connection> Session<C> {
         }
         r.map_err(sql(op))
     }
+
+    /// Ends a request that prepares `table` for `user`: an answer that refuses the
+    /// user the right (`refused`) is bad input ([`TableError::NotAllowed`]); one that
+    /// lost a creation race to another session (`raced`) is `None`, done all the same.
+    pub fn end_preparing<T>(
+        &mut self,
+        answer: Result<T, sqlx::Error>,
+        (table, user): (&Table, &str),
+        (refused, raced): (ErrorCheck, ErrorCheck),
+    ) -> Result<Option<T>, TableError> {
+        match answer {
+            Err(e) if refused(&e) => {
+                self.end("prepare", Ok(()))?;
+                Err(TableError::NotAllowed {
+                    table: table.display(),
+                    user: user.to_owned(),
+                    detail: e
+                        .as_database_error()
+                        .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+                })
+            }
+            Err(e) if raced(&e) => {
+                self.end("prepare", Ok(()))?;
+                Ok(None)
+            }
+            other => Ok(Some(self.end("prepare", other)?)),
+        }
+    }
 }
+
+/// Whether an error is of one kind (a dialect's refused right, a lost creation race).
+pub type ErrorCheck = fn(&sqlx::Error) -> bool;
 
 pub(crate) fn sql(op: &'static str) -> impl FnOnce(sqlx::Error) -> BackendError {
     move |e| BackendError::Store {
@@ -269,3 +301,39 @@ macro_rules! requests {
 
 requests!(sqlx::postgres::PgConnection, sqlx::Postgres);
 requests!(sqlx::mysql::MySqlConnection, sqlx::MySql);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protocol(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::Protocol(_))
+    }
+
+    fn row_not_found(e: &sqlx::Error) -> bool {
+        matches!(e, sqlx::Error::RowNotFound)
+    }
+
+    /// A refused right is bad input naming the table and the user; a lost creation
+    /// race is done; any other error is the store's, and an answer passes through.
+    #[test]
+    fn a_preparing_answer_is_bad_input_only_when_the_right_is_refused() {
+        let table = Table::parse("app.leases").expect("a table");
+        let who = (&table, "lk");
+        let checks: (ErrorCheck, ErrorCheck) = (protocol, row_not_found);
+        let mut s =
+            Session::<sqlx::postgres::PgConnection>::new(sqlx::postgres::PgConnectOptions::new());
+        let refused = s.end_preparing::<()>(Err(sqlx::Error::Protocol("no".into())), who, checks);
+        match refused {
+            Err(TableError::NotAllowed { table, user, .. }) => {
+                assert_eq!((table.as_str(), user.as_str()), ("app.leases", "lk"));
+            }
+            other => panic!("not bad input: {other:?}"),
+        }
+        let raced = s.end_preparing::<()>(Err(sqlx::Error::RowNotFound), who, checks);
+        assert!(matches!(raced, Ok(None)));
+        let failed = s.end_preparing::<()>(Err(sqlx::Error::PoolClosed), who, checks);
+        assert!(matches!(failed, Err(TableError::Backend(_))));
+        assert!(matches!(s.end_preparing(Ok(7), who, checks), Ok(Some(7))));
+    }
+}

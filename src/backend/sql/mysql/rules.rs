@@ -1,9 +1,14 @@
 //! MySQL's own decisions around its take and its leader's look, as plain functions
 //! (the rules both dialects share are `super::super::core`'s): what the conditional
 //! take's answer means, when the token counter's row is missing, what the signal
-//! connection queues with, and whether the named lock slipped away from the leader.
+//! connection queues with, whether the named lock slipped away from the leader, and
+//! how long a follower that hands the lock on pauses.
 
-use super::super::LeaseRow;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::{LeaseRow, QUARANTINE};
 
 /// What the conditional take's answer means (see the parent module's take).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +45,52 @@ pub(super) fn counter_gone(counted: bool, kept: bool, row: &LeaseRow, tenure: &s
     !counted && !kept && row.left_ms == 0 && row.tenure != tenure
 }
 
+/// The row inserted for a missing one (`counted`: the counter's token; `ttl_us`):
+/// its tenure and how long it lasts. When tokens were handed out before, a quarantine
+/// row nobody holds that expires a ttl later, so that a leader still claiming on the
+/// deleted row runs out first; otherwise a free one.
+pub(super) fn missing_row(counted: i64, ttl_us: i64) -> (&'static str, i64) {
+    if counted > 0 {
+        (QUARANTINE, ttl_us)
+    } else {
+        ("", 0)
+    }
+}
+
+/// What a counting statement (`LAST_INSERT_ID(expr)`) handed out, by its answer: the
+/// rows it changed and the id it passed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counted {
+    /// It counted nothing (no row matched).
+    Nothing,
+    /// This token.
+    Token(i64),
+    /// It counted, but the server did not pass the value on: ask the session (the
+    /// value is the session's still).
+    Ask,
+}
+
+pub(super) fn counted(rows: u64, last_id: u64) -> Counted {
+    if rows != 1 {
+        return Counted::Nothing;
+    }
+    match i64::try_from(last_id) {
+        Ok(token) if token > 0 => Counted::Token(token),
+        _ => Counted::Ask,
+    }
+}
+
+/// Whether a leaving shared holder frees the lease row, by the version it read after
+/// deleting its own row (`token`, `renewed_at` µs, the count of other live shared
+/// holders; none when the row is no longer shared): only the last one does, and only
+/// at that version.
+pub(super) fn frees(version: Option<(i64, i64, i64)>) -> Option<(i64, i64)> {
+    match version {
+        Some((token, at, 0)) => Some((token, at)),
+        _ => None,
+    }
+}
+
 /// What the last campaign saw of the row, as the signal connection queues with it:
 /// its tenure (a follower queues only while the row still has it), and whether the
 /// free row is left to another candidate (a switchover's, or the queue's: the lock is
@@ -71,6 +122,34 @@ impl Sight {
 /// unnoticed).
 pub(super) fn lock_slipped(held: bool, holder: Option<i64>, ours: u64) -> bool {
     held && holder.and_then(|h| u64::try_from(h).ok()) != Some(ours)
+}
+
+/// Consecutive yields for one tenure: the first queues again at once, later ones
+/// pause 10 ms, doubling, at most `max`. A yield counts as consecutive while it comes
+/// within `max` of the end of the last pause, so a follower that keeps finding the
+/// lock free stays at `max` instead of starting over once its pause reached it.
+#[derive(Default)]
+pub(super) struct Yields {
+    tenure: String,
+    count: u32,
+    resumes_at: Option<Instant>,
+}
+
+impl Yields {
+    pub(super) fn pause(&mut self, tenure: &str, now: Instant, max: Duration) -> Duration {
+        let recent = self.resumes_at.is_some_and(|t| now < t + max);
+        if self.tenure != tenure || !recent {
+            self.tenure = tenure.to_owned();
+            self.count = 0;
+        }
+        self.count += 1;
+        let pause = match self.count {
+            1 => Duration::ZERO,
+            n => (Duration::from_millis(10) * (1u32 << (n - 2).min(16))).min(max),
+        };
+        self.resumes_at = Some(now + pause);
+        pause
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +209,31 @@ mod tests {
         assert!(!counter_gone(false, false, &row("me", "me", 0), "me"));
     }
 
+    /// A missing row comes back as a quarantine row for a ttl once tokens were handed
+    /// out, else free.
+    #[test]
+    fn a_missing_row_is_quarantined_once_tokens_were_handed_out() {
+        assert_eq!(missing_row(3, 500), (QUARANTINE, 500));
+        assert_eq!(missing_row(0, 500), ("", 0));
+    }
+
+    #[test]
+    fn a_counted_token_comes_from_the_answer_or_the_session() {
+        assert_eq!(counted(0, 9), Counted::Nothing);
+        assert_eq!(counted(2, 9), Counted::Nothing);
+        assert_eq!(counted(1, 9), Counted::Token(9));
+        assert_eq!(counted(1, 0), Counted::Ask, "not passed on");
+        assert_eq!(counted(1, u64::MAX), Counted::Ask);
+    }
+
+    /// Only the last live shared holder frees the row, at the version it read.
+    #[test]
+    fn only_the_last_shared_holder_frees_the_row() {
+        assert_eq!(frees(Some((7, 100, 0))), Some((7, 100)));
+        assert_eq!(frees(Some((7, 100, 1))), None, "another still holds");
+        assert_eq!(frees(None), None, "no longer shared");
+    }
+
     #[test]
     fn the_signal_queues_with_what_the_campaign_saw() {
         let mut sight = Sight::default();
@@ -149,5 +253,40 @@ mod tests {
         assert!(lock_slipped(true, Some(13), 12));
         assert!(lock_slipped(true, None, 12));
         assert!(!lock_slipped(false, None, 12));
+    }
+
+    #[test]
+    fn yields_for_one_tenure_pause_longer_and_longer() {
+        let max = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut y = Yields::default();
+        assert_eq!(y.pause("a", t0, max), Duration::ZERO);
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(10));
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(20));
+        assert_eq!(y.pause("a", t0, max), Duration::from_millis(40));
+        // Another tenure starts over, and so does one yielded for long ago.
+        assert_eq!(y.pause("b", t0, max), Duration::ZERO);
+        assert_eq!(y.pause("b", t0, max), Duration::from_millis(10));
+        let later = t0 + Duration::from_millis(10) + max;
+        assert_eq!(y.pause("b", later, max), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_follower_that_keeps_finding_the_lock_free_stays_at_the_longest_pause() {
+        let max = Duration::from_millis(640);
+        let mut now = Instant::now();
+        let mut y = Yields::default();
+        let mut pauses = Vec::new();
+        for _ in 0..12 {
+            let pause = y.pause("a", now, max);
+            pauses.push(pause.as_millis());
+            // Each yield comes a round trip after the end of the last pause.
+            now += pause + Duration::from_millis(20);
+        }
+        assert_eq!(
+            pauses,
+            [0, 10, 20, 40, 80, 160, 320, 640, 640, 640, 640, 640],
+            "the pauses of a yield loop"
+        );
     }
 }

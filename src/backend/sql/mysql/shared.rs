@@ -411,7 +411,7 @@ impl Mysql {
         session.execute(op, request).await?;
         let request = self.statements.shared.version(election, tenure);
         let version = session.tuple(op, request).await;
-        let Some((token, at, 0)) = version? else {
+        let Some((token, at)) = super::rules::frees(version?) else {
             return Ok(());
         };
         let request = self.statements.shared.free(election, (token, at));
@@ -477,24 +477,20 @@ impl Mysql {
     /// so a lock lost with a connection is taken again. Best effort: without it, the
     /// shared candidates behind it wait by the retry interval.
     pub(super) async fn hold_turn(&mut self, session: &mut Conn) {
-        let name = turn_lock(&self.candidate);
-        if self.turn.is_some_and(|g| session.still(g)) {
+        // Wanted, on no connection yet: the next call tries again.
+        if !self.turn.asks(|g| session.still(g), true) {
             return;
         }
-        // Wanted, on no connection yet (generation 0 is never one in use): the next
-        // call tries again.
-        self.turn = Some(0);
+        let name = turn_lock(&self.candidate);
         let held = session.one("campaign", hold(&name)).await;
-        match held {
-            Ok(Some(1)) => self.turn = Some(session.generation()),
-            Ok(_) => tracing::debug!("our turn lock is busy"),
-            Err(e) => tracing::debug!(error = %e, "could not take our turn lock"),
-        }
+        let held = held.map(|h| h == Some(1));
+        self.turn
+            .answered(held, session.generation(), "our turn lock");
     }
 
     /// Lets our turn lock go, if we hold it: our tenure (or our wait) ended.
     pub(super) async fn let_turn_go(&mut self, session: &mut Conn) {
-        if !self.turn.take().is_some_and(|g| session.still(g)) {
+        if !self.turn.lets_go(|g| session.still(g)) {
             return;
         }
         let request = let_go(turn_lock(&self.candidate));

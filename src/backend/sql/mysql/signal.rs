@@ -43,6 +43,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::super::WaitFor;
+use super::rules::Yields;
 use crate::backoff::Backoff;
 
 /// A request whose answer is one column, as `O`.
@@ -73,6 +74,17 @@ pub(super) enum Want {
     /// A shared candidate kept out by the queue behind a waiting writer: let the lock
     /// go, and wait for that writer's turn lock (named here) instead ([`wait_for_turn`]).
     Turn(String),
+}
+
+impl Want {
+    /// Whether a candidate waits on the signal: it follows (or was woken by the lock),
+    /// or waits for shared holders or a waiting writer's turn.
+    fn waits(&self) -> bool {
+        matches!(
+            self,
+            Want::Follow | Want::Yield(_) | Want::Pass | Want::Readers | Want::Turn(_)
+        )
+    }
 }
 
 /// What a follower's signal connection does while it waits as the core says (`wait`):
@@ -180,10 +192,7 @@ pub(super) async fn signal(mut p: SignalParts) {
         match timeout(p.op_timeout, connect(&p)).await {
             Ok(Ok((mut conn, id))) => {
                 p.conn_id.store(id, Ordering::SeqCst);
-                if matches!(
-                    *p.want.borrow(),
-                    Want::Follow | Want::Yield(_) | Want::Pass | Want::Readers | Want::Turn(_)
-                ) {
+                if p.want.borrow().waits() {
                     // Releases may have happened while we were away.
                     p.woke.notify_one();
                 }
@@ -323,23 +332,40 @@ async fn wait_for_lock(
         let lead = lead_request(p).fetch_one(&mut *conn);
         timeout(p.check_every + p.op_timeout, lead).await
     };
+    match answered(p, Got::of(got), follower, want) {
+        After::Next(next) => Some(next),
+        After::Rest => rest(conn, p).await,
+        After::Renew => None,
+    }
+}
+
+/// What a wait for the lock leads to (see [`answered`]).
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    /// Go on with this want.
+    Next(Want),
+    /// The row changed: rest until the next want.
+    Rest,
+    /// Renew the connection.
+    Renew,
+}
+
+/// What a wait for the lock that answered `got` leads to: the lock, when got, is
+/// held; a follower that should look is woken; then the next want (the one asked for
+/// meanwhile, or `want` again), a rest when the row changed, or a new connection.
+fn answered(p: &mut SignalParts, got: Got, follower: bool, want: &Want) -> After {
     let next = if p.want.has_changed().unwrap_or(false) {
         p.want.borrow_and_update().clone()
     } else {
         want.clone()
     };
-    let got = Got::of(got);
     if got == Got::Lock {
         p.held.send_replace(true);
     }
     if got.wakes(follower, &next) {
         p.woke.notify_one();
     }
-    match got {
-        Got::Lock | Got::Nothing => Some(next),
-        Got::RowChanged => rest(conn, p).await,
-        Got::Broken => None,
-    }
+    got.then(next)
 }
 
 /// A follower's wait for the lock, queued only while the row's tenure is still
@@ -423,6 +449,16 @@ impl Got {
                 Got::Broken
             }
             Err(_) => Got::Broken,
+        }
+    }
+
+    /// What follows the wait: the `next` want once the lock is got or the wait ran
+    /// out, a rest when the row changed, a new connection when it broke.
+    fn then(self, next: Want) -> After {
+        match self {
+            Got::Lock | Got::Nothing => After::Next(next),
+            Got::RowChanged => After::Rest,
+            Got::Broken => After::Renew,
         }
     }
 
@@ -634,34 +670,6 @@ async fn hand_on(
     Some(Want::Follow)
 }
 
-/// Consecutive yields for one tenure: the first queues again at once, later ones
-/// pause 10 ms, doubling, at most `max`. A yield counts as consecutive while it comes
-/// within `max` of the end of the last pause, so a follower that keeps finding the
-/// lock free stays at `max` instead of starting over once its pause reached it.
-#[derive(Default)]
-struct Yields {
-    tenure: String,
-    count: u32,
-    resumes_at: Option<Instant>,
-}
-
-impl Yields {
-    fn pause(&mut self, tenure: &str, now: Instant, max: Duration) -> Duration {
-        let recent = self.resumes_at.is_some_and(|t| now < t + max);
-        if self.tenure != tenure || !recent {
-            self.tenure = tenure.to_owned();
-            self.count = 0;
-        }
-        self.count += 1;
-        let pause = match self.count {
-            1 => Duration::ZERO,
-            n => (Duration::from_millis(10) * (1u32 << (n - 2).min(16))).min(max),
-        };
-        self.resumes_at = Some(now + pause);
-        pause
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,6 +749,26 @@ mod tests {
         assert!(Got::Nothing.wakes(true, &Want::Follow));
         assert!(!Got::Nothing.wakes(false, &Want::Lead));
         assert!(!Got::Broken.wakes(true, &Want::Follow));
+        assert_eq!(Got::Lock.then(Want::Lead), After::Next(Want::Lead));
+        assert_eq!(Got::Nothing.then(Want::Follow), After::Next(Want::Follow));
+        assert_eq!(Got::RowChanged.then(Want::Follow), After::Rest);
+        assert_eq!(Got::Broken.then(Want::Follow), After::Renew);
+    }
+
+    /// A (re)connected signal connection wakes a candidate that waits on it: releases
+    /// may have happened while it was away.
+    #[test]
+    fn a_new_signal_connection_wakes_the_waiting() {
+        for want in [
+            Want::Follow,
+            Want::Pass,
+            Want::Readers,
+            Want::Turn("t".to_owned()),
+        ] {
+            assert!(want.waits(), "{want:?}");
+        }
+        assert!(Want::Yield("x".to_owned()).waits());
+        assert!(!Want::Rest.waits() && !Want::Lead.waits());
     }
 
     /// A silent wait for others' locks looks when they were let go or the backstop
@@ -757,40 +785,5 @@ mod tests {
         assert_eq!(broken, Waited::Broken);
         let overran = Waited::of(Err::<Result<Option<i64>, sqlx::Error>, _>(()), "them");
         assert_eq!(overran, Waited::Broken);
-    }
-
-    #[test]
-    fn yields_for_one_tenure_pause_longer_and_longer() {
-        let max = Duration::from_secs(5);
-        let t0 = Instant::now();
-        let mut y = Yields::default();
-        assert_eq!(y.pause("a", t0, max), Duration::ZERO);
-        assert_eq!(y.pause("a", t0, max), Duration::from_millis(10));
-        assert_eq!(y.pause("a", t0, max), Duration::from_millis(20));
-        assert_eq!(y.pause("a", t0, max), Duration::from_millis(40));
-        // Another tenure starts over, and so does one yielded for long ago.
-        assert_eq!(y.pause("b", t0, max), Duration::ZERO);
-        assert_eq!(y.pause("b", t0, max), Duration::from_millis(10));
-        let later = t0 + Duration::from_millis(10) + max;
-        assert_eq!(y.pause("b", later, max), Duration::ZERO);
-    }
-
-    #[test]
-    fn a_follower_that_keeps_finding_the_lock_free_stays_at_the_longest_pause() {
-        let max = Duration::from_millis(640);
-        let mut now = Instant::now();
-        let mut y = Yields::default();
-        let mut pauses = Vec::new();
-        for _ in 0..12 {
-            let pause = y.pause("a", now, max);
-            pauses.push(pause.as_millis());
-            // Each yield comes a round trip after the end of the last pause.
-            now += pause + Duration::from_millis(20);
-        }
-        assert_eq!(
-            pauses,
-            [0, 10, 20, 40, 80, 160, 320, 640, 640, 640, 640, 640],
-            "the pauses of a yield loop"
-        );
     }
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use sqlx::mysql::MySqlArguments;
 use sqlx::MySql;
 
+use super::super::request::{self, scalar, texts, tuples};
 use super::super::Tenancy;
 use super::shared::SharedStatements;
 
@@ -219,13 +219,13 @@ fn read(t: &str, p: &str) -> String {
 }
 
 /// One MySQL statement with its parameters bound: what a request sends.
-pub(super) type Request<'q> = sqlx::query::Query<'q, MySql, MySqlArguments>;
+pub(super) type Request<'q> = request::Request<'q, MySql>;
 
 /// A request whose answer is one column, as `O`.
-pub(super) type Scalar<'q, O> = sqlx::query::QueryScalar<'q, MySql, O, MySqlArguments>;
+pub(super) type Scalar<'q, O> = request::Scalar<'q, MySql, O>;
 
 /// A request whose answer is rows as tuples `O`.
-pub(super) type Tuples<'q, O> = sqlx::query::QueryAs<'q, MySql, O, MySqlArguments>;
+pub(super) type Tuples<'q, O> = request::Tuples<'q, MySql, O>;
 
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -241,7 +241,7 @@ impl Statements {
     }
 
     pub(super) fn release<'q>(&'q self, election: &'q str, tenure: &'q str) -> Request<'q> {
-        sqlx::query(&self.release).bind(election).bind(tenure)
+        texts(&self.release, &[election, tenure])
     }
 
     /// The leader's look: the row's tenure, its presence lock (`presence`) taken when
@@ -251,19 +251,14 @@ impl Statements {
         t: &'q Tenancy,
         (presence, lock): (&'q str, &'q str),
     ) -> Tuples<'q, (String, Option<i64>, Option<i64>)> {
-        sqlx::query_as(&self.own)
-            .bind(&t.tenure)
-            .bind(presence)
-            .bind(presence)
-            .bind(lock)
-            .bind(&t.election)
+        tuples(
+            &self.own,
+            &[&t.tenure, presence, presence, lock, &t.election],
+        )
     }
 
     pub(super) fn read<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
-        sqlx::query(&self.read)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(&t.election)
+        texts(&self.read, &[&t.election, &t.identity, &t.election])
     }
 
     /// The next token, counted when the row is free for a new tenure of ours.
@@ -304,7 +299,7 @@ impl Statements {
     }
 
     pub(super) fn counted<'q>(&'q self, election: &'q str) -> Scalar<'q, i64> {
-        sqlx::query_scalar(&self.counted).bind(election)
+        scalar(&self.counted, &[election])
     }
 
     /// A row nobody holds: `tenure` (a quarantine's, or none) with `token`, for `ttl_us`.
@@ -332,7 +327,7 @@ impl CandidateStatements {
     }
 
     pub(super) fn live<'q>(&'q self, election: &'q str) -> Scalar<'q, String> {
-        sqlx::query_scalar(&self.live).bind(election)
+        scalar(&self.live, &[election])
     }
 
     /// Whether the session that holds presence lock `lock` lives (1).
@@ -364,22 +359,18 @@ impl CandidateStatements {
     }
 
     pub(super) fn clear_mine<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
-        sqlx::query(&self.clear_mine)
-            .bind(&t.election)
-            .bind(&t.identity)
+        texts(&self.clear_mine, &[&t.election, &t.identity])
     }
 
     pub(super) fn prune<'q>(&'q self, election: &'q str, identity: &'q str) -> Request<'q> {
-        sqlx::query(&self.prune).bind(election).bind(identity)
+        texts(&self.prune, &[election, identity])
     }
 }
 
 /// The shared holders' requests (`--mode`; see [`SharedStatements`]).
 impl SharedStatements {
     pub(super) fn mine<'q>(&'q self, t: &'q Tenancy) -> Scalar<'q, i64> {
-        sqlx::query_scalar(&self.mine)
-            .bind(&t.election)
-            .bind(&t.tenure)
+        scalar(&self.mine, &[&t.election, &t.tenure])
     }
 
     pub(super) fn count<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
@@ -408,7 +399,7 @@ impl SharedStatements {
     }
 
     pub(super) fn drop<'q>(&'q self, election: &'q str, tenure: &'q str) -> Request<'q> {
-        sqlx::query(&self.drop).bind(election).bind(tenure)
+        texts(&self.drop, &[election, tenure])
     }
 
     pub(super) fn renew<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
@@ -420,14 +411,11 @@ impl SharedStatements {
     }
 
     pub(super) fn read<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
-        sqlx::query(&self.read)
-            .bind(&t.election)
-            .bind(&t.identity)
-            .bind(&t.election)
+        texts(&self.read, &[&t.election, &t.identity, &t.election])
     }
 
     pub(super) fn sweep<'q>(&'q self, election: &'q str, tenure: &'q str) -> Request<'q> {
-        sqlx::query(&self.sweep).bind(election).bind(tenure)
+        texts(&self.sweep, &[election, tenure])
     }
 
     /// The lease row's version, and whether other live shared holders are left.
@@ -436,10 +424,7 @@ impl SharedStatements {
         election: &'q str,
         tenure: &'q str,
     ) -> Tuples<'q, (i64, i64, i64)> {
-        sqlx::query_as(&self.version)
-            .bind(election)
-            .bind(tenure)
-            .bind(election)
+        tuples(&self.version, &[election, tenure, election])
     }
 
     /// The lease row freed, only at the version (`token`, `at`) read.
@@ -464,20 +449,18 @@ impl SharedStatements {
     }
 
     pub(super) fn unmark<'q>(&'q self, election: &'q str, presence: &'q str) -> Request<'q> {
-        sqlx::query(&self.unmark).bind(election).bind(presence)
+        texts(&self.unmark, &[election, presence])
     }
 
     pub(super) fn own<'q>(&'q self, t: &'q Tenancy) -> Scalar<'q, i64> {
-        sqlx::query_scalar(&self.own)
-            .bind(&t.election)
-            .bind(&t.tenure)
+        scalar(&self.own, &[&t.election, &t.tenure])
     }
 
     pub(super) fn queue<'q>(&'q self, election: &'q str) -> Request<'q> {
-        sqlx::query(&self.queue).bind(election)
+        texts(&self.queue, &[election])
     }
 
     pub(super) fn holders<'q>(&'q self, election: &'q str) -> Tuples<'q, (String, i64, i64)> {
-        sqlx::query_as(&self.holders).bind(election).bind(election)
+        tuples(&self.holders, &[election, election])
     }
 }

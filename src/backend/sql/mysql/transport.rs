@@ -5,6 +5,7 @@
 use sqlx::mysql::MySqlConnection;
 
 use super::super::{LeaseRow, Session, Table, TableError, Tenancy, QUARANTINE};
+use super::rules::{self, Counted};
 use super::{is_denied, ttl_us, Mysql};
 use crate::backend::BackendError;
 
@@ -86,16 +87,11 @@ impl Mysql {
         let request = self.statements.counted(&t.election);
         let counted = session.maybe("campaign", request).await;
         let counted = counted?.unwrap_or(0);
-        let quarantine = counted > 0;
-        let (tenure, ttl) = if quarantine {
-            (QUARANTINE, ttl_us(t))
-        } else {
-            ("", 0)
-        };
+        let (tenure, ttl) = rules::missing_row(counted, ttl_us(t));
         let request = self.statements.insert(&t.election, (tenure, counted), ttl);
         let done = session.execute("campaign", request).await;
         let inserted = done?.rows_affected() == 1;
-        if quarantine && inserted {
+        if tenure == QUARANTINE && inserted {
             tracing::warn!(
                 token = counted,
                 "the lease row was gone although tokens were handed out; fenced it for one ttl"
@@ -176,24 +172,12 @@ impl Mysql {
             return Ok(());
         }
         let conn = session.begin("prepare").await?;
-        let created = sqlx::query(create).execute(&mut *conn).await;
-        match created {
-            Err(e) if is_denied(&e) => {
-                session.end("prepare", Ok(()))?;
-                Err(TableError::NotAllowed {
-                    table: table.display(),
-                    user: self.user.clone(),
-                    detail: e
-                        .as_database_error()
-                        .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
-                })
-            }
-            other => {
-                session.end("prepare", other)?;
-                tracing::info!(table = %table.display(), "created the table");
-                Ok(())
-            }
+        let created = sqlx::query(create).execute(&mut *conn).await.map(|_| ());
+        let who = (table, self.user.as_str());
+        if (session.end_preparing(created, who, (is_denied, |_| false)))?.is_some() {
+            tracing::info!(table = %table.display(), "created the table");
         }
+        Ok(())
     }
 }
 
@@ -204,19 +188,12 @@ pub(super) async fn counted(
     session: &mut Session<MySqlConnection>,
     done: &sqlx::mysql::MySqlQueryResult,
 ) -> Result<Option<i64>, BackendError> {
-    if done.rows_affected() != 1 {
-        return Ok(None);
-    }
-    match i64::try_from(done.last_insert_id()) {
-        Ok(token) if token > 0 => Ok(Some(token)),
-        _ => {
-            let token = session
-                .one(
-                    "campaign",
-                    sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)"),
-                )
-                .await;
-            token.map(Some)
+    match rules::counted(done.rows_affected(), done.last_insert_id()) {
+        Counted::Nothing => Ok(None),
+        Counted::Token(token) => Ok(Some(token)),
+        Counted::Ask => {
+            let ask = sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)");
+            session.one("campaign", ask).await.map(Some)
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgNotification, PgPoolOptions};
 use tokio::sync::Notify;
 
 use crate::backoff::Backoff;
@@ -58,23 +58,33 @@ pub(super) async fn listen(p: Listener) {
 async fn relay(l: &mut PgListener, p: &Listener) {
     loop {
         tokio::select! {
-            n = l.try_recv() => match n {
-                Ok(Some(n)) => {
-                    if n.payload() == p.election {
-                        p.wake.notify_one();
-                        p.own_changed.notify_one();
-                    }
-                }
-                Ok(None) => {
-                    tracing::debug!("postgres listener connection lost; reconnecting");
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "postgres listener failed; reconnecting");
-                    return;
-                }
+            n = l.try_recv() => if !relayed(n, p) {
+                return;
             },
             _ = p.reconnected.notified() => return,
+        }
+    }
+}
+
+/// Passes a notification (`n`) on when it is for our election: it wakes the
+/// follower and the leader's look at its own row. False when the connection is lost
+/// or failed: it is renewed.
+fn relayed(n: Result<Option<PgNotification>, sqlx::Error>, p: &Listener) -> bool {
+    match n {
+        Ok(Some(n)) => {
+            if n.payload() == p.election {
+                p.wake.notify_one();
+                p.own_changed.notify_one();
+            }
+            true
+        }
+        Ok(None) => {
+            tracing::debug!("postgres listener connection lost; reconnecting");
+            false
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "postgres listener failed; reconnecting");
+            false
         }
     }
 }

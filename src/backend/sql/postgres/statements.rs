@@ -1,9 +1,9 @@
 //! PostgreSQL's statements for one lease table and the tables beside it (see the
 //! parent module for what each does), written once per candidate.
 
-use sqlx::postgres::PgArguments;
 use sqlx::Postgres;
 
+use super::super::request::{self, scalar, texts, tuples};
 use super::super::{Tenancy, QUARANTINE};
 use super::shared::SharedStatements;
 
@@ -186,19 +186,19 @@ fn take(t: &str, c: &str, k: &str) -> String {
 }
 
 /// One PostgreSQL statement with its parameters bound: what a request sends.
-pub(super) type Request<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+pub(super) type Request<'q> = request::Request<'q, Postgres>;
 
 /// A request whose answer is one column, as `O`.
-pub(super) type Scalar<'q, O> = sqlx::query::QueryScalar<'q, Postgres, O, PgArguments>;
+pub(super) type Scalar<'q, O> = request::Scalar<'q, Postgres, O>;
 
 /// A request whose answer is rows as tuples `O`.
-pub(super) type Tuples<'q, O> = sqlx::query::QueryAs<'q, Postgres, O, PgArguments>;
+pub(super) type Tuples<'q, O> = request::Tuples<'q, Postgres, O>;
 
 /// The requests, each the statement's parameters in its order (`$1`, `$2`, …; see
 /// each statement).
 impl Statements {
     pub(super) fn seed<'q>(&'q self, election: &'q str) -> Request<'q> {
-        sqlx::query(&self.seed).bind(election)
+        texts(&self.seed, &[election])
     }
 
     /// The take, notifying on `channel` when it applies.
@@ -226,10 +226,7 @@ impl Statements {
         (election, tenure): (&'q str, &'q str),
         channel: &'q str,
     ) -> Request<'q> {
-        sqlx::query(statement)
-            .bind(election)
-            .bind(tenure)
-            .bind(channel)
+        texts(statement, &[election, tenure, channel])
     }
 
     pub(super) fn list<'q>(&'q self, t: &'q Tenancy, alive_ms: i64) -> Request<'q> {
@@ -240,11 +237,11 @@ impl Statements {
     }
 
     pub(super) fn live<'q>(&'q self, election: &'q str) -> Scalar<'q, String> {
-        sqlx::query_scalar(&self.live).bind(election)
+        scalar(&self.live, &[election])
     }
 
     pub(super) fn present(&self) -> Scalar<'_, String> {
-        sqlx::query_scalar(&self.present)
+        scalar(&self.present, &[])
     }
 
     /// The switchover's reservation for `to` (whose presence is `presence`).
@@ -265,11 +262,11 @@ impl Statements {
     }
 
     pub(super) fn prune<'q>(&'q self, election: &'q str, identity: &'q str) -> Request<'q> {
-        sqlx::query(&self.prune).bind(election).bind(identity)
+        texts(&self.prune, &[election, identity])
     }
 
     pub(super) fn own<'q>(&'q self, election: &'q str) -> Scalar<'q, String> {
-        sqlx::query_scalar(&self.own).bind(election)
+        scalar(&self.own, &[election])
     }
 
     pub(super) fn exists(&self, table: String) -> Scalar<'_, bool> {
@@ -296,7 +293,7 @@ impl SharedStatements {
     }
 
     pub(super) fn sweep<'q>(&'q self, election: &'q str, tenure: &'q str) -> Request<'q> {
-        sqlx::query(&self.sweep).bind(election).bind(tenure)
+        texts(&self.sweep, &[election, tenure])
     }
 
     /// Our waiting row (`presence`: its key; `reader`: a shared candidate's `q`, else
@@ -316,20 +313,18 @@ impl SharedStatements {
     }
 
     pub(super) fn unmark<'q>(&'q self, election: &'q str, presence: &'q str) -> Request<'q> {
-        sqlx::query(&self.unmark).bind(election).bind(presence)
+        texts(&self.unmark, &[election, presence])
     }
 
     pub(super) fn own<'q>(&'q self, t: &'q Tenancy) -> Scalar<'q, i64> {
-        sqlx::query_scalar(&self.own)
-            .bind(&t.election)
-            .bind(&t.tenure)
+        scalar(&self.own, &[&t.election, &t.tenure])
     }
 
     pub(super) fn queue<'q>(&'q self, election: &'q str) -> Request<'q> {
-        sqlx::query(&self.queue).bind(election)
+        texts(&self.queue, &[election])
     }
 
     pub(super) fn holders<'q>(&'q self, election: &'q str) -> Tuples<'q, (String, i64, bool)> {
-        sqlx::query_as(&self.holders).bind(election)
+        tuples(&self.holders, &[election])
     }
 }

@@ -135,21 +135,14 @@ impl Waiter {
         (held_by_other, key): (bool, i64),
         max: Duration,
     ) -> Wake {
-        if let Some(n) = self.armed {
-            if *self.done.borrow() >= n {
-                return self.ended();
-            }
-        } else {
-            let by_expiry = std::mem::take(&mut self.by_expiry);
-            if !held_by_other || by_expiry {
+        let n = match self.start((held_by_other, key)) {
+            Start::Ended => return Wake::Changed,
+            Start::ByNotice => {
                 crate::backend::wait_for_wake(wake, hint, max).await;
                 return Wake::Changed;
             }
-            let n = self.arm.borrow().0 + 1;
-            self.arm.send_replace((n, key));
-            self.armed = Some(n);
-        }
-        let n = self.armed.unwrap_or_default();
+            Start::Wait(n) => n,
+        };
         let ended = tokio::select! {
             _ = wake.notified() => return Wake::Changed,
             _ = self.done.wait_for(|d| *d >= n) => true,
@@ -162,11 +155,44 @@ impl Waiter {
         }
     }
 
+    /// How a wait starts: a wait asked for that ended meanwhile ends now; without
+    /// one, a row another holds (`held_by_other`) is waited for by the lock (wait
+    /// `n`, asked for here, on lock `key`), unless the last wait by the lock ended
+    /// (then by the row's expiry, once); anything else by the notifications.
+    fn start(&mut self, (held_by_other, key): (bool, i64)) -> Start {
+        if let Some(n) = self.armed {
+            if *self.done.borrow() >= n {
+                self.ended();
+                return Start::Ended;
+            }
+            return Start::Wait(n);
+        }
+        let by_expiry = std::mem::take(&mut self.by_expiry);
+        if !held_by_other || by_expiry {
+            return Start::ByNotice;
+        }
+        let n = self.arm.borrow().0 + 1;
+        self.arm.send_replace((n, key));
+        self.armed = Some(n);
+        Start::Wait(n)
+    }
+
     fn ended(&mut self) -> Wake {
         self.armed = None;
         self.by_expiry = true;
         Wake::Changed
     }
+}
+
+/// How a follower's wait starts (see [`Waiter::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// The wait asked for ended (the holder's session did): a change.
+    Ended,
+    /// By the notifications, the row's expiry and the wait's end.
+    ByNotice,
+    /// By the lock: wait `n`'s end.
+    Wait(u64),
 }
 
 impl Drop for Waiter {
@@ -196,26 +222,46 @@ async fn run(
             }
         };
         if conn.is_none() {
-            match timeout(limit, PgConnection::connect_with(&options)).await {
-                Ok(Ok(c)) => conn = Some(c),
-                Ok(Err(e)) => tracing::debug!(error = %e, "postgres waiter connection failed"),
-                Err(_) => tracing::debug!("postgres waiter connection timed out"),
-            }
+            conn = connected(timeout(limit, PgConnection::connect_with(&options)).await);
         }
         if let Some(c) = conn.as_mut() {
             let waited = timeout(limit, sqlx::query(wait).bind(key).execute(c)).await;
-            match waited {
-                Ok(Ok(_)) | Ok(Err(sqlx::Error::Database(_))) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "postgres waiter failed");
-                    conn = None;
-                }
-                Err(_) => conn = None,
+            if !keeps_connection(waited.map(|w| w.map(|_| ()))) {
+                conn = None;
             }
         } else {
             sleep(Duration::from_millis(100)).await;
         }
         done.send_replace(asked);
+    }
+}
+
+/// The waiter's connection, if it could be opened in time.
+fn connected<E>(opened: Result<Result<PgConnection, sqlx::Error>, E>) -> Option<PgConnection> {
+    match opened {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "postgres waiter connection failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("postgres waiter connection timed out");
+            None
+        }
+    }
+}
+
+/// Whether the connection a wait ran on is kept: it is after the wait ended, or the
+/// server refused it (an SQL error, such as `lock_timeout`); a wait that failed below
+/// SQL or ran past its limit (`Err`) renews it.
+fn keeps_connection<E>(waited: Result<Result<(), sqlx::Error>, E>) -> bool {
+    match waited {
+        Ok(Ok(())) | Ok(Err(sqlx::Error::Database(_))) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "postgres waiter failed");
+            false
+        }
+        Err(_) => false,
     }
 }
 
@@ -232,5 +278,45 @@ mod tests {
         assert_ne!(k, readers_key("leasekeeper_leases", "my-app"));
         assert_ne!(turn_key("lk:1"), turn_key("lk:2"));
         assert_eq!(turn_key("lk:1"), turn_key("lk:1"));
+    }
+
+    /// A follower waits by the lock while another holds the row, once per wait asked
+    /// for; after a holder's session ended, the next wait is by the row's expiry (once),
+    /// and a row nobody holds is waited on by the notifications.
+    #[tokio::test]
+    async fn a_wait_by_the_lock_is_asked_for_once_and_followed_by_one_by_the_expiry() {
+        let (arm, _asked) = watch::channel((0, 0));
+        let (ends, done) = watch::channel(0);
+        let task = tokio::spawn(async {});
+        let mut w = Waiter {
+            arm,
+            done,
+            armed: None,
+            by_expiry: false,
+            task,
+        };
+        assert_eq!(w.start((false, 7)), Start::ByNotice, "nobody holds");
+        assert_eq!(w.start((true, 7)), Start::Wait(1));
+        assert_eq!(*w.arm.borrow(), (1, 7), "wait 1 asked for, on lock 7");
+        assert_eq!(w.start((true, 7)), Start::Wait(1), "still the same wait");
+        ends.send_replace(1);
+        assert_eq!(w.start((true, 7)), Start::Ended);
+        assert_eq!(
+            w.start((true, 7)),
+            Start::ByNotice,
+            "by the row's expiry, once"
+        );
+        assert_eq!(w.start((true, 8)), Start::Wait(2));
+        assert_eq!(*w.arm.borrow(), (2, 8));
+    }
+
+    /// A wait that ended or that the server refused keeps its connection; one that
+    /// failed below SQL, or overran, renews it.
+    #[test]
+    fn the_waiter_keeps_its_connection_unless_the_wait_broke() {
+        assert!(keeps_connection(Ok::<_, ()>(Ok(()))));
+        assert!(!keeps_connection(Ok::<_, ()>(Err(sqlx::Error::PoolClosed))));
+        assert!(!keeps_connection(Err::<Result<(), sqlx::Error>, _>(())));
+        assert!(connected(Err::<Result<PgConnection, sqlx::Error>, _>(())).is_none());
     }
 }
