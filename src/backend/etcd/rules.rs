@@ -318,6 +318,46 @@ mod tests {
     }
 
     #[test]
+    fn the_pace_keeps_one_keep_alive_in_flight_and_forgets_it_only_when_it_cannot_arrive() {
+        let t0 = Instant::now();
+        let (ttl, every) = (Duration::from_secs(3), Duration::from_secs(1));
+        let mut pace = Pace::new(t0, every);
+        assert_eq!(pace.due, t0 + every);
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        assert!(pace.may_open(true, t0, ttl));
+        // Sent on the stream in use: its answer comes first.
+        pace.sent(t0, true);
+        assert_eq!(pace.before(true, t0, ttl), Before::Drain);
+        assert_eq!(pace.before(false, t0, ttl), Before::Drain);
+        // The stream went with its connection: it may still reach the server.
+        pace.stream_lost();
+        assert_eq!(pace.before(true, t0, ttl), Before::HoldBack);
+        assert!(!pace.may_open(true, t0, ttl), "a renew opened a stream");
+        assert!(pace.may_open(false, t0, ttl));
+        assert!(pace.may_open(true, t0 + ttl, ttl));
+        // Cancelled by our own timeout: still on its way.
+        pace.failed(true);
+        assert_eq!(pace.before(true, t0, ttl), Before::HoldBack);
+        // Failed any other way: forgotten.
+        pace.failed(false);
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        pace.sent(t0, false);
+        pace.answered();
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        let later = t0 + Duration::from_secs(2);
+        pace.kept(later, every);
+        assert_eq!(pace.due, later + every);
+    }
+
+    #[test]
+    fn only_a_live_named_key_behind_ours_is_let_pass() {
+        let ours = ("e/a", 5);
+        assert!(lets_named_pass(b"e/b", Some(7), ours));
+        assert!(!lets_named_pass(b"e/b", Some(3), ours), "named ahead of us");
+        assert!(!lets_named_pass(b"e/b", None, ours), "named key gone");
+    }
+
+    #[test]
     fn lease_arithmetic() {
         assert!(lease_alive(Some(1)));
         assert!(!lease_alive(Some(0)));
