@@ -1,32 +1,30 @@
 //! The etcd campaign as a state machine: one explicit [`Phase`] (where this candidate
 //! stands in the queue, and what it watches), moved on by the store's answers, and the
-//! decisions taken from it: what a campaign sends beside its read of the queue
-//! ([`Phase::begin`] -> [`Round`]), what it sends after that read ([`after_read`] ->
-//! [`Next`]), and how a wait goes on ([`Phase::wait`] -> [`WaitFor`],
-//! [`Phase::on_watch`] -> [`Heard`]). No I/O and no clock: `now` is an argument, and
-//! the watches are opaque values (`W`: the backend's watch streams), so every case can
-//! be driven by a plain test. The backend ([`super::EtcdBackend`]) does the I/O (lease
-//! grants and keep-alives, the read of the queue, puts, deletes, watches) and asks this
-//! core what to do with each answer.
+//! decisions taken from it: what a campaign round starts with ([`Phase::begin`] ->
+//! `round::Round`, which decides what the round sends after its read), and how a wait
+//! goes on ([`Phase::wait`] -> [`WaitFor`], [`Phase::on_watch`] -> [`Heard`],
+//! [`Waiting`]). No I/O and no clock: `now` is an argument, and the watches are opaque
+//! values (`W`: the backend's watch streams), so every case can be driven by a plain
+//! test. The backend ([`super::EtcdBackend`]) does the I/O (lease grants and
+//! keep-alives, the read of the queue, puts, deletes, watches) and asks this core what
+//! to do with each answer.
 //!
 //! Invariants kept here:
-//! - **refresh before claim**: a candidate claims only on a keep-alive answered after
-//!   its campaign began: the next in line sends it beside the read of the queue
-//!   ([`Round::refresh_beside_read`]), any other candidate after the read found it
-//!   first ([`Next::RefreshThenClaim`], then [`after_refresh`]);
-//! - a candidate whose key is gone, or whose lease the refresh found dead, starts
-//!   over with a new lease and never claims in that round;
-//! - a switchover's reservation that asks us to let the named key pass is obeyed
-//!   before any claim;
+//! - **refresh before claim**, on every path to the front: a round begins with no
+//!   keep-alive answered, whatever the phase (the next in line's sends one beside the
+//!   read, any other's after it; see `round`);
 //! - a follower looks again at once on news of its predecessor, the announcement or
 //!   the next in line, and only after a stagger when the leader it does not wait for
-//!   goes.
+//!   goes;
+//! - a wait that heard the store (a watch answer, a keep-alive) ends quiet; one that
+//!   lost the lease, or polled to its end, ends with a look.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::queue::{Entry, HolderNews, Stand};
+use super::round::Round;
+use crate::backend::Wake;
 
 /// A follower's watches between campaigns: the key just ahead of ours, and the news
 /// of a new holder (`queue::HolderNews`).
@@ -69,123 +67,6 @@ pub(super) enum Phase<W> {
     /// when it is not open (broken, compacted): the next renew reads the key and
     /// watches it again.
     Leading { own: Option<W> },
-}
-
-/// What a campaign sends beside its read of the queue.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Round<W> {
-    /// The keep-alive that refreshes the lease before a claim goes out with the read
-    /// (the next in line: it is likely first now).
-    pub(super) refresh_beside_read: bool,
-    /// The next in line's watch on its own key, which becomes the leader's.
-    pub(super) own: Option<W>,
-}
-
-/// What one read of the queue (and what went beside it) told a campaign.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Found<'q, N> {
-    /// Our key is still there.
-    pub(super) ours: bool,
-    /// A switchover's reservation names a live key queued behind ours
-    /// (`queue::lets_pass`; looked at only when it may ask us to requeue).
-    pub(super) lets_pass: bool,
-    pub(super) stand: Stand<'q, N>,
-    /// How we hear of a new holder, should we follow (`queue::holder_news`).
-    pub(super) news: HolderNews,
-    /// The second key of the queue: the next in line.
-    pub(super) next: Option<N>,
-    /// The answer of the keep-alive sent beside the read (alive or not); `None`: none
-    /// was sent.
-    pub(super) refreshed: Option<bool>,
-}
-
-/// What a campaign sends after its read of the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Next<N> {
-    /// Our key is gone, or our lease with it: forget the lease, report the leader
-    /// read when `show_leader`, and the next campaign starts over.
-    StartOver { show_leader: bool },
-    /// Give our place up to the switchover's named key: delete ours, queue again.
-    Requeue,
-    /// We are first, and the lease was not refreshed since the campaign began: a
-    /// keep-alive, and claim on its answer ([`after_refresh`]).
-    RefreshThenClaim,
-    /// We are first and the lease was refreshed beside the read: claim.
-    Claim,
-    /// Behind another: watch what [`Follow`] says.
-    Follow(Follow<N>),
-}
-
-/// What a follower watches (see [`Watches`]), by name; the announcement's key and our
-/// own are the backend's to name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Follow<N> {
-    pub(super) predecessor: N,
-    pub(super) leader: Option<N>,
-    pub(super) announcement: bool,
-    pub(super) next: Option<N>,
-    /// Our own key: the next in line only.
-    pub(super) own: bool,
-}
-
-/// What a campaign does after one read of the queue (see the invariants above).
-pub(super) fn after_read<N: Copy + PartialEq>(found: Found<'_, N>) -> Next<N> {
-    if !found.ours {
-        // Our lease expired (the store was unreachable for a ttl, say) and took our
-        // key with it: queueing behind others with a vanished key would wait forever.
-        return Next::StartOver { show_leader: true };
-    }
-    if found.lets_pass {
-        return Next::Requeue;
-    }
-    match found.stand {
-        Stand::First => match found.refreshed {
-            Some(alive) => after_refresh(alive),
-            None => Next::RefreshThenClaim,
-        },
-        Stand::Gone => Next::StartOver { show_leader: false },
-        Stand::Behind { turn, head } => Next::Follow(follow(turn, head, found.news, found.next)),
-    }
-}
-
-/// What a candidate that is first does once the keep-alive that refreshes its lease
-/// is answered: claim, unless the lease is gone.
-pub(super) fn after_refresh<N>(alive: bool) -> Next<N> {
-    match alive {
-        true => Next::Claim,
-        false => Next::StartOver { show_leader: false },
-    }
-}
-
-/// What a follower waiting for `turn` watches (`head`: the leader, when it is not
-/// `turn`), as `news` says.
-fn follow<N: Copy + PartialEq>(
-    turn: &Entry<N>,
-    head: Option<&Entry<N>>,
-    news: HolderNews,
-    next: Option<N>,
-) -> Follow<N> {
-    let (predecessor, leader) = (turn.name, head.map(|h| h.name));
-    // Next in line (our predecessor leads): our own key too.
-    let own = leader.is_none();
-    match news {
-        // Behind the next in line, the announcement too: once it names the leader,
-        // we may leave the leader's key alone.
-        HolderNews::Head => Follow {
-            predecessor,
-            leader,
-            announcement: leader.is_some(),
-            next: None,
-            own,
-        },
-        HolderNews::Announcement => Follow {
-            predecessor,
-            leader: None,
-            announcement: true,
-            next: next.filter(|n| *n != predecessor),
-            own,
-        },
-    }
 }
 
 /// How a wait goes on, by the phase.
@@ -240,24 +121,87 @@ pub(super) enum OwnNews {
     Events { taken: bool },
 }
 
+/// A wait between campaigns (a follower's on its watches, or a poll), until `until`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Waiting {
+    until: Instant,
+    /// The store answered during the wait (a watch answer that moved nothing, or a
+    /// keep-alive).
+    heard: bool,
+}
+
+/// What a wait does when its timer fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// The wait ends.
+    Over(Wake),
+    /// A keep-alive (not a read) proves the store and our lease alive; `over`: the
+    /// wait is over once it is answered.
+    KeepAlive { over: bool },
+}
+
+impl Waiting {
+    /// A wait of `max` from `now`.
+    pub(super) fn new(now: Instant, max: Duration) -> Waiting {
+        Waiting {
+            until: now + max,
+            heard: false,
+        }
+    }
+
+    /// When the timer fires: the end of the wait, or the next keep-alive's due time
+    /// (`due`, while we hold a lease), whichever comes first.
+    pub(super) fn timer(&self, due: Option<Instant>) -> Instant {
+        due.map_or(self.until, |due| self.until.min(due))
+    }
+
+    /// The timer fired at `now`; `watching`: a follower's watches are open (else the
+    /// wait polls).
+    pub(super) fn on_timer(&self, now: Instant, watching: bool) -> Timer {
+        let over = now >= self.until;
+        match (watching, over) {
+            // A poll that ran out: look.
+            (false, true) => Timer::Over(Wake::Changed),
+            (true, true) if self.heard => Timer::Over(Wake::Quiet),
+            _ => Timer::KeepAlive { over },
+        }
+    }
+
+    /// What the wait makes of an answer on a follower's watch: the wake it ends
+    /// with (a stagger first, for [`Heard::Stagger`]), or `None`: nothing that
+    /// moves us, the store is alive, wait on.
+    pub(super) fn on_heard(&mut self, heard: Heard) -> Option<Heard> {
+        match heard {
+            Heard::Nothing => {
+                self.heard = true;
+                None
+            }
+            look => Some(look),
+        }
+    }
+
+    /// The keep-alive of [`Timer::KeepAlive`] came back: `alive` (or it failed, or the
+    /// lease is gone). How the wait ends, or `None`: it goes on.
+    pub(super) fn on_keep_alive(&mut self, alive: bool, over: bool) -> Option<Wake> {
+        match (alive, over) {
+            (false, _) => Some(Wake::Changed),
+            (true, true) => Some(Wake::Quiet),
+            (true, false) => {
+                self.heard = true;
+                None
+            }
+        }
+    }
+}
+
 impl<W> Phase<W> {
     /// A campaign begins: what goes beside its read. Every watch but the next in
     /// line's own goes (the read watches anew), and so does a stagger.
     pub(super) fn begin(self) -> (Phase<W>, Round<W>) {
-        let quiet = Round {
-            refresh_beside_read: false,
-            own: None,
-        };
         match self {
-            Phase::Unqueued => (Phase::Unqueued, quiet),
-            Phase::NextInLine { own, .. } => {
-                let round = Round {
-                    refresh_beside_read: true,
-                    own: Some(own),
-                };
-                (Phase::Queued, round)
-            }
-            _ => (Phase::Queued, quiet),
+            Phase::Unqueued => (Phase::Unqueued, Round::behind()),
+            Phase::NextInLine { own, .. } => (Phase::Queued, Round::next_in_line(own)),
+            _ => (Phase::Queued, Round::behind()),
         }
     }
 
@@ -429,6 +373,8 @@ impl<W> Phase<W> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::queue::{HolderNews, Stand};
+    use super::super::round::{Found, Next};
     use super::*;
 
     type P = Phase<&'static str>;
@@ -442,23 +388,55 @@ mod tests {
         }
     }
 
-    fn entry(name: &'static str, order: i64) -> Entry<&'static str> {
-        Entry {
-            order,
-            name,
-            shared: false,
-        }
-    }
-
-    fn found<'a>(stand: Stand<'a, &'static str>) -> Found<'a, &'static str> {
+    fn first() -> Found<'static, &'static str> {
         Found {
             ours: true,
             lets_pass: false,
-            stand,
+            stand: Stand::First,
             news: HolderNews::Head,
             next: None,
-            refreshed: None,
         }
+    }
+
+    /// Every phase a campaign may begin from.
+    fn every_phase() -> Vec<P> {
+        let until = Instant::now();
+        let staggering = P::Staggering {
+            until,
+            watches: Some(watches()),
+        };
+        let next_in_line = P::NextInLine {
+            watches: watches(),
+            own: "own",
+        };
+        vec![
+            P::Unqueued,
+            P::Queued,
+            P::Following(watches()),
+            next_in_line,
+            staggering,
+            P::Leading { own: Some("own") },
+        ]
+    }
+
+    /// One round from `phase`, driven as the backend drives it, with a read that
+    /// finds us first: the keep-alive beside the read when the round asks for one,
+    /// then one after the read when the round asks for it, each answered `alive`.
+    /// How many keep-alives went out, and what the round does.
+    fn claim_round(phase: P, alive: bool) -> (u32, Next<&'static str>) {
+        let (_, mut round) = phase.begin();
+        let mut sent = 0;
+        if round.refresh_beside_read {
+            sent += 1;
+            round.refreshed(alive);
+        }
+        let mut next = round.after_read(first());
+        if next == Next::RefreshThenClaim {
+            sent += 1;
+            round.refreshed(alive);
+            next = round.after_refresh();
+        }
+        (sent, next)
     }
 
     const EVENTS: WatchNews = WatchNews::Events {
@@ -472,44 +450,6 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
-    }
-
-    #[test]
-    fn first_but_not_next_in_line_refreshes_after_the_read_then_claims() {
-        // Whatever a follower watched, its round sends nothing beside the read.
-        let (phase, round) = P::Following(watches()).begin();
-        assert_eq!(phase, P::Queued);
-        assert!(!round.refresh_beside_read);
-        assert_eq!(round.own, None);
-        // First, and the lease not refreshed since the campaign began: never a claim
-        // straight away.
-        let next = after_read(found(Stand::First));
-        assert_eq!(next, Next::RefreshThenClaim, "a claim without the refresh");
-        assert_eq!(after_refresh::<&str>(true), Next::Claim);
-        assert_eq!(
-            after_refresh::<&str>(false),
-            Next::StartOver { show_leader: false }
-        );
-    }
-
-    #[test]
-    fn the_next_in_line_refreshes_beside_the_read_then_claims() {
-        let next_in_line = P::NextInLine {
-            watches: watches(),
-            own: "own",
-        };
-        let (phase, round) = next_in_line.begin();
-        assert_eq!(phase, P::Queued);
-        assert!(round.refresh_beside_read, "no keep-alive beside the read");
-        assert_eq!(round.own, Some("own"));
-        let refreshed = |r| Found {
-            refreshed: r,
-            ..found(Stand::First)
-        };
-        assert_eq!(after_read(refreshed(Some(true))), Next::Claim);
-        // The keep-alive beside the read found the lease gone: no claim.
-        let dead = after_read(refreshed(Some(false)));
-        assert_eq!(dead, Next::StartOver { show_leader: false });
     }
 
     #[test]
@@ -533,101 +473,55 @@ mod tests {
     }
 
     #[test]
-    fn a_vanished_key_starts_over_before_anything_else() {
-        let gone = Found {
-            ours: false,
-            lets_pass: true,
-            refreshed: Some(true),
-            ..found(Stand::First)
-        };
-        assert_eq!(after_read(gone), Next::StartOver { show_leader: true });
-        let missing = after_read(found(Stand::Gone));
-        assert_eq!(missing, Next::StartOver { show_leader: false });
+    fn every_path_to_a_claim_refreshes_the_lease_in_its_round() {
+        for phase in every_phase() {
+            let name = format!("{phase:?}");
+            let next_in_line = matches!(phase, P::NextInLine { .. });
+            // A round begins with no answer: whatever it starts from, a read that
+            // finds us first is no claim yet.
+            let (_, round) = phase.begin();
+            let early = round.after_read(first());
+            assert_eq!(
+                early,
+                Next::RefreshThenClaim,
+                "{name}: claim before a refresh"
+            );
+            assert_eq!(round.refresh_beside_read, next_in_line, "{name}");
+        }
+        for phase in every_phase() {
+            let name = format!("{phase:?}");
+            // One keep-alive, answered alive: the claim (the next in line's beside
+            // the read, one round trip; any other's after it).
+            assert_eq!(claim_round(phase, true), (1, Next::Claim), "{name}");
+        }
+        for phase in every_phase() {
+            let name = format!("{phase:?}");
+            // A lease the refresh found gone: never a claim.
+            let over = Next::StartOver { show_leader: false };
+            assert_eq!(claim_round(phase, false), (1, over), "{name}");
+        }
     }
 
     #[test]
-    fn a_reservation_for_a_key_behind_ours_requeues_before_any_claim() {
-        let reserved = Found {
-            lets_pass: true,
-            refreshed: Some(true),
-            ..found(Stand::First)
+    fn the_next_in_line_claims_on_the_keep_alive_beside_its_read() {
+        let next_in_line = P::NextInLine {
+            watches: watches(),
+            own: "own",
         };
-        assert_eq!(after_read(reserved), Next::Requeue);
-        let leader = entry("a", 1);
-        let behind = Found {
-            lets_pass: true,
-            ..found(Stand::Behind {
-                turn: &leader,
-                head: None,
-            })
-        };
-        assert_eq!(after_read(behind), Next::Requeue);
-    }
-
-    #[test]
-    fn the_next_in_line_watches_the_leader_and_its_own_key() {
-        let leader = entry("a", 1);
-        let stand = Stand::Behind {
-            turn: &leader,
-            head: None,
-        };
-        let expected = Follow {
-            predecessor: "a",
-            leader: None,
-            announcement: false,
-            next: None,
-            own: true,
-        };
-        assert_eq!(after_read(found(stand)), Next::Follow(expected));
-        // Refreshed beside the read, but the leader is still there: follow.
-        let refreshed = Found {
-            refreshed: Some(true),
-            ..found(stand)
-        };
-        assert_eq!(after_read(refreshed), Next::Follow(expected));
-    }
-
-    #[test]
-    fn a_follower_further_back_watches_the_leader_and_the_announcement() {
-        let (leader, pred) = (entry("a", 1), entry("b", 2));
-        let stand = Stand::Behind {
-            turn: &pred,
-            head: Some(&leader),
-        };
-        let expected = Follow {
-            predecessor: "b",
-            leader: Some("a"),
-            announcement: true,
-            next: None,
-            own: false,
-        };
-        assert_eq!(after_read(found(stand)), Next::Follow(expected));
-    }
-
-    #[test]
-    fn behind_an_announcing_next_in_line_the_announcement_replaces_the_leader() {
-        let (leader, pred) = (entry("a", 1), entry("c", 3));
-        let stand = Stand::Behind {
-            turn: &pred,
-            head: Some(&leader),
-        };
-        let announced = |next| Found {
-            news: HolderNews::Announcement,
-            next,
-            ..found(stand)
-        };
-        let expected = |next| {
-            Next::Follow(Follow {
-                predecessor: "c",
-                leader: None,
-                announcement: true,
-                next,
-                own: false,
-            })
-        };
-        assert_eq!(after_read(announced(Some("b"))), expected(Some("b")));
-        // The next in line is our predecessor: one watch serves both.
-        assert_eq!(after_read(announced(Some("c"))), expected(None));
+        let (phase, mut round) = next_in_line.begin();
+        assert_eq!(phase, P::Queued);
+        assert!(round.refresh_beside_read, "no keep-alive beside the read");
+        assert_eq!(round.own, Some("own"));
+        round.refreshed(true);
+        assert_eq!(round.after_read(first()), Next::Claim);
+        let (_, mut dead) = P::NextInLine {
+            watches: watches(),
+            own: "own",
+        }
+        .begin();
+        dead.refreshed(false);
+        let over = Next::StartOver { show_leader: false };
+        assert_eq!(dead.after_read(first()), over, "a claim on a dead lease");
     }
 
     #[test]
@@ -727,6 +621,38 @@ mod tests {
             delete: false,
         };
         assert_eq!(look(Source::Announcement, empty), Heard::Nothing);
+    }
+
+    #[test]
+    fn a_wait_keeps_the_lease_alive_and_ends_quiet_only_when_the_store_answered() {
+        let now = Instant::now();
+        let mut wait = Waiting::new(now, ms(1000));
+        assert_eq!(wait.timer(None), now + ms(1000));
+        assert_eq!(wait.timer(Some(now + ms(300))), now + ms(300));
+        assert_eq!(wait.timer(Some(now + ms(3000))), now + ms(1000));
+        let due = now + ms(300);
+        // A keep-alive is due before the end: send it, and wait on.
+        let early = Timer::KeepAlive { over: false };
+        assert_eq!(wait.on_timer(due, true), early);
+        assert_eq!(wait.on_timer(due, false), early);
+        // A poll that ran out looks; a follower that heard nothing yet keeps its
+        // lease alive first.
+        let end = now + ms(1000);
+        assert_eq!(wait.on_timer(end, false), Timer::Over(Wake::Changed));
+        assert_eq!(wait.on_timer(end, true), Timer::KeepAlive { over: true });
+        assert_eq!(wait.on_keep_alive(true, true), Some(Wake::Quiet));
+        assert_eq!(wait.on_keep_alive(false, false), Some(Wake::Changed));
+        assert_eq!(wait.on_keep_alive(false, true), Some(Wake::Changed));
+        // An answered keep-alive before the end is news the store is alive.
+        assert_eq!(wait.on_keep_alive(true, false), None);
+        assert_eq!(wait.on_timer(end, true), Timer::Over(Wake::Quiet));
+        let mut watched = Waiting::new(now, ms(1000));
+        assert_eq!(watched.on_heard(Heard::Look), Some(Heard::Look));
+        assert_eq!(watched.on_heard(Heard::Stagger), Some(Heard::Stagger));
+        assert_eq!(watched.on_timer(end, true), Timer::KeepAlive { over: true });
+        assert_eq!(watched.on_heard(Heard::Nothing), None);
+        assert_eq!(watched.on_timer(end, true), Timer::Over(Wake::Quiet));
+        assert_eq!(watched.on_timer(end, false), Timer::Over(Wake::Changed));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::super::queue::{self, Entry};
 use super::super::record::Seen;
 
 /// The end of the key range of `prefix`: its last byte plus one (etcd's
@@ -106,6 +107,92 @@ pub(super) fn before_keep_alive(
         Some(p) if renew && now < p.sent + ttl => Before::HoldBack,
         _ => Before::Send,
     }
+}
+
+/// A keep-alive's bookkeeping: the one still in flight, and when a follower's next
+/// is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pace {
+    pending: Option<InFlight>,
+    /// When the next follower keep-alive is due.
+    pub(super) due: Instant,
+}
+
+impl Pace {
+    /// A lease granted at `now`, kept alive `every` so often while following.
+    pub(super) fn new(now: Instant, every: Duration) -> Pace {
+        Pace {
+            pending: None,
+            due: now + every,
+        }
+    }
+
+    /// What a keep-alive call does first (see [`before_keep_alive`]).
+    pub(super) fn before(&self, renew: bool, now: Instant, ttl: Duration) -> Before {
+        before_keep_alive(self.pending, renew, now, ttl)
+    }
+
+    /// Whether a new keep-alive stream may be opened at `now` (opening one sends a
+    /// keep-alive): not by a renew while one sent less than a ttl ago may still
+    /// reach the server.
+    pub(super) fn may_open(&self, renew: bool, now: Instant, ttl: Duration) -> bool {
+        !(renew && self.pending.is_some_and(|p| now < p.sent + ttl))
+    }
+
+    /// A keep-alive goes out at `now`: on the stream in use (`on_stream`), or by
+    /// opening a new one.
+    pub(super) fn sent(&mut self, now: Instant, on_stream: bool) {
+        self.pending = Some(InFlight {
+            sent: now,
+            on_stream,
+        });
+    }
+
+    /// The keep-alive in flight is answered (or about to be replaced by a new one).
+    pub(super) fn answered(&mut self) {
+        self.pending = None;
+    }
+
+    /// An answer at `now` kept the lease alive: the next follower keep-alive is due
+    /// `every` later.
+    pub(super) fn kept(&mut self, now: Instant, every: Duration) {
+        self.due = now + every;
+    }
+
+    /// The keep-alive failed on its way: one cancelled by our own timeout may still
+    /// reach the server, any other failure forgets it.
+    pub(super) fn failed(&mut self, cancelled: bool) {
+        if !cancelled {
+            self.pending = None;
+        }
+    }
+
+    /// The stream went with its connection: what it carried can no longer be answered
+    /// on it, but may still reach the server.
+    pub(super) fn stream_lost(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.on_stream = false;
+        }
+    }
+}
+
+/// Whether a switchover's reservation naming the key `named` (read at its create
+/// revision `named_at`, `None`: it is gone) asks us (`ours`: our key and its create
+/// revision) to let it pass: only while it is a live key queued behind ours.
+pub(super) fn lets_named_pass(named: &[u8], named_at: Option<i64>, ours: (&str, i64)) -> bool {
+    let (key, revision) = ours;
+    let reserved = named_at.map(|order| Entry {
+        order,
+        name: named,
+        shared: false,
+    });
+    let ours = Entry {
+        order: revision,
+        name: key.as_bytes(),
+        shared: false,
+    };
+    let entries = queue::in_order(std::iter::once(ours).chain(reserved).collect());
+    queue::lets_pass(&entries, &key.as_bytes(), Some(&named))
 }
 
 /// Whether an error of the store says the lease is gone (expired, or revoked).
@@ -228,6 +315,46 @@ mod tests {
         assert_eq!(before_keep_alive(broken, true, t0 + ttl, ttl), Before::Send);
         // A follower's keep-alive or the refresh before claiming is never held back.
         assert_eq!(before_keep_alive(broken, false, t0, ttl), Before::Send);
+    }
+
+    #[test]
+    fn the_pace_keeps_one_keep_alive_in_flight_and_forgets_it_only_when_it_cannot_arrive() {
+        let t0 = Instant::now();
+        let (ttl, every) = (Duration::from_secs(3), Duration::from_secs(1));
+        let mut pace = Pace::new(t0, every);
+        assert_eq!(pace.due, t0 + every);
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        assert!(pace.may_open(true, t0, ttl));
+        // Sent on the stream in use: its answer comes first.
+        pace.sent(t0, true);
+        assert_eq!(pace.before(true, t0, ttl), Before::Drain);
+        assert_eq!(pace.before(false, t0, ttl), Before::Drain);
+        // The stream went with its connection: it may still reach the server.
+        pace.stream_lost();
+        assert_eq!(pace.before(true, t0, ttl), Before::HoldBack);
+        assert!(!pace.may_open(true, t0, ttl), "a renew opened a stream");
+        assert!(pace.may_open(false, t0, ttl));
+        assert!(pace.may_open(true, t0 + ttl, ttl));
+        // Cancelled by our own timeout: still on its way.
+        pace.failed(true);
+        assert_eq!(pace.before(true, t0, ttl), Before::HoldBack);
+        // Failed any other way: forgotten.
+        pace.failed(false);
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        pace.sent(t0, false);
+        pace.answered();
+        assert_eq!(pace.before(true, t0, ttl), Before::Send);
+        let later = t0 + Duration::from_secs(2);
+        pace.kept(later, every);
+        assert_eq!(pace.due, later + every);
+    }
+
+    #[test]
+    fn only_a_live_named_key_behind_ours_is_let_pass() {
+        let ours = ("e/a", 5);
+        assert!(lets_named_pass(b"e/b", Some(7), ours));
+        assert!(!lets_named_pass(b"e/b", Some(3), ours), "named ahead of us");
+        assert!(!lets_named_pass(b"e/b", None, ours), "named key gone");
     }
 
     #[test]
