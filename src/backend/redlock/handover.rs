@@ -31,12 +31,10 @@
 //!   majority announce `released|…` on the events channel, which makes every
 //!   follower look at once.
 
-use std::time::Duration;
-
 use tokio::time::{timeout, Instant};
 
-use super::super::redis::announced_holder;
-use super::{RedlockBackend, Round};
+use super::rules::Round;
+use super::RedlockBackend;
 use crate::backend::{Campaign, Wake};
 
 /// The node the baton lives on: the first configured one.
@@ -66,16 +64,7 @@ impl RedlockBackend {
                 }
             }
         }
-        if look {
-            self.announced = None;
-            return Some(Wake::Changed);
-        }
-        let (_, value) = latest?;
-        if self.value.is_some() || self.followed.as_deref() == Some(value.as_str()) {
-            return None;
-        }
-        self.announced = Some(value);
-        Some(Wake::Changed)
+        self.core.on_notice(look, latest.map(|(_, value)| value))
     }
 
     /// Forgets what the listeners heard so far (a tenure of our own begins or ends).
@@ -83,26 +72,15 @@ impl RedlockBackend {
         for node in &self.nodes {
             node.notices.clear();
         }
-        self.announced = None;
+        self.core.announced = None;
     }
 
     /// A follower takes an announced holder as its observation, without a request:
     /// followed on every node (the renewals pushed from a majority of them show it
     /// alive). `None` when nothing was announced, or for a value that names nobody.
     pub(super) fn follow_announced(&mut self) -> Option<Campaign> {
-        let value = self.announced.take()?;
-        let holder = announced_holder(&value, self.floor)?;
-        if self.value.is_some() {
-            return None;
-        }
-        self.floor = holder.token.unwrap_or(self.floor);
-        let now = Instant::now();
-        self.drain_pushes(true);
-        self.signs.fill(Some(now));
-        self.expires.fill(None);
-        self.expiry_hint = Some(now + self.ttl + Duration::from_millis(2));
-        self.followed = Some(value);
-        // Only exclusive holders announce themselves (see `rw::on_acquired_rw`).
+        let holder = self.core.follow_announced(Instant::now())?;
+        // Only exclusive holders announce themselves (see `rw`).
         self.observed = vec![(holder.clone(), crate::status::Mode::Exclusive)];
         Some(Campaign::Held(Some(holder)))
     }
@@ -110,27 +88,21 @@ impl RedlockBackend {
     /// A new leader's announcement on every node, once its tenure is confirmed; sent
     /// again (before the next renewal, see `record_lost`) until a majority took it.
     pub(super) async fn announce_once(&mut self) {
-        let Some(value) = self.announce.as_ref() else {
+        let Some(publish) = self.core.to_announce().map(|v| self.req.announce(v)) else {
             return;
         };
-        let mut publish = redis::pipe();
-        publish
-            .cmd("PUBLISH")
-            .arg(&self.keys.leader)
-            .arg(format!("acquired|{value}"));
         let sent: Round<(i64,)> = self.on_each_plain(&publish).await;
-        if sent.iter().flatten().count() >= self.quorum() {
-            self.announce = None;
+        if sent.iter().flatten().count() >= self.core.quorum() {
+            self.core.announced_sent();
         }
     }
 
-    /// A new tenure: no baton is for us, nor is anything heard so far; followers are
-    /// told once it is confirmed.
+    /// A new tenure: no baton is for us, nor is anything heard so far, nor do we wait
+    /// in the queues; followers are told once it is confirmed.
     pub(super) async fn on_acquired(&mut self) {
         self.stop_waiting().await;
         self.clear_notices();
-        self.followed = None;
-        self.announce = self.value.clone();
+        self.entry = None;
     }
 
     /// Ends our `BLPOP` on the baton node if one may still be open (we lead, or stop).
@@ -148,8 +120,7 @@ impl RedlockBackend {
     /// A plain release's last step: one baton on the baton node, for one follower.
     pub(super) async fn hand_baton(&self) {
         let mut conn = self.nodes[BATON_NODE].conn.clone();
-        let mut hand_out = self.hand_out.prepare_invoke();
-        hand_out.key(&self.keys.baton).arg(self.ttl_ms().max(1));
+        let hand_out = self.req.hand_out();
         let sent = timeout(self.node_timeout, hand_out.invoke_async::<()>(&mut conn)).await;
         if !matches!(sent, Ok(Ok(()))) {
             tracing::info!(
@@ -162,6 +133,8 @@ impl RedlockBackend {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -20,8 +20,9 @@
 //!   lock key beside our shared member) stays lost for the rest of the tenure (nobody
 //!   writes our value back); so do the nodes a renewal found not ours.
 //! - **The verdict** is the renewal's: lost once so many nodes said "not ours" that the
-//!   others can no longer make a majority of the N nodes ([`lost`]). A node that does not
-//!   answer is no proof of anything; a change on a minority does not end the tenure.
+//!   others can no longer make a majority of the N nodes
+//!   ([`lost`](super::rules::lost)). A node that does not answer is no proof of
+//!   anything; a change on a minority does not end the tenure.
 //! - **A lost connection** (the client's disconnect notice: the tracking went with it)
 //!   turns tracking on again at once on the new connection, with a read; if that fails
 //!   too, the next renewal's wait tries again (as on `redis`).
@@ -39,7 +40,7 @@ use futures_util::future::{join_all, select_all};
 use redis::{PushInfo, PushKind};
 use tokio::time::{timeout, Instant};
 
-use super::{quorum, RedlockBackend};
+use super::RedlockBackend;
 use crate::backend::record::Seen;
 use crate::backend::redis::OWN_PUSH_WINDOW;
 use crate::backend::LockMode;
@@ -119,12 +120,6 @@ impl OwnNode {
     }
 }
 
-/// Whether the nodes that did not say "not ours" (`gone` of `n`) can no longer make a
-/// majority: the renewal's rule for a lost tenure. Silent nodes count as maybe ours.
-pub(super) fn lost(gone: usize, n: usize) -> bool {
-    n.saturating_sub(gone) < quorum(n)
-}
-
 /// One read of a node: the lock key, our member's score in the readers'
 /// set, and the node's clock (`TIME`: seconds, microseconds).
 pub(super) type Read = (Vec<Option<String>>, Vec<Option<f64>>, Vec<u64>);
@@ -160,52 +155,31 @@ pub(super) fn seen(mode: LockMode, value: &str, read: &Read) -> Seen {
 impl RedlockBackend {
     /// The keys of our record, tracked.
     fn record_keys(&self) -> Vec<&str> {
+        let keys = &self.req.keys;
         match self.mode {
-            LockMode::Shared => vec![&self.keys.readers, &self.keys.lock],
-            _ => vec![&self.keys.lock],
+            LockMode::Shared => vec![&keys.readers, &keys.lock],
+            _ => vec![&keys.lock],
         }
     }
 
     /// `MGET` lock, `ZMSCORE` readers our value, `TIME`, added to `pipe`.
     fn add_read(&self, pipe: &mut redis::Pipeline, value: &str) {
-        pipe.cmd("MGET").arg(&self.keys.lock);
-        pipe.cmd("ZMSCORE").arg(&self.keys.readers).arg(value);
+        pipe.cmd("MGET").arg(&self.req.keys.lock);
+        pipe.cmd("ZMSCORE").arg(&self.req.keys.readers).arg(value);
         pipe.cmd("TIME");
-    }
-
-    /// A new tenure: nothing known yet; tracking turned on everywhere by the first
-    /// wait (a connection still tracking a follower's keys tracks the wrong ones).
-    pub(super) fn own_reset(&mut self) {
-        self.own.fill(OwnNode {
-            track: true,
-            ..OwnNode::default()
-        });
-    }
-
-    /// What a renew round found per node (ours 1: extended, 0: not ours).
-    pub(super) fn own_renewed(&mut self, answers: &[Option<i64>]) {
-        let at = Instant::now();
-        for (node, ours) in self.own.iter_mut().zip(answers) {
-            node.renewed(ours.map(|o| o == 1), at);
-        }
-    }
-
-    /// Whether too many nodes said "not ours" for a majority to be ours.
-    fn own_lost(&self) -> bool {
-        lost(self.own.iter().filter(|n| n.gone).count(), self.nodes.len())
     }
 
     /// The holder's wait between renewals: resolves once the nodes still holding our
     /// record (or silent) can no longer make a majority.
     pub(super) async fn own_record_lost(&mut self) {
-        let Some(value) = self.value.clone() else {
+        let Some(value) = self.core.value().map(str::to_owned) else {
             return std::future::pending().await;
         };
         loop {
             self.look_at_nodes(&value).await;
-            if self.own_lost() {
+            if let Some(gone) = self.core.own_lost() {
                 tracing::warn!(
-                    gone = self.own.iter().filter(|n| n.gone).count(),
+                    gone,
                     nodes = self.nodes.len(),
                     "redlock: our record was deleted or taken on too many nodes"
                 );
@@ -215,11 +189,7 @@ impl RedlockBackend {
                 return std::future::pending().await;
             };
             let kind = push.map_or(PushKind::Disconnection, |p| p.kind);
-            self.own[i].on_push(&kind, Instant::now());
-            if kind == PushKind::Disconnection {
-                self.tracking[i] = false;
-                self.signs[i] = None;
-            }
+            self.core.on_own_push(i, &kind, Instant::now());
         }
     }
 
@@ -227,7 +197,7 @@ impl RedlockBackend {
     /// (and the record read) where asked, the record read where a change was pushed.
     /// A node that does not answer stays as it was (a renewal decides for it).
     async fn look_at_nodes(&mut self, value: &str) {
-        let calls = self.own.iter().enumerate().map(|(i, node)| {
+        let calls = self.core.own().iter().enumerate().map(|(i, node)| {
             let mut pipe = redis::pipe();
             if node.track {
                 holder_tracking(&mut pipe, &self.record_keys());
@@ -247,19 +217,9 @@ impl RedlockBackend {
             }
         });
         let reads = join_all(calls).await;
-        let mode = self.mode;
         for (i, read) in reads.into_iter().enumerate() {
-            let node = &mut self.own[i];
-            if node.track {
-                // Tried: again at a lost connection or after the next renewal.
-                node.track = false;
-                node.tracked = read.is_some();
-                self.tracking[i] = false;
-            }
-            if let Some(read) = read {
-                node.look = false;
-                node.gone |= !seen(mode, value, &read).still_ours();
-            }
+            let still_ours = read.map(|read| seen(self.mode, value, &read).still_ours());
+            self.core.own_looked(i, still_ours);
         }
     }
 
@@ -352,17 +312,6 @@ mod tests {
         let mut node = OwnNode::default();
         node.renewed(Some(true), t);
         assert!(node.track, "an untracked node is tracked after a renewal");
-    }
-
-    #[test]
-    fn lost_once_the_rest_cannot_make_a_majority() {
-        assert!(!lost(0, 3));
-        assert!(!lost(1, 3), "a minority changed is no loss");
-        assert!(lost(2, 3));
-        assert!(!lost(1, 4));
-        assert!(lost(2, 4), "2 of 4 left are no majority of 4");
-        assert!(!lost(2, 5));
-        assert!(lost(3, 5));
     }
 
     fn read(lock: Option<&str>, score: Option<f64>, now_ms: u64) -> Read {

@@ -67,15 +67,12 @@
 //! no shared holder holds (a writer about to take) looks at that place's lapse or its
 //! retry interval.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis::PushKind;
-use tokio::time::Instant;
-
-use super::handover::holder_due;
-use super::{most_seen, RedlockBackend, Round, Take, Tally, TRUSTED};
+use super::rules::{named, Round, Take, TRUSTED};
+use super::RedlockBackend;
 use crate::backend::redis::{parse_value, Keys};
-use crate::backend::{no_switchover_with, BackendError, LockMode, Wake};
+use crate::backend::{no_switchover_with, BackendError, LockMode};
 use crate::status::{FencingToken, Holder, Mode};
 
 /// How many shared holders `/leader` lists (as on Redis, and etcd).
@@ -100,14 +97,6 @@ pub(super) fn shared_holders(lists: &[&[String]], quorum: usize) -> Vec<String> 
     }
     out.truncate(SHOWN);
     out
-}
-
-fn holder(value: &str) -> Option<Holder> {
-    let parsed = parse_value(value);
-    (!parsed.identity.is_empty()).then(|| Holder {
-        identity: parsed.identity.to_owned(),
-        token: parsed.token,
-    })
 }
 
 /// Lua prelude of the take scripts: `before(live, entry, writers)`, the first entry of
@@ -192,37 +181,7 @@ pub(super) fn arrival_now() -> u128 {
         .map_or(0, |d| d.as_micros())
 }
 
-impl Tally {
-    /// A shared holder the trusted nodes named (the one named most), for a follower
-    /// kept out by them: nobody holds the lock itself.
-    pub(super) fn shared_holder(&self) -> Option<Holder> {
-        let (value, _) = most_seen(&self.shared)?;
-        let parsed = parse_value(value);
-        (!parsed.identity.is_empty()).then(|| Holder {
-            identity: parsed.identity.to_owned(),
-            token: parsed.token,
-        })
-    }
-}
-
 impl RedlockBackend {
-    /// The key our tenure's value lives in on each node: the lock, or the readers' set.
-    pub(super) fn held_key(&self) -> &str {
-        match self.mode {
-            LockMode::Shared => &self.keys.readers,
-            _ => &self.keys.lock,
-        }
-    }
-
-    /// The renewal's fourth key: the followers' `alive` (exclusive), or the lock that
-    /// a shared renewal must find absent.
-    pub(super) fn beside_key(&self) -> &str {
-        match self.mode {
-            LockMode::Shared => &self.keys.lock,
-            _ => &self.keys.alive,
-        }
-    }
-
     /// Our place in the queues: kept from the first look that did not take until we
     /// take or release, so every node orders us by the same arrival.
     pub(super) fn queue_entry(&mut self) -> String {
@@ -230,76 +189,6 @@ impl RedlockBackend {
         self.entry
             .get_or_insert_with(|| queue_entry(arrival_now(), mode, id, identity))
             .clone()
-    }
-
-    /// A new tenure waits no more; a shared holder announces nothing (the election's
-    /// followers would follow it as the one holder, and wait for renewals of `alive`
-    /// that it does not write).
-    pub(super) fn on_acquired_rw(&mut self) {
-        self.entry = None;
-        if self.mode == LockMode::Shared {
-            self.announce = None;
-        }
-    }
-
-    /// After a campaign that found nobody holding the lock on a majority: the nodes
-    /// whose trusted answer was "kept out by shared holders", for a follower's wait
-    /// ([`RedlockBackend::wait_beside_shared`]).
-    pub(super) fn follow_shared(&mut self, answers: &Round<Take>, read_at: Instant) {
-        for (i, a) in answers.iter().enumerate() {
-            if a.as_ref()
-                .is_some_and(|a| a.beside_shared && a.state == TRUSTED)
-            {
-                self.shared_signs[i] = Some(read_at);
-            }
-        }
-    }
-
-    /// A follower kept out by shared holders sends nothing while they renew: each
-    /// change of the readers' set on a node it follows them on (a renewal, at the
-    /// latest a ttl after the last one) is pushed to it (`Quiet`). It looks
-    /// (`Changed`) on a notice (the last reader's release, a place withdrawn), on a
-    /// lost connection, and once all but a minority of those nodes went a ttl
-    /// without a change (the readers crashed or stopped: their entries have expired).
-    /// Without tracking on enough of them, it turns it on and looks again, or waits
-    /// for the notices and the expiry the campaign read.
-    pub(super) async fn wait_beside_shared(&mut self, max: Duration) -> Wake {
-        let holds: Vec<bool> = self.shared_signs.iter().map(Option::is_some).collect();
-        self.drain_pushes(false);
-        let watched: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| holds[i] && self.tracking[i])
-            .collect();
-        if watched.len() < self.quorum() {
-            if self.start_tracking(&holds).await {
-                return Wake::Changed;
-            }
-            return self.wait_for_notice(max).await;
-        }
-        let spare = Duration::from_millis(2);
-        let dues = watched
-            .iter()
-            .filter_map(|&i| Some(self.shared_signs[i]? + self.ttl + spare))
-            .collect();
-        let due = holder_due(dues, self.quorum()).unwrap_or_else(Instant::now);
-        let until = (Instant::now() + max).min(due);
-        loop {
-            let (i, push) = match self.next_push_from(&watched, until, due).await {
-                Ok(heard) => heard,
-                Err(wake) => return wake,
-            };
-            match push.map(|p| p.kind) {
-                Some(PushKind::Invalidate) => {
-                    self.shared_signs[i] = Some(Instant::now());
-                    return Wake::Quiet;
-                }
-                Some(PushKind::Disconnection) | None => {
-                    self.tracking[i] = false;
-                    self.shared_signs[i] = None;
-                    return Wake::Changed;
-                }
-                Some(_) => {}
-            }
-        }
     }
 
     /// Who holds, for `/leader`'s holders with `--mode` ([`RedlockBackend::slots`]):
@@ -312,25 +201,14 @@ impl RedlockBackend {
         exclusive: Option<Holder>,
         took: Option<FencingToken>,
     ) {
-        let lists: Vec<&[String]> = (answers.iter().flatten())
-            .filter(|a| a.state == TRUSTED)
-            .map(|a| a.readers.as_slice())
-            .collect();
-        let mut shared = shared_holders(&lists, self.quorum());
-        shared.retain(|m| Some(m) != self.value.as_ref());
-        let shared = shared.iter().filter_map(|m| holder(m));
-        let me = took.map(|token| Holder {
-            identity: self.identity.clone(),
-            token: Some(token),
-        });
-        self.observed = match (me, exclusive) {
-            (Some(me), _) if self.mode == LockMode::Shared => (std::iter::once(me).chain(shared))
-                .take(SHOWN)
-                .map(|h| (h, Mode::Shared))
-                .collect(),
-            (Some(h), _) | (None, Some(h)) => vec![(h, Mode::Exclusive)],
-            (None, None) => shared.map(|h| (h, Mode::Shared)).collect(),
-        };
+        self.observed = observed(
+            self.mode,
+            &self.identity,
+            self.core.value(),
+            (answers, self.core.quorum()),
+            exclusive,
+            took,
+        );
     }
 
     /// A switchover names one successor: with `--mode` there is none to name.
@@ -342,10 +220,42 @@ impl RedlockBackend {
     }
 }
 
+/// Who holds, as [`RedlockBackend::observe`] says: `me` (our `identity`, our tenure's
+/// `value`), the take round's `answers` (with the nodes' `quorum`).
+fn observed(
+    mode: LockMode,
+    identity: &str,
+    value: Option<&str>,
+    (answers, quorum): (&Round<Take>, usize),
+    exclusive: Option<Holder>,
+    took: Option<FencingToken>,
+) -> Vec<(Holder, Mode)> {
+    let lists: Vec<&[String]> = (answers.iter().flatten())
+        .filter(|a| a.state == TRUSTED)
+        .map(|a| a.readers.as_slice())
+        .collect();
+    let mut shared = shared_holders(&lists, quorum);
+    shared.retain(|m| Some(m.as_str()) != value);
+    let shared = shared.iter().filter_map(|m| named(m));
+    let me = took.map(|token| Holder {
+        identity: identity.to_owned(),
+        token: Some(token),
+    });
+    match (me, exclusive) {
+        (Some(me), _) if mode == LockMode::Shared => (std::iter::once(me).chain(shared))
+            .take(SHOWN)
+            .map(|h| (h, Mode::Shared))
+            .collect(),
+        (Some(h), _) | (None, Some(h)) => vec![(h, Mode::Exclusive)],
+        (None, None) => shared.map(|h| (h, Mode::Shared)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::{REFUSED, STALE};
+    use super::super::rules::{Tally, STALE};
     use super::*;
+    use crate::backend::redis::REFUSED;
 
     fn beside(value: &str, state: i64) -> Option<Take> {
         Some(Take {
