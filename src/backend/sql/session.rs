@@ -60,9 +60,9 @@ where
 /// One connection for the lease statements. A request that did not finish (the
 /// elector dropped it on its timeout) leaves the connection in an unknown state: the
 /// next request opens a fresh one, and so does any error below SQL (I/O, TLS,
-/// protocol). Each fresh connection is announced on `reconnected`, so that the
-/// dialect's wake-up connection is renewed with it (a partition that broke one may
-/// have left the other half-open).
+/// protocol). Each fresh connection after the first is announced on `reconnected`,
+/// so that the dialect's wake-up connection is renewed with it (a partition that
+/// broke one may have left the other half-open); the first finds it new already.
 pub struct Session<C: sqlx::Connection> {
     options: <C as sqlx::Connection>::Options,
     conn: Option<C>,
@@ -101,7 +101,9 @@ impl<C: sqlx::Connection> Session<C> {
         }
         if self.conn.is_none() {
             let conn = C::connect_with(&self.options).await.map_err(sql(op))?;
-            self.reconnected.notify_one();
+            if self.generation > 0 {
+                self.reconnected.notify_one();
+            }
             self.generation += 1;
             self.conn = Some(conn);
         }
