@@ -308,14 +308,21 @@ fn every_interleaving_to_deeper_bounds_is_safe() {
 fn wrong_read_write_rules_are_caught() {
     use sim::store::RwRule;
     for rule in [RwRule::ReadersIgnoreWriters, RwRule::WritersIgnoreReaders] {
-        let s = Sweep::run(0..DEFAULT_SEEDS, &[Family::Rw(rule)], Flaws::default(), 2);
-        let first = s
-            .failures
-            .iter()
-            .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
-        let first = first.unwrap_or_else(|| panic!("{rule:?} not caught: {}", s.counts()));
-        println!("{rule:?}: {}; first: {}", s.counts(), sim::explain(first));
+        caught_on(Family::Rw(rule), "overlap");
     }
+}
+
+/// Runs the default sweep on `family` alone (a known-wrong rule of its store's) and
+/// expects `kind` among its violations.
+fn caught_on(family: Family, kind: &str) {
+    let s = Sweep::run(0..DEFAULT_SEEDS, &[family], Flaws::default(), 2);
+    let first = s
+        .failures
+        .iter()
+        .find(|o| o.violations.iter().any(|v| v.kind() == kind));
+    let name = family.name();
+    let first = first.unwrap_or_else(|| panic!("{name} not caught: {}", s.counts()));
+    println!("{name}: {}; first: {}", s.counts(), sim::explain(first));
 }
 
 /// The Lease family decides through the Kubernetes store's own core
@@ -328,18 +335,7 @@ fn a_lease_taken_before_it_expired_is_caught() {
     let flaws = driven::Flaws {
         takes_unexpired: true,
     };
-    let s = Sweep::run(
-        0..DEFAULT_SEEDS,
-        &[Family::Lease(flaws)],
-        Flaws::default(),
-        2,
-    );
-    let first = s
-        .failures
-        .iter()
-        .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
-    let first = first.unwrap_or_else(|| panic!("{flaws:?} not caught: {}", s.counts()));
-    println!("{flaws:?}: {}; first: {}", s.counts(), sim::explain(first));
+    caught_on(Family::Lease(flaws), "overlap");
 }
 
 /// The ZooKeeper store's core known-wrong on the session family: a next in line that
@@ -351,18 +347,7 @@ fn a_next_in_line_that_claims_before_the_head_goes_is_caught() {
     let flaws = driven::Flaws {
         next_in_line_claims: true,
     };
-    let s = Sweep::run(
-        0..DEFAULT_SEEDS,
-        &[Family::Session(flaws)],
-        Flaws::default(),
-        2,
-    );
-    let first = s
-        .failures
-        .iter()
-        .find(|o| o.violations.iter().any(|v| v.kind() == "overlap"));
-    let first = first.unwrap_or_else(|| panic!("{flaws:?} not caught: {}", s.counts()));
-    println!("{flaws:?}: {}; first: {}", s.counts(), sim::explain(first));
+    caught_on(Family::Session(flaws), "overlap");
 }
 
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
@@ -381,17 +366,6 @@ fn wrong_slot_rules_are_caught() {
         (SlotRule::WrongSlotNamed, SlotStore::Ttl, "overlap"),
         (SlotRule::NoWithdraw, SlotStore::Session, "slot-not-held"),
     ] {
-        let s = Sweep::run(
-            0..DEFAULT_SEEDS,
-            &[Family::Slots(rule, store)],
-            Flaws::default(),
-            2,
-        );
-        let first = s
-            .failures
-            .iter()
-            .find(|o| o.violations.iter().any(|v| v.kind() == kind));
-        let first = first.unwrap_or_else(|| panic!("{rule:?} not caught: {}", s.counts()));
-        println!("{rule:?}: {}; first: {}", s.counts(), sim::explain(first));
+        caught_on(Family::Slots(rule, store), kind);
     }
 }

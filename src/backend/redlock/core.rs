@@ -433,14 +433,14 @@ mod tests {
     use super::super::rules::{SETTLING, STALE};
     use super::*;
 
-    const TTL: Duration = Duration::from_millis(3_000);
+    pub(super) const TTL: Duration = Duration::from_millis(3_000);
 
-    fn ms(n: u64) -> Duration {
+    pub(super) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
     /// A candidate over three nodes, tracking on all (ttl 3 s, renewals every second).
-    fn core() -> Core {
+    pub(super) fn core() -> Core {
         let mut c = Core::new(3, TTL, ms(1_000));
         c.tracking.fill(true);
         c

@@ -165,25 +165,11 @@ pub(in crate::backend::redlock) fn on_timer(now: Instant, due: Instant) -> Wake 
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::super::super::rules::tests::take;
     use super::super::super::rules::{Round, Take, STALE, TRUSTED};
+    use super::super::tests::{core, ms, TTL};
     use super::*;
     use crate::status::Holder;
-
-    const TTL: Duration = Duration::from_millis(3_000);
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// A candidate over three nodes, tracking on all (ttl 3 s, renewals every second).
-    fn core() -> Core {
-        let mut c = Core::new(3, TTL, ms(1_000));
-        c.tracking.fill(true);
-        c
-    }
 
     /// A look at `answers` that made no tenure, read at `t0`, answered at `t0 + 4 ms`.
     fn looked(c: &mut Core, answers: &Round<Take>, t0: Instant) -> Option<Holder> {
