@@ -176,12 +176,13 @@ impl ZkBackend {
 
     /// The session's client, opening a new session (and forgetting our node) when the
     /// old one expired or was closed.
+    /// Whether the session of our client ended (expired, closed, refused).
+    fn session_ended(&self) -> bool {
+        (self.client.as_ref()).is_some_and(|c| session::ended(c.state()))
+    }
+
     async fn client(&mut self) -> Result<Client, BackendError> {
-        if self
-            .client
-            .as_ref()
-            .is_some_and(|c| session::ended(c.state()))
-        {
+        if self.session_ended() {
             tracing::warn!("zookeeper session ended; opening a new one");
             self.forget();
         }

@@ -350,14 +350,25 @@ pub(super) async fn reserve(
             .await
             .map_err(zk("release"))?;
         let mut multi = reservation_multi(client, at, (&named.name, ours), existing)?;
-        match multi.commit().await {
-            Ok(_) => return Ok(Some(named.name.clone())),
-            Err(MultiWriteError::OperationFailed { index: 1, .. }) => {}
-            Err(MultiWriteError::OperationFailed { .. }) => return Ok(None),
-            Err(e) => return Err(zk("release")(e.into())),
+        if let Some(written) = reservation_written(multi.commit().await)? {
+            return Ok(written.then(|| named.name.clone()));
         }
     }
     Ok(None)
+}
+
+/// What the answer to a reservation's `multi` says: written (`Some(true)`), not
+/// written because the named node or ours went (`Some(false)`), or to be tried again
+/// because another switchover wrote the reservation since we read it (`None`).
+fn reservation_written<T>(
+    answer: Result<T, MultiWriteError>,
+) -> Result<Option<bool>, BackendError> {
+    match answer {
+        Ok(_) => Ok(Some(true)),
+        Err(MultiWriteError::OperationFailed { index: 1, .. }) => Ok(None),
+        Err(MultiWriteError::OperationFailed { .. }) => Ok(Some(false)),
+        Err(e) => Err(zk("release")(e.into())),
+    }
 }
 
 /// Deletes the reservation at `path` that named us, now that we lead, unless it was
@@ -397,4 +408,34 @@ pub(super) fn announce(client: &Client, path: &str, ours: &str, options: CreateO
             return;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_is_written_retried_or_given_up() {
+        let failed = |index| MultiWriteError::OperationFailed {
+            index,
+            source: zookeeper_client::Error::BadVersion,
+        };
+        assert_eq!(reservation_written(Ok(())).ok(), Some(Some(true)));
+        // The reservation's write failed its version check: another switchover wrote
+        // it since our read.
+        assert_eq!(reservation_written::<()>(Err(failed(1))).ok(), Some(None));
+        // The named node (index 0) or ours (index 2) went.
+        assert_eq!(
+            reservation_written::<()>(Err(failed(0))).ok(),
+            Some(Some(false))
+        );
+        assert_eq!(
+            reservation_written::<()>(Err(failed(2))).ok(),
+            Some(Some(false))
+        );
+        let lost = MultiWriteError::RequestFailed {
+            source: zookeeper_client::Error::ConnectionLoss,
+        };
+        assert!(reservation_written::<()>(Err(lost)).is_err());
+    }
 }

@@ -124,11 +124,20 @@ pub(super) async fn ensure_dir(
 pub(super) async fn closed(events: &mut StateWatcher) -> bool {
     let mut state = events.peek_state();
     loop {
-        match state {
-            SessionState::Closed => return true,
-            SessionState::Expired | SessionState::AuthFailed => return false,
-            _ => state = events.changed().await,
+        if let Some(closed) = close_ended(state) {
+            return closed;
         }
+        state = events.changed().await;
+    }
+}
+
+/// How a session in `state` ended after our close: closed (`true`), expired or refused
+/// (`false`), or not yet (`None`).
+fn close_ended(state: SessionState) -> Option<bool> {
+    match state {
+        SessionState::Closed => Some(true),
+        SessionState::Expired | SessionState::AuthFailed => Some(false),
+        _ => None,
     }
 }
 
@@ -174,5 +183,14 @@ mod tests {
         assert!(rules::announces(&format!("{p}0000000042")), "{p}");
         assert_eq!(p.len(), "_c_".len() + 36 + "-latch-".len());
         assert_eq!(rules::sequence_of(&format!("{p}0000000042")), Some(42));
+    }
+
+    #[test]
+    fn a_close_ends_closed_expired_or_not_yet() {
+        assert_eq!(close_ended(SessionState::Closed), Some(true));
+        assert_eq!(close_ended(SessionState::Expired), Some(false));
+        assert_eq!(close_ended(SessionState::AuthFailed), Some(false));
+        assert_eq!(close_ended(SessionState::SyncConnected), None);
+        assert_eq!(close_ended(SessionState::Disconnected), None);
     }
 }

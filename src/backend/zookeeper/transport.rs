@@ -46,6 +46,60 @@ struct Shared {
     session: Mutex<Option<Session>>,
 }
 
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            closed: watch::channel(false).0,
+            session: Mutex::new(None),
+        }
+    }
+
+    /// Notes the session that the server `server` gave in its first frame `reply`
+    /// (nothing when it is not an established session's ConnectResponse).
+    fn note_session(&self, server: &str, reply: &[u8]) {
+        let Some(session) = Session::from_reply(server, reply) else {
+            return;
+        };
+        if let Ok(mut s) = self.session.lock() {
+            *s = Some(session);
+        }
+    }
+}
+
+impl Session {
+    /// The session of a server's ConnectResponse `reply`, if it established one.
+    fn from_reply(server: &str, reply: &[u8]) -> Option<Session> {
+        let (timeout_ms, id, password) = parse_connect_response(reply)?;
+        Some(Session {
+            server: server.to_owned(),
+            timeout_ms,
+            id,
+            password,
+        })
+    }
+
+    /// How long a close waits for the server to hang up: two session timeouts.
+    fn close_limit(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.timeout_ms).unwrap_or(0) * 2)
+    }
+}
+
+/// The servers (`host:port`) of a connect string (`host:port,…[/chroot]`), and its
+/// chroot (empty without one).
+fn servers_of(connect: &str) -> (Vec<&str>, &str) {
+    let (hosts, chroot) = match connect.find('/') {
+        Some(i) => connect.split_at(i),
+        None => (connect, ""),
+    };
+    let servers = hosts.split(',').map(str::trim).filter(|h| !h.is_empty());
+    (servers.collect(), chroot)
+}
+
+/// The connect string the library is given: our `listeners`, and the `chroot`.
+fn relayed_connect(listeners: &[String], chroot: &str) -> String {
+    format!("{}{chroot}", listeners.join(","))
+}
+
 /// Loopback listeners relaying to the servers of one connect string (see the module doc).
 pub struct Relay {
     /// The connect string to give the library: our listeners, and the chroot.
@@ -57,28 +111,18 @@ pub struct Relay {
 impl Relay {
     /// Listens on a loopback port for each server of `connect` (`host:port,…[/chroot]`).
     pub async fn open(connect: &str) -> io::Result<Relay> {
-        let (hosts, chroot) = match connect.find('/') {
-            Some(i) => connect.split_at(i),
-            None => (connect, ""),
-        };
-        let (closed, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            closed,
-            session: Mutex::new(None),
-        });
+        let (servers, chroot) = servers_of(connect);
+        let shared = Arc::new(Shared::new());
         let mut listeners = Vec::new();
         let mut accepts = Vec::new();
-        for server in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        for server in servers {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
             listeners.push(listener.local_addr()?.to_string());
-            accepts.push(tokio::spawn(accept_loop(
-                listener,
-                server.to_owned(),
-                shared.clone(),
-            )));
+            let accept = accept_loop(listener, server.to_owned(), shared.clone());
+            accepts.push(tokio::spawn(accept));
         }
         Ok(Relay {
-            connect: format!("{}{chroot}", listeners.join(",")),
+            connect: relayed_connect(&listeners, chroot),
             shared,
             accepts,
         })
@@ -142,16 +186,7 @@ async fn relay(client: TcpStream, server: &str, shared: &Shared) -> io::Result<(
     };
     let replies = async {
         let first = read_frame(&mut server_r).await?;
-        if let Some((timeout_ms, id, password)) = parse_connect_response(&first) {
-            if let Ok(mut s) = shared.session.lock() {
-                *s = Some(Session {
-                    server: server.to_owned(),
-                    timeout_ms,
-                    id,
-                    password,
-                });
-            }
-        }
+        shared.note_session(server, &first);
         client_w.write_all(&frame(&first)).await?;
         tokio::io::copy(&mut server_r, &mut client_w).await?;
         client_w.shutdown().await
@@ -272,7 +307,6 @@ const CLOSE_SESSION: i32 = -11;
 /// timeouts) for the server to hang up; errors only mean the session will expire by
 /// itself instead.
 async fn close_session(session: Session) {
-    let limit = Duration::from_millis(u64::try_from(session.timeout_ms).unwrap_or(0) * 2);
     let attempt = async {
         let mut conn = TcpStream::connect(&session.server).await?;
         let _ = conn.set_nodelay(true);
@@ -281,10 +315,16 @@ async fn close_session(session: Session) {
         conn.read_to_end(&mut sink).await?;
         Ok::<_, io::Error>(())
     };
-    match tokio::time::timeout(limit, attempt).await {
-        Ok(Ok(())) => tracing::debug!(session = session.id, "zookeeper session closed"),
-        Ok(Err(e)) => tracing::debug!(error = %e, "closing the zookeeper session failed"),
-        Err(_) => tracing::debug!("closing the zookeeper session timed out"),
+    let outcome = tokio::time::timeout(session.close_limit(), attempt).await;
+    log_close(session.id, outcome.ok());
+}
+
+/// Logs how a close of the session `id` ended (`None`: timed out).
+fn log_close(id: i64, outcome: Option<io::Result<()>>) {
+    match outcome {
+        Some(Ok(())) => tracing::debug!(session = id, "zookeeper session closed"),
+        Some(Err(e)) => tracing::debug!(error = %e, "closing the zookeeper session failed"),
+        None => tracing::debug!("closing the zookeeper session timed out"),
     }
 }
 
@@ -319,11 +359,28 @@ mod tests {
             parse_connect_response(&p),
             Some((3000, 0x1234_5678_9abc, b"pwd".to_vec()))
         );
+        let session = Session::from_reply("zk:2181", &p).expect("a session");
+        assert_eq!(session.server, "zk:2181");
+        assert_eq!(session.close_limit(), Duration::from_secs(6));
         // A refused session (id 0) or a short frame gives none.
         let mut refused = p.clone();
         refused[8..16].copy_from_slice(&0i64.to_be_bytes());
         assert_eq!(parse_connect_response(&refused), None);
         assert_eq!(parse_connect_response(&p[..18]), None);
+    }
+
+    #[test]
+    fn a_connect_string_gives_its_servers_and_chroot() {
+        assert_eq!(
+            servers_of("a:1, b:2,,c:3/app/x"),
+            (vec!["a:1", "b:2", "c:3"], "/app/x")
+        );
+        assert_eq!(servers_of("a:1"), (vec!["a:1"], ""));
+        let listeners = ["127.0.0.1:5".to_owned(), "127.0.0.1:6".to_owned()];
+        assert_eq!(
+            relayed_connect(&listeners, "/app"),
+            "127.0.0.1:5,127.0.0.1:6/app"
+        );
     }
 
     #[test]
