@@ -81,7 +81,8 @@ use std::time::Duration;
 use etcd_client::{Client, WatchStream};
 use tokio::time::{sleep_until, Instant};
 
-use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use super::protocol::{Own, Protocol, Transport, Waited, Waits};
+use super::{BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{Holder, Mode};
 
 mod core;
@@ -100,7 +101,7 @@ use self::watches::{News, WatchMessage};
 use super::queue;
 pub use settings::{Args, EtcdSettings};
 
-pub struct EtcdBackend {
+pub struct EtcdTransport {
     /// The connection: one endpoint at a time.
     link: Link,
     keys: Keys,
@@ -118,10 +119,19 @@ pub struct EtcdBackend {
     phase: Phase<WatchStream>,
 }
 
+/// The etcd store as a [`super::Backend`].
+pub type EtcdBackend = Protocol<EtcdTransport>;
+
 impl EtcdBackend {
     pub fn new(settings: &EtcdSettings, lease: &Candidacy) -> Self {
+        Protocol::over(EtcdTransport::new(settings, lease))
+    }
+}
+
+impl EtcdTransport {
+    pub fn new(settings: &EtcdSettings, lease: &Candidacy) -> Self {
         let timing = &lease.timing;
-        EtcdBackend {
+        EtcdTransport {
             link: Link::new(settings, timing.renew_interval, timing.backend_timeout),
             keys: Keys::new(lease.election, lease.mode),
             mode: lease.mode,
@@ -507,16 +517,6 @@ impl EtcdBackend {
             .collect();
     }
 
-    /// The rest of a follower's stagger: until it passes or our predecessor's watch
-    /// fires, then a look. Cancel-safe: dropped, the next wait resumes it.
-    async fn finish_stagger(&mut self) -> Wake {
-        if let Some((until, predecessor)) = self.phase.staggering_mut() {
-            watches::stagger(until, predecessor).await;
-        }
-        self.step(Phase::stagger_over);
-        Wake::Changed
-    }
-
     /// Moves the phase on with one answer on a follower's watch (`from`).
     fn heard_on_watch(&mut self, from: Source, message: &WatchMessage) -> Heard {
         let news = watches::watch_news(message);
@@ -534,9 +534,16 @@ impl EtcdBackend {
     }
 }
 
-impl Backend for EtcdBackend {
+impl Transport for EtcdTransport {
+    type News = WatchMessage;
+    type Look = std::convert::Infallible;
+
     fn name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.mode.flag()
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
@@ -586,18 +593,23 @@ impl Backend for EtcdBackend {
         })
     }
 
-    async fn record_lost(&mut self) {
-        loop {
-            let lease = self.session.as_ref().map_or(0, |s| s.lease);
-            let Some(own) = self.phase.own_mut() else {
-                // Not watching: the next renew reads the key and watches again.
-                return std::future::pending().await;
-            };
-            let message = own.message().await;
-            if self.heard_on_own(&message, lease) {
-                return;
-            }
+    async fn own_news(&mut self) -> Option<WatchMessage> {
+        // Not watching: the next renew reads the key and watches again.
+        let own = self.phase.own_mut()?;
+        Some(own.message().await)
+    }
+
+    fn on_own(&mut self, _now: Instant, message: WatchMessage) -> Own<Self::Look> {
+        let lease = self.session.as_ref().map_or(0, |s| s.lease);
+        if self.heard_on_own(&message, lease) {
+            Own::Lost
+        } else {
+            Own::Quiet
         }
+    }
+
+    async fn own_look(&mut self, look: Self::Look) -> bool {
+        match look {}
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -621,9 +633,6 @@ impl Backend for EtcdBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        if let Some(flag) = self.mode.flag() {
-            return Err(super::no_switchover_with(flag));
-        }
         self.begin();
         let result = async {
             let mut client = self.link.client().await?;
@@ -653,13 +662,32 @@ impl Backend for EtcdBackend {
         self.release().await
     }
 
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+    fn waits(&mut self) -> Waits {
         match self.phase.wait() {
             // We lost our place in the queue: take a new one at once.
-            WaitFor::Now => return Wake::Changed,
-            WaitFor::Stagger => return self.finish_stagger().await,
-            WaitFor::Watches | WaitFor::Poll => {}
+            WaitFor::Now => Waits::Now,
+            WaitFor::Stagger => Waits::Stagger,
+            WaitFor::Watches | WaitFor::Poll => Waits::Store,
         }
+    }
+
+    fn stagger_until(&mut self) -> Option<Instant> {
+        self.phase.staggering_mut().map(|(until, _)| until)
+    }
+
+    /// Our predecessor's watch fired (when open).
+    async fn turn_comes(&mut self) {
+        match self.phase.staggering_mut().and_then(|(_, p)| p) {
+            Some(predecessor) => drop(predecessor.message().await),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn stagger_over(&mut self) {
+        self.step(Phase::stagger_over);
+    }
+
+    async fn wait(&mut self, max: Duration) -> Waited {
         let mut wait = Waiting::new(Instant::now(), max);
         loop {
             let timer = wait.timer(self.session.as_ref().map(|s| s.pace.due));
@@ -673,7 +701,7 @@ impl Backend for EtcdBackend {
             };
             let ended = match answer {
                 Some((from, message)) => match wait.on_heard(self.heard_on_watch(from, &message)) {
-                    Some(Heard::Stagger) => return self.finish_stagger().await,
+                    Some(Heard::Stagger) => return Waited::Stagger,
                     Some(_) => Some(Wake::Changed),
                     None => None,
                 },
@@ -686,7 +714,7 @@ impl Backend for EtcdBackend {
                 },
             };
             if let Some(wake) = ended {
-                return wake;
+                return Waited::Wake(wake);
             }
         }
     }

@@ -30,6 +30,7 @@
 //! every tenure gets its own token and a tenure that begins after another ended has a
 //! greater one. A shared holder names no successor: a switchover is refused.
 
+use std::convert::Infallible;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -40,8 +41,9 @@ use tokio::sync::oneshot;
 
 pub mod entry;
 
+use super::protocol::{Own, Protocol, Transport, Waited};
 use super::record::Seen;
-use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use super::{BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder, Mode};
 
 /// The file backend's flag.
@@ -124,7 +126,7 @@ impl LockRecord {
     }
 }
 
-pub struct FileBackend {
+pub struct FileTransport {
     path: PathBuf,
     identity: String,
     ttl: Duration,
@@ -141,7 +143,7 @@ pub struct FileBackend {
     stay_away_until: Option<tokio::time::Instant>,
 }
 
-impl Drop for FileBackend {
+impl Drop for FileTransport {
     fn drop(&mut self) {
         if let Some((path, _)) = self.registered.take() {
             let _ = std::fs::remove_file(path);
@@ -334,7 +336,16 @@ fn still_the_lock_file(file: &File, path: &Path) -> std::io::Result<bool> {
     Ok(Seen::of(found, (ours.ino(), ours.dev())).still_ours())
 }
 
+/// The lock file as a [`super::Backend`].
+pub type FileBackend = Protocol<FileTransport>;
+
 impl FileBackend {
+    pub fn new(path: PathBuf, lease: &Candidacy) -> Self {
+        Protocol::over(FileTransport::new(path, lease))
+    }
+}
+
+impl FileTransport {
     /// A failed file operation, naming the lock file (a retried error must say where).
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> BackendError {
         let path = self.path.clone();
@@ -345,7 +356,7 @@ impl FileBackend {
     }
 
     pub fn new(path: PathBuf, lease: &Candidacy) -> Self {
-        FileBackend {
+        FileTransport {
             path,
             identity: lease.identity.to_owned(),
             ttl: lease.timing.ttl,
@@ -482,9 +493,30 @@ impl FileBackend {
     }
 }
 
-impl Backend for FileBackend {
+impl Transport for FileTransport {
+    /// Nothing is heard of the lock: it cannot change behind its holder's back.
+    type News = Infallible;
+    type Look = Infallible;
+
     fn name(&self) -> &'static str {
         "file"
+    }
+
+    /// A shared holder has no successor to name; an exclusive one hands over.
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.shared().then_some("shared")
+    }
+
+    async fn own_news(&mut self) -> Option<Infallible> {
+        None
+    }
+
+    fn on_own(&mut self, _now: tokio::time::Instant, news: Infallible) -> Own<Infallible> {
+        match news {}
+    }
+
+    async fn own_look(&mut self, look: Infallible) -> bool {
+        match look {}
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -554,9 +586,6 @@ impl Backend for FileBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        if self.shared() {
-            return Err(super::no_switchover_with("shared"));
-        }
         let dir = self.candidates_dir();
         let entries = std::fs::read_dir(&dir).map_err(self.io("candidates"))?;
         let mut live = Vec::new();
@@ -580,7 +609,7 @@ impl Backend for FileBackend {
         Ok(Some(live))
     }
 
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+    async fn wait(&mut self, max: Duration) -> Waited {
         match self.waiter.as_mut() {
             Some(waiter) => {
                 // The waiter resolving (with the lock or an error) is the change.
@@ -602,7 +631,7 @@ impl Backend for FileBackend {
                 tokio::time::sleep(wait).await
             }
         }
-        Wake::Changed
+        Waited::Wake(Wake::Changed)
     }
 
     fn tenure_hold(&self) -> Option<std::os::fd::OwnedFd> {

@@ -73,14 +73,16 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use self::answers::{Heard, Refusal};
+pub use self::answers::Heard;
+use self::answers::Refusal;
 use self::core::{Next, Phase, Us, Wait};
 use self::follow::{FollowWatch, Then};
 use self::own::{Own, OwnAnswer, OwnStep, OwnWatch};
 use self::requests::LeaseApi;
 use self::watches::{Events, LeaseEvents};
+use super::protocol::{self, Protocol, Transport, Waited};
 use super::record::Seen;
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
+use super::{BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
 use crate::settings::{bad, fmt_d, ConfigError};
 use rules::{coordination, Coordinated, Record};
 use settings::KubeSettings;
@@ -106,7 +108,7 @@ enum OwnWrite {
     Contended,
 }
 
-pub struct KubeBackend {
+pub struct KubeTransport {
     api: LeaseApi,
     identity: String,
     ttl: Duration,
@@ -160,7 +162,27 @@ fn split(answer: Result<LeaseEvents, Refusal>) -> (Result<(), Refusal>, Option<L
     }
 }
 
+/// The Kubernetes Lease as a [`super::Backend`].
+pub type KubeBackend = Protocol<KubeTransport>;
+
 impl KubeBackend {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        lease: &Candidacy,
+        settings: KubeSettings,
+    ) -> Self {
+        Protocol::over(KubeTransport::new(client, namespace, lease, settings))
+    }
+
+    /// Counts renewals that fell back to a read into `slow_paths` (for the metrics).
+    pub fn with_slow_paths(mut self, slow_paths: SlowPaths) -> Self {
+        self.store_mut().slow_paths = slow_paths;
+        self
+    }
+}
+
+impl KubeTransport {
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -178,7 +200,7 @@ impl KubeBackend {
                 )
             })
             .flatten();
-        KubeBackend {
+        KubeTransport {
             api: LeaseApi::new(client, namespace, lease.election),
             identity: lease.identity.to_owned(),
             ttl: lease.timing.ttl,
@@ -231,12 +253,6 @@ impl KubeBackend {
             );
             self.handover.send_replace(true);
         }
-    }
-
-    /// Counts renewals that fell back to a read into `slow_paths` (for the metrics).
-    pub fn with_slow_paths(mut self, slow_paths: SlowPaths) -> Self {
-        self.slow_paths = slow_paths;
-        self
     }
 
     /// Moves the leader's watch on; a watch no longer open drops its stream.
@@ -364,7 +380,7 @@ impl KubeBackend {
 }
 
 /// The answers of the API server, taken by the cores.
-impl KubeBackend {
+impl KubeTransport {
     /// The answer to opening the leader's watch.
     fn own_opened(&mut self, answer: Result<LeaseEvents, Refusal>) {
         let (answer, events) = split(answer);
@@ -536,7 +552,7 @@ impl KubeBackend {
     }
 }
 
-impl KubeBackend {
+impl KubeTransport {
     /// The Lease is missing: create it, with a token above `above` (the token of the
     /// record seen before the deletion; -1: none).
     async fn create(&mut self, above: i32) -> Result<Campaign, BackendError> {
@@ -657,9 +673,17 @@ impl KubeBackend {
     }
 }
 
-impl Backend for KubeBackend {
+impl Transport for KubeTransport {
+    type News = Heard;
+    type Look = std::convert::Infallible;
+
     fn name(&self) -> &'static str {
         "kubernetes"
+    }
+
+    /// No `--mode` on a Lease (the settings refuse it).
+    fn no_switchover(&self) -> Option<&'static str> {
+        None
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -723,11 +747,13 @@ impl Backend for KubeBackend {
         }
     }
 
-    async fn record_lost(&mut self) {
+    /// The next event on the watch of our Lease, (re)opening it as the own-record
+    /// watch says; `None` once there is nothing to watch (not leading, or 410 Gone: we
+    /// cannot tell, and the next renew decides and sets a version).
+    async fn own_news(&mut self) -> Option<Heard> {
         while self.phase.held().is_some() {
             match self.own_watch.step(Instant::now()) {
-                // 410 Gone: we cannot tell; the next renew decides and sets a version.
-                OwnStep::Park => break,
+                OwnStep::Park => return None,
                 OwnStep::Pause(t) => sleep_until(t).await,
                 OwnStep::Open(from) => {
                     let answer = self.api.watch_own(&from).await;
@@ -735,13 +761,23 @@ impl Backend for KubeBackend {
                 }
                 OwnStep::Read => {
                     let heard = self.own_events.next(None).await;
-                    if self.own_heard(heard.unwrap_or(Heard::Ended)) {
-                        return;
-                    }
+                    return Some(heard.unwrap_or(Heard::Ended));
                 }
             }
         }
-        std::future::pending::<()>().await;
+        None
+    }
+
+    fn on_own(&mut self, _now: Instant, heard: Heard) -> protocol::Own<Self::Look> {
+        if self.own_heard(heard) {
+            protocol::Own::Lost
+        } else {
+            protocol::Own::Quiet
+        }
+    }
+
+    async fn own_look(&mut self, look: Self::Look) -> bool {
+        match look {}
     }
 
     async fn retire(&mut self) {
@@ -759,6 +795,12 @@ impl Backend for KubeBackend {
         }
     }
 
+    async fn wait(&mut self, max: Duration) -> Waited {
+        Waited::Wake(self.wait_for_change(max).await)
+    }
+}
+
+impl KubeTransport {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         let Some((window, open)) = self.plan_wait(Instant::now(), max) else {
             return Wake::Changed;

@@ -110,6 +110,7 @@ pub mod kubernetes;
 mod queue;
 // Every store reads its own record through it; a build with only some stores leaves
 // parts of it unused.
+pub mod protocol;
 #[cfg_attr(
     not(all(
         feature = "etcd",

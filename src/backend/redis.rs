@@ -64,8 +64,9 @@ use tokio::time::Instant;
 use self::core::{Core, Next, WaitFor};
 use self::own::Push;
 use self::requests::{Requests, Take};
+use super::protocol::{Own, Protocol, Transport, Waited};
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, Renewal, Wake};
+use super::{BackendError, Campaign, Candidacy, Renewal, Wake};
 use crate::backend::LockMode;
 use crate::status::{FencingToken, Holder};
 
@@ -83,8 +84,9 @@ pub(crate) mod switchover;
 pub(crate) use self::cadence::{announced_holder, Cadence, Pushed};
 pub(crate) use self::core::REFUSED;
 pub(crate) use self::node::{store, too_late, wait_for_notice, Hears, Node};
+pub use self::own::OwnLook;
 pub(crate) use self::own::{
-    follower_tracking, lock_taken, own_key_lost, shared_entry_lost, tracking_pipe, OwnKey,
+    follower_tracking, lock_taken, on_own_push, own_look, shared_entry_lost, tracking_pipe, OwnKey,
     OWN_PUSH_WINDOW,
 };
 pub use settings::{Args, RedisSettings};
@@ -235,7 +237,7 @@ pub(crate) fn new_nonce() -> String {
     format!("{n:032x}")
 }
 
-pub struct RedisBackend {
+pub struct RedisTransport {
     node: Node,
     /// The election's names and this candidate's requests (see [`requests`]).
     req: Requests,
@@ -266,7 +268,16 @@ fn push_of<'k>(push: &PushInfo, keys: &'k [Vec<u8>]) -> Push<'k> {
     }
 }
 
+/// The Redis store as a [`super::Backend`].
+pub type RedisBackend = Protocol<RedisTransport>;
+
 impl RedisBackend {
+    pub fn new(settings: &RedisSettings, lease: &Candidacy) -> Result<Self, BackendError> {
+        RedisTransport::new(settings, lease).map(Protocol::over)
+    }
+}
+
+impl RedisTransport {
     /// Connects lazily: an unreachable server is not an error here, the elector retries.
     /// The candidacy's mode picks the election's lease or a side of the read-write lock
     /// (see [`rw`]).
@@ -297,7 +308,7 @@ impl RedisBackend {
             wake.clone(),
             op_timeout,
         );
-        Ok(RedisBackend {
+        Ok(RedisTransport {
             node,
             req: Requests::new(keys, identity, ttl, mode),
             ttl,
@@ -422,14 +433,6 @@ impl RedisBackend {
         })
     }
 
-    /// A `--mode` candidate has no switchover: a holder leaves by stopping.
-    fn switchover(&self) -> Result<(), BackendError> {
-        match self.core.mode().flag() {
-            Some(mode) => Err(super::no_switchover_with(mode)),
-            None => Ok(()),
-        }
-    }
-
     /// A take won: claim once tracking of our key is on and its read finds it ours.
     async fn claim(&mut self, token: FencingToken) -> Result<Campaign, BackendError> {
         self.node.notices.clear();
@@ -517,7 +520,7 @@ impl RedisBackend {
     }
 }
 
-impl OwnKey for RedisBackend {
+impl OwnKey for RedisTransport {
     fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
         &mut self.pushes
     }
@@ -578,9 +581,16 @@ impl OwnKey for RedisBackend {
     }
 }
 
-impl Backend for RedisBackend {
+impl Transport for RedisTransport {
+    type News = redis::PushInfo;
+    type Look = OwnLook;
+
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.core.mode().flag()
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -657,12 +667,10 @@ impl Backend for RedisBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
-        self.switchover()?;
         self.release_for(Some(to)).await
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        self.switchover()?;
         let presence = &self.req.keys.presence;
         let channels: Vec<String> = switchover::live(presence)
             .query_async(&mut self.node.conn)
@@ -684,12 +692,12 @@ impl Backend for RedisBackend {
     /// and the campaign takes the announced holder). The script decides on every take,
     /// so a wrong guess costs one request, never safety. Without tracking: the events
     /// channel, the baton, the holder's expiry, or `max`. Kept out of the read-write
-    /// lock: [`RedisBackend::wait_quietly`]. The core decides which ([`Core::wait`]).
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+    /// lock: [`RedisTransport::wait_quietly`]. The core decides which ([`Core::wait`]).
+    async fn wait(&mut self, max: Duration) -> Waited {
         if self.core.arms_baton() {
             self.waiter.arm();
         }
-        match self.core.wait() {
+        Waited::Wake(match self.core.wait() {
             WaitFor::Quietly { look_at } => self.wait_quietly(look_at, max).await,
             WaitFor::Renewals { due } => self.wait_for_renewals(due, max).await,
             WaitFor::Notices { mut hint } => {
@@ -699,13 +707,22 @@ impl Backend for RedisBackend {
                 self.on_notice();
                 wake
             }
-        }
+        })
     }
 
-    /// Once it announced itself, [`own_key_lost`].
-    async fn record_lost(&mut self) {
+    /// Once it announced itself, the next push of the command connection (`None`
+    /// once the connection's pushes end).
+    async fn own_news(&mut self) -> Option<redis::PushInfo> {
         self.announce_once().await;
-        own_key_lost(self).await
+        self.pushes().recv().await
+    }
+
+    fn on_own(&mut self, now: Instant, push: redis::PushInfo) -> Own<OwnLook> {
+        on_own_push(self, now, &push)
+    }
+
+    async fn own_look(&mut self, look: OwnLook) -> bool {
+        own_look(self, look).await
     }
 }
 

@@ -88,11 +88,12 @@ use tokio::time::{timeout, Instant};
 use self::core::{on_timer, Core, Heard, WaitFor};
 use self::requests::Requests;
 use self::rules::{Renewed, Round, Take};
+use super::protocol::{Own, Protocol, Transport, Waited};
 use super::redis::{
     baton, new_nonce, store, wait_for_notice, Args, Hears, Node, RedisSettings, REFUSED,
 };
 use super::store_clock::StoreClock;
-use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use super::{BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
@@ -100,6 +101,7 @@ mod core;
 mod handover;
 use handover::BATON_NODE;
 mod own;
+pub use own::OwnNews;
 mod requests;
 mod round;
 mod rules;
@@ -107,7 +109,7 @@ mod rw;
 
 pub use self::requests::take_source;
 
-pub struct RedlockBackend {
+pub struct RedlockTransport {
     nodes: Vec<Node>,
     /// The keys, the scripts and the requests built from them.
     req: Requests,
@@ -117,7 +119,7 @@ pub struct RedlockBackend {
     nonce: String,
     wake: Arc<Notify>,
     /// Server pushes of each node's command connection (RESP3): tracking
-    /// invalidations and disconnect notices (see [`RedlockBackend::wait_for_change`]).
+    /// invalidations and disconnect notices (see [`RedlockTransport::wait_for_change`]).
     pushes: Vec<mpsc::UnboundedReceiver<PushInfo>>,
     /// Each node's clock, for the use-by of takes and renewals.
     clocks: Vec<StoreClock>,
@@ -176,7 +178,16 @@ fn node_timeout(ttl: Duration, op: Duration) -> Duration {
     (ttl / 10).min(op / 3).max(Duration::from_millis(5))
 }
 
+/// The Redlock store as a [`super::Backend`].
+pub type RedlockBackend = Protocol<RedlockTransport>;
+
 impl RedlockBackend {
+    pub fn new(settings: &[RedisSettings], lease: &Candidacy) -> Result<Self, BackendError> {
+        RedlockTransport::new(settings, lease).map(Protocol::over)
+    }
+}
+
+impl RedlockTransport {
     /// Connects lazily to every node; unreachable nodes are retried by the elector.
     pub fn new(settings: &[RedisSettings], lease: &Candidacy) -> Result<Self, BackendError> {
         let (election, identity, timing) = (lease.election, lease.identity, &lease.timing);
@@ -213,7 +224,7 @@ impl RedlockBackend {
             wake.clone(),
             timing.backend_timeout,
         );
-        Ok(RedlockBackend {
+        Ok(RedlockTransport {
             nodes,
             req,
             identity: identity.to_owned(),
@@ -404,9 +415,16 @@ impl RedlockBackend {
     }
 }
 
-impl Backend for RedlockBackend {
+impl Transport for RedlockTransport {
+    type News = OwnNews;
+    type Look = std::convert::Infallible;
+
     fn name(&self) -> &'static str {
         "redlock"
+    }
+
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.mode.flag()
     }
 
     fn lease_ttl(&self) -> Duration {
@@ -491,7 +509,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn release_to(&mut self, to: &str) -> Result<(), BackendError> {
-        self.no_switchover()?;
         let reserved: Round<()> = self.on_each_plain(&self.req.reserve(to)).await;
         if reserved.iter().flatten().count() < self.core.quorum() {
             tracing::warn!(to, "the switchover's reservation reached fewer than a majority of the nodes; another candidate may take the lease");
@@ -501,7 +518,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        self.no_switchover()?;
         let answers: Round<(Vec<String>,)> = self.on_each_plain(&self.req.live()).await;
         if answers.iter().flatten().count() == 0 {
             return Err(BackendError::Store {
@@ -524,9 +540,17 @@ impl Backend for RedlockBackend {
 
     /// A new leader's announcement first (see [`handover`]); then the watch of our
     /// own record on every node (see [`own`]).
-    async fn record_lost(&mut self) {
+    async fn own_news(&mut self) -> Option<OwnNews> {
         self.announce_once().await;
-        self.own_record_lost().await
+        self.own_record_news().await
+    }
+
+    fn on_own(&mut self, now: Instant, news: OwnNews) -> Own<Self::Look> {
+        self.on_own_news(now, news)
+    }
+
+    async fn own_look(&mut self, look: Self::Look) -> bool {
+        match look {}
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
@@ -551,6 +575,12 @@ impl Backend for RedlockBackend {
     /// Without tracking on enough of them, it turns it on and looks again, or (a
     /// server that refuses it) waits without tracking: the notices, the holder's
     /// expiry, or `max`. One kept out by shared holders waits as [`rw`] says.
+    async fn wait(&mut self, max: Duration) -> Waited {
+        Waited::Wake(self.wait_for_change(max).await)
+    }
+}
+
+impl RedlockTransport {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         if self.core.arms_baton() {
             self.waiter.arm();
@@ -575,7 +605,7 @@ impl Backend for RedlockBackend {
     }
 }
 
-impl RedlockBackend {
+impl RedlockTransport {
     /// A follower's wait on the pushes of the `watched` nodes (of the shared holders'
     /// set when `readers`, else of the holder's renewals) until `due` or `max`, as the
     /// core reads each.

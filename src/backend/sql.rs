@@ -139,7 +139,7 @@
 //! How followers learn of a change (PostgreSQL `LISTEN/NOTIFY`, a MySQL/MariaDB named
 //! lock) is each dialect's own. A PostgreSQL follower that found the row held by a
 //! live leader sends nothing until then (the retry interval passing is
-//! [`Wake::Quiet`]: the leader's session still holds the lock, so the observation is
+//! [`Wake::Quiet`](super::Wake::Quiet): the leader's session still holds the lock, so the observation is
 //! current); a MySQL one likewise while it is queued for the named lock that the
 //! holder's session holds (see [`mysql`]).
 
@@ -148,7 +148,8 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use super::protocol::{Own, Protocol, Transport, Waited};
+use super::{BackendError, Campaign, Candidacy, LockMode, Renewal};
 use crate::status::{Holder, Mode};
 
 mod core;
@@ -225,7 +226,7 @@ pub fn presence_name(parts: &[&str]) -> String {
 /// The SQL backend over one dialect: the I/O around the core's rules
 /// ([`Tenancy`]): each statement's answer goes to the core, and the core says what
 /// to send next.
-pub struct SqlBackend<D: SqlDialect> {
+pub struct SqlTransport<D: SqlDialect> {
     session: Session<D::Conn>,
     tenancy: Tenancy,
     /// Who holds, and how, as the last campaign saw it (`--mode` only).
@@ -233,10 +234,13 @@ pub struct SqlBackend<D: SqlDialect> {
     dialect: D,
 }
 
-impl<D: SqlDialect> SqlBackend<D> {
+/// An SQL store (one dialect) as a [`super::Backend`].
+pub type SqlBackend<D> = Protocol<SqlTransport<D>>;
+
+impl<D: SqlDialect> SqlTransport<D> {
     pub(crate) fn with_dialect(session: Session<D::Conn>, lease: &Candidacy, dialect: D) -> Self {
         let timing = lease.timing;
-        SqlBackend {
+        SqlTransport {
             session,
             tenancy: Tenancy::new(lease.election, lease.identity, timing.ttl, lease.mode),
             observed: Vec::new(),
@@ -410,9 +414,16 @@ fn note_reservation(reserved: Result<bool, BackendError>, to: &str) {
     }
 }
 
-impl<D: SqlDialect> Backend for SqlBackend<D> {
+impl<D: SqlDialect> Transport for SqlTransport<D> {
+    type News = ();
+    type Look = ();
+
     fn name(&self) -> &'static str {
         D::NAME
+    }
+
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.tenancy.mode.flag()
     }
 
     fn slots(&self) -> Option<crate::status::Slots> {
@@ -464,18 +475,15 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
         freed
     }
 
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
+    async fn wait(&mut self, max: Duration) -> Waited {
         let (wait, max) = self.tenancy.wait(max, Instant::now());
         let woke = (self.dialect)
             .wait_for_change(&mut self.tenancy, wait, max)
             .await;
-        self.tenancy.woke(woke, Instant::now())
+        Waited::Wake(self.tenancy.woke(woke, Instant::now()))
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        if let Some(flag) = self.tenancy.mode.flag() {
-            return Err(super::no_switchover_with(flag));
-        }
         let election = self.tenancy.election.clone();
         let registered = self.dialect.live(&mut self.session, &election).await?;
         let (live, gone) = split_live(registered, &self.tenancy.identity);
@@ -502,23 +510,30 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
         self.release().await
     }
 
-    async fn record_lost(&mut self) {
-        loop {
-            self.dialect.next_look().await;
-            if !self.tenancy.holding() {
-                continue;
-            }
-            let (session, tenancy) = (&mut self.session, &self.tenancy);
-            let look = match tenancy.mode {
-                LockMode::Shared => {
-                    Tenancy::still_shared(self.dialect.own_shared(session, tenancy).await)
-                }
-                _ => tenancy.still_ours(self.dialect.own_tenure(session, tenancy).await),
-            };
-            if look == Look::Lost {
-                return;
-            }
+    /// The dialect's next reason to look at our row (a notification, a timer).
+    async fn own_news(&mut self) -> Option<()> {
+        self.dialect.next_look().await;
+        Some(())
+    }
+
+    /// A look while we hold.
+    fn on_own(&mut self, _now: Instant, _news: ()) -> Own<()> {
+        if self.tenancy.holding() {
+            Own::Look(())
+        } else {
+            Own::Quiet
         }
+    }
+
+    async fn own_look(&mut self, _look: ()) -> bool {
+        let (session, tenancy) = (&mut self.session, &self.tenancy);
+        let look = match tenancy.mode {
+            LockMode::Shared => {
+                Tenancy::still_shared(self.dialect.own_shared(session, tenancy).await)
+            }
+            _ => tenancy.still_ours(self.dialect.own_tenure(session, tenancy).await),
+        };
+        look == Look::Lost
     }
 }
 

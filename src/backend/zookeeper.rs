@@ -101,10 +101,13 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use zookeeper_client::{Client, CreateMode, SessionState, StateWatcher};
 
+use super::protocol::{Own, Protocol, Transport, Waited, Waits};
 use super::queue;
-use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
+use super::{BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{Holder, Mode};
 
 mod core;
@@ -122,7 +125,7 @@ pub use settings::{Args, ZkSettings, ZkTls};
 use transport::Relay;
 use watches::ZkPhase;
 
-pub struct ZkBackend {
+pub struct ZkTransport {
     settings: ZkSettings,
     /// The election's node, the reservation's and the announcement's.
     paths: Paths,
@@ -152,10 +155,19 @@ pub struct ZkBackend {
     phase: ZkPhase,
 }
 
+/// The ZooKeeper store as a [`super::Backend`].
+pub type ZkBackend = Protocol<ZkTransport>;
+
 impl ZkBackend {
     pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
+        Protocol::over(ZkTransport::new(settings, lease))
+    }
+}
+
+impl ZkTransport {
+    pub fn new(settings: &ZkSettings, lease: &Candidacy) -> Self {
         let ttl = lease.timing.ttl;
-        ZkBackend {
+        ZkTransport {
             renew_interval: lease.timing.renew_interval,
             settings: settings.clone(),
             paths: Paths::new(&settings.root, lease.election),
@@ -200,20 +212,6 @@ impl ZkBackend {
     /// Moves the phase on by `f`.
     fn step(&mut self, f: impl FnOnce(ZkPhase) -> ZkPhase) {
         self.phase = f(std::mem::take(&mut self.phase));
-    }
-
-    /// The rest of a follower's stagger (see `wait_for_change`): until it passes or
-    /// our own turn comes, then a look. Cancel-safe: dropped, the next wait resumes it.
-    async fn finish_stagger(&mut self) -> Wake {
-        if let Some((until, turn)) = self.phase.staggering_mut() {
-            tokio::select! {
-                _ = when(turn) => {}
-                _ = tokio::time::sleep_until(until) => {}
-            }
-        }
-        // The stagger is over (or our turn's watch fired): look.
-        self.step(Phase::looked);
-        Wake::Changed
     }
 
     fn forget(&mut self) {
@@ -541,7 +539,7 @@ impl ZkBackend {
 type Leftovers = (Option<Relay>, Option<StateWatcher>);
 
 /// What ended the leader's wait on its claim.
-enum ClaimNews {
+pub enum ClaimNews {
     /// An event on the watch on our own node.
     Own(zookeeper_client::WatchedEvent),
     /// The claim's `multi` check answered (`true`: it ran).
@@ -591,9 +589,16 @@ async fn woken(
     }
 }
 
-impl Backend for ZkBackend {
+impl Transport for ZkTransport {
+    type News = ClaimNews;
+    type Look = std::convert::Infallible;
+
     fn name(&self) -> &'static str {
         "zookeeper"
+    }
+
+    fn no_switchover(&self) -> Option<&'static str> {
+        self.mode.flag()
     }
 
     /// The session timeout less one renew interval (at most a third of it). A request
@@ -618,9 +623,6 @@ impl Backend for ZkBackend {
     }
 
     async fn candidates(&mut self) -> Result<Option<Vec<String>>, BackendError> {
-        if let Some(flag) = self.mode.flag() {
-            return Err(super::no_switchover_with(flag));
-        }
         let client = self.client().await?;
         let queue = requests::read_candidates(&client, &self.paths.dir, "candidates").await?;
         Ok(Some(queue.into_iter().map(|e| e.identity).collect()))
@@ -655,33 +657,57 @@ impl Backend for ZkBackend {
         self.release_to_next(Some(to)).await
     }
 
+    fn waits(&mut self) -> Waits {
+        match self.phase.wait() {
+            WaitFor::Now => Waits::Now,
+            WaitFor::Stagger => Waits::Stagger,
+            WaitFor::Watches => Waits::Store,
+        }
+    }
+
     /// A follower wakes when its predecessor's node or the holder's changes (one event
     /// each per handover, no herd on every change) or its session's state does. While
     /// both watches stand and the session is connected (its pings are the keep-alive),
     /// the observation is current: the wait ends `Quiet`, with no request.
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        match self.phase.wait() {
-            WaitFor::Now => return Wake::Changed,
-            WaitFor::Stagger => return self.finish_stagger().await,
-            WaitFor::Watches => {}
-        }
+    async fn wait(&mut self, max: Duration) -> Waited {
         let woke = woken(self.phase.watches_mut(), self.session_events.as_mut(), max).await;
         let woke = woke.unwrap_or(Woke::Timeout {
             connected: self.connected(),
         });
         match self.hear(woke) {
-            Heard::Look => Wake::Changed,
-            Heard::Quiet => Wake::Quiet,
-            Heard::Stagger => self.finish_stagger().await,
+            Heard::Look => Waited::Wake(Wake::Changed),
+            Heard::Quiet => Waited::Wake(Wake::Quiet),
+            Heard::Stagger => Waited::Stagger,
         }
     }
 
-    async fn record_lost(&mut self) {
-        loop {
-            let news = claim_news(self.phase.claim_mut()).await;
-            if self.lost_on(news) {
-                return;
-            }
+    fn stagger_until(&mut self) -> Option<Instant> {
+        self.phase.staggering_mut().map(|(until, _)| until)
+    }
+
+    /// Our turn's watch fired.
+    async fn turn_comes(&mut self) {
+        let turn = self.phase.staggering_mut().and_then(|(_, turn)| turn);
+        when(turn).await;
+    }
+
+    fn stagger_over(&mut self) {
+        self.step(Phase::looked);
+    }
+
+    async fn own_news(&mut self) -> Option<ClaimNews> {
+        Some(claim_news(self.phase.claim_mut()).await)
+    }
+
+    fn on_own(&mut self, _now: Instant, news: ClaimNews) -> Own<Self::Look> {
+        if self.lost_on(news) {
+            Own::Lost
+        } else {
+            Own::Quiet
         }
+    }
+
+    async fn own_look(&mut self, look: Self::Look) -> bool {
+        match look {}
     }
 }

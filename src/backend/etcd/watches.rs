@@ -131,19 +131,6 @@ pub(super) async fn next_answer(
     }
 }
 
-/// Until `until` passes, or the predecessor's watch (when open) answers.
-pub(super) async fn stagger(until: Instant, predecessor: Option<&mut WatchStream>) {
-    match predecessor {
-        Some(predecessor) => {
-            tokio::select! {
-                _ = predecessor.message() => {}
-                _ = sleep_until(until) => {}
-            }
-        }
-        None => sleep_until(until).await,
-    }
-}
-
 /// The next message of a watch that may not be open (then never).
 async fn next_message(w: Option<&mut WatchStream>) -> WatchMessage {
     match w {

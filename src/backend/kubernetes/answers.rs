@@ -38,7 +38,7 @@ impl Refusal {
 
 /// What a watch on the Lease brought.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Heard {
+pub enum Heard {
     /// Added or modified: the Lease as written.
     Written(Box<Lease>),
     /// Deleted, at this version.

@@ -1,6 +1,6 @@
 //! A holder's watch of its own record (invariant 9): `CLIENT TRACKING` of its key on
 //! the command connection, and the wait for a change of it by anyone else
-//! ([`own_key_lost`]), with what a renewal's answer means to it ([`renewal_of`]); and
+//! ([`on_own_push`]), with what a renewal's answer means to it ([`renewal_of`]); and
 //! a follower's tracking of the holders' renewals ([`follower_tracking`]).
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{rw, Keys, REFUSED};
+use crate::backend::protocol::Own;
 use crate::backend::record::Seen;
 use crate::backend::{BackendError, LockMode, Renewal};
 
@@ -23,7 +24,7 @@ pub(crate) struct TooLate;
 
 /// What a renew script's answer (`kept`), received at `now`, means. A renewal's own
 /// invalidation follows its answer: expected until `own_push_until` (see
-/// [`own_key_lost`]).
+/// [`on_own_push`]).
 pub(crate) fn renewal_of(
     kept: i64,
     now: Instant,
@@ -83,7 +84,7 @@ impl Tracking {
 
 /// A holder, which hears of its record's changes by others through `CLIENT TRACKING`
 /// (invariant 9): the lock key of the election's holder and of the read-write lock's
-/// exclusive one, a shared holder's entry (see [`own_key_lost`]).
+/// exclusive one, a shared holder's entry (see [`on_own_push`]).
 pub(crate) trait OwnKey: Send {
     /// The pushes of the command connection.
     fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo>;
@@ -103,8 +104,8 @@ pub(crate) trait OwnKey: Send {
     fn taken(&mut self) -> impl std::future::Future<Output = bool> + Send;
 }
 
-/// An exclusive holder's wait for news of its key (`record_lost`), resolving once the
-/// key is gone or no longer ours.
+/// What one push of the command connection, heard at `now`, says of an exclusive
+/// holder's key (its `record_lost`): the key gone or no longer ours is found by a read.
 ///
 /// Redis (7.0.15 here) pushes an invalidation for a key a script of this very
 /// connection changed, NOLOOP or not, right after the script's answer: the first
@@ -119,28 +120,38 @@ pub(crate) trait OwnKey: Send {
 /// then, and when the notice came after a renewal had gone out on the new
 /// connection, that renewal had not done it either. Cancel-safe: a wait dropped
 /// during that read leaves tracking off, and the next renewal turns it on.
-pub(crate) async fn own_key_lost(holder: &mut impl OwnKey) {
-    while let Some(push) = holder.pushes().recv().await {
-        if push.kind == PushKind::Disconnection {
-            holder.note_push(&push);
-            // Refused (the connection still down): the next renewal tracks again.
-            if let Ok(false) = holder.track_own_key("record_lost").await {
-                return;
-            }
-            continue;
-        }
-        if !holder.note_push(&push) {
-            continue;
-        }
-        let own = holder.take_own_push_until();
-        if push.kind == PushKind::Invalidate && own_push(own, Instant::now()) {
-            continue;
-        }
-        if holder.taken().await {
-            return;
-        }
+pub(crate) fn on_own_push(holder: &mut impl OwnKey, now: Instant, push: &PushInfo) -> Own<OwnLook> {
+    if push.kind == PushKind::Disconnection {
+        holder.note_push(push);
+        return Own::Look(OwnLook::Track);
     }
-    std::future::pending().await
+    if !holder.note_push(push) {
+        return Own::Quiet;
+    }
+    let own = holder.take_own_push_until();
+    if push.kind == PushKind::Invalidate && own_push(own, now) {
+        return Own::Quiet;
+    }
+    Own::Look(OwnLook::Read)
+}
+
+/// The read of our key that a push calls for (see [`on_own_push`]): whether it shows
+/// our tenure over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnLook {
+    /// The tracking went with its connection: turn it on again, reading the key.
+    Track,
+    /// A change of our key by someone else, maybe: read it.
+    Read,
+}
+
+/// The read `look` asks for: `true` when it shows our tenure over. A tracking refused
+/// (the connection still down) says nothing: the next renewal tracks again.
+pub(crate) async fn own_look(holder: &mut impl OwnKey, look: OwnLook) -> bool {
+    match look {
+        OwnLook::Track => matches!(holder.track_own_key("record_lost").await, Ok(false)),
+        OwnLook::Read => holder.taken().await,
+    }
 }
 
 /// After a push for the lock key: whether a read shows our tenure over (the key gone,
@@ -208,6 +219,94 @@ pub(crate) fn follower_tracking(keys: &Keys) -> redis::Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder whose pushes say what the test says, with tracking on.
+    struct Holder {
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
+        tracking: Tracking,
+        own_push_until: Option<Instant>,
+        track_answer: Result<bool, ()>,
+        taken: bool,
+    }
+
+    impl Holder {
+        fn new(own_push_until: Option<Instant>) -> Holder {
+            Holder {
+                pushes: mpsc::unbounded_channel().1,
+                tracking: Tracking {
+                    on: true,
+                    lock: true,
+                },
+                own_push_until,
+                track_answer: Ok(true),
+                taken: false,
+            }
+        }
+    }
+
+    impl OwnKey for Holder {
+        fn pushes(&mut self) -> &mut mpsc::UnboundedReceiver<PushInfo> {
+            &mut self.pushes
+        }
+        fn note_push(&mut self, push: &PushInfo) -> bool {
+            self.tracking.on_push(&push.kind)
+        }
+        async fn track_own_key(&mut self, op: &'static str) -> Result<bool, BackendError> {
+            (self.track_answer).map_err(|()| BackendError::Store {
+                op,
+                message: "down".into(),
+            })
+        }
+        fn take_own_push_until(&mut self) -> Option<Instant> {
+            self.own_push_until.take()
+        }
+        async fn taken(&mut self) -> bool {
+            self.taken
+        }
+    }
+
+    fn push(kind: PushKind) -> PushInfo {
+        PushInfo { kind, data: vec![] }
+    }
+
+    #[tokio::test]
+    async fn a_holder_looks_at_its_key_after_any_push_but_its_renewals_own() {
+        let t0 = Instant::now();
+        let mut h = Holder::new(Some(t0 + OWN_PUSH_WINDOW));
+        // The renewal's own invalidation, within its window: nothing to look at.
+        let own = on_own_push(&mut h, t0, &push(PushKind::Invalidate));
+        assert_eq!(own, Own::Quiet);
+        // Any later one is read, and the read decides.
+        let other = on_own_push(&mut h, t0, &push(PushKind::Invalidate));
+        assert_eq!(other, Own::Look(OwnLook::Read));
+        assert!(!own_look(&mut h, OwnLook::Read).await);
+        h.taken = true;
+        assert!(own_look(&mut h, OwnLook::Read).await);
+        // One past the window is someone else's too.
+        let mut late = Holder::new(Some(t0));
+        let pushed = on_own_push(&mut late, t0 + OWN_PUSH_WINDOW, &push(PushKind::Invalidate));
+        assert_eq!(pushed, Own::Look(OwnLook::Read));
+        // Pushes that are not of a key tracked say nothing.
+        let message = on_own_push(&mut late, t0, &push(PushKind::Message));
+        assert_eq!(message, Own::Quiet);
+    }
+
+    #[tokio::test]
+    async fn a_disconnection_turns_tracking_on_again_and_its_read_decides() {
+        let mut h = Holder::new(None);
+        let lost = on_own_push(&mut h, Instant::now(), &push(PushKind::Disconnection));
+        assert_eq!(lost, Own::Look(OwnLook::Track));
+        assert!(!h.tracking.on, "the tracking went with the connection");
+        assert!(!own_look(&mut h, OwnLook::Track).await, "still ours");
+        h.track_answer = Ok(false);
+        assert!(own_look(&mut h, OwnLook::Track).await, "gone");
+        // Refused (the connection still down): the next renewal tracks again.
+        h.track_answer = Err(());
+        assert!(!own_look(&mut h, OwnLook::Track).await);
+        // With tracking off, an invalidation is not of a key tracked.
+        let after = on_own_push(&mut h, Instant::now(), &push(PushKind::Invalidate));
+        assert_eq!(after, Own::Quiet);
+    }
 
     #[test]
     fn a_holder_takes_one_push_within_the_window_for_its_renewals_own() {

@@ -7,7 +7,7 @@
 //! [`Core::follow_announced`]), how a wait goes on and what a push means to it (see
 //! [`wait`]), and a renew round's verdict ([`Core::after_renew_round`],
 //! [`Core::renewed`]). No I/O and no clock: `now` is an argument.
-//! [`super::RedlockBackend`] does the I/O and asks this core what to do with each
+//! [`super::RedlockTransport`] does the I/O and asks this core what to do with each
 //! answer.
 //!
 //! Invariants kept here:

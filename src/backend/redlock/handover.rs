@@ -34,7 +34,7 @@
 use tokio::time::{timeout, Instant};
 
 use super::rules::Round;
-use super::RedlockBackend;
+use super::RedlockTransport;
 use crate::backend::{Campaign, Wake};
 
 /// The node the baton lives on: the first configured one.
@@ -48,7 +48,7 @@ pub(super) fn holder_due(mut dues: Vec<Instant>, quorum: usize) -> Option<Instan
     dues.get(quorum.checked_sub(1)?).copied()
 }
 
-impl RedlockBackend {
+impl RedlockTransport {
     /// What the listeners and the baton waiter asked for since the last time: a look
     /// (`Changed`, the campaign runs the take), a new holder announced (`Changed`,
     /// the campaign follows it without a request), or nothing new (`None`: an

@@ -36,11 +36,14 @@
 //! a renewal is due; what a push asked for stays noted per node until a read or the
 //! renewal has answered for that node.
 
+use std::convert::Infallible;
+
 use futures_util::future::{join_all, select_all};
 use redis::{PushInfo, PushKind};
 use tokio::time::{timeout, Instant};
 
-use super::RedlockBackend;
+use super::RedlockTransport;
+use crate::backend::protocol::Own;
 use crate::backend::record::Seen;
 use crate::backend::redis::OWN_PUSH_WINDOW;
 use crate::backend::LockMode;
@@ -152,7 +155,7 @@ pub(super) fn seen(mode: LockMode, value: &str, read: &Read) -> Seen {
     }
 }
 
-impl RedlockBackend {
+impl RedlockTransport {
     /// The keys of our record, tracked.
     fn record_keys(&self) -> Vec<&str> {
         let keys = &self.req.keys;
@@ -169,33 +172,42 @@ impl RedlockBackend {
         pipe.cmd("TIME");
     }
 
-    /// The holder's wait between renewals: resolves once the nodes still holding our
-    /// record (or silent) can no longer make a majority.
-    pub(super) async fn own_record_lost(&mut self) {
-        let Some(value) = self.core.value().map(str::to_owned) else {
-            return std::future::pending().await;
-        };
-        loop {
-            self.look_at_nodes(&value).await;
-            if let Some(gone) = self.core.own_lost() {
+    /// The holder's next news between renewals, after the looks at the nodes the core
+    /// asks for: the nodes still holding our record (or silent) can no longer make a
+    /// majority, or a push from one of them (`None`: no tenure, or no node's pushes
+    /// left).
+    pub(super) async fn own_record_news(&mut self) -> Option<OwnNews> {
+        let value = self.core.value()?.to_owned();
+        self.look_at_nodes(&value).await;
+        if let Some(gone) = self.core.own_lost() {
+            return Some(OwnNews::Lost { gone });
+        }
+        let (i, push) = self.next_own_push().await?;
+        Some(OwnNews::Push {
+            node: i,
+            kind: push.map_or(PushKind::Disconnection, |p| p.kind),
+        })
+    }
+
+    /// What the core makes of `news` heard at `now`: a push is noted (the next news
+    /// looks at the nodes it calls for); too few nodes left is the record lost.
+    pub(super) fn on_own_news(&mut self, now: Instant, news: OwnNews) -> Own<Infallible> {
+        match news {
+            OwnNews::Lost { gone } => {
                 tracing::warn!(
                     gone,
                     nodes = self.nodes.len(),
                     "redlock: our record was deleted or taken on too many nodes"
                 );
-                return;
+                Own::Lost
             }
-            let Some((i, push)) = self.next_own_push().await else {
-                return std::future::pending().await;
-            };
-            let kind = push.map_or(PushKind::Disconnection, |p| p.kind);
-            self.core.on_own_push(i, &kind, Instant::now());
+            OwnNews::Push { node, kind } => {
+                self.core.on_own_push(node, &kind, now);
+                Own::Quiet
+            }
         }
     }
 
-    /// One round trip to each node that needs one, in parallel: tracking turned on
-    /// (and the record read) where asked, the record read where a change was pushed.
-    /// A node that does not answer stays as it was (a renewal decides for it).
     async fn look_at_nodes(&mut self, value: &str) {
         let calls = self.core.own().iter().enumerate().map(|(i, node)| {
             let mut pipe = redis::pipe();
@@ -247,6 +259,15 @@ fn holder_tracking(pipe: &mut redis::Pipeline, keys: &[&str]) {
         pipe.arg("PREFIX").arg(*key);
     }
     pipe.arg("NOLOOP").ignore();
+}
+
+/// What a Redlock holder hears of its own record.
+#[derive(Clone, Debug)]
+pub enum OwnNews {
+    /// Our record is gone or taken on `gone` nodes: too many for a majority.
+    Lost { gone: usize },
+    /// A push from node `node` (a disconnection when its pushes ended).
+    Push { node: usize, kind: PushKind },
 }
 
 #[cfg(test)]

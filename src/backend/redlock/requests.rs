@@ -1,7 +1,7 @@
 //! The requests of a Redlock candidate on one node, built without being sent: the
 //! take (phase 1), the confirm (phase 2), the renewal, the give-back, a renew round's
 //! catch-up, the baton's hand-out and the announcement, with the scripts' text (the
-//! preludes and the Lua files). [`super::RedlockBackend`] sends them on every node
+//! preludes and the Lua files). [`super::RedlockTransport`] sends them on every node
 //! (see [`super::round`]) and hands the answers to its core.
 
 use std::time::Duration;

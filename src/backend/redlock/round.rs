@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use tokio::time::{timeout, Instant};
 
 use super::rules::Round;
-use super::RedlockBackend;
+use super::RedlockTransport;
 
 /// One node's part of a round: its answer and when it came, or `None` for an error, a
 /// timeout or no request at all.
@@ -30,7 +30,7 @@ async fn ask<T: redis::FromRedisValue>(
     }
 }
 
-impl RedlockBackend {
+impl RedlockTransport {
     /// Runs one plain request on every node in parallel, each under the per-node
     /// timeout; errors and timeouts read as "no answer".
     pub(super) async fn on_each_plain<T: redis::FromRedisValue>(
@@ -63,7 +63,7 @@ impl RedlockBackend {
         answers.into_iter().map(|a| a.map(|(v, _)| v)).collect()
     }
 
-    /// [`RedlockBackend::on_each`], with when each answer came.
+    /// [`RedlockTransport::on_each`], with when each answer came.
     pub(super) async fn on_each_timed<T: redis::FromRedisValue>(
         &self,
         invocations: Vec<Option<redis::ScriptInvocation<'_>>>,

@@ -70,9 +70,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::rules::{named, Round, Take, TRUSTED};
-use super::RedlockBackend;
+use super::RedlockTransport;
 use crate::backend::redis::{parse_value, Keys};
-use crate::backend::{no_switchover_with, BackendError, LockMode};
+use crate::backend::LockMode;
 use crate::status::{FencingToken, Holder, Mode};
 
 /// How many shared holders `/leader` lists (as on Redis, and etcd).
@@ -181,7 +181,7 @@ pub(super) fn arrival_now() -> u128 {
         .map_or(0, |d| d.as_micros())
 }
 
-impl RedlockBackend {
+impl RedlockTransport {
     /// Our place in the queues: kept from the first look that did not take until we
     /// take or release, so every node orders us by the same arrival.
     pub(super) fn queue_entry(&mut self) -> String {
@@ -191,7 +191,7 @@ impl RedlockBackend {
             .clone()
     }
 
-    /// Who holds, for `/leader`'s holders with `--mode` ([`RedlockBackend::slots`]):
+    /// Who holds, for `/leader`'s holders with `--mode` ([`RedlockTransport::slots`]):
     /// after our take (`took`), we alone (exclusive) or we and the shared holders
     /// listed; else the `exclusive` holder a majority names, or the shared holders
     /// ([`shared_holders`]).
@@ -210,17 +210,9 @@ impl RedlockBackend {
             took,
         );
     }
-
-    /// A switchover names one successor: with `--mode` there is none to name.
-    pub(super) fn no_switchover(&self) -> Result<(), BackendError> {
-        match self.mode.flag() {
-            Some(flag) => Err(no_switchover_with(flag)),
-            None => Ok(()),
-        }
-    }
 }
 
-/// Who holds, as [`RedlockBackend::observe`] says: `me` (our `identity`, our tenure's
+/// Who holds, as [`RedlockTransport::observe`] says: `me` (our `identity`, our tenure's
 /// `value`), the take round's `answers` (with the nodes' `quorum`).
 fn observed(
     mode: LockMode,

@@ -44,13 +44,13 @@ impl Store for Sql {
             Dialect::Postgres => {
                 let url = "--postgres-url";
                 let mut slots = cx.try_slots(url, |lease| PostgresBackend::new(settings, lease))?;
-                check_table(slots[0].prepare(), &cx).await?;
+                check_table(slots[0].store_mut().prepare(), &cx).await?;
                 serve.serve(slots).await
             }
             Dialect::Mysql => {
                 let url = "--mysql-url";
                 let mut slots = cx.try_slots(url, |lease| MysqlBackend::new(settings, lease))?;
-                check_table(slots[0].prepare(), &cx).await?;
+                check_table(slots[0].store_mut().prepare(), &cx).await?;
                 serve.serve(slots).await
             }
         })

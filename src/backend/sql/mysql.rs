@@ -71,9 +71,10 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::held::OnConnection;
 use super::{
-    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    WaitFor, Waiting,
+    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
+    TableError, Tenancy, WaitFor, Waiting,
 };
+use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
 
 mod rules;
@@ -236,7 +237,9 @@ impl MysqlBackend {
             op_timeout: timing.backend_timeout,
             signal,
         };
-        Ok(SqlBackend::with_dialect(session, lease, dialect))
+        Ok(Protocol::over(SqlTransport::with_dialect(
+            session, lease, dialect,
+        )))
     }
 }
 

@@ -57,9 +57,10 @@ use tokio::task::JoinHandle;
 
 use super::held::OnConnection;
 use super::{
-    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, Table, TableError, Tenancy,
-    WaitFor, Waiting,
+    LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
+    TableError, Tenancy, WaitFor, Waiting,
 };
+use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
 
 mod listen;
@@ -190,7 +191,9 @@ impl PostgresBackend {
             queue: false,
             turn: OnConnection::default(),
         };
-        Ok(SqlBackend::with_dialect(session, lease, dialect))
+        Ok(Protocol::over(SqlTransport::with_dialect(
+            session, lease, dialect,
+        )))
     }
 }
 
