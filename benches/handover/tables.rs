@@ -187,11 +187,12 @@ Three candidates on one election, ttl 15 s: once every follower follows the\n\
 leader, the leader gets SIGTERM, and the latency runs to the next leader's claim in its\n\
 transition log (for a peer, to the line it prints when elected); the stopped candidate\n\
 restarts as a follower before the next round. The floor is the store's own handover,\n\
-the least any client of it can take: the requests leasekeeper's handover makes on that\n\
-store (the holder's release, the store's notice to the waiting candidate, its take\n\
-with the fencing token), made by two clients in one process with the client library\n\
-leasekeeper uses, on the same server in the same run, timed from the release's start\n\
-to the take's answer (`benches/handover/floor/`). Redis: the compare-and-delete that\n\
+the least any client of it can take: the steps of leasekeeper's handover on that store\n\
+(the holder's release, the store's notice to the waiting candidate, its take with the\n\
+fencing token), each as its plainest request (a take without the queue, reservation\n\
+and quarantine checks leasekeeper's take also makes), made by two clients in one\n\
+process with the client library leasekeeper uses, on the same server in the same run,\n\
+timed from the release's start to the take's answer (`benches/handover/floor/`). Redis: the compare-and-delete that\n\
 hands the baton out, the waiting `BLPOP`, the take script; Redlock: the same over the\n\
 nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in\n\
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
