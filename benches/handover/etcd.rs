@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
+use crate::floor;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::page::Key;
 use crate::peer::{by_signal, peer_handovers, spawn_piped};
@@ -25,6 +26,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
     );
     steady_requests(report, &etcd);
     drop(g);
+    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
+    floor::report(report, "graceful", "etcd", at_floor);
     report.latency(
         Key::new("graceful", "etcd", "peer"),
         etcdctl_elect_handovers(&endpoints, rounds),

@@ -1,9 +1,11 @@
 //! `LK_BENCH_ONLY=exec`: exec mode next to `etcdctl lock NAME CMD` on one etcd: the same
-//! command (it prints `leader <CLOCK_MONOTONIC ns>` when it starts, python startup
-//! included on both sides), SIGTERM/SIGINT to the holder → the next command's stamp.
-//! For leasekeeper the old command's group is gone before the lease is released.
+//! command on both sides, a static C program built at the section's start (it prints
+//! `leader <CLOCK_MONOTONIC ns>` as it starts, about a millisecond after its exec, and
+//! exits on SIGTERM or SIGINT), SIGTERM/SIGINT to the holder → the next command's
+//! stamp. For leasekeeper the old command's group is gone before the lease is released.
 
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use crate::common::servers::etcd_server::EtcdCluster;
@@ -12,31 +14,62 @@ use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
 use crate::report::Report;
 
-/// The supervised command on both sides.
-const COMMAND: [&str; 3] = [
-    "python3",
-    "-c",
-    "import signal, sys, time\n\
-     print('leader', time.monotonic_ns(), flush=True)\n\
-     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n\
-     time.sleep(3600)",
-];
+/// The supervised command's source: its start's stamp, then a wait for the signal.
+const COMMAND_SOURCE: &str = "\
+#include <signal.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static void stop(int s) { (void)s; _exit(0); }
+int main(void) {
+    struct timespec t;
+    signal(SIGTERM, stop);
+    signal(SIGINT, stop);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    printf(\"leader %lld\\n\", (long long)t.tv_sec * 1000000000LL + t.tv_nsec);
+    fflush(stdout);
+    for (;;) pause();
+}
+";
 
 pub fn measure(report: &mut Report, rounds: usize) {
+    let command = build_command();
     let etcd = EtcdCluster::start(1);
     let endpoints = etcd.endpoints();
-    report.latency(
-        Key::new("exec", "etcd", "leasekeeper"),
-        leasekeeper_run_handovers(&endpoints, rounds),
-    );
-    report.latency(
-        Key::new("exec", "etcd", "peer"),
-        etcdctl_lock_handovers(&endpoints, rounds),
-    );
+    let (ours, peer) = match &command {
+        Some(command) => (
+            leasekeeper_run_handovers(&endpoints, command, rounds),
+            etcdctl_lock_handovers(&endpoints, command, rounds),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    report.latency(Key::new("exec", "etcd", "leasekeeper"), ours);
+    report.latency(Key::new("exec", "etcd", "peer"), peer);
     drop(etcd);
 }
 
-fn leasekeeper_run_handovers(endpoints: &str, rounds: usize) -> Vec<f64> {
+/// Builds the supervised command with `gcc -static -O2` into the target directory;
+/// none (said on stderr) when gcc fails.
+fn build_command() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let source = dir.join("leasekeeper-bench-command.c");
+    let binary = dir.join("leasekeeper-bench-command");
+    std::fs::write(&source, COMMAND_SOURCE).ok()?;
+    let built = Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status();
+    match built {
+        Ok(s) if s.success() => Some(binary),
+        other => {
+            eprintln!("bench: gcc -static could not build the exec section's command: {other:?}");
+            None
+        }
+    }
+}
+
+fn leasekeeper_run_handovers(endpoints: &str, command: &Path, rounds: usize) -> Vec<f64> {
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |i: usize| {
         spawn_piped(
@@ -57,20 +90,20 @@ fn leasekeeper_run_handovers(endpoints: &str, rounds: usize) -> Vec<f64> {
                     &dir.path().join(format!("x{i}.jsonl")).display().to_string(),
                 ])
                 .arg("--")
-                .args(COMMAND),
+                .arg(command),
             "leasekeeper run",
         )
     };
     peer_handovers(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds)
 }
 
-fn etcdctl_lock_handovers(endpoints: &str, rounds: usize) -> Vec<f64> {
+fn etcdctl_lock_handovers(endpoints: &str, command: &Path, rounds: usize) -> Vec<f64> {
     let spawn = |_: usize| {
         spawn_piped(
             Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
                 .args(["--endpoints", endpoints, "lock", "bench-lock", "--"])
-                .args(COMMAND)
+                .arg(command)
                 .process_group(0),
             "etcdctl lock",
         )

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::common::SidecarArgs;
+use crate::floor;
 use crate::footprint::idle_footprint;
 use crate::group::{Group, Stop};
 use crate::page::Key;
@@ -16,6 +17,9 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let mut g = Group::new(SidecarArgs::file(dir.path()).ttl("15s").build(), CANDIDATES);
     let h = g.handovers(Stop::Graceful, rounds, None);
     report.latency(Key::new("graceful", "file", "leasekeeper"), h.latency);
+    crate::measure::steps(report, "file", &h.steps);
+    let at_floor = floor::file::handovers(dir.path(), rounds);
+    floor::report(report, "graceful", "file", at_floor);
     let h = g.handovers(Stop::Crash, rounds, None);
     report.latency(Key::new("failover", "file", "crash"), h.latency);
     drop(g);

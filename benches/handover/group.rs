@@ -112,6 +112,13 @@ impl Group {
         })
     }
 
+    /// The end of the claim that ended after `after_ns` and before `before_ns` (the
+    /// stopped leader's), if its log has it.
+    fn ended_after(&self, after_ns: u64, before_ns: u64) -> Option<u64> {
+        let ends = self.claims().into_iter().filter_map(|c| c.end);
+        ends.filter(|e| *e > after_ns && *e <= before_ns).min()
+    }
+
     /// Stops the leader `rounds` times, each time once every follower follows it, and
     /// restarts it as a follower. `expiry_probe` tells the remaining ttl (ms) of the
     /// leader's lease in the store just before a crash.
@@ -134,6 +141,9 @@ impl Group {
                 .next_claim_after(t0, Duration::from_secs(60))
                 .expect("a new leader");
             h.record(t0, start, sent, pttl_ms);
+            if let (Stop::Graceful, Some(sent)) = (stop, sent) {
+                h.record_steps(t0, self.ended_after(t0, start), sent, start);
+            }
             let _ = self.slots[leader].wait_exit(Duration::from_secs(5));
             self.respawn(leader);
         }
@@ -165,6 +175,10 @@ pub struct Handovers {
     pub acquire: Vec<f64>,
     /// For crashes: new claim − the store's own expiry of the dead leader's lease.
     pub past_expiry: Vec<f64>,
+    /// For graceful stops, from the transition logs: signal → the stopped leader's
+    /// claim ended (it stops claiming, then releases), → the new leader's acquiring
+    /// request sent (the release, the store's notice, the wake), → its claim.
+    pub steps: Vec<[f64; 3]>,
 }
 
 impl Handovers {
@@ -179,5 +193,14 @@ impl Handovers {
             self.past_expiry
                 .push((start - t0) as f64 / 1e6 - pttl as f64);
         }
+    }
+
+    /// The steps of one graceful handover (see `steps`), when the stopped leader's
+    /// log has its claim's end.
+    fn record_steps(&mut self, t0: u64, ended: Option<u64>, sent: u64, start: u64) {
+        let Some(ended) = ended else { return };
+        let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
+        self.steps
+            .push([ms(t0, ended), ms(ended, sent), ms(sent, start)]);
     }
 }

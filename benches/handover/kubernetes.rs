@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::client_go::client_go_replicas;
 use crate::common::servers::fake_kube::FakeKube;
 use crate::common::SidecarArgs;
+use crate::floor;
 use crate::measure::{crash_failovers, graceful_handovers, rates_during, rates_over};
 use crate::page::Key;
 use crate::report::Report;
@@ -32,6 +33,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
         format!("{:.2}", rate / CANDIDATES as f64),
     );
     drop(g);
+    let at_floor = floor::kubernetes::handovers(&kubeconfig, "team", rounds);
+    floor::report(report, "graceful", "kubernetes", at_floor);
     // client-go's request pattern at its defaults (LeaseDuration 15s, RetryPeriod
     // 2s), 4 replicas of one election, on the same fake.
     let replicas = 4;

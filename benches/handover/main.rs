@@ -12,7 +12,8 @@
 //! `LK_SQL_PEER`), `file`, `redis`, `etcd`, `scale`, `exec`, `kubernetes` (its peer in
 //! `client_go`), `zookeeper`, `steady`, `abuse` (the hostile-client crowd), `slots`
 //! (`--holders 2`), `modes` (`--mode`). Shared: `group` (sidecars and their handovers),
-//! `measure` (what every backend measures alike), `peer` (other clients' processes),
+//! `measure` (what every backend measures alike), `floor` (the store's own
+//! handover, in process, each store's in a module of its own), `peer` (other clients' processes),
 //! `footprint` (/proc), `stats`, `report` (the run's cells, each a table, row and
 //! column of the page), `page` (docs/benchmarks.md: its tables in `tables.rs`, and how
 //! a run rewrites it) and `settings` (the environment).
@@ -25,6 +26,7 @@ mod client_go;
 mod etcd;
 mod exec;
 mod file;
+mod floor;
 mod footprint;
 mod group;
 mod kubernetes;

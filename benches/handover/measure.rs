@@ -7,6 +7,7 @@ use crate::group::{Group, Handovers, Stop};
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
+use crate::stats::Stats;
 
 /// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`: the
 /// store's (`row`'s) cells of graceful handover and acquire round trip. The group is
@@ -21,7 +22,22 @@ pub fn graceful_handovers(
     let h = g.handovers(Stop::Graceful, rounds, None);
     report.latency(Key::new("graceful", row, "leasekeeper"), h.latency);
     report.latency(Key::new("failover", row, "acquire"), h.acquire);
+    steps(report, row, &h.steps);
     g
+}
+
+/// The medians of the graceful handovers' `steps` (see [`Handovers::steps`]) for the
+/// store's (`row`'s) cell: `signal → claim ended, → request sent, → claim`.
+pub fn steps(report: &mut Report, row: &'static str, steps: &[[f64; 3]]) {
+    let median = |i: usize| Stats::of(steps.iter().map(|s| s[i]).collect()).map(|s| s.median());
+    let shown = match (median(0), median(1), median(2)) {
+        (Some(a), Some(b), Some(c)) => Some(format!("{a:.2}, {b:.2}, {c:.2}")),
+        _ => None,
+    };
+    match shown {
+        Some(v) => report.value(Key::new("graceful", row, "steps"), v),
+        None => report.latency(Key::new("graceful", row, "steps"), Vec::new()),
+    }
 }
 
 /// `rounds` crash failovers among `CANDIDATES` sidecars started with `args` (whose

@@ -2,7 +2,9 @@
 //! PostgreSQL and MySQL:
 //! an exclusive lock taken after the last shared holder leaves (two readers hold, a
 //! writer waits; the first reader stops, then the second's SIGTERM → the writer's
-//! claim, from the transition logs).
+//! claim, from the transition logs); beside each, the store's floor (`floor`): on
+//! etcd and ZooKeeper the exclusive candidate waits for the last shared holder's key or
+//! node as a next in line waits for the holder's, so their floor is the election's.
 
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use crate::common::servers::pg_server::PgServer;
 use crate::common::servers::redis_server::RedisServer;
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
+use crate::floor;
 use crate::page::Key;
 use crate::report::Report;
 
@@ -24,25 +27,37 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let cell = |store| Key::new("modes", store, "leasekeeper");
     let args = SidecarArgs::file(dir.path()).ttl("15s");
     report.latency(cell("file"), handovers(args, rounds));
+    let at_floor = floor::file::exclusive_after_shared(dir.path(), rounds);
+    floor::report(report, "modes", "file", at_floor);
     let redis = RedisServer::start();
     let args = SidecarArgs::redis(&redis.url()).ttl("15s");
     report.latency(cell("redis"), handovers(args, rounds));
+    let at_floor = floor::redis::exclusive_after_shared(&redis.url(), rounds);
+    floor::report(report, "modes", "redis", at_floor);
     drop(redis);
     let etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
     report.latency(cell("etcd"), handovers(args, rounds));
+    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
+    floor::report(report, "modes", "etcd", at_floor);
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
     report.latency(cell("zookeeper"), handovers(args, rounds));
+    let at_floor = floor::zookeeper::handovers(&zk.connect_string(), rounds);
+    floor::report(report, "modes", "zookeeper", at_floor);
     drop(zk);
     let pg = PgServer::start();
     let args = SidecarArgs::postgres(&pg.url()).ttl("15s");
     report.latency(cell("postgres"), handovers(args, rounds));
+    let at_floor = floor::sql::postgres_exclusive_after_shared(&pg.url(), rounds);
+    floor::report(report, "modes", "postgres", at_floor);
     drop(pg);
     let db = MariaServer::start();
     let args = SidecarArgs::mysql(&db.url()).ttl("15s");
     report.latency(cell("mysql"), handovers(args, rounds));
+    let at_floor = floor::sql::mysql_exclusive_after_shared(&db.url(), rounds);
+    floor::report(report, "modes", "mysql", at_floor);
 }
 
 /// `rounds` times, each with new processes: two readers hold, a writer waits behind

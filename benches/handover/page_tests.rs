@@ -128,7 +128,7 @@ fn a_whole_run_writes_every_table_but_those_only_asked_for() {
     // What the run did not measure reads `—`.
     let graceful = section(&new, table("graceful").heading);
     assert!(
-        graceful.contains("| Redis | — | redis-py `Lock` | — |"),
+        graceful.contains("| Redis | — | — | — | — | redis-py `Lock` | — |"),
         "{graceful}"
     );
     assert!(section(&new, "100 candidates on one election")
@@ -162,8 +162,11 @@ fn a_table_the_page_lacks_is_written_empty_when_not_measured() {
     assert!(modes.starts_with(
         "## Shared and exclusive (`--mode`)\n\nCommand: — · Machine: — · Date: —\n\n"
     ));
-    assert!(modes.contains("| PostgreSQL | — |"), "{modes}");
-    assert!(modes.ends_with("new processes\neach round.\n"), "{modes}");
+    assert!(modes.contains("| PostgreSQL | — | — | — |"), "{modes}");
+    assert!(
+        modes.ends_with("so their floor is the election's.\n"),
+        "{modes}"
+    );
 }
 
 #[test]
@@ -172,9 +175,10 @@ fn a_written_table_has_its_stamp_header_rows_and_paragraph() {
     let slots = section(&render("", &r), table("slots").heading);
     let expected_start = "## Slots (`--holders 2`)\n\n\
         Command: `cmd` · Machine: 2 cores (load 0.10 at the start, 0.20 at the end), Test OS · Date: 2030-01-02\n\n\
-        | store | a slot handed over (SIGTERM → that slot's next claim) |\n|---|---|\n\
-        | etcd | 4.2 |\n| ZooKeeper | 4.2 |\n| Redis | 4.2 |\n\
-        | Redis, ttl 15 s: a candidate waiting on two slots, commands/s | 4.2 |\n\nFour candidates";
+        | store | a slot handed over (SIGTERM → that slot's next claim) | floor (same server, in-process) | leasekeeper / floor |\n\
+        |---|---|---|---|\n\
+        | etcd | 4.2 | 4.2 | 4.2 |\n| ZooKeeper | 4.2 | 4.2 | 4.2 |\n| Redis | 4.2 | 4.2 | 4.2 |\n\
+        | Redis, ttl 15 s: a candidate waiting on two slots, commands/s | 4.2 | — | — |\n\nFour candidates";
     assert!(slots.starts_with(expected_start), "{slots}");
 }
 

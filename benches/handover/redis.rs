@@ -6,6 +6,7 @@ use std::process::Command;
 
 use crate::common::servers::redis_server::RedisServer;
 use crate::common::SidecarArgs;
+use crate::floor;
 use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::page::Key;
 use crate::peer::{
@@ -23,16 +24,15 @@ pub fn measure(report: &mut Report, rounds: usize) {
         &[&servers[0]],
         rounds,
     );
+    let at_floor = floor::redis::handovers(std::slice::from_ref(&url), rounds);
+    floor::report(report, "graceful", "redis", at_floor);
     report.latency(
         Key::new("graceful", "redis", "peer"),
         redis_py_handovers(&url, rounds).unwrap_or_default(),
     );
     for (n, row) in [(3, "redlock3"), (5, "redlock5")] {
-        let urls = servers[..n]
-            .iter()
-            .map(|s| s.url())
-            .collect::<Vec<_>>()
-            .join(",");
+        let nodes: Vec<String> = servers[..n].iter().map(|s| s.url()).collect();
+        let urls = nodes.join(",");
         let refs: Vec<&RedisServer> = servers[..n].iter().collect();
         redis_backend(
             report,
@@ -45,6 +45,12 @@ pub fn measure(report: &mut Report, rounds: usize) {
             },
             &refs,
             rounds,
+        );
+        floor::report(
+            report,
+            "graceful",
+            row,
+            floor::redis::handovers(&nodes, rounds),
         );
     }
     drop(servers);

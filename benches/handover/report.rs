@@ -10,6 +10,8 @@ use crate::stats::Stats;
 
 pub struct Report {
     cells: BTreeMap<Key, Option<String>>,
+    /// The median (ms) of every latency cell, for the ratios between them.
+    medians: BTreeMap<Key, f64>,
     /// The cells as printed, for `target/bench-results.md`.
     lines: String,
     load_at_start: String,
@@ -23,6 +25,7 @@ impl Report {
         print!("{header}");
         Report {
             cells: BTreeMap::new(),
+            medians: BTreeMap::new(),
             lines: header.to_owned(),
             load_at_start: load_average(),
             started: SystemTime::now(),
@@ -42,11 +45,25 @@ impl Report {
 
     /// A latency cell whose figure follows `label` (e.g. the ttl: `ttl 1 s: …`).
     pub fn labelled_latency(&mut self, key: Key, label: &str, latencies: Vec<f64>) {
-        match Stats::of(latencies) {
+        let stats = Stats::of(latencies);
+        if let Some(s) = &stats {
+            self.medians.insert(key, s.median());
+        }
+        match stats {
             Some(s) if label.is_empty() => self.record(key, Some(s.in_ms()), &s.detail()),
             Some(s) => self.record(key, Some(format!("{label}: {}", s.in_ms())), &s.detail()),
             None => self.record(key, None, ""),
         }
+    }
+
+    /// The ratio of the medians of the latency cells `over` and `under` (`1.42×`) for
+    /// the cell `key`; `—` when either measured nothing.
+    pub fn ratio(&mut self, key: Key, over: Key, under: Key) {
+        let ratio = match (self.medians.get(&over), self.medians.get(&under)) {
+            (Some(a), Some(b)) if *b > 0.0 => Some(format!("{:.2}×", a / b)),
+            _ => None,
+        };
+        self.record(key, ratio, "");
     }
 
     /// Prints the cell and keeps it; `detail` is printed but left off the page.

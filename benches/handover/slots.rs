@@ -1,7 +1,8 @@
 //! `LK_BENCH_ONLY=slots`: an election of two slots (`--holders 2`), four candidates, on
 //! etcd, ZooKeeper and Redis: a slot handed over on SIGTERM (the slot's holder stops →
 //! the next claim of that slot, from the transition logs), and the store requests of
-//! the two waiting candidates at steady state.
+//! the two waiting candidates at steady state. Each slot is a lease of its own on the
+//! store, so a slot's floor is the election's (`floor`), measured on the same server.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::servers::redis_server::{client_ports, RedisServer};
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
+use crate::floor;
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::number_from_env;
@@ -26,6 +28,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "etcd", "leasekeeper"),
         handovers(args, rounds),
     );
+    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
+    floor::report(report, "slots", "etcd", at_floor);
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
@@ -33,6 +37,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "zookeeper", "leasekeeper"),
         handovers(args, rounds),
     );
+    let at_floor = floor::zookeeper::handovers(&zk.connect_string(), rounds);
+    floor::report(report, "slots", "zookeeper", at_floor);
     drop(zk);
     let redis = RedisServer::start();
     let args = SidecarArgs::redis(&redis.url()).ttl("15s");
@@ -40,6 +46,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "redis", "leasekeeper"),
         handovers(args, rounds),
     );
+    let at_floor = floor::redis::handovers(&[redis.url()], rounds);
+    floor::report(report, "slots", "redis", at_floor);
     steady(report, &redis);
 }
 

@@ -7,6 +7,7 @@ use std::process::{Child, Command};
 use crate::common::scenarios::sql_suite::{db_flags, SqlDb};
 use crate::common::servers::mariadb_server::MariaServer;
 use crate::common::servers::pg_server::PgServer;
+use crate::floor;
 use crate::measure::graceful_handovers_then_crash_failovers;
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
@@ -44,6 +45,13 @@ fn measure(report: &mut Report, kind: &'static str, rounds: usize) {
         &|| db.admin(remaining).trim().parse::<u64>().ok(),
         (crate::settings::sql_graceful_rounds(), rounds),
     );
+    let url = db.url_for("lk");
+    let graceful = crate::settings::sql_graceful_rounds();
+    let at_floor = match postgres {
+        true => floor::sql::postgres(&url, graceful),
+        false => floor::sql::mysql(&url, graceful),
+    };
+    floor::report(report, "graceful", kind, at_floor);
     polling_peer(report, &*db, kind, rounds);
 }
 

@@ -23,6 +23,10 @@ impl Stats {
         })
     }
 
+    pub fn median(&self) -> f64 {
+        self.median
+    }
+
     /// `min / median / p99` in ms, as the page shows a latency.
     pub fn in_ms(&self) -> String {
         format!("{:.2} / {:.2} / {:.2}", self.min, self.median, self.p99)

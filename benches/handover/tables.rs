@@ -33,7 +33,8 @@ make bench   # = cargo bench --bench handover, which writes this page\n\
 measures graceful handover and crash failover latency from the signal to the new\n\
 leader's `claim_start` in its transition log (no polling error), store requests per\n\
 candidate at steady state, idle footprint, `/leader` throughput and binary size, with a\n\
-peer program on the same server in the same run where one exists; `page.rs` and\n\
+peer program on the same server in the same run where one exists, and beside each\n\
+handover the store's floor (its own handover, in process: `floor/`); `page.rs` and\n\
 `tables.rs` there hold this page's tables and put each figure in its table, row and\n\
 column (the run's figures, one a line, also go to `target/bench-results.md`).\n\
 `LK_BENCH_ROUNDS` sets the number of handovers (default 40; the SQL sections' graceful\n\
@@ -58,21 +59,63 @@ const GRACEFUL: Table = Table {
     columns: &[
         col("store", "store"),
         col("leasekeeper", "leasekeeper (SIGTERM → new claim)"),
+        col("floor", "floor (same server, in-process)"),
+        col("ratio", "leasekeeper / floor"),
+        col(
+            "steps",
+            "leasekeeper's steps, medians: signal → claim ended, → take sent, → claim",
+        ),
         col("peer_name", "peer on the same server"),
         col("peer", "peer"),
     ],
     rows: &[
-        row("file", &[Text("file"), Value, NONE, NONE]),
+        row(
+            "file",
+            &[Text("file"), Value, Value, Value, Value, NONE, NONE],
+        ),
         row(
             "redis",
-            &[Text("Redis"), Value, Text("redis-py `Lock`"), Value],
+            &[
+                Text("Redis"),
+                Value,
+                Value,
+                Value,
+                Value,
+                Text("redis-py `Lock`"),
+                Value,
+            ],
         ),
-        row("redlock3", &[Text("Redlock, 3 nodes"), Value, NONE, NONE]),
-        row("redlock5", &[Text("Redlock, 5 nodes"), Value, NONE, NONE]),
+        row(
+            "redlock3",
+            &[
+                Text("Redlock, 3 nodes"),
+                Value,
+                Value,
+                Value,
+                Value,
+                NONE,
+                NONE,
+            ],
+        ),
+        row(
+            "redlock5",
+            &[
+                Text("Redlock, 5 nodes"),
+                Value,
+                Value,
+                Value,
+                Value,
+                NONE,
+                NONE,
+            ],
+        ),
         row(
             "etcd",
             &[
                 Text("etcd"),
+                Value,
+                Value,
+                Value,
                 Value,
                 Text("`etcdctl elect` (SIGINT → next elected)"),
                 Value,
@@ -80,13 +123,24 @@ const GRACEFUL: Table = Table {
         ),
         row(
             "zookeeper",
-            &[Text("ZooKeeper"), Value, Text("kazoo `Election`"), Value],
+            &[
+                Text("ZooKeeper"),
+                Value,
+                Value,
+                Value,
+                Value,
+                Text("kazoo `Election`"),
+                Value,
+            ],
         ),
         row(
             "zookeeper_curator",
             &[
                 Text("ZooKeeper"),
                 Text("(the same run)"),
+                NONE,
+                NONE,
+                NONE,
                 Text("Curator `LeaderLatch` (close)"),
                 Value,
             ],
@@ -95,6 +149,9 @@ const GRACEFUL: Table = Table {
             "postgres",
             &[
                 Text("PostgreSQL"),
+                Value,
+                Value,
+                Value,
                 Value,
                 Text("`pg_try_advisory_lock` every 100 ms"),
                 Value,
@@ -105,6 +162,9 @@ const GRACEFUL: Table = Table {
             &[
                 Text("MySQL (MariaDB)"),
                 Value,
+                Value,
+                Value,
+                Value,
                 Text("`SELECT … FOR UPDATE NOWAIT` every 100 ms"),
                 Value,
             ],
@@ -113,6 +173,9 @@ const GRACEFUL: Table = Table {
             "kubernetes",
             &[
                 Text("Kubernetes Lease (fake API)"),
+                Value,
+                Value,
+                Value,
                 Value,
                 Text("client-go `leaderelection`"),
                 Text("not timed: see the steady state"),
@@ -123,7 +186,26 @@ const GRACEFUL: Table = Table {
 Three candidates on one election, ttl 15 s: once every follower follows the\n\
 leader, the leader gets SIGTERM, and the latency runs to the next leader's claim in its\n\
 transition log (for a peer, to the line it prints when elected); the stopped candidate\n\
-restarts as a follower before the next round.",
+restarts as a follower before the next round. The floor is the store's own handover,\n\
+the least any client of it can take: the steps of leasekeeper's handover on that store\n\
+(the holder's release, the store's notice to the waiting candidate, its take with the\n\
+fencing token), each as its plainest request (a take without the queue, reservation\n\
+and quarantine checks leasekeeper's take also makes), made by two clients in one\n\
+process with the client library leasekeeper uses, on the same server in the same run,\n\
+timed from the release's start to the take's answer (`benches/handover/floor/`). Redis: the compare-and-delete that\n\
+hands the baton out, the waiting `BLPOP`, the take script; Redlock: the same over the\n\
+nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in\n\
+line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
+node, the next in line's watch, its listing and its `sync` and stat read; file: the\n\
+record written and the lock let go of, the blocked `flock`, the record written with\n\
+the next token; PostgreSQL: the release's `UPDATE` with its `pg_notify`, the `LISTEN`\n\
+connection's wake, the take's `UPDATE` answering the token; MySQL: the release's\n\
+`UPDATE` and the named lock let go of, the waiting `GET_LOCK`, the take's `UPDATE`;\n\
+the Lease: the release's replace, the watch event, the take's replace. \"leasekeeper /\n\
+floor\" is the ratio of the medians. The steps split leasekeeper's handover by the\n\
+transition logs: the stopped leader's claim ends (it stops claiming, then sends its\n\
+release); the new leader sends its acquiring request (between them: the release, the\n\
+store's notice and the wake); its claim begins (the take's round trip).",
     in_whole_run: true,
 };
 
@@ -322,22 +404,28 @@ const SLOTS: Table = Table {
             "leasekeeper",
             "a slot handed over (SIGTERM → that slot's next claim)",
         ),
+        col("floor", "floor (same server, in-process)"),
+        col("ratio", "leasekeeper / floor"),
     ],
     rows: &[
-        row("etcd", &[Text("etcd"), Value]),
-        row("zookeeper", &[Text("ZooKeeper"), Value]),
-        row("redis", &[Text("Redis"), Value]),
+        row("etcd", &[Text("etcd"), Value, Value, Value]),
+        row("zookeeper", &[Text("ZooKeeper"), Value, Value, Value]),
+        row("redis", &[Text("Redis"), Value, Value, Value]),
         row(
             "redis_waiting",
             &[
                 Text("Redis, ttl 15 s: a candidate waiting on two slots, commands/s"),
                 Value,
+                NONE,
+                NONE,
             ],
         ),
     ],
     paragraph: "\
 Four candidates of an election of two slots; each round stops one slot's holder,\n\
-the two slots in turn, and restarts it. ZooKeeper's and etcd's data in `/dev/shm`.",
+the two slots in turn, and restarts it. ZooKeeper's and etcd's data in `/dev/shm`. Each\n\
+slot is a lease of its own, so its floor is the store's own handover of one lease (as\n\
+under the graceful handover), measured on the same server in the same run.",
     in_whole_run: true,
 };
 
@@ -350,19 +438,28 @@ const MODES: Table = Table {
             "leasekeeper",
             "an exclusive lock taken after the last shared holder's SIGTERM",
         ),
+        col("floor", "floor (same server, in-process)"),
+        col("ratio", "leasekeeper / floor"),
     ],
     rows: &[
-        row("file", &[Text("file"), Value]),
-        row("redis", &[Text("Redis"), Value]),
-        row("etcd", &[Text("etcd"), Value]),
-        row("zookeeper", &[Text("ZooKeeper"), Value]),
-        row("postgres", &[Text("PostgreSQL"), Value]),
-        row("mysql", &[Text("MySQL (MariaDB)"), Value]),
+        row("file", &[Text("file"), Value, Value, Value]),
+        row("redis", &[Text("Redis"), Value, Value, Value]),
+        row("etcd", &[Text("etcd"), Value, Value, Value]),
+        row("zookeeper", &[Text("ZooKeeper"), Value, Value, Value]),
+        row("postgres", &[Text("PostgreSQL"), Value, Value, Value]),
+        row("mysql", &[Text("MySQL (MariaDB)"), Value, Value, Value]),
     ],
     paragraph: "\
 Two `--mode shared` candidates hold, a `--mode exclusive` one waits; the first reader\n\
 stops, then the second reader's SIGTERM is timed to the writer's claim; new processes\n\
-each round.",
+each round. The floor: the last shared holder's release and the exclusive take, in\n\
+process on the same server: on file the shared `flock` let go of and the blocked\n\
+exclusive one; on Redis the shared holder's entry removed with the read-write lock's\n\
+message, heard by the subscribed exclusive candidate, then its take; on PostgreSQL and\n\
+MySQL the shared holder's row deleted and the lease row freed (with the `pg_notify`, or\n\
+the shared holder's named lock let go of), then the take; on etcd and ZooKeeper the\n\
+exclusive candidate waits for the last shared holder's key or node as a next in line\n\
+waits for the holder's, so their floor is the election's.",
     in_whole_run: true,
 };
 
@@ -383,9 +480,11 @@ const EXEC: Table = Table {
         ],
     )],
     paragraph: "\
-The same Python command prints a stamp when it starts on both sides, so most of both\n\
-figures is the interpreter's start; leasekeeper also waits for the old command's\n\
-processes to be gone before it releases.",
+The same command on both sides: a static C program, built with `gcc -static -O2` at the\n\
+section's start, that prints a stamp as it starts (about a millisecond after its exec)\n\
+and exits on SIGTERM or SIGINT, so the figures are the supervisors' own: the old command\n\
+gone, the release, the next claim and the next command's start. leasekeeper waits for\n\
+the old command's processes to be gone before it releases.",
     in_whole_run: true,
 };
 

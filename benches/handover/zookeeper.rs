@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
+use crate::floor;
 use crate::measure::{crash_failovers, graceful_handovers, rates_over};
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_script, python_has, spawn_piped};
@@ -34,6 +35,8 @@ pub fn measure(report: &mut Report, rounds: usize) {
         format!("{:.2}", packets / CANDIDATES as f64),
     );
     drop(g);
+    let at_floor = floor::zookeeper::handovers(&connect, rounds);
+    floor::report(report, "graceful", "zookeeper", at_floor);
     report.latency(
         Key::new("graceful", "zookeeper", "peer"),
         kazoo_handovers(&connect, rounds).unwrap_or_default(),
