@@ -65,7 +65,20 @@ pub struct Elector<B: Backend> {
     /// The one strong copy of the tenure's hold ([`crate::status::TenureHold`]), from
     /// the acquisition until the tenure ends or the lease is released.
     hold: Option<Arc<std::os::fd::OwnedFd>>,
+    /// A tenure ended for the shutdown and its release was sent: the backend lingers
+    /// before it goes ([`LINGER`]).
+    released_at_shutdown: bool,
+    /// A tenure ended for the shutdown (its release follows).
+    stepped_down_at_shutdown: bool,
 }
+
+/// How long the backend's connections stay open after a release at shutdown before
+/// the process ends them. The successor takes the lease within milliseconds of the
+/// release; ending our sessions at that same moment makes the store (and, on a shared
+/// node, the machine) do their teardown while it serves the successor's take, which
+/// slows the handover by several milliseconds on a small server. After this pause the
+/// teardown runs when nobody waits on it.
+pub const LINGER: Duration = Duration::from_millis(100);
 
 impl<B: Backend> Elector<B> {
     pub fn new(backend: B, parts: ElectorParts) -> Self {
@@ -103,6 +116,8 @@ impl<B: Backend> Elector<B> {
             must_stop: parts.must_stop,
             drained: parts.drained,
             hold: None,
+            released_at_shutdown: false,
+            stepped_down_at_shutdown: false,
         }
     }
 
@@ -127,6 +142,9 @@ impl<B: Backend> Elector<B> {
                 Next::Exit(Exit::Shutdown) => {
                     let budget = self.machine.config().timing.backend_timeout;
                     retire(budget, &mut self.backend).await;
+                    if self.released_at_shutdown {
+                        tokio::time::sleep(LINGER).await;
+                    }
                     return Exit::Shutdown;
                 }
                 Next::Exit(exit) => return exit,
@@ -162,6 +180,7 @@ impl<B: Backend> Elector<B> {
                     // Withdraw first: a coordinator that saw the release before the
                     // withdrawal would wait for this candidate's answer (the Lease's).
                     retire(budget, backend).await;
+                    self.released_at_shutdown = self.stepped_down_at_shutdown;
                 }
                 let released = match &self.switchover {
                     Some((_, to)) => {
@@ -418,6 +437,7 @@ impl<B: Backend> Elector<B> {
                     .record("deadline", token, now, None, Some(deadline), None);
             }
             LogLine::ClaimEnd { token, reason } => {
+                self.stepped_down_at_shutdown |= self.shutting_down();
                 self.log
                     .record("claim_end", token, now, None, None, Some(reason));
                 tracing::info!(token, reason, "stepped down");

@@ -35,6 +35,9 @@ struct Calls {
     released_to: std::sync::Mutex<Vec<String>>,
     /// Whether the published status still said "leader" when release was called.
     released_while_published_leader: AtomicUsize,
+    /// When the last release was called, and when the backend was dropped.
+    released_at: std::sync::Mutex<Option<Instant>>,
+    dropped_at: std::sync::Mutex<Option<Instant>>,
 }
 
 struct Scripted {
@@ -89,6 +92,9 @@ impl Backend for Scripted {
     }
     async fn release(&mut self) -> Result<(), BackendError> {
         self.calls.release.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut at) = self.calls.released_at.lock() {
+            *at = Some(Instant::now());
+        }
         if self.status.borrow().is_leader_at(Instant::now()) {
             self.calls
                 .released_while_published_leader
@@ -108,6 +114,14 @@ impl Backend for Scripted {
     async fn wait_for_change(&mut self, max: Duration) -> Wake {
         sleep(max).await;
         Wake::Changed
+    }
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        if let Ok(mut at) = self.calls.dropped_at.lock() {
+            *at = Some(Instant::now());
+        }
     }
 }
 
@@ -344,6 +358,35 @@ async fn shutdown_publishes_not_leader_before_it_releases() {
             .load(Ordering::SeqCst),
         0
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_store_connections_outlive_a_release_at_shutdown_by_the_linger() {
+    let h = start(
+        Script {
+            campaigns: [acquired(0, 1)].into(),
+            ..Default::default()
+        },
+        false,
+    );
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    h.shutdown.send(true).expect("send");
+    assert_eq!(h.task.await.expect("elector task"), Exit::Shutdown);
+    let released = h.calls.released_at.lock().ok().and_then(|at| *at);
+    let dropped = h.calls.dropped_at.lock().ok().and_then(|at| *at);
+    let (released, dropped) = (released.expect("released"), dropped.expect("dropped"));
+    assert_eq!(dropped - released, driver::LINGER);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_that_stops_goes_at_once() {
+    let h = start(Script::default(), false);
+    until(&h, "following", |s, _| s.holder.is_some()).await;
+    let stopped = Instant::now();
+    h.shutdown.send(true).expect("send");
+    assert_eq!(h.task.await.expect("elector task"), Exit::Shutdown);
+    let dropped = h.calls.dropped_at.lock().ok().and_then(|at| *at);
+    assert_eq!(dropped.expect("dropped") - stopped, Duration::ZERO);
 }
 
 /// A leader (token 1) whose store hands it token 2 when it campaigns again.
