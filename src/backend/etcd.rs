@@ -85,6 +85,7 @@ use super::{Backend, BackendError, Campaign, Candidacy, LockMode, Renewal, Wake}
 use crate::status::{Holder, Mode};
 
 mod core;
+pub mod driven;
 pub mod entry;
 mod requests;
 mod round;

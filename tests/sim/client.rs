@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use leasekeeper::backend::etcd::driven as etcd;
 use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
 use leasekeeper::backend::slots::Picker;
 use leasekeeper::backend::zookeeper::driven as zk;
@@ -12,6 +13,8 @@ use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
 
 use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
+
+mod etcd_session;
 
 /// The store families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +26,12 @@ pub enum Family {
     /// decides through the ZooKeeper store's own core (`zk::campaign`) with these
     /// known-wrong rules on (none: the product's).
     Session(zk::Flaws),
+    /// The session family on etcd's terms: a campaign grants a lease (when it has
+    /// none) and reads the queue, which extends no lease; only keep-alives do (the
+    /// client's own, every ttl / 3, and a renew's). The client decides through the etcd
+    /// store's own core (`etcd::Round`: the refresh before a claim) with these
+    /// known-wrong rules on (none: the product's).
+    EtcdSession(etcd::Flaws),
     /// A Kubernetes Lease: candidates judge expiry by their own clocks, deciding
     /// through the Kubernetes store's own core (`driven::Campaigner`) with these
     /// known-wrong rules on (none: the product's).
@@ -71,9 +80,12 @@ pub enum SlotRule {
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Ttl,
         Family::Session(zk::Flaws {
+            next_in_line_claims: false,
+        }),
+        Family::EtcdSession(etcd::Flaws {
             next_in_line_claims: false,
         }),
         Family::Lease(driven::Flaws {
@@ -90,6 +102,10 @@ impl Family {
             Family::Ttl => "ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
             Family::Session(_) => "session".into(),
+            Family::EtcdSession(f) if f.next_in_line_claims => {
+                "etcd-session-NextInLineClaims".into()
+            }
+            Family::EtcdSession(_) => "etcd-session".into(),
             Family::Lease(f) if f.takes_unexpired => "lease-TakesUnexpired".into(),
             Family::Lease(_) => "lease".into(),
             Family::Redlock(n) => format!("redlock{n}"),
@@ -107,6 +123,10 @@ impl Family {
             "ttl" => Some(Family::Ttl),
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
+                next_in_line_claims: true,
+            })),
+            "etcd-session" => Some(Family::EtcdSession(etcd::Flaws::default())),
+            "etcd-session-NextInLineClaims" => Some(Family::EtcdSession(etcd::Flaws {
                 next_in_line_claims: true,
             })),
             "lease" => Some(Family::Lease(driven::Flaws::default())),
@@ -207,6 +227,11 @@ pub struct Client {
     pub slot: Option<u32>,
     /// Slots: the slots whose session the client keeps alive (see [`Client::ping`]).
     kept: [bool; SLOTS],
+    /// etcd: the campaign's round, its read (the session that asked, the nodes), and
+    /// whether the last round followed the leader as its predecessor.
+    etcd: Option<etcd::Round>,
+    etcd_read: Option<(u64, Vec<(u64, u64)>)>,
+    next_in_line: bool,
 }
 
 impl Client {
@@ -246,6 +271,9 @@ impl Client {
                 .then(|| Picker::new(SLOTS, &format!("n-{node}"))),
             slot: None,
             kept: [false; SLOTS],
+            etcd: None,
+            etcd_read: None,
+            next_in_line: false,
         }
     }
 
@@ -253,6 +281,9 @@ impl Client {
     /// stores: the session store's keep-alive (the slots family on session stores),
     /// to every slot whose session it keeps (asked, and not withdrawn from since).
     pub fn ping(&self) -> Option<(Req, Vec<usize>)> {
+        if let Family::EtcdSession(_) = self.fam {
+            return Some((Req::Renew { key: self.key }, vec![0]));
+        }
         if !matches!(self.fam, Family::Slots(_, SlotStore::Session)) {
             return None;
         }
@@ -261,6 +292,7 @@ impl Client {
     }
 
     fn new_key(&mut self) {
+        self.next_in_line = false;
         if !matches!(self.fam, Family::Lease(_)) {
             self.keys += 1;
             self.key = self.key_base + self.keys;
@@ -298,6 +330,9 @@ impl Client {
         });
         if let Family::Slots(..) = self.fam {
             return self.slots_start(op);
+        }
+        if let (Family::EtcdSession(flaws), Op::Campaign) = (self.fam, op) {
+            return self.etcd_start(flaws);
         }
         let key = self.key;
         let mut out = match (self.fam, op) {
@@ -374,6 +409,7 @@ impl Client {
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
             }
+            Family::EtcdSession(_) => self.etcd_reply(resp),
             Family::Lease(_) => self.lease_reply(resp, now),
             Family::Redlock(_) => self.redlock_reply(store, resp),
             Family::Slots(rule, _) => self.slots_reply(store, resp, rule),
@@ -383,6 +419,11 @@ impl Client {
     /// A reply to a call no longer current: a single-request family's late answer.
     fn late(&mut self, id: u64, resp: Resp) -> Vec<Out> {
         match (self.fam, &resp) {
+            // The client's own keep-alives answer no call; a read alone decides nothing.
+            (Family::EtcdSession(_), Resp::Renewed(_)) if self.ops.contains(&(id, Op::Renew)) => {
+                vec![Out::Late(id, self.single(Op::Renew, resp))]
+            }
+            (Family::EtcdSession(_), _) => Vec::new(),
             (
                 Family::Ttl | Family::Session(_) | Family::Rw(_),
                 Resp::Acquired(_) | Resp::Held(_),
@@ -456,6 +497,9 @@ impl Client {
         let Resp::Listing { ours, nodes } = &resp else {
             return resp;
         };
+        if let Family::EtcdSession(_) = self.fam {
+            return resp;
+        }
         let flaws = match self.fam {
             Family::Session(flaws) => flaws,
             _ => zk::Flaws::default(),

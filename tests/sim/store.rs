@@ -223,6 +223,10 @@ pub struct SessionStore {
     /// A campaign is answered with a listing of the nodes ([`Resp::Listing`]), as
     /// ZooKeeper's `getChildren` does, rather than with the store's verdict.
     pub lists: bool,
+    /// The sessions are etcd leases: a campaign grants one (when its session is
+    /// new) and reads the queue, which extends nothing; only a keep-alive (a renew)
+    /// does.
+    pub leases: bool,
 }
 
 impl SessionStore {
@@ -302,7 +306,10 @@ impl SessionStore {
                 self.sessions.len() - 1
             }
         };
-        self.sessions[i].expiry = now + ttl;
+        let read = self.leases && found.is_some() && matches!(req, Req::Campaign { .. });
+        if !read {
+            self.sessions[i].expiry = now + ttl;
+        }
         let resp = match req {
             Req::Campaign { .. } => {
                 if self.sessions[i].node.is_none() {

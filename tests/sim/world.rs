@@ -273,6 +273,11 @@ impl World {
                     lists: true,
                     ..SessionStore::default()
                 }),
+                Family::EtcdSession(_) => Kind::Session(SessionStore {
+                    lists: true,
+                    leases: true,
+                    ..SessionStore::default()
+                }),
                 Family::Rw(rule) => Kind::Session(SessionStore {
                     rule,
                     lists: rule == RwRule::Right,

@@ -350,6 +350,18 @@ fn a_next_in_line_that_claims_before_the_head_goes_is_caught() {
     caught_on(Family::Session(flaws), "overlap");
 }
 
+/// The etcd store's core known-wrong on the etcd session family: a next in line that
+/// claims (after its refresh) as soon as a read shows it there, before the leader's
+/// key goes, is caught by the default sweep on that family alone, as an overlap.
+#[test]
+fn an_etcd_next_in_line_that_claims_before_the_leader_goes_is_caught() {
+    use leasekeeper::backend::etcd::driven;
+    let flaws = driven::Flaws {
+        next_in_line_claims: true,
+    };
+    caught_on(Family::EtcdSession(flaws), "overlap");
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter
