@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasekeeper::backend::etcd::driven as etcd;
 use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
+use leasekeeper::backend::redis::driven as redis;
 use leasekeeper::backend::slots::Picker;
 use leasekeeper::backend::zookeeper::driven as zk;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
@@ -15,12 +16,16 @@ use leasekeeper::status::Holder;
 use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
 
 mod etcd_session;
+mod redis_ttl;
 
 /// The store families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
-    /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL).
-    Ttl,
+    /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL),
+    /// the client deciding on the take's and the renewal's answers through the Redis
+    /// store's own core (`redis::Candidate`) with these known-wrong rules on (none:
+    /// the product's).
+    Ttl(redis::Flaws),
     /// A session-bound record with a server-side session timeout (ZooKeeper, etcd):
     /// the store answers a campaign with a listing of the latch nodes, and the client
     /// decides through the ZooKeeper store's own core (`zk::campaign`) with these
@@ -81,7 +86,9 @@ pub enum SlotRule {
 
 impl Family {
     pub const ALL: [Family; 8] = [
-        Family::Ttl,
+        Family::Ttl(redis::Flaws {
+            claims_on_value: false,
+        }),
         Family::Session(zk::Flaws {
             next_in_line_claims: false,
         }),
@@ -99,7 +106,8 @@ impl Family {
 
     pub fn name(self) -> String {
         match self {
-            Family::Ttl => "ttl".into(),
+            Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
+            Family::Ttl(_) => "ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
             Family::Session(_) => "session".into(),
             Family::EtcdSession(f) if f.next_in_line_claims => {
@@ -120,7 +128,10 @@ impl Family {
 
     pub fn parse(s: &str) -> Option<Family> {
         match s {
-            "ttl" => Some(Family::Ttl),
+            "ttl" => Some(Family::Ttl(redis::Flaws::default())),
+            "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
+                claims_on_value: true,
+            })),
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
                 next_in_line_claims: true,
@@ -230,6 +241,8 @@ pub struct Client {
     /// etcd: the campaign's round, its read (the session that asked, the nodes), and
     /// whether the last round followed the leader as its predecessor.
     etcd: Option<etcd::Round>,
+    /// Ttl: the Redis store's core.
+    redis: Option<redis::Candidate>,
     etcd_read: Option<(u64, Vec<(u64, u64)>)>,
     next_in_line: bool,
 }
@@ -272,6 +285,10 @@ impl Client {
             slot: None,
             kept: [false; SLOTS],
             etcd: None,
+            redis: match fam {
+                Family::Ttl(flaws) => Some(redis::Candidate::new(ttl, flaws)),
+                _ => None,
+            },
             etcd_read: None,
             next_in_line: false,
         }
@@ -399,12 +416,13 @@ impl Client {
     /// A reply from store `store` to call `id`.
     pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
         let resp = self.judged(resp);
+        let resp = self.redis_judged(id, resp, now);
         let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
         if !current {
             return self.late(id, resp);
         }
         match self.fam {
-            Family::Ttl | Family::Session(_) | Family::Rw(_) => {
+            Family::Ttl(_) | Family::Session(_) | Family::Rw(_) => {
                 let op = self.run.as_ref().map(|r| r.op).expect("a call");
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
@@ -425,12 +443,12 @@ impl Client {
             }
             (Family::EtcdSession(_), _) => Vec::new(),
             (
-                Family::Ttl | Family::Session(_) | Family::Rw(_),
+                Family::Ttl(_) | Family::Session(_) | Family::Rw(_),
                 Resp::Acquired(_) | Resp::Held(_),
             ) => {
                 vec![Out::Late(id, self.single(Op::Campaign, resp))]
             }
-            (Family::Ttl | Family::Session(_) | Family::Rw(_), Resp::Renewed(_)) => {
+            (Family::Ttl(_) | Family::Session(_) | Family::Rw(_), Resp::Renewed(_)) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
             (Family::Lease(_), Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {

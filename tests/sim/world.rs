@@ -259,7 +259,7 @@ impl World {
             let clock = w.clock();
             let local = clock.local(0);
             let kind = match fam {
-                Family::Ttl => Kind::Ttl(TtlStore::default()),
+                Family::Ttl(_) => Kind::Ttl(TtlStore::default()),
                 // Each slot counts its own tokens, from wherever its history left it.
                 Family::Slots(_, SlotStore::Ttl) => Kind::Ttl(TtlStore {
                     counter: w.rng.random_range(0..1000),

@@ -362,6 +362,18 @@ fn an_etcd_next_in_line_that_claims_before_the_leader_goes_is_caught() {
     caught_on(Family::EtcdSession(flaws), "overlap");
 }
 
+/// The Redis store's core known-wrong on the TTL family: a take that claims on the
+/// value its answer carries (a holder's, when the take did not win) is caught by the
+/// default sweep on that family alone, as an overlap.
+#[test]
+fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        claims_on_value: true,
+    };
+    caught_on(Family::Ttl(flaws), "overlap");
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter
