@@ -7,16 +7,18 @@ use std::time::Duration;
 use leasekeeper::backend::etcd::driven as etcd;
 use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
 use leasekeeper::backend::redis::driven as redis;
+use leasekeeper::backend::redlock::driven as rl;
 use leasekeeper::backend::slots::Picker;
 use leasekeeper::backend::zookeeper::driven as zk;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
 
-use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
+use super::store::{LeaseRec, Push, Req, Resp, RwRule, SHARED};
 
 mod etcd_session;
 mod redis_ttl;
+mod redlock;
 
 /// The store families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,8 +43,10 @@ pub enum Family {
     /// through the Kubernetes store's own core (`driven::Campaigner`) with these
     /// known-wrong rules on (none: the product's).
     Lease(driven::Flaws),
-    /// A majority of N independent TTL stores (Redlock).
-    Redlock(usize),
+    /// A majority of N independent TTL stores (Redlock), the client counting their
+    /// answers through the Redlock store's own core (`rl::Campaigner`) with these
+    /// known-wrong rules on (none: the product's).
+    Redlock(usize, rl::Flaws),
     /// The session family's read-write lock (`--mode`): node `i` is a reader when
     /// `i % 3 != 0`, a writer otherwise; the rule decides who may hold.
     Rw(RwRule),
@@ -98,7 +102,12 @@ impl Family {
         Family::Lease(driven::Flaws {
             takes_unexpired: false,
         }),
-        Family::Redlock(3),
+        Family::Redlock(
+            3,
+            rl::Flaws {
+                minority_quorum: false,
+            },
+        ),
         Family::Rw(RwRule::Right),
         Family::Slots(SlotRule::Right, SlotStore::Ttl),
         Family::Slots(SlotRule::Right, SlotStore::Session),
@@ -116,7 +125,8 @@ impl Family {
             Family::EtcdSession(_) => "etcd-session".into(),
             Family::Lease(f) if f.takes_unexpired => "lease-TakesUnexpired".into(),
             Family::Lease(_) => "lease".into(),
-            Family::Redlock(n) => format!("redlock{n}"),
+            Family::Redlock(n, f) if f.minority_quorum => format!("redlock{n}-MinorityQuorum"),
+            Family::Redlock(n, _) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
             Family::Slots(SlotRule::Right, SlotStore::Ttl) => "slots".into(),
@@ -144,8 +154,14 @@ impl Family {
             "lease-TakesUnexpired" => Some(Family::Lease(driven::Flaws {
                 takes_unexpired: true,
             })),
-            "redlock" | "redlock3" => Some(Family::Redlock(3)),
-            "redlock5" => Some(Family::Redlock(5)),
+            "redlock" | "redlock3" => Some(Family::Redlock(3, rl::Flaws::default())),
+            "redlock5" => Some(Family::Redlock(5, rl::Flaws::default())),
+            "redlock3-MinorityQuorum" => Some(Family::Redlock(
+                3,
+                rl::Flaws {
+                    minority_quorum: true,
+                },
+            )),
             "rw" => Some(Family::Rw(RwRule::Right)),
             "rw-ReadersIgnoreWriters" => Some(Family::Rw(RwRule::ReadersIgnoreWriters)),
             "rw-WritersIgnoreReaders" => Some(Family::Rw(RwRule::WritersIgnoreReaders)),
@@ -162,7 +178,7 @@ impl Family {
 
     pub fn stores(self) -> usize {
         match self {
-            Family::Redlock(n) => n,
+            Family::Redlock(n, _) => n,
             Family::Slots(..) => SLOTS,
             _ => 1,
         }
@@ -217,8 +233,6 @@ pub struct Client {
     pub key: u64,
     key_base: u64,
     keys: u64,
-    /// The highest token seen (Redlock).
-    floor: u64,
     /// Lease: the version of our last write, the transitions of our tenure.
     last_rv: u64,
     transitions: u64,
@@ -243,6 +257,8 @@ pub struct Client {
     etcd: Option<etcd::Round>,
     /// Ttl: the Redis store's core.
     redis: Option<redis::Candidate>,
+    /// Redlock: the Redlock store's core.
+    redlock: Option<rl::Campaigner>,
     etcd_read: Option<(u64, Vec<(u64, u64)>)>,
     next_in_line: bool,
 }
@@ -265,7 +281,6 @@ impl Client {
             key: key_base + 1,
             key_base,
             keys: 1,
-            floor: 0,
             last_rv: 0,
             transitions: 0,
             highest_rv: 0,
@@ -287,6 +302,10 @@ impl Client {
             etcd: None,
             redis: match fam {
                 Family::Ttl(flaws) => Some(redis::Candidate::new(ttl, flaws)),
+                _ => None,
+            },
+            redlock: match fam {
+                Family::Redlock(n, flaws) => Some(rl::Campaigner::new(n, ttl, flaws)),
                 _ => None,
             },
             etcd_read: None,
@@ -314,10 +333,6 @@ impl Client {
             self.keys += 1;
             self.key = self.key_base + self.keys;
         }
-    }
-
-    fn quorum(&self) -> usize {
-        self.fam.stores() / 2 + 1
     }
 
     fn all(&self, req: Req) -> Vec<Out> {
@@ -358,7 +373,7 @@ impl Client {
                 0,
                 self.lease_write(self.last_rv, now, self.transitions),
             )],
-            (Family::Redlock(_), Op::Campaign) => {
+            (Family::Redlock(..), Op::Campaign) => {
                 let mut out = self.all(Req::Take { key });
                 out.push(Out::PhaseTimer(self.ttl / 10, 0));
                 out
@@ -371,7 +386,8 @@ impl Client {
             // The next tenure has a fresh nonce (a fresh session).
             self.new_key();
         }
-        if let (Family::Redlock(_), Op::Release) = (self.fam, op) {
+        if let (Family::Redlock(..), Op::Release) = (self.fam, op) {
+            self.redlock.as_mut().map(rl::Campaigner::drop_tenure);
             out.push(Out::PhaseTimer(self.ttl / 10, 0));
         }
         out
@@ -429,7 +445,7 @@ impl Client {
             }
             Family::EtcdSession(_) => self.etcd_reply(resp),
             Family::Lease(_) => self.lease_reply(resp, now),
-            Family::Redlock(_) => self.redlock_reply(store, resp),
+            Family::Redlock(..) => self.redlock_reply(store, resp, now),
             Family::Slots(rule, _) => self.slots_reply(store, resp, rule),
         }
     }
@@ -625,176 +641,6 @@ impl Client {
         }
     }
 
-    fn redlock_reply(&mut self, store: usize, resp: Resp) -> Vec<Out> {
-        let run = self.run.as_mut().expect("a call");
-        if run.replies[store].is_none() {
-            run.replies[store] = Some(resp);
-            run.waiting = run.waiting.saturating_sub(1);
-        }
-        let (op, phase, waiting) = (run.op, run.phase, run.waiting);
-        let q = self.quorum();
-        let states = self.states();
-        let ttl = self.ttl;
-        match op {
-            Op::Renew => {
-                let renewed = states.iter().filter(|s| s.took && s.trusted).count();
-                let lost = states.iter().filter(|s| !s.took).count();
-                if renewed >= q {
-                    self.finish(Answer::Renew {
-                        result: Ok(Renewal::Renewed),
-                        ttl,
-                    })
-                } else if self.fam.stores() - lost < q || waiting == 0 {
-                    self.finish(Answer::Renew {
-                        result: Ok(Renewal::Lost),
-                        ttl,
-                    })
-                } else {
-                    Vec::new()
-                }
-            }
-            Op::Release if waiting == 0 => self.finish(Answer::Release),
-            Op::Campaign if waiting == 0 => self.redlock_phase_over(phase),
-            _ => Vec::new(),
-        }
-    }
-
-    fn states(&self) -> Vec<RlState> {
-        let run = self.run.as_ref().expect("a call");
-        run.replies
-            .iter()
-            .filter_map(|r| match r {
-                Some(Resp::Took(s)) => Some(*s),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The phase timer of call `id` (Redlock: stop waiting for slow nodes).
-    pub fn phase_timeout(&mut self, id: u64, phase: u8) -> Vec<Out> {
-        match self.run.as_ref() {
-            Some(r) if r.id == id && r.phase == phase && !r.done => {}
-            _ => return Vec::new(),
-        }
-        match self.run.as_ref().map(|r| r.op) {
-            Some(Op::Campaign) => self.redlock_phase_over(phase),
-            Some(Op::Release) => self.finish(Answer::Release),
-            _ => Vec::new(),
-        }
-    }
-
-    /// The take (phase 0) or the confirm (phase 1) of a Redlock campaign is over.
-    fn redlock_phase_over(&mut self, phase: u8) -> Vec<Out> {
-        let q = self.quorum();
-        let ttl = self.ttl;
-        if phase == 1 {
-            let run = self.run.as_ref().expect("a call");
-            let confirmed = run
-                .replies
-                .iter()
-                .filter(|r| **r == Some(Resp::Confirmed(true)))
-                .count();
-            let token = run.token;
-            if confirmed >= q {
-                self.floor = self.floor.max(token);
-                return self.finish(Answer::Campaign {
-                    result: Ok(Campaign::Acquired { token }),
-                    ttl,
-                    lease: 0,
-                });
-            }
-            let key = self.key;
-            let back = self.all(Req::GiveBack { key });
-            return self.redlock_lost(back, None);
-        }
-        let run = self.run.as_ref().expect("a call");
-        let took: Vec<(usize, RlState)> = run
-            .replies
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Some(Resp::Took(s)) => Some((i, *s)),
-                _ => None,
-            })
-            .collect();
-        for (_, s) in &took {
-            self.floor = self.floor.max(s.counter).max(s.holder_token.unwrap_or(0));
-        }
-        let settle = ttl.mul_f64(1.0 + self.drift);
-        let trusted = took.iter().filter(|(_, s)| s.trusted).count();
-        let catch_up =
-            |s: &RlState| (trusted >= q && !s.trusted && s.uptime >= settle).then_some(s.run_id);
-        let won = took.iter().filter(|(_, s)| s.took && s.trusted).count() >= q;
-        let key = self.key;
-        if !won {
-            let mut sends: Vec<Out> = took
-                .iter()
-                .filter_map(|(i, s)| catch_up(s).map(|run_id| (*i, run_id)))
-                .map(|(i, run_id)| {
-                    let req = Req::Confirm {
-                        key: 0,
-                        token: self.floor,
-                        catch_up: Some(run_id),
-                    };
-                    Out::Send(i, req)
-                })
-                .collect();
-            // Give back where we took, and where the take may still act (no answer).
-            let n = self.fam.stores();
-            let answered: Vec<usize> = took
-                .iter()
-                .filter(|(_, s)| !s.took)
-                .map(|(i, _)| *i)
-                .collect();
-            sends.extend(
-                (0..n)
-                    .filter(|i| !answered.contains(i))
-                    .map(|i| Out::Send(i, Req::GiveBack { key })),
-            );
-            let mut tokens: Vec<u64> = took.iter().filter_map(|(_, s)| s.holder_token).collect();
-            tokens.sort_unstable();
-            let holder = tokens.windows(q).find(|w| w[0] == w[q - 1]).map(|w| w[0]);
-            self.split = holder.is_none() && trusted >= q;
-            return self.redlock_lost(sends, holder);
-        }
-        let token = self.floor + 1;
-        let mut out: Vec<Out> = took
-            .iter()
-            .filter(|(_, s)| s.took || catch_up(s).is_some())
-            .map(|(i, s)| {
-                let req = Req::Confirm {
-                    key,
-                    token,
-                    catch_up: catch_up(s),
-                };
-                Out::Send(*i, req)
-            })
-            .collect();
-        let run = self.run.as_mut().expect("a call");
-        run.phase = 1;
-        run.token = token;
-        run.waiting = out.len();
-        run.replies = vec![None; run.replies.len()];
-        out.push(Out::PhaseTimer(ttl / 10, 1));
-        out
-    }
-
-    /// A Redlock campaign that did not win has given back, with a new nonce from now.
-    fn redlock_lost(&mut self, out: Vec<Out>, holder: Option<u64>) -> Vec<Out> {
-        let mut out = out;
-        self.new_key();
-        let held = Campaign::Held(holder.map(|t| Holder {
-            identity: "other".into(),
-            token: Some(t),
-        }));
-        out.extend(self.finish(Answer::Campaign {
-            result: Ok(held),
-            ttl: self.ttl,
-            lease: 0,
-        }));
-        out
-    }
-
     /// What a push means to this node.
     pub fn push(&mut self, store: usize, push: &Push, now: Time) -> Heard {
         if let (Some(p), Push::Gone { key }) = (self.picker.as_mut(), push) {
@@ -807,7 +653,7 @@ impl Client {
         match *push {
             Push::Gone { key } => Heard {
                 changed: true,
-                own_lost: key == self.key && !matches!(self.fam, Family::Redlock(_)),
+                own_lost: key == self.key && !matches!(self.fam, Family::Redlock(..)),
             },
             Push::Lease(rec, rv) => {
                 if rv <= self.highest_rv {

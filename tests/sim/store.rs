@@ -72,13 +72,16 @@ pub enum Resp {
     Updated(Result<u64, (LeaseRec, u64)>),
     /// Redlock node: the take's outcome and the node's state.
     Took(RlState),
-    Confirmed(bool),
+    /// Redlock node: our value confirmed, and the node trusted (caught up, if asked).
+    Confirmed(bool, bool),
 }
 
 /// What a Redlock node tells about itself with every answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RlState {
     pub took: bool,
+    /// Another's value on the node: its key.
+    pub holder: Option<u64>,
     pub counter: u64,
     /// The token of the value found (or written), if confirmed.
     pub holder_token: Option<u64>,
@@ -403,6 +406,7 @@ impl RlNode {
         let holder_token = self.data.store.record.and(self.data.value_token);
         RlState {
             took,
+            holder: self.data.store.record.map(|r| r.key).filter(|_| !took),
             counter: self.data.store.counter,
             holder_token,
             run_id: self.run_id,
@@ -462,7 +466,7 @@ impl RlNode {
                 if caught_up {
                     self.data.marker = self.run_id;
                 }
-                Resp::Confirmed(mine)
+                Resp::Confirmed(mine, self.data.marker == self.run_id)
             }
             Req::Renew { key } => {
                 let mine = ours(&self.data, key);

@@ -284,7 +284,7 @@ impl World {
                     ..SessionStore::default()
                 }),
                 Family::Lease(_) => Kind::Lease(LeaseStore::default()),
-                Family::Redlock(_) => Kind::Redlock(RlNode::new(local)),
+                Family::Redlock(..) => Kind::Redlock(RlNode::new(local)),
             };
             let snapshot = match &kind {
                 Kind::Redlock(r) if s == 0 => Some(r.data.clone()),

@@ -374,6 +374,18 @@ fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
     caught_on(Family::Ttl(flaws), "overlap");
 }
 
+/// The Redlock store's core known-wrong on the Redlock family: half the nodes (one of
+/// three) counted as a majority is caught by the default sweep on that family alone,
+/// as an overlap.
+#[test]
+fn a_redlock_minority_counted_as_a_majority_is_caught() {
+    use leasekeeper::backend::redlock::driven;
+    let flaws = driven::Flaws {
+        minority_quorum: true,
+    };
+    caught_on(Family::Redlock(3, flaws), "overlap");
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter
