@@ -9,6 +9,7 @@ use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, Lease
 use leasekeeper::backend::redis::driven as redis;
 use leasekeeper::backend::redlock::driven as rl;
 use leasekeeper::backend::slots::Picker;
+use leasekeeper::backend::sql::driven as sql;
 use leasekeeper::backend::zookeeper::driven as zk;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
@@ -28,6 +29,11 @@ pub enum Family {
     /// store's own core (`redis::Candidate`) with these known-wrong rules on (none:
     /// the product's).
     Ttl(redis::Flaws),
+    /// The TTL family on SQL's terms: the store answers a take with the row it left,
+    /// and the client decides through the SQL store's own core (`sql::Candidate`: a row
+    /// is ours only by its tenure id) with these known-wrong rules on (none: the
+    /// product's).
+    SqlTtl(sql::Flaws),
     /// A session-bound record with a server-side session timeout (ZooKeeper, etcd):
     /// the store answers a campaign with a listing of the latch nodes, and the client
     /// decides through the ZooKeeper store's own core (`zk::campaign`) with these
@@ -89,9 +95,12 @@ pub enum SlotRule {
 }
 
 impl Family {
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Ttl(redis::Flaws {
             claims_on_value: false,
+        }),
+        Family::SqlTtl(sql::Flaws {
+            adopts_own_identity: false,
         }),
         Family::Session(zk::Flaws {
             next_in_line_claims: false,
@@ -117,6 +126,8 @@ impl Family {
         match self {
             Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
             Family::Ttl(_) => "ttl".into(),
+            Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
+            Family::SqlTtl(_) => "sql-ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
             Family::Session(_) => "session".into(),
             Family::EtcdSession(f) if f.next_in_line_claims => {
@@ -139,6 +150,10 @@ impl Family {
     pub fn parse(s: &str) -> Option<Family> {
         match s {
             "ttl" => Some(Family::Ttl(redis::Flaws::default())),
+            "sql-ttl" => Some(Family::SqlTtl(sql::Flaws::default())),
+            "sql-ttl-AdoptsOwnIdentity" => Some(Family::SqlTtl(sql::Flaws {
+                adopts_own_identity: true,
+            })),
             "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
                 claims_on_value: true,
             })),
@@ -224,7 +239,7 @@ struct Run {
 }
 
 /// One node's backend.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Client {
     fam: Family,
     ttl: Duration,
@@ -259,6 +274,8 @@ pub struct Client {
     redis: Option<redis::Candidate>,
     /// Redlock: the Redlock store's core.
     redlock: Option<rl::Campaigner>,
+    /// SqlTtl: the SQL store's core.
+    sql: Option<sql::Candidate>,
     etcd_read: Option<(u64, Vec<(u64, u64)>)>,
     next_in_line: bool,
 }
@@ -302,6 +319,13 @@ impl Client {
             etcd: None,
             redis: match fam {
                 Family::Ttl(flaws) => Some(redis::Candidate::new(ttl, flaws)),
+                _ => None,
+            },
+            sql: match fam {
+                Family::SqlTtl(flaws) => {
+                    let identity = (key_base >> 40).to_string();
+                    Some(sql::Candidate::new(&identity, ttl, flaws))
+                }
                 _ => None,
             },
             redlock: match fam {
@@ -433,12 +457,13 @@ impl Client {
     pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
         let resp = self.judged(resp);
         let resp = self.redis_judged(id, resp, now);
+        let resp = self.sql_judged(resp, now);
         let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
         if !current {
             return self.late(id, resp);
         }
         match self.fam {
-            Family::Ttl(_) | Family::Session(_) | Family::Rw(_) => {
+            Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_) => {
                 let op = self.run.as_ref().map(|r| r.op).expect("a call");
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
@@ -459,12 +484,15 @@ impl Client {
             }
             (Family::EtcdSession(_), _) => Vec::new(),
             (
-                Family::Ttl(_) | Family::Session(_) | Family::Rw(_),
+                Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_),
                 Resp::Acquired(_) | Resp::Held(_),
             ) => {
                 vec![Out::Late(id, self.single(Op::Campaign, resp))]
             }
-            (Family::Ttl(_) | Family::Session(_) | Family::Rw(_), Resp::Renewed(_)) => {
+            (
+                Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_),
+                Resp::Renewed(_),
+            ) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
             (Family::Lease(_), Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {

@@ -55,6 +55,13 @@ pub enum Resp {
     Acquired(u64),
     /// Someone else holds it (their token, when known).
     Held(Option<u64>),
+    /// TTL store that shows its row (SQL): the record a take left, its holder's key
+    /// (the tenure id), its token and the ms left; the client decides.
+    Row {
+        key: u64,
+        token: u64,
+        left_ms: i64,
+    },
     /// Session store that lists: the live nodes, as (sequence number, session), in
     /// no particular order, to the session `ours` that asked; the client decides.
     Listing {
@@ -124,6 +131,9 @@ pub struct Record {
 pub struct TtlStore {
     pub record: Option<Record>,
     pub counter: u64,
+    /// A campaign is answered with the row it left ([`Resp::Row`]), as a SQL take
+    /// statement's `RETURNING` does, rather than with the store's verdict.
+    pub rows: bool,
 }
 
 impl TtlStore {
@@ -181,6 +191,17 @@ impl TtlStore {
                 Resp::Released
             }
             _ => unreachable!("not a TTL store request: {req:?}"),
+        };
+        let row = self
+            .record
+            .filter(|_| self.rows && matches!(req, Req::Campaign { .. }));
+        let resp = match row {
+            Some(r) => Resp::Row {
+                key: r.key,
+                token: r.token,
+                left_ms: i64::try_from(r.expiry.saturating_sub(now).as_millis()).unwrap_or(0),
+            },
+            None => resp,
         };
         (resp, pushes)
     }

@@ -260,6 +260,10 @@ impl World {
             let local = clock.local(0);
             let kind = match fam {
                 Family::Ttl(_) => Kind::Ttl(TtlStore::default()),
+                Family::SqlTtl(_) => Kind::Ttl(TtlStore {
+                    rows: true,
+                    ..TtlStore::default()
+                }),
                 // Each slot counts its own tokens, from wherever its history left it.
                 Family::Slots(_, SlotStore::Ttl) => Kind::Ttl(TtlStore {
                     counter: w.rng.random_range(0..1000),

@@ -386,6 +386,19 @@ fn a_redlock_minority_counted_as_a_majority_is_caught() {
     caught_on(Family::Redlock(3, flaws), "overlap");
 }
 
+/// The SQL store's core known-wrong on the SQL TTL family: a row held under our
+/// identity adopted whatever its tenure id (a leftover of an earlier tenure, or of a
+/// process before a restart) is caught by the default sweep on that family alone, as
+/// an overlap.
+#[test]
+fn a_sql_row_adopted_by_identity_is_caught() {
+    use leasekeeper::backend::sql::driven;
+    let flaws = driven::Flaws {
+        adopts_own_identity: true,
+    };
+    caught_on(Family::SqlTtl(flaws), "overlap");
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter

@@ -1,12 +1,13 @@
 //! The TTL family's answers as the Redis store's own core makes them
 //! (`leasekeeper::backend::redis::driven`): a take's outcome (claim with its token,
-//! or held), a renewal's (kept or lost), a release.
+//! or held), a renewal's (kept or lost), a release; and the SQL TTL family's, as the
+//! SQL store's core makes them of the row a take left (`backend::sql::driven`).
 
 use leasekeeper::backend::Renewal;
 use leasekeeper::elector::machine::{Op, Time};
 
 use super::super::store::Resp;
-use super::{redis, Client};
+use super::{redis, sql, Client};
 
 impl Client {
     /// A reply to call `id` (current or late), as the Redis core decides on it: the
@@ -36,6 +37,34 @@ impl Client {
             redis::Decision::Claim { token } => Resp::Acquired(token),
             redis::Decision::Held { token } => Resp::Held(token),
             redis::Decision::Nothing => Resp::SessionGone,
+        }
+    }
+
+    /// A row a take left, as the SQL core judges it for our tenure (the nonce); any
+    /// other reply as it is.
+    pub(super) fn sql_judged(&mut self, resp: Resp, now: Time) -> Resp {
+        let Resp::Row {
+            key,
+            token,
+            left_ms,
+        } = resp
+        else {
+            return resp;
+        };
+        let (at, tenure) = (self.at(now), self.key.to_string());
+        let Some(core) = self.sql.as_mut() else {
+            return resp;
+        };
+        let row = sql::Row {
+            holder: (key >> 40).to_string(),
+            tenure: key.to_string(),
+            token,
+            left_ms,
+        };
+        match core.after_take(&tenure, Some(row), at) {
+            sql::Decision::Claim { token } => Resp::Acquired(token),
+            sql::Decision::Held { token } => Resp::Held(token),
+            sql::Decision::Failed => Resp::SessionGone,
         }
     }
 }
