@@ -86,6 +86,7 @@ use super::{BackendError, Campaign, Candidacy, LockMode, Renewal, Wake};
 use crate::status::{Holder, Mode};
 
 mod core;
+pub mod driven;
 pub mod entry;
 mod requests;
 mod round;

@@ -73,6 +73,7 @@ use crate::status::{FencingToken, Holder};
 pub(crate) mod baton;
 mod cadence;
 mod core;
+pub mod driven;
 pub mod entry;
 mod node;
 mod own;

@@ -98,6 +98,7 @@ use crate::settings::{bad, redact, ConfigError};
 use crate::status::{FencingToken, Holder};
 
 mod core;
+pub mod driven;
 mod handover;
 use handover::BATON_NODE;
 mod own;

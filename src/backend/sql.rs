@@ -154,6 +154,7 @@ use crate::status::{Holder, Mode};
 
 mod core;
 mod dialect;
+pub mod driven;
 pub mod entry;
 mod held;
 mod listing;

@@ -4,31 +4,55 @@
 
 use std::time::Duration;
 
+use leasekeeper::backend::etcd::driven as etcd;
 use leasekeeper::backend::kubernetes::driven::{self, Campaigner, Decision, LeaseView};
+use leasekeeper::backend::redis::driven as redis;
+use leasekeeper::backend::redlock::driven as rl;
 use leasekeeper::backend::slots::Picker;
+use leasekeeper::backend::sql::driven as sql;
 use leasekeeper::backend::zookeeper::driven as zk;
 use leasekeeper::backend::{BackendError, Campaign, Renewal};
 use leasekeeper::elector::machine::{Answer, Failure, Op, Time};
 use leasekeeper::status::Holder;
 
-use super::store::{LeaseRec, Push, Req, Resp, RlState, RwRule, SHARED};
+use super::store::{LeaseRec, Push, Req, Resp, RwRule, SHARED};
+
+mod etcd_session;
+mod redis_ttl;
+mod redlock;
 
 /// The store families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
-    /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL).
-    Ttl,
+    /// A TTL record with compare-and-set judged by the store's clock (Redis, SQL),
+    /// the client deciding on the take's and the renewal's answers through the Redis
+    /// store's own core (`redis::Candidate`) with these known-wrong rules on (none:
+    /// the product's).
+    Ttl(redis::Flaws),
+    /// The TTL family on SQL's terms: the store answers a take with the row it left,
+    /// and the client decides through the SQL store's own core (`sql::Candidate`: a row
+    /// is ours only by its tenure id) with these known-wrong rules on (none: the
+    /// product's).
+    SqlTtl(sql::Flaws),
     /// A session-bound record with a server-side session timeout (ZooKeeper, etcd):
     /// the store answers a campaign with a listing of the latch nodes, and the client
     /// decides through the ZooKeeper store's own core (`zk::campaign`) with these
     /// known-wrong rules on (none: the product's).
     Session(zk::Flaws),
+    /// The session family on etcd's terms: a campaign grants a lease (when it has
+    /// none) and reads the queue, which extends no lease; only keep-alives do (the
+    /// client's own, every ttl / 3, and a renew's). The client decides through the etcd
+    /// store's own core (`etcd::Round`: the refresh before a claim) with these
+    /// known-wrong rules on (none: the product's).
+    EtcdSession(etcd::Flaws),
     /// A Kubernetes Lease: candidates judge expiry by their own clocks, deciding
     /// through the Kubernetes store's own core (`driven::Campaigner`) with these
     /// known-wrong rules on (none: the product's).
     Lease(driven::Flaws),
-    /// A majority of N independent TTL stores (Redlock).
-    Redlock(usize),
+    /// A majority of N independent TTL stores (Redlock), the client counting their
+    /// answers through the Redlock store's own core (`rl::Campaigner`) with these
+    /// known-wrong rules on (none: the product's).
+    Redlock(usize, rl::Flaws),
     /// The session family's read-write lock (`--mode`): node `i` is a reader when
     /// `i % 3 != 0`, a writer otherwise; the rule decides who may hold.
     Rw(RwRule),
@@ -71,15 +95,28 @@ pub enum SlotRule {
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
-        Family::Ttl,
+    pub const ALL: [Family; 9] = [
+        Family::Ttl(redis::Flaws {
+            claims_on_value: false,
+        }),
+        Family::SqlTtl(sql::Flaws {
+            adopts_own_identity: false,
+        }),
         Family::Session(zk::Flaws {
+            next_in_line_claims: false,
+        }),
+        Family::EtcdSession(etcd::Flaws {
             next_in_line_claims: false,
         }),
         Family::Lease(driven::Flaws {
             takes_unexpired: false,
         }),
-        Family::Redlock(3),
+        Family::Redlock(
+            3,
+            rl::Flaws {
+                minority_quorum: false,
+            },
+        ),
         Family::Rw(RwRule::Right),
         Family::Slots(SlotRule::Right, SlotStore::Ttl),
         Family::Slots(SlotRule::Right, SlotStore::Session),
@@ -87,12 +124,20 @@ impl Family {
 
     pub fn name(self) -> String {
         match self {
-            Family::Ttl => "ttl".into(),
+            Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
+            Family::Ttl(_) => "ttl".into(),
+            Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
+            Family::SqlTtl(_) => "sql-ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
             Family::Session(_) => "session".into(),
+            Family::EtcdSession(f) if f.next_in_line_claims => {
+                "etcd-session-NextInLineClaims".into()
+            }
+            Family::EtcdSession(_) => "etcd-session".into(),
             Family::Lease(f) if f.takes_unexpired => "lease-TakesUnexpired".into(),
             Family::Lease(_) => "lease".into(),
-            Family::Redlock(n) => format!("redlock{n}"),
+            Family::Redlock(n, f) if f.minority_quorum => format!("redlock{n}-MinorityQuorum"),
+            Family::Redlock(n, _) => format!("redlock{n}"),
             Family::Rw(RwRule::Right) => "rw".into(),
             Family::Rw(rule) => format!("rw-{rule:?}"),
             Family::Slots(SlotRule::Right, SlotStore::Ttl) => "slots".into(),
@@ -104,17 +149,34 @@ impl Family {
 
     pub fn parse(s: &str) -> Option<Family> {
         match s {
-            "ttl" => Some(Family::Ttl),
+            "ttl" => Some(Family::Ttl(redis::Flaws::default())),
+            "sql-ttl" => Some(Family::SqlTtl(sql::Flaws::default())),
+            "sql-ttl-AdoptsOwnIdentity" => Some(Family::SqlTtl(sql::Flaws {
+                adopts_own_identity: true,
+            })),
+            "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
+                claims_on_value: true,
+            })),
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
+                next_in_line_claims: true,
+            })),
+            "etcd-session" => Some(Family::EtcdSession(etcd::Flaws::default())),
+            "etcd-session-NextInLineClaims" => Some(Family::EtcdSession(etcd::Flaws {
                 next_in_line_claims: true,
             })),
             "lease" => Some(Family::Lease(driven::Flaws::default())),
             "lease-TakesUnexpired" => Some(Family::Lease(driven::Flaws {
                 takes_unexpired: true,
             })),
-            "redlock" | "redlock3" => Some(Family::Redlock(3)),
-            "redlock5" => Some(Family::Redlock(5)),
+            "redlock" | "redlock3" => Some(Family::Redlock(3, rl::Flaws::default())),
+            "redlock5" => Some(Family::Redlock(5, rl::Flaws::default())),
+            "redlock3-MinorityQuorum" => Some(Family::Redlock(
+                3,
+                rl::Flaws {
+                    minority_quorum: true,
+                },
+            )),
             "rw" => Some(Family::Rw(RwRule::Right)),
             "rw-ReadersIgnoreWriters" => Some(Family::Rw(RwRule::ReadersIgnoreWriters)),
             "rw-WritersIgnoreReaders" => Some(Family::Rw(RwRule::WritersIgnoreReaders)),
@@ -131,7 +193,7 @@ impl Family {
 
     pub fn stores(self) -> usize {
         match self {
-            Family::Redlock(n) => n,
+            Family::Redlock(n, _) => n,
             Family::Slots(..) => SLOTS,
             _ => 1,
         }
@@ -177,7 +239,7 @@ struct Run {
 }
 
 /// One node's backend.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Client {
     fam: Family,
     ttl: Duration,
@@ -186,8 +248,6 @@ pub struct Client {
     pub key: u64,
     key_base: u64,
     keys: u64,
-    /// The highest token seen (Redlock).
-    floor: u64,
     /// Lease: the version of our last write, the transitions of our tenure.
     last_rv: u64,
     transitions: u64,
@@ -207,6 +267,17 @@ pub struct Client {
     pub slot: Option<u32>,
     /// Slots: the slots whose session the client keeps alive (see [`Client::ping`]).
     kept: [bool; SLOTS],
+    /// etcd: the campaign's round, its read (the session that asked, the nodes), and
+    /// whether the last round followed the leader as its predecessor.
+    etcd: Option<etcd::Round>,
+    /// Ttl: the Redis store's core.
+    redis: Option<redis::Candidate>,
+    /// Redlock: the Redlock store's core.
+    redlock: Option<rl::Campaigner>,
+    /// SqlTtl: the SQL store's core.
+    sql: Option<sql::Candidate>,
+    etcd_read: Option<(u64, Vec<(u64, u64)>)>,
+    next_in_line: bool,
 }
 
 impl Client {
@@ -227,7 +298,6 @@ impl Client {
             key: key_base + 1,
             key_base,
             keys: 1,
-            floor: 0,
             last_rv: 0,
             transitions: 0,
             highest_rv: 0,
@@ -246,6 +316,24 @@ impl Client {
                 .then(|| Picker::new(SLOTS, &format!("n-{node}"))),
             slot: None,
             kept: [false; SLOTS],
+            etcd: None,
+            redis: match fam {
+                Family::Ttl(flaws) => Some(redis::Candidate::new(ttl, flaws)),
+                _ => None,
+            },
+            sql: match fam {
+                Family::SqlTtl(flaws) => {
+                    let identity = (key_base >> 40).to_string();
+                    Some(sql::Candidate::new(&identity, ttl, flaws))
+                }
+                _ => None,
+            },
+            redlock: match fam {
+                Family::Redlock(n, flaws) => Some(rl::Campaigner::new(n, ttl, flaws)),
+                _ => None,
+            },
+            etcd_read: None,
+            next_in_line: false,
         }
     }
 
@@ -253,6 +341,9 @@ impl Client {
     /// stores: the session store's keep-alive (the slots family on session stores),
     /// to every slot whose session it keeps (asked, and not withdrawn from since).
     pub fn ping(&self) -> Option<(Req, Vec<usize>)> {
+        if let Family::EtcdSession(_) = self.fam {
+            return Some((Req::Renew { key: self.key }, vec![0]));
+        }
         if !matches!(self.fam, Family::Slots(_, SlotStore::Session)) {
             return None;
         }
@@ -261,14 +352,11 @@ impl Client {
     }
 
     fn new_key(&mut self) {
+        self.next_in_line = false;
         if !matches!(self.fam, Family::Lease(_)) {
             self.keys += 1;
             self.key = self.key_base + self.keys;
         }
-    }
-
-    fn quorum(&self) -> usize {
-        self.fam.stores() / 2 + 1
     }
 
     fn all(&self, req: Req) -> Vec<Out> {
@@ -299,6 +387,9 @@ impl Client {
         if let Family::Slots(..) = self.fam {
             return self.slots_start(op);
         }
+        if let (Family::EtcdSession(flaws), Op::Campaign) = (self.fam, op) {
+            return self.etcd_start(flaws);
+        }
         let key = self.key;
         let mut out = match (self.fam, op) {
             (Family::Lease(_), Op::Campaign | Op::Release) => vec![Out::Send(0, Req::Get)],
@@ -306,7 +397,7 @@ impl Client {
                 0,
                 self.lease_write(self.last_rv, now, self.transitions),
             )],
-            (Family::Redlock(_), Op::Campaign) => {
+            (Family::Redlock(..), Op::Campaign) => {
                 let mut out = self.all(Req::Take { key });
                 out.push(Out::PhaseTimer(self.ttl / 10, 0));
                 out
@@ -319,7 +410,8 @@ impl Client {
             // The next tenure has a fresh nonce (a fresh session).
             self.new_key();
         }
-        if let (Family::Redlock(_), Op::Release) = (self.fam, op) {
+        if let (Family::Redlock(..), Op::Release) = (self.fam, op) {
+            self.redlock.as_mut().map(rl::Campaigner::drop_tenure);
             out.push(Out::PhaseTimer(self.ttl / 10, 0));
         }
         out
@@ -364,18 +456,21 @@ impl Client {
     /// A reply from store `store` to call `id`.
     pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
         let resp = self.judged(resp);
+        let resp = self.redis_judged(id, resp, now);
+        let resp = self.sql_judged(resp, now);
         let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
         if !current {
             return self.late(id, resp);
         }
         match self.fam {
-            Family::Ttl | Family::Session(_) | Family::Rw(_) => {
+            Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_) => {
                 let op = self.run.as_ref().map(|r| r.op).expect("a call");
                 self.run = None;
                 vec![Out::Answer(self.single(op, resp))]
             }
+            Family::EtcdSession(_) => self.etcd_reply(resp),
             Family::Lease(_) => self.lease_reply(resp, now),
-            Family::Redlock(_) => self.redlock_reply(store, resp),
+            Family::Redlock(..) => self.redlock_reply(store, resp, now),
             Family::Slots(rule, _) => self.slots_reply(store, resp, rule),
         }
     }
@@ -383,13 +478,21 @@ impl Client {
     /// A reply to a call no longer current: a single-request family's late answer.
     fn late(&mut self, id: u64, resp: Resp) -> Vec<Out> {
         match (self.fam, &resp) {
+            // The client's own keep-alives answer no call; a read alone decides nothing.
+            (Family::EtcdSession(_), Resp::Renewed(_)) if self.ops.contains(&(id, Op::Renew)) => {
+                vec![Out::Late(id, self.single(Op::Renew, resp))]
+            }
+            (Family::EtcdSession(_), _) => Vec::new(),
             (
-                Family::Ttl | Family::Session(_) | Family::Rw(_),
+                Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_),
                 Resp::Acquired(_) | Resp::Held(_),
             ) => {
                 vec![Out::Late(id, self.single(Op::Campaign, resp))]
             }
-            (Family::Ttl | Family::Session(_) | Family::Rw(_), Resp::Renewed(_)) => {
+            (
+                Family::Ttl(_) | Family::SqlTtl(_) | Family::Session(_) | Family::Rw(_),
+                Resp::Renewed(_),
+            ) => {
                 vec![Out::Late(id, self.single(Op::Renew, resp))]
             }
             (Family::Lease(_), Resp::Updated(r)) if self.ops.contains(&(id, Op::Renew)) => {
@@ -456,6 +559,9 @@ impl Client {
         let Resp::Listing { ours, nodes } = &resp else {
             return resp;
         };
+        if let Family::EtcdSession(_) = self.fam {
+            return resp;
+        }
         let flaws = match self.fam {
             Family::Session(flaws) => flaws,
             _ => zk::Flaws::default(),
@@ -563,176 +669,6 @@ impl Client {
         }
     }
 
-    fn redlock_reply(&mut self, store: usize, resp: Resp) -> Vec<Out> {
-        let run = self.run.as_mut().expect("a call");
-        if run.replies[store].is_none() {
-            run.replies[store] = Some(resp);
-            run.waiting = run.waiting.saturating_sub(1);
-        }
-        let (op, phase, waiting) = (run.op, run.phase, run.waiting);
-        let q = self.quorum();
-        let states = self.states();
-        let ttl = self.ttl;
-        match op {
-            Op::Renew => {
-                let renewed = states.iter().filter(|s| s.took && s.trusted).count();
-                let lost = states.iter().filter(|s| !s.took).count();
-                if renewed >= q {
-                    self.finish(Answer::Renew {
-                        result: Ok(Renewal::Renewed),
-                        ttl,
-                    })
-                } else if self.fam.stores() - lost < q || waiting == 0 {
-                    self.finish(Answer::Renew {
-                        result: Ok(Renewal::Lost),
-                        ttl,
-                    })
-                } else {
-                    Vec::new()
-                }
-            }
-            Op::Release if waiting == 0 => self.finish(Answer::Release),
-            Op::Campaign if waiting == 0 => self.redlock_phase_over(phase),
-            _ => Vec::new(),
-        }
-    }
-
-    fn states(&self) -> Vec<RlState> {
-        let run = self.run.as_ref().expect("a call");
-        run.replies
-            .iter()
-            .filter_map(|r| match r {
-                Some(Resp::Took(s)) => Some(*s),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The phase timer of call `id` (Redlock: stop waiting for slow nodes).
-    pub fn phase_timeout(&mut self, id: u64, phase: u8) -> Vec<Out> {
-        match self.run.as_ref() {
-            Some(r) if r.id == id && r.phase == phase && !r.done => {}
-            _ => return Vec::new(),
-        }
-        match self.run.as_ref().map(|r| r.op) {
-            Some(Op::Campaign) => self.redlock_phase_over(phase),
-            Some(Op::Release) => self.finish(Answer::Release),
-            _ => Vec::new(),
-        }
-    }
-
-    /// The take (phase 0) or the confirm (phase 1) of a Redlock campaign is over.
-    fn redlock_phase_over(&mut self, phase: u8) -> Vec<Out> {
-        let q = self.quorum();
-        let ttl = self.ttl;
-        if phase == 1 {
-            let run = self.run.as_ref().expect("a call");
-            let confirmed = run
-                .replies
-                .iter()
-                .filter(|r| **r == Some(Resp::Confirmed(true)))
-                .count();
-            let token = run.token;
-            if confirmed >= q {
-                self.floor = self.floor.max(token);
-                return self.finish(Answer::Campaign {
-                    result: Ok(Campaign::Acquired { token }),
-                    ttl,
-                    lease: 0,
-                });
-            }
-            let key = self.key;
-            let back = self.all(Req::GiveBack { key });
-            return self.redlock_lost(back, None);
-        }
-        let run = self.run.as_ref().expect("a call");
-        let took: Vec<(usize, RlState)> = run
-            .replies
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Some(Resp::Took(s)) => Some((i, *s)),
-                _ => None,
-            })
-            .collect();
-        for (_, s) in &took {
-            self.floor = self.floor.max(s.counter).max(s.holder_token.unwrap_or(0));
-        }
-        let settle = ttl.mul_f64(1.0 + self.drift);
-        let trusted = took.iter().filter(|(_, s)| s.trusted).count();
-        let catch_up =
-            |s: &RlState| (trusted >= q && !s.trusted && s.uptime >= settle).then_some(s.run_id);
-        let won = took.iter().filter(|(_, s)| s.took && s.trusted).count() >= q;
-        let key = self.key;
-        if !won {
-            let mut sends: Vec<Out> = took
-                .iter()
-                .filter_map(|(i, s)| catch_up(s).map(|run_id| (*i, run_id)))
-                .map(|(i, run_id)| {
-                    let req = Req::Confirm {
-                        key: 0,
-                        token: self.floor,
-                        catch_up: Some(run_id),
-                    };
-                    Out::Send(i, req)
-                })
-                .collect();
-            // Give back where we took, and where the take may still act (no answer).
-            let n = self.fam.stores();
-            let answered: Vec<usize> = took
-                .iter()
-                .filter(|(_, s)| !s.took)
-                .map(|(i, _)| *i)
-                .collect();
-            sends.extend(
-                (0..n)
-                    .filter(|i| !answered.contains(i))
-                    .map(|i| Out::Send(i, Req::GiveBack { key })),
-            );
-            let mut tokens: Vec<u64> = took.iter().filter_map(|(_, s)| s.holder_token).collect();
-            tokens.sort_unstable();
-            let holder = tokens.windows(q).find(|w| w[0] == w[q - 1]).map(|w| w[0]);
-            self.split = holder.is_none() && trusted >= q;
-            return self.redlock_lost(sends, holder);
-        }
-        let token = self.floor + 1;
-        let mut out: Vec<Out> = took
-            .iter()
-            .filter(|(_, s)| s.took || catch_up(s).is_some())
-            .map(|(i, s)| {
-                let req = Req::Confirm {
-                    key,
-                    token,
-                    catch_up: catch_up(s),
-                };
-                Out::Send(*i, req)
-            })
-            .collect();
-        let run = self.run.as_mut().expect("a call");
-        run.phase = 1;
-        run.token = token;
-        run.waiting = out.len();
-        run.replies = vec![None; run.replies.len()];
-        out.push(Out::PhaseTimer(ttl / 10, 1));
-        out
-    }
-
-    /// A Redlock campaign that did not win has given back, with a new nonce from now.
-    fn redlock_lost(&mut self, out: Vec<Out>, holder: Option<u64>) -> Vec<Out> {
-        let mut out = out;
-        self.new_key();
-        let held = Campaign::Held(holder.map(|t| Holder {
-            identity: "other".into(),
-            token: Some(t),
-        }));
-        out.extend(self.finish(Answer::Campaign {
-            result: Ok(held),
-            ttl: self.ttl,
-            lease: 0,
-        }));
-        out
-    }
-
     /// What a push means to this node.
     pub fn push(&mut self, store: usize, push: &Push, now: Time) -> Heard {
         if let (Some(p), Push::Gone { key }) = (self.picker.as_mut(), push) {
@@ -745,7 +681,7 @@ impl Client {
         match *push {
             Push::Gone { key } => Heard {
                 changed: true,
-                own_lost: key == self.key && !matches!(self.fam, Family::Redlock(_)),
+                own_lost: key == self.key && !matches!(self.fam, Family::Redlock(..)),
             },
             Push::Lease(rec, rv) => {
                 if rv <= self.highest_rv {

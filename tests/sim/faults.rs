@@ -61,7 +61,7 @@ pub fn schedule(w: &mut World) {
         let at = w.rng.random_range(0..CHAOS_TTLS * ttl);
         let node = w.rng.random_range(0..n);
         let dur = w.rng.random_range(ttl / 10..2 * ttl);
-        let redlock = matches!(w.fam, Family::Redlock(_));
+        let redlock = matches!(w.fam, Family::Redlock(..));
         let fault = match w.rng.random_range(0..100) {
             0..18 => Fault::Cut {
                 node,

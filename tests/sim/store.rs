@@ -55,6 +55,13 @@ pub enum Resp {
     Acquired(u64),
     /// Someone else holds it (their token, when known).
     Held(Option<u64>),
+    /// TTL store that shows its row (SQL): the record a take left, its holder's key
+    /// (the tenure id), its token and the ms left; the client decides.
+    Row {
+        key: u64,
+        token: u64,
+        left_ms: i64,
+    },
     /// Session store that lists: the live nodes, as (sequence number, session), in
     /// no particular order, to the session `ours` that asked; the client decides.
     Listing {
@@ -72,13 +79,16 @@ pub enum Resp {
     Updated(Result<u64, (LeaseRec, u64)>),
     /// Redlock node: the take's outcome and the node's state.
     Took(RlState),
-    Confirmed(bool),
+    /// Redlock node: our value confirmed, and the node trusted (caught up, if asked).
+    Confirmed(bool, bool),
 }
 
 /// What a Redlock node tells about itself with every answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RlState {
     pub took: bool,
+    /// Another's value on the node: its key.
+    pub holder: Option<u64>,
     pub counter: u64,
     /// The token of the value found (or written), if confirmed.
     pub holder_token: Option<u64>,
@@ -121,6 +131,9 @@ pub struct Record {
 pub struct TtlStore {
     pub record: Option<Record>,
     pub counter: u64,
+    /// A campaign is answered with the row it left ([`Resp::Row`]), as a SQL take
+    /// statement's `RETURNING` does, rather than with the store's verdict.
+    pub rows: bool,
 }
 
 impl TtlStore {
@@ -179,6 +192,17 @@ impl TtlStore {
             }
             _ => unreachable!("not a TTL store request: {req:?}"),
         };
+        let row = self
+            .record
+            .filter(|_| self.rows && matches!(req, Req::Campaign { .. }));
+        let resp = match row {
+            Some(r) => Resp::Row {
+                key: r.key,
+                token: r.token,
+                left_ms: i64::try_from(r.expiry.saturating_sub(now).as_millis()).unwrap_or(0),
+            },
+            None => resp,
+        };
         (resp, pushes)
     }
 }
@@ -223,6 +247,10 @@ pub struct SessionStore {
     /// A campaign is answered with a listing of the nodes ([`Resp::Listing`]), as
     /// ZooKeeper's `getChildren` does, rather than with the store's verdict.
     pub lists: bool,
+    /// The sessions are etcd leases: a campaign grants one (when its session is
+    /// new) and reads the queue, which extends nothing; only a keep-alive (a renew)
+    /// does.
+    pub leases: bool,
 }
 
 impl SessionStore {
@@ -302,7 +330,10 @@ impl SessionStore {
                 self.sessions.len() - 1
             }
         };
-        self.sessions[i].expiry = now + ttl;
+        let read = self.leases && found.is_some() && matches!(req, Req::Campaign { .. });
+        if !read {
+            self.sessions[i].expiry = now + ttl;
+        }
         let resp = match req {
             Req::Campaign { .. } => {
                 if self.sessions[i].node.is_none() {
@@ -396,6 +427,7 @@ impl RlNode {
         let holder_token = self.data.store.record.and(self.data.value_token);
         RlState {
             took,
+            holder: self.data.store.record.map(|r| r.key).filter(|_| !took),
             counter: self.data.store.counter,
             holder_token,
             run_id: self.run_id,
@@ -455,7 +487,7 @@ impl RlNode {
                 if caught_up {
                     self.data.marker = self.run_id;
                 }
-                Resp::Confirmed(mine)
+                Resp::Confirmed(mine, self.data.marker == self.run_id)
             }
             Req::Renew { key } => {
                 let mine = ours(&self.data, key);

@@ -259,7 +259,11 @@ impl World {
             let clock = w.clock();
             let local = clock.local(0);
             let kind = match fam {
-                Family::Ttl => Kind::Ttl(TtlStore::default()),
+                Family::Ttl(_) => Kind::Ttl(TtlStore::default()),
+                Family::SqlTtl(_) => Kind::Ttl(TtlStore {
+                    rows: true,
+                    ..TtlStore::default()
+                }),
                 // Each slot counts its own tokens, from wherever its history left it.
                 Family::Slots(_, SlotStore::Ttl) => Kind::Ttl(TtlStore {
                     counter: w.rng.random_range(0..1000),
@@ -273,13 +277,18 @@ impl World {
                     lists: true,
                     ..SessionStore::default()
                 }),
+                Family::EtcdSession(_) => Kind::Session(SessionStore {
+                    lists: true,
+                    leases: true,
+                    ..SessionStore::default()
+                }),
                 Family::Rw(rule) => Kind::Session(SessionStore {
                     rule,
                     lists: rule == RwRule::Right,
                     ..SessionStore::default()
                 }),
                 Family::Lease(_) => Kind::Lease(LeaseStore::default()),
-                Family::Redlock(_) => Kind::Redlock(RlNode::new(local)),
+                Family::Redlock(..) => Kind::Redlock(RlNode::new(local)),
             };
             let snapshot = match &kind {
                 Kind::Redlock(r) if s == 0 => Some(r.data.clone()),

@@ -350,6 +350,55 @@ fn a_next_in_line_that_claims_before_the_head_goes_is_caught() {
     caught_on(Family::Session(flaws), "overlap");
 }
 
+/// The etcd store's core known-wrong on the etcd session family: a next in line that
+/// claims (after its refresh) as soon as a read shows it there, before the leader's
+/// key goes, is caught by the default sweep on that family alone, as an overlap.
+#[test]
+fn an_etcd_next_in_line_that_claims_before_the_leader_goes_is_caught() {
+    use leasekeeper::backend::etcd::driven;
+    let flaws = driven::Flaws {
+        next_in_line_claims: true,
+    };
+    caught_on(Family::EtcdSession(flaws), "overlap");
+}
+
+/// The Redis store's core known-wrong on the TTL family: a take that claims on the
+/// value its answer carries (a holder's, when the take did not win) is caught by the
+/// default sweep on that family alone, as an overlap.
+#[test]
+fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        claims_on_value: true,
+    };
+    caught_on(Family::Ttl(flaws), "overlap");
+}
+
+/// The Redlock store's core known-wrong on the Redlock family: half the nodes (one of
+/// three) counted as a majority is caught by the default sweep on that family alone,
+/// as an overlap.
+#[test]
+fn a_redlock_minority_counted_as_a_majority_is_caught() {
+    use leasekeeper::backend::redlock::driven;
+    let flaws = driven::Flaws {
+        minority_quorum: true,
+    };
+    caught_on(Family::Redlock(3, flaws), "overlap");
+}
+
+/// The SQL store's core known-wrong on the SQL TTL family: a row held under our
+/// identity adopted whatever its tenure id (a leftover of an earlier tenure, or of a
+/// process before a restart) is caught by the default sweep on that family alone, as
+/// an overlap.
+#[test]
+fn a_sql_row_adopted_by_identity_is_caught() {
+    use leasekeeper::backend::sql::driven;
+    let flaws = driven::Flaws {
+        adopts_own_identity: true,
+    };
+    caught_on(Family::SqlTtl(flaws), "overlap");
+}
+
 /// The slots family's known-wrong rules (`--holders`): each caught by the default
 /// sweep on that family alone. The machine not told which slot answered compares
 /// a slot's token with another's: a candidate that moves to a slot whose counter

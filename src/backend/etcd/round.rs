@@ -16,9 +16,18 @@
 
 use super::super::queue::{Entry, HolderNews, Stand};
 
+/// Known-wrong rules, each a switch the simulator turns on to show that it catches the
+/// rule broken (`tests/suite/elector_sim.rs`); every one is off in the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flaws {
+    /// The next in line claims (after its refresh) as soon as a read shows it there,
+    /// without waiting for the leader's key to go.
+    pub next_in_line_claims: bool,
+}
+
 /// One campaign round: what goes beside its read of the queue, and what the refresh
 /// of the lease answered in it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Round<W> {
     /// The keep-alive that refreshes the lease before a claim goes out with the read
     /// (the next in line: it is likely first now).
@@ -28,6 +37,8 @@ pub(super) struct Round<W> {
     /// The answer of the keep-alive sent in this round (alive or not); `None`: none
     /// answered yet.
     refreshed: Option<bool>,
+    /// Off in the product.
+    flaws: Flaws,
 }
 
 /// What one read of the queue told a campaign.
@@ -82,6 +93,7 @@ impl<W> Round<W> {
             refresh_beside_read: false,
             own: None,
             refreshed: None,
+            flaws: Flaws::default(),
         }
     }
 
@@ -92,7 +104,18 @@ impl<W> Round<W> {
             refresh_beside_read: true,
             own: Some(own),
             refreshed: None,
+            flaws: Flaws::default(),
         }
+    }
+
+    /// The round with `flaws` on (the simulator's; the backend's rounds have none).
+    pub(super) fn flawed(self, flaws: Flaws) -> Round<W> {
+        Round { flaws, ..self }
+    }
+
+    /// Whether a keep-alive was answered in this round.
+    pub(super) fn has_refresh(&self) -> bool {
+        self.refreshed.is_some()
     }
 
     /// The keep-alive sent in this round (beside the read, or after it) is answered:
@@ -113,6 +136,9 @@ impl<W> Round<W> {
         }
         match found.stand {
             Stand::First => self.after_refresh(),
+            Stand::Behind { head: None, .. } if self.flaws.next_in_line_claims => {
+                self.after_refresh()
+            }
             Stand::Gone => Next::StartOver { show_leader: false },
             Stand::Behind { turn, head } => {
                 Next::Follow(follow(turn, head, found.news, found.next))

@@ -178,7 +178,7 @@ pub(crate) fn invalidated(push: &PushInfo) -> Vec<Vec<u8>> {
 }
 
 /// One follower's silent wait: when it looks by itself, moved on by what it hears.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Wait {
     /// When it looks by itself; `None`: not waiting this way.
     look_at: Option<Instant>,

@@ -82,6 +82,14 @@ pub(super) enum Phase {
     Leading(Tenure),
 }
 
+/// Known-wrong rules, each a switch the simulator turns on to show that it catches the
+/// rule broken (`tests/suite/elector_sim.rs`); every one is off in the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flaws {
+    /// Half the nodes (rounded down) count as a majority: with 3 nodes, one.
+    pub minority_quorum: bool,
+}
+
 /// The campaign's state: the phase, the tracking per node, the highest token seen, an
 /// announcement heard during a wait, and when a follower without pushes looks.
 #[derive(Clone, Debug)]
@@ -97,6 +105,8 @@ pub(super) struct Core {
     pub(super) hint: Option<Instant>,
     ttl: Duration,
     cadence: Cadence,
+    /// Off in the product.
+    pub(super) flaws: Flaws,
 }
 
 impl Core {
@@ -112,6 +122,7 @@ impl Core {
                 ttl,
                 renew_interval,
             },
+            flaws: Flaws::default(),
         }
     }
 
@@ -120,7 +131,10 @@ impl Core {
     }
 
     pub(super) fn quorum(&self) -> usize {
-        quorum(self.nodes())
+        match self.flaws.minority_quorum {
+            true => self.nodes() / 2,
+            false => quorum(self.nodes()),
+        }
     }
 
     /// Our tenure's value, while we hold.
@@ -225,7 +239,7 @@ impl Core {
         value: String,
         announce: bool,
     ) -> bool {
-        if !confirmed_by_majority(self.nodes(), confirmed) {
+        if !confirmed_by_majority(self.quorum(), confirmed) {
             return false;
         }
         self.floor = self.floor.max(token);

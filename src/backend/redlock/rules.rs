@@ -106,15 +106,15 @@ pub(super) fn renew_verdict(answers: &[Option<(i64, i64)>]) -> Result<Renewal, u
     }
 }
 
-/// Whether a campaign's confirm round made a tenure: a majority of the `n` nodes
-/// confirmed our value while trusted (`(1, TRUSTED)`; a node that was caught up in
-/// the same request counts as trusted).
-pub(super) fn confirmed_by_majority(n: usize, confirmed: &[Option<(i64, i64)>]) -> bool {
+/// Whether a campaign's confirm round made a tenure: a majority (`quorum`) of the
+/// nodes confirmed our value while trusted (`(1, TRUSTED)`; a node that was caught up
+/// in the same request counts as trusted).
+pub(super) fn confirmed_by_majority(quorum: usize, confirmed: &[Option<(i64, i64)>]) -> bool {
     let yes = confirmed
         .iter()
         .filter(|c| **c == Some((1, TRUSTED)))
         .count();
-    yes >= quorum(n)
+    yes >= quorum
 }
 
 /// The value seen most often among `seen`, and how often (the first of equals).
@@ -409,11 +409,17 @@ pub(super) mod tests {
     #[test]
     fn a_tenure_needs_a_trusted_majority_of_confirms() {
         let yes = Some((1, TRUSTED));
-        assert!(confirmed_by_majority(3, &[yes, yes, None]));
-        assert!(!confirmed_by_majority(3, &[yes, Some((1, STALE)), None]));
-        assert!(!confirmed_by_majority(3, &[yes, Some((0, TRUSTED)), None]));
-        assert!(!confirmed_by_majority(4, &[yes, yes, None, None]));
-        assert!(confirmed_by_majority(4, &[yes, yes, yes, None]));
+        assert!(confirmed_by_majority(quorum(3), &[yes, yes, None]));
+        assert!(!confirmed_by_majority(
+            quorum(3),
+            &[yes, Some((1, STALE)), None]
+        ));
+        assert!(!confirmed_by_majority(
+            quorum(3),
+            &[yes, Some((0, TRUSTED)), None]
+        ));
+        assert!(!confirmed_by_majority(quorum(4), &[yes, yes, None, None]));
+        assert!(confirmed_by_majority(quorum(4), &[yes, yes, yes, None]));
     }
 
     pub(in crate::backend::redlock) fn take(won: bool, value: &str, state: i64) -> Option<Take> {

@@ -105,6 +105,14 @@ pub enum Look {
     Lost,
 }
 
+/// Known-wrong rules, each a switch the simulator turns on to show that it catches the
+/// rule broken (`tests/suite/elector_sim.rs`); every one is off in the product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flaws {
+    /// A row held under our identity is ours, whatever its tenure id.
+    pub adopts_own_identity: bool,
+}
+
 /// This candidate's side of the lease row: its tenure id, the highest token it has
 /// seen, and the [`Phase`]. Shared by both dialects.
 pub struct Tenancy {
@@ -123,6 +131,8 @@ pub struct Tenancy {
     registered: bool,
     /// Whether our waiting row may be in the shared holders' table.
     marked: bool,
+    /// Off in the product.
+    pub flaws: Flaws,
 }
 
 impl Tenancy {
@@ -137,6 +147,7 @@ impl Tenancy {
             phase: Phase::Free { expiry: None },
             registered: false,
             marked: false,
+            flaws: Flaws::default(),
         }
     }
 
@@ -231,7 +242,8 @@ impl Tenancy {
             message: format!("the lease row carries a negative token {}", row.token),
         })?;
         self.floor = self.floor.max(token);
-        if row.tenure == self.tenure {
+        let own = self.flaws.adopts_own_identity && row.holder == self.identity;
+        if row.tenure == self.tenure || own {
             self.phase = Phase::Leading;
             return Ok(Campaign::Acquired { token });
         }
