@@ -71,18 +71,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use tokio::time::{sleep_until, timeout_at, Instant};
+use tokio::time::{sleep_until, Instant};
 
 pub use self::answers::Heard;
 use self::answers::Refusal;
-use self::core::{Next, Phase, Us, Wait};
-use self::follow::{FollowWatch, Then};
+use self::core::{Next, Phase, Us};
+use self::follow::FollowWatch;
 use self::own::{Own, OwnAnswer, OwnStep, OwnWatch};
 use self::requests::LeaseApi;
 use self::watches::{Events, LeaseEvents};
 use super::protocol::{self, Protocol, Transport, Waited};
 use super::record::Seen;
-use super::{BackendError, Campaign, Candidacy, Renewal, SlowPaths, Wake};
+use super::{BackendError, Campaign, Candidacy, Renewal, SlowPaths};
 use crate::settings::{bad, fmt_d, ConfigError};
 use rules::{coordination, Coordinated, Record};
 use settings::KubeSettings;
@@ -93,6 +93,7 @@ mod core;
 pub mod driven;
 pub mod entry;
 mod follow;
+mod following;
 mod own;
 mod requests;
 mod rules;
@@ -405,63 +406,6 @@ impl KubeTransport {
             Own::Nothing => {}
         }
         lost
-    }
-
-    /// How a follower waits at `now` for `max` at most: `None`, not at all; else until
-    /// when, until when nothing can change without an event, and the version to open a
-    /// watch from (none: the kept one goes on).
-    fn plan_wait(
-        &mut self,
-        now: Instant,
-        max: Duration,
-    ) -> Option<((Instant, Instant), Option<String>)> {
-        let phase = self.take_phase();
-        let (phase, wait) = phase.wait(now, max, self.us());
-        self.phase = phase;
-        // Nothing read yet (or a create lost a race), free, handed to us, or expired:
-        // campaign now.
-        let Wait::Watch {
-            until,
-            expires,
-            version,
-        } = wait
-        else {
-            return None;
-        };
-        let (watch, open) = std::mem::take(&mut self.follow_watch).towards(version);
-        self.set_follow_watch(watch);
-        Some(((until, expires), open))
-    }
-
-    /// The answer to opening the follower's watch from `version` (`None`: not by
-    /// `until`).
-    fn follow_opened(
-        &mut self,
-        answer: Option<Result<LeaseEvents, Refusal>>,
-        version: String,
-        until: Instant,
-    ) -> Then {
-        let (answer, events) = match answer.map(split) {
-            Some((answer, events)) => (Some(answer), events),
-            None => (None, None),
-        };
-        let answer = answer.as_ref().map(|a| a.as_ref().map(|_| ()));
-        let (watch, then) = FollowWatch::opened(answer, version, Instant::now(), until);
-        if let Some(events) = events.filter(|_| watch.is_open()) {
-            self.follow_events.set(events);
-        }
-        self.set_follow_watch(watch);
-        then
-    }
-
-    /// One answer of the follower's watch (`None`: the time is up).
-    fn follow_heard(&mut self, heard: Option<Heard>, window: (Instant, Instant)) -> Then {
-        let watch = std::mem::take(&mut self.follow_watch);
-        let phase = self.take_phase();
-        let (watch, phase, then) = watch.heard(phase, heard, Instant::now(), window);
-        self.phase = phase;
-        self.set_follow_watch(watch);
-        then
     }
 
     /// What a campaign sends next over `found`, the Lease as it stands ([`Phase::campaign`]).
@@ -797,31 +741,5 @@ impl Transport for KubeTransport {
 
     async fn wait(&mut self, max: Duration) -> Waited {
         Waited::Wake(self.wait_for_change(max).await)
-    }
-}
-
-impl KubeTransport {
-    async fn wait_for_change(&mut self, max: Duration) -> Wake {
-        let Some((window, open)) = self.plan_wait(Instant::now(), max) else {
-            return Wake::Changed;
-        };
-        let (until, _) = window;
-        let mut then = Then::Read;
-        if let Some(version) = open {
-            let answer = timeout_at(until, self.api.watch_follow(&version)).await;
-            then = self.follow_opened(answer.ok(), version, until);
-        }
-        loop {
-            match then {
-                Then::Read => {}
-                Then::Wake(wake) => return wake,
-                Then::LookAt(t) => {
-                    sleep_until(t).await;
-                    return Wake::Changed;
-                }
-            }
-            let heard = self.follow_events.next(Some(until)).await;
-            then = self.follow_heard(heard, window);
-        }
     }
 }
