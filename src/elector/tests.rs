@@ -338,30 +338,8 @@ async fn a_lost_lease_steps_down_at_once_and_exit_on_loss_ends_the_loop() {
     assert!(!h.status.borrow().is_leader_at(Instant::now()));
 }
 
-#[tokio::test(start_paused = true)]
-async fn shutdown_publishes_not_leader_before_it_releases() {
-    let h = start(
-        Script {
-            campaigns: [acquired(0, 1)].into(),
-            ..Default::default()
-        },
-        false,
-    );
-    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
-    h.shutdown.send(true).expect("send");
-    let exit = h.task.await.expect("elector task");
-    assert_eq!(exit, Exit::Shutdown);
-    assert_eq!(h.calls.release.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        h.calls
-            .released_while_published_leader
-            .load(Ordering::SeqCst),
-        0
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_store_connections_outlive_a_release_at_shutdown_by_the_linger() {
+/// A leader (token 1) told to shut down, once its elector ended: its calls.
+async fn leader_shut_down() -> Arc<Calls> {
     let h = start(
         Script {
             campaigns: [acquired(0, 1)].into(),
@@ -372,8 +350,24 @@ async fn the_store_connections_outlive_a_release_at_shutdown_by_the_linger() {
     until(&h, "leader", |s, now| s.is_leader_at(now)).await;
     h.shutdown.send(true).expect("send");
     assert_eq!(h.task.await.expect("elector task"), Exit::Shutdown);
-    let released = h.calls.released_at.lock().ok().and_then(|at| *at);
-    let dropped = h.calls.dropped_at.lock().ok().and_then(|at| *at);
+    h.calls
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_publishes_not_leader_before_it_releases() {
+    let calls = leader_shut_down().await;
+    assert_eq!(calls.release.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        calls.released_while_published_leader.load(Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_store_connections_outlive_a_release_at_shutdown_by_the_linger() {
+    let calls = leader_shut_down().await;
+    let released = calls.released_at.lock().ok().and_then(|at| *at);
+    let dropped = calls.dropped_at.lock().ok().and_then(|at| *at);
     let (released, dropped) = (released.expect("released"), dropped.expect("dropped"));
     assert_eq!(dropped - released, driver::LINGER);
 }
