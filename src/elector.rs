@@ -137,9 +137,14 @@ struct TransitionRecord<'a> {
     pid: u32,
     token: FencingToken,
     at_ns: u64,
-    /// For `claim_start`: when the acquiring request was sent.
+    /// For `claim_start`: when the acquiring request was sent; for `release`: when the
+    /// release was sent (`at_ns` is its answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     sent_ns: Option<u64>,
+    /// For `claim_start`: when the wait for a change of holder that led to the
+    /// acquiring request ended (the store's notice heard), if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    woke_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     deadline_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +152,15 @@ struct TransitionRecord<'a> {
     /// With several slots (`--holders`): the slot of the tenure.
     #[serde(skip_serializing_if = "Option::is_none")]
     slot: Option<u32>,
+}
+
+/// The times and the reason a transition log line carries beside its own.
+#[derive(Default)]
+pub(crate) struct Marks<'a> {
+    pub sent: Option<Instant>,
+    pub woke: Option<Instant>,
+    pub deadline: Option<Instant>,
+    pub reason: Option<&'a str>,
 }
 
 /// Append-only JSON-lines log of claims, for the election checker and post-mortems.
@@ -192,15 +206,7 @@ impl TransitionLog {
         self.slot = slot;
     }
 
-    pub(crate) fn record(
-        &mut self,
-        event: &str,
-        token: FencingToken,
-        at: Instant,
-        sent: Option<Instant>,
-        deadline: Option<Instant>,
-        reason: Option<&str>,
-    ) {
+    pub(crate) fn record(&mut self, event: &str, token: FencingToken, at: Instant, marks: Marks) {
         let Some(file) = self.file.as_mut() else {
             return;
         };
@@ -210,9 +216,10 @@ impl TransitionLog {
             pid: std::process::id(),
             token,
             at_ns: to_monotonic_ns(at),
-            sent_ns: sent.map(to_monotonic_ns),
-            deadline_ns: deadline.map(to_monotonic_ns),
-            reason,
+            sent_ns: marks.sent.map(to_monotonic_ns),
+            woke_ns: marks.woke.map(to_monotonic_ns),
+            deadline_ns: marks.deadline.map(to_monotonic_ns),
+            reason: marks.reason,
             slot: self.slot,
         };
         let Ok(mut line) = serde_json::to_vec(&rec) else {

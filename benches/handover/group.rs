@@ -119,6 +119,34 @@ impl Group {
         ends.filter(|e| *e > after_ns && *e <= before_ns).min()
     }
 
+    /// Every line of every slot's transition log.
+    fn lines(&self) -> Vec<serde_json::Value> {
+        let text = |slot| std::fs::read_to_string(self.log(slot)).unwrap_or_default();
+        let lines: Vec<String> = (0..self.slots.len()).map(text).collect();
+        let lines = lines.iter().flat_map(|t| t.lines());
+        lines.filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    /// The first release sent after `after_ns` (the stopped leader's): (sent, answered).
+    /// Its line follows the answer, which may come after the new claim: waited for.
+    fn release_after(&self, after_ns: u64) -> Option<(u64, u64)> {
+        eventually(Duration::from_secs(1), || {
+            let lines = self.lines();
+            let released = lines.iter().filter(|l| l["event"] == "release");
+            let marks =
+                released.filter_map(|l| Some((l["sent_ns"].as_u64()?, l["at_ns"].as_u64()?)));
+            marks.filter(|(sent, _)| *sent > after_ns).min()
+        })
+    }
+
+    /// When the candidate whose claim started at `start` woke to the store's notice.
+    fn woke_of(&self, start: u64) -> Option<u64> {
+        let lines = self.lines();
+        let mut started = lines.iter().filter(|l| l["event"] == "claim_start");
+        let line = started.find(|l| l["at_ns"].as_u64() == Some(start))?;
+        line["woke_ns"].as_u64()
+    }
+
     /// Stops the leader `rounds` times, each time once every follower follows it, and
     /// restarts it as a follower. `expiry_probe` tells the remaining ttl (ms) of the
     /// leader's lease in the store just before a crash.
@@ -142,7 +170,15 @@ impl Group {
                 .expect("a new leader");
             h.record(t0, start, sent, pttl_ms);
             if let (Stop::Graceful, Some(sent)) = (stop, sent) {
-                h.record_steps(t0, self.ended_after(t0, start), sent, start);
+                let marks = Marks {
+                    t0,
+                    ended: self.ended_after(t0, start),
+                    release: self.release_after(t0),
+                    woke: self.woke_of(start),
+                    sent,
+                    start,
+                };
+                h.steps.push(marks.steps());
             }
             let _ = self.slots[leader].wait_exit(Duration::from_secs(5));
             self.respawn(leader);
@@ -175,10 +211,41 @@ pub struct Handovers {
     pub acquire: Vec<f64>,
     /// For crashes: new claim − the store's own expiry of the dead leader's lease.
     pub past_expiry: Vec<f64>,
-    /// For graceful stops, from the transition logs: signal → the stopped leader's
-    /// claim ended (it stops claiming, then releases), → the new leader's acquiring
-    /// request sent (the release, the store's notice, the wake), → its claim.
-    pub steps: Vec<[f64; 3]>,
+    /// For graceful stops, from the transition logs (see [`Marks::steps`]).
+    pub steps: Vec<[Option<f64>; STEPS]>,
+}
+
+/// The steps of a graceful handover the page shows.
+pub const STEPS: usize = 6;
+
+/// The marks of one graceful handover in the transition logs (ns): the signal, the
+/// stopped leader's claim's end and release (sent, answered), the new leader's wake
+/// to the store's notice, its acquiring request sent, its claim.
+struct Marks {
+    t0: u64,
+    ended: Option<u64>,
+    release: Option<(u64, u64)>,
+    woke: Option<u64>,
+    sent: u64,
+    start: u64,
+}
+
+impl Marks {
+    /// In ms: signal → claim ended; → release sent; release sent → answered; release
+    /// sent → the new leader woke; → its request sent; → its claim. A step one of
+    /// whose marks is missing is `None`.
+    fn steps(&self) -> [Option<f64>; STEPS] {
+        let ms = |from: Option<u64>, to: Option<u64>| Some(to?.saturating_sub(from?) as f64 / 1e6);
+        let released = self.release.map(|r| r.0);
+        [
+            ms(Some(self.t0), self.ended),
+            ms(self.ended, released),
+            ms(released, self.release.map(|r| r.1)),
+            ms(released, self.woke),
+            ms(self.woke, Some(self.sent)),
+            ms(Some(self.sent), Some(self.start)),
+        ]
+    }
 }
 
 impl Handovers {
@@ -193,14 +260,5 @@ impl Handovers {
             self.past_expiry
                 .push((start - t0) as f64 / 1e6 - pttl as f64);
         }
-    }
-
-    /// The steps of one graceful handover (see `steps`), when the stopped leader's
-    /// log has its claim's end.
-    fn record_steps(&mut self, t0: u64, ended: Option<u64>, sent: u64, start: u64) {
-        let Some(ended) = ended else { return };
-        let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
-        self.steps
-            .push([ms(t0, ended), ms(ended, sent), ms(sent, start)]);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::group::{Group, Handovers, Stop};
+use crate::group::{Group, Handovers, Stop, STEPS};
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
@@ -26,19 +26,24 @@ pub fn graceful_handovers(
     g
 }
 
-/// The medians of the graceful handovers' `steps` (see [`Handovers::steps`]) for the
-/// store's (`row`'s) cell: `signal → claim ended, → request sent, → claim`.
-pub fn steps(report: &mut Report, row: &'static str, steps: &[[f64; 3]]) {
-    let median = |i: usize| Stats::of(steps.iter().map(|s| s[i]).collect()).map(|s| s.median());
-    let shown = match (median(0), median(1), median(2)) {
-        (Some(a), Some(b), Some(c)) => Some(format!("{a:.2}, {b:.2}, {c:.2}")),
-        _ => None,
-    };
-    match shown {
-        Some(v) => report.value(Key::new("graceful", row, "steps"), v),
-        None => report.latency(Key::new("graceful", row, "steps"), Vec::new()),
+/// The medians of the graceful handovers' `steps` (see [`crate::group::Handovers`]):
+/// the store's (`row`'s) cells of the steps table, `—` where no handover had the step.
+pub fn steps(report: &mut Report, row: &'static str, steps: &[[Option<f64>; STEPS]]) {
+    for (i, column) in STEP_COLUMNS.iter().enumerate() {
+        let values = steps.iter().filter_map(|s| s[i]).collect();
+        report.median(Key::new("steps", row, column), values);
     }
 }
+
+/// The steps table's columns, in the order of [`crate::group::Handovers::steps`].
+const STEP_COLUMNS: [&str; STEPS] = [
+    "ended",
+    "release_sent",
+    "release_answered",
+    "woke",
+    "take_sent",
+    "claim",
+];
 
 /// `rounds` crash failovers among `CANDIDATES` sidecars started with `args` (whose
 /// lease or session lasts `timeout`, e.g. "ttl 1 s"): the store's (`row`'s) crash

@@ -128,7 +128,7 @@ fn a_whole_run_writes_every_table_but_those_only_asked_for() {
     // What the run did not measure reads `—`.
     let graceful = section(&new, table("graceful").heading);
     assert!(
-        graceful.contains("| Redis | — | — | — | — | redis-py `Lock` | — |"),
+        graceful.contains("| Redis | — | — | — | redis-py `Lock` | — |"),
         "{graceful}"
     );
     assert!(section(&new, "100 candidates on one election")

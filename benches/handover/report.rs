@@ -56,6 +56,12 @@ impl Report {
         }
     }
 
+    /// The median of `values` (ms) alone for the cell `key`; `—` when there are none.
+    pub fn median(&mut self, key: Key, values: Vec<f64>) {
+        let median = Stats::of(values).map(|s| format!("{:.2}", s.median()));
+        self.record(key, median, "");
+    }
+
     /// The ratio of the medians of the latency cells `over` and `under` (`1.42×`) for
     /// the cell `key`; `—` when either measured nothing.
     pub fn ratio(&mut self, key: Key, over: Key, under: Key) {

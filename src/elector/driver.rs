@@ -15,7 +15,7 @@ use super::machine::{
     Answer, Config, Effect, Event, Exit, Failure, LogLine, Machine, Next, Note, Op, Publish, Say,
     Time, WaitOn,
 };
-use super::{await_shown, Heartbeat, Observer, ReleaseRequest, Released, TransitionLog};
+use super::{await_shown, Heartbeat, Marks, Observer, ReleaseRequest, Released, TransitionLog};
 use crate::backend::{Backend, BackendError};
 use crate::status::{Claim, Holder, Role, Status, TenureHold};
 use crate::timing::Timing;
@@ -70,6 +70,12 @@ pub struct Elector<B: Backend> {
     released_at_shutdown: bool,
     /// A tenure ended for the shutdown (its release follows).
     stepped_down_at_shutdown: bool,
+    /// The marks of the handover's steps in the transition log: when the last wait
+    /// ended on a possible change of holder (taken by the next acquiring request), and
+    /// the token of the last tenure that ended (its release's line).
+    woke_at: Option<Instant>,
+    campaign_woke: Option<Instant>,
+    ended_token: u64,
 }
 
 /// How long the backend's connections stay open after a release at shutdown before
@@ -118,6 +124,9 @@ impl<B: Backend> Elector<B> {
             hold: None,
             released_at_shutdown: false,
             stepped_down_at_shutdown: false,
+            woke_at: None,
+            campaign_woke: None,
+            ended_token: 0,
         }
     }
 
@@ -153,7 +162,11 @@ impl<B: Backend> Elector<B> {
                     self.note_slots();
                     Event::Answer { id, answer }
                 }
-                Next::Wait { until, on } => self.wait(until, on).await,
+                Next::Wait { until, on } => {
+                    let event = self.wait(until, on).await;
+                    self.woke_at = matches!(event, Event::Woke(_)).then(Instant::now);
+                    event
+                }
             };
         }
     }
@@ -161,6 +174,9 @@ impl<B: Backend> Elector<B> {
     /// One backend call under its budget.
     async fn call(&mut self, op: Op, budget: Duration) -> Answer {
         let shutting_down = self.shutting_down();
+        if matches!(op, Op::Campaign) {
+            self.campaign_woke = self.woke_at.take();
+        }
         let observer = &*self.observer;
         let backend = &mut self.backend;
         match op {
@@ -182,6 +198,7 @@ impl<B: Backend> Elector<B> {
                     retire(budget, backend).await;
                     self.released_at_shutdown = self.stepped_down_at_shutdown;
                 }
+                let sent = Instant::now();
                 let released = match &self.switchover {
                     Some((_, to)) => {
                         tracing::info!(to = %to, "switchover: leaving the lease to the named candidate");
@@ -192,6 +209,12 @@ impl<B: Backend> Elector<B> {
                 if let Err(e) = released {
                     tracing::warn!(error = %e, "release failed; the lease will expire by itself");
                 }
+                let marks = Marks {
+                    sent: Some(sent),
+                    ..Marks::default()
+                };
+                let token = self.ended_token;
+                self.log.record("release", token, Instant::now(), marks);
                 Answer::Release
             }
         }
@@ -427,19 +450,30 @@ impl<B: Backend> Elector<B> {
                 sent,
                 deadline,
             } => {
-                let (sent, deadline) = (self.instant(sent), self.instant(deadline));
-                self.log
-                    .record("claim_start", token, now, Some(sent), Some(deadline), None);
+                let marks = Marks {
+                    sent: Some(self.instant(sent)),
+                    woke: self.campaign_woke,
+                    deadline: Some(self.instant(deadline)),
+                    reason: None,
+                };
+                self.log.record("claim_start", token, now, marks);
             }
             LogLine::Deadline { token, deadline } => {
-                let deadline = self.instant(deadline);
-                self.log
-                    .record("deadline", token, now, None, Some(deadline), None);
+                let deadline = Some(self.instant(deadline));
+                let marks = Marks {
+                    deadline,
+                    ..Marks::default()
+                };
+                self.log.record("deadline", token, now, marks);
             }
             LogLine::ClaimEnd { token, reason } => {
                 self.stepped_down_at_shutdown |= self.shutting_down();
-                self.log
-                    .record("claim_end", token, now, None, None, Some(reason));
+                self.ended_token = token;
+                let marks = Marks {
+                    reason: Some(reason),
+                    ..Marks::default()
+                };
+                self.log.record("claim_end", token, now, marks);
                 tracing::info!(token, reason, "stepped down");
             }
         }

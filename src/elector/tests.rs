@@ -146,6 +146,10 @@ struct Harness {
 }
 
 fn start(script: Script, exit_on_loss: bool) -> Harness {
+    start_logged(script, exit_on_loss, TransitionLog::disabled())
+}
+
+fn start_logged(script: Script, exit_on_loss: bool, log: TransitionLog) -> Harness {
     let (status_tx, status_rx) = watch::channel(Status::new("e", "me", "scripted", TTL));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
@@ -162,7 +166,7 @@ fn start(script: Script, exit_on_loss: bool) -> Harness {
             timing: timing(),
             status: status_tx,
             observer: Arc::new(NoObserver),
-            log: TransitionLog::disabled(),
+            log,
             releases: release_rx,
             shutdown: shutdown_rx,
             heartbeat: heartbeat.clone(),
@@ -381,6 +385,45 @@ async fn a_follower_that_stops_goes_at_once() {
     assert_eq!(h.task.await.expect("elector task"), Exit::Shutdown);
     let dropped = h.calls.dropped_at.lock().ok().and_then(|at| *at);
     assert_eq!(dropped.expect("dropped") - stopped, Duration::ZERO);
+}
+
+/// The transition log's lines of a candidate that finds the lease held, wakes on a
+/// change, takes it (token 7) and is then shut down.
+async fn handover_lines() -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("transitions.jsonl");
+    let log = TransitionLog::open(Some(&path), "me").expect("log");
+    let held = Step::Answer(Duration::from_millis(5), Ok(Campaign::Held(None)));
+    let script = Script {
+        campaigns: [held, acquired(2, 7)].into(),
+        ..Default::default()
+    };
+    let h = start_logged(script, false, log);
+    until(&h, "leader", |s, now| s.is_leader_at(now)).await;
+    h.shutdown.send(true).expect("send");
+    assert_eq!(h.task.await.expect("elector task"), Exit::Shutdown);
+    let text = std::fs::read_to_string(&path).expect("read the log");
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_log_marks_the_wake_before_a_claim_and_the_release_after_its_end() {
+    let lines = handover_lines().await;
+    let events: Vec<_> = lines.iter().map(|l| l["event"].as_str()).collect();
+    assert_eq!(
+        events,
+        [Some("claim_start"), Some("claim_end"), Some("release")]
+    );
+    let ns = |i: usize, k: &str| lines[i][k].as_u64().unwrap_or_else(|| panic!("{k}"));
+    // Woke, then the acquiring request 0 later, answered 2 ms after.
+    assert_eq!(ns(0, "sent_ns"), ns(0, "woke_ns"));
+    assert_eq!(ns(0, "at_ns") - ns(0, "sent_ns"), 2_000_000);
+    // The release of the tenure that ended, sent after its end.
+    assert_eq!(lines[2]["token"].as_u64(), Some(7));
+    assert!(ns(2, "sent_ns") >= ns(1, "at_ns"));
+    assert!(ns(2, "at_ns") >= ns(2, "sent_ns"));
 }
 
 /// A leader (token 1) whose store hands it token 2 when it campaigns again.
