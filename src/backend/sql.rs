@@ -513,6 +513,7 @@ impl<D: SqlDialect> Transport for SqlTransport<D> {
 
     /// The dialect's next reason to look at our row (a notification, a timer).
     async fn own_news(&mut self) -> Option<()> {
+        self.dialect.settle(&mut self.session).await;
         self.dialect.next_look().await;
         Some(())
     }

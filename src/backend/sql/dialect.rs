@@ -108,6 +108,12 @@ pub trait SqlDialect: Send + 'static {
         async {}
     }
 
+    /// While leading, before each wait for a look: what the take left for after the
+    /// claim began (PostgreSQL's advisory lock).
+    fn settle(&mut self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Resolves when the leader should look at its own row again.
     fn next_look(&mut self) -> impl Future<Output = ()> + Send;
 
