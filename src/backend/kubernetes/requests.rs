@@ -173,9 +173,9 @@ mod tests {
         let mut api = LeaseApi::new(client("requests", seen.clone()), "team", "e");
         api.watch_over(client("watches", seen.clone()));
         let lease = api.get().await.expect("get").expect("a lease");
-        api.watch_follow("7").await.expect("watch");
+        drop(api.watch_follow("7").await.expect("watch"));
         api.replace(&lease).await.expect("replace");
-        api.watch_own("7").await.expect("watch");
+        drop(api.watch_own("7").await.expect("watch"));
         let seen = seen.lock().expect("seen").clone();
         assert_eq!(
             seen,
