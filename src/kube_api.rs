@@ -106,9 +106,11 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientErr
 /// kube's builder leaves Nagle's algorithm on. The first request on a new TLS
 /// connection follows the client's last handshake flight at once, and a Go API server
 /// that has nothing to send after that flight delays its ACK (40 ms on Linux); with
-/// Nagle on, the request waits for it. A follower's one connection carries its watch,
-/// so its read after a release always went over a new connection: ~50 ms from the
-/// release to the successor's write, every time (`the_successor_takes_a_released_lease_within_a_few_ms`).
+/// Nagle on, the request waits for it: ~50 ms from a release to the successor's write
+/// whenever the successor's take goes over a new connection (one its pool dropped
+/// idle, say; `the_successor_takes_a_released_lease_within_a_few_ms`). The Lease's
+/// watches go over a client of their own (`BuildContext::kube_watches`),
+/// so that a watch never holds the connection the writes go over.
 #[cfg(feature = "kubernetes")]
 fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
     use hyper_util::client::legacy::connect::HttpConnector;

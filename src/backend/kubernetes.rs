@@ -176,6 +176,15 @@ impl KubeBackend {
         Protocol::over(KubeTransport::new(client, namespace, lease, settings))
     }
 
+    /// Opens the Lease's watches (the leader's and a follower's) over `client`, one with
+    /// connections of its own: a watch holds its connection while it is open, and on
+    /// the client of the writes it would leave a leader's release or a follower's take
+    /// a new connection (a TLS handshake) to wait for.
+    pub fn watching_over(mut self, client: kube::Client) -> Self {
+        self.store_mut().api.watch_over(client);
+        self
+    }
+
     /// Counts renewals that fell back to a read into `slow_paths` (for the metrics).
     pub fn with_slow_paths(mut self, slow_paths: SlowPaths) -> Self {
         self.store_mut().slow_paths = slow_paths;

@@ -59,6 +59,11 @@ pub struct BuildContext {
     pub holders: u32,
     /// The Kubernetes API client, when the store declares it needs one.
     pub kube: Option<crate::kube_api::Client>,
+    /// A second one, with connections of its own, for the store's long watches: a
+    /// watch holds its connection for as long as it is open, so on the first client it
+    /// would take the connection a write (a leader's release, a follower's take) is
+    /// about to use, and the write would wait for a new connection's TLS handshake.
+    pub kube_watches: Option<crate::kube_api::Client>,
     /// Renewals that fell back to a read, for the metrics.
     pub slow_paths: SlowPaths,
     /// True once SIGTERM or SIGINT came: a wait at the start ends at once.

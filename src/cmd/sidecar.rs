@@ -106,6 +106,8 @@ struct Start {
     /// A client of its own for the Events (its own connections: an Event written at a
     /// step-down must not take the connection the release is about to use).
     events_kube: Option<crate::kube_api::Client>,
+    /// A client of its own for the backend's watches (see [`BuildContext::kube_watches`]).
+    watches_kube: Option<crate::kube_api::Client>,
     /// The backend's renewals that fell back to a read, for the metrics.
     slow_paths: SlowPaths,
     /// True once SIGTERM or SIGINT came (listened for since the start).
@@ -144,12 +146,17 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         true => Some(crate::kube_api::client(kubeconfig).await?),
         false => None,
     };
+    let watches_kube = match settings.backend.capabilities().kubernetes_client {
+        true => Some(crate::kube_api::client(kubeconfig).await?),
+        false => None,
+    };
     with_backend(Start {
         settings,
         listener,
         log,
         kube,
         events_kube,
+        watches_kube,
         slow_paths: SlowPaths::default(),
         stop,
     })
@@ -193,6 +200,7 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         mode: s.mode,
         holders: s.holders,
         kube: start.kube.clone(),
+        kube_watches: start.watches_kube.clone(),
         slow_paths: start.slow_paths.clone(),
         stop: start.stop.clone(),
     };
@@ -259,6 +267,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         log,
         kube,
         events_kube,
+        watches_kube: _,
         slow_paths,
         stop: _,
     } = start;

@@ -66,8 +66,10 @@ impl Store for Kubernetes {
         let client = cx.kube.clone().ok_or_else(|| {
             BuildError::Input("--backend kubernetes: no Kubernetes client".to_owned())
         })?;
+        let watches = cx.kube_watches.clone().unwrap_or_else(|| client.clone());
         let slots = cx.slots(|lease, _| {
             KubeBackend::new(client.clone(), &settings.namespace, lease, settings.lease)
+                .watching_over(watches.clone())
                 .with_slow_paths(cx.slow_paths.clone())
         });
         Ok(serve.serve(slots).await)

@@ -18,6 +18,8 @@ const OWN_WATCH_SECS: u32 = 290;
 /// The one Lease of an election.
 pub(super) struct LeaseApi {
     api: Api<Lease>,
+    /// The watches' (by default the same client as `api`'s).
+    watches: Api<Lease>,
     name: String,
     namespace: String,
 }
@@ -36,10 +38,17 @@ fn refusal(e: kube::Error) -> Refusal {
 impl LeaseApi {
     pub(super) fn new(client: kube::Client, namespace: &str, name: &str) -> LeaseApi {
         LeaseApi {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            watches: Api::namespaced(client, namespace),
             name: name.to_owned(),
             namespace: namespace.to_owned(),
         }
+    }
+
+    /// Opens the watches over `client`, so that they never hold a connection of the
+    /// requests' client.
+    pub(super) fn watch_over(&mut self, client: kube::Client) {
+        self.watches = Api::namespaced(client, &self.namespace);
     }
 
     /// `metadata.name=<election>`: the one Lease.
@@ -98,7 +107,11 @@ impl LeaseApi {
         let params = WatchParams::default()
             .fields(&self.field_selector())
             .timeout(OWN_WATCH_SECS);
-        let stream = self.api.watch(&params, version).await.map_err(refusal)?;
+        let stream = self
+            .watches
+            .watch(&params, version)
+            .await
+            .map_err(refusal)?;
         Ok(stream.boxed())
     }
 
@@ -108,7 +121,70 @@ impl LeaseApi {
             .fields(&self.field_selector())
             .timeout(FOLLOW_WATCH_SECS)
             .disable_bookmarks();
-        let stream = self.api.watch(&params, version).await.map_err(refusal)?;
+        let stream = self
+            .watches
+            .watch(&params, version)
+            .await
+            .map_err(refusal)?;
         Ok(stream.boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    const LEASE: &str = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"e","namespace":"team","resourceVersion":"7"},"spec":{}}"#;
+
+    /// A client named `tag` whose API notes each request it is sent in `seen`
+    /// ("<tag> watch" or "<tag> <method>"): a watch's stream is empty, anything else
+    /// answers the Lease.
+    fn client(tag: &'static str, seen: Seen) -> kube::Client {
+        let api = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+                let what = match watch {
+                    true => "watch".to_owned(),
+                    false => req.method().to_string(),
+                };
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(format!("{tag} {what}"));
+                }
+                let body = if watch { "" } else { LEASE };
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from(
+                    body,
+                ))))
+            }
+        });
+        kube::Client::new(api, "team")
+    }
+
+    #[tokio::test]
+    async fn the_watches_go_over_their_own_client_and_the_requests_never_do() {
+        let seen = Seen::default();
+        let mut api = LeaseApi::new(client("requests", seen.clone()), "team", "e");
+        api.watch_over(client("watches", seen.clone()));
+        let lease = api.get().await.expect("get").expect("a lease");
+        drop(api.watch_follow("7").await.expect("watch"));
+        api.replace(&lease).await.expect("replace");
+        drop(api.watch_own("7").await.expect("watch"));
+        let seen = seen.lock().expect("seen").clone();
+        assert_eq!(
+            seen,
+            [
+                "requests GET",
+                "watches watch",
+                "requests PUT",
+                "watches watch"
+            ]
+        );
     }
 }

@@ -134,6 +134,7 @@ impl FakeKube {
             lease_candidates_served: std::sync::atomic::AtomicBool::new(true),
             coordinated: std::sync::atomic::AtomicBool::new(coordinated),
             coordinator_crashed: std::sync::atomic::AtomicBool::new(false),
+            tls_connections: std::sync::atomic::AtomicUsize::new(0),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -144,6 +145,7 @@ impl FakeKube {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
         let state_for_coordinator = shared.clone();
+        let state_for_tls = shared.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -162,7 +164,8 @@ impl FakeKube {
                 });
                 let tls_listener =
                     tokio::net::TcpListener::from_std(tls_listener).expect("listener");
-                let tls = axum::serve(tls::TlsListener::new(tls_listener), app.clone());
+                let tls_listener = tls::TlsListener::new(tls_listener, state_for_tls);
+                let tls = axum::serve(tls_listener, app.clone());
                 let plain = axum::serve(listener, app);
                 if coordinated {
                     tokio::spawn(coordinator::run(state_for_coordinator));
@@ -462,6 +465,13 @@ impl FakeKube {
             .collect();
         events.sort_by_key(|e| e["metadata"]["name"].as_str().map(str::to_owned));
         events
+    }
+
+    /// TLS connections accepted on the HTTPS port so far (each a handshake).
+    pub fn tls_connections(&self) -> usize {
+        self.shared
+            .tls_connections
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every request served so far, by "verb resource".

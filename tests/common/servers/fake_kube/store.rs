@@ -62,6 +62,8 @@ pub(super) struct Shared {
     pub(super) coordinated: std::sync::atomic::AtomicBool,
     /// The coordinator met a Lease that crashes the real one (see `coordinator`).
     pub(super) coordinator_crashed: std::sync::atomic::AtomicBool,
+    /// TLS connections accepted (their handshake done) on the HTTPS port.
+    pub(super) tls_connections: std::sync::atomic::AtomicUsize,
 }
 
 /// Tells the Lease's recorders who holds it now: `holderIdentity` with the

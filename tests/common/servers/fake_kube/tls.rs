@@ -25,6 +25,8 @@ use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::store::Shared;
+
 /// A CA and a server certificate for 127.0.0.1, made once per test process.
 struct Certs {
     _dir: tempfile::TempDir,
@@ -74,7 +76,8 @@ pub(super) struct TlsListener {
 }
 
 impl TlsListener {
-    pub(super) fn new(listener: TcpListener) -> TlsListener {
+    /// Counts each connection accepted in `shared`.
+    pub(super) fn new(listener: TcpListener, shared: Arc<Shared>) -> TlsListener {
         let addr = listener.local_addr().expect("addr");
         let acceptor = TlsAcceptor::from(Arc::new(server_config(&certs().path)));
         let (tx, ready) = mpsc::channel(64);
@@ -85,8 +88,12 @@ impl TlsListener {
                 };
                 let _ = tcp.set_nodelay(true);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                let shared = shared.clone();
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
+                        shared
+                            .tls_connections
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let _ = tx.send((tls, peer)).await;
                     }
                 });
