@@ -73,7 +73,8 @@
 //!   relay sends no second close once the server answered ours): a release cut
 //!   short (its answer never came, the elector gave up on it) must not leave the
 //!   node for the next campaign to find by its prefix and claim again with the same
-//!   czxid — two tenures never share a token. The next campaign opens a new session with a new prefix.
+//!   czxid — two tenures never share a token. The next campaign opens a new session
+//!   with a new prefix.
 //! - **Switchover** (`release_to(to)`): forgotten first, as a release. The leader finds
 //!   the latch node of lowest sequence whose data is `to`, and in one `multi` checks
 //!   that node exists, creates (or rewrites, at the version read) the *reservation*
