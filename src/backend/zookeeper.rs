@@ -68,10 +68,13 @@
 //!   is deleted and recreated (a sequence number would start again at 0).
 //! - **Release** forgets the node, then closes the session, which deletes our
 //!   ephemeral node in the close's own transaction (one transaction and no read, so
-//!   the successor's first requests do not queue behind a second one): a release cut short (its answer never came, the
-//!   elector gave up on it) must not leave the node for the next campaign to find by
-//!   its prefix and claim again with the same czxid — two tenures never share a
-//!   token. The next campaign opens a new session with a new prefix.
+//!   the successor's first requests do not queue behind a second one; no request
+//!   goes ahead of it either: our watch on our node goes with the session, and the
+//!   relay sends no second close once the server answered ours): a release cut
+//!   short (its answer never came, the elector gave up on it) must not leave the
+//!   node for the next campaign to find by its prefix and claim again with the same
+//!   czxid — two tenures never share a token. The next campaign opens a new session
+//!   with a new prefix.
 //! - **Switchover** (`release_to(to)`): forgotten first, as a release. The leader finds
 //!   the latch node of lowest sequence whose data is `to`, and in one `multi` checks
 //!   that node exists, creates (or rewrites, at the version read) the *reservation*
@@ -228,7 +231,11 @@ impl ZkTransport {
     /// doc): what the release still needs of them, when we hold a node.
     fn leave(&mut self, to: Option<&str>) -> Option<(Client, String, Leftovers)> {
         let (client, node) = (self.client.clone(), self.node.clone());
-        let leftovers = (self.relay.take(), self.session_events.take());
+        let leftovers = Leftovers {
+            relay: self.relay.take(),
+            events: self.session_events.take(),
+            watches: std::mem::take(&mut self.phase),
+        };
         self.forget();
         match (client, node) {
             (Some(client), Some(node)) => Some((client, node, leftovers)),
@@ -244,7 +251,7 @@ impl ZkTransport {
     /// Release, after a switchover's reservation for the candidate `to` when one is
     /// named (see the module doc).
     async fn release_to_next(&mut self, to: Option<&str>) -> Result<(), BackendError> {
-        let Some((client, node, (relay, events))) = self.leave(to) else {
+        let Some((client, node, left)) = self.leave(to) else {
             return Ok(());
         };
         if let Some(to) = to {
@@ -261,14 +268,19 @@ impl ZkTransport {
         // transaction: one transaction on the server where a delete and then a close
         // were two (the successor's first requests queued behind the second), and no
         // read before it. The library closes the session once its last handle is gone.
+        // The watches go after that handle: a watch dropped while the session has one
+        // sends a removeWatches, which the server answers before it reads the close.
         // (When this future is dropped before the close is answered, the relay's drop
         // ends the connection, and the node goes with the session's expiry.)
         drop(client);
-        let closed = match events {
+        drop(left.watches);
+        let closed = match left.events {
             Some(mut events) => session::closed(&mut events).await,
             None => false,
         };
-        drop(relay);
+        if let Some(relay) = left.relay {
+            relay.close_after(closed);
+        }
         session::close_answer(closed)
     }
 
@@ -534,9 +546,16 @@ impl ZkTransport {
     }
 }
 
-/// What a release still closes once the session is forgotten: the session's relay and
-/// its state changes.
-type Leftovers = (Option<Relay>, Option<StateWatcher>);
+/// What a release still closes once the session is forgotten.
+struct Leftovers {
+    /// The session's relay.
+    relay: Option<Relay>,
+    /// The session's state changes.
+    events: Option<StateWatcher>,
+    /// The phase the session left, with its watches: dropped after the session's last
+    /// handle, so that none of them sends a removeWatches ahead of the close.
+    watches: ZkPhase,
+}
 
 /// What ended the leader's wait on its claim.
 pub enum ClaimNews {

@@ -128,6 +128,20 @@ impl Relay {
         })
     }
 
+    /// Ends the session's transport after the library's own close of the session. When
+    /// the server answered that close (`answered`), the session is gone there, and no
+    /// second close goes out (a fresh connection and a ConnectRequest for a dead
+    /// session, reaching the server as the successor claims); otherwise as
+    /// [`Relay::close`].
+    pub fn close_after(&self, answered: bool) {
+        if answered {
+            if let Ok(mut s) = self.shared.session.lock() {
+                *s = None;
+            }
+        }
+        self.close();
+    }
+
     /// Ends the session's transport (see the module doc). Idempotent; never waits.
     pub fn close(&self) {
         if self.shared.closed.send_replace(true) {
@@ -367,6 +381,40 @@ mod tests {
         refused[8..16].copy_from_slice(&0i64.to_be_bytes());
         assert_eq!(parse_connect_response(&refused), None);
         assert_eq!(parse_connect_response(&p[..18]), None);
+    }
+
+    /// A relay for the "server" `server` whose session the server's ConnectResponse
+    /// gave; closed after the library's close was answered or not; whether a
+    /// connection with the relay's own close then reaches the server.
+    async fn second_close(answered: bool) -> bool {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("listen");
+        let at = server.local_addr().expect("addr").to_string();
+        let relay = Relay::open(&at).await.expect("relay");
+        let mut reply = Vec::new();
+        reply.extend_from_slice(&0i32.to_be_bytes());
+        reply.extend_from_slice(&3000i32.to_be_bytes());
+        reply.extend_from_slice(&7i64.to_be_bytes());
+        reply.extend_from_slice(&2i32.to_be_bytes());
+        reply.extend_from_slice(b"pw");
+        relay.shared.note_session(&at, &reply);
+        relay.close_after(answered);
+        let accepted = tokio::time::timeout(Duration::from_millis(300), server.accept()).await;
+        let Ok(Ok((mut conn, _))) = accepted else {
+            return false;
+        };
+        let mut close = vec![0; 47];
+        conn.read_exact(&mut close).await.expect("the close");
+        assert_eq!(&close[43..47], &CLOSE_SESSION.to_be_bytes());
+        true
+    }
+
+    #[tokio::test]
+    async fn a_close_the_server_answered_is_not_sent_again() {
+        assert!(!second_close(true).await, "a second close went out");
+        assert!(
+            second_close(false).await,
+            "an unanswered close is sent by the relay"
+        );
     }
 
     #[test]
