@@ -7,7 +7,6 @@ use crate::group::{Group, Handovers, Stop, STEPS};
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
-use crate::stats::Stats;
 
 /// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`: the
 /// store's (`row`'s) cells of graceful handover and acquire round trip. The group is
