@@ -71,10 +71,10 @@ pub struct Elector<B: Backend> {
     /// A tenure ended for the shutdown (its release follows).
     stepped_down_at_shutdown: bool,
     /// The marks of the handover's steps in the transition log: when the last wait
-    /// ended on a possible change of holder (taken by the next acquiring request), and
-    /// the token of the last tenure that ended (its release's line).
+    /// ended on a possible change of holder (a claim follows its acquiring request
+    /// with no wait between, so the claim's line takes it), and the token of the last
+    /// tenure that ended (its release's line).
     woke_at: Option<Instant>,
-    campaign_woke: Option<Instant>,
     ended_token: u64,
 }
 
@@ -125,7 +125,6 @@ impl<B: Backend> Elector<B> {
             released_at_shutdown: false,
             stepped_down_at_shutdown: false,
             woke_at: None,
-            campaign_woke: None,
             ended_token: 0,
         }
     }
@@ -174,9 +173,6 @@ impl<B: Backend> Elector<B> {
     /// One backend call under its budget.
     async fn call(&mut self, op: Op, budget: Duration) -> Answer {
         let shutting_down = self.shutting_down();
-        if matches!(op, Op::Campaign) {
-            self.campaign_woke = self.woke_at.take();
-        }
         let observer = &*self.observer;
         let backend = &mut self.backend;
         match op {
@@ -452,7 +448,7 @@ impl<B: Backend> Elector<B> {
             } => {
                 let marks = Marks {
                     sent: Some(self.instant(sent)),
-                    woke: self.campaign_woke,
+                    woke: self.woke_at.take(),
                     deadline: Some(self.instant(deadline)),
                     reason: None,
                 };

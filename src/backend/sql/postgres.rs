@@ -316,18 +316,19 @@ impl Postgres {
 
     /// What a take statement's answer (`row`) found; our tenure in it holds the
     /// advisory lock that goes with it (see [`Postgres::hold`]), any other lets it go.
-    /// With `now`, at once (a shared holder's: a writer's wait counts on it); else
-    /// as soon as the claim began ([`SqlDialect::settle`]), so that the claim starts
-    /// on the take's answer, one round trip sooner.
+    /// With `at_once`, before the answer (a shared holder's: a writer's wait counts
+    /// on it); else as soon as the claim began ([`SqlDialect::settle`]), so that the
+    /// claim starts on the take's answer, one round trip sooner.
     async fn after_take(
         &mut self,
         session: &mut Session<PgConnection>,
-        (t, now): (&Tenancy, bool),
+        t: &Tenancy,
         row: Result<Option<sqlx::postgres::PgRow>, BackendError>,
+        at_once: bool,
     ) -> Result<Option<LeaseRow>, BackendError> {
         let row = taken(row?)?;
         let ours = row.as_ref().is_some_and(|r| r.tenure == t.tenure);
-        self.hold_owed = ours && !now;
+        self.hold_owed = ours && !at_once;
         if !self.hold_owed {
             self.keep_lock(session, ours).await;
         }
@@ -461,7 +462,7 @@ impl SqlDialect for Postgres {
     ) -> Result<Option<LeaseRow>, BackendError> {
         let request = self.statements.take(t, &self.channel);
         let row = session.row("campaign", request).await;
-        self.after_take(session, (t, false), row).await
+        self.after_take(session, t, row, false).await
     }
 
     async fn renew(
@@ -597,7 +598,7 @@ impl SqlDialect for Postgres {
         // A shared holder holds the readers' lock (shared): writers wait for it.
         let request = self.statements.shared.take(t);
         let row = session.row("campaign", request).await;
-        self.after_take(session, (t, true), row).await
+        self.after_take(session, t, row, true).await
     }
 
     async fn renew_shared(

@@ -360,14 +360,20 @@ mod tests {
         assert!(!other.nodelay().expect("nodelay"), "only that connection");
     }
 
-    #[test]
-    fn a_connect_response_gives_the_session() {
+    /// A ConnectResponse: protocol 0, timeout 3000 ms, `session`, `password`.
+    fn connect_response(session: i64, password: &[u8]) -> Vec<u8> {
         let mut p = Vec::new();
         p.extend_from_slice(&0i32.to_be_bytes());
         p.extend_from_slice(&3000i32.to_be_bytes());
-        p.extend_from_slice(&0x1234_5678_9abc_i64.to_be_bytes());
-        p.extend_from_slice(&3i32.to_be_bytes());
-        p.extend_from_slice(b"pwd");
+        p.extend_from_slice(&session.to_be_bytes());
+        p.extend_from_slice(&(password.len() as i32).to_be_bytes());
+        p.extend_from_slice(password);
+        p
+    }
+
+    #[test]
+    fn a_connect_response_gives_the_session() {
+        let mut p = connect_response(0x1234_5678_9abc, b"pwd");
         p.push(0);
         assert_eq!(
             parse_connect_response(&p),
@@ -390,13 +396,7 @@ mod tests {
         let server = TcpListener::bind("127.0.0.1:0").await.expect("listen");
         let at = server.local_addr().expect("addr").to_string();
         let relay = Relay::open(&at).await.expect("relay");
-        let mut reply = Vec::new();
-        reply.extend_from_slice(&0i32.to_be_bytes());
-        reply.extend_from_slice(&3000i32.to_be_bytes());
-        reply.extend_from_slice(&7i64.to_be_bytes());
-        reply.extend_from_slice(&2i32.to_be_bytes());
-        reply.extend_from_slice(b"pw");
-        relay.shared.note_session(&at, &reply);
+        relay.shared.note_session(&at, &connect_response(7, b"pw"));
         relay.close_after(answered);
         let accepted = tokio::time::timeout(Duration::from_millis(300), server.accept()).await;
         let Ok(Ok((mut conn, _))) = accepted else {
