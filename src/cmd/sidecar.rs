@@ -110,14 +110,17 @@ struct Start {
     watches_kube: Option<crate::kube_api::Client>,
     /// The backend's renewals that fell back to a read, for the metrics.
     slow_paths: SlowPaths,
-    /// True once SIGTERM or SIGINT came (listened for since the start).
-    stop: watch::Receiver<bool>,
+    /// The sidecar's stop: raised by the first SIGTERM or SIGINT (listened for since
+    /// the start), or by the end of exec mode's command; the elector steps down and
+    /// releases on it.
+    stop: (watch::Sender<bool>, watch::Receiver<bool>),
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // From here on SIGTERM and SIGINT are ours: one that comes while the sidecar is
     // still starting is a graceful stop too (before the elector runs: at once).
-    let stop = Signals::listen().stop();
+    let stop = watch::channel(false);
+    Signals::listen().raise(stop.0.clone());
     // Everything that can be bad input is checked before the backend is touched.
     let listener = match settings.http.addr {
         Some(addr) => {
@@ -202,7 +205,7 @@ async fn with_backend(start: Start) -> anyhow::Result<ExitCode> {
         kube: start.kube.clone(),
         kube_watches: start.watches_kube.clone(),
         slow_paths: start.slow_paths.clone(),
-        stop: start.stop.clone(),
+        stop: start.stop.1.clone(),
     };
     let backend = s.backend.clone();
     backend.build_and(cx, start).await?
@@ -237,7 +240,7 @@ struct Running {
 }
 
 async fn serve<B: Backend>(slots: Vec<B>, start: Start) -> anyhow::Result<ExitCode> {
-    let mut stop = start.stop.clone();
+    let mut stop = start.stop.1.clone();
     if *stop.borrow() {
         tracing::info!("stopped before the elector started: nothing held, nothing to release");
         return Ok(ExitCode::SUCCESS);
@@ -269,7 +272,7 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
         events_kube,
         watches_kube: _,
         slow_paths,
-        stop: _,
+        stop: (shutdown, shutdown_rx),
     } = start;
     let t = &settings.timing;
     let mut status = Status::new(
@@ -280,7 +283,6 @@ fn spawn_all<B: Backend>(backend: B, start: Start) -> Running {
     );
     status.mode = settings.mode.held_as();
     let (status_tx, status_rx) = watch::channel(status);
-    let (shutdown, shutdown_rx) = watch::channel(false);
     let (release_tx, release_rx) = mpsc::channel(1);
     let heartbeat = Heartbeat::new(t);
     let metrics = Arc::new(Metrics::new(backend.name(), &settings.election, slow_paths));
@@ -565,8 +567,9 @@ async fn wait_for_the_end(
                 return ((&mut r.elector).await, Some(i32::from(exit::sidecar::GAVE_UP)));
             }
             _ = &mut shutdown => {
+                // The elector heard the same stop: its step-down goes first.
+                tokio::task::yield_now().await;
                 tracing::info!("shutting down: stepping down and releasing");
-                let _ = r.shutdown.send(true);
                 return ((&mut r.elector).await, None);
             }
             Some(how) = command_ended => match how {
@@ -694,14 +697,12 @@ impl Signals {
         }
     }
 
-    /// A flag raised by the first SIGTERM or SIGINT, from now on.
-    fn stop(mut self) -> watch::Receiver<bool> {
-        let (tx, rx) = watch::channel(false);
+    /// Raises `stop` on the first SIGTERM or SIGINT, from now on.
+    fn raise(mut self, stop: watch::Sender<bool>) {
         tokio::spawn(async move {
             self.recv().await;
-            let _ = tx.send(true);
+            let _ = stop.send(true);
         });
-        rx
     }
 
     /// The next SIGTERM or SIGINT (Ctrl-C, without the handlers).
