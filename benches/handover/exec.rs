@@ -51,19 +51,25 @@ pub fn measure(report: &mut Report, rounds: usize) {
 /// Builds the supervised command with `gcc -static -O2` into the target directory;
 /// none (said on stderr) when gcc fails.
 fn build_command() -> Option<PathBuf> {
+    build_c("leasekeeper-bench-command", COMMAND_SOURCE)
+}
+
+/// Builds the C program `source` with `gcc -static -O2` as `name` in the target
+/// directory; none (said on stderr) when gcc fails.
+pub fn build_c(name: &str, source: &str) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let source = dir.join("leasekeeper-bench-command.c");
-    let binary = dir.join("leasekeeper-bench-command");
-    std::fs::write(&source, COMMAND_SOURCE).ok()?;
+    let path = dir.join(format!("{name}.c"));
+    let binary = dir.join(name);
+    std::fs::write(&path, source).ok()?;
     let built = Command::new("gcc")
         .args(["-static", "-O2", "-o"])
         .arg(&binary)
-        .arg(&source)
+        .arg(&path)
         .status();
     match built {
         Ok(s) if s.success() => Some(binary),
         other => {
-            eprintln!("bench: gcc -static could not build the exec section's command: {other:?}");
+            eprintln!("bench: gcc -static could not build {name}: {other:?}");
             None
         }
     }

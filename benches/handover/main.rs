@@ -14,7 +14,7 @@
 //! (`--holders 2`), `modes` (`--mode`). Shared: `group` (sidecars and their handovers),
 //! `measure` (what every backend measures alike), `floor` (the store's own
 //! handover, in process, each store's in a module of its own), `peer` (other clients' processes),
-//! `footprint` (/proc), `stats`, `report` (the run's cells, each a table, row and
+//! `footprint` (/proc), `machine` (the machine's own wakes, no sidecar), `stats`, `report` (the run's cells, each a table, row and
 //! column of the page), `page` (docs/benchmarks.md: its tables in `tables.rs`, and how
 //! a run rewrites it) and `settings` (the environment).
 
@@ -30,6 +30,7 @@ mod floor;
 mod footprint;
 mod group;
 mod kubernetes;
+mod machine;
 mod measure;
 mod modes;
 mod page;
@@ -68,6 +69,18 @@ const SECTIONS: [(&str, Section); 13] = [
     ("modes", modes::measure),
 ];
 
+/// The sections whose graceful handovers the step table splits (it also holds the
+/// machine's own steps, measured whenever one of them runs).
+const STEPS: [&str; 7] = [
+    "postgres",
+    "mysql",
+    "file",
+    "redis",
+    "etcd",
+    "kubernetes",
+    "zookeeper",
+];
+
 fn main() {
     if let Ok(kind) = std::env::var("LK_SQL_PEER") {
         return sql_peer::run(&kind);
@@ -82,6 +95,9 @@ fn main() {
         if only.runs(name) {
             measure(&mut report, rounds);
         }
+    }
+    if STEPS.iter().any(|name| only.runs(name)) {
+        machine::measure(&mut report, rounds);
     }
     binary_size(&mut report);
     let command = page::command(&settings::given(), cfg!(debug_assertions));

@@ -275,6 +275,18 @@ const STEPS: Table = Table {
                 Value,
             ],
         ),
+        row(
+            "machine",
+            &[
+                Text("the machine alone: a signal, a pipe (no sidecar, no store)"),
+                Value,
+                NONE,
+                NONE,
+                Value,
+                NONE,
+                NONE,
+            ],
+        ),
     ],
     paragraph: "\
 The graceful handovers of the table above, split by the marks of the transition logs\n\
@@ -285,7 +297,11 @@ wakes the next leader (`woke_ns`), which sends its acquiring request (`sent_ns`)
 answer starts its claim (`claim_start`). The notice can reach the next leader before\n\
 the release's answer reaches the old one. The steps from the release sent to the claim\n\
 are those the floor makes in its plainest form; the rest is the sidecar's own: the\n\
-signal's delivery and the step-down, the withdrawal, and the wake.",
+signal's delivery and the step-down, the withdrawal, and the wake. The last row is\n\
+what the machine itself takes for two of these steps, with no sidecar and no store\n\
+(`machine.rs`): SIGTERM to a process waiting in `pause(2)` until its handler runs,\n\
+and a byte written to a pipe until the process blocked reading it runs (every notice\n\
+from a store to the next leader is such a wake across processes).",
     in_whole_run: true,
 };
 
