@@ -518,6 +518,10 @@ pub(super) mod tests {
         let mut disagree = answers.clone();
         disagree[1] = took("n|8|me");
         assert_eq!(token_of_take(&disagree, &none, 6), None, "two tokens");
+        // The higher first: a later tenure that shares only the node of 7 with this
+        // majority could make 8 again.
+        disagree.swap(0, 1);
+        assert_eq!(token_of_take(&disagree, &none, 6), None, "the higher first");
         let mut higher = answers.clone();
         if let Some(a) = higher[2].as_mut() {
             a.fence = 7;
