@@ -13,9 +13,10 @@
 //!    token the round read, and the round catches up no node, the tenure exists with
 //!    token `t`: each node of that majority holds `t` in the lock value and the counter,
 //!    written while the lock was ours there, which is what a confirm writes. The round
-//!    waits for no more answers once those it has make the tenure: a take still on
-//!    its way counts as one lost (what it does on its node changes nothing of the
-//!    majority's), so a slow node adds nothing to an acquire.
+//!    waits for every node's answer (or its timeout): a take that agreed late would
+//!    leave that node holding our lock with another token, one node fewer toward the
+//!    tenure's renewals, and the confirm that tokens which differ call for brings the
+//!    nodes' counters back in step.
 //! 2. **Confirm**, otherwise (the takes' tokens differ, a node read holds a higher one,
 //!    a restarted node is caught up, or a `--mode shared` take's pending member, see
 //!    [`rw`]): `token = max(fence counters of the nodes taken, highest token seen) + 1`
@@ -406,20 +407,7 @@ impl RedlockTransport {
             .into_iter()
             .map(|use_by| Some(self.req.take(prefix, use_by, queue, floor)))
             .collect();
-        // Done once a counted majority took with one token (see `Core::decided`).
-        let core = &self.core;
-        let answers = self
-            .on_each_until(invocations, |round: &Round<(Take, Instant)>| {
-                let takes: Round<Take> = (round.iter())
-                    .map(|a| {
-                        a.as_ref()
-                            .filter(|(t, _)| !t.refused)
-                            .map(|(t, _)| t.clone())
-                    })
-                    .collect();
-                core.decided(&takes)
-            })
-            .await;
+        let answers = self.on_each_timed(invocations).await;
         self.learn_clocks(sent, answers, |t: &Take| t.store_ms, |t| t.refused)
     }
 

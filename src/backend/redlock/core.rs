@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use super::own::OwnNode;
 use super::rules::{
     after_ms, catch_up_targets, confirmed_by_majority, highest_token, lost, most_seen, quorum,
-    renew_verdict, retry_in, tenure_at_once, token_of_take, Look, Renewed, Round, Take, Tally,
+    renew_verdict, retry_in, token_of_take, Look, Renewed, Round, Take, Tally,
     SPARE, TRUSTED,
 };
 use crate::backend::redis::{announced_holder, Cadence};
@@ -248,12 +248,6 @@ impl Core {
         let value = answers.iter().flatten().find(|a| a.won)?.value.clone();
         self.lead(token, value, announce);
         Some(token)
-    }
-
-    /// Whether a take round's answers so far make a tenure by themselves (see
-    /// [`tenure_at_once`]): the round stops waiting for the other nodes.
-    pub(super) fn decided(&self, answers: &Round<Take>) -> bool {
-        tenure_at_once(self.quorum(), self.floor, answers)
     }
 
     /// The token a confirm writes: one above every token seen.

@@ -103,13 +103,6 @@ impl Campaigner {
         after
     }
 
-    /// Whether a take round's answers so far (`None`: none yet) make a tenure by
-    /// themselves: the round waits for no more (the others read as no answer).
-    pub fn decided(&self, answers: &[Option<NodeAnswer>]) -> bool {
-        let takes: Round<Take> = answers.iter().map(|a| a.map(take)).collect();
-        self.core.decided(&takes)
-    }
-
     /// What a take round that made no tenure gives back and catches up.
     fn lost(&self, look: &Look) -> AfterTake {
         let n = self.answers.len();

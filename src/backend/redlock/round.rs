@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 use tokio::time::{timeout, Instant};
 
@@ -74,33 +73,6 @@ impl RedlockTransport {
             ask(self.node_timeout, i, node.conn.clone(), invocation)
         }))
         .await
-    }
-
-    /// [`RedlockTransport::on_each_timed`], but done as soon as the answers so far
-    /// are `enough` (the others read as no answer: their requests stay sent, their
-    /// answers unread).
-    pub(super) async fn on_each_until<T: redis::FromRedisValue>(
-        &self,
-        invocations: Vec<Option<redis::ScriptInvocation<'_>>>,
-        enough: impl Fn(&Round<(T, Instant)>) -> bool,
-    ) -> Round<(T, Instant)> {
-        let calls = self.nodes.iter().zip(invocations).enumerate();
-        let mut pending: FuturesUnordered<_> = calls
-            .map(|(i, (node, invocation))| async move {
-                (
-                    i,
-                    ask(self.node_timeout, i, node.conn.clone(), invocation).await,
-                )
-            })
-            .collect();
-        let mut answers: Round<(T, Instant)> = (0..self.nodes.len()).map(|_| None).collect();
-        while let Some((i, answer)) = pending.next().await {
-            answers[i] = answer;
-            if enough(&answers) {
-                break;
-            }
-        }
-        answers
     }
 
     /// Per node, the use-by of a request sent at `sent` (see

@@ -177,20 +177,6 @@ pub(super) fn token_of_take(
     (agreed && t > floor && t >= highest_token(answers)).then_some(t)
 }
 
-/// Whether the answers of a take round so far (`None`: none yet, or none in time)
-/// make a tenure by themselves ([`token_of_take`] on a majority, `quorum`, of counted
-/// nodes, above `floor`), so that the round need not wait for the other nodes: an
-/// answer still to come counts as none, as one lost would (whatever that take does
-/// on its node, the majority's token stands).
-pub(super) fn tenure_at_once(quorum: usize, floor: FencingToken, answers: &Round<Take>) -> bool {
-    let states: Vec<Option<(i64, &str)>> = (answers.iter())
-        .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
-        .collect();
-    let targets = catch_up_targets(quorum, &states);
-    Tally::of(answers, &targets).counted_taken >= quorum
-        && token_of_take(answers, &targets, floor).is_some()
-}
-
 /// One campaign's answers, counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Tally {
@@ -532,25 +518,6 @@ pub(super) mod tests {
         assert_eq!(token_of_take(&pending, &none, 0), None, "a shared take");
         let held = vec![take(false, "o|6|x", TRUSTED), None, None];
         assert_eq!(token_of_take(&held, &none, 0), None, "nothing taken");
-    }
-
-    #[test]
-    fn a_take_round_stops_waiting_once_a_counted_majority_agrees_on_a_token() {
-        let q = quorum(3);
-        let mut answers = vec![took("n|7|me"), None, None];
-        assert!(!tenure_at_once(q, 6, &answers), "one node of three");
-        answers[2] = took("n|7|me");
-        assert!(tenure_at_once(q, 6, &answers));
-        assert!(!tenure_at_once(q, 7, &answers), "not above the floor");
-        let mut settling = answers.clone();
-        if let Some(a) = settling[2].as_mut() {
-            a.state = SETTLING;
-        }
-        assert!(!tenure_at_once(q, 6, &settling), "a restarted node's take");
-        answers[1] = took("n|8|me");
-        assert!(!tenure_at_once(q, 6, &answers), "two tokens: the confirm");
-        let pending = vec![took("n|pending|me"), took("n|pending|me"), None];
-        assert!(!tenure_at_once(q, 0, &pending), "a shared take confirms");
     }
 
     #[test]

@@ -42,16 +42,8 @@ impl Client {
             }
             Op::Release if waiting == 0 => self.finish(Answer::Release),
             Op::Campaign if waiting == 0 => self.redlock_phase_over(phase),
-            // The take round waits for no more once its answers make the tenure.
-            Op::Campaign if phase == 0 && self.take_decided() => self.redlock_phase_over(phase),
             _ => Vec::new(),
         }
-    }
-
-    /// Whether the take round's answers so far make the tenure by themselves.
-    fn take_decided(&self) -> bool {
-        let answers = self.node_answers();
-        (self.redlock.as_ref()).is_some_and(|c| c.decided(&answers))
     }
 
     /// Each node's answer to the round, as the core reads it.
