@@ -1,23 +1,39 @@
 //! `redlock` backend: one lease over N ≥ 3 independent Redis masters, held while a
 //! majority (N/2 + 1) of them hold it.
 //!
-//! Acquire runs in two phases, each on the nodes in parallel under a per-node timeout
-//! far below the ttl:
+//! Acquire runs in one phase, or two when it must, each on the nodes in parallel under
+//! a per-node timeout far below the ttl:
 //!
-//! 1. **Take**: on every node one script does `SET NX PX ttl` of a pending value
-//!    `<nonce>|pending|<identity>` and returns that node's fence counter and whether the
-//!    node is trusted (below). Success on a majority of trusted nodes is needed to go on.
-//! 2. **Confirm**: `token = max(fence counters of the nodes taken, highest token seen) + 1`
+//! 1. **Take**: on every node one script does `SET NX PX ttl` of our value with that
+//!    node's next token, `<nonce>|<t>|<identity>` with `t = max(the node's fence
+//!    counter, highest token seen) + 1`, writes `t` into the node's fence counter in
+//!    the same script, and returns `t` and whether the node is trusted (below). Success
+//!    on a majority of trusted nodes is needed to go on. When every node taken answered
+//!    the same `t`, `t` is above the highest token seen and at least every counter and
+//!    token the round read, and the round catches up no node, the tenure exists with
+//!    token `t`: each node of that majority holds `t` in the lock value and the counter,
+//!    written while the lock was ours there, which is what a confirm writes. The round
+//!    waits for every node's answer (or its timeout): a take that agreed late would
+//!    leave that node holding our lock with another token, one node fewer toward the
+//!    tenure's renewals, and the confirm that tokens which differ call for brings the
+//!    nodes' counters back in step.
+//! 2. **Confirm**, otherwise (the takes' tokens differ, a node read holds a higher one,
+//!    a restarted node is caught up, or a `--mode shared` take's pending member, see
+//!    [`rw`]): `token = max(fence counters of the nodes taken, highest token seen) + 1`
 //!    is written, on every node taken, into the fence counter (never lowering it) and
 //!    into the lock value `<nonce>|<token>|<identity>` (compare-nonce, `KEEPTTL`). The
 //!    tenure exists only once a majority confirmed.
 //!
-//! Why tokens strictly grow: tenure k confirmed its token on a majority M while it held
-//! the lock on each of them. A later tenure k+1 took a majority A; M and A share a node
-//! X. On X, k+1's `SET NX` only succeeded after k's lock on X was gone, which is after
-//! k's confirm on X (that confirm required k's lock). So k+1 read X's fence counter
-//! after k wrote its token there, and k+1's token is greater. (Both count trusted
-//! nodes only; if X restarted in between, it is trusted again only once caught up.)
+//! Why tokens strictly grow: tenure k wrote its token on a majority M (by its takes or
+//! by its confirms) while it held the lock on each of them. A later tenure k+1 took a
+//! majority A; M and A share a node X. On X, k+1's `SET NX` only succeeded after k's
+//! lock on X was gone, which is after k wrote its token there (that write required
+//! k's lock). So k+1's take read X's fence counter after k wrote its token there, and
+//! the token it wrote on X is greater; k+1's token is that one (every take agreed) or
+//! above it (the confirm's). A take that adopts our own value left on X by an earlier
+//! campaign held X since that take, which read X's counter after every tenure that
+//! held X before. (Both count trusted nodes only; if X restarted in between, it is
+//! trusted again only once caught up.)
 //!
 //! The local deadline is the elector's: send time of phase 1 + ttl × (1 − drift) −
 //! margin, i.e. Redlock's validity `ttl − elapsed − drift` counted conservatively. A
@@ -35,10 +51,11 @@
 //!    renew) that saw, after (1), either a majority of trusted nodes or every node
 //!    answer writes a counter at least as high as all their counters into the node's
 //!    counter, and the node's current `run_id` into a marker key
-//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm or give-back
-//!    requests, or in one extra request after a renew). Every earlier tenure was
-//!    confirmed on a majority, which shares a node with what that round read, and its
-//!    confirms had all landed a ttl before; so the caught-up counter is at least that
+//!    `leasekeeper:{<election>}:incarnation` (in the campaign's confirm, which a take
+//!    round that catches up a node always sends, or give-back requests, or in one
+//!    extra request after a renew). Every earlier tenure wrote its token on a majority,
+//!    which shares a node with what that round read, and those writes (takes or
+//!    confirms) had all landed a ttl before; so the caught-up counter is at least that
 //!    tenure's token. A time rule alone would not do: after the ttl the restored
 //!    counter can still be below the last token, and while the nodes that know better
 //!    hang, a new tenure would repeat or lower it.
@@ -65,8 +82,10 @@
 //! tracking of its record on every node, a read of a node that pushes a change, and a
 //! step-down once the nodes that said "not ours" leave no majority (see [`own`]).
 //!
-//! Costs: no extra round trip, except one request to a restarted node after the
-//! renew that catches it up; every script call runs `INFO server` on the node (a few
+//! Costs: one round trip per acquire when the nodes' counters agree (the common
+//! case: each tenure writes its token on the nodes it took), two otherwise; no extra
+//! round trip for the rest, except one request to a restarted node after the renew
+//! that catches it up; every script call runs `INFO server` on the node (a few
 //! microseconds) and the user needs `+info` in its ACL. After starting a fresh set of
 //! nodes, nobody leads for one ttl (plus up to a second). While a restarted node is
 //! not caught up, it is one node fewer toward every majority: with 3 nodes, one
@@ -376,21 +395,25 @@ impl RedlockTransport {
         Ok(())
     }
 
-    /// Phase one: the take script on every node at once.
+    /// Phase one: the take script on every node at once, above the highest token seen,
+    /// until every node answered or the answers so far make a tenure by themselves.
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
         let entry = self.queue_entry();
         let sent = Instant::now();
+        let floor = self.core.floor;
+        let queue = (entry.as_str(), self.queue_id.as_str());
         let invocations = self
             .use_bys(sent)
             .into_iter()
-            .map(|use_by| Some(self.req.take(prefix, use_by, &entry, &self.queue_id)))
+            .map(|use_by| Some(self.req.take(prefix, use_by, queue, floor)))
             .collect();
         let answers = self.on_each_timed(invocations).await;
         self.learn_clocks(sent, answers, |t: &Take| t.store_ms, |t| t.refused)
     }
 
-    /// Phase two, on the nodes we took (caught up where the take round may, `targets`):
-    /// our value with the next token. The token when a majority confirmed it.
+    /// Phase two, when the takes made no token by themselves, on the nodes we took
+    /// (caught up where the take round may, `targets`): our value with the next token.
+    /// The token when a majority confirmed it.
     async fn confirm_everywhere(
         &mut self,
         answers: &Round<Take>,
@@ -447,11 +470,17 @@ impl Transport for RedlockTransport {
             tracing::info!(nodes = ?look.tally.settling, "redlock nodes restarted less than a ttl ago; not counting them");
         }
         let quorum = self.core.quorum();
+        // Only exclusive holders announce themselves (see `rw`).
+        let announce = self.mode != LockMode::Shared;
         if look.wins(quorum) {
-            if let Some(token) = self
-                .confirm_everywhere(&answers, &look.targets, &prefix)
-                .await
-            {
+            let token = match self.core.took(&answers, &look, announce) {
+                Some(token) => Some(token),
+                None => {
+                    self.confirm_everywhere(&answers, &look.targets, &prefix)
+                        .await
+                }
+            };
+            if let Some(token) = token {
                 self.on_acquired().await;
                 self.observe(&answers, None, Some(token));
                 return Ok(Campaign::Acquired { token });

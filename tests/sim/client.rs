@@ -398,7 +398,8 @@ impl Client {
                 self.lease_write(self.last_rv, now, self.transitions),
             )],
             (Family::Redlock(..), Op::Campaign) => {
-                let mut out = self.all(Req::Take { key });
+                let floor = self.redlock.as_ref().map_or(0, rl::Campaigner::floor);
+                let mut out = self.all(Req::Take { key, floor });
                 out.push(Out::PhaseTimer(self.ttl / 10, 0));
                 out
             }

@@ -37,8 +37,9 @@ pub enum Req {
     Get,
     /// Lease: write `rec` if the object is still at `expect_rv`.
     Update { expect_rv: u64, rec: LeaseRec },
-    /// Redlock node: `SET NX PX` of a pending value (or adopt our own).
-    Take { key: u64 },
+    /// Redlock node: `SET NX PX` of our value with the node's next token, above its
+    /// counter and `floor` (the counter raised to it), or adopt our own.
+    Take { key: u64, floor: u64 },
     /// Redlock node: our value carries `token`, the fence counter at least `token`;
     /// `catch_up`: the run id to write into the marker (a settled node caught up).
     Confirm {
@@ -389,7 +390,7 @@ impl LeaseStore {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RlData {
     pub store: TtlStore,
-    /// Values' tokens, by key (written by confirms).
+    /// The value's token (written by its take, or by a confirm).
     pub value_token: Option<u64>,
     pub marker: u64,
 }
@@ -452,7 +453,7 @@ impl RlNode {
             .collect();
         let ours = |d: &RlData, key: u64| d.store.record.is_some_and(|r| r.key == key);
         let resp = match *req {
-            Req::Take { key } => {
+            Req::Take { key, floor } => {
                 let took = match self.data.store.record.as_mut() {
                     None => {
                         self.data.store.record = Some(Record {
@@ -460,7 +461,9 @@ impl RlNode {
                             token: 0,
                             expiry: now + ttl,
                         });
-                        self.data.value_token = None;
+                        let token = self.data.store.counter.max(floor) + 1;
+                        self.data.store.counter = token;
+                        self.data.value_token = Some(token);
                         true
                     }
                     Some(r) if r.key == key => {

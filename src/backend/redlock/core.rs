@@ -1,8 +1,9 @@
 //! The `redlock` campaign as a state machine: one explicit [`Phase`] (what this
 //! candidate follows, waits beside or holds), moved on by the nodes' answers, and the
 //! decisions taken from it: what a take round's answers add up to
-//! ([`Core::after_take`] -> [`Look`]: confirm, give back, follow), whether a confirm
-//! round made a tenure ([`Core::confirmed`]), whom a look follows and when it looks
+//! ([`Core::after_take`] -> [`Look`]: a tenure at once, confirm, give back, follow),
+//! whether the take round made a tenure by itself ([`Core::took`]) or a confirm round
+//! made one ([`Core::confirmed`]), whom a look follows and when it looks
 //! again ([`Core::follow`]), an announcement ([`Core::on_notice`],
 //! [`Core::follow_announced`]), how a wait goes on and what a push means to it (see
 //! [`wait`]), and a renew round's verdict ([`Core::after_renew_round`],
@@ -11,8 +12,9 @@
 //! answer.
 //!
 //! Invariants kept here:
-//! - a tenure exists only once a majority of trusted nodes confirmed it, with a token
-//!   above every token seen (`floor`), and the floor never goes down;
+//! - a tenure exists only once a majority of trusted nodes confirmed it (their takes
+//!   wrote one and the same token, or a confirm round wrote it), with a token above
+//!   every token seen (`floor`), and the floor never goes down;
 //! - a follower takes no announcement older than a token it knows, and a holder
 //!   follows none;
 //! - a failed campaign gives back on every node that took and every node that did not
@@ -32,7 +34,8 @@ use tokio::time::Instant;
 use super::own::OwnNode;
 use super::rules::{
     after_ms, catch_up_targets, confirmed_by_majority, highest_token, lost, most_seen, quorum,
-    renew_verdict, retry_in, Look, Renewed, Round, Take, Tally, SPARE, TRUSTED,
+    renew_verdict, retry_in, token_of_take, Look, Renewed, Round, Take, Tally,
+    SPARE, TRUSTED,
 };
 use crate::backend::redis::{announced_holder, Cadence};
 use crate::backend::{Renewal, Wake};
@@ -215,6 +218,7 @@ impl Core {
     /// A take round answered: the tokens it showed raise the floor; the nodes it
     /// catches up and the count.
     pub(super) fn after_take(&mut self, answers: &Round<Take>) -> Look {
+        let before = self.floor;
         self.floor = self.floor.max(highest_token(answers));
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
@@ -222,7 +226,28 @@ impl Core {
             .collect();
         let targets = catch_up_targets(self.quorum(), &states);
         let tally = Tally::of(answers, &targets);
-        Look { targets, tally }
+        let token = token_of_take(answers, &targets, before);
+        Look {
+            targets,
+            tally,
+            token,
+        }
+    }
+
+    /// A take round (`answers`, counted as `look`) that made a tenure by itself: a
+    /// majority of counted nodes took with one token (see
+    /// [`token_of_take`](super::rules::token_of_take)), announced to followers when
+    /// `announce`. The token; `None`: the confirm round decides.
+    pub(super) fn took(
+        &mut self,
+        answers: &Round<Take>,
+        look: &Look,
+        announce: bool,
+    ) -> Option<FencingToken> {
+        let token = look.token.filter(|_| look.wins(self.quorum()))?;
+        let value = answers.iter().flatten().find(|a| a.won)?.value.clone();
+        self.lead(token, value, announce);
+        Some(token)
     }
 
     /// The token a confirm writes: one above every token seen.
@@ -242,6 +267,12 @@ impl Core {
         if !confirmed_by_majority(self.quorum(), confirmed) {
             return false;
         }
+        self.lead(token, value, announce);
+        true
+    }
+
+    /// A tenure of `token` in `value` begins (announced to followers when `announce`).
+    fn lead(&mut self, token: FencingToken, value: String, announce: bool) {
         self.floor = self.floor.max(token);
         let track = OwnNode {
             track: true,
@@ -253,7 +284,6 @@ impl Core {
             own: vec![track; self.nodes()],
         });
         self.hint = None;
-        true
     }
 
     /// A look that made no tenure (`read_at`: its send time; `now`): follows the holder
@@ -505,6 +535,47 @@ mod tests {
         let mut c = core();
         assert!(c.confirmed(&[yes, yes, yes], 1, "n|1|r".into(), false));
         assert_eq!(c.to_announce(), None);
+    }
+
+    #[test]
+    fn a_take_round_with_one_token_on_a_counted_majority_is_a_tenure() {
+        let mut c = core();
+        c.floor = 5;
+        let took = |value: &str, state| {
+            let mut a = take(true, value, state)?;
+            a.fence = 6;
+            Some(a)
+        };
+        let answers = vec![
+            took("n|6|me", TRUSTED),
+            took("n|6|me", TRUSTED),
+            take(false, "o|5|other", TRUSTED),
+        ];
+        let look = c.after_take(&answers);
+        assert_eq!(look.token, Some(6));
+        assert_eq!(c.took(&answers, &look, true), Some(6));
+        assert_eq!((c.value(), c.floor), (Some("n|6|me"), 6));
+        assert_eq!(c.to_announce(), Some("n|6|me"));
+        // One of the two does not count: the confirm round decides.
+        let mut c = core();
+        let answers = vec![
+            took("n|6|me", TRUSTED),
+            took("n|6|me", SETTLING),
+            take(false, "o|5|other", TRUSTED),
+        ];
+        let look = c.after_take(&answers);
+        assert_eq!(c.took(&answers, &look, true), None);
+        assert_eq!(c.phase, Phase::Idle);
+        // Tokens that differ: the confirm goes above both.
+        let mut c = core();
+        let mut answers = vec![took("n|6|me", TRUSTED), took("n|7|me", TRUSTED), None];
+        if let Some(a) = answers[1].as_mut() {
+            a.fence = 7;
+        }
+        let look = c.after_take(&answers);
+        assert!(look.wins(c.quorum()));
+        assert_eq!(c.took(&answers, &look, true), None);
+        assert_eq!((c.phase.clone(), c.next_token()), (Phase::Idle, 8));
     }
 
     #[test]

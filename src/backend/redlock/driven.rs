@@ -23,6 +23,8 @@ use crate::backend::Renewal;
 pub struct NodeAnswer {
     /// Our value is (or now is) on the node.
     pub ours: bool,
+    /// Our value's token there, when its take wrote one (`None`: pending).
+    pub token: Option<u64>,
     /// Another's value on the node: its holder (the driver's name for it) and its
     /// token, once confirmed.
     pub other: Option<(u64, Option<u64>)>,
@@ -39,6 +41,9 @@ pub struct NodeAnswer {
 /// What a take round adds up to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AfterTake {
+    /// A majority of counted nodes took with one token above every one seen: a tenure
+    /// of `token`, with no confirm round.
+    Acquired { token: u64 },
     /// A majority took: confirm `token` on these nodes (per node: `None` not there,
     /// `Some(catch_up)` there, catching up the node's run id when given).
     Confirm {
@@ -83,14 +88,16 @@ impl Campaigner {
         let look = self.core.after_take(&self.answers);
         let quorum = self.core.quorum();
         let run_id = |t: &Option<String>| t.as_ref().and_then(|r| r.parse().ok());
-        let after = match look.wins(quorum) {
-            true => AfterTake::Confirm {
+        let took = self.core.took(&self.answers, &look, false);
+        let after = match (took, look.wins(quorum)) {
+            (Some(token), _) => AfterTake::Acquired { token },
+            (None, true) => AfterTake::Confirm {
                 token: self.core.next_token(),
                 on: (self.answers.iter().zip(&look.targets))
                     .map(|(a, t)| a.as_ref().filter(|a| a.won).map(|_| run_id(t)))
                     .collect(),
             },
-            false => self.lost(&look),
+            (None, false) => self.lost(&look),
         };
         self.look = Some(look);
         after
@@ -166,6 +173,11 @@ impl Campaigner {
     pub fn drop_tenure(&mut self) {
         self.core.drop_tenure();
     }
+
+    /// The highest token seen, which a take's token goes above.
+    pub fn floor(&self) -> u64 {
+        self.core.floor
+    }
 }
 
 /// A node's state as its scripts answer it.
@@ -178,13 +190,12 @@ fn state(trusted: bool, settling: Option<Duration>) -> i64 {
 }
 
 /// A take's answer as the take script gives it: another's value is
-/// `<holder>|<token>|<holder>` (its token empty until confirmed).
+/// `<holder>|<token>|<holder>`, ours `us|<token>|us` (a token empty until written).
 fn take(a: NodeAnswer) -> Take {
+    let token = |t: Option<u64>| t.map_or_else(String::new, |t| t.to_string());
     let value = match a.other {
-        Some((holder, token)) => {
-            let token = token.map_or_else(String::new, |t| t.to_string());
-            format!("{holder}|{token}|{holder}")
-        }
+        Some((holder, t)) => format!("{holder}|{}|{holder}", token(t)),
+        None if a.ours => format!("us|{}|us", token(a.token)),
         None => String::new(),
     };
     Take {
@@ -213,6 +224,7 @@ mod tests {
     fn answer(ours: bool, other: Option<(u64, Option<u64>)>, fence: u64) -> NodeAnswer {
         NodeAnswer {
             ours,
+            token: None,
             other,
             fence,
             run_id: 1,
@@ -250,6 +262,27 @@ mod tests {
             c.renewed(&[lost[0], lost[1], None], now),
             Some(Renewal::Lost)
         );
+    }
+
+    #[test]
+    fn a_majority_of_takes_with_one_token_is_a_tenure_without_a_confirm() {
+        let mut c = Campaigner::new(3, TTL, Flaws::default());
+        let ours = |token| NodeAnswer {
+            token: Some(token),
+            ..answer(true, None, token)
+        };
+        let round = [Some(ours(6)), Some(ours(6)), None];
+        assert_eq!(c.after_take(&round), AfterTake::Acquired { token: 6 });
+        assert_eq!(c.floor(), 6);
+        // Not above a token seen elsewhere: confirmed above it.
+        let mut c = Campaigner::new(3, TTL, Flaws::default());
+        let round = [
+            Some(ours(6)),
+            Some(ours(6)),
+            Some(answer(false, Some((9, Some(7))), 7)),
+        ];
+        let on = vec![Some(None), Some(None), None];
+        assert_eq!(c.after_take(&round), AfterTake::Confirm { token: 8, on });
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The requests of a Redlock candidate on one node, built without being sent: the
-//! take (phase 1), the confirm (phase 2), the renewal, the give-back, a renew round's
+//! take (phase 1), the confirm (phase 2, when the take round made no token by itself), the renewal, the give-back, a renew round's
 //! catch-up, the baton's hand-out and the announcement, with the scripts' text (the
 //! preludes and the Lua files). [`super::RedlockTransport`] sends them on every node
 //! (see [`super::round`]) and hands the answers to its core.
@@ -23,9 +23,10 @@ use crate::status::FencingToken;
 /// raise the counter to `counter` and mark the node trusted; returns the new state.
 const INCARNATION: &str = include_str!("lua/incarnation.lua");
 
-/// Phase 1 on one node: [`rw::TAKE_EXCLUSIVE`] (the lock with a pending value, or our
-/// own value left by a campaign whose answer was lost, adopted; refused beside shared
-/// holders), or [`rw::TAKE_SHARED`] for `--mode shared`.
+/// Phase 1 on one node: [`rw::TAKE_EXCLUSIVE`] (the lock with our value and the node's
+/// own next token, or our own value left by a campaign whose answer was lost, adopted;
+/// refused beside shared holders), or [`rw::TAKE_SHARED`] for `--mode shared` (a
+/// pending member).
 /// Phase 2 on one node: if the lock is still ours, record the token and announce it.
 /// With `ARGV[6]` = the `run_id` seen in phase 1, a settled node that is not trusted
 /// yet is caught up: its counter now holds the token, and the marker its `run_id`.
@@ -167,13 +168,14 @@ impl Requests {
     }
 
     /// Phase 1 on one node: our `prefix` (`<nonce>|`) under the node's `use_by`, with
-    /// our place in the queues (`entry`) and our queue id.
+    /// our place in the queues (`entry`), our queue id and the highest token we have
+    /// seen (`floor`, which an exclusive take's token goes above).
     pub(super) fn take(
         &self,
         prefix: &str,
         use_by: u64,
-        entry: &str,
-        queue_id: &str,
+        (entry, queue_id): (&str, &str),
+        floor: FencingToken,
     ) -> ScriptInvocation<'_> {
         let keys = &self.keys;
         let mut take = self.take.prepare_invoke();
@@ -197,7 +199,8 @@ impl Requests {
             } else {
                 "1"
             })
-            .arg(rw::SHOWN);
+            .arg(rw::SHOWN)
+            .arg(floor);
         take
     }
 

@@ -151,6 +151,32 @@ pub(super) fn highest_token(answers: &Round<Take>) -> FencingToken {
     top
 }
 
+/// The token a take round made by itself, with no confirm round: every node we took
+/// answered our value with one and the same token `t`, the round catches up no node
+/// (`targets`), and `t` is above `floor` (the highest token seen before the round) and
+/// at least every counter and token the round read. Each exclusive take writes its
+/// node's next token into the counter and the value at once, while the lock is ours
+/// there, so a majority holding `t` is a tenure confirmed with `t`. `None`: the
+/// confirm round writes a token above all of them instead (a shared take's pending
+/// member carries no token).
+pub(super) fn token_of_take(
+    answers: &Round<Take>,
+    targets: &[Option<String>],
+    floor: FencingToken,
+) -> Option<FencingToken> {
+    if targets.iter().any(Option::is_some) {
+        return None;
+    }
+    let mut tokens = answers
+        .iter()
+        .flatten()
+        .filter(|a| a.won)
+        .map(|a| parse_value(&a.value).token);
+    let t = tokens.next()??;
+    let agreed = tokens.all(|other| other == Some(t));
+    (agreed && t > floor && t >= highest_token(answers)).then_some(t)
+}
+
 /// One campaign's answers, counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Tally {
@@ -233,11 +259,13 @@ impl Tally {
 pub(super) const SPARE: Duration = Duration::from_millis(2);
 
 /// What a take round's answers add up to: the nodes it catches up (by the `run_id`
-/// seen there) and the count.
+/// seen there), the count, and the token the takes made by themselves (see
+/// [`token_of_take`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Look {
     pub(super) targets: Vec<Option<String>>,
     pub(super) tally: Tally,
+    pub(super) token: Option<FencingToken>,
 }
 
 /// A failed campaign's give-back: the nodes to release on, and whether to announce it.
@@ -318,7 +346,12 @@ pub(super) mod tests {
             .collect();
         let targets = catch_up_targets(quorum(answers.len()), &states);
         let tally = Tally::of(answers, &targets);
-        Look { targets, tally }
+        let token = token_of_take(answers, &targets, 0);
+        Look {
+            targets,
+            tally,
+            token,
+        }
     }
 
     fn targets(answers: &[Option<(i64, &str)>]) -> Vec<Option<String>> {
@@ -436,6 +469,55 @@ pub(super) mod tests {
             store_ms: 0,
             readers: Vec::new(),
         })
+    }
+
+    /// A take that wrote `value` (with its token in the node's counter too).
+    fn took(value: &str) -> Option<Take> {
+        let mut t = take(true, value, TRUSTED)?;
+        t.fence = parse_value(value).token.unwrap_or(0);
+        Some(t)
+    }
+
+    #[test]
+    fn a_take_round_makes_its_token_only_when_every_take_agrees_above_all_seen() {
+        let none = [None, None, None];
+        let mut answers = vec![
+            took("n|7|me"),
+            took("n|7|me"),
+            take(false, "o|6|x", TRUSTED),
+        ];
+        if let Some(a) = answers[2].as_mut() {
+            a.fence = 6;
+        }
+        assert_eq!(token_of_take(&answers, &none, 6), Some(7));
+        assert_eq!(
+            token_of_take(&answers, &none, 7),
+            None,
+            "not above the floor"
+        );
+        let caught_up = [None, None, Some("r".to_owned())];
+        assert_eq!(
+            token_of_take(&answers, &caught_up, 6),
+            None,
+            "a node to catch up needs the confirm"
+        );
+        let mut disagree = answers.clone();
+        disagree[1] = took("n|8|me");
+        assert_eq!(token_of_take(&disagree, &none, 6), None, "two tokens");
+        // The higher first: a later tenure that shares only the node of 7 with this
+        // majority could make 8 again.
+        disagree.swap(0, 1);
+        assert_eq!(token_of_take(&disagree, &none, 6), None, "the higher first");
+        let mut higher = answers.clone();
+        if let Some(a) = higher[2].as_mut() {
+            a.fence = 7;
+            a.value = "o|8|x".into();
+        }
+        assert_eq!(token_of_take(&higher, &none, 6), None, "a token above ours");
+        let pending = vec![took("n|pending|me"), took("n|pending|me"), None];
+        assert_eq!(token_of_take(&pending, &none, 0), None, "a shared take");
+        let held = vec![take(false, "o|6|x", TRUSTED), None, None];
+        assert_eq!(token_of_take(&held, &none, 0), None, "nothing taken");
     }
 
     #[test]

@@ -13,10 +13,11 @@
 //!
 //! So on one node an exclusive value and a live shared member never exist at once, and
 //! the rest is Redlock's argument, unchanged for both kinds: a tenure (shared or
-//! exclusive) is made by two phases, the take (pending) on every node, then, when a
-//! majority of **trusted** nodes took, the confirm with the token on the nodes taken;
-//! it exists only once a majority of trusted nodes confirmed it while its value was
-//! still there. Its claim (the elector's deadline, from the take's send time) ends
+//! exclusive) is made by the take on every node, then, when a majority of **trusted**
+//! nodes took, the confirm with the token on the nodes taken (an exclusive take writes
+//! its node's next token itself, and a majority that took with one token needs no
+//! confirm, see [`super`]); it exists only once a majority of trusted nodes carries its
+//! token in its value while that value is still there. Its claim (the elector's deadline, from the take's send time) ends
 //! before its value can expire on any node of that majority. An exclusive tenure's
 //! majority and any other tenure's majority share a node X; on X one of the two values
 //! was taken only after the other was gone, so the two claims do not overlap and are
@@ -26,12 +27,13 @@
 //! caught up (the incarnation marker, see [`super`]); they have forgotten the shared
 //! members and the lock alike, so the restart argument holds for both kinds.
 //!
-//! **Tokens.** Every confirm, shared or exclusive, raises each node's fence counter to
-//! its token, and every take reads the counters: the token is one more than the highest
-//! counter of the nodes read (and than the highest token this candidate has seen). On
-//! X above, the later tenure's take read the counter after the earlier one's confirm
-//! wrote its token there (that confirm needed its value on X, and the later take needed
-//! it gone), so an exclusive tenure's token exceeds every earlier tenure's, and a
+//! **Tokens.** Every confirm, shared or exclusive, and every exclusive take raises
+//! each node's fence counter to its token, and every take reads the counters: the
+//! token is one more than the highest counter of the nodes read (and than the highest
+//! token this candidate has seen). On
+//! X above, the later tenure's take read the counter after the earlier one's take or
+//! confirm wrote its token there (that write needed its value on X, and the later take
+//! needed it gone), so an exclusive tenure's token exceeds every earlier tenure's, and a
 //! shared tenure's exceeds every earlier exclusive one's (and is below every later
 //! exclusive one's). **Between shared holders nothing is promised**: two that overlap,
 //! or follow each other closely, may carry the same token or any order of tokens
@@ -112,11 +114,15 @@ pub(super) const BESIDE_SHARED: i64 = 3;
 /// marker, switchover reservation, readers, queue (writer-waits), busy. ARGV: our
 /// `<nonce>|`, identity, ttl ms, settle ms, use-by, our queue entry, our queue id
 /// `<id>|`, the presence channels' prefix, the events channel, `1` for a `--mode`
-/// candidate (always queues when kept out), how many shared holders to list. Returns
-/// as [`super::TAKE`] did: {taken (2: refused as late; [`BESIDE_SHARED`]: kept out
-/// while shared holders hold, value one of them), value, pttl of what keeps it out,
-/// fence, state, ms until settled, run_id, store ms}, and the live shared holders'
-/// members (up to `ARGV[11]`); kept out by a place ahead, the value is empty.
+/// candidate (always queues when kept out), how many shared holders to list, the
+/// highest token the candidate has seen. A lock it sets carries the node's next token,
+/// `max(counter, ARGV[12]) + 1`, written into the counter too: `<nonce>|<token>|<identity>`
+/// (published nowhere: a take on a minority wakes nobody; the new leader announces
+/// itself, see [`super::handover`]). Returns {taken (2: refused as late;
+/// [`BESIDE_SHARED`]: kept out while shared holders hold, value one of them), value,
+/// pttl of what keeps it out, fence (after the take), state, ms until settled, run_id,
+/// store ms}, and the live shared holders' members (up to `ARGV[11]`); kept out by a
+/// place ahead, the value is empty.
 pub(super) const TAKE_EXCLUSIVE: &str = include_str!("lua/rw_take_exclusive.lua");
 
 /// Phase 1 of a shared take on one node: adopt our own live member, or add a pending

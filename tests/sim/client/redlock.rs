@@ -1,6 +1,6 @@
 //! The Redlock family's campaign and renewal, counted by the Redlock store's own core
-//! (`leasekeeper::backend::redlock::driven`): the take round on every node, the
-//! confirm on a majority, the give-back and catch-up of a campaign that did not win,
+//! (`leasekeeper::backend::redlock::driven`): the take round on every node (a tenure
+//! by itself when a majority took with one token), else the confirm on a majority, the give-back and catch-up of a campaign that did not win,
 //! the holder a majority names, a renew round's verdict.
 
 use leasekeeper::backend::{Campaign, Renewal};
@@ -54,6 +54,7 @@ impl Client {
             .map(|r| match r {
                 Some(Resp::Took(s)) => Some(rl::NodeAnswer {
                     ours: s.took,
+                    token: s.holder_token.filter(|_| s.took),
                     other: s.holder.map(|h| (h, s.holder_token)),
                     fence: s.counter,
                     run_id: s.run_id,
@@ -104,6 +105,14 @@ impl Client {
         let answers = self.node_answers();
         let (token, on) = match self.rl().after_take(&answers) {
             rl::AfterTake::Confirm { token, on } => (token, on),
+            rl::AfterTake::Acquired { token } => {
+                let (result, ttl) = (Ok(Campaign::Acquired { token }), self.ttl);
+                return self.finish(Answer::Campaign {
+                    result,
+                    ttl,
+                    lease: 0,
+                });
+            }
             lost => return self.redlock_lost(lost),
         };
         let key = self.key;

@@ -40,7 +40,9 @@ if queued then
   end
   dequeue(KEYS[6], ARGV[7])
 end
-local value = ARGV[1] .. 'pending|' .. ARGV[2]
+local token = math.max(fence, tonumber(ARGV[12] or '0')) + 1
+redis.call('SET', KEYS[2], string.format('%d', token))
+local value = ARGV[1] .. string.format('%d', token) .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 keep_queue(KEYS[6], KEYS[7], ttl)
-return {1, value, -1, fence, state, settle_left, run_id, now, shown}
+return {1, value, -1, token, state, settle_left, run_id, now, shown}
