@@ -34,8 +34,7 @@ use tokio::time::Instant;
 use super::own::OwnNode;
 use super::rules::{
     after_ms, catch_up_targets, confirmed_by_majority, highest_token, lost, most_seen, quorum,
-    renew_verdict, retry_in, token_of_take, Look, Renewed, Round, Take, Tally,
-    SPARE, TRUSTED,
+    renew_verdict, retry_in, token_of_take, Look, Renewed, Round, Take, Tally, SPARE, TRUSTED,
 };
 use crate::backend::redis::{announced_holder, Cadence};
 use crate::backend::{Renewal, Wake};
