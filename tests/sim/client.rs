@@ -98,6 +98,7 @@ impl Family {
     pub const ALL: [Family; 9] = [
         Family::Ttl(redis::Flaws {
             claims_on_value: false,
+            sends_no_floor: false,
         }),
         Family::SqlTtl(sql::Flaws {
             adopts_own_identity: false,
@@ -125,6 +126,7 @@ impl Family {
     pub fn name(self) -> String {
         match self {
             Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
+            Family::Ttl(f) if f.sends_no_floor => "ttl-SendsNoFloor".into(),
             Family::Ttl(_) => "ttl".into(),
             Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
             Family::SqlTtl(_) => "sql-ttl".into(),
@@ -156,6 +158,11 @@ impl Family {
             })),
             "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
                 claims_on_value: true,
+                ..redis::Flaws::default()
+            })),
+            "ttl-SendsNoFloor" => Some(Family::Ttl(redis::Flaws {
+                sends_no_floor: true,
+                ..redis::Flaws::default()
             })),
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {

@@ -370,6 +370,7 @@ fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
     use leasekeeper::backend::redis::driven;
     let flaws = driven::Flaws {
         claims_on_value: true,
+        ..driven::Flaws::default()
     };
     caught_on(Family::Ttl(flaws), "overlap");
 }

@@ -41,9 +41,14 @@ impl Candidate {
         Candidate { core }
     }
 
-    /// The highest token seen: the floor a take sends.
+    /// The highest token seen.
     pub fn floor(&self) -> u64 {
-        self.core.floor
+        self.core.floor.get()
+    }
+
+    /// The floor a take sends (the take script's `ARGV[4]`): the highest token seen.
+    pub fn floor_sent(&self) -> u64 {
+        self.core.floor_sent()
     }
 
     /// A take's answer: `won` (taken or adopted), the key's token as its value tells
@@ -129,6 +134,7 @@ mod tests {
         let now = Instant::now();
         let flawed = Flaws {
             claims_on_value: true,
+            ..Flaws::default()
         };
         let mut c = Candidate::new(TTL, flawed);
         assert_eq!(

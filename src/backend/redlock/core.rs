@@ -35,6 +35,7 @@ use super::rules::{
     renew_verdict, retry_in, Look, Renewed, Round, Take, Tally, SPARE, TRUSTED,
 };
 use crate::backend::redis::{announced_holder, Cadence};
+use crate::backend::token_floor::TokenFloor;
 use crate::backend::{Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
@@ -98,7 +99,7 @@ pub(super) struct Core {
     /// Whether `CLIENT TRACKING` is on for each node's current connection.
     pub(super) tracking: Vec<bool>,
     /// The highest token seen; new tokens go above it.
-    pub(super) floor: FencingToken,
+    pub(super) floor: TokenFloor,
     /// An announced new holder (`<value>`) the next campaign follows without a request.
     pub(super) announced: Option<String>,
     /// When a follower that follows nothing by pushes looks at the latest (used once).
@@ -114,7 +115,7 @@ impl Core {
         Core {
             phase: Phase::Idle,
             tracking: vec![false; nodes],
-            floor: 0,
+            floor: TokenFloor::default(),
             announced: None,
             hint: None,
             ttl,
@@ -184,11 +185,11 @@ impl Core {
     /// an older tenure, or we hold.
     pub(super) fn follow_announced(&mut self, now: Instant) -> Option<Holder> {
         let value = self.announced.take()?;
-        let holder = announced_holder(&value, self.floor)?;
+        let holder = announced_holder(&value, self.floor.get())?;
         if self.value().is_some() {
             return None;
         }
-        self.floor = holder.token.unwrap_or(self.floor);
+        self.floor.raise_all(holder.token);
         let n = self.nodes();
         self.phase = Phase::Following(Follow {
             value,
@@ -215,7 +216,7 @@ impl Core {
     /// A take round answered: the tokens it showed raise the floor; the nodes it
     /// catches up and the count.
     pub(super) fn after_take(&mut self, answers: &Round<Take>) -> Look {
-        self.floor = self.floor.max(highest_token(answers));
+        self.floor.raise(highest_token(answers));
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
@@ -227,7 +228,7 @@ impl Core {
 
     /// The token a confirm writes: one above every token seen.
     pub(super) fn next_token(&self) -> FencingToken {
-        self.floor + 1
+        self.floor.next()
     }
 
     /// A confirm round of `token` in `value` answered: a tenure when a majority of
@@ -242,7 +243,7 @@ impl Core {
         if !confirmed_by_majority(self.quorum(), confirmed) {
             return false;
         }
-        self.floor = self.floor.max(token);
+        self.floor.raise(token);
         let track = OwnNode {
             track: true,
             ..OwnNode::default()
@@ -330,9 +331,8 @@ impl Core {
     /// A renew round answered: its counters raise the floor; the nodes it may catch up
     /// (by the `run_id` seen there), when what it read covers every confirmed tenure.
     pub(super) fn after_renew_round(&mut self, answers: &Round<Renewed>) -> Vec<Option<String>> {
-        for (_, _, fence, ..) in answers.iter().flatten() {
-            self.floor = self.floor.max(*fence);
-        }
+        self.floor
+            .raise_all(answers.iter().flatten().map(|(_, _, fence, ..)| *fence));
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| {
@@ -482,7 +482,11 @@ mod tests {
             a.fence = 6;
         }
         let look = c.after_take(&answers);
-        assert_eq!(c.floor, 6, "a settling node's counter is a token seen");
+        assert_eq!(
+            c.floor.get(),
+            6,
+            "a settling node's counter is a token seen"
+        );
         assert!(!look.wins(c.quorum()), "a settling node's take is no vote");
         answers[1] = take(true, "n|pending|me", TRUSTED);
         let look = c.after_take(&answers);
@@ -491,9 +495,12 @@ mod tests {
         let (yes, stale) = (Some((1, TRUSTED)), Some((1, STALE)));
         assert!(!c.confirmed(&[yes, stale, None], 7, "n|7|me".into(), true));
         assert_eq!(c.phase, Phase::Idle, "a tenure from one trusted confirm");
-        assert_eq!(c.floor, 6);
+        assert_eq!(c.floor.get(), 6);
         assert!(c.confirmed(&[yes, yes, None], 7, "n|7|me".into(), true));
-        assert_eq!((c.value(), c.floor, c.hint), (Some("n|7|me"), 7, None));
+        assert_eq!(
+            (c.value(), c.floor.get(), c.hint),
+            (Some("n|7|me"), 7, None)
+        );
         assert_eq!(c.to_announce(), Some("n|7|me"));
         assert!(
             c.own().iter().all(|n| n.track),
@@ -529,7 +536,7 @@ mod tests {
             Some(t0 + ms(4) + ms(902)),
             "looks at the soonest expiry"
         );
-        assert_eq!(c.floor, 5);
+        assert_eq!(c.floor.get(), 5);
         // Due when the second of its two nodes is due: the read's expiry, 902 ms.
         let due = t0 + ms(902);
         let want = WaitFor::Renewals {
@@ -581,7 +588,7 @@ mod tests {
     fn an_announcement_is_news_to_a_follower_of_another_holder_only() {
         let mut c = core();
         let t0 = Instant::now();
-        c.floor = 6;
+        c.floor.raise(6);
         assert_eq!(
             c.on_notice(false, Some("o|5|old".into())),
             Some(Wake::Changed)
@@ -592,7 +599,7 @@ mod tests {
             Some(Wake::Changed)
         );
         assert!(c.follow_announced(t0).is_some());
-        assert_eq!(c.floor, 7);
+        assert_eq!(c.floor.get(), 7);
         assert_eq!(
             c.on_notice(false, Some("o|7|new".into())),
             None,
@@ -632,7 +639,7 @@ mod tests {
             c.after_renew_round(&answers),
             vec![None, None, Some("c".into())]
         );
-        assert_eq!(c.floor, 9);
+        assert_eq!(c.floor.get(), 9);
         assert_eq!(c.renewed(&answers, t0), Ok(Renewal::Renewed));
         assert_eq!(
             c.own()[0].own_push_until,

@@ -105,7 +105,7 @@ impl Campaigner {
             catch_up: (look.targets.iter())
                 .map(|t| t.as_ref().and_then(|r| r.parse().ok()))
                 .collect(),
-            floor: self.core.floor,
+            floor: self.core.floor.get(),
             too_few: look.too_few_answered(n).is_some(),
         }
     }
