@@ -288,6 +288,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// Ttl: the highest token the Redis core has seen.
+    pub fn redis_floor(&self) -> Option<u64> {
+        self.redis.as_ref().map(redis::Candidate::floor)
+    }
+
     /// A reader's client (the read-write family).
     pub fn shared(&self) -> bool {
         self.key_base & SHARED != 0
@@ -408,6 +413,10 @@ impl Client {
                 let mut out = self.all(Req::Take { key });
                 out.push(Out::PhaseTimer(self.ttl / 10, 0));
                 out
+            }
+            (Family::Ttl(_), Op::Campaign) => {
+                let floor = self.redis.as_ref().map_or(0, redis::Candidate::floor_sent);
+                vec![Out::Send(0, Req::RedisTake { key, floor })]
             }
             (_, Op::Campaign) => vec![Out::Send(0, Req::Campaign { key })],
             (_, Op::Renew) => self.all(Req::Renew { key }),

@@ -73,7 +73,7 @@ fn big_sweep() {
     let families: Vec<Family> = match std::env::var("LK_SIM_FAMILY") {
         Ok(f) => {
             vec![Family::parse(&f).expect(
-                "LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw, slots or slots-session",
+                "LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw, slots or slots-session (or a known-wrong one, e.g. ttl-SendsNoFloor)",
             )]
         }
         Err(_) => Family::ALL.to_vec(),
@@ -373,6 +373,20 @@ fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
         ..driven::Flaws::default()
     };
     caught_on(Family::Ttl(flaws), "overlap");
+}
+
+/// The Redis store's core known-wrong on the TTL family: a take that sends no floor
+/// (the highest token seen) lets a server restarted without persistence count again
+/// from 1 while the old claim may still run, unfenced; caught by the default sweep on
+/// that family alone, as a token not above an earlier tenure's.
+#[test]
+fn a_redis_take_without_its_floor_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        sends_no_floor: true,
+        ..driven::Flaws::default()
+    };
+    caught_on(Family::Ttl(flaws), "token");
 }
 
 /// The Redlock store's core known-wrong on the Redlock family: half the nodes (one of
