@@ -99,6 +99,7 @@ impl Family {
         Family::Ttl(redis::Flaws {
             claims_on_value: false,
             sends_no_floor: false,
+            renewal_not_ours_kept: false,
         }),
         Family::SqlTtl(sql::Flaws {
             adopts_own_identity: false,
@@ -127,6 +128,7 @@ impl Family {
         match self {
             Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
             Family::Ttl(f) if f.sends_no_floor => "ttl-SendsNoFloor".into(),
+            Family::Ttl(f) if f.renewal_not_ours_kept => "ttl-RenewalNotOursKept".into(),
             Family::Ttl(_) => "ttl".into(),
             Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
             Family::SqlTtl(_) => "sql-ttl".into(),
@@ -162,6 +164,10 @@ impl Family {
             })),
             "ttl-SendsNoFloor" => Some(Family::Ttl(redis::Flaws {
                 sends_no_floor: true,
+                ..redis::Flaws::default()
+            })),
+            "ttl-RenewalNotOursKept" => Some(Family::Ttl(redis::Flaws {
+                renewal_not_ours_kept: true,
                 ..redis::Flaws::default()
             })),
             "session" => Some(Family::Session(zk::Flaws::default())),

@@ -389,6 +389,21 @@ fn a_redis_take_without_its_floor_is_caught() {
     caught_on(Family::Ttl(flaws), "token");
 }
 
+/// The Redis store's core known-wrong on the TTL family: a renewal answered "not
+/// ours" counted as kept, caught by the default sweep on that family alone as an
+/// overlap (the server restarted without persistence answers the leader's renewals
+/// so, and a take follows the placeholder's ttl; without that restart the machine's
+/// own deadline ends the claim first).
+#[test]
+fn a_redis_renewal_not_ours_counted_as_kept_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        renewal_not_ours_kept: true,
+        ..driven::Flaws::default()
+    };
+    caught_on(Family::Ttl(flaws), "overlap");
+}
+
 /// The Redlock store's core known-wrong on the Redlock family: half the nodes (one of
 /// three) counted as a majority is caught by the default sweep on that family alone,
 /// as an overlap.

@@ -105,6 +105,9 @@ pub struct Flaws {
     /// A take sends no floor (0), whatever tokens were seen: after the server lost its
     /// fence key, the counter starts again at 1 and nothing fences the old claim.
     pub sends_no_floor: bool,
+    /// A renewal answered "not ours" (0) counts as kept: the claim goes on over a lock
+    /// that another may take.
+    pub renewal_not_ours_kept: bool,
 }
 
 /// The campaign's state: the phase, the tracking, the highest token seen and an
@@ -493,6 +496,10 @@ impl Core {
 
     /// A renew script's answer (`kept`) at `now` (see [`renewal_of`]).
     pub(super) fn renewed(&mut self, kept: i64, now: Instant) -> Result<Renewal, TooLate> {
+        let kept = match (self.flaws.renewal_not_ours_kept, kept) {
+            (true, 0) => 1,
+            _ => kept,
+        };
         let mut unused = None;
         let until = match &mut self.phase {
             Phase::Leading(t) => &mut t.own_push_until,

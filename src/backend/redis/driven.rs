@@ -130,6 +130,18 @@ mod tests {
     }
 
     #[test]
+    fn the_known_wrong_rule_keeps_a_renewal_not_ours() {
+        let now = Instant::now();
+        let flawed = Flaws {
+            renewal_not_ours_kept: true,
+            ..Flaws::default()
+        };
+        let mut c = Candidate::new(TTL, flawed);
+        c.after_take(true, Some(1), -1, now, now);
+        assert_eq!(c.renewed(false, now), Renewal::Renewed);
+    }
+
+    #[test]
     fn the_known_wrong_rule_claims_on_a_holders_value() {
         let now = Instant::now();
         let flawed = Flaws {
