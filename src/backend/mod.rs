@@ -131,6 +131,11 @@ pub mod sql;
 pub mod store;
 pub mod store_clock;
 pub mod stores;
+// The stores whose takes carry the highest token seen (Redis, Redlock, SQL) keep it in
+// one; a build with only some of them leaves parts of it unused.
+#[cfg(any(feature = "redis", feature = "sql"))]
+#[cfg_attr(not(all(feature = "redis", feature = "sql")), allow(dead_code))]
+mod token_floor;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -17,8 +17,9 @@
 //!   successor to name; a store says which modes it hands over in
 //!   ([`Transport::no_switchover`]) and [`Protocol`] refuses the others.
 //!
-//! The store's clock ([`super::store_clock`]) and the token floor stay with the cores
-//! that send them in their requests.
+//! The store's clock ([`super::store_clock`]) stays with the cores that send it in
+//! their requests. The token floor is one type ([`super::token_floor::TokenFloor`]),
+//! kept by the cores whose take requests carry it (Redis, Redlock, SQL).
 
 use std::future::Future;
 use std::time::Duration;

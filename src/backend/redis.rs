@@ -422,7 +422,9 @@ impl RedisTransport {
     async fn take(&mut self, sent: Instant) -> Result<Take, BackendError> {
         self.drain_pushes();
         let use_by = self.clock.use_by(sent, self.patience);
-        let call = self.req.take(&self.nonce_prefix(), self.core.floor, use_by);
+        let call = self
+            .req
+            .take(&self.nonce_prefix(), self.core.floor_sent(), use_by);
         let (code, value, pttl, store_ms, last): (i64, String, i64, u64, redis::Value) = call
             .invoke_async(&mut self.node.conn)
             .await

@@ -361,7 +361,7 @@ impl RedlockTransport {
         if targets.iter().all(Option::is_none) {
             return;
         }
-        let floor = self.core.floor;
+        let floor = self.core.floor.get();
         let invocations = targets
             .iter()
             .map(|target| Some(self.req.catch_up(target.as_deref()?, floor)))
@@ -400,7 +400,7 @@ impl RedlockTransport {
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
         let entry = self.queue_entry();
         let sent = Instant::now();
-        let floor = self.core.floor;
+        let floor = self.core.floor.get();
         let queue = (entry.as_str(), self.queue_id.as_str());
         let invocations = self
             .use_bys(sent)
@@ -492,7 +492,7 @@ impl Transport for RedlockTransport {
         // Restarted nodes this round may catch up are caught up in the same requests,
         // so that they vote again even while another candidate leads.
         if let Some(give) = look.give_back(&answers, quorum) {
-            let floor = self.core.floor;
+            let floor = self.core.floor.get();
             self.give_back(&give.release_on, give.announce, &look.targets, floor, false)
                 .await;
         }

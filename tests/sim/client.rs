@@ -98,6 +98,8 @@ impl Family {
     pub const ALL: [Family; 9] = [
         Family::Ttl(redis::Flaws {
             claims_on_value: false,
+            sends_no_floor: false,
+            renewal_not_ours_kept: false,
         }),
         Family::SqlTtl(sql::Flaws {
             adopts_own_identity: false,
@@ -125,6 +127,8 @@ impl Family {
     pub fn name(self) -> String {
         match self {
             Family::Ttl(f) if f.claims_on_value => "ttl-ClaimsOnValue".into(),
+            Family::Ttl(f) if f.sends_no_floor => "ttl-SendsNoFloor".into(),
+            Family::Ttl(f) if f.renewal_not_ours_kept => "ttl-RenewalNotOursKept".into(),
             Family::Ttl(_) => "ttl".into(),
             Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
             Family::SqlTtl(_) => "sql-ttl".into(),
@@ -156,6 +160,15 @@ impl Family {
             })),
             "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
                 claims_on_value: true,
+                ..redis::Flaws::default()
+            })),
+            "ttl-SendsNoFloor" => Some(Family::Ttl(redis::Flaws {
+                sends_no_floor: true,
+                ..redis::Flaws::default()
+            })),
+            "ttl-RenewalNotOursKept" => Some(Family::Ttl(redis::Flaws {
+                renewal_not_ours_kept: true,
+                ..redis::Flaws::default()
             })),
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
@@ -281,6 +294,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// Ttl: the highest token the Redis core has seen.
+    pub fn redis_floor(&self) -> Option<u64> {
+        self.redis.as_ref().map(redis::Candidate::floor)
+    }
+
     /// A reader's client (the read-write family).
     pub fn shared(&self) -> bool {
         self.key_base & SHARED != 0
@@ -402,6 +420,10 @@ impl Client {
                 let mut out = self.all(Req::Take { key, floor });
                 out.push(Out::PhaseTimer(self.ttl / 10, 0));
                 out
+            }
+            (Family::Ttl(_), Op::Campaign) => {
+                let floor = self.redis.as_ref().map_or(0, redis::Candidate::floor_sent);
+                vec![Out::Send(0, Req::RedisTake { key, floor })]
             }
             (_, Op::Campaign) => vec![Out::Send(0, Req::Campaign { key })],
             (_, Op::Renew) => self.all(Req::Renew { key }),

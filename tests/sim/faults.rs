@@ -1,9 +1,18 @@
 //! The faults of a run, all drawn from the run's one generator: a chaos window of
 //! [`CHAOS_TTLS`] ttl with cut links (both ways or one way), slow links, process pauses
 //! (SIGSTOP) and crashes (`kill -9`, then a restart), store pauses, Redlock node
-//! restarts (empty or from an older snapshot), graceful shutdowns and `POST /release`;
-//! on top, the seed's message loss, duplication and long delays. Then everything heals,
-//! and the liveness checks run.
+//! restarts (empty or from an older snapshot), single Redis server restarts without
+//! persistence (the TTL family: record and fence counter gone), graceful shutdowns and
+//! `POST /release`; on top, the seed's message loss, duplication and long delays. Then
+//! everything heals, and the liveness checks run.
+//!
+//! A Redis server that lost its counter is fenced only by candidates that have seen the
+//! tokens handed out (the documented limit: a candidate started fresh cannot know of
+//! the loss, and one that missed the latest tokens continues above what it saw). So
+//! that restart comes only while every sidecar runs and has seen the latest token,
+//! every take on its way carries it, and one sidecar neither exits on a loss nor shuts
+//! down; until a take sets the counter again no sidecar crashes, shuts down or starts
+//! afresh (a restart waits).
 
 use std::time::Duration;
 
@@ -38,7 +47,8 @@ pub enum Fault {
     Crash { node: usize, down: Ns },
     /// The store stops answering for `dur` (its clock runs).
     PauseStore { store: usize, dur: Ns },
-    /// Redlock node 0 restarts, empty or from its last snapshot.
+    /// Redlock node 0 restarts, empty or from its last snapshot; the single Redis
+    /// server (the TTL family) restarts empty.
     RestartStore { empty: bool },
     /// Redlock node 0 writes a snapshot (a later restore brings it back).
     Snapshot,
@@ -62,6 +72,7 @@ pub fn schedule(w: &mut World) {
         let node = w.rng.random_range(0..n);
         let dur = w.rng.random_range(ttl / 10..2 * ttl);
         let redlock = matches!(w.fam, Family::Redlock(..));
+        let redis = matches!(w.fam, Family::Ttl(_));
         let fault = match w.rng.random_range(0..100) {
             0..18 => Fault::Cut {
                 node,
@@ -83,6 +94,7 @@ pub fn schedule(w: &mut World) {
             70..76 if redlock => Fault::RestartStore {
                 empty: w.rng.random_bool(0.5),
             },
+            70..76 if redis => Fault::RestartStore { empty: true },
             76..82 if redlock => Fault::Snapshot,
             82..90 => Fault::Shutdown { node },
             _ => Fault::Release {
@@ -122,6 +134,9 @@ pub fn apply(w: &mut World, f: Fault) {
             w.nodes[node].paused_until = until;
             w.at(until, Ev::ResumeNode(node));
         }
+        Fault::Crash { .. } | Fault::Shutdown { .. } if w.fence_lost() => {
+            w.note(|| "skipped: the Redis server's fence counter is not back yet".into());
+        }
         Fault::Crash { node, down } if w.nodes[node].machine.is_some() => {
             w.crash(node);
             w.at(w.now + down, Ev::Restart(node));
@@ -139,6 +154,7 @@ pub fn apply(w: &mut World, f: Fault) {
         }
         Fault::Shutdown { node } if w.nodes[node].machine.is_some() => {
             w.nodes[node].shutdown = true;
+            w.nodes[node].stopping = true;
             poke(w, node);
         }
         Fault::Release { node, cooldown } if w.nodes[node].machine.is_some() => {
@@ -149,6 +165,9 @@ pub fn apply(w: &mut World, f: Fault) {
 }
 
 fn restart_store(w: &mut World, empty: bool) {
+    if let Kind::Ttl(_) = &w.stores[0].kind {
+        return restart_redis(w);
+    }
     let local = w.stores[0].clock.local(w.now);
     let snapshot = w.stores[0].snapshot.clone();
     if let Kind::Redlock(r) = &mut w.stores[0].kind {
@@ -158,6 +177,36 @@ fn restart_store(w: &mut World, empty: bool) {
             snapshot.unwrap_or_default()
         };
         r.restart(local, data);
+    }
+    w.stores[0].tick_at = None;
+}
+
+/// The single Redis server restarts empty, while every sidecar runs and has seen the
+/// latest token, every take on its way carries it, and one sidecar stays (see the
+/// module doc); else the fault is skipped.
+fn restart_redis(w: &mut World) {
+    let Kind::Ttl(st) = &w.stores[0].kind else {
+        return;
+    };
+    let latest = st.counter;
+    let unseen = (0..w.nodes.len()).find(|&i| {
+        let n = &w.nodes[i];
+        n.machine.is_none() || n.client.redis_floor().is_none_or(|f| f < latest)
+    });
+    if let Some(i) = unseen {
+        w.note(|| format!("skipped: n{i} is down or has not seen token {latest}"));
+        return;
+    }
+    if w.nodes.iter().all(|n| n.cfg.exit_on_loss || n.stopping) {
+        w.note(|| "skipped: every sidecar may exit".into());
+        return;
+    }
+    if w.takes_below(latest) {
+        w.note(|| format!("skipped: a take below token {latest} is on its way"));
+        return;
+    }
+    if let Kind::Ttl(st) = &mut w.stores[0].kind {
+        st.restart_empty();
     }
     w.stores[0].tick_at = None;
 }

@@ -5,7 +5,8 @@
 //! Modeled on `src/backend/*.rs`, reduced to what decides who leads:
 //! - [`TtlStore`]: one record with a ttl judged by the store's clock, taken or renewed
 //!   by compare-and-set on the candidate's nonce, token from a counter bumped on each
-//!   new tenure (Redis; the SQL backends alike);
+//!   new tenure (Redis; the SQL backends alike); a Redis take carries the candidate's
+//!   floor, and a restart without persistence loses the record and the counter;
 //! - [`SessionStore`]: sessions with a server-side timeout, kept alive by every request
 //!   of the session, one ephemeral-sequential node per campaign, the lowest live node
 //!   leads, token = its sequence number (ZooKeeper, etcd leases);
@@ -28,6 +29,9 @@ pub enum Req {
     Campaign { key: u64 },
     /// Extend the lease (or touch the session) of `key`.
     Renew { key: u64 },
+    /// Redis: the take script (`src/backend/redis/lua/acquire.lua`) for `key` with the
+    /// candidate's `floor`, the highest token it has seen.
+    RedisTake { key: u64, floor: u64 },
     /// Give back the lease of `key` (close the session).
     Release { key: u64 },
     /// Redlock node: give back what a campaign that did not win took, quietly (no
@@ -127,11 +131,18 @@ pub struct Record {
     pub expiry: STime,
 }
 
+/// The key of the placeholder a Redis take writes into a lock whose fence counter is
+/// gone (`quarantine|<floor>|`): nobody's.
+pub const QUARANTINE: u64 = 0;
+
 /// Redis / SQL: a record with a ttl and compare-and-set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TtlStore {
     pub record: Option<Record>,
     pub counter: u64,
+    /// The fence counter is gone (a restart without persistence) and no take has set it
+    /// since.
+    pub fence_lost: bool,
     /// A campaign is answered with the row it left ([`Resp::Row`]), as a SQL take
     /// statement's `RETURNING` does, rather than with the store's verdict.
     pub rows: bool,
@@ -154,6 +165,43 @@ impl TtlStore {
         self.record.map(|r| r.expiry)
     }
 
+    /// A restart without persistence (a redis-server with no AOF or RDB): the record
+    /// and the fence counter are gone.
+    pub fn restart_empty(&mut self) {
+        self.record = None;
+        self.counter = 0;
+        self.fence_lost = true;
+    }
+
+    /// The take script on `key` with the candidate's `floor`: our own record adopted,
+    /// another's answered held; on a free lock, a fence counter gone (0) while the
+    /// candidate has seen tokens fences the lock with a placeholder for one ttl and sets
+    /// the counter to the floor (answered held, with the floor as the placeholder's
+    /// token); else the next token, above the floor.
+    fn redis_take(&mut self, now: STime, ttl: Duration, key: u64, floor: u64) -> Resp {
+        match self.record.as_mut() {
+            Some(r) if r.key == key => {
+                r.expiry = now + ttl;
+                return Resp::Acquired(r.token);
+            }
+            Some(r) => return Resp::Held(Some(r.token)),
+            None => {}
+        }
+        self.fence_lost = false;
+        let quarantine = floor > 0 && self.counter == 0;
+        let (key, token) = match quarantine {
+            true => (QUARANTINE, floor),
+            false => (key, (self.counter + 1).max(floor + 1)),
+        };
+        self.counter = token;
+        let expiry = now + ttl;
+        self.record = Some(Record { key, token, expiry });
+        match quarantine {
+            true => Resp::Held(Some(token)),
+            false => Resp::Acquired(token),
+        }
+    }
+
     pub fn handle(&mut self, now: STime, ttl: Duration, req: &Req) -> (Resp, Vec<Push>) {
         let mut pushes: Vec<Push> = self
             .expire(now)
@@ -161,6 +209,7 @@ impl TtlStore {
             .into_iter()
             .collect();
         let resp = match *req {
+            Req::RedisTake { key, floor } => self.redis_take(now, ttl, key, floor),
             Req::Campaign { key } => match self.record.as_mut() {
                 None => {
                     self.counter += 1;

@@ -169,6 +169,8 @@ pub struct Node {
     pub wait: Option<WaitOn>,
     pub gen: u64,
     pub shutdown: bool,
+    /// A shutdown was asked of this process (it exits once it has released).
+    pub stopping: bool,
     pub releases: Vec<(u64, Option<Duration>)>,
     pub next_request: u64,
     pub cfg: NodeCfg,
@@ -367,6 +369,7 @@ impl World {
             wait: None,
             gen: 0,
             shutdown: false,
+            stopping: false,
             releases: Vec::new(),
             next_request: 0,
             cfg,
@@ -834,12 +837,32 @@ impl World {
         if self.nodes[i].machine.is_some() {
             return;
         }
+        if self.fence_lost() {
+            // A fresh process has seen no token (see `faults`): it waits.
+            self.at(self.now + 10 * MS, Ev::Restart(i));
+            return;
+        }
         let inc = self.nodes[i].inc + 1;
         let node = self.new_node(i, inc);
         self.nodes[i] = node;
         self.note(|| format!("n{i} restarted as #{inc}"));
         self.feed(i, Event::Start);
         self.at(self.now, Ev::Ping { node: i, inc });
+    }
+
+    /// Whether a Redis take with a floor below `token` is on its way to a store (or
+    /// held by a paused one).
+    pub fn takes_below(&self, token: u64) -> bool {
+        let held = self.stores.iter().flat_map(|s| s.held.iter());
+        let mut evs = self.queue.values().map(|e| &**e).chain(held);
+        evs.any(|ev| {
+            matches!(ev, Ev::Deliver(Msg::ToStore { req: Req::RedisTake { floor, .. }, .. }) if *floor < token)
+        })
+    }
+
+    /// Whether the single Redis server lost its fence counter and no take set it since.
+    pub fn fence_lost(&self) -> bool {
+        matches!(&self.stores[0].kind, Kind::Ttl(st) if st.fence_lost)
     }
 
     /// A crash (`kill -9`): the claim ends now, nothing more is processed.

@@ -73,7 +73,7 @@ fn big_sweep() {
     let families: Vec<Family> = match std::env::var("LK_SIM_FAMILY") {
         Ok(f) => {
             vec![Family::parse(&f).expect(
-                "LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw, slots or slots-session",
+                "LK_SIM_FAMILY: ttl, session, lease, redlock, redlock5, rw, slots or slots-session (or a known-wrong one, e.g. ttl-SendsNoFloor)",
             )]
         }
         Err(_) => Family::ALL.to_vec(),
@@ -370,6 +370,36 @@ fn a_redis_take_that_claims_on_a_holders_value_is_caught() {
     use leasekeeper::backend::redis::driven;
     let flaws = driven::Flaws {
         claims_on_value: true,
+        ..driven::Flaws::default()
+    };
+    caught_on(Family::Ttl(flaws), "overlap");
+}
+
+/// The Redis store's core known-wrong on the TTL family: a take that sends no floor
+/// (the highest token seen) lets a server restarted without persistence count again
+/// from 1 while the old claim may still run, unfenced; caught by the default sweep on
+/// that family alone, as a token not above an earlier tenure's.
+#[test]
+fn a_redis_take_without_its_floor_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        sends_no_floor: true,
+        ..driven::Flaws::default()
+    };
+    caught_on(Family::Ttl(flaws), "token");
+}
+
+/// The Redis store's core known-wrong on the TTL family: a renewal answered "not
+/// ours" counted as kept, caught by the default sweep on that family alone as an
+/// overlap (the server restarted without persistence answers the leader's renewals
+/// so, and a take follows the placeholder's ttl; without that restart the machine's
+/// own deadline ends the claim first).
+#[test]
+fn a_redis_renewal_not_ours_counted_as_kept_is_caught() {
+    use leasekeeper::backend::redis::driven;
+    let flaws = driven::Flaws {
+        renewal_not_ours_kept: true,
+        ..driven::Flaws::default()
     };
     caught_on(Family::Ttl(flaws), "overlap");
 }

@@ -33,6 +33,7 @@ use super::own::{renewal_of, Push, TooLate, Tracking, OWN_PUSH_WINDOW};
 use super::quiet::{self, Look};
 use super::requests::Take;
 use super::{named, parse_value, rw};
+use crate::backend::token_floor::TokenFloor;
 use crate::backend::{LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder, Mode, Slots};
 
@@ -101,6 +102,12 @@ pub struct Flaws {
     /// A take claims on the value its answer carries (when it has a token), whatever
     /// the script's code says: a holder's value read as ours.
     pub claims_on_value: bool,
+    /// A take sends no floor (0), whatever tokens were seen: after the server lost its
+    /// fence key, the counter starts again at 1 and nothing fences the old claim.
+    pub sends_no_floor: bool,
+    /// A renewal answered "not ours" (0) counts as kept: the claim goes on over a lock
+    /// that another may take.
+    pub renewal_not_ours_kept: bool,
 }
 
 /// The campaign's state: the phase, the tracking, the highest token seen and an
@@ -110,7 +117,7 @@ pub(super) struct Core {
     pub(super) phase: Phase,
     pub(super) tracking: Tracking,
     /// The highest token seen; new tokens never go below it.
-    pub(super) floor: FencingToken,
+    pub(super) floor: TokenFloor,
     /// An announced new holder (`<value>`) the next campaign follows without a request.
     pub(super) announced: Option<String>,
     ttl: Duration,
@@ -129,7 +136,7 @@ impl Core {
         Core {
             phase: Phase::Idle,
             tracking: Tracking::default(),
-            floor: 0,
+            floor: TokenFloor::default(),
             announced: None,
             ttl,
             cadence: Cadence {
@@ -162,6 +169,16 @@ impl Core {
         match &self.phase {
             Phase::Leading(t) => Some(&t.value),
             _ => None,
+        }
+    }
+
+    /// The floor a take sends: the highest token seen, so that the script hands out
+    /// none at or below it, and fences the lock for a ttl when the server lost its
+    /// fence key.
+    pub(super) fn floor_sent(&self) -> FencingToken {
+        match self.flaws.sends_no_floor {
+            true => 0,
+            false => self.floor.get(),
         }
     }
 
@@ -204,12 +221,10 @@ impl Core {
         if self.rw() {
             self.observed = rw::holders(&look, &take.readers, self.mode);
             let seen = self.observed.iter().filter_map(|(h, _)| h.token);
-            self.floor = seen.fold(self.floor, FencingToken::max);
+            self.floor.raise_all(seen);
         }
         let parsed = parse_value(&take.value);
-        if let Some(token) = parsed.token {
-            self.floor = self.floor.max(token);
-        }
+        self.floor.raise_all(parsed.token);
         let won = take.won == 1 || (self.flaws.claims_on_value && parsed.token.is_some());
         if won {
             let Some(token) = parsed.token else {
@@ -286,11 +301,11 @@ impl Core {
     /// without a request; `None`: a look settles it (the value names nobody or an
     /// older tenure, or we led since our last look).
     pub(super) fn follow_announced(&mut self, value: &str, now: Instant) -> Option<Holder> {
-        let holder = announced_holder(value, self.floor)?;
+        let holder = announced_holder(value, self.floor.get())?;
         if self.value().is_some() || self.tracking.lock {
             return None;
         }
-        self.floor = holder.token.unwrap_or(self.floor);
+        self.floor.raise_all(holder.token);
         self.phase = Phase::Following(Follow {
             last_sign: Some(now),
             expires: Some(now + self.ttl),
@@ -481,6 +496,10 @@ impl Core {
 
     /// A renew script's answer (`kept`) at `now` (see [`renewal_of`]).
     pub(super) fn renewed(&mut self, kept: i64, now: Instant) -> Result<Renewal, TooLate> {
+        let kept = match (self.flaws.renewal_not_ours_kept, kept) {
+            (true, 0) => 1,
+            _ => kept,
+        };
         let mut unused = None;
         let until = match &mut self.phase {
             Phase::Leading(t) => &mut t.own_push_until,

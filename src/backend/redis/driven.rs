@@ -41,9 +41,14 @@ impl Candidate {
         Candidate { core }
     }
 
-    /// The highest token seen: the floor a take sends.
+    /// The highest token seen.
     pub fn floor(&self) -> u64 {
-        self.core.floor
+        self.core.floor.get()
+    }
+
+    /// The floor a take sends (the take script's `ARGV[4]`): the highest token seen.
+    pub fn floor_sent(&self) -> u64 {
+        self.core.floor_sent()
     }
 
     /// A take's answer: `won` (taken or adopted), the key's token as its value tells
@@ -125,10 +130,23 @@ mod tests {
     }
 
     #[test]
+    fn the_known_wrong_rule_keeps_a_renewal_not_ours() {
+        let now = Instant::now();
+        let flawed = Flaws {
+            renewal_not_ours_kept: true,
+            ..Flaws::default()
+        };
+        let mut c = Candidate::new(TTL, flawed);
+        c.after_take(true, Some(1), -1, now, now);
+        assert_eq!(c.renewed(false, now), Renewal::Renewed);
+    }
+
+    #[test]
     fn the_known_wrong_rule_claims_on_a_holders_value() {
         let now = Instant::now();
         let flawed = Flaws {
             claims_on_value: true,
+            ..Flaws::default()
         };
         let mut c = Candidate::new(TTL, flawed);
         assert_eq!(

@@ -275,7 +275,7 @@ mod tests {
         let next = c.after_take(held.clone(), t0, t0);
         let w0 = named("w|9|w-0");
         assert_eq!(next, Next::Held(w0.clone()));
-        assert_eq!(c.floor, 9);
+        assert_eq!(c.floor.get(), 9);
         assert!(matches!(c.phase, Phase::KeptOut(_)), "{:?}", c.phase);
         let look_at = t0 + Duration::from_millis(2_002);
         assert_eq!(c.wait(), WaitFor::Quietly { look_at });
@@ -301,7 +301,7 @@ mod tests {
         let readers = ["a|1|r-a", "b|12|r-b"];
         let next = c.after_take(take(0, "", 1_000, 3, &readers), t0, t0);
         assert_eq!(next, Next::Held(named("a|1|r-a")));
-        assert_eq!(c.floor, 12, "a reader's token below the floor");
+        assert_eq!(c.floor.get(), 12, "a reader's token below the floor");
         let look_at = t0 + Duration::from_millis(1_002);
         assert_eq!(c.wait(), WaitFor::Quietly { look_at });
         let shared = |id: &str| (id.to_owned(), Mode::Shared);

@@ -37,6 +37,7 @@ use super::rules::{
     renew_verdict, retry_in, token_of_take, Look, Renewed, Round, Take, Tally, SPARE, TRUSTED,
 };
 use crate::backend::redis::{announced_holder, Cadence};
+use crate::backend::token_floor::TokenFloor;
 use crate::backend::{Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
@@ -100,7 +101,7 @@ pub(super) struct Core {
     /// Whether `CLIENT TRACKING` is on for each node's current connection.
     pub(super) tracking: Vec<bool>,
     /// The highest token seen; new tokens go above it.
-    pub(super) floor: FencingToken,
+    pub(super) floor: TokenFloor,
     /// An announced new holder (`<value>`) the next campaign follows without a request.
     pub(super) announced: Option<String>,
     /// When a follower that follows nothing by pushes looks at the latest (used once).
@@ -116,7 +117,7 @@ impl Core {
         Core {
             phase: Phase::Idle,
             tracking: vec![false; nodes],
-            floor: 0,
+            floor: TokenFloor::default(),
             announced: None,
             hint: None,
             ttl,
@@ -186,11 +187,11 @@ impl Core {
     /// an older tenure, or we hold.
     pub(super) fn follow_announced(&mut self, now: Instant) -> Option<Holder> {
         let value = self.announced.take()?;
-        let holder = announced_holder(&value, self.floor)?;
+        let holder = announced_holder(&value, self.floor.get())?;
         if self.value().is_some() {
             return None;
         }
-        self.floor = holder.token.unwrap_or(self.floor);
+        self.floor.raise_all(holder.token);
         let n = self.nodes();
         self.phase = Phase::Following(Follow {
             value,
@@ -217,8 +218,8 @@ impl Core {
     /// A take round answered: the tokens it showed raise the floor; the nodes it
     /// catches up and the count.
     pub(super) fn after_take(&mut self, answers: &Round<Take>) -> Look {
-        let before = self.floor;
-        self.floor = self.floor.max(highest_token(answers));
+        let before = self.floor.get();
+        self.floor.raise(highest_token(answers));
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| a.as_ref().map(|a| (a.state, a.run_id.as_str())))
@@ -251,7 +252,7 @@ impl Core {
 
     /// The token a confirm writes: one above every token seen.
     pub(super) fn next_token(&self) -> FencingToken {
-        self.floor + 1
+        self.floor.next()
     }
 
     /// A confirm round of `token` in `value` answered: a tenure when a majority of
@@ -272,7 +273,7 @@ impl Core {
 
     /// A tenure of `token` in `value` begins (announced to followers when `announce`).
     fn lead(&mut self, token: FencingToken, value: String, announce: bool) {
-        self.floor = self.floor.max(token);
+        self.floor.raise(token);
         let track = OwnNode {
             track: true,
             ..OwnNode::default()
@@ -359,9 +360,8 @@ impl Core {
     /// A renew round answered: its counters raise the floor; the nodes it may catch up
     /// (by the `run_id` seen there), when what it read covers every confirmed tenure.
     pub(super) fn after_renew_round(&mut self, answers: &Round<Renewed>) -> Vec<Option<String>> {
-        for (_, _, fence, ..) in answers.iter().flatten() {
-            self.floor = self.floor.max(*fence);
-        }
+        self.floor
+            .raise_all(answers.iter().flatten().map(|(_, _, fence, ..)| *fence));
         let states: Vec<Option<(i64, &str)>> = answers
             .iter()
             .map(|a| {
@@ -511,7 +511,11 @@ mod tests {
             a.fence = 6;
         }
         let look = c.after_take(&answers);
-        assert_eq!(c.floor, 6, "a settling node's counter is a token seen");
+        assert_eq!(
+            c.floor.get(),
+            6,
+            "a settling node's counter is a token seen"
+        );
         assert!(!look.wins(c.quorum()), "a settling node's take is no vote");
         answers[1] = take(true, "n|pending|me", TRUSTED);
         let look = c.after_take(&answers);
@@ -520,9 +524,12 @@ mod tests {
         let (yes, stale) = (Some((1, TRUSTED)), Some((1, STALE)));
         assert!(!c.confirmed(&[yes, stale, None], 7, "n|7|me".into(), true));
         assert_eq!(c.phase, Phase::Idle, "a tenure from one trusted confirm");
-        assert_eq!(c.floor, 6);
+        assert_eq!(c.floor.get(), 6);
         assert!(c.confirmed(&[yes, yes, None], 7, "n|7|me".into(), true));
-        assert_eq!((c.value(), c.floor, c.hint), (Some("n|7|me"), 7, None));
+        assert_eq!(
+            (c.value(), c.floor.get(), c.hint),
+            (Some("n|7|me"), 7, None)
+        );
         assert_eq!(c.to_announce(), Some("n|7|me"));
         assert!(
             c.own().iter().all(|n| n.track),
@@ -539,7 +546,7 @@ mod tests {
     #[test]
     fn a_take_round_with_one_token_on_a_counted_majority_is_a_tenure() {
         let mut c = core();
-        c.floor = 5;
+        c.floor.raise(5);
         let took = |value: &str, state| {
             let mut a = take(true, value, state)?;
             a.fence = 6;
@@ -553,7 +560,7 @@ mod tests {
         let look = c.after_take(&answers);
         assert_eq!(look.token, Some(6));
         assert_eq!(c.took(&answers, &look, true), Some(6));
-        assert_eq!((c.value(), c.floor), (Some("n|6|me"), 6));
+        assert_eq!((c.value(), c.floor.get()), (Some("n|6|me"), 6));
         assert_eq!(c.to_announce(), Some("n|6|me"));
         // One of the two does not count: the confirm round decides.
         let mut c = core();
@@ -599,7 +606,7 @@ mod tests {
             Some(t0 + ms(4) + ms(902)),
             "looks at the soonest expiry"
         );
-        assert_eq!(c.floor, 5);
+        assert_eq!(c.floor.get(), 5);
         // Due when the second of its two nodes is due: the read's expiry, 902 ms.
         let due = t0 + ms(902);
         let want = WaitFor::Renewals {
@@ -651,7 +658,7 @@ mod tests {
     fn an_announcement_is_news_to_a_follower_of_another_holder_only() {
         let mut c = core();
         let t0 = Instant::now();
-        c.floor = 6;
+        c.floor.raise(6);
         assert_eq!(
             c.on_notice(false, Some("o|5|old".into())),
             Some(Wake::Changed)
@@ -662,7 +669,7 @@ mod tests {
             Some(Wake::Changed)
         );
         assert!(c.follow_announced(t0).is_some());
-        assert_eq!(c.floor, 7);
+        assert_eq!(c.floor.get(), 7);
         assert_eq!(
             c.on_notice(false, Some("o|7|new".into())),
             None,
@@ -702,7 +709,7 @@ mod tests {
             c.after_renew_round(&answers),
             vec![None, None, Some("c".into())]
         );
-        assert_eq!(c.floor, 9);
+        assert_eq!(c.floor.get(), 9);
         assert_eq!(c.renewed(&answers, t0), Ok(Renewal::Renewed));
         assert_eq!(
             c.own()[0].own_push_until,

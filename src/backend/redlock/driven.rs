@@ -112,7 +112,7 @@ impl Campaigner {
             catch_up: (look.targets.iter())
                 .map(|t| t.as_ref().and_then(|r| r.parse().ok()))
                 .collect(),
-            floor: self.core.floor,
+            floor: self.core.floor.get(),
             too_few: look.too_few_answered(n).is_some(),
         }
     }
@@ -176,7 +176,7 @@ impl Campaigner {
 
     /// The highest token seen, which a take's token goes above.
     pub fn floor(&self) -> u64 {
-        self.core.floor
+        self.core.floor.get()
     }
 }
 

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use super::queue::{behind_for, behind_woke, grace_left, stale_at, turn};
 use super::queue::{Ahead, Turn, Waiting};
 use super::{new_tenure_id, QUEUE_TTLS, SHARED};
+use crate::backend::token_floor::TokenFloor;
 use crate::backend::{BackendError, Campaign, LockMode, Renewal, Wake};
 use crate::status::{FencingToken, Holder};
 
@@ -125,7 +126,7 @@ pub struct Tenancy {
     /// is never adopted as a new one.
     pub tenure: String,
     /// The highest token seen; new tokens never go below it.
-    pub floor: FencingToken,
+    pub floor: TokenFloor,
     pub phase: Phase,
     /// Whether this candidate's row is registered in the candidates' table.
     registered: bool,
@@ -143,7 +144,7 @@ impl Tenancy {
             ttl,
             mode,
             tenure: new_tenure_id(),
-            floor: 0,
+            floor: TokenFloor::default(),
             phase: Phase::Free { expiry: None },
             registered: false,
             marked: false,
@@ -153,10 +154,6 @@ impl Tenancy {
 
     pub fn ttl_ms(&self) -> i64 {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    pub fn floor_param(&self) -> i64 {
-        i64::try_from(self.floor).unwrap_or(i64::MAX)
     }
 
     /// Whether a campaign made us the holder (until the release).
@@ -241,7 +238,7 @@ impl Tenancy {
             op: "campaign",
             message: format!("the lease row carries a negative token {}", row.token),
         })?;
-        self.floor = self.floor.max(token);
+        self.floor.raise(token);
         let own = self.flaws.adopts_own_identity && row.holder == self.identity;
         if row.tenure == self.tenure || own {
             self.phase = Phase::Leading;
@@ -459,7 +456,7 @@ mod tests {
         let c = judged(&mut t, now, Some(row("me", &mine, 7, 10_000)));
         assert_eq!(c, Campaign::Acquired { token: 7 });
         assert!(t.holding());
-        assert_eq!(t.floor, 7);
+        assert_eq!(t.floor.get(), 7);
         assert_eq!(
             judged(&mut t, now, Some(row("b", "x", 9, 500))),
             named("b", 9)
@@ -470,7 +467,7 @@ mod tests {
                 expiry: at(now, 502)
             }
         );
-        assert_eq!(t.floor, 9);
+        assert_eq!(t.floor.get(), 9);
         // Expired, or free: nobody is named, and nobody holds it.
         for (holder, left) in [("b", 0), ("", 300)] {
             let c = judged(&mut t, now, Some(row(holder, "x", 3, left)));
@@ -479,7 +476,7 @@ mod tests {
             assert_eq!(t.phase, Phase::Free { expiry }, "{holder:?} {left}");
         }
         // A lower token never lowers the floor.
-        assert_eq!(t.floor, 9);
+        assert_eq!(t.floor.get(), 9);
         let before = t.phase.clone();
         let negative = t.after_take(now, Some(row("b", "x", -1, 500)), false, None);
         assert!(negative.is_err());
@@ -738,7 +735,7 @@ mod tests {
     /// A tenure ends with a fresh id, and the next campaign cannot adopt the old one;
     /// a follower's release keeps what it waits for.
     #[test]
-    fn a_tenure_ends_with_a_fresh_id_and_the_floor_is_bound_as_it_is() {
+    fn a_tenure_ends_with_a_fresh_id() {
         let now = Instant::now();
         let mut t = tenancy(LockMode::Election);
         let first = t.tenure.clone();
@@ -764,10 +761,6 @@ mod tests {
         t.phase = Phase::Held { expiry: at(now, 9) };
         t.rotate();
         assert_eq!(t.phase, Phase::Held { expiry: at(now, 9) });
-        t.floor = 41;
-        assert_eq!(t.floor_param(), 41);
-        t.floor = u64::MAX;
-        assert_eq!(t.floor_param(), i64::MAX);
         assert_eq!(t.ttl_ms(), 10_000);
     }
 

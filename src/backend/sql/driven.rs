@@ -64,7 +64,7 @@ impl Candidate {
 
     /// The highest token seen: the floor a take sends.
     pub fn floor(&self) -> u64 {
-        self.tenancy.floor
+        self.tenancy.floor.get()
     }
 
     /// The row a take of our tenure `tenure` left (`None`: none), at `now`.

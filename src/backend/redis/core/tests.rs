@@ -43,7 +43,7 @@ fn a_take_that_came_too_late_changes_nothing() {
     let before = format!("{:?}", c.phase);
     let late = c.after_take(take(REFUSED, "n|9|c", 2_000, 3), t0, t0 + ms(5));
     assert_eq!(late, Next::TooLate);
-    assert_eq!(c.floor, 5, "a refused take raised the floor");
+    assert_eq!(c.floor.get(), 5, "a refused take raised the floor");
     assert_eq!(
         format!("{:?}", c.phase),
         before,
@@ -57,7 +57,7 @@ fn a_won_take_leads_only_once_the_tracking_read_finds_it_ours() {
     let t0 = Instant::now();
     let next = c.after_take(take(1, "n|7|a", -1, 0), t0, t0);
     assert_eq!(next, Next::Claim { token: 7 });
-    assert_eq!(c.floor, 7);
+    assert_eq!(c.floor.get(), 7);
     assert_eq!(c.value(), Some("n|7|a"));
     assert_eq!(c.to_announce(), None, "announced before the tracking read");
     assert!(!c.arms_baton(), "a holder waits for no baton");
@@ -84,18 +84,30 @@ fn a_won_take_leads_only_once_the_tracking_read_finds_it_ours() {
 }
 
 #[test]
+fn a_take_sends_the_highest_token_seen_as_its_floor() {
+    let mut c = core();
+    let t0 = Instant::now();
+    assert_eq!(c.floor_sent(), 0, "no token seen yet");
+    c.after_take(take(0, "n|9|b", 2_000, 0), t0, t0);
+    c.after_take(take(0, "n|4|a", 2_000, 0), t0, t0);
+    assert_eq!(c.floor_sent(), 9);
+    c.flaws.sends_no_floor = true;
+    assert_eq!(c.floor_sent(), 0, "the known-wrong rule sends none");
+}
+
+#[test]
 fn tokens_never_go_below_the_highest_seen() {
     let mut c = core();
     let t0 = Instant::now();
     c.after_take(take(0, "n|9|b", 2_000, 0), t0, t0);
     c.after_take(take(0, "n|4|a", 2_000, 0), t0, t0);
-    assert_eq!(c.floor, 9);
+    assert_eq!(c.floor.get(), 9);
     // A former holder's announcement, delayed past its successor's take.
     assert_eq!(c.follow_announced("n|8|a", t0), None);
-    assert_eq!(c.floor, 9);
+    assert_eq!(c.floor.get(), 9);
     let followed = c.follow_announced("n|10|c", t0).expect("followed");
     assert_eq!(followed.token, Some(10));
-    assert_eq!(c.floor, 10);
+    assert_eq!(c.floor.get(), 10);
 }
 
 #[test]
@@ -248,7 +260,7 @@ fn kept_out_of_the_read_write_lock_it_waits_quietly_and_hears_its_channel() {
     let t0 = Instant::now();
     let next = c.after_take(take(0, "r|6|", 2_000, 3), t0, t0);
     assert_eq!(next, Next::Held(None));
-    assert_eq!(c.floor, 6);
+    assert_eq!(c.floor.get(), 6);
     assert!(c.kept_out());
     assert_eq!(
         c.wait(),
