@@ -395,8 +395,7 @@ impl RedlockTransport {
         Ok(())
     }
 
-    /// Phase one: the take script on every node at once, above the highest token seen,
-    /// until every node answered or the answers so far make a tenure by themselves.
+    /// Phase one: the take script on every node at once, above the highest token seen.
     async fn take_everywhere(&mut self, prefix: &str) -> Round<Take> {
         let entry = self.queue_entry();
         let sent = Instant::now();

@@ -151,9 +151,13 @@ impl<B: Backend> Elector<B> {
             for effect in step.effects {
                 self.apply(effect);
             }
+            // A step-down's line waits until its release is on its way (`unsaid_end`).
+            let releases = matches!(step.next, Next::Call { op, .. } if op == Op::Release);
+            if !releases {
+                self.say_ended();
+            }
             event = match step.next {
                 Next::Exit(Exit::Shutdown) => {
-                    self.say_ended();
                     let budget = self.machine.config().timing.backend_timeout;
                     retire(budget, &mut self.backend).await;
                     if self.released_at_shutdown {
@@ -161,21 +165,14 @@ impl<B: Backend> Elector<B> {
                     }
                     return Exit::Shutdown;
                 }
-                Next::Exit(exit) => {
-                    self.say_ended();
-                    return exit;
-                }
+                Next::Exit(exit) => return exit,
                 Next::Call { id, op, budget } => {
-                    if op != Op::Release {
-                        self.say_ended();
-                    }
                     let answer = self.call(op, budget).await;
                     self.say_ended();
                     self.note_slots();
                     Event::Answer { id, answer }
                 }
                 Next::Wait { until, on } => {
-                    self.say_ended();
                     let event = self.wait(until, on).await;
                     self.woke_at = matches!(event, Event::Woke(_)).then(Instant::now);
                     event
