@@ -203,17 +203,18 @@ impl Picker {
         self.held = None;
     }
 
-    /// What a release lets go of, in order: the held (or cut-off) slot first, then
-    /// every other one; afterwards nothing is held and every slot is asked again.
-    pub fn release_order(&mut self) -> Vec<usize> {
+    /// What a release lets go of: the held (or cut-off) slot first, then every other
+    /// one (together); afterwards nothing is held and every slot is asked again.
+    pub fn release_order(&mut self) -> (Option<usize>, Vec<usize>) {
         let first = self.held.or(self.in_flight);
-        let rest = (0..self.dirty.len()).filter(|&i| Some(i) != first);
-        let order = first.into_iter().chain(rest).collect();
+        let rest = (0..self.dirty.len())
+            .filter(|&i| Some(i) != first)
+            .collect();
         self.held = None;
         self.in_flight = None;
         self.withdraw.clear();
         self.dirty.iter_mut().for_each(|d| *d = true);
-        order
+        (first, rest)
     }
 
     /// The next slot to withdraw from, while one is held.
@@ -335,13 +336,21 @@ impl<B: Backend> Backend for Slots<B> {
         renewed
     }
 
-    /// The held slot first (the handover), then every other one: a follower that
-    /// stops (or whose campaign was cut off) leaves every slot's queue, as a single
-    /// lease's follower does, so no slot waits for its place to expire.
+    /// The held slot first (the handover), then every other one at once: a follower
+    /// that stops (or whose campaign was cut off) leaves every slot's queue, as a
+    /// single lease's follower does, so no slot waits for its place to expire; one
+    /// slow store answer delays no other slot's withdrawal.
     async fn release(&mut self) -> Result<(), BackendError> {
+        let (first, rest) = self.picker.release_order();
         let mut result = Ok(());
-        for i in self.picker.release_order() {
-            result = result.and(self.slots[i].release().await);
+        if let Some(i) = first {
+            result = self.slots[i].release().await;
+        }
+        let rest = (self.slots.iter_mut().enumerate())
+            .filter(|(i, _)| rest.contains(i))
+            .map(|(_, slot)| slot.release());
+        for released in futures_util::future::join_all(rest).await {
+            result = result.and(released);
         }
         result
     }
@@ -565,11 +574,11 @@ mod tests {
         let mut p = Picker::new(3, "x-0");
         p.asking(2);
         p.answered(2, &acquired(1));
-        assert_eq!(p.release_order(), vec![2, 0, 1]);
+        assert_eq!(p.release_order(), (Some(2), vec![0, 1]));
         assert_eq!(p.held(), None);
         assert_eq!(p.to_withdraw(), None);
         let mut follower = Picker::new(2, "y-1");
-        assert_eq!(follower.release_order(), vec![0, 1]);
+        assert_eq!(follower.release_order(), (None, vec![0, 1]));
     }
 
     #[test]

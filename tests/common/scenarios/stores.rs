@@ -56,6 +56,15 @@ impl Store {
         }
     }
 
+    /// A store of the test's own whose leases may last 30 s: ZooKeeper grants sessions
+    /// that long (the others cap them at 4 s); elsewhere as [`Store::own`].
+    pub fn long_lived(self) -> OnStore {
+        match self {
+            Store::Zookeeper => Served::Zk(ZkEnsemble::start_long_sessions()).into(),
+            _ => self.own(),
+        }
+    }
+
     /// A store of the test's own, for faults ([`OnStore::control`]): one etcd member,
     /// one ZooKeeper server, a Redis server that keeps its data across a kill -9, three
     /// Redlock nodes.

@@ -129,11 +129,16 @@ impl EtcdCluster {
                 "--initial-cluster-state",
                 "new",
             ])
+            // Fast elections for the tests, with pre-vote: a member that restarts, or
+            // misses heartbeats while the machine is busy, asks before it campaigns, so
+            // it does not depose a live leader (each new raft leader gives every lease a
+            // full ttl again).
             .args([
                 "--heartbeat-interval",
                 "10",
                 "--election-timeout",
                 "100",
+                "--pre-vote",
                 "--logger",
                 "zap",
             ]);
@@ -290,6 +295,12 @@ impl Members for EtcdCluster {
     }
     fn consensus_leader(&self) -> Option<usize> {
         self.raft_leader()
+    }
+    /// Summed over the members that run and answer.
+    fn leader_changes(&self) -> Option<u64> {
+        let running = (0..self.members.len()).filter(|&i| self.members[i].process.is_running());
+        let seen = running.map(|i| self.metric(i, "etcd_server_leader_changes_seen_total", ""));
+        Some(seen.sum::<f64>() as u64)
     }
     fn cut_off(&self, i: usize, cut: bool) {
         if cut {

@@ -190,7 +190,7 @@ impl SharedZk {
 
 impl ZkEnsemble {
     pub fn start(n: usize) -> ZkEnsemble {
-        ZkEnsemble::start_with(n, None, false)
+        ZkEnsemble::start_with(n, None, false, "")
     }
 
     /// `n` servers whose quorum and election traffic between each other all goes
@@ -227,13 +227,13 @@ impl ZkEnsemble {
     /// up (gap 0.25–0.45 s), but the margin is only a few hundred ms.
     pub fn start_partitionable(n: usize) -> ZkEnsemble {
         assert!(n >= 2, "a partition needs an ensemble");
-        ZkEnsemble::start_with(n, None, true)
+        ZkEnsemble::start_with(n, None, true, "")
     }
 
     /// One server that also serves TLS on a secureClientPort, with the certificates of
     /// `make_certs` in `certs` (PEM keystores; client certificates required).
     pub fn start_tls(certs: &std::path::Path) -> ZkEnsemble {
-        ZkEnsemble::start_with(1, Some(certs), false)
+        ZkEnsemble::start_with(1, Some(certs), false, "")
     }
 
     /// The TLS client port of server 0.
@@ -244,7 +244,20 @@ impl ZkEnsemble {
         )
     }
 
-    fn start_with(n: usize, certs: Option<&std::path::Path>, partitionable: bool) -> ZkEnsemble {
+    /// One server that grants sessions up to 60 s (the others cap them at 4 s): for a
+    /// test that tells a candidate's own leaving from its session's expiry by time.
+    pub fn start_long_sessions() -> ZkEnsemble {
+        ZkEnsemble::start_with(1, None, false, "maxSessionTimeout=60000\n")
+    }
+
+    /// `n` servers; `certs`: TLS too; `partitionable`: peers through proxies; `extra`:
+    /// lines added to each server's `zoo.cfg`.
+    fn start_with(
+        n: usize,
+        certs: Option<&std::path::Path>,
+        partitionable: bool,
+        extra: &str,
+    ) -> ZkEnsemble {
         let dir = crate::common::store_data_dir();
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
@@ -284,6 +297,7 @@ impl ZkEnsemble {
                 let data = dir.path().join(format!("zk{i}"));
                 std::fs::create_dir_all(&data).expect("data dir");
                 let mut cfg = config(&data, ports[i].0);
+                cfg.push_str(extra);
                 let secure = certs.map(|certs| {
                     let keystore = dir.path().join("server-keystore.pem");
                     let key = std::fs::read_to_string(certs.join("server.key")).expect("key");

@@ -28,9 +28,10 @@ pub(super) struct Election<'a> {
     pub(super) slots: Vec<Sidecar>,
     pub(super) poller: Option<Poller>,
     pub(super) generation: usize,
-    /// Set by a fault of the store itself: the next handover first waits for the
-    /// leader to renew (its client may still be reconnecting to the store, and a
-    /// release that cannot reach the store hands over only by expiry).
+    /// Set by a fault of the store itself: the next round first waits for the leader
+    /// to renew (its client may still be reconnecting to the store, a release that
+    /// cannot reach the store hands over only by expiry, and a store that changed its
+    /// own leader may have extended the lease past its ttl).
     pub(super) store_faulted: bool,
     /// When the store was last killed and restarted: every connection to it broke, so
     /// the next handover first waits for every follower to have heard from the store
@@ -167,15 +168,34 @@ impl Election<'_> {
     }
 
     /// The first live sidecar (other than `except`) that says it leads, within `limit`.
+    /// A leader other than the one on `except`, within `limit`. A store whose leases
+    /// restart when it changes its own consensus leader ([`ServerControl::leader_changes`])
+    /// and changed it meanwhile gets `limit` again from then, up to three times: the
+    /// bound holds for a store that keeps its leader.
     pub(super) fn find_leader(&self, except: Option<u16>, limit: Duration) -> Option<(usize, u64)> {
-        eventually(limit, || {
-            self.slots.iter().enumerate().find_map(|(i, s)| {
-                if !s.is_running() || Some(s.port) == except {
-                    return None;
-                }
-                let v = s.leader()?;
-                (v["is_leader"] == true).then(|| (i, v["fencing_token"].as_u64().unwrap_or(0)))
-            })
+        let changes = || self.spec.server.as_deref().and_then(|s| s.leader_changes());
+        let mut seen = changes();
+        for _ in 0..4 {
+            if let Some(found) = eventually(limit, || self.leader_other_than(except)) {
+                return Some(found);
+            }
+            let now = changes();
+            if now == seen {
+                return None;
+            }
+            eprintln!("the store changed its own leader meanwhile ({seen:?} -> {now:?} changes seen): its leases restarted, the bound counts again");
+            seen = now;
+        }
+        None
+    }
+
+    fn leader_other_than(&self, except: Option<u16>) -> Option<(usize, u64)> {
+        self.slots.iter().enumerate().find_map(|(i, s)| {
+            if !s.is_running() || Some(s.port) == except {
+                return None;
+            }
+            let v = s.leader()?;
+            (v["is_leader"] == true).then(|| (i, v["fencing_token"].as_u64().unwrap_or(0)))
         })
     }
 
@@ -320,14 +340,17 @@ impl Election<'_> {
     /// every candidate's view and log.
     fn a_leader_stands_before(&mut self, fault: Fault) -> (usize, u64) {
         let limit = self.spec.ttl * 5 + Duration::from_secs(10);
-        let found = if !matches!(fault, Fault::Graceful | Fault::Release) {
-            self.find_leader(None, limit)
-        } else if std::mem::take(&mut self.store_faulted) {
+        // After a fault of the store, every round starts from a claim renewed since: a
+        // lease the store extended meanwhile (etcd, on a new raft leader) is renewed
+        // to its plain ttl before a bound counts from it.
+        let found = if std::mem::take(&mut self.store_faulted) {
             let restarted = self.store_restarted.take();
             let heard = restarted.is_none_or(|at| {
                 eventually(limit, || self.followers_heard_since(at).then_some(())).is_some()
             });
             heard.then(|| self.renewed(limit)).flatten()
+        } else if !matches!(fault, Fault::Graceful | Fault::Release) {
+            self.find_leader(None, limit)
         } else {
             self.settled(limit)
         };

@@ -27,6 +27,12 @@ pub trait ServerControl {
     fn leader_node(&self) -> Option<usize> {
         None
     }
+    /// How many changes of its own consensus leader the store's nodes have seen, on a
+    /// store that counts them and whose leases restart on such a change (etcd's lessor
+    /// gives every lease a full ttl again when a new raft leader takes over).
+    fn leader_changes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A store made of member processes the harness started (etcd members, ZooKeeper
@@ -46,6 +52,10 @@ pub trait Members {
     fn consensus_leader(&self) -> Option<usize>;
     /// Cuts member `i` off from the others (`cut`) or heals it (a partitionable store).
     fn cut_off(&self, i: usize, cut: bool);
+    /// See [`ServerControl::leader_changes`].
+    fn leader_changes(&self) -> Option<u64> {
+        None
+    }
 }
 
 fn signal_member(m: &impl Members, i: usize, sig: i32) {
@@ -100,6 +110,9 @@ impl<T: Members> ServerControl for T {
     }
     fn leader_node(&self) -> Option<usize> {
         self.consensus_leader()
+    }
+    fn leader_changes(&self) -> Option<u64> {
+        Members::leader_changes(self)
     }
     fn isolate_node(&mut self, node: usize, cut: bool) {
         self.cut_off(node, cut);
