@@ -399,3 +399,25 @@ fn a_stalled_log_pipe_never_stalls_the_sidecar() {
         "the stalled sidecar's exit: {exited:?}"
     );
 }
+
+/// A leader left idle holds little memory of its own: its anonymous memory (heap,
+/// stacks; not the binary's pages, which the page cache shares) stays under 4 MiB. A
+/// log buffer sized for 128,000 lines up front (tracing-appender's default: 4 MiB of
+/// slots before the first line) breaks it. `make bench` measures the whole footprint.
+#[test]
+fn an_idle_leader_holds_under_4_mib_of_its_own() {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::file(dir.path()).build();
+    let leader = Sidecar::spawn("idle", dir.path(), &args);
+    leader.settles_in("leader", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(1));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", leader.pid)).expect("status");
+    let anon_kib: u64 = (status.lines())
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("RssAnon in /proc/<pid>/status");
+    assert!(
+        anon_kib < 4 * 1024,
+        "the idle leader's anonymous memory: {anon_kib} KiB"
+    );
+}
