@@ -410,6 +410,7 @@ fn an_idle_leader_holds_under_4_mib_of_its_own() {
     let args = SidecarArgs::file(dir.path()).build();
     let leader = Sidecar::spawn("idle", dir.path(), &args);
     leader.settles_in("leader", Duration::from_secs(10));
+    // Idle: a second of renewals after the claim, so the first requests are behind it.
     std::thread::sleep(Duration::from_secs(1));
     let status = std::fs::read_to_string(format!("/proc/{}/status", leader.pid)).expect("status");
     let anon_kib: u64 = (status.lines())
