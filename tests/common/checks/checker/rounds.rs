@@ -168,7 +168,7 @@ impl Election<'_> {
     }
 
     /// The first live sidecar (other than `except`) that says it leads, within `limit`.
-    /// A leader other than the one on `except`, within `limit`. A store whose leases
+    /// A store whose leases
     /// restart when it changes its own consensus leader ([`ServerControl::leader_changes`])
     /// and changed it meanwhile gets `limit` again from then, up to three times: the
     /// bound holds for a store that keeps its leader.
@@ -189,6 +189,7 @@ impl Election<'_> {
         None
     }
 
+    /// The first live sidecar (other than `except`) that says it leads, now.
     fn leader_other_than(&self, except: Option<u16>) -> Option<(usize, u64)> {
         self.slots.iter().enumerate().find_map(|(i, s)| {
             if !s.is_running() || Some(s.port) == except {
