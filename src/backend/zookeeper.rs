@@ -268,16 +268,17 @@ impl ZkTransport {
         // transaction: one transaction on the server where a delete and then a close
         // were two (the successor's first requests queued behind the second), and no
         // read before it. The library closes the session once its last handle is gone.
-        // The watches go after that handle: a watch dropped while the session has one
+        // The watches go once the session is closed: a watch dropped while the session
+        // still has a handle (ours, or a claim's background write still on its way)
         // sends a removeWatches, which the server answers before it reads the close.
         // (When this future is dropped before the close is answered, the relay's drop
         // ends the connection, and the node goes with the session's expiry.)
         drop(client);
-        drop(left.watches);
         let closed = match left.events {
             Some(mut events) => session::closed(&mut events).await,
             None => false,
         };
+        drop(left.watches);
         if let Some(relay) = left.relay {
             relay.close_after(closed);
         }
@@ -552,8 +553,8 @@ struct Leftovers {
     relay: Option<Relay>,
     /// The session's state changes.
     events: Option<StateWatcher>,
-    /// The phase the session left, with its watches: dropped after the session's last
-    /// handle, so that none of them sends a removeWatches ahead of the close.
+    /// The phase the session left, with its watches: dropped once the session is
+    /// closed, so that none of them sends a removeWatches ahead of the close.
     watches: ZkPhase,
 }
 

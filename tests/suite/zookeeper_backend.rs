@@ -1150,16 +1150,18 @@ fn a_release_is_one_transaction_the_close_of_the_session() {
 /// A release sends nothing ahead of the close of its session: the leader's watch on
 /// its own node is still set at the server when the close deletes the node (a
 /// removeWatches first would be one more request for the server to answer before the
-/// close, and so before the successor's watch fires).
+/// close, and so before the successor's watch fires). The release comes right after
+/// the claim, while the claim's own background writes (its confirmation, its
+/// announcement) still hold the session open.
 #[test]
 fn a_release_sends_no_removal_of_its_watch_ahead_of_the_close() {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     backend_switchover::runtime().block_on(async {
         let mut a = zk_candidate(&connect, "unwatch", "A");
-        zk_leads("A", &mut a).await;
         let fired = || zk.mntr("zk_sum_node_deleted_watch_count");
         let before = fired();
+        zk_leads("A", &mut a).await;
         a.release().await.expect("A releases");
         // The delete's watchers are counted once the close is applied.
         let until = std::time::Instant::now() + Duration::from_secs(5);
