@@ -103,6 +103,7 @@ impl Family {
         }),
         Family::SqlTtl(sql::Flaws {
             adopts_own_identity: false,
+            sends_no_floor: false,
         }),
         Family::Session(zk::Flaws {
             next_in_line_claims: false,
@@ -131,6 +132,7 @@ impl Family {
             Family::Ttl(f) if f.renewal_not_ours_kept => "ttl-RenewalNotOursKept".into(),
             Family::Ttl(_) => "ttl".into(),
             Family::SqlTtl(f) if f.adopts_own_identity => "sql-ttl-AdoptsOwnIdentity".into(),
+            Family::SqlTtl(f) if f.sends_no_floor => "sql-ttl-SendsNoFloor".into(),
             Family::SqlTtl(_) => "sql-ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
             Family::Session(_) => "session".into(),
@@ -157,6 +159,11 @@ impl Family {
             "sql-ttl" => Some(Family::SqlTtl(sql::Flaws::default())),
             "sql-ttl-AdoptsOwnIdentity" => Some(Family::SqlTtl(sql::Flaws {
                 adopts_own_identity: true,
+                ..sql::Flaws::default()
+            })),
+            "sql-ttl-SendsNoFloor" => Some(Family::SqlTtl(sql::Flaws {
+                sends_no_floor: true,
+                ..sql::Flaws::default()
             })),
             "ttl-ClaimsOnValue" => Some(Family::Ttl(redis::Flaws {
                 claims_on_value: true,
@@ -294,9 +301,10 @@ pub struct Client {
 }
 
 impl Client {
-    /// Ttl: the highest token the Redis core has seen.
-    pub fn redis_floor(&self) -> Option<u64> {
-        self.redis.as_ref().map(redis::Candidate::floor)
+    /// Ttl and SqlTtl: the highest token the store's core has seen.
+    pub fn floor(&self) -> Option<u64> {
+        let sql = self.sql.as_ref().map(sql::Candidate::floor);
+        self.redis.as_ref().map(redis::Candidate::floor).or(sql)
     }
 
     /// A reader's client (the read-write family).
@@ -424,6 +432,10 @@ impl Client {
             (Family::Ttl(_), Op::Campaign) => {
                 let floor = self.redis.as_ref().map_or(0, redis::Candidate::floor_sent);
                 vec![Out::Send(0, Req::RedisTake { key, floor })]
+            }
+            (Family::SqlTtl(_), Op::Campaign) => {
+                let floor = self.sql.as_ref().map_or(0, sql::Candidate::floor_sent);
+                vec![Out::Send(0, Req::SqlTake { key, floor })]
             }
             (_, Op::Campaign) => vec![Out::Send(0, Req::Campaign { key })],
             (_, Op::Renew) => self.all(Req::Renew { key }),

@@ -2,11 +2,12 @@
 //! [`CHAOS_TTLS`] ttl with cut links (both ways or one way), slow links, process pauses
 //! (SIGSTOP) and crashes (`kill -9`, then a restart), store pauses, Redlock node
 //! restarts (empty or from an older snapshot), single Redis server restarts without
-//! persistence (the TTL family: record and fence counter gone), graceful shutdowns and
+//! persistence (the TTL family: record and fence counter gone), SQL's lease and counter
+//! rows deleted (the SQL TTL family: the same loss), graceful shutdowns and
 //! `POST /release`; on top, the seed's message loss, duplication and long delays. Then
 //! everything heals, and the liveness checks run.
 //!
-//! A Redis server that lost its counter is fenced only by candidates that have seen the
+//! A Redis server (or SQL table) that lost its counter is fenced only by candidates that have seen the
 //! tokens handed out (the documented limit: a candidate started fresh cannot know of
 //! the loss, and one that missed the latest tokens continues above what it saw). So
 //! that restart comes only while every sidecar runs and has seen the latest token,
@@ -48,7 +49,8 @@ pub enum Fault {
     /// The store stops answering for `dur` (its clock runs).
     PauseStore { store: usize, dur: Ns },
     /// Redlock node 0 restarts, empty or from its last snapshot; the single Redis
-    /// server (the TTL family) restarts empty.
+    /// server (the TTL family) restarts empty; SQL's lease and counter rows are deleted
+    /// (the SQL TTL family).
     RestartStore { empty: bool },
     /// Redlock node 0 writes a snapshot (a later restore brings it back).
     Snapshot,
@@ -72,7 +74,7 @@ pub fn schedule(w: &mut World) {
         let node = w.rng.random_range(0..n);
         let dur = w.rng.random_range(ttl / 10..2 * ttl);
         let redlock = matches!(w.fam, Family::Redlock(..));
-        let redis = matches!(w.fam, Family::Ttl(_));
+        let redis = matches!(w.fam, Family::Ttl(_) | Family::SqlTtl(_));
         let fault = match w.rng.random_range(0..100) {
             0..18 => Fault::Cut {
                 node,
@@ -135,7 +137,7 @@ pub fn apply(w: &mut World, f: Fault) {
             w.at(until, Ev::ResumeNode(node));
         }
         Fault::Crash { .. } | Fault::Shutdown { .. } if w.fence_lost() => {
-            w.note(|| "skipped: the Redis server's fence counter is not back yet".into());
+            w.note(|| "skipped: the store's fence counter is not back yet".into());
         }
         Fault::Crash { node, down } if w.nodes[node].machine.is_some() => {
             w.crash(node);
@@ -166,7 +168,7 @@ pub fn apply(w: &mut World, f: Fault) {
 
 fn restart_store(w: &mut World, empty: bool) {
     if let Kind::Ttl(_) = &w.stores[0].kind {
-        return restart_redis(w);
+        return restart_empty(w);
     }
     let local = w.stores[0].clock.local(w.now);
     let snapshot = w.stores[0].snapshot.clone();
@@ -181,17 +183,18 @@ fn restart_store(w: &mut World, empty: bool) {
     w.stores[0].tick_at = None;
 }
 
-/// The single Redis server restarts empty, while every sidecar runs and has seen the
-/// latest token, every take on its way carries it, and one sidecar stays (see the
-/// module doc); else the fault is skipped.
-fn restart_redis(w: &mut World) {
+/// The single Redis server restarts empty (or SQL's lease and counter rows are
+/// deleted), while every sidecar runs and has seen the latest token, every take on its
+/// way carries it, and one sidecar stays (see the module doc); else the fault is
+/// skipped.
+fn restart_empty(w: &mut World) {
     let Kind::Ttl(st) = &w.stores[0].kind else {
         return;
     };
     let latest = st.counter;
     let unseen = (0..w.nodes.len()).find(|&i| {
         let n = &w.nodes[i];
-        n.machine.is_none() || n.client.redis_floor().is_none_or(|f| f < latest)
+        n.machine.is_none() || n.client.floor().is_none_or(|f| f < latest)
     });
     if let Some(i) = unseen {
         w.note(|| format!("skipped: n{i} is down or has not seen token {latest}"));

@@ -5,8 +5,10 @@
 //! Modeled on `src/backend/*.rs`, reduced to what decides who leads:
 //! - [`TtlStore`]: one record with a ttl judged by the store's clock, taken or renewed
 //!   by compare-and-set on the candidate's nonce, token from a counter bumped on each
-//!   new tenure (Redis; the SQL backends alike); a Redis take carries the candidate's
-//!   floor, and a restart without persistence loses the record and the counter;
+//!   new tenure (Redis; the SQL backends alike); a take carries the candidate's floor,
+//!   and a restart without persistence (Redis) or a delete of the lease and counter
+//!   rows (SQL) loses the record and the counter; SQL's row stays after a release or
+//!   an expiry, as its take statement keeps it;
 //! - [`SessionStore`]: sessions with a server-side timeout, kept alive by every request
 //!   of the session, one ephemeral-sequential node per campaign, the lowest live node
 //!   leads, token = its sequence number (ZooKeeper, etcd leases);
@@ -32,6 +34,9 @@ pub enum Req {
     /// Redis: the take script (`src/backend/redis/lua/acquire.lua`) for `key` with the
     /// candidate's `floor`, the highest token it has seen.
     RedisTake { key: u64, floor: u64 },
+    /// SQL: the take statement (`src/backend/sql/postgres/statements.rs`, `take`) for
+    /// the tenure `key` with the candidate's `floor`.
+    SqlTake { key: u64, floor: u64 },
     /// Give back the lease of `key` (close the session).
     Release { key: u64 },
     /// Redlock node: give back what a campaign that did not win took, quietly (no
@@ -144,16 +149,23 @@ pub struct TtlStore {
     /// since.
     pub fence_lost: bool,
     /// A campaign is answered with the row it left ([`Resp::Row`]), as a SQL take
-    /// statement's `RETURNING` does, rather than with the store's verdict.
+    /// statement's `RETURNING` does, rather than with the store's verdict; the row
+    /// stays after a release (nobody's) or an expiry, with its token.
     pub rows: bool,
+    /// SQL: the row's end (its release or expiry) was pushed, and nothing took it since.
+    pub ended: bool,
 }
 
 impl TtlStore {
-    /// Drops an expired record; the key that went, for the push.
+    /// Drops an expired record (SQL: marks its row ended); the key that went, for the
+    /// push.
     pub fn expire(&mut self, now: STime) -> Option<u64> {
         match self.record {
-            Some(r) if r.expiry <= now => {
-                self.record = None;
+            Some(r) if r.expiry <= now && !self.ended => {
+                self.ended = self.rows;
+                if !self.rows {
+                    self.record = None;
+                }
                 Some(r.key)
             }
             _ => None,
@@ -162,15 +174,63 @@ impl TtlStore {
 
     /// The next instant something may expire.
     pub fn next_expiry(&self) -> Option<STime> {
-        self.record.map(|r| r.expiry)
+        self.record.filter(|_| !self.ended).map(|r| r.expiry)
     }
 
-    /// A restart without persistence (a redis-server with no AOF or RDB): the record
-    /// and the fence counter are gone.
+    /// A restart without persistence (a redis-server with no AOF or RDB), or SQL's
+    /// lease and counter rows deleted: the record and the fence counter are gone.
     pub fn restart_empty(&mut self) {
         self.record = None;
         self.counter = 0;
         self.fence_lost = true;
+        self.ended = false;
+    }
+
+    /// The SQL take statement on `key` with the candidate's `floor`: a new tenure gets
+    /// one more than the highest of the row's token, the floor and the counter, on a
+    /// row that is ours, free or expired; a missing row is written as a quarantine row
+    /// (nobody's, for a ttl, with that highest token) once tokens were handed out (the
+    /// counter or the floor says so); the counter follows the row's token.
+    fn sql_take(&mut self, now: STime, ttl: Duration, key: u64, floor: u64) {
+        let n = self.counter.max(floor);
+        let expiry = now + ttl;
+        let row = match self.record {
+            None if n > 0 => Record {
+                key: QUARANTINE,
+                token: n,
+                expiry,
+            },
+            None => Record {
+                key,
+                token: 1,
+                expiry,
+            },
+            Some(r) if r.key == key => Record { expiry, ..r },
+            Some(r) if r.expiry <= now => Record {
+                key,
+                token: r.token.max(n) + 1,
+                expiry,
+            },
+            Some(r) => r,
+        };
+        if self.record != Some(row) {
+            self.ended = false;
+        }
+        self.counter = self.counter.max(row.token);
+        self.fence_lost = false;
+        self.record = Some(row);
+    }
+
+    /// SQL: the release statement: our row made nobody's and expired, its token kept.
+    fn sql_release(&mut self, now: STime, key: u64) -> bool {
+        match self.record.as_mut() {
+            Some(r) if r.key == key => {
+                (r.key, r.expiry) = (QUARANTINE, now);
+                self.ended = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The take script on `key` with the candidate's `floor`: our own record adopted,
@@ -210,6 +270,10 @@ impl TtlStore {
             .collect();
         let resp = match *req {
             Req::RedisTake { key, floor } => self.redis_take(now, ttl, key, floor),
+            Req::SqlTake { key, floor } => {
+                self.sql_take(now, ttl, key, floor);
+                Resp::Held(None)
+            }
             Req::Campaign { key } => match self.record.as_mut() {
                 None => {
                     self.counter += 1;
@@ -229,10 +293,17 @@ impl TtlStore {
             Req::Renew { key } => match self.record.as_mut() {
                 Some(r) if r.key == key => {
                     r.expiry = now + ttl;
+                    self.ended = false;
                     Resp::Renewed(true)
                 }
                 _ => Resp::Renewed(false),
             },
+            Req::Release { key } if self.rows => {
+                if self.sql_release(now, key) {
+                    pushes.push(Push::Gone { key });
+                }
+                Resp::Released
+            }
             Req::Release { key } => {
                 if self.record.is_some_and(|r| r.key == key) {
                     self.record = None;
@@ -244,7 +315,7 @@ impl TtlStore {
         };
         let row = self
             .record
-            .filter(|_| self.rows && matches!(req, Req::Campaign { .. }));
+            .filter(|_| self.rows && matches!(req, Req::SqlTake { .. }));
         let resp = match row {
             Some(r) => Resp::Row {
                 key: r.key,

@@ -856,11 +856,12 @@ impl World {
         let held = self.stores.iter().flat_map(|s| s.held.iter());
         let mut evs = self.queue.values().map(|e| &**e).chain(held);
         evs.any(|ev| {
-            matches!(ev, Ev::Deliver(Msg::ToStore { req: Req::RedisTake { floor, .. }, .. }) if *floor < token)
+            matches!(ev, Ev::Deliver(Msg::ToStore { req: Req::RedisTake { floor, .. } | Req::SqlTake { floor, .. }, .. }) if *floor < token)
         })
     }
 
-    /// Whether the single Redis server lost its fence counter and no take set it since.
+    /// Whether the single Redis server (or SQL's counter row) lost its fence counter
+    /// and no take set it since.
     pub fn fence_lost(&self) -> bool {
         matches!(&self.stores[0].kind, Kind::Ttl(st) if st.fence_lost)
     }

@@ -425,8 +425,22 @@ fn a_sql_row_adopted_by_identity_is_caught() {
     use leasekeeper::backend::sql::driven;
     let flaws = driven::Flaws {
         adopts_own_identity: true,
+        ..driven::Flaws::default()
     };
     caught_on(Family::SqlTtl(flaws), "overlap");
+}
+
+/// The SQL store's core known-wrong on the SQL TTL family: a take that sends no floor,
+/// caught by the default sweep on that family alone as a token that did not grow
+/// (the lease and counter rows deleted, the next take starts again at 1).
+#[test]
+fn a_sql_take_without_its_floor_is_caught() {
+    use leasekeeper::backend::sql::driven;
+    let flaws = driven::Flaws {
+        sends_no_floor: true,
+        ..driven::Flaws::default()
+    };
+    caught_on(Family::SqlTtl(flaws), "token");
 }
 
 /// The slots family's known-wrong rules (`--holders`): each caught by the default

@@ -112,6 +112,10 @@ pub enum Look {
 pub struct Flaws {
     /// A row held under our identity is ours, whatever its tenure id.
     pub adopts_own_identity: bool,
+    /// A take sends no floor (0), whatever tokens were seen: after the lease row and
+    /// the counter row are gone, the next tenure's token starts again at 1 and nothing
+    /// fences the old claim.
+    pub sends_no_floor: bool,
 }
 
 /// This candidate's side of the lease row: its tenure id, the highest token it has
@@ -273,6 +277,16 @@ impl Tenancy {
             self.phase = Phase::Free { expiry: None };
         }
         std::mem::replace(&mut self.tenure, new_tenure_id())
+    }
+
+    /// The floor a take sends: the highest token seen, so that the statement hands
+    /// out none at or below it, and answers a missing row with a quarantine row for a
+    /// ttl once tokens were handed out.
+    pub fn floor_sent(&self) -> TokenFloor {
+        match self.flaws.sends_no_floor {
+            true => TokenFloor::default(),
+            false => self.floor,
+        }
     }
 
     /// A renew statement's answer: `ours`, the row was still our tenure's.
@@ -475,8 +489,12 @@ mod tests {
             let expiry = at(now, u64::try_from(left).unwrap() + 2);
             assert_eq!(t.phase, Phase::Free { expiry }, "{holder:?} {left}");
         }
-        // A lower token never lowers the floor.
+        // A lower token never lowers the floor, and a take sends it.
         assert_eq!(t.floor.get(), 9);
+        assert_eq!(t.floor_sent().get(), 9);
+        t.flaws.sends_no_floor = true;
+        assert_eq!(t.floor_sent().get(), 0, "the known-wrong rule sends none");
+        t.flaws.sends_no_floor = false;
         let before = t.phase.clone();
         let negative = t.after_take(now, Some(row("b", "x", -1, 500)), false, None);
         assert!(negative.is_err());

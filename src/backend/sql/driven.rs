@@ -62,9 +62,14 @@ impl Candidate {
         Candidate { tenancy }
     }
 
-    /// The highest token seen: the floor a take sends.
+    /// The highest token seen.
     pub fn floor(&self) -> u64 {
         self.tenancy.floor.get()
+    }
+
+    /// The floor a take sends (none with the known-wrong rule).
+    pub fn floor_sent(&self) -> u64 {
+        self.tenancy.floor_sent().get()
     }
 
     /// The row a take of our tenure `tenure` left (`None`: none), at `now`.
@@ -128,6 +133,7 @@ mod tests {
         let now = Instant::now();
         let flawed = Flaws {
             adopts_own_identity: true,
+            ..Flaws::default()
         };
         let mut c = Candidate::new("a", Duration::from_secs(3), flawed);
         assert_eq!(

@@ -412,7 +412,7 @@ impl SqlDialect for Mysql {
         };
         self.sight.saw(Some(&row), left_to_another);
         if rules::counter_gone(reserved.is_some(), false, &row, &t.tenure) {
-            self.seed(session, t.floor.sql_param()).await?;
+            self.seed(session, t.floor_sent().sql_param()).await?;
         }
         Ok(Some(row))
     }

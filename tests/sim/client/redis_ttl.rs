@@ -6,7 +6,7 @@
 use leasekeeper::backend::Renewal;
 use leasekeeper::elector::machine::{Op, Time};
 
-use super::super::store::Resp;
+use super::super::store::{Resp, QUARANTINE};
 use super::{redis, sql, Client};
 
 impl Client {
@@ -55,8 +55,13 @@ impl Client {
         let Some(core) = self.sql.as_mut() else {
             return resp;
         };
+        // A quarantine row, or one released, is nobody's.
+        let holder = match key {
+            QUARANTINE => String::new(),
+            _ => (key >> 40).to_string(),
+        };
         let row = sql::Row {
-            holder: (key >> 40).to_string(),
+            holder,
             tenure: key.to_string(),
             token,
             left_ms,

@@ -311,7 +311,7 @@ impl Mysql {
         self.sight.saw(Some(&row), kept);
         if super::rules::counter_gone(false, kept, &row, &t.tenure) {
             // Free, yet no token was counted: the counter's row is gone (see `take`).
-            self.seed(session, t.floor.sql_param()).await?;
+            self.seed(session, t.floor_sent().sql_param()).await?;
         }
         Ok(Some(row))
     }

@@ -264,7 +264,7 @@ impl Statements {
     /// The next token, counted when the row is free for a new tenure of ours.
     pub(super) fn count<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
         sqlx::query(&self.reserve)
-            .bind(t.floor.sql_param())
+            .bind(t.floor_sent().sql_param())
             .bind(&t.election)
             .bind(&t.tenure)
             .bind(&t.election)
@@ -375,7 +375,7 @@ impl SharedStatements {
 
     pub(super) fn count<'q>(&'q self, t: &'q Tenancy) -> Request<'q> {
         sqlx::query(&self.count)
-            .bind(t.floor.sql_param())
+            .bind(t.floor_sent().sql_param())
             .bind(&t.election)
             .bind(&t.election)
             .bind(&t.identity)

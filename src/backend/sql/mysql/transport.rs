@@ -83,7 +83,7 @@ impl Mysql {
         session: &mut Session<MySqlConnection>,
         t: &Tenancy,
     ) -> Result<Option<(LeaseRow, bool)>, BackendError> {
-        self.seed(session, t.floor.sql_param()).await?;
+        self.seed(session, t.floor_sent().sql_param()).await?;
         let request = self.statements.counted(&t.election);
         let counted = session.maybe("campaign", request).await;
         let counted = counted?.unwrap_or(0);

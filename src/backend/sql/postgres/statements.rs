@@ -208,7 +208,7 @@ impl Statements {
             .bind(&t.tenure)
             .bind(&t.identity)
             .bind(t.ttl_ms())
-            .bind(t.floor.sql_param())
+            .bind(t.floor_sent().sql_param())
             .bind(channel)
     }
 
@@ -282,7 +282,7 @@ impl SharedStatements {
             .bind(&t.tenure)
             .bind(&t.identity)
             .bind(t.ttl_ms())
-            .bind(t.floor.sql_param())
+            .bind(t.floor_sent().sql_param())
     }
 
     pub(super) fn renew<'q>(&'q self, t: &'q Tenancy) -> Scalar<'q, i64> {
