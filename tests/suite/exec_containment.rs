@@ -258,7 +258,7 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
         "the orphans still run: {:?}",
         procs::running_below(a.pid, "sleep 0.2", worker_pid)
     );
-    let reaped = eventually(Duration::from_secs(3), || {
+    let reaped = eventually(Duration::from_secs(10), || {
         procs::zombies_below(a.pid).is_empty().then_some(())
     });
     assert!(

@@ -38,10 +38,12 @@ fn file_election_survives_the_checker() {
 #[test]
 fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
     let dir = tempfile::tempdir().expect("dir");
-    let args = SidecarArgs::file(dir.path()).ttl("15s").build();
+    // ttl 45 s: a follower that looked only at its retry interval (15 s) would take
+    // over within the bound below only one time in ten.
+    let args = SidecarArgs::file(dir.path()).ttl("45s").build();
     let mut first = Sidecar::spawn("first", dir.path(), &args);
     assert!(first.wait_listening(Duration::from_secs(10)));
-    let led = common::eventually(Duration::from_secs(5), || {
+    let led = common::eventually(Duration::from_secs(10), || {
         first.leader().filter(|v| v["is_leader"] == true)
     });
     let led = led.expect("the first copy leads");
@@ -65,7 +67,7 @@ fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
 
     let second = Sidecar::spawn("second", dir.path(), &args);
     assert!(second.wait_listening(Duration::from_secs(10)));
-    let follows = common::eventually(Duration::from_secs(5), || {
+    let follows = common::eventually(Duration::from_secs(10), || {
         second.leader().filter(|v| v["state"] == "follower")
     });
     let follows = follows.expect("the second copy follows");
@@ -83,11 +85,11 @@ fn a_second_copy_follows_and_takes_over_when_the_first_stops() {
 
     let t0 = std::time::Instant::now();
     first.signal(libc::SIGTERM);
-    let took = common::eventually(Duration::from_secs(2), || {
+    let took = common::eventually(Duration::from_secs(10), || {
         (http::get(second.port, "/is-leader")?.0 == 200).then(|| t0.elapsed())
     });
     let took = took.expect("the second copy takes over");
-    assert!(took < Duration::from_millis(500), "takeover took {took:?}");
+    assert!(took < Duration::from_millis(1500), "takeover took {took:?}");
     assert_eq!(
         first.wait_exit(Duration::from_secs(5)).map(|s| s.success()),
         Some(true)

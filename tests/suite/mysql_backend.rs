@@ -104,9 +104,9 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
     use std::time::{Duration, Instant};
     let db = MariaServer::start();
     let dir = tempfile::tempdir().expect("dir");
-    // ttl 15 s: a follower that left the lock's queue comes back only after the
-    // retry interval (5 s), far beyond the bound below.
-    let args = db_flags(&db, "lk").ttl("15s").election("wake").build();
+    // ttl 30 s: a follower that left the lock's queue comes back only after the
+    // retry interval (10 s), far beyond the bound below.
+    let args = db_flags(&db, "lk").ttl("30s").election("wake").build();
     let lock = leasekeeper::backend::sql::mysql::lock_name("lk", "leasekeeper_leases", "wake");
     let mut slots: Vec<Sidecar> = Vec::new();
     let mut generation = 0;
@@ -147,7 +147,7 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
         slots[li].signal(libc::SIGTERM);
-        let next = eventually(Duration::from_secs(8), || {
+        let next = eventually(Duration::from_secs(15), || {
             slots
                 .iter()
                 .enumerate()
@@ -159,7 +159,7 @@ fn mysql_graceful_handover_stays_fast_after_the_leader_loses_a_connection() {
             next.unwrap_or_else(|| panic!("no new leader after {lost:?}:\n{}", logs.join("\n")));
         eprintln!("graceful handover after the leader lost its {lost:?} connection: {took:?}");
         assert!(
-            took < Duration::from_millis(1500),
+            took < Duration::from_secs(3),
             "graceful handover took {took:?} after the leader lost its {lost:?} connection"
         );
         assert!(slots[li]
@@ -291,7 +291,7 @@ fn mysql_every_silent_follower_learns_of_the_next_leader() {
                 .map(|(_, s)| (s.name.clone(), s.leader()))
                 .collect::<Vec<_>>()
         };
-        let learned = eventually(Duration::from_secs(3), || stale().is_empty().then_some(()));
+        let learned = eventually(Duration::from_secs(10), || stale().is_empty().then_some(()));
         assert!(
             learned.is_some(),
             "after signal {signal}, {name} leads but followers still name another after {:?}: {:?}",

@@ -52,7 +52,7 @@ fn the_sidecar_as_pid_1_reaps_orphans_and_stops_on_sigterm() {
         "the orphan still runs: {:?}",
         procs::running_below(unshare.0.id(), "sleep 0.2", None)
     );
-    let reaped = eventually(Duration::from_secs(3), || {
+    let reaped = eventually(Duration::from_secs(10), || {
         procs::zombies_below(unshare.0.id())
             .is_empty()
             .then_some(())

@@ -119,8 +119,8 @@ fn a_sigterm_while_starting_is_a_clean_stop() {
     let dir = tempfile::tempdir().expect("dir");
     let url = format!("postgres://lk@127.0.0.1:{port}/lk");
     let args = SidecarArgs::postgres(&url)
-        .ttl("15s")
-        .flag("--backend-timeout", "4s")
+        .ttl("30s")
+        .flag("--backend-timeout", "10s")
         .election("starting")
         .build();
     let mut car = Sidecar::spawn("starting", dir.path(), &args);
@@ -128,8 +128,8 @@ fn a_sigterm_while_starting_is_a_clean_stop() {
     mute.set_nonblocking(true).expect("nonblocking");
     let _connected = common::eventually(Duration::from_secs(20), || mute.accept().ok())
         .expect("the sidecar connects to the mute server");
-    // Nothing is held yet: the stop needs no backend timeout (4 s) to pass.
-    let status = car.terminate(Duration::from_secs(3));
+    // Nothing is held yet: the stop needs no backend timeout (10 s) to pass.
+    let status = car.terminate(Duration::from_secs(5));
     assert!(
         status.is_some_and(|s| s.success()),
         "a SIGTERM while starting: {status:?}\n{}",
