@@ -29,7 +29,7 @@ PATTERNS = [
     (r"\bhelpers?'?s?\b", "a helper (say what the code or person does)"),
     (r"\b(?:other|another|two|three|several)(?: other)? agents?'?\b|\bagents' builds\b", "an agent"),
     (r"\bseen failing\b|\bseen to fail\b", "a test's history"),
-    (r"\b(?:the|an?) old (?:code|binary|elector|machine)\b", "the old code"),
+    (r"\b(?:the|an?) old (?:code|binary|elector|machine|main)\b", "the old code"),
     (r"\b(?:before|after) (?:the|this|that) (?:fix|change)\b|\(before[:,]|\bbefore: ?\d"
      r"|\d[\d.,]*\s*(?:ms|s|min|%|MiB|MB)?,? before\b[,;)]|(?:^|[.;]\s+)Before,\s"
      r"|\bbefore,? (?:and )?\d[\d.,]*\s*(?:ms|s|min|%|MiB|MB)? now\b",

@@ -320,8 +320,8 @@ fn a_drain_that_never_answers_ends_at_its_timeout() {
         took >= Duration::from_millis(650) && took < Duration::from_secs(3),
         "{took:?}"
     );
-    // The app is told that the drain is over without its answer (it was not, on the
-    // old main: one POST, and silence).
+    // The app is told that the drain is over without its answer (not one POST, and
+    // silence).
     let told = the_app_is_told_the_drain_lapsed(&app);
     assert!(
         told <= next + Duration::from_secs(1),

@@ -180,9 +180,9 @@ fn metrics_and_watch_follow_a_handover() {
 }
 
 /// The push stream carries the claim's deadline: the leader's stream has an event at
-/// each renewal with the claim's fresh `lease_expires_in_ms` (on the old main: one
-/// event at the start, then nothing), and no stream is silent for a ttl (keep-alives
-/// every ttl/3; they came every 15 s), so a subscriber of a frozen sidecar knows.
+/// each renewal with the claim's fresh `lease_expires_in_ms` (not one event at the
+/// start, then nothing), and no stream is silent for a ttl (keep-alives every ttl/3,
+/// not every 15 s), so a subscriber of a frozen sidecar knows.
 #[test]
 fn watch_streams_carry_the_claims_deadline_and_never_go_quiet_for_a_ttl() {
     let server = RedisServer::start();
@@ -596,8 +596,8 @@ fn followers_send_no_requests_while_the_holder_renews() {
     assert!((5..=12).contains(&evals), "{evals} scripts run in 6 s");
     // Reads inside scripts count too: one per renewal, the script's own GET. The
     // push of the leader's own renewal (Redis 7.0.15 pushes those, NOLOOP or not) is
-    // not read back (it was, once per renewal: 18 reads for 9 renewals on the old
-    // main), and the followers read nothing.
+    // not read back (reading it would be one more read per renewal), and the
+    // followers read nothing.
     assert!(
         gets <= evals + 1,
         "{gets} reads in 6 s for {evals} renewals"
