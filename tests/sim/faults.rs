@@ -1,6 +1,7 @@
 //! The faults of a run, all drawn from the run's one generator: a chaos window of
 //! [`CHAOS_TTLS`] ttl with cut links (both ways or one way), slow links, process pauses
-//! (SIGSTOP) and crashes (`kill -9`, then a restart), store pauses, Redlock node
+//! (SIGSTOP; the claiming process's past its ttl) and crashes (`kill -9`, then a
+//! restart), store pauses, Redlock node
 //! restarts (empty or from an older snapshot), single Redis server restarts without
 //! persistence (the TTL family: record and fence counter gone), SQL's lease and counter
 //! rows deleted (the SQL TTL family: the same loss), graceful shutdowns and
@@ -44,6 +45,9 @@ pub enum Fault {
     Congested { node: usize, dur: Ns },
     /// SIGSTOP, SIGCONT after `dur`: no event processed, the clock runs.
     Pause { node: usize, dur: Ns },
+    /// SIGSTOP of whoever claims at that instant (nobody's, when none does), for 1.2
+    /// to 2.5 ttl: another takes over while it is stopped, and it runs on after.
+    PauseLeader { dur: Ns },
     /// `kill -9`, a new process after `down`.
     Crash { node: usize, down: Ns },
     /// The store stops answering for `dur` (its clock runs).
@@ -87,7 +91,10 @@ pub fn schedule(w: &mut World) {
             },
             18..30 => Fault::Slow { node, dur },
             30..40 => Fault::Congested { node, dur },
-            40..52 => Fault::Pause { node, dur },
+            40..46 => Fault::Pause { node, dur },
+            46..52 => Fault::PauseLeader {
+                dur: w.rng.random_range(ttl * 6 / 5..ttl * 5 / 2),
+            },
             52..60 => Fault::Crash { node, down: dur },
             60..70 => Fault::PauseStore {
                 store: w.rng.random_range(0..stores),
@@ -127,6 +134,10 @@ pub fn apply(w: &mut World, f: Fault) {
                 }
             }
         }
+        Fault::PauseLeader { dur } => match w.oracle.leader_at(w.now) {
+            Some(node) => apply(w, Fault::Pause { node, dur }),
+            None => w.note(|| "skipped: nobody claims".into()),
+        },
         Fault::Slow { node, dur } => w.slow_until[node] = w.slow_until[node].max(w.now + dur),
         Fault::Congested { node, dur } => {
             w.congested_until[node] = w.congested_until[node].max(w.now + dur)
