@@ -152,29 +152,24 @@ pub struct TtlStore {
     /// statement's `RETURNING` does, rather than with the store's verdict; the row
     /// stays after a release (nobody's) or an expiry, with its token.
     pub rows: bool,
-    /// SQL: the row's end (its release or expiry) was pushed, and nothing took it since.
-    pub ended: bool,
 }
 
 impl TtlStore {
-    /// Drops an expired record (SQL: marks its row ended); the key that went, for the
-    /// push.
+    /// Drops an expired record; the key that went, for the push. SQL's row stays,
+    /// and nobody is told of its expiry: followers wait for it by their own timers.
     pub fn expire(&mut self, now: STime) -> Option<u64> {
         match self.record {
-            Some(r) if r.expiry <= now && !self.ended => {
-                self.ended = self.rows;
-                if !self.rows {
-                    self.record = None;
-                }
+            Some(r) if r.expiry <= now && !self.rows => {
+                self.record = None;
                 Some(r.key)
             }
             _ => None,
         }
     }
 
-    /// The next instant something may expire.
+    /// The next instant something may expire (and be pushed).
     pub fn next_expiry(&self) -> Option<STime> {
-        self.record.filter(|_| !self.ended).map(|r| r.expiry)
+        self.record.filter(|_| !self.rows).map(|r| r.expiry)
     }
 
     /// A restart without persistence (a redis-server with no AOF or RDB), or SQL's
@@ -183,7 +178,6 @@ impl TtlStore {
         self.record = None;
         self.counter = 0;
         self.fence_lost = true;
-        self.ended = false;
     }
 
     /// The SQL take statement on `key` with the candidate's `floor`: a new tenure gets
@@ -213,9 +207,6 @@ impl TtlStore {
             },
             Some(r) => r,
         };
-        if self.record != Some(row) {
-            self.ended = false;
-        }
         self.counter = self.counter.max(row.token);
         self.fence_lost = false;
         self.record = Some(row);
@@ -226,7 +217,6 @@ impl TtlStore {
         match self.record.as_mut() {
             Some(r) if r.key == key => {
                 (r.key, r.expiry) = (QUARANTINE, now);
-                self.ended = true;
                 true
             }
             _ => false,
@@ -293,7 +283,6 @@ impl TtlStore {
             Req::Renew { key } => match self.record.as_mut() {
                 Some(r) if r.key == key => {
                     r.expiry = now + ttl;
-                    self.ended = false;
                     Resp::Renewed(true)
                 }
                 _ => Resp::Renewed(false),
