@@ -2076,20 +2076,21 @@ mod redlock_rules {
 /// What a waiting `--mode` candidate costs Redlock at steady state: nothing. A reader
 /// waiting behind a writer tracks the writer's renewals; a writer waiting for a shared
 /// holder, and a reader waiting behind that writer, track the readers' set. MONITOR
-/// on the three nodes over 8 s (four ttl), every command of each candidate's
-/// connections counted; then the reader's SIGTERM wakes the writer within ttl/4.
+/// on the three nodes over 16 s (four ttl), every command of each candidate's
+/// connections counted; then the reader's SIGTERM wakes the writer within 1.5 s (a
+/// writer left to look by itself would look a ttl after the readers' last change).
 #[test]
 fn what_a_waiting_candidate_sends_on_redlock() {
     let cluster = common::checks::checker::RedisCluster::start(3);
     let dir = tempfile::tempdir().expect("dir");
     let args = SidecarArgs::redlock(&cluster.urls())
-        .ttl("2s")
+        .ttl("4s")
         .election("rw");
     let spawn = |name: &str, mode: &str| {
         Sidecar::spawn(name, dir.path(), &args.clone().flag("--mode", mode).build())
     };
     let count = |cars: &[Sidecar]| -> Vec<usize> {
-        let window = Duration::from_secs(8);
+        let window = Duration::from_secs(16);
         let seen: Vec<Vec<(u16, String)>> = std::thread::scope(|s| {
             let watches: Vec<_> = (cluster.nodes.iter())
                 .map(|n| s.spawn(move || n.monitor(window)))
@@ -2105,7 +2106,7 @@ fn what_a_waiting_candidate_sends_on_redlock() {
                     seen.iter().filter(|(p, _)| ports.contains(p)).count()
                 });
                 let sent: usize = sent.sum();
-                eprintln!("{}: {sent} commands in 8 s", car.name);
+                eprintln!("{}: {sent} commands in 16 s", car.name);
                 sent
             })
             .collect()
@@ -2140,7 +2141,10 @@ fn what_a_waiting_candidate_sends_on_redlock() {
     // Silent, and still woken at once by the last reader's release.
     let t0 = std::time::Instant::now();
     cars[1].signal(libc::SIGTERM);
-    let led = eventually(Duration::from_millis(500), || {
+    // A writer that slept on would look only once the readers' set went a ttl without
+    // a change: 2.67 s or more after the SIGTERM (the reader's last renewal at most a
+    // renew interval, 1.33 s, before it).
+    let led = eventually(Duration::from_millis(1_500), || {
         (leading(&cars) == [2]).then_some(())
     });
     eprintln!(
