@@ -350,8 +350,8 @@ fn rediss_with_a_private_ca_and_a_client_certificate() {
 }
 
 /// Invariant 9: the lock key deleted (`DEL`) or overwritten (`SET`) behind the
-/// leader's back. Before the leader tracked its own key, a follower claimed after
-/// its retry interval while the old leader claimed on until its next renew.
+/// leader's back. A leader that did not track its own key would claim on until its
+/// next renew, while a follower claimed after its retry interval.
 #[test]
 fn a_leader_whose_key_is_deleted_or_overwritten_steps_down_at_once() {
     use common::harness::tamper::{assert_recovered, candidates, tamper_with_leader};

@@ -383,8 +383,9 @@ async fn leader_node(client: &zookeeper_client::Client, dir: &str) -> String {
 }
 
 /// Invariants 8 and 9: the leader's node deleted or rewritten by another client.
-/// Before the leader watched its own node (renew was a read), it went on claiming
-/// until its next renew while the next candidate in the queue took over at once.
+/// A leader that did not watch its own node (a renew that is a read) would go on
+/// claiming until its next renew while the next candidate in the queue took over at
+/// once.
 #[test]
 fn a_leader_whose_node_is_deleted_or_rewritten_steps_down_at_once() {
     use common::harness::tamper::{assert_recovered, tamper_with_leader};
