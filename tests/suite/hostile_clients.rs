@@ -84,15 +84,16 @@ fn the_status_port_survives_abuse_with_a_raisable_open_files_limit() {
 
 /// Fresh probes while a burst is being opened (the status port during a burst): 3,000 slow connections opened at once, an unread
 /// `/watch`, a `GET /leader` flood and garbage; a fresh `GET /leader` every 100 ms
-/// from the burst's first moment. At least 95 % of them answered within 1 s in every
-/// 2 s window.
+/// from the burst's first moment. In every 2 s window at least 95 % of them answered
+/// within 1 s, a miss of the unabused follower too counting as the machine's, and at
+/// least 75 % answered whatever the machine did.
 fn judge_burst(r: &BurstReport) {
     let windows = r.windows(Duration::from_secs(2));
     eprintln!(
-        "burst of {}: {} connections dialed; answered/asked per 2 s: {:?}; failures: {:#?}",
+        "burst of {}: {} connections dialed; answered/missed by both/asked per 2 s: {:?}; failures: {:#?}",
         r.slow,
         r.dialed,
-        windows.iter().map(|w| (w.1, w.2)).collect::<Vec<_>>(),
+        windows.iter().map(|w| (w.1, w.2, w.3)).collect::<Vec<_>>(),
         r.failures
     );
     assert!(
@@ -100,10 +101,10 @@ fn judge_burst(r: &BurstReport) {
         "the burst never gathered ({})",
         r.dialed
     );
-    for (from, answered, asked) in windows {
+    for (from, answered, stalled, asked) in windows {
         assert!(
-            answered * 100 >= asked * 95,
-            "only {answered} of {asked} fresh probes answered within 1 s from {from:?} on"
+            (answered + stalled) * 100 >= asked * 95 && answered * 100 >= asked * 75,
+            "only {answered} of {asked} fresh probes answered within 1 s from {from:?} on ({stalled} missed by the unabused follower too)"
         );
     }
     assert!(!r.panicked, "the sidecar panicked");

@@ -155,6 +155,9 @@ struct Seen {
     floods: AtomicUsize,
 }
 
+/// How long a fresh probe waits for its answer (kubelet's default probe timeout).
+const SECOND: Duration = Duration::from_secs(1);
+
 /// The crowd's own address: another Pod, as far as the sidecar can tell (the probes
 /// come from 127.0.0.1, as kubelet's come from the node).
 const CROWD: [u8; 4] = [127, 0, 0, 2];
@@ -455,7 +458,9 @@ pub struct BurstReport {
     /// Connections the burst opened in all (it dials again at once whenever the
     /// sidecar lets one go).
     pub dialed: usize,
-    pub probes: Vec<(Duration, bool)>,
+    /// Each probe: when it started, whether the sidecar answered it within 1 s, and
+    /// whether the same probe of a follower the burst leaves alone was answered.
+    pub probes: Vec<(Duration, bool, bool)>,
     /// Why probes failed.
     pub failures: Vec<String>,
     /// Whether the sidecar's log shows a panic.
@@ -464,16 +469,17 @@ pub struct BurstReport {
 
 impl BurstReport {
     /// Probes answered within 1 s, per window of `width` from the burst's start:
-    /// (window start, answered, asked).
-    pub fn windows(&self, width: Duration) -> Vec<(Duration, usize, usize)> {
-        let mut out: Vec<(Duration, usize, usize)> = Vec::new();
-        for &(at, ok) in &self.probes {
+    /// (window start, answered, missed by the unabused follower too, asked).
+    pub fn windows(&self, width: Duration) -> Vec<(Duration, usize, usize, usize)> {
+        let mut out: Vec<(Duration, usize, usize, usize)> = Vec::new();
+        for &(at, ok, beside) in &self.probes {
             let i = (at.as_millis() / width.as_millis()) as usize;
             while out.len() <= i {
-                out.push((width * out.len() as u32, 0, 0));
+                out.push((width * out.len() as u32, 0, 0, 0));
             }
             out[i].1 += usize::from(ok);
-            out[i].2 += 1;
+            out[i].2 += usize::from(!ok && !beside);
+            out[i].3 += 1;
         }
         out
     }
@@ -567,9 +573,11 @@ async fn burst(port: u16, from: [u8; 4], slow: usize, stop: Arc<AtomicBool>, see
 
 /// One sidecar (open-files limit `nofile`) on Redis; `slow` slow connections opened
 /// at once against it from `from` (the crowd's own address, or the probes' own,
-/// 127.0.0.1), with the rest of the burst; a fresh `GET /leader` every 100 ms from
-/// the burst's first moment for `probe_for`, each on a new connection, answered
-/// within 1 s or failed.
+/// 127.0.0.1), with the rest of the burst, on the crowd's runtime (below the
+/// sidecars' priority); a fresh `GET /leader` every 100 ms from the burst's first
+/// moment for `probe_for`, each on a new connection, answered within 1 s or failed,
+/// each beside the same probe of a follower the burst leaves alone (when both miss,
+/// the machine stalled).
 pub fn under_burst(
     nofile: (u64, u64),
     slow: usize,
@@ -586,13 +594,14 @@ pub fn under_burst(
             .filter(|b| b.contains("\"is_leader\":true"))
     });
     assert!(ready.is_some(), "the sidecar did not lead");
+    let control = Limited::spawn(dir.path(), &redis.url(), "b", nofile);
+    let up = eventually(Duration::from_secs(20), || {
+        get(control.port, "/readyz", Duration::from_secs(1))
+    });
+    assert!(up.is_some(), "the follower did not start");
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Seen::default());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = crowd_runtime();
     let started = Instant::now();
     let burst_thread = {
         let (stop, seen, port) = (stop.clone(), seen.clone(), leader.port);
@@ -607,10 +616,14 @@ pub fn under_burst(
             // Pause: probes at a fixed rate, one every 100 ms.
             std::thread::sleep(wait);
         }
-        let port = leader.port;
+        let ports = (leader.port, control.port);
         probes.push((
             at,
-            std::thread::spawn(move || ask(port, "/leader", Duration::from_secs(1))),
+            std::thread::spawn(move || {
+                let beside = std::thread::spawn(move || ask(ports.1, "/leader", SECOND));
+                let asked = ask(ports.0, "/leader", SECOND);
+                (asked, beside.join().is_ok_and(|b| b.is_ok()))
+            }),
         ));
     }
     let mut r = BurstReport {
@@ -618,12 +631,17 @@ pub fn under_burst(
         ..BurstReport::default()
     };
     for (at, probe) in probes {
-        let answer = probe
+        let (answer, beside) = probe
             .join()
-            .unwrap_or_else(|_| Err("probe panicked".into()));
-        r.probes.push((at, answer.is_ok()));
+            .unwrap_or_else(|_| (Err("probe panicked".into()), false));
+        r.probes.push((at, answer.is_ok(), beside));
         if let Err(why) = answer {
-            r.failures.push(format!("at {at:?}: {why}"));
+            let both = if beside {
+                ""
+            } else {
+                " (the follower missed too)"
+            };
+            r.failures.push(format!("at {at:?}: {why}{both}"));
         }
     }
     stop.store(true, Ordering::Relaxed);
