@@ -27,7 +27,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     steady_requests(report, &etcd);
     drop(g);
     let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
-    floor::report(report, "graceful", "etcd", at_floor);
+    floor::graceful(report, "etcd", at_floor);
     report.latency(
         Key::new("graceful", "etcd", "peer"),
         etcdctl_elect_handovers(&endpoints, rounds),

@@ -19,7 +19,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     report.latency(Key::new("graceful", "file", "leasekeeper"), h.latency);
     crate::measure::steps(report, "file", &h.steps);
     let at_floor = floor::file::handovers(dir.path(), rounds);
-    floor::report(report, "graceful", "file", at_floor);
+    floor::graceful(report, "file", at_floor);
     let h = g.handovers(Stop::Crash, rounds, None);
     report.latency(Key::new("failover", "file", "crash"), h.latency);
     drop(g);

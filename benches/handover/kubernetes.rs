@@ -34,7 +34,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     );
     drop(g);
     let at_floor = floor::kubernetes::handovers(&kubeconfig, "team", rounds);
-    floor::report(report, "graceful", "kubernetes", at_floor);
+    floor::graceful(report, "kubernetes", at_floor);
     // client-go's request pattern at its defaults (LeaseDuration 15s, RetryPeriod
     // 2s), 4 replicas of one election, on the same fake.
     let replicas = 4;

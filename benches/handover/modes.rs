@@ -38,13 +38,13 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let etcd = EtcdCluster::start(1);
     let args = SidecarArgs::etcd(&etcd.endpoints()).ttl("15s");
     report.latency(cell("etcd"), handovers(args, rounds));
-    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
+    let at_floor = floor::totals(floor::etcd::handovers(&etcd.endpoint(0), rounds));
     floor::report(report, "modes", "etcd", at_floor);
     drop(etcd);
     let zk = ZkEnsemble::start(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
     report.latency(cell("zookeeper"), handovers(args, rounds));
-    let at_floor = floor::zookeeper::handovers(&zk.connect_string(), rounds);
+    let at_floor = floor::totals(floor::zookeeper::handovers(&zk.connect_string(), rounds));
     floor::report(report, "modes", "zookeeper", at_floor);
     drop(zk);
     let pg = PgServer::start();

@@ -241,6 +241,40 @@ fn the_committed_page_has_the_model_preamble_and_headings() {
     }
 }
 
+/// The committed page is as the writer leaves it: a run that measured nothing keeps
+/// every section byte for byte and writes none that the page lacks.
+#[test]
+fn the_committed_page_is_what_a_run_that_measured_nothing_keeps() {
+    let page = include_str!("../../docs/benchmarks.md");
+    assert_eq!(render(page, &run(false, "c", &[])), page);
+}
+
+#[test]
+fn the_floor_steps_follow_leasekeepers_steps_row_for_row_but_the_machine() {
+    let page = render("", &run(false, "cmd", &every_cell("floor_steps", "0.42")));
+    let at = |id| {
+        let heading = format!("\n## {}\n", table(id).heading);
+        page.find(&heading).expect("the heading")
+    };
+    assert!(at("steps") < at("floor_steps") && at("floor_steps") < at("failover"));
+    let floor = section(&page, table("floor_steps").heading);
+    assert!(
+        floor.contains(
+            "| store | release sent → answered | release sent → the waiting client woke \
+             | woke → its take answered |\n|---|---|---|---|\n| file | 0.42 | 0.42 | 0.42 |\n"
+        ),
+        "{floor}"
+    );
+    let rows = |id| -> Vec<&str> { table(id).rows.iter().map(|r| r.id).collect() };
+    let mut leasekeepers = rows("steps");
+    leasekeepers.retain(|r| *r != "machine");
+    assert_eq!(rows("floor_steps"), leasekeepers);
+    assert_eq!(
+        table("floor_steps").fate(&run(false, "c", &every_cell("floor_steps", "1"))),
+        Fate::Written
+    );
+}
+
 #[test]
 fn the_command_names_the_settings_and_the_build() {
     assert_eq!(command(&[], false), "make bench");

@@ -25,7 +25,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
         rounds,
     );
     let at_floor = floor::redis::handovers(std::slice::from_ref(&url), rounds);
-    floor::report(report, "graceful", "redis", at_floor);
+    floor::graceful(report, "redis", at_floor);
     report.latency(
         Key::new("graceful", "redis", "peer"),
         redis_py_handovers(&url, rounds).unwrap_or_default(),
@@ -46,12 +46,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
             &refs,
             rounds,
         );
-        floor::report(
-            report,
-            "graceful",
-            row,
-            floor::redis::handovers(&nodes, rounds),
-        );
+        floor::graceful(report, row, floor::redis::handovers(&nodes, rounds));
     }
     drop(servers);
 }

@@ -28,7 +28,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "etcd", "leasekeeper"),
         handovers(args, rounds),
     );
-    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
+    let at_floor = floor::totals(floor::etcd::handovers(&etcd.endpoint(0), rounds));
     floor::report(report, "slots", "etcd", at_floor);
     drop(etcd);
     let zk = ZkEnsemble::start(1);
@@ -37,7 +37,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "zookeeper", "leasekeeper"),
         handovers(args, rounds),
     );
-    let at_floor = floor::zookeeper::handovers(&zk.connect_string(), rounds);
+    let at_floor = floor::totals(floor::zookeeper::handovers(&zk.connect_string(), rounds));
     floor::report(report, "slots", "zookeeper", at_floor);
     drop(zk);
     let redis = RedisServer::start();
@@ -46,7 +46,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
         Key::new("slots", "redis", "leasekeeper"),
         handovers(args, rounds),
     );
-    let at_floor = floor::redis::handovers(&[redis.url()], rounds);
+    let at_floor = floor::totals(floor::redis::handovers(&[redis.url()], rounds));
     floor::report(report, "slots", "redis", at_floor);
     steady(report, &redis);
 }

@@ -51,7 +51,7 @@ fn measure(report: &mut Report, kind: &'static str, rounds: usize) {
         true => floor::sql::postgres(&url, graceful),
         false => floor::sql::mysql(&url, graceful),
     };
-    floor::report(report, "graceful", kind, at_floor);
+    floor::graceful(report, kind, at_floor);
     polling_peer(report, &*db, kind, rounds);
 }
 

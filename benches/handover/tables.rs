@@ -34,7 +34,7 @@ measures graceful handover and crash failover latency from the signal to the new
 leader's `claim_start` in its transition log (no polling error), store requests per\n\
 candidate at steady state, idle footprint, `/leader` throughput and binary size, with a\n\
 peer program on the same server in the same run where one exists, and beside each\n\
-handover the store's floor (its own handover, in process: `floor/`); `page.rs` and\n\
+handover the store's floor and its steps (its own, in process: `floor/`); `page.rs` and\n\
 `tables.rs` there hold this page's tables and put each figure in its table, row and\n\
 column (the run's figures, one a line, also go to `target/bench-results.md`).\n\
 `LK_BENCH_ROUNDS` sets the number of handovers (default 40; the SQL sections' graceful\n\
@@ -50,7 +50,17 @@ MariaDB 10.11, and the in-process fake Kubernetes API of the tests over HTTPS; r
 build.\n";
 
 pub const TABLES: &[Table] = &[
-    GRACEFUL, STEPS, FAILOVER, STEADY, SCALE, SLOTS, MODES, EXEC, ABUSE, FOOTPRINT,
+    GRACEFUL,
+    STEPS,
+    FLOOR_STEPS,
+    FAILOVER,
+    STEADY,
+    SCALE,
+    SLOTS,
+    MODES,
+    EXEC,
+    ABUSE,
+    FOOTPRINT,
 ];
 
 const GRACEFUL: Table = Table {
@@ -302,6 +312,46 @@ what the machine itself takes for two of these steps, with no sidecar and no sto
 (`machine.rs`): SIGTERM to a process waiting in `pause(2)` until its handler runs,\n\
 and a byte written to a pipe until the process blocked reading it runs (every notice\n\
 from a store to the next leader is such a wake across processes).",
+    in_whole_run: true,
+};
+
+const FLOOR_STEPS: Table = Table {
+    id: "floor_steps",
+    heading: "The floor, step by step",
+    columns: &[
+        col("store", "store"),
+        col("release_answered", "release sent → answered"),
+        col("woke", "release sent → the waiting client woke"),
+        col("take", "woke → its take answered"),
+    ],
+    rows: &[
+        row("file", &[Text("file"), Value, Value, Value]),
+        row("redis", &[Text("Redis"), Value, Value, Value]),
+        row("redlock3", &[Text("Redlock, 3 nodes"), Value, Value, Value]),
+        row("redlock5", &[Text("Redlock, 5 nodes"), Value, Value, Value]),
+        row("etcd", &[Text("etcd"), Value, Value, Value]),
+        row("zookeeper", &[Text("ZooKeeper"), Value, Value, Value]),
+        row("postgres", &[Text("PostgreSQL"), Value, Value, Value]),
+        row("mysql", &[Text("MySQL (MariaDB)"), Value, Value, Value]),
+        row(
+            "kubernetes",
+            &[Text("Kubernetes Lease (fake API)"), Value, Value, Value],
+        ),
+    ],
+    paragraph: "\
+The floor's handovers of the first table, split at two instants of each round, medians\n\
+in ms: the holder's release call returning, and the waiting client's wait returning,\n\
+just before it sends its take. The wait is the blocked `flock` on file, the `BLPOP` of\n\
+the baton on Redis and Redlock, the delete event of the holder's key on etcd's watch,\n\
+the watch on the holder's node on ZooKeeper, the release's notification on the\n\
+`LISTEN` connection on PostgreSQL, the `GET_LOCK` of the named lock the holder lets go\n\
+of on MySQL, and the event of the released Lease on its watch; the take is the rest\n\
+(the record written, the take script or Redlock's two phases, the read of the queue,\n\
+the listing with its `sync` and stat read, the take's `UPDATE`, the take's replace).\n\
+The columns match the table above's \"release sent → answered\", \"release sent → the\n\
+next leader woke\", and \"woke → its take sent\" with \"take sent → its claim\"\n\
+together. The floor's two clients are in one process: no signal starts its handover,\n\
+and its wake is within that process, where the sidecar's crosses processes.",
     in_whole_run: true,
 };
 

@@ -36,7 +36,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     );
     drop(g);
     let at_floor = floor::zookeeper::handovers(&connect, rounds);
-    floor::report(report, "graceful", "zookeeper", at_floor);
+    floor::graceful(report, "zookeeper", at_floor);
     report.latency(
         Key::new("graceful", "zookeeper", "peer"),
         kazoo_handovers(&connect, rounds).unwrap_or_default(),

@@ -12,12 +12,13 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 
-use super::{between, block_on, SETTLE};
+use super::{block_on, Round, SETTLE};
 
 const PREFIX: &str = "bench-floor/";
 
-/// `rounds` handovers between two clients of the etcd at `endpoint`, ms each.
-pub fn handovers(endpoint: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `rounds` handovers between two clients of the etcd at `endpoint`. The waiting client
+/// wakes when its watch yields the holder's key's delete event.
+pub fn handovers(endpoint: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
         let mut a = Member::join(endpoint, "floor-a").await?;
         let mut b = Member::join(endpoint, "floor-b").await?;
@@ -35,23 +36,25 @@ pub fn handovers(endpoint: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
 }
 
 /// The holder revokes; the waiter, watching the holder's key, reads the queue.
-async fn handover(holder: &mut Member, waiter: &mut Member) -> anyhow::Result<f64> {
+async fn handover(holder: &mut Member, waiter: &mut Member) -> anyhow::Result<Round> {
     let mut watch = waiter.watch(&holder.key).await?;
     let mut next = waiter.client.clone();
     let own = waiter.key.clone();
     let wait = tokio::spawn(async move {
         deleted(&mut watch).await?;
+        let woke = Instant::now();
         let token = first_in_queue(&mut next, &own).await?;
-        anyhow::Ok((token, Instant::now()))
+        anyhow::Ok((token, woke, Instant::now()))
     });
     tokio::time::sleep(SETTLE).await;
     let t0 = Instant::now();
     holder.client.lease_revoke(holder.lease).await?;
-    let (token, t1) = wait.await??;
+    let answered = Instant::now();
+    let (token, woke, t1) = wait.await??;
     if token < 1 {
         bail!("no fencing token");
     }
-    Ok(between(t0, t1))
+    Ok(Round::new(t0, answered, woke, t1))
 }
 
 /// Waits for a delete event on `watch`.

@@ -14,11 +14,11 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::{between, SETTLE};
+use super::{between, Round, SETTLE};
 
-/// `rounds` handovers between two threads of this process on a lock file in `dir`, ms
-/// each.
-pub fn handovers(dir: &Path, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `rounds` handovers between two threads of this process on a lock file in `dir`.
+/// The waiting thread wakes when its blocked `flock` returns.
+pub fn handovers(dir: &Path, rounds: usize) -> anyhow::Result<Vec<Round>> {
     let path = dir.join("floor.lock");
     let mut held = take(&path, "floor-a")?;
     let mut took = Vec::new();
@@ -26,15 +26,17 @@ pub fn handovers(dir: &Path, rounds: usize) -> anyhow::Result<Vec<f64>> {
         let identity = ["floor-a", "floor-b"][(round + 1) % 2];
         let at = path.clone();
         let waiter = std::thread::spawn(move || {
-            let file = take(&at, identity)?;
-            anyhow::Ok((file, Instant::now()))
+            let (file, woke) = locked(&at)?;
+            write_next(&file, identity)?;
+            anyhow::Ok((file, woke, Instant::now()))
         });
         std::thread::sleep(SETTLE);
         let t0 = Instant::now();
         release(held)?;
-        let (file, t1) = waiter.join().ok().context("the waiter panicked")??;
+        let answered = Instant::now();
+        let (file, woke, t1) = waiter.join().ok().context("the waiter panicked")??;
         held = file;
-        took.push(between(t0, t1));
+        took.push(Round::new(t0, answered, woke, t1));
     }
     Ok(took)
 }
@@ -57,15 +59,29 @@ fn open(path: &Path) -> std::io::Result<File> {
 
 /// Blocks for the lock behind the gate, then writes the next token and `identity`.
 fn take(path: &Path, identity: &str) -> anyhow::Result<File> {
+    let (file, _) = locked(path)?;
+    write_next(&file, identity)?;
+    Ok(file)
+}
+
+/// Blocks for the lock behind the gate: the lock file, locked, and when its `flock`
+/// returned.
+fn locked(path: &Path) -> anyhow::Result<(File, Instant)> {
     let gate = open(&beside(path, ".gate"))?;
     let file = open(path)?;
     gate.lock()?;
     file.lock()?;
+    let woke = Instant::now();
     drop(gate);
-    let record = read(&file);
+    Ok((file, woke))
+}
+
+/// Writes the record with the next token and `identity` as the holder.
+fn write_next(file: &File, identity: &str) -> anyhow::Result<()> {
+    let record = read(file);
     let token = record["token"].as_u64().unwrap_or(0) + 1;
-    write(&file, &json!({"token": token, "holder": identity}))?;
-    Ok(file)
+    write(file, &json!({"token": token, "holder": identity}))?;
+    Ok(())
 }
 
 /// Empties the holder in the record and closes the file, which unlocks it.

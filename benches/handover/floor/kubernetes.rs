@@ -12,13 +12,14 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 
-use super::{between, block_on, SETTLE};
+use super::{block_on, Round, SETTLE};
 
 const NAME: &str = "bench-floor";
 
 /// `rounds` handovers between two API clients of the fake API server that `kubeconfig`
-/// names (namespace `namespace`), ms each.
-pub fn handovers(kubeconfig: &str, namespace: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// names (namespace `namespace`). The waiting client wakes when its watch yields the
+/// event of the released Lease.
+pub fn handovers(kubeconfig: &str, namespace: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     block_on(async {
         let a = Member::connect(kubeconfig, namespace, "floor-a").await?;
@@ -44,8 +45,8 @@ pub fn handovers(kubeconfig: &str, namespace: &str, rounds: usize) -> anyhow::Re
                 0 => (&a, &b),
                 _ => (&b, &a),
             };
-            let (ms, written) = handover(holder, waiter, last).await?;
-            took.push(ms);
+            let (round, written) = handover(holder, waiter, last).await?;
+            took.push(round);
             last = written;
         }
         Ok(took)
@@ -53,7 +54,11 @@ pub fn handovers(kubeconfig: &str, namespace: &str, rounds: usize) -> anyhow::Re
 }
 
 /// The holder releases `lease` (its last write); the waiter, watching, takes.
-async fn handover(holder: &Member, waiter: &Member, lease: Lease) -> anyhow::Result<(f64, Lease)> {
+async fn handover(
+    holder: &Member,
+    waiter: &Member,
+    lease: Lease,
+) -> anyhow::Result<(Round, Lease)> {
     let version = lease
         .metadata
         .resource_version
@@ -76,10 +81,11 @@ async fn handover(holder: &Member, waiter: &Member, lease: Lease) -> anyhow::Res
                 _ => {}
             }
         };
+        let woke = Instant::now();
         let taken = api
             .replace(NAME, &PostParams::default(), &named(free, identity, 15))
             .await?;
-        anyhow::Ok((taken, Instant::now()))
+        anyhow::Ok((taken, woke, Instant::now()))
     });
     tokio::time::sleep(SETTLE).await;
     let t0 = Instant::now();
@@ -88,8 +94,9 @@ async fn handover(holder: &Member, waiter: &Member, lease: Lease) -> anyhow::Res
         .api
         .replace(NAME, &PostParams::default(), &released)
         .await?;
-    let (taken, t1) = wait.await??;
-    Ok((between(t0, t1), taken))
+    let answered = Instant::now();
+    let (taken, woke, t1) = wait.await??;
+    Ok((Round::new(t0, answered, woke, t1), taken))
 }
 
 fn holder_of(lease: &Lease) -> &str {

@@ -12,7 +12,7 @@ use leasekeeper::backend::redis::Keys;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
-use super::{between, block_on, SETTLE};
+use super::{between, block_on, Round, SETTLE};
 
 /// A ttl far beyond a round.
 const TTL_MS: u64 = 15_000;
@@ -64,8 +64,9 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return 1";
 
 /// `rounds` handovers between two clients of the Redis servers at `urls` (one: the
-/// `redis` backend's; more: Redlock's), ms each.
-pub fn handovers(urls: &[String], rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `redis` backend's; more: Redlock's). The waiting client wakes when its `BLPOP`
+/// answers the baton.
+pub fn handovers(urls: &[String], rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
         let keys = Keys::for_election("bench-floor");
         let mut a = Member::connect(urls, "floor-a").await?;
@@ -84,7 +85,7 @@ pub fn handovers(urls: &[String], rounds: usize) -> anyhow::Result<Vec<f64>> {
 }
 
 /// The holder releases; the waiter, blocked on the baton, takes.
-async fn handover(holder: &mut Member, waiter: &mut Member, keys: &Keys) -> anyhow::Result<f64> {
+async fn handover(holder: &mut Member, waiter: &mut Member, keys: &Keys) -> anyhow::Result<Round> {
     let mut next = waiter.clone();
     let task_keys = keys.clone();
     let wait = tokio::spawn(async move {
@@ -93,16 +94,18 @@ async fn handover(holder: &mut Member, waiter: &mut Member, keys: &Keys) -> anyh
             .arg(0)
             .query_async(&mut next.blocker)
             .await?;
+        let woke = Instant::now();
         popped.context("BLPOP answered no baton")?;
         next.take(&task_keys).await?;
-        anyhow::Ok((next, Instant::now()))
+        anyhow::Ok((next, woke, Instant::now()))
     });
     tokio::time::sleep(SETTLE).await;
     let t0 = Instant::now();
     holder.release(keys).await?;
-    let (next, t1) = wait.await??;
+    let answered = Instant::now();
+    let (next, woke, t1) = wait.await??;
     *waiter = next;
-    Ok(between(t0, t1))
+    Ok(Round::new(t0, answered, woke, t1))
 }
 
 /// One candidate: a connection to every node and its own for the `BLPOP` on the first.

@@ -16,12 +16,14 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::{PgConnection, PgListener};
 use sqlx::Connection;
 
-use super::{between, block_on, SETTLE};
+use super::{between, block_on, Round, SETTLE};
 
 const CHANNEL: &str = "leasekeeper_floor";
 
-/// `rounds` handovers between two PostgreSQL clients of the database at `url`, ms each.
-pub fn postgres(url: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `rounds` handovers between two PostgreSQL clients of the database at `url`. The
+/// waiting client wakes when its `LISTEN` connection hands it the release's
+/// notification.
+pub fn postgres(url: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
         pg_tables(url).await?;
         let mut a = Pg::connect(url, "floor-a").await?;
@@ -37,15 +39,17 @@ pub fn postgres(url: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
             let mut next = waiter.take_over();
             let wait = tokio::spawn(async move {
                 next.woken_by(&released).await?;
+                let woke = Instant::now();
                 next.take().await?;
-                anyhow::Ok((next, Instant::now()))
+                anyhow::Ok((next, woke, Instant::now()))
             });
             tokio::time::sleep(SETTLE).await;
             let t0 = Instant::now();
             holder.release().await?;
-            let (next, t1) = wait.await??;
+            let answered = Instant::now();
+            let (next, woke, t1) = wait.await??;
             *waiter = next;
-            took.push(between(t0, t1));
+            took.push(Round::new(t0, answered, woke, t1));
         }
         Ok(took)
     })
@@ -213,8 +217,9 @@ impl Pg {
     }
 }
 
-/// `rounds` handovers between two MySQL clients of the database at `url`, ms each.
-pub fn mysql(url: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `rounds` handovers between two MySQL clients of the database at `url`. The waiting
+/// client wakes when its `GET_LOCK` of the named lock the holder lets go of answers.
+pub fn mysql(url: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
         my_tables(url).await?;
         let mut a = My::connect(url, "floor-a").await?;
@@ -230,15 +235,17 @@ pub fn mysql(url: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
             let mut next = waiter.take_over();
             let wait = tokio::spawn(async move {
                 next.signal().await?;
+                let woke = Instant::now();
                 next.take().await?;
-                anyhow::Ok((next, Instant::now()))
+                anyhow::Ok((next, woke, Instant::now()))
             });
             tokio::time::sleep(SETTLE).await;
             let t0 = Instant::now();
             holder.release().await?;
-            let (next, t1) = wait.await??;
+            let answered = Instant::now();
+            let (next, woke, t1) = wait.await??;
             *waiter = next;
-            took.push(between(t0, t1));
+            took.push(Round::new(t0, answered, woke, t1));
         }
         Ok(took)
     })

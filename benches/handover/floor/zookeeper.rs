@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::{between, block_on, SETTLE};
+use super::{block_on, Round, SETTLE};
 
 const DIR: &str = "/bench-floor";
 
-/// `rounds` handovers between two sessions on the ZooKeeper at `connect`, ms each.
-pub fn handovers(connect: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
+/// `rounds` handovers between two sessions on the ZooKeeper at `connect`. The waiting
+/// session wakes when its watch on the holder's node fires.
+pub fn handovers(connect: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
         let mut a = Member::connect(connect).await?;
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
@@ -39,13 +40,14 @@ pub fn handovers(connect: &str, rounds: usize) -> anyhow::Result<Vec<f64>> {
 }
 
 /// The holder deletes its node; the waiter, watching it, lists and claims.
-async fn handover(holder: &mut Member, waiter: &mut Member) -> anyhow::Result<f64> {
+async fn handover(holder: &mut Member, waiter: &mut Member) -> anyhow::Result<Round> {
     let (stat, watcher) = waiter.client.check_and_watch_stat(&holder.path).await?;
     stat.context("the holder's node is gone")?;
     let client = waiter.client.clone();
     let own = waiter.path.clone();
     let wait = tokio::spawn(async move {
         watcher.changed().await;
+        let woke = Instant::now();
         let children = client.list_children(DIR).await?;
         let first = children
             .iter()
@@ -57,16 +59,17 @@ async fn handover(holder: &mut Member, waiter: &mut Member) -> anyhow::Result<f6
         let (synced, stat) = tokio::join!(client.sync(DIR), client.check_stat(&own));
         synced?;
         let token = stat?.context("our node is gone")?.czxid;
-        anyhow::Ok((token, Instant::now()))
+        anyhow::Ok((token, woke, Instant::now()))
     });
     tokio::time::sleep(SETTLE).await;
     let t0 = Instant::now();
     holder.client.delete(&holder.path, None).await?;
-    let (token, t1) = wait.await??;
+    let answered = Instant::now();
+    let (token, woke, t1) = wait.await??;
     if token < 1 {
         bail!("no fencing token");
     }
-    Ok(between(t0, t1))
+    Ok(Round::new(t0, answered, woke, t1))
 }
 
 /// A node's sequence, the queue's order.
