@@ -609,8 +609,14 @@ pub fn under_burst(
     };
     let mut probes = Vec::new();
     let mut n = 0u32;
-    while started.elapsed() < probe_for {
+    // Probes start at 0, 100 ms, … up to but not at `probe_for`: every 2 s window
+    // the judge counts holds 20 of them (a last window of one probe would allow it no
+    // miss at all).
+    loop {
         let at = Duration::from_millis(100) * n;
+        if at >= probe_for {
+            break;
+        }
         n += 1;
         if let Some(wait) = at.checked_sub(started.elapsed()) {
             // Pause: probes at a fixed rate, one every 100 ms.
