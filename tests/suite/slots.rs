@@ -318,7 +318,10 @@ fn the_pod_labels_name_each_slot_and_a_new_tenure_clears_only_its_own() {
 fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
     let dir = tempfile::tempdir().expect("dir");
     let args = args.ttl("30s").election("leaving").flag("--holders", "2");
-    let spawn = |name: &str| Sidecar::spawn(name, dir.path(), &args.clone().build());
+    // The backends' and the elector's decisions in the logs a failure prints.
+    let debug = [("RUST_LOG".to_owned(), "info,leasekeeper=debug".to_owned())];
+    let spawn =
+        |name: &str| Sidecar::spawn_with_env(name, dir.path(), &args.clone().build(), &debug);
     let bound = Duration::from_secs(20);
     let mut cars = vec![spawn("w-0")];
     cars[0].settles_in("leader", bound);
@@ -345,8 +348,10 @@ fn a_stopping_follower_leaves_every_queue(args: SidecarArgs) {
     assert!(
         next.is_some(),
         "slot {slot} not taken by the waiting w-3 within 10 s of its holder's SIGTERM: {:?}\n\
+         w-3 says {:?}\n\
          w-3:\n{}\nw-1 (the follower stopped first):\n{}\nthe holder stopped:\n{}",
         slot_leaders(&cars),
+        cars[3].leader(),
         cars[3].stderr(),
         cars[2].stderr(),
         cars[gone].stderr()

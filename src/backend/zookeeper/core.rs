@@ -326,11 +326,12 @@ impl<W, N, C> Phase<W, N, C> {
     }
 
     /// After the watches of a [`Follow::Head`] without a predecessor: the head's
-    /// watch, when the head was still there.
+    /// watch, when the head was still there; when it was gone already, our only
+    /// predecessor went between the listing and the watch, and we are first.
     pub(super) fn next_in_line(head: Option<W>) -> Self {
         match head {
             Some(w) => Phase::NextInLine(w),
-            None => Phase::Queued,
+            None => Phase::HeadGone,
         }
     }
 
@@ -371,7 +372,9 @@ impl<W, N, C> Phase<W, N, C> {
     /// How a wait goes on.
     pub(super) fn wait(&self) -> WaitFor {
         match self {
-            Phase::Unqueued => WaitFor::Now,
+            // No node; or our turn came, or may have (the node we wait for was gone
+            // before its watch was set): nothing would wake a wait, look now.
+            Phase::Unqueued | Phase::HeadGone | Phase::Following { turn: None, .. } => WaitFor::Now,
             Phase::Staggering { .. } => WaitFor::Stagger,
             _ => WaitFor::Watches,
         }

@@ -196,7 +196,11 @@ fn a_reader_waits_for_the_last_writer_ahead_and_watches_the_head() {
 #[test]
 fn opened_watches_make_a_follower_or_the_next_in_line() {
     assert_eq!(P::next_in_line(Some("head")), P::NextInLine("head"));
-    assert_eq!(P::next_in_line(None), P::Queued);
+    assert_eq!(
+        P::next_in_line(None),
+        P::HeadGone,
+        "the head went before its watch"
+    );
     assert!(P::NextInLine("head").watched());
     assert!(following().watched());
     for (turn, news) in [(None, Some("news")), (Some("turn"), None), (None, None)] {
@@ -209,16 +213,14 @@ fn opened_watches_make_a_follower_or_the_next_in_line() {
 #[test]
 fn each_phase_waits_its_own_way() {
     let until = Instant::now();
-    assert_eq!(P::Unqueued.wait(), WaitFor::Now);
+    // Nothing would wake a wait: no node, or our turn came or may have (the node we
+    // wait for was gone before its watch was set).
+    for phase in [P::Unqueued, P::HeadGone, P::following(None, Some("news"))] {
+        assert_eq!(phase.wait(), WaitFor::Now, "{phase:?}");
+    }
     let staggering = P::Staggering { until, turn: None };
     assert_eq!(staggering.wait(), WaitFor::Stagger);
-    for phase in [
-        following(),
-        P::NextInLine("h"),
-        P::Queued,
-        P::HeadGone,
-        leading(),
-    ] {
+    for phase in [following(), P::NextInLine("h"), P::Queued, leading()] {
         assert_eq!(phase.wait(), WaitFor::Watches, "{phase:?}");
     }
     assert_eq!(P::NextInLine("h").watches_mut(), (Some(&mut "h"), None));
