@@ -184,8 +184,9 @@ impl TtlStore {
     /// one more than the highest of the row's token, the floor and the counter, on a
     /// row that is ours, free or expired; a missing row is written as a quarantine row
     /// (nobody's, for a ttl, with that highest token) once tokens were handed out (the
-    /// counter or the floor says so); the counter follows the row's token.
-    fn sql_take(&mut self, now: STime, ttl: Duration, key: u64, floor: u64) {
+    /// counter or the floor says so); the counter follows the row's token. Answered
+    /// with the row it left, as the statement's `RETURNING` does.
+    fn sql_take(&mut self, now: STime, ttl: Duration, key: u64, floor: u64) -> Resp {
         let n = self.counter.max(floor);
         let expiry = now + ttl;
         let row = match self.record {
@@ -210,6 +211,11 @@ impl TtlStore {
         self.counter = self.counter.max(row.token);
         self.fence_lost = false;
         self.record = Some(row);
+        Resp::Row {
+            key: row.key,
+            token: row.token,
+            left_ms: i64::try_from(row.expiry.saturating_sub(now).as_millis()).unwrap_or(0),
+        }
     }
 
     /// SQL: the release statement: our row made nobody's and expired, its token kept.
@@ -260,10 +266,7 @@ impl TtlStore {
             .collect();
         let resp = match *req {
             Req::RedisTake { key, floor } => self.redis_take(now, ttl, key, floor),
-            Req::SqlTake { key, floor } => {
-                self.sql_take(now, ttl, key, floor);
-                Resp::Held(None)
-            }
+            Req::SqlTake { key, floor } => self.sql_take(now, ttl, key, floor),
             Req::Campaign { key } => match self.record.as_mut() {
                 None => {
                     self.counter += 1;
@@ -301,17 +304,6 @@ impl TtlStore {
                 Resp::Released
             }
             _ => unreachable!("not a TTL store request: {req:?}"),
-        };
-        let row = self
-            .record
-            .filter(|_| self.rows && matches!(req, Req::SqlTake { .. }));
-        let resp = match row {
-            Some(r) => Resp::Row {
-                key: r.key,
-                token: r.token,
-                left_ms: i64::try_from(r.expiry.saturating_sub(now).as_millis()).unwrap_or(0),
-            },
-            None => resp,
         };
         (resp, pushes)
     }
