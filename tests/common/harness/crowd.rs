@@ -430,11 +430,7 @@ fn probe_while_loaded(
         std::thread::sleep(Duration::from_millis(500));
         for path in ["/leader", "/healthz", "/readyz"] {
             r.probes += 1;
-            let (asked, beside) = std::thread::scope(|s| {
-                let beside = s.spawn(|| ask(control.port, path, Duration::from_secs(1)));
-                let asked = ask(leader.port, path, Duration::from_secs(1));
-                (asked, beside.join().is_ok_and(|b| b.is_ok()))
-            });
+            let (asked, beside) = ask_beside((leader.port, control.port), path);
             match asked {
                 Ok(_) => r.answered += 1,
                 Err(why) if !beside => {
@@ -448,6 +444,17 @@ fn probe_while_loaded(
         r.scrapes += 1;
         r.scraped += usize::from(get(leader.port, "/metrics", Duration::from_secs(2)).is_some());
     }
+}
+
+/// A fresh probe of `path` (1 s) on the first of `ports`, and the same probe of the
+/// second (a sidecar the crowd leaves alone) beside it: the first's answer, and
+/// whether the second was answered.
+fn ask_beside(ports: (u16, u16), path: &str) -> (Result<String, String>, bool) {
+    std::thread::scope(|s| {
+        let beside = s.spawn(|| ask(ports.1, path, SECOND));
+        let asked = ask(ports.0, path, SECOND);
+        (asked, beside.join().is_ok_and(|b| b.is_ok()))
+    })
 }
 
 /// What fresh probes saw while a burst was being opened: for each probe, when it
@@ -623,14 +630,7 @@ pub fn under_burst(
             std::thread::sleep(wait);
         }
         let ports = (leader.port, control.port);
-        probes.push((
-            at,
-            std::thread::spawn(move || {
-                let beside = std::thread::spawn(move || ask(ports.1, "/leader", SECOND));
-                let asked = ask(ports.0, "/leader", SECOND);
-                (asked, beside.join().is_ok_and(|b| b.is_ok()))
-            }),
-        ));
+        probes.push((at, std::thread::spawn(move || ask_beside(ports, "/leader"))));
     }
     let mut r = BurstReport {
         slow,
