@@ -93,9 +93,10 @@ pub(super) struct Waiter {
     done: watch::Receiver<u64>,
     /// The wait asked for and not yet seen to end.
     armed: Option<u64>,
-    /// A wait ended (the leader's session did): the next wait is by the row's
-    /// expiry, and queues again only after the campaign after it.
-    by_expiry: bool,
+    /// The lock key of a wait that ended (its holder's session did): the next wait,
+    /// when on that same lock, is by the row's expiry, and queues again only after
+    /// the campaign after it; on another lock (another holder) it is by that lock.
+    by_expiry: Option<i64>,
     task: JoinHandle<()>,
 }
 
@@ -117,7 +118,7 @@ impl Waiter {
             arm,
             done,
             armed: None,
-            by_expiry: false,
+            by_expiry: None,
             task,
         }
     }
@@ -157,8 +158,8 @@ impl Waiter {
 
     /// How a wait starts: a wait asked for that ended meanwhile ends now; without
     /// one, a row another holds (`held_by_other`) is waited for by the lock (wait
-    /// `n`, asked for here, on lock `key`), unless the last wait by the lock ended
-    /// (then by the row's expiry, once); anything else by the notifications.
+    /// `n`, asked for here, on lock `key`), unless the last wait, on this same lock,
+    /// ended (then by the row's expiry, once); anything else by the notifications.
     fn start(&mut self, (held_by_other, key): (bool, i64)) -> Start {
         if let Some(n) = self.armed {
             if *self.done.borrow() >= n {
@@ -167,7 +168,7 @@ impl Waiter {
             }
             return Start::Wait(n);
         }
-        let by_expiry = std::mem::take(&mut self.by_expiry);
+        let by_expiry = self.by_expiry.take() == Some(key);
         if !held_by_other || by_expiry {
             return Start::ByNotice;
         }
@@ -179,7 +180,7 @@ impl Waiter {
 
     fn ended(&mut self) -> Wake {
         self.armed = None;
-        self.by_expiry = true;
+        self.by_expiry = Some(self.arm.borrow().1);
         Wake::Changed
     }
 }
@@ -292,7 +293,7 @@ mod tests {
             arm,
             done,
             armed: None,
-            by_expiry: false,
+            by_expiry: None,
             task,
         };
         assert_eq!(w.start((false, 7)), Start::ByNotice, "nobody holds");
@@ -307,6 +308,28 @@ mod tests {
             "by the row's expiry, once"
         );
         assert_eq!(w.start((true, 8)), Start::Wait(2));
+        assert_eq!(*w.arm.borrow(), (2, 8));
+    }
+
+    /// The wait after one by a lock that ended is by the row's expiry only for that
+    /// same lock: a shared candidate whose waited-on writer stopped, and that finds
+    /// another writer ahead, waits on that writer's turn lock at once.
+    #[tokio::test]
+    async fn a_wait_that_ended_on_one_lock_waits_on_another_by_the_lock() {
+        let (arm, _asked) = watch::channel((0, 0));
+        let (ends, done) = watch::channel(0);
+        let task = tokio::spawn(async {});
+        let mut w = Waiter {
+            arm,
+            done,
+            armed: None,
+            by_expiry: None,
+            task,
+        };
+        assert_eq!(w.start((true, 7)), Start::Wait(1));
+        ends.send_replace(1);
+        assert_eq!(w.start((true, 7)), Start::Ended);
+        assert_eq!(w.start((true, 8)), Start::Wait(2), "lock 8 waited by notice");
         assert_eq!(*w.arm.borrow(), (2, 8));
     }
 
