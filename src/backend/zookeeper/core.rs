@@ -52,7 +52,8 @@ pub(super) enum Phase<W, N, C> {
     HeadGone,
     /// Behind another than the head: the watch on the node we wait for (`turn`;
     /// `None`: it was gone already) and the news of a new holder (`news`; `None`: the
-    /// head was gone already).
+    /// head was gone already, and so was the node we wait for: a head gone alone
+    /// staggers, see [`Phase::following`]).
     Following { turn: Option<W>, news: Option<N> },
     /// The head changed and we are not next in line: look once `until` passes, or when
     /// our turn's watch fires. Kept as a phase: the news is spent, so a wait dropped
@@ -336,8 +337,20 @@ impl<W, N, C> Phase<W, N, C> {
     }
 
     /// After a follower's other watches: the one on the node we wait for, and the news.
-    pub(super) fn following(turn: Option<W>, news: Option<N>) -> Self {
-        Phase::Following { turn, news }
+    /// A head gone before its watch was set, while our turn's watch stands, is a head
+    /// that changed: as when the head's watch fires ([`Phase::on_wake`]), the
+    /// successor is let go first (`stagger` from `now`), then a look.
+    pub(super) fn following(
+        turn: Option<W>,
+        news: Option<N>,
+        now: Instant,
+        stagger: impl FnOnce() -> Duration,
+    ) -> Self {
+        let phase = Phase::Following { turn, news };
+        if matches!(phase, Phase::Following { turn: Some(_), news: None }) {
+            return phase.on_wake(Woke::News(false), now, stagger).0;
+        }
+        phase
     }
 
     /// The claim is made: our node's watch and the claim's check on its way.

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, OneshotWatcher, Stat, WatchedEvent};
 
 use super::super::BackendError;
@@ -148,7 +149,8 @@ pub(super) async fn follow_head(
     let turn = existing(turn.await.map_err(zk("campaign"))?);
     let announced = announcement_watch(announced.await.map_err(zk("campaign"))?, seen);
     let news = head.map(|head| head_news(head, announced));
-    Ok((holder, Phase::following(turn, news)))
+    let phase = Phase::following(turn, news, Instant::now(), super::super::stagger);
+    Ok((holder, phase))
 }
 
 /// A follower's watches of [`super::core::Follow::Announcement`] (paths: the head's, our
@@ -171,10 +173,9 @@ pub(super) async fn follow_announcement(
         Some(w) => Some(next_in_line(w.await.map_err(zk("campaign"))?)),
         None => None,
     };
-    Ok((
-        holder,
-        Phase::following(turn, Some(announced_news(announced, next))),
-    ))
+    let news = Some(announced_news(announced, next));
+    let phase = Phase::following(turn, news, Instant::now(), super::super::stagger);
+    Ok((holder, phase))
 }
 
 /// What an event on our own node's watch says (see `rules::ends_claim`).

@@ -51,7 +51,12 @@ fn head(head: &'static str, predecessor: Option<&'static str>) -> Next<&'static 
 }
 
 fn following() -> P {
-    P::following(Some("turn"), Some("news"))
+    follow(Some("turn"), Some("news"))
+}
+
+/// The phase a follower's opened watches make (a stagger of 100 ms from now).
+fn follow(turn: Option<&'static str>, news: Option<&'static str>) -> P {
+    P::following(turn, news, Instant::now(), || Duration::from_millis(100))
 }
 
 fn leading() -> P {
@@ -204,7 +209,7 @@ fn opened_watches_make_a_follower_or_the_next_in_line() {
     assert!(P::NextInLine("head").watched());
     assert!(following().watched());
     for (turn, news) in [(None, Some("news")), (Some("turn"), None), (None, None)] {
-        assert!(!P::following(turn, news).watched(), "{turn:?} {news:?}");
+        assert!(!follow(turn, news).watched(), "{turn:?} {news:?}");
     }
     assert!(!P::Queued.watched());
     assert!(!leading().watched());
@@ -215,7 +220,7 @@ fn each_phase_waits_its_own_way() {
     let until = Instant::now();
     // Nothing would wake a wait: no node, or our turn came or may have (the node we
     // wait for was gone before its watch was set).
-    for phase in [P::Unqueued, P::HeadGone, P::following(None, Some("news"))] {
+    for phase in [P::Unqueued, P::HeadGone, follow(None, Some("news"))] {
         assert_eq!(phase.wait(), WaitFor::Now, "{phase:?}");
     }
     let staggering = P::Staggering { until, turn: None };
@@ -256,6 +261,23 @@ fn a_change_of_the_head_staggers_a_follower_further_back() {
 }
 
 #[test]
+fn a_head_gone_before_its_watch_staggers_a_follower_further_back() {
+    let now = Instant::now();
+    let stagger = || Duration::from_millis(100);
+    // As a fired watch on the head: the successor goes first, our turn's watch stays.
+    let gone = P::following(Some("turn"), None, now, stagger);
+    let (fired, _) = following().on_wake(Woke::News(false), now, stagger);
+    assert_eq!(gone, fired, "the head's news lost");
+    let until = now + stagger();
+    assert_eq!(gone, P::Staggering { until, turn: Some("turn") });
+    assert_eq!(gone.wait(), WaitFor::Stagger);
+    // Both gone: a look at once; the news standing: a follower.
+    assert_eq!(P::following(None, None, now, never).wait(), WaitFor::Now);
+    let news = P::following(None, Some("news"), now, never);
+    assert_eq!(news, P::Following { turn: None, news: Some("news") });
+}
+
+#[test]
 fn a_follower_looks_at_once_on_an_announcement_or_a_session_change() {
     let now = Instant::now();
     for woke in [
@@ -287,7 +309,7 @@ fn a_quiet_wait_needs_every_watch_and_a_connected_session() {
         (P::Queued, Heard::Look),
         "quiet while disconnected"
     );
-    let half = P::following(None, Some("news")).on_wake(quiet, now, never);
+    let half = follow(None, Some("news")).on_wake(quiet, now, never);
     assert_eq!(half, (P::Queued, Heard::Look), "quiet with a watch missing");
     // A shortcut owed and a claim survive a look.
     let owed = P::HeadGone.on_wake(Woke::Session, now, never);
