@@ -346,11 +346,13 @@ impl<W, N, C> Phase<W, N, C> {
         now: Instant,
         stagger: impl FnOnce() -> Duration,
     ) -> Self {
-        let phase = Phase::Following { turn, news };
-        if matches!(phase, Phase::Following { turn: Some(_), news: None }) {
-            return phase.on_wake(Woke::News(false), now, stagger).0;
+        match (turn, news) {
+            (turn @ Some(_), None) => {
+                let head_gone = Phase::Following { turn, news: None };
+                head_gone.on_wake(Woke::News(false), now, stagger).0
+            }
+            (turn, news) => Phase::Following { turn, news },
         }
-        phase
     }
 
     /// The claim is made: our node's watch and the claim's check on its way.

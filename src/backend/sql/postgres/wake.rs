@@ -329,7 +329,11 @@ mod tests {
         assert_eq!(w.start((true, 7)), Start::Wait(1));
         ends.send_replace(1);
         assert_eq!(w.start((true, 7)), Start::Ended);
-        assert_eq!(w.start((true, 8)), Start::Wait(2), "lock 8 waited by notice");
+        assert_eq!(
+            w.start((true, 8)),
+            Start::Wait(2),
+            "lock 8 waited by notice"
+        );
         assert_eq!(*w.arm.borrow(), (2, 8));
     }
 

@@ -269,12 +269,24 @@ fn a_head_gone_before_its_watch_staggers_a_follower_further_back() {
     let (fired, _) = following().on_wake(Woke::News(false), now, stagger);
     assert_eq!(gone, fired, "the head's news lost");
     let until = now + stagger();
-    assert_eq!(gone, P::Staggering { until, turn: Some("turn") });
+    assert_eq!(
+        gone,
+        P::Staggering {
+            until,
+            turn: Some("turn")
+        }
+    );
     assert_eq!(gone.wait(), WaitFor::Stagger);
     // Both gone: a look at once; the news standing: a follower.
     assert_eq!(P::following(None, None, now, never).wait(), WaitFor::Now);
     let news = P::following(None, Some("news"), now, never);
-    assert_eq!(news, P::Following { turn: None, news: Some("news") });
+    assert_eq!(
+        news,
+        P::Following {
+            turn: None,
+            news: Some("news")
+        }
+    );
 }
 
 #[test]
