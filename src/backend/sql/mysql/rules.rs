@@ -1,8 +1,9 @@
 //! MySQL's own decisions around its take and its leader's look, as plain functions
 //! (the rules both dialects share are `super::super::core`'s): what the conditional
 //! take's answer means, when the token counter's row is missing, what the signal
-//! connection queues with, whether the named lock slipped away from the leader, and
-//! how long a follower that hands the lock on pauses.
+//! connection queues with, whether the named lock slipped away from the leader, how
+//! long a follower that hands the lock on pauses, and what a silent wait for others'
+//! locks leads to.
 
 use std::time::Duration;
 
@@ -152,9 +153,133 @@ impl Yields {
     }
 }
 
+/// What a silent wait for others' locks (a writer's for the shared holders', a shared
+/// candidate's for a waiting writer's turn lock) answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waited {
+    /// The locks were let go (1), or the backstop ran out (0): look.
+    Woke,
+    /// Nobody held the locks (-1): let go since the candidate's look, or never held
+    /// (a crashed holder's row, or an older version's); [`Absent`] decides.
+    Nobody,
+    /// The server refused the wait: rest.
+    Rest,
+    /// The connection failed, or the wait overran: renew it.
+    Broken,
+}
+
+impl Waited {
+    /// The answer of a wait for `what`.
+    pub(super) fn of<E>(answer: Result<Result<Option<i64>, sqlx::Error>, E>, what: &str) -> Waited {
+        match answer {
+            Ok(Ok(n)) => {
+                tracing::debug!(result = ?n, "the wait for {what} ended");
+                match n {
+                    Some(0 | 1) => Waited::Woke,
+                    Some(-1) => Waited::Nobody,
+                    _ => Waited::Rest,
+                }
+            }
+            Ok(Err(sqlx::Error::Database(e))) => {
+                tracing::debug!(error = %e, "could not wait for {what}");
+                Waited::Rest
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the wait for {what} failed");
+                Waited::Broken
+            }
+            Err(_) => Waited::Broken,
+        }
+    }
+}
+
+/// Which silent wait (`W`: what it waits for) last found nobody holding the locks.
+/// The first such answer of a wait wakes the candidate (its holders may have let go
+/// between its look and the wait: one look finds out); the same answer for the same
+/// wait again rests (a crashed holder's row stands until its expiry, which the
+/// candidate waits by: one look, never a loop). A wait that woke, or another wait,
+/// starts over.
+#[derive(Debug)]
+pub(super) struct Absent<W> {
+    last: Option<W>,
+}
+
+impl<W> Default for Absent<W> {
+    fn default() -> Self {
+        Absent { last: None }
+    }
+}
+
+impl<W: PartialEq> Absent<W> {
+    /// What the wait for `wait` that answered `waited` leads to: [`Waited::Woke`],
+    /// [`Waited::Rest`] or [`Waited::Broken`] (never [`Waited::Nobody`]).
+    pub(super) fn settle(&mut self, wait: W, waited: Waited) -> Waited {
+        match waited {
+            Waited::Nobody if self.last.as_ref() == Some(&wait) => Waited::Rest,
+            Waited::Nobody => {
+                self.last = Some(wait);
+                Waited::Woke
+            }
+            Waited::Woke => {
+                self.last = None;
+                Waited::Woke
+            }
+            other => other,
+        }
+    }
+
+    /// The candidate does anything else than a silent wait: the next one starts over.
+    pub(super) fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A silent wait for others' locks looks when they were let go or the backstop
+    /// ran out, rests when the server refused, renews a broken connection, and
+    /// leaves a wait that found nobody to [`Absent`].
+    #[test]
+    fn a_silent_wait_looks_when_the_locks_went_or_the_backstop_ran_out() {
+        let of = |n: Option<i64>| Waited::of(Ok::<_, ()>(Ok(n)), "them");
+        assert_eq!(of(Some(1)), Waited::Woke);
+        assert_eq!(of(Some(0)), Waited::Woke);
+        assert_eq!(of(Some(-1)), Waited::Nobody);
+        assert_eq!(of(None), Waited::Rest);
+        let broken = Waited::of(Ok::<_, ()>(Err(sqlx::Error::PoolClosed)), "them");
+        assert_eq!(broken, Waited::Broken);
+        let overran = Waited::of(Err::<Result<Option<i64>, sqlx::Error>, _>(()), "them");
+        assert_eq!(overran, Waited::Broken);
+    }
+
+    /// A wait that finds nobody holding the locks wakes the candidate once (they may
+    /// have let go since its look), and rests when the same wait finds nobody again;
+    /// a wait that woke, another wait, or anything else in between starts over.
+    #[test]
+    fn a_wait_that_finds_nobody_looks_once() {
+        let nobody = || Waited::of(Ok::<_, ()>(Ok(Some(-1))), "them");
+        let mut a = Absent::default();
+        // (the wait, its answer, what it leads to)
+        let table = [
+            ("readers", nobody(), Waited::Woke),
+            ("readers", nobody(), Waited::Rest),
+            ("readers", nobody(), Waited::Rest),
+            ("turn w1", nobody(), Waited::Woke),
+            ("turn w2", nobody(), Waited::Woke),
+            ("turn w2", Waited::Rest, Waited::Rest),
+            ("turn w2", nobody(), Waited::Rest),
+            ("turn w2", Waited::Woke, Waited::Woke),
+            ("turn w2", nobody(), Waited::Woke),
+            ("turn w2", Waited::Broken, Waited::Broken),
+        ];
+        for (i, (wait, waited, then)) in table.into_iter().enumerate() {
+            assert_eq!(a.settle(wait, waited), then, "row {i}: {wait} {waited:?}");
+        }
+        a.forget();
+        assert_eq!(a.settle("turn w2", nobody()), Waited::Woke, "after forget");
+    }
 
     fn row(holder: &str, tenure: &str, left_ms: i64) -> LeaseRow {
         LeaseRow {

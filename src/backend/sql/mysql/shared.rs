@@ -194,7 +194,8 @@ fn join(t: &str) -> String {
 /// held on its statement connection while it holds), got once its session lets it
 /// go (a release, a crash, or the server ending a frozen one's idle session) and let
 /// go in the same statement: 1; 0 when the wait ran out; -1 when no live shared
-/// holder holds its lock (then the writer waits by the row's expiry).
+/// holder holds its lock (the writer looks once, then waits by the row's expiry:
+/// `super::rules::Absent`).
 fn readers(s: &str) -> String {
     format!(
         "SELECT CAST(COALESCE((

@@ -43,7 +43,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::super::WaitFor;
-use super::rules::Yields;
+use super::rules::{Absent, Waited, Yields};
 use crate::backoff::Backoff;
 
 /// A request whose answer is one column, as `O`.
@@ -246,15 +246,21 @@ async fn serve(conn: &mut MySqlConnection, p: &mut SignalParts, yields: &mut Yie
     let mut want = p.want.borrow_and_update().clone();
     // Whether the lock held now was asked for as the leader.
     let mut as_leader = false;
+    // The silent wait that last found nobody holding the locks it waits for.
+    let mut absent = Absent::default();
     loop {
         let held = *p.held.borrow();
-        let next = match step(&want, held, as_leader) {
+        let step = step(&want, held, as_leader);
+        if !step.waits_for_others() {
+            absent.forget();
+        }
+        let next = match step {
             Step::Release => release(conn, p).await.then(|| want.clone()),
             Step::Rest => rest(conn, p).await,
             Step::YieldOrKeep(tenure) => yield_or_keep(conn, p, tenure, yields).await,
             Step::Pass => hand_on(conn, p, PASSED, yields).await,
-            Step::WaitForReaders => wait_for_readers(conn, p).await,
-            Step::WaitForTurn(turn) => wait_for_turn(conn, p, turn).await,
+            Step::WaitForReaders => wait_for_readers(conn, p, &mut absent).await,
+            Step::WaitForTurn(turn) => wait_for_turn(conn, p, turn, &mut absent).await,
             Step::RollCall => roll_call(conn, p).await,
             Step::Hold => hold(conn, p).await,
             Step::WaitForLock => {
@@ -410,6 +416,14 @@ enum Step<'w> {
     WaitForLock,
 }
 
+impl Step<'_> {
+    /// Whether this is a silent wait for others' locks (any other step makes the next
+    /// one start over: [`Absent::forget`]).
+    fn waits_for_others(&self) -> bool {
+        matches!(self, Step::WaitForReaders | Step::WaitForTurn(_))
+    }
+}
+
 fn step(want: &Want, held: bool, as_leader: bool) -> Step<'_> {
     match (want, held) {
         (Want::Rest | Want::Readers | Want::Turn(_), true) => Step::Release,
@@ -478,15 +492,21 @@ impl Got {
 /// holder's lock, which its session lets go when it releases, crashes or is ended by
 /// the server's idle limit (a freeze); then wakes the writer (it looks, and waits
 /// for the next one), and once when the wait ran out (the backstop). When no live
-/// shared holder holds its lock (one that crashed, or an older version) it wakes
-/// nobody: the writer waits by the row's expiry. Then the connection rests, pinging,
-/// until the writer's next want.
-async fn wait_for_readers(conn: &mut MySqlConnection, p: &mut SignalParts) -> Option<Want> {
+/// shared holder holds its lock it wakes the writer once (they may have let go since
+/// its look), and nobody when that wait finds the same again (one that crashed, or an
+/// older version): the writer waits by the row's expiry ([`Absent`]). Then the
+/// connection rests, pinging, until the writer's next want.
+async fn wait_for_readers(
+    conn: &mut MySqlConnection,
+    p: &mut SignalParts,
+    absent: &mut Absent<Want>,
+) -> Option<Want> {
     p.queued.send_replace(true);
     let readers = readers_request(p).fetch_one(&mut *conn);
     let got = timeout(p.queue_backstop + p.op_timeout, readers).await;
     p.queued.send_replace(false);
-    after_silent_wait(conn, p, Waited::of(got, "the shared holders")).await
+    let waited = Waited::of(got, "the shared holders");
+    after_silent_wait(conn, p, absent.settle(Want::Readers, waited)).await
 }
 
 /// A writer's wait for one live shared holder's lock (see [`SignalParts::readers`]).
@@ -511,9 +531,9 @@ fn turn_request<'q>(p: &SignalParts, turn: &'q str) -> Scalar<'q, Option<i64>> {
     .bind(turn)
 }
 
-/// After a silent wait for others' locks: the candidate looks when the wait ended
-/// or ran out, and the connection rests until the next want (or is renewed when it
-/// broke).
+/// After a silent wait for others' locks (`waited`, settled by [`Absent`]): the
+/// candidate looks when the wait ended or ran out, and the connection rests until the
+/// next want (or is renewed when it broke).
 async fn after_silent_wait(
     conn: &mut MySqlConnection,
     p: &mut SignalParts,
@@ -524,44 +544,8 @@ async fn after_silent_wait(
             p.woke.notify_one();
             rest(conn, p).await
         }
-        Waited::Rest => rest(conn, p).await,
+        Waited::Rest | Waited::Nobody => rest(conn, p).await,
         Waited::Broken => None,
-    }
-}
-
-/// What a silent wait for others' locks answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Waited {
-    /// The locks were let go (1), or the backstop ran out (0): look.
-    Woke,
-    /// Nobody held the lock (-1: a look now would find the same; the row's expiry
-    /// decides), or the server refused the wait: rest.
-    Rest,
-    /// The connection failed, or the wait overran: renew it.
-    Broken,
-}
-
-impl Waited {
-    /// The answer of a wait for `what`.
-    fn of<E>(answer: Result<Result<Option<i64>, sqlx::Error>, E>, what: &str) -> Waited {
-        match answer {
-            Ok(Ok(n)) => {
-                tracing::debug!(result = ?n, "the wait for {what} ended");
-                match n {
-                    Some(0 | 1) => Waited::Woke,
-                    _ => Waited::Rest,
-                }
-            }
-            Ok(Err(sqlx::Error::Database(e))) => {
-                tracing::debug!(error = %e, "could not wait for {what}");
-                Waited::Rest
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "the wait for {what} failed");
-                Waited::Broken
-            }
-            Err(_) => Waited::Broken,
-        }
     }
 }
 
@@ -569,18 +553,22 @@ impl Waited {
 /// lock, which its session lets go when its tenure ends (a release, a crash, the
 /// server ending a frozen one's idle session); then wakes the candidate (it looks),
 /// and once when the wait ran out (the backstop). When nobody holds the turn lock it
-/// wakes nobody: the candidate waits by the row's expiry and the retry interval. Then
-/// the connection rests, pinging, until the next want.
+/// wakes the candidate once (the writer's tenure may have ended since its look), and
+/// nobody when the wait for that turn lock finds the same again: the candidate waits
+/// by the row's expiry and the retry interval ([`Absent`]). Then the connection
+/// rests, pinging, until the next want.
 async fn wait_for_turn(
     conn: &mut MySqlConnection,
     p: &mut SignalParts,
     turn: &str,
+    absent: &mut Absent<Want>,
 ) -> Option<Want> {
     p.queued.send_replace(true);
     let waiting = turn_request(p, turn).fetch_one(&mut *conn);
     let got = timeout(p.queue_backstop + p.op_timeout, waiting).await;
     p.queued.send_replace(false);
-    after_silent_wait(conn, p, Waited::of(got, "a waiting writer's turn")).await
+    let waited = Waited::of(got, "a waiting writer's turn");
+    after_silent_wait(conn, p, absent.settle(Want::Turn(turn.to_owned()), waited)).await
 }
 
 /// Holds the lock until the want changes, looking now and then (and when asked) that
@@ -721,6 +709,18 @@ mod tests {
         for want in [Want::Lead, Want::Follow, tenure, Want::Pass] {
             assert_eq!(step(&want, false, false), Step::WaitForLock, "{want:?}");
         }
+        assert!(
+            Step::WaitForReaders.waits_for_others() && Step::WaitForTurn("t").waits_for_others()
+        );
+        for other in [
+            Step::Release,
+            Step::Rest,
+            Step::Hold,
+            Step::WaitForLock,
+            Step::RollCall,
+        ] {
+            assert!(!other.waits_for_others(), "{other:?}");
+        }
     }
 
     /// A follower wakes when it gets the lock, when the row changed, and at its
@@ -769,21 +769,5 @@ mod tests {
         }
         assert!(Want::Yield("x".to_owned()).waits());
         assert!(!Want::Rest.waits() && !Want::Lead.waits());
-    }
-
-    /// A silent wait for others' locks looks when they were let go or the backstop
-    /// ran out, rests when nobody held them or the server refused, and renews a
-    /// broken connection.
-    #[test]
-    fn a_silent_wait_looks_when_the_locks_went_or_the_backstop_ran_out() {
-        let of = |n: Option<i64>| Waited::of(Ok::<_, ()>(Ok(n)), "them");
-        assert_eq!(of(Some(1)), Waited::Woke);
-        assert_eq!(of(Some(0)), Waited::Woke);
-        assert_eq!(of(Some(-1)), Waited::Rest);
-        assert_eq!(of(None), Waited::Rest);
-        let broken = Waited::of(Ok::<_, ()>(Err(sqlx::Error::PoolClosed)), "them");
-        assert_eq!(broken, Waited::Broken);
-        let overran = Waited::of(Err::<Result<Option<i64>, sqlx::Error>, _>(()), "them");
-        assert_eq!(overran, Waited::Broken);
     }
 }
