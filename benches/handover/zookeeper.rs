@@ -20,6 +20,10 @@ const CURATOR_CLASS_PATH: &str = "/usr/share/java/curator-recipes.jar:/usr/share
 pub fn measure(report: &mut Report, rounds: usize) {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
+    // The server is a JVM: its first requests run before the JIT compiled their code.
+    // The floor's rounds warm it (and are dropped), so that leasekeeper's rounds and
+    // the floor's measured ones below meet the same warm server.
+    drop(floor::zookeeper::handovers(&connect, rounds));
     let g = graceful_handovers(
         report,
         "zookeeper",

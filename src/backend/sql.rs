@@ -187,6 +187,10 @@ pub(crate) const OWN_ROW_EVERY: Duration = Duration::from_millis(50);
 /// The tenure of a row inserted to fence a deleted one (never a candidate's id).
 pub(crate) const QUARANTINE: &str = "quarantine";
 
+/// A tenure no row carries (a candidate's is 32 hex digits, a free row's empty): what
+/// a statement readied ahead of its use names, to match nothing.
+pub(crate) const NO_TENURE: &str = "-";
+
 /// The tenure of the lease row while shared holders hold it (`--mode shared`; never a
 /// candidate's id, which is 32 hex digits).
 pub(crate) const SHARED: &str = "shared";

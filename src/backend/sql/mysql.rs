@@ -72,7 +72,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
-    TableError, Tenancy, WaitFor, Waiting,
+    TableError, Tenancy, WaitFor, Waiting, NO_TENURE,
 };
 use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
@@ -101,6 +101,8 @@ pub struct Mysql {
     user: String,
     statements: Statements,
     table_ready: bool,
+    /// The statement connection ([`Session::generation`]) whose release is prepared.
+    warmed: u64,
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
@@ -214,6 +216,7 @@ impl MysqlBackend {
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
+            warmed: 0,
             queue: false,
             turn: OnConnection::default(),
             lock,
@@ -357,14 +360,12 @@ pub fn candidate_lock(lock: &str, identity: &str) -> String {
     format!("{lock}:c{}", &hash[3..])
 }
 
-impl SqlDialect for Mysql {
-    type Conn = MySqlConnection;
-    const NAME: &'static str = "mysql";
-
-    async fn prepare(&mut self, session: &mut Session<MySqlConnection>) -> Result<(), TableError> {
-        if self.table_ready {
-            return Ok(());
-        }
+impl Mysql {
+    /// Creates the tables this candidate needs, when missing, and seeds the counter.
+    async fn ready_tables(
+        &mut self,
+        session: &mut Session<MySqlConnection>,
+    ) -> Result<(), TableError> {
         for (table, create) in self.tables() {
             self.ensure(session, &table, create).await?;
         }
@@ -375,6 +376,27 @@ impl SqlDialect for Mysql {
         // the counter, a counter row deleted while the lease row stayed).
         self.seed(session, 0).await?;
         self.table_ready = true;
+        Ok(())
+    }
+}
+
+impl SqlDialect for Mysql {
+    type Conn = MySqlConnection;
+    const NAME: &'static str = "mysql";
+
+    async fn prepare(&mut self, session: &mut Session<MySqlConnection>) -> Result<(), TableError> {
+        if !self.table_ready {
+            self.ready_tables(session).await?;
+        }
+        if session.generation() != self.warmed && !self.reader {
+            self.warmed = session.generation();
+            // Prepared ahead of the handover that needs it, by a release of no tenure:
+            // it matches no row. Best effort: failing, it is prepared at its first use.
+            let request = self.statements.release(&self.election, NO_TENURE);
+            if let Err(e) = session.execute("prepare", request).await {
+                tracing::debug!(error = %e, "the release is prepared at its first use");
+            }
+        }
         Ok(())
     }
 

@@ -58,7 +58,7 @@ use tokio::task::JoinHandle;
 use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
-    TableError, Tenancy, WaitFor, Waiting,
+    TableError, Tenancy, WaitFor, Waiting, NO_TENURE,
 };
 use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
@@ -93,6 +93,8 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
+    /// The statement connection ([`Session::generation`]) [`Postgres::warm`] readied.
+    warmed: u64,
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
@@ -191,6 +193,7 @@ impl PostgresBackend {
             renewed,
             listener,
             table_ready: false,
+            warmed: 0,
             queue: false,
             turn: OnConnection::default(),
         };
@@ -351,6 +354,48 @@ fn taken(row: Option<sqlx::postgres::PgRow>) -> Result<Option<LeaseRow>, Backend
 }
 
 impl Postgres {
+    /// Creates the tables this candidate needs, when missing, and seeds the counter.
+    async fn ready_tables(
+        &mut self,
+        session: &mut Session<PgConnection>,
+    ) -> Result<(), TableError> {
+        for table in self.tables() {
+            self.ensure(session, table).await?;
+        }
+        // An election's candidate takes its turn too once `--mode` candidates created
+        // the table.
+        self.queue = self.shared.is_some() || self.exists(session, &self.table.shared()).await?;
+        // The counter at least as high as the row (a table from before the counter, a
+        // counter row deleted while the lease row stayed).
+        let request = self.statements.seed(&self.election);
+        session.execute("prepare", request).await?;
+        self.table_ready = true;
+        Ok(())
+    }
+
+    /// Readies a fresh statement connection for a handover: its prepared statements
+    /// keep one generic plan (each lease statement finds its rows by primary key:
+    /// planning it at every execution, as PostgreSQL does for a statement's first
+    /// five, costs more than running it), and our release is prepared and planned
+    /// ahead, by a release of no tenure, which matches no row and notifies nobody.
+    /// Best effort: a server that refuses either plans as it would.
+    async fn warm(&self, session: &mut Session<PgConnection>) {
+        let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
+        if let Err(e) = session.execute("prepare", generic).await {
+            tracing::debug!(error = %e, "the server keeps its own plan cache mode");
+        }
+        let statement = match self.reader {
+            true => &self.statements.shared.release,
+            false => &self.statements.release,
+        };
+        let release = self.release_by(session, statement, (&self.election, NO_TENURE));
+        if let Err(e) = release.await {
+            tracing::debug!(error = %e, "the release is prepared at its first use");
+        }
+    }
+}
+
+impl Postgres {
     /// A release statement (`statement`: the lease row's, or the shared holders' last
     /// step) for `(election, tenure)`, which notifies the waiting on our channel.
     async fn release_by(
@@ -438,20 +483,13 @@ impl SqlDialect for Postgres {
     const NAME: &'static str = "postgres";
 
     async fn prepare(&mut self, session: &mut Session<PgConnection>) -> Result<(), TableError> {
-        if self.table_ready {
-            return Ok(());
+        if !self.table_ready {
+            self.ready_tables(session).await?;
         }
-        for table in self.tables() {
-            self.ensure(session, table).await?;
+        if session.generation() != self.warmed {
+            self.warmed = session.generation();
+            self.warm(session).await;
         }
-        // An election's candidate takes its turn too once `--mode` candidates created
-        // the table.
-        self.queue = self.shared.is_some() || self.exists(session, &self.table.shared()).await?;
-        // The counter at least as high as the row (a table from before the counter, a
-        // counter row deleted while the lease row stayed).
-        let request = self.statements.seed(&self.election);
-        session.execute("prepare", request).await?;
-        self.table_ready = true;
         Ok(())
     }
 
