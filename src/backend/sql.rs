@@ -560,4 +560,18 @@ mod tests {
         assert_eq!(presence_name(&[""]), "lk:cbf29ce484222325");
         assert_eq!(presence_name(&["", "", ""]), "lk:07d69907b49d2e23");
     }
+
+    /// A statement readied ahead of its use names `NO_TENURE`, which must match no
+    /// row: no candidate's tenure, no free row's, no fencing or shared row's.
+    #[test]
+    fn no_row_carries_the_tenure_a_readied_statement_names() {
+        for taken in [String::new(), QUARANTINE.to_owned(), SHARED.to_owned()] {
+            assert_ne!(NO_TENURE, taken);
+        }
+        for _ in 0..1000 {
+            let tenure = new_tenure_id();
+            assert_eq!(tenure.len(), 32, "{tenure}");
+            assert_ne!(NO_TENURE, tenure);
+        }
+    }
 }
