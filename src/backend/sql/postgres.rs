@@ -376,20 +376,24 @@ impl Postgres {
     /// Readies a fresh statement connection for a handover: its prepared statements
     /// keep one generic plan (each lease statement finds its rows by primary key:
     /// planning it at every execution, as PostgreSQL does for a statement's first
-    /// five, costs more than running it), and our release is prepared and planned
-    /// ahead, by a release of no tenure, which matches no row and notifies nobody.
-    /// Best effort: a server that refuses either plans as it would.
+    /// five, costs more than running it), and the release of a tenure is prepared and
+    /// planned ahead, by a release of no tenure, which matches no row and notifies
+    /// nobody. Not a shared holder's release: its last step frees a row held shared
+    /// for whoever leaves last, whatever the tenure it names. Best effort: a server
+    /// that refuses either plans as it would.
     async fn warm(&self, session: &mut Session<PgConnection>) {
         let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
         if let Err(e) = session.execute("prepare", generic).await {
             tracing::debug!(error = %e, "the server keeps its own plan cache mode");
         }
-        let statement = match self.reader {
-            true => &self.statements.shared.release,
-            false => &self.statements.release,
-        };
-        let release = self.release_by(session, statement, (&self.election, NO_TENURE));
-        if let Err(e) = release.await {
+        if self.reader {
+            return;
+        }
+        let none = (self.election.as_str(), NO_TENURE);
+        if let Err(e) = self
+            .release_by(session, &self.statements.release, none)
+            .await
+        {
             tracing::debug!(error = %e, "the release is prepared at its first use");
         }
     }
