@@ -107,6 +107,8 @@ impl Family {
         }),
         Family::Session(zk::Flaws {
             next_in_line_claims: false,
+            head_gone_queues: false,
+            head_gone_unseen: false,
         }),
         Family::EtcdSession(etcd::Flaws {
             next_in_line_claims: false,
@@ -180,6 +182,7 @@ impl Family {
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
                 next_in_line_claims: true,
+                ..zk::Flaws::default()
             })),
             "etcd-session" => Some(Family::EtcdSession(etcd::Flaws::default())),
             "etcd-session-NextInLineClaims" => Some(Family::EtcdSession(etcd::Flaws {

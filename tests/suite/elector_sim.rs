@@ -346,6 +346,7 @@ fn a_next_in_line_that_claims_before_the_head_goes_is_caught() {
     use leasekeeper::backend::zookeeper::driven;
     let flaws = driven::Flaws {
         next_in_line_claims: true,
+        ..driven::Flaws::default()
     };
     caught_on(Family::Session(flaws), "overlap");
 }

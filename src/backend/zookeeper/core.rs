@@ -126,6 +126,12 @@ pub struct Flaws {
     /// The next in line claims as soon as a listing shows it there, without waiting
     /// for the head's node to go.
     pub next_in_line_claims: bool,
+    /// The next in line whose head was gone before its watch was set stays queued,
+    /// watching nothing, until its retry interval ends (rather than looking at once).
+    pub head_gone_queues: bool,
+    /// A follower further back whose head was gone before its watch was set waits for
+    /// its turn's watch alone (rather than staggering, then looking).
+    pub head_gone_unseen: bool,
 }
 
 /// What one listing of the queue (and what went beside it) told a campaign.
@@ -329,9 +335,10 @@ impl<W, N, C> Phase<W, N, C> {
     /// After the watches of a [`Follow::Head`] without a predecessor: the head's
     /// watch, when the head was still there; when it was gone already, our only
     /// predecessor went between the listing and the watch, and we are first.
-    pub(super) fn next_in_line(head: Option<W>) -> Self {
+    pub(super) fn next_in_line(head: Option<W>, flaws: Flaws) -> Self {
         match head {
             Some(w) => Phase::NextInLine(w),
+            None if flaws.head_gone_queues => Phase::Queued,
             None => Phase::HeadGone,
         }
     }
@@ -345,9 +352,10 @@ impl<W, N, C> Phase<W, N, C> {
         news: Option<N>,
         now: Instant,
         stagger: impl FnOnce() -> Duration,
+        flaws: Flaws,
     ) -> Self {
         match (turn, news) {
-            (turn @ Some(_), None) => {
+            (turn @ Some(_), None) if !flaws.head_gone_unseen => {
                 let head_gone = Phase::Following { turn, news: None };
                 head_gone.on_wake(Woke::News(false), now, stagger).0
             }

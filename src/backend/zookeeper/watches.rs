@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, EventType, OneshotWatcher, Stat, WatchedEvent};
 
 use super::super::BackendError;
-use super::core::{NodeEvent, Phase};
+use super::core::{Flaws, NodeEvent, Phase};
 use super::rules::{self, OwnEvent};
 use super::session::zk;
 use crate::status::Holder;
@@ -144,12 +144,18 @@ pub(super) async fn follow_head(
     });
     let (holder, head) = watched_head(head_read.await)?;
     let Some((turn, announced)) = behind else {
-        return Ok((holder, Phase::next_in_line(head)));
+        return Ok((holder, Phase::next_in_line(head, Flaws::default())));
     };
     let turn = existing(turn.await.map_err(zk("campaign"))?);
     let announced = announcement_watch(announced.await.map_err(zk("campaign"))?, seen);
     let news = head.map(|head| head_news(head, announced));
-    let phase = Phase::following(turn, news, Instant::now(), super::super::stagger);
+    let phase = Phase::following(
+        turn,
+        news,
+        Instant::now(),
+        super::super::stagger,
+        Flaws::default(),
+    );
     Ok((holder, phase))
 }
 
@@ -174,7 +180,13 @@ pub(super) async fn follow_announcement(
         None => None,
     };
     let news = Some(announced_news(announced, next));
-    let phase = Phase::following(turn, news, Instant::now(), super::super::stagger);
+    let phase = Phase::following(
+        turn,
+        news,
+        Instant::now(),
+        super::super::stagger,
+        Flaws::default(),
+    );
     Ok((holder, phase))
 }
 

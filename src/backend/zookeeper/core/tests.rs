@@ -2,6 +2,12 @@
 
 use super::*;
 
+const OFF: Flaws = Flaws {
+    next_in_line_claims: false,
+    head_gone_queues: false,
+    head_gone_unseen: false,
+};
+
 type P = Phase<&'static str, &'static str, &'static str>;
 type Q = [Entry<&'static str>];
 
@@ -56,7 +62,13 @@ fn following() -> P {
 
 /// The phase a follower's opened watches make (a stagger of 100 ms from now).
 fn follow(turn: Option<&'static str>, news: Option<&'static str>) -> P {
-    P::following(turn, news, Instant::now(), || Duration::from_millis(100))
+    P::following(
+        turn,
+        news,
+        Instant::now(),
+        || Duration::from_millis(100),
+        OFF,
+    )
 }
 
 fn leading() -> P {
@@ -200,9 +212,9 @@ fn a_reader_waits_for_the_last_writer_ahead_and_watches_the_head() {
 
 #[test]
 fn opened_watches_make_a_follower_or_the_next_in_line() {
-    assert_eq!(P::next_in_line(Some("head")), P::NextInLine("head"));
+    assert_eq!(P::next_in_line(Some("head"), OFF), P::NextInLine("head"));
     assert_eq!(
-        P::next_in_line(None),
+        P::next_in_line(None, OFF),
         P::HeadGone,
         "the head went before its watch"
     );
@@ -265,7 +277,7 @@ fn a_head_gone_before_its_watch_staggers_a_follower_further_back() {
     let now = Instant::now();
     let stagger = || Duration::from_millis(100);
     // As a fired watch on the head: the successor goes first, our turn's watch stays.
-    let gone = P::following(Some("turn"), None, now, stagger);
+    let gone = P::following(Some("turn"), None, now, stagger, OFF);
     let (fired, _) = following().on_wake(Woke::News(false), now, stagger);
     assert_eq!(gone, fired, "the head's news lost");
     let until = now + stagger();
@@ -278,8 +290,11 @@ fn a_head_gone_before_its_watch_staggers_a_follower_further_back() {
     );
     assert_eq!(gone.wait(), WaitFor::Stagger);
     // Both gone: a look at once; the news standing: a follower.
-    assert_eq!(P::following(None, None, now, never).wait(), WaitFor::Now);
-    let news = P::following(None, Some("news"), now, never);
+    assert_eq!(
+        P::following(None, None, now, never, OFF).wait(),
+        WaitFor::Now
+    );
+    let news = P::following(None, Some("news"), now, never, OFF);
     assert_eq!(
         news,
         P::Following {
@@ -366,4 +381,29 @@ fn the_claim_ends_when_its_check_fails() {
     let confirmed = leading().on_confirmation(true);
     assert_eq!(confirmed, (leading_with(Some("own"), None), false));
     assert_eq!(P::Queued.on_confirmation(false), (P::Queued, false));
+}
+
+#[test]
+fn the_known_wrong_wait_rules_wait_on_less() {
+    let now = Instant::now();
+    let stagger = || Duration::from_millis(100);
+    let queues = Flaws {
+        head_gone_queues: true,
+        ..OFF
+    };
+    let gone = P::next_in_line(None, queues);
+    assert_eq!(gone, P::Queued);
+    assert_eq!(gone.wait(), WaitFor::Watches, "a wait on nothing");
+    assert_eq!(P::next_in_line(Some("head"), queues), P::NextInLine("head"));
+    let unseen = Flaws {
+        head_gone_unseen: true,
+        ..OFF
+    };
+    let missed = P::following(Some("turn"), None, now, stagger, unseen);
+    let turn_only = P::Following {
+        turn: Some("turn"),
+        news: None,
+    };
+    assert_eq!(missed, turn_only);
+    assert_eq!(missed.wait(), WaitFor::Watches, "the head's news lost");
 }
