@@ -137,6 +137,8 @@ impl Family {
             Family::SqlTtl(f) if f.sends_no_floor => "sql-ttl-SendsNoFloor".into(),
             Family::SqlTtl(_) => "sql-ttl".into(),
             Family::Session(f) if f.next_in_line_claims => "session-NextInLineClaims".into(),
+            Family::Session(f) if f.head_gone_queues => "session-HeadGoneQueues".into(),
+            Family::Session(f) if f.head_gone_unseen => "session-HeadGoneUnseen".into(),
             Family::Session(_) => "session".into(),
             Family::EtcdSession(f) if f.next_in_line_claims => {
                 "etcd-session-NextInLineClaims".into()
@@ -182,6 +184,14 @@ impl Family {
             "session" => Some(Family::Session(zk::Flaws::default())),
             "session-NextInLineClaims" => Some(Family::Session(zk::Flaws {
                 next_in_line_claims: true,
+                ..zk::Flaws::default()
+            })),
+            "session-HeadGoneQueues" => Some(Family::Session(zk::Flaws {
+                head_gone_queues: true,
+                ..zk::Flaws::default()
+            })),
+            "session-HeadGoneUnseen" => Some(Family::Session(zk::Flaws {
+                head_gone_unseen: true,
                 ..zk::Flaws::default()
             })),
             "etcd-session" => Some(Family::EtcdSession(etcd::Flaws::default())),
@@ -242,6 +252,8 @@ pub struct Heard {
     pub changed: bool,
     /// Our own record is gone or taken (a leader steps down).
     pub own_lost: bool,
+    /// A session follower began a stagger (see [`Client::session_wait`]).
+    pub stagger: bool,
 }
 
 /// One call on its way.
@@ -301,6 +313,18 @@ pub struct Client {
     sql: Option<sql::Candidate>,
     etcd_read: Option<(u64, Vec<(u64, u64)>)>,
     next_in_line: bool,
+    /// Session: the follow decision whose watches are being set (the head's sequence
+    /// number, the watched sessions), then the wait they make, as the ZooKeeper
+    /// store's core keeps it.
+    arming: Option<(u64, u64, Option<u64>)>,
+    follower: Option<zk::Follower>,
+    /// Session: deletes our watches told of before their answer came (ZooKeeper
+    /// delivers a session's answers and events in order: the answer first), and a look
+    /// a fired watch asked for.
+    early: Vec<u64>,
+    look: bool,
+    /// Session: the state of the stagger's draws.
+    draws: u64,
 }
 
 impl Client {
@@ -363,6 +387,11 @@ impl Client {
             },
             etcd_read: None,
             next_in_line: false,
+            arming: None,
+            follower: None,
+            early: Vec::new(),
+            look: false,
+            draws: key_base | 1,
         }
     }
 
@@ -415,6 +444,11 @@ impl Client {
         });
         if let Family::Slots(..) = self.fam {
             return self.slots_start(op);
+        }
+        if op == Op::Campaign {
+            // A campaign begins: the watches of the last go (the round sets them anew).
+            (self.arming, self.follower, self.look) = (None, None, false);
+            self.early.clear();
         }
         if let (Family::EtcdSession(flaws), Op::Campaign) = (self.fam, op) {
             return self.etcd_start(flaws);
@@ -493,6 +527,12 @@ impl Client {
 
     /// A reply from store `store` to call `id`.
     pub fn reply(&mut self, id: u64, store: usize, resp: Resp, now: Time) -> Vec<Out> {
+        let current = self.run.as_ref().is_some_and(|r| r.id == id && !r.done);
+        if let (Family::Session(flaws), true) = (self.fam, current) {
+            if let Some(outs) = self.follow(resp.clone(), now, flaws) {
+                return outs;
+            }
+        }
         let resp = self.judged(resp);
         let resp = self.redis_judged(id, resp, now);
         let resp = self.sql_judged(resp, now);
@@ -614,8 +654,79 @@ impl Client {
             .collect();
         match zk::campaign(&nodes, *ours, self.shared(), flaws) {
             zk::Decision::Claim { token } => Resp::Acquired(token),
-            zk::Decision::Follow { head } => Resp::Held(Some(head)),
+            zk::Decision::Follow { head, .. } => Resp::Held(Some(head)),
             zk::Decision::StartOver => Resp::SessionGone,
+        }
+    }
+
+    /// Session: a listing that makes us a follower sets the watches the core names
+    /// (the campaign goes on); their answer makes the wait, and the campaign answers
+    /// that the head holds. `None`: any other reply, as it is.
+    fn follow(&mut self, resp: Resp, now: Time, flaws: zk::Flaws) -> Option<Vec<Out>> {
+        match resp {
+            Resp::Listing { ours, ref nodes } => {
+                let nodes: Vec<zk::Node> = (nodes.iter())
+                    .map(|&(seq, session)| zk::Node {
+                        seq,
+                        session,
+                        shared: false,
+                    })
+                    .collect();
+                let zk::Decision::Follow { head, watch, turn } =
+                    zk::campaign(&nodes, ours, false, flaws)
+                else {
+                    return None;
+                };
+                self.arming = Some((head, watch, turn));
+                let watched = std::iter::once(watch).chain(turn).collect();
+                let req = Req::Watch {
+                    key: ours,
+                    nodes: watched,
+                };
+                Some(vec![Out::Send(0, req)])
+            }
+            Resp::Watched(stood) => {
+                let (head, watch, turn) = self.arming.take()?;
+                let turn = turn.map(|t| (t, stood.get(1).copied().unwrap_or(false)));
+                let head_stood = stood.first().copied().unwrap_or(false);
+                let (at, stagger) = (self.at(now), self.stagger());
+                let mut armed = zk::Follower::armed((watch, head_stood), turn, at, stagger, flaws);
+                for key in std::mem::take(&mut self.early) {
+                    self.look |= armed.deleted(key, at, stagger) == Some(true);
+                }
+                self.follower = Some(armed);
+                self.run = None;
+                Some(vec![Out::Answer(
+                    self.single(Op::Campaign, Resp::Held(Some(head))),
+                )])
+            }
+            _ => None,
+        }
+    }
+
+    /// Session: how long a follower further back lets the successor go first (5 to 50
+    /// ms: the backend's 50 to 500 ms, scaled to the simulated ttl).
+    fn stagger(&mut self) -> Duration {
+        // xorshift64: deterministic per node and incarnation.
+        let mut x = self.draws;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.draws = x;
+        Duration::from_millis(5 + x % 46)
+    }
+
+    /// Session: until when a follower waits at `now` before it looks again, as the
+    /// core decides (`None`: on its watches, or the retry interval).
+    pub fn session_wait(&mut self, now: Time) -> Option<Time> {
+        let origin = self.origin;
+        if self.look {
+            return Some(now);
+        }
+        match self.follower.as_mut()?.wait() {
+            zk::Wait::Now => Some(now),
+            zk::Wait::Until(until) => Some(until.saturating_duration_since(origin)),
+            zk::Wait::Watches => None,
         }
     }
 
@@ -714,13 +825,34 @@ impl Client {
             return Heard {
                 changed: true,
                 own_lost: *key == self.key && p.held() == Some(store),
+                ..Heard::default()
             };
         }
         match *push {
+            // A session follower hears of a delete only through its watches.
+            Push::Gone { key } if matches!(self.fam, Family::Session(_)) => Heard {
+                own_lost: key == self.key,
+                ..Heard::default()
+            },
             Push::Gone { key } => Heard {
                 changed: true,
                 own_lost: key == self.key && !matches!(self.fam, Family::Redlock(..)),
+                ..Heard::default()
             },
+            Push::Fired { watcher, key } if watcher == self.key && self.arming.is_some() => {
+                self.early.push(key);
+                Heard::default()
+            }
+            Push::Fired { watcher, key } => {
+                let (at, stagger) = (self.at(now), self.stagger());
+                let follower = self.follower.as_mut().filter(|_| watcher == self.key);
+                let heard = follower.and_then(|f| f.deleted(key, at, stagger));
+                Heard {
+                    changed: heard == Some(true),
+                    stagger: heard == Some(false),
+                    ..Heard::default()
+                }
+            }
             Push::Lease(rec, rv) => {
                 if rv <= self.highest_rv {
                     // An older event than one already seen (watches are ordered).
@@ -734,6 +866,7 @@ impl Client {
                 Heard {
                     changed: !ours && (news || leads),
                     own_lost: !ours,
+                    ..Heard::default()
                 }
             }
         }

@@ -286,6 +286,15 @@ pub fn release_check(w: &mut World) {
     let id = ask_release(w, leader, None);
     w.note(|| format!("release check: POST /release to n{leader} (request {id})"));
     w.release = Some((leader, id, w.now, None));
+    if let Family::Session(_) = w.fam {
+        let after = release_bound(&w.timing) + 10 * MS;
+        w.at(
+            w.now + after,
+            Ev::Handover {
+                left: super::handover::RELEASES,
+            },
+        );
+    }
 }
 
 /// Some node claims within this long after the faults heal. Every message of the

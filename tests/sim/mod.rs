@@ -6,6 +6,7 @@
 pub mod client;
 pub mod explore;
 pub mod faults;
+pub mod handover;
 pub mod oracle;
 pub mod store;
 pub mod world;

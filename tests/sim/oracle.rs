@@ -54,6 +54,13 @@ pub enum Violation {
         released_at: Ns,
         bound: Ns,
     },
+    /// A release with candidates queued behind it, and no claim by another node
+    /// within a few round trips and a stagger (a follower waited on nothing).
+    HandoverSlow {
+        node: usize,
+        released_at: Ns,
+        bound: Ns,
+    },
 }
 
 impl Violation {
@@ -64,6 +71,7 @@ impl Violation {
             Violation::TokenNotGreater { .. } => "token",
             Violation::NoLeaderAfterHeal { .. } => "no-leader-after-heal",
             Violation::ReleaseNotTaken { .. } => "release-not-taken",
+            Violation::HandoverSlow { .. } => "handover-slow",
             Violation::SlotNotHeld { .. } => "slot-not-held",
         }
     }
@@ -77,6 +85,9 @@ impl Violation {
                 healed_at, bound, ..
             } => healed_at + bound,
             Violation::ReleaseNotTaken {
+                released_at, bound, ..
+            }
+            | Violation::HandoverSlow {
                 released_at, bound, ..
             } => released_at + bound,
         }
@@ -128,6 +139,16 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "n{node} released at {} and no other node claimed within {}",
+                ms(*released_at),
+                ms(*bound)
+            ),
+            Violation::HandoverSlow {
+                node,
+                released_at,
+                bound,
+            } => write!(
+                f,
+                "n{node} released at {} with candidates queued, and none claimed within {}",
                 ms(*released_at),
                 ms(*bound)
             ),
@@ -208,6 +229,15 @@ impl Oracle {
         if let Some(i) = self.active[node].take() {
             self.claims[i].end = Some(now);
         }
+    }
+
+    /// The claim at `now`, if any: its node and when it began.
+    pub fn claim_at(&self, now: Ns) -> Option<(usize, Ns)> {
+        self.claims
+            .iter()
+            .rev()
+            .find(|c| c.start <= now && now < c.until())
+            .map(|c| (c.node, c.start))
     }
 
     /// The node claiming at `now`, if any.

@@ -39,6 +39,9 @@ pub enum Req {
     SqlTake { key: u64, floor: u64 },
     /// Give back the lease of `key` (close the session).
     Release { key: u64 },
+    /// Session store: the session `key` sets a watch on the node of each session in
+    /// `nodes` (ZooKeeper's `exists` with a watch: it fires once, on the node's delete).
+    Watch { key: u64, nodes: Vec<u64> },
     /// Redlock node: give back what a campaign that did not win took, quietly (no
     /// push: announcing it made waiting candidates wake each other in a storm).
     GiveBack { key: u64 },
@@ -78,6 +81,8 @@ pub enum Resp {
         ours: u64,
         nodes: Vec<(u64, u64)>,
     },
+    /// Whether each watched node stood when its watch was set (in the order asked).
+    Watched(Vec<bool>),
     /// Renewed, or not ours any more.
     Renewed(bool),
     Released,
@@ -115,6 +120,9 @@ pub enum Push {
     Gone { key: u64 },
     /// Lease: the object changed (watch event).
     Lease(LeaseRec, u64),
+    /// Session store: the watch the session `watcher` set on the node of `key` fired:
+    /// the node is deleted.
+    Fired { watcher: u64, key: u64 },
 }
 
 /// The Kubernetes Lease's fields that matter.
@@ -353,6 +361,8 @@ pub struct SessionStore {
     /// new) and reads the queue, which extends nothing; only a keep-alive (a renew)
     /// does.
     pub leases: bool,
+    /// The watches set and not fired yet: (the watcher's session, the watched node's).
+    pub watches: Vec<(u64, u64)>,
 }
 
 impl SessionStore {
@@ -397,7 +407,44 @@ impl SessionStore {
                 pushes.push(Push::Gone { key: s.id });
             }
         }
+        let gone: Vec<u64> = pushes
+            .iter()
+            .filter_map(|p| match p {
+                Push::Gone { key } => Some(*key),
+                _ => None,
+            })
+            .collect();
+        for key in gone {
+            pushes.extend(self.fire(key));
+        }
         pushes
+    }
+
+    /// The node of `key` is deleted: the watches on it fire, once.
+    fn fire(&mut self, key: u64) -> Vec<Push> {
+        let (fired, kept) = self.watches.iter().partition(|w| w.1 == key);
+        self.watches = kept;
+        let fired: Vec<(u64, u64)> = fired;
+        let fired = fired.into_iter();
+        fired
+            .map(|(watcher, key)| Push::Fired { watcher, key })
+            .collect()
+    }
+
+    /// The watches of `key` on `nodes`: whether each stood (a watch on a gone node
+    /// never fires here: a session's node is never created again).
+    fn watch(&mut self, key: u64, nodes: &[u64]) -> Resp {
+        let stands = |n: &u64| {
+            let s = self.sessions.iter().find(|s| s.id == *n);
+            s.is_some_and(|s| s.alive && s.node.is_some())
+        };
+        let stood: Vec<bool> = nodes.iter().map(stands).collect();
+        for (&n, &stood) in nodes.iter().zip(&stood) {
+            if stood {
+                self.watches.push((key, n));
+            }
+        }
+        Resp::Watched(stood)
     }
 
     pub fn next_expiry(&self) -> Option<STime> {
@@ -411,7 +458,10 @@ impl SessionStore {
     pub fn handle(&mut self, now: STime, ttl: Duration, req: &Req) -> (Resp, Vec<Push>) {
         let mut pushes = self.expire(now);
         let key = match *req {
-            Req::Campaign { key } | Req::Renew { key } | Req::Release { key } => key,
+            Req::Campaign { key }
+            | Req::Renew { key }
+            | Req::Release { key }
+            | Req::Watch { key, .. } => key,
             _ => unreachable!("not a session store request: {req:?}"),
         };
         let found = self.sessions.iter().position(|s| s.id == key);
@@ -421,7 +471,7 @@ impl SessionStore {
                 return (Resp::Released, pushes)
             }
             (Some(_), _) => return (Resp::SessionGone, pushes),
-            (None, Req::Renew { .. }) => return (Resp::SessionGone, pushes),
+            (None, Req::Renew { .. } | Req::Watch { .. }) => return (Resp::SessionGone, pushes),
             (None, _) => {
                 self.sessions.push(Session {
                     id: key,
@@ -453,10 +503,12 @@ impl SessionStore {
                 }
             }
             Req::Renew { .. } => Resp::Renewed(self.sessions[i].node.is_some()),
+            Req::Watch { nodes, .. } => self.watch(key, nodes),
             _ => {
                 self.sessions[i].alive = false;
                 if self.sessions[i].node.take().is_some() {
                     pushes.push(Push::Gone { key });
+                    pushes.extend(self.fire(key));
                 }
                 Resp::Released
             }

@@ -125,6 +125,14 @@ pub enum Ev {
     Restart(usize),
     Heal,
     ReleaseCheck,
+    /// The handover check's next step, and its release (see [`super::handover`]).
+    Handover {
+        left: u32,
+    },
+    HandoverRelease {
+        node: usize,
+        left: u32,
+    },
     /// The client's own keep-alive to every store (see [`Client::ping`]).
     Ping {
         node: usize,
@@ -218,6 +226,8 @@ pub struct World {
     pub end_at: Ns,
     /// The release of the check: (node, request id, asked at, answered at).
     pub release: Option<(usize, u64, Ns, Option<Ns>)>,
+    /// The releases of the handover check (the session family).
+    pub handovers: Vec<super::handover::Handover>,
     pub events: u64,
 }
 
@@ -255,6 +265,7 @@ impl World {
             healed: false,
             end_at: 0,
             release: None,
+            handovers: Vec::new(),
             events: 0,
         };
         for s in 0..fam.stores() {
@@ -427,6 +438,8 @@ impl World {
             Ev::Restart(i) => self.restart(i),
             Ev::Heal => super::faults::heal(self),
             Ev::ReleaseCheck => super::faults::release_check(self),
+            Ev::Handover { left } => super::handover::step(self, left),
+            Ev::HandoverRelease { node, left } => super::handover::release(self, node, left),
         }
     }
 
@@ -537,6 +550,7 @@ impl World {
             }
             Effect::Log(LogLine::ClaimEnd { .. }) => self.oracle.end(i, self.now),
             Effect::Reply { id, released } => {
+                super::handover::answered(self, i, id, released);
                 if let Some((node, req, asked, None)) = self.release {
                     if node == i && req == id && released {
                         self.release = Some((node, req, asked, Some(self.now)));
@@ -596,7 +610,9 @@ impl World {
                     // A split vote: the backend tries again after a short random delay.
                     wake = local + Duration::from_millis(self.rng.random_range(2..25));
                 }
-                if let Some(until) = self.nodes[i].client.lease_wait(local, max) {
+                let client = &mut self.nodes[i].client;
+                let until = (client.lease_wait(local, max)).or_else(|| client.session_wait(local));
+                if let Some(until) = until {
                     wake = wake.min(until.max(local));
                 }
                 self.at(clock.real(wake), Ev::Wake { node: i, inc, gen });
@@ -681,6 +697,15 @@ impl World {
             }
             Msg::Push { store, push, .. } => {
                 let heard = self.nodes[i].client.push(store, &push, local);
+                if let (Some(WaitOn::Change { .. }), true) = (self.nodes[i].wait, heard.stagger) {
+                    // A stagger began: the wait ends with it (or at once, when a
+                    // watch fires).
+                    let node = &self.nodes[i];
+                    let (inc, gen, clock) = (node.inc, node.gen, node.clock);
+                    if let Some(until) = self.nodes[i].client.session_wait(local) {
+                        self.at(clock.real(until.max(local)), Ev::Wake { node: i, inc, gen });
+                    }
+                }
                 match self.nodes[i].wait {
                     Some(WaitOn::Change { .. }) if heard.changed => {
                         self.feed(i, Event::Woke(Wake::Changed))
@@ -955,6 +980,7 @@ impl World {
                 });
             }
         }
+        found.extend(super::handover::verdict(self));
         found
     }
 }

@@ -33,8 +33,14 @@ pub enum Decision {
     StartOver,
     /// Claim: we lead with our node's sequence number as the token.
     Claim { token: u64 },
-    /// Behind another: the head holds (its sequence number).
-    Follow { head: u64 },
+    /// Behind another: the head holds (its sequence number); the follower watches
+    /// the head's node (of session `watch`) and, further back, the node it waits for
+    /// (of session `turn`; `None`: it is next in line).
+    Follow {
+        head: u64,
+        watch: u64,
+        turn: Option<u64>,
+    },
 }
 
 /// What the candidate whose session is `ours` does with a listing of the latch nodes
@@ -71,9 +77,20 @@ pub fn campaign(listing: &[Node], ours: u64, reader: bool, flaws: Flaws) -> Deci
         Next::Claim { .. } => Decision::Claim {
             token: seq_of(ours),
         },
-        Next::Follow(Follow::Head { head, .. } | Follow::Announcement { head, .. }) => {
-            Decision::Follow { head: seq_of(head) }
-        }
+        Next::Follow(Follow::Head {
+            head, predecessor, ..
+        }) => Decision::Follow {
+            head: seq_of(head),
+            watch: head,
+            turn: predecessor,
+        },
+        Next::Follow(Follow::Announcement {
+            head, predecessor, ..
+        }) => Decision::Follow {
+            head: seq_of(head),
+            watch: head,
+            turn: Some(predecessor),
+        },
     }
 }
 
@@ -167,14 +184,18 @@ mod tests {
             campaign(&listing, 10, false, none),
             Decision::Claim { token: 5 }
         );
-        assert_eq!(
-            campaign(&listing, 20, false, none),
-            Decision::Follow { head: 5 }
-        );
-        assert_eq!(
-            campaign(&listing, 30, false, none),
-            Decision::Follow { head: 5 }
-        );
+        let next = Decision::Follow {
+            head: 5,
+            watch: 10,
+            turn: None,
+        };
+        assert_eq!(campaign(&listing, 20, false, none), next);
+        let behind = Decision::Follow {
+            head: 5,
+            watch: 10,
+            turn: Some(20),
+        };
+        assert_eq!(campaign(&listing, 30, false, none), behind);
         assert_eq!(campaign(&listing, 40, false, none), Decision::StartOver);
     }
 
@@ -189,10 +210,10 @@ mod tests {
             campaign(&listing, 20, false, flawed),
             Decision::Claim { token: 6 }
         );
-        assert_eq!(
+        assert!(matches!(
             campaign(&listing, 30, false, flawed),
-            Decision::Follow { head: 5 }
-        );
+            Decision::Follow { head: 5, .. }
+        ));
     }
 
     const MS: Duration = Duration::from_millis(1);

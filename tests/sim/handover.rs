@@ -1,0 +1,112 @@
+//! The handover check of the session family: once the release check is done, the
+//! holder is asked to release again and again, in turns once every candidate is
+//! queued, and soon after it claimed (while the followers behind it stagger, or look
+//! again, so a head goes between a follower's listing and its watch). Every release
+//! with candidates queued behind it is taken by another node within a stagger and a
+//! few round trips ([`bound`]), far below the retry interval: a follower that waits on
+//! nothing (its watch set on a node gone already) misses it.
+
+use rand::Rng;
+
+use super::faults::ask_release;
+use super::oracle::{Ns, Violation};
+use super::world::{Ev, Kind, World, MS};
+
+/// How many releases the check asks.
+pub const RELEASES: u32 = 40;
+
+/// One release of the check.
+#[derive(Clone, Copy, Debug)]
+pub struct Handover {
+    pub node: usize,
+    pub id: u64,
+    pub asked: Ns,
+    /// When it answered `released: true`, and whether candidates were queued then.
+    pub answered: Option<(Ns, bool)>,
+}
+
+/// Another node claims within this long after a release with candidates queued: the
+/// longest stagger (50 ms in the simulator) and a few round trips (2 ms each at most
+/// after healing).
+pub fn bound() -> Ns {
+    70 * MS
+}
+
+/// The candidates queued in the session store (live sessions with a node).
+fn queued(w: &World) -> usize {
+    match &w.stores[0].kind {
+        Kind::Session(st) => (st.sessions.iter())
+            .filter(|s| s.alive && s.node.is_some())
+            .count(),
+        _ => 0,
+    }
+}
+
+/// The next step of the check, `left` releases to go: once a new claim stands (and,
+/// on even turns, every candidate is queued), its release is asked, soon (odd turns:
+/// within 60 ms, the longest stagger and a few round trips) or at once.
+pub fn step(w: &mut World, left: u32) {
+    if left == 0 {
+        return;
+    }
+    let ttl = w.timing.ttl.as_nanos() as Ns;
+    w.end_at = w.end_at.max(w.now + 2 * ttl);
+    let since = w.handovers.last().map_or(0, |h| h.asked);
+    let claim = w.oracle.claim_at(w.now).filter(|&(_, start)| start > since);
+    let soon = left % 2 == 1;
+    match claim {
+        Some((node, _)) if soon || queued(w) == w.nodes.len() => {
+            let after = if soon { 60 * MS } else { 5 * MS };
+            let after = w.rng.random_range(0..after);
+            w.at(w.now + after, Ev::HandoverRelease { node, left });
+        }
+        _ => w.at(w.now + MS, Ev::Handover { left }),
+    }
+}
+
+/// The release of turn `left`, to `node` if it still holds.
+pub fn release(w: &mut World, node: usize, left: u32) {
+    if w.oracle.leader_at(w.now) == Some(node) {
+        let id = ask_release(w, node, None);
+        w.note(|| format!("handover check: POST /release to n{node} (request {id})"));
+        let asked = w.now;
+        w.handovers.push(Handover {
+            node,
+            id,
+            asked,
+            answered: None,
+        });
+    }
+    w.at(w.now + MS, Ev::Handover { left: left - 1 });
+}
+
+/// Node `node` answered request `id` (`released`): noted, with the queue behind it.
+pub fn answered(w: &mut World, node: usize, id: u64, released: bool) {
+    let queued = queued(w) > 0;
+    let now = w.now;
+    let asked = w
+        .handovers
+        .iter_mut()
+        .find(|h| h.node == node && h.id == id);
+    if let Some(h) = asked.filter(|h| released && h.answered.is_none()) {
+        h.answered = Some((now, queued));
+    }
+}
+
+/// The releases with candidates queued that no other node took within the bound.
+pub fn verdict(w: &World) -> Vec<Violation> {
+    let bound = bound();
+    let slow = w.handovers.iter().filter_map(|h| {
+        let (at, queued) = h.answered?;
+        let taken = w
+            .oracle
+            .other_claim_after(h.node, h.asked)
+            .map(|d| h.asked + d);
+        (queued && taken.is_none_or(|t| t > at + bound)).then_some(Violation::HandoverSlow {
+            node: h.node,
+            released_at: at,
+            bound,
+        })
+    });
+    slow.collect()
+}
