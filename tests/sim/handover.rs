@@ -4,13 +4,24 @@
 //! again, so a head goes between a follower's listing and its watch). Every release
 //! with candidates queued behind it is taken by another node within a stagger and a
 //! few round trips ([`bound`]), far below the retry interval: a follower that waits on
-//! nothing (its watch set on a node gone already) misses it.
+//! nothing (its watch set on a node gone already) misses it. And every candidate
+//! queued when a claim begins names its holder within the same bound (a follower
+//! further back that lost the news of its head's delete waits for its turn instead).
 
 use rand::Rng;
 
 use super::faults::ask_release;
 use super::oracle::{Ns, Violation};
 use super::world::{Ev, Kind, World, MS};
+
+/// The news the check follows: the claims that began while it ran (when, whose,
+/// their token, the nodes whose candidates were queued then), and every holder a
+/// node named (when, its token).
+#[derive(Debug, Default)]
+pub struct News {
+    claims: Vec<(Ns, usize, u64, Vec<usize>)>,
+    named: Vec<(usize, Ns, Option<u64>)>,
+}
 
 /// How many releases the check asks.
 pub const RELEASES: u32 = 40;
@@ -32,14 +43,64 @@ pub fn bound() -> Ns {
     70 * MS
 }
 
-/// The candidates queued in the session store (live sessions with a node).
-fn queued(w: &World) -> usize {
+/// The nodes whose candidates are queued in the session store (live sessions with a
+/// node; a session's id names its node, see `Client::new`).
+fn queue(w: &World) -> Vec<usize> {
     match &w.stores[0].kind {
         Kind::Session(st) => (st.sessions.iter())
             .filter(|s| s.alive && s.node.is_some())
-            .count(),
-        _ => 0,
+            .map(|s| ((s.id >> 40) as usize).saturating_sub(1))
+            .collect(),
+        _ => Vec::new(),
     }
+}
+
+fn queued(w: &World) -> usize {
+    queue(w).len()
+}
+
+/// Node `node` claims with `token`, while the check runs.
+pub fn claimed(w: &mut World, node: usize, token: u64) {
+    if !w.handovers.is_empty() {
+        let queue = queue(w);
+        w.news.claims.push((w.now, node, token, queue));
+    }
+}
+
+/// Node `node` names the holder of `token` (`None`: none), while the check runs.
+pub fn named(w: &mut World, node: usize, token: Option<u64>) {
+    if !w.handovers.is_empty() {
+        w.news.named.push((node, w.now, token));
+    }
+}
+
+/// The candidates queued when a claim began that did not name its holder within
+/// the bound, while it lasted.
+fn late_news(w: &World) -> Vec<Violation> {
+    let bound = bound();
+    let mut late = Vec::new();
+    for (start, holder, token, queue) in &w.news.claims {
+        let by = start + bound;
+        let lasted = (w.oracle.claims.iter())
+            .any(|c| c.node == *holder && c.start == *start && c.until() >= by);
+        if !lasted {
+            continue;
+        }
+        for &node in queue.iter().filter(|&&n| n != *holder) {
+            let named = (w.news.named.iter())
+                .filter(|(n, at, _)| *n == node && *at <= by)
+                .last();
+            if named.is_none_or(|(_, _, t)| *t != Some(*token)) {
+                late.push(Violation::NewsLate {
+                    node,
+                    holder: *holder,
+                    claimed_at: *start,
+                    bound,
+                });
+            }
+        }
+    }
+    late
 }
 
 /// The next step of the check, `left` releases to go: once a new claim stands (and,
@@ -108,5 +169,7 @@ pub fn verdict(w: &World) -> Vec<Violation> {
             bound,
         })
     });
-    slow.collect()
+    let mut found: Vec<Violation> = slow.collect();
+    found.extend(late_news(w));
+    found
 }

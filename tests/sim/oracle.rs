@@ -61,6 +61,14 @@ pub enum Violation {
         released_at: Ns,
         bound: Ns,
     },
+    /// A candidate queued when a claim began did not name its holder within the
+    /// bound (a follower lost the news of a new holder).
+    NewsLate {
+        node: usize,
+        holder: usize,
+        claimed_at: Ns,
+        bound: Ns,
+    },
 }
 
 impl Violation {
@@ -72,6 +80,7 @@ impl Violation {
             Violation::NoLeaderAfterHeal { .. } => "no-leader-after-heal",
             Violation::ReleaseNotTaken { .. } => "release-not-taken",
             Violation::HandoverSlow { .. } => "handover-slow",
+            Violation::NewsLate { .. } => "news-late",
             Violation::SlotNotHeld { .. } => "slot-not-held",
         }
     }
@@ -90,6 +99,9 @@ impl Violation {
             | Violation::HandoverSlow {
                 released_at, bound, ..
             } => released_at + bound,
+            Violation::NewsLate {
+                claimed_at, bound, ..
+            } => claimed_at + bound,
         }
     }
 }
@@ -150,6 +162,17 @@ impl fmt::Display for Violation {
                 f,
                 "n{node} released at {} with candidates queued, and none claimed within {}",
                 ms(*released_at),
+                ms(*bound)
+            ),
+            Violation::NewsLate {
+                node,
+                holder,
+                claimed_at,
+                bound,
+            } => write!(
+                f,
+                "n{holder} claimed at {} and n{node}, queued, did not name it within {}",
+                ms(*claimed_at),
                 ms(*bound)
             ),
         }

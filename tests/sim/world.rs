@@ -10,7 +10,8 @@ use rand::Rng;
 
 use leasekeeper::backend::Wake;
 use leasekeeper::elector::machine::{
-    Answer, Config, Effect, Event, Failure, Flaws, LogLine, Machine, Next, Op, Time, WaitOn,
+    Answer, Config, Effect, Event, Failure, Flaws, LogLine, Machine, Next, Op, Publish, Time,
+    WaitOn,
 };
 use leasekeeper::timing::Timing;
 
@@ -228,6 +229,7 @@ pub struct World {
     pub release: Option<(usize, u64, Ns, Option<Ns>)>,
     /// The releases of the handover check (the session family).
     pub handovers: Vec<super::handover::Handover>,
+    pub news: super::handover::News,
     pub events: u64,
 }
 
@@ -266,6 +268,7 @@ impl World {
             end_at: 0,
             release: None,
             handovers: Vec::new(),
+            news: Default::default(),
             events: 0,
         };
         for s in 0..fam.stores() {
@@ -543,7 +546,11 @@ impl World {
             }) => {
                 let (shared, slot) = (self.nodes[i].client.shared(), self.nodes[i].client.slot);
                 let at = (self.now, clock.real(deadline));
-                (self.oracle).start(i, inc, token, at, (shared, slot))
+                (self.oracle).start(i, inc, token, at, (shared, slot));
+                super::handover::claimed(self, i, token);
+            }
+            Effect::Publish(Publish::Observed(holder)) => {
+                super::handover::named(self, i, holder.and_then(|h| h.token));
             }
             Effect::Log(LogLine::Deadline { deadline, .. }) => {
                 self.oracle.deadline(i, clock.real(deadline))

@@ -359,6 +359,21 @@ fn a_next_in_line_that_waits_on_a_gone_head_is_caught() {
     assert!(catches(Family::Session(flaws), 100, "handover-slow") > 0);
 }
 
+/// The ZooKeeper store's core known-wrong in a follower's wait: a follower further
+/// back whose head went between its listing and its watch waits for its turn alone,
+/// and names the old holder until its turn or its retry interval comes. The handover
+/// check catches it as a queued candidate that did not name a new holder within a
+/// stagger and a few round trips.
+#[test]
+fn a_follower_that_loses_its_heads_delete_is_caught() {
+    use leasekeeper::backend::zookeeper::driven;
+    let flaws = driven::Flaws {
+        head_gone_unseen: true,
+        ..driven::Flaws::default()
+    };
+    assert!(catches(Family::Session(flaws), 100, "news-late") > 0);
+}
+
 /// The Lease family decides through the Kubernetes store's own core
 /// (`leasekeeper::backend::kubernetes::driven`); its known-wrong rule, a rival's Lease
 /// taken as soon as it is seen instead of once it stood still for its duration, is
