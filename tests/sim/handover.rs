@@ -88,8 +88,8 @@ fn late_news(w: &World) -> Vec<Violation> {
         }
         for &node in queue.iter().filter(|&&n| n != *holder) {
             let named = (w.news.named.iter())
-                .filter(|(n, at, _)| *n == node && *at <= by)
-                .last();
+                .rev()
+                .find(|(n, at, _)| *n == node && *at <= by);
             if named.is_none_or(|(_, _, t)| *t != Some(*token)) {
                 late.push(Violation::NewsLate {
                     node,
