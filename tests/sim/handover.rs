@@ -8,6 +8,8 @@
 //! queued when a claim begins names its holder within the same bound (a follower
 //! further back that lost the news of its head's delete waits for its turn instead).
 
+use std::time::Duration;
+
 use rand::Rng;
 
 use super::faults::ask_release;
@@ -22,6 +24,12 @@ pub struct News {
     claims: Vec<(Ns, usize, u64, Vec<usize>)>,
     named: Vec<(usize, Ns, Option<u64>)>,
 }
+
+/// How long a released holder sits out before it queues again.
+const COOLDOWN: Duration = Duration::from_millis(20);
+
+/// How often a step looks for the claim it waits for.
+const POLL: Ns = 2 * MS;
 
 /// How many releases the check asks.
 pub const RELEASES: u32 = 40;
@@ -104,8 +112,10 @@ fn late_news(w: &World) -> Vec<Violation> {
 }
 
 /// The next step of the check, `left` releases to go: once a new claim stands (and,
-/// on even turns, every candidate is queued), its release is asked, soon (odd turns:
-/// within 60 ms, the longest stagger and a few round trips) or at once.
+/// on even turns, every candidate is queued), its release is asked: on odd turns
+/// within 60 ms of now (the longest stagger and a few round trips: the followers
+/// behind may be looking again), on even turns once the claim has lasted the bound
+/// (so that the news check sees it).
 pub fn step(w: &mut World, left: u32) {
     if left == 0 {
         return;
@@ -116,19 +126,25 @@ pub fn step(w: &mut World, left: u32) {
     let claim = w.oracle.claim_at(w.now).filter(|&(_, start)| start > since);
     let soon = left % 2 == 1;
     match claim {
-        Some((node, _)) if soon || queued(w) == w.nodes.len() => {
-            let after = if soon { 60 * MS } else { 5 * MS };
-            let after = w.rng.random_range(0..after);
+        Some((node, _)) if soon => {
+            let after = w.rng.random_range(0..60 * MS);
             w.at(w.now + after, Ev::HandoverRelease { node, left });
         }
-        _ => w.at(w.now + MS, Ev::Handover { left }),
+        Some((node, start)) if queued(w) == w.nodes.len() => {
+            let lasted = (start + bound() + 5 * MS).saturating_sub(w.now);
+            let after = lasted + w.rng.random_range(0..5 * MS);
+            w.at(w.now + after, Ev::HandoverRelease { node, left });
+        }
+        _ => w.at(w.now + POLL, Ev::Handover { left }),
     }
 }
 
 /// The release of turn `left`, to `node` if it still holds.
 pub fn release(w: &mut World, node: usize, left: u32) {
     if w.oracle.leader_at(w.now) == Some(node) {
-        let id = ask_release(w, node, None);
+        // A short cooldown (`POST /release?cooldown=`): the releaser queues again soon,
+        // behind the others.
+        let id = ask_release(w, node, Some(COOLDOWN));
         w.note(|| format!("handover check: POST /release to n{node} (request {id})"));
         let asked = w.now;
         w.handovers.push(Handover {
@@ -138,7 +154,7 @@ pub fn release(w: &mut World, node: usize, left: u32) {
             answered: None,
         });
     }
-    w.at(w.now + MS, Ev::Handover { left: left - 1 });
+    w.at(w.now + POLL, Ev::Handover { left: left - 1 });
 }
 
 /// Node `node` answered request `id` (`released`): noted, with the queue behind it.
