@@ -149,14 +149,15 @@ pub(super) async fn follow_head(
     let turn = existing(turn.await.map_err(zk("campaign"))?);
     let announced = announcement_watch(announced.await.map_err(zk("campaign"))?, seen);
     let news = head.map(|head| head_news(head, announced));
-    let phase = Phase::following(
-        turn,
-        news,
-        Instant::now(),
-        super::super::stagger,
-        Flaws::default(),
-    );
-    Ok((holder, phase))
+    Ok((holder, following(turn, news)))
+}
+
+/// The phase a follower further back is in once its watches stand (`turn`: the one
+/// on the node it waits for; `news`: of a new holder), from now, with the product's
+/// stagger and rules.
+fn following(turn: Option<NodeWatch>, news: Option<News>) -> ZkPhase {
+    let stagger = super::super::stagger;
+    Phase::following(turn, news, Instant::now(), stagger, Flaws::default())
 }
 
 /// A follower's watches of [`super::core::Follow::Announcement`] (paths: the head's, our
@@ -180,14 +181,7 @@ pub(super) async fn follow_announcement(
         None => None,
     };
     let news = Some(announced_news(announced, next));
-    let phase = Phase::following(
-        turn,
-        news,
-        Instant::now(),
-        super::super::stagger,
-        Flaws::default(),
-    );
-    Ok((holder, phase))
+    Ok((holder, following(turn, news)))
 }
 
 /// What an event on our own node's watch says (see `rules::ends_claim`).

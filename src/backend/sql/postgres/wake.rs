@@ -281,21 +281,28 @@ mod tests {
         assert_eq!(turn_key("lk:1"), turn_key("lk:1"));
     }
 
-    /// A follower waits by the lock while another holds the row, once per wait asked
-    /// for; after a holder's session ended, the next wait is by the row's expiry (once),
-    /// and a row nobody holds is waited on by the notifications.
-    #[tokio::test]
-    async fn a_wait_by_the_lock_is_asked_for_once_and_followed_by_one_by_the_expiry() {
-        let (arm, _asked) = watch::channel((0, 0));
+    /// A waiter with no wait asked for yet, whose task does nothing: the waits' ends
+    /// are sent by hand (`ends`), and the waits asked for kept (`asked`).
+    fn waiter() -> (Waiter, watch::Sender<u64>, watch::Receiver<(u64, i64)>) {
+        let (arm, asked) = watch::channel((0, 0));
         let (ends, done) = watch::channel(0);
         let task = tokio::spawn(async {});
-        let mut w = Waiter {
+        let w = Waiter {
             arm,
             done,
             armed: None,
             by_expiry: None,
             task,
         };
+        (w, ends, asked)
+    }
+
+    /// A follower waits by the lock while another holds the row, once per wait asked
+    /// for; after a holder's session ended, the next wait is by the row's expiry (once),
+    /// and a row nobody holds is waited on by the notifications.
+    #[tokio::test]
+    async fn a_wait_by_the_lock_is_asked_for_once_and_followed_by_one_by_the_expiry() {
+        let (mut w, ends, _asked) = waiter();
         assert_eq!(w.start((false, 7)), Start::ByNotice, "nobody holds");
         assert_eq!(w.start((true, 7)), Start::Wait(1));
         assert_eq!(*w.arm.borrow(), (1, 7), "wait 1 asked for, on lock 7");
@@ -316,16 +323,7 @@ mod tests {
     /// another writer ahead, waits on that writer's turn lock at once.
     #[tokio::test]
     async fn a_wait_that_ended_on_one_lock_waits_on_another_by_the_lock() {
-        let (arm, _asked) = watch::channel((0, 0));
-        let (ends, done) = watch::channel(0);
-        let task = tokio::spawn(async {});
-        let mut w = Waiter {
-            arm,
-            done,
-            armed: None,
-            by_expiry: None,
-            task,
-        };
+        let (mut w, ends, _asked) = waiter();
         assert_eq!(w.start((true, 7)), Start::Wait(1));
         ends.send_replace(1);
         assert_eq!(w.start((true, 7)), Start::Ended);
