@@ -1,6 +1,6 @@
-//! Parses the first word and dispatches: the exec guard, the init of exec mode's
-//! PID namespace, `status`, `switchover`, `inject`, `help`, `completions`, `man`, or the sidecar
-//! (plain or `run -- CMD`), each a module of `leasekeeper::cmd` or the exec publisher.
+//! Parses the first word and dispatches: the exec guard, `status`, `switchover`,
+//! `inject`, `help`, `completions`, `man`, or the sidecar (plain or `run -- CMD`),
+//! each a module of `leasekeeper::cmd` or the exec publisher.
 //! The one definition of the whole command line is `leasekeeper::cmd::help::command`.
 
 use std::ffi::OsString;
@@ -24,7 +24,6 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     match args.get(1).and_then(|a| a.to_str()) {
         Some(exec::GUARD_ARG) => exec::guard_main(args[2..].to_vec()),
-        Some(exec::INIT_ARG) => exec::init_main(args[2..].to_vec()),
         Some("status") => cmd::status::main(args),
         Some("switchover") => cmd::switchover::main(args),
         Some("inject") => cmd::inject::main(args),

@@ -47,7 +47,6 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 
 use contain::HOLD_ARG;
-pub use contain::{init_main, INIT_ARG};
 pub use guard::{guard_main, GUARD_ARG};
 
 use crate::clock::to_monotonic_ns;
@@ -302,7 +301,9 @@ impl Supervisor {
         let talk = self
             .converse(token, deadline, events, pipe, &mut guard)
             .await;
-        let _ = guard.wait().await;
+        if talk.said.is_none() {
+            let _ = guard.wait().await;
+        }
         let gone = talk.said.is_some() || talk.run.proves_the_end().await;
         if gone {
             tracing::info!(
@@ -407,7 +408,11 @@ impl Supervisor {
                 // What the guard said first: a verdict may already be waiting.
                 biased;
                 event = events.recv() => match event {
-                    Some(event) => talk.take(event),
+                    // The verdict is the guard's last word, written once nothing of
+                    // CMD is left: the guard's own end adds nothing to wait for.
+                    Some(event) => if talk.take(event) {
+                        return talk;
+                    },
                     // The guard is gone (its socket closed).
                     None => return talk,
                 },
@@ -510,7 +515,8 @@ struct Talk {
 }
 
 impl Talk {
-    fn take(&mut self, event: FromGuard) {
+    /// Takes what the guard said; true for its verdict.
+    fn take(&mut self, event: FromGuard) -> bool {
         match event {
             FromGuard::Started(pidfd) => self.run = Run::Started(pidfd),
             FromGuard::NotStarted => self.run = Run::NotStarted,
@@ -521,6 +527,7 @@ impl Talk {
                 }
             }
         }
+        self.said.is_some()
     }
 }
 

@@ -745,7 +745,10 @@ fn exec_mode_as_pid_1(seccomp: Seccomp) {
     // SIGKILL to PID 1 from outside: every process of the container ends with it.
     let inside = processes_under(init);
     eprintln!("container c ({seccomp:?}) before SIGKILL to its PID 1: {inside:?}");
-    let own_namespace = inside.iter().any(|(_, _, cmd)| cmd.contains("__exec-init"));
+    // CMD's own PID namespace: a process one namespace deeper than the container's.
+    let own_namespace = inside
+        .iter()
+        .any(|(p, _, _)| pid_namespace_depth(*p) > pid_namespace_depth(init));
     assert_eq!(own_namespace, seccomp == Seccomp::None, "{}", c.output());
     common::send_signal(init, libc::SIGKILL);
     let gone = eventually(Duration::from_secs(5), || {
@@ -764,6 +767,18 @@ fn exec_mode_as_pid_1(seccomp: Seccomp) {
         worker.0
     );
     let _ = c.wait_exit(Duration::from_secs(5));
+}
+
+/// How many PID namespaces `pid` is in (the pids of `NSpid` in its status).
+fn pid_namespace_depth(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|l| l.split_whitespace().count())
+        })
+        .unwrap_or(0)
 }
 
 /// As in a Pod: the app container has the network namespace, the sidecar container

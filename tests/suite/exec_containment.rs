@@ -269,6 +269,44 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
     assert!(!worker.procs().is_empty(), "the command ended");
 }
 
+/// The times `pid` has gone to sleep and woken (its voluntary context switches).
+fn wakes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A leader's guard wakes for its orders (a deadline at each renewal, three a
+/// second at ttl 2 s), for CMD's processes' ends and when a deadline comes near, not
+/// on a timer of its own: a guard that looked every few milliseconds would wake
+/// hundreds of times a second for the whole tenure.
+#[test]
+fn a_guard_sleeps_between_its_orders() {
+    let worker = Marker::new();
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let a = start(
+        "a",
+        dir.path(),
+        &redis_args(&redis, "sleeper"),
+        &worker.sleep(),
+    );
+    leads_with_worker(&a, &worker);
+    let guard = guard_of(a.pid).expect("a guard below the leader");
+    let before = wakes(guard).expect("the guard's status");
+    std::thread::sleep(Duration::from_secs(2));
+    let woke = wakes(guard).expect("the guard's status") - before;
+    assert!(
+        woke < 60,
+        "the guard woke {woke} times in 2 s while its command ran"
+    );
+    assert!(is_leader(&a), "a still leads");
+}
+
 /// The guard run by hand (`leasekeeper __exec-guard <grace> <budget> <warn> -- CMD`),
 /// with the sidecar's end of its socket; killed on drop.
 struct HandGuard {

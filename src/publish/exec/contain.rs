@@ -1,6 +1,6 @@
 //! How CMD is contained (DESIGN §10, "Containment"): a PID namespace of its own where
 //! the host allows one (as root, or in a user namespace of the guard's own), with a
-//! small init as its PID 1 ([`init_main`]) that learns of the guard's death by its
+//! small init as its PID 1 (a fork of the guard, [`spawn_init`]) that learns of the guard's death by its
 //! parent-death signal and then kills and reaps every other process of the namespace
 //! before it ends itself ([`crate::init::serve`]). When that init ends for any other
 //! reason (the guard killed it, an OOM kill), the kernel kills every other process of
@@ -13,20 +13,16 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use crate::init::{serve, Blocked, Forward};
 
-/// The hidden first argument that makes the binary the init of CMD's namespace.
-pub const INIT_ARG: &str = "__exec-init";
-
 /// The byte the guard sends its init to start CMD.
 const GO: u8 = b'g';
 
-/// The argument that names the lease's descriptor (`--hold-fd=N`), to the guard and
-/// to the init.
+/// The argument that names the lease's descriptor (`--hold-fd=N`) to the guard.
 pub const HOLD_ARG: &str = "--hold-fd=";
 
 /// The descriptor named by a `--hold-fd=N` argument, if `arg` is one.
@@ -125,18 +121,27 @@ pub fn probe_main() -> ExitCode {
 }
 
 fn start_and_reap_one() -> std::io::Result<()> {
-    let mut child = std::process::Command::new("/proc/self/exe")
-        .arg(INIT_ARG)
-        .arg("--probe")
-        .stdin(std::process::Stdio::null())
-        .spawn()?;
-    child.wait().map(|_| ())
+    // SAFETY: fork in the probe, which starts no thread; the child only ends.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        // SAFETY: _exit(2) ends the child at once.
+        0 => unsafe { libc::_exit(0) },
+        pid => {
+            // SAFETY: waitpid(2) on our own child.
+            match unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) } {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            }
+        }
+    }
 }
 
 /// The parent-death signal `death` and default signal dispositions for a child of the
 /// guard (the guard ignores the terminal's signals; its children must not inherit
-/// that). The guard's blocked signals stay blocked, and so pending, until the child
-/// takes them: CMD's init from birth, CMD itself from its exec ([`spawn_plain`]).
+/// that). The guard's blocked signals stay blocked, and so pending, until CMD takes
+/// them from its exec ([`spawn_plain`]); CMD's init, a fork, does as much itself
+/// ([`spawn_init`]).
 fn child_setup(command: &mut std::process::Command, death: libc::c_int) {
     // SAFETY: signal, prctl and getppid are async-signal-safe and touch only the child.
     unsafe {
@@ -154,10 +159,12 @@ fn child_setup(command: &mut std::process::Command, death: libc::c_int) {
 
 /// Starts the init of CMD's namespace, waiting for the go of [`go`]; its pid and
 /// the guard's end of the go pipe. Until the go, CMD does not run; if the guard dies
-/// before it, the pipe closes and the init ends without starting CMD.
+/// before it, the pipe closes and the init ends without starting CMD. The init is a
+/// fork of the guard, which starts no thread, not a program of its own: CMD starts
+/// one exec sooner.
 ///
-/// `hold` (the lease's descriptor, [`crate::status::TenureHold`]) is inherited by the
-/// init, which keeps it open until every other process of the namespace has ended
+/// `hold` (the lease's descriptor, [`crate::status::TenureHold`]) stays open in the
+/// init, which keeps it until every other process of the namespace has ended
 /// ([`crate::init::serve`]); CMD does not see it. The init's parent-death signal is
 /// [`crate::init::parent_gone`], which it takes to end the namespace itself.
 pub fn spawn_init(
@@ -171,18 +178,75 @@ pub fn spawn_init(
     }
     // SAFETY: both descriptors are new and ours alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut command = std::process::Command::new("/proc/self/exe");
-    command.arg(INIT_ARG);
-    if let Some(fd) = hold {
-        command.arg(format!("{HOLD_ARG}{fd}"));
+    // SAFETY: the guard has no other thread, so its child may run any code; the
+    // child never returns from here.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            let code = init(read.as_raw_fd(), write.as_raw_fd(), cmd, hold);
+            // SAFETY: the init ends here, with none of the guard's own ending run.
+            unsafe { libc::_exit(code) }
+        }
+        pid => Ok((pid, write)),
     }
-    command
-        .arg("--")
-        .args(cmd)
-        .stdin(std::process::Stdio::from(read));
-    child_setup(&mut command, crate::init::parent_gone());
-    let child = command.spawn()?;
-    Ok((pid_of(&child), write))
+}
+
+/// The init, in the guard's fork (PID 1 of CMD's namespace): takes default signal
+/// dispositions and its parent-death signal, keeps only the `go` pipe (as its
+/// stdin), stdout, stderr and `hold`, waits for the go, starts CMD, reaps every
+/// process that ends in the namespace, passes the guard's SIGTERM to all of them,
+/// and ends with CMD's exit code (the kernel then ends the rest).
+fn init(go: RawFd, guard_end: RawFd, cmd: &[OsString], hold: Option<RawFd>) -> i32 {
+    // SAFETY: signal, prctl, dup2 and close on this new process alone.
+    let ready = unsafe {
+        for sig in crate::init::FORWARDED {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        libc::close(guard_end);
+        libc::prctl(libc::PR_SET_PDEATHSIG, crate::init::parent_gone()) == 0
+            && libc::dup2(go, 0) == 0
+    };
+    if !ready {
+        return 1;
+    }
+    close_all_but(hold);
+    // The init keeps the lease's descriptor; CMD never sees it.
+    if let Some(Err(e)) = hold.map(|fd| set_cloexec(fd, true)) {
+        eprintln!("error: the command's init: {HOLD_ARG}: {e}");
+        return 2;
+    }
+    let blocked = Blocked::block();
+    let mut byte = [0u8; 1];
+    if !matches!(std::io::stdin().lock().read(&mut byte), Ok(1) if byte[0] == GO) {
+        // The guard is gone (or stopped) before CMD started: nothing to do.
+        return 0;
+    }
+    let mut command = std::process::Command::new(&cmd[0]);
+    command.args(&cmd[1..]).stdin(std::process::Stdio::null());
+    blocked.unblock_in(&mut command);
+    match command.spawn() {
+        Ok(child) => serve(pid_of(&child), Forward::Everyone, &blocked),
+        Err(e) => {
+            eprintln!("error: cannot run {}: {e}", cmd[0].to_string_lossy());
+            127
+        }
+    }
+}
+
+/// Closes every descriptor of this process but stdin, stdout, stderr and `hold`:
+/// what the guard holds (its socket to the sidecar) is not the init's.
+fn close_all_but(hold: Option<RawFd>) {
+    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in open.into_iter().filter(|fd| *fd > 2 && Some(*fd) != hold) {
+        // SAFETY: close(2) of a descriptor number; one already gone (the listing's
+        // own) answers EBADF.
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Tells the init to start CMD.
@@ -327,50 +391,6 @@ fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rfind(')')?;
     stat[after + 1..].split_whitespace().nth(1)?.parse().ok()
-}
-
-/// `__exec-init [--hold-fd=N] -- CMD ARGS…`: PID 1 of CMD's namespace. Waits for the guard's go
-/// on stdin (nothing at all runs before), starts CMD, reaps every process that
-/// ends in the namespace, passes the guard's SIGTERM to all of them, and ends with
-/// CMD's exit code (the kernel then ends the rest). `--probe` only starts and ends.
-pub fn init_main(args: Vec<OsString>) -> ExitCode {
-    if args.first().is_some_and(|a| a == "--probe") {
-        return ExitCode::SUCCESS;
-    }
-    let hold = args.first().and_then(|a| hold_fd(a));
-    let cmd = args
-        .get(if hold.is_some() { 2 } else { 1 }..)
-        .unwrap_or_default();
-    if cmd.is_empty() {
-        eprintln!("error: {INIT_ARG} is internal to `leasekeeper run`");
-        return ExitCode::from(2);
-    }
-    // The init keeps the lease's descriptor; CMD never sees it.
-    if let Some(Err(e)) = hold.map(|fd| set_cloexec(fd, true)) {
-        eprintln!("error: {INIT_ARG}: {HOLD_ARG}: {e}");
-        return ExitCode::from(2);
-    }
-    let blocked = Blocked::block();
-    let mut byte = [0u8; 1];
-    let mut stdin = std::io::stdin().lock();
-    if !matches!(stdin.read(&mut byte), Ok(1) if byte[0] == GO) {
-        // The guard is gone (or stopped) before CMD started: nothing to do.
-        return ExitCode::SUCCESS;
-    }
-    drop(stdin);
-    let mut command = std::process::Command::new(&cmd[0]);
-    command.args(&cmd[1..]).stdin(std::process::Stdio::null());
-    blocked.unblock_in(&mut command);
-    let child = command.spawn();
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot run {}: {e}", cmd[0].to_string_lossy());
-            return ExitCode::from(127);
-        }
-    };
-    let code = serve(pid_of(&child), Forward::Everyone, &blocked);
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -123,7 +123,14 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    say(&Guard::new(first, &args, deadline).supervise(&mut orders));
+    let verdict = Guard::new(first, &args, deadline).supervise(&mut orders);
+    if let Some(fd) = args.hold {
+        // Nothing of CMD is left: the lease is no longer the guard's to keep, and the
+        // sidecar releases it on the verdict, not on the guard's end.
+        // SAFETY: close(2) of the inherited descriptor, not used after this.
+        unsafe { libc::close(fd) };
+    }
+    say(&verdict);
     ExitCode::SUCCESS
 }
 
@@ -160,8 +167,9 @@ struct Orders {
 }
 
 impl Orders {
-    /// The next order within `wait` (for ever without one); `None` if none came.
-    fn next(&mut self, wait: Option<Duration>) -> Option<Order> {
+    /// The next order within `wait` (for ever without one); `None` if none came, or
+    /// as soon as `also` turns readable.
+    fn next(&mut self, wait: Option<Duration>, also: Option<RawFd>) -> Option<Order> {
         loop {
             if let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=end).collect();
@@ -176,17 +184,17 @@ impl Orders {
             }
             if self.gone {
                 // Nothing more will come; do not spin.
-                std::thread::sleep(wait.unwrap_or_default().min(Duration::from_millis(2)));
+                std::thread::sleep(wait.unwrap_or_default().min(RECHECK));
                 return Some(Order::Stop);
             }
-            let timeout = wait.map_or(-1, |w| i32::try_from(w.as_millis()).unwrap_or(i32::MAX));
-            let mut fds = libc::pollfd {
-                fd: self.sock.as_raw_fd(),
+            let timeout = wait.map_or(-1, poll_ms);
+            let mut fds = [self.sock.as_raw_fd(), also.unwrap_or(-1)].map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
-            };
-            // SAFETY: poll(2) on one valid pollfd.
-            if unsafe { libc::poll(&mut fds, 1, timeout) } <= 0 {
+            });
+            // SAFETY: poll(2) on two pollfds (a negative descriptor is skipped).
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) } <= 0 || fds[1].revents != 0 {
                 return None;
             }
             let mut chunk = [0u8; 512];
@@ -201,7 +209,7 @@ impl Orders {
 
     /// The first deadline; `None` if the sidecar says stop or is gone first.
     fn first_deadline(&mut self) -> Option<u64> {
-        match self.next(None)? {
+        match self.next(None, None)? {
             Order::Deadline(d) => Some(d),
             Order::Stop => None,
         }
@@ -317,9 +325,15 @@ impl Guard {
         }
     }
 
-    /// Until nothing of CMD is left; returns the verdict line.
+    /// Until nothing of CMD is left; returns the verdict line. It wakes for an order,
+    /// a child's end, and the next instant it acts at (see [`Guard::wait`]).
     fn supervise(&mut self, orders: &mut Orders) -> String {
+        let ends = ChildEnds::open().ok();
         loop {
+            if let Some(ends) = &ends {
+                // Before the reap: an end after it turns the descriptor readable again.
+                ends.drain();
+            }
             self.reap();
             if let Some(status) = self.status {
                 return self.finish(status);
@@ -338,7 +352,9 @@ impl Guard {
                 // Again on every round: a process forked meanwhile goes too.
                 self.signal_all(libc::SIGKILL);
             }
-            if self.next_order(orders) && self.kill_at.is_none() {
+            let wait = self.wait(now, hard, ends.is_some());
+            let also = ends.as_ref().map(|e| e.0.as_raw_fd());
+            if self.next_order(orders, wait, also) && self.kill_at.is_none() {
                 self.signal_all(libc::SIGTERM);
                 let by_grace = monotonic_now_ns().saturating_add(self.grace);
                 self.kill_at = Some(hard.map_or(by_grace, |h| h.min(by_grace)));
@@ -359,10 +375,26 @@ impl Guard {
         }
     }
 
-    /// Takes the sidecar's next order (waiting 2 ms at most); true when it says stop
-    /// (or is gone). A new deadline counts only before stopping.
-    fn next_order(&mut self, orders: &mut Orders) -> bool {
-        match orders.next(Some(Duration::from_millis(2))) {
+    /// How long the guard may sleep at `now` (with `hard`, the deadline less the
+    /// budget): until the warning before `hard`, or until SIGKILL is due; once it is,
+    /// [`RECHECK`] between its rounds. [`RECHECK`] too without a descriptor of
+    /// children's ends, as then only a look finds them.
+    fn wait(&self, now: u64, hard: Option<u64>, hears_ends: bool) -> Duration {
+        let next = match self.kill_at {
+            Some(at) => at,
+            None => hard.map_or(u64::MAX, |h| h.saturating_sub(self.warn)),
+        };
+        if !hears_ends || next <= now {
+            return RECHECK;
+        }
+        Duration::from_nanos(next - now).min(LONGEST_SLEEP)
+    }
+
+    /// Takes the sidecar's next order within `wait` (or until `also`, the children's
+    /// ends, turns readable); true when it says stop (or is gone). A new deadline
+    /// counts only before stopping.
+    fn next_order(&mut self, orders: &mut Orders, wait: Duration, also: Option<RawFd>) -> bool {
+        match orders.next(Some(wait), also) {
             Some(Order::Deadline(d)) => {
                 if self.kill_at.is_none() {
                     self.deadline = Some(d);
@@ -371,6 +403,61 @@ impl Guard {
             }
             Some(Order::Stop) => true,
             None => false,
+        }
+    }
+}
+
+/// Between two looks once SIGKILL is due (a process forked meanwhile goes too), or
+/// when no child's end can be heard.
+const RECHECK: Duration = Duration::from_millis(2);
+
+/// The longest the guard sleeps with nothing due.
+const LONGEST_SLEEP: Duration = Duration::from_secs(1);
+
+/// `wait` as poll(2)'s timeout: whole milliseconds, rounded up, so that a wake is
+/// never before the instant it is for.
+fn poll_ms(wait: Duration) -> i32 {
+    i32::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+}
+
+/// A signalfd of SIGCHLD (blocked in the guard, [`Blocked`]): readable once a child
+/// of the guard ended, so CMD's end is seen as it happens, not at the next look.
+struct ChildEnds(OwnedFd);
+
+impl ChildEnds {
+    fn open() -> std::io::Result<ChildEnds> {
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; signalfd(2)
+        // returns a new descriptor or -1.
+        let fd = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, ours alone.
+        Ok(ChildEnds(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Takes the ends heard so far (the reap that follows finds them).
+    fn drain(&self) {
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        loop {
+            // SAFETY: signalfd_siginfo is plain data, and read(2) fills at most its
+            // size of it.
+            let read = unsafe {
+                let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+                libc::read(
+                    self.0.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if read <= 0 {
+                return;
+            }
         }
     }
 }
