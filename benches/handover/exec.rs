@@ -11,7 +11,7 @@ use std::process::{Child, Command};
 use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
 use crate::page::Key;
-use crate::peer::{by_signal, leader_stamp, peer_handovers, spawn_piped};
+use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_rounds, spawn_piped};
 use crate::report::Report;
 
 /// The supervised command's source: its start's stamp, then a wait for the signal.
@@ -36,14 +36,18 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let command = build_command();
     let etcd = EtcdCluster::start(1);
     let endpoints = etcd.endpoints();
-    let (ours, peer) = match &command {
+    let ((ours, steps), peer) = match &command {
         Some(command) => (
             leasekeeper_run_handovers(&endpoints, command, rounds),
             etcdctl_lock_handovers(&endpoints, command, rounds),
         ),
-        None => (Vec::new(), Vec::new()),
+        None => ((Vec::new(), Vec::new()), Vec::new()),
     };
     report.latency(Key::new("exec", "etcd", "leasekeeper"), ours);
+    for (i, column) in STEP_COLUMNS.iter().enumerate() {
+        let values = steps.iter().filter_map(|s: &Steps| s[i]).collect();
+        report.median(Key::new("exec_steps", "etcd", column), values);
+    }
     report.latency(Key::new("exec", "etcd", "peer"), peer);
     drop(etcd);
 }
@@ -75,7 +79,21 @@ pub fn build_c(name: &str, source: &str) -> Option<PathBuf> {
     }
 }
 
-fn leasekeeper_run_handovers(endpoints: &str, command: &Path, rounds: usize) -> Vec<f64> {
+/// The steps of one handover of `leasekeeper run` (ms; `None` where a mark is
+/// missing), in the order of [`STEP_COLUMNS`].
+type Steps = [Option<f64>; 4];
+
+/// The step table's columns: SIGTERM → the leader's claim ended; → its command gone
+/// and its release sent; → the next claim; → the next command's stamp.
+const STEP_COLUMNS: [&str; 4] = ["ended", "release_sent", "claim", "started"];
+
+/// Handovers of `leasekeeper run`: their latencies, and their steps from the
+/// transition logs.
+fn leasekeeper_run_handovers(
+    endpoints: &str,
+    command: &Path,
+    rounds: usize,
+) -> (Vec<f64>, Vec<Steps>) {
     let dir = tempfile::tempdir().expect("dir");
     let spawn = |i: usize| {
         spawn_piped(
@@ -100,7 +118,44 @@ fn leasekeeper_run_handovers(endpoints: &str, command: &Path, rounds: usize) -> 
             "leasekeeper run",
         )
     };
-    peer_handovers(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds)
+    let rounds = peer_rounds(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds);
+    let lines = transition_lines(dir.path());
+    let latency = rounds.iter().map(|(t0, next)| ms(*t0, *next)).collect();
+    (latency, rounds.iter().map(|r| steps(&lines, *r)).collect())
+}
+
+fn ms(from: u64, to: u64) -> f64 {
+    to.saturating_sub(from) as f64 / 1e6
+}
+
+/// Every line of the transition logs in `dir`.
+fn transition_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let texts: Vec<String> = files
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+        .collect();
+    let lines = texts.iter().flat_map(|t| t.lines());
+    lines.filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The steps of the handover from the stop at `t0` to the next command's stamp at
+/// `started`: the first claim end, release sent and claim start between them.
+fn steps(lines: &[serde_json::Value], (t0, started): (u64, u64)) -> Steps {
+    let first = |event: &str, field: &str| {
+        let of_event = lines.iter().filter(|l| l["event"] == event);
+        let marks = of_event.filter_map(|l| l[field].as_u64());
+        marks.filter(|at| *at > t0 && *at <= started).min()
+    };
+    let ended = first("claim_end", "at_ns");
+    let released = first("release", "sent_ns");
+    let claim = first("claim_start", "at_ns");
+    let step = |from: Option<u64>, to: Option<u64>| Some(ms(from?, to?));
+    [
+        step(Some(t0), ended),
+        step(ended, released),
+        step(released, claim),
+        step(claim, Some(started)),
+    ]
 }
 
 fn etcdctl_lock_handovers(endpoints: &str, command: &Path, rounds: usize) -> Vec<f64> {

@@ -92,6 +92,21 @@ pub fn peer_handovers(
     stamp: &'static Stamp,
     rounds: usize,
 ) -> Vec<f64> {
+    let rounds = peer_rounds(spawn, stop, stamp, rounds);
+    rounds
+        .iter()
+        .map(|(t0, next)| next.saturating_sub(*t0) as f64 / 1e6)
+        .collect()
+}
+
+/// As [`peer_handovers`], each handover as its two instants (CLOCK_MONOTONIC ns):
+/// the stop sent, the next one's stamp.
+pub fn peer_rounds(
+    spawn: &dyn Fn(usize) -> Child,
+    stop: &dyn Fn(&mut Child),
+    stamp: &'static Stamp,
+    rounds: usize,
+) -> Vec<(u64, u64)> {
     let start = |i: usize| Peer::start(spawn(i), stamp);
     let mut peers: Vec<Peer> = (0..CANDIDATES).map(start).collect();
     let mut lat = Vec::new();
@@ -112,7 +127,7 @@ pub fn peer_handovers(
                 .find_map(|(_, p)| p.elected_at())
         });
         let Some(next) = next else { break };
-        lat.push(next.saturating_sub(t0) as f64 / 1e6);
+        lat.push((t0, next));
         let _ = peers[holder].child.wait();
         peers[holder] = start(holder);
     }

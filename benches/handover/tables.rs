@@ -59,6 +59,7 @@ pub const TABLES: &[Table] = &[
     SLOTS,
     MODES,
     EXEC,
+    EXEC_STEPS,
     ABUSE,
     FOOTPRINT,
 ];
@@ -632,6 +633,28 @@ section's start, that prints a stamp as it starts (about a millisecond after its
 and exits on SIGTERM or SIGINT, so the figures are the supervisors' own: the old command\n\
 gone, the release, the next claim and the next command's start. leasekeeper waits for\n\
 the old command's processes to be gone before it releases.",
+    in_whole_run: true,
+};
+
+const EXEC_STEPS: Table = Table {
+    id: "exec_steps",
+    heading: "Exec mode, step by step",
+    columns: &[
+        col("store", "store"),
+        col("ended", "SIGTERM → the leader's claim ended"),
+        col("release_sent", "→ its command gone, its release sent"),
+        col("claim", "release sent → the next claim"),
+        col("started", "next claim → the next command started"),
+    ],
+    rows: &[row("etcd", &[Text("etcd"), Value, Value, Value, Value])],
+    paragraph: "\
+The handovers of `leasekeeper run` in the table above, split by the marks of the\n\
+transition logs and the command's own stamp, medians in ms: the stopped leader ends its\n\
+claim; its guard stops the command (SIGTERM to the command's init, which passes it on),\n\
+sees the last of its processes end and says so, and the leader sends its release; the\n\
+next leader's claim begins; its guard (this binary, started again) makes the command's\n\
+PID namespace, forks the init there, and the init starts the command, whose first act is\n\
+the stamp.",
     in_whole_run: true,
 };
 

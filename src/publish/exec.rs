@@ -3,8 +3,9 @@
 //!
 //! The supervisor is a publisher: it reads [`Status`] and starts CMD when a tenure
 //! begins, stops it when the tenure ends. CMD is not the sidecar's own child but runs
-//! under a *guard* process (this binary again, [`guard`]), which is told every new
-//! claim deadline over a socket and enforces it by itself:
+//! under a *guard* process (this binary again, [`guard`], started while the candidate
+//! follows, so that a claim does not wait for it), which is told every new claim
+//! deadline over a socket and enforces it by itself:
 //!
 //! - a stop (step-down, shutdown, release): SIGTERM to all of CMD at once, SIGKILL
 //!   after `--kill-grace`, but never later than the deadline less a kill budget;
@@ -24,8 +25,9 @@
 //!
 //! On a store whose lease is an open descriptor (the file lock, freed by the kernel
 //! the instant its last copy closes), the guard and CMD's init each hold a copy of it
-//! ([`crate::status::TenureHold`]): the guard until it ends, the init until every
-//! other process of its namespace has been reaped. The lease then outlives every
+//! ([`crate::status::TenureHold`], sent to the guard with the tenure): the guard
+//! until CMD is gone, the init until every other process of its namespace has been
+//! reaped. The lease then outlives every
 //! process of CMD whatever is killed, where a store with a ttl keeps it by the ttl.
 //!
 //! The elector releases the lease only after CMD is proven gone
@@ -46,7 +48,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 
-use contain::HOLD_ARG;
 pub use guard::{guard_main, GUARD_ARG};
 
 use crate::clock::to_monotonic_ns;
@@ -247,19 +248,17 @@ impl Supervisor {
         }
     }
 
-    /// Runs until the status channel closes.
+    /// Runs until the status channel closes. While it follows, a guard waits started
+    /// for the next tenure ([`Supervisor::spare`]): a claim starts CMD without first
+    /// starting this binary again.
     pub async fn run(mut self) {
         announce_containment().await;
+        let mut spare_after = Duration::ZERO;
         loop {
-            let (token, deadline) = loop {
-                if let Some(leading) = self.leading() {
-                    break leading;
-                }
-                if self.status.changed().await.is_err() {
-                    return;
-                }
+            let Some((token, deadline, spare)) = self.next_tenure(spare_after).await else {
+                return;
             };
-            let (ended, gone) = self.one_run(token, deadline).await;
+            let (ended, gone) = self.one_run(token, deadline, spare).await;
             // Unproven, the release waits for the claim's deadline instead.
             if gone {
                 let _ = self.stopped.send_replace(true);
@@ -273,6 +272,30 @@ impl Supervisor {
                     return;
                 }
             }
+            spare_after = SPARE_AFTER;
+        }
+    }
+
+    /// Waits for a tenure; starts the guard for it `after` from now if none began by
+    /// then. `None` once the status channel closes.
+    async fn next_tenure(
+        &mut self,
+        after: Duration,
+    ) -> Option<(FencingToken, tokio::time::Instant, Option<Spare>)> {
+        let spare_at = tokio::time::Instant::now() + after;
+        let mut spare = None;
+        let mut tried = false;
+        loop {
+            if let Some((token, deadline)) = self.leading() {
+                return Some((token, deadline, spare));
+            }
+            tokio::select! {
+                changed = self.status.changed() => changed.ok()?,
+                () = tokio::time::sleep_until(spare_at), if !tried => {
+                    tried = true;
+                    spare = self.spare();
+                }
+            }
         }
     }
 
@@ -283,8 +306,16 @@ impl Supervisor {
         &mut self,
         token: FencingToken,
         deadline: tokio::time::Instant,
+        spare: Option<Spare>,
     ) -> (Option<Ended>, bool) {
-        let (mut guard, channel) = match self.spawn_guard(token) {
+        let started = match spare.map(|s| self.start(s, token, deadline)) {
+            Some(Ok(started)) => Ok(started),
+            // No spare, or it is gone: a guard of its own for this tenure.
+            _ => self
+                .spawn_guard()
+                .and_then(|fresh| self.start(fresh, token, deadline)),
+        };
+        let (mut guard, channel) = match started {
             Ok(g) => g,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the command's guard");
@@ -292,10 +323,7 @@ impl Supervisor {
             }
         };
         let _ = self.stopped.send_replace(false);
-        let (out, mut pipe) = channel.into_split();
-        let _ = pipe
-            .write_all(format!("D {}\n", to_monotonic_ns(deadline)).as_bytes())
-            .await;
+        let (out, pipe) = channel.into_split();
         let (tx, events) = mpsc::channel(8);
         tokio::spawn(listen(out, tx));
         let talk = self
@@ -324,25 +352,20 @@ impl Supervisor {
         (ended, gone)
     }
 
-    /// Starts the guard (this binary again) with CMD for the tenure with `token`, in
-    /// a process group of its own (CMD's too): a stop of the sidecar's job leaves
-    /// the guard awake to end CMD by the deadline.
-    fn spawn_guard(
-        &self,
-        token: FencingToken,
-    ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
-        let (identity, election, slot, holders, mode) = {
+    /// A guard started for the next tenure, none if it cannot be (the claim then
+    /// tries again and says why).
+    fn spare(&self) -> Option<Spare> {
+        self.spawn_guard().ok()
+    }
+
+    /// Starts a guard (this binary again) with CMD, in a process group of its own
+    /// (CMD's too): a stop of the sidecar's job leaves the guard awake to end CMD by
+    /// the deadline. It waits for its tenure ([`Supervisor::start`]).
+    fn spawn_guard(&self) -> std::io::Result<Spare> {
+        let (identity, election, mode) = {
             let s = self.status.borrow();
-            let slot = s.slots.own.unwrap_or(0);
-            (
-                s.identity.clone(),
-                s.election.clone(),
-                slot,
-                s.slots.count(),
-                s.mode,
-            )
+            (s.identity.clone(), s.election.clone(), s.mode)
         };
-        let hold = self.status.borrow().tenure_hold.upgrade();
         let exe = std::env::current_exe()
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot find this binary: {e}")))?;
         let mut command = tokio::process::Command::new(exe);
@@ -350,26 +373,16 @@ impl Supervisor {
             .arg(GUARD_ARG)
             .arg(self.settings.kill_grace.as_millis().to_string())
             .arg(self.budget.as_millis().to_string())
-            .arg(self.warn_before.as_millis().to_string());
-        if let Some(hold) = &hold {
-            let fd = hold.as_raw_fd();
-            command.arg(format!("{HOLD_ARG}{HOLD_FD}"));
-            // SAFETY: dup2 and fcntl are async-signal-safe and touch only the child.
-            unsafe { command.pre_exec(move || lend_hold(fd)) };
-        }
-        command
+            .arg(self.warn_before.as_millis().to_string())
             .arg("--")
             .args(&self.settings.cmd)
-            .env("LEASEKEEPER_FENCING_TOKEN", token.to_string())
             .env("LEASEKEEPER_ELECTION", election)
             .env("LEASEKEEPER_IDENTITY", identity)
-            .env("LEASEKEEPER_SLOT", slot.to_string())
-            .env("LEASEKEEPER_HOLDERS", holders.to_string())
             .env("LEASEKEEPER_MODE", mode.as_str())
             .process_group(0)
             .kill_on_drop(false);
-        // The guard's stdin is one end of a socket pair: deadlines go in, its verdict
-        // comes back, and CMD keeps the sidecar's stdout and stderr.
+        // The guard's stdin is one end of a socket pair: the tenure and its deadlines
+        // go in, its verdict comes back, and CMD keeps the sidecar's stdout and stderr.
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         command.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
             theirs,
@@ -377,10 +390,45 @@ impl Supervisor {
         let guard = command.spawn();
         // Our copy of the guard's end must go, or its exit would never be seen.
         command.stdin(std::process::Stdio::null());
+        Ok(Spare {
+            guard: guard?,
+            channel: ours,
+        })
+    }
+
+    /// Gives the guard `spare` the tenure with `token`: CMD's environment of it, the
+    /// lease's descriptor where the store has one, and the first deadline, in one
+    /// record (the descriptor attached), so the guard has them all before it starts
+    /// CMD. An error if the guard is gone.
+    fn start(
+        &self,
+        mut spare: Spare,
+        token: FencingToken,
+        deadline: tokio::time::Instant,
+    ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
+        if spare.guard.try_wait()?.is_some() {
+            return Err(std::io::Error::other("the guard started ahead has ended"));
+        }
+        let (slot, holders) = {
+            let s = self.status.borrow();
+            (s.slots.own.unwrap_or(0), s.slots.count())
+        };
+        let hold = self.status.borrow().tenure_hold.upgrade();
+        let mut record = format!(
+            "E LEASEKEEPER_FENCING_TOKEN={token}\nE LEASEKEEPER_SLOT={slot}\nE LEASEKEEPER_HOLDERS={holders}\n"
+        );
+        if hold.is_some() {
+            record.push_str("H\n");
+        }
+        record.push_str(&format!("D {}\n", to_monotonic_ns(deadline)));
+        let fd = hold.as_ref().map(|h| h.as_raw_fd());
+        contain::send_record(spare.channel.as_raw_fd(), record.as_bytes(), fd)?;
         drop(hold);
-        let guard = guard?;
-        ours.set_nonblocking(true)?;
-        Ok((guard, tokio::net::UnixStream::from_std(ours)?))
+        spare.channel.set_nonblocking(true)?;
+        Ok((
+            spare.guard,
+            tokio::net::UnixStream::from_std(spare.channel)?,
+        ))
     }
 
     /// Tells the guard every new deadline of the tenure, and to stop when it ends,
@@ -452,22 +500,6 @@ impl Supervisor {
     }
 }
 
-/// The descriptor number of the lease's hold in the guard.
-const HOLD_FD: std::os::fd::RawFd = 3;
-
-/// In the guard's child before its exec: the lease's hold `fd` as [`HOLD_FD`],
-/// inherited across the exec.
-fn lend_hold(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    if fd == HOLD_FD {
-        return contain::set_cloexec(fd, false);
-    }
-    // SAFETY: dup2(2) onto a number of the child's own; the copy is not close-on-exec.
-    if unsafe { libc::dup2(fd, HOLD_FD) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Says at start, in one line, which containment this host gives CMD.
 async fn announce_containment() {
     let probe = match std::env::current_exe() {
@@ -504,6 +536,17 @@ async fn announce_containment() {
             );
         }
     }
+}
+
+/// How long after a tenure ends its candidate starts the guard for the next one: not
+/// during the handover it takes part in, nor when it is stopping.
+const SPARE_AFTER: Duration = Duration::from_millis(200);
+
+/// A guard started, waiting for its tenure ([`Supervisor::start`]); dropped, it
+/// sees its socket close and ends without starting CMD.
+struct Spare {
+    guard: tokio::process::Child,
+    channel: std::os::unix::net::UnixStream,
 }
 
 /// What came back from the guard by the time it was gone.

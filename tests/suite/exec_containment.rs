@@ -395,6 +395,23 @@ fn the_command_does_not_start_before_its_guard_holds_a_deadline() {
     );
 }
 
+/// A guard told that the lease's descriptor comes (`H`) but given none never starts
+/// the command: on a store whose lease is that descriptor, CMD would run on a lease
+/// that its guard could not keep.
+#[test]
+fn a_guard_told_of_a_lease_descriptor_it_never_got_does_not_start_the_command() {
+    let worker = Marker::new();
+    let mut guard = HandGuard::spawn(&background(&worker.sleep()), None);
+    writeln!(guard.ours, "H").expect("write to the guard");
+    guard.deadline(Duration::from_secs(30));
+    assert_eq!(guard.verdict(), "exited 127");
+    assert!(
+        worker.procs().is_empty(),
+        "the command started: {:?}",
+        worker.procs()
+    );
+}
+
 /// The guard as an unprivileged user (no capabilities; a user namespace is how it
 /// gets a PID namespace then): a kill -9 of the guard still ends the worker.
 #[test]

@@ -22,12 +22,24 @@ use crate::init::{serve, Blocked, Forward};
 /// The byte the guard sends its init to start CMD.
 const GO: u8 = b'g';
 
-/// The argument that names the lease's descriptor (`--hold-fd=N`) to the guard.
-pub const HOLD_ARG: &str = "--hold-fd=";
+/// What CMD is started with: its command line, the tenure's environment, and the
+/// lease's descriptor (`hold`, [`crate::status::TenureHold`]) where the store has one.
+pub struct Launch<'a> {
+    pub cmd: &'a [OsString],
+    pub env: &'a [(String, String)],
+    pub hold: Option<RawFd>,
+}
 
-/// The descriptor named by a `--hold-fd=N` argument, if `arg` is one.
-pub fn hold_fd(arg: &std::ffi::OsStr) -> Option<RawFd> {
-    arg.to_str()?.strip_prefix(HOLD_ARG)?.parse().ok()
+impl Launch<'_> {
+    /// A command for CMD, with its environment and stdin from /dev/null.
+    fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(&self.cmd[0]);
+        command
+            .args(&self.cmd[1..])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null());
+        command
+    }
 }
 
 /// Marks `fd` close-on-exec (`true`) or inherited (`false`).
@@ -167,10 +179,7 @@ fn child_setup(command: &mut std::process::Command, death: libc::c_int) {
 /// init, which keeps it until every other process of the namespace has ended
 /// ([`crate::init::serve`]); CMD does not see it. The init's parent-death signal is
 /// [`crate::init::parent_gone`], which it takes to end the namespace itself.
-pub fn spawn_init(
-    cmd: &[OsString],
-    hold: Option<RawFd>,
-) -> std::io::Result<(libc::pid_t, OwnedFd)> {
+pub fn spawn_init(launch: &Launch) -> std::io::Result<(libc::pid_t, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two new descriptors, owned right below.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -183,7 +192,7 @@ pub fn spawn_init(
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
-            let code = init(read.as_raw_fd(), write.as_raw_fd(), cmd, hold);
+            let code = init(read.as_raw_fd(), write.as_raw_fd(), launch);
             // SAFETY: the init ends here, with none of the guard's own ending run.
             unsafe { libc::_exit(code) }
         }
@@ -196,7 +205,8 @@ pub fn spawn_init(
 /// stdin), stdout, stderr and `hold`, waits for the go, starts CMD, reaps every
 /// process that ends in the namespace, passes the guard's SIGTERM to all of them,
 /// and ends with CMD's exit code (the kernel then ends the rest).
-fn init(go: RawFd, guard_end: RawFd, cmd: &[OsString], hold: Option<RawFd>) -> i32 {
+fn init(go: RawFd, guard_end: RawFd, launch: &Launch) -> i32 {
+    let hold = launch.hold;
     // SAFETY: signal, prctl, dup2 and close on this new process alone.
     let ready = unsafe {
         for sig in crate::init::FORWARDED {
@@ -212,7 +222,7 @@ fn init(go: RawFd, guard_end: RawFd, cmd: &[OsString], hold: Option<RawFd>) -> i
     close_all_but(hold);
     // The init keeps the lease's descriptor; CMD never sees it.
     if let Some(Err(e)) = hold.map(|fd| set_cloexec(fd, true)) {
-        eprintln!("error: the command's init: {HOLD_ARG}: {e}");
+        eprintln!("error: the command's init: the lease's descriptor: {e}");
         return 2;
     }
     let blocked = Blocked::block();
@@ -221,13 +231,12 @@ fn init(go: RawFd, guard_end: RawFd, cmd: &[OsString], hold: Option<RawFd>) -> i
         // The guard is gone (or stopped) before CMD started: nothing to do.
         return 0;
     }
-    let mut command = std::process::Command::new(&cmd[0]);
-    command.args(&cmd[1..]).stdin(std::process::Stdio::null());
+    let mut command = launch.command();
     blocked.unblock_in(&mut command);
     match command.spawn() {
         Ok(child) => serve(pid_of(&child), Forward::Everyone, &blocked),
         Err(e) => {
-            eprintln!("error: cannot run {}: {e}", cmd[0].to_string_lossy());
+            eprintln!("error: cannot run {}: {e}", launch.cmd[0].to_string_lossy());
             127
         }
     }
@@ -255,9 +264,8 @@ pub fn go(pipe: OwnedFd) -> std::io::Result<()> {
 }
 
 /// CMD directly under the guard (no namespace), in the guard's process group.
-pub fn spawn_plain(cmd: &[OsString], blocked: &Blocked) -> std::io::Result<libc::pid_t> {
-    let mut command = std::process::Command::new(&cmd[0]);
-    command.args(&cmd[1..]).stdin(std::process::Stdio::null());
+pub fn spawn_plain(launch: &Launch, blocked: &Blocked) -> std::io::Result<libc::pid_t> {
+    let mut command = launch.command();
     child_setup(&mut command, libc::SIGKILL);
     blocked.unblock_in(&mut command);
     // SAFETY: getpid cannot fail.

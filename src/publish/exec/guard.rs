@@ -1,8 +1,10 @@
 //! The guard: `leasekeeper __exec-guard <grace ms> <budget ms> <warn ms> -- CMD ARGS…`,
-//! started by the supervisor for one run of CMD. Its stdin is a socket to the
-//! sidecar: claim deadlines (`D <CLOCK_MONOTONIC ns>`) and a stop (`T`) come in;
-//! one record (`P` with a pidfd of CMD's init, `N` without proof, `X` not started)
-//! and at the end one verdict line (`exited <code>`, `stopped`, `deadline`) go out.
+//! started by the supervisor for one run of CMD, ahead of the claim it runs in. Its
+//! stdin is a socket to the sidecar: the tenure's environment for CMD (`E NAME=VALUE`)
+//! and the lease's descriptor (`H`, the descriptor attached) before the first
+//! deadline, claim deadlines (`D <CLOCK_MONOTONIC ns>`) and a stop (`T`) come in; one
+//! record (`P` with a pidfd of CMD's init, `N` without proof, `X` not started) and at
+//! the end one verdict line (`exited <code>`, `stopped`, `deadline`) go out.
 //!
 //! It starts CMD only once it holds a deadline, contained as [`super::contain`]
 //! allows, and then enforces the deadline by itself: a stop or an unextended claim
@@ -13,7 +15,7 @@
 //! awake to end CMD in time.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
@@ -26,13 +28,11 @@ use crate::init::{exit_code, Blocked};
 /// The hidden first argument that makes the binary a guard.
 pub const GUARD_ARG: &str = "__exec-guard";
 
-/// The guard's arguments: `<grace ms> <budget ms> <warn ms> [--hold-fd=N] -- CMD ARGS…`.
+/// The guard's arguments: `<grace ms> <budget ms> <warn ms> -- CMD ARGS…`.
 struct GuardArgs {
     grace: Duration,
     budget: Duration,
     warn: Duration,
-    /// The lease's descriptor, inherited from the sidecar ([`crate::status::TenureHold`]).
-    hold: Option<std::os::fd::RawFd>,
     cmd: Vec<OsString>,
 }
 
@@ -52,7 +52,6 @@ impl GuardArgs {
             .iter()
             .position(|a| a == "--")
             .unwrap_or(options.len());
-        let hold = options[..end].iter().find_map(|a| contain::hold_fd(a));
         let cmd = options.get(end + 1..).unwrap_or_default().to_vec();
         if cmd.is_empty() {
             return Err(format!("{GUARD_ARG}: no command"));
@@ -61,7 +60,6 @@ impl GuardArgs {
             grace,
             budget,
             warn,
-            hold,
             cmd,
         })
     }
@@ -99,6 +97,8 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
         sock: channel,
         buf: Vec::new(),
         gone: false,
+        env: Vec::new(),
+        hold: Hold::None,
     };
     let budget = ns(args.budget);
     let deadline = match orders.first_deadline() {
@@ -114,7 +114,18 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let first = match start_cmd(&args.cmd, args.hold, sock, &blocked) {
+    let launch = contain::Launch {
+        cmd: &args.cmd,
+        env: &orders.env,
+        hold: orders.hold.fd(),
+    };
+    let started = match orders.hold {
+        Hold::Missing => Err(std::io::Error::other(
+            "the lease's descriptor did not come with the deadline",
+        )),
+        Hold::None | Hold::Held(_) => start_cmd(&launch, sock, &blocked),
+    };
+    let first = match started {
         Ok(first) => first,
         Err(e) => {
             eprintln!("error: cannot run {}: {e}", args.cmd[0].to_string_lossy());
@@ -124,12 +135,9 @@ pub fn guard_main(args: Vec<OsString>) -> ExitCode {
         }
     };
     let verdict = Guard::new(first, &args, deadline).supervise(&mut orders);
-    if let Some(fd) = args.hold {
-        // Nothing of CMD is left: the lease is no longer the guard's to keep, and the
-        // sidecar releases it on the verdict, not on the guard's end.
-        // SAFETY: close(2) of the inherited descriptor, not used after this.
-        unsafe { libc::close(fd) };
-    }
+    // Nothing of CMD is left: the lease is no longer the guard's to keep, and the
+    // sidecar releases it on the verdict, not on the guard's end.
+    orders.hold = Hold::None;
     say(&verdict);
     ExitCode::SUCCESS
 }
@@ -164,6 +172,28 @@ struct Orders {
     sock: UnixStream,
     buf: Vec<u8>,
     gone: bool,
+    /// The tenure's environment for CMD, as the `E` lines before the first deadline
+    /// said it.
+    env: Vec<(String, String)>,
+    hold: Hold,
+}
+
+/// The lease's descriptor ([`crate::status::TenureHold`]), as the sidecar sends it.
+enum Hold {
+    /// None said (a store whose lease no descriptor holds).
+    None,
+    /// Said (`H`) without the descriptor attached: CMD must not start.
+    Missing,
+    Held(OwnedFd),
+}
+
+impl Hold {
+    fn fd(&self) -> Option<RawFd> {
+        match self {
+            Hold::Held(fd) => Some(fd.as_raw_fd()),
+            Hold::None | Hold::Missing => None,
+        }
+    }
 }
 
 impl Orders {
@@ -179,6 +209,15 @@ impl Orders {
                 }
                 if line.trim() == "T" {
                     return Some(Order::Stop);
+                }
+                if let Some((name, value)) = line
+                    .strip_prefix("E ")
+                    .and_then(|e| e.trim().split_once('='))
+                {
+                    self.env.push((name.to_owned(), value.to_owned()));
+                }
+                if line.trim() == "H" && matches!(self.hold, Hold::None) {
+                    self.hold = Hold::Missing;
                 }
                 continue;
             }
@@ -198,9 +237,16 @@ impl Orders {
                 return None;
             }
             let mut chunk = [0u8; 512];
-            match self.sock.read(&mut chunk) {
-                Ok(0) => self.gone = true,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            match contain::recv_record(self.sock.as_raw_fd(), &mut chunk) {
+                Ok((0, _)) => self.gone = true,
+                Ok((n, fd)) => {
+                    // The descriptor comes with the first bytes of the `H` line's
+                    // record, so before that line is read.
+                    if let (Some(fd), Hold::None) = (fd, &self.hold) {
+                        self.hold = Hold::Held(fd);
+                    }
+                    self.buf.extend_from_slice(&chunk[..n]);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => self.gone = true,
             }
@@ -225,21 +271,20 @@ struct First {
 /// Starts CMD as contained as this host allows, and tells the sidecar how (the
 /// record goes out before CMD can run: the init waits for its go).
 ///
-/// The lease's descriptor `hold`, open in the guard until it ends, is inherited by
+/// The lease's descriptor, open in the guard until CMD is gone, is inherited by
 /// CMD's init, which ends its namespace before it closes it; without a namespace, by
 /// CMD and everything CMD starts, so the lease stays held while any of them keeps it.
 fn start_cmd(
-    cmd: &[OsString],
-    hold: Option<std::os::fd::RawFd>,
+    launch: &contain::Launch,
     sock: libc::c_int,
     blocked: &Blocked,
 ) -> std::io::Result<First> {
-    if let Some(fd) = hold {
+    if let Some(fd) = launch.hold {
         contain::set_cloexec(fd, false)?;
     }
     match contain::enter_pid_namespace() {
         Ok(_) => {
-            let (pid, go) = contain::spawn_init(cmd, hold)?;
+            let (pid, go) = contain::spawn_init(launch)?;
             // Without a pidfd (a kernel before 5.3) the sidecar cannot prove the end.
             match contain::pidfd_open(pid) {
                 Ok(pidfd) => contain::send_record(sock, b"P\n", Some(pidfd.as_raw_fd()))?,
@@ -254,7 +299,7 @@ fn start_cmd(
         Err(ContainError::Unavailable(_)) => {
             contain::send_record(sock, b"N\n", None)?;
             Ok(First {
-                pid: contain::spawn_plain(cmd, blocked)?,
+                pid: contain::spawn_plain(launch, blocked)?,
                 contained: false,
             })
         }
