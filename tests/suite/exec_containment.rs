@@ -298,6 +298,7 @@ fn a_guard_sleeps_between_its_orders() {
     leads_with_worker(&a, &worker);
     let guard = guard_of(a.pid).expect("a guard below the leader");
     let before = wakes(guard).expect("the guard's status");
+    // Observed: two seconds of a tenure, six renewals at ttl 2 s.
     std::thread::sleep(Duration::from_secs(2));
     let woke = wakes(guard).expect("the guard's status") - before;
     assert!(
