@@ -237,6 +237,8 @@ pub struct SqlTransport<D: SqlDialect> {
     /// Who holds, and how, as the last campaign saw it (`--mode` only).
     observed: Vec<(Holder, Mode)>,
     dialect: D,
+    /// The statement connection ([`Session::generation`]) [`SqlDialect::warm`] readied.
+    warmed: u64,
 }
 
 /// An SQL store (one dialect) as a [`super::Backend`].
@@ -250,13 +252,19 @@ impl<D: SqlDialect> SqlTransport<D> {
             tenancy: Tenancy::new(lease.election, lease.identity, timing.ttl, lease.mode),
             observed: Vec::new(),
             dialect,
+            warmed: 0,
         }
     }
 
     /// Creates the lease table if it is missing. A user who may not create it is bad
     /// input ([`TableError::NotAllowed`]); anything else is for the elector to retry.
     pub async fn prepare(&mut self) -> Result<(), TableError> {
-        self.dialect.prepare(&mut self.session).await
+        self.dialect.prepare(&mut self.session).await?;
+        if self.session.generation() != self.warmed {
+            self.warmed = self.session.generation();
+            self.dialect.warm(&mut self.session).await;
+        }
+        Ok(())
     }
 
     /// Registers this candidate in the candidates' table when the core says so. Best

@@ -25,6 +25,12 @@ pub trait SqlDialect: Send + 'static {
         session: &mut Session<Self::Conn>,
     ) -> impl Future<Output = Result<(), TableError>> + Send;
 
+    /// Readies a fresh statement connection for a handover (once a connection, after
+    /// [`SqlDialect::prepare`]; best effort). Nothing by default.
+    fn warm(&self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// The take statement (see the module doc); the row as it stands afterwards.
     fn take(
         &mut self,

@@ -101,8 +101,6 @@ pub struct Mysql {
     user: String,
     statements: Statements,
     table_ready: bool,
-    /// The statement connection ([`Session::generation`]) whose release is prepared.
-    warmed: u64,
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
@@ -216,7 +214,6 @@ impl MysqlBackend {
             table: settings.table.clone(),
             user: options.get_username().to_owned(),
             table_ready: false,
-            warmed: 0,
             queue: false,
             turn: OnConnection::default(),
             lock,
@@ -388,16 +385,19 @@ impl SqlDialect for Mysql {
         if !self.table_ready {
             self.ready_tables(session).await?;
         }
-        if session.generation() != self.warmed && !self.reader {
-            self.warmed = session.generation();
-            // Prepared ahead of the handover that needs it, by a release of no tenure:
-            // it matches no row. Best effort: failing, it is prepared at its first use.
-            let request = self.statements.release(&self.election, NO_TENURE);
-            if let Err(e) = session.execute("prepare", request).await {
-                tracing::debug!(error = %e, "the release is prepared at its first use");
-            }
-        }
         Ok(())
+    }
+
+    /// The release prepared ahead of the handover that needs it, by a release of no
+    /// tenure: it matches no row. Failing, it is prepared at its first use.
+    async fn warm(&self, session: &mut Session<MySqlConnection>) {
+        if self.reader {
+            return;
+        }
+        let request = self.statements.release(&self.election, NO_TENURE);
+        if let Err(e) = session.execute("prepare", request).await {
+            tracing::debug!(error = %e, "the release is prepared at its first use");
+        }
     }
 
     async fn take(

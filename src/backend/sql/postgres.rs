@@ -93,8 +93,6 @@ pub struct Postgres {
     renewed: Arc<AtomicBool>,
     listener: JoinHandle<()>,
     table_ready: bool,
-    /// The statement connection ([`Session::generation`]) [`Postgres::warm`] readied.
-    warmed: u64,
     /// Whether the shared holders' table is there: this candidate takes its turn in
     /// the waiting candidates' queue (see [`super::queue`]).
     queue: bool,
@@ -193,7 +191,6 @@ impl PostgresBackend {
             renewed,
             listener,
             table_ready: false,
-            warmed: 0,
             queue: false,
             turn: OnConnection::default(),
         };
@@ -381,7 +378,7 @@ impl Postgres {
     /// nobody. Not a shared holder's release: its last step frees a row held shared
     /// for whoever leaves last, whatever the tenure it names. Best effort: a server
     /// that refuses either plans as it would.
-    async fn warm(&self, session: &mut Session<PgConnection>) {
+    async fn ready_statements(&self, session: &mut Session<PgConnection>) {
         let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
         if let Err(e) = session.execute("prepare", generic).await {
             tracing::debug!(error = %e, "the server keeps its own plan cache mode");
@@ -490,11 +487,11 @@ impl SqlDialect for Postgres {
         if !self.table_ready {
             self.ready_tables(session).await?;
         }
-        if session.generation() != self.warmed {
-            self.warmed = session.generation();
-            self.warm(session).await;
-        }
         Ok(())
+    }
+
+    async fn warm(&self, session: &mut Session<PgConnection>) {
+        self.ready_statements(session).await
     }
 
     async fn take(
