@@ -745,6 +745,14 @@ mod tests {
         Settings::from_args(std::iter::once("leasekeeper").chain(args.iter().copied()))
     }
 
+    /// The election an SQL statement readied ahead of its use names must be one no
+    /// candidate can have, so that no row of any election matches it.
+    #[cfg(feature = "sql")]
+    #[test]
+    fn no_candidate_has_the_election_a_readied_statement_names() {
+        assert!(validate_election(crate::backend::sql::NO_ELECTION).is_err());
+    }
+
     #[test]
     fn defaults_use_the_file_backend_and_a_ttl_of_fifteen_seconds() {
         let s = parse(&["--election", "demo"]).expect("valid");

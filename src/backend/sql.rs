@@ -191,6 +191,11 @@ pub(crate) const QUARANTINE: &str = "quarantine";
 /// a statement readied ahead of its use names, to match nothing.
 pub(crate) const NO_TENURE: &str = "-";
 
+/// An election no row carries (a valid name starts and ends with a letter or digit,
+/// `--election`): what a statement readied ahead of its use names where the tenure
+/// alone would not keep it from matching.
+pub(crate) const NO_ELECTION: &str = "-";
+
 /// The tenure of the lease row while shared holders hold it (`--mode shared`; never a
 /// candidate's id, which is 32 hex digits).
 pub(crate) const SHARED: &str = "shared";

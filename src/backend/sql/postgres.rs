@@ -58,7 +58,7 @@ use tokio::task::JoinHandle;
 use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
-    TableError, Tenancy, WaitFor, Waiting, NO_TENURE,
+    TableError, Tenancy, WaitFor, Waiting, NO_ELECTION, NO_TENURE,
 };
 use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
@@ -375,15 +375,18 @@ impl Postgres {
     /// planning it at every execution, as PostgreSQL does for a statement's first
     /// five, costs more than running it), and the release of a tenure is prepared and
     /// planned ahead, by a release of no tenure, which matches no row and notifies
-    /// nobody. Not a shared holder's release: its last step frees a row held shared
-    /// for whoever leaves last, whatever the tenure it names. Best effort: a server
-    /// that refuses either plans as it would.
+    /// nobody. A shared holder's release in a transaction rolled back
+    /// ([`Postgres::ready_shared_release`]). Best effort: a server that refuses any of
+    /// it plans as it would.
     async fn ready_statements(&self, session: &mut Session<PgConnection>) {
         let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
         if let Err(e) = session.execute("prepare", generic).await {
             tracing::debug!(error = %e, "the server keeps its own plan cache mode");
         }
         if self.reader {
+            if let Err(e) = self.ready_shared_release(session).await {
+                tracing::debug!(error = %e, "the shared release is prepared at its first use");
+            }
             return;
         }
         let none = (self.election.as_str(), NO_TENURE);
@@ -399,6 +402,23 @@ impl Postgres {
 impl Postgres {
     /// A release statement (`statement`: the lease row's, or the shared holders' last
     /// step) for `(election, tenure)`, which notifies the waiting on our channel.
+    /// A shared holder's release (the sweep of its row, then the freeing of the lease
+    /// row) prepared and planned ahead, for an election no row carries
+    /// ([`NO_ELECTION`]): the freeing's last step does not look at the tenure (it
+    /// frees a row held shared whenever no other shared row is live), but every step
+    /// looks at the election, so neither statement matches a row or notifies anybody.
+    async fn ready_shared_release(
+        &self,
+        session: &mut Session<PgConnection>,
+    ) -> Result<(), BackendError> {
+        let none = (NO_ELECTION, NO_TENURE);
+        session
+            .execute("prepare", self.statements.shared.sweep(none.0, none.1))
+            .await?;
+        self.release_by(session, &self.statements.shared.release, none)
+            .await
+    }
+
     async fn release_by(
         &self,
         session: &mut Session<PgConnection>,
