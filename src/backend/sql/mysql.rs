@@ -389,13 +389,17 @@ impl SqlDialect for Mysql {
     }
 
     /// The release prepared ahead of the handover that needs it, by a release of no
-    /// tenure: it matches no row. Failing, it is prepared at its first use.
+    /// tenure: it matches no row; a shared holder's by [`Mysql::ready_leave`]. Failing,
+    /// it is prepared at its first use.
     async fn warm(&self, session: &mut Session<MySqlConnection>) {
-        if self.reader {
-            return;
-        }
-        let request = self.statements.release(&self.election, NO_TENURE);
-        if let Err(e) = session.execute("prepare", request).await {
+        let readied = match self.reader {
+            true => self.ready_leave(session).await,
+            false => {
+                let request = self.statements.release(&self.election, NO_TENURE);
+                session.execute("prepare", request).await.map(|_| ())
+            }
+        };
+        if let Err(e) = readied {
             tracing::debug!(error = %e, "the release is prepared at its first use");
         }
     }

@@ -265,7 +265,7 @@ fn queue(t: &str, s: &str) -> String {
 
 use sqlx::mysql::MySqlConnection;
 
-use super::super::{LeaseRow, Session, Tenancy, Waiting};
+use super::super::{LeaseRow, Session, Tenancy, Waiting, NO_ELECTION, NO_TENURE};
 use super::{ours, Mysql};
 use crate::backend::BackendError;
 
@@ -417,6 +417,17 @@ impl Mysql {
         };
         let request = self.statements.shared.free(election, (token, at));
         session.execute(op, request).await.map(|_| ())
+    }
+
+    /// A shared holder's release ([`Mysql::leave`]'s three statements) prepared ahead
+    /// of the handover that needs it, for an election no row carries
+    /// ([`NO_ELECTION`]): none of them matches a row.
+    pub(super) async fn ready_leave(&self, session: &mut Conn) -> Result<(), BackendError> {
+        let (op, none) = ("prepare", (NO_ELECTION, NO_TENURE));
+        let shared = &self.statements.shared;
+        session.execute(op, shared.sweep(none.0, none.1)).await?;
+        session.tuple(op, shared.version(none.0, none.1)).await?;
+        session.execute(op, shared.free(none.0, (0, 0))).await.map(|_| ())
     }
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
