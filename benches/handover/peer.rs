@@ -76,7 +76,12 @@ impl Peer {
         *self.elected.lock().expect("elected")
     }
 
+    /// Kills the peer, and its process group where it leads one (`etcdctl lock`'s
+    /// command is a child that its SIGKILL would leave running).
     fn end(mut self) {
+        // SAFETY: kill(2) of a process group; one the peer does not lead is no group
+        // (ESRCH).
+        unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
