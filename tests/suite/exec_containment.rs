@@ -269,6 +269,26 @@ fn orphans_of_the_command_are_reaped_while_it_runs() {
     assert!(!worker.procs().is_empty(), "the command ended");
 }
 
+/// A follower's guard, started ahead of its tenure, killed before the tenure comes:
+/// the claim starts a guard of its own, and the command runs.
+#[test]
+fn a_spare_guard_killed_before_the_claim_is_replaced_at_the_claim() {
+    let (a_worker, b_worker) = (Marker::new(), Marker::new());
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = redis_args(&redis, "spare");
+    let a = start("a", dir.path(), &args, &a_worker.sleep());
+    leads_with_worker(&a, &a_worker);
+    let b = start("b", dir.path(), &args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    let spare = eventually(Duration::from_secs(5), || guard_of(b.pid));
+    let spare = spare.expect("the follower's guard, started ahead");
+    send_signal(spare, libc::SIGKILL);
+    send_signal(a.pid, libc::SIGTERM);
+    b_takes_over_alone(&b, &b_worker, &a_worker);
+    assert_ne!(guard_of(b.pid), Some(spare), "the killed guard again");
+}
+
 /// The times `pid` has gone to sleep and woken (its voluntary context switches).
 fn wakes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

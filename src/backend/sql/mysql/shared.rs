@@ -427,7 +427,10 @@ impl Mysql {
         let shared = &self.statements.shared;
         session.execute(op, shared.sweep(none.0, none.1)).await?;
         session.tuple(op, shared.version(none.0, none.1)).await?;
-        session.execute(op, shared.free(none.0, (0, 0))).await.map(|_| ())
+        session
+            .execute(op, shared.free(none.0, (0, 0)))
+            .await
+            .map(|_| ())
     }
 
     /// Our waiting row in the queue, written for a ttl (`on`) or deleted.
