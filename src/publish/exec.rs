@@ -27,8 +27,8 @@
 //! the instant its last copy closes), the guard and CMD's init each hold a copy of it
 //! ([`crate::status::TenureHold`], sent to the guard with the tenure): the guard
 //! until CMD is gone, the init until every other process of its namespace has been
-//! reaped. The lease then outlives every
-//! process of CMD whatever is killed, where a store with a ttl keeps it by the ttl.
+//! reaped. The lease then outlives every process of CMD whatever is killed, where a
+//! store with a ttl keeps it by the ttl.
 //!
 //! The elector releases the lease only after CMD is proven gone
 //! ([`Supervisor::stopped`] is one of the elector's `must_stop` signals) or the
@@ -399,7 +399,8 @@ impl Supervisor {
     /// Gives the guard `spare` the tenure with `token`: CMD's environment of it, the
     /// lease's descriptor where the store has one, and the first deadline, in one
     /// record (the descriptor attached), so the guard has them all before it starts
-    /// CMD. An error if the guard is gone.
+    /// CMD. An error if the guard is gone, and never once the record is sent: a
+    /// guard that has it starts CMD, so the claim must not start another.
     fn start(
         &self,
         mut spare: Spare,
@@ -421,14 +422,13 @@ impl Supervisor {
             record.push_str("H\n");
         }
         record.push_str(&format!("D {}\n", to_monotonic_ns(deadline)));
-        let fd = hold.as_ref().map(|h| h.as_raw_fd());
-        contain::send_record(spare.channel.as_raw_fd(), record.as_bytes(), fd)?;
-        drop(hold);
         spare.channel.set_nonblocking(true)?;
-        Ok((
-            spare.guard,
-            tokio::net::UnixStream::from_std(spare.channel)?,
-        ))
+        let channel = tokio::net::UnixStream::from_std(spare.channel)?;
+        let fd = hold.as_ref().map(|h| h.as_raw_fd());
+        // The last thing that can fail: on a fresh socket the record fits whole.
+        contain::send_record(channel.as_raw_fd(), record.as_bytes(), fd)?;
+        drop(hold);
+        Ok((spare.guard, channel))
     }
 
     /// Tells the guard every new deadline of the tenure, and to stop when it ends,
