@@ -1,8 +1,8 @@
 //! How CMD is contained (DESIGN §10, "Containment"): a PID namespace of its own where
 //! the host allows one (as root, or in a user namespace of the guard's own), with a
-//! small init as its PID 1 (a fork of the guard, [`spawn_init`]) that learns of the guard's death by its
-//! parent-death signal and then kills and reaps every other process of the namespace
-//! before it ends itself ([`crate::init::serve`]). When that init ends for any other
+//! small init as its PID 1 (a fork of the guard, [`spawn_init`]) that learns of the
+//! guard's death by its parent-death signal and then kills and reaps every other
+//! process of the namespace before it ends itself ([`crate::init::serve`]). When that init ends for any other
 //! reason (the guard killed it, an OOM kill), the kernel kills every other process of
 //! the namespace before the init's end can be seen: either way, a pidfd of the init
 //! that turns readable is proof that nothing of CMD is left.
