@@ -27,7 +27,7 @@ pub trait SqlDialect: Send + 'static {
 
     /// Readies a fresh statement connection for a handover (once a connection, after
     /// [`SqlDialect::prepare`]; best effort). Nothing by default.
-    fn warm(&self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
+    fn warm(&mut self, _session: &mut Session<Self::Conn>) -> impl Future<Output = ()> + Send {
         async {}
     }
 

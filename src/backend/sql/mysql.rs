@@ -72,7 +72,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use super::held::OnConnection;
 use super::{
     LeaseRow, Session, SqlBackend, SqlConnect, SqlDialect, SqlSettings, SqlTransport, Table,
-    TableError, Tenancy, WaitFor, Waiting, NO_TENURE,
+    TableError, Tenancy, WaitFor, Waiting, NO_ELECTION, NO_TENURE,
 };
 use crate::backend::protocol::Protocol;
 use crate::backend::{BackendError, Candidacy, Wake};
@@ -388,16 +388,14 @@ impl SqlDialect for Mysql {
         Ok(())
     }
 
-    /// The release prepared ahead of the handover that needs it, by a release of no
-    /// tenure: it matches no row; a shared holder's by [`Mysql::ready_leave`]. Failing,
-    /// it is prepared at its first use.
-    async fn warm(&self, session: &mut Session<MySqlConnection>) {
+    /// The release prepared ahead of the handover that needs it, run for an election
+    /// and a tenure no row carries ([`NO_ELECTION`], [`NO_TENURE`]): it matches no
+    /// row; a shared holder's by [`Mysql::ready_leave`]. Failing, it is prepared at its
+    /// first use.
+    async fn warm(&mut self, session: &mut Session<MySqlConnection>) {
         let readied = match self.reader {
             true => self.ready_leave(session).await,
-            false => {
-                let request = self.statements.release(&self.election, NO_TENURE);
-                session.execute("prepare", request).await.map(|_| ())
-            }
+            false => self.release(session, NO_ELECTION, NO_TENURE).await,
         };
         if let Err(e) = readied {
             tracing::debug!(error = %e, "the release is prepared at its first use");

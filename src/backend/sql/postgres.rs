@@ -369,56 +369,11 @@ impl Postgres {
         self.table_ready = true;
         Ok(())
     }
-
-    /// Readies a fresh statement connection for a handover: its prepared statements
-    /// keep one generic plan (each lease statement finds its rows by primary key:
-    /// planning it at every execution, as PostgreSQL does for a statement's first
-    /// five, costs more than running it), and the release of a tenure is prepared and
-    /// planned ahead, by a release of no tenure, which matches no row and notifies
-    /// nobody. A shared holder's release in a transaction rolled back
-    /// ([`Postgres::ready_shared_release`]). Best effort: a server that refuses any of
-    /// it plans as it would.
-    async fn ready_statements(&self, session: &mut Session<PgConnection>) {
-        let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
-        if let Err(e) = session.execute("prepare", generic).await {
-            tracing::debug!(error = %e, "the server keeps its own plan cache mode");
-        }
-        if self.reader {
-            if let Err(e) = self.ready_shared_release(session).await {
-                tracing::debug!(error = %e, "the shared release is prepared at its first use");
-            }
-            return;
-        }
-        let none = (self.election.as_str(), NO_TENURE);
-        if let Err(e) = self
-            .release_by(session, &self.statements.release, none)
-            .await
-        {
-            tracing::debug!(error = %e, "the release is prepared at its first use");
-        }
-    }
 }
 
 impl Postgres {
     /// A release statement (`statement`: the lease row's, or the shared holders' last
     /// step) for `(election, tenure)`, which notifies the waiting on our channel.
-    /// A shared holder's release (the sweep of its row, then the freeing of the lease
-    /// row) prepared and planned ahead, for an election no row carries
-    /// ([`NO_ELECTION`]): the freeing's last step does not look at the tenure (it
-    /// frees a row held shared whenever no other shared row is live), but every step
-    /// looks at the election, so neither statement matches a row or notifies anybody.
-    async fn ready_shared_release(
-        &self,
-        session: &mut Session<PgConnection>,
-    ) -> Result<(), BackendError> {
-        let none = (NO_ELECTION, NO_TENURE);
-        session
-            .execute("prepare", self.statements.shared.sweep(none.0, none.1))
-            .await?;
-        self.release_by(session, &self.statements.shared.release, none)
-            .await
-    }
-
     async fn release_by(
         &self,
         session: &mut Session<PgConnection>,
@@ -510,8 +465,27 @@ impl SqlDialect for Postgres {
         Ok(())
     }
 
-    async fn warm(&self, session: &mut Session<PgConnection>) {
-        self.ready_statements(session).await
+    /// Readies a fresh statement connection for a handover: its prepared statements
+    /// keep one generic plan (each lease statement finds its rows by primary key:
+    /// planning it at every execution, as PostgreSQL does for a statement's first
+    /// five, costs more than running it), and our release is prepared and planned
+    /// ahead, run for an election and a tenure no row carries ([`NO_ELECTION`],
+    /// [`NO_TENURE`]): it matches no row and notifies nobody. That takes the election:
+    /// a shared holder's release frees a row held shared whenever no other shared row
+    /// is live, whatever the tenure it names. Best effort: a server that refuses any of
+    /// it plans as it would.
+    async fn warm(&mut self, session: &mut Session<PgConnection>) {
+        let generic = sqlx::query("SET plan_cache_mode = force_generic_plan");
+        if let Err(e) = session.execute("prepare", generic).await {
+            tracing::debug!(error = %e, "the server keeps its own plan cache mode");
+        }
+        let readied = match self.reader {
+            true => self.release_shared(session, NO_ELECTION, NO_TENURE).await,
+            false => self.release(session, NO_ELECTION, NO_TENURE).await,
+        };
+        if let Err(e) = readied {
+            tracing::debug!(error = %e, "the release is prepared at its first use");
+        }
     }
 
     async fn take(
