@@ -52,6 +52,21 @@ fn leads_with_worker(s: &Sidecar, worker: &Marker) {
     }
 }
 
+/// `a`, started first with `a_cmd` (its worker `a_worker`), leads with its worker, and
+/// `b`, with its own, follows.
+fn a_leads_b_follows(
+    dir: &Path,
+    args: &[String],
+    (a_cmd, a_worker): (&str, &Marker),
+    b_worker: &Marker,
+) -> (Sidecar, Sidecar) {
+    let a = start("a", dir, args, a_cmd);
+    leads_with_worker(&a, a_worker);
+    let b = start("b", dir, args, &b_worker.sleep());
+    b.settles_in("follower", Duration::from_secs(10));
+    (a, b)
+}
+
 fn is_leader(s: &Sidecar) -> bool {
     s.leader().is_some_and(|v| v["is_leader"] == true)
 }
@@ -109,10 +124,7 @@ fn a_kill_9_of_the_sidecar_alone_ends_workers_that_left_the_process_group() {
     let dir = tempfile::tempdir().expect("dir");
     let args = redis_args(&redis, "setsid");
     let escaped = format!("setsid {}", a_worker.sleep());
-    let mut a = start("a", dir.path(), &args, &escaped);
-    leads_with_worker(&a, &a_worker);
-    let b = start("b", dir.path(), &args, &b_worker.sleep());
-    b.settles_in("follower", Duration::from_secs(10));
+    let (mut a, b) = a_leads_b_follows(dir.path(), &args, (&escaped, &a_worker), &b_worker);
     let t0 = Instant::now();
     a.kill();
     gone_within_the_claim(&a_worker, "its sidecar was killed", t0, String::new);
@@ -155,10 +167,7 @@ fn a_kill_9_of_the_guard_alone_ends_the_worker_and_the_leader_does_not_go_on_wit
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = redis_args(&redis, "guard");
-    let a = start("a", dir.path(), &args, &a_worker.sleep());
-    leads_with_worker(&a, &a_worker);
-    let b = start("b", dir.path(), &args, &b_worker.sleep());
-    b.settles_in("follower", Duration::from_secs(10));
+    let (a, b) = a_leads_b_follows(dir.path(), &args, (&a_worker.sleep(), &a_worker), &b_worker);
     send_signal(guard_of(a.pid).expect("a's guard"), libc::SIGKILL);
     after_the_guard_died(&a, &a_worker, &b, &b_worker);
 }
@@ -184,10 +193,7 @@ fn a_group_stop_of_the_sidecar_does_not_leave_the_worker_running_past_the_claim(
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = redis_args(&redis, "tstp");
-    let a = start("a", dir.path(), &args, &a_worker.sleep());
-    leads_with_worker(&a, &a_worker);
-    let b = start("b", dir.path(), &args, &b_worker.sleep());
-    b.settles_in("follower", Duration::from_secs(10));
+    let (a, b) = a_leads_b_follows(dir.path(), &args, (&a_worker.sleep(), &a_worker), &b_worker);
     // Ctrl-Z: the whole job (the sidecar was started as a group of its own).
     let stopped = Stopped(a.pid);
     let t0 = Instant::now();
@@ -277,10 +283,7 @@ fn a_spare_guard_killed_before_the_claim_is_replaced_at_the_claim() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = redis_args(&redis, "spare");
-    let a = start("a", dir.path(), &args, &a_worker.sleep());
-    leads_with_worker(&a, &a_worker);
-    let b = start("b", dir.path(), &args, &b_worker.sleep());
-    b.settles_in("follower", Duration::from_secs(10));
+    let (a, b) = a_leads_b_follows(dir.path(), &args, (&a_worker.sleep(), &a_worker), &b_worker);
     let spare = eventually(Duration::from_secs(5), || guard_of(b.pid));
     let spare = spare.expect("the follower's guard, started ahead");
     send_signal(spare, libc::SIGKILL);
@@ -529,10 +532,7 @@ fn an_oom_kill_of_the_guard_ends_the_worker() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("dir");
     let args = redis_args(&redis, "oom");
-    let a = start("a", dir.path(), &args, &a_worker.sleep());
-    leads_with_worker(&a, &a_worker);
-    let b = start("b", dir.path(), &args, &b_worker.sleep());
-    b.settles_in("follower", Duration::from_secs(10));
+    let (a, b) = a_leads_b_follows(dir.path(), &args, (&a_worker.sleep(), &a_worker), &b_worker);
     // The guard and a memory hog share a 64 MiB cgroup; the guard is the OOM
     // killer's first choice.
     let guard = guard_of(a.pid).expect("a's guard");
