@@ -10,9 +10,11 @@ use std::process::{Child, Command};
 
 use crate::common::servers::etcd_server::EtcdCluster;
 use crate::common::SidecarArgs;
+use crate::group::transition_lines;
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_rounds, spawn_piped};
 use crate::report::Report;
+use crate::settings::CANDIDATES;
 
 /// The supervised command's source: its start's stamp, then a wait for the signal.
 const COMMAND_SOURCE: &str = "\
@@ -95,6 +97,7 @@ fn leasekeeper_run_handovers(
     rounds: usize,
 ) -> (Vec<f64>, Vec<Steps>) {
     let dir = tempfile::tempdir().expect("dir");
+    let log = |i: usize| dir.path().join(format!("x{i}.jsonl"));
     let spawn = |i: usize| {
         spawn_piped(
             Command::new(env!("CARGO_BIN_EXE_leasekeeper"))
@@ -111,7 +114,7 @@ fn leasekeeper_run_handovers(
                     "--http-addr",
                     "127.0.0.1:0",
                     "--transition-log",
-                    &dir.path().join(format!("x{i}.jsonl")).display().to_string(),
+                    &log(i).display().to_string(),
                 ])
                 .arg("--")
                 .arg(command),
@@ -119,23 +122,13 @@ fn leasekeeper_run_handovers(
         )
     };
     let rounds = peer_rounds(&spawn, &by_signal(libc::SIGTERM), &leader_stamp, rounds);
-    let lines = transition_lines(dir.path());
+    let lines = transition_lines((0..CANDIDATES).map(log));
     let latency = rounds.iter().map(|(t0, next)| ms(*t0, *next)).collect();
     (latency, rounds.iter().map(|r| steps(&lines, *r)).collect())
 }
 
 fn ms(from: u64, to: u64) -> f64 {
     to.saturating_sub(from) as f64 / 1e6
-}
-
-/// Every line of the transition logs in `dir`.
-fn transition_lines(dir: &Path) -> Vec<serde_json::Value> {
-    let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    let texts: Vec<String> = files
-        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
-        .collect();
-    let lines = texts.iter().flat_map(|t| t.lines());
-    lines.filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 /// The steps of the handover from the stop at `t0` to the next command's stamp at

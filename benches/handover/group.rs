@@ -121,10 +121,7 @@ impl Group {
 
     /// Every line of every slot's transition log.
     fn lines(&self) -> Vec<serde_json::Value> {
-        let text = |slot| std::fs::read_to_string(self.log(slot)).unwrap_or_default();
-        let lines: Vec<String> = (0..self.slots.len()).map(text).collect();
-        let lines = lines.iter().flat_map(|t| t.lines());
-        lines.filter_map(|l| serde_json::from_str(l).ok()).collect()
+        transition_lines((0..self.slots.len()).map(|slot| self.log(slot)))
     }
 
     /// The first release sent after `after_ns` (the stopped leader's): (sent, answered).
@@ -185,6 +182,14 @@ impl Group {
         }
         h
     }
+}
+
+/// Every line of the transition logs `files` (one missing reads as empty).
+pub fn transition_lines(files: impl IntoIterator<Item = PathBuf>) -> Vec<serde_json::Value> {
+    let text = |file: PathBuf| std::fs::read_to_string(file).unwrap_or_default();
+    let texts: Vec<String> = files.into_iter().map(text).collect();
+    let lines = texts.iter().flat_map(|t| t.lines());
+    lines.filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 #[derive(Clone, Copy)]
