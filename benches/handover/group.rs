@@ -9,6 +9,7 @@ use leasekeeper::clock::monotonic_now_ns;
 
 use crate::common::checks::checker::{parse_claims, LoggedClaim};
 use crate::common::{eventually, Sidecar};
+use crate::look::after_stop;
 
 /// A set of sidecars with one transition log per slot.
 pub struct Group {
@@ -104,7 +105,7 @@ impl Group {
 
     /// The first claim started after `after_ns` in any slot's log: (start, sent).
     fn next_claim_after(&self, after_ns: u64, limit: Duration) -> Option<(u64, Option<u64>)> {
-        eventually(limit, || {
+        after_stop(limit, || {
             self.claims()
                 .into_iter()
                 .find(|c| c.start > after_ns)

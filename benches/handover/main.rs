@@ -5,7 +5,8 @@
 //!
 //! Latencies are read from the sidecars' own transition logs (CLOCK_MONOTONIC ns):
 //! from the instant the signal is sent to the new leader's `claim_start`, so the
-//! figures carry no polling error.
+//! figures carry no polling error; the bench looks for the claim only once the
+//! handover is likely over (`look`), so its looks take no core from it.
 //!
 //! One module per section (`LK_BENCH_ONLY=<section>[,<section>…]` runs those alone,
 //! see `SECTIONS`): `sql` (postgres, mysql; its peer in `sql_peer`, this binary run with
@@ -30,6 +31,7 @@ mod floor;
 mod footprint;
 mod group;
 mod kubernetes;
+mod look;
 mod machine;
 mod measure;
 mod modes;

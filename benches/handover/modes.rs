@@ -19,6 +19,7 @@ use crate::common::servers::redis_server::RedisServer;
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
 use crate::floor;
+use crate::look::after_stop;
 use crate::page::Key;
 use crate::report::Report;
 
@@ -88,7 +89,7 @@ fn handovers(args: SidecarArgs, rounds: usize) -> Vec<f64> {
         let t0 = monotonic_now_ns();
         cars[1].signal(libc::SIGTERM);
         let writer = cars[2].pid as u64;
-        let claim = eventually(Duration::from_secs(30), || {
+        let claim = after_stop(Duration::from_secs(30), || {
             logged_claims(dir.path())
                 .into_iter()
                 .find(|c| c.pid == writer && c.start > t0)

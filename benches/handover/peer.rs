@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::eventually;
+use crate::look::after_stop;
 use crate::settings::CANDIDATES;
 
 /// Reads the election time (CLOCK_MONOTONIC ns) off a line a peer prints.
@@ -124,7 +125,7 @@ pub fn peer_rounds(
         std::thread::sleep(Duration::from_millis(150));
         let t0 = leasekeeper::clock::monotonic_now_ns();
         stop(&mut peers[holder].child);
-        let next = eventually(Duration::from_secs(30), || {
+        let next = after_stop(Duration::from_secs(30), || {
             peers
                 .iter()
                 .enumerate()

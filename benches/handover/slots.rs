@@ -15,6 +15,7 @@ use crate::common::servers::redis_server::{client_ports, RedisServer};
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::{eventually, Sidecar, SidecarArgs};
 use crate::floor;
+use crate::look::after_stop;
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::number_from_env;
@@ -126,7 +127,7 @@ fn handovers(args: SidecarArgs, rounds: usize) -> Vec<f64> {
         std::thread::sleep(Duration::from_millis(20));
         let t0 = monotonic_now_ns();
         s.cars[gone].signal(libc::SIGTERM);
-        let next = eventually(Duration::from_secs(30), || {
+        let next = after_stop(Duration::from_secs(30), || {
             logged_claims(s.dir())
                 .into_iter()
                 .find(|c| c.start > t0 && c.slot.unwrap_or(0) == slot)

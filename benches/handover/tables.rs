@@ -31,7 +31,9 @@ make bench   # = cargo bench --bench handover, which writes this page\n\
 \n\
 `make bench` writes this page. `benches/handover/` (`main.rs` and a module per section)\n\
 measures graceful handover and crash failover latency from the signal to the new\n\
-leader's `claim_start` in its transition log (no polling error), store requests per\n\
+leader's `claim_start` in its transition log (no polling error; the bench first looks\n\
+for it 20 ms after the signal, so that its reads of the logs take no core from the\n\
+handover it times), store requests per\n\
 candidate at steady state, idle footprint, `/leader` throughput and binary size, with a\n\
 peer program on the same server in the same run where one exists, and beside each\n\
 handover the store's floor and its steps (its own, in process: `floor/`); `page.rs` and\n\
@@ -195,7 +197,8 @@ hands the baton out, the waiting `BLPOP`, the take script; Redlock: the same ove
 nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in\n\
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
 node, the next in line's watch, its listing and its `sync` and stat read (a round of\n\
-floor handovers, not counted, first warms the server's JVM for both); file: the\n\
+floor handovers and one of leasekeeper's, neither counted, first warm the server's\n\
+JVM for both: each makes requests the other does not); file: the\n\
 record written and the lock let go of, the blocked `flock`, the record written with\n\
 the next token; PostgreSQL: the release's `UPDATE` with its `pg_notify`, the `LISTEN`\n\
 connection's wake, the take's `UPDATE` answering the token; MySQL: the release's\n\

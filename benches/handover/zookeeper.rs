@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::servers::zk_server::ZkEnsemble;
 use crate::common::SidecarArgs;
 use crate::floor;
-use crate::measure::{crash_failovers, graceful_handovers, rates_over};
+use crate::measure::{crash_failovers, rates_over, warmed_graceful_handovers};
 use crate::page::Key;
 use crate::peer::{by_signal, leader_stamp, peer_handovers, peer_script, python_has, spawn_piped};
 use crate::report::Report;
@@ -21,10 +21,11 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
     // The server is a JVM: its first requests run before the JIT compiled their code.
-    // The floor's rounds warm it (and are dropped), so that leasekeeper's rounds and
-    // the floor's measured ones below meet the same warm server.
+    // The floor's rounds and leasekeeper's warm it (and are dropped), so that
+    // leasekeeper's rounds and the floor's measured ones below meet the same warm
+    // server.
     drop(floor::zookeeper::handovers(&connect, rounds));
-    let g = graceful_handovers(
+    let g = warmed_graceful_handovers(
         report,
         "zookeeper",
         SidecarArgs::zookeeper(&connect)
