@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 /// The first look after a stop: past every graceful handover but the slowest.
-pub const FIRST_LOOK: Duration = Duration::from_millis(20);
+const FIRST_LOOK: Duration = Duration::from_millis(20);
 
 /// The pause between the later looks.
 const LOOK_EVERY: Duration = Duration::from_millis(10);
