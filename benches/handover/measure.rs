@@ -20,7 +20,7 @@ pub fn graceful_handovers(
     measured_handovers(report, row, Group::new(args, CANDIDATES), rounds)
 }
 
-/// [`graceful_handovers`] after as many handovers unmeasured, for a server whose
+/// [`graceful_handovers`] after `warm` handovers unmeasured, for a server whose
 /// code warms up as it runs (a JVM's JIT): leasekeeper's requests meet it as warm as
 /// the floor's, whose own unmeasured rounds come first (its requests are not all
 /// leasekeeper's: no session opened or closed, no `multi`).
@@ -28,10 +28,10 @@ pub fn warmed_graceful_handovers(
     report: &mut Report,
     row: &'static str,
     args: Vec<String>,
-    rounds: usize,
+    (warm, rounds): (usize, usize),
 ) -> Group {
     let mut g = Group::new(args, CANDIDATES);
-    drop(g.handovers(Stop::Graceful, rounds, None));
+    drop(g.handovers(Stop::Graceful, warm, None));
     measured_handovers(report, row, g, rounds)
 }
 

@@ -17,14 +17,18 @@ use crate::settings::CANDIDATES;
 /// The class path of Debian's Curator and ZooKeeper jars.
 const CURATOR_CLASS_PATH: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/guava.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
 
+/// Unmeasured rounds before the measured ones, as a multiple of them.
+const WARM: usize = 3;
+
 pub fn measure(report: &mut Report, rounds: usize) {
     let zk = ZkEnsemble::start(1);
     let connect = zk.connect_string();
-    // The server is a JVM: its first requests run before the JIT compiled their code.
-    // The floor's rounds and leasekeeper's warm it (and are dropped), so that
+    // The server is a JVM: its first requests run before the JIT compiled their code
+    // (a method after some hundreds of calls). The floor's rounds and leasekeeper's,
+    // WARM times as many as measured each, warm it (and are dropped), so that
     // leasekeeper's rounds and the floor's measured ones below meet the same warm
     // server.
-    drop(floor::zookeeper::handovers(&connect, rounds));
+    drop(floor::zookeeper::handovers(&connect, WARM * rounds));
     let g = warmed_graceful_handovers(
         report,
         "zookeeper",
@@ -32,7 +36,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
             .ttl("4s")
             .election("bench")
             .build(),
-        rounds,
+        (WARM * rounds, rounds),
     );
     let [packets] = rates_over(Duration::from_secs(10), || [zk.mntr("zk_packets_received")]);
     report.value(
