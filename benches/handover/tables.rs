@@ -196,9 +196,9 @@ timed from the release's start to the take's answer (`benches/handover/floor/`).
 hands the baton out, the waiting `BLPOP`, the take script; Redlock: the same over the\n\
 nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in\n\
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
-node, the next in line's watch, its listing and its `sync` and stat read (a round of\n\
-floor handovers and one of leasekeeper's, neither counted, first warm the server's\n\
-JVM for both: each makes requests the other does not); file: the\n\
+node, the next in line's watch, its listing and its `sync` and stat read (floor\n\
+handovers and leasekeeper's, three times as many as measured each and none counted,\n\
+first warm the server's JVM for both: each makes requests the other does not); file: the\n\
 record written and the lock let go of, the blocked `flock`, the record written with\n\
 the next token; PostgreSQL: the release's `UPDATE` with its `pg_notify`, the `LISTEN`\n\
 connection's wake, the take's `UPDATE` answering the token; MySQL: the release's\n\
