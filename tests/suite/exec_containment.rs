@@ -574,6 +574,7 @@ impl Drop for KillOnDrop {
 /// where the sidecar has no capabilities), the sidecar says so in one warning line
 /// at start; a guard that vanishes then proves nothing, and the sidecar stops
 /// leading and exits 1 instead of leading on beside processes CMD may have left.
+/// CMD itself, the guard's child, dies with the guard (its parent-death signal).
 #[test]
 fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sidecar() {
     let worker = Marker::new();
@@ -593,8 +594,8 @@ fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sideca
             "--http-addr",
             &format!("127.0.0.1:{port}"),
         ])
-        .args(["--log-format", "json", "--"])
-        .args(background(&worker.sleep()))
+        .args(["--log-format", "json", "--", "sh", "-c"])
+        .arg(format!("exec {}", worker.sleep()))
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log).expect("log")));
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -618,6 +619,10 @@ fn without_a_pid_namespace_the_start_warns_once_and_a_lost_guard_ends_the_sideca
         a.0.try_wait().ok().flatten()
     });
     assert_eq!(code.and_then(|c| c.code()), Some(1), "{}", stderr());
+    assert!(
+        worker.gone_within(Duration::from_secs(5)),
+        "CMD outlived its guard"
+    );
     // The lease is left to expire: a release would let the next leader start while
     // processes of this command may still run.
     assert!(

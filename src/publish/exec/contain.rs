@@ -149,19 +149,19 @@ fn start_and_reap_one() -> std::io::Result<()> {
     }
 }
 
-/// The parent-death signal `death` and default signal dispositions for a child of the
+/// SIGKILL at the guard's death and default signal dispositions for a child of the
 /// guard (the guard ignores the terminal's signals; its children must not inherit
 /// that). The guard's blocked signals stay blocked, and so pending, until CMD takes
 /// them from its exec ([`spawn_plain`]); CMD's init, a fork, does as much itself
 /// ([`spawn_init`]).
-fn child_setup(command: &mut std::process::Command, death: libc::c_int) {
+fn child_setup(command: &mut std::process::Command) {
     // SAFETY: signal, prctl and getppid are async-signal-safe and touch only the child.
     unsafe {
         command.pre_exec(move || {
             for sig in crate::init::FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, death) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -266,7 +266,7 @@ pub fn go(pipe: OwnedFd) -> std::io::Result<()> {
 /// CMD directly under the guard (no namespace), in the guard's process group.
 pub fn spawn_plain(launch: &Launch, blocked: &Blocked) -> std::io::Result<libc::pid_t> {
     let mut command = launch.command();
-    child_setup(&mut command, libc::SIGKILL);
+    child_setup(&mut command);
     blocked.unblock_in(&mut command);
     // SAFETY: getpid cannot fail.
     let guard = unsafe { libc::getpid() };
