@@ -7,29 +7,17 @@
 //! So the first look comes after a graceful handover has long ended, and the next
 //! ones at a steady, slow pace (a crash failover waits out a ttl).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::common::{polled, POLL_EVERY};
 
 /// The first look after a stop: past every graceful handover but the slowest.
 const FIRST_LOOK: Duration = Duration::from_millis(20);
 
-/// The pause between the later looks.
-const LOOK_EVERY: Duration = Duration::from_millis(10);
-
 /// `f`'s first `Some`, looking [`FIRST_LOOK`] after the call and then every
-/// [`LOOK_EVERY`], for `limit` at most; `None` when it never came.
-pub fn after_stop<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + limit;
+/// [`POLL_EVERY`], for `limit` at most; `None` when it never came.
+pub fn after_stop<T>(limit: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
     // Pause: the handover runs undisturbed (see the module doc).
     std::thread::sleep(FIRST_LOOK.min(limit));
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        let now = Instant::now();
-        if now >= end {
-            return None;
-        }
-        // Pause: the pace of the later looks.
-        std::thread::sleep(LOOK_EVERY.min(end - now));
-    }
+    polled(limit.saturating_sub(FIRST_LOOK), POLL_EVERY, f)
 }

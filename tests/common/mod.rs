@@ -264,9 +264,18 @@ pub fn wait_all_threads_stopped(pid: u32) {
 /// Polls `f` until it returns `Some` or `limit` passes: at once, then after 1, 2, 4
 /// and 8 ms, then every [`POLL_EVERY`]. A condition that holds soon is seen within a
 /// few milliseconds; a long wait leaves the CPU to the sidecars and servers under test.
-pub fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn eventually<T>(limit: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    polled(limit, Duration::from_millis(1), f)
+}
+
+/// Polls `f` until it returns `Some` or `limit` passes: at once, then after `pause`,
+/// each pause twice the last, up to [`POLL_EVERY`] ([`eventually`] starts at 1 ms).
+pub fn polled<T>(
+    limit: Duration,
+    mut pause: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let end = Instant::now() + limit;
-    let mut pause = Duration::from_millis(1);
     loop {
         if let Some(v) = f() {
             return Some(v);
