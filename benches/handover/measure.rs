@@ -17,7 +17,7 @@ pub fn graceful_handovers(
     args: Vec<String>,
     rounds: usize,
 ) -> Group {
-    measured_handovers(report, row, Group::new(args, CANDIDATES), rounds)
+    warmed_graceful_handovers(report, row, args, (0, rounds))
 }
 
 /// [`graceful_handovers`] after `warm` handovers unmeasured, for a server whose
@@ -32,17 +32,6 @@ pub fn warmed_graceful_handovers(
 ) -> Group {
     let mut g = Group::new(args, CANDIDATES);
     drop(g.handovers(Stop::Graceful, warm, None));
-    measured_handovers(report, row, g, rounds)
-}
-
-/// `rounds` graceful handovers of the group `g`, reported as [`graceful_handovers`]
-/// says.
-fn measured_handovers(
-    report: &mut Report,
-    row: &'static str,
-    mut g: Group,
-    rounds: usize,
-) -> Group {
     let h = g.handovers(Stop::Graceful, rounds, None);
     report.latency(Key::new("graceful", row, "leasekeeper"), h.latency);
     report.latency(Key::new("failover", row, "acquire"), h.acquire);
