@@ -43,7 +43,9 @@
 //! **The leader hears about its own key** (invariant 9) through server-assisted
 //! client-side caching, which needs no server configuration: the command connection
 //! speaks RESP3, and once a campaign is won it turns on `CLIENT TRACKING ON BCAST
-//! PREFIX <lock key> NOLOOP` and reads the key again in the same round trip. From then
+//! PREFIX <lock key> NOLOOP` and reads the key again in the same round trip — the
+//! follower a baton woke sends both behind its take, so its claim costs one round
+//! trip. From then
 //! on every change of the key by anyone else — `DEL`, `SET`, its expiry, `FLUSHALL` —
 //! is pushed to us as an invalidation and ends the claim at once, once a read confirms
 //! the key no longer holds our value (`NOLOOP` should keep our own renewals quiet, but
@@ -87,8 +89,8 @@ pub(crate) use self::core::REFUSED;
 pub(crate) use self::node::{store, too_late, wait_for_notice, Hears, Node};
 pub use self::own::OwnLook;
 pub(crate) use self::own::{
-    follower_tracking, lock_taken, on_own_push, own_look, shared_entry_lost, tracking_pipe, OwnKey,
-    OWN_PUSH_WINDOW,
+    follower_tracking, lock_taken, on_own_push, own_look, shared_entry_lost, track_own,
+    tracking_pipe, OwnKey, OWN_PUSH_WINDOW,
 };
 pub use settings::{Args, RedisSettings};
 
@@ -436,16 +438,86 @@ impl RedisTransport {
         })
     }
 
-    /// A take won: claim once tracking of our key is on and its read finds it ours.
-    async fn claim(&mut self, token: FencingToken) -> Result<Campaign, BackendError> {
+    /// The take script, sent at `sent`: after a baton (this follower is the one the
+    /// release woke, and its take most likely wins), with the holder's tracking and
+    /// the read of the lock key behind it in the same round trip, and what that read
+    /// found (see [`RedisTransport::take_tracked`]).
+    async fn take_for_look(
+        &mut self,
+        sent: Instant,
+    ) -> Result<(Take, Option<Option<String>>), BackendError> {
+        if self.node.notices.take_baton() && !self.core.rw() {
+            if let Some((take, read)) = self.take_tracked(sent).await? {
+                return Ok((take, Some(read)));
+            }
+        }
+        Ok((self.take(sent).await?, None))
+    }
+
+    /// The take script and, behind it in the same round trip, what a won take's claim
+    /// sends next ([`OwnKey::track_own_key`]): the holder's tracking of the lock key
+    /// and a read of it, so that a change of the key after the take is either seen by
+    /// the read or pushed. Tracking is the holder's then, whatever the take's answer
+    /// (a take that did not win turns the follower's on again). `None`: the server
+    /// had not loaded the script, and the take did not run (a plain take loads it).
+    async fn take_tracked(
+        &mut self,
+        sent: Instant,
+    ) -> Result<Option<(Take, Option<String>)>, BackendError> {
+        self.drain_pushes();
+        let use_by = self.clock.use_by(sent, self.patience);
+        let call = (self.req).take(&self.nonce_prefix(), self.core.floor_sent(), use_by);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&call);
+        track_own(&mut pipe, &[&self.req.keys.lock]);
+        pipe.cmd("GET").arg(&self.req.keys.lock);
+        self.core.own_tracking();
+        type Answer = ((i64, String, i64, u64, redis::Value), Option<String>);
+        let answer: redis::RedisResult<Answer> = pipe.query_async(&mut self.node.conn).await;
+        let no_script = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+        let ((code, value, pttl, store_ms, last), read) = match answer {
+            Err(e) if e.kind() == no_script => return Ok(None),
+            answer => answer.map_err(store("campaign"))?,
+        };
+        self.clock.learn(sent, Instant::now(), store_ms);
+        let take =
+            (self.req.answer(code, value, pttl, last)).map_err(|message| BackendError::Store {
+                op: "campaign",
+                message,
+            })?;
+        Ok(Some((take, read)))
+    }
+
+    /// A take won: claim once tracking of our key is on and its read finds it ours
+    /// (`read`: the read a take after a baton sent with it found; `None`: both sent
+    /// now).
+    async fn claim(
+        &mut self,
+        token: FencingToken,
+        read: Option<Option<String>>,
+    ) -> Result<Campaign, BackendError> {
         self.node.notices.clear();
-        let ours = self.track_own_key("campaign").await?;
+        let ours = match read {
+            Some(current) => self.read_ours(current.as_deref()).await,
+            None => self.track_own_key("campaign").await?,
+        };
         if !self.core.claimed(ours) {
             // Taken or deleted between our two requests: not ours to claim.
             return Ok(Campaign::Held(None));
         }
         // Followers hear of us once we lead (see `record_lost`).
         Ok(Campaign::Acquired { token })
+    }
+
+    /// Whether the lock key, as a read behind the holder's tracking found it
+    /// (`current`), holds our tenure's value. A leader waits for no baton: a follower's
+    /// wait still open is ended (as [`OwnKey::track_own_key`] does).
+    async fn read_ours(&mut self, current: Option<&str>) -> bool {
+        if let Some(unblock) = self.waiter.disarm() {
+            let _: redis::RedisResult<i64> = unblock.query_async(&mut self.node.conn).await;
+        }
+        (self.core.value())
+            .is_some_and(|value| rw::seen(LockMode::Election, value, None, current).still_ours())
     }
 
     /// A candidate kept out of the read-write lock by the shared holders or by a place
@@ -621,7 +693,7 @@ impl Transport for RedisTransport {
         // What the read-write lock's channel said so far is older than this look.
         self.node.notices.take_rw();
         let read_at = Instant::now();
-        let take = self.take(read_at).await?;
+        let (take, read) = self.take_for_look(read_at).await?;
         let next = self.core.after_take(take, read_at, Instant::now());
         if next != Next::TooLate {
             // Its channel wakes a candidate kept out of the read-write lock only.
@@ -633,8 +705,12 @@ impl Transport for RedisTransport {
                 op: "campaign",
                 message: format!("lock value without a token: {value:?}"),
             }),
-            Next::Claim { token } => self.claim(token).await,
+            Next::Claim { token } => self.claim(token, read).await,
             Next::Held(holder) => {
+                if self.core.tracks_as_holder() {
+                    // The take after a baton turned the holder's tracking on.
+                    self.start_tracking().await;
+                }
                 // Pushes are answered in order on the connection: those queued now are
                 // about changes before our read, which it has seen.
                 self.drain_pushes();

@@ -755,7 +755,7 @@ mod rules {
     use std::time::Duration;
 
     use leasekeeper::backend::redis::{Args, RedisBackend};
-    use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal};
+    use leasekeeper::backend::{Backend, Campaign, Candidacy, Renewal, Wake};
     use leasekeeper::timing::Timing;
 
     use crate::common::scenarios::backend_switchover::runtime;
@@ -833,6 +833,116 @@ mod rules {
         assert!(
             !matches!(found, Ok(Campaign::Acquired { .. })),
             "A claimed a key C took between A's take and its tracking read: {found:?}"
+        );
+    }
+
+    /// One way of A's slow link in the baton tests below.
+    const HALF: Duration = Duration::from_millis(300);
+
+    /// B leads and A, on a slow link (`HALF` each way, through `proxy`), waits for
+    /// the baton (its `BLPOP` blocked at the server) when B lets go.
+    fn a_waits_for_bs_baton(
+        rt: &tokio::runtime::Runtime,
+        (server, proxy): (&RedisServer, &crate::common::harness::faults::FaultProxy),
+        election: &str,
+    ) -> tokio::task::JoinHandle<(RedisBackend, Wake)> {
+        let ttl = Duration::from_secs(30);
+        let (mut a, mut b) = rt.block_on(async {
+            let mut a = candidate(&format!("redis://{}", proxy.addr()), election, "A", ttl);
+            let mut b = candidate(&server.url(), election, "B", ttl);
+            leads("B", &mut b).await;
+            does_not_lead("A", &mut a).await;
+            (a, b)
+        });
+        proxy.set(crate::common::harness::faults::Link::Delay(HALF));
+        let blocked = || {
+            let clients = server.command("CLIENT LIST").unwrap_or_default();
+            (clients.lines())
+                .any(|l| client_field(l, "cmd") == Some("blpop"))
+                .then_some(())
+        };
+        // A wait ends at once on a look its listener asked for (its subscription's
+        // first): A looks again then, and waits again, until a wait stands.
+        for _ in 0..5 {
+            let waiting = rt.spawn(async move {
+                let woke = a.wait_for_change(Duration::from_secs(20)).await;
+                (a, woke)
+            });
+            let armed = crate::common::eventually(Duration::from_secs(5), blocked);
+            assert!(armed.is_some(), "A's baton wait never reached the server");
+            // Longer than a look's round trip on A's link.
+            std::thread::sleep(4 * HALF);
+            if !waiting.is_finished() {
+                rt.block_on(b.release()).expect("B's release");
+                return waiting;
+            }
+            a = rt.block_on(waiting).expect("A's wait").0;
+            rt.block_on(does_not_lead("A", &mut a));
+        }
+        panic!("A's wait never stood");
+    }
+
+    /// The one follower a graceful release wakes (its baton) takes the lock, turns the
+    /// holder's tracking on and reads the key in one round trip (a take, then the
+    /// tracking read, are two), and then hears its key taken as any leader does
+    /// (invariant 9): the intruder's key lives 30 s, so only the tracking push can end
+    /// the wait in time.
+    #[test]
+    fn the_follower_a_baton_wakes_claims_in_one_round_trip_and_hears_its_key() {
+        use crate::common::harness::faults::FaultProxy;
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let rt = runtime();
+        let waiting = a_waits_for_bs_baton(&rt, (&server, &proxy), "baton-claim");
+        let (mut a, woke) = rt.block_on(waiting).expect("A's wait");
+        assert_eq!(woke, Wake::Changed, "the baton woke A");
+        let started = std::time::Instant::now();
+        rt.block_on(leads("A", &mut a));
+        let took = started.elapsed();
+        // One round trip is 2 * HALF; a second one would be at least 4 * HALF.
+        assert!(
+            took < 4 * HALF - Duration::from_millis(100),
+            "A's claim after the baton took {took:?}: more than one round trip"
+        );
+        server.command(&format!(
+            "SET {} 1|intruder|x PX 30000",
+            lock("baton-claim")
+        ));
+        let heard = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), a.record_lost()).await
+        });
+        assert!(
+            heard.is_ok(),
+            "A, leading after a baton, never heard its key taken"
+        );
+    }
+
+    /// The follower a baton woke, whose take finds the lock taken meanwhile (an
+    /// intruder's key, written before A's take reaches the server), follows the holder
+    /// with the follower's tracking on again (its take turned the holder's on): a
+    /// write of the renewals' key is heard at once (pushed, too soon for a renewal, so
+    /// A looks after a grace), not at the holder's expiry 30 s away.
+    #[test]
+    fn a_take_after_a_baton_that_finds_the_lock_taken_tracks_the_renewals_again() {
+        use crate::common::harness::faults::FaultProxy;
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let rt = runtime();
+        let election = "baton-lost";
+        let waiting = a_waits_for_bs_baton(&rt, (&server, &proxy), election);
+        server.command(&format!("SET {} ffff|999|C PX 30000", lock(election)));
+        let (mut a, woke) = rt.block_on(waiting).expect("A's wait");
+        assert_eq!(woke, Wake::Changed, "the baton woke A");
+        rt.block_on(does_not_lead("A", &mut a));
+        server.command(&format!(
+            "SET leasekeeper:{{{election}}}:alive ffff|999|C PX 30000"
+        ));
+        let within = Duration::from_secs(5);
+        let heard = rt
+            .block_on(async { tokio::time::timeout(within, a.wait_for_change(within * 4)).await });
+        assert!(
+            heard.is_ok(),
+            "A's tracking after its lost take did not cover the renewals"
         );
     }
 

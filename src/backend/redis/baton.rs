@@ -64,6 +64,9 @@ pub(crate) struct Notices {
     /// Look now (run the take script): a baton, a release announced to everyone, an
     /// expiry event, a (re)subscription that may have missed messages.
     look: AtomicBool,
+    /// A baton came (this follower is the one the release woke): the next take most
+    /// likely wins, and turns the holder's tracking on in the same round trip.
+    baton: AtomicBool,
     /// The last `acquired|<value>` announcement, with when it arrived.
     announced: Mutex<Option<(Instant, String)>>,
     /// A message on the read-write lock's channel since the last look (an election's
@@ -82,6 +85,17 @@ impl Notices {
     /// Takes the request to look, if any.
     pub(crate) fn take_look(&self) -> bool {
         self.look.swap(false, Ordering::SeqCst)
+    }
+
+    /// A baton came: look, as the one follower the release woke.
+    pub(crate) fn baton(&self) {
+        self.baton.store(true, Ordering::SeqCst);
+        self.look();
+    }
+
+    /// Takes the note of a baton, if any.
+    pub(crate) fn take_baton(&self) -> bool {
+        self.baton.swap(false, Ordering::SeqCst)
     }
 
     pub(crate) fn announce(&self, value: &str) {
@@ -116,6 +130,7 @@ impl Notices {
     pub(crate) fn clear(&self) {
         self.take_announcement();
         self.take_look();
+        self.take_baton();
     }
 }
 
@@ -214,7 +229,7 @@ async fn wait_for_batons(w: Waiting) {
             Ok(Some((_, baton))) => {
                 backoff.reset();
                 if w.armed.send_replace(false) {
-                    w.notices.look();
+                    w.notices.baton();
                     w.wake.notify_one();
                 } else {
                     give_back(c, &w.list, &baton).await;

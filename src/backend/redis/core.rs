@@ -204,6 +204,13 @@ impl Core {
         self.tracking = Tracking { on, lock: false };
     }
 
+    /// After a take that did not win: whether the tracking is a holder's (a take
+    /// after a baton turned it on), and the follower's must be turned on again (an
+    /// election's candidate; a `--mode` holder keeps its own).
+    pub(super) fn tracks_as_holder(&self) -> bool {
+        self.tracking.lock && !self.rw()
+    }
+
     /// A holder's tracking of its own key was turned on.
     pub(super) fn own_tracking(&mut self) {
         self.tracking = Tracking {

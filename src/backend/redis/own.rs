@@ -191,13 +191,18 @@ pub(crate) async fn shared_entry_lost(
 /// step-down).
 pub(crate) fn tracking_pipe(own: &[&str]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
+    track_own(&mut pipe, own);
+    pipe
+}
+
+/// The commands of [`tracking_pipe`], added to `pipe` (their answers ignored).
+pub(crate) fn track_own(pipe: &mut redis::Pipeline, own: &[&str]) {
     pipe.cmd("CLIENT").arg("TRACKING").arg("OFF").ignore();
     let on = pipe.cmd("CLIENT").arg("TRACKING").arg("ON").arg("BCAST");
     for key in own {
         on.arg("PREFIX").arg(*key);
     }
     on.arg("NOLOOP").ignore();
-    pipe
 }
 
 /// A follower's `CLIENT TRACKING` (restarted, as [`tracking_pipe`]): every change of
