@@ -57,6 +57,11 @@ pub fn graceful(report: &mut Report, row: &'static str, measured: anyhow::Result
     });
     let total = rounds.iter().map(|r| r.total).collect();
     self::report(report, "graceful", row, Ok(total));
+    steps(report, row, &rounds);
+}
+
+/// The medians of the steps of `rounds`, in the floor's step table's row `row`.
+pub fn steps(report: &mut Report, row: &'static str, rounds: &[Round]) {
     let step = |of: fn(&Round) -> f64| -> Vec<f64> { rounds.iter().map(of).collect() };
     let steps = [
         ("release_answered", step(|r| r.release_answered)),

@@ -336,6 +336,15 @@ const FLOOR_STEPS: Table = Table {
         row("redlock5", &[Text("Redlock, 5 nodes"), Value, Value, Value]),
         row("etcd", &[Text("etcd"), Value, Value, Value]),
         row("zookeeper", &[Text("ZooKeeper"), Value, Value, Value]),
+        row(
+            "zookeeper_close",
+            &[
+                Text("ZooKeeper, released by the session's close"),
+                Value,
+                Value,
+                Value,
+            ],
+        ),
         row("postgres", &[Text("PostgreSQL"), Value, Value, Value]),
         row("mysql", &[Text("MySQL (MariaDB)"), Value, Value, Value]),
         row(
@@ -356,7 +365,12 @@ the listing with its `sync` and stat read, the take's `UPDATE`, the take's repla
 The columns match the table above's \"release sent → answered\", \"release sent → the\n\
 next leader woke\", and \"woke → its take sent\" with \"take sent → its claim\"\n\
 together. The floor's two clients are in one process: no signal starts its handover,\n\
-and its wake is within that process, where the sidecar's crosses processes.",
+and its wake is within that process, where the sidecar's crosses processes. The second\n\
+ZooKeeper row is the same handover with the holder's release the close of its session,\n\
+as leasekeeper's is: a close deletes the session's own nodes only, where a delete\n\
+deletes whichever node has the name, one another session may have created again\n\
+(invariant 5); the close is more work for the server, and its row shows what it adds\n\
+to the wake and the take.",
     in_whole_run: true,
 };
 

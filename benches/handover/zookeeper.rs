@@ -46,6 +46,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
     drop(g);
     let at_floor = floor::zookeeper::handovers(&connect, rounds);
     floor::graceful(report, "zookeeper", at_floor);
+    match floor::zookeeper::closing_handovers(&connect, rounds) {
+        Ok(closing) => floor::steps(report, "zookeeper_close", &closing),
+        Err(e) => eprintln!("bench: the floor of graceful / zookeeper, closing: {e:#}"),
+    }
     report.latency(
         Key::new("graceful", "zookeeper", "peer"),
         kazoo_handovers(&connect, rounds).unwrap_or_default(),
