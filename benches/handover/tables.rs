@@ -316,7 +316,10 @@ signal's delivery and the step-down, the withdrawal, and the wake. The last row 
 what the machine itself takes for two of these steps, with no sidecar and no store\n\
 (`machine.rs`): SIGTERM to a process waiting in `pause(2)` until its handler runs,\n\
 and a byte written to a pipe until the process blocked reading it runs (every notice\n\
-from a store to the next leader is such a wake across processes).",
+from a store to the next leader is such a wake across processes). On file, whose floor\n\
+is a fraction of a millisecond, these two are most of what leasekeeper adds to it; on\n\
+ZooKeeper, the release is the close of the session, whose cost at the floor is the\n\
+floor's second ZooKeeper row below.",
     in_whole_run: true,
 };
 
