@@ -160,6 +160,10 @@ const RELEASE: &str = include_str!("redis/lua/release.lua");
 
 const RELEASE_END: &str = include_str!("redis/lua/release_end.lua");
 
+/// The take script's answer: its code, the lock's value, its pttl, the server's clock
+/// in ms, and its last field (see [`Requests::answer`]).
+type TakeAnswer = (i64, String, i64, u64, redis::Value);
+
 /// The Redis names one election uses.
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -427,10 +431,17 @@ impl RedisTransport {
         let call = self
             .req
             .take(&self.nonce_prefix(), self.core.floor_sent(), use_by);
-        let (code, value, pttl, store_ms, last): (i64, String, i64, u64, redis::Value) = call
+        let answer: TakeAnswer = call
             .invoke_async(&mut self.node.conn)
             .await
             .map_err(store("campaign"))?;
+        self.took(sent, answer)
+    }
+
+    /// What the take script sent at `sent` answered: the server's clock learnt from
+    /// it, and the take it reports.
+    fn took(&mut self, sent: Instant, answer: TakeAnswer) -> Result<Take, BackendError> {
+        let (code, value, pttl, store_ms, last) = answer;
         self.clock.learn(sent, Instant::now(), store_ms);
         (self.req.answer(code, value, pttl, last)).map_err(|message| BackendError::Store {
             op: "campaign",
@@ -472,20 +483,14 @@ impl RedisTransport {
         track_own(&mut pipe, &[&self.req.keys.lock]);
         pipe.cmd("GET").arg(&self.req.keys.lock);
         self.core.own_tracking();
-        type Answer = ((i64, String, i64, u64, redis::Value), Option<String>);
-        let answer: redis::RedisResult<Answer> = pipe.query_async(&mut self.node.conn).await;
+        let answer: redis::RedisResult<(TakeAnswer, Option<String>)> =
+            pipe.query_async(&mut self.node.conn).await;
         let no_script = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
-        let ((code, value, pttl, store_ms, last), read) = match answer {
+        let (answer, read) = match answer {
             Err(e) if e.kind() == no_script => return Ok(None),
             answer => answer.map_err(store("campaign"))?,
         };
-        self.clock.learn(sent, Instant::now(), store_ms);
-        let take =
-            (self.req.answer(code, value, pttl, last)).map_err(|message| BackendError::Store {
-                op: "campaign",
-                message,
-            })?;
-        Ok(Some((take, read)))
+        Ok(Some((self.took(sent, answer)?, read)))
     }
 
     /// A take won: claim once tracking of our key is on and its read finds it ours

@@ -388,7 +388,7 @@ fn a_slow_leader_on_a_congested_link_gets_out_of_the_way() {
 
 fn slow_leader(link: Link) {
     let server = RedisServer::start();
-    let store = format!("127.0.0.1:{}", server.port).parse().expect("addr");
+    let store = server.addr();
     common::scenarios::handovers::slow_leader_is_replaced_within(
         &[store],
         Duration::from_secs(3),
@@ -417,7 +417,7 @@ fn a_slow_candidate_does_not_keep_the_lock_it_cannot_use() {
         .ttl("3s")
         .election("hoard")
         .build();
-    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+    let proxy = FaultProxy::start(server.addr());
     let slow_args = SidecarArgs::redis(&format!("redis://{}", proxy.addr()))
         .ttl("3s")
         .election("hoard")
@@ -808,7 +808,7 @@ mod rules {
     fn a_key_taken_between_the_take_and_the_tracking_read_is_not_claimed() {
         use crate::common::harness::faults::{FaultProxy, Link};
         let server = RedisServer::start();
-        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let proxy = FaultProxy::start(server.addr());
         let ttl = Duration::from_secs(30);
         let rt = runtime();
         let mut a = rt.block_on(async {
@@ -891,7 +891,7 @@ mod rules {
     fn the_follower_a_baton_wakes_claims_in_one_round_trip_and_hears_its_key() {
         use crate::common::harness::faults::FaultProxy;
         let server = RedisServer::start();
-        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let proxy = FaultProxy::start(server.addr());
         let rt = runtime();
         let waiting = a_waits_for_bs_baton(&rt, (&server, &proxy), "baton-claim");
         let (mut a, woke) = rt.block_on(waiting).expect("A's wait");
@@ -926,7 +926,7 @@ mod rules {
     fn a_take_after_a_baton_that_finds_the_lock_taken_tracks_the_renewals_again() {
         use crate::common::harness::faults::FaultProxy;
         let server = RedisServer::start();
-        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let proxy = FaultProxy::start(server.addr());
         let rt = runtime();
         let election = "baton-lost";
         let waiting = a_waits_for_bs_baton(&rt, (&server, &proxy), election);
@@ -1175,7 +1175,7 @@ mod rules {
     fn a_release_cut_by_a_server_restart_is_sent_again() {
         use crate::common::harness::faults::{FaultProxy, Link};
         let mut server = RedisServer::start_persistent();
-        let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port).parse().expect("addr"));
+        let proxy = FaultProxy::start(server.addr());
         let ttl = Duration::from_secs(30);
         let rt = runtime();
         let mut a = rt.block_on(async {

@@ -115,6 +115,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's address (for a fault proxy in front of it).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     pub fn pid(&self) -> u32 {
         self.process.pid().unwrap_or(0)
     }
