@@ -458,6 +458,46 @@ fn a_handover_among_many_candidates_does_not_wake_them_in_a_storm() {
     }
 }
 
+/// Candidates on a set of nodes started less than a ttl ago (no vote yet, the
+/// delayed-restart rule) wait for the first node to settle: a take on settling nodes
+/// is given back quietly, so no campaign wakes the next one. The first leader's
+/// token shows how many takes came before it (each writes the next token), and the
+/// scripts node 0 ran, how many requests.
+#[test]
+fn candidates_on_fresh_nodes_wait_for_them_to_settle_without_a_storm() {
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().expect("dir");
+    let args = SidecarArgs::redlock(&cluster.urls())
+        .ttl("2s")
+        .election("fresh")
+        .build();
+    let n = 3;
+    let cars: Vec<Sidecar> = (0..n)
+        .map(|i| Sidecar::spawn(&format!("c{i}"), dir.path(), &args))
+        .collect();
+    let leader = eventually(Duration::from_secs(20), || {
+        cars.iter()
+            .find_map(|c| c.leader().filter(|v| v["is_leader"] == true))
+    })
+    .expect("a leader once the nodes settled");
+    let token = leader["fencing_token"].as_u64().expect("a token");
+    let sent = scripts(&cluster.nodes[0]);
+    eprintln!("first token {token}, {sent} scripts on node 0 by then");
+    for c in &cars {
+        let settling = c.stderr().matches("restarted less than a ttl ago").count();
+        assert!(
+            settling <= 10,
+            "{}: {settling} campaigns on settling nodes",
+            c.name
+        );
+    }
+    assert!(token <= 30, "the first leader's token is {token}");
+    assert!(
+        sent <= 100,
+        "{sent} scripts on one node before the first leader"
+    );
+}
+
 /// Followers hear of the holder's renewals through `CLIENT TRACKING` pushes from each
 /// node that holds its value and send nothing while it renews; they still follow a
 /// graceful handover at once and a crashed holder within its ttl.

@@ -240,6 +240,13 @@ impl Tally {
         t
     }
 
+    /// Of the nodes where our value was set, the ones still settling.
+    fn taken_settling(&self) -> usize {
+        (self.taken.iter())
+            .filter(|i| self.settling.contains(i))
+            .count()
+    }
+
     /// A shared holder the trusted nodes named (the one named most), for a follower
     /// kept out by them: nobody holds the lock itself.
     pub(super) fn shared_holder(&self) -> Option<Holder> {
@@ -284,8 +291,11 @@ impl Look {
     /// After a look that made no tenure: give back wherever the take may have acted
     /// (taken, or no answer: a slow link may still deliver it), and catch up in the
     /// same requests the nodes this round may catch up. Only a value taken on a
-    /// majority can have been seen as the holder, so only its give-back is announced
-    /// (an announcement wakes every waiting candidate). `None`: nothing to send.
+    /// majority of nodes past their settling can have been seen as the holder (a node
+    /// restarted less than a ttl ago is no vote for anyone), so only its give-back is
+    /// announced: an announcement wakes every waiting candidate, the campaigner too,
+    /// and one after each take on settling nodes would have them all campaign in a
+    /// loop until the nodes settle. `None`: nothing to send.
     pub(super) fn give_back(&self, answers: &Round<Take>, quorum: usize) -> Option<GiveBack> {
         let release_on: Vec<bool> = (0..answers.len())
             .map(|i| answers[i].is_none() || self.tally.taken.contains(&i))
@@ -296,7 +306,7 @@ impl Look {
         }
         Some(GiveBack {
             release_on,
-            announce: self.tally.taken.len() >= quorum,
+            announce: self.tally.taken.len() - self.tally.taken_settling() >= quorum,
         })
     }
 
@@ -611,11 +621,25 @@ pub(super) mod tests {
         let give = look.give_back(&minority, q).expect("given back");
         assert_eq!(give.release_on, vec![true, true, false], "taken or silent");
         assert!(!give.announce, "a minority given back aloud");
-        // Taken on a majority that does not count (restarted nodes): announced.
+        // Taken on a majority of nodes restarted less than a ttl ago: no vote for
+        // anyone, given back quietly (or every campaign would wake the next).
         let settling = take(true, "n|pending|me", SETTLING);
-        let majority = vec![settling.clone(), settling, take(false, "o|3|x", TRUSTED)];
+        let majority = vec![
+            settling.clone(),
+            settling.clone(),
+            take(false, "o|3|x", TRUSTED),
+        ];
         let look = look_at(&majority);
         assert!(!look.wins(q));
+        let give = look.give_back(&majority, q).expect("given back");
+        assert_eq!(give.release_on, vec![true, true, false]);
+        assert!(!give.announce, "a take on settling nodes given back aloud");
+        // Taken on a majority that does not count for us but may for another
+        // (settled, not caught up): announced.
+        let stale = take(true, "n|pending|me", STALE);
+        let majority = vec![stale, settling, take(true, "n|pending|me", TRUSTED)];
+        let look = look_at(&majority);
+        assert!(!look.wins(q), "{look:?}");
         assert!(look.give_back(&majority, q).expect("given back").announce);
         // Nothing taken, everyone answered, nobody to catch up: nothing to send.
         let held = vec![take(false, "o|3|x", TRUSTED); 3];
