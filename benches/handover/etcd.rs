@@ -15,6 +15,7 @@ use crate::report::Report;
 pub fn measure(report: &mut Report, rounds: usize) {
     let etcd = EtcdCluster::start(1);
     let endpoints = etcd.endpoints();
+    let member = etcd.endpoint(0);
     let g = graceful_handovers(
         report,
         "etcd",
@@ -23,11 +24,10 @@ pub fn measure(report: &mut Report, rounds: usize) {
             .election("bench")
             .build(),
         rounds,
+        &mut |n| floor::etcd::handovers(&member, n),
     );
     steady_requests(report, &etcd);
     drop(g);
-    let at_floor = floor::etcd::handovers(&etcd.endpoint(0), rounds);
-    floor::graceful(report, "etcd", at_floor);
     report.latency(
         Key::new("graceful", "etcd", "peer"),
         etcdctl_elect_handovers(&endpoints, rounds),

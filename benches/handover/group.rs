@@ -255,6 +255,14 @@ impl Marks {
 }
 
 impl Handovers {
+    /// Adds `more`'s handovers to these.
+    pub fn extend(&mut self, more: Handovers) {
+        self.latency.extend(more.latency);
+        self.acquire.extend(more.acquire);
+        self.past_expiry.extend(more.past_expiry);
+        self.steps.extend(more.steps);
+    }
+
     /// One handover: signal at `t0`, new claim at `start` (its request `sent`), the
     /// lease's remaining ttl at the signal `pttl_ms`.
     fn record(&mut self, t0: u64, start: u64, sent: Option<u64>, pttl_ms: Option<u64>) {

@@ -25,6 +25,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
             .election("bench")
             .build(),
         rounds,
+        &mut |n| floor::kubernetes::handovers(&kubeconfig, "team", n),
     );
     // Steady state: API requests per second per candidate at ttl 15s.
     let [rate] = rates_over(Duration::from_secs(30), requests);
@@ -33,8 +34,6 @@ pub fn measure(report: &mut Report, rounds: usize) {
         format!("{:.2}", rate / CANDIDATES as f64),
     );
     drop(g);
-    let at_floor = floor::kubernetes::handovers(&kubeconfig, "team", rounds);
-    floor::graceful(report, "kubernetes", at_floor);
     // client-go's request pattern at its defaults (LeaseDuration 15s, RetryPeriod
     // 2s), 4 replicas of one election, on the same fake.
     let replicas = 4;

@@ -3,21 +3,32 @@
 
 use std::time::Duration;
 
+use crate::floor;
 use crate::group::{Group, Handovers, Stop, STEPS};
 use crate::page::Key;
 use crate::report::Report;
 use crate::settings::CANDIDATES;
 
-/// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`: the
-/// store's (`row`'s) cells of graceful handover and acquire round trip. The group is
-/// handed back still running, for a steady-state measurement.
+/// The floor of a section's graceful handover: `n` handovers of it, in process on the
+/// section's server (a function of `floor`).
+pub type Floor<'a> = &'a mut dyn FnMut(usize) -> anyhow::Result<Vec<floor::Round>>;
+
+/// How many handovers leasekeeper's and the floor's series take in turn: a change in
+/// the machine's load during a section weighs on both alike.
+const BLOCK: usize = 5;
+
+/// `rounds` graceful handovers among `CANDIDATES` sidecars started with `args`, and
+/// as many of the floor's, in turns of [`BLOCK`]: the store's (`row`'s) cells of
+/// graceful handover, acquire round trip, steps and floor. The group is handed back
+/// still running, for a steady-state measurement.
 pub fn graceful_handovers(
     report: &mut Report,
     row: &'static str,
     args: Vec<String>,
     rounds: usize,
+    at_floor: Floor,
 ) -> Group {
-    warmed_graceful_handovers(report, row, args, (0, rounds))
+    warmed_graceful_handovers(report, row, args, (0, rounds), at_floor)
 }
 
 /// [`graceful_handovers`] after `warm` handovers unmeasured, for a server whose
@@ -29,14 +40,38 @@ pub fn warmed_graceful_handovers(
     row: &'static str,
     args: Vec<String>,
     (warm, rounds): (usize, usize),
+    at_floor: Floor,
 ) -> Group {
     let mut g = Group::new(args, CANDIDATES);
     drop(g.handovers(Stop::Graceful, warm, None));
-    let h = g.handovers(Stop::Graceful, rounds, None);
+    let (h, floor_rounds) = beside_floor(&mut g, rounds, at_floor);
     report.latency(Key::new("graceful", row, "leasekeeper"), h.latency);
     report.latency(Key::new("failover", row, "acquire"), h.acquire);
     steps(report, row, &h.steps);
+    floor::graceful(report, row, floor_rounds);
     g
+}
+
+/// `rounds` graceful handovers of the group `g` and as many of the floor, in turns
+/// of [`BLOCK`]. The floor's first error ends its series.
+pub fn beside_floor(
+    g: &mut Group,
+    rounds: usize,
+    at_floor: Floor,
+) -> (Handovers, anyhow::Result<Vec<floor::Round>>) {
+    let mut h = Handovers::default();
+    let mut floor_rounds = Ok(Vec::new());
+    for block in (0..rounds).step_by(BLOCK) {
+        let n = BLOCK.min(rounds - block);
+        h.extend(g.handovers(Stop::Graceful, n, None));
+        if let Ok(done) = floor_rounds.as_mut() {
+            match at_floor(n) {
+                Ok(more) => done.extend(more),
+                Err(e) => floor_rounds = Err(e),
+            }
+        }
+    }
+    (h, floor_rounds)
 }
 
 /// The medians of the graceful handovers' `steps` (see [`crate::group::Handovers`]):
@@ -89,8 +124,15 @@ pub fn graceful_handovers_then_crash_failovers(
     args: impl Fn(&str) -> Vec<String>,
     probe: &dyn Fn() -> Option<u64>,
     (graceful, rounds): (usize, usize),
+    at_floor: Floor,
 ) {
-    drop(graceful_handovers(report, row, args("15s"), graceful));
+    drop(graceful_handovers(
+        report,
+        row,
+        args("15s"),
+        graceful,
+        at_floor,
+    ));
     let crash = crash_failovers(
         report,
         row,

@@ -24,8 +24,6 @@ pub fn measure(report: &mut Report, rounds: usize) {
         &[&servers[0]],
         rounds,
     );
-    let at_floor = floor::redis::handovers(std::slice::from_ref(&url), rounds);
-    floor::graceful(report, "redis", at_floor);
     report.latency(
         Key::new("graceful", "redis", "peer"),
         redis_py_handovers(&url, rounds).unwrap_or_default(),
@@ -46,7 +44,6 @@ pub fn measure(report: &mut Report, rounds: usize) {
             &refs,
             rounds,
         );
-        floor::graceful(report, row, floor::redis::handovers(&nodes, rounds));
     }
     drop(servers);
 }
@@ -60,12 +57,14 @@ fn redis_backend(
     servers: &[&RedisServer],
     rounds: usize,
 ) {
+    let nodes: Vec<String> = servers.iter().map(|s| s.url()).collect();
     graceful_handovers_then_crash_failovers(
         report,
         row,
         args,
         &|| lock_pttl(servers, "bench"),
         (rounds, rounds),
+        &mut |n| floor::redis::handovers(&nodes, n),
     );
 }
 

@@ -38,20 +38,18 @@ fn measure(report: &mut Report, kind: &'static str, rounds: usize) {
     } else {
         MYSQL_REMAINING
     };
+    let url = db.url_for("lk");
     graceful_handovers_then_crash_failovers(
         report,
         kind,
         |ttl| db_flags(&*db, "lk").ttl(ttl).election("bench").build(),
         &|| db.admin(remaining).trim().parse::<u64>().ok(),
         (crate::settings::sql_graceful_rounds(), rounds),
+        &mut |n| match postgres {
+            true => floor::sql::postgres(&url, n),
+            false => floor::sql::mysql(&url, n),
+        },
     );
-    let url = db.url_for("lk");
-    let graceful = crate::settings::sql_graceful_rounds();
-    let at_floor = match postgres {
-        true => floor::sql::postgres(&url, graceful),
-        false => floor::sql::mysql(&url, graceful),
-    };
-    floor::graceful(report, kind, at_floor);
     polling_peer(report, &*db, kind, rounds);
 }
 

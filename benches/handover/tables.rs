@@ -78,10 +78,7 @@ const GRACEFUL: Table = Table {
         col("peer", "peer"),
     ],
     rows: &[
-        row(
-            "file",
-            &[Text("file"), Value, Value, Value, NONE, NONE],
-        ),
+        row("file", &[Text("file"), Value, Value, Value, NONE, NONE]),
         row(
             "redis",
             &[
@@ -95,25 +92,11 @@ const GRACEFUL: Table = Table {
         ),
         row(
             "redlock3",
-            &[
-                Text("Redlock, 3 nodes"),
-                Value,
-                Value,
-                Value,
-                NONE,
-                NONE,
-            ],
+            &[Text("Redlock, 3 nodes"), Value, Value, Value, NONE, NONE],
         ),
         row(
             "redlock5",
-            &[
-                Text("Redlock, 5 nodes"),
-                Value,
-                Value,
-                Value,
-                NONE,
-                NONE,
-            ],
+            &[Text("Redlock, 5 nodes"), Value, Value, Value, NONE, NONE],
         ),
         row(
             "etcd",
@@ -192,7 +175,9 @@ the least any client of it can take: the steps of leasekeeper's handover on that
 fencing token), each as its plainest request (a take without the queue, reservation\n\
 and quarantine checks leasekeeper's take also makes), made by two clients in one\n\
 process with the client library leasekeeper uses, on the same server in the same run,\n\
-timed from the release's start to the take's answer (`benches/handover/floor/`). Redis: the compare-and-delete that\n\
+timed from the release's start to the take's answer (`benches/handover/floor/`);\n\
+leasekeeper's handovers and the floor's take turns, five at a time, so that a change\n\
+in the machine's load during a section weighs on both alike. Redis: the compare-and-delete that\n\
 hands the baton out, the waiting `BLPOP`, the take script; Redlock: the same over the\n\
 nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in\n\
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\

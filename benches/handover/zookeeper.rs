@@ -37,6 +37,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
             .election("bench")
             .build(),
         (WARM * rounds, rounds),
+        &mut |n| floor::zookeeper::handovers(&connect, n),
     );
     let [packets] = rates_over(Duration::from_secs(10), || [zk.mntr("zk_packets_received")]);
     report.value(
@@ -44,8 +45,6 @@ pub fn measure(report: &mut Report, rounds: usize) {
         format!("{:.2}", packets / CANDIDATES as f64),
     );
     drop(g);
-    let at_floor = floor::zookeeper::handovers(&connect, rounds);
-    floor::graceful(report, "zookeeper", at_floor);
     match floor::zookeeper::closing_handovers(&connect, rounds) {
         Ok(closing) => floor::steps(report, "zookeeper_close", &closing),
         Err(e) => eprintln!("bench: the floor of graceful / zookeeper, closing: {e:#}"),

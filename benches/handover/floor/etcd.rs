@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 
 use super::{block_on, Round, SETTLE};
@@ -20,6 +20,11 @@ const PREFIX: &str = "bench-floor/";
 /// wakes when its watch yields the holder's key's delete event.
 pub fn handovers(endpoint: &str, rounds: usize) -> anyhow::Result<Vec<Round>> {
     block_on(async {
+        // A series before this one leaves its two keys, leased for a while yet.
+        let mut client = Client::connect([endpoint], None).await?;
+        client
+            .delete(PREFIX, Some(DeleteOptions::new().with_prefix()))
+            .await?;
         let mut a = Member::join(endpoint, "floor-a").await?;
         let mut b = Member::join(endpoint, "floor-b").await?;
         let mut took = Vec::new();

@@ -38,7 +38,19 @@ pub fn handovers(kubeconfig: &str, namespace: &str, rounds: usize) -> anyhow::Re
             },
             spec: Some(spec),
         };
-        let mut last = a.api.create(&PostParams::default(), &lease).await?;
+        let mut last = match a.api.create(&PostParams::default(), &lease).await {
+            Ok(created) => created,
+            // A series before this one left it: named ours at its resourceVersion.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let mut lease = lease;
+                let left = a.api.get(NAME).await?;
+                lease.metadata.resource_version = left.metadata.resource_version;
+                (lease.spec.as_mut().context("no spec")?).lease_transitions =
+                    left.spec.and_then(|s| s.lease_transitions);
+                a.api.replace(NAME, &PostParams::default(), &lease).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut took = Vec::new();
         for round in 0..rounds {
             let (holder, waiter) = match round % 2 {

@@ -71,6 +71,7 @@ pub fn handovers(urls: &[String], rounds: usize) -> anyhow::Result<Vec<Round>> {
         let keys = Keys::for_election("bench-floor");
         let mut a = Member::connect(urls, "floor-a").await?;
         let mut b = Member::connect(urls, "floor-b").await?;
+        a.clear(&keys).await?;
         a.take(&keys).await?;
         let mut took = Vec::new();
         for round in 0..rounds {
@@ -168,6 +169,19 @@ impl Member {
             .arg(TTL_MS)
             .invoke_async(first)
             .await?;
+        Ok(())
+    }
+
+    /// Frees the lock and takes back the baton on every node (a series before this
+    /// one ends holding, its last baton handed out); the fence stays.
+    async fn clear(&mut self, keys: &Keys) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            let _: i64 = redis::cmd("DEL")
+                .arg(&keys.lock)
+                .arg(&keys.baton)
+                .query_async(node)
+                .await?;
+        }
         Ok(())
     }
 

@@ -61,6 +61,8 @@ async fn pg_tables(url: &str) -> anyhow::Result<()> {
     for statement in [
         "CREATE TABLE IF NOT EXISTS leasekeeper_floor (election text PRIMARY KEY, holder text NOT NULL, tenure text NOT NULL, token bigint NOT NULL, expires_at timestamptz NOT NULL)",
         "INSERT INTO leasekeeper_floor VALUES ('floor', '', '', 0, now()) ON CONFLICT DO NOTHING",
+        // A series before this one ends holding.
+        "UPDATE leasekeeper_floor SET holder = '', tenure = '', expires_at = now() WHERE election = 'floor'",
         "CREATE TABLE IF NOT EXISTS leasekeeper_floor_shared (election text NOT NULL, tenure text NOT NULL, kind text NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (election, tenure))",
     ] {
         sqlx::query(statement).execute(&mut setup).await?;
@@ -256,6 +258,8 @@ async fn my_tables(url: &str) -> anyhow::Result<()> {
     for statement in [
         "CREATE TABLE IF NOT EXISTS leasekeeper_floor (election VARCHAR(64) PRIMARY KEY, holder VARCHAR(255) NOT NULL, tenure VARCHAR(64) NOT NULL, token BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL)",
         "INSERT IGNORE INTO leasekeeper_floor VALUES ('floor', '', '', 0, UTC_TIMESTAMP(6))",
+        // A series before this one ends holding.
+        "UPDATE leasekeeper_floor SET holder = '', tenure = '', expires_at = UTC_TIMESTAMP(6) WHERE election = 'floor'",
         "CREATE TABLE IF NOT EXISTS leasekeeper_floor_shared (election VARCHAR(64) NOT NULL, tenure VARCHAR(64) NOT NULL, kind CHAR(1) NOT NULL, expires_at DATETIME(6) NOT NULL, PRIMARY KEY (election, tenure))",
     ] {
         sqlx::query(statement).execute(&mut setup).await?;

@@ -57,6 +57,10 @@ fn handovers_by(connect: &str, rounds: usize, release: Release) -> anyhow::Resul
                 return Err(e.into());
             }
         }
+        // A series before this one leaves its nodes until the server ends its sessions.
+        for child in a.client.list_children(dir).await? {
+            a.client.delete(&format!("{dir}/{child}"), None).await?;
+        }
         let mut b = Member::connect(connect, dir).await?;
         a.join().await?;
         b.join().await?;
