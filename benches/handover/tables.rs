@@ -183,7 +183,9 @@ nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
 node, the next in line's watch, its listing and its `sync` and stat read (floor\n\
 handovers and leasekeeper's, three times as many as measured each and none counted,\n\
-first warm the server's JVM for both: each makes requests the other does not); file: the\n\
+first warm the server's JVM for both: each makes requests the other does not; the JVM\n\
+stops for a young collection about once a section, 17 ms with the serial collector of\n\
+the test servers, and the round it falls in is its side's p99); file: the\n\
 record written and the lock let go of, the blocked `flock`, the record written with\n\
 the next token; PostgreSQL: the release's `UPDATE` with its `pg_notify`, the `LISTEN`\n\
 connection's wake, the take's `UPDATE` answering the token; MySQL: the release's\n\

@@ -57,7 +57,8 @@ fn handovers_by(connect: &str, rounds: usize, release: Release) -> anyhow::Resul
                 return Err(e.into());
             }
         }
-        // A series before this one leaves its nodes until the server ends its sessions.
+        // A series before this one that ended early leaves its nodes until the server
+        // ends its sessions.
         for child in a.client.list_children(dir).await? {
             a.client.delete(&format!("{dir}/{child}"), None).await?;
         }
@@ -73,6 +74,9 @@ fn handovers_by(connect: &str, rounds: usize, release: Release) -> anyhow::Resul
             took.push(handover(holder, waiter, release).await?);
             holder.join().await?;
         }
+        // Closed here, not left for the server to expire during the rounds after.
+        end(a.client).await?;
+        end(b.client).await?;
         Ok(took)
     })
 }
@@ -123,16 +127,22 @@ async fn handover(
     Ok(Round::new(t0, answered, woke, t1))
 }
 
-/// Closes the holder's session (the library sends the close once the session's last
-/// handle is gone) and waits for the server's answer; the holder goes on in `next`.
+/// Closes the holder's session and waits for the server's answer; the holder goes on
+/// in `next`.
 async fn close(holder: &mut Member, next: Client) -> anyhow::Result<()> {
-    let mut events = holder.client.state_watcher();
-    drop(std::mem::replace(&mut holder.client, next));
+    end(std::mem::replace(&mut holder.client, next)).await
+}
+
+/// Closes `client`'s session (the library sends the close once the session's last
+/// handle is gone) and waits for the server's answer.
+async fn end(client: Client) -> anyhow::Result<()> {
+    let mut events = client.state_watcher();
+    drop(client);
     loop {
         match events.changed().await {
             SessionState::Closed => return Ok(()),
             state @ (SessionState::Expired | SessionState::AuthFailed) => {
-                bail!("the holder's session ended as {state:?}")
+                bail!("the session ended as {state:?}")
             }
             _ => {}
         }
