@@ -240,13 +240,6 @@ impl Tally {
         t
     }
 
-    /// Of the nodes where our value was set, the ones still settling.
-    fn taken_settling(&self) -> usize {
-        (self.taken.iter())
-            .filter(|i| self.settling.contains(i))
-            .count()
-    }
-
     /// A shared holder the trusted nodes named (the one named most), for a follower
     /// kept out by them: nobody holds the lock itself.
     pub(super) fn shared_holder(&self) -> Option<Holder> {
@@ -291,11 +284,13 @@ impl Look {
     /// After a look that made no tenure: give back wherever the take may have acted
     /// (taken, or no answer: a slow link may still deliver it), and catch up in the
     /// same requests the nodes this round may catch up. Only a value taken on a
-    /// majority of nodes past their settling can have been seen as the holder (a node
-    /// restarted less than a ttl ago is no vote for anyone), so only its give-back is
-    /// announced: an announcement wakes every waiting candidate, the campaigner too,
-    /// and one after each take on settling nodes would have them all campaign in a
-    /// loop until the nodes settle. `None`: nothing to send.
+    /// majority of nodes that count can have been seen as the holder (a take that
+    /// won and whose confirm failed): a node restarted less than a ttl ago is no vote
+    /// for anyone, and a settled one not caught up counts for no round until a round
+    /// may catch it up (the same coverage this round lacked). So only that give-back
+    /// is announced: an announcement wakes every waiting candidate, the campaigner
+    /// too, and one after each take on nodes that do not count would have them all
+    /// campaign in a loop until the nodes settle. `None`: nothing to send.
     pub(super) fn give_back(&self, answers: &Round<Take>, quorum: usize) -> Option<GiveBack> {
         let release_on: Vec<bool> = (0..answers.len())
             .map(|i| answers[i].is_none() || self.tally.taken.contains(&i))
@@ -306,7 +301,7 @@ impl Look {
         }
         Some(GiveBack {
             release_on,
-            announce: self.tally.taken.len() - self.tally.taken_settling() >= quorum,
+            announce: self.tally.counted_taken >= quorum,
         })
     }
 
@@ -634,13 +629,23 @@ pub(super) mod tests {
         let give = look.give_back(&majority, q).expect("given back");
         assert_eq!(give.release_on, vec![true, true, false]);
         assert!(!give.announce, "a take on settling nodes given back aloud");
-        // Taken on a majority that does not count for us but may for another
-        // (settled, not caught up): announced.
+        // Taken on two settled nodes not caught up and one still settling: none
+        // counts for any round until the last one settles, given back quietly.
         let stale = take(true, "n|pending|me", STALE);
-        let majority = vec![stale, settling, take(true, "n|pending|me", TRUSTED)];
-        let look = look_at(&majority);
+        let fresh = vec![stale.clone(), stale.clone(), settling];
+        let look = look_at(&fresh);
         assert!(!look.wins(q), "{look:?}");
-        assert!(look.give_back(&majority, q).expect("given back").announce);
+        let give = look.give_back(&fresh, q).expect("given back");
+        assert!(
+            !give.announce,
+            "a take on nodes that count for nobody given back aloud"
+        );
+        // Taken on a majority that counts (a confirm that failed after it): announced.
+        let trusted = take(true, "n|pending|me", TRUSTED);
+        let won = vec![stale, trusted.clone(), trusted];
+        let look = look_at(&won);
+        assert!(look.wins(q), "{look:?}");
+        assert!(look.give_back(&won, q).expect("given back").announce);
         // Nothing taken, everyone answered, nobody to catch up: nothing to send.
         let held = vec![take(false, "o|3|x", TRUSTED); 3];
         let look = look_at(&held);
