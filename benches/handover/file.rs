@@ -16,8 +16,7 @@ use crate::settings::CANDIDATES;
 pub fn measure(report: &mut Report, rounds: usize) {
     let dir = tempfile::tempdir().expect("dir");
     let mut g = Group::new(SidecarArgs::file(dir.path()).ttl("15s").build(), CANDIDATES);
-    let floor_dir = tempfile::tempdir().expect("dir");
-    let at_floor = &mut |n| floor::file::handovers(floor_dir.path(), n);
+    let at_floor = &mut |n| floor::file::handovers(dir.path(), n);
     let (h, floor_rounds) = beside_floor(&mut g, rounds, at_floor);
     report.latency(Key::new("graceful", "file", "leasekeeper"), h.latency);
     crate::measure::steps(report, "file", &h.steps);

@@ -214,7 +214,7 @@ pub(crate) const BACKSTOP_TTLS: u32 = 20;
 /// ([`queue::turn`]): its candidate stopped looking (frozen), so new shared
 /// candidates wait behind a frozen waiting writer for about `QUEUE_TTLS + 1` ttls at
 /// most, where before they waited for as long as the shared holders held.
-pub(crate) const QUEUE_TTLS: u32 = 6;
+pub const QUEUE_TTLS: u32 = 6;
 
 /// How long a candidate's row stays in the candidates' table after its last
 /// registration when its presence is gone (then a listing by a leader deletes it).

@@ -290,20 +290,28 @@ pub fn polled<T>(
     }
 }
 
-/// Waits until `count` stays the same for `still`, at most `limit`; whether it did.
-pub fn settled(limit: Duration, still: Duration, count: impl Fn() -> usize) -> bool {
+/// Waits until `count` stays the same for `still`, at most `limit`. When it did, a
+/// time before the last change it counted: the sample before the count last changed,
+/// or `since` (a time before it, known from earlier) when the count did not change;
+/// `None` when it kept changing.
+pub fn settled(
+    limit: Duration,
+    still: Duration,
+    since: Instant,
+    count: impl Fn() -> usize,
+) -> Option<Instant> {
     let end = Instant::now() + limit;
-    let mut last = count();
+    let (mut since, mut at, mut last) = (since, Instant::now(), count());
     while Instant::now() < end {
         // Observed: the window the count must stay still for.
         std::thread::sleep(still);
-        let now = count();
+        let (now_at, now) = (Instant::now(), count());
         if now == last {
-            return true;
+            return Some(since);
         }
-        last = now;
+        (since, at, last) = (at, now_at, now);
     }
-    false
+    None
 }
 
 /// Nanoseconds since the Unix epoch: with the pid, a name no other test process of the

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::slots::finish_and_check;
 use crate::common::checks::checker::LoggedClaim;
 use crate::common::{eventually, send_signal, Sidecar, SidecarArgs};
+use leasekeeper::backend::sql::QUEUE_TTLS;
 
 /// The sidecars that say they lead now (their indices).
 pub fn leading(cars: &[Sidecar]) -> Vec<usize> {
@@ -214,26 +215,15 @@ fn a_writer_waiting_behind_two_readers(
 /// Waits until `statements` stays the same for a second (a candidate that has just
 /// joined sends its last statements of the join late on a busy machine), at most
 /// `limit`; one that keeps sending fails here. Returns a time before the last
-/// statement counted: the sample before the count last changed, or `since` (a time
-/// before it, known from earlier) when the count did not change.
+/// statement counted (`since` when none came: see [`crate::common::settled`]).
 fn goes_quiet(
     statements: &dyn Fn() -> usize,
     limit: Duration,
     since: Instant,
     who: &str,
 ) -> Instant {
-    let end = Instant::now() + limit;
-    let (mut since, mut at, mut last) = (since, Instant::now(), statements());
-    while Instant::now() < end {
-        // Observed: the window the count must stay still for.
-        std::thread::sleep(Duration::from_secs(1));
-        let (now_at, now) = (Instant::now(), statements());
-        if now == last {
-            return since;
-        }
-        (since, at, last) = (at, now_at, now);
-    }
-    panic!("{who} never stopped sending statements for a second");
+    let quiet = crate::common::settled(limit, Duration::from_secs(1), since, statements);
+    quiet.unwrap_or_else(|| panic!("{who} never stopped sending statements for a second"))
 }
 
 /// The time of the sample before `statements` next changes, waiting at most `limit`;
@@ -328,9 +318,10 @@ pub fn a_waiting_writer_is_silent_and_woken(
 /// comes and must stay out for 3 ttl sending nothing. The shared holders leave: the
 /// writer leads; once the late one has sent nothing for a second (its look at the
 /// holders' leaving may come late on a busy machine), it must send nothing for 2 ttl
-/// more (at least one: not across its backstop look, [`Silent::behind`]), unless the writer's statement connection was replaced meanwhile (a request
-/// cut off by its deadline on a starved machine: the lock the late one waits for
-/// goes with it), which may cost two looks. With `cut` (it ends the writer's statement
+/// more (at least one: not across its backstop look, [`Silent::behind`]), unless the
+/// writer's statement connection was replaced meanwhile (a request cut off by its
+/// deadline on a starved machine: the lock the late one waits for goes with it),
+/// which may cost two looks. With `cut` (it ends the writer's statement
 /// connection on the server and returns once the writer holds its turn lock again,
 /// on a new one), that replacement is forced: the late one may look, then must be
 /// silent again for 2 ttl. The writer's SIGTERM: the late one must lead within ttl/4.
@@ -398,10 +389,6 @@ pub fn a_reader_behind_a_waiting_writer_is_silent_and_woken(
     );
 }
 
-/// How many ttl a shared candidate waits for a waiting writer's turn lock before it
-/// looks anyway (its backstop: `backend::sql::QUEUE_TTLS`).
-const QUEUE_TTLS: u32 = 6;
-
 /// The late reader (`cars[3]`) of [`a_reader_behind_a_waiting_writer_is_silent_and_woken`],
 /// watched for silence while the writer (`cars[2]`) holds.
 struct Silent<'a> {
@@ -414,7 +401,8 @@ struct Silent<'a> {
 impl Silent<'_> {
     /// Once the late reader has sent nothing for a second, the statements it sends
     /// in 2 ttl (while it stays out). `looked` is a time before its last statement;
-    /// its wait for the writer's turn lock runs out [`QUEUE_TTLS`] ttl after that,
+    /// its wait for the writer's turn lock runs out [`QUEUE_TTLS`] ttl after that
+    /// (its backstop),
     /// and it looks then: the window ends a second before that look, or, when less
     /// than a ttl would be left, begins after it.
     fn behind(&self, looked: &mut Instant, when: &str) -> usize {
