@@ -372,10 +372,15 @@ impl Tenancy {
 
     /// What to send for our waiting row after a campaign (`marks`: it enqueues;
     /// `done`: it holds, or releases): `Some(true)`, write it; `Some(false)`, delete
-    /// it (only when it may be there); `None`, nothing.
-    pub fn mark_step(&self, marks: bool, done: bool) -> Option<bool> {
+    /// it (only when it may be there); `None`, nothing. A write may be there from the
+    /// moment it is asked for, whatever becomes of its answer: a campaign cut off by
+    /// its deadline between the write and its answer (or before the turn lock that
+    /// follows it) leaves the row in the table, first in the queue while our presence
+    /// lives, and only a delete that went through ([`Tenancy::marked`]) takes it out.
+    pub fn mark_step(&mut self, marks: bool, done: bool) -> Option<bool> {
         let on = marks && !done;
         let unmark = done && self.marked;
+        self.marked |= on;
         (on || unmark).then_some(on)
     }
 

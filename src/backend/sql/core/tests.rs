@@ -312,6 +312,26 @@ fn the_waiting_row_is_written_while_refused_and_deleted_once_done() {
     assert_eq!(t.mark_step(false, true), None);
 }
 
+/// A write of the waiting row that was sent and never answered (the campaign cut off
+/// by its deadline, between the write and its answer or before the turn lock) may
+/// still have landed: the row is deleted once the candidate holds, or releases. Kept,
+/// it would name the holder as the first waiting candidate while its presence lives,
+/// and after its release the queue would keep every other writer out for the grace
+/// while the releasing candidate, first in it, takes the row back.
+#[test]
+fn a_waiting_row_write_never_answered_is_deleted_once_held() {
+    let mut t = tenancy(LockMode::Exclusive);
+    assert_eq!(t.mark_step(true, false), Some(true));
+    // No answer: the campaign was cut off.
+    assert_eq!(
+        t.mark_step(false, true),
+        Some(false),
+        "may be there: deleted"
+    );
+    t.marked(false);
+    assert_eq!(t.mark_step(false, true), None, "deleted: nothing to send");
+}
+
 /// A candidate registers at its first campaign and after its presence came back,
 /// never otherwise; a failed registration is tried again.
 #[test]
