@@ -90,7 +90,9 @@ pub fn report(
     report.ratio(key("ratio"), key("leasekeeper"), key("floor"));
 }
 
-/// Runs `f` on a runtime of its own, tokio's multi-threaded one as the sidecar's.
+/// Runs `f` on a multi-threaded tokio runtime of its own: the floor's two clients and
+/// their connections' tasks may run on both cores, where the sidecar's runtime has one
+/// thread (`leasekeeper::cmd::runtime`).
 pub fn block_on<T>(f: impl Future<Output = T>) -> T {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -607,7 +607,8 @@ fn followers_send_no_requests_while_the_holder_renews() {
 }
 
 /// No herd: a graceful handover wakes one follower (the one a release hands the baton
-/// to), and the others name the new leader from its announcement without asking. With
+/// to), and the others name the new leader from its announcement without asking (nor
+/// hear anything on the read-write lock's channel, which nobody waits for). With
 /// 8 candidates, the handover (the release, the one look that takes the lock, and
 /// whatever looks come up to a second after every follower names the new leader) runs
 /// a few scripts, not one or two per follower; and every follower names the new leader
@@ -621,6 +622,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
         .ttl("30s")
         .election("baton")
         .build();
+    let rw_heard = Heard::on(&server.url(), "leasekeeper:{baton}:rw");
     let mut cars: Vec<Sidecar> = (0..8)
         .map(|i| Sidecar::spawn(&format!("baton-{i}"), dir.path(), &args))
         .collect();
@@ -637,6 +639,7 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
         std::thread::sleep(Duration::from_secs(1));
         let scripts = || server.calls("evalsha") + server.calls("eval");
         let before = scripts();
+        let rw_before = rw_heard.count();
         let mut old = cars.remove(li);
         old.terminate(Duration::from_secs(5)).expect("stopped");
         let named = eventually(Duration::from_secs(10), || {
@@ -661,6 +664,45 @@ fn a_graceful_handover_wakes_one_follower_not_all() {
             ran <= 4,
             "round {round}: {ran} scripts run for one handover"
         );
+        // Nobody waits for the read-write lock: a message there would wake every
+        // candidate's listener during the handover.
+        let rw = rw_heard.count() - rw_before;
+        assert_eq!(
+            rw, 0,
+            "round {round}: {rw} messages on the read-write channel"
+        );
+    }
+}
+
+/// Counts the messages published on one Redis channel, from a subscriber of its own.
+struct Heard {
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Heard {
+    /// Subscribes to `channel` on the server at `url` and returns once subscribed.
+    fn on(url: &str, channel: &str) -> Heard {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let count = std::sync::Arc::new(AtomicUsize::new(0));
+        let client = redis::Client::open(url).expect("client");
+        let mut con = client.get_connection().expect("connect");
+        let (subscribed, ready) = std::sync::mpsc::channel();
+        let (counted, channel) = (count.clone(), channel.to_owned());
+        std::thread::spawn(move || {
+            let mut sub = con.as_pubsub();
+            sub.subscribe(&channel).expect("subscribe");
+            let _ = subscribed.send(());
+            // Ends with the server (the test's end drops it).
+            while sub.get_message().is_ok() {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        ready.recv().expect("subscribed");
+        Heard { count }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -40,7 +40,8 @@
 //! renewal, a look: a candidate queued behind another looks within half a ttl).
 //!
 //! **Waiting** sends one look per five ttl at steady state (to keep its place). A follower's listener hears the events
-//! channel and `…:rw`: every release of the exclusive lock (the election's too), the
+//! channel and `…:rw`: every release of the exclusive lock (the election's too, while
+//! a candidate waits in the queue: a `--mode` candidate kept out always does), the
 //! release of the last shared holder, a waiting candidate's withdrawal and the drop of
 //! a gone one's entry publish there, and every follower of the read-write lock looks
 //! then (one script call each). Otherwise it hears the holders without asking: its

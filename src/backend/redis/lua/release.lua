@@ -6,7 +6,9 @@ end
 if mine then
   redis.call('DEL', KEYS[1])
   let_queue_go(KEYS[4], tonumber(ARGV[4]))
-  redis.call('PUBLISH', ARGV[5], 'released')
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('PUBLISH', ARGV[5], 'released')
+  end
 end
 if ARGV[3] == 'all' then
   if mine then
