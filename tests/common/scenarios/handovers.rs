@@ -74,8 +74,11 @@ pub fn slow_leader_is_replaced_within(
     let took = t0.elapsed();
     let slow_view = sidecars[slow].leader();
     if replaced.is_none() {
-        for s in &sidecars {
-            eprintln!("==== {}\n{}", s.name, s.stderr());
+        // Each sidecar's log and its transition log (claims, deadlines, releases).
+        for (i, s) in sidecars.iter().enumerate() {
+            let log = dir.path().join(format!("s{i}.jsonl"));
+            let transitions = std::fs::read_to_string(log).unwrap_or_default();
+            eprintln!("==== {}\n{}\n{transitions}", s.name, s.stderr());
         }
     }
     assert!(
