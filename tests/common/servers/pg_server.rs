@@ -227,17 +227,26 @@ impl PgServer {
     /// candidate that connected just then renewed through the "paused" server).
     pub fn pause(&self) {
         self.own("a pause");
+        if self.postmaster().is_some() {
+            assert!(self.stop_postmaster(), "the postmaster did not stop");
+        }
+        for pid in self.server_pids() {
+            send_signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    /// SIGSTOP of the postmaster, and whether it stopped within 2 s (`false` also
+    /// without one): from then on it forks no backend, so a listing of its children
+    /// is complete.
+    fn stop_postmaster(&self) -> bool {
         let Some(pm) = self.postmaster() else {
-            return;
+            return false;
         };
         send_signal(pm, libc::SIGSTOP);
         let stopped = eventually(Duration::from_secs(2), || {
             (process_state(pm) == Some('T')).then_some(())
         });
-        assert!(stopped.is_some(), "the postmaster did not stop");
-        for pid in self.server_pids() {
-            send_signal(pid, libc::SIGSTOP);
-        }
+        stopped.is_some()
     }
 
     pub fn resume(&self) {
@@ -251,6 +260,11 @@ impl PgServer {
 
     pub fn kill(&mut self) {
         self.own("a kill");
+        // Its children listed only once it forks no more (see `pause`): a backend
+        // forked after the listing would outlive the kill, attached to the shared
+        // memory, and the restart would refuse to start ("pre-existing shared memory
+        // block is still in use", seen in make test).
+        self.stop_postmaster();
         let pids = self.server_pids();
         for &pid in pids.iter().rev() {
             send_signal(pid, libc::SIGCONT);
