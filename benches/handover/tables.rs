@@ -306,7 +306,15 @@ and a byte written to a pipe until the process blocked reading it runs (every no
 from a store to the next leader is such a wake across processes). On file, whose floor\n\
 is a fraction of a millisecond, these two are most of what leasekeeper adds to it; on\n\
 ZooKeeper, the release is the close of the session, whose cost at the floor is the\n\
-floor's second ZooKeeper row below.",
+floor's second ZooKeeper row below. On Redis and etcd, most of the rest is the take\n\
+(take sent → its claim, against the floor's woke → its take answered): on Redis, the\n\
+take script also makes the queue, reservation and quarantine checks the floor's plain\n\
+take leaves out, and the same round trip turns on the new holder's tracking of the\n\
+lock key and reads the key (what shows it a takeover without asking); on etcd, the\n\
+read of the queue is one transaction of five reads (the head, the key ahead of ours,\n\
+ours, a switchover's reservation and the announcement) where the floor's has two,\n\
+and a keep-alive of the lease goes beside it, which the claim's deadline rests on\n\
+(its answer comes before the read's).",
     in_whole_run: true,
 };
 
