@@ -92,10 +92,7 @@ pub fn ask(port: u16, path: &str, limit: Duration) -> Result<String, String> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         format!("{path}: {what} after {:?}: {e}", started.elapsed())
     };
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, limit).map_err(|e| failed("connect", &e))?;
-    let _ = s.set_read_timeout(Some(limit));
-    let _ = s.set_write_timeout(Some(limit));
+    let mut s = super::http::connect(addr, limit).map_err(|e| failed("connect", &e))?;
     // The whole head in one write, as kubelet's and curl's requests come: a head in
     // pieces (`write!` makes a write of each piece) looks, at the cap and from the
     // crowd's own address, like one of the crowd's half requests.

@@ -27,7 +27,7 @@ fn request_to(
     path: &str,
     limit: Duration,
 ) -> Option<(u16, String)> {
-    let mut stream = connect(addr, limit)?;
+    let mut stream = connect(addr, limit).ok()?;
     let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(req.as_bytes()).ok()?;
     let mut raw = Vec::new();
@@ -42,12 +42,12 @@ fn request_to(
 }
 
 /// A connection whose connect, reads and writes each give up after `limit`.
-fn connect(addr: SocketAddr, limit: Duration) -> Option<TcpStream> {
-    let stream = TcpStream::connect_timeout(&addr, limit).ok()?;
-    stream.set_read_timeout(Some(limit)).ok()?;
-    stream.set_write_timeout(Some(limit)).ok()?;
-    stream.set_nodelay(true).ok()?;
-    Some(stream)
+pub fn connect(addr: SocketAddr, limit: Duration) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect_timeout(&addr, limit)?;
+    stream.set_read_timeout(Some(limit))?;
+    stream.set_write_timeout(Some(limit))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 thread_local! {
@@ -115,7 +115,7 @@ impl KeepAlive {
     }
 
     fn open_within(port: u16, limit: Duration) -> Option<KeepAlive> {
-        let stream = connect(SocketAddr::from(([127, 0, 0, 1], port)), limit)?;
+        let stream = connect(SocketAddr::from(([127, 0, 0, 1], port)), limit).ok()?;
         Some(KeepAlive {
             reader: BufReader::new(stream),
         })
