@@ -36,12 +36,17 @@ use crate::timing::Timing;
 
 use super::exit::{self, USAGE};
 
+mod signals;
+use signals::Signals;
+
 /// Runs the sidecar; `args` is the whole command line (with `run` and its command).
 pub fn main(args: Vec<OsString>) -> ExitCode {
     // As a container's PID 1: a parent that reaps orphans and passes signals on.
     if let Some(code) = crate::init::reap_as_pid_1() {
         return code;
     }
+    // Before any thread starts, so that every thread inherits the mask.
+    signals::block();
     let settings = match settings(args) {
         Ok(s) => s,
         Err(code) => return code,
@@ -674,49 +679,4 @@ async fn request_release(releases: &mpsc::Sender<ReleaseRequest>) {
             to: None,
         })
         .await;
-}
-
-/// SIGTERM and SIGINT, each kept from the moment it is listened for (a signal that
-/// came before `recv` is answered by it).
-struct Signals {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    fn listen() -> Self {
-        use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        let int = signal(SignalKind::interrupt());
-        if let Err(e) = term.as_ref().and(int.as_ref()) {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the sidecar gracefully");
-        }
-        Signals {
-            term: term.ok(),
-            int: int.ok(),
-        }
-    }
-
-    /// Raises `stop` on the first SIGTERM or SIGINT, from now on.
-    fn raise(mut self, stop: watch::Sender<bool>) {
-        tokio::spawn(async move {
-            self.recv().await;
-            let _ = stop.send(true);
-        });
-    }
-
-    /// The next SIGTERM or SIGINT (Ctrl-C, without the handlers).
-    async fn recv(&mut self) {
-        match (self.term.as_mut(), self.int.as_mut()) {
-            (Some(term), Some(int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
 }

@@ -424,3 +424,44 @@ fn an_idle_leader_holds_under_4_mib_of_its_own() {
         "the idle leader's anonymous memory: {anon_kib} KiB"
     );
 }
+
+/// The signals a process blocks: the `SigBlk` mask of `/proc/<pid>/status` (or of
+/// `self` in a shell's `cat`), as a number.
+fn blocked(status: &str) -> Option<u64> {
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
+    u64::from_str_radix(mask.trim(), 16).ok()
+}
+
+/// SIGTERM and SIGINT are the sidecar's own: blocked in all of its threads and taken
+/// by the runtime that steps down. Nothing it starts inherits that: CMD and a hook
+/// begin with no signal blocked (a CMD with SIGTERM blocked would ignore every stop
+/// until the SIGKILL at the deadline), and a SIGTERM still stops the sidecar gracefully.
+#[test]
+fn the_sidecar_takes_sigterm_itself_and_what_it_starts_blocks_no_signal() {
+    let dir = tempfile::tempdir().expect("dir");
+    let hook_mask = dir.path().join("hook-mask");
+    let cmd_mask = dir.path().join("cmd-mask");
+    let hook = format!("grep SigBlk /proc/self/status >> {}", hook_mask.display());
+    let args = SidecarArgs::file(dir.path())
+        .flag("--on-change", &hook)
+        .build();
+    let script = format!(
+        "trap 'exit 0' TERM; grep SigBlk /proc/self/status > {}; sleep 60 & wait",
+        cmd_mask.display()
+    );
+    let cmd = ["sh".to_owned(), "-c".to_owned(), script];
+    let mut sidecar = Sidecar::spawn_run("masks", dir.path(), &args, &cmd);
+    sidecar.settles_in("leader", Duration::from_secs(10));
+    let own = std::fs::read_to_string(format!("/proc/{}/status", sidecar.pid)).expect("status");
+    let stop = 1 << (libc::SIGTERM - 1) | 1 << (libc::SIGINT - 1);
+    assert_eq!(blocked(&own).map(|m| m & stop), Some(stop), "{own}");
+    let read = |path: &std::path::Path| {
+        common::eventually(Duration::from_secs(10), || {
+            blocked(&std::fs::read_to_string(path).ok()?)
+        })
+    };
+    assert_eq!(read(&cmd_mask), Some(0), "CMD's mask");
+    assert_eq!(read(&hook_mask), Some(0), "the hook's mask");
+    let code = sidecar.terminate(Duration::from_secs(10));
+    assert!(code.is_some_and(|c| c.success()), "{code:?}");
+}
