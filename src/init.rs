@@ -7,6 +7,7 @@
 //! entry point of a container without `tini` ([`reap_as_pid_1`]). Signals are taken
 //! synchronously (blocked, then `sigwaitinfo`), so nothing here runs in a handler.
 
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
@@ -52,18 +53,11 @@ impl Blocked {
     /// Blocks them; SIGCHLD is set to its default first, so that ended children stay
     /// to be reaped (an inherited SIG_IGN would reap them unseen).
     pub fn block() -> Blocked {
-        // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only
-        // change this thread's signal mask and SIGCHLD's disposition.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for sig in FORWARDED.iter().chain(&[libc::SIGCHLD, parent_gone()]) {
-                libc::sigaddset(&mut set, *sig);
-            }
-            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            Blocked { set }
-        }
+        let set = sigset(FORWARDED.into_iter().chain([libc::SIGCHLD, parent_gone()]));
+        // SAFETY: sets SIGCHLD's disposition to the default, nothing else.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        mask(libc::SIG_BLOCK, &set);
+        Blocked { set }
     }
 
     /// Makes a child started by `command` begin with no signal blocked.
@@ -82,8 +76,58 @@ impl Blocked {
 
     /// Unblocks them again in this thread.
     pub fn unblock(&self) {
-        // SAFETY: `set` was filled by sigemptyset and sigaddset.
-        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &self.set, std::ptr::null_mut()) };
+        mask(libc::SIG_UNBLOCK, &self.set);
+    }
+}
+
+/// The set of `signals`.
+pub fn sigset(signals: impl IntoIterator<Item = libc::c_int>) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data that sigemptyset initialises.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in signals {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Changes this thread's signal mask by `set` (`how`: `SIG_BLOCK`, `SIG_UNBLOCK`).
+pub fn mask(how: libc::c_int, set: &libc::sigset_t) {
+    // SAFETY: changes only this thread's signal mask.
+    unsafe { libc::pthread_sigmask(how, set, std::ptr::null_mut()) };
+}
+
+/// A non-blocking `signalfd(2)` of `signals` (blocked, or they never reach it).
+pub fn signal_fd(signals: impl IntoIterator<Item = libc::c_int>) -> std::io::Result<OwnedFd> {
+    let set = sigset(signals);
+    // SAFETY: signalfd(2) returns a new descriptor or -1.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Takes one signal from the signalfd `fd`; an error when none was there
+/// (`WouldBlock`) or the read failed.
+pub fn read_signal(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: signalfd_siginfo is plain data, and read(2) fills at most its size of it.
+    let read = unsafe {
+        let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+        libc::read(
+            fd.as_raw_fd(),
+            (&mut info as *mut libc::signalfd_siginfo).cast(),
+            size,
+        )
+    };
+    match usize::try_from(read) {
+        Ok(n) if n == size => Ok(()),
+        Ok(_) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        Err(_) => Err(std::io::Error::last_os_error()),
     }
 }
 

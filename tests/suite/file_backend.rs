@@ -425,8 +425,8 @@ fn an_idle_leader_holds_under_4_mib_of_its_own() {
     );
 }
 
-/// The signals a process blocks: the `SigBlk` mask of `/proc/<pid>/status` (or of
-/// `self` in a shell's `cat`), as a number.
+/// The signals a process blocks: the `SigBlk` mask of a `/proc/<pid>/status` (the
+/// sidecar's, or a child's own as its `grep` wrote it), as a number.
 fn blocked(status: &str) -> Option<u64> {
     let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
     u64::from_str_radix(mask.trim(), 16).ok()

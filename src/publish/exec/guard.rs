@@ -16,14 +16,14 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use super::contain::{self, ContainError};
 use crate::clock::monotonic_now_ns;
-use crate::init::{exit_code, Blocked};
+use crate::init::{exit_code, read_signal, signal_fd, Blocked};
 
 /// The hidden first argument that makes the binary a guard.
 pub const GUARD_ARG: &str = "__exec-guard";
@@ -471,39 +471,12 @@ struct ChildEnds(OwnedFd);
 
 impl ChildEnds {
     fn open() -> std::io::Result<ChildEnds> {
-        // SAFETY: sigset_t is plain data that sigemptyset initialises; signalfd(2)
-        // returns a new descriptor or -1.
-        let fd = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGCHLD);
-            libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC)
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor, ours alone.
-        Ok(ChildEnds(unsafe { OwnedFd::from_raw_fd(fd) }))
+        signal_fd([libc::SIGCHLD]).map(ChildEnds)
     }
 
     /// Takes the ends heard so far (the reap that follows finds them).
     fn drain(&self) {
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        loop {
-            // SAFETY: signalfd_siginfo is plain data, and read(2) fills at most its
-            // size of it.
-            let read = unsafe {
-                let mut info: libc::signalfd_siginfo = std::mem::zeroed();
-                libc::read(
-                    self.0.as_raw_fd(),
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    size,
-                )
-            };
-            if read <= 0 {
-                return;
-            }
-        }
+        while read_signal(self.0.as_fd()).is_ok() {}
     }
 }
 
