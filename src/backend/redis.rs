@@ -342,7 +342,10 @@ impl RedisTransport {
         self.nonce = new_nonce();
         self.core.released();
         self.node.notices.want_rw(false);
-        let release = self.req.release(&prefix, to, self.waiter.disarm());
+        let tracking_off = self.core.stops_tracking();
+        let release = self
+            .req
+            .release(&prefix, to, self.waiter.disarm(), tracking_off);
         // A release is the one request a graceful stop depends on: if it met a connection
         // that died since the last use (a restarted server), it is worth one more try on
         // the fresh connection, or the followers wait a whole ttl.
@@ -358,7 +361,7 @@ impl RedisTransport {
                 other.map_err(store("release"))?;
             }
         }
-        self.stop_tracking().await;
+        self.drain_pushes();
         // What was heard during the tenure is of it or older.
         self.node.notices.clear();
         Ok(())
@@ -384,18 +387,6 @@ impl RedisTransport {
             .query_async(&mut self.node.conn)
             .await;
         self.core.follower_tracking(on.is_ok());
-    }
-
-    /// Best effort: followers need no pushes (and ignore any that still come).
-    async fn stop_tracking(&mut self) {
-        if self.core.stops_tracking() {
-            let _: Result<(), _> = redis::cmd("CLIENT")
-                .arg("TRACKING")
-                .arg("OFF")
-                .query_async(&mut self.node.conn)
-                .await;
-        }
-        self.drain_pushes();
     }
 
     /// A new leader's announcement (`acquired|<value>` on the announcement channel),
