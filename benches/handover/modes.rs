@@ -42,7 +42,7 @@ pub fn measure(report: &mut Report, rounds: usize) {
     let at_floor = floor::totals(floor::etcd::handovers(&etcd.endpoint(0), rounds));
     floor::report(report, "modes", "etcd", at_floor);
     drop(etcd);
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::start_roomy(1);
     let args = SidecarArgs::zookeeper(&zk.connect_string()).ttl("4s");
     report.latency(cell("zookeeper"), handovers(args, rounds));
     let at_floor = floor::totals(floor::zookeeper::handovers(&zk.connect_string(), rounds));

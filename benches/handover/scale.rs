@@ -63,7 +63,7 @@ impl Stores {
             redis: RedisServer::start(),
             redlock: (0..3).map(|_| RedisServer::start()).collect(),
             etcd: EtcdCluster::start(1),
-            zk: ZkEnsemble::start(1),
+            zk: ZkEnsemble::start_roomy(1),
             api: FakeKube::start("team"),
         }
     }

@@ -47,7 +47,7 @@ Such a run rewrites the tables all of whose rows it measured and leaves every ot
 table, with its command, machine and date, as it stands; a whole run rewrites every\n\
 table but the 100 candidates'. Latencies read min / median / p99 in milliseconds (below\n\
 51 values the nearest-rank p99 is the max); a cell nothing measured reads —. The stores\n\
-are local: Redis 7.0.15, etcd 3.4.23, ZooKeeper 3.8.0 (tickTime 200 ms), PostgreSQL 15,\n\
+are local: Redis 7.0.15, etcd 3.4.23, ZooKeeper 3.8.0 (tickTime 200 ms, a heap of 1 GiB), PostgreSQL 15,\n\
 MariaDB 10.11, and the in-process fake Kubernetes API of the tests over HTTPS; release\n\
 build.\n";
 
@@ -183,9 +183,9 @@ nodes in parallel, the baton on the first; etcd: the lease's revoke, the next in
 line's watch event, its read of the queue; ZooKeeper: the delete of the holder's\n\
 node, the next in line's watch, its listing and its `sync` and stat read (floor\n\
 handovers and leasekeeper's, three times as many as measured each and none counted,\n\
-first warm the server's JVM for both: each makes requests the other does not; the JVM\n\
-stops for a young collection about once a section, 17 ms with the serial collector of\n\
-the test servers, and the round it falls in is its side's p99); file: the\n\
+first warm the server's JVM for both: each makes requests the other does not; the\n\
+server's young generation, 768 MiB, is more than a section fills, so no collection (a\n\
+stop of about 17 ms with its serial collector) falls in a timed round); file: the\n\
 record written and the lock let go of, the blocked `flock`, the record written with\n\
 the next token; PostgreSQL: the release's `UPDATE` with its `pg_notify`, the `LISTEN`\n\
 connection's wake, the take's `UPDATE` answering the token; MySQL: the release's\n\

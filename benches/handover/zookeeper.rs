@@ -21,7 +21,7 @@ const CURATOR_CLASS_PATH: &str = "/usr/share/java/curator-recipes.jar:/usr/share
 const WARM: usize = 3;
 
 pub fn measure(report: &mut Report, rounds: usize) {
-    let zk = ZkEnsemble::start(1);
+    let zk = ZkEnsemble::start_roomy(1);
     let connect = zk.connect_string();
     // The server is a JVM: its first requests run before the JIT compiled their code
     // (a method after some hundreds of calls). The floor's rounds and leasekeeper's,

@@ -64,7 +64,18 @@ pub struct ZkEnsemble {
     /// Empty unless started by `start_partitionable`; dropped after the servers.
     links: Vec<PeerLink>,
     isolated: Mutex<Vec<bool>>,
+    /// The JVM's heap options ([`TEST_HEAP`] or [`ROOMY_HEAP`]).
+    heap: &'static [&'static str],
 }
+
+/// A test server's heap: small, with a young generation of about 80 MiB that the
+/// serial collector empties in a stop of about 17 ms (about once in a bench's section).
+const TEST_HEAP: &[&str] = &["-Xmx256m"];
+
+/// A bench server's heap ([`ZkEnsemble::start_roomy`]): a young generation of 768 MiB,
+/// which a bench's section does not fill, so that no collection stops the server while
+/// it is timed.
+const ROOMY_HEAP: &[&str] = &["-Xms1g", "-Xmx1g", "-Xmn768m"];
 
 /// A four-letter-word command; the reply.
 fn four_letters(port: u16, cmd: &str) -> Option<String> {
@@ -118,10 +129,10 @@ fn config(data: &std::path::Path, client_port: u16) -> String {
 }
 
 /// The JVM of a ZooKeeper server with the configuration `cfg`.
-fn java(cfg: &std::path::Path, tls: bool) -> Command {
+fn java(cfg: &std::path::Path, tls: bool, heap: &[&str]) -> Command {
     let mut cmd = Command::new("java");
+    cmd.args(heap);
     cmd.args([
-        "-Xmx256m",
         "-XX:+UseSerialGC",
         // A server for tests: the client compiler only, on one thread, and no perf data
         // file, for about half the CPU time of a start.
@@ -190,7 +201,13 @@ impl SharedZk {
 
 impl ZkEnsemble {
     pub fn start(n: usize) -> ZkEnsemble {
-        ZkEnsemble::start_with(n, None, false, "")
+        ZkEnsemble::start_with(n, None, false, "", TEST_HEAP)
+    }
+
+    /// `n` servers with a heap that a bench's section does not fill ([`ROOMY_HEAP`]):
+    /// no young collection stops them while they are timed.
+    pub fn start_roomy(n: usize) -> ZkEnsemble {
+        ZkEnsemble::start_with(n, None, false, "", ROOMY_HEAP)
     }
 
     /// `n` servers whose quorum and election traffic between each other all goes
@@ -227,13 +244,13 @@ impl ZkEnsemble {
     /// up (gap 0.25–0.45 s), but the margin is only a few hundred ms.
     pub fn start_partitionable(n: usize) -> ZkEnsemble {
         assert!(n >= 2, "a partition needs an ensemble");
-        ZkEnsemble::start_with(n, None, true, "")
+        ZkEnsemble::start_with(n, None, true, "", TEST_HEAP)
     }
 
     /// One server that also serves TLS on a secureClientPort, with the certificates of
     /// `make_certs` in `certs` (PEM keystores; client certificates required).
     pub fn start_tls(certs: &std::path::Path) -> ZkEnsemble {
-        ZkEnsemble::start_with(1, Some(certs), false, "")
+        ZkEnsemble::start_with(1, Some(certs), false, "", TEST_HEAP)
     }
 
     /// The TLS client port of server 0.
@@ -247,16 +264,17 @@ impl ZkEnsemble {
     /// One server that grants sessions up to 60 s (the others cap them at 4 s): for a
     /// test that tells a candidate's own leaving from its session's expiry by time.
     pub fn start_long_sessions() -> ZkEnsemble {
-        ZkEnsemble::start_with(1, None, false, "maxSessionTimeout=60000\n")
+        ZkEnsemble::start_with(1, None, false, "maxSessionTimeout=60000\n", TEST_HEAP)
     }
 
     /// `n` servers; `certs`: TLS too; `partitionable`: peers through proxies; `extra`:
-    /// lines added to each server's `zoo.cfg`.
+    /// lines added to each server's `zoo.cfg`; `heap`: the JVM's heap options.
     fn start_with(
         n: usize,
         certs: Option<&std::path::Path>,
         partitionable: bool,
         extra: &str,
+        heap: &'static [&'static str],
     ) -> ZkEnsemble {
         let dir = crate::common::store_data_dir();
         let ports: Vec<(u16, u16, u16)> = (0..n)
@@ -331,6 +349,7 @@ impl ZkEnsemble {
             servers,
             links,
             isolated: Mutex::new(vec![false; n]),
+            heap,
         };
         for i in 0..n {
             e.start_member(i);
@@ -344,7 +363,7 @@ impl ZkEnsemble {
     fn start_member(&mut self, i: usize) {
         let s = &mut self.servers[i];
         s.process = ServerProcess::start(
-            &mut java(&s.cfg, s.secure.is_some()),
+            &mut java(&s.cfg, s.secure.is_some(), self.heap),
             Some(&s.log),
             "java and zookeeper must be installed (make test installs them)",
         );
@@ -359,7 +378,7 @@ impl ZkEnsemble {
             let cfg = data.join("zoo.cfg");
             std::fs::write(&cfg, config(data, port)).expect("cfg");
             let process = ServerProcess::start(
-                detached(&mut java(&cfg, false)),
+                detached(&mut java(&cfg, false, TEST_HEAP)),
                 Some(&data.join("zk.log")),
                 "java and zookeeper must be installed (make test installs them)",
             );
