@@ -52,7 +52,8 @@
 //! Redis 7.0.15 still pushes a change made by a script of this connection; other
 //! candidates' scripts only read a held key). A lost connection loses the tracking: the next renew turns it on again before its
 //! compare-and-PEXPIRE, so the compare covers whatever happened meanwhile. Stepping
-//! down turns tracking off. This needs Redis 6 or later (RESP3 and `CLIENT TRACKING`).
+//! down turns tracking off, in the release's own round trip. This needs Redis 6 or later
+//! (RESP3 and `CLIENT TRACKING`).
 
 use std::sync::Arc;
 use std::time::Duration;
