@@ -182,15 +182,15 @@ impl Requests {
     }
 
     /// The release of the tenure of `prefix`, in one round trip: `CLIENT TRACKING OFF`
-    /// first when the tenure's tracking is on (`tracking_off`: the claim has ended, and
-    /// the release's own `DEL` and the next holder's take then push nothing to this
+    /// first when the tenure's tracking is on (`tracking_off`: the claim has ended, and the
+    /// release's own `DEL` and the next holder's take then push nothing to this
     /// connection), the baton waiter's `unblock` (a candidate that lets go waits for no
-    /// baton: one it popped would wake nobody else), then a switchover's reservation
-    /// for `to`, then the script. `EVAL` with the script's text, not `EVALSHA`: one round trip whatever
-    /// the server has cached (a server that never ran the release script, or
-    /// restarted, would answer `EVALSHA` with `NOSCRIPT`, and `SCRIPT LOAD` and
-    /// `EVALSHA` again make three: on a slow link they miss the release budget, and
-    /// the followers wait a ttl).
+    /// baton: one it popped would wake nobody else), then a switchover's reservation for
+    /// `to`, then the script. `EVAL` with the script's text, not `EVALSHA`: one round trip
+    /// whatever the server has cached (a server that never ran the release script, or
+    /// restarted, would answer `EVALSHA` with `NOSCRIPT`, and `SCRIPT LOAD` and `EVALSHA`
+    /// again make three: on a slow link they miss the release budget, and the followers
+    /// wait a ttl).
     pub(super) fn release(
         &self,
         prefix: &str,
