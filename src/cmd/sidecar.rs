@@ -571,17 +571,19 @@ async fn wait_for_the_end(
                 let _ = r.shutdown.send(true);
                 return ((&mut r.elector).await, Some(i32::from(exit::sidecar::GAVE_UP)));
             }
+            // The lines of a stop come once the elector has ended: written while the
+            // successor takes over, they would delay it (see the elector's `LINGER`).
             _ = &mut shutdown => {
-                // The elector heard the same stop: its step-down goes first.
-                tokio::task::yield_now().await;
-                tracing::info!("shutting down: stepping down and releasing");
-                return ((&mut r.elector).await, None);
+                let exit = (&mut r.elector).await;
+                tracing::info!("shut down on a stop signal: stepped down and left the election");
+                return (exit, None);
             }
             Some(how) = command_ended => match how {
                 Ended::ByItself(code) if !r.restart => {
-                    tracing::info!(code, "the command exited; releasing and exiting with its code");
                     let _ = r.shutdown.send(true);
-                    return ((&mut r.elector).await, Some(code));
+                    let exit = (&mut r.elector).await;
+                    tracing::info!(code, "the command exited; left the election, exiting with its code");
+                    return (exit, Some(code));
                 }
                 Ended::ByItself(code) => {
                     tracing::info!(code, "the command exited; releasing and campaigning again (--restart)");

@@ -77,8 +77,9 @@ pub struct Elector<B: Backend> {
     woke_at: Option<Instant>,
     ended_token: u64,
     /// The "stepped down" log line of a tenure that just ended, until its release is
-    /// on its way: a log line wakes the log's writer thread, which costs a handover
-    /// tens of microseconds.
+    /// on its way, and at shutdown until the [`LINGER`] after it is over: a log line
+    /// wakes the log's writer thread, whose run on a small node delays the store and
+    /// the successor by tens of microseconds while the successor takes over.
     unsaid_end: Option<(u64, &'static str)>,
 }
 
@@ -151,9 +152,10 @@ impl<B: Backend> Elector<B> {
             for effect in step.effects {
                 self.apply(effect);
             }
-            // A step-down's line waits until its release is on its way (`unsaid_end`).
+            // A step-down's line waits until its release is on its way, at shutdown
+            // until the process is about to end (`unsaid_end`).
             let releases = matches!(step.next, Next::Call { op, .. } if op == Op::Release);
-            if !releases {
+            if !releases && !self.shutting_down() {
                 self.say_ended();
             }
             event = match step.next {
@@ -163,12 +165,18 @@ impl<B: Backend> Elector<B> {
                     if self.released_at_shutdown {
                         tokio::time::sleep(LINGER).await;
                     }
+                    self.say_ended();
                     return Exit::Shutdown;
                 }
-                Next::Exit(exit) => return exit,
+                Next::Exit(exit) => {
+                    self.say_ended();
+                    return exit;
+                }
                 Next::Call { id, op, budget } => {
                     let answer = self.call(op, budget).await;
-                    self.say_ended();
+                    if !self.shutting_down() {
+                        self.say_ended();
+                    }
                     self.note_slots();
                     Event::Answer { id, answer }
                 }

@@ -629,7 +629,7 @@ fn the_sidecar_in_a_container_answers_and_hands_over_on_sigterm() {
         "{}",
         a.output()
     );
-    assert!(a.output().contains("releasing"), "{}", a.output());
+    assert!(a.output().contains("left the election"), "{}", a.output());
     eprintln!("container a: SIGTERM to b leading in {handover:?}");
 }
 
