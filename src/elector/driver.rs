@@ -155,8 +155,8 @@ impl<B: Backend> Elector<B> {
             // A step-down's line waits until its release is on its way, at shutdown
             // until the process is about to end (`unsaid_end`).
             let releases = matches!(step.next, Next::Call { op, .. } if op == Op::Release);
-            if !releases && !self.shutting_down() {
-                self.say_ended();
+            if !releases {
+                self.say_ended(false);
             }
             event = match step.next {
                 Next::Exit(Exit::Shutdown) => {
@@ -165,18 +165,16 @@ impl<B: Backend> Elector<B> {
                     if self.released_at_shutdown {
                         tokio::time::sleep(LINGER).await;
                     }
-                    self.say_ended();
+                    self.say_ended(true);
                     return Exit::Shutdown;
                 }
                 Next::Exit(exit) => {
-                    self.say_ended();
+                    self.say_ended(true);
                     return exit;
                 }
                 Next::Call { id, op, budget } => {
                     let answer = self.call(op, budget).await;
-                    if !self.shutting_down() {
-                        self.say_ended();
-                    }
+                    self.say_ended(false);
                     self.note_slots();
                     Event::Answer { id, answer }
                 }
@@ -494,8 +492,12 @@ impl<B: Backend> Elector<B> {
         }
     }
 
-    /// Logs the end of the last tenure, if not yet said.
-    fn say_ended(&mut self) {
+    /// Logs the end of the last tenure, if not yet said; at shutdown only once the
+    /// process is about to end (`at_exit`).
+    fn say_ended(&mut self, at_exit: bool) {
+        if !at_exit && self.shutting_down() {
+            return;
+        }
         if let Some((token, reason)) = self.unsaid_end.take() {
             tracing::info!(token, reason, "stepped down");
         }
